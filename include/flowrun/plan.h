@@ -1,0 +1,120 @@
+// The planner: where every rank of a parallel step runs, and why.
+//
+// plan_step() is a pure function of the step, the cluster section, the GPUs
+// this host has and a few options: it performs no I/O, so every row of the
+// decision table in docs/plan.md is a unit test. It either returns a StepPlan
+// or a Refusal that says what was asked, what was found and what to change.
+//
+// worker_env() computes the whole environment one worker gets: the torchrun
+// contract (RANK, LOCAL_RANK, WORLD_SIZE, MASTER_ADDR, TORCHELASTIC_*, ...)
+// plus flowrun's own FLOWRUN_* variables, over the spec's and the step's env.
+#pragma once
+
+#include <optional>
+#include <string>
+#include <variant>
+#include <vector>
+
+#include "flowrun/contract.h"
+#include "flowrun/error.h"
+#include "flowrun/gpu.h"
+#include "flowrun/spec.h"
+#include "flowrun/util.h"
+
+namespace flowrun {
+
+// What the planner knows about the machine it runs on.
+struct HostFacts {
+  std::string hostname;
+  Inventory inventory;  // GPUs this host may use
+};
+
+struct PlanOptions {
+  std::optional<int> cpus;  // --cpus N: CPU workers for every parallel step
+};
+
+// One node of a step.
+struct NodePlan {
+  int node_rank = 0;
+  std::string host;        // empty when the engine assigns it at launch
+  bool is_local = false;   // this host
+  std::vector<Gpu> gpus;   // the node's selected GPUs; for remote nodes, ordinals 0..n-1
+  // GPUs a worker on this node sees when CUDA_VISIBLE_DEVICES is left as it
+  // is: all of the node's GPUs, whether the step uses them or not (on this
+  // host, what Slurm or a parent's selection did not already hide). 0 for CPU.
+  int gpus_available = 0;
+  int procs = 0;           // workers on this node (LOCAL_WORLD_SIZE)
+  int first_rank = 0;      // global rank of its local rank 0
+};
+
+// One worker.
+struct RankPlan {
+  int rank = 0;
+  int node = 0;
+  int local_rank = 0;
+  std::vector<int> gpus;   // positions in its node's `gpus` (= cuda ordinals the worker sees)
+};
+
+enum class PlanMode { single_node, multi_node };
+
+struct StepPlan {
+  std::string step;
+  PlanMode mode = PlanMode::single_node;
+  int world_size = 0;
+  bool cpu = false;            // CPU workers (cpus: or --cpus); no GPU is used
+  int gpus_per_proc = 0;       // 0 for CPU workers
+  std::optional<Engine> engine;  // multi_node: how the nodes are reached
+  std::vector<NodePlan> nodes;
+  std::vector<RankPlan> ranks;
+  std::vector<std::string> why;  // the decision, in plain sentences
+  Visibility visible_devices = Visibility::node;
+  int max_restarts = 0;
+};
+
+// A plan that cannot be made: reported like a spec error, at `loc`.
+struct Refusal {
+  Location loc;
+  std::string path;     // e.g. "steps.train.parallel.gpus"
+  std::string message;  // what was asked, what was found, what to change
+};
+
+using PlanResult = std::variant<StepPlan, Refusal>;
+
+// Plans one parallel step. `step` must be parallel.
+PlanResult plan_step(const Step& step, const std::optional<ClusterSpec>& cluster, const HostFacts& host,
+                     const PlanOptions& options);
+
+// Plans every parallel step of a validated spec. Throws DiagnosticError with
+// every refusal, located in `spec.file`.
+std::vector<StepPlan> plan_flow(const Spec& spec, const HostFacts& host, const PlanOptions& options);
+
+// Where a run keeps its files (docs/spec.md, "Run directory").
+struct RunLayout {
+  std::string run_dir;  // absolute: <workdir>/.flowrun/runs/<run-id>
+  std::string step_dir(const std::string& step) const;                // <run_dir>/<step>
+  std::string rank_dir(const std::string& step, int rank) const;      // <run_dir>/<step>/rank<R>
+  std::string output_dir(const std::string& step, int rank) const;    // <rank_dir>/out
+  std::string error_file(const std::string& step, int rank) const;    // <rank_dir>/error.json
+  std::string inputs_dir(const std::string& step) const;              // <run_dir>/<step>/outputs
+};
+
+// A new run id: "<name>-<yyyymmdd-hhmmss>-<6 hex>". Reads the clock and random device.
+std::string make_run_id(const std::string& flow_name);
+
+// What a launch adds to a plan.
+struct LaunchContext {
+  std::string run_id;
+  std::string master_addr = "127.0.0.1";
+  int master_port = 0;     // 0: not chosen yet (plan output says so)
+  RunLayout layout;
+  int restart_count = 0;
+  EnvMap parent_env;       // the environment flowrun itself was started with
+};
+
+// The variables flowrun sets for `rank`, in a stable order: the spec's env,
+// the step's env, then the contract and FLOWRUN_* variables. A worker's full
+// environment is the parent's with these set on top.
+EnvList worker_env(const Spec& spec, const Step& step, const StepPlan& plan, const RankPlan& rank,
+                   const LaunchContext& ctx);
+
+}  // namespace flowrun

@@ -1,0 +1,145 @@
+// The flow spec: what a user writes in train.yaml, as plain data.
+//
+// parse_spec() reads YAML text and checks everything that can be checked
+// without looking at the machine: types, unknown and duplicate keys, step
+// names, dependencies and cycles, joins, templates, globs. It reports every
+// problem it finds at once, each with file, line and column; it never throws
+// on bad input. The format is documented in docs/spec.md; the JSON Schema in
+// specs/schema/flowrun.schema.json mirrors it for editors.
+//
+// Only this module includes yaml-cpp.
+#pragma once
+
+#include <optional>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include "flowrun/error.h"
+
+namespace flowrun {
+
+// An ordered list of NAME=VALUE pairs (spec order is kept, later wins on use).
+using EnvList = std::vector<std::pair<std::string, std::string>>;
+
+// `gpus:` of a parallel step.
+struct GpuRequest {
+  enum class Kind { all, count, ids };
+  Kind kind = Kind::all;
+  int count = 0;                 // Kind::count: the step's total over all nodes
+  std::vector<std::string> ids;  // Kind::ids: CUDA ordinals ("0") or UUIDs ("GPU-8f3a...")
+  bool is_set = false;           // written in the spec (false: the default `all`)
+  Location loc;                  // of the value, or of `parallel:` when defaulted
+};
+
+// `nodes:` and `procs_per_node:`: `auto` or a positive count.
+struct AutoCount {
+  std::optional<int> value;  // nullopt = auto
+  Location loc;
+  bool is_auto() const { return !value.has_value(); }
+};
+
+// Which GPUs a worker's CUDA_VISIBLE_DEVICES shows.
+enum class Visibility {
+  node,     // all of the node's selected GPUs, as torchrun does (default)
+  process,  // only the worker's own GPUs (breaks scripts that index cuda:LOCAL_RANK)
+};
+
+struct ParallelSpec {
+  GpuRequest gpus;
+  AutoCount nodes;
+  AutoCount procs_per_node;
+  std::optional<int> cpus;  // CPU workers in total; only when asked for
+  Location cpus_loc;
+  int max_restarts = 0;
+  Visibility visible_devices = Visibility::node;
+  Location loc;  // of the `parallel:` key
+};
+
+enum class Collect { rank0, all };
+
+struct Step {
+  std::string name;
+  Location loc;  // of the step's list item
+
+  // What to run. Without `shell`, `argv` is the command (a YAML list as is, a
+  // string split as sh splits words). With `shell: true`, `script` is handed
+  // to /bin/sh -c and `argv` is empty.
+  std::vector<std::string> argv;
+  std::string script;
+  bool shell = false;
+  Location run_loc;
+
+  EnvList env;
+  std::string workdir;              // absolute; defaults to the spec's workdir
+  std::vector<std::string> needs;   // step names; defaults to the previous step
+  std::optional<double> timeout_s;  // seconds
+
+  std::optional<ParallelSpec> parallel;
+  std::vector<std::string> outputs;  // globs relative to workdir (parallel steps)
+  Collect collect = Collect::rank0;
+
+  std::string join;  // name of the parallel step this step joins; empty if none
+  Location join_loc;
+
+  bool is_parallel() const { return parallel.has_value(); }
+};
+
+enum class Engine { slurm, ssh, manual };
+
+struct ClusterSpec {
+  Engine engine = Engine::slurm;
+  std::vector<std::string> hosts;         // ssh: the nodes, in node-rank order
+  std::optional<int> gpus_per_node;       // for a head that has no GPUs itself
+  std::vector<std::string> ssh_command;   // ssh: argv prefix, default {"ssh"}
+  std::vector<std::string> srun_args;     // slurm: extra srun arguments
+  Location loc;                           // of the `cluster:` key
+  Location hosts_loc;
+};
+
+struct Spec {
+  std::string file;     // as the user named it
+  std::string dir;      // absolute directory of the file
+  std::string name;     // defaults to the file's stem
+  EnvList env;
+  std::string workdir;  // absolute; defaults to `dir`
+  std::vector<Step> steps;            // in file order
+  std::vector<std::size_t> order;     // indices into `steps`, dependencies first
+  std::optional<ClusterSpec> cluster;
+
+  const Step* find_step(std::string_view name) const;
+};
+
+struct SpecParse {
+  std::optional<Spec> spec;              // set when there are no diagnostics
+  std::vector<Diagnostic> diagnostics;   // sorted by position
+};
+
+// Parses and validates spec text. `file` is used in diagnostics; `dir` is the
+// absolute directory relative paths are resolved against. Never throws on bad
+// input (only on out-of-memory).
+SpecParse parse_spec(std::string_view text, const std::string& file, const std::string& dir);
+
+// Reads `path` and parses it. An unreadable file is one diagnostic.
+SpecParse load_spec(const std::string& path);
+
+// The largest spec file accepted, in bytes.
+inline constexpr std::size_t kMaxSpecBytes = 1 << 20;
+
+// A `${...}` template found in a step's run.
+struct Placeholder {
+  enum class Kind { step_outputs, args };
+  Kind kind;
+  std::string step;  // step_outputs: the parallel step named
+};
+
+// The flowrun templates in `text`, in order. Other `${...}` (shell variables)
+// are not flowrun's and are left alone. Returns nullopt with *error set for a
+// malformed flowrun template such as `${steps.train}`.
+std::optional<std::vector<Placeholder>> find_placeholders(std::string_view text, std::string* error);
+
+// The name of an engine as written in a spec ("slurm", "ssh", "manual").
+std::string_view engine_name(Engine engine);
+
+}  // namespace flowrun

@@ -1,0 +1,50 @@
+// Small helpers that know nothing of flowrun: strings, environment snapshots,
+// JSON text. Nothing here performs I/O except read_environ().
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace flowrun {
+
+// A snapshot of a process environment. Pure code takes one of these instead of
+// calling getenv(), so tests can hand it any environment they like.
+using EnvMap = std::map<std::string, std::string>;
+
+// The current process's environment.
+EnvMap read_environ();
+
+// Value of `name` in `env`, or nullopt when unset.
+std::optional<std::string> env_get(const EnvMap& env, const std::string& name);
+
+// Splits `text` into words the way POSIX sh does for a simple command, with
+// single quotes, double quotes and backslash escapes, but no expansions.
+// Returns nullopt (and sets *error) for an unterminated quote or trailing backslash.
+std::optional<std::vector<std::string>> split_shell_words(std::string_view text, std::string* error);
+
+// Quotes `word` so /bin/sh reads it back as exactly one word, unchanged.
+std::string shell_quote(std::string_view word);
+
+// Edit distance between two strings (insert, delete, substitute, transpose).
+std::size_t edit_distance(std::string_view a, std::string_view b);
+
+// The candidate closest to `word`, when close enough to be a likely typo.
+std::optional<std::string> closest_match(std::string_view word, const std::vector<std::string>& candidates);
+
+// Joins with a separator.
+std::string join(const std::vector<std::string>& parts, std::string_view sep);
+
+// "1.5 GiB", "80 GiB", "512 MiB" for a byte count.
+std::string format_bytes(std::uint64_t bytes);
+
+// Escapes `s` as the contents of a JSON string (without the quotes).
+std::string json_escape(std::string_view s);
+
+// True when `name` is a valid environment variable name: [A-Za-z_][A-Za-z0-9_]*.
+bool is_env_name(std::string_view name);
+
+}  // namespace flowrun
