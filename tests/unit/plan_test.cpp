@@ -1,0 +1,577 @@
+// The planner's decision table (docs/plan.md), one test per row, and every
+// refusal with its exact message. No spec parsing here: steps are built by
+// hand, so these tests pin the planner alone.
+#include <catch2/catch.hpp>
+
+#include "flowrun/plan.h"
+
+using namespace flowrun;
+
+namespace {
+
+constexpr Location kParallel{10, 5}, kGpus{11, 11}, kNodes{12, 12}, kProcs{13, 21}, kCpus{14, 11};
+
+Step make_step(const std::string& name = "train") {
+  Step step;
+  step.name = name;
+  step.argv = {"python3", "train.py"};
+  ParallelSpec p;
+  p.loc = kParallel;
+  p.gpus.loc = kParallel;
+  p.nodes.loc = kParallel;
+  p.procs_per_node.loc = kParallel;
+  p.cpus_loc = kParallel;
+  step.parallel = p;
+  return step;
+}
+
+Step with_gpus(Step step, int count) {
+  step.parallel->gpus = GpuRequest{GpuRequest::Kind::count, count, {}, true, kGpus};
+  return step;
+}
+
+Step with_ids(Step step, std::vector<std::string> ids) {
+  step.parallel->gpus = GpuRequest{GpuRequest::Kind::ids, 0, std::move(ids), true, kGpus};
+  return step;
+}
+
+Step with_nodes(Step step, int nodes) {
+  step.parallel->nodes = AutoCount{nodes, kNodes};
+  return step;
+}
+
+Step with_procs(Step step, int procs) {
+  step.parallel->procs_per_node = AutoCount{procs, kProcs};
+  return step;
+}
+
+Step with_cpus(Step step, int cpus) {
+  step.parallel->cpus = cpus;
+  step.parallel->cpus_loc = kCpus;
+  return step;
+}
+
+HostFacts host_with(int gpus, const EnvMap& env = {}) {
+  return HostFacts{"host-a", select_gpus(fake_system_gpus(gpus), env)};
+}
+
+HostFacts gpu_less_host() {
+  SystemGpus none;
+  none.source = "none";
+  none.unavailable_reason = "libnvidia-ml.so.1 not found (no NVIDIA driver on this host)";
+  return HostFacts{"host-a", select_gpus(none, {})};
+}
+
+ClusterSpec ssh_cluster(std::vector<std::string> hosts, std::optional<int> gpus_per_node = std::nullopt) {
+  ClusterSpec cluster;
+  cluster.engine = Engine::ssh;
+  cluster.hosts = std::move(hosts);
+  cluster.gpus_per_node = gpus_per_node;
+  cluster.loc = {30, 1};
+  cluster.hosts_loc = {32, 10};
+  return cluster;
+}
+
+ClusterSpec slurm_cluster(std::optional<int> gpus_per_node = std::nullopt) {
+  ClusterSpec cluster;
+  cluster.engine = Engine::slurm;
+  cluster.gpus_per_node = gpus_per_node;
+  cluster.loc = {30, 1};
+  return cluster;
+}
+
+StepPlan must_plan(const Step& step, const HostFacts& host, const std::optional<ClusterSpec>& cluster = std::nullopt,
+                   PlanOptions options = {}) {
+  PlanResult result = plan_step(step, cluster, host, options);
+  if (auto* refusal = std::get_if<Refusal>(&result)) FAIL("refused: " << refusal->message);
+  return std::get<StepPlan>(result);
+}
+
+Refusal must_refuse(const Step& step, const HostFacts& host, const std::optional<ClusterSpec>& cluster = std::nullopt,
+                    PlanOptions options = {}) {
+  PlanResult result = plan_step(step, cluster, host, options);
+  if (std::holds_alternative<StepPlan>(result)) FAIL("planned, but a refusal was expected");
+  return std::get<Refusal>(result);
+}
+
+// "rank:node:local_rank:gpus" for every rank, to compare whole layouts at once.
+std::vector<std::string> layout(const StepPlan& plan) {
+  std::vector<std::string> out;
+  for (const auto& rank : plan.ranks) {
+    std::string gpus;
+    for (int g : rank.gpus) {
+      if (!gpus.empty()) gpus += ",";
+      gpus += std::to_string(plan.nodes[static_cast<std::size_t>(rank.node)].gpus[static_cast<std::size_t>(g)].index);
+    }
+    out.push_back(std::to_string(rank.rank) + ":" + std::to_string(rank.node) + ":" + std::to_string(rank.local_rank) +
+                  ":" + gpus);
+  }
+  return out;
+}
+
+std::string env_value(const EnvList& env, const std::string& name) {
+  for (const auto& [key, value] : env)
+    if (key == name) return value;
+  return "<unset>";
+}
+
+LaunchContext context(EnvMap parent = {}) {
+  LaunchContext ctx;
+  ctx.run_id = "train-20261129-120000-abcdef";
+  ctx.master_port = 29400;
+  ctx.layout.run_dir = "/work/.flowrun/runs/train-20261129-120000-abcdef";
+  ctx.parent_env = std::move(parent);
+  return ctx;
+}
+
+}  // namespace
+
+// ---- decision table rows ---------------------------------------------------
+
+TEST_CASE("row 1: gpus all on a host with GPUs -> one node, one worker per GPU", "[plan]") {
+  StepPlan plan = must_plan(make_step(), host_with(8));
+  CHECK(plan.mode == PlanMode::single_node);
+  CHECK_FALSE(plan.cpu);
+  CHECK(plan.world_size == 8);
+  CHECK(plan.gpus_per_proc == 1);
+  REQUIRE(plan.nodes.size() == 1);
+  CHECK(plan.nodes[0].host == "host-a");
+  CHECK(plan.nodes[0].is_local);
+  CHECK(plan.nodes[0].procs == 8);
+  CHECK(layout(plan) == std::vector<std::string>{"0:0:0:0", "1:0:1:1", "2:0:2:2", "3:0:3:3", "4:0:4:4", "5:0:5:5",
+                                                 "6:0:6:6", "7:0:7:7"});
+  CHECK(plan.why == std::vector<std::string>{
+                        "8 GPUs found on host-a (NVIDIA H200 x8).",
+                        "Step train asks for all of them (gpus: all, the default): one node.",
+                        "One node (host-a), 8 workers, WORLD_SIZE=8.",
+                    });
+}
+
+TEST_CASE("row 1: a cluster section does not make a job that fits fan out", "[plan]") {
+  StepPlan plan = must_plan(make_step(), host_with(4), ssh_cluster({"a", "b"}));
+  CHECK(plan.mode == PlanMode::single_node);
+  CHECK(plan.world_size == 4);
+  CHECK_FALSE(plan.engine.has_value());
+}
+
+TEST_CASE("row 2: gpus N within this host -> one node, the first N GPUs", "[plan]") {
+  StepPlan plan = must_plan(with_gpus(make_step(), 4), host_with(8), slurm_cluster());
+  CHECK(plan.mode == PlanMode::single_node);
+  CHECK(layout(plan) == std::vector<std::string>{"0:0:0:0", "1:0:1:1", "2:0:2:2", "3:0:3:3"});
+  CHECK(plan.why[1] == "Step train asks for 4 GPUs (gpus: 4): one node, GPUs 0-3.");
+}
+
+TEST_CASE("row 3: gpus [ids] -> one node, those GPUs, by ordinal or UUID", "[plan]") {
+  // Real UUIDs differ early, so a short prefix names one GPU.
+  SystemGpus system = fake_system_gpus(8);
+  for (std::size_t i = 0; i < system.devices.size(); ++i)
+    system.devices[i].uuid = "GPU-" + std::to_string(i) + "c3e61d2-59a0-6f2b-1d44-0a9b3c7e1f20";
+  HostFacts host{"host-a", select_gpus(system, {})};
+  StepPlan plan = must_plan(with_ids(make_step(), {"5", "GPU-2c3e"}), host);
+  CHECK(plan.world_size == 2);
+  CHECK(layout(plan) == std::vector<std::string>{"0:0:0:5", "1:0:1:2"});
+  CHECK(plan.why[1] == "Step train asks for 2 GPUs 5, 2 (gpus: [5, GPU-2c3e]): one node.");
+}
+
+TEST_CASE("row 4: procs_per_node K -> K workers per node, the node's GPUs split among them", "[plan]") {
+  StepPlan plan = must_plan(with_procs(make_step(), 2), host_with(8));
+  CHECK(plan.world_size == 2);
+  CHECK(plan.gpus_per_proc == 4);
+  CHECK(layout(plan) == std::vector<std::string>{"0:0:0:0,1,2,3", "1:0:1:4,5,6,7"});
+  CHECK(plan.why[2] == "procs_per_node: 2 gives each worker 4 GPUs (model-parallel within a worker).");
+  CHECK(plan.why[3] == "One node (host-a), 2 workers, WORLD_SIZE=2.");
+}
+
+TEST_CASE("row 5: gpus N beyond this host with a cluster -> the fewest nodes, split evenly", "[plan]") {
+  SECTION("16 over nodes of 8: 2 nodes x 8") {
+    StepPlan plan = must_plan(with_gpus(make_step(), 16), host_with(8), ssh_cluster({"gpu-a", "gpu-b", "gpu-c"}));
+    CHECK(plan.mode == PlanMode::multi_node);
+    CHECK(plan.engine == Engine::ssh);
+    CHECK(plan.world_size == 16);
+    REQUIRE(plan.nodes.size() == 2);
+    CHECK(plan.nodes[0].host == "gpu-a");
+    CHECK(plan.nodes[1].host == "gpu-b");
+    CHECK(plan.nodes[1].first_rank == 8);
+    CHECK(layout(plan)[9] == "9:1:1:1");
+    CHECK(plan.why[1] ==
+          "Step train asks for 16 GPUs (gpus: 16), more than one node has: it fans out over the cluster "
+          "(engine: ssh); each node is taken to have as many GPUs as host-a (8; set cluster.gpus_per_node if "
+          "they differ).");
+    CHECK(plan.why[2] == "2 nodes x 8 workers, 16 workers, WORLD_SIZE=16.");
+  }
+  SECTION("12 over nodes of 8: 2 nodes x 6") {
+    StepPlan plan = must_plan(with_gpus(make_step(), 12), host_with(8), slurm_cluster());
+    CHECK(plan.nodes.size() == 2);
+    CHECK(plan.nodes[0].procs == 6);
+    CHECK(plan.nodes[0].host.empty());
+    CHECK(plan.nodes[0].gpus_available == 8);
+  }
+  SECTION("cluster.gpus_per_node wins over this host's count") {
+    StepPlan plan = must_plan(with_gpus(make_step(), 8), host_with(2), slurm_cluster(4));
+    CHECK(plan.nodes.size() == 2);
+    CHECK(plan.nodes[0].procs == 4);
+  }
+}
+
+TEST_CASE("row 6: nodes M with gpus all -> M nodes with every GPU of each", "[plan]") {
+  StepPlan plan = must_plan(with_nodes(make_step(), 2), host_with(4), slurm_cluster());
+  CHECK(plan.mode == PlanMode::multi_node);
+  CHECK(plan.engine == Engine::slurm);
+  CHECK(plan.world_size == 8);
+  CHECK(plan.why[1] ==
+        "Step train asks for all GPUs of 2 nodes (nodes: 2); each node is taken to have as many GPUs as host-a "
+        "(4; set cluster.gpus_per_node if they differ).");
+}
+
+TEST_CASE("row 7: nodes M with gpus N -> N/M GPUs on each of M nodes", "[plan]") {
+  StepPlan plan = must_plan(with_nodes(with_gpus(make_step(), 4), 2), host_with(8), slurm_cluster());
+  CHECK(plan.nodes.size() == 2);
+  CHECK(plan.nodes[0].procs == 2);
+  CHECK(layout(plan) == std::vector<std::string>{"0:0:0:0", "1:0:1:1", "2:1:0:0", "3:1:1:1"});
+}
+
+TEST_CASE("row 8: nodes 1 keeps the step on this host even with a cluster", "[plan]") {
+  StepPlan plan = must_plan(with_nodes(with_gpus(make_step(), 2), 1), host_with(8), slurm_cluster());
+  CHECK(plan.mode == PlanMode::single_node);
+  CHECK(plan.world_size == 2);
+}
+
+TEST_CASE("row 9: a head without GPUs fans out with cluster.gpus_per_node", "[plan]") {
+  SECTION("gpus all over every ssh host") {
+    StepPlan plan = must_plan(make_step(), gpu_less_host(), ssh_cluster({"gpu-a", "gpu-b"}, 4));
+    CHECK(plan.mode == PlanMode::multi_node);
+    CHECK(plan.world_size == 8);
+    CHECK(plan.why[1] ==
+          "Step train asks for all GPUs and host-a has none: it uses every host of cluster.hosts (2 nodes); "
+          "cluster.gpus_per_node says each node has 4 GPUs.");
+  }
+  SECTION("gpus N") {
+    StepPlan plan = must_plan(with_gpus(make_step(), 16), gpu_less_host(), slurm_cluster(8));
+    CHECK(plan.nodes.size() == 2);
+    CHECK(plan.world_size == 16);
+  }
+}
+
+TEST_CASE("row 10: cpus N -> one node, N CPU workers, no GPU", "[plan]") {
+  SECTION("from the spec, on a GPU-less host") {
+    StepPlan plan = must_plan(with_cpus(make_step(), 4), gpu_less_host());
+    CHECK(plan.cpu);
+    CHECK(plan.mode == PlanMode::single_node);
+    CHECK(plan.world_size == 4);
+    CHECK(plan.gpus_per_proc == 0);
+    CHECK(layout(plan) == std::vector<std::string>{"0:0:0:", "1:0:1:", "2:0:2:", "3:0:3:"});
+    CHECK(plan.why == std::vector<std::string>{
+                          "Step train asks for 4 workers on CPUs (cpus: 4), so no GPU is used and every worker sees "
+                          "none (CUDA_VISIBLE_DEVICES is empty).",
+                          "One node (host-a), 4 workers, WORLD_SIZE=4.",
+                      });
+  }
+  SECTION("--cpus overrides the spec's GPUs, even on a GPU host") {
+    PlanOptions options;
+    options.cpus = 2;
+    StepPlan plan = must_plan(with_gpus(make_step(), 8), host_with(8), std::nullopt, options);
+    CHECK(plan.cpu);
+    CHECK(plan.world_size == 2);
+    CHECK(plan.why[0].find("(--cpus 2)") != std::string::npos);
+  }
+}
+
+TEST_CASE("row 11: cpus N with nodes M -> N/M CPU workers on each node", "[plan]") {
+  StepPlan plan = must_plan(with_nodes(with_cpus(make_step(), 4), 2), gpu_less_host(), ssh_cluster({"a", "b"}));
+  CHECK(plan.cpu);
+  CHECK(plan.mode == PlanMode::multi_node);
+  CHECK(layout(plan) == std::vector<std::string>{"0:0:0:", "1:0:1:", "2:1:0:", "3:1:1:"});
+  CHECK(plan.why[1] == "2 nodes (nodes: 2, engine: ssh), 2 workers each, WORLD_SIZE=4.");
+}
+
+// ---- refusals --------------------------------------------------------------
+
+TEST_CASE("refusal R1: no GPU, no cpus, no cluster says how to run on CPU workers", "[plan]") {
+  Refusal r = must_refuse(make_step(), gpu_less_host());
+  CHECK(r.loc == kParallel);
+  CHECK(r.path == "steps.train.parallel");
+  CHECK(r.message ==
+        "step train needs GPUs but host-a has none (libnvidia-ml.so.1 not found (no NVIDIA driver on this host)); "
+        "to run on CPU workers add 'cpus: N' under steps.train.parallel or pass --cpus N; to use GPU nodes add a "
+        "cluster: section with gpus_per_node");
+}
+
+TEST_CASE("refusal R1: GPUs hidden by CUDA_VISIBLE_DEVICES are named as the cause", "[plan]") {
+  Refusal r = must_refuse(with_gpus(make_step(), 2), host_with(8, {{"CUDA_VISIBLE_DEVICES", ""}}));
+  CHECK(r.path == "steps.train.parallel.gpus");
+  CHECK(r.message ==
+        "step train needs GPUs but host-a has none (CUDA_VISIBLE_DEVICES hides all 8); to run on CPU workers add "
+        "'cpus: N' under steps.train.parallel or pass --cpus N; to use GPU nodes add a cluster: section with "
+        "gpus_per_node");
+}
+
+TEST_CASE("refusal R2: more GPUs than this host has and no cluster", "[plan]") {
+  Refusal r = must_refuse(with_gpus(make_step(), 16), host_with(8));
+  CHECK(r.loc == kGpus);
+  CHECK(r.path == "steps.train.parallel.gpus");
+  CHECK(r.message ==
+        "gpus: 16 asks for more GPUs than host-a has (8 GPUs: NVIDIA H200 x8) and the spec has no cluster: section "
+        "to fan out to; ask for at most 8, or add a cluster: section (docs/spec.md#cluster)");
+}
+
+TEST_CASE("refusal R3: a count that does not split evenly over the nodes it needs", "[plan]") {
+  Refusal r = must_refuse(with_gpus(make_step(), 9), host_with(8), slurm_cluster());
+  CHECK(r.message ==
+        "gpus: 9 needs 2 nodes of at most 8 GPUs but does not split evenly over them (every node runs the same "
+        "number of workers); ask for 8 or 10, or set nodes: explicitly");
+}
+
+TEST_CASE("refusal R4: nodes M with a count that M does not divide", "[plan]") {
+  Refusal r = must_refuse(with_nodes(with_gpus(make_step(), 6), 4), host_with(8), slurm_cluster());
+  CHECK(r.loc == kGpus);
+  CHECK(r.message == "gpus: 6 does not split evenly over 4 nodes (nodes: 4); ask for a multiple of 4");
+}
+
+TEST_CASE("refusal R5: nodes M with more GPUs per node than a node has", "[plan]") {
+  Refusal r = must_refuse(with_nodes(with_gpus(make_step(), 32), 2), host_with(8), slurm_cluster());
+  CHECK(r.message ==
+        "gpus: 32 over 2 nodes is 16 GPUs per node, but each node is taken to have as many GPUs as host-a (8; set "
+        "cluster.gpus_per_node if they differ); ask for at most 16 or more nodes");
+}
+
+TEST_CASE("refusal R6: nodes M > 1 without a cluster", "[plan]") {
+  Refusal r = must_refuse(with_nodes(make_step(), 2), host_with(8));
+  CHECK(r.loc == kNodes);
+  CHECK(r.path == "steps.train.parallel.nodes");
+  CHECK(r.message ==
+        "asks for 2 nodes but the spec has no cluster: section to fan out to; remove nodes: to run on host-a alone, "
+        "or add a cluster: section (docs/spec.md#cluster)");
+}
+
+TEST_CASE("refusal R7: a GPU id this host does not have", "[plan]") {
+  Refusal r = must_refuse(with_ids(make_step(), {"0", "9"}), host_with(8));
+  CHECK(r.loc == kGpus);
+  CHECK(r.message ==
+        "GPU '9' names no GPU on host-a, which has 8 GPUs: 0-7 (NVIDIA H200 x8); use ids from 'flowrun gpus'");
+  Refusal by_uuid = must_refuse(with_ids(make_step(), {"GPU-0000"}), host_with(2));
+  CHECK(by_uuid.message ==
+        "GPU 'GPU-0000' names no GPU on host-a, which has 2 GPUs: 0, 1 (NVIDIA H200 x2); use ids from 'flowrun gpus'");
+}
+
+TEST_CASE("refusal R7: an id prefix that matches several GPUs", "[plan]") {
+  Refusal r = must_refuse(with_ids(make_step(), {"GPU-fa4e"}), host_with(2));
+  CHECK(r.message == "GPU 'GPU-fa4e' matches more than one GPU on host-a, which has 2 GPUs: 0, 1 (NVIDIA H200 x2); "
+                     "use ids from 'flowrun gpus'");
+}
+
+TEST_CASE("refusal R8: the same GPU twice, by ordinal and by UUID", "[plan]") {
+  HostFacts host = host_with(4);
+  Refusal r = must_refuse(with_ids(make_step(), {"1", host.inventory.gpus[1].uuid}), host);
+  CHECK(r.message == "GPU '" + host.inventory.gpus[1].uuid + "' is listed twice (it is GPU 1); list each GPU once");
+}
+
+TEST_CASE("refusal R9: GPU ids with several nodes", "[plan]") {
+  Refusal r = must_refuse(with_nodes(with_ids(make_step(), {"0", "1"}), 2), host_with(8), slurm_cluster());
+  CHECK(r.message ==
+        "a list of GPU ids selects GPUs of this host, but nodes: 2 asks for several nodes; give a count (gpus: N, "
+        "the total over all nodes) instead");
+}
+
+TEST_CASE("refusal R10: procs_per_node that does not divide the node's GPUs", "[plan]") {
+  Refusal r = must_refuse(with_procs(make_step(), 3), host_with(8));
+  CHECK(r.loc == kProcs);
+  CHECK(r.path == "steps.train.parallel.procs_per_node");
+  CHECK(r.message == "procs_per_node: 3 does not divide the 8 GPUs each node gets; use one of 1, 2, 4, 8 (each worker "
+                     "then gets the same number of GPUs)");
+  CHECK(must_refuse(with_procs(make_step(), 16), host_with(8)).message.rfind("procs_per_node: 16 does not", 0) == 0);
+}
+
+TEST_CASE("refusal R11: too few hosts in cluster.hosts", "[plan]") {
+  Refusal r = must_refuse(with_gpus(make_step(), 24), host_with(8), ssh_cluster({"gpu-a", "gpu-b"}));
+  CHECK(r.loc == Location{32, 10});
+  CHECK(r.path == "cluster.hosts");
+  CHECK(r.message == "step train needs 3 nodes but cluster.hosts lists 2 (gpu-a, gpu-b); add hosts or ask for fewer GPUs");
+}
+
+TEST_CASE("refusal R12: nodes 1 with more GPUs than this host has", "[plan]") {
+  Refusal r = must_refuse(with_nodes(with_gpus(make_step(), 16), 1), host_with(8), slurm_cluster());
+  CHECK(r.message == "gpus: 16 on one node (nodes: 1), but host-a has 8 GPUs (NVIDIA H200 x8); ask for at most 8, or "
+                     "remove nodes: 1 to fan out over the cluster");
+}
+
+TEST_CASE("refusal R13: a head without GPUs and a cluster without gpus_per_node", "[plan]") {
+  CHECK(must_refuse(with_gpus(make_step(), 8), gpu_less_host(), slurm_cluster()).message ==
+        "host-a has no GPUs and cluster.gpus_per_node is not set, so flowrun cannot tell how many nodes 8 GPUs need; "
+        "set cluster.gpus_per_node or parallel.nodes");
+  CHECK(must_refuse(with_nodes(make_step(), 2), gpu_less_host(), slurm_cluster()).message ==
+        "host-a has no GPUs and cluster.gpus_per_node is not set, so flowrun cannot tell how many GPUs each of the 2 "
+        "nodes has; set cluster.gpus_per_node");
+}
+
+TEST_CASE("refusal R14: CPU workers that do not split over the nodes or contradict procs_per_node", "[plan]") {
+  Refusal uneven = must_refuse(with_nodes(with_cpus(make_step(), 3), 2), gpu_less_host(), slurm_cluster());
+  CHECK(uneven.loc == kCpus);
+  CHECK(uneven.message == "cpus: 3 CPU workers do not split evenly over 2 nodes; ask for a multiple of 2");
+  Refusal contradicts = must_refuse(with_procs(with_cpus(make_step(), 4), 2), gpu_less_host());
+  CHECK(contradicts.loc == kProcs);
+  CHECK(contradicts.message ==
+        "procs_per_node: 2 contradicts cpus: 4 over 1 node (4 per node); for CPU workers set only cpus (the total)");
+  Refusal no_cluster = must_refuse(with_nodes(with_cpus(make_step(), 4), 2), gpu_less_host());
+  CHECK(no_cluster.path == "steps.train.parallel.nodes");
+}
+
+TEST_CASE("refusal R15: gpus all on a GPU-less head when all cannot be counted", "[plan]") {
+  Refusal r = must_refuse(make_step(), gpu_less_host(), slurm_cluster(8));
+  CHECK(r.message == "host-a has no GPUs, so 'all' cannot be counted here; say how many the step needs with gpus: N "
+                     "(the total) or nodes: N, and set cluster.gpus_per_node");
+}
+
+// ---- the environment's GPU selection feeds the plan ---------------------------
+
+TEST_CASE("CUDA_VISIBLE_DEVICES by index limits the plan and is passed on", "[plan][env]") {
+  HostFacts host = host_with(8, {{"CUDA_VISIBLE_DEVICES", "2,3"}});
+  StepPlan plan = must_plan(make_step(), host);
+  CHECK(plan.world_size == 2);
+  CHECK(layout(plan) == std::vector<std::string>{"0:0:0:0", "1:0:1:1"});
+  LaunchContext ctx = context({{"CUDA_VISIBLE_DEVICES", "2,3"}});
+  EnvList env = worker_env(Spec{}, make_step(), plan, plan.ranks[1], ctx);
+  CHECK(env_value(env, "CUDA_VISIBLE_DEVICES") == "2,3");
+  CHECK(env_value(env, "LOCAL_RANK") == "1");
+}
+
+TEST_CASE("CUDA_VISIBLE_DEVICES by UUID is kept as UUIDs for the workers", "[plan][env]") {
+  SystemGpus system = fake_system_gpus(4);
+  std::string value = system.devices[3].uuid + "," + system.devices[0].uuid;
+  HostFacts host{"host-a", select_gpus(system, {{"CUDA_VISIBLE_DEVICES", value}})};
+  StepPlan plan = must_plan(with_gpus(make_step(), 1), host);
+  LaunchContext ctx = context({{"CUDA_VISIBLE_DEVICES", value}});
+  EnvList env = worker_env(Spec{}, make_step(), plan, plan.ranks[0], ctx);
+  CHECK(env_value(env, "CUDA_VISIBLE_DEVICES") == system.devices[3].uuid);
+}
+
+TEST_CASE("Slurm's SLURM_STEP_GPUS selects the GPUs when CUDA_VISIBLE_DEVICES is unset", "[plan][env]") {
+  HostFacts host = host_with(8, {{"SLURM_STEP_GPUS", "4,5,6,7"}, {"SLURM_GPUS_ON_NODE", "4"}});
+  StepPlan plan = must_plan(make_step(), host);
+  CHECK(plan.world_size == 4);
+  EnvList env = worker_env(Spec{}, make_step(), plan, plan.ranks[0], context());
+  CHECK(env_value(env, "CUDA_VISIBLE_DEVICES") == "4,5,6,7");
+}
+
+TEST_CASE("Slurm's SLURM_GPUS_ON_NODE alone limits the count", "[plan][env]") {
+  StepPlan plan = must_plan(make_step(), host_with(8, {{"SLURM_GPUS_ON_NODE", "2"}}));
+  CHECK(plan.world_size == 2);
+  CHECK(plan.why[1].find("SLURM_GPUS_ON_NODE=2") != std::string::npos);
+}
+
+// ---- the worker environment --------------------------------------------------
+
+TEST_CASE("worker_env sets torchrun's contract for every rank", "[env]") {
+  StepPlan plan = must_plan(with_gpus(make_step(), 16), host_with(8), ssh_cluster({"gpu-a", "gpu-b"}));
+  Spec spec;
+  spec.env = {{"DATA", "/data"}};
+  Step step = with_gpus(make_step(), 16);
+  step.env = {{"LR", "0.1"}};
+  LaunchContext ctx = context();
+  ctx.master_addr = "gpu-a";
+  EnvList env = worker_env(spec, step, plan, plan.ranks[11], ctx);
+  const EnvList expected = {
+      {"DATA", "/data"},
+      {"LR", "0.1"},
+      {"LOCAL_RANK", "3"},
+      {"RANK", "11"},
+      {"GROUP_RANK", "1"},
+      {"ROLE_RANK", "11"},
+      {"ROLE_NAME", "default"},
+      {"LOCAL_WORLD_SIZE", "8"},
+      {"WORLD_SIZE", "16"},
+      {"GROUP_WORLD_SIZE", "2"},
+      {"ROLE_WORLD_SIZE", "16"},
+      {"MASTER_ADDR", "gpu-a"},
+      {"MASTER_PORT", "29400"},
+      {"TORCHELASTIC_RESTART_COUNT", "0"},
+      {"TORCHELASTIC_MAX_RESTARTS", "0"},
+      {"TORCHELASTIC_RUN_ID", "train-20261129-120000-abcdef"},
+      {"TORCHELASTIC_USE_AGENT_STORE", "False"},
+      {"TORCH_NCCL_ASYNC_ERROR_HANDLING", "1"},
+      {"NCCL_ASYNC_ERROR_HANDLING", "1"},
+      {"TORCHELASTIC_ERROR_FILE", "/work/.flowrun/runs/train-20261129-120000-abcdef/train/rank11/error.json"},
+      {"OMP_NUM_THREADS", "1"},
+      {"FLOWRUN_RUN_ID", "train-20261129-120000-abcdef"},
+      {"FLOWRUN_STEP", "train"},
+      {"FLOWRUN_NODES", "2"},
+      {"FLOWRUN_NODE_RANK", "1"},
+      {"FLOWRUN_RUN_DIR", "/work/.flowrun/runs/train-20261129-120000-abcdef"},
+      {"FLOWRUN_OUTPUT_DIR", "/work/.flowrun/runs/train-20261129-120000-abcdef/train/rank11/out"},
+  };
+  CHECK(env == expected);
+}
+
+TEST_CASE("worker_env keeps the user's and the parent's overridable values", "[env]") {
+  StepPlan plan = must_plan(make_step(), host_with(2));
+  Step step = make_step();
+  step.env = {{"OMP_NUM_THREADS", "8"}};
+  EnvList env = worker_env(Spec{}, step, plan, plan.ranks[0],
+                           context({{"TORCH_NCCL_ASYNC_ERROR_HANDLING", "3"}, {"OMP_NUM_THREADS", "4"}}));
+  CHECK(env_value(env, "OMP_NUM_THREADS") == "8");
+  CHECK(std::count_if(env.begin(), env.end(), [](const auto& kv) { return kv.first == "OMP_NUM_THREADS"; }) == 1);
+  CHECK(env_value(env, "TORCH_NCCL_ASYNC_ERROR_HANDLING") == "3");
+  CHECK(env_value(env, "NCCL_ASYNC_ERROR_HANDLING") == "1");
+}
+
+TEST_CASE("worker_env: OMP_NUM_THREADS only when several workers share a node", "[env]") {
+  StepPlan one = must_plan(with_gpus(make_step(), 1), host_with(8));
+  CHECK(env_value(worker_env(Spec{}, make_step(), one, one.ranks[0], context()), "OMP_NUM_THREADS") == "<unset>");
+  StepPlan two = must_plan(with_gpus(make_step(), 2), host_with(8));
+  CHECK(env_value(worker_env(Spec{}, make_step(), two, two.ranks[0], context()), "OMP_NUM_THREADS") == "1");
+}
+
+TEST_CASE("worker_env: CUDA_VISIBLE_DEVICES is the node's selection, narrowed only on request", "[env]") {
+  SECTION("all GPUs, nothing set: left alone") {
+    StepPlan plan = must_plan(make_step(), host_with(8));
+    CHECK(env_value(worker_env(Spec{}, make_step(), plan, plan.ranks[3], context()), "CUDA_VISIBLE_DEVICES") ==
+          "<unset>");
+  }
+  SECTION("a subset: the node's selection for every worker") {
+    StepPlan plan = must_plan(with_ids(make_step(), {"1", "6"}), host_with(8));
+    CHECK(env_value(worker_env(Spec{}, make_step(), plan, plan.ranks[1], context()), "CUDA_VISIBLE_DEVICES") ==
+          "1,6");
+  }
+  SECTION("visible_devices: process narrows to the worker's own GPUs") {
+    Step step = with_procs(make_step(), 2);
+    step.parallel->visible_devices = Visibility::process;
+    StepPlan plan = must_plan(step, host_with(8));
+    CHECK(env_value(worker_env(Spec{}, step, plan, plan.ranks[1], context()), "CUDA_VISIBLE_DEVICES") == "4,5,6,7");
+  }
+  SECTION("a remote node that uses part of its GPUs") {
+    StepPlan plan = must_plan(with_gpus(make_step(), 12), host_with(8), slurm_cluster());
+    CHECK(env_value(worker_env(Spec{}, make_step(), plan, plan.ranks[7], context()), "CUDA_VISIBLE_DEVICES") ==
+          "0,1,2,3,4,5");
+  }
+  SECTION("CPU workers see no GPU") {
+    StepPlan plan = must_plan(with_cpus(make_step(), 2), host_with(8));
+    CHECK(env_value(worker_env(Spec{}, make_step(), plan, plan.ranks[0], context()), "CUDA_VISIBLE_DEVICES") == "");
+  }
+}
+
+TEST_CASE("every variable worker_env computes is in the contract list", "[env]") {
+  StepPlan plan = must_plan(with_gpus(make_step(), 2), host_with(8));
+  for (const auto& [key, value] : worker_env(Spec{}, make_step(), plan, plan.ranks[0], context()))
+    CHECK(find_contract_variable(key) != nullptr);
+}
+
+TEST_CASE("plan_flow reports every refusal at once, located in the spec", "[plan]") {
+  Spec spec;
+  spec.file = "train.yaml";
+  spec.steps = {with_gpus(make_step("a"), 16), with_procs(make_step("b"), 3)};
+  spec.order = {0, 1};
+  try {
+    plan_flow(spec, host_with(8), {});
+    FAIL("expected refusals");
+  } catch (const DiagnosticError& e) {
+    REQUIRE(e.diagnostics().size() == 2);
+    CHECK(e.diagnostics()[0].to_string().rfind("train.yaml:11:11: steps.a.parallel.gpus: gpus: 16 asks", 0) == 0);
+    CHECK(e.diagnostics()[1].to_string().rfind("train.yaml:13:21: steps.b.parallel.procs_per_node: ", 0) == 0);
+  }
+}
+
+TEST_CASE("make_run_id is the flow's name, a time stamp and a random suffix", "[plan]") {
+  std::string id = make_run_id("My Flow!");
+  REQUIRE(id.size() == std::string("my-flow-20261129-120000-abcdef").size());
+  CHECK(id.rfind("my-flow-", 0) == 0);
+  CHECK(make_run_id("My Flow!") != id);
+}
