@@ -1,0 +1,179 @@
+#include "flowrun/cli.h"
+
+#include <unistd.h>
+
+#include <CLI/CLI.hpp>
+#include <climits>
+#include <cstdio>
+#include <iostream>
+
+#include "flowrun/error.h"
+#include "flowrun/gpu.h"
+#include "flowrun/plan.h"
+#include "flowrun/report.h"
+#include "flowrun/spec.h"
+#include "flowrun/version.h"
+
+namespace flowrun {
+
+namespace {
+
+struct Options {
+  std::string spec_path;
+  std::vector<std::string> args;  // after `--`, for ${args}
+  int fake_gpus = -1;
+  int cpus = 0;
+  bool json = false;
+  bool show_env = false;
+  std::string run_id;
+  std::string run_dir;
+};
+
+std::string local_hostname() {
+  char name[HOST_NAME_MAX + 1] = {};
+  if (gethostname(name, sizeof name - 1) != 0 || name[0] == '\0') return "localhost";
+  return name;
+}
+
+HostFacts probe_host(const Options& options, const EnvMap& env) {
+  auto probe = make_probe(env, options.fake_gpus);
+  return HostFacts{local_hostname(), select_gpus(probe->probe(), env)};
+}
+
+Spec load_or_throw(const std::string& path) {
+  SpecParse parsed = load_spec(path);
+  if (!parsed.diagnostics.empty()) throw DiagnosticError(std::move(parsed.diagnostics));
+  return std::move(*parsed.spec);
+}
+
+int cmd_validate(const Options& options) {
+  Spec spec = load_or_throw(options.spec_path);
+  std::cout << format_validate_ok(spec);
+  return kExitOk;
+}
+
+int cmd_plan(const Options& options) {
+  const EnvMap env = read_environ();
+  Spec spec = load_or_throw(options.spec_path);
+  HostFacts host = probe_host(options, env);
+  PlanOptions plan_options;
+  if (options.cpus > 0) plan_options.cpus = options.cpus;
+  std::vector<StepPlan> plans = plan_flow(spec, host, plan_options);
+
+  LaunchContext ctx;
+  ctx.run_id = options.run_id.empty() ? make_run_id(spec.name) : options.run_id;
+  ctx.layout.run_dir = options.run_dir.empty() ? spec.workdir + "/.flowrun/runs/" + ctx.run_id : options.run_dir;
+  ctx.parent_env = env;
+  PlanView view{spec, host, plans, ctx, options.show_env};
+  std::cout << (options.json ? format_plan_json(view) : format_plan_text(view));
+  return kExitOk;
+}
+
+int cmd_gpus(const Options& options) {
+  const EnvMap env = read_environ();
+  HostFacts host = probe_host(options, env);
+  std::cout << (options.json ? format_gpus_json(host.inventory, host.hostname)
+                             : format_gpus_text(host.inventory, host.hostname));
+  return kExitOk;
+}
+
+int cmd_run(const Options& options) {
+  // Check the spec and make the plan first, so a user sees every problem now.
+  Options plan_options = options;
+  cmd_plan(plan_options);
+  throw Error("running a flow is not part of this version yet; the plan above is what it will run "
+              "('flowrun plan " + options.spec_path + "' shows it without this message)");
+}
+
+void add_host_options(CLI::App& app, Options& options) {
+  app.add_option("--fake-gpus", options.fake_gpus,
+                 "Pretend this host has N GPUs (NVIDIA H200), for dry runs and tests; same as FLOWRUN_FAKE_GPUS=N")
+      ->check(CLI::Range(0, 1024))
+      ->type_name("N");
+  app.add_option("--cpus", options.cpus,
+                 "Run every parallel step on N CPU workers instead of GPUs (for hosts without GPUs)")
+      ->check(CLI::Range(1, 4096))
+      ->type_name("N");
+}
+
+const char* kFooter = R"(Examples:
+  flowrun plan train.yaml            where every rank of every step runs, and why
+  flowrun plan train.yaml --json     the same for machines (world_size, nodes, ranks, env)
+  flowrun validate train.yaml        check the spec; every problem as FILE:LINE:COL
+  flowrun gpus                       the GPUs this host may use (CUDA_VISIBLE_DEVICES, Slurm)
+  flowrun plan train.yaml --cpus 2   plan on 2 CPU workers, for a host without GPUs
+
+Exit codes: 0 ok, 2 bad command line, bad spec or a plan this host cannot run (docs/cli.md).
+Docs: docs/spec.md (the spec), docs/plan.md (how flowrun decides), docs/cli.md.)";
+
+}  // namespace
+
+int run_cli(int argc, char** argv) {
+  Options options;
+  CLI::App app{"flowrun: run a flow of steps, some of them distributed PyTorch training, on one node with many\n"
+               "GPUs or, when a step needs more, across nodes. Workers get torchrun's environment, so scripts\n"
+               "run unchanged.",
+               "flowrun"};
+  app.footer(kFooter);
+  app.set_version_flag("--version", std::string("flowrun ") + FLOWRUN_VERSION);
+  app.require_subcommand(0, 1);
+  app.fallthrough();
+  add_host_options(app, options);
+  app.add_option("spec", options.spec_path, "The flow spec to run (YAML)")->type_name("SPEC");
+  app.add_option("args", options.args, "Arguments after --, substituted for ${args} in steps' run")
+      ->type_name("-- ARGS");
+  app.positionals_at_end();
+
+  auto* validate = app.add_subcommand("validate", "Check a spec and report every problem at once");
+  validate->add_option("spec", options.spec_path, "The flow spec")->required()->type_name("SPEC");
+
+  auto* plan = app.add_subcommand("plan", "Show where every rank of every step runs, and why");
+  plan->add_option("spec", options.spec_path, "The flow spec")->required()->type_name("SPEC");
+  plan->add_flag("--json", options.json, "Print the plan as JSON, with every worker's environment");
+  plan->add_flag("--env", options.show_env, "List every worker's environment variables");
+  plan->add_option("--run-id", options.run_id, "Use this run id instead of a new one")->type_name("ID");
+  plan->add_option("--run-dir", options.run_dir, "Run directory (default: WORKDIR/.flowrun/runs/RUN_ID)")
+      ->type_name("DIR");
+
+  auto* gpus = app.add_subcommand("gpus", "List the GPUs this host may use");
+  gpus->add_flag("--json", options.json, "Print the inventory as JSON");
+
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::CallForHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::CallForAllHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::CallForVersion& e) {
+    return app.exit(e);
+  } catch (const CLI::ParseError& e) {
+    std::cerr << "flowrun: error: " << e.what() << "\n" << "Run 'flowrun --help' for usage.\n";
+    return kExitUsage;
+  }
+
+  try {
+    if (validate->parsed()) return cmd_validate(options);
+    if (plan->parsed()) return cmd_plan(options);
+    if (gpus->parsed()) return cmd_gpus(options);
+    if (options.spec_path.empty()) {
+      std::cerr << "flowrun: error: no spec given\n"
+                << "Usage: flowrun SPEC [-- ARGS], or flowrun validate|plan|gpus; run 'flowrun --help'.\n";
+      return kExitUsage;
+    }
+    return cmd_run(options);
+  } catch (const DiagnosticError& e) {
+    std::cout.flush();
+    for (const auto& diagnostic : e.diagnostics()) std::cerr << diagnostic.to_string() << "\n";
+    return e.exit_code();
+  } catch (const Error& e) {
+    std::cout.flush();
+    std::cerr << "flowrun: error: " << e.what() << "\n";
+    return e.exit_code();
+  } catch (const std::exception& e) {
+    std::cout.flush();
+    std::cerr << "flowrun: error: internal error: " << e.what() << "\n";
+    return kExitFailure;
+  }
+}
+
+}  // namespace flowrun

@@ -1,0 +1,341 @@
+#include "flowrun/report.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+
+#include "json.h"
+
+namespace flowrun {
+
+namespace {
+
+// Left-aligned columns separated by two spaces, each row indented.
+std::string table(const std::vector<std::vector<std::string>>& rows, const std::string& indent) {
+  std::vector<std::size_t> widths;
+  for (const auto& row : rows) {
+    widths.resize(std::max(widths.size(), row.size()));
+    for (std::size_t c = 0; c < row.size(); ++c) widths[c] = std::max(widths[c], row[c].size());
+  }
+  std::string out;
+  for (const auto& row : rows) {
+    std::string line = indent;
+    for (std::size_t c = 0; c < row.size(); ++c) {
+      line += row[c];
+      if (c + 1 < row.size()) line.append(widths[c] - row[c].size() + 2, ' ');
+    }
+    out += line + "\n";
+  }
+  return out;
+}
+
+// "0-7" for a run of three or more consecutive numbers, else "0,2".
+std::string compact(const std::vector<int>& numbers) {
+  if (numbers.empty()) return "-";
+  bool consecutive = true;
+  for (std::size_t i = 1; i < numbers.size(); ++i) consecutive &= numbers[i] == numbers[i - 1] + 1;
+  if (consecutive && numbers.size() > 2) return fmt::format("{}-{}", numbers.front(), numbers.back());
+  std::vector<std::string> parts;
+  for (int n : numbers) parts.push_back(std::to_string(n));
+  return join(parts, ",");
+}
+
+std::vector<int> gpu_labels(const NodePlan& node, const std::vector<int>& positions) {
+  std::vector<int> labels;
+  for (int g : positions) labels.push_back(node.gpus[static_cast<std::size_t>(g)].index);
+  return labels;
+}
+
+std::vector<int> all_positions(const NodePlan& node) {
+  std::vector<int> positions;
+  for (std::size_t i = 0; i < node.gpus.size(); ++i) positions.push_back(static_cast<int>(i));
+  return positions;
+}
+
+std::string host_label(const StepPlan& plan, const NodePlan& node) {
+  if (!node.host.empty()) return node.host;
+  if (plan.engine == Engine::manual) return "(joins by hand)";
+  return "(assigned by " + std::string(engine_name(plan.engine.value_or(Engine::slurm))) + ")";
+}
+
+std::string command_text(const Step& step) {
+  if (step.shell) return "sh -c " + shell_quote(step.script);
+  std::vector<std::string> words;
+  for (const auto& word : step.argv) words.push_back(shell_quote(word));
+  return join(words, " ");
+}
+
+// `path` relative to `base` when inside it, for shorter text.
+std::string relative_to(const std::string& path, const std::string& base) {
+  if (path.size() > base.size() && path.compare(0, base.size(), base) == 0 && path[base.size()] == '/')
+    return path.substr(base.size() + 1);
+  return path;
+}
+
+const StepPlan* plan_of(const std::vector<StepPlan>& plans, const std::string& name) {
+  for (const auto& plan : plans)
+    if (plan.step == name) return &plan;
+  return nullptr;
+}
+
+LaunchContext context_for(const LaunchContext& base, const StepPlan& plan) {
+  LaunchContext ctx = base;
+  ctx.master_addr = master_addr_for(plan);
+  return ctx;
+}
+
+std::string value_of(const EnvList& env, const std::string& name) {
+  for (const auto& [key, value] : env)
+    if (key == name) return value;
+  return "";
+}
+
+bool has_key(const EnvList& env, const std::string& name) {
+  return std::any_of(env.begin(), env.end(), [&](const auto& kv) { return kv.first == name; });
+}
+
+void describe_parallel(std::string& out, const PlanView& view, const Step& step, const StepPlan& plan) {
+  for (const auto& line : plan.why) out += "   " + line + "\n";
+  out += "\n";
+  if (plan.nodes.size() > 1) {
+    std::vector<std::vector<std::string>> rows{{"node", "host", "GPUs", "ranks"}};
+    for (const auto& node : plan.nodes) {
+      std::vector<int> ranks;
+      for (int r = 0; r < node.procs; ++r) ranks.push_back(node.first_rank + r);
+      rows.push_back({std::to_string(node.node_rank), host_label(plan, node) + (node.is_local ? " (this host)" : ""),
+                      plan.cpu ? "-" : compact(gpu_labels(node, all_positions(node))), compact(ranks)});
+    }
+    out += table(rows, "   ") + "\n";
+  }
+  std::vector<std::vector<std::string>> rows{{"rank", "node", "host", "local_rank", "GPUs"}};
+  for (const auto& rank : plan.ranks) {
+    const auto& node = plan.nodes[static_cast<std::size_t>(rank.node)];
+    rows.push_back({std::to_string(rank.rank), std::to_string(rank.node), host_label(plan, node),
+                    std::to_string(rank.local_rank), plan.cpu ? "-" : compact(gpu_labels(node, rank.gpus))});
+  }
+  out += table(rows, "   ") + "\n";
+
+  const LaunchContext ctx = context_for(view.ctx, plan);
+  if (view.show_env) {
+    for (const auto& rank : plan.ranks) {
+      out += fmt::format("   rank {} environment:\n", rank.rank);
+      for (const auto& [key, value] : worker_env(view.spec, step, plan, rank, ctx))
+        out += "     " + key + "=" + value + "\n";
+    }
+    out += "\n";
+  } else {
+    const EnvList env0 = worker_env(view.spec, step, plan, plan.ranks.front(), ctx);
+    std::string devices;
+    if (plan.cpu)
+      devices = "CUDA_VISIBLE_DEVICES= (no GPU)";
+    else if (plan.visible_devices == Visibility::process)
+      devices = "CUDA_VISIBLE_DEVICES narrowed to each worker's own GPUs (visible_devices: process)";
+    else if (!has_key(env0, "CUDA_VISIBLE_DEVICES"))
+      devices = "CUDA_VISIBLE_DEVICES left as it is (the node's GPUs); each worker uses cuda:LOCAL_RANK";
+    else
+      devices = "CUDA_VISIBLE_DEVICES=" + value_of(env0, "CUDA_VISIBLE_DEVICES") +
+                " on node 0, so workers see them as cuda:0-" + std::to_string(plan.nodes.front().gpus.size() - 1);
+    out += "   Every worker gets MASTER_ADDR=" + ctx.master_addr + ", MASTER_PORT " +
+           (ctx.master_port > 0 ? "=" + std::to_string(ctx.master_port) : "chosen free at launch") +
+           ", TORCHELASTIC_RUN_ID=" + ctx.run_id + ";\n   " + devices +
+           ". 'flowrun plan --env' lists every variable.\n";
+  }
+  if (!step.outputs.empty() || step.collect == Collect::all) {
+    out += "   Outputs: " + (step.outputs.empty() ? std::string("FLOWRUN_OUTPUT_DIR only") : join(step.outputs, ", ")) +
+           (step.collect == Collect::all ? " from every rank (collect: all)" : " from rank 0 (collect: rank0)") +
+           ".\n";
+  }
+}
+
+}  // namespace
+
+std::string master_addr_for(const StepPlan& plan) {
+  if (plan.nodes.size() <= 1) return "127.0.0.1";
+  if (!plan.nodes.front().host.empty()) return plan.nodes.front().host;
+  return "<node 0's address, known at launch>";
+}
+
+std::string format_plan_text(const PlanView& view) {
+  const Spec& spec = view.spec;
+  std::string out = fmt::format("Flow {} ({}), run id {}\n", spec.name, spec.file, view.ctx.run_id);
+  const auto& inv = view.host.inventory;
+  out += fmt::format("This host: {}, {}\n", view.host.hostname,
+                     inv.gpus.empty() ? "no GPUs" : fmt::format("{} GPUs ({})", inv.gpus.size(), inv.summary()));
+  int number = 0;
+  for (std::size_t index : spec.order) {
+    const Step& step = spec.steps[index];
+    out += fmt::format("\n{}. {}", ++number, step.name);
+    if (const StepPlan* plan = plan_of(view.plans, step.name)) {
+      out += fmt::format(": parallel, {} workers\n", plan->world_size);
+      out += "   run: " + command_text(step) + "\n";
+      describe_parallel(out, view, step, *plan);
+    } else if (!step.join.empty()) {
+      out += fmt::format(": joins {}; runs once on {} after it\n", step.join, view.host.hostname);
+      out += "   run: " + command_text(step) + "\n";
+      const Step* joined = spec.find_step(step.join);
+      const std::string inputs = relative_to(view.ctx.layout.inputs_dir(step.join), spec.workdir);
+      out += "   ${steps." + step.join + ".outputs} and FLOWRUN_INPUTS = " + inputs + "/ (" +
+             (joined && joined->collect == Collect::all ? "a folder per rank: rank0/, rank1/, ...)"
+                                                        : "rank 0's files)") +
+             "\n";
+    } else {
+      out += fmt::format(": runs once on {}\n", view.host.hostname);
+      out += "   run: " + command_text(step) + "\n";
+    }
+    if (!step.needs.empty()) out += "   after: " + join(step.needs, ", ") + "\n";
+  }
+  return out;
+}
+
+std::string format_plan_json(const PlanView& view) {
+  const Spec& spec = view.spec;
+  JsonWriter json;
+  json.begin_object();
+  json.key("spec").value(spec.file);
+  json.key("name").value(spec.name);
+  json.key("run_id").value(view.ctx.run_id);
+  json.key("run_dir").value(view.ctx.layout.run_dir);
+  json.key("host").begin_object();
+  json.key("hostname").value(view.host.hostname);
+  json.key("gpus").value(static_cast<int>(view.host.inventory.gpus.size()));
+  json.key("summary").value(view.host.inventory.summary());
+  json.end_object();
+  json.key("steps").begin_array();
+  for (std::size_t index : spec.order) {
+    const Step& step = spec.steps[index];
+    const StepPlan* plan = plan_of(view.plans, step.name);
+    json.begin_object();
+    json.key("name").value(step.name);
+    json.key("kind").value(plan ? "parallel" : !step.join.empty() ? "join" : "single");
+    json.key("needs").strings(step.needs);
+    if (step.shell) {
+      json.key("script").value(step.script);
+    } else {
+      json.key("argv").strings(step.argv);
+    }
+    json.key("workdir").value(step.workdir);
+    if (!plan) {
+      json.key("runs_on").value(view.host.hostname);
+      if (!step.join.empty()) {
+        json.key("join").value(step.join);
+        json.key("inputs").value(view.ctx.layout.inputs_dir(step.join));
+      }
+      json.end_object();
+      continue;
+    }
+    json.key("mode").value(plan->mode == PlanMode::single_node ? "single_node" : "multi_node");
+    json.key("cpu").value(plan->cpu);
+    json.key("world_size").value(plan->world_size);
+    json.key("gpus_per_proc").value(plan->gpus_per_proc);
+    if (plan->engine)
+      json.key("engine").value(engine_name(*plan->engine));
+    else
+      json.key("engine").null();
+    json.key("why").strings(plan->why);
+    json.key("outputs").strings(step.outputs);
+    json.key("collect").value(step.collect == Collect::all ? "all" : "rank0");
+    json.key("nodes").begin_array();
+    for (const auto& node : plan->nodes) {
+      json.begin_object();
+      json.key("node_rank").value(node.node_rank);
+      if (node.host.empty())
+        json.key("host").null();
+      else
+        json.key("host").value(node.host);
+      json.key("local").value(node.is_local);
+      json.key("gpus").ints(gpu_labels(node, all_positions(node)));
+      json.key("procs").value(node.procs);
+      json.key("first_rank").value(node.first_rank);
+      json.end_object();
+    }
+    json.end_array();
+    const LaunchContext ctx = context_for(view.ctx, *plan);
+    json.key("ranks").begin_array();
+    for (const auto& rank : plan->ranks) {
+      const auto& node = plan->nodes[static_cast<std::size_t>(rank.node)];
+      json.begin_object();
+      json.key("rank").value(rank.rank);
+      json.key("node").value(rank.node);
+      json.key("local_rank").value(rank.local_rank);
+      json.key("gpus").ints(gpu_labels(node, rank.gpus));
+      json.key("env").begin_object();
+      for (const auto& [key, value] : worker_env(spec, step, *plan, rank, ctx)) json.key(key).value(value);
+      json.end_object();
+      json.end_object();
+    }
+    json.end_array();
+    json.end_object();
+  }
+  json.end_array();
+  json.end_object();
+  return json.str();
+}
+
+std::string format_gpus_text(const Inventory& inventory, const std::string& hostname) {
+  std::string out;
+  std::string source = inventory.source == "fake" ? ", simulated (--fake-gpus or FLOWRUN_FAKE_GPUS)" : "";
+  if (inventory.gpus.empty()) {
+    out += hostname + ": no GPUs" + source;
+    if (!inventory.unavailable_reason.empty()) out += " (" + inventory.unavailable_reason + ")";
+    out += "\n";
+  } else {
+    out += fmt::format("{}: {} GPUs ({}){}\n", hostname, inventory.gpus.size(), inventory.summary(), source);
+    if (!inventory.driver_version.empty())
+      out += fmt::format("driver {}, CUDA {}\n", inventory.driver_version,
+                         inventory.cuda_driver_version.empty() ? "unknown" : inventory.cuda_driver_version);
+    std::vector<std::vector<std::string>> rows{{"index", "name", "memory", "uuid", "pci bus id"}};
+    for (const auto& gpu : inventory.gpus)
+      rows.push_back({std::to_string(gpu.index), gpu.name, format_bytes(gpu.memory_bytes), gpu.uuid, gpu.pci_bus_id});
+    out += table(rows, "  ");
+  }
+  if (!inventory.selected_by.empty())
+    out += fmt::format("selected by {}: {} of the system's {} GPUs\n", inventory.selected_by, inventory.gpus.size(),
+                       inventory.system_count);
+  for (const auto& note : inventory.notes) out += "note: " + note + "\n";
+  return out;
+}
+
+std::string format_gpus_json(const Inventory& inventory, const std::string& hostname) {
+  JsonWriter json;
+  json.begin_object();
+  json.key("hostname").value(hostname);
+  json.key("source").value(inventory.source);
+  json.key("count").value(static_cast<int>(inventory.gpus.size()));
+  json.key("system_count").value(static_cast<std::uint64_t>(inventory.system_count));
+  json.key("driver_version").value(inventory.driver_version);
+  json.key("cuda_driver_version").value(inventory.cuda_driver_version);
+  json.key("selected_by").value(inventory.selected_by);
+  json.key("unavailable_reason").value(inventory.unavailable_reason);
+  json.key("notes").strings(inventory.notes);
+  json.key("gpus").begin_array();
+  for (const auto& gpu : inventory.gpus) {
+    json.begin_object();
+    json.key("index").value(gpu.index);
+    json.key("name").value(gpu.name);
+    json.key("uuid").value(gpu.uuid);
+    json.key("memory_bytes").value(static_cast<std::uint64_t>(gpu.memory_bytes));
+    json.key("pci_bus_id").value(gpu.pci_bus_id);
+    json.key("select_token").value(gpu.select_token);
+    json.end_object();
+  }
+  json.end_array();
+  json.end_object();
+  return json.str();
+}
+
+std::string format_validate_ok(const Spec& spec) {
+  std::vector<std::string> names;
+  for (std::size_t index : spec.order) {
+    const Step& step = spec.steps[index];
+    if (step.is_parallel())
+      names.push_back(step.name + " (parallel)");
+    else if (!step.join.empty())
+      names.push_back(step.name + " (join of " + step.join + ")");
+    else
+      names.push_back(step.name);
+  }
+  return fmt::format("{}: ok: {} {}: {}\n", spec.file, spec.steps.size(), spec.steps.size() == 1 ? "step" : "steps",
+                     join(names, ", "));
+}
+
+}  // namespace flowrun
