@@ -103,4 +103,37 @@ Inventory select_gpus(const SystemGpus& system, const EnvMap& env);
 // flowrun::Error for a malformed FLOWRUN_FAKE_GPUS.
 std::unique_ptr<GpuProbe> make_probe(const EnvMap& env, int fake_gpus);
 
+// The pure parts of the NVML probe, exposed for unit tests (the probe itself
+// needs a driver, which test hosts rarely have).
+namespace gpu_detail {
+
+// NVML's CUDA driver version as "major.minor": 12060 -> "12.6"; "" when <= 0.
+std::string format_cuda_version(int version);
+
+// CUDA's 16-byte CUuuid as NVML spells it:
+// "GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx", lowercase hex.
+std::string format_gpu_uuid(const unsigned char (&bytes)[16]);
+
+// Whether CUDA may number `devices` differently from NVML: only when they are
+// not all the same model and CUDA_DEVICE_ORDER (nullptr = unset) is not
+// PCI_BUS_ID. Otherwise CUDA's order is NVML's PCI bus order.
+bool cuda_order_may_differ(const std::vector<GpuDevice>& devices, const char* cuda_device_order);
+
+// CUDA's UUIDs in CUDA's order, one a line, asked of a short-lived child
+// process (with CUDA_VISIBLE_DEVICES unset) so the launcher never creates a
+// CUDA context; "" when libcuda.so.1 is missing or anything fails.
+std::string cuda_uuids_from_child();
+
+// SystemGpus::cuda_order from what the CUDA child wrote (one UUID a line):
+// empty unless it is exactly a reordering of `devices`' UUIDs that differs
+// from NVML's order.
+std::vector<std::string> parse_cuda_order(const std::string& child_output,
+                                          const std::vector<GpuDevice>& devices);
+
+// The NVML probe with the library named `library` instead of
+// "libnvidia-ml.so.1" (tests pass a library that is not NVML).
+SystemGpus probe_nvml_library(const char* library);
+
+}  // namespace gpu_detail
+
 }  // namespace flowrun

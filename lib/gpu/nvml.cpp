@@ -1,0 +1,340 @@
+// The real probe: NVML through dlopen, plus CUDA's own numbering on nodes
+// where it can differ from NVML's.
+//
+// Nothing here links against the driver: one flowrun binary must run (and
+// plan, and report "no GPUs") on hosts without one. NVML's C ABI is stable, so
+// the few types and functions used are declared below instead of including
+// nvml.h, which many CUDA installs lack.
+#include <cerrno>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <dlfcn.h>
+#include <fcntl.h>
+#include <memory>
+#include <poll.h>
+#include <signal.h>
+#include <string>
+#include <sys/wait.h>
+#include <unistd.h>
+#include <vector>
+
+#include "flowrun/gpu.h"
+
+namespace flowrun {
+
+namespace {
+
+// --- NVML's ABI (nvml.h), the parts this file uses --------------------------
+
+using nvmlReturn_t = int;  // an enum in nvml.h; NVML_SUCCESS is 0
+constexpr nvmlReturn_t kNvmlSuccess = 0;
+struct nvmlDevice_st;
+using nvmlDevice_t = nvmlDevice_st*;
+
+struct nvmlMemory_t {
+  unsigned long long total;
+  unsigned long long free;
+  unsigned long long used;
+};
+
+// nvmlPciInfo_t as nvmlDeviceGetPciInfo_v3 fills it.
+struct nvmlPciInfo_t {
+  char busIdLegacy[16];  // NVML_DEVICE_PCI_BUS_ID_BUFFER_V2_SIZE
+  unsigned int domain;
+  unsigned int bus;
+  unsigned int device;
+  unsigned int pciDeviceId;
+  unsigned int pciSubSystemId;
+  char busId[32];  // NVML_DEVICE_PCI_BUS_ID_BUFFER_SIZE: "00000000:19:00.0"
+};
+
+constexpr unsigned kNameSize = 96;           // NVML_DEVICE_NAME_V2_BUFFER_SIZE
+constexpr unsigned kUuidSize = 96;           // NVML_DEVICE_UUID_V2_BUFFER_SIZE
+constexpr unsigned kDriverVersionSize = 80;  // NVML_SYSTEM_DRIVER_VERSION_BUFFER_SIZE
+
+struct NvmlApi {
+  nvmlReturn_t (*init)() = nullptr;
+  nvmlReturn_t (*shutdown)() = nullptr;
+  const char* (*error_string)(nvmlReturn_t) = nullptr;
+  nvmlReturn_t (*get_count)(unsigned*) = nullptr;
+  nvmlReturn_t (*get_handle)(unsigned, nvmlDevice_t*) = nullptr;
+  nvmlReturn_t (*get_name)(nvmlDevice_t, char*, unsigned) = nullptr;
+  nvmlReturn_t (*get_uuid)(nvmlDevice_t, char*, unsigned) = nullptr;
+  nvmlReturn_t (*get_memory)(nvmlDevice_t, nvmlMemory_t*) = nullptr;
+  nvmlReturn_t (*get_pci)(nvmlDevice_t, nvmlPciInfo_t*) = nullptr;
+  nvmlReturn_t (*driver_version)(char*, unsigned) = nullptr;
+  nvmlReturn_t (*cuda_driver_version)(int*) = nullptr;
+};
+
+// --- CUDA driver API (cuda.h), for the child that asks CUDA's order ----------
+
+using CUresult = int;  // CUDA_SUCCESS is 0
+using CUdevice = int;
+struct CUuuid {
+  char bytes[16];
+};
+
+struct DlHandle {
+  void* handle = nullptr;
+  ~DlHandle() {
+    if (handle != nullptr) dlclose(handle);
+  }
+};
+
+// dlsym into a typed function pointer; false (and `missing` set once) when absent.
+template <typename F>
+bool resolve(void* library, const char* name, F& fn, std::string& missing) {
+  void* symbol = dlsym(library, name);
+  if (symbol == nullptr) {
+    if (missing.empty()) missing = name;
+    return false;
+  }
+  fn = reinterpret_cast<F>(symbol);
+  return true;
+}
+
+std::string c_string(const char* buffer, std::size_t size) {
+  return std::string(buffer, strnlen(buffer, size));
+}
+
+SystemGpus unavailable(std::string reason) {
+  SystemGpus system;
+  system.source = "none";
+  system.unavailable_reason = std::move(reason);
+  return system;
+}
+
+// Everything NVML reports, in NVML's order. Any failure that leaves the device
+// list in doubt reports no GPUs and says why; memory and PCI id are details
+// and stay empty when a device will not tell them.
+SystemGpus probe_nvml_devices(const char* library) {
+  DlHandle lib{dlopen(library, RTLD_NOW | RTLD_LOCAL)};
+  if (lib.handle == nullptr) {
+    const char* error = dlerror();
+    std::string detail = error != nullptr ? error : "";
+    if (detail.find("No such file") != std::string::npos || detail.empty())
+      return unavailable(std::string(library) + " not found (no NVIDIA driver on this host)");
+    return unavailable("cannot load " + std::string(library) + ": " + detail);
+  }
+  NvmlApi nvml;
+  std::string missing;
+  resolve(lib.handle, "nvmlInit_v2", nvml.init, missing);
+  resolve(lib.handle, "nvmlShutdown", nvml.shutdown, missing);
+  resolve(lib.handle, "nvmlErrorString", nvml.error_string, missing);
+  resolve(lib.handle, "nvmlDeviceGetCount_v2", nvml.get_count, missing);
+  resolve(lib.handle, "nvmlDeviceGetHandleByIndex_v2", nvml.get_handle, missing);
+  resolve(lib.handle, "nvmlDeviceGetName", nvml.get_name, missing);
+  resolve(lib.handle, "nvmlDeviceGetUUID", nvml.get_uuid, missing);
+  resolve(lib.handle, "nvmlDeviceGetMemoryInfo", nvml.get_memory, missing);
+  resolve(lib.handle, "nvmlDeviceGetPciInfo_v3", nvml.get_pci, missing);
+  resolve(lib.handle, "nvmlSystemGetDriverVersion", nvml.driver_version, missing);
+  resolve(lib.handle, "nvmlSystemGetCudaDriverVersion_v2", nvml.cuda_driver_version, missing);
+  if (!missing.empty())
+    return unavailable(std::string(library) + " has no " + missing + " (NVIDIA driver too old?)");
+
+  auto error_text = [&](nvmlReturn_t rc) {
+    const char* text = nvml.error_string(rc);
+    return text != nullptr ? std::string(text) : "NVML error " + std::to_string(rc);
+  };
+  nvmlReturn_t rc = nvml.init();
+  if (rc != kNvmlSuccess) return unavailable("nvmlInit failed: " + error_text(rc));
+  struct Shutdown {
+    nvmlReturn_t (*fn)();
+    ~Shutdown() { fn(); }
+  } shutdown{nvml.shutdown};
+
+  SystemGpus system;
+  system.source = "nvml";
+  char driver[kDriverVersionSize] = {};
+  if (nvml.driver_version(driver, kDriverVersionSize) == kNvmlSuccess)
+    system.driver_version = c_string(driver, kDriverVersionSize);
+  int cuda_version = 0;
+  if (nvml.cuda_driver_version(&cuda_version) == kNvmlSuccess)
+    system.cuda_driver_version = gpu_detail::format_cuda_version(cuda_version);
+
+  unsigned count = 0;
+  rc = nvml.get_count(&count);
+  if (rc != kNvmlSuccess) return unavailable("nvmlDeviceGetCount failed: " + error_text(rc));
+  for (unsigned i = 0; i < count; ++i) {
+    auto failed = [&](const char* call) {
+      return unavailable(std::string(call) + " failed for GPU " + std::to_string(i) + ": " + error_text(rc));
+    };
+    nvmlDevice_t handle = nullptr;
+    if ((rc = nvml.get_handle(i, &handle)) != kNvmlSuccess) return failed("nvmlDeviceGetHandleByIndex");
+    GpuDevice device;
+    device.nvml_index = static_cast<int>(i);
+    char name[kNameSize] = {};
+    if ((rc = nvml.get_name(handle, name, kNameSize)) != kNvmlSuccess) return failed("nvmlDeviceGetName");
+    device.name = c_string(name, kNameSize);
+    char uuid[kUuidSize] = {};
+    if ((rc = nvml.get_uuid(handle, uuid, kUuidSize)) != kNvmlSuccess) return failed("nvmlDeviceGetUUID");
+    device.uuid = c_string(uuid, kUuidSize);
+    nvmlMemory_t memory{};
+    if (nvml.get_memory(handle, &memory) == kNvmlSuccess) device.memory_bytes = memory.total;
+    nvmlPciInfo_t pci{};
+    if (nvml.get_pci(handle, &pci) == kNvmlSuccess) device.pci_bus_id = c_string(pci.busId, sizeof pci.busId);
+    system.devices.push_back(std::move(device));
+  }
+  if (system.devices.empty()) system.unavailable_reason = "NVML reports no GPUs on this host";
+  return system;
+}
+
+// In the forked child: CUDA's UUIDs in CUDA's order, one a line, to `fd`.
+// Returns the child's exit status.
+int write_cuda_uuids(int fd) {
+  // cuInit numbers only the GPUs CUDA_VISIBLE_DEVICES names; we need them all.
+  unsetenv("CUDA_VISIBLE_DEVICES");
+  void* cuda = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
+  if (cuda == nullptr) return 1;
+  CUresult (*init)(unsigned) = nullptr;
+  CUresult (*get_count)(int*) = nullptr;
+  CUresult (*get_device)(CUdevice*, int) = nullptr;
+  CUresult (*get_uuid)(CUuuid*, CUdevice) = nullptr;
+  std::string missing, missing_v2;
+  resolve(cuda, "cuInit", init, missing);
+  resolve(cuda, "cuDeviceGetCount", get_count, missing);
+  resolve(cuda, "cuDeviceGet", get_device, missing);
+  // cuda.h maps cuDeviceGetUuid to _v2 since CUDA 11.4; older drivers have only the plain one.
+  if (!resolve(cuda, "cuDeviceGetUuid_v2", get_uuid, missing_v2))
+    resolve(cuda, "cuDeviceGetUuid", get_uuid, missing);
+  int count = 0;
+  if (!missing.empty() || init(0) != 0 || get_count(&count) != 0) return 1;
+  std::string out;
+  for (int i = 0; i < count; ++i) {
+    CUdevice device = 0;
+    CUuuid uuid{};
+    if (get_device(&device, i) != 0 || get_uuid(&uuid, device) != 0) return 1;
+    unsigned char bytes[16];
+    std::memcpy(bytes, uuid.bytes, sizeof bytes);
+    out += gpu_detail::format_gpu_uuid(bytes) + "\n";
+  }
+  for (std::size_t done = 0; done < out.size();) {
+    ssize_t n = write(fd, out.data() + done, out.size() - done);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) return 1;
+    done += static_cast<std::size_t>(n);
+  }
+  return 0;
+}
+
+class NvmlProbe : public GpuProbe {
+ public:
+  SystemGpus probe() override { return gpu_detail::probe_nvml_library("libnvidia-ml.so.1"); }
+};
+
+}  // namespace
+
+namespace gpu_detail {
+
+// A child because cuInit would give the launcher itself a CUDA context (memory
+// on every GPU, and state its workers' fork would inherit), and because it
+// must run with CUDA_VISIBLE_DEVICES unset. fork() is safe here because the
+// probe runs before flowrun starts any thread. The child gets 30 s: cuInit on
+// a large node without persistence mode takes seconds, never minutes.
+std::string cuda_uuids_from_child() {
+  int fds[2];
+  if (pipe2(fds, O_CLOEXEC) != 0) return {};
+  pid_t pid = fork();
+  if (pid < 0) {
+    close(fds[0]);
+    close(fds[1]);
+    return {};
+  }
+  if (pid == 0) {
+    close(fds[0]);
+    _exit(write_cuda_uuids(fds[1]));  // _exit: no atexit handlers or stdio flushes of the parent's
+  }
+  close(fds[1]);
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+  std::string out;
+  bool complete = false;
+  for (;;) {
+    auto left =
+        std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
+    if (left.count() <= 0) break;
+    pollfd pfd{fds[0], POLLIN, 0};
+    int ready = poll(&pfd, 1, static_cast<int>(left.count()));
+    if (ready < 0 && errno == EINTR) continue;
+    if (ready <= 0) break;
+    char buffer[4096];
+    ssize_t n = read(fds[0], buffer, sizeof buffer);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) {
+      complete = n == 0;
+      break;
+    }
+    out.append(buffer, static_cast<std::size_t>(n));
+  }
+  close(fds[0]);
+  if (!complete) kill(pid, SIGKILL);
+  int status = 0;
+  while (waitpid(pid, &status, 0) < 0) {
+    if (errno != EINTR) return {};
+  }
+  if (!complete || !WIFEXITED(status) || WEXITSTATUS(status) != 0) return {};
+  return out;
+}
+
+std::string format_cuda_version(int version) {
+  if (version <= 0) return {};
+  return std::to_string(version / 1000) + "." + std::to_string(version % 1000 / 10);
+}
+
+std::string format_gpu_uuid(const unsigned char (&bytes)[16]) {
+  static constexpr char kHex[] = "0123456789abcdef";
+  std::string uuid = "GPU-";
+  for (int i = 0; i < 16; ++i) {
+    if (i == 4 || i == 6 || i == 8 || i == 10) uuid += '-';
+    uuid += kHex[bytes[i] >> 4];
+    uuid += kHex[bytes[i] & 0xf];
+  }
+  return uuid;
+}
+
+bool cuda_order_may_differ(const std::vector<GpuDevice>& devices, const char* cuda_device_order) {
+  if (cuda_device_order != nullptr && std::strcmp(cuda_device_order, "PCI_BUS_ID") == 0) return false;
+  for (const GpuDevice& device : devices) {
+    if (device.name != devices.front().name) return true;
+  }
+  return false;  // one model: FASTEST_FIRST breaks every tie by PCI bus id, which is NVML's order
+}
+
+std::vector<std::string> parse_cuda_order(const std::string& child_output,
+                                          const std::vector<GpuDevice>& devices) {
+  std::vector<std::string> order;
+  std::size_t start = 0;
+  while (start < child_output.size()) {
+    std::size_t end = child_output.find('\n', start);
+    if (end == std::string::npos) return {};  // cut short
+    order.push_back(child_output.substr(start, end - start));
+    start = end + 1;
+  }
+  if (order.size() != devices.size()) return {};
+  bool differs = false;
+  for (std::size_t i = 0; i < order.size(); ++i) {
+    bool known = false;
+    for (const GpuDevice& device : devices) known = known || device.uuid == order[i];
+    for (std::size_t j = 0; j < i; ++j) {
+      if (order[j] == order[i]) return {};
+    }
+    if (!known) return {};
+    differs = differs || order[i] != devices[i].uuid;
+  }
+  if (!differs) return {};
+  return order;
+}
+
+SystemGpus probe_nvml_library(const char* library) {
+  SystemGpus system = probe_nvml_devices(library);  // NVML shut down and unloaded before any fork
+  if (cuda_order_may_differ(system.devices, std::getenv("CUDA_DEVICE_ORDER")))
+    system.cuda_order = parse_cuda_order(cuda_uuids_from_child(), system.devices);
+  return system;
+}
+
+}  // namespace gpu_detail
+
+std::unique_ptr<GpuProbe> make_nvml_probe() { return std::make_unique<NvmlProbe>(); }
+
+}  // namespace flowrun
