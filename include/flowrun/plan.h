@@ -101,6 +101,16 @@ struct RunLayout {
 // A new run id: "<name>-<yyyymmdd-hhmmss>-<6 hex>". Reads the clock and random device.
 std::string make_run_id(const std::string& flow_name);
 
+// The argv a step runs, its templates filled in: ${steps.NAME.outputs} is
+// layout.inputs_dir(NAME) and ${args} the arguments given after `--`.
+// A list or string `run` never passes through a shell: a word that is exactly
+// ${args} becomes one word per argument (none when there are none), and inside
+// a longer word the arguments are joined with spaces. Under `shell: true` the
+// result is {"/bin/sh", "-c", SCRIPT} and every substituted value is quoted
+// for sh, so no path or argument can inject shell syntax.
+std::vector<std::string> expand_command(const Step& step, const RunLayout& layout,
+                                        const std::vector<std::string>& args);
+
 // What a launch adds to a plan.
 struct LaunchContext {
   std::string run_id;

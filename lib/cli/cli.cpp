@@ -29,7 +29,10 @@ struct Options {
   std::string run_dir;
 };
 
-std::string local_hostname() {
+// The name this host goes by in plans: FLOWRUN_HOSTNAME when set (a stable
+// name for scripts and tests, or one other nodes know it by), else gethostname().
+std::string local_hostname(const EnvMap& env) {
+  if (auto name = env_get(env, "FLOWRUN_HOSTNAME"); name && !name->empty()) return *name;
   char name[HOST_NAME_MAX + 1] = {};
   if (gethostname(name, sizeof name - 1) != 0 || name[0] == '\0') return "localhost";
   return name;
@@ -37,7 +40,7 @@ std::string local_hostname() {
 
 HostFacts probe_host(const Options& options, const EnvMap& env) {
   auto probe = make_probe(env, options.fake_gpus);
-  return HostFacts{local_hostname(), select_gpus(probe->probe(), env)};
+  return HostFacts{local_hostname(env), select_gpus(probe->probe(), env)};
 }
 
 Spec load_or_throw(const std::string& path) {
@@ -119,10 +122,8 @@ int run_cli(int argc, char** argv) {
   app.require_subcommand(0, 1);
   app.fallthrough();
   add_host_options(app, options);
-  app.add_option("spec", options.spec_path, "The flow spec to run (YAML)")->type_name("SPEC");
-  app.add_option("args", options.args, "Arguments after --, substituted for ${args} in steps' run")
-      ->type_name("-- ARGS");
-  app.positionals_at_end();
+  app.add_option("spec", options.spec_path, "The flow spec to run (YAML); arguments after -- replace ${args}")
+      ->type_name("SPEC");
 
   auto* validate = app.add_subcommand("validate", "Check a spec and report every problem at once");
   validate->add_option("spec", options.spec_path, "The flow spec")->required()->type_name("SPEC");
@@ -138,14 +139,33 @@ int run_cli(int argc, char** argv) {
   auto* gpus = app.add_subcommand("gpus", "List the GPUs this host may use");
   gpus->add_flag("--json", options.json, "Print the inventory as JSON");
 
+  // Everything after the first `--` belongs to the steps (${args}), never to
+  // flowrun, so it is split off before parsing.
+  int ours = argc;
+  for (int i = 1; i < argc; ++i) {
+    if (std::string_view(argv[i]) == "--") {
+      ours = i;
+      options.args.assign(argv + i + 1, argv + argc);
+      break;
+    }
+  }
   try {
-    app.parse(argc, argv);
+    app.parse(ours, argv);
   } catch (const CLI::CallForHelp& e) {
     return app.exit(e);
   } catch (const CLI::CallForAllHelp& e) {
     return app.exit(e);
   } catch (const CLI::CallForVersion& e) {
     return app.exit(e);
+  } catch (const CLI::ExtrasError&) {
+    const auto extras = app.remaining();
+    const std::string first = extras.empty() ? "" : extras.front();
+    if (first.rfind('-', 0) == 0)
+      std::cerr << "flowrun: error: unknown option '" << first << "'\nRun 'flowrun --help' for usage.\n";
+    else
+      std::cerr << "flowrun: error: unexpected argument '" << first << "'\n"
+                << "Arguments for the steps go after --: flowrun SPEC -- ARGS (they replace ${args}).\n";
+    return kExitUsage;
   } catch (const CLI::ParseError& e) {
     std::cerr << "flowrun: error: " << e.what() << "\n" << "Run 'flowrun --help' for usage.\n";
     return kExitUsage;

@@ -64,8 +64,11 @@ struct Planner {
         why = " (" + inv.selected_by + " hides all " + std::to_string(inv.system_count) + ")";
       return "No GPU found on " + host.hostname + why + ".";
     }
-    return gpus_word(static_cast<int>(inv.gpus.size())) + " found on " + host.hostname + " (" + inv.summary() +
-           ").";
+    std::string line = gpus_word(static_cast<int>(inv.gpus.size())) + " found on " + host.hostname + " (" +
+                       inv.summary() + ")";
+    if (!inv.selected_by.empty())
+      line += ", selected by " + inv.selected_by + " from the " + std::to_string(inv.system_count) + " it has";
+    return line + ".";
   }
 
   // The GPUs each node has when fanning out: what the cluster section says,

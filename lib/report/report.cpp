@@ -58,19 +58,28 @@ std::string host_label(const StepPlan& plan, const NodePlan& node) {
   return "(assigned by " + std::string(engine_name(plan.engine.value_or(Engine::slurm))) + ")";
 }
 
-std::string command_text(const Step& step) {
-  if (step.shell) return "sh -c " + shell_quote(step.script);
-  std::vector<std::string> words;
-  for (const auto& word : step.argv) words.push_back(shell_quote(word));
-  return join(words, " ");
-}
-
 // `path` relative to `base` when inside it, for shorter text.
 std::string relative_to(const std::string& path, const std::string& base) {
   if (path.size() > base.size() && path.compare(0, base.size(), base) == 0 && path[base.size()] == '/')
     return path.substr(base.size() + 1);
   return path;
 }
+
+// The command as it will run, as one line a shell would read back the same;
+// run-directory paths are shown relative to the workdir the step runs in.
+std::string command_text(const Step& step, const Spec& spec, const LaunchContext& ctx) {
+  std::string run_dir = ctx.layout.run_dir;
+  std::string shown = relative_to(run_dir, step.workdir);
+  std::vector<std::string> words;
+  for (auto word : expand_command(step, ctx.layout, {})) {
+    for (std::size_t at = word.find(run_dir); at != std::string::npos; at = word.find(run_dir, at + shown.size()))
+      word.replace(at, run_dir.size(), shown);
+    words.push_back(shell_quote(word));
+  }
+  (void)spec;
+  return join(words, " ");
+}
+
 
 const StepPlan* plan_of(const std::vector<StepPlan>& plans, const std::string& name) {
   for (const auto& plan : plans)
@@ -107,11 +116,20 @@ void describe_parallel(std::string& out, const PlanView& view, const Step& step,
     }
     out += table(rows, "   ") + "\n";
   }
-  std::vector<std::vector<std::string>> rows{{"rank", "node", "host", "local_rank", "GPUs"}};
+  // Across nodes the node table above names the hosts; one node names it here.
+  const bool one_node = plan.nodes.size() == 1;
+  std::vector<std::vector<std::string>> rows;
+  if (one_node)
+    rows.push_back({"rank", "node", "host", "local_rank", "GPUs"});
+  else
+    rows.push_back({"rank", "node", "local_rank", "GPUs"});
   for (const auto& rank : plan.ranks) {
     const auto& node = plan.nodes[static_cast<std::size_t>(rank.node)];
-    rows.push_back({std::to_string(rank.rank), std::to_string(rank.node), host_label(plan, node),
-                    std::to_string(rank.local_rank), plan.cpu ? "-" : compact(gpu_labels(node, rank.gpus))});
+    std::vector<std::string> row{std::to_string(rank.rank), std::to_string(rank.node)};
+    if (one_node) row.push_back(host_label(plan, node));
+    row.push_back(std::to_string(rank.local_rank));
+    row.push_back(plan.cpu ? "-" : compact(gpu_labels(node, rank.gpus)));
+    rows.push_back(std::move(row));
   }
   out += table(rows, "   ") + "\n";
 
@@ -127,7 +145,7 @@ void describe_parallel(std::string& out, const PlanView& view, const Step& step,
     const EnvList env0 = worker_env(view.spec, step, plan, plan.ranks.front(), ctx);
     std::string devices;
     if (plan.cpu)
-      devices = "CUDA_VISIBLE_DEVICES= (no GPU)";
+      devices = "CUDA_VISIBLE_DEVICES is empty, so workers see no GPU";
     else if (plan.visible_devices == Visibility::process)
       devices = "CUDA_VISIBLE_DEVICES narrowed to each worker's own GPUs (visible_devices: process)";
     else if (!has_key(env0, "CUDA_VISIBLE_DEVICES"))
@@ -135,10 +153,10 @@ void describe_parallel(std::string& out, const PlanView& view, const Step& step,
     else
       devices = "CUDA_VISIBLE_DEVICES=" + value_of(env0, "CUDA_VISIBLE_DEVICES") +
                 " on node 0, so workers see them as cuda:0-" + std::to_string(plan.nodes.front().gpus.size() - 1);
-    out += "   Every worker gets MASTER_ADDR=" + ctx.master_addr + ", MASTER_PORT " +
-           (ctx.master_port > 0 ? "=" + std::to_string(ctx.master_port) : "chosen free at launch") +
-           ", TORCHELASTIC_RUN_ID=" + ctx.run_id + ";\n   " + devices +
-           ". 'flowrun plan --env' lists every variable.\n";
+    out += "   Workers get MASTER_ADDR=" + ctx.master_addr + ", " +
+           (ctx.master_port > 0 ? "MASTER_PORT=" + std::to_string(ctx.master_port) : "a free MASTER_PORT picked at launch") +
+           " and TORCHELASTIC_RUN_ID=" + ctx.run_id + ";\n   " + devices +
+           ".\n   'flowrun plan --env' lists every variable.\n";
   }
   if (!step.outputs.empty() || step.collect == Collect::all) {
     out += "   Outputs: " + (step.outputs.empty() ? std::string("FLOWRUN_OUTPUT_DIR only") : join(step.outputs, ", ")) +
@@ -165,24 +183,25 @@ std::string format_plan_text(const PlanView& view) {
   for (std::size_t index : spec.order) {
     const Step& step = spec.steps[index];
     out += fmt::format("\n{}. {}", ++number, step.name);
+    if (!step.needs.empty()) out += " (after " + join(step.needs, ", ") + ")";
+    const std::string run = "   run: " + command_text(step, spec, view.ctx) + "\n";
     if (const StepPlan* plan = plan_of(view.plans, step.name)) {
-      out += fmt::format(": parallel, {} workers\n", plan->world_size);
-      out += "   run: " + command_text(step) + "\n";
+      out += fmt::format(": parallel, {} {}\n", plan->world_size, plan->world_size == 1 ? "worker" : "workers");
+      out += run;
       describe_parallel(out, view, step, *plan);
     } else if (!step.join.empty()) {
-      out += fmt::format(": joins {}; runs once on {} after it\n", step.join, view.host.hostname);
-      out += "   run: " + command_text(step) + "\n";
+      out += fmt::format(": joins {}; runs once on {}\n", step.join, view.host.hostname);
+      out += run;
       const Step* joined = spec.find_step(step.join);
       const std::string inputs = relative_to(view.ctx.layout.inputs_dir(step.join), spec.workdir);
-      out += "   ${steps." + step.join + ".outputs} and FLOWRUN_INPUTS = " + inputs + "/ (" +
+      out += "   ${steps." + step.join + ".outputs} and FLOWRUN_INPUTS = " + inputs + " (" +
              (joined && joined->collect == Collect::all ? "a folder per rank: rank0/, rank1/, ...)"
                                                         : "rank 0's files)") +
              "\n";
     } else {
       out += fmt::format(": runs once on {}\n", view.host.hostname);
-      out += "   run: " + command_text(step) + "\n";
+      out += run;
     }
-    if (!step.needs.empty()) out += "   after: " + join(step.needs, ", ") + "\n";
   }
   return out;
 }
@@ -275,7 +294,7 @@ std::string format_gpus_text(const Inventory& inventory, const std::string& host
   std::string out;
   std::string source = inventory.source == "fake" ? ", simulated (--fake-gpus or FLOWRUN_FAKE_GPUS)" : "";
   if (inventory.gpus.empty()) {
-    out += hostname + ": no GPUs" + source;
+    out += hostname + ": no GPUs" + (inventory.unavailable_reason.empty() ? source : "");
     if (!inventory.unavailable_reason.empty()) out += " (" + inventory.unavailable_reason + ")";
     out += "\n";
   } else {

@@ -575,3 +575,28 @@ TEST_CASE("make_run_id is the flow's name, a time stamp and a random suffix", "[
   CHECK(id.rfind("my-flow-", 0) == 0);
   CHECK(make_run_id("My Flow!") != id);
 }
+
+// ---- templates ------------------------------------------------------------
+
+TEST_CASE("expand_command fills ${steps.NAME.outputs} and ${args} without a shell", "[command]") {
+  RunLayout layout{"/w/.flowrun/runs/r1"};
+  Step step;
+  step.argv = {"python3", "eval.py", "--model", "${steps.train.outputs}/model.pt", "${args}", "--tag=${args}"};
+  CHECK(expand_command(step, layout, {"--lr", "0.1 x"}) ==
+        std::vector<std::string>{"python3", "eval.py", "--model", "/w/.flowrun/runs/r1/train/outputs/model.pt", "--lr",
+                                 "0.1 x", "--tag=--lr 0.1 x"});
+  CHECK(expand_command(step, layout, {}) ==
+        std::vector<std::string>{"python3", "eval.py", "--model", "/w/.flowrun/runs/r1/train/outputs/model.pt",
+                                 "--tag="});
+}
+
+TEST_CASE("expand_command quotes every substituted value under shell: true", "[command]") {
+  RunLayout layout{"/w/my runs/r1"};
+  Step step;
+  step.shell = true;
+  step.script = "ls ${steps.train.outputs} ${HOME} > out.txt; echo ${args}";
+  CHECK(expand_command(step, layout, {"a b", "$(rm -rf /)", "it's"}) ==
+        std::vector<std::string>{"/bin/sh", "-c",
+                                 "ls '/w/my runs/r1/train/outputs' ${HOME} > out.txt; echo 'a b' '$(rm -rf /)' "
+                                 "'it'\\''s'"});
+}
