@@ -16,8 +16,8 @@ namespace flowrun {
 // Process exit codes. The full table lives in docs/cli.md.
 enum ExitCode : int {
   kExitOk = 0,
-  kExitFailure = 1,     // internal or I/O error
-  kExitUsage = 2,       // bad command line, bad spec, or a plan that cannot be made
+  kExitFailure = 1,  // internal or I/O error
+  kExitUsage = 2,    // bad command line, bad spec, or a plan that cannot be made
 };
 
 // A generic fatal error; what() is the whole message, without "flowrun: error:".
@@ -40,10 +40,10 @@ struct Location {
 
 // One problem in a file the user wrote.
 struct Diagnostic {
-  std::string file;      // as the user named it on the command line
-  Location loc;          // where; {0,0} when the problem is about the whole file
-  std::string path;      // dotted key path, e.g. "steps.train.parallel.gpus"; may be empty
-  std::string message;   // what is wrong, then what is expected
+  std::string file;     // as the user named it on the command line
+  Location loc;         // where; {0,0} when the problem is about the whole file
+  std::string path;     // dotted key path, e.g. "steps.train.parallel.gpus"; may be empty
+  std::string message;  // what is wrong, then what is expected
 
   // "FILE:LINE:COL: PATH: MESSAGE" (parts that are unknown are left out).
   std::string to_string() const;

@@ -22,23 +22,23 @@ namespace flowrun {
 
 // One physical GPU as the system reports it.
 struct GpuDevice {
-  int nvml_index = 0;        // NVML's index (PCI bus order)
-  std::string uuid;          // "GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx"
-  std::string name;          // "NVIDIA H200"
+  int nvml_index = 0;  // NVML's index (PCI bus order)
+  std::string uuid;    // "GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx"
+  std::string name;    // "NVIDIA H200"
   std::uint64_t memory_bytes = 0;
-  std::string pci_bus_id;    // "00000000:19:00.0"
+  std::string pci_bus_id;  // "00000000:19:00.0"
 };
 
 // Everything a probe found on the system.
 struct SystemGpus {
-  std::string source;                 // "nvml", "fake", or "none"
-  std::vector<GpuDevice> devices;     // NVML order
+  std::string source;              // "nvml", "fake", or "none"
+  std::vector<GpuDevice> devices;  // NVML order
   // UUIDs in CUDA's enumeration order when it differs from NVML's (CUDA's
   // default FASTEST_FIRST order on a node with mixed GPUs); empty = NVML order.
   std::vector<std::string> cuda_order;
-  std::string driver_version;         // "560.35.03"; empty if unknown
-  std::string cuda_driver_version;    // "12.6"; empty if unknown
-  std::string unavailable_reason;     // why there are no GPUs, in words
+  std::string driver_version;       // "560.35.03"; empty if unknown
+  std::string cuda_driver_version;  // "12.6"; empty if unknown
+  std::string unavailable_reason;   // why there are no GPUs, in words
 };
 
 // Asks the system what GPUs it has. An interface so tests can script one.
@@ -61,7 +61,7 @@ SystemGpus fake_system_gpus(int count);
 
 // A GPU this process may use.
 struct Gpu {
-  int index = 0;             // CUDA ordinal as this process sees it (cuda:index)
+  int index = 0;  // CUDA ordinal as this process sees it (cuda:index)
   std::string uuid;
   std::string name;
   std::uint64_t memory_bytes = 0;
@@ -74,15 +74,15 @@ struct Gpu {
 
 // The GPUs this process may use, and how that was decided.
 struct Inventory {
-  std::string source;                // "nvml", "fake", or "none"
-  std::vector<Gpu> gpus;             // CUDA order, as this process sees them
-  std::size_t system_count = 0;      // GPUs on the system before selection
+  std::string source;            // "nvml", "fake", or "none"
+  std::vector<Gpu> gpus;         // CUDA order, as this process sees them
+  std::size_t system_count = 0;  // GPUs on the system before selection
   std::string driver_version;
   std::string cuda_driver_version;
-  std::string unavailable_reason;    // when the probe found none: why
-  std::string selected_by;           // "" (all), "CUDA_VISIBLE_DEVICES", "SLURM_STEP_GPUS", ...
+  std::string unavailable_reason;         // when the probe found none: why
+  std::string selected_by;                // "" (all), "CUDA_VISIBLE_DEVICES", "SLURM_STEP_GPUS", ...
   bool cuda_visible_devices_set = false;  // CUDA_VISIBLE_DEVICES was set for us
-  std::vector<std::string> notes;    // what the selection did, in words (shown by plan/gpus)
+  std::vector<std::string> notes;         // what the selection did, in words (shown by plan/gpus)
 
   // "NVIDIA H200 x8" (or "NVIDIA H200 x4, NVIDIA A100 x2"); "no GPUs" when empty.
   std::string summary() const;

@@ -36,15 +36,15 @@ struct PlanOptions {
 // One node of a step.
 struct NodePlan {
   int node_rank = 0;
-  std::string host;        // empty when the engine assigns it at launch
-  bool is_local = false;   // this host
-  std::vector<Gpu> gpus;   // the node's selected GPUs; for remote nodes, ordinals 0..n-1
+  std::string host;       // empty when the engine assigns it at launch
+  bool is_local = false;  // this host
+  std::vector<Gpu> gpus;  // the node's selected GPUs; for remote nodes, ordinals 0..n-1
   // GPUs a worker on this node sees when CUDA_VISIBLE_DEVICES is left as it
   // is: all of the node's GPUs, whether the step uses them or not (on this
   // host, what Slurm or a parent's selection did not already hide). 0 for CPU.
   int gpus_available = 0;
-  int procs = 0;           // workers on this node (LOCAL_WORLD_SIZE)
-  int first_rank = 0;      // global rank of its local rank 0
+  int procs = 0;       // workers on this node (LOCAL_WORLD_SIZE)
+  int first_rank = 0;  // global rank of its local rank 0
 };
 
 // One worker.
@@ -52,7 +52,7 @@ struct RankPlan {
   int rank = 0;
   int node = 0;
   int local_rank = 0;
-  std::vector<int> gpus;   // positions in its node's `gpus` (= cuda ordinals the worker sees)
+  std::vector<int> gpus;  // positions in its node's `gpus` (= cuda ordinals the worker sees)
 };
 
 enum class PlanMode { single_node, multi_node };
@@ -61,8 +61,8 @@ struct StepPlan {
   std::string step;
   PlanMode mode = PlanMode::single_node;
   int world_size = 0;
-  bool cpu = false;            // CPU workers (cpus: or --cpus); no GPU is used
-  int gpus_per_proc = 0;       // 0 for CPU workers
+  bool cpu = false;              // CPU workers (cpus: or --cpus); no GPU is used
+  int gpus_per_proc = 0;         // 0 for CPU workers
   std::optional<Engine> engine;  // multi_node: how the nodes are reached
   std::vector<NodePlan> nodes;
   std::vector<RankPlan> ranks;
@@ -90,12 +90,12 @@ std::vector<StepPlan> plan_flow(const Spec& spec, const HostFacts& host, const P
 
 // Where a run keeps its files (docs/spec.md, "Run directory").
 struct RunLayout {
-  std::string run_dir;  // absolute: <workdir>/.flowrun/runs/<run-id>
-  std::string step_dir(const std::string& step) const;                // <run_dir>/<step>
-  std::string rank_dir(const std::string& step, int rank) const;      // <run_dir>/<step>/rank<R>
-  std::string output_dir(const std::string& step, int rank) const;    // <rank_dir>/out
-  std::string error_file(const std::string& step, int rank) const;    // <rank_dir>/error.json
-  std::string inputs_dir(const std::string& step) const;              // <run_dir>/<step>/outputs
+  std::string run_dir;                                  // absolute: <workdir>/.flowrun/runs/<run-id>
+  std::string step_dir(const std::string& step) const;  // <run_dir>/<step>
+  std::string rank_dir(const std::string& step, int rank) const;    // <run_dir>/<step>/rank<R>
+  std::string output_dir(const std::string& step, int rank) const;  // <rank_dir>/out
+  std::string error_file(const std::string& step, int rank) const;  // <rank_dir>/error.json
+  std::string inputs_dir(const std::string& step) const;            // <run_dir>/<step>/outputs
 };
 
 // A new run id: "<name>-<yyyymmdd-hhmmss>-<6 hex>". Reads the clock and random device.
@@ -115,10 +115,10 @@ std::vector<std::string> expand_command(const Step& step, const RunLayout& layou
 struct LaunchContext {
   std::string run_id;
   std::string master_addr = "127.0.0.1";
-  int master_port = 0;     // 0: not chosen yet (plan output says so)
+  int master_port = 0;  // 0: not chosen yet (plan output says so)
   RunLayout layout;
   int restart_count = 0;
-  EnvMap parent_env;       // the environment flowrun itself was started with
+  EnvMap parent_env;  // the environment flowrun itself was started with
 };
 
 // The variables flowrun sets for `rank`, in a stable order: the spec's env,

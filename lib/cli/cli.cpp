@@ -1,11 +1,10 @@
 #include "flowrun/cli.h"
 
-#include <unistd.h>
-
 #include <CLI/CLI.hpp>
 #include <climits>
 #include <cstdio>
 #include <iostream>
+#include <unistd.h>
 
 #include "flowrun/error.h"
 #include "flowrun/gpu.h"
@@ -65,7 +64,8 @@ int cmd_plan(const Options& options) {
 
   LaunchContext ctx;
   ctx.run_id = options.run_id.empty() ? make_run_id(spec.name) : options.run_id;
-  ctx.layout.run_dir = options.run_dir.empty() ? spec.workdir + "/.flowrun/runs/" + ctx.run_id : options.run_dir;
+  ctx.layout.run_dir =
+      options.run_dir.empty() ? spec.workdir + "/.flowrun/runs/" + ctx.run_id : options.run_dir;
   ctx.parent_env = env;
   PlanView view{spec, host, plans, ctx, options.show_env};
   std::cout << (options.json ? format_plan_json(view) : format_plan_text(view));
@@ -84,13 +84,16 @@ int cmd_run(const Options& options) {
   // Check the spec and make the plan first, so a user sees every problem now.
   Options plan_options = options;
   cmd_plan(plan_options);
-  throw Error("running a flow is not part of this version yet; the plan above is what it will run "
-              "('flowrun plan " + options.spec_path + "' shows it without this message)");
+  throw Error(
+      "running a flow is not part of this version yet; the plan above is what it will run "
+      "('flowrun plan " +
+      options.spec_path + "' shows it without this message)");
 }
 
 void add_host_options(CLI::App& app, Options& options) {
-  app.add_option("--fake-gpus", options.fake_gpus,
-                 "Pretend this host has N GPUs (NVIDIA H200), for dry runs and tests; same as FLOWRUN_FAKE_GPUS=N")
+  app.add_option(
+         "--fake-gpus", options.fake_gpus,
+         "Pretend this host has N GPUs (NVIDIA H200), for dry runs and tests; same as FLOWRUN_FAKE_GPUS=N")
       ->check(CLI::Range(0, 1024))
       ->type_name("N");
   app.add_option("--cpus", options.cpus,
@@ -113,10 +116,11 @@ Docs: docs/spec.md (the spec), docs/plan.md (how flowrun decides), docs/cli.md.)
 
 int run_cli(int argc, char** argv) {
   Options options;
-  CLI::App app{"flowrun: run a flow of steps, some of them distributed PyTorch training, on one node with many\n"
-               "GPUs or, when a step needs more, across nodes. Workers get torchrun's environment, so scripts\n"
-               "run unchanged.",
-               "flowrun"};
+  CLI::App app{
+      "flowrun: run a flow of steps, some of them distributed PyTorch training, on one node with many\n"
+      "GPUs or, when a step needs more, across nodes. Workers get torchrun's environment, so scripts\n"
+      "run unchanged.",
+      "flowrun"};
   app.footer(kFooter);
   app.set_version_flag("--version", std::string("flowrun ") + FLOWRUN_VERSION);
   app.require_subcommand(0, 1);
@@ -167,7 +171,8 @@ int run_cli(int argc, char** argv) {
                 << "Arguments for the steps go after --: flowrun SPEC -- ARGS (they replace ${args}).\n";
     return kExitUsage;
   } catch (const CLI::ParseError& e) {
-    std::cerr << "flowrun: error: " << e.what() << "\n" << "Run 'flowrun --help' for usage.\n";
+    std::cerr << "flowrun: error: " << e.what() << "\n"
+              << "Run 'flowrun --help' for usage.\n";
     return kExitUsage;
   }
 

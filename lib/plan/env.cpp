@@ -33,7 +33,9 @@ EnvList worker_env(const Spec& spec, const Step& step, const StepPlan& plan, con
   EnvList env = spec.env;
   env.insert(env.end(), step.env.begin(), step.env.end());
   const EnvList user = env;
-  auto set = [&](std::string name, std::string value) { env.emplace_back(std::move(name), std::move(value)); };
+  auto set = [&](std::string name, std::string value) {
+    env.emplace_back(std::move(name), std::move(value));
+  };
   // A default the user (spec env) or the parent environment may override.
   auto set_default = [&](const std::string& name, const std::string& value) {
     if (has(user, name)) return;

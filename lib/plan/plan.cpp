@@ -67,7 +67,8 @@ struct Planner {
     std::string line = gpus_word(static_cast<int>(inv.gpus.size())) + " found on " + host.hostname + " (" +
                        inv.summary() + ")";
     if (!inv.selected_by.empty())
-      line += ", selected by " + inv.selected_by + " from the " + std::to_string(inv.system_count) + " it has";
+      line +=
+          ", selected by " + inv.selected_by + " from the " + std::to_string(inv.system_count) + " it has";
     return line + ".";
   }
 
@@ -88,7 +89,8 @@ struct Planner {
   PlanResult plan();
   PlanResult plan_cpu(int cpus, bool from_flag);
   PlanResult plan_gpu();
-  PlanResult finish(StepPlan plan, int nodes, int gpus_per_node, std::vector<Gpu> local_gpus, Location gpus_loc);
+  PlanResult finish(StepPlan plan, int nodes, int gpus_per_node, std::vector<Gpu> local_gpus,
+                    Location gpus_loc);
   std::optional<Refusal> place_nodes(StepPlan& plan, int nodes, Location loc);
 };
 
@@ -134,8 +136,9 @@ PlanResult Planner::plan_cpu(int cpus, bool from_flag) {
   if (nodes > 1) {
     if (!cluster)
       return refuse(p.nodes.loc, "nodes",
-                    "asks for " + nodes_word(nodes) + " but the spec has no cluster: section to fan out to; "
-                    "remove nodes: or add a cluster: section (docs/spec.md#cluster)");
+                    "asks for " + nodes_word(nodes) +
+                        " but the spec has no cluster: section to fan out to; "
+                        "remove nodes: or add a cluster: section (docs/spec.md#cluster)");
     plan.mode = PlanMode::multi_node;
     if (cpus % nodes != 0)
       return refuse(from_flag ? p.nodes.loc : p.cpus_loc, from_flag ? "nodes" : "cpus",
@@ -159,9 +162,9 @@ PlanResult Planner::plan_cpu(int cpus, bool from_flag) {
     plan.why.push_back("One node (" + host.hostname + "), " + workers_word(cpus) +
                        ", WORLD_SIZE=" + std::to_string(cpus) + ".");
   else
-    plan.why.push_back(nodes_word(nodes) + " (nodes: " + std::to_string(nodes) + ", engine: " +
-                       std::string(engine_name(cluster->engine)) + "), " + workers_word(per_node) +
-                       " each, WORLD_SIZE=" + std::to_string(cpus) + ".");
+    plan.why.push_back(nodes_word(nodes) + " (nodes: " + std::to_string(nodes) +
+                       ", engine: " + std::string(engine_name(cluster->engine)) + "), " +
+                       workers_word(per_node) + " each, WORLD_SIZE=" + std::to_string(cpus) + ".");
   return finish(std::move(plan), nodes, 0, {}, p.cpus_loc);
 }
 
@@ -187,9 +190,10 @@ PlanResult Planner::plan_gpu() {
   // Explicit GPU ids name GPUs of this host: one node.
   if (want.kind == GpuRequest::Kind::ids) {
     if (nodes_asked && *nodes_asked > 1)
-      return refuse(want.loc, "gpus",
-                    "a list of GPU ids selects GPUs of this host, but nodes: " + std::to_string(*nodes_asked) +
-                        " asks for several nodes; give a count (gpus: N, the total over all nodes) instead");
+      return refuse(
+          want.loc, "gpus",
+          "a list of GPU ids selects GPUs of this host, but nodes: " + std::to_string(*nodes_asked) +
+              " asks for several nodes; give a count (gpus: N, the total over all nodes) instead");
     if (local == 0) return no_gpu();
     std::vector<Gpu> chosen;
     for (const auto& id : want.ids) {
@@ -207,8 +211,8 @@ PlanResult Planner::plan_gpu() {
       if (found == nullptr || ambiguous) {
         std::string what = ambiguous ? "matches more than one GPU" : "names no GPU";
         return refuse(want.loc, "gpus",
-                      "GPU '" + id + "' " + what + " on " + host.hostname + ", which has " + gpus_word(local) +
-                          ": " + describe_gpus(inv.gpus) + " (" + inv.summary() +
+                      "GPU '" + id + "' " + what + " on " + host.hostname + ", which has " +
+                          gpus_word(local) + ": " + describe_gpus(inv.gpus) + " (" + inv.summary() +
                           "); use ids from 'flowrun gpus'");
       }
       for (const auto& earlier : chosen) {
@@ -234,21 +238,26 @@ PlanResult Planner::plan_gpu() {
     const int nodes = *nodes_asked;
     if (!fan_out_possible)
       return refuse(p.nodes.loc, "nodes",
-                    "asks for " + nodes_word(nodes) + " but the spec has no cluster: section to fan out to; "
-                    "remove nodes: to run on " + host.hostname + " alone, or add a cluster: section "
-                    "(docs/spec.md#cluster)");
+                    "asks for " + nodes_word(nodes) +
+                        " but the spec has no cluster: section to fan out to; "
+                        "remove nodes: to run on " +
+                        host.hostname +
+                        " alone, or add a cluster: section "
+                        "(docs/spec.md#cluster)");
     const int per_node_max = gpus_per_node_for_fanout();
     if (per_node_max == 0)
       return refuse(p.nodes.loc, "nodes",
-                    host.hostname + " has no GPUs and cluster.gpus_per_node is not set, so flowrun cannot "
-                    "tell how many GPUs each of the " + nodes_word(nodes) + " has; set cluster.gpus_per_node");
+                    host.hostname +
+                        " has no GPUs and cluster.gpus_per_node is not set, so flowrun cannot "
+                        "tell how many GPUs each of the " +
+                        nodes_word(nodes) + " has; set cluster.gpus_per_node");
     int per_node = per_node_max;
     if (want.kind == GpuRequest::Kind::count) {
       if (want.count % nodes != 0)
         return refuse(want.loc, "gpus",
-                      "gpus: " + std::to_string(want.count) + " does not split evenly over " + nodes_word(nodes) +
-                          " (nodes: " + std::to_string(nodes) + "); ask for a multiple of " +
-                          std::to_string(nodes));
+                      "gpus: " + std::to_string(want.count) + " does not split evenly over " +
+                          nodes_word(nodes) + " (nodes: " + std::to_string(nodes) +
+                          "); ask for a multiple of " + std::to_string(nodes));
       per_node = want.count / nodes;
       if (per_node > per_node_max)
         return refuse(want.loc, "gpus",
@@ -258,8 +267,8 @@ PlanResult Planner::plan_gpu() {
     }
     plan.mode = PlanMode::multi_node;
     std::string asked = want.kind == GpuRequest::Kind::all ? "all GPUs of" : gpus_word(want.count) + " over";
-    plan.why.push_back("Step " + step.name + " asks for " + asked + " " + nodes_word(nodes) + " (nodes: " +
-                       std::to_string(nodes) + "); " + per_node_source() + ".");
+    plan.why.push_back("Step " + step.name + " asks for " + asked + " " + nodes_word(nodes) +
+                       " (nodes: " + std::to_string(nodes) + "); " + per_node_source() + ".");
     return finish(std::move(plan), nodes, per_node, {}, want.loc);
   }
 
@@ -267,9 +276,10 @@ PlanResult Planner::plan_gpu() {
   if (want.kind == GpuRequest::Kind::all) {
     if (local > 0) {
       plan.mode = PlanMode::single_node;
-      plan.why.push_back("Step " + step.name + " asks for all of them" +
-                         (want.is_set ? std::string(" (gpus: all)") : std::string(" (gpus: all, the default)")) +
-                         ": one node.");
+      plan.why.push_back(
+          "Step " + step.name + " asks for all of them" +
+          (want.is_set ? std::string(" (gpus: all)") : std::string(" (gpus: all, the default)")) +
+          ": one node.");
       return finish(std::move(plan), 1, local, inv.gpus, want.loc);
     }
     if (nodes_asked || !fan_out_possible) return no_gpu();
@@ -282,8 +292,9 @@ PlanResult Planner::plan_gpu() {
       return finish(std::move(plan), nodes, *cluster->gpus_per_node, {}, want.loc);
     }
     return refuse(want.loc, want.is_set ? "gpus" : "",
-                  host.hostname + " has no GPUs, so 'all' cannot be counted here; say how many the step needs "
-                  "with gpus: N (the total) or nodes: N, and set cluster.gpus_per_node");
+                  host.hostname +
+                      " has no GPUs, so 'all' cannot be counted here; say how many the step needs "
+                      "with gpus: N (the total) or nodes: N, and set cluster.gpus_per_node");
   }
 
   // A count.
@@ -292,7 +303,8 @@ PlanResult Planner::plan_gpu() {
     plan.mode = PlanMode::single_node;
     std::vector<Gpu> chosen(inv.gpus.begin(), inv.gpus.begin() + n);
     plan.why.push_back("Step " + step.name + " asks for " + gpus_word(n) + " (gpus: " + std::to_string(n) +
-                       "): one node, " + (n == local ? "all of them" : "GPUs " + describe_gpus(chosen)) + ".");
+                       "): one node, " + (n == local ? "all of them" : "GPUs " + describe_gpus(chosen)) +
+                       ".");
     return finish(std::move(plan), 1, n, std::move(chosen), want.loc);
   }
   if (nodes_asked) {  // nodes: 1
@@ -305,15 +317,20 @@ PlanResult Planner::plan_gpu() {
     if (local == 0) return no_gpu();
     return refuse(want.loc, "gpus",
                   "gpus: " + std::to_string(n) + " asks for more GPUs than " + host.hostname + " has (" +
-                      gpus_word(local) + ": " + inv.summary() + ") and the spec has no cluster: section to fan "
-                      "out to; ask for at most " + std::to_string(local) + ", or add a cluster: section "
+                      gpus_word(local) + ": " + inv.summary() +
+                      ") and the spec has no cluster: section to fan "
+                      "out to; ask for at most " +
+                      std::to_string(local) +
+                      ", or add a cluster: section "
                       "(docs/spec.md#cluster)");
   }
   const int per_node_max = gpus_per_node_for_fanout();
   if (per_node_max == 0)
     return refuse(want.loc, "gpus",
-                  host.hostname + " has no GPUs and cluster.gpus_per_node is not set, so flowrun cannot tell "
-                  "how many nodes " + gpus_word(n) + " need; set cluster.gpus_per_node or parallel.nodes");
+                  host.hostname +
+                      " has no GPUs and cluster.gpus_per_node is not set, so flowrun cannot tell "
+                      "how many nodes " +
+                      gpus_word(n) + " need; set cluster.gpus_per_node or parallel.nodes");
   // The fewest nodes that hold the request, if it splits evenly over them.
   const int nodes = (n + per_node_max - 1) / per_node_max;
   if (n % nodes != 0) {
@@ -326,9 +343,10 @@ PlanResult Planner::plan_gpu() {
     while (!splits(upper)) ++upper;
     return refuse(want.loc, "gpus",
                   "gpus: " + std::to_string(n) + " needs " + nodes_word(nodes) + " of at most " +
-                      gpus_word(per_node_max) + " but does not split evenly over them (every node runs the same "
-                      "number of workers); ask for " + std::to_string(lower) + " or " + std::to_string(upper) +
-                      ", or set nodes: explicitly");
+                      gpus_word(per_node_max) +
+                      " but does not split evenly over them (every node runs the same "
+                      "number of workers); ask for " +
+                      std::to_string(lower) + " or " + std::to_string(upper) + ", or set nodes: explicitly");
   }
   plan.mode = PlanMode::multi_node;
   plan.why.push_back("Step " + step.name + " asks for " + gpus_word(n) + " (gpus: " + std::to_string(n) +
@@ -350,8 +368,8 @@ PlanResult Planner::finish(StepPlan plan, int nodes, int gpus_per_node, std::vec
       if (procs > gpus_per_node || gpus_per_node % procs != 0)
         return refuse(p.procs_per_node.loc, "procs_per_node",
                       "procs_per_node: " + std::to_string(procs) + " does not divide the " +
-                          gpus_word(gpus_per_node) + " each node gets; use one of " + divisors_of(gpus_per_node) +
-                          " (each worker then gets the same number of GPUs)");
+                          gpus_word(gpus_per_node) + " each node gets; use one of " +
+                          divisors_of(gpus_per_node) + " (each worker then gets the same number of GPUs)");
     }
     plan.gpus_per_proc = gpus_per_node / procs;
     if (auto refusal = place_nodes(plan, nodes, gpus_loc)) return *refusal;
@@ -363,7 +381,8 @@ PlanResult Planner::finish(StepPlan plan, int nodes, int gpus_per_node, std::vec
         // Without CUDA_VISIBLE_DEVICES a child sees every GPU of the system,
         // including those a Slurm variable told us are not ours.
         const auto& inv = host.inventory;
-        node.gpus_available = static_cast<int>(inv.cuda_visible_devices_set ? inv.gpus.size() : inv.system_count);
+        node.gpus_available =
+            static_cast<int>(inv.cuda_visible_devices_set ? inv.gpus.size() : inv.system_count);
       } else {
         node.gpus_available = gpus_per_node_for_fanout();
         for (int i = 0; i < gpus_per_node; ++i) {
@@ -430,7 +449,9 @@ std::string RunLayout::step_dir(const std::string& step) const { return run_dir 
 std::string RunLayout::rank_dir(const std::string& step, int rank) const {
   return step_dir(step) + "/rank" + std::to_string(rank);
 }
-std::string RunLayout::output_dir(const std::string& step, int rank) const { return rank_dir(step, rank) + "/out"; }
+std::string RunLayout::output_dir(const std::string& step, int rank) const {
+  return rank_dir(step, rank) + "/out";
+}
 std::string RunLayout::error_file(const std::string& step, int rank) const {
   return rank_dir(step, rank) + "/error.json";
 }

@@ -1,8 +1,7 @@
 #include "flowrun/report.h"
 
-#include <fmt/format.h>
-
 #include <algorithm>
+#include <fmt/format.h>
 
 #include "json.h"
 
@@ -72,14 +71,14 @@ std::string command_text(const Step& step, const Spec& spec, const LaunchContext
   std::string shown = relative_to(run_dir, step.workdir);
   std::vector<std::string> words;
   for (auto word : expand_command(step, ctx.layout, {})) {
-    for (std::size_t at = word.find(run_dir); at != std::string::npos; at = word.find(run_dir, at + shown.size()))
+    for (std::size_t at = word.find(run_dir); at != std::string::npos;
+         at = word.find(run_dir, at + shown.size()))
       word.replace(at, run_dir.size(), shown);
     words.push_back(shell_quote(word));
   }
   (void)spec;
   return join(words, " ");
 }
-
 
 const StepPlan* plan_of(const std::vector<StepPlan>& plans, const std::string& name) {
   for (const auto& plan : plans)
@@ -111,7 +110,8 @@ void describe_parallel(std::string& out, const PlanView& view, const Step& step,
     for (const auto& node : plan.nodes) {
       std::vector<int> ranks;
       for (int r = 0; r < node.procs; ++r) ranks.push_back(node.first_rank + r);
-      rows.push_back({std::to_string(node.node_rank), host_label(plan, node) + (node.is_local ? " (this host)" : ""),
+      rows.push_back({std::to_string(node.node_rank),
+                      host_label(plan, node) + (node.is_local ? " (this host)" : ""),
                       plan.cpu ? "-" : compact(gpu_labels(node, all_positions(node))), compact(ranks)});
     }
     out += table(rows, "   ") + "\n";
@@ -152,16 +152,20 @@ void describe_parallel(std::string& out, const PlanView& view, const Step& step,
       devices = "CUDA_VISIBLE_DEVICES left as it is (the node's GPUs); each worker uses cuda:LOCAL_RANK";
     else
       devices = "CUDA_VISIBLE_DEVICES=" + value_of(env0, "CUDA_VISIBLE_DEVICES") +
-                " on node 0, so workers see them as cuda:0-" + std::to_string(plan.nodes.front().gpus.size() - 1);
+                " on node 0, so workers see them as cuda:0-" +
+                std::to_string(plan.nodes.front().gpus.size() - 1);
     out += "   Workers get MASTER_ADDR=" + ctx.master_addr + ", " +
-           (ctx.master_port > 0 ? "MASTER_PORT=" + std::to_string(ctx.master_port) : "a free MASTER_PORT picked at launch") +
+           (ctx.master_port > 0 ? "MASTER_PORT=" + std::to_string(ctx.master_port)
+                                : "a free MASTER_PORT picked at launch") +
            " and TORCHELASTIC_RUN_ID=" + ctx.run_id + ";\n   " + devices +
            ".\n   'flowrun plan --env' lists every variable.\n";
   }
   if (!step.outputs.empty() || step.collect == Collect::all) {
-    out += "   Outputs: " + (step.outputs.empty() ? std::string("FLOWRUN_OUTPUT_DIR only") : join(step.outputs, ", ")) +
-           (step.collect == Collect::all ? " from every rank (collect: all)" : " from rank 0 (collect: rank0)") +
-           ".\n";
+    out +=
+        "   Outputs: " +
+        (step.outputs.empty() ? std::string("FLOWRUN_OUTPUT_DIR only") : join(step.outputs, ", ")) +
+        (step.collect == Collect::all ? " from every rank (collect: all)" : " from rank 0 (collect: rank0)") +
+        ".\n";
   }
 }
 
@@ -177,8 +181,9 @@ std::string format_plan_text(const PlanView& view) {
   const Spec& spec = view.spec;
   std::string out = fmt::format("Flow {} ({}), run id {}\n", spec.name, spec.file, view.ctx.run_id);
   const auto& inv = view.host.inventory;
-  out += fmt::format("This host: {}, {}\n", view.host.hostname,
-                     inv.gpus.empty() ? "no GPUs" : fmt::format("{} GPUs ({})", inv.gpus.size(), inv.summary()));
+  out +=
+      fmt::format("This host: {}, {}\n", view.host.hostname,
+                  inv.gpus.empty() ? "no GPUs" : fmt::format("{} GPUs ({})", inv.gpus.size(), inv.summary()));
   int number = 0;
   for (std::size_t index : spec.order) {
     const Step& step = spec.steps[index];
@@ -186,7 +191,8 @@ std::string format_plan_text(const PlanView& view) {
     if (!step.needs.empty()) out += " (after " + join(step.needs, ", ") + ")";
     const std::string run = "   run: " + command_text(step, spec, view.ctx) + "\n";
     if (const StepPlan* plan = plan_of(view.plans, step.name)) {
-      out += fmt::format(": parallel, {} {}\n", plan->world_size, plan->world_size == 1 ? "worker" : "workers");
+      out +=
+          fmt::format(": parallel, {} {}\n", plan->world_size, plan->world_size == 1 ? "worker" : "workers");
       out += run;
       describe_parallel(out, view, step, *plan);
     } else if (!step.join.empty()) {
@@ -304,12 +310,13 @@ std::string format_gpus_text(const Inventory& inventory, const std::string& host
                          inventory.cuda_driver_version.empty() ? "unknown" : inventory.cuda_driver_version);
     std::vector<std::vector<std::string>> rows{{"index", "name", "memory", "uuid", "pci bus id"}};
     for (const auto& gpu : inventory.gpus)
-      rows.push_back({std::to_string(gpu.index), gpu.name, format_bytes(gpu.memory_bytes), gpu.uuid, gpu.pci_bus_id});
+      rows.push_back(
+          {std::to_string(gpu.index), gpu.name, format_bytes(gpu.memory_bytes), gpu.uuid, gpu.pci_bus_id});
     out += table(rows, "  ");
   }
   if (!inventory.selected_by.empty())
-    out += fmt::format("selected by {}: {} of the system's {} GPUs\n", inventory.selected_by, inventory.gpus.size(),
-                       inventory.system_count);
+    out += fmt::format("selected by {}: {} of the system's {} GPUs\n", inventory.selected_by,
+                       inventory.gpus.size(), inventory.system_count);
   for (const auto& note : inventory.notes) out += "note: " + note + "\n";
   return out;
 }
@@ -353,8 +360,8 @@ std::string format_validate_ok(const Spec& spec) {
     else
       names.push_back(step.name);
   }
-  return fmt::format("{}: ok: {} {}: {}\n", spec.file, spec.steps.size(), spec.steps.size() == 1 ? "step" : "steps",
-                     join(names, ", "));
+  return fmt::format("{}: ok: {} {}: {}\n", spec.file, spec.steps.size(),
+                     spec.steps.size() == 1 ? "step" : "steps", join(names, ", "));
 }
 
 }  // namespace flowrun

@@ -1,9 +1,9 @@
 // The planner's decision table (docs/plan.md), one test per row, and every
 // refusal with its exact message. No spec parsing here: steps are built by
 // hand, so these tests pin the planner alone.
-#include <catch2/catch.hpp>
-
 #include "flowrun/plan.h"
+
+#include <catch2/catch.hpp>
 
 using namespace flowrun;
 
@@ -80,15 +80,15 @@ ClusterSpec slurm_cluster(std::optional<int> gpus_per_node = std::nullopt) {
   return cluster;
 }
 
-StepPlan must_plan(const Step& step, const HostFacts& host, const std::optional<ClusterSpec>& cluster = std::nullopt,
-                   PlanOptions options = {}) {
+StepPlan must_plan(const Step& step, const HostFacts& host,
+                   const std::optional<ClusterSpec>& cluster = std::nullopt, PlanOptions options = {}) {
   PlanResult result = plan_step(step, cluster, host, options);
   if (auto* refusal = std::get_if<Refusal>(&result)) FAIL("refused: " << refusal->message);
   return std::get<StepPlan>(result);
 }
 
-Refusal must_refuse(const Step& step, const HostFacts& host, const std::optional<ClusterSpec>& cluster = std::nullopt,
-                    PlanOptions options = {}) {
+Refusal must_refuse(const Step& step, const HostFacts& host,
+                    const std::optional<ClusterSpec>& cluster = std::nullopt, PlanOptions options = {}) {
   PlanResult result = plan_step(step, cluster, host, options);
   if (std::holds_alternative<StepPlan>(result)) FAIL("planned, but a refusal was expected");
   return std::get<Refusal>(result);
@@ -101,10 +101,11 @@ std::vector<std::string> layout(const StepPlan& plan) {
     std::string gpus;
     for (int g : rank.gpus) {
       if (!gpus.empty()) gpus += ",";
-      gpus += std::to_string(plan.nodes[static_cast<std::size_t>(rank.node)].gpus[static_cast<std::size_t>(g)].index);
+      gpus += std::to_string(
+          plan.nodes[static_cast<std::size_t>(rank.node)].gpus[static_cast<std::size_t>(g)].index);
     }
-    out.push_back(std::to_string(rank.rank) + ":" + std::to_string(rank.node) + ":" + std::to_string(rank.local_rank) +
-                  ":" + gpus);
+    out.push_back(std::to_string(rank.rank) + ":" + std::to_string(rank.node) + ":" +
+                  std::to_string(rank.local_rank) + ":" + gpus);
   }
   return out;
 }
@@ -138,8 +139,8 @@ TEST_CASE("row 1: gpus all on a host with GPUs -> one node, one worker per GPU",
   CHECK(plan.nodes[0].host == "host-a");
   CHECK(plan.nodes[0].is_local);
   CHECK(plan.nodes[0].procs == 8);
-  CHECK(layout(plan) == std::vector<std::string>{"0:0:0:0", "1:0:1:1", "2:0:2:2", "3:0:3:3", "4:0:4:4", "5:0:5:5",
-                                                 "6:0:6:6", "7:0:7:7"});
+  CHECK(layout(plan) == std::vector<std::string>{"0:0:0:0", "1:0:1:1", "2:0:2:2", "3:0:3:3", "4:0:4:4",
+                                                 "5:0:5:5", "6:0:6:6", "7:0:7:7"});
   CHECK(plan.why == std::vector<std::string>{
                         "8 GPUs found on host-a (NVIDIA H200 x8).",
                         "Step train asks for all of them (gpus: all, the default): one node.",
@@ -184,7 +185,8 @@ TEST_CASE("row 4: procs_per_node K -> K workers per node, the node's GPUs split 
 
 TEST_CASE("row 5: gpus N beyond this host with a cluster -> the fewest nodes, split evenly", "[plan]") {
   SECTION("16 over nodes of 8: 2 nodes x 8") {
-    StepPlan plan = must_plan(with_gpus(make_step(), 16), host_with(8), ssh_cluster({"gpu-a", "gpu-b", "gpu-c"}));
+    StepPlan plan =
+        must_plan(with_gpus(make_step(), 16), host_with(8), ssh_cluster({"gpu-a", "gpu-b", "gpu-c"}));
     CHECK(plan.mode == PlanMode::multi_node);
     CHECK(plan.engine == Engine::ssh);
     CHECK(plan.world_size == 16);
@@ -218,9 +220,10 @@ TEST_CASE("row 6: nodes M with gpus all -> M nodes with every GPU of each", "[pl
   CHECK(plan.mode == PlanMode::multi_node);
   CHECK(plan.engine == Engine::slurm);
   CHECK(plan.world_size == 8);
-  CHECK(plan.why[1] ==
-        "Step train asks for all GPUs of 2 nodes (nodes: 2); each node is taken to have as many GPUs as host-a "
-        "(4; set cluster.gpus_per_node if they differ).");
+  CHECK(
+      plan.why[1] ==
+      "Step train asks for all GPUs of 2 nodes (nodes: 2); each node is taken to have as many GPUs as host-a "
+      "(4; set cluster.gpus_per_node if they differ).");
 }
 
 TEST_CASE("row 7: nodes M with gpus N -> N/M GPUs on each of M nodes", "[plan]") {
@@ -260,11 +263,12 @@ TEST_CASE("row 10: cpus N -> one node, N CPU workers, no GPU", "[plan]") {
     CHECK(plan.world_size == 4);
     CHECK(plan.gpus_per_proc == 0);
     CHECK(layout(plan) == std::vector<std::string>{"0:0:0:", "1:0:1:", "2:0:2:", "3:0:3:"});
-    CHECK(plan.why == std::vector<std::string>{
-                          "Step train asks for 4 workers on CPUs (cpus: 4), so no GPU is used and every worker sees "
-                          "none (CUDA_VISIBLE_DEVICES is empty).",
-                          "One node (host-a), 4 workers, WORLD_SIZE=4.",
-                      });
+    CHECK(plan.why ==
+          std::vector<std::string>{
+              "Step train asks for 4 workers on CPUs (cpus: 4), so no GPU is used and every worker sees "
+              "none (CUDA_VISIBLE_DEVICES is empty).",
+              "One node (host-a), 4 workers, WORLD_SIZE=4.",
+          });
   }
   SECTION("--cpus overrides the spec's GPUs, even on a GPU host") {
     PlanOptions options;
@@ -277,7 +281,8 @@ TEST_CASE("row 10: cpus N -> one node, N CPU workers, no GPU", "[plan]") {
 }
 
 TEST_CASE("row 11: cpus N with nodes M -> N/M CPU workers on each node", "[plan]") {
-  StepPlan plan = must_plan(with_nodes(with_cpus(make_step(), 4), 2), gpu_less_host(), ssh_cluster({"a", "b"}));
+  StepPlan plan =
+      must_plan(with_nodes(with_cpus(make_step(), 4), 2), gpu_less_host(), ssh_cluster({"a", "b"}));
   CHECK(plan.cpu);
   CHECK(plan.mode == PlanMode::multi_node);
   CHECK(layout(plan) == std::vector<std::string>{"0:0:0:", "1:0:1:", "2:1:0:", "3:1:1:"});
@@ -291,8 +296,10 @@ TEST_CASE("refusal R1: no GPU, no cpus, no cluster says how to run on CPU worker
   CHECK(r.loc == kParallel);
   CHECK(r.path == "steps.train.parallel");
   CHECK(r.message ==
-        "step train needs GPUs but host-a has none (libnvidia-ml.so.1 not found (no NVIDIA driver on this host)); "
-        "to run on CPU workers add 'cpus: N' under steps.train.parallel or pass --cpus N; to use GPU nodes add a "
+        "step train needs GPUs but host-a has none (libnvidia-ml.so.1 not found (no NVIDIA driver on this "
+        "host)); "
+        "to run on CPU workers add 'cpus: N' under steps.train.parallel or pass --cpus N; to use GPU nodes "
+        "add a "
         "cluster: section with gpus_per_node");
 }
 
@@ -300,7 +307,8 @@ TEST_CASE("refusal R1: GPUs hidden by CUDA_VISIBLE_DEVICES are named as the caus
   Refusal r = must_refuse(with_gpus(make_step(), 2), host_with(8, {{"CUDA_VISIBLE_DEVICES", ""}}));
   CHECK(r.path == "steps.train.parallel.gpus");
   CHECK(r.message ==
-        "step train needs GPUs but host-a has none (CUDA_VISIBLE_DEVICES hides all 8); to run on CPU workers add "
+        "step train needs GPUs but host-a has none (CUDA_VISIBLE_DEVICES hides all 8); to run on CPU workers "
+        "add "
         "'cpus: N' under steps.train.parallel or pass --cpus N; to use GPU nodes add a cluster: section with "
         "gpus_per_node");
 }
@@ -310,15 +318,17 @@ TEST_CASE("refusal R2: more GPUs than this host has and no cluster", "[plan]") {
   CHECK(r.loc == kGpus);
   CHECK(r.path == "steps.train.parallel.gpus");
   CHECK(r.message ==
-        "gpus: 16 asks for more GPUs than host-a has (8 GPUs: NVIDIA H200 x8) and the spec has no cluster: section "
+        "gpus: 16 asks for more GPUs than host-a has (8 GPUs: NVIDIA H200 x8) and the spec has no cluster: "
+        "section "
         "to fan out to; ask for at most 8, or add a cluster: section (docs/spec.md#cluster)");
 }
 
 TEST_CASE("refusal R3: a count that does not split evenly over the nodes it needs", "[plan]") {
   Refusal r = must_refuse(with_gpus(make_step(), 9), host_with(8), slurm_cluster());
-  CHECK(r.message ==
-        "gpus: 9 needs 2 nodes of at most 8 GPUs but does not split evenly over them (every node runs the same "
-        "number of workers); ask for 8 or 10, or set nodes: explicitly");
+  CHECK(
+      r.message ==
+      "gpus: 9 needs 2 nodes of at most 8 GPUs but does not split evenly over them (every node runs the same "
+      "number of workers); ask for 8 or 10, or set nodes: explicitly");
 }
 
 TEST_CASE("refusal R4: nodes M with a count that M does not divide", "[plan]") {
@@ -330,7 +340,8 @@ TEST_CASE("refusal R4: nodes M with a count that M does not divide", "[plan]") {
 TEST_CASE("refusal R5: nodes M with more GPUs per node than a node has", "[plan]") {
   Refusal r = must_refuse(with_nodes(with_gpus(make_step(), 32), 2), host_with(8), slurm_cluster());
   CHECK(r.message ==
-        "gpus: 32 over 2 nodes is 16 GPUs per node, but each node is taken to have as many GPUs as host-a (8; set "
+        "gpus: 32 over 2 nodes is 16 GPUs per node, but each node is taken to have as many GPUs as host-a "
+        "(8; set "
         "cluster.gpus_per_node if they differ); ask for at most 16 or more nodes");
 }
 
@@ -339,36 +350,42 @@ TEST_CASE("refusal R6: nodes M > 1 without a cluster", "[plan]") {
   CHECK(r.loc == kNodes);
   CHECK(r.path == "steps.train.parallel.nodes");
   CHECK(r.message ==
-        "asks for 2 nodes but the spec has no cluster: section to fan out to; remove nodes: to run on host-a alone, "
+        "asks for 2 nodes but the spec has no cluster: section to fan out to; remove nodes: to run on host-a "
+        "alone, "
         "or add a cluster: section (docs/spec.md#cluster)");
 }
 
 TEST_CASE("refusal R7: a GPU id this host does not have", "[plan]") {
   Refusal r = must_refuse(with_ids(make_step(), {"0", "9"}), host_with(8));
   CHECK(r.loc == kGpus);
-  CHECK(r.message ==
-        "GPU '9' names no GPU on host-a, which has 8 GPUs: 0-7 (NVIDIA H200 x8); use ids from 'flowrun gpus'");
+  CHECK(
+      r.message ==
+      "GPU '9' names no GPU on host-a, which has 8 GPUs: 0-7 (NVIDIA H200 x8); use ids from 'flowrun gpus'");
   Refusal by_uuid = must_refuse(with_ids(make_step(), {"GPU-0000"}), host_with(2));
   CHECK(by_uuid.message ==
-        "GPU 'GPU-0000' names no GPU on host-a, which has 2 GPUs: 0, 1 (NVIDIA H200 x2); use ids from 'flowrun gpus'");
+        "GPU 'GPU-0000' names no GPU on host-a, which has 2 GPUs: 0, 1 (NVIDIA H200 x2); use ids from "
+        "'flowrun gpus'");
 }
 
 TEST_CASE("refusal R7: an id prefix that matches several GPUs", "[plan]") {
   Refusal r = must_refuse(with_ids(make_step(), {"GPU-fa4e"}), host_with(2));
-  CHECK(r.message == "GPU 'GPU-fa4e' matches more than one GPU on host-a, which has 2 GPUs: 0, 1 (NVIDIA H200 x2); "
-                     "use ids from 'flowrun gpus'");
+  CHECK(r.message ==
+        "GPU 'GPU-fa4e' matches more than one GPU on host-a, which has 2 GPUs: 0, 1 (NVIDIA H200 x2); "
+        "use ids from 'flowrun gpus'");
 }
 
 TEST_CASE("refusal R8: the same GPU twice, by ordinal and by UUID", "[plan]") {
   HostFacts host = host_with(4);
   Refusal r = must_refuse(with_ids(make_step(), {"1", host.inventory.gpus[1].uuid}), host);
-  CHECK(r.message == "GPU '" + host.inventory.gpus[1].uuid + "' is listed twice (it is GPU 1); list each GPU once");
+  CHECK(r.message ==
+        "GPU '" + host.inventory.gpus[1].uuid + "' is listed twice (it is GPU 1); list each GPU once");
 }
 
 TEST_CASE("refusal R9: GPU ids with several nodes", "[plan]") {
   Refusal r = must_refuse(with_nodes(with_ids(make_step(), {"0", "1"}), 2), host_with(8), slurm_cluster());
   CHECK(r.message ==
-        "a list of GPU ids selects GPUs of this host, but nodes: 2 asks for several nodes; give a count (gpus: N, "
+        "a list of GPU ids selects GPUs of this host, but nodes: 2 asks for several nodes; give a count "
+        "(gpus: N, "
         "the total over all nodes) instead");
 }
 
@@ -376,49 +393,58 @@ TEST_CASE("refusal R10: procs_per_node that does not divide the node's GPUs", "[
   Refusal r = must_refuse(with_procs(make_step(), 3), host_with(8));
   CHECK(r.loc == kProcs);
   CHECK(r.path == "steps.train.parallel.procs_per_node");
-  CHECK(r.message == "procs_per_node: 3 does not divide the 8 GPUs each node gets; use one of 1, 2, 4, 8 (each worker "
-                     "then gets the same number of GPUs)");
-  CHECK(must_refuse(with_procs(make_step(), 16), host_with(8)).message.rfind("procs_per_node: 16 does not", 0) == 0);
+  CHECK(r.message ==
+        "procs_per_node: 3 does not divide the 8 GPUs each node gets; use one of 1, 2, 4, 8 (each worker "
+        "then gets the same number of GPUs)");
+  CHECK(must_refuse(with_procs(make_step(), 16), host_with(8))
+            .message.rfind("procs_per_node: 16 does not", 0) == 0);
 }
 
 TEST_CASE("refusal R11: too few hosts in cluster.hosts", "[plan]") {
   Refusal r = must_refuse(with_gpus(make_step(), 24), host_with(8), ssh_cluster({"gpu-a", "gpu-b"}));
   CHECK(r.loc == Location{32, 10});
   CHECK(r.path == "cluster.hosts");
-  CHECK(r.message == "step train needs 3 nodes but cluster.hosts lists 2 (gpu-a, gpu-b); add hosts or ask for fewer GPUs");
+  CHECK(r.message ==
+        "step train needs 3 nodes but cluster.hosts lists 2 (gpu-a, gpu-b); add hosts or ask for fewer GPUs");
 }
 
 TEST_CASE("refusal R12: nodes 1 with more GPUs than this host has", "[plan]") {
   Refusal r = must_refuse(with_nodes(with_gpus(make_step(), 16), 1), host_with(8), slurm_cluster());
-  CHECK(r.message == "gpus: 16 on one node (nodes: 1), but host-a has 8 GPUs (NVIDIA H200 x8); ask for at most 8, or "
-                     "remove nodes: 1 to fan out over the cluster");
+  CHECK(r.message ==
+        "gpus: 16 on one node (nodes: 1), but host-a has 8 GPUs (NVIDIA H200 x8); ask for at most 8, or "
+        "remove nodes: 1 to fan out over the cluster");
 }
 
 TEST_CASE("refusal R13: a head without GPUs and a cluster without gpus_per_node", "[plan]") {
   CHECK(must_refuse(with_gpus(make_step(), 8), gpu_less_host(), slurm_cluster()).message ==
-        "host-a has no GPUs and cluster.gpus_per_node is not set, so flowrun cannot tell how many nodes 8 GPUs need; "
+        "host-a has no GPUs and cluster.gpus_per_node is not set, so flowrun cannot tell how many nodes 8 "
+        "GPUs need; "
         "set cluster.gpus_per_node or parallel.nodes");
   CHECK(must_refuse(with_nodes(make_step(), 2), gpu_less_host(), slurm_cluster()).message ==
-        "host-a has no GPUs and cluster.gpus_per_node is not set, so flowrun cannot tell how many GPUs each of the 2 "
+        "host-a has no GPUs and cluster.gpus_per_node is not set, so flowrun cannot tell how many GPUs each "
+        "of the 2 "
         "nodes has; set cluster.gpus_per_node");
 }
 
-TEST_CASE("refusal R14: CPU workers that do not split over the nodes or contradict procs_per_node", "[plan]") {
+TEST_CASE("refusal R14: CPU workers that do not split over the nodes or contradict procs_per_node",
+          "[plan]") {
   Refusal uneven = must_refuse(with_nodes(with_cpus(make_step(), 3), 2), gpu_less_host(), slurm_cluster());
   CHECK(uneven.loc == kCpus);
   CHECK(uneven.message == "cpus: 3 CPU workers do not split evenly over 2 nodes; ask for a multiple of 2");
   Refusal contradicts = must_refuse(with_procs(with_cpus(make_step(), 4), 2), gpu_less_host());
   CHECK(contradicts.loc == kProcs);
   CHECK(contradicts.message ==
-        "procs_per_node: 2 contradicts cpus: 4 over 1 node (4 per node); for CPU workers set only cpus (the total)");
+        "procs_per_node: 2 contradicts cpus: 4 over 1 node (4 per node); for CPU workers set only cpus (the "
+        "total)");
   Refusal no_cluster = must_refuse(with_nodes(with_cpus(make_step(), 4), 2), gpu_less_host());
   CHECK(no_cluster.path == "steps.train.parallel.nodes");
 }
 
 TEST_CASE("refusal R15: gpus all on a GPU-less head when all cannot be counted", "[plan]") {
   Refusal r = must_refuse(make_step(), gpu_less_host(), slurm_cluster(8));
-  CHECK(r.message == "host-a has no GPUs, so 'all' cannot be counted here; say how many the step needs with gpus: N "
-                     "(the total) or nodes: N, and set cluster.gpus_per_node");
+  CHECK(r.message ==
+        "host-a has no GPUs, so 'all' cannot be counted here; say how many the step needs with gpus: N "
+        "(the total) or nodes: N, and set cluster.gpus_per_node");
 }
 
 // ---- the environment's GPU selection feeds the plan ---------------------------
@@ -508,14 +534,16 @@ TEST_CASE("worker_env keeps the user's and the parent's overridable values", "[e
   EnvList env = worker_env(Spec{}, step, plan, plan.ranks[0],
                            context({{"TORCH_NCCL_ASYNC_ERROR_HANDLING", "3"}, {"OMP_NUM_THREADS", "4"}}));
   CHECK(env_value(env, "OMP_NUM_THREADS") == "8");
-  CHECK(std::count_if(env.begin(), env.end(), [](const auto& kv) { return kv.first == "OMP_NUM_THREADS"; }) == 1);
+  CHECK(std::count_if(env.begin(), env.end(), [](const auto& kv) { return kv.first == "OMP_NUM_THREADS"; }) ==
+        1);
   CHECK(env_value(env, "TORCH_NCCL_ASYNC_ERROR_HANDLING") == "3");
   CHECK(env_value(env, "NCCL_ASYNC_ERROR_HANDLING") == "1");
 }
 
 TEST_CASE("worker_env: OMP_NUM_THREADS only when several workers share a node", "[env]") {
   StepPlan one = must_plan(with_gpus(make_step(), 1), host_with(8));
-  CHECK(env_value(worker_env(Spec{}, make_step(), one, one.ranks[0], context()), "OMP_NUM_THREADS") == "<unset>");
+  CHECK(env_value(worker_env(Spec{}, make_step(), one, one.ranks[0], context()), "OMP_NUM_THREADS") ==
+        "<unset>");
   StepPlan two = must_plan(with_gpus(make_step(), 2), host_with(8));
   CHECK(env_value(worker_env(Spec{}, make_step(), two, two.ranks[0], context()), "OMP_NUM_THREADS") == "1");
 }
@@ -523,28 +551,30 @@ TEST_CASE("worker_env: OMP_NUM_THREADS only when several workers share a node", 
 TEST_CASE("worker_env: CUDA_VISIBLE_DEVICES is the node's selection, narrowed only on request", "[env]") {
   SECTION("all GPUs, nothing set: left alone") {
     StepPlan plan = must_plan(make_step(), host_with(8));
-    CHECK(env_value(worker_env(Spec{}, make_step(), plan, plan.ranks[3], context()), "CUDA_VISIBLE_DEVICES") ==
-          "<unset>");
+    CHECK(env_value(worker_env(Spec{}, make_step(), plan, plan.ranks[3], context()),
+                    "CUDA_VISIBLE_DEVICES") == "<unset>");
   }
   SECTION("a subset: the node's selection for every worker") {
     StepPlan plan = must_plan(with_ids(make_step(), {"1", "6"}), host_with(8));
-    CHECK(env_value(worker_env(Spec{}, make_step(), plan, plan.ranks[1], context()), "CUDA_VISIBLE_DEVICES") ==
-          "1,6");
+    CHECK(env_value(worker_env(Spec{}, make_step(), plan, plan.ranks[1], context()),
+                    "CUDA_VISIBLE_DEVICES") == "1,6");
   }
   SECTION("visible_devices: process narrows to the worker's own GPUs") {
     Step step = with_procs(make_step(), 2);
     step.parallel->visible_devices = Visibility::process;
     StepPlan plan = must_plan(step, host_with(8));
-    CHECK(env_value(worker_env(Spec{}, step, plan, plan.ranks[1], context()), "CUDA_VISIBLE_DEVICES") == "4,5,6,7");
+    CHECK(env_value(worker_env(Spec{}, step, plan, plan.ranks[1], context()), "CUDA_VISIBLE_DEVICES") ==
+          "4,5,6,7");
   }
   SECTION("a remote node that uses part of its GPUs") {
     StepPlan plan = must_plan(with_gpus(make_step(), 12), host_with(8), slurm_cluster());
-    CHECK(env_value(worker_env(Spec{}, make_step(), plan, plan.ranks[7], context()), "CUDA_VISIBLE_DEVICES") ==
-          "0,1,2,3,4,5");
+    CHECK(env_value(worker_env(Spec{}, make_step(), plan, plan.ranks[7], context()),
+                    "CUDA_VISIBLE_DEVICES") == "0,1,2,3,4,5");
   }
   SECTION("CPU workers see no GPU") {
     StepPlan plan = must_plan(with_cpus(make_step(), 2), host_with(8));
-    CHECK(env_value(worker_env(Spec{}, make_step(), plan, plan.ranks[0], context()), "CUDA_VISIBLE_DEVICES") == "");
+    CHECK(env_value(worker_env(Spec{}, make_step(), plan, plan.ranks[0], context()),
+                    "CUDA_VISIBLE_DEVICES") == "");
   }
 }
 
@@ -564,8 +594,10 @@ TEST_CASE("plan_flow reports every refusal at once, located in the spec", "[plan
     FAIL("expected refusals");
   } catch (const DiagnosticError& e) {
     REQUIRE(e.diagnostics().size() == 2);
-    CHECK(e.diagnostics()[0].to_string().rfind("train.yaml:11:11: steps.a.parallel.gpus: gpus: 16 asks", 0) == 0);
-    CHECK(e.diagnostics()[1].to_string().rfind("train.yaml:13:21: steps.b.parallel.procs_per_node: ", 0) == 0);
+    CHECK(e.diagnostics()[0].to_string().rfind("train.yaml:11:11: steps.a.parallel.gpus: gpus: 16 asks", 0) ==
+          0);
+    CHECK(e.diagnostics()[1].to_string().rfind("train.yaml:13:21: steps.b.parallel.procs_per_node: ", 0) ==
+          0);
   }
 }
 
@@ -581,13 +613,15 @@ TEST_CASE("make_run_id is the flow's name, a time stamp and a random suffix", "[
 TEST_CASE("expand_command fills ${steps.NAME.outputs} and ${args} without a shell", "[command]") {
   RunLayout layout{"/w/.flowrun/runs/r1"};
   Step step;
-  step.argv = {"python3", "eval.py", "--model", "${steps.train.outputs}/model.pt", "${args}", "--tag=${args}"};
+  step.argv = {"python3", "eval.py",      "--model", "${steps.train.outputs}/model.pt",
+               "${args}", "--tag=${args}"};
   CHECK(expand_command(step, layout, {"--lr", "0.1 x"}) ==
-        std::vector<std::string>{"python3", "eval.py", "--model", "/w/.flowrun/runs/r1/train/outputs/model.pt", "--lr",
-                                 "0.1 x", "--tag=--lr 0.1 x"});
+        std::vector<std::string>{"python3", "eval.py", "--model",
+                                 "/w/.flowrun/runs/r1/train/outputs/model.pt", "--lr", "0.1 x",
+                                 "--tag=--lr 0.1 x"});
   CHECK(expand_command(step, layout, {}) ==
-        std::vector<std::string>{"python3", "eval.py", "--model", "/w/.flowrun/runs/r1/train/outputs/model.pt",
-                                 "--tag="});
+        std::vector<std::string>{"python3", "eval.py", "--model",
+                                 "/w/.flowrun/runs/r1/train/outputs/model.pt", "--tag="});
 }
 
 TEST_CASE("expand_command quotes every substituted value under shell: true", "[command]") {
@@ -595,8 +629,9 @@ TEST_CASE("expand_command quotes every substituted value under shell: true", "[c
   Step step;
   step.shell = true;
   step.script = "ls ${steps.train.outputs} ${HOME} > out.txt; echo ${args}";
-  CHECK(expand_command(step, layout, {"a b", "$(rm -rf /)", "it's"}) ==
-        std::vector<std::string>{"/bin/sh", "-c",
-                                 "ls '/w/my runs/r1/train/outputs' ${HOME} > out.txt; echo 'a b' '$(rm -rf /)' "
-                                 "'it'\\''s'"});
+  CHECK(
+      expand_command(step, layout, {"a b", "$(rm -rf /)", "it's"}) ==
+      std::vector<std::string>{"/bin/sh", "-c",
+                               "ls '/w/my runs/r1/train/outputs' ${HOME} > out.txt; echo 'a b' '$(rm -rf /)' "
+                               "'it'\\''s'"});
 }
