@@ -90,30 +90,30 @@ enum class Engine { slurm, ssh, manual };
 
 struct ClusterSpec {
   Engine engine = Engine::slurm;
-  std::vector<std::string> hosts;         // ssh: the nodes, in node-rank order
-  std::optional<int> gpus_per_node;       // for a head that has no GPUs itself
-  std::vector<std::string> ssh_command;   // ssh: argv prefix, default {"ssh"}
-  std::vector<std::string> srun_args;     // slurm: extra srun arguments
-  Location loc;                           // of the `cluster:` key
+  std::vector<std::string> hosts;        // ssh: the nodes, in node-rank order
+  std::optional<int> gpus_per_node;      // for a head that has no GPUs itself
+  std::vector<std::string> ssh_command;  // ssh: argv prefix, default {"ssh"}
+  std::vector<std::string> srun_args;    // slurm: extra srun arguments
+  Location loc;                          // of the `cluster:` key
   Location hosts_loc;
 };
 
 struct Spec {
-  std::string file;     // as the user named it
-  std::string dir;      // absolute directory of the file
-  std::string name;     // defaults to the file's stem
+  std::string file;  // as the user named it
+  std::string dir;   // absolute directory of the file
+  std::string name;  // defaults to the file's stem
   EnvList env;
-  std::string workdir;  // absolute; defaults to `dir`
-  std::vector<Step> steps;            // in file order
-  std::vector<std::size_t> order;     // indices into `steps`, dependencies first
+  std::string workdir;             // absolute; defaults to `dir`
+  std::vector<Step> steps;         // in file order
+  std::vector<std::size_t> order;  // indices into `steps`, dependencies first
   std::optional<ClusterSpec> cluster;
 
   const Step* find_step(std::string_view name) const;
 };
 
 struct SpecParse {
-  std::optional<Spec> spec;              // set when there are no diagnostics
-  std::vector<Diagnostic> diagnostics;   // sorted by position
+  std::optional<Spec> spec;             // set when there are no diagnostics
+  std::vector<Diagnostic> diagnostics;  // sorted by position
 };
 
 // Parses and validates spec text. `file` is used in diagnostics; `dir` is the

@@ -1,0 +1,1337 @@
+// Parsing and checking flow specs (the contract is in include/flowrun/spec.h,
+// the format in docs/spec.md).
+//
+// yaml-cpp builds the node tree, then a hand-written walk checks it against
+// the format, key by key. The walk never recurses generically: it only
+// descends into the keys it knows, a fixed depth, so alias cycles such as
+// `&a [*a]` are harmless. yaml-cpp bounds its own recursion (DeepRecursion);
+// text that is not UTF-8 or holds NUL bytes is refused before it gets there,
+// since yaml-cpp would otherwise guess UTF-16/32 from the zero bytes.
+//
+// Every problem is collected; one bad value never stops the walk. Problems that
+// would only follow from an earlier one are not reported: a step with a bad
+// name stays out of the graph and references to that name are not reported
+// again, a step whose `shell:` is unreadable does not have its `run` split.
+
+#include "flowrun/spec.h"
+
+#include <algorithm>
+#include <cerrno>
+#include <charconv>
+#include <cstdint>
+#include <cstring>
+#include <fcntl.h>
+#include <filesystem>
+#include <limits>
+#include <map>
+#include <set>
+#include <span>
+#include <sstream>
+#include <unistd.h>
+#include <yaml-cpp/depthguard.h>
+#include <yaml-cpp/eventhandler.h>
+#include <yaml-cpp/yaml.h>
+
+#include "flowrun/contract.h"
+#include "flowrun/util.h"
+
+namespace flowrun {
+
+namespace spec_detail {
+// Defined in placeholders.cpp.
+std::string quote(std::string_view text);
+bool is_step_name(std::string_view name);
+}  // namespace spec_detail
+
+namespace {
+
+using spec_detail::is_step_name;
+using spec_detail::quote;
+
+constexpr int kMaxInt = std::numeric_limits<int>::max();
+constexpr double kMaxTimeoutS = 365.0 * 24 * 3600;
+
+Location to_location(const YAML::Mark& mark) {
+  if (mark.line < 0 || mark.column < 0) return {};
+  return {mark.line + 1, mark.column + 1};
+}
+
+std::string child(const std::string& path, std::string_view key) {
+  return path.empty() ? std::string(key) : path + "." + std::string(key);
+}
+
+bool is_digits(std::string_view s) {
+  return !s.empty() && std::all_of(s.begin(), s.end(), [](char c) { return c >= '0' && c <= '9'; });
+}
+
+// YAML 1.2 core-schema numbers and booleans, shown bare in messages ("got 1.5");
+// everything else is shown as a string ("got a string 'abc'").
+bool looks_like_number_or_bool(std::string_view s) {
+  static constexpr std::string_view kWords[] = {"true", "True", "TRUE",  "false", "False", "FALSE", ".inf",
+                                                ".Inf", ".INF", "-.inf", "+.inf", ".nan",  ".NaN",  ".NAN"};
+  if (std::find(std::begin(kWords), std::end(kWords), s) != std::end(kWords)) return true;
+  if (!s.empty() && (s[0] == '-' || s[0] == '+')) s.remove_prefix(1);
+  if (s.starts_with("0x") || s.starts_with("0o")) return s.size() > 2;
+  bool digit = false, dot = false, exp = false;
+  for (std::size_t i = 0; i < s.size(); ++i) {
+    char c = s[i];
+    if (c >= '0' && c <= '9') {
+      digit = true;
+    } else if (c == '.' && !dot && !exp) {
+      dot = true;
+    } else if ((c == 'e' || c == 'E') && digit && !exp) {
+      exp = true;
+      if (i + 1 < s.size() && (s[i + 1] == '+' || s[i + 1] == '-')) ++i;
+      if (i + 1 >= s.size()) return false;
+    } else {
+      return false;
+    }
+  }
+  return digit;
+}
+
+std::string describe(const YAML::Node& node) {
+  switch (node.Type()) {
+    case YAML::NodeType::Sequence: return node.size() == 0 ? "an empty sequence" : "a sequence";
+    case YAML::NodeType::Map: return node.size() == 0 ? "an empty mapping" : "a mapping";
+    case YAML::NodeType::Scalar: {
+      const std::string& text = node.Scalar();
+      if (node.Tag() == "?" && looks_like_number_or_bool(text)) return text.size() <= 40 ? text : quote(text);
+      return text.empty() ? "an empty string" : "a string " + quote(text);
+    }
+    default: return "nothing";
+  }
+}
+
+// "'a', 'b' or 'c'"
+std::string one_of(std::span<const std::string_view> words) {
+  std::string out;
+  for (std::size_t i = 0; i < words.size(); ++i) {
+    if (i) out += i + 1 == words.size() ? " or " : ", ";
+    out += "'" + std::string(words[i]) + "'";
+  }
+  return out;
+}
+
+enum class Whole { ok, bad, too_large };
+
+// A non-negative whole number written in decimal digits.
+Whole parse_whole(std::string_view s, int& out) {
+  if (!is_digits(s)) return Whole::bad;
+  s.remove_prefix(std::min(s.find_first_not_of('0'), s.size() - 1));
+  if (s.size() > 10) return Whole::too_large;
+  long long value = 0;
+  std::from_chars(s.data(), s.data() + s.size(), value);
+  if (value > kMaxInt) return Whole::too_large;
+  out = static_cast<int>(value);
+  return Whole::ok;
+}
+
+// "90", "1.5", "90s", "30m", "1h30m", "2d": a number of seconds, or numbers
+// with units in decreasing order. Returns nullopt when malformed.
+std::optional<double> parse_duration(std::string_view s) {
+  auto number = [&](double& value) {
+    std::size_t n = 0;
+    while (n < s.size() && ((s[n] >= '0' && s[n] <= '9') || s[n] == '.')) ++n;
+    std::string_view text = s.substr(0, n);
+    if (text.empty() || text.front() == '.' || text.back() == '.' ||
+        std::count(text.begin(), text.end(), '.') > 1)
+      return false;
+    auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), value);
+    if (ec == std::errc::result_out_of_range)
+      value = std::numeric_limits<double>::infinity();
+    else if (ec != std::errc() || end != text.data() + text.size())
+      return false;
+    s.remove_prefix(n);
+    return true;
+  };
+  double value = 0;
+  if (!number(value)) return std::nullopt;
+  if (s.empty()) return value;
+  static constexpr std::pair<char, double> kUnits[] = {{'d', 86400}, {'h', 3600}, {'m', 60}, {'s', 1}};
+  double total = 0;
+  std::size_t next_unit = 0;
+  while (true) {
+    if (s.empty()) return std::nullopt;
+    std::size_t u = next_unit;
+    while (u < std::size(kUnits) && kUnits[u].first != s[0]) ++u;
+    if (u == std::size(kUnits)) return std::nullopt;
+    total += value * kUnits[u].second;
+    next_unit = u + 1;
+    s.remove_prefix(1);
+    if (s.empty()) return total;
+    if (!number(value)) return std::nullopt;
+  }
+}
+
+// A relative glob that stays inside the workdir, with balanced [...] classes.
+std::optional<std::string> glob_problem(std::string_view glob) {
+  if (glob.empty())
+    return "empty glob; expected a path pattern relative to the workdir, like 'checkpoints/*.pt'";
+  if (glob.find('\0') != std::string_view::npos || glob.find('\n') != std::string_view::npos)
+    return "glob " + quote(glob) + " contains a NUL or newline; expected a path pattern on one line";
+  if (glob.front() == '/')
+    return "glob " + quote(glob) + " is absolute; expected a pattern relative to the step's workdir";
+  for (std::size_t start = 0; start <= glob.size();) {
+    std::size_t end = std::min(glob.find('/', start), glob.size());
+    if (glob.substr(start, end - start) == "..")
+      return "glob " + quote(glob) + " leaves the workdir with '..'; expected a pattern inside it";
+    start = end + 1;
+  }
+  for (std::size_t i = 0; i < glob.size(); ++i) {
+    if (glob[i] == '\\') {
+      ++i;
+    } else if (glob[i] == ']') {
+      return "glob " + quote(glob) + " has a ']' without '['; expected balanced [...] character classes";
+    } else if (glob[i] == '[') {
+      std::size_t j = i + 1;
+      if (j < glob.size() && (glob[j] == '!' || glob[j] == '^')) ++j;
+      if (j < glob.size() && glob[j] == ']') ++j;  // a leading ']' is a member
+      while (j < glob.size() && glob[j] != ']') ++j;
+      if (j >= glob.size())
+        return "glob " + quote(glob) + " has a '[' without ']'; expected balanced [...] character classes";
+      i = j;
+    }
+  }
+  return std::nullopt;
+}
+
+bool is_gpu_uuid(std::string_view id) {
+  if (!(id.starts_with("GPU-") || id.starts_with("MIG-")) || id.size() <= 4) return false;
+  return std::all_of(id.begin(), id.end(), [](char c) {
+    return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '-' || c == '/';
+  });
+}
+
+bool is_host_name(std::string_view host) {
+  if (host.empty() || host.front() == '-') return false;
+  return std::all_of(host.begin(), host.end(), [](unsigned char c) { return c > 0x20 && c != 0x7F; });
+}
+
+// Where to point a user who wrote a valid key at the wrong level.
+struct Elsewhere {
+  std::string_view key;
+  std::string_view where;
+};
+
+constexpr std::string_view kTopKeys[] = {"name", "env", "workdir", "steps", "cluster"};
+constexpr std::string_view kStepKeys[] = {"name",    "run",      "shell",   "env",     "workdir", "needs",
+                                          "timeout", "parallel", "outputs", "collect", "join"};
+constexpr std::string_view kParallelKeys[] = {"gpus", "nodes",        "procs_per_node",
+                                              "cpus", "max_restarts", "visible_devices"};
+constexpr std::string_view kClusterKeys[] = {"engine", "hosts", "gpus_per_node", "ssh_command", "srun_args"};
+
+constexpr Elsewhere kTopElsewhere[] = {
+    {"run", "in a step, under 'steps:'"},
+    {"needs", "in a step, under 'steps:'"},
+    {"parallel", "in a step, under 'steps:'"},
+    {"shell", "in a step, under 'steps:'"},
+    {"timeout", "in a step, under 'steps:'"},
+    {"outputs", "in a step, under 'steps:'"},
+    {"collect", "in a step, under 'steps:'"},
+    {"join", "in a step, under 'steps:'"},
+    {"gpus", "under a step's 'parallel:'"},
+    {"nodes", "under a step's 'parallel:'"},
+    {"procs_per_node", "under a step's 'parallel:'"},
+    {"cpus", "under a step's 'parallel:'"},
+    {"engine", "under 'cluster:'"},
+    {"hosts", "under 'cluster:'"},
+    {"gpus_per_node", "under 'cluster:'"},
+    {"ssh_command", "under 'cluster:'"},
+    {"srun_args", "under 'cluster:'"},
+};
+constexpr Elsewhere kStepElsewhere[] = {
+    {"gpus", "under 'parallel:'"},
+    {"nodes", "under 'parallel:'"},
+    {"procs_per_node", "under 'parallel:'"},
+    {"cpus", "under 'parallel:'"},
+    {"max_restarts", "under 'parallel:'"},
+    {"visible_devices", "under 'parallel:'"},
+    {"engine", "under the top-level 'cluster:'"},
+    {"hosts", "under the top-level 'cluster:'"},
+    {"gpus_per_node", "under the top-level 'cluster:'"},
+};
+constexpr Elsewhere kParallelElsewhere[] = {
+    {"outputs", "in the step, next to 'parallel:'"}, {"collect", "in the step, next to 'parallel:'"},
+    {"timeout", "in the step, next to 'parallel:'"}, {"env", "in the step, next to 'parallel:'"},
+    {"run", "in the step, next to 'parallel:'"},     {"gpus_per_node", "under the top-level 'cluster:'"},
+    {"hosts", "under the top-level 'cluster:'"},     {"engine", "under the top-level 'cluster:'"},
+};
+constexpr Elsewhere kClusterElsewhere[] = {
+    {"gpus", "under a step's 'parallel:'"},
+    {"nodes", "under a step's 'parallel:'"},
+    {"procs_per_node", "under a step's 'parallel:'"},
+};
+
+// Sees where each YAML document begins, without building nodes. yaml-cpp 0.7
+// does not consume a stray token such as a top-level ',' and then reports the
+// same empty document again and again (YAML::LoadAll never returns,
+// jbeder/yaml-cpp#1040); two documents that begin at the same place are that.
+class DocumentProbe : public YAML::EventHandler {
+ public:
+  std::optional<YAML::Mark> start;  // of the document's first node
+
+  void OnDocumentStart(const YAML::Mark&) override {}
+  void OnDocumentEnd() override {}
+  void OnNull(const YAML::Mark& mark, YAML::anchor_t) override { note(mark); }
+  void OnAlias(const YAML::Mark& mark, YAML::anchor_t) override { note(mark); }
+  void OnScalar(const YAML::Mark& mark, const std::string&, YAML::anchor_t, const std::string&) override {
+    note(mark);
+  }
+  void OnSequenceStart(const YAML::Mark& mark, const std::string&, YAML::anchor_t,
+                       YAML::EmitterStyle::value) override {
+    note(mark);
+  }
+  void OnSequenceEnd() override {}
+  void OnMapStart(const YAML::Mark& mark, const std::string&, YAML::anchor_t,
+                  YAML::EmitterStyle::value) override {
+    note(mark);
+  }
+  void OnMapEnd() override {}
+
+ private:
+  void note(const YAML::Mark& mark) {
+    if (!start) start = mark;
+  }
+};
+
+// A key of a mapping and its value, ready to check.
+struct Entry {
+  std::string key;
+  YAML::Node value;
+  Location key_loc;
+  Location loc;      // of the value; of the key when the value is empty
+  std::string path;  // of the value
+};
+
+const Entry* find(const std::vector<Entry>& entries, std::string_view key) {
+  for (const auto& entry : entries) {
+    if (entry.key == key) return &entry;
+  }
+  return nullptr;
+}
+
+// What a step looks like to the graph checks, next to the Step itself.
+struct StepNotes {
+  std::string path;           // "steps.NAME", or "steps[I]" without a usable name
+  bool in_graph = false;      // has a valid name, the first with it
+  bool has_parallel = false;  // wrote `parallel:`, valid or not
+  bool needs_written = false;
+  std::vector<std::pair<std::string, Location>> needs;  // as written
+  std::vector<std::pair<std::string, Location>> refs;   // ${steps.NAME.outputs}
+};
+
+class Checker {
+ public:
+  Checker(const std::string& file, const std::string& dir) : file_(file), dir_(dir) {}
+
+  SpecParse run(std::string_view text);
+
+ private:
+  void error(Location loc, std::string path, std::string message) {
+    diagnostics_.push_back({file_, loc, std::move(path), std::move(message)});
+  }
+  void expected(const Entry& e, std::string_view what) { error(e.loc, e.path, expected_text(what, e.value)); }
+  static std::string expected_text(std::string_view what, const YAML::Node& got) {
+    return "expected " + std::string(what) + ", got " + describe(got);
+  }
+
+  bool spend(const YAML::Node& node);
+  std::vector<YAML::Node> items(const YAML::Node& sequence);
+  bool check_text(std::string_view text);
+  std::vector<Entry> entries(const YAML::Node& map, Location map_loc, const std::string& path,
+                             std::span<const std::string_view> known, std::span<const Elsewhere> elsewhere);
+  void unknown_key(Location loc, const std::string& path, const std::string& key,
+                   std::span<const std::string_view> known, std::span<const Elsewhere> elsewhere);
+
+  std::optional<std::string> string(const Entry& e, std::string_view what);
+  std::optional<int> count(const Entry& e, std::string_view what, std::string_view word, bool allow_zero);
+  std::optional<bool> boolean(const Entry& e);
+  template <class E>
+  std::optional<E> choice(const Entry& e, std::span<const std::string_view> names, std::span<const E> values);
+  std::optional<std::vector<std::string>> words(const Entry& e, std::string_view what, bool allow_empty);
+  std::optional<std::string> directory(const Entry& e, const std::string& base);
+  EnvList env(const Entry& e);
+
+  void top(const YAML::Node& root);
+  void step(const YAML::Node& node, std::size_t index);
+  void step_run(const Entry& e, Step& s, StepNotes& notes, bool shell_known);
+  void step_parallel(const Entry& e, Step& s);
+  void gpus(const Entry& e, GpuRequest& request);
+  void cluster(const Entry& e);
+  void graph();
+  void templates_in(std::string_view text, Location loc, const std::string& path, StepNotes& notes);
+
+  const std::string& file_;
+  const std::string& dir_;
+  std::vector<Diagnostic> diagnostics_;
+  Spec spec_;
+  std::vector<StepNotes> notes_;
+  std::map<std::string, std::size_t, std::less<>> index_;  // step name -> first step with it
+  std::set<std::string, std::less<>> bad_names_;           // names refused, not to be reported again
+  // Work left, in values and bytes visited. Aliases let a small file name the
+  // same large value many times; without them a file never needs more than
+  // twice its size.
+  std::size_t budget_ = 4 * kMaxSpecBytes;
+  bool exhausted_ = false;  // then nothing else is reported: the walk stopped short
+};
+
+bool Checker::spend(const YAML::Node& node) {
+  const std::size_t cost = 1 + (node.IsScalar() ? node.Scalar().size() : 0);
+  exhausted_ = exhausted_ || cost > budget_;
+  if (exhausted_) return false;
+  budget_ -= cost;
+  return true;
+}
+
+std::vector<YAML::Node> Checker::items(const YAML::Node& sequence) {
+  std::vector<YAML::Node> out;
+  for (const auto& item : sequence) {
+    if (!spend(item)) break;
+    out.push_back(item);
+  }
+  return out;
+}
+
+bool Checker::check_text(std::string_view text) {
+  if (text.size() > kMaxSpecBytes) {
+    error({}, "", "the file is larger than " + format_bytes(kMaxSpecBytes) + "; a spec must be smaller");
+    return false;
+  }
+  int line = 1;
+  std::size_t line_start = 0;
+  for (std::size_t i = 0; i < text.size();) {
+    auto c = static_cast<unsigned char>(text[i]);
+    std::size_t n = c < 0x80 ? 1 : (c >> 5) == 0x6 ? 2 : (c >> 4) == 0xE ? 3 : (c >> 3) == 0x1E ? 4 : 0;
+    bool ok = n > 0 && c != 0 && i + n <= text.size();
+    for (std::size_t k = 1; ok && k < n; ++k) ok = (static_cast<unsigned char>(text[i + k]) & 0xC0) == 0x80;
+    if (ok && n > 1) {
+      // Overlong forms, surrogates and values above U+10FFFF are not UTF-8 either.
+      auto c1 = static_cast<unsigned char>(text[i + 1]);
+      ok = !(c == 0xC0 || c == 0xC1 || (c == 0xE0 && c1 < 0xA0) || (c == 0xED && c1 >= 0xA0) ||
+             (c == 0xF0 && c1 < 0x90) || (c == 0xF4 && c1 >= 0x90) || c > 0xF4);
+    }
+    if (!ok) {
+      Location loc{line, static_cast<int>(i - line_start) + 1};
+      error(loc, "",
+            c == 0 ? "the file contains a NUL byte; expected YAML text"
+                   : "the file is not valid UTF-8; expected YAML text in UTF-8");
+      return false;
+    }
+    if (c == '\n') {
+      ++line;
+      line_start = i + 1;
+    }
+    i += n;
+  }
+  return true;
+}
+
+std::vector<Entry> Checker::entries(const YAML::Node& map, Location map_loc, const std::string& path,
+                                    std::span<const std::string_view> known,
+                                    std::span<const Elsewhere> elsewhere) {
+  std::vector<Entry> out;
+  std::map<std::string, Location> seen;
+  for (const auto& pair : map) {
+    const YAML::Node key = pair.first;
+    const YAML::Node value = pair.second;
+    if (!spend(key) || !spend(value)) break;
+    Location key_loc = to_location(key.Mark());
+    if (key_loc.line == 0) key_loc = map_loc;
+    if (!key.IsScalar()) {
+      error(key_loc, path, expected_text("a key name", key));
+      continue;
+    }
+    const std::string& name = key.Scalar();
+    if (name == "<<" && key.Tag() == "?") {
+      error(key_loc, path, "YAML merge keys ('<<') are not supported; write the keys out");
+      continue;
+    }
+    auto [first, fresh] = seen.emplace(name, key_loc);
+    if (!fresh) {
+      error(key_loc, path,
+            "duplicate key " + quote(name) + " (first at line " + std::to_string(first->second.line) +
+                "); YAML keeps only one of them");
+      continue;
+    }
+    if (!known.empty() && std::find(known.begin(), known.end(), name) == known.end()) {
+      unknown_key(key_loc, path, name, known, elsewhere);
+      continue;
+    }
+    Location loc = value.IsNull() ? key_loc : to_location(value.Mark());
+    if (loc.line == 0) loc = key_loc;
+    out.push_back({name, value, key_loc, loc, child(path, name)});
+  }
+  return out;
+}
+
+void Checker::unknown_key(Location loc, const std::string& path, const std::string& key,
+                          std::span<const std::string_view> known, std::span<const Elsewhere> elsewhere) {
+  for (const auto& e : elsewhere) {
+    if (e.key == key) {
+      error(loc, path, "key " + quote(key) + " does not belong here; put it " + std::string(e.where));
+      return;
+    }
+  }
+  std::vector<std::string> candidates(known.begin(), known.end());
+  if (auto match = closest_match(key, candidates)) {
+    error(loc, path, "unknown key " + quote(key) + "; did you mean '" + *match + "'?");
+  } else {
+    error(loc, path, "unknown key " + quote(key) + "; expected one of: " + join(candidates, ", "));
+  }
+}
+
+std::optional<std::string> Checker::string(const Entry& e, std::string_view what) {
+  if (e.value.IsScalar()) return e.value.Scalar();
+  expected(e, what);
+  return std::nullopt;
+}
+
+// `word` ("auto", "all") is accepted as nullopt-with-success by the callers,
+// which check for it first; here it only shapes the message.
+std::optional<int> Checker::count(const Entry& e, std::string_view what, std::string_view word,
+                                  bool allow_zero) {
+  int value = 0;
+  Whole status = e.value.IsScalar() ? parse_whole(e.value.Scalar(), value) : Whole::bad;
+  if (status == Whole::ok && (value > 0 || allow_zero)) return value;
+  std::string expect = std::string(what);
+  if (!word.empty()) expect = "'" + std::string(word) + "' or " + expect;
+  if (status == Whole::too_large)
+    expect = std::string(allow_zero ? "a whole number" : "a positive whole number") + " up to " +
+             std::to_string(kMaxInt);
+  expected(e, expect);
+  return std::nullopt;
+}
+
+std::optional<bool> Checker::boolean(const Entry& e) {
+  if (e.value.IsScalar()) {
+    const std::string& s = e.value.Scalar();
+    if (s == "true" || s == "True" || s == "TRUE") return true;
+    if (s == "false" || s == "False" || s == "FALSE") return false;
+  }
+  expected(e, "true or false");
+  return std::nullopt;
+}
+
+template <class E>
+std::optional<E> Checker::choice(const Entry& e, std::span<const std::string_view> names,
+                                 std::span<const E> values) {
+  if (e.value.IsScalar()) {
+    for (std::size_t i = 0; i < names.size(); ++i) {
+      if (names[i] == e.value.Scalar()) return values[i];
+    }
+  }
+  std::string message = expected_text(one_of(names), e.value);
+  if (e.value.IsScalar()) {
+    if (auto match = closest_match(e.value.Scalar(), {names.begin(), names.end()}))
+      message += "; did you mean '" + *match + "'?";
+  }
+  error(e.loc, e.path, message);
+  return std::nullopt;
+}
+
+// A string split into words as sh does, or a list of strings.
+std::optional<std::vector<std::string>> Checker::words(const Entry& e, std::string_view what,
+                                                       bool allow_empty) {
+  std::vector<std::string> out;
+  if (e.value.IsScalar()) {
+    std::string problem;
+    auto split = split_shell_words(e.value.Scalar(), &problem);
+    if (!split) {
+      error(e.loc, e.path,
+            "cannot split into words: " + problem + "; fix the quoting or write a list of words");
+      return std::nullopt;
+    }
+    out = std::move(*split);
+  } else if (e.value.IsSequence()) {
+    bool ok = true;
+    for (const YAML::Node& item : items(e.value)) {
+      if (!item.IsScalar()) {
+        Location loc = to_location(item.Mark());
+        error(loc.line ? loc : e.loc, e.path, expected_text("a word (a string)", item));
+        ok = false;
+      } else {
+        out.push_back(item.Scalar());
+      }
+    }
+    if (!ok) return std::nullopt;
+  } else {
+    expected(e, what);
+    return std::nullopt;
+  }
+  if (out.empty() && !allow_empty) {
+    expected(e, what);
+    return std::nullopt;
+  }
+  return out;
+}
+
+std::optional<std::string> Checker::directory(const Entry& e, const std::string& base) {
+  auto text = string(e, "a directory path");
+  if (!text) return std::nullopt;
+  if (text->empty() || text->find('\0') != std::string::npos || text->find('\n') != std::string::npos) {
+    expected(e, "a directory path");
+    return std::nullopt;
+  }
+  std::string out = (std::filesystem::path(base) / *text).lexically_normal().string();
+  if (out.size() > 1 && out.back() == '/') out.pop_back();
+  return out;
+}
+
+EnvList Checker::env(const Entry& e) {
+  EnvList out;
+  if (e.value.IsNull()) return out;
+  if (!e.value.IsMap()) {
+    expected(e, "a mapping of variable names to values");
+    return out;
+  }
+  for (const Entry& var : entries(e.value, e.loc, e.path, {}, {})) {
+    if (!is_env_name(var.key)) {
+      error(var.key_loc, e.path,
+            "invalid variable name " + quote(var.key) +
+                "; expected letters, digits and '_', not starting with a digit");
+      continue;
+    }
+    if (const ContractVariable* reserved = find_contract_variable(var.key);
+        reserved && !reserved->user_may_set) {
+      std::string instead = "remove it from env";
+      if (var.key == "CUDA_VISIBLE_DEVICES") instead = "select GPUs with parallel.gpus";
+      if (var.key == "TORCHELASTIC_MAX_RESTARTS") instead = "set parallel.max_restarts";
+      error(var.key_loc, var.path, "flowrun sets " + var.key + " for every worker; " + instead);
+      continue;
+    }
+    if (var.value.IsNull()) {
+      out.emplace_back(var.key, "");
+    } else if (var.value.IsScalar()) {
+      out.emplace_back(var.key, var.value.Scalar());
+    } else {
+      expected(var, "a value (a string, number or boolean)");
+    }
+  }
+  return out;
+}
+
+SpecParse Checker::run(std::string_view text) {
+  spec_.file = file_;
+  spec_.dir = dir_;
+  spec_.workdir = dir_;
+  if (check_text(text)) {
+    const std::string input(text);
+    YAML::Node root;
+    try {
+      // First the documents' starts (at most three are looked at), then the
+      // first document's nodes.
+      std::istringstream stream(input);
+      YAML::Parser parser(stream);
+      std::vector<YAML::Mark> starts;
+      for (int i = 0; i < 3; ++i) {
+        DocumentProbe probe;
+        if (!parser.HandleNextDocument(probe)) break;
+        starts.push_back(probe.start.value_or(YAML::Mark::null_mark()));
+      }
+      for (std::size_t i = 1; i < starts.size(); ++i) {
+        if (starts[i].pos == starts[i - 1].pos) {
+          const Location loc = to_location(starts[i].is_null() ? YAML::Mark() : starts[i]);
+          const std::size_t pos = static_cast<std::size_t>(std::max(starts[i].pos, 0));
+          error(loc, "", "invalid YAML: unexpected " + quote(input.substr(std::min(pos, input.size()), 1)));
+          break;
+        }
+      }
+      if (diagnostics_.empty() && starts.size() > 1)
+        error(to_location(starts[1]), "", "the file holds more than one YAML document; expected one spec");
+      if (diagnostics_.empty()) root = YAML::Load(input);
+    } catch (const YAML::DeepRecursion& e) {
+      error(to_location(e.mark), "", "invalid YAML: nested too deeply");
+    } catch (const YAML::Exception& e) {
+      error(to_location(e.mark), "", "invalid YAML: " + e.msg);
+    }
+    if (diagnostics_.empty()) {
+      if (root.IsNull())
+        error({}, "", "the file is empty; expected a mapping with a list of 'steps'");
+      else
+        top(root);
+    }
+  }
+  if (exhausted_) {
+    diagnostics_.clear();
+    error({}, "", "the spec is too large once its aliases (*name) are expanded; use fewer aliases");
+  }
+  sort_diagnostics(diagnostics_);
+  std::set<std::string> seen;
+  std::erase_if(diagnostics_, [&](const Diagnostic& d) { return !seen.insert(d.to_string()).second; });
+  SpecParse result;
+  if (diagnostics_.empty()) result.spec = std::move(spec_);
+  result.diagnostics = std::move(diagnostics_);
+  return result;
+}
+
+void Checker::top(const YAML::Node& root) {
+  Location root_loc = to_location(root.Mark());
+  if (root_loc.line == 0) root_loc = {1, 1};
+  if (!root.IsMap()) {
+    error(root_loc, "", expected_text("a mapping with a list of 'steps'", root));
+    return;
+  }
+  auto keys = entries(root, root_loc, "", kTopKeys, kTopElsewhere);
+
+  // The name becomes part of run ids, so of directory names.
+  auto alnum = [](char c) {
+    return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9');
+  };
+  auto name_char = [&](char c) { return alnum(c) || c == '.' || c == '_' || c == '-'; };
+  std::string stem = std::filesystem::path(file_).stem().string();
+  for (char& c : stem) {
+    if (!name_char(c)) c = '-';
+  }
+  spec_.name = stem.empty() || !alnum(stem[0]) ? "flow" + stem : stem;
+  if (const Entry* e = find(keys, "name")) {
+    if (auto name = string(*e, "a flow name (a string)")) {
+      if (!name->empty() && alnum(name->front()) && std::all_of(name->begin(), name->end(), name_char))
+        spec_.name = *name;
+      else
+        error(e->loc, e->path,
+              "invalid flow name " + quote(*name) +
+                  "; expected letters, digits, '.', '_' and '-', starting with a letter or digit");
+    }
+  }
+  if (const Entry* e = find(keys, "env")) spec_.env = env(*e);
+  if (const Entry* e = find(keys, "workdir")) {
+    if (auto dir = directory(*e, dir_)) spec_.workdir = *dir;
+  }
+  if (const Entry* e = find(keys, "cluster")) cluster(*e);
+
+  const Entry* steps = find(keys, "steps");
+  if (!steps) {
+    error(root_loc, "", "missing required key 'steps' (the list of steps to run)");
+    return;
+  }
+  if (!steps->value.IsSequence() || steps->value.size() == 0) {
+    expected(*steps, "a non-empty list of steps");
+    return;
+  }
+  std::size_t index = 0;
+  for (const YAML::Node& item : items(steps->value)) step(item, index++);
+  if (!exhausted_) graph();
+}
+
+void Checker::step(const YAML::Node& node, std::size_t index) {
+  if (exhausted_) return;
+  Step& s = spec_.steps.emplace_back();
+  StepNotes& notes = notes_.emplace_back();
+  s.workdir = spec_.workdir;
+  s.loc = to_location(node.Mark());
+  notes.path = "steps[" + std::to_string(index) + "]";
+  if (!node.IsMap()) {
+    error(s.loc, notes.path, expected_text("a step (a mapping with 'name' and 'run')", node));
+    return;
+  }
+
+  // The name first: it gives every other problem of the step its path.
+  YAML::Node name_node;
+  for (const auto& pair : node) {
+    if (pair.first.IsScalar() && pair.first.Scalar() == "name") {
+      name_node = pair.second;
+      break;
+    }
+  }
+  if (name_node.IsScalar() && is_step_name(name_node.Scalar())) {
+    const std::string& name = name_node.Scalar();
+    if (!index_.contains(name)) {
+      index_.emplace(name, index);
+      notes.path = "steps." + name;
+      notes.in_graph = true;
+    }
+  }
+
+  auto keys = entries(node, s.loc, notes.path, kStepKeys, kStepElsewhere);
+  if (const Entry* e = find(keys, "name")) {
+    Entry at_index = *e;
+    at_index.path = "steps[" + std::to_string(index) + "].name";
+    if (auto name = string(at_index, "a step name (a string)")) {
+      s.name = *name;
+      if (!is_step_name(*name)) {
+        bad_names_.insert(*name);
+        error(e->loc, at_index.path,
+              "invalid step name " + quote(*name) +
+                  "; expected letters, digits, '_' and '-', starting with a letter or digit");
+      } else if (!notes.in_graph) {
+        const Step& first = spec_.steps[index_.at(*name)];
+        error(e->loc, at_index.path,
+              "duplicate step name " + quote(*name) + " (first defined at line " +
+                  std::to_string(first.loc.line) + "); step names must be unique");
+      }
+    }
+  } else {
+    error(s.loc, notes.path, "missing required key 'name' (the step's name)");
+  }
+
+  bool shell_known = true;
+  if (const Entry* e = find(keys, "shell")) {
+    auto shell = boolean(*e);
+    shell_known = shell.has_value();
+    s.shell = shell.value_or(false);
+  }
+  if (const Entry* e = find(keys, "run")) {
+    step_run(*e, s, notes, shell_known);
+  } else {
+    error(s.loc, notes.path, "missing required key 'run' (the command to run)");
+  }
+  if (const Entry* e = find(keys, "env")) s.env = env(*e);
+  if (const Entry* e = find(keys, "workdir")) {
+    if (auto dir = directory(*e, spec_.workdir)) s.workdir = *dir;
+  }
+  if (const Entry* e = find(keys, "needs")) {
+    notes.needs_written = true;
+    std::vector<Entry> values;
+    if (e->value.IsScalar()) {
+      values.push_back(*e);
+    } else if (e->value.IsSequence()) {
+      for (const YAML::Node& item : items(e->value)) {
+        Location loc = to_location(item.Mark());
+        values.push_back({"", item, e->key_loc, loc.line ? loc : e->loc, e->path});
+      }
+    } else {
+      std::string message = expected_text("a step name or a list of step names", e->value);
+      if (e->value.IsNull()) message += "; write 'needs: []' for none";
+      error(e->loc, e->path, message);
+    }
+    for (const Entry& item : values) {
+      if (auto name = string(item, "a step name")) notes.needs.emplace_back(*name, item.loc);
+    }
+  }
+  if (const Entry* e = find(keys, "timeout")) {
+    std::optional<double> seconds;
+    if (e->value.IsScalar()) seconds = parse_duration(e->value.Scalar());
+    if (seconds && *seconds > kMaxTimeoutS) {
+      expected(*e, "a duration up to 365d");
+    } else if (seconds && *seconds > 0) {
+      s.timeout_s = *seconds;
+    } else {
+      expected(*e, "a positive duration: seconds (90) or a string like '90s', '30m', '1h30m' or '2d'");
+    }
+  }
+  if (const Entry* e = find(keys, "parallel")) {
+    notes.has_parallel = true;
+    step_parallel(*e, s);
+  }
+  for (std::string_view key : {"outputs", "collect"}) {
+    if (const Entry* e = find(keys, key); e && !notes.has_parallel)
+      error(e->key_loc, e->path,
+            "only parallel steps have " + std::string(key) + "; add 'parallel:' or remove it");
+  }
+  if (const Entry* e = find(keys, "outputs"); e && notes.has_parallel) {
+    std::vector<Entry> values;
+    if (e->value.IsScalar()) {
+      values.push_back(*e);
+    } else if (e->value.IsSequence()) {
+      for (const YAML::Node& item : items(e->value)) {
+        Location loc = to_location(item.Mark());
+        values.push_back({"", item, e->key_loc, loc.line ? loc : e->loc, e->path});
+      }
+    } else {
+      expected(*e, "a glob or a list of globs");
+    }
+    for (const Entry& item : values) {
+      auto glob = string(item, "a glob (a string)");
+      if (!glob) continue;
+      if (auto problem = glob_problem(*glob))
+        error(item.loc, item.path, *problem);
+      else
+        s.outputs.push_back(*glob);
+    }
+  }
+  if (const Entry* e = find(keys, "collect"); e && notes.has_parallel) {
+    static constexpr std::string_view kNames[] = {"rank0", "all"};
+    static constexpr Collect kValues[] = {Collect::rank0, Collect::all};
+    s.collect = choice<Collect>(*e, kNames, kValues).value_or(Collect::rank0);
+  }
+  if (const Entry* e = find(keys, "join")) {
+    s.join_loc = e->loc;
+    if (auto name = string(*e, "the name of a parallel step")) {
+      if (notes.has_parallel) {
+        error(
+            e->key_loc, e->path,
+            "a step cannot both join and be parallel: a join step runs once, after the parallel step; remove "
+            "'join' or 'parallel'");
+      } else {
+        s.join = *name;
+      }
+    }
+  }
+}
+
+void Checker::step_run(const Entry& e, Step& s, StepNotes& notes, bool shell_known) {
+  s.run_loc = e.loc;
+  if (!shell_known) return;
+  if (s.shell) {
+    if (!e.value.IsScalar()) {
+      expected(e, "a script (a string) with 'shell: true'");
+      return;
+    }
+    s.script = e.value.Scalar();
+    if (s.script.find_first_not_of(" \t\r\n") == std::string::npos) {
+      expected(e, "a non-empty script");
+      return;
+    }
+    templates_in(s.script, e.loc, e.path, notes);
+    return;
+  }
+  auto argv = words(e, "a command (a string or a list of words)", false);
+  if (!argv) return;
+  if (argv->front().empty()) {
+    error(e.loc, e.path, "the program (the first word) is empty; expected a program name or path");
+    return;
+  }
+  s.argv = std::move(*argv);
+  if (e.value.IsSequence()) {
+    const std::vector<YAML::Node> nodes = items(e.value);
+    for (std::size_t i = 0; i < nodes.size() && i < s.argv.size(); ++i) {
+      Location loc = to_location(nodes[i].Mark());
+      templates_in(s.argv[i], loc.line ? loc : e.loc, e.path, notes);
+    }
+  } else {
+    templates_in(e.value.Scalar(), e.loc, e.path, notes);
+  }
+}
+
+void Checker::templates_in(std::string_view text, Location loc, const std::string& path, StepNotes& notes) {
+  std::string problem;
+  auto found = find_placeholders(text, &problem);
+  if (!found) {
+    error(loc, path, problem);
+    return;
+  }
+  for (const Placeholder& p : *found) {
+    if (p.kind == Placeholder::Kind::step_outputs) notes.refs.emplace_back(p.step, loc);
+  }
+}
+
+void Checker::step_parallel(const Entry& e, Step& s) {
+  ParallelSpec& p = s.parallel.emplace();
+  p.loc = p.gpus.loc = p.nodes.loc = p.procs_per_node.loc = p.cpus_loc = e.key_loc;
+  if (e.value.IsNull()) return;
+  if (!e.value.IsMap()) {
+    expected(e, "a mapping of parallel settings ('parallel: {}' for the defaults)");
+    return;
+  }
+  auto keys = entries(e.value, e.loc, e.path, kParallelKeys, kParallelElsewhere);
+  if (const Entry* g = find(keys, "gpus")) gpus(*g, p.gpus);
+  for (auto [key, target] : {std::pair{"nodes", &p.nodes}, std::pair{"procs_per_node", &p.procs_per_node}}) {
+    const Entry* n = find(keys, key);
+    if (!n) continue;
+    target->loc = n->loc;
+    if (n->value.IsScalar() && n->value.Scalar() == "auto") continue;
+    if (auto value = count(*n, "a positive whole number", "auto", false)) target->value = *value;
+  }
+  if (const Entry* c = find(keys, "cpus")) {
+    p.cpus_loc = c->loc;
+    if (auto value = count(*c, "a positive whole number of CPU workers", "", false)) p.cpus = *value;
+    if (find(keys, "gpus"))
+      error(c->key_loc, c->path,
+            "cpus and gpus cannot both be set; choose one: gpus for GPU workers, cpus for CPU workers");
+  }
+  if (const Entry* m = find(keys, "max_restarts")) {
+    if (auto value = count(*m, "a whole number of restarts (0 or more)", "", true)) p.max_restarts = *value;
+  }
+  if (const Entry* v = find(keys, "visible_devices")) {
+    static constexpr std::string_view kNames[] = {"node", "process"};
+    static constexpr Visibility kValues[] = {Visibility::node, Visibility::process};
+    p.visible_devices = choice<Visibility>(*v, kNames, kValues).value_or(Visibility::node);
+  }
+}
+
+void Checker::gpus(const Entry& e, GpuRequest& request) {
+  request.loc = e.loc;
+  request.is_set = true;
+  constexpr std::string_view kExpected = "'all', a positive whole number or a list of GPU ids like [0, 1]";
+  if (e.value.IsScalar() && e.value.Scalar() == "all") {
+    request.kind = GpuRequest::Kind::all;
+    return;
+  }
+  if (e.value.IsScalar()) {
+    int value = 0;
+    Whole status = parse_whole(e.value.Scalar(), value);
+    if (status == Whole::too_large) {
+      expected(e, "a positive whole number up to " + std::to_string(kMaxInt));
+    } else if (status == Whole::bad) {
+      expected(e, kExpected);
+    } else if (value == 0) {
+      error(e.loc, e.path, expected_text(kExpected, e.value) + "; for CPU workers use 'cpus'");
+    } else {
+      request.kind = GpuRequest::Kind::count;
+      request.count = value;
+    }
+    return;
+  }
+  if (!e.value.IsSequence() || e.value.size() == 0) {
+    expected(e, e.value.IsSequence() ? "a non-empty list of GPU ids" : kExpected);
+    return;
+  }
+  request.kind = GpuRequest::Kind::ids;
+  std::map<std::string, Location> seen;
+  for (const YAML::Node& item : items(e.value)) {
+    Location loc = to_location(item.Mark());
+    if (loc.line == 0) loc = e.loc;
+    std::string id;
+    int ordinal = 0;
+    if (item.IsScalar() && parse_whole(item.Scalar(), ordinal) == Whole::ok) {
+      id = std::to_string(ordinal);
+    } else if (item.IsScalar() && is_gpu_uuid(item.Scalar())) {
+      id = item.Scalar();
+    } else {
+      error(loc, e.path,
+            expected_text("a GPU index (0, 1, ...) or a UUID starting with 'GPU-' or 'MIG-'", item));
+      continue;
+    }
+    auto [first, fresh] = seen.emplace(id, loc);
+    if (!fresh) {
+      error(loc, e.path, "GPU " + id + " is listed twice; expected each GPU once");
+      continue;
+    }
+    request.ids.push_back(id);
+  }
+}
+
+void Checker::cluster(const Entry& e) {
+  ClusterSpec& c = spec_.cluster.emplace();
+  c.loc = c.hosts_loc = e.key_loc;
+  if (!e.value.IsMap() && !e.value.IsNull()) {
+    expected(e, "a mapping with the cluster's 'engine'");
+    return;
+  }
+  auto keys = e.value.IsMap() ? entries(e.value, e.loc, e.path, kClusterKeys, kClusterElsewhere)
+                              : std::vector<Entry>{};
+  std::optional<Engine> engine;
+  if (const Entry* g = find(keys, "engine")) {
+    static constexpr std::string_view kNames[] = {"slurm", "ssh", "manual"};
+    static constexpr Engine kValues[] = {Engine::slurm, Engine::ssh, Engine::manual};
+    engine = choice<Engine>(*g, kNames, kValues);
+    c.engine = engine.value_or(Engine::slurm);
+  } else {
+    error(e.key_loc, e.path, "missing required key 'engine' ('slurm', 'ssh' or 'manual')");
+  }
+  const Entry* hosts = find(keys, "hosts");
+  if (hosts) {
+    c.hosts_loc = hosts->loc;
+    if (!hosts->value.IsSequence()) {
+      expected(*hosts, "a list of host names");
+    } else if (hosts->value.size() == 0 && engine == Engine::ssh) {
+      expected(*hosts, "a non-empty list of host names for engine 'ssh'");
+    } else {
+      std::map<std::string, Location> seen;
+      for (const YAML::Node& item : items(hosts->value)) {
+        Location loc = to_location(item.Mark());
+        if (loc.line == 0) loc = hosts->loc;
+        if (!item.IsScalar() || !is_host_name(item.Scalar())) {
+          error(loc, hosts->path, expected_text("a host name (no spaces, not starting with '-')", item));
+        } else if (!seen.emplace(item.Scalar(), loc).second) {
+          error(loc, hosts->path,
+                "host " + quote(item.Scalar()) + " is listed twice; expected each node once");
+        } else {
+          c.hosts.push_back(item.Scalar());
+        }
+      }
+    }
+  } else if (engine == Engine::ssh) {
+    error(e.key_loc, e.path, "missing required key 'hosts' for engine 'ssh' (the nodes, in node-rank order)");
+  }
+  if (const Entry* g = find(keys, "gpus_per_node")) {
+    if (auto value = count(*g, "a positive whole number", "", false)) c.gpus_per_node = *value;
+  }
+  if (const Entry* s = find(keys, "ssh_command")) {
+    if (engine && engine != Engine::ssh) {
+      error(s->key_loc, s->path, "ssh_command is only used with engine 'ssh'; remove it or set engine: ssh");
+    } else if (auto argv = words(*s, "a command (a string or a list of words)", false)) {
+      c.ssh_command = std::move(*argv);
+    }
+  }
+  if (engine == Engine::ssh && c.ssh_command.empty()) c.ssh_command = {"ssh"};
+  if (const Entry* s = find(keys, "srun_args")) {
+    if (engine && engine != Engine::slurm) {
+      error(s->key_loc, s->path,
+            "srun_args is only used with engine 'slurm'; remove it or set engine: slurm");
+    } else if (auto args = words(*s, "srun arguments (a string or a list of words)", true)) {
+      c.srun_args = std::move(*args);
+    }
+  }
+}
+
+// Resolves needs and joins into edges, then reports missing steps, cycles and
+// templates that name a step which does not run first; on success fills order.
+void Checker::graph() {
+  const std::size_t n = spec_.steps.size();
+  std::vector<std::vector<std::size_t>> edges(n);  // i -> steps i needs
+  std::vector<std::string> names;
+  for (std::size_t i = 0; i < n; ++i) {
+    if (notes_[i].in_graph) names.push_back(spec_.steps[i].name);
+  }
+  // "Did you mean" compares a name with every step name; a budget keeps a
+  // large spec full of unknown names from taking minutes.
+  std::size_t name_chars = 0;
+  for (const auto& name : names) name_chars += name.size() + 1;
+  std::size_t budget = 10'000'000;
+  auto suggest = [&](const std::string& name) -> std::optional<std::string> {
+    const std::size_t cost = (std::min<std::size_t>(name.size(), 64) + 1) * name_chars;
+    if (cost > budget) return std::nullopt;
+    budget -= cost;
+    return closest_match(name, names);
+  };
+  auto no_step = [&](const std::string& name) {
+    std::string message = "no step named " + quote(name);
+    if (auto match = suggest(name)) message += "; did you mean '" + *match + "'?";
+    return message;
+  };
+
+  for (std::size_t i = 0; i < n; ++i) {
+    Step& s = spec_.steps[i];
+    StepNotes& notes = notes_[i];
+    std::set<std::size_t> added;
+    auto add = [&](const std::string& name, std::size_t target) {
+      if (!added.insert(target).second) return;
+      s.needs.push_back(name);
+      edges[i].push_back(target);
+    };
+    if (notes.needs_written) {
+      for (const auto& [name, loc] : notes.needs) {
+        if (auto it = index_.find(name); it != index_.end())
+          add(name, it->second);
+        else if (!bad_names_.contains(name))
+          error(loc, notes.path + ".needs", no_step(name));
+      }
+    } else if (i > 0 && notes_[i - 1].in_graph) {
+      add(spec_.steps[i - 1].name, i - 1);
+    }
+    if (!s.join.empty()) {
+      auto it = index_.find(s.join);
+      if (it == index_.end()) {
+        if (!bad_names_.contains(s.join)) error(s.join_loc, notes.path + ".join", no_step(s.join));
+      } else if (!notes_[it->second].has_parallel) {
+        error(s.join_loc, notes.path + ".join",
+              "cannot join " + quote(s.join) +
+                  ": it is not a parallel step; expected the name of a step with 'parallel:'");
+      } else {
+        add(s.join, it->second);
+      }
+    }
+  }
+
+  // Cycles: strongly connected components (Tarjan's algorithm, iterative so a
+  // long chain of steps cannot overflow the stack), reported once each at the
+  // component's first step in file order.
+  constexpr std::size_t kUnset = std::numeric_limits<std::size_t>::max();
+  std::vector<std::size_t> number(n, kUnset), low(n, 0), component(n, kUnset);
+  std::vector<std::size_t> stack, work;  // work: DFS stack of nodes; next edge kept in `cursor`
+  std::vector<std::size_t> cursor(n, 0);
+  std::vector<bool> on_stack(n, false);
+  std::size_t counter = 0, components = 0;
+  for (std::size_t root = 0; root < n; ++root) {
+    if (number[root] != kUnset) continue;
+    work.push_back(root);
+    while (!work.empty()) {
+      std::size_t v = work.back();
+      if (number[v] == kUnset) {
+        number[v] = low[v] = counter++;
+        stack.push_back(v);
+        on_stack[v] = true;
+      }
+      if (cursor[v] < edges[v].size()) {
+        std::size_t w = edges[v][cursor[v]++];
+        if (number[w] == kUnset)
+          work.push_back(w);
+        else if (on_stack[w])
+          low[v] = std::min(low[v], number[w]);
+        continue;
+      }
+      work.pop_back();
+      if (!work.empty()) low[work.back()] = std::min(low[work.back()], low[v]);
+      if (low[v] == number[v]) {
+        std::size_t w;
+        do {
+          w = stack.back();
+          stack.pop_back();
+          on_stack[w] = false;
+          component[w] = components;
+        } while (w != v);
+        ++components;
+      }
+    }
+  }
+  std::vector<bool> reported(components, false);
+  bool has_cycle = false;
+  for (std::size_t i = 0; i < n; ++i) {
+    std::size_t c = component[i];
+    bool self = std::find(edges[i].begin(), edges[i].end(), i) != edges[i].end();
+    bool cyclic = self || std::any_of(edges[i].begin(), edges[i].end(),
+                                      [&](std::size_t w) { return component[w] == c; });
+    if (!cyclic || reported[c]) continue;
+    reported[c] = true;
+    has_cycle = true;
+    // The shortest way back to i inside its component, by breadth-first search.
+    std::vector<std::size_t> parent(n, kUnset);
+    std::vector<std::size_t> queue{i};
+    std::size_t last = kUnset;
+    for (std::size_t q = 0; q < queue.size() && last == kUnset; ++q) {
+      for (std::size_t w : edges[queue[q]]) {
+        if (component[w] != c) continue;
+        if (w == i) {
+          last = queue[q];
+          break;
+        }
+        if (parent[w] == kUnset) {
+          parent[w] = queue[q];
+          queue.push_back(w);
+        }
+      }
+    }
+    std::vector<std::string> cycle{spec_.steps[i].name};
+    for (std::size_t v = last; v != i; v = parent[v]) cycle.push_back(spec_.steps[v].name);
+    std::reverse(cycle.begin() + 1, cycle.end());
+    cycle.push_back(spec_.steps[i].name);
+    error(
+        spec_.steps[i].loc, notes_[i].path,
+        "dependency cycle " + join(cycle, " -> ") + " (each step needs the next); remove one of these needs");
+  }
+
+  // Kahn's algorithm, always taking the ready step that comes first in the
+  // file. Steps on a cycle, or after one, never become ready.
+  std::vector<std::size_t> order;
+  {
+    std::vector<std::size_t> waiting(n, 0);
+    std::vector<std::vector<std::size_t>> dependents(n);
+    for (std::size_t i = 0; i < n; ++i) {
+      waiting[i] = edges[i].size();
+      for (std::size_t w : edges[i]) dependents[w].push_back(i);
+    }
+    std::set<std::size_t> ready;
+    for (std::size_t i = 0; i < n; ++i) {
+      if (waiting[i] == 0) ready.insert(i);
+    }
+    while (!ready.empty()) {
+      std::size_t v = *ready.begin();
+      ready.erase(ready.begin());
+      order.push_back(v);
+      for (std::size_t d : dependents[v]) {
+        if (--waiting[d] == 0) ready.insert(d);
+      }
+    }
+  }
+
+  // ${steps.NAME.outputs}: NAME must be a parallel step this one waits for.
+  // "Waits for" is reachability; a search per step would be quadratic in a
+  // large spec, so the steps named in templates are taken 64 at a time, and
+  // one pass in dependency order marks which of them each step comes after.
+  struct Ref {
+    std::size_t step, target;
+    Location loc;
+    bool before = false;
+  };
+  std::vector<Ref> refs;
+  for (std::size_t i = 0; i < n; ++i) {
+    for (const auto& [name, loc] : notes_[i].refs) {
+      auto it = index_.find(name);
+      std::string tmpl = "'${steps." + name + ".outputs}'";
+      if (it == index_.end()) {
+        if (bad_names_.contains(name)) continue;
+        auto match = suggest(name);
+        error(loc, notes_[i].path + ".run",
+              "no step named " + quote(name) + " (in " + tmpl + "); " +
+                  (match ? "did you mean '" + *match + "'?" : "expected the name of a parallel step"));
+      } else if (!notes_[it->second].has_parallel) {
+        error(loc, notes_[i].path + ".run",
+              tmpl + " names step " + quote(name) +
+                  ", which is not parallel; only parallel steps have outputs");
+      } else {
+        refs.push_back({i, it->second, loc});
+      }
+    }
+  }
+  std::vector<std::size_t> targets;
+  std::vector<int> slot(n, -1);
+  for (const Ref& ref : refs) {
+    if (slot[ref.target] < 0) {
+      slot[ref.target] = static_cast<int>(targets.size());
+      targets.push_back(ref.target);
+    }
+  }
+  std::vector<std::vector<Ref*>> by_block((targets.size() + 63) / 64);
+  for (Ref& ref : refs) by_block[static_cast<std::size_t>(slot[ref.target]) / 64].push_back(&ref);
+  std::vector<bool> ordered(n, false);
+  for (std::size_t v : order) ordered[v] = true;
+  std::vector<std::uint64_t> after(n);
+  for (std::size_t block = 0; block < by_block.size(); ++block) {
+    auto bit = [&](std::size_t v) -> std::uint64_t {
+      const auto s = static_cast<std::size_t>(slot[v]);
+      return slot[v] >= 0 && s / 64 == block ? std::uint64_t{1} << (s % 64) : 0;
+    };
+    std::fill(after.begin(), after.end(), 0);
+    for (std::size_t v : order) {
+      for (std::size_t w : edges[v]) after[v] |= after[w] | bit(w);
+    }
+    for (Ref* ref : by_block[block]) ref->before = (after[ref->step] & bit(ref->target)) != 0;
+  }
+  for (const Ref& ref : refs) {
+    // A step on or after a cycle has no order to check against; the cycle is reported.
+    if (ref.before || !ordered[ref.step]) continue;
+    error(ref.loc, notes_[ref.step].path + ".run",
+          "step " + quote(spec_.steps[ref.target].name) +
+              " does not run before this step; add it to needs or join it");
+  }
+
+  if (!has_cycle && diagnostics_.empty()) spec_.order = std::move(order);
+}
+
+}  // namespace
+
+const Step* Spec::find_step(std::string_view step_name) const {
+  for (const Step& step : steps) {
+    if (step.name == step_name) return &step;
+  }
+  return nullptr;
+}
+
+std::string_view engine_name(Engine engine) {
+  switch (engine) {
+    case Engine::slurm: return "slurm";
+    case Engine::ssh: return "ssh";
+    case Engine::manual: return "manual";
+  }
+  return "unknown";
+}
+
+SpecParse parse_spec(std::string_view text, const std::string& file, const std::string& dir) {
+  return Checker(file, dir).run(text);
+}
+
+SpecParse load_spec(const std::string& path) {
+  std::error_code ec;
+  std::filesystem::path absolute = std::filesystem::absolute(path, ec);
+  std::string dir = (ec ? std::filesystem::path(path) : absolute).parent_path().lexically_normal().string();
+  if (dir.size() > 1 && dir.back() == '/') dir.pop_back();
+
+  auto unreadable = [&](int err) {
+    SpecParse result;
+    result.diagnostics.push_back({path, {}, "", std::string("cannot read: ") + std::strerror(err)});
+    return result;
+  };
+  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return unreadable(errno);
+  // Read one byte past the limit, so parse_spec can say the file is too large
+  // without this reading all of a huge file.
+  std::string text;
+  char buffer[65536];
+  while (text.size() <= kMaxSpecBytes) {
+    ssize_t got = ::read(fd, buffer, sizeof buffer);
+    if (got < 0 && errno == EINTR) continue;
+    if (got < 0) {
+      int err = errno;
+      ::close(fd);
+      return unreadable(err);
+    }
+    if (got == 0) break;
+    text.append(buffer, static_cast<std::size_t>(got));
+  }
+  ::close(fd);
+  return parse_spec(text, path, dir);
+}
+
+}  // namespace flowrun

@@ -1,0 +1,1237 @@
+// Tests of parse_spec() and find_placeholders(): every rule of docs/spec.md,
+// with the exact diagnostics a user sees.
+
+#include "flowrun/spec.h"
+
+#include <catch2/catch.hpp>
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <string>
+#include <vector>
+
+using namespace flowrun;
+
+namespace {
+
+// Lets specs be written indented in the source: drops the first newline and
+// the smallest indentation of the non-blank lines.
+std::string dedent(std::string_view text) {
+  if (!text.empty() && text.front() == '\n') text.remove_prefix(1);
+  std::size_t indent = std::string::npos;
+  for (std::size_t at = 0; at < text.size();) {
+    std::size_t end = std::min(text.find('\n', at), text.size());
+    std::string_view line = text.substr(at, end - at);
+    std::size_t first = line.find_first_not_of(' ');
+    if (first != std::string_view::npos) indent = std::min(indent, first);
+    at = end + 1;
+  }
+  std::string out;
+  for (std::size_t at = 0; at < text.size();) {
+    std::size_t end = std::min(text.find('\n', at), text.size());
+    std::string_view line = text.substr(at, end - at);
+    out += line.size() > indent ? line.substr(indent) : std::string_view();
+    out += '\n';
+    at = end + 1;
+  }
+  return out;
+}
+
+SpecParse parse(std::string_view text) { return parse_spec(dedent(text), "flow.yaml", "/work/proj"); }
+
+// The diagnostics as a user sees them, one string each.
+std::vector<std::string> errors(std::string_view text) {
+  std::vector<std::string> out;
+  for (const auto& d : parse(text).diagnostics) out.push_back(d.to_string());
+  return out;
+}
+
+using Lines = std::vector<std::string>;
+
+// Parses text that must be valid.
+Spec valid(std::string_view text) {
+  SpecParse result = parse(text);
+  INFO((result.diagnostics.empty() ? std::string() : result.diagnostics.front().to_string()));
+  REQUIRE(result.diagnostics.empty());
+  REQUIRE(result.spec.has_value());
+  return std::move(*result.spec);
+}
+
+std::vector<std::string> order_names(const Spec& spec) {
+  std::vector<std::string> out;
+  for (std::size_t i : spec.order) out.push_back(spec.steps[i].name);
+  return out;
+}
+
+}  // namespace
+
+TEST_CASE("a diagnostic carries file, position, path and message", "[spec]") {
+  SpecParse result = parse(R"(
+    steps:
+      - name: train
+        run: python train.py
+        parallel:
+          gpus: many
+  )");
+  REQUIRE_FALSE(result.spec.has_value());
+  REQUIRE(result.diagnostics.size() == 1);
+  const Diagnostic& d = result.diagnostics[0];
+  CHECK(d.file == "flow.yaml");
+  CHECK(d.loc == Location{5, 13});
+  CHECK(d.path == "steps.train.parallel.gpus");
+  CHECK(d.message ==
+        "expected 'all', a positive whole number or a list of GPU ids like [0, 1], got a string 'many'");
+}
+
+TEST_CASE("a minimal spec gets its defaults", "[spec]") {
+  Spec spec = valid(R"(
+    steps:
+      - name: hello
+        run: echo hello
+  )");
+  CHECK(spec.file == "flow.yaml");
+  CHECK(spec.dir == "/work/proj");
+  CHECK(spec.name == "flow");
+  CHECK(spec.workdir == "/work/proj");
+  REQUIRE(spec.steps.size() == 1);
+  const Step& step = spec.steps[0];
+  CHECK(step.name == "hello");
+  CHECK(step.loc == Location{2, 5});
+  CHECK(step.run_loc == Location{3, 10});
+  CHECK(step.argv == std::vector<std::string>{"echo", "hello"});
+  CHECK(step.script.empty());
+  CHECK_FALSE(step.shell);
+  CHECK(step.workdir == "/work/proj");
+  CHECK(step.needs.empty());
+  CHECK_FALSE(step.timeout_s.has_value());
+  CHECK_FALSE(step.is_parallel());
+  CHECK(step.join.empty());
+  CHECK_FALSE(spec.cluster.has_value());
+  CHECK(spec.order == std::vector<std::size_t>{0});
+  CHECK(spec.find_step("hello") == &spec.steps[0]);
+  CHECK(spec.find_step("nope") == nullptr);
+}
+
+TEST_CASE("the flow name defaults to the file's stem, made safe for a run id", "[spec]") {
+  const std::string text = "steps: [{name: a, run: x}]\n";
+  CHECK(parse_spec(text, "train.yaml", "/p").spec->name == "train");
+  CHECK(parse_spec(text, "dir/my train.v2.yml", "/p").spec->name == "my-train.v2");
+  CHECK(parse_spec(text, "_x.yaml", "/p").spec->name == "flow_x");
+  CHECK(valid("name: nightly-7\nsteps: [{name: a, run: x}]\n").name == "nightly-7");
+  CHECK(errors("name: my flow\nsteps: [{name: a, run: x}]\n") ==
+        Lines{"flow.yaml:1:7: name: invalid flow name 'my flow'; expected letters, digits, '.', '_' and '-', "
+              "starting with a letter or digit"});
+}
+
+TEST_CASE("run: a list is argv as written, a string is split as sh does", "[spec]") {
+  Spec spec = valid(R"(
+    steps:
+      - name: a
+        run: [python, "train.py", --name, "two words", "", '${HOME}']
+      - name: b
+        run: python -c 'print("hi there")' --lr=0.1 "a b"\ c
+      - name: c
+        run: 42
+  )");
+  CHECK(spec.steps[0].argv ==
+        std::vector<std::string>{"python", "train.py", "--name", "two words", "", "${HOME}"});
+  CHECK(spec.steps[1].argv ==
+        std::vector<std::string>{"python", "-c", "print(\"hi there\")", "--lr=0.1", "a b c"});
+  CHECK(spec.steps[2].argv == std::vector<std::string>{"42"});
+}
+
+TEST_CASE("run with shell: true is a script", "[spec]") {
+  Spec spec = valid(R"(
+    steps:
+      - name: a
+        shell: true
+        run: |
+          for i in 1 2; do echo $i; done
+          cd data && ls | wc -l
+  )");
+  const Step& step = spec.steps[0];
+  CHECK(step.shell);
+  CHECK(step.argv.empty());
+  CHECK(step.script == "for i in 1 2; do echo $i; done\ncd data && ls | wc -l\n");
+  CHECK(valid("steps: [{name: a, run: 'x y', shell: false}]").steps[0].argv ==
+        std::vector<std::string>{"x", "y"});
+}
+
+TEST_CASE("run problems", "[spec]") {
+  CHECK(errors(R"(
+    steps:
+      - name: a
+      - name: b
+        run: ""
+      - name: c
+        run: []
+      - name: d
+        run:
+      - name: e
+        run: [python, [x], {a: 1}]
+      - name: f
+        run: python -c 'oops
+      - name: g
+        run: ["", x]
+      - name: h
+        shell: true
+        run: [echo, hi]
+      - name: i
+        shell: true
+        run: "  "
+      - name: j
+        shell: yes
+        run: [whatever, "${steps.x}"]
+      - name: k
+        run: {cmd: x}
+  )") == Lines{
+             "flow.yaml:2:5: steps.a: missing required key 'run' (the command to run)",
+             "flow.yaml:4:10: steps.b.run: expected a command (a string or a list of words), got an empty "
+             "string",
+             "flow.yaml:6:10: steps.c.run: expected a command (a string or a list of words), got an empty "
+             "sequence",
+             "flow.yaml:8:5: steps.d.run: expected a command (a string or a list of words), got nothing",
+             "flow.yaml:10:19: steps.e.run: expected a word (a string), got a sequence",
+             "flow.yaml:10:24: steps.e.run: expected a word (a string), got a mapping",
+             "flow.yaml:12:10: steps.f.run: cannot split into words: unterminated single quote; fix the "
+             "quoting or "
+             "write a list of words",
+             "flow.yaml:14:10: steps.g.run: the program (the first word) is empty; expected a program name "
+             "or path",
+             "flow.yaml:17:10: steps.h.run: expected a script (a string) with 'shell: true', got a sequence",
+             "flow.yaml:20:10: steps.i.run: expected a non-empty script, got a string '  '",
+             "flow.yaml:22:12: steps.j.shell: expected true or false, got a string 'yes'",
+             "flow.yaml:25:10: steps.k.run: expected a command (a string or a list of words), got a mapping",
+         });
+}
+
+TEST_CASE("run: the word splitter's problems are reported as it states them", "[spec]") {
+  CHECK(errors("steps: [{name: a, run: 'echo \\'}, {name: b, run: 'echo \"x'}]\n") ==
+        Lines{"flow.yaml:1:24: steps.a.run: cannot split into words: trailing backslash; fix the quoting or "
+              "write "
+              "a list of words",
+              "flow.yaml:1:50: steps.b.run: cannot split into words: unterminated double quote; fix the "
+              "quoting or "
+              "write a list of words"});
+}
+
+TEST_CASE("needs defaults to the previous step; needs: [] means none", "[spec]") {
+  Spec spec = valid(R"(
+    steps:
+      - name: a
+        run: x
+      - name: b
+        run: x
+      - name: c
+        needs: []
+        run: x
+      - name: d
+        needs: a
+        run: x
+      - name: e
+        needs: [d, b, d]
+        run: x
+  )");
+  CHECK(spec.steps[0].needs.empty());
+  CHECK(spec.steps[1].needs == std::vector<std::string>{"a"});
+  CHECK(spec.steps[2].needs.empty());
+  CHECK(spec.steps[3].needs == std::vector<std::string>{"a"});
+  CHECK(spec.steps[4].needs == std::vector<std::string>{"d", "b"});
+  CHECK(order_names(spec) == std::vector<std::string>{"a", "b", "c", "d", "e"});
+}
+
+TEST_CASE("needs problems", "[spec]") {
+  CHECK(errors(R"(
+    steps:
+      - name: a
+        run: x
+        needs:
+      - name: b
+        run: x
+        needs: [a, [a], {x: 1}]
+      - name: c
+        run: x
+        needs: {a: 1}
+  )") == Lines{
+             "flow.yaml:4:5: steps.a.needs: expected a step name or a list of step names, got nothing; write "
+             "'needs: []' for none",
+             "flow.yaml:7:16: steps.b.needs: expected a step name, got a sequence",
+             "flow.yaml:7:21: steps.b.needs: expected a step name, got a mapping",
+             "flow.yaml:10:12: steps.c.needs: expected a step name or a list of step names, got a mapping",
+         });
+}
+
+TEST_CASE("messages stay on one line and short", "[spec]") {
+  CHECK(
+      errors("name: \"a\\tb\\nc\\x01\"\nsteps: [{name: a, run: x}]\n") ==
+      Lines{"flow.yaml:1:7: name: invalid flow name 'a\\tb\\nc\\x01'; expected letters, digits, '.', '_' and "
+            "'-', starting with a letter or digit"});
+  CHECK(errors("steps: [{name: a, run: x, shell: " + std::string(100, 'y') + "}]\n") ==
+        Lines{"flow.yaml:1:34: steps.a.shell: expected true or false, got a string "
+              "'yyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyy...'"});
+}
+
+TEST_CASE("the order puts dependencies first and otherwise keeps file order", "[spec]") {
+  Spec spec = valid(R"(
+    steps:
+      - name: report
+        needs: [train, eval]
+        run: x
+      - name: eval
+        needs: train
+        run: x
+      - name: lint
+        needs: []
+        run: x
+      - name: train
+        needs: []
+        run: x
+  )");
+  CHECK(order_names(spec) == std::vector<std::string>{"lint", "train", "eval", "report"});
+}
+
+TEST_CASE("join: runs after its parallel step, which it implicitly needs", "[spec]") {
+  Spec spec = valid(R"(
+    steps:
+      - name: train
+        run: python train.py
+        parallel: {gpus: 2}
+      - name: other
+        needs: []
+        run: x
+      - name: eval
+        join: train
+        run: python eval.py ${steps.train.outputs}/model.pt
+      - name: again
+        needs: [train]
+        join: train
+        run: x
+  )");
+  const Step& eval = spec.steps[2];
+  CHECK(eval.join == "train");
+  CHECK(eval.join_loc == Location{9, 11});
+  CHECK(eval.needs == std::vector<std::string>{"other", "train"});
+  CHECK(spec.steps[3].needs == std::vector<std::string>{"train"});
+  CHECK(eval.argv == std::vector<std::string>{"python", "eval.py", "${steps.train.outputs}/model.pt"});
+  CHECK(order_names(spec) == std::vector<std::string>{"train", "other", "eval", "again"});
+}
+
+TEST_CASE("graph problems", "[spec]") {
+  CHECK(
+      errors(R"(
+    steps:
+      - name: prep
+        run: x
+      - name: train
+        run: x
+        parallel:
+      - name: eval
+        join: trian
+        run: x
+      - name: eval2
+        join: prep
+        run: x
+      - name: both
+        parallel: {}
+        join: train
+        needs: [prep, trian, nothing_like_it]
+        run: x
+      - name: prep
+        run: x
+  )") ==
+      Lines{
+          "flow.yaml:8:11: steps.eval.join: no step named 'trian'; did you mean 'train'?",
+          "flow.yaml:11:11: steps.eval2.join: cannot join 'prep': it is not a parallel step; expected the "
+          "name "
+          "of a step with 'parallel:'",
+          "flow.yaml:15:5: steps.both.join: a step cannot both join and be parallel: a join step runs once, "
+          "after the parallel step; remove 'join' or 'parallel'",
+          "flow.yaml:16:19: steps.both.needs: no step named 'trian'; did you mean 'train'?",
+          "flow.yaml:16:26: steps.both.needs: no step named 'nothing_like_it'",
+          "flow.yaml:18:11: steps[5].name: duplicate step name 'prep' (first defined at line 2); step names "
+          "must be unique",
+      });
+}
+
+TEST_CASE("a cycle is reported once, at its first step, with its path", "[spec]") {
+  CHECK(errors(R"(
+    steps:
+      - name: a
+        needs: c
+        run: x
+      - name: b
+        run: x
+      - name: c
+        run: x
+      - name: self
+        needs: [self]
+        run: x
+      - name: d
+        needs: [e]
+        run: x
+      - name: e
+        needs: [d, a]
+        run: x
+  )") == Lines{
+             "flow.yaml:2:5: steps.a: dependency cycle a -> c -> b -> a (each step needs the next); remove "
+             "one of "
+             "these needs",
+             "flow.yaml:9:5: steps.self: dependency cycle self -> self (each step needs the next); remove "
+             "one of "
+             "these needs",
+             "flow.yaml:12:5: steps.d: dependency cycle d -> e -> d (each step needs the next); remove one "
+             "of these "
+             "needs",
+         });
+}
+
+TEST_CASE("step names", "[spec]") {
+  CHECK(valid("steps: [{name: A-1_b, run: x}, {name: '9lives', run: x}]").steps[1].name == "9lives");
+  CHECK(errors(R"(
+    steps:
+      - name: -x
+        run: x
+      - name: "a b"
+        run: x
+      - name: [a]
+        run: x
+      - run: x
+        shell: nope
+      - name: c
+        needs: ["a b", -x]
+        run: ${steps.-x.outputs}
+  )") == Lines{
+             "flow.yaml:2:11: steps[0].name: invalid step name '-x'; expected letters, digits, '_' and '-', "
+             "starting with a letter or digit",
+             "flow.yaml:4:11: steps[1].name: invalid step name 'a b'; expected letters, digits, '_' and '-', "
+             "starting with a letter or digit",
+             "flow.yaml:6:11: steps[2].name: expected a step name (a string), got a sequence",
+             "flow.yaml:8:5: steps[3]: missing required key 'name' (the step's name)",
+             "flow.yaml:9:12: steps[3].shell: expected true or false, got a string 'nope'",
+             "flow.yaml:12:10: steps.c.run: malformed template '${steps.-x.outputs}'; expected "
+             "'${steps.NAME.outputs}'",
+         });
+}
+
+TEST_CASE("steps must be a non-empty list of mappings", "[spec]") {
+  CHECK(errors("name: x\n") ==
+        Lines{"flow.yaml:1:1: missing required key 'steps' (the list of steps to run)"});
+  CHECK(errors("steps: []\n") ==
+        Lines{"flow.yaml:1:8: steps: expected a non-empty list of steps, got an empty "
+              "sequence"});
+  CHECK(errors("steps:\n") == Lines{"flow.yaml:1:1: steps: expected a non-empty list of steps, got nothing"});
+  CHECK(errors("steps: {a: 1}\n") ==
+        Lines{"flow.yaml:1:8: steps: expected a non-empty list of steps, got a mapping"});
+  CHECK(
+      errors("steps: [train, 3, ~]\n") ==
+      Lines{
+          "flow.yaml:1:9: steps[0]: expected a step (a mapping with 'name' and 'run'), got a string 'train'",
+          "flow.yaml:1:16: steps[1]: expected a step (a mapping with 'name' and 'run'), got 3",
+          "flow.yaml:1:19: steps[2]: expected a step (a mapping with 'name' and 'run'), got nothing"});
+}
+
+TEST_CASE("unknown keys get a suggestion or the list of keys", "[spec]") {
+  CHECK(
+      errors(R"(
+    nmae: x
+    stesp: []
+    run: x
+    workdri: x
+    <<: {a: 1}
+    steps:
+      - name: a
+        run: x
+        neds: b
+        gpus: 2
+        command: x
+        parallel:
+          gpu: 2
+          outputs: x
+          hosts: [a]
+          foo: 1
+    cluster:
+      engine: manual
+      nodes: 2
+      host: [a]
+    settings: {}
+  )") ==
+      Lines{
+          "flow.yaml:1:1: unknown key 'nmae'; did you mean 'name'?",
+          "flow.yaml:2:1: unknown key 'stesp'; did you mean 'steps'?",
+          "flow.yaml:3:1: key 'run' does not belong here; put it in a step, under 'steps:'",
+          "flow.yaml:4:1: unknown key 'workdri'; did you mean 'workdir'?",
+          "flow.yaml:5:1: YAML merge keys ('<<') are not supported; write the keys out",
+          "flow.yaml:9:5: steps.a: unknown key 'neds'; did you mean 'needs'?",
+          "flow.yaml:10:5: steps.a: key 'gpus' does not belong here; put it under 'parallel:'",
+          "flow.yaml:11:5: steps.a: unknown key 'command'; expected one of: name, run, shell, env, workdir, "
+          "needs, timeout, parallel, outputs, collect, join",
+          "flow.yaml:13:7: steps.a.parallel: unknown key 'gpu'; did you mean 'gpus'?",
+          "flow.yaml:14:7: steps.a.parallel: key 'outputs' does not belong here; put it in the step, next to "
+          "'parallel:'",
+          "flow.yaml:15:7: steps.a.parallel: key 'hosts' does not belong here; put it under the top-level "
+          "'cluster:'",
+          "flow.yaml:16:7: steps.a.parallel: unknown key 'foo'; expected one of: gpus, nodes, "
+          "procs_per_node, "
+          "cpus, max_restarts, visible_devices",
+          "flow.yaml:19:3: cluster: key 'nodes' does not belong here; put it under a step's 'parallel:'",
+          "flow.yaml:20:3: cluster: unknown key 'host'; did you mean 'hosts'?",
+          "flow.yaml:21:1: unknown key 'settings'; expected one of: name, env, workdir, steps, cluster",
+      });
+}
+
+TEST_CASE("duplicate keys are an error at every level", "[spec]") {
+  CHECK(errors(R"(
+    name: a
+    name: b
+    env:
+      X: 1
+      X: 2
+    steps:
+      - name: a
+        run: x
+        run: y
+        parallel:
+          gpus: 2
+          gpus: 4
+    cluster:
+      engine: slurm
+      engine: ssh
+  )") ==
+        Lines{
+            "flow.yaml:2:1: duplicate key 'name' (first at line 1); YAML keeps only one of them",
+            "flow.yaml:5:3: env: duplicate key 'X' (first at line 4); YAML keeps only one of them",
+            "flow.yaml:9:5: steps.a: duplicate key 'run' (first at line 8); YAML keeps only one of them",
+            "flow.yaml:12:7: steps.a.parallel: duplicate key 'gpus' (first at line 11); YAML keeps only one "
+            "of them",
+            "flow.yaml:15:3: cluster: duplicate key 'engine' (first at line 14); YAML keeps only one of them",
+        });
+  CHECK(
+      errors("steps: [{name: a, run: x, name: b}]\n") ==
+      Lines{"flow.yaml:1:27: steps.a: duplicate key 'name' (first at line 1); YAML keeps only one of them"});
+}
+
+TEST_CASE("keys must be strings", "[spec]") {
+  CHECK(errors("? [a]\n: 1\nsteps: [{name: a, run: x}]\n") ==
+        Lines{"flow.yaml:1:3: expected a key name, got a sequence"});
+}
+
+TEST_CASE("env keeps spec order and turns values into text", "[spec]") {
+  Spec spec = valid(R"(
+    env:
+      ZED: last
+      ALPHA: 1
+      EMPTY:
+      FLAG: true
+      RATIO: 0.5
+      OMP_NUM_THREADS: 8
+    steps:
+      - name: a
+        run: x
+        env: {B: "2", A: '1'}
+      - name: b
+        run: x
+        env:
+  )");
+  CHECK(spec.env == EnvList{{"ZED", "last"},
+                            {"ALPHA", "1"},
+                            {"EMPTY", ""},
+                            {"FLAG", "true"},
+                            {"RATIO", "0.5"},
+                            {"OMP_NUM_THREADS", "8"}});
+  CHECK(spec.steps[0].env == EnvList{{"B", "2"}, {"A", "1"}});
+  CHECK(spec.steps[1].env.empty());
+}
+
+TEST_CASE("env problems, and variables flowrun sets", "[spec]") {
+  CHECK(
+      errors(R"(
+    env:
+      CUDA_VISIBLE_DEVICES: 0,1
+      1X: a
+      A-B: a
+      LIST: [1, 2]
+      MAP: {a: 1}
+    steps:
+      - name: a
+        run: x
+        env:
+          RANK: 0
+          TORCHELASTIC_MAX_RESTARTS: 3
+          NCCL_ASYNC_ERROR_HANDLING: 0
+      - name: b
+        run: x
+        env: [A=1]
+  )") ==
+      Lines{
+          "flow.yaml:2:3: env.CUDA_VISIBLE_DEVICES: flowrun sets CUDA_VISIBLE_DEVICES for every worker; "
+          "select "
+          "GPUs with parallel.gpus",
+          "flow.yaml:3:3: env: invalid variable name '1X'; expected letters, digits and '_', not starting "
+          "with a "
+          "digit",
+          "flow.yaml:4:3: env: invalid variable name 'A-B'; expected letters, digits and '_', not starting "
+          "with "
+          "a digit",
+          "flow.yaml:5:9: env.LIST: expected a value (a string, number or boolean), got a sequence",
+          "flow.yaml:6:8: env.MAP: expected a value (a string, number or boolean), got a mapping",
+          "flow.yaml:11:7: steps.a.env.RANK: flowrun sets RANK for every worker; remove it from env",
+          "flow.yaml:12:7: steps.a.env.TORCHELASTIC_MAX_RESTARTS: flowrun sets TORCHELASTIC_MAX_RESTARTS for "
+          "every worker; set parallel.max_restarts",
+          "flow.yaml:16:10: steps.b.env: expected a mapping of variable names to values, got a sequence",
+      });
+}
+
+TEST_CASE("workdir is resolved against the spec's directory, a step's against the spec's workdir", "[spec]") {
+  Spec spec = valid(R"(
+    workdir: ../proj2/./run/
+    steps:
+      - name: a
+        run: x
+      - name: b
+        workdir: sub/../data
+        run: x
+      - name: c
+        workdir: /abs/dir/
+        run: x
+  )");
+  CHECK(spec.workdir == "/work/proj2/run");
+  CHECK(spec.steps[0].workdir == "/work/proj2/run");
+  CHECK(spec.steps[1].workdir == "/work/proj2/run/data");
+  CHECK(spec.steps[2].workdir == "/abs/dir");
+  CHECK(valid("workdir: .\nsteps: [{name: a, run: x}]").workdir == "/work/proj");
+  CHECK(errors("workdir: ''\nsteps: [{name: a, run: x, workdir: [a]}]\n") ==
+        Lines{"flow.yaml:1:10: workdir: expected a directory path, got an empty string",
+              "flow.yaml:2:36: steps.a.workdir: expected a directory path, got a sequence"});
+}
+
+TEST_CASE("timeout: seconds or a duration with units", "[spec]") {
+  auto timeout = [](const std::string& value) {
+    return valid("steps: [{name: a, run: x, timeout: " + value + "}]").steps[0].timeout_s.value();
+  };
+  CHECK(timeout("90") == 90);
+  CHECK(timeout("1.5") == 1.5);
+  CHECK(timeout("90s") == 90);
+  CHECK(timeout("30m") == 1800);
+  CHECK(timeout("2h") == 7200);
+  CHECK(timeout("1h30m") == 5400);
+  CHECK(timeout("1d2h3m4s") == 93784);
+  CHECK(timeout("'1.5h'") == 5400);
+  CHECK(timeout("365d") == 365 * 86400);
+  for (const char* bad : {"0", "0s", "-5", "1h1h", "30m1h", "1x", "h", "1.5.2s", "1 h", ".5", "5.", ".nan",
+                          ".inf", "1e3", "0x10", "1h30", "true"}) {
+    INFO(bad);
+    auto got = errors(std::string("steps: [{name: a, run: x, timeout: ") + bad + "}]");
+    REQUIRE(got.size() == 1);
+    CHECK_THAT(got[0],
+               Catch::StartsWith("flow.yaml:1:36: steps.a.timeout: expected a positive duration: seconds "
+                                 "(90) or a string like '90s', '30m', '1h30m' or '2d', got "));
+  }
+  CHECK(errors("steps: [{name: a, run: x, timeout: 366d}]") ==
+        Lines{"flow.yaml:1:36: steps.a.timeout: expected a duration up to 365d, got a string '366d'"});
+  CHECK(errors("steps: [{name: a, run: x, timeout: 99999999999999999999999999999999999999999999}]") ==
+        Lines{"flow.yaml:1:36: steps.a.timeout: expected a duration up to 365d, got "
+              "'9999999999999999999999999999999999999999...'"});
+}
+
+TEST_CASE("parallel: defaults, and where each value came from", "[spec]") {
+  Spec spec = valid(R"(
+    steps:
+      - name: a
+        run: x
+        parallel:
+      - name: b
+        run: x
+        parallel: {}
+      - name: c
+        run: x
+        parallel:
+          gpus: 8
+          nodes: 2
+          procs_per_node: auto
+          max_restarts: 3
+          visible_devices: process
+        outputs: checkpoints/*.pt
+        collect: all
+  )");
+  for (std::size_t i : {0, 1}) {
+    const Step& step = spec.steps[i];
+    REQUIRE(step.is_parallel());
+    const ParallelSpec& p = *step.parallel;
+    Location key{static_cast<int>(4 + 3 * i), 5};
+    CHECK(p.loc == key);
+    CHECK(p.gpus.kind == GpuRequest::Kind::all);
+    CHECK_FALSE(p.gpus.is_set);
+    CHECK(p.gpus.loc == key);
+    CHECK(p.nodes.is_auto());
+    CHECK(p.nodes.loc == key);
+    CHECK(p.procs_per_node.is_auto());
+    CHECK(p.procs_per_node.loc == key);
+    CHECK_FALSE(p.cpus.has_value());
+    CHECK(p.cpus_loc == key);
+    CHECK(p.max_restarts == 0);
+    CHECK(p.visible_devices == Visibility::node);
+    CHECK(step.collect == Collect::rank0);
+    CHECK(step.outputs.empty());
+  }
+  const Step& c = spec.steps[2];
+  const ParallelSpec& p = *c.parallel;
+  CHECK(p.loc == Location{10, 5});
+  CHECK(p.gpus.kind == GpuRequest::Kind::count);
+  CHECK(p.gpus.count == 8);
+  CHECK(p.gpus.is_set);
+  CHECK(p.gpus.loc == Location{11, 13});
+  CHECK(p.nodes.value == 2);
+  CHECK(p.nodes.loc == Location{12, 14});
+  CHECK(p.procs_per_node.is_auto());
+  CHECK(p.procs_per_node.loc == Location{13, 23});
+  CHECK(p.max_restarts == 3);
+  CHECK(p.visible_devices == Visibility::process);
+  CHECK(c.outputs == std::vector<std::string>{"checkpoints/*.pt"});
+  CHECK(c.collect == Collect::all);
+}
+
+TEST_CASE("parallel.gpus: all, a count or a list of ids", "[spec]") {
+  auto gpus = [](const std::string& value) {
+    return valid("steps: [{name: a, run: x, parallel: {gpus: " + value + "}}]").steps[0].parallel->gpus;
+  };
+  CHECK(gpus("all").kind == GpuRequest::Kind::all);
+  CHECK(gpus("all").is_set);
+  CHECK(gpus("4").count == 4);
+  CHECK(gpus("'4'").count == 4);
+  GpuRequest ids = gpus("[0, 03, '2', GPU-8f3a2b1c-aaaa, MIG-GPU-8f3a/1/0, MIG-1b2c]");
+  CHECK(ids.kind == GpuRequest::Kind::ids);
+  CHECK(ids.ids ==
+        std::vector<std::string>{"0", "3", "2", "GPU-8f3a2b1c-aaaa", "MIG-GPU-8f3a/1/0", "MIG-1b2c"});
+  CHECK(ids.loc == Location{1, 44});
+
+  CHECK(
+      errors(R"(
+    steps:
+      - name: a
+        run: x
+        parallel:
+          gpus: 0
+      - name: b
+        run: x
+        parallel:
+          gpus: 99999999999999999999
+      - name: c
+        run: x
+        parallel:
+          gpus: "0,1"
+      - name: d
+        run: x
+        parallel:
+          gpus: []
+      - name: e
+        run: x
+        parallel:
+          gpus: [0, 1, 1, -1, GPU-, gpu-1, 1.5, [2], GPU-x, GPU-x, 01]
+      - name: f
+        run: x
+        parallel:
+          gpus: {count: 2}
+      - name: g
+        run: x
+        parallel:
+          gpus: 2.5
+      - name: h
+        run: x
+        parallel:
+          gpus: .nan
+  )") ==
+      Lines{
+          "flow.yaml:5:13: steps.a.parallel.gpus: expected 'all', a positive whole number or a list of GPU "
+          "ids "
+          "like [0, 1], got 0; for CPU workers use 'cpus'",
+          "flow.yaml:9:13: steps.b.parallel.gpus: expected a positive whole number up to 2147483647, got "
+          "99999999999999999999",
+          "flow.yaml:13:13: steps.c.parallel.gpus: expected 'all', a positive whole number or a list of GPU "
+          "ids "
+          "like [0, 1], got a string '0,1'",
+          "flow.yaml:17:13: steps.d.parallel.gpus: expected a non-empty list of GPU ids, got an empty "
+          "sequence",
+          "flow.yaml:21:20: steps.e.parallel.gpus: GPU 1 is listed twice; expected each GPU once",
+          "flow.yaml:21:23: steps.e.parallel.gpus: expected a GPU index (0, 1, ...) or a UUID starting with "
+          "'GPU-' or 'MIG-', got -1",
+          "flow.yaml:21:27: steps.e.parallel.gpus: expected a GPU index (0, 1, ...) or a UUID starting with "
+          "'GPU-' or 'MIG-', got a string 'GPU-'",
+          "flow.yaml:21:33: steps.e.parallel.gpus: expected a GPU index (0, 1, ...) or a UUID starting with "
+          "'GPU-' or 'MIG-', got a string 'gpu-1'",
+          "flow.yaml:21:40: steps.e.parallel.gpus: expected a GPU index (0, 1, ...) or a UUID starting with "
+          "'GPU-' or 'MIG-', got 1.5",
+          "flow.yaml:21:45: steps.e.parallel.gpus: expected a GPU index (0, 1, ...) or a UUID starting with "
+          "'GPU-' or 'MIG-', got a sequence",
+          "flow.yaml:21:57: steps.e.parallel.gpus: GPU GPU-x is listed twice; expected each GPU once",
+          "flow.yaml:21:64: steps.e.parallel.gpus: GPU 1 is listed twice; expected each GPU once",
+          "flow.yaml:25:13: steps.f.parallel.gpus: expected 'all', a positive whole number or a list of GPU "
+          "ids "
+          "like [0, 1], got a mapping",
+          "flow.yaml:29:13: steps.g.parallel.gpus: expected 'all', a positive whole number or a list of GPU "
+          "ids "
+          "like [0, 1], got 2.5",
+          "flow.yaml:33:13: steps.h.parallel.gpus: expected 'all', a positive whole number or a list of GPU "
+          "ids "
+          "like [0, 1], got .nan",
+      });
+}
+
+TEST_CASE("parallel: the other keys", "[spec]") {
+  Spec spec = valid("steps: [{name: a, run: x, parallel: {cpus: 4, nodes: auto, procs_per_node: 2}}]");
+  const ParallelSpec& p = *spec.steps[0].parallel;
+  CHECK(p.cpus == 4);
+  CHECK(p.cpus_loc == Location{1, 44});
+  CHECK_FALSE(p.gpus.is_set);
+  CHECK(p.nodes.is_auto());
+  CHECK(p.procs_per_node.value == 2);
+
+  CHECK(
+      errors(R"(
+    steps:
+      - name: a
+        run: x
+        parallel:
+          gpus: all
+          cpus: 4
+      - name: b
+        run: x
+        parallel:
+          nodes: 0
+          procs_per_node: many
+          cpus: -2
+          max_restarts: -1
+          visible_devices: all
+      - name: c
+        run: x
+        parallel: true
+      - name: d
+        run: x
+        parallel: [gpus]
+      - name: e
+        run: x
+        parallel:
+          max_restarts: 99999999999
+          nodes: [1]
+  )") ==
+      Lines{
+          "flow.yaml:6:7: steps.a.parallel.cpus: cpus and gpus cannot both be set; choose one: gpus for GPU "
+          "workers, cpus for CPU workers",
+          "flow.yaml:10:14: steps.b.parallel.nodes: expected 'auto' or a positive whole number, got 0",
+          "flow.yaml:11:23: steps.b.parallel.procs_per_node: expected 'auto' or a positive whole number, got "
+          "a "
+          "string 'many'",
+          "flow.yaml:12:13: steps.b.parallel.cpus: expected a positive whole number of CPU workers, got -2",
+          "flow.yaml:13:21: steps.b.parallel.max_restarts: expected a whole number of restarts (0 or more), "
+          "got "
+          "-1",
+          "flow.yaml:14:24: steps.b.parallel.visible_devices: expected 'node' or 'process', got a string "
+          "'all'",
+          "flow.yaml:17:15: steps.c.parallel: expected a mapping of parallel settings ('parallel: {}' for "
+          "the "
+          "defaults), got true",
+          "flow.yaml:20:15: steps.d.parallel: expected a mapping of parallel settings ('parallel: {}' for "
+          "the "
+          "defaults), got a sequence",
+          "flow.yaml:24:21: steps.e.parallel.max_restarts: expected a whole number up to 2147483647, got "
+          "99999999999",
+          "flow.yaml:25:14: steps.e.parallel.nodes: expected 'auto' or a positive whole number, got a "
+          "sequence",
+      });
+}
+
+TEST_CASE("outputs and collect belong to parallel steps; globs are checked", "[spec]") {
+  Spec spec = valid(R"(
+    steps:
+      - name: a
+        run: x
+        parallel: {}
+        outputs: ["**/*.pt", "logs/rank[0-9].txt", "a[]]b", "a[!x]", 'a\[b', "c/./d"]
+  )");
+  CHECK(spec.steps[0].outputs ==
+        std::vector<std::string>{"**/*.pt", "logs/rank[0-9].txt", "a[]]b", "a[!x]", "a\\[b", "c/./d"});
+
+  CHECK(
+      errors(R"(
+    steps:
+      - name: a
+        run: x
+        outputs: x
+        collect: all
+      - name: b
+        run: x
+        parallel: {}
+        outputs: ["", /abs/*.pt, ../up, "a/../b", "a/..", "x\ny", "a[b", "a]b", "[!]", 3, [x]]
+        collect: everything
+      - name: c
+        run: x
+        parallel: {}
+        outputs: {a: b}
+  )") ==
+      Lines{
+          "flow.yaml:4:5: steps.a.outputs: only parallel steps have outputs; add 'parallel:' or remove it",
+          "flow.yaml:5:5: steps.a.collect: only parallel steps have collect; add 'parallel:' or remove it",
+          "flow.yaml:9:15: steps.b.outputs: empty glob; expected a path pattern relative to the workdir, "
+          "like "
+          "'checkpoints/*.pt'",
+          "flow.yaml:9:19: steps.b.outputs: glob '/abs/*.pt' is absolute; expected a pattern relative to the "
+          "step's workdir",
+          "flow.yaml:9:30: steps.b.outputs: glob '../up' leaves the workdir with '..'; expected a pattern "
+          "inside "
+          "it",
+          "flow.yaml:9:37: steps.b.outputs: glob 'a/../b' leaves the workdir with '..'; expected a pattern "
+          "inside it",
+          "flow.yaml:9:47: steps.b.outputs: glob 'a/..' leaves the workdir with '..'; expected a pattern "
+          "inside "
+          "it",
+          "flow.yaml:9:55: steps.b.outputs: glob 'x\\ny' contains a NUL or newline; expected a path pattern "
+          "on "
+          "one line",
+          "flow.yaml:9:63: steps.b.outputs: glob 'a[b' has a '[' without ']'; expected balanced [...] "
+          "character "
+          "classes",
+          "flow.yaml:9:70: steps.b.outputs: glob 'a]b' has a ']' without '['; expected balanced [...] "
+          "character "
+          "classes",
+          "flow.yaml:9:77: steps.b.outputs: glob '[!]' has a '[' without ']'; expected balanced [...] "
+          "character "
+          "classes",
+          "flow.yaml:9:87: steps.b.outputs: expected a glob (a string), got a sequence",
+          "flow.yaml:10:14: steps.b.collect: expected 'rank0' or 'all', got a string 'everything'",
+          "flow.yaml:14:14: steps.c.outputs: expected a glob or a list of globs, got a mapping",
+      });
+}
+
+TEST_CASE("templates: ${steps.NAME.outputs} must name a parallel step that runs first", "[spec]") {
+  Spec spec = valid(R"(
+    steps:
+      - name: train
+        run: x
+        parallel: {}
+      - name: mid
+        run: x
+      - name: eval
+        shell: true
+        run: |
+          ls ${steps.train.outputs} ${HOME} ${args}
+          python eval.py "${X:-${steps.train.outputs}}"
+  )");
+  CHECK(spec.steps[2].script.find("${steps.train.outputs}") != std::string::npos);
+
+  CHECK(errors(R"(
+    steps:
+      - name: train
+        run: x
+        parallel: {}
+      - name: prep
+        needs: []
+        run: x
+      - name: eval
+        needs: [prep]
+        run: [python, "${steps.train.outputs}", "${steps.prep.outputs}", "${steps.trian.outputs}", "${steps.zz.outputs}"]
+      - name: self
+        needs: []
+        parallel: {}
+        run: echo ${steps.self.outputs}
+      - name: late
+        needs: []
+        run: echo ${steps.later.outputs} ${steps.later.outputs}
+      - name: later
+        parallel: {}
+        run: x
+  )") == Lines{
+             "flow.yaml:10:19: steps.eval.run: step 'train' does not run before this step; add it to needs "
+             "or join "
+             "it",
+             "flow.yaml:10:45: steps.eval.run: '${steps.prep.outputs}' names step 'prep', which is not "
+             "parallel; "
+             "only parallel steps have outputs",
+             "flow.yaml:10:70: steps.eval.run: no step named 'trian' (in '${steps.trian.outputs}'); did you "
+             "mean "
+             "'train'?",
+             "flow.yaml:10:96: steps.eval.run: no step named 'zz' (in '${steps.zz.outputs}'); expected the "
+             "name of "
+             "a parallel step",
+             "flow.yaml:14:10: steps.self.run: step 'self' does not run before this step; add it to needs or "
+             "join "
+             "it",
+             "flow.yaml:17:10: steps.late.run: step 'later' does not run before this step; add it to needs "
+             "or join "
+             "it",
+         });
+  CHECK(errors(R"(
+    steps:
+      - name: a
+        run: echo ${step.train.outputs} ok
+      - name: b
+        run: [echo, "${arg}"]
+      - name: c
+        shell: true
+        run: echo ${steps.train} ${steps.x.outputs}
+  )") == Lines{
+             "flow.yaml:3:10: steps.a.run: unknown template '${step.train.outputs}'; did you mean "
+             "'${steps.train.outputs}'?",
+             "flow.yaml:5:17: steps.b.run: unknown template '${arg}'; did you mean '${args}'?",
+             "flow.yaml:8:10: steps.c.run: malformed template '${steps.train}'; expected "
+             "'${steps.NAME.outputs}'",
+         });
+}
+
+TEST_CASE("find_placeholders", "[spec]") {
+  auto find = [](std::string_view text) {
+    std::string error;
+    auto found = find_placeholders(text, &error);
+    std::vector<std::string> out;
+    if (!found) return std::vector<std::string>{"error: " + error};
+    for (const auto& p : *found)
+      out.push_back(p.kind == Placeholder::Kind::args ? "args" : "outputs:" + p.step);
+    return out;
+  };
+  using V = std::vector<std::string>;
+  CHECK(find("") == V{});
+  CHECK(find("plain $HOME ${HOME} ${N:-4} $${x} ${} ${") == V{});
+  CHECK(find("${args}") == V{"args"});
+  CHECK(find("a ${steps.t-1.outputs}/m.pt ${args} ${steps.B_2.outputs}") ==
+        V{"outputs:t-1", "args", "outputs:B_2"});
+  CHECK(find("${X:-${args}}") == V{"args"});
+  CHECK(find("$${steps.a.outputs}") == V{"outputs:a"});
+  CHECK(find("${steps.a.outputs") == V{"error: unterminated template '${steps.a.outputs'; expected "
+                                       "'${steps.NAME.outputs}'"});
+  CHECK(find("${steps}") == V{"error: malformed template '${steps}'; expected '${steps.NAME.outputs}'"});
+  CHECK(find("${steps.a}") == V{"error: malformed template '${steps.a}'; expected '${steps.NAME.outputs}'"});
+  CHECK(find("${steps.a.output}") == V{"error: malformed template '${steps.a.output}'; expected "
+                                       "'${steps.NAME.outputs}'"});
+  CHECK(find("${steps.a.b.outputs}") == V{"error: malformed template '${steps.a.b.outputs}'; expected "
+                                          "'${steps.NAME.outputs}'"});
+  CHECK(find("${steps..outputs}") == V{"error: malformed template '${steps..outputs}'; expected "
+                                       "'${steps.NAME.outputs}'"});
+  CHECK(find("${step.a.outputs}") == V{"error: unknown template '${step.a.outputs}'; did you mean "
+                                       "'${steps.a.outputs}'?"});
+  CHECK(find("${step.a}") == V{"error: unknown template '${step.a}'; did you mean '${steps.NAME.outputs}'?"});
+  CHECK(find("${arg}") == V{"error: unknown template '${arg}'; did you mean '${args}'?"});
+  CHECK(find("${argv}") == V{"error: unknown template '${argv}'; did you mean '${args}'?"});
+  CHECK(find("${args.0}") == V{"error: malformed template '${args.0}'; expected '${args}'"});
+  CHECK(find("${args") == V{"error: unterminated template '${args'; expected '${args}'"});
+  CHECK(find("${steps.a\nb}") ==
+        V{"error: unterminated template '${steps.a'; expected '${steps.NAME.outputs}'"});
+  CHECK(find("${steps.a.outputs/m.pt}") ==
+        V{"error: unterminated template '${steps.a.outputs'; expected '${steps.NAME.outputs}'"});
+  CHECK(find("${step.t.outputs ${args}") == V{"error: unknown template '${step.t.outputs'; did you mean "
+                                              "'${steps.t.outputs}'?"});
+  CHECK(find("${args:-x}") == V{"error: unterminated template '${args'; expected '${args}'"});
+  CHECK(find("${\x01} ${ steps.a.outputs} ${STEPS.a.outputs}") == V{});
+  CHECK(find("${steps." + std::string(100, 'x') + "}") ==
+        V{"error: malformed template '${steps.xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx...'; expected "
+          "'${steps.NAME.outputs}'"});
+  CHECK(find_placeholders("${args}", nullptr)->size() == 1);
+  CHECK_FALSE(find_placeholders("${arg}", nullptr).has_value());
+}
+
+TEST_CASE("cluster", "[spec]") {
+  Spec spec = valid(R"(
+    cluster:
+      engine: ssh
+      hosts: [node1, user@node2]
+      gpus_per_node: 8
+    steps:
+      - name: a
+        run: x
+  )");
+  REQUIRE(spec.cluster.has_value());
+  const ClusterSpec& c = *spec.cluster;
+  CHECK(c.engine == Engine::ssh);
+  CHECK(engine_name(c.engine) == "ssh");
+  CHECK(c.hosts == std::vector<std::string>{"node1", "user@node2"});
+  CHECK(c.hosts_loc == Location{3, 10});
+  CHECK(c.loc == Location{1, 1});
+  CHECK(c.gpus_per_node == 8);
+  CHECK(c.ssh_command == std::vector<std::string>{"ssh"});
+  CHECK(
+      valid(
+          "cluster: {engine: ssh, hosts: [a], ssh_command: ssh -p 2222 -o 'A B'}\nsteps: [{name: a, run: x}]")
+          .cluster->ssh_command == std::vector<std::string>{"ssh", "-p", "2222", "-o", "A B"});
+  Spec slurm =
+      valid("cluster: {engine: slurm, srun_args: [--exclusive, --mem=0]}\nsteps: [{name: a, run: x}]");
+  CHECK(slurm.cluster->engine == Engine::slurm);
+  CHECK(slurm.cluster->srun_args == std::vector<std::string>{"--exclusive", "--mem=0"});
+  CHECK(slurm.cluster->ssh_command.empty());
+  CHECK(valid("cluster: {engine: manual}\nsteps: [{name: a, run: x}]").cluster->engine == Engine::manual);
+
+  CHECK(errors("cluster:\nsteps: [{name: a, run: x}]\n") ==
+        Lines{"flow.yaml:1:1: cluster: missing required key 'engine' ('slurm', 'ssh' or 'manual')"});
+  CHECK(
+      errors("cluster: {engine: ssh}\nsteps: [{name: a, run: x}]\n") ==
+      Lines{"flow.yaml:1:1: cluster: missing required key 'hosts' for engine 'ssh' (the nodes, in node-rank "
+            "order)"});
+  CHECK(errors(R"(
+    cluster:
+      engine: SLURM
+      hosts: [a, a, "b c", -oProxyCommand=x, [d]]
+      gpus_per_node: 0
+      ssh_command: ssh
+      srun_args: "--x 'y"
+    steps: [{name: a, run: x}]
+  )") == Lines{
+             "flow.yaml:2:11: cluster.engine: expected 'slurm', 'ssh' or 'manual', got a string 'SLURM'",
+             "flow.yaml:3:14: cluster.hosts: host 'a' is listed twice; expected each node once",
+             "flow.yaml:3:17: cluster.hosts: expected a host name (no spaces, not starting with '-'), got a "
+             "string "
+             "'b c'",
+             "flow.yaml:3:24: cluster.hosts: expected a host name (no spaces, not starting with '-'), got a "
+             "string "
+             "'-oProxyCommand=x'",
+             "flow.yaml:3:42: cluster.hosts: expected a host name (no spaces, not starting with '-'), got a "
+             "sequence",
+             "flow.yaml:4:18: cluster.gpus_per_node: expected a positive whole number, got 0",
+             "flow.yaml:6:14: cluster.srun_args: cannot split into words: unterminated single quote; fix the "
+             "quoting or write a list of words",
+         });
+  CHECK(errors(R"(
+    cluster:
+      engine: ssh
+      hosts: []
+      ssh_command: []
+      srun_args: [-N1]
+    steps: [{name: a, run: x}]
+  )") == Lines{
+             "flow.yaml:3:10: cluster.hosts: expected a non-empty list of host names for engine 'ssh', got "
+             "an empty "
+             "sequence",
+             "flow.yaml:4:16: cluster.ssh_command: expected a command (a string or a list of words), got an "
+             "empty "
+             "sequence",
+             "flow.yaml:5:3: cluster.srun_args: srun_args is only used with engine 'slurm'; remove it or set "
+             "engine: slurm",
+         });
+  CHECK(
+      errors("cluster: {engine: manual, ssh_command: x}\nsteps: [{name: a, run: x}]\n") ==
+      Lines{
+          "flow.yaml:1:27: cluster.ssh_command: ssh_command is only used with engine 'ssh'; remove it or set "
+          "engine: ssh"});
+  CHECK(
+      errors("cluster: slurm\nsteps: [{name: a, run: x}]\n") ==
+      Lines{"flow.yaml:1:10: cluster: expected a mapping with the cluster's 'engine', got a string 'slurm'"});
+}
+
+TEST_CASE("the whole file: empty, not a mapping, not YAML, too large, not text", "[spec]") {
+  CHECK(errors("") == Lines{"flow.yaml: the file is empty; expected a mapping with a list of 'steps'"});
+  CHECK(errors("# just a comment\n\n") ==
+        Lines{"flow.yaml: the file is empty; expected a mapping with a list of 'steps'"});
+  CHECK(errors("- a\n- b\n") ==
+        Lines{"flow.yaml:1:1: expected a mapping with a list of 'steps', got a sequence"});
+  CHECK(errors("hello\n") ==
+        Lines{"flow.yaml:1:1: expected a mapping with a list of 'steps', got a string 'hello'"});
+  CHECK(errors("steps: [{name: a, run: x}\n") ==
+        Lines{"flow.yaml:2:1: invalid YAML: end of sequence flow not found"});
+  CHECK(errors("steps:\n  - name: a\n   run: x\n") ==
+        Lines{"flow.yaml:3:4: invalid YAML: end of sequence not found"});
+  CHECK(errors("steps: [{name: a, run: x}]\n---\nsteps: []\n") ==
+        Lines{"flow.yaml:3:1: the file holds more than one YAML document; expected one spec"});
+  CHECK(valid("---\nsteps: [{name: a, run: x}]\n...\n").steps.size() == 1);
+  CHECK(errors(std::string(kMaxSpecBytes + 1, '#')) ==
+        Lines{"flow.yaml: the file is larger than 1 MiB; a spec must be smaller"});
+  CHECK(errors(std::string("steps:\n  - na\0me: a\n", 20)) ==
+        Lines{"flow.yaml:2:7: the file contains a NUL byte; expected YAML text"});
+  CHECK(errors("name: caf\xc3\xa9\nsteps: \xff\n") ==
+        Lines{"flow.yaml:2:8: the file is not valid UTF-8; expected YAML text in UTF-8"});
+  CHECK(errors("a: \xed\xa0\x80\n") ==
+        Lines{"flow.yaml:1:4: the file is not valid UTF-8; expected YAML text in UTF-8"});
+  CHECK(errors(std::string(3000, '[')) == Lines{"flow.yaml:2:1: invalid YAML: nested too deeply"});
+  // yaml-cpp 0.7 loops forever on a stray top-level ',' unless we stop it.
+  CHECK(errors(",") == Lines{"flow.yaml:1:1: invalid YAML: unexpected ','"});
+  CHECK(errors("&a ,[*a]\n") == Lines{"flow.yaml:1:4: invalid YAML: unexpected ','"});
+  CHECK(errors("steps: [{name: a, run: x}]\n---\n,\n") ==
+        Lines{"flow.yaml:3:1: invalid YAML: unexpected ','"});
+  std::string largest = "steps: [{name: a, run: x}]\n";
+  largest += std::string(kMaxSpecBytes - largest.size(), '#');
+  CHECK(parse_spec(largest, "f", "/").spec.has_value());
+}
+
+TEST_CASE("hostile YAML never hangs or crashes", "[spec]") {
+  CHECK(errors("&a [*a]\n") ==
+        Lines{"flow.yaml:1:1: expected a mapping with a list of 'steps', got a sequence"});
+  CHECK(errors("steps: &s [*s]\n") ==
+        Lines{"flow.yaml:1:8: steps[0]: expected a step (a mapping with 'name' and 'run'), got a sequence"});
+  CHECK(errors("&m {steps: [{name: a, run: x, env: *m, parallel: *m}]}\n") ==
+        Lines{"flow.yaml:1:5: steps.a.parallel: unknown key 'steps'; expected one of: gpus, nodes, "
+              "procs_per_node, "
+              "cpus, max_restarts, visible_devices",
+              "flow.yaml:1:12: steps.a.env.steps: expected a value (a string, number or boolean), got a "
+              "sequence"});
+  // Billion laughs: aliases share nodes, nothing is expanded.
+  std::string laughs = "a: &a [x, x, x, x, x, x, x, x]\n";
+  for (char c = 'b'; c <= 'k'; ++c) {
+    std::string prev(1, static_cast<char>(c - 1));
+    laughs += std::string(1, c) + ": &" + c + " [*" + prev + ", *" + prev + ", *" + prev + ", *" + prev +
+              ", *" + prev + ", *" + prev + ", *" + prev + ", *" + prev + "]\n";
+  }
+  laughs += "steps: *k\n";
+  CHECK_FALSE(parse(laughs).spec.has_value());
+  // Aliases that name one large value many times: the walk is bounded too.
+  std::string amplified = "common: &n [";
+  for (int i = 0; i < 1000; ++i) amplified += "name" + std::to_string(i) + ", ";
+  amplified += "]\nsteps:\n";
+  for (int i = 0; i < 1000; ++i) amplified += "  - {name: s" + std::to_string(i) + ", run: x, needs: *n}\n";
+  CHECK(errors(amplified) ==
+        Lines{"flow.yaml: the spec is too large once its aliases (*name) are expanded; use fewer aliases"});
+  std::string deep_block;
+  for (int i = 0; i < 300; ++i) deep_block += std::string(static_cast<std::size_t>(i), ' ') + "a:\n";
+  CHECK_FALSE(parse(deep_block).spec.has_value());
+  CHECK_FALSE(parse(std::string(5000, '-') + " x").spec.has_value());
+  // Many unknown names among many steps: "did you mean" must not go quadratic.
+  std::string unknown = "steps:\n";
+  for (int i = 0; i < 4000; ++i)
+    unknown += "  - {name: step" + std::to_string(i) + ", run: x, needs: [other" + std::to_string(i) + "]}\n";
+  CHECK(parse(unknown).diagnostics.size() == 4000);
+  // Templates naming later steps: the "runs before" check must not go quadratic either.
+  std::string later = "steps:\n";
+  for (int i = 0; i < 4000; ++i)
+    later += "  - {name: s" + std::to_string(i) + ", run: '${steps.s" + std::to_string(i + 1) +
+             ".outputs}', parallel: {}}\n";
+  later += "  - {name: s4000, run: x, parallel: {}}\n";
+  CHECK(parse(later).diagnostics.size() == 4000);
+  std::string long_chain = "steps:\n";
+  for (int i = 0; i < 5000; ++i) long_chain += "  - {name: s" + std::to_string(i) + ", run: x}\n";
+  Spec chain = valid(long_chain);
+  CHECK(chain.order.size() == 5000);
+  CHECK(chain.order.back() == 4999);
+}
+
+TEST_CASE("diagnostics come sorted by position", "[spec]") {
+  auto result = parse(R"(
+    cluster: {engine: nope}
+    steps:
+      - name: a
+        run: x
+        needs: [zz]
+    env: {RANK: 1}
+  )");
+  std::vector<int> lines;
+  for (const auto& d : result.diagnostics) lines.push_back(d.loc.line);
+  CHECK(lines == std::vector<int>{1, 5, 6});
+}
+
+TEST_CASE("load_spec reads the file and resolves paths against its directory", "[spec]") {
+  char dir_template[] = "/tmp/flowrun_spec_test_XXXXXX";
+  REQUIRE(mkdtemp(dir_template) != nullptr);
+  const std::string dir = dir_template;
+  const std::string path = dir + "/train.yaml";
+  {
+    std::ofstream out(path);
+    out << "workdir: sub\nsteps: [{name: a, run: x}]\n";
+  }
+  SpecParse result = load_spec(path);
+  REQUIRE(result.spec.has_value());
+  CHECK(result.spec->file == path);
+  CHECK(result.spec->dir == dir);
+  CHECK(result.spec->name == "train");
+  CHECK(result.spec->workdir == dir + "/sub");
+
+  SpecParse missing = load_spec(dir + "/nope.yaml");
+  REQUIRE(missing.diagnostics.size() == 1);
+  CHECK(missing.diagnostics[0].to_string() == dir + "/nope.yaml: cannot read: No such file or directory");
+  SpecParse directory = load_spec(dir);
+  REQUIRE(directory.diagnostics.size() == 1);
+  CHECK(directory.diagnostics[0].to_string() == dir + ": cannot read: Is a directory");
+  std::remove(path.c_str());
+  std::remove(dir.c_str());
+}
