@@ -197,6 +197,11 @@ PlanResult Planner::plan_gpu() {
     if (local == 0) return no_gpu();
     std::vector<Gpu> chosen;
     for (const auto& id : want.ids) {
+      if (id.rfind("MIG-", 0) == 0)
+        return refuse(want.loc, "gpus",
+                      "GPU '" + id +
+                          "' is a MIG instance; flowrun places workers on whole GPUs, so list GPU "
+                          "ordinals or GPU-... UUIDs from 'flowrun gpus'");
       const Gpu* found = nullptr;
       bool ambiguous = false;
       for (const auto& gpu : inv.gpus) {

@@ -367,6 +367,14 @@ TEST_CASE("refusal R7: a GPU id this host does not have", "[plan]") {
         "'flowrun gpus'");
 }
 
+TEST_CASE("refusal R7: a MIG instance is not a GPU flowrun can place workers on", "[plan]") {
+  Refusal r = must_refuse(with_ids(make_step(), {"MIG-5c1a0000-0000-4000-8000-000000000000"}), host_with(2));
+  CHECK(r.message ==
+        "GPU 'MIG-5c1a0000-0000-4000-8000-000000000000' is a MIG instance; flowrun places workers on whole "
+        "GPUs, so "
+        "list GPU ordinals or GPU-... UUIDs from 'flowrun gpus'");
+}
+
 TEST_CASE("refusal R7: an id prefix that matches several GPUs", "[plan]") {
   Refusal r = must_refuse(with_ids(make_step(), {"GPU-fa4e"}), host_with(2));
   CHECK(r.message ==
