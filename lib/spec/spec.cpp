@@ -345,6 +345,9 @@ class Checker {
                    std::span<const std::string_view> known, std::span<const Elsewhere> elsewhere);
 
   std::optional<std::string> string(const Entry& e, std::string_view what);
+  // A value written as one scalar or as a list of them: appends each, located
+  // at its item. False (and nothing appended) for anything else.
+  bool one_or_more(const Entry& e, std::vector<Entry>& out);
   std::optional<int> count(const Entry& e, std::string_view what, std::string_view word, bool allow_zero);
   std::optional<bool> boolean(const Entry& e);
   template <class E>
@@ -479,6 +482,19 @@ void Checker::unknown_key(Location loc, const std::string& path, const std::stri
   } else {
     error(loc, path, "unknown key " + quote(key) + "; expected one of: " + join(candidates, ", "));
   }
+}
+
+bool Checker::one_or_more(const Entry& e, std::vector<Entry>& out) {
+  if (e.value.IsScalar()) {
+    out.push_back(e);
+    return true;
+  }
+  if (!e.value.IsSequence()) return false;
+  for (const YAML::Node& item : items(e.value)) {
+    Location loc = to_location(item.Mark());
+    out.push_back({"", item, e.key_loc, loc.line ? loc : e.loc, e.path});
+  }
+  return true;
 }
 
 std::optional<std::string> Checker::string(const Entry& e, std::string_view what) {
@@ -783,14 +799,7 @@ void Checker::step(const YAML::Node& node, std::size_t index) {
   if (const Entry* e = find(keys, "needs")) {
     notes.needs_written = true;
     std::vector<Entry> values;
-    if (e->value.IsScalar()) {
-      values.push_back(*e);
-    } else if (e->value.IsSequence()) {
-      for (const YAML::Node& item : items(e->value)) {
-        Location loc = to_location(item.Mark());
-        values.push_back({"", item, e->key_loc, loc.line ? loc : e->loc, e->path});
-      }
-    } else {
+    if (!one_or_more(*e, values)) {
       std::string message = expected_text("a step name or a list of step names", e->value);
       if (e->value.IsNull()) message += "; write 'needs: []' for none";
       error(e->loc, e->path, message);
@@ -821,14 +830,7 @@ void Checker::step(const YAML::Node& node, std::size_t index) {
   }
   if (const Entry* e = find(keys, "outputs"); e && notes.has_parallel) {
     std::vector<Entry> values;
-    if (e->value.IsScalar()) {
-      values.push_back(*e);
-    } else if (e->value.IsSequence()) {
-      for (const YAML::Node& item : items(e->value)) {
-        Location loc = to_location(item.Mark());
-        values.push_back({"", item, e->key_loc, loc.line ? loc : e->loc, e->path});
-      }
-    } else {
+    if (!one_or_more(*e, values)) {
       expected(*e, "a glob or a list of globs");
     }
     for (const Entry& item : values) {
