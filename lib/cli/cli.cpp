@@ -143,6 +143,17 @@ int run_cli(int argc, char** argv) {
   auto* gpus = app.add_subcommand("gpus", "List the GPUs this host may use");
   gpus->add_flag("--json", options.json, "Print the inventory as JSON");
 
+  validate->footer(
+      "Exit codes: 0 valid; 2 with every problem printed as FILE:LINE:COL: key: message.\n"
+      "The format: docs/spec.md.");
+  plan->footer(
+      "flowrun's own options work here too: --fake-gpus N (simulate N GPUs), --cpus N (CPU workers).\n"
+      "Exit codes: 0 planned; 2 for a spec error or a plan this host cannot run, at the key that asks.\n"
+      "How flowrun decides: docs/plan.md.");
+  gpus->footer(
+      "Honours CUDA_VISIBLE_DEVICES (ordinals or UUIDs) and Slurm's SLURM_STEP_GPUS, SLURM_JOB_GPUS and\n"
+      "SLURM_GPUS_ON_NODE; --fake-gpus N simulates N GPUs. See docs/plan.md.");
+
   // Everything after the first `--` belongs to the steps (${args}), never to
   // flowrun, so it is split off before parsing.
   int ours = argc;
