@@ -115,7 +115,7 @@ SystemGpus probe_nvml_devices(const char* library) {
     const char* error = dlerror();
     std::string detail = error != nullptr ? error : "";
     if (detail.find("No such file") != std::string::npos || detail.empty())
-      return unavailable(std::string(library) + " not found (no NVIDIA driver on this host)");
+      return unavailable(std::string(library) + " not found: no NVIDIA driver on this host");
     return unavailable("cannot load " + std::string(library) + ": " + detail);
   }
   NvmlApi nvml;

@@ -111,7 +111,7 @@ TEST_CASE("select: all GPUs when nothing narrows them", "[gpu]") {
 TEST_CASE("select: no GPUs at all", "[gpu]") {
   SystemGpus system;
   system.source = "none";
-  system.unavailable_reason = "libnvidia-ml.so.1 not found (no NVIDIA driver on this host)";
+  system.unavailable_reason = "libnvidia-ml.so.1 not found: no NVIDIA driver on this host";
   Inventory inventory = select_gpus(system, {});
   CHECK(inventory.source == "none");
   CHECK(inventory.gpus.empty());
@@ -455,7 +455,7 @@ TEST_CASE("NVML probe: reports why there are no GPUs, never fails", "[gpu]") {
     CHECK(system.source == "none");
     CHECK(system.devices.empty());
     CHECK(system.cuda_order.empty());
-    CHECK(system.unavailable_reason == "libnvidia-ml.so.1 not found (no NVIDIA driver on this host)");
+    CHECK(system.unavailable_reason == "libnvidia-ml.so.1 not found: no NVIDIA driver on this host");
   } else {
     // A host with a driver: whatever it has must be well formed.
     dlclose(nvml);
@@ -473,7 +473,7 @@ TEST_CASE("NVML probe: a library that is missing or is not NVML", "[gpu]") {
   SystemGpus missing = gpu_detail::probe_nvml_library("libflowrun-no-such-library.so.1");
   CHECK(missing.source == "none");
   CHECK(missing.unavailable_reason ==
-        "libflowrun-no-such-library.so.1 not found (no NVIDIA driver on this host)");
+        "libflowrun-no-such-library.so.1 not found: no NVIDIA driver on this host");
   SystemGpus not_nvml = gpu_detail::probe_nvml_library("libc.so.6");
   CHECK(not_nvml.source == "none");
   CHECK(not_nvml.devices.empty());

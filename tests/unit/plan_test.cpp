@@ -58,7 +58,7 @@ HostFacts host_with(int gpus, const EnvMap& env = {}) {
 HostFacts gpu_less_host() {
   SystemGpus none;
   none.source = "none";
-  none.unavailable_reason = "libnvidia-ml.so.1 not found (no NVIDIA driver on this host)";
+  none.unavailable_reason = "libnvidia-ml.so.1 not found: no NVIDIA driver on this host";
   return HostFacts{"host-a", select_gpus(none, {})};
 }
 
@@ -296,8 +296,8 @@ TEST_CASE("refusal R1: no GPU, no cpus, no cluster says how to run on CPU worker
   CHECK(r.loc == kParallel);
   CHECK(r.path == "steps.train.parallel");
   CHECK(r.message ==
-        "step train needs GPUs but host-a has none (libnvidia-ml.so.1 not found (no NVIDIA driver on this "
-        "host)); "
+        "step train needs GPUs but host-a has none (libnvidia-ml.so.1 not found: no NVIDIA driver on this "
+        "host); "
         "to run on CPU workers add 'cpus: N' under steps.train.parallel or pass --cpus N; to use GPU nodes "
         "add a "
         "cluster: section with gpus_per_node");
