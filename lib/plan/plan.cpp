@@ -89,9 +89,8 @@ struct Planner {
   PlanResult plan();
   PlanResult plan_cpu(int cpus, bool from_flag);
   PlanResult plan_gpu();
-  PlanResult finish(StepPlan plan, int nodes, int gpus_per_node, std::vector<Gpu> local_gpus,
-                    Location gpus_loc);
-  std::optional<Refusal> place_nodes(StepPlan& plan, int nodes, Location loc);
+  PlanResult finish(StepPlan plan, int nodes, int gpus_per_node, std::vector<Gpu> local_gpus);
+  std::optional<Refusal> place_nodes(StepPlan& plan, int nodes);
 };
 
 PlanResult Planner::plan() {
@@ -101,7 +100,7 @@ PlanResult Planner::plan() {
 }
 
 // Gives the plan its nodes: this host alone, or the cluster's hosts.
-std::optional<Refusal> Planner::place_nodes(StepPlan& plan, int nodes, Location loc) {
+std::optional<Refusal> Planner::place_nodes(StepPlan& plan, int nodes) {
   plan.nodes.clear();
   if (nodes == 1 && plan.mode != PlanMode::multi_node) {
     NodePlan node;
@@ -117,7 +116,6 @@ std::optional<Refusal> Planner::place_nodes(StepPlan& plan, int nodes, Location 
                        std::to_string(cluster->hosts.size()) + " (" + join(cluster->hosts, ", ") +
                        "); add hosts or ask for fewer GPUs"};
   }
-  (void)loc;
   for (int i = 0; i < nodes; ++i) {
     NodePlan node;
     node.node_rank = i;
@@ -151,7 +149,7 @@ PlanResult Planner::plan_cpu(int cpus, bool from_flag) {
                   "procs_per_node: " + std::to_string(*p.procs_per_node.value) + " contradicts " + asked +
                       " over " + nodes_word(nodes) + " (" + std::to_string(per_node) +
                       " per node); for CPU workers set only cpus (the total)");
-  if (auto refusal = place_nodes(plan, nodes, p.cpus_loc)) return *refusal;
+  if (auto refusal = place_nodes(plan, nodes)) return *refusal;
   for (auto& node : plan.nodes) {
     node.procs = per_node;
     node.first_rank = node.node_rank * per_node;
@@ -165,7 +163,7 @@ PlanResult Planner::plan_cpu(int cpus, bool from_flag) {
     plan.why.push_back(nodes_word(nodes) + " (nodes: " + std::to_string(nodes) +
                        ", engine: " + std::string(engine_name(cluster->engine)) + "), " +
                        workers_word(per_node) + " each, WORLD_SIZE=" + std::to_string(cpus) + ".");
-  return finish(std::move(plan), nodes, 0, {}, p.cpus_loc);
+  return finish(std::move(plan), nodes, 0, {});
 }
 
 PlanResult Planner::plan_gpu() {
@@ -234,7 +232,7 @@ PlanResult Planner::plan_gpu() {
     for (const auto& gpu : chosen) listed.push_back(gpu.index);
     plan.why.push_back("Step " + step.name + " asks for " + gpus_word(n) + " " + describe_indices(listed) +
                        " (gpus: [" + join(want.ids, ", ") + "]): one node.");
-    return finish(std::move(plan), 1, n, std::move(chosen), want.loc);
+    return finish(std::move(plan), 1, n, std::move(chosen));
   }
 
   // How many GPUs in total, and on how many nodes.
@@ -274,7 +272,7 @@ PlanResult Planner::plan_gpu() {
     std::string asked = want.kind == GpuRequest::Kind::all ? "all GPUs of" : gpus_word(want.count) + " over";
     plan.why.push_back("Step " + step.name + " asks for " + asked + " " + nodes_word(nodes) +
                        " (nodes: " + std::to_string(nodes) + "); " + per_node_source() + ".");
-    return finish(std::move(plan), nodes, per_node, {}, want.loc);
+    return finish(std::move(plan), nodes, per_node, {});
   }
 
   // One node was asked for, or nothing said: one node whenever this host can.
@@ -285,7 +283,7 @@ PlanResult Planner::plan_gpu() {
           "Step " + step.name + " asks for all of them" +
           (want.is_set ? std::string(" (gpus: all)") : std::string(" (gpus: all, the default)")) +
           ": one node.");
-      return finish(std::move(plan), 1, local, inv.gpus, want.loc);
+      return finish(std::move(plan), 1, local, inv.gpus);
     }
     if (nodes_asked || !fan_out_possible) return no_gpu();
     if (cluster->engine == Engine::ssh && cluster->gpus_per_node && !cluster->hosts.empty()) {
@@ -294,7 +292,7 @@ PlanResult Planner::plan_gpu() {
       plan.why.push_back("Step " + step.name + " asks for all GPUs and " + host.hostname +
                          " has none: it uses every host of cluster.hosts (" + nodes_word(nodes) + "); " +
                          per_node_source() + ".");
-      return finish(std::move(plan), nodes, *cluster->gpus_per_node, {}, want.loc);
+      return finish(std::move(plan), nodes, *cluster->gpus_per_node, {});
     }
     return refuse(want.loc, want.is_set ? "gpus" : "",
                   host.hostname +
@@ -310,7 +308,7 @@ PlanResult Planner::plan_gpu() {
     plan.why.push_back("Step " + step.name + " asks for " + gpus_word(n) + " (gpus: " + std::to_string(n) +
                        "): one node, " + (n == local ? "all of them" : "GPUs " + describe_gpus(chosen)) +
                        ".");
-    return finish(std::move(plan), 1, n, std::move(chosen), want.loc);
+    return finish(std::move(plan), 1, n, std::move(chosen));
   }
   if (nodes_asked) {  // nodes: 1
     return refuse(want.loc, "gpus",
@@ -357,12 +355,11 @@ PlanResult Planner::plan_gpu() {
   plan.why.push_back("Step " + step.name + " asks for " + gpus_word(n) + " (gpus: " + std::to_string(n) +
                      "), more than one node has: it fans out over the cluster (engine: " +
                      std::string(engine_name(cluster->engine)) + "); " + per_node_source() + ".");
-  return finish(std::move(plan), nodes, n / nodes, {}, want.loc);
+  return finish(std::move(plan), nodes, n / nodes, {});
 }
 
 // Splits each node's GPUs among its workers and numbers the ranks.
-PlanResult Planner::finish(StepPlan plan, int nodes, int gpus_per_node, std::vector<Gpu> local_gpus,
-                           Location gpus_loc) {
+PlanResult Planner::finish(StepPlan plan, int nodes, int gpus_per_node, std::vector<Gpu> local_gpus) {
   plan.step = step.name;
   plan.max_restarts = p.max_restarts;
   plan.visible_devices = p.visible_devices;
@@ -377,7 +374,7 @@ PlanResult Planner::finish(StepPlan plan, int nodes, int gpus_per_node, std::vec
                           divisors_of(gpus_per_node) + " (each worker then gets the same number of GPUs)");
     }
     plan.gpus_per_proc = gpus_per_node / procs;
-    if (auto refusal = place_nodes(plan, nodes, gpus_loc)) return *refusal;
+    if (auto refusal = place_nodes(plan, nodes)) return *refusal;
     for (auto& node : plan.nodes) {
       node.procs = procs;
       node.first_rank = node.node_rank * procs;

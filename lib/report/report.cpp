@@ -66,7 +66,7 @@ std::string relative_to(const std::string& path, const std::string& base) {
 
 // The command as it will run, as one line a shell would read back the same;
 // run-directory paths are shown relative to the workdir the step runs in.
-std::string command_text(const Step& step, const Spec& spec, const LaunchContext& ctx) {
+std::string command_text(const Step& step, const LaunchContext& ctx) {
   std::string run_dir = ctx.layout.run_dir;
   std::string shown = relative_to(run_dir, step.workdir);
   std::vector<std::string> words;
@@ -76,7 +76,6 @@ std::string command_text(const Step& step, const Spec& spec, const LaunchContext
       word.replace(at, run_dir.size(), shown);
     words.push_back(shell_quote(word));
   }
-  (void)spec;
   return join(words, " ");
 }
 
@@ -189,7 +188,7 @@ std::string format_plan_text(const PlanView& view) {
     const Step& step = spec.steps[index];
     out += fmt::format("\n{}. {}", ++number, step.name);
     if (!step.needs.empty()) out += " (after " + join(step.needs, ", ") + ")";
-    const std::string run = "   run: " + command_text(step, spec, view.ctx) + "\n";
+    const std::string run = "   run: " + command_text(step, view.ctx) + "\n";
     if (const StepPlan* plan = plan_of(view.plans, step.name)) {
       out +=
           fmt::format(": parallel, {} {}\n", plan->world_size, plan->world_size == 1 ? "worker" : "workers");
