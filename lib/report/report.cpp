@@ -3,7 +3,7 @@
 #include <algorithm>
 #include <fmt/format.h>
 
-#include "json.h"
+#include "flowrun/json.h"
 
 namespace flowrun {
 

@@ -1,4 +1,4 @@
-#include "json.h"
+#include "flowrun/json.h"
 
 #include "flowrun/util.h"
 
