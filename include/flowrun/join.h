@@ -3,31 +3,45 @@
 // the step's outputs directory, in the layout docs/spec.md defines, so the
 // join step finds them at FLOWRUN_INPUTS / ${steps.NAME.outputs}.
 //
-// Rules (docs/spec.md, "outputs and collect"):
-//  - Only files modified at or after `started` count: a file left from an
-//    earlier run is never collected (and is listed in JoinResult::stale).
+// Rules (docs/spec.md, "outputs and collect" and "Run directory"):
 //  - A glob is matched in the step's workdir, which every rank on this node
 //    shares, so what it matches is the node's, not one rank's. A rank's
 //    FLOWRUN_OUTPUT_DIR is its own.
+//  - Only glob matches modified at or after `started` count: a file left from
+//    an earlier run is never collected (it is listed in JoinResult::stale).
+//    Every file in a FLOWRUN_OUTPUT_DIR counts, whatever its mtime: the
+//    directory is new for each run, and `cp -p` or shutil.copy2 into it keep
+//    an old mtime.
 //  - collect: rank0: rank 0's FLOWRUN_OUTPUT_DIR files and the glob matches
 //    go directly under outputs/ (a glob match keeps its path relative to the
 //    workdir, a private file its path relative to FLOWRUN_OUTPUT_DIR).
 //  - collect: all: rank R's private files go under outputs/rank<R>/; the glob
 //    matches (the node's, shared) go directly under outputs/. A glob without
-//    wildcards (`model.pt`) names one file, which several ranks on one node
-//    cannot each have written: that is a collision, reported.
+//    wildcards that names a file (`model.pt`) names one file, which several
+//    ranks on one node cannot each have written: with ranks_on_node > 1 that
+//    is a collision, reported.
 //  - Two sources for one destination path (a private file and a glob match
-//    with the same relative path) is a collision, reported, never a silent
-//    overwrite.
+//    with the same relative path), or a file where another needs a directory
+//    (`logs` and `logs/a.txt`), is a collision: reported, and neither file is
+//    gathered. Two globs matching the same file are not a collision.
 //  - A declared glob that matches no fresh file is an error that names it,
 //    and says whether a stale file was there.
+//  - A glob that matches a directory takes every file under it.
+//  - Regular files only; a symlink to a regular file counts as that file.
+//    A directory reached through a wildcard, `**`, or inside a matched
+//    directory is entered only if it is a real directory (symlinked ones are
+//    not followed, so a symlink loop cannot hang the walk); a component
+//    written without wildcards (`ckpt/model.pt`) is looked up by name and may
+//    go through a symlink. Names starting with '.' are matched like any other.
+//  - `.flowrun/` at the workdir's root is never searched.
 //  - Files are hard-linked into outputs/ when they are on the same file
-//    system (no copy of a large checkpoint) and copied otherwise.
-//  - `.flowrun/` under the workdir is never searched.
+//    system (no copy of a large checkpoint) and copied otherwise (mode and
+//    mtime kept). A file already at a destination is never replaced.
 #pragma once
 
 #include <cstdint>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "flowrun/spec.h"
@@ -51,7 +65,7 @@ struct JoinRequest {
   int ranks_on_node = 0;  // ranks that shared the workdir (this node's)
   // Per rank: its FLOWRUN_OUTPUT_DIR (index = rank); may not exist.
   std::vector<std::string> rank_output_dirs;
-  std::string outputs_dir;  // where to gather (created; must not exist or be empty)
+  std::string outputs_dir;  // where to gather (created with its parents when missing)
   FileTime started = 0;
 };
 
@@ -63,19 +77,27 @@ struct JoinedFile {
 };
 
 struct JoinResult {
-  std::vector<JoinedFile> files;     // gathered, sorted by dest
-  std::vector<std::string> stale;    // absolute paths that matched but predate the step
-  std::vector<std::string> errors;   // each a whole sentence: missing output, collision
+  std::vector<JoinedFile> files;    // gathered, sorted by dest
+  std::vector<std::string> stale;   // absolute paths that matched but predate the step
+  std::vector<std::string> errors;  // each a whole sentence: missing output, collision
   bool ok() const { return errors.empty(); }
 };
 
 // Gathers the outputs. Problems with the user's files are JoinResult::errors
-// (all of them, not just the first); an I/O failure of flowrun's own run
-// directory throws Error.
+// (all of them, not just the first), and every file that is not part of a
+// problem is still gathered, so outputs/ shows what the step left. An I/O
+// failure of flowrun's own run directory (creating outputs/, writing a copy)
+// throws Error.
 JoinResult gather_outputs(const JoinRequest& request);
 
-// Matches one glob (docs/spec.md syntax: * ? [...] within a name, ** any
-// number of directories) against a relative path. Exposed for tests.
+// Matches one glob against a relative path. `*` `?` `[...]` (`[!...]` or
+// `[^...]` negated, `a-z` ranges, a `]` first is a member) match within one
+// path component; `**` as a whole component matches zero or more components
+// (`a**b` is `a*b`); `\x` is a literal x outside [...]. Empty and `.`
+// components are ignored on both sides. A leading '.' is not special: `*`
+// matches `.hidden`. An unclosed `[` is an ordinary character. The walk in
+// gather_outputs() collects exactly the files this matches, or that lie under
+// a directory this matches. Exposed for tests.
 bool glob_match(std::string_view glob, std::string_view path);
 
 }  // namespace flowrun

@@ -1,1 +1,566 @@
-// placeholder
+// Gathering a parallel step's outputs: glob expansion over the workdir, the
+// freshness filter, the layout and its collisions, then hard links or copies.
+//
+// Everything is decided before anything is written: the walk produces
+// candidates, the plan maps each to one destination and finds every
+// collision, and only then are files linked. So a collision never leaves one
+// of its two files in outputs/ by accident of order.
+#include "flowrun/join.h"
+
+#include <algorithm>
+#include <cerrno>
+#include <ctime>
+#include <dirent.h>
+#include <fcntl.h>
+#include <fmt/format.h>
+#include <map>
+#include <memory>
+#include <optional>
+#include <set>
+#include <sys/stat.h>
+#include <system_error>
+#include <unistd.h>
+
+namespace flowrun {
+
+FileTime file_clock_now() {
+  timespec ts{};
+  clock_gettime(CLOCK_REALTIME_COARSE, &ts);
+  return FileTime{ts.tv_sec} * 1'000'000'000 + ts.tv_nsec;
+}
+
+namespace {
+
+constexpr std::size_t npos = std::string_view::npos;
+
+// --- matching ---------------------------------------------------------------
+
+// The [...] class that starts at g[i]: the index after its ']' (npos when it
+// is not closed, and then the '[' is an ordinary character), and in *member
+// whether `ch` belongs to it. Same reading as the spec's glob check: '!' or
+// '^' first negates, a ']' right after that is a member, a-z is a range, and
+// a backslash inside is an ordinary character.
+std::size_t match_class(std::string_view g, std::size_t i, char ch, bool* member) {
+  std::size_t j = i + 1;
+  bool negate = false;
+  if (j < g.size() && (g[j] == '!' || g[j] == '^')) {
+    negate = true;
+    ++j;
+  }
+  const auto c = static_cast<unsigned char>(ch);
+  bool in = false;
+  for (bool first = true; j < g.size() && (first || g[j] != ']'); first = false) {
+    const auto lo = static_cast<unsigned char>(g[j]);
+    if (j + 2 < g.size() && g[j + 1] == '-' && g[j + 2] != ']') {
+      if (lo <= c && c <= static_cast<unsigned char>(g[j + 2])) in = true;
+      j += 3;
+    } else {
+      if (lo == c) in = true;
+      ++j;
+    }
+  }
+  if (j >= g.size()) return npos;
+  *member = in != negate;
+  return j + 1;
+}
+
+// The token at g[i] (anything but '*') against one character: the index of
+// the next token when it matches.
+std::optional<std::size_t> match_token(std::string_view g, std::size_t i, char ch) {
+  switch (g[i]) {
+    case '?': return i + 1;
+    case '[': {
+      bool member = false;
+      std::size_t next = match_class(g, i, ch, &member);
+      if (next == npos) return ch == '[' ? std::optional(i + 1) : std::nullopt;
+      return member ? std::optional(next) : std::nullopt;
+    }
+    case '\\':
+      if (i + 1 < g.size()) return g[i + 1] == ch ? std::optional(i + 2) : std::nullopt;
+      break;
+  }
+  return g[i] == ch ? std::optional(i + 1) : std::nullopt;
+}
+
+// One glob component against one name. Every token but '*' takes exactly one
+// character, so backtracking to the last '*' alone is enough.
+bool match_name(std::string_view g, std::string_view s) {
+  std::size_t gi = 0, si = 0, star_g = npos, star_s = 0;
+  while (si < s.size()) {
+    if (gi < g.size() && g[gi] == '*') {
+      star_g = ++gi;
+      star_s = si;
+      continue;
+    }
+    if (gi < g.size()) {
+      if (auto next = match_token(g, gi, s[si])) {
+        gi = *next;
+        ++si;
+        continue;
+      }
+    }
+    if (star_g == npos) return false;
+    gi = star_g;
+    si = ++star_s;
+  }
+  while (gi < g.size() && g[gi] == '*') ++gi;
+  return gi == g.size();
+}
+
+// Path components, without empty ones and '.', with runs of '**' as one.
+std::vector<std::string_view> split_path(std::string_view path) {
+  std::vector<std::string_view> parts;
+  while (!path.empty()) {
+    std::size_t slash = std::min(path.find('/'), path.size());
+    std::string_view part = path.substr(0, slash);
+    path.remove_prefix(std::min(slash + 1, path.size()));
+    if (part.empty() || part == ".") continue;
+    if (part == "**" && !parts.empty() && parts.back() == "**") continue;
+    parts.push_back(part);
+  }
+  return parts;
+}
+
+bool match_parts(const std::vector<std::string_view>& g, std::size_t gi,
+                 const std::vector<std::string_view>& p, std::size_t pi) {
+  for (; gi < g.size(); ++gi, ++pi) {
+    if (g[gi] == "**") {
+      for (std::size_t k = pi; k <= p.size(); ++k)
+        if (match_parts(g, gi + 1, p, k)) return true;
+      return false;
+    }
+    if (pi == p.size() || !match_name(g[gi], p[pi])) return false;
+  }
+  return pi == p.size();
+}
+
+bool has_wildcard(std::string_view component) {
+  for (std::size_t i = 0; i < component.size(); ++i) {
+    if (component[i] == '\\')
+      ++i;
+    else if (component[i] == '*' || component[i] == '?' || component[i] == '[')
+      return true;
+  }
+  return false;
+}
+
+std::string unescape(std::string_view component) {
+  std::string out;
+  for (std::size_t i = 0; i < component.size(); ++i) {
+    if (component[i] == '\\' && i + 1 < component.size()) ++i;
+    out += component[i];
+  }
+  return out;
+}
+
+// --- walking ----------------------------------------------------------------
+
+struct Found {
+  std::string rel;  // relative to the walk's root
+  std::string abs;
+  FileTime mtime = 0;
+  std::uint64_t bytes = 0;
+};
+
+FileTime mtime_of(const struct stat& st) {
+  return FileTime{st.st_mtim.tv_sec} * 1'000'000'000 + st.st_mtim.tv_nsec;
+}
+
+std::string join_path(const std::string& dir, std::string_view name) {
+  return dir.empty() ? std::string(name) : dir + "/" + std::string(name);
+}
+
+// Expands globs under one root. Directories reached through a wildcard, a
+// '**' or while taking a directory's files are entered only when they are
+// real directories, so a symlink loop cannot make the walk endless; a
+// component written without wildcards is looked up by name and may go through
+// a symlink, which is bounded by the glob's length.
+class Walker {
+ public:
+  Walker(std::string root, bool skip_flowrun) : root_(std::move(root)), skip_flowrun_(skip_flowrun) {}
+
+  // Files matched by `glob`, or under a directory it matches; sorted by rel.
+  std::vector<Found> glob(std::string_view glob) {
+    found_.clear();
+    auto parts = split_path(glob);
+    if (parts.empty())
+      take_all("");
+    else
+      expand("", parts, 0);
+    return sorted();
+  }
+
+  // Every file under the root.
+  std::vector<Found> all() {
+    found_.clear();
+    take_all("");
+    return sorted();
+  }
+
+ private:
+  std::string abs(const std::string& rel) const { return rel.empty() ? root_ : root_ + "/" + rel; }
+  bool skipped(const std::string& dir, std::string_view name) const {
+    return skip_flowrun_ && dir.empty() && name == ".flowrun";
+  }
+
+  std::vector<std::string> list(const std::string& dir) const {
+    std::vector<std::string> names;
+    std::unique_ptr<DIR, int (*)(DIR*)> d(opendir(abs(dir).c_str()), closedir);
+    if (!d) return names;  // unreadable directories are passed over
+    while (dirent* e = readdir(d.get())) {
+      std::string_view name = e->d_name;
+      if (name != "." && name != ".." && !skipped(dir, name)) names.emplace_back(name);
+    }
+    std::sort(names.begin(), names.end());
+    return names;
+  }
+
+  void add(const std::string& rel, const struct stat& st) {
+    found_.emplace(rel, Found{rel, abs(rel), mtime_of(st), static_cast<std::uint64_t>(st.st_size)});
+  }
+
+  // An entry reached without naming it: a regular file (or a symlink to one)
+  // is a file, a real directory is a directory, anything else is nothing.
+  enum class Kind { none, file, dir };
+  Kind classify(const std::string& rel, struct stat* st) const {
+    if (lstat(abs(rel).c_str(), st) != 0) return Kind::none;
+    if (S_ISDIR(st->st_mode)) return Kind::dir;
+    if (S_ISLNK(st->st_mode) && stat(abs(rel).c_str(), st) != 0) return Kind::none;
+    return S_ISREG(st->st_mode) ? Kind::file : Kind::none;
+  }
+
+  void take_all(const std::string& dir) {
+    for (const auto& name : list(dir)) {
+      std::string rel = join_path(dir, name);
+      struct stat st {};
+      switch (classify(rel, &st)) {
+        case Kind::file: add(rel, st); break;
+        case Kind::dir: take_all(rel); break;
+        case Kind::none: break;
+      }
+    }
+  }
+
+  void expand(const std::string& dir, const std::vector<std::string_view>& parts, std::size_t i) {
+    const std::string_view part = parts[i];
+    const bool last = i + 1 == parts.size();
+    auto descend = [&](const std::string& rel, const struct stat& st) {
+      if (S_ISREG(st.st_mode)) {
+        if (last) add(rel, st);
+      } else if (S_ISDIR(st.st_mode)) {
+        if (last)
+          take_all(rel);
+        else
+          expand(rel, parts, i + 1);
+      }
+    };
+    if (part == "**") {
+      if (last) return take_all(dir);
+      expand(dir, parts, i + 1);
+      for (const auto& name : list(dir)) {
+        std::string rel = join_path(dir, name);
+        struct stat st {};
+        if (classify(rel, &st) == Kind::dir) expand(rel, parts, i);
+      }
+    } else if (!has_wildcard(part)) {
+      std::string name = unescape(part);
+      if (skipped(dir, name)) return;
+      std::string rel = join_path(dir, name);
+      struct stat st {};
+      if (stat(abs(rel).c_str(), &st) == 0) descend(rel, st);
+    } else {
+      for (const auto& name : list(dir)) {
+        if (!match_name(part, name)) continue;
+        std::string rel = join_path(dir, name);
+        struct stat st {};
+        if (classify(rel, &st) != Kind::none) descend(rel, st);
+      }
+    }
+  }
+
+  std::vector<Found> sorted() const {
+    std::vector<Found> out;
+    for (const auto& [rel, f] : found_) out.push_back(f);
+    return out;
+  }
+
+  std::string root_;
+  bool skip_flowrun_;
+  std::map<std::string, Found> found_;  // by rel: overlapping '**' expansions meet here
+};
+
+// --- messages ---------------------------------------------------------------
+
+std::string errno_text(int err) { return std::generic_category().message(err); }
+
+std::string local_time(FileTime t, const char* format, bool millis) {
+  std::time_t secs = static_cast<std::time_t>(t / 1'000'000'000);
+  std::tm tm{};
+  localtime_r(&secs, &tm);
+  char buf[64];
+  std::size_t n = std::strftime(buf, sizeof buf, format, &tm);
+  std::string out(buf, n);
+  if (millis) out += fmt::format(".{:03}", (t % 1'000'000'000) / 1'000'000);
+  return out;
+}
+
+// "(written 2026-11-29 17:10:53, before the step started at 17:11:02)": the
+// step's date only when it differs, milliseconds only when the seconds agree.
+std::string written_before(FileTime written, FileTime started) {
+  const bool same_day = local_time(written, "%F", false) == local_time(started, "%F", false);
+  const bool same_second = written / 1'000'000'000 == started / 1'000'000'000;
+  return fmt::format("(written {}, before the step started at {})", local_time(written, "%F %T", same_second),
+                     local_time(started, same_day ? "%T" : "%F %T", same_second));
+}
+
+std::string missing_message(const JoinRequest& rq, const std::string& glob, const std::vector<Found>& stale) {
+  std::string out = fmt::format("step '{}': output '{}' matches no file written during the step in {}.",
+                                rq.step, glob, rq.workdir);
+  if (stale.empty())
+    return out +
+           " Write it there (the glob is relative to the step's workdir), or correct the glob in outputs.";
+  auto newest = std::max_element(stale.begin(), stale.end(),
+                                 [](const Found& a, const Found& b) { return a.mtime < b.mtime; });
+  if (stale.size() == 1)
+    out += " A file there predates the step and is not collected: ";
+  else
+    out += fmt::format(" {} files there predate the step and are not collected; the newest: ", stale.size());
+  return out + fmt::format("{} {}; write it again during the step, or correct the glob in outputs.",
+                           newest->abs, written_before(newest->mtime, rq.started));
+}
+
+// 'dir/model.pt' -> {'dir/model_rank<RANK>.pt', 'dir/model_rank*.pt'}.
+std::pair<std::string, std::string> per_rank_names(const std::string& glob) {
+  std::size_t base = glob.rfind('/') == npos ? 0 : glob.rfind('/') + 1;
+  std::size_t dot = glob.rfind('.');
+  if (dot == npos || dot <= base) dot = glob.size();
+  std::string stem = glob.substr(0, dot), ext = glob.substr(dot);
+  return {stem + "_rank<RANK>" + ext, stem + "_rank*" + ext};
+}
+
+std::string shared_file_message(const JoinRequest& rq, const std::string& glob) {
+  auto [name, pattern] = per_rank_names(glob);
+  return fmt::format(
+      "step '{}': with collect: all, output '{}' names one file, which the {} ranks on this node share, so "
+      "it "
+      "holds only the copy of the rank that wrote it last; write one file per rank (such as '{}', collected "
+      "with the glob '{}'), or write it into $FLOWRUN_OUTPUT_DIR, or use collect: rank0.",
+      rq.step, glob, rq.ranks_on_node, name, pattern);
+}
+
+// --- planning and writing ---------------------------------------------------
+
+struct Candidate {
+  Found file;
+  int rank = -1;       // -1: a glob match
+  std::string origin;  // "matched by output 'x'", "from rank 1's $FLOWRUN_OUTPUT_DIR"
+  std::string dest;
+};
+
+std::string describe(const Candidate& c) { return c.file.abs + " (" + c.origin + ")"; }
+
+void make_dirs(const std::string& path) {
+  std::string prefix;
+  for (std::size_t i = 0; i <= path.size(); ++i) {
+    if (i < path.size() && path[i] != '/') continue;
+    prefix = path.substr(0, i);
+    if (prefix.empty() || prefix == "/") continue;
+    if (mkdir(prefix.c_str(), 0777) != 0 && errno != EEXIST)
+      throw Error("cannot create directory " + prefix + ": " + errno_text(errno));
+  }
+  struct stat st {};
+  if (stat(path.c_str(), &st) != 0 || !S_ISDIR(st.st_mode))
+    throw Error("cannot create directory " + path + ": it exists and is not a directory");
+}
+
+class Fd {
+ public:
+  explicit Fd(int fd) : fd_(fd) {}
+  Fd(const Fd&) = delete;
+  Fd& operator=(const Fd&) = delete;
+  ~Fd() {
+    if (fd_ >= 0) close(fd_);
+  }
+  int get() const { return fd_; }
+
+ private:
+  int fd_;
+};
+
+bool same_file(const std::string& a, const std::string& b) {
+  struct stat sa {
+  }, sb{};
+  return stat(a.c_str(), &sa) == 0 && stat(b.c_str(), &sb) == 0 && sa.st_dev == sb.st_dev &&
+         sa.st_ino == sb.st_ino;
+}
+
+// Copies `in` to `out` (both open): copy_file_range while the kernel takes
+// it, read/write from where it stopped otherwise. False with errno set.
+bool copy_bytes(int in, int out) {
+  bool plain = false;
+  for (;;) {
+    if (!plain) {
+      ssize_t n = copy_file_range(in, nullptr, out, nullptr, 1 << 30, 0);
+      if (n > 0) continue;
+      if (n == 0) return true;
+      if (errno != EXDEV && errno != EINVAL && errno != ENOSYS && errno != EOPNOTSUPP && errno != EPERM)
+        return false;
+      plain = true;
+    }
+    char buf[1 << 16];
+    ssize_t n = read(in, buf, sizeof buf);
+    if (n == 0) return true;
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      return false;
+    }
+    for (ssize_t done = 0; done < n;) {
+      ssize_t w = write(out, buf + done, static_cast<std::size_t>(n - done));
+      if (w < 0 && errno != EINTR) return false;
+      if (w > 0) done += w;
+    }
+  }
+}
+
+enum class Put { done, exists, unreadable };
+
+// Creates `dest` as a copy of `source`, with its mode and mtime.
+Put copy_file(const std::string& source, const std::string& dest, int* err) {
+  Fd in(open(source.c_str(), O_RDONLY | O_CLOEXEC));
+  struct stat st {};
+  if (in.get() < 0 || fstat(in.get(), &st) != 0) {
+    *err = errno;
+    return Put::unreadable;
+  }
+  Fd out(open(dest.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600));
+  if (out.get() < 0) {
+    if (errno == EEXIST) return Put::exists;
+    throw Error("cannot create " + dest + ": " + errno_text(errno));
+  }
+  const timespec times[2] = {st.st_atim, st.st_mtim};
+  if (!copy_bytes(in.get(), out.get()) || fchmod(out.get(), st.st_mode & 07777) != 0 ||
+      futimens(out.get(), times) != 0) {
+    int e = errno;
+    unlink(dest.c_str());
+    throw Error("cannot copy " + source + " to " + dest + ": " + errno_text(e));
+  }
+  return Put::done;
+}
+
+// A hard link when the file system allows it, else a copy. Never replaces.
+Put put_file(const std::string& source, const std::string& dest, int* err) {
+  if (linkat(AT_FDCWD, source.c_str(), AT_FDCWD, dest.c_str(), AT_SYMLINK_FOLLOW) == 0) return Put::done;
+  switch (errno) {
+    case EEXIST: return Put::exists;
+    case EXDEV:
+    case EPERM:
+    case EMLINK:
+    case EOPNOTSUPP: return copy_file(source, dest, err);
+    case ENOENT:
+    case EACCES:
+    case ELOOP: *err = errno; return Put::unreadable;
+    default: throw Error("cannot link " + source + " to " + dest + ": " + errno_text(errno));
+  }
+}
+
+}  // namespace
+
+bool glob_match(std::string_view glob, std::string_view path) {
+  return match_parts(split_path(glob), 0, split_path(path), 0);
+}
+
+JoinResult gather_outputs(const JoinRequest& rq) {
+  JoinResult result;
+  std::vector<Candidate> candidates;
+  std::set<std::string> stale;
+
+  Walker workdir(rq.workdir, true);
+  for (const auto& glob : rq.outputs) {
+    std::vector<Found> fresh, old;
+    for (auto& f : workdir.glob(glob)) (f.mtime >= rq.started ? fresh : old).push_back(std::move(f));
+    for (const auto& f : old) stale.insert(f.abs);
+    if (fresh.empty()) {
+      result.errors.push_back(missing_message(rq, glob, old));
+      continue;
+    }
+    const auto parts = split_path(glob);
+    const bool literal = std::none_of(parts.begin(), parts.end(), has_wildcard);
+    if (literal && rq.collect == Collect::all && rq.ranks_on_node > 1 && fresh.size() == 1 &&
+        split_path(fresh[0].rel).size() == parts.size()) {  // the glob names the file itself
+      result.errors.push_back(shared_file_message(rq, glob));
+      continue;
+    }
+    for (auto& f : fresh) {
+      std::string dest = f.rel;
+      candidates.push_back({std::move(f), -1, "matched by output '" + glob + "'", std::move(dest)});
+    }
+  }
+
+  const int ranks = rq.collect == Collect::rank0
+                        ? std::min<int>(1, static_cast<int>(rq.rank_output_dirs.size()))
+                        : static_cast<int>(rq.rank_output_dirs.size());
+  for (int rank = 0; rank < ranks; ++rank) {
+    const std::string prefix = rq.collect == Collect::all ? fmt::format("rank{}/", rank) : "";
+    for (auto& f : Walker(rq.rank_output_dirs[static_cast<std::size_t>(rank)], false).all()) {
+      std::string dest = prefix + f.rel;
+      candidates.push_back(
+          {std::move(f), rank, fmt::format("from rank {}'s $FLOWRUN_OUTPUT_DIR", rank), dest});
+    }
+  }
+
+  // One candidate per destination; two globs matching one file is not a collision.
+  std::map<std::string, const Candidate*> by_dest;
+  std::set<std::string> dropped;
+  for (const auto& c : candidates) {
+    auto [it, inserted] = by_dest.emplace(c.dest, &c);
+    if (inserted || it->second->file.abs == c.file.abs) continue;
+    if (dropped.insert(c.dest).second)
+      result.errors.push_back(fmt::format(
+          "step '{}': two files would be collected as '{}': {} and {}; neither is collected. Rename one of "
+          "them, or leave one out of outputs.",
+          rq.step, c.dest, describe(*it->second), describe(c)));
+  }
+  // A file whose destination is another's directory: 'logs' and 'logs/a.txt'.
+  for (const auto& [dest, c] : by_dest) {
+    for (std::size_t slash = dest.find('/'); slash != npos; slash = dest.find('/', slash + 1)) {
+      auto parent = by_dest.find(dest.substr(0, slash));
+      if (parent == by_dest.end()) continue;
+      if (dropped.insert(parent->first).second)
+        result.errors.push_back(fmt::format(
+            "step '{}': '{}' would be collected both as a file and as a directory: {} and {}; neither is "
+            "collected. Rename one of them.",
+            rq.step, parent->first, describe(*parent->second), describe(*c)));
+      dropped.insert(dest);
+    }
+  }
+
+  make_dirs(rq.outputs_dir);
+  for (const auto& [dest, c] : by_dest) {
+    if (dropped.count(dest)) continue;
+    const std::string target = rq.outputs_dir + "/" + dest;
+    make_dirs(target.substr(0, target.rfind('/')));
+    int err = 0;
+    switch (put_file(c->file.abs, target, &err)) {
+      case Put::done: break;
+      case Put::exists:
+        if (same_file(c->file.abs, target)) break;
+        result.errors.push_back(
+            fmt::format("step '{}': cannot collect {}: {} already exists and is not overwritten; remove it, "
+                        "or gather into "
+                        "an empty directory.",
+                        rq.step, describe(*c), target));
+        continue;
+      case Put::unreadable:
+        result.errors.push_back(fmt::format(
+            "step '{}': cannot collect {}: {}; make sure it stays in place and readable until the step's "
+            "outputs are gathered.",
+            rq.step, describe(*c), errno_text(err)));
+        continue;
+    }
+    result.files.push_back({c->file.abs, dest, c->rank, c->file.bytes});
+  }
+  result.stale.assign(stale.begin(), stale.end());
+  return result;
+}
+
+}  // namespace flowrun
