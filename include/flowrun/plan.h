@@ -127,4 +127,9 @@ struct LaunchContext {
 EnvList worker_env(const Spec& spec, const Step& step, const StepPlan& plan, const RankPlan& rank,
                    const LaunchContext& ctx);
 
+// The variables flowrun sets for a plain (not parallel) step: the spec's env,
+// the step's env, then FLOWRUN_RUN_ID, FLOWRUN_STEP, FLOWRUN_RUN_DIR and, for
+// a join step, FLOWRUN_INPUTS (the joined step's outputs directory).
+EnvList step_env(const Spec& spec, const Step& step, const LaunchContext& ctx);
+
 }  // namespace flowrun

@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include "flowrun/error.h"
+#include "flowrun/flow.h"
 #include "flowrun/gpu.h"
 #include "flowrun/plan.h"
 #include "flowrun/report.h"
@@ -26,6 +27,9 @@ struct Options {
   bool show_env = false;
   std::string run_id;
   std::string run_dir;
+  std::string ranks = "all";
+  double grace_s = 10;
+  std::string color = "auto";
 };
 
 // The name this host goes by in plans: FLOWRUN_HOSTNAME when set (a stable
@@ -81,13 +85,22 @@ int cmd_gpus(const Options& options) {
 }
 
 int cmd_run(const Options& options) {
-  // Check the spec and make the plan first, so a user sees every problem now.
-  Options plan_options = options;
-  cmd_plan(plan_options);
-  throw Error(
-      "running a flow is not part of this version yet; the plan above is what it will run "
-      "('flowrun plan " +
-      options.spec_path + "' shows it without this message)");
+  RunOptions run;
+  run.args = options.args;
+  run.run_id = options.run_id;
+  run.run_dir = options.run_dir;
+  run.console_ranks = parse_rank_list(options.ranks);
+  run.grace_s = options.grace_s;
+  run.color = options.color == "always"  ? RunOptions::Color::always
+              : options.color == "never" ? RunOptions::Color::never
+                                         : RunOptions::Color::automatic;
+  const EnvMap env = read_environ();
+  Spec spec = load_or_throw(options.spec_path);
+  HostFacts host = probe_host(options, env);
+  PlanOptions plan_options;
+  if (options.cpus > 0) plan_options.cpus = options.cpus;
+  std::vector<StepPlan> plans = plan_flow(spec, host, plan_options);
+  return run_flow(spec, host, plans, env, run);
 }
 
 void add_host_options(CLI::App& app, Options& options) {
@@ -128,6 +141,21 @@ int run_cli(int argc, char** argv) {
   add_host_options(app, options);
   app.add_option("spec", options.spec_path, "The flow spec to run (YAML); arguments after -- replace ${args}")
       ->type_name("SPEC");
+  app.add_option("--ranks", options.ranks,
+                 "Ranks whose output is shown on the console: all (default), 0, 0,2 or 0-3; every rank's "
+                 "output always goes to its log files")
+      ->type_name("LIST");
+  app.add_option("--grace", options.grace_s,
+                 "Seconds a stopped worker gets between SIGTERM and SIGKILL (default 10)")
+      ->check(CLI::Range(0.0, 3600.0))
+      ->type_name("SECONDS");
+  app.add_option("--color", options.color,
+                 "Colour the rank prefixes: auto (on a terminal, unless NO_COLOR is set), always, never")
+      ->check(CLI::IsMember({"auto", "always", "never"}))
+      ->type_name("WHEN");
+  app.add_option("--run-id", options.run_id, "Use this run id instead of a new one")->type_name("ID");
+  app.add_option("--run-dir", options.run_dir, "Run directory (default: WORKDIR/.flowrun/runs/RUN_ID)")
+      ->type_name("DIR");
 
   auto* validate = app.add_subcommand("validate", "Check a spec and report every problem at once");
   validate->add_option("spec", options.spec_path, "The flow spec")->required()->type_name("SPEC");

@@ -81,4 +81,14 @@ EnvList worker_env(const Spec& spec, const Step& step, const StepPlan& plan, con
   return env;
 }
 
+EnvList step_env(const Spec& spec, const Step& step, const LaunchContext& ctx) {
+  EnvList env = spec.env;
+  env.insert(env.end(), step.env.begin(), step.env.end());
+  env.emplace_back("FLOWRUN_RUN_ID", ctx.run_id);
+  env.emplace_back("FLOWRUN_STEP", step.name);
+  env.emplace_back("FLOWRUN_RUN_DIR", ctx.layout.run_dir);
+  if (!step.join.empty()) env.emplace_back("FLOWRUN_INPUTS", ctx.layout.inputs_dir(step.join));
+  return env;
+}
+
 }  // namespace flowrun

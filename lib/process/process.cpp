@@ -1,1 +1,279 @@
-// placeholder
+#include "flowrun/process.h"
+
+#include <arpa/inet.h>
+#include <cerrno>
+#include <cstring>
+#include <dirent.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <string_view>
+#include <sys/prctl.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "flowrun/error.h"
+
+namespace flowrun {
+
+namespace {
+
+std::string errno_text(int err) { return std::strerror(err); }
+
+// Where execve finds argv[0]: as given when it has a '/', else the first
+// executable file of that name on the PATH of the worker's environment (not
+// flowrun's: a step's env may set PATH).
+std::string find_program(const std::string& name, const std::vector<std::string>& env, int* err) {
+  *err = ENOENT;
+  if (name.find('/') != std::string::npos) {
+    if (access(name.c_str(), X_OK) == 0) return name;
+    *err = errno;
+    return {};
+  }
+  std::string path = "/usr/local/bin:/usr/bin:/bin";
+  for (const auto& entry : env) {
+    if (entry.rfind("PATH=", 0) == 0) path = entry.substr(5);
+  }
+  std::size_t begin = 0;
+  while (begin <= path.size()) {
+    std::size_t end = path.find(':', begin);
+    if (end == std::string::npos) end = path.size();
+    std::string dir = path.substr(begin, end - begin);
+    if (dir.empty()) dir = ".";
+    std::string candidate = dir + "/" + name;
+    struct stat st {};
+    if (stat(candidate.c_str(), &st) == 0 && S_ISREG(st.st_mode)) {
+      if (access(candidate.c_str(), X_OK) == 0) return candidate;
+      *err = EACCES;
+    }
+    begin = end + 1;
+  }
+  return {};
+}
+
+// What the child reports through the exec-error pipe.
+struct ChildFailure {
+  int stage;  // 0 chdir, 1 exec, 2 setup
+  int err;
+};
+
+[[noreturn]] void child_fail(int fd, int stage) {
+  ChildFailure failure{stage, errno};
+  [[maybe_unused]] ssize_t n = write(fd, &failure, sizeof failure);
+  _exit(127);
+}
+
+std::string read_small_file(const std::string& path, std::size_t limit) {
+  int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return {};
+  std::string text;
+  char buf[8192];
+  while (text.size() < limit) {
+    ssize_t n = read(fd, buf, sizeof buf);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) break;
+    text.append(buf, static_cast<std::size_t>(n));
+  }
+  close(fd);
+  return text;
+}
+
+}  // namespace
+
+SpawnResult spawn_process(const SpawnRequest& request) {
+  SpawnResult result;
+  if (request.argv.empty()) throw Error("internal: spawn_process with an empty argv");
+  int err = 0;
+  const std::string program = find_program(request.argv[0], request.env, &err);
+  if (program.empty()) {
+    result.error = request.argv[0] + ": " +
+                   (err == ENOENT && request.argv[0].find('/') == std::string::npos ? "command not found"
+                                                                                    : errno_text(err));
+    result.exit_code = err == EACCES ? 126 : 127;
+    return result;
+  }
+
+  std::vector<char*> argv;
+  argv.reserve(request.argv.size() + 1);
+  for (const auto& arg : request.argv) argv.push_back(const_cast<char*>(arg.c_str()));
+  argv.push_back(nullptr);
+  std::vector<char*> envp;
+  envp.reserve(request.env.size() + 1);
+  for (const auto& entry : request.env) envp.push_back(const_cast<char*>(entry.c_str()));
+  envp.push_back(nullptr);
+
+  int devnull = open("/dev/null", O_RDONLY | O_CLOEXEC);
+  if (devnull < 0) throw Error("cannot open /dev/null: " + errno_text(errno));
+  int report[2];
+  if (pipe2(report, O_CLOEXEC) != 0) {
+    close(devnull);
+    throw Error("cannot create a pipe: " + errno_text(errno));
+  }
+  const pid_t parent = getpid();
+  const pid_t pid = fork();
+  if (pid < 0) {
+    int fork_err = errno;
+    close(devnull);
+    close(report[0]);
+    close(report[1]);
+    throw Error("cannot start a process (fork): " + errno_text(fork_err));
+  }
+  if (pid == 0) {
+    // The child: async-signal-safe calls only from here to execve.
+    sigset_t none;
+    sigemptyset(&none);
+    sigprocmask(SIG_SETMASK, &none, nullptr);
+    for (int sig : {SIGPIPE, SIGINT, SIGTERM, SIGCHLD, SIGQUIT, SIGHUP, SIGUSR1, SIGUSR2})
+      signal(sig, SIG_DFL);
+    if (setpgid(0, 0) != 0) child_fail(report[1], 2);
+    if (prctl(PR_SET_PDEATHSIG, SIGKILL) != 0) child_fail(report[1], 2);
+    if (getppid() != parent) _exit(127);  // flowrun died before the line above
+    if (dup2(devnull, STDIN_FILENO) < 0) child_fail(report[1], 2);
+    if (request.stdout_fd >= 0 && dup2(request.stdout_fd, STDOUT_FILENO) < 0) child_fail(report[1], 2);
+    if (request.stderr_fd >= 0 && dup2(request.stderr_fd, STDERR_FILENO) < 0) child_fail(report[1], 2);
+    if (!request.workdir.empty() && chdir(request.workdir.c_str()) != 0) child_fail(report[1], 0);
+    execve(program.c_str(), argv.data(), envp.data());
+    child_fail(report[1], 1);
+  }
+  close(devnull);
+  close(report[1]);
+  result.pid = pid;
+  ChildFailure failure{};
+  ssize_t n;
+  do {
+    n = read(report[0], &failure, sizeof failure);
+  } while (n < 0 && errno == EINTR);
+  close(report[0]);
+  if (n == static_cast<ssize_t>(sizeof failure)) {
+    int status = 0;
+    while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+    }
+    switch (failure.stage) {
+      case 0:
+        result.error = "cannot enter its workdir " + request.workdir + ": " + errno_text(failure.err);
+        break;
+      case 1: result.error = request.argv[0] + ": " + errno_text(failure.err); break;
+      default: result.error = "cannot set up the process: " + errno_text(failure.err); break;
+    }
+    result.exit_code = failure.stage == 1 && failure.err == EACCES ? 126 : 127;
+    result.pid = -1;
+  }
+  return result;
+}
+
+void signal_group(pid_t pgid, int signal) {
+  if (pgid > 0) kill(-pgid, signal);
+}
+
+std::vector<pid_t> children_of(pid_t pid) {
+  std::vector<pid_t> children;
+  const std::string task_dir = "/proc/" + std::to_string(pid) + "/task";
+  DIR* dir = opendir(task_dir.c_str());
+  if (dir == nullptr) return children;
+  while (dirent* entry = readdir(dir)) {
+    if (entry->d_name[0] == '.') continue;
+    std::string text = read_small_file(task_dir + "/" + entry->d_name + "/children", 1 << 20);
+    std::size_t pos = 0;
+    while (pos < text.size()) {
+      std::size_t end = text.find(' ', pos);
+      if (end == std::string::npos) end = text.size();
+      if (end > pos) children.push_back(static_cast<pid_t>(std::stol(text.substr(pos, end - pos))));
+      pos = end + 1;
+    }
+  }
+  closedir(dir);
+  return children;
+}
+
+std::vector<pid_t> processes_with_env(const std::string& entry) {
+  std::vector<pid_t> found;
+  DIR* proc = opendir("/proc");
+  if (proc == nullptr) return found;
+  const pid_t self = getpid();
+  while (dirent* item = readdir(proc)) {
+    const char* name = item->d_name;
+    if (name[0] < '1' || name[0] > '9') continue;
+    const pid_t pid = static_cast<pid_t>(std::atol(name));
+    if (pid == self) continue;
+    const std::string environ = read_small_file(std::string("/proc/") + name + "/environ", 4 << 20);
+    std::size_t pos = 0;
+    while (pos < environ.size()) {
+      std::size_t end = environ.find('\0', pos);
+      if (end == std::string::npos) end = environ.size();
+      if (std::string_view(environ).substr(pos, end - pos) == entry) {
+        found.push_back(pid);
+        break;
+      }
+      pos = end + 1;
+    }
+  }
+  closedir(proc);
+  return found;
+}
+
+int kill_processes_with_env(const std::string& entry, int rounds) {
+  int killed = 0;
+  for (int round = 0; round < rounds; ++round) {
+    const auto pids = processes_with_env(entry);
+    if (pids.empty()) break;
+    for (pid_t pid : pids) {
+      if (kill(pid, SIGKILL) == 0) ++killed;
+    }
+    usleep(20'000);
+  }
+  return killed;
+}
+
+void become_subreaper() { prctl(PR_SET_CHILD_SUBREAPER, 1); }
+
+std::string process_name(pid_t pid) {
+  std::string name = read_small_file("/proc/" + std::to_string(pid) + "/comm", 256);
+  while (!name.empty() && name.back() == '\n') name.pop_back();
+  return name;
+}
+
+HeldPort::HeldPort(HeldPort&& other) noexcept : port(other.port), fd(other.fd) {
+  other.fd = -1;
+  other.port = 0;
+}
+
+HeldPort& HeldPort::operator=(HeldPort&& other) noexcept {
+  if (this != &other) {
+    release();
+    port = other.port;
+    fd = other.fd;
+    other.fd = -1;
+    other.port = 0;
+  }
+  return *this;
+}
+
+HeldPort::~HeldPort() { release(); }
+
+void HeldPort::release() {
+  if (fd >= 0) close(fd);
+  fd = -1;
+}
+
+HeldPort hold_free_port(const std::string& addr) {
+  HeldPort held;
+  held.fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (held.fd < 0) throw Error("cannot create a socket for MASTER_PORT: " + errno_text(errno));
+  int one = 1;
+  setsockopt(held.fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+  sockaddr_in sa{};
+  sa.sin_family = AF_INET;
+  sa.sin_port = 0;
+  if (inet_pton(AF_INET, addr.c_str(), &sa.sin_addr) != 1) sa.sin_addr.s_addr = htonl(INADDR_ANY);
+  if (bind(held.fd, reinterpret_cast<sockaddr*>(&sa), sizeof sa) != 0)
+    throw Error("cannot find a free port on " + addr + " for MASTER_PORT: " + errno_text(errno));
+  socklen_t len = sizeof sa;
+  if (getsockname(held.fd, reinterpret_cast<sockaddr*>(&sa), &len) != 0)
+    throw Error("cannot read the port chosen for MASTER_PORT: " + errno_text(errno));
+  held.port = ntohs(sa.sin_port);
+  return held;
+}
+
+}  // namespace flowrun

@@ -1,1 +1,397 @@
-// placeholder
+#include "flowrun/flow.h"
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <fcntl.h>
+#include <fmt/format.h>
+#include <map>
+#include <set>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "flowrun/error.h"
+#include "flowrun/join.h"
+#include "flowrun/process.h"
+#include "flowrun/report.h"
+#include "flowrun/result.h"
+#include "flowrun/supervisor.h"
+
+namespace flowrun {
+
+namespace {
+
+void make_dirs(const std::string& path) {
+  std::string partial;
+  std::size_t pos = 0;
+  while (pos != std::string::npos) {
+    pos = path.find('/', pos + 1);
+    partial = path.substr(0, pos);
+    if (partial.empty()) continue;
+    if (mkdir(partial.c_str(), 0755) != 0 && errno != EEXIST)
+      throw Error("cannot create the directory " + partial + ": " + std::strerror(errno));
+  }
+}
+
+void write_file(const std::string& path, const std::string& text) {
+  const std::string tmp = path + ".tmp";
+  int fd = open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd < 0) throw Error("cannot write " + path + ": " + std::strerror(errno));
+  const bool ok = write_all(fd, text.data(), text.size());
+  close(fd);
+  if (!ok || rename(tmp.c_str(), path.c_str()) != 0)
+    throw Error("cannot write " + path + ": " + std::strerror(errno));
+}
+
+std::string read_file(const std::string& path, std::size_t limit = 1 << 20) {
+  int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return {};
+  std::string text;
+  char buf[16384];
+  ssize_t n;
+  while (text.size() < limit && (n = read(fd, buf, sizeof buf)) > 0)
+    text.append(buf, static_cast<std::size_t>(n));
+  close(fd);
+  return text;
+}
+
+// The whole environment of a process: flowrun's own with `set` on top.
+std::vector<std::string> full_env(const EnvMap& parent, const EnvList& set) {
+  EnvMap env = parent;
+  for (const auto& [name, value] : set) env[name] = value;
+  std::vector<std::string> entries;
+  entries.reserve(env.size());
+  for (const auto& [name, value] : env) entries.push_back(name + "=" + value);
+  return entries;
+}
+
+std::string seconds(double s) {
+  if (s < 10) return fmt::format("{:.2f} s", s);
+  return fmt::format("{:.0f} s", s);
+}
+
+int exit_code_of(const AttemptRecord& attempt, int interrupt) {
+  switch (attempt.outcome) {
+    case Outcome::succeeded: return 0;
+    case Outcome::timed_out: return 124;
+    case Outcome::interrupted: return 128 + (interrupt != 0 ? interrupt : 2);
+    case Outcome::failed: break;
+  }
+  if (attempt.culprit) return attempt.workers[static_cast<std::size_t>(*attempt.culprit)].status.shell_code();
+  for (const auto& w : attempt.workers) {
+    if (!w.status.ok()) return w.status.shell_code();
+  }
+  return 1;
+}
+
+class FlowRunner {
+ public:
+  FlowRunner(const Spec& spec, const HostFacts& host, const std::vector<StepPlan>& plans, const EnvMap& env,
+             const RunOptions& options)
+      : spec_(spec), host_(host), plans_(plans), options_(options) {
+    ctx_.run_id = options.run_id.empty() ? make_run_id(spec.name) : options.run_id;
+    ctx_.layout.run_dir =
+        options.run_dir.empty() ? spec.workdir + "/.flowrun/runs/" + ctx_.run_id : options.run_dir;
+    ctx_.parent_env = env;
+    ctx_.master_addr = "127.0.0.1";
+    const bool tty = isatty(STDOUT_FILENO) == 1;
+    const auto no_color = env_get(env, "NO_COLOR");
+    style_.color = options.color == RunOptions::Color::always ||
+                   (options.color == RunOptions::Color::automatic && tty && (!no_color || no_color->empty()));
+    style_.progress_interval_ns = tty ? 1'000'000'000LL : 10'000'000'000LL;
+  }
+
+  int run() {
+    make_dirs(ctx_.layout.run_dir);
+    write_file(ctx_.layout.run_dir + "/spec.yaml", read_file(spec_.file, kMaxSpecBytes + 1));
+    PlanView view{spec_, host_, plans_, ctx_, false};
+    write_file(ctx_.layout.run_dir + "/plan.json", format_plan_json(view));
+
+    guardian_.start(ctx_.run_id);
+    become_subreaper();
+    Supervisor supervisor(console_, guardian_.pid());
+    supervisor_ = &supervisor;
+
+    console_.message(fmt::format("flowrun: run {}: {} step{}; logs and results in {}", ctx_.run_id,
+                                 spec_.steps.size(), spec_.steps.size() == 1 ? "" : "s",
+                                 ctx_.layout.run_dir));
+    const std::int64_t flow_start = monotonic_now_ns();
+    int exit_code = 0;
+    std::vector<std::string> failed, skipped, succeeded;
+    for (std::size_t index : spec_.order) {
+      const Step& step = spec_.steps[index];
+      if (supervisor.interrupt_signal() != 0) {
+        skipped.push_back(step.name);
+        continue;
+      }
+      std::vector<std::string> blocked;
+      for (const auto& need : step.needs) {
+        if (state_[need] != State::succeeded) blocked.push_back(need);
+      }
+      if (!blocked.empty()) {
+        console_.message(fmt::format("flowrun: step '{}' skipped: it needs {}, which did not succeed",
+                                     step.name, join_quoted(blocked)));
+        state_[step.name] = State::skipped;
+        skipped.push_back(step.name);
+        continue;
+      }
+      const int code = run_step(step);
+      if (code == 0) {
+        state_[step.name] = State::succeeded;
+        succeeded.push_back(step.name);
+      } else {
+        state_[step.name] = State::failed;
+        failed.push_back(step.name);
+        if (exit_code == 0) exit_code = code;
+      }
+    }
+    const int sig = supervisor.interrupt_signal();
+    if (sig != 0 && exit_code == 0) exit_code = 128 + sig;
+    const double took = static_cast<double>(monotonic_now_ns() - flow_start) / 1e9;
+    if (exit_code == 0) {
+      console_.message(fmt::format("flowrun: run {} succeeded: {} step{} in {}", ctx_.run_id,
+                                   succeeded.size(), succeeded.size() == 1 ? "" : "s", seconds(took)));
+    } else {
+      std::string text = fmt::format("flowrun: run {} failed after {} (exit code {}): ", ctx_.run_id,
+                                     seconds(took), exit_code);
+      std::vector<std::string> parts;
+      if (!failed.empty()) parts.push_back("failed " + join_quoted(failed));
+      if (!skipped.empty()) parts.push_back("not run " + join_quoted(skipped));
+      if (!succeeded.empty()) parts.push_back("succeeded " + join_quoted(succeeded));
+      console_.message(text + join(parts, "; "));
+    }
+    supervisor_ = nullptr;
+    guardian_.disarm();
+    return exit_code;
+  }
+
+ private:
+  enum class State { pending, succeeded, failed, skipped };
+
+  static std::string join_quoted(const std::vector<std::string>& names) {
+    std::vector<std::string> quoted;
+    for (const auto& n : names) quoted.push_back("'" + n + "'");
+    return join(quoted, ", ");
+  }
+
+  bool shows_rank(const Step& step, int rank) const {
+    (void)step;
+    if (!options_.console_ranks) return true;
+    const auto& ranks = *options_.console_ranks;
+    return std::find(ranks.begin(), ranks.end(), rank) != ranks.end();
+  }
+
+  const StepPlan& plan_of(const Step& step) const {
+    for (const auto& plan : plans_) {
+      if (plan.step == step.name) return plan;
+    }
+    throw Error("internal: no plan for step '" + step.name + "'");
+  }
+
+  std::optional<double> time_left(const Step& step, std::int64_t start_mono) const {
+    if (!step.timeout_s) return std::nullopt;
+    return *step.timeout_s - static_cast<double>(monotonic_now_ns() - start_mono) / 1e9;
+  }
+
+  GroupOptions group_options(const Step& step) const {
+    GroupOptions group;
+    group.step = step.name;
+    group.grace_s = options_.grace_s;
+    group.style = style_;
+    return group;
+  }
+
+  int run_step(const Step& step) {
+    StepRecord record;
+    record.step = step.name;
+    record.parallel = step.is_parallel();
+    record.timeout_s = step.timeout_s;
+    const std::string step_dir = ctx_.layout.step_dir(step.name);
+    make_dirs(step_dir);
+    const FileTime started = file_clock_now();
+    const std::int64_t start_mono = monotonic_now_ns();
+
+    if (step.is_parallel()) {
+      run_parallel(step, plan_of(step), start_mono, record);
+    } else {
+      run_plain(step, start_mono, record);
+    }
+    const AttemptRecord& last = record.attempts.back();
+    record.outcome = last.outcome;
+    record.exit_code = exit_code_of(last, supervisor_->interrupt_signal());
+
+    std::string join_errors;
+    if (record.outcome == Outcome::succeeded && step.is_parallel()) {
+      const StepPlan& plan = plan_of(step);
+      JoinRequest request;
+      request.step = step.name;
+      request.workdir = step.workdir;
+      request.outputs = step.outputs;
+      request.collect = step.collect;
+      request.world_size = plan.world_size;
+      request.ranks_on_node = plan.nodes.front().procs;
+      for (int r = 0; r < plan.world_size; ++r)
+        request.rank_output_dirs.push_back(ctx_.layout.output_dir(step.name, r));
+      request.outputs_dir = ctx_.layout.inputs_dir(step.name);
+      request.started = started;
+      JoinResult joined = gather_outputs(request);
+      if (!joined.ok()) {
+        record.outcome = Outcome::failed;
+        record.exit_code = 1;
+        for (const auto& e : joined.errors) record.notes.push_back(e);
+        join_errors = fmt::format(
+            "flowrun: step '{}': its workers succeeded, but its outputs are incomplete:\n", step.name);
+        for (const auto& e : joined.errors) join_errors += "flowrun:   " + e + "\n";
+      } else if (!step.outputs.empty() || !joined.files.empty()) {
+        record.notes.push_back(fmt::format("gathered {} output file{} into {}", joined.files.size(),
+                                           joined.files.size() == 1 ? "" : "s", request.outputs_dir));
+      }
+    }
+    write_file(step_dir + "/results.json", format_results_json(record));
+
+    const double took = static_cast<double>(monotonic_now_ns() - start_mono) / 1e9;
+    if (!join_errors.empty()) {
+      console_.message(join_errors);
+    } else if (record.outcome != Outcome::succeeded) {
+      const auto& attempt = record.attempts.back();
+      std::string error_text;
+      if (attempt.culprit) {
+        error_text = read_file(attempt.workers[static_cast<std::size_t>(*attempt.culprit)].error_file);
+      }
+      console_.message(format_failure_report(record, error_text));
+    } else {
+      for (const auto& note : record.notes) {
+        if (note.rfind("stopped ", 0) == 0) console_.message("flowrun: step '" + step.name + "': " + note);
+      }
+      console_.message(fmt::format("flowrun: step '{}' succeeded in {}", step.name, seconds(took)));
+    }
+    return record.outcome == Outcome::succeeded ? 0 : record.exit_code;
+  }
+
+  void run_parallel(const Step& step, const StepPlan& plan, std::int64_t start_mono, StepRecord& record) {
+    if (plan.mode == PlanMode::multi_node) {
+      throw Error("step '" + step.name + "' needs " + std::to_string(plan.nodes.size()) +
+                  " nodes; running across nodes is not part of this version ('flowrun plan " + spec_.file +
+                  "' shows the plan)");
+    }
+    const std::vector<std::string> argv = expand_command(step, ctx_.layout, options_.args);
+    for (int restart = 0;; ++restart) {
+      HeldPort port = hold_free_port(ctx_.master_addr);
+      LaunchContext ctx = ctx_;
+      ctx.master_port = port.port;
+      ctx.restart_count = restart;
+      std::vector<WorkerLaunch> launches;
+      launches.reserve(plan.ranks.size());
+      for (const auto& rank : plan.ranks) {
+        const std::string rank_dir = ctx.layout.rank_dir(step.name, rank.rank);
+        make_dirs(ctx.layout.output_dir(step.name, rank.rank));
+        WorkerLaunch launch;
+        launch.rank = rank.rank;
+        launch.local_rank = rank.local_rank;
+        launch.argv = argv;
+        launch.env = full_env(ctx.parent_env, worker_env(spec_, step, plan, rank, ctx));
+        launch.workdir = step.workdir;
+        launch.stdout_log = rank_dir + "/stdout.log";
+        launch.stderr_log = rank_dir + "/stderr.log";
+        launch.error_file = ctx.layout.error_file(step.name, rank.rank);
+        unlink(launch.error_file.c_str());  // a traceback from an earlier attempt is not this one's
+        launch.console = shows_rank(step, rank.rank);
+        launches.push_back(std::move(launch));
+      }
+      GroupOptions group = group_options(step);
+      group.timeout_s = time_left(step, start_mono);
+      group.restart_count = restart;
+      group.master_port = port.port;
+      if (restart == 0) {
+        console_.message(fmt::format("flowrun: step '{}': {} worker{} on this host ({}), MASTER_PORT {}",
+                                     step.name, plan.world_size, plan.world_size == 1 ? "" : "s",
+                                     describe_devices(plan), port.port));
+      }
+      record.attempts.push_back(supervisor_->run_group(launches, group));
+      const AttemptRecord& attempt = record.attempts.back();
+      if (attempt.outcome != Outcome::failed || restart >= plan.max_restarts ||
+          supervisor_->interrupt_signal() != 0)
+        break;
+      std::string why = "a worker failed";
+      if (attempt.culprit) {
+        const auto& w = attempt.workers[static_cast<std::size_t>(*attempt.culprit)];
+        why = fmt::format("rank {} {}", w.rank, w.status.describe());
+      }
+      console_.message(
+          fmt::format("flowrun: step '{}' failed ({}); restarting all {} workers (restart {} of {})",
+                      step.name, why, plan.world_size, restart + 1, plan.max_restarts));
+    }
+  }
+
+  static std::string describe_devices(const StepPlan& plan) {
+    if (plan.cpu) return "CPU";
+    const auto& node = plan.nodes.front();
+    std::vector<std::string> ids;
+    for (const auto& gpu : node.gpus) ids.push_back(gpu.select_token);
+    return fmt::format("GPU{} {}", ids.size() == 1 ? "" : "s", join(ids, ","));
+  }
+
+  void run_plain(const Step& step, std::int64_t start_mono, StepRecord& record) {
+    WorkerLaunch launch;
+    launch.rank = -1;
+    launch.argv = expand_command(step, ctx_.layout, options_.args);
+    launch.env = full_env(ctx_.parent_env, step_env(spec_, step, ctx_));
+    launch.workdir = step.workdir;
+    const std::string step_dir = ctx_.layout.step_dir(step.name);
+    launch.stdout_log = step_dir + "/stdout.log";
+    launch.stderr_log = step_dir + "/stderr.log";
+    GroupOptions group = group_options(step);
+    group.timeout_s = time_left(step, start_mono);
+    record.attempts.push_back(supervisor_->run_group({launch}, group));
+  }
+
+  const Spec& spec_;
+  const HostFacts& host_;
+  const std::vector<StepPlan>& plans_;
+  const RunOptions& options_;
+  LaunchContext ctx_;
+  LogStyle style_;
+  Console console_;
+  Guardian guardian_;
+  Supervisor* supervisor_ = nullptr;
+  std::map<std::string, State> state_;
+};
+
+}  // namespace
+
+int run_flow(const Spec& spec, const HostFacts& host, const std::vector<StepPlan>& plans, const EnvMap& env,
+             const RunOptions& options) {
+  FlowRunner runner(spec, host, plans, env, options);
+  return runner.run();
+}
+
+std::optional<std::vector<int>> parse_rank_list(const std::string& text) {
+  if (text == "all") return std::nullopt;
+  std::vector<int> ranks;
+  const std::string bad = "--ranks '" + text + "': expected 'all' or ranks such as 0, 0,2 or 0-3,6";
+  std::size_t pos = 0;
+  while (pos <= text.size()) {
+    std::size_t end = text.find(',', pos);
+    if (end == std::string::npos) end = text.size();
+    const std::string part = text.substr(pos, end - pos);
+    const std::size_t dash = part.find('-');
+    auto number = [&](const std::string& s) {
+      if (s.empty() || s.size() > 6 || !std::all_of(s.begin(), s.end(), ::isdigit)) throw Error(bad);
+      return std::stoi(s);
+    };
+    if (dash == std::string::npos) {
+      ranks.push_back(number(part));
+    } else {
+      const int first = number(part.substr(0, dash));
+      const int last = number(part.substr(dash + 1));
+      if (last < first) throw Error(bad);
+      for (int r = first; r <= last; ++r) ranks.push_back(r);
+    }
+    pos = end + 1;
+  }
+  std::sort(ranks.begin(), ranks.end());
+  ranks.erase(std::unique(ranks.begin(), ranks.end()), ranks.end());
+  return ranks;
+}
+
+}  // namespace flowrun

@@ -1,1 +1,486 @@
-// placeholder
+#include "flowrun/supervisor.h"
+
+#include <algorithm>
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/posix/stream_descriptor.hpp>
+#include <boost/asio/signal_set.hpp>
+#include <boost/asio/steady_timer.hpp>
+#include <cerrno>
+#include <chrono>
+#include <cstring>
+#include <fcntl.h>
+#include <fmt/format.h>
+#include <poll.h>
+#include <set>
+#include <signal.h>
+#include <sys/resource.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "flowrun/error.h"
+#include "flowrun/process.h"
+#include "flowrun/util.h"
+
+namespace flowrun {
+
+namespace asio = boost::asio;
+
+std::int64_t unix_now_ns() {
+  timespec ts{};
+  clock_gettime(CLOCK_REALTIME, &ts);
+  return static_cast<std::int64_t>(ts.tv_sec) * 1'000'000'000 + ts.tv_nsec;
+}
+
+std::int64_t monotonic_now_ns() {
+  timespec ts{};
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return static_cast<std::int64_t>(ts.tv_sec) * 1'000'000'000 + ts.tv_nsec;
+}
+
+bool write_all(int fd, const char* data, std::size_t size) {
+  while (size > 0) {
+    ssize_t n = write(fd, data, size);
+    if (n > 0) {
+      data += n;
+      size -= static_cast<std::size_t>(n);
+    } else if (n < 0 && errno == EINTR) {
+      continue;
+    } else if (n < 0 && errno == EAGAIN) {
+      pollfd p{fd, POLLOUT, 0};
+      poll(&p, 1, -1);
+    } else {
+      return false;
+    }
+  }
+  return true;
+}
+
+void Console::message(const std::string& text) const {
+  if (text.empty()) return;
+  if (text.back() == '\n') {
+    write_all(err_fd, text.data(), text.size());
+  } else {
+    const std::string line = text + "\n";
+    write_all(err_fd, line.data(), line.size());
+  }
+}
+
+namespace {
+
+constexpr std::size_t kReadChunk = 256 * 1024;
+constexpr int kReadsPerWakeup = 4;  // fairness between ranks that flood
+
+struct Stream {
+  int fd = -1;      // our read end
+  int log_fd = -1;  // the rank's log file
+  bool is_err = false;
+  std::unique_ptr<asio::posix::stream_descriptor> desc;
+  std::optional<LineSplitter> splitter;  // when shown on the console
+  std::optional<TailBuffer> tail;        // stderr only
+  bool open() const { return fd >= 0; }
+};
+
+struct Worker {
+  const WorkerLaunch* launch = nullptr;
+  WorkerRecord record;
+  pid_t pid = -1;
+  bool alive = false;
+  Stream out, err;
+};
+
+int open_log(const std::string& path) {
+  int fd = open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd < 0) throw Error("cannot create the log file " + path + ": " + std::strerror(errno));
+  return fd;
+}
+
+}  // namespace
+
+struct Supervisor::Impl {
+  asio::io_context io;
+  asio::signal_set child_signals{io, SIGCHLD};
+  asio::signal_set stop_signals{io, SIGINT, SIGTERM};
+  asio::steady_timer grace_timer{io};
+  asio::steady_timer timeout_timer{io};
+  Console console;
+  pid_t guardian = -1;
+  int interrupt = 0;
+  int interrupt_count = 0;
+
+  // The group being run.
+  bool in_group = false;
+  bool stopping = false;
+  bool kill_now = false;
+  bool sweeping = false;
+  bool done = false;
+  bool grace_expired = false;
+  Outcome outcome = Outcome::succeeded;
+  std::vector<Worker> workers;
+  std::vector<int> stopped;
+  std::set<pid_t> leftovers_seen;
+  std::vector<std::string> notes;
+  GroupOptions options;
+  std::int64_t started_mono = 0;
+  std::vector<char> buffer = std::vector<char>(kReadChunk);
+  std::string console_out;
+  std::string console_err;
+
+  Impl(Console c, pid_t g) : console(c), guardian(g) {
+    wait_child();
+    wait_stop();
+  }
+
+  void wait_child() {
+    child_signals.async_wait([this](const boost::system::error_code& ec, int) {
+      if (ec) return;
+      reap();
+      wait_child();
+    });
+  }
+
+  void wait_stop() {
+    stop_signals.async_wait([this](const boost::system::error_code& ec, int sig) {
+      if (ec) return;
+      on_stop_signal(sig);
+      wait_stop();
+    });
+  }
+
+  void on_stop_signal(int sig) {
+    ++interrupt_count;
+    if (interrupt == 0) interrupt = sig;
+    if (!in_group) return;
+    if (interrupt_count == 1 && !stopping) {
+      console.message(
+          fmt::format("flowrun: {} received: stopping step '{}' (SIGTERM, then SIGKILL after {} s; "
+                      "press Ctrl-C again to kill at once)",
+                      signal_name(sig), options.step, options.grace_s));
+      outcome = Outcome::interrupted;
+      begin_stop();
+    } else {
+      console.message(
+          fmt::format("flowrun: {} again: killing step '{}' now", signal_name(sig), options.step));
+      kill_everything();
+    }
+  }
+
+  // --- exits -------------------------------------------------------------
+
+  void reap() {
+    for (;;) {
+      int status = 0;
+      rusage usage{};
+      const pid_t pid = wait4(-1, &status, WNOHANG, &usage);
+      if (pid <= 0) break;
+      const std::int64_t now = unix_now_ns();
+      for (auto& w : workers) {
+        if (w.pid != pid || !w.alive) continue;
+        w.alive = false;
+        w.record.end_unix_ns = now;
+        w.record.peak_rss_kib = usage.ru_maxrss;
+        if (WIFEXITED(status)) {
+          w.record.status.kind = ExitStatus::Kind::exited;
+          w.record.status.code = WEXITSTATUS(status);
+        } else {
+          w.record.status.kind = ExitStatus::Kind::signaled;
+          w.record.status.code = WTERMSIG(status);
+        }
+        if (!w.record.status.ok() && !stopping) {
+          outcome = Outcome::failed;
+          begin_stop();
+        }
+      }
+    }
+    if (in_group) advance();
+  }
+
+  int alive_count() const {
+    return static_cast<int>(
+        std::count_if(workers.begin(), workers.end(), [](const Worker& w) { return w.alive; }));
+  }
+
+  // --- stopping ----------------------------------------------------------
+
+  void begin_stop() {
+    if (stopping) return;
+    stopping = true;
+    for (std::size_t i = 0; i < workers.size(); ++i) {
+      if (!workers[i].alive) continue;
+      signal_group(workers[i].pid, SIGTERM);
+      stopped.push_back(static_cast<int>(i));
+    }
+    start_grace();
+  }
+
+  void start_grace() {
+    grace_timer.expires_after(std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+        std::chrono::duration<double>(options.grace_s)));
+    grace_timer.async_wait([this](const boost::system::error_code& ec) {
+      if (ec) return;
+      grace_expired = true;
+      kill_everything();
+    });
+  }
+
+  void kill_everything() {
+    kill_now = true;
+    for (auto& w : workers) {
+      if (w.alive) signal_group(w.pid, SIGKILL);
+    }
+    for (pid_t pid : leftovers()) signal_tree(pid, SIGKILL);
+  }
+
+  // --- leftovers ---------------------------------------------------------
+
+  // Descendants still running after every worker was reaped: they came to
+  // flowrun as the subreaper. The guardian is flowrun's own child.
+  std::vector<pid_t> leftovers() const {
+    std::vector<pid_t> found;
+    for (pid_t pid : children_of(getpid())) {
+      if (pid == guardian) continue;
+      bool worker = false;
+      for (const auto& w : workers) worker = worker || (w.pid == pid && w.alive);
+      if (!worker) found.push_back(pid);
+    }
+    return found;
+  }
+
+  static void signal_tree(pid_t pid, int sig) {
+    for (pid_t child : children_of(pid)) signal_tree(child, sig);
+    if (getpgid(pid) == pid) kill(-pid, sig);
+    kill(pid, sig);
+  }
+
+  void advance() {
+    if (done || alive_count() > 0) return;
+    const auto left = leftovers();
+    if (left.empty()) {
+      done = true;
+      return;
+    }
+    if (!sweeping) {
+      sweeping = true;
+      if (!stopping) start_grace();  // a stopping group already has its deadline
+    }
+    std::vector<std::string> named;
+    for (pid_t pid : left) {
+      if (!leftovers_seen.insert(pid).second) continue;
+      named.push_back(fmt::format("{} ({})", pid, process_name(pid)));
+      signal_tree(pid, kill_now ? SIGKILL : SIGTERM);
+    }
+    if (!named.empty()) {
+      notes.push_back(fmt::format("stopped {} process{} left behind by the step's workers: {}", named.size(),
+                                  named.size() == 1 ? "" : "es", join(named, ", ")));
+    }
+  }
+
+  // --- output ------------------------------------------------------------
+
+  void start_read(Worker& w, Stream& s) {
+    s.desc->async_wait(asio::posix::stream_descriptor::wait_read,
+                       [this, &w, &s](const boost::system::error_code& ec) {
+                         if (ec || !s.open()) return;
+                         drain(w, s, kReadsPerWakeup);
+                         flush_console();
+                         if (s.open()) start_read(w, s);
+                       });
+  }
+
+  // Reads what is there (at most `reads` chunks): raw to the log file, whole
+  // prefixed lines to the console buffers.
+  void drain(Worker& w, Stream& s, int reads) {
+    const std::int64_t now = monotonic_now_ns();
+    for (int i = 0; i < reads && s.open(); ++i) {
+      const ssize_t n = read(s.fd, buffer.data(), buffer.size());
+      if (n < 0 && errno == EINTR) continue;
+      if (n < 0) break;  // EAGAIN: nothing more now
+      if (n == 0) {
+        close_stream(s);
+        break;
+      }
+      const std::string_view data(buffer.data(), static_cast<std::size_t>(n));
+      write_all(s.log_fd, data.data(), data.size());
+      if (s.tail) s.tail->feed(data);
+      if (s.splitter) s.splitter->feed(data, now, s.is_err ? console_err : console_out);
+      if (static_cast<std::size_t>(n) < buffer.size()) break;
+    }
+    (void)w;
+  }
+
+  void close_stream(Stream& s) {
+    if (!s.open()) return;
+    if (s.splitter) s.splitter->finish(s.is_err ? console_err : console_out);
+    if (s.desc) {
+      s.desc->cancel();
+      s.desc->release();
+      s.desc.reset();
+    }
+    close(s.fd);
+    s.fd = -1;
+    if (s.log_fd >= 0) close(s.log_fd);
+    s.log_fd = -1;
+  }
+
+  void flush_console() {
+    if (!console_out.empty()) {
+      write_all(console.out_fd, console_out.data(), console_out.size());
+      console_out.clear();
+    }
+    if (!console_err.empty()) {
+      write_all(console.err_fd, console_err.data(), console_err.size());
+      console_err.clear();
+    }
+  }
+
+  // --- the group ---------------------------------------------------------
+
+  void open_stream(Worker& w, Stream& s, bool is_err, int* child_end) {
+    int fds[2];
+    if (pipe2(fds, O_CLOEXEC) != 0) throw Error(std::string("cannot create a pipe: ") + std::strerror(errno));
+    fcntl(fds[0], F_SETFL, fcntl(fds[0], F_GETFL) | O_NONBLOCK);
+    fcntl(fds[0], F_SETPIPE_SZ, 1 << 20);  // fewer wakeups when a rank floods; best effort
+    s.fd = fds[0];
+    *child_end = fds[1];
+    s.is_err = is_err;
+    s.log_fd = open_log(is_err ? w.launch->stderr_log : w.launch->stdout_log);
+    if (w.launch->console)
+      s.splitter.emplace(log_prefix(options.step, w.launch->rank, options.style.color), options.style);
+    if (is_err) s.tail.emplace(20, 4096);
+    s.desc = std::make_unique<asio::posix::stream_descriptor>(io, s.fd);
+  }
+
+  AttemptRecord run(const std::vector<WorkerLaunch>& launches, const GroupOptions& opts) {
+    options = opts;
+    in_group = true;
+    stopping = kill_now = sweeping = done = grace_expired = false;
+    outcome = Outcome::succeeded;
+    workers.clear();
+    workers.resize(launches.size());
+    stopped.clear();
+    leftovers_seen.clear();
+    notes.clear();
+    started_mono = monotonic_now_ns();
+    AttemptRecord attempt;
+    attempt.restart_count = opts.restart_count;
+    attempt.master_port = opts.master_port;
+    attempt.start_unix_ns = unix_now_ns();
+
+    if (opts.timeout_s) {
+      timeout_timer.expires_after(std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+          std::chrono::duration<double>(std::max(0.0, *opts.timeout_s))));
+      timeout_timer.async_wait([this](const boost::system::error_code& ec) {
+        if (ec || stopping) return;
+        outcome = Outcome::timed_out;
+        begin_stop();
+        advance();
+      });
+    }
+
+    for (std::size_t i = 0; i < launches.size(); ++i) {
+      Worker& w = workers[i];
+      w.launch = &launches[i];
+      w.record.rank = launches[i].rank;
+      w.record.local_rank = launches[i].local_rank;
+      w.record.stdout_log = launches[i].stdout_log;
+      w.record.stderr_log = launches[i].stderr_log;
+      w.record.error_file = launches[i].error_file;
+    }
+    // Spawn in rank order; stop at the first that cannot start, or at an
+    // interrupt that arrived meanwhile.
+    for (std::size_t i = 0; i < launches.size() && !stopping && interrupt == 0; ++i) {
+      Worker& w = workers[i];
+      int out_end = -1, err_end = -1;
+      open_stream(w, w.out, false, &out_end);
+      open_stream(w, w.err, true, &err_end);
+      SpawnRequest request{launches[i].argv, launches[i].env, launches[i].workdir, out_end, err_end};
+      w.record.start_unix_ns = unix_now_ns();
+      SpawnResult spawned;
+      try {
+        spawned = spawn_process(request);
+      } catch (...) {
+        close(out_end);
+        close(err_end);
+        throw;
+      }
+      close(out_end);
+      close(err_end);
+      if (spawned.pid < 0) {
+        w.record.end_unix_ns = unix_now_ns();
+        w.record.status.kind = ExitStatus::Kind::spawn_failed;
+        w.record.status.code = spawned.exit_code;
+        w.record.status.spawn_error = spawned.error;
+        const std::string line = "flowrun: cannot start: " + spawned.error + "\n";
+        write_all(w.err.log_fd, line.data(), line.size());
+        w.err.tail->feed(line);
+        close_stream(w.out);
+        close_stream(w.err);
+        outcome = Outcome::failed;
+        begin_stop();
+        break;
+      }
+      w.pid = spawned.pid;
+      w.record.pid = spawned.pid;
+      w.record.status.kind = ExitStatus::Kind::running;
+      w.alive = true;
+      start_read(w, w.out);
+      start_read(w, w.err);
+    }
+    if (interrupt != 0 && !stopping) {
+      outcome = Outcome::interrupted;
+      begin_stop();
+    }
+
+    advance();
+    while (!done) io.run_one();
+
+    // Every worker and leftover has ended: take what is still in the pipes.
+    for (auto& w : workers) {
+      for (Stream* s : {&w.out, &w.err}) {
+        while (s->open()) {
+          drain(w, *s, 1 << 20);
+          if (s->open()) close_stream(*s);  // EAGAIN with no writer left: done
+        }
+      }
+    }
+    flush_console();
+    grace_timer.cancel();
+    timeout_timer.cancel();
+    io.poll();  // run the cancelled handlers
+
+    attempt.end_unix_ns = unix_now_ns();
+    attempt.outcome = outcome;
+    for (auto& w : workers) {
+      if (w.err.tail) w.record.stderr_tail = w.err.tail->text();
+      attempt.workers.push_back(std::move(w.record));
+    }
+    assign_roles(attempt, stopped);
+    workers.clear();
+    in_group = false;
+    return attempt;
+  }
+};
+
+Supervisor::Supervisor(Console console, int guardian_pid)
+    : impl_(std::make_unique<Impl>(console, static_cast<pid_t>(guardian_pid))) {}
+
+Supervisor::~Supervisor() = default;
+
+AttemptRecord Supervisor::run_group(const std::vector<WorkerLaunch>& workers, const GroupOptions& options) {
+  return impl_->run(workers, options);
+}
+
+std::vector<std::string> Supervisor::sweep_leftovers(double grace_s) {
+  GroupOptions options;
+  options.grace_s = grace_s;
+  options.step = "(between steps)";
+  impl_->run({}, options);
+  return impl_->notes;
+}
+
+int Supervisor::interrupt_signal() const {
+  impl_->io.poll();  // deliver a signal that arrived between steps
+  return impl_->interrupt;
+}
+
+}  // namespace flowrun
