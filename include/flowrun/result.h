@@ -18,7 +18,7 @@ namespace flowrun {
 struct ExitStatus {
   enum class Kind { not_started, running, exited, signaled, spawn_failed };
   Kind kind = Kind::not_started;
-  int code = 0;           // exited: the exit code; signaled: the signal number
+  int code = 0;             // exited: the exit code; signaled: the signal number
   std::string spawn_error;  // spawn_failed: why (e.g. "python4: No such file or directory")
 
   bool ok() const { return kind == Kind::exited && code == 0; }
@@ -30,9 +30,9 @@ struct ExitStatus {
 
 // Why a worker is in the report.
 enum class Role {
-  ok,        // finished with code 0 before anything failed
-  culprit,   // the first failure: the root cause
-  victim,    // stopped by flowrun after the culprit failed (or on timeout/interrupt)
+  ok,            // finished with code 0 before anything failed
+  culprit,       // the first failure: the root cause
+  victim,        // stopped by flowrun after the culprit failed (or on timeout/interrupt)
   failed_after,  // failed on its own after the culprit (e.g. a peer left the collective)
 };
 
@@ -50,8 +50,8 @@ struct WorkerRecord {
   std::int64_t peak_rss_kib = 0;  // from wait4's rusage
   std::string stdout_log;         // absolute paths
   std::string stderr_log;
-  std::string error_file;         // TORCHELASTIC_ERROR_FILE (may not exist)
-  std::string stderr_tail;        // the last lines of its stderr (report only; not in JSON)
+  std::string error_file;   // TORCHELASTIC_ERROR_FILE (may not exist)
+  std::string stderr_tail;  // the last lines of its stderr (report only; not in JSON)
 };
 
 struct AttemptRecord {
@@ -68,34 +68,135 @@ struct StepRecord {
   std::string step;
   bool parallel = false;
   Outcome outcome = Outcome::succeeded;
-  int exit_code = 0;                  // what flowrun exits with for this step
-  std::optional<double> timeout_s;    // when the step had one
+  int exit_code = 0;                    // what flowrun exits with for this step
+  std::optional<double> timeout_s;      // when the step had one
   std::vector<AttemptRecord> attempts;  // the last one decided the outcome
   std::vector<std::string> notes;       // e.g. "killed 2 leftover processes: 812 (sleep), ..."
 };
 
-// Marks roles in `attempt`: the culprit is the worker whose failure came
-// first (by end time, ties by rank); workers that ended by the signal flowrun
-// sent after it are victims; other failures after it are failed_after.
-// `stopped` lists the worker indices flowrun sent a stop signal to.
+// Marks every worker's role in `attempt` and sets attempt.culprit.
+// `stopped` lists the indices (into attempt.workers) of the workers flowrun
+// sent a stop signal to; only workers still running at that moment belong in it.
+//
+// A worker failed when it exited with a code other than 0, was killed by a
+// signal, or could not start. The culprit is the failed worker NOT in
+// `stopped` that ended first (ties: lowest rank, then lowest index): the first
+// failure flowrun did not cause. When every failure is one flowrun caused (a
+// timeout, Ctrl-C) there is no culprit and attempt.culprit is nullopt. Others:
+//   - in `stopped`: victim, whatever it exited with (a worker that exits 0 on
+//     SIGTERM was still cut short), unless it succeeded no later than the
+//     culprit ended, which means it had finished before the stop: ok;
+//   - not in `stopped` and failed: failed_after (it ended after the culprit);
+//   - succeeded: ok;
+//   - never started or still running, and not in `stopped`: victim (flowrun
+//     gave up on it because of the others).
 void assign_roles(AttemptRecord& attempt, const std::vector<int>& stopped);
 
-// The step's results.json (docs/spec.md, "Run directory").
+// The step's results.json, written into the step's directory. Format version
+// 1: keys appear in this order, a key is never left out (null instead), and
+// later versions only add keys. Durations are whole milliseconds, times are
+// UTC with milliseconds ("2026-11-29T17:10:53.123Z").
+//
+//   {
+//     "format": 1,
+//     "step": "train",             the step's name
+//     "parallel": true,            false for a plain step
+//     "outcome": "failed",         "succeeded" | "failed" | "timed_out" | "interrupted"
+//     "exit_code": 3,              what flowrun exits with because of this step
+//     "timeout_ms": 30000,         the step's timeout, or null
+//     "start": "...",              the first attempt's start (null without attempts)
+//     "end": "...",                the last attempt's end
+//     "duration_ms": 1333,         end - start
+//     "restarts": 0,               attempts - 1
+//     "culprit_rank": 1,           the last attempt's culprit_rank
+//     "notes": ["..."],            what flowrun did besides (leftover processes stopped, ...)
+//     "ranks": [WORKER, ...],      the workers of the last attempt, which decided the outcome
+//     "attempts": [                every attempt, the first one first
+//       {
+//         "restart_count": 0,      TORCHELASTIC_RESTART_COUNT of the attempt
+//         "master_port": 29500,    0 for a plain step
+//         "outcome": "failed",     as above, for this attempt
+//         "culprit_rank": 1,       the rank of the first failure flowrun did not cause; null
+//                                  when there was none, and always for a plain step
+//         "start": "...", "end": "...", "duration_ms": 1333,
+//         "workers": [WORKER, ...] in the order flowrun started them
+//       }
+//     ]
+//   }
+//
+// WORKER:
+//   {
+//     "rank": 1,                   null for the one process of a plain step
+//     "local_rank": 1,
+//     "pid": 4242,                 null when it never started
+//     "status": "exited",          "exited" | "signaled" | "spawn_failed" | "not_started" | "running"
+//     "exit_code": 3,              exited: its code; else null
+//     "signal": null,              signaled: the signal's name, "SIGTERM" ("signal 40" for one
+//                                  without a name); else null
+//     "spawn_error": null,         spawn_failed: why ("python4: No such file or directory"); else null
+//     "shell_code": 3,             as a shell shows it: the code, 128+signal, 127 when it could not
+//                                  start, 1 otherwise
+//     "role": "culprit",           "ok" | "culprit" | "victim" | "failed_after" (see assign_roles)
+//     "start": "...", "end": "...", "duration_ms": 310,   each null when unknown
+//     "peak_rss_kib": 123456,      peak resident memory (0 when unknown)
+//     "stdout_log": "/abs/.flowrun/runs/ID/train/rank1/stdout.log",
+//     "stderr_log": "/abs/.flowrun/runs/ID/train/rank1/stderr.log",
+//     "error_file": "/abs/.flowrun/runs/ID/train/rank1/error.json"
+//                                  TORCHELASTIC_ERROR_FILE, which exists only if the worker wrote
+//                                  it; the three paths are null when flowrun had none
+//   }
 std::string format_results_json(const StepRecord& record);
 
-// The root-cause report printed when a step did not succeed: the culprit with
-// its exit code or signal, the last lines of its stderr, the traceback from
-// its error file when it wrote one (`error_file_text` is that file's content,
-// or empty), the victims, and where the logs are. Several lines, each ending
-// in '\n'.
+// The root-cause report printed when a step did not succeed; "" for a step
+// that succeeded. Plain text, no colour; every line starts with "flowrun:" or
+// is indented under one, and ends in '\n'. A failed parallel step:
+//
+//   flowrun: step 'train' failed: rank 1 exited with code 3 after 0.31 s (pid 4242)
+//   flowrun:   last 3 lines of its stderr (/abs/.flowrun/runs/ID/train/rank1/stderr.log):
+//       Traceback (most recent call last):
+//         File "train.py", line 3, in <module>
+//       ValueError: boom
+//   flowrun:   traceback from its error file (/abs/.flowrun/runs/ID/train/rank1/error.json):
+//       ...
+//   flowrun:   stopped by flowrun: ranks 0, 2-4, 6, 7
+//   flowrun:   failed after it: rank 5 (SIGABRT)
+//   flowrun:   logs: /abs/.flowrun/runs/ID/train
+//
+// - The headline names the culprit; a plain step says "failed: exited with
+//   code 2 after 0.31 s (pid 42)". After restarts it says "failed after 2
+//   restarts:", and a line "before restart N: rank R exited with code 3"
+//   follows for each earlier attempt.
+// - A culprit killed by a SIGKILL flowrun did not send gets a line about the
+//   kernel's out-of-memory killer, with its peak memory.
+// - The stderr tail is the culprit's stderr_tail, each line as a terminal
+//   shows it (after its last '\r'), or "its stderr was empty".
+// - The error file's traceback (`error_file_text` is that file's content, or
+//   empty) is shown when parse_error_file finds one that the stderr tail does
+//   not already hold.
+// - Then the victims, the failures after the culprit grouped by how they
+//   ended ("rank 5 (SIGABRT), ranks 6, 7 (exit code 1)"), the workers that had
+//   already succeeded, each of record.notes, and the log directory.
+// - timed_out: "flowrun: step 'train' timed out after 30s; flowrun stopped
+//   ranks 0-7" (the timeout written as in a spec: 90s, 1h30m, 1.5s), with no
+//   per-rank output but the log directory. interrupted: "flowrun: step 'train'
+//   was interrupted; flowrun stopped ranks 0-3". A plain step says "flowrun
+//   stopped it (pid 42)" and shows its stderr tail. Should a worker have
+//   failed on its own first, a line "before that, rank R exited with ..." says so.
+// Rank lists are sorted, runs of three or more written as "2-7". The log
+// directory is the step's directory, derived from the workers' log paths
+// (<run_dir>/<step>/rank<R>/stderr.log, docs/spec.md "Run directory").
 std::string format_failure_report(const StepRecord& record, const std::string& error_file_text);
 
-// The traceback a torch.distributed.elastic @record error file holds:
-// {"message": {"message": "...", "extraInfo": {"py_callstack": "...", ...}}}
-// (or a plain string message). nullopt when the text is not such a file.
+// The traceback in an error file that torch.distributed.elastic's @record
+// (ErrorHandler.record_exception) writes:
+//   {"message": {"message": "ValueError: boom",
+//                "extraInfo": {"py_callstack": "Traceback ...", "timestamp": "1700000000"}}}
+// py_callstack when it is a non-empty string, else the inner message; for the
+// older shape {"message": "text", "timestamp": N}, the text. nullopt for
+// anything else: invalid JSON, other shapes, empty strings.
 std::optional<std::string> parse_error_file(const std::string& text);
 
-// "SIGKILL" for 9.
+// The name of a Linux signal: "SIGKILL" for 9, "signal 40" for one without a name.
 std::string signal_name(int signal);
 
 }  // namespace flowrun

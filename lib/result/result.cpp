@@ -1,1 +1,522 @@
-// placeholder
+#include "flowrun/result.h"
+
+#include <algorithm>
+#include <cmath>
+#include <ctime>
+#include <fmt/format.h>
+#include <map>
+
+#include "flowrun/json.h"
+#include "flowrun/json_read.h"
+#include "flowrun/util.h"
+
+namespace flowrun {
+
+namespace {
+
+using Kind = ExitStatus::Kind;
+
+bool failed(const ExitStatus& s) {
+  return !s.ok() && (s.kind == Kind::exited || s.kind == Kind::signaled || s.kind == Kind::spawn_failed);
+}
+
+const char* kind_name(Kind kind) {
+  switch (kind) {
+    case Kind::not_started: return "not_started";
+    case Kind::running: return "running";
+    case Kind::exited: return "exited";
+    case Kind::signaled: return "signaled";
+    case Kind::spawn_failed: return "spawn_failed";
+  }
+  return "unknown";
+}
+
+const char* role_name(Role role) {
+  switch (role) {
+    case Role::ok: return "ok";
+    case Role::culprit: return "culprit";
+    case Role::victim: return "victim";
+    case Role::failed_after: return "failed_after";
+  }
+  return "unknown";
+}
+
+const char* outcome_name(Outcome outcome) {
+  switch (outcome) {
+    case Outcome::succeeded: return "succeeded";
+    case Outcome::failed: return "failed";
+    case Outcome::timed_out: return "timed_out";
+    case Outcome::interrupted: return "interrupted";
+  }
+  return "unknown";
+}
+
+// --- results.json ---------------------------------------------------------
+
+// "2026-11-29T17:10:53.123Z"; the clock never reads before 1970 here.
+std::string iso_time(std::int64_t unix_ns) {
+  std::int64_t ms = unix_ns / 1'000'000;
+  std::time_t seconds = static_cast<std::time_t>(ms / 1000);
+  std::tm tm{};
+  gmtime_r(&seconds, &tm);
+  return fmt::format("{:04}-{:02}-{:02}T{:02}:{:02}:{:02}.{:03}Z", tm.tm_year + 1900, tm.tm_mon + 1,
+                     tm.tm_mday, tm.tm_hour, tm.tm_min, tm.tm_sec, ms % 1000);
+}
+
+void time_or_null(JsonWriter& json, std::int64_t unix_ns) {
+  if (unix_ns > 0) {
+    json.value(iso_time(unix_ns));
+  } else {
+    json.null();
+  }
+}
+
+void span(JsonWriter& json, std::int64_t start_ns, std::int64_t end_ns) {
+  json.key("start");
+  time_or_null(json, start_ns);
+  json.key("end");
+  time_or_null(json, end_ns);
+  json.key("duration_ms");
+  if (start_ns > 0 && end_ns >= start_ns) {
+    json.value((end_ns - start_ns) / 1'000'000);
+  } else {
+    json.null();
+  }
+}
+
+void string_or_null(JsonWriter& json, std::string_view key, const std::string& text) {
+  json.key(key);
+  if (text.empty()) {
+    json.null();
+  } else {
+    json.value(text);
+  }
+}
+
+std::optional<int> culprit_rank(const AttemptRecord& attempt) {
+  if (!attempt.culprit) return std::nullopt;
+  int rank = attempt.workers.at(static_cast<std::size_t>(*attempt.culprit)).rank;
+  if (rank < 0) return std::nullopt;
+  return rank;
+}
+
+void optional_int(JsonWriter& json, std::string_view key, std::optional<int> number) {
+  json.key(key);
+  if (number) {
+    json.value(*number);
+  } else {
+    json.null();
+  }
+}
+
+void write_worker(JsonWriter& json, const WorkerRecord& w) {
+  const ExitStatus& s = w.status;
+  json.begin_object();
+  optional_int(json, "rank", w.rank >= 0 ? std::optional<int>(w.rank) : std::nullopt);
+  json.key("local_rank").value(w.local_rank);
+  optional_int(json, "pid", w.pid > 0 ? std::optional<int>(w.pid) : std::nullopt);
+  json.key("status").value(kind_name(s.kind));
+  optional_int(json, "exit_code", s.kind == Kind::exited ? std::optional<int>(s.code) : std::nullopt);
+  json.key("signal");
+  if (s.kind == Kind::signaled) {
+    json.value(signal_name(s.code));
+  } else {
+    json.null();
+  }
+  json.key("spawn_error");
+  if (s.kind == Kind::spawn_failed) {
+    json.value(s.spawn_error);
+  } else {
+    json.null();
+  }
+  json.key("shell_code").value(s.shell_code());
+  json.key("role").value(role_name(w.role));
+  span(json, w.start_unix_ns, w.end_unix_ns);
+  json.key("peak_rss_kib").value(w.peak_rss_kib);
+  string_or_null(json, "stdout_log", w.stdout_log);
+  string_or_null(json, "stderr_log", w.stderr_log);
+  string_or_null(json, "error_file", w.error_file);
+  json.end_object();
+}
+
+void write_workers(JsonWriter& json, const std::vector<WorkerRecord>& workers) {
+  json.begin_array();
+  for (const auto& w : workers) write_worker(json, w);
+  json.end_array();
+}
+
+// --- the report -----------------------------------------------------------
+
+// Same rounding as the rest of flowrun's messages: "0.31 s", "42 s".
+std::string seconds_text(double s) {
+  if (s < 10) return fmt::format("{:.2f} s", s);
+  return fmt::format("{:.0f} s", s);
+}
+
+// A timeout as a spec writes one: "90s" -> "1m30s", "12h", "1.5s".
+std::string timeout_text(double s) {
+  if (s != std::floor(s) || s < 1 || s > 1e12) return fmt::format("{:g}s", s);
+  auto left = static_cast<std::int64_t>(s);
+  std::string out;
+  for (auto [unit, size] : {std::pair{'d', 86400}, {'h', 3600}, {'m', 60}, {'s', 1}}) {
+    if (left >= size) {
+      out += fmt::format("{}{}", left / size, unit);
+      left %= size;
+    }
+  }
+  return out;
+}
+
+// "rank 5", "ranks 0, 2-7".
+std::string rank_list(std::vector<int> ranks) {
+  std::sort(ranks.begin(), ranks.end());
+  ranks.erase(std::unique(ranks.begin(), ranks.end()), ranks.end());
+  std::vector<std::string> parts;
+  for (std::size_t i = 0; i < ranks.size();) {
+    std::size_t j = i;
+    while (j + 1 < ranks.size() && ranks[j + 1] == ranks[j] + 1) ++j;
+    if (j - i >= 2) {
+      parts.push_back(fmt::format("{}-{}", ranks[i], ranks[j]));
+    } else {
+      for (std::size_t k = i; k <= j; ++k) parts.push_back(std::to_string(ranks[k]));
+    }
+    i = j + 1;
+  }
+  return (ranks.size() == 1 ? "rank " : "ranks ") + join(parts, ", ");
+}
+
+// How a worker ended, short, for lists: "exit code 1", "SIGABRT".
+std::string short_status(const ExitStatus& s) {
+  switch (s.kind) {
+    case Kind::exited: return fmt::format("exit code {}", s.code);
+    case Kind::signaled: return signal_name(s.code);
+    case Kind::spawn_failed: return "could not start";
+    case Kind::not_started: return "not started";
+    case Kind::running: return "still running";
+  }
+  return "unknown";
+}
+
+// "rank 1 exited with code 3 after 0.31 s (pid 4242)"; no rank for a plain step.
+std::string worker_headline(const WorkerRecord& w) {
+  std::string out =
+      w.rank >= 0 ? fmt::format("rank {} {}", w.rank, w.status.describe()) : w.status.describe();
+  if (w.status.kind != Kind::exited && w.status.kind != Kind::signaled) return out;
+  if (w.start_unix_ns > 0 && w.end_unix_ns >= w.start_unix_ns) {
+    out += " after " + seconds_text(static_cast<double>(w.end_unix_ns - w.start_unix_ns) / 1e9);
+  }
+  if (w.pid > 0) out += fmt::format(" (pid {})", w.pid);
+  return out;
+}
+
+// The lines of `text`, each as a terminal shows it: after its last '\r'.
+std::vector<std::string> display_lines(const std::string& text) {
+  std::vector<std::string> lines;
+  std::size_t start = 0;
+  while (start < text.size()) {
+    std::size_t nl = text.find('\n', start);
+    std::string line = text.substr(start, nl == std::string::npos ? std::string::npos : nl - start);
+    start = nl == std::string::npos ? text.size() : nl + 1;
+    while (!line.empty() && line.back() == '\r') line.pop_back();
+    std::size_t cr = line.rfind('\r');
+    if (cr != std::string::npos) line.erase(0, cr + 1);
+    lines.push_back(std::move(line));
+  }
+  return lines;
+}
+
+void indented(std::string& out, const std::vector<std::string>& lines) {
+  for (const auto& line : lines) out += line.empty() ? "\n" : "    " + line + "\n";
+}
+
+std::string trimmed(std::string_view s) {
+  std::size_t b = s.find_first_not_of(" \t\r\n");
+  if (b == std::string_view::npos) return "";
+  std::size_t e = s.find_last_not_of(" \t\r\n");
+  return std::string(s.substr(b, e - b + 1));
+}
+
+std::string dir_of(const std::string& path) {
+  std::size_t slash = path.rfind('/');
+  if (slash == std::string::npos) return "";
+  return slash == 0 ? "/" : path.substr(0, slash);
+}
+
+// <run_dir>/<step>: where a plain step's logs are, the parent of a rank's.
+std::string log_dir(const StepRecord& record, const AttemptRecord& attempt) {
+  for (const auto& w : attempt.workers) {
+    const std::string& log = w.stderr_log.empty() ? w.stdout_log : w.stderr_log;
+    if (log.empty()) continue;
+    return record.parallel ? dir_of(dir_of(log)) : dir_of(log);
+  }
+  return "";
+}
+
+// "last 3 lines of its stderr (PATH):" and the lines; "its stderr was empty"
+// when there are none and `say_empty`.
+void stderr_tail(std::string& out, const WorkerRecord& w, bool say_empty) {
+  std::string where = w.stderr_log.empty() ? "" : " (" + w.stderr_log + ")";
+  std::vector<std::string> tail = display_lines(w.stderr_tail);
+  if (tail.empty()) {
+    if (say_empty) out += "flowrun:   its stderr was empty" + where + "\n";
+    return;
+  }
+  out += tail.size() == 1 ? "flowrun:   last line of its stderr" + where + ":\n"
+                          : fmt::format("flowrun:   last {} lines of its stderr{}:\n", tail.size(), where);
+  indented(out, tail);
+}
+
+// The culprit's own output: stderr tail, OOM hint, error file traceback.
+void culprit_details(std::string& out, const WorkerRecord& w, const std::string& error_file_text) {
+  if (w.status.kind == Kind::signaled && w.status.code == 9) {
+    out +=
+        "flowrun:   flowrun did not send that SIGKILL; it often comes from the kernel's out-of-memory killer";
+    if (w.peak_rss_kib > 0)
+      out += " (peak memory: " + format_bytes(static_cast<std::uint64_t>(w.peak_rss_kib) * 1024) + ")";
+    out += "\n";
+  }
+  if (w.status.kind == Kind::spawn_failed) return;
+  stderr_tail(out, w, true);
+  if (auto traceback = parse_error_file(error_file_text)) {
+    std::string shown = trimmed(*traceback);
+    if (!shown.empty() && w.stderr_tail.find(shown) == std::string::npos) {
+      out += "flowrun:   traceback from its error file" +
+             (w.error_file.empty() ? "" : " (" + w.error_file + ")") + ":\n";
+      indented(out, display_lines(shown));
+    }
+  }
+}
+
+struct Groups {
+  std::vector<int> victims;
+  std::vector<int> succeeded;
+  std::map<std::string, std::vector<int>> failed_after;  // by short status
+};
+
+Groups group_ranks(const AttemptRecord& attempt) {
+  Groups g;
+  for (const auto& w : attempt.workers) {
+    switch (w.role) {
+      case Role::victim: g.victims.push_back(w.rank); break;
+      case Role::ok: g.succeeded.push_back(w.rank); break;
+      case Role::failed_after: g.failed_after[short_status(w.status)].push_back(w.rank); break;
+      case Role::culprit: break;
+    }
+  }
+  return g;
+}
+
+// The lines after a parallel step's culprit: who else ended how.
+void other_ranks(std::string& out, const Groups& g, bool list_victims) {
+  if (list_victims && !g.victims.empty())
+    out += "flowrun:   stopped by flowrun: " + rank_list(g.victims) + "\n";
+  if (!g.failed_after.empty()) {
+    // Ordered by each group's lowest rank.
+    std::vector<std::pair<std::vector<int>, std::string>> groups;
+    for (const auto& [how, ranks] : g.failed_after) groups.emplace_back(ranks, how);
+    std::sort(groups.begin(), groups.end(), [](const auto& a, const auto& b) {
+      return *std::min_element(a.first.begin(), a.first.end()) <
+             *std::min_element(b.first.begin(), b.first.end());
+    });
+    std::vector<std::string> parts;
+    for (const auto& [ranks, how] : groups) parts.push_back(rank_list(ranks) + " (" + how + ")");
+    out += "flowrun:   failed after it: " + join(parts, ", ") + "\n";
+  }
+  if (!g.succeeded.empty()) out += "flowrun:   had already succeeded: " + rank_list(g.succeeded) + "\n";
+}
+
+// "; flowrun stopped ranks 0-7" / "; flowrun stopped it (pid 42)" / "".
+std::string stopped_clause(const StepRecord& record, const AttemptRecord& attempt, const Groups& g) {
+  if (g.victims.empty()) return "";
+  if (!record.parallel) {
+    const WorkerRecord& w = attempt.workers.front();
+    return w.pid > 0 ? fmt::format("; flowrun stopped it (pid {})", w.pid) : "; flowrun stopped it";
+  }
+  return "; flowrun stopped " + rank_list(g.victims);
+}
+
+void earlier_attempts(std::string& out, const StepRecord& record) {
+  for (std::size_t i = 0; i + 1 < record.attempts.size(); ++i) {
+    const AttemptRecord& a = record.attempts[i];
+    std::string what = a.culprit ? worker_headline(a.workers.at(static_cast<std::size_t>(*a.culprit)))
+                                 : std::string(outcome_name(a.outcome));
+    out += fmt::format("flowrun:   before restart {}: {}\n", i + 1, what);
+  }
+}
+
+}  // namespace
+
+int ExitStatus::shell_code() const {
+  switch (kind) {
+    case Kind::exited: return code;
+    case Kind::signaled: return 128 + code;
+    case Kind::spawn_failed: return 127;
+    default: return 1;
+  }
+}
+
+std::string ExitStatus::describe() const {
+  switch (kind) {
+    case Kind::exited: return fmt::format("exited with code {}", code);
+    case Kind::signaled: {
+      std::string name = signal_name(code);
+      if (name.rfind("SIG", 0) != 0) return "was killed by " + name;
+      return fmt::format("was killed by signal {} ({})", code, name);
+    }
+    case Kind::spawn_failed:
+      return spawn_error.empty() ? "could not start" : "could not start: " + spawn_error;
+    case Kind::not_started: return "did not start";
+    case Kind::running: return "is still running";
+  }
+  return "ended";
+}
+
+std::string signal_name(int signal) {
+  static const char* const kNames[] = {
+      nullptr,     "SIGHUP",  "SIGINT",    "SIGQUIT", "SIGILL",   "SIGTRAP", "SIGABRT", "SIGBUS",
+      "SIGFPE",    "SIGKILL", "SIGUSR1",   "SIGSEGV", "SIGUSR2",  "SIGPIPE", "SIGALRM", "SIGTERM",
+      "SIGSTKFLT", "SIGCHLD", "SIGCONT",   "SIGSTOP", "SIGTSTP",  "SIGTTIN", "SIGTTOU", "SIGURG",
+      "SIGXCPU",   "SIGXFSZ", "SIGVTALRM", "SIGPROF", "SIGWINCH", "SIGIO",   "SIGPWR",  "SIGSYS",
+  };
+  if (signal >= 1 && signal < static_cast<int>(std::size(kNames))) return kNames[signal];
+  return fmt::format("signal {}", signal);
+}
+
+void assign_roles(AttemptRecord& attempt, const std::vector<int>& stopped) {
+  auto& workers = attempt.workers;
+  std::vector<bool> was_stopped(workers.size(), false);
+  for (int i : stopped) {
+    if (i >= 0 && static_cast<std::size_t>(i) < workers.size())
+      was_stopped[static_cast<std::size_t>(i)] = true;
+  }
+  attempt.culprit.reset();
+  for (std::size_t i = 0; i < workers.size(); ++i) {
+    if (was_stopped[i] || !failed(workers[i].status)) continue;
+    if (attempt.culprit) {
+      const WorkerRecord& best = workers[static_cast<std::size_t>(*attempt.culprit)];
+      if (std::pair(workers[i].end_unix_ns, workers[i].rank) >= std::pair(best.end_unix_ns, best.rank))
+        continue;
+    }
+    attempt.culprit = static_cast<int>(i);
+  }
+  const WorkerRecord* culprit =
+      attempt.culprit ? &workers[static_cast<std::size_t>(*attempt.culprit)] : nullptr;
+  for (std::size_t i = 0; i < workers.size(); ++i) {
+    WorkerRecord& w = workers[i];
+    if (attempt.culprit && static_cast<std::size_t>(*attempt.culprit) == i) {
+      w.role = Role::culprit;
+    } else if (was_stopped[i]) {
+      bool done_before = w.status.ok() && culprit && w.end_unix_ns <= culprit->end_unix_ns;
+      w.role = done_before ? Role::ok : Role::victim;
+    } else if (failed(w.status)) {
+      w.role = Role::failed_after;
+    } else if (w.status.ok()) {
+      w.role = Role::ok;
+    } else {
+      w.role = Role::victim;
+    }
+  }
+}
+
+std::string format_results_json(const StepRecord& record) {
+  JsonWriter json;
+  json.begin_object();
+  json.key("format").value(1);
+  json.key("step").value(record.step);
+  json.key("parallel").value(record.parallel);
+  json.key("outcome").value(outcome_name(record.outcome));
+  json.key("exit_code").value(record.exit_code);
+  json.key("timeout_ms");
+  if (record.timeout_s) {
+    json.value(static_cast<std::int64_t>(std::llround(*record.timeout_s * 1000)));
+  } else {
+    json.null();
+  }
+  const AttemptRecord* first = record.attempts.empty() ? nullptr : &record.attempts.front();
+  const AttemptRecord* last = record.attempts.empty() ? nullptr : &record.attempts.back();
+  span(json, first ? first->start_unix_ns : 0, last ? last->end_unix_ns : 0);
+  json.key("restarts").value(std::max(0, static_cast<int>(record.attempts.size()) - 1));
+  optional_int(json, "culprit_rank", last ? culprit_rank(*last) : std::nullopt);
+  json.key("notes").strings(record.notes);
+  json.key("ranks");
+  write_workers(json, last ? last->workers : std::vector<WorkerRecord>{});
+  json.key("attempts").begin_array();
+  for (const auto& a : record.attempts) {
+    json.begin_object();
+    json.key("restart_count").value(a.restart_count);
+    json.key("master_port").value(a.master_port);
+    json.key("outcome").value(outcome_name(a.outcome));
+    optional_int(json, "culprit_rank", culprit_rank(a));
+    span(json, a.start_unix_ns, a.end_unix_ns);
+    json.key("workers");
+    write_workers(json, a.workers);
+    json.end_object();
+  }
+  json.end_array();
+  json.end_object();
+  return json.str();
+}
+
+std::string format_failure_report(const StepRecord& record, const std::string& error_file_text) {
+  if (record.outcome == Outcome::succeeded) return "";
+  const std::string step = "flowrun: step '" + record.step + "'";
+  if (record.attempts.empty()) return step + " " + outcome_name(record.outcome) + "\n";
+
+  const AttemptRecord& attempt = record.attempts.back();
+  const WorkerRecord* culprit =
+      attempt.culprit ? &attempt.workers.at(static_cast<std::size_t>(*attempt.culprit)) : nullptr;
+  const Groups groups = group_ranks(attempt);
+  const std::size_t restarts = record.attempts.size() - 1;
+  std::string out;
+
+  if (record.outcome == Outcome::failed) {
+    out = step + " failed";
+    if (restarts > 0) out += fmt::format(" after {} restart{}", restarts, restarts == 1 ? "" : "s");
+    out += culprit ? ": " + worker_headline(*culprit) + "\n" : "\n";
+    if (culprit) culprit_details(out, *culprit, error_file_text);
+    if (record.parallel) {
+      other_ranks(out, groups, true);
+    } else if (!culprit && !attempt.workers.empty()) {
+      out += "flowrun:   it " + worker_headline(attempt.workers.front()) + "\n";
+    }
+  } else {
+    if (record.outcome == Outcome::timed_out) {
+      out = step + " timed out";
+      if (record.timeout_s) out += " after " + timeout_text(*record.timeout_s);
+    } else {
+      out = step + " was interrupted";
+    }
+    out += stopped_clause(record, attempt, groups) + "\n";
+    if (culprit) out += "flowrun:   before that, " + worker_headline(*culprit) + "\n";
+    if (record.parallel) {
+      other_ranks(out, groups, false);
+    } else if (!attempt.workers.empty()) {
+      stderr_tail(out, attempt.workers.front(), false);
+    }
+  }
+  earlier_attempts(out, record);
+  for (const auto& note : record.notes) out += "flowrun:   " + note + "\n";
+  std::string logs = log_dir(record, attempt);
+  if (!logs.empty()) out += "flowrun:   logs: " + logs + "\n";
+  return out;
+}
+
+std::optional<std::string> parse_error_file(const std::string& text) {
+  auto root = parse_json(text);
+  if (!root) return std::nullopt;
+  const JsonValue* message = root->find("message");
+  if (!message) return std::nullopt;
+  if (message->is_string()) {
+    if (message->string.empty()) return std::nullopt;
+    return message->string;
+  }
+  if (const JsonValue* extra = message->find("extraInfo")) {
+    const std::string* stack = extra->find_string("py_callstack");
+    if (stack && !stack->empty()) return *stack;
+  }
+  const std::string* inner = message->find_string("message");
+  if (inner && !inner->empty()) return *inner;
+  return std::nullopt;
+}
+
+}  // namespace flowrun

@@ -1,0 +1,593 @@
+// Worker outcomes: which worker is the root cause, the exact text of every
+// kind of root-cause report, results.json, and reading torch's error files.
+#include "flowrun/result.h"
+
+#include <catch2/catch.hpp>
+
+#include "flowrun/json_read.h"
+
+using namespace flowrun;
+
+namespace {
+
+// 2026-11-29T17:10:53.123Z
+constexpr std::int64_t kT0 = 1'795'972'253'123'000'000;
+constexpr std::int64_t kMs = 1'000'000;
+const std::string kDir = "/w/.flowrun/runs/demo-20261129-171053-4f1c2a/train";
+
+ExitStatus exited(int code) { return {ExitStatus::Kind::exited, code, ""}; }
+ExitStatus signaled(int sig) { return {ExitStatus::Kind::signaled, sig, ""}; }
+
+WorkerRecord worker(int rank, ExitStatus status, std::int64_t end_ms) {
+  WorkerRecord w;
+  w.rank = rank;
+  w.local_rank = rank;
+  w.pid = 4240 + rank;
+  w.status = status;
+  w.start_unix_ns = kT0;
+  w.end_unix_ns = kT0 + end_ms * kMs;
+  std::string dir = kDir + "/rank" + std::to_string(rank);
+  w.stdout_log = dir + "/stdout.log";
+  w.stderr_log = dir + "/stderr.log";
+  w.error_file = dir + "/error.json";
+  return w;
+}
+
+// `n` ranks all stopped by flowrun with SIGTERM at `end_ms`.
+AttemptRecord all_stopped(int n, std::int64_t end_ms, std::vector<int>* stopped) {
+  AttemptRecord a;
+  a.start_unix_ns = kT0;
+  a.end_unix_ns = kT0 + end_ms * kMs;
+  for (int r = 0; r < n; ++r) {
+    a.workers.push_back(worker(r, signaled(15), end_ms));
+    stopped->push_back(r);
+  }
+  return a;
+}
+
+StepRecord parallel_step(AttemptRecord attempt, Outcome outcome) {
+  StepRecord s;
+  s.step = "train";
+  s.parallel = true;
+  s.outcome = outcome;
+  attempt.outcome = outcome;
+  s.attempts.push_back(std::move(attempt));
+  return s;
+}
+
+std::vector<Role> roles(const AttemptRecord& a) {
+  std::vector<Role> out;
+  for (const auto& w : a.workers) out.push_back(w.role);
+  return out;
+}
+
+const std::string kTorchErrorFile =
+    R"({"message": {"message": "ValueError: bo\u00e9m", "extraInfo": {"py_callstack": "Traceback (most recent call last):\n  File \"train.py\", line 6, in <module>\n    main()\n  File \"train.py\", line 4, in main\nValueError: bo\u00e9m\n", "timestamp": "1700000000"}}})";
+
+}  // namespace
+
+TEST_CASE("result: signal names", "[result]") {
+  CHECK(signal_name(1) == "SIGHUP");
+  CHECK(signal_name(2) == "SIGINT");
+  CHECK(signal_name(6) == "SIGABRT");
+  CHECK(signal_name(9) == "SIGKILL");
+  CHECK(signal_name(11) == "SIGSEGV");
+  CHECK(signal_name(15) == "SIGTERM");
+  CHECK(signal_name(17) == "SIGCHLD");
+  CHECK(signal_name(31) == "SIGSYS");
+  CHECK(signal_name(0) == "signal 0");
+  CHECK(signal_name(32) == "signal 32");
+  CHECK(signal_name(40) == "signal 40");
+  CHECK(signal_name(-3) == "signal -3");
+}
+
+TEST_CASE("result: exit status codes and descriptions", "[result]") {
+  CHECK(exited(0).ok());
+  CHECK_FALSE(exited(3).ok());
+  CHECK_FALSE(signaled(0).ok());
+  CHECK_FALSE(ExitStatus{}.ok());
+  CHECK(exited(3).shell_code() == 3);
+  CHECK(exited(0).shell_code() == 0);
+  CHECK(signaled(9).shell_code() == 137);
+  CHECK(signaled(11).shell_code() == 139);
+  ExitStatus spawn{ExitStatus::Kind::spawn_failed, 2, "python4: No such file or directory"};
+  CHECK(spawn.shell_code() == 127);
+  CHECK(ExitStatus{}.shell_code() == 1);
+  CHECK(ExitStatus{ExitStatus::Kind::running, 0, ""}.shell_code() == 1);
+
+  CHECK(exited(3).describe() == "exited with code 3");
+  CHECK(signaled(9).describe() == "was killed by signal 9 (SIGKILL)");
+  CHECK(signaled(40).describe() == "was killed by signal 40");
+  CHECK(spawn.describe() == "could not start: python4: No such file or directory");
+  CHECK(ExitStatus{ExitStatus::Kind::spawn_failed, 0, ""}.describe() == "could not start");
+  CHECK(ExitStatus{}.describe() == "did not start");
+  CHECK(ExitStatus{ExitStatus::Kind::running, 0, ""}.describe() == "is still running");
+}
+
+TEST_CASE("result: the first failure flowrun did not cause is the culprit", "[result]") {
+  AttemptRecord a;
+  a.workers = {worker(0, signaled(15), 400), worker(1, exited(3), 310), worker(2, signaled(6), 350),
+               worker(3, exited(0), 420)};
+  assign_roles(a, {0, 3});
+  REQUIRE(a.culprit == 1);
+  CHECK(roles(a) == std::vector{Role::victim, Role::culprit, Role::failed_after, Role::victim});
+}
+
+TEST_CASE("result: culprit ties go to the lowest rank, then the lowest index", "[result]") {
+  AttemptRecord a;
+  a.workers = {worker(3, exited(1), 100), worker(2, signaled(11), 100), worker(1, exited(1), 200)};
+  assign_roles(a, {});
+  CHECK(a.culprit == 1);
+  CHECK(roles(a) == std::vector{Role::failed_after, Role::culprit, Role::failed_after});
+
+  AttemptRecord same;
+  same.workers = {worker(0, exited(1), 100), worker(0, exited(2), 100)};
+  assign_roles(same, {});
+  CHECK(same.culprit == 0);
+}
+
+TEST_CASE("result: a stopped worker is never the culprit", "[result]") {
+  // Rank 0 ended first, but by flowrun's signal: the culprit is rank 1.
+  AttemptRecord a;
+  a.workers = {worker(0, signaled(15), 100), worker(1, exited(1), 200)};
+  assign_roles(a, {0});
+  CHECK(a.culprit == 1);
+  CHECK(roles(a) == std::vector{Role::victim, Role::culprit});
+}
+
+TEST_CASE("result: a timeout or interrupt has no culprit", "[result]") {
+  std::vector<int> stopped;
+  AttemptRecord a = all_stopped(3, 500, &stopped);
+  a.workers.push_back(worker(3, exited(0), 100));  // had finished before the stop
+  a.workers[1].status = exited(0);                 // exits 0 on SIGTERM: still cut short
+  a.culprit = 2;                                   // stale: reset
+  assign_roles(a, stopped);
+  CHECK_FALSE(a.culprit.has_value());
+  CHECK(roles(a) == std::vector{Role::victim, Role::victim, Role::victim, Role::ok});
+}
+
+TEST_CASE("result: a stopped worker that succeeded before the culprit failed is ok", "[result]") {
+  AttemptRecord a;
+  a.workers = {worker(0, exited(0), 100), worker(1, exited(4), 200), worker(2, exited(0), 300)};
+  assign_roles(a, {0, 2});
+  CHECK(a.culprit == 1);
+  CHECK(roles(a) == std::vector{Role::ok, Role::culprit, Role::victim});
+}
+
+TEST_CASE("result: spawn failures fail; workers never started are victims", "[result]") {
+  AttemptRecord a;
+  a.workers = {worker(0, exited(0), 50), worker(1, {ExitStatus::Kind::spawn_failed, 2, "boom"}, 10),
+               worker(2, ExitStatus{}, 0)};
+  assign_roles(a, {7, -1});  // indices out of range are ignored
+  CHECK(a.culprit == 1);
+  CHECK(roles(a) == std::vector{Role::ok, Role::culprit, Role::victim});
+}
+
+TEST_CASE("result: all ok means no culprit", "[result]") {
+  AttemptRecord a;
+  a.workers = {worker(0, exited(0), 50), worker(1, exited(0), 60)};
+  a.culprit = 0;
+  assign_roles(a, {});
+  CHECK_FALSE(a.culprit.has_value());
+  CHECK(roles(a) == std::vector{Role::ok, Role::ok});
+}
+
+TEST_CASE("result: report of a failed parallel step", "[result]") {
+  AttemptRecord a;
+  for (int r = 0; r < 8; ++r) a.workers.push_back(worker(r, signaled(15), 900));
+  a.workers[1] = worker(1, exited(3), 310);
+  a.workers[1].stderr_tail = "loading data\rloaded   \n[rank1] step 3\nsomething went wrong\n";
+  a.workers[5] = worker(5, signaled(6), 700);
+  assign_roles(a, {0, 2, 3, 4, 6, 7});
+  StepRecord s = parallel_step(a, Outcome::failed);
+  s.exit_code = 3;
+  s.notes = {"stopped 1 process left behind by the step's workers: 812 (sleep)"};
+
+  CHECK(format_failure_report(s, kTorchErrorFile) ==
+        "flowrun: step 'train' failed: rank 1 exited with code 3 after 0.31 s (pid 4241)\n"
+        "flowrun:   last 3 lines of its stderr (" +
+            kDir +
+            "/rank1/stderr.log):\n"
+            "    loaded   \n"
+            "    [rank1] step 3\n"
+            "    something went wrong\n"
+            "flowrun:   traceback from its error file (" +
+            kDir +
+            "/rank1/error.json):\n"
+            "    Traceback (most recent call last):\n"
+            "      File \"train.py\", line 6, in <module>\n"
+            "        main()\n"
+            "      File \"train.py\", line 4, in main\n"
+            "    ValueError: bo\xC3\xA9m\n"
+            "flowrun:   stopped by flowrun: ranks 0, 2-4, 6, 7\n"
+            "flowrun:   failed after it: rank 5 (SIGABRT)\n"
+            "flowrun:   stopped 1 process left behind by the step's workers: 812 (sleep)\n"
+            "flowrun:   logs: " +
+            kDir + "\n");
+
+  // Without an error file (or with one that is not torch's) there is no traceback section.
+  std::string plain = format_failure_report(s, "");
+  CHECK(plain.find("error file") == std::string::npos);
+  CHECK(format_failure_report(s, "not json") == plain);
+}
+
+TEST_CASE("result: the error file's traceback is not repeated when stderr shows it", "[result]") {
+  AttemptRecord a;
+  a.workers = {worker(0, signaled(15), 2000), worker(1, exited(1), 1500)};
+  a.workers[1].stderr_tail =
+      "Traceback (most recent call last):\n  File \"t.py\", line 1, in <module>\nValueError: x\n";
+  assign_roles(a, {0});
+  StepRecord s = parallel_step(a, Outcome::failed);
+  const std::string error_file =
+      R"({"message": {"message": "ValueError: x", "extraInfo": {"py_callstack": "Traceback (most recent call last):\n  File \"t.py\", line 1, in <module>\nValueError: x\n", "timestamp": "1"}}})";
+  CHECK(format_failure_report(s, error_file) ==
+        "flowrun: step 'train' failed: rank 1 exited with code 1 after 1.50 s (pid 4241)\n"
+        "flowrun:   last 3 lines of its stderr (" +
+            kDir +
+            "/rank1/stderr.log):\n"
+            "    Traceback (most recent call last):\n"
+            "      File \"t.py\", line 1, in <module>\n"
+            "    ValueError: x\n"
+            "flowrun:   stopped by flowrun: rank 0\n"
+            "flowrun:   logs: " +
+            kDir + "\n");
+}
+
+TEST_CASE("result: failures after the culprit are grouped by how they ended", "[result]") {
+  AttemptRecord a;
+  a.workers = {worker(0, exited(0), 50),        worker(1, signaled(11), 12'000),
+               worker(2, signaled(15), 13'000), worker(3, signaled(15), 13'000),
+               worker(4, signaled(15), 13'000), worker(5, signaled(6), 12'500),
+               worker(6, exited(1), 12'600),    worker(7, exited(1), 12'700)};
+  assign_roles(a, {2, 3, 4});
+  StepRecord s = parallel_step(a, Outcome::failed);
+  CHECK(format_failure_report(s, "") ==
+        "flowrun: step 'train' failed: rank 1 was killed by signal 11 (SIGSEGV) after 12 s (pid 4241)\n"
+        "flowrun:   its stderr was empty (" +
+            kDir +
+            "/rank1/stderr.log)\n"
+            "flowrun:   stopped by flowrun: ranks 2-4\n"
+            "flowrun:   failed after it: rank 5 (SIGABRT), ranks 6, 7 (exit code 1)\n"
+            "flowrun:   had already succeeded: rank 0\n"
+            "flowrun:   logs: " +
+            kDir + "\n");
+}
+
+TEST_CASE("result: a SIGKILL flowrun did not send points at the OOM killer", "[result]") {
+  AttemptRecord a;
+  a.workers = {worker(0, signaled(9), 65'000), worker(1, signaled(15), 66'000)};
+  a.workers[0].peak_rss_kib = 31 * 1024 * 1024;
+  a.workers[0].stderr_tail = "epoch 1\n";
+  assign_roles(a, {1});
+  StepRecord s = parallel_step(a, Outcome::failed);
+  CHECK(format_failure_report(s, "") ==
+        "flowrun: step 'train' failed: rank 0 was killed by signal 9 (SIGKILL) after 65 s (pid 4240)\n"
+        "flowrun:   flowrun did not send that SIGKILL; it often comes from the kernel's out-of-memory killer "
+        "(peak memory: 31 GiB)\n"
+        "flowrun:   last line of its stderr (" +
+            kDir +
+            "/rank0/stderr.log):\n"
+            "    epoch 1\n"
+            "flowrun:   stopped by flowrun: rank 1\n"
+            "flowrun:   logs: " +
+            kDir + "\n");
+}
+
+TEST_CASE("result: report of a worker that could not start", "[result]") {
+  AttemptRecord a;
+  a.workers = {worker(0, {ExitStatus::Kind::spawn_failed, 2, "python4: No such file or directory"}, 1),
+               worker(1, signaled(15), 20)};
+  a.workers[0].pid = 0;
+  assign_roles(a, {1});
+  StepRecord s = parallel_step(a, Outcome::failed);
+  s.exit_code = 127;
+  CHECK(format_failure_report(s, "") ==
+        "flowrun: step 'train' failed: rank 0 could not start: python4: No such file or directory\n"
+        "flowrun:   stopped by flowrun: rank 1\n"
+        "flowrun:   logs: " +
+            kDir + "\n");
+}
+
+TEST_CASE("result: report after restarts names each earlier failure", "[result]") {
+  StepRecord s;
+  s.step = "train";
+  s.parallel = true;
+  s.outcome = Outcome::failed;
+  for (int attempt = 0; attempt < 3; ++attempt) {
+    AttemptRecord a;
+    a.restart_count = attempt;
+    a.outcome = Outcome::failed;
+    a.workers = {worker(0, signaled(15), 900), worker(1, exited(2 + attempt), 500)};
+    assign_roles(a, {0});
+    s.attempts.push_back(a);
+  }
+  CHECK(format_failure_report(s, "") ==
+        "flowrun: step 'train' failed after 2 restarts: rank 1 exited with code 4 after 0.50 s (pid 4241)\n"
+        "flowrun:   its stderr was empty (" +
+            kDir +
+            "/rank1/stderr.log)\n"
+            "flowrun:   stopped by flowrun: rank 0\n"
+            "flowrun:   before restart 1: rank 1 exited with code 2 after 0.50 s (pid 4241)\n"
+            "flowrun:   before restart 2: rank 1 exited with code 3 after 0.50 s (pid 4241)\n"
+            "flowrun:   logs: " +
+            kDir + "\n");
+  s.attempts.pop_back();
+  CHECK(format_failure_report(s, "").substr(0, 41) == "flowrun: step 'train' failed after 1 rest");
+}
+
+TEST_CASE("result: report of a failed plain step", "[result]") {
+  StepRecord s;
+  s.step = "prepare";
+  s.outcome = Outcome::failed;
+  s.exit_code = 2;
+  AttemptRecord a;
+  WorkerRecord w = worker(0, exited(2), 310);
+  w.rank = -1;
+  w.pid = 42;
+  w.stdout_log = "/w/.flowrun/runs/ID/prepare/stdout.log";
+  w.stderr_log = "/w/.flowrun/runs/ID/prepare/stderr.log";
+  w.error_file.clear();
+  w.stderr_tail =
+      "usage: prepare.py [-h] --out OUT\nprepare.py: error: the following arguments are required: --out\n";
+  a.workers.push_back(w);
+  assign_roles(a, {});
+  s.attempts.push_back(a);
+  CHECK(format_failure_report(s, "") ==
+        "flowrun: step 'prepare' failed: exited with code 2 after 0.31 s (pid 42)\n"
+        "flowrun:   last 2 lines of its stderr (/w/.flowrun/runs/ID/prepare/stderr.log):\n"
+        "    usage: prepare.py [-h] --out OUT\n"
+        "    prepare.py: error: the following arguments are required: --out\n"
+        "flowrun:   logs: /w/.flowrun/runs/ID/prepare\n");
+}
+
+TEST_CASE("result: report of a timed out parallel step", "[result]") {
+  std::vector<int> stopped;
+  AttemptRecord a = all_stopped(8, 30'004, &stopped);
+  a.workers[3].stderr_tail = "not shown\n";
+  assign_roles(a, stopped);
+  StepRecord s = parallel_step(a, Outcome::timed_out);
+  s.timeout_s = 30;
+  s.exit_code = 124;
+  CHECK(format_failure_report(s, kTorchErrorFile) ==
+        "flowrun: step 'train' timed out after 30s; flowrun stopped ranks 0-7\n"
+        "flowrun:   logs: " +
+            kDir + "\n");
+
+  // The timeout is written as a spec writes it.
+  for (auto [seconds, text] : {std::pair{90.0, "1m30s"},
+                               {43200.0, "12h"},
+                               {5400.0, "1h30m"},
+                               {1.5, "1.5s"},
+                               {0.25, "0.25s"},
+                               {172801.0, "2d1s"}}) {
+    s.timeout_s = seconds;
+    std::string report = format_failure_report(s, "");
+    CHECK(report.substr(0, report.find('\n')) ==
+          "flowrun: step 'train' timed out after " + std::string(text) + "; flowrun stopped ranks 0-7");
+  }
+}
+
+TEST_CASE("result: report of an interrupted parallel step", "[result]") {
+  std::vector<int> stopped;
+  AttemptRecord a = all_stopped(4, 800, &stopped);
+  a.workers.push_back(worker(4, exited(0), 200));
+  assign_roles(a, stopped);
+  StepRecord s = parallel_step(a, Outcome::interrupted);
+  s.exit_code = 130;
+  CHECK(format_failure_report(s, "") ==
+        "flowrun: step 'train' was interrupted; flowrun stopped ranks 0-3\n"
+        "flowrun:   had already succeeded: rank 4\n"
+        "flowrun:   logs: " +
+            kDir + "\n");
+}
+
+TEST_CASE("result: an interrupt after a worker failed on its own names that worker", "[result]") {
+  AttemptRecord a;
+  a.workers = {worker(0, signaled(2), 800), worker(1, exited(1), 600)};
+  assign_roles(a, {0});
+  StepRecord s = parallel_step(a, Outcome::interrupted);
+  CHECK(format_failure_report(s, "") ==
+        "flowrun: step 'train' was interrupted; flowrun stopped rank 0\n"
+        "flowrun:   before that, rank 1 exited with code 1 after 0.60 s (pid 4241)\n"
+        "flowrun:   logs: " +
+            kDir + "\n");
+}
+
+TEST_CASE("result: report of a timed out or interrupted plain step", "[result]") {
+  StepRecord s;
+  s.step = "prepare";
+  s.outcome = Outcome::timed_out;
+  s.timeout_s = 90;
+  AttemptRecord a;
+  WorkerRecord w = worker(0, signaled(15), 90'000);
+  w.rank = -1;
+  w.pid = 42;
+  w.stderr_log = "/w/.flowrun/runs/ID/prepare/stderr.log";
+  w.stderr_tail = "downloading 10%\rdownloading 20%\r";
+  a.workers.push_back(w);
+  assign_roles(a, {0});
+  s.attempts.push_back(a);
+  CHECK(format_failure_report(s, "") ==
+        "flowrun: step 'prepare' timed out after 1m30s; flowrun stopped it (pid 42)\n"
+        "flowrun:   last line of its stderr (/w/.flowrun/runs/ID/prepare/stderr.log):\n"
+        "    downloading 20%\n"
+        "flowrun:   logs: /w/.flowrun/runs/ID/prepare\n");
+
+  s.outcome = Outcome::interrupted;
+  s.attempts[0].workers[0].stderr_tail.clear();
+  CHECK(format_failure_report(s, "") ==
+        "flowrun: step 'prepare' was interrupted; flowrun stopped it (pid 42)\n"
+        "flowrun:   logs: /w/.flowrun/runs/ID/prepare\n");
+}
+
+TEST_CASE("result: no report for a step that succeeded", "[result]") {
+  StepRecord s = parallel_step(AttemptRecord{}, Outcome::succeeded);
+  CHECK(format_failure_report(s, "").empty());
+}
+
+TEST_CASE("result: results.json of a failed parallel step", "[result]") {
+  AttemptRecord a;
+  a.restart_count = 0;
+  a.master_port = 29500;
+  a.start_unix_ns = kT0 - 5 * kMs;
+  a.end_unix_ns = kT0 + 1333 * kMs;
+  a.workers = {worker(0, signaled(15), 1300), worker(1, exited(3), 310)};
+  a.workers[0].peak_rss_kib = 2048;
+  a.workers[1].stderr_tail = "not in the JSON\n";
+  assign_roles(a, {0});
+  StepRecord s = parallel_step(a, Outcome::failed);
+  s.exit_code = 3;
+  s.timeout_s = 1.5;
+  s.notes = {"a \"quoted\" note"};
+  const std::string worker0 = R"({
+      "rank": 0,
+      "local_rank": 0,
+      "pid": 4240,
+      "status": "signaled",
+      "exit_code": null,
+      "signal": "SIGTERM",
+      "spawn_error": null,
+      "shell_code": 143,
+      "role": "victim",
+      "start": "2026-11-29T17:10:53.123Z",
+      "end": "2026-11-29T17:10:54.423Z",
+      "duration_ms": 1300,
+      "peak_rss_kib": 2048,
+      "stdout_log": "/w/.flowrun/runs/demo-20261129-171053-4f1c2a/train/rank0/stdout.log",
+      "stderr_log": "/w/.flowrun/runs/demo-20261129-171053-4f1c2a/train/rank0/stderr.log",
+      "error_file": "/w/.flowrun/runs/demo-20261129-171053-4f1c2a/train/rank0/error.json"
+    })";
+  const std::string worker1 = R"({
+      "rank": 1,
+      "local_rank": 1,
+      "pid": 4241,
+      "status": "exited",
+      "exit_code": 3,
+      "signal": null,
+      "spawn_error": null,
+      "shell_code": 3,
+      "role": "culprit",
+      "start": "2026-11-29T17:10:53.123Z",
+      "end": "2026-11-29T17:10:53.433Z",
+      "duration_ms": 310,
+      "peak_rss_kib": 0,
+      "stdout_log": "/w/.flowrun/runs/demo-20261129-171053-4f1c2a/train/rank1/stdout.log",
+      "stderr_log": "/w/.flowrun/runs/demo-20261129-171053-4f1c2a/train/rank1/stderr.log",
+      "error_file": "/w/.flowrun/runs/demo-20261129-171053-4f1c2a/train/rank1/error.json"
+    })";
+  auto indent = [](std::string text) {
+    for (std::size_t p = text.find('\n'); p != std::string::npos; p = text.find('\n', p + 1))
+      text.insert(p + 1, "    ");
+    return text;
+  };
+  const std::string expected = R"({
+  "format": 1,
+  "step": "train",
+  "parallel": true,
+  "outcome": "failed",
+  "exit_code": 3,
+  "timeout_ms": 1500,
+  "start": "2026-11-29T17:10:53.118Z",
+  "end": "2026-11-29T17:10:54.456Z",
+  "duration_ms": 1338,
+  "restarts": 0,
+  "culprit_rank": 1,
+  "notes": ["a \"quoted\" note"],
+  "ranks": [
+    )" + worker0 + ",\n    " + worker1 +
+                               R"(
+  ],
+  "attempts": [
+    {
+      "restart_count": 0,
+      "master_port": 29500,
+      "outcome": "failed",
+      "culprit_rank": 1,
+      "start": "2026-11-29T17:10:53.118Z",
+      "end": "2026-11-29T17:10:54.456Z",
+      "duration_ms": 1338,
+      "workers": [
+        )" + indent(worker0) + ",\n        " +
+                               indent(worker1) + R"(
+      ]
+    }
+  ]
+}
+)";
+  CHECK(format_results_json(s) == expected);
+}
+
+TEST_CASE("result: results.json of a plain step, a spawn failure and restarts", "[result]") {
+  StepRecord s;
+  s.step = "prepare";
+  s.outcome = Outcome::failed;
+  s.exit_code = 127;
+  AttemptRecord a;
+  WorkerRecord w;
+  w.status = {ExitStatus::Kind::spawn_failed, 2, "python4: No such file or directory"};
+  a.workers.push_back(w);
+  assign_roles(a, {});
+  a.outcome = Outcome::failed;
+  s.attempts = {a, a};
+  s.attempts[1].restart_count = 1;
+
+  auto doc = parse_json(format_results_json(s));
+  REQUIRE(doc.has_value());
+  CHECK(doc->find("parallel")->boolean == false);
+  CHECK(doc->find("timeout_ms")->is_null());
+  CHECK(doc->find("start")->is_null());
+  CHECK(doc->find("duration_ms")->is_null());
+  CHECK(doc->find("restarts")->number == 1);
+  CHECK(doc->find("culprit_rank")->is_null());
+  CHECK(doc->find("notes")->array.empty());
+  REQUIRE(doc->find("attempts")->array.size() == 2);
+  CHECK(doc->find("attempts")->array[1].find("restart_count")->number == 1);
+  REQUIRE(doc->find("ranks")->array.size() == 1);
+  const JsonValue& r = doc->find("ranks")->array[0];
+  CHECK(r.find("rank")->is_null());
+  CHECK(r.find("pid")->is_null());
+  CHECK(*r.find_string("status") == "spawn_failed");
+  CHECK(r.find("exit_code")->is_null());
+  CHECK(r.find("signal")->is_null());
+  CHECK(*r.find_string("spawn_error") == "python4: No such file or directory");
+  CHECK(r.find("shell_code")->number == 127);
+  CHECK(*r.find_string("role") == "culprit");
+  CHECK(r.find("end")->is_null());
+  CHECK(r.find("stdout_log")->is_null());
+  CHECK(r.find("error_file")->is_null());
+
+  StepRecord empty;
+  empty.step = "x";
+  auto none = parse_json(format_results_json(empty));
+  REQUIRE(none.has_value());
+  CHECK(none->find("ranks")->array.empty());
+  CHECK(none->find("restarts")->number == 0);
+}
+
+TEST_CASE("result: error files from torch's @record", "[result]") {
+  CHECK(parse_error_file(kTorchErrorFile) ==
+        "Traceback (most recent call last):\n  File \"train.py\", line 6, in <module>\n    main()\n"
+        "  File \"train.py\", line 4, in main\nValueError: bo\xC3\xA9m\n");
+  // The agent's dump_error_file adds an errorCode; the traceback is still there.
+  CHECK(parse_error_file(R"({"message": {"message": "M", "extraInfo": {"py_callstack": "T", "timestamp": "1"},
+                              "errorCode": 9}})") == "T");
+  // No (or an empty) callstack: the message.
+  CHECK(
+      parse_error_file(R"({"message": {"message": "ValueError: boom", "extraInfo": {"timestamp": "1"}}})") ==
+      "ValueError: boom");
+  CHECK(parse_error_file(R"({"message": {"message": "M", "extraInfo": {"py_callstack": ""}}})") == "M");
+  CHECK(parse_error_file(R"({"message": {"message": "M", "extraInfo": "odd"}})") == "M");
+  // The older shape: a plain string message.
+  CHECK(parse_error_file(R"({"message": "Signal 6 (SIGABRT) received", "timestamp": 1700000000})") ==
+        "Signal 6 (SIGABRT) received");
+
+  CHECK_FALSE(parse_error_file("").has_value());
+  CHECK_FALSE(parse_error_file("Traceback (most recent call last):").has_value());
+  CHECK_FALSE(parse_error_file(R"({"message": {"message": "M")").has_value());
+  CHECK_FALSE(parse_error_file(R"({"msg": "x"})").has_value());
+  CHECK_FALSE(parse_error_file(R"({"message": ""})").has_value());
+  CHECK_FALSE(parse_error_file(R"({"message": 42})").has_value());
+  CHECK_FALSE(parse_error_file(R"({"message": {"extraInfo": {"timestamp": "1"}}})").has_value());
+  CHECK_FALSE(parse_error_file(R"(["message"])").has_value());
+  CHECK_FALSE(parse_error_file(R"("message")").has_value());
+}
