@@ -22,9 +22,12 @@ struct ExitStatus {
   std::string spawn_error;  // spawn_failed: why (e.g. "python4: No such file or directory")
 
   bool ok() const { return kind == Kind::exited && code == 0; }
-  // The code a shell would report: code, 128+signal, 127 for a spawn failure.
+  // The code a shell would report: code, 128+signal, 127 for a spawn failure,
+  // 1 for a process that never started or is still running.
   int shell_code() const;
-  // "exited with code 3", "was killed by signal 9 (SIGKILL)", "could not start: ...".
+  // "exited with code 3", "was killed by signal 9 (SIGKILL)" ("was killed by
+  // signal 40" for a signal without a name), "could not start: ...", "did not
+  // start", "is still running". Reads after a subject: "rank 1 exited ...".
   std::string describe() const;
 };
 
