@@ -79,6 +79,9 @@ struct Step {
   std::optional<ParallelSpec> parallel;
   std::vector<std::string> outputs;  // globs relative to workdir (parallel steps)
   Collect collect = Collect::rank0;
+  // logs.console: the ranks whose output the console shows (all when unset);
+  // every rank's output always goes to its log files. --ranks overrides it.
+  std::optional<std::vector<int>> console_ranks;
 
   std::string join;  // name of the parallel step this step joins; empty if none
   Location join_loc;

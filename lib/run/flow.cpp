@@ -175,9 +175,9 @@ class FlowRunner {
   }
 
   bool shows_rank(const Step& step, int rank) const {
-    (void)step;
-    if (!options_.console_ranks) return true;
-    const auto& ranks = *options_.console_ranks;
+    const auto& chosen = options_.console_ranks ? options_.console_ranks : step.console_ranks;
+    if (!chosen) return true;
+    const auto& ranks = *chosen;
     return std::find(ranks.begin(), ranks.end(), rank) != ranks.end();
   }
 

@@ -216,9 +216,10 @@ struct Elsewhere {
 
 constexpr std::string_view kTopKeys[] = {"name", "env", "workdir", "steps", "cluster"};
 constexpr std::string_view kStepKeys[] = {"name",    "run",      "shell",   "env",     "workdir", "needs",
-                                          "timeout", "parallel", "outputs", "collect", "join"};
+                                          "timeout", "parallel", "outputs", "collect", "join",    "logs"};
 constexpr std::string_view kParallelKeys[] = {"gpus", "nodes",        "procs_per_node",
                                               "cpus", "max_restarts", "visible_devices"};
+constexpr std::string_view kLogsKeys[] = {"console"};
 constexpr std::string_view kClusterKeys[] = {"engine", "hosts", "gpus_per_node", "ssh_command", "srun_args"};
 
 constexpr Elsewhere kTopElsewhere[] = {
@@ -348,6 +349,7 @@ class Checker {
   // A value written as one scalar or as a list of them: appends each, located
   // at its item. False (and nothing appended) for anything else.
   bool one_or_more(const Entry& e, std::vector<Entry>& out);
+  void step_logs(const Entry& e, Step& s);
   std::optional<int> count(const Entry& e, std::string_view what, std::string_view word, bool allow_zero);
   std::optional<bool> boolean(const Entry& e);
   template <class E>
@@ -823,7 +825,7 @@ void Checker::step(const YAML::Node& node, std::size_t index) {
     notes.has_parallel = true;
     step_parallel(*e, s);
   }
-  for (std::string_view key : {"outputs", "collect"}) {
+  for (std::string_view key : {"outputs", "collect", "logs"}) {
     if (const Entry* e = find(keys, key); e && !notes.has_parallel)
       error(e->key_loc, e->path,
             "only parallel steps have " + std::string(key) + "; add 'parallel:' or remove it");
@@ -847,6 +849,7 @@ void Checker::step(const YAML::Node& node, std::size_t index) {
     static constexpr Collect kValues[] = {Collect::rank0, Collect::all};
     s.collect = choice<Collect>(*e, kNames, kValues).value_or(Collect::rank0);
   }
+  if (const Entry* e = find(keys, "logs"); e && notes.has_parallel) step_logs(*e, s);
   if (const Entry* e = find(keys, "join")) {
     s.join_loc = e->loc;
     if (auto name = string(*e, "the name of a parallel step")) {
@@ -860,6 +863,28 @@ void Checker::step(const YAML::Node& node, std::size_t index) {
       }
     }
   }
+}
+
+// logs: {console: all | RANK | [RANK, ...]}: which ranks the console shows.
+void Checker::step_logs(const Entry& e, Step& s) {
+  if (!e.value.IsMap()) {
+    expected(e, "a mapping such as {console: [0]}");
+    return;
+  }
+  auto keys = entries(e.value, e.loc, e.path, kLogsKeys, {});
+  const Entry* console = find(keys, "console");
+  if (console == nullptr) return;
+  if (console->value.IsScalar() && console->value.Scalar() == "all") return;
+  std::vector<Entry> values;
+  if (!one_or_more(*console, values)) {
+    expected(*console, "'all', a rank or a list of ranks");
+    return;
+  }
+  std::vector<int> ranks;
+  for (const Entry& item : values) {
+    if (auto rank = count(item, "a rank (a whole number, 0 or more)", "all", true)) ranks.push_back(*rank);
+  }
+  s.console_ranks = ranks;
 }
 
 void Checker::step_run(const Entry& e, Step& s, StepNotes& notes, bool shell_known) {

@@ -464,7 +464,7 @@ TEST_CASE("unknown keys get a suggestion or the list of keys", "[spec]") {
           "flow.yaml:9:5: steps.a: unknown key 'neds'; did you mean 'needs'?",
           "flow.yaml:10:5: steps.a: key 'gpus' does not belong here; put it under 'parallel:'",
           "flow.yaml:11:5: steps.a: unknown key 'command'; expected one of: name, run, shell, env, workdir, "
-          "needs, timeout, parallel, outputs, collect, join",
+          "needs, timeout, parallel, outputs, collect, join, logs",
           "flow.yaml:13:7: steps.a.parallel: unknown key 'gpu'; did you mean 'gpus'?",
           "flow.yaml:14:7: steps.a.parallel: key 'outputs' does not belong here; put it in the step, next to "
           "'parallel:'",
@@ -1234,4 +1234,41 @@ TEST_CASE("load_spec reads the file and resolves paths against its directory", "
   CHECK(directory.diagnostics[0].to_string() == dir + ": cannot read: Is a directory");
   std::remove(path.c_str());
   std::remove(dir.c_str());
+}
+
+TEST_CASE("logs.console picks the ranks the console shows", "[spec]") {
+  auto parsed = parse(R"(
+steps:
+  - name: a
+    run: x
+    parallel: {}
+    logs: {console: [0, 3]}
+  - name: b
+    run: x
+    parallel: {}
+    logs: {console: all}
+  - name: c
+    run: x
+    parallel: {}
+    logs: {console: 2}
+)");
+  REQUIRE(parsed.spec);
+  CHECK(parsed.spec->steps[0].console_ranks == std::vector<int>{0, 3});
+  CHECK_FALSE(parsed.spec->steps[1].console_ranks.has_value());
+  CHECK(parsed.spec->steps[2].console_ranks == std::vector<int>{2});
+  CHECK(errors(R"(
+steps:
+  - name: a
+    run: x
+    logs: {console: 0}
+  - name: b
+    run: x
+    parallel: {}
+    logs: {console: [x], files: no}
+)") == std::vector<std::string>{
+           "flow.yaml:4:5: steps.a.logs: only parallel steps have logs; add 'parallel:' or remove it",
+           "flow.yaml:8:22: steps.b.logs.console: expected 'all' or a rank (a whole number, 0 or more), "
+           "got a string 'x'",
+           "flow.yaml:8:26: steps.b.logs: unknown key 'files'; expected one of: console",
+       });
 }
