@@ -124,10 +124,19 @@ def main():
         t.check("OMP_NUM_THREADS=6" in r2.stdout and "RANK=1" in r2.stdout, "--env shows the inherited OMP_NUM_THREADS",
                 r2.stdout)
 
-        r = fr(quickstart, "--fake-gpus", "8")
-        t.check(r.returncode == 1 and "parallel, 8 workers" in r.stdout
-                and "flowrun: error: running a flow is not part of this version yet" in r.stderr,
-                "flowrun SPEC shows the plan and says plainly that it does not run yet", r.stdout + r.stderr)
+        flow = os.path.join(scratch, "hello.yaml")
+        with open(flow, "w") as f:
+            f.write("steps:\n  - name: train\n    shell: true\n"
+                    "    run: 'echo hello $RANK of $WORLD_SIZE; echo \"$@\" > /dev/null'\n"
+                    "    parallel: {}\n")
+        run_dir = os.path.join(scratch, "run")
+        r = fr(flow, "--fake-gpus", "2", "--run-dir", run_dir)
+        t.check(r.returncode == 0 and "[train r0] hello 0 of 2\n" in r.stdout
+                and "[train r1] hello 1 of 2\n" in r.stdout
+                and os.path.exists(os.path.join(run_dir, "train", "results.json"))
+                and "flowrun: step 'train' succeeded" in r.stderr,
+                "flowrun SPEC runs the flow: one prefixed line per rank, results.json written",
+                r.stdout + r.stderr)
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
     return t.finish()
