@@ -152,8 +152,8 @@ class FlowRunner {
       console_.message(fmt::format("flowrun: run {} succeeded: {} step{} in {}", ctx_.run_id,
                                    succeeded.size(), succeeded.size() == 1 ? "" : "s", seconds(took)));
     } else {
-      std::string text = fmt::format("flowrun: run {} failed after {} (exit code {}): ", ctx_.run_id,
-                                     seconds(took), exit_code);
+      std::string text = fmt::format("flowrun: run {} {} after {} (exit code {}): ", ctx_.run_id,
+                                     sig != 0 ? "was interrupted" : "failed", seconds(took), exit_code);
       std::vector<std::string> parts;
       if (!failed.empty()) parts.push_back("failed " + join_quoted(failed));
       if (!skipped.empty()) parts.push_back("not run " + join_quoted(skipped));

@@ -14,6 +14,7 @@
 #include <set>
 #include <signal.h>
 #include <sys/resource.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -87,6 +88,10 @@ struct Worker {
   pid_t pid = -1;
   bool alive = false;
   Stream out, err;
+  // A pidfd becomes readable when the worker exits. Exits then arrive in the
+  // order they happened (epoll's ready list is first come, first served),
+  // which is what names the right culprit when peers die a moment after it.
+  std::unique_ptr<asio::posix::stream_descriptor> exit_watch;
 };
 
 int open_log(const std::string& path) {
@@ -167,32 +172,61 @@ struct Supervisor::Impl {
 
   // --- exits -------------------------------------------------------------
 
+  // SIGCHLD: reap what no pidfd watches (orphans that came to flowrun as
+  // the subreaper, a worker whose pidfd could not be opened).
   void reap() {
-    for (;;) {
+    for (pid_t pid : children_of(getpid())) {
+      if (pid == guardian) continue;
+      Worker* watched = nullptr;
+      for (auto& w : workers) {
+        if (w.pid == pid && w.alive) watched = &w;
+      }
+      if (watched != nullptr && watched->exit_watch) continue;
       int status = 0;
       rusage usage{};
-      const pid_t pid = wait4(-1, &status, WNOHANG, &usage);
-      if (pid <= 0) break;
-      const std::int64_t now = unix_now_ns();
-      for (auto& w : workers) {
-        if (w.pid != pid || !w.alive) continue;
-        w.alive = false;
-        w.record.end_unix_ns = now;
-        w.record.peak_rss_kib = usage.ru_maxrss;
-        if (WIFEXITED(status)) {
-          w.record.status.kind = ExitStatus::Kind::exited;
-          w.record.status.code = WEXITSTATUS(status);
-        } else {
-          w.record.status.kind = ExitStatus::Kind::signaled;
-          w.record.status.code = WTERMSIG(status);
-        }
-        if (!w.record.status.ok() && !stopping) {
-          outcome = Outcome::failed;
-          begin_stop();
-        }
-      }
+      if (wait4(pid, &status, WNOHANG, &usage) != pid) continue;
+      if (watched != nullptr) on_exit(*watched, status, usage);
     }
     if (in_group) advance();
+  }
+
+  void watch_exit(Worker& w) {
+    const int fd = static_cast<int>(syscall(SYS_pidfd_open, w.pid, 0));
+    if (fd < 0) return;  // an old kernel: SIGCHLD reaps it
+    w.exit_watch = std::make_unique<asio::posix::stream_descriptor>(io, fd);
+    w.exit_watch->async_wait(asio::posix::stream_descriptor::wait_read,
+                             [this, &w](const boost::system::error_code& ec) {
+                               if (ec || !w.alive) return;
+                               int status = 0;
+                               rusage usage{};
+                               pid_t got;
+                               do {
+                                 got = wait4(w.pid, &status, 0, &usage);
+                               } while (got < 0 && errno == EINTR);
+                               if (got == w.pid) on_exit(w, status, usage);
+                               advance();
+                             });
+  }
+
+  void on_exit(Worker& w, int status, const rusage& usage) {
+    w.alive = false;
+    w.record.end_unix_ns = unix_now_ns();
+    w.record.peak_rss_kib = usage.ru_maxrss;
+    if (WIFEXITED(status)) {
+      w.record.status.kind = ExitStatus::Kind::exited;
+      w.record.status.code = WEXITSTATUS(status);
+    } else {
+      w.record.status.kind = ExitStatus::Kind::signaled;
+      w.record.status.code = WTERMSIG(status);
+    }
+    if (w.exit_watch) {
+      w.exit_watch->cancel();
+      w.exit_watch.reset();  // closes the pidfd
+    }
+    if (!w.record.status.ok() && !stopping) {
+      outcome = Outcome::failed;
+      begin_stop();
+    }
   }
 
   int alive_count() const {
@@ -423,6 +457,7 @@ struct Supervisor::Impl {
       w.record.pid = spawned.pid;
       w.record.status.kind = ExitStatus::Kind::running;
       w.alive = true;
+      watch_exit(w);
       start_read(w, w.out);
       start_read(w, w.err);
     }
