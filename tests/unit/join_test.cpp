@@ -31,7 +31,10 @@ class TempDir {
     REQUIRE(mkdtemp(pattern.data()) != nullptr);
     path_ = pattern;
   }
-  ~TempDir() { fs::remove_all(path_); }
+  ~TempDir() {
+    std::error_code ignored;
+    fs::remove_all(path_, ignored);
+  }
   TempDir(const TempDir&) = delete;
   TempDir& operator=(const TempDir&) = delete;
   const std::string& path() const { return path_; }
