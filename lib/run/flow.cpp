@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
+#include <dirent.h>
 #include <fcntl.h>
 #include <fmt/format.h>
 #include <map>
@@ -55,6 +56,21 @@ std::string read_file(const std::string& path, std::size_t limit = 1 << 20) {
   return text;
 }
 
+bool directory_is_empty(const std::string& path) {
+  DIR* dir = opendir(path.c_str());
+  if (dir == nullptr) return true;  // absent (or unreadable: creating it will say so)
+  bool empty = true;
+  while (dirent* entry = readdir(dir)) {
+    const std::string_view name = entry->d_name;
+    if (name != "." && name != "..") {
+      empty = false;
+      break;
+    }
+  }
+  closedir(dir);
+  return empty;
+}
+
 // The whole environment of a process: flowrun's own with `set` on top.
 std::vector<std::string> full_env(const EnvMap& parent, const EnvList& set) {
   EnvMap env = parent;
@@ -102,6 +118,11 @@ class FlowRunner {
   }
 
   int run() {
+    // A run directory holds one run: files left in it by another would be
+    // taken for this run's outputs and logs.
+    if (!directory_is_empty(ctx_.layout.run_dir))
+      throw Error("the run directory " + ctx_.layout.run_dir +
+                  " already holds files (of another run?); choose a new --run-dir or remove it");
     make_dirs(ctx_.layout.run_dir);
     write_file(ctx_.layout.run_dir + "/spec.yaml", read_file(spec_.file, kMaxSpecBytes + 1));
     PlanView view{spec_, host_, plans_, ctx_, false};
