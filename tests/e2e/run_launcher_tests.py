@@ -1,0 +1,1044 @@
+#!/usr/bin/env python3
+"""End-to-end tests of `flowrun SPEC`: the real binary starts real worker
+processes (tests/e2e/helpers/worker.py), and the tests check what they saw
+(their environment, signals, files) and what flowrun reported (exit code,
+console, results.json, the run directory).
+
+  run_launcher_tests.py FLOWRUN ROOT [--sanitized] [--only NAME[,NAME...]] [--list]
+
+--sanitized: the binary is built with a sanitizer: timing slack is tripled
+and the memory bound of the long-line test is not checked (the sanitizer's
+own memory dwarfs it); everything else is checked the same way.
+"""
+import argparse
+import json
+import os
+import pty
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+from testlib import Tally, clean_env  # noqa: E402
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+WORKER = os.path.join(HERE, "helpers", "worker.py")
+PY = sys.executable
+
+TORCHRUN_VARS = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "GROUP_RANK", "GROUP_WORLD_SIZE",
+                 "ROLE_NAME", "ROLE_RANK", "ROLE_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT", "TORCHELASTIC_RUN_ID",
+                 "TORCHELASTIC_RESTART_COUNT", "TORCHELASTIC_MAX_RESTARTS", "TORCHELASTIC_USE_AGENT_STORE",
+                 "TORCHELASTIC_ERROR_FILE", "FLOWRUN_RUN_ID", "FLOWRUN_STEP", "FLOWRUN_NODES", "FLOWRUN_NODE_RANK",
+                 "FLOWRUN_RUN_DIR", "FLOWRUN_OUTPUT_DIR")
+PREFIX = re.compile(r"^\[([A-Za-z0-9_-]+)(?: r(\d+))?\] ")
+SANITIZER_REPORT = re.compile(r"(WARNING|ERROR): (ThreadSanitizer|AddressSanitizer|LeakSanitizer)|runtime error: ")
+
+
+def q(text):
+    """A YAML double-quoted scalar (JSON's string syntax is valid YAML)."""
+    return json.dumps(text)
+
+
+def argv_yaml(*words):
+    """A `run:` list that runs the worker helper with the test's python."""
+    return "[" + ", ".join(q(w) for w in (PY, WORKER, *words)) + "]"
+
+
+class Run:
+    """One finished flowrun: exit code, console, run directory, wall time."""
+
+    def __init__(self, rc, stdout, stderr, run_dir, elapsed):
+        self.rc, self.stdout, self.stderr, self.run_dir, self.elapsed = rc, stdout, stderr, run_dir, elapsed
+
+    def results(self, step):
+        with open(os.path.join(self.run_dir, step, "results.json")) as f:
+            return json.load(f)
+
+    def read(self, *parts):
+        with open(os.path.join(self.run_dir, *parts), errors="replace", newline="") as f:
+            return f.read()
+
+    def detail(self):
+        return f"exit {self.rc} after {self.elapsed:.2f} s\n--- stdout\n{self.stdout[-3000:]}\n" \
+               f"--- stderr\n{self.stderr[-5000:]}"
+
+
+def processes_with(entry):
+    """Pids (other than ours) whose environment holds `entry`, as flowrun's guardian looks for them."""
+    found, needle = [], entry.encode() + b"\0"
+    for name in os.listdir("/proc"):
+        if not name.isdigit() or int(name) == os.getpid():
+            continue
+        try:
+            with open(f"/proc/{name}/environ", "rb") as f:
+                env = b"\0" + f.read()
+        except OSError:
+            continue
+        if b"\0" + needle in env or env.endswith(b"\0" + entry.encode()):
+            found.append(int(name))
+    return found
+
+
+def proc_name(pid):
+    try:
+        with open(f"/proc/{pid}/comm") as f:
+            return f.read().strip()
+    except OSError:
+        return "?"
+
+
+def wait_for(predicate, limit, step=0.02):
+    deadline = time.monotonic() + limit
+    while True:
+        value = predicate()
+        if value or time.monotonic() > deadline:
+            return value
+        time.sleep(step)
+
+
+class Suite:
+    def __init__(self, flowrun, root, sanitized):
+        self.flowrun, self.root, self.sanitized = flowrun, root, sanitized
+        self.slack = 3.0 if sanitized else 1.0
+        self.t = Tally("launcher")
+        self.scratch = tempfile.mkdtemp(prefix="flowrun-e2e-")
+
+    # --- plumbing ---------------------------------------------------------
+
+    def check(self, ok, label, detail=""):
+        return self.t.check(ok, label, detail)
+
+    def workspace(self, name, spec_text):
+        """A fresh directory holding spec.yaml; returns (dir, spec path, run dir)."""
+        d = os.path.join(self.scratch, name)
+        os.makedirs(d)
+        spec = os.path.join(d, "spec.yaml")
+        with open(spec, "w") as f:
+            f.write(spec_text)
+        return d, spec, os.path.join(d, "run")
+
+    def argv(self, spec, run_dir, *options):
+        return [self.flowrun, spec, "--run-dir", run_dir, *options]
+
+    def sanitizer_check(self, label, stderr):
+        m = SANITIZER_REPORT.search(stderr)
+        self.check(m is None, f"{label}: no sanitizer report", stderr[max(0, m.start() - 200):][:4000] if m else "")
+
+    def flowrun_run(self, label, spec, run_dir, *options, env=None, cwd=None, timeout=120, stdout=None):
+        env = clean_env(**(env or {}))
+        start = time.monotonic()
+        p = subprocess.run(self.argv(spec, run_dir, *options), cwd=cwd or os.path.dirname(spec), env=env,
+                           stdout=stdout if stdout is not None else subprocess.PIPE, stderr=subprocess.PIPE,
+                           timeout=timeout)
+        elapsed = time.monotonic() - start
+        out = p.stdout.decode(errors="replace") if p.stdout is not None else ""
+        err = p.stderr.decode(errors="replace")
+        self.sanitizer_check(label, err)
+        return Run(p.returncode, out, err, run_dir, elapsed)
+
+    def start(self, spec, run_dir, *options, env=None, stdout=subprocess.PIPE):
+        """flowrun in its own session (as a shell would start a foreground job
+        in its own process group), for tests that signal it."""
+        return subprocess.Popen(self.argv(spec, run_dir, *options), cwd=os.path.dirname(spec),
+                                env=clean_env(**(env or {})), stdout=stdout, stderr=subprocess.PIPE,
+                                start_new_session=True)
+
+    def finish(self, label, p, run_dir, start, timeout=60):
+        out, err = p.communicate(timeout=timeout)
+        elapsed = time.monotonic() - start
+        err = err.decode(errors="replace")
+        self.sanitizer_check(label, err)
+        return Run(p.returncode, (out or b"").decode(errors="replace"), err, run_dir, elapsed)
+
+    def run_pty(self, spec, run_dir, *options, env=None, timeout=60):
+        """flowrun with stdout and stderr on a terminal; returns (exit code, bytes shown)."""
+        master, slave = pty.openpty()
+        p = subprocess.Popen(self.argv(spec, run_dir, *options), cwd=os.path.dirname(spec),
+                             env=clean_env(**(env or {})), stdin=subprocess.DEVNULL, stdout=slave, stderr=slave,
+                             start_new_session=True)
+        os.close(slave)
+        chunks, deadline = [], time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            try:
+                data = os.read(master, 65536)
+            except OSError:  # EIO: every writer closed the terminal
+                break
+            if not data:
+                break
+            chunks.append(data)
+        os.close(master)
+        rc = p.wait(timeout=10)
+        return rc, b"".join(chunks)
+
+    # --- 1. the worker environment ----------------------------------------
+
+    def test_environment(self):
+        d, spec, run_dir = self.workspace("environment", f"""name: envcheck
+steps:
+  - name: train
+    run: {argv_yaml("env")}
+    parallel:
+      gpus: all
+    collect: all
+  - name: pair
+    run: {argv_yaml("env")}
+    parallel:
+      gpus: [1, 3]
+      visible_devices: process
+    collect: all
+""")
+        r = self.flowrun_run("environment", spec, run_dir, "--fake-gpus", "8")
+        if not self.check(r.rc == 0, "environment: the flow succeeds", r.detail()):
+            return
+        m = re.search(r"^flowrun: run (\S+): 2 steps; logs and results in (.*)$", r.stderr, re.M)
+        self.check(m is not None and m.group(2) == run_dir, "environment: flowrun names the run and its directory",
+                   r.stderr)
+        run_id = m.group(1) if m else "?"
+        envs = []
+        for rank in range(8):
+            path = os.path.join(run_dir, "train", "outputs", f"rank{rank}", "env.json")
+            self.check(os.path.isfile(path),
+                       f"environment: collect: all puts rank {rank}'s dump in outputs/rank{rank}/", path)
+            if os.path.isfile(path):
+                with open(path) as f:
+                    envs.append(json.load(f)["env"])
+        self.check(len(envs) == 8 and not os.path.exists(os.path.join(run_dir, "train", "outputs", "rank8")),
+                   "environment: --fake-gpus 8 with gpus: all starts 8 workers", str(len(envs)))
+        if len(envs) != 8:
+            return
+        missing = sorted({v for e in envs for v in TORCHRUN_VARS if v not in e})
+        self.check(not missing, "environment: every torchrun and FLOWRUN_ variable is set", " ".join(missing))
+        if missing:
+            return
+        self.check(sorted(int(e["RANK"]) for e in envs) == list(range(8)), "environment: RANK 0..7, each once",
+                   str([e["RANK"] for e in envs]))
+        self.check(all(e["LOCAL_RANK"] == e["RANK"] == e["ROLE_RANK"] and e["GROUP_RANK"] == "0" for e in envs),
+                   "environment: LOCAL_RANK = ROLE_RANK = RANK on one node, GROUP_RANK 0",
+                   str([(e["RANK"], e["LOCAL_RANK"], e["ROLE_RANK"]) for e in envs]))
+        self.check(all(e["WORLD_SIZE"] == e["LOCAL_WORLD_SIZE"] == e["ROLE_WORLD_SIZE"] == "8"
+                       and e["GROUP_WORLD_SIZE"] == "1" for e in envs),
+                   "environment: WORLD_SIZE=8 everywhere, one node")
+        ids = {e["FLOWRUN_RUN_ID"] for e in envs} | {e["TORCHELASTIC_RUN_ID"] for e in envs}
+        self.check(ids == {run_id}, "environment: one run id everywhere, TORCHELASTIC_RUN_ID = FLOWRUN_RUN_ID",
+                   f"{ids} vs {run_id}")
+        ports = {e["MASTER_PORT"] for e in envs}
+        self.check(len(ports) == 1 and next(iter(ports)).isdigit() and 1024 <= int(next(iter(ports))) < 65536,
+                   "environment: MASTER_PORT identical across ranks and a port number", str(ports))
+        self.check(all(e["MASTER_ADDR"] == "127.0.0.1" and e["TORCHELASTIC_RESTART_COUNT"] == "0"
+                       and e["TORCHELASTIC_MAX_RESTARTS"] == "0" for e in envs),
+                   "environment: MASTER_ADDR=127.0.0.1, no restarts yet")
+        results = r.results("train")
+        self.check(str(results["attempts"][0]["master_port"]) == next(iter(ports)),
+                   "environment: results.json records the MASTER_PORT the workers got",
+                   f"{results['attempts'][0]['master_port']} vs {ports}")
+        self.check(all(e["FLOWRUN_OUTPUT_DIR"] == os.path.join(run_dir, "train", f"rank{e['RANK']}", "out")
+                       and e["TORCHELASTIC_ERROR_FILE"] == os.path.join(run_dir, "train", f"rank{e['RANK']}",
+                                                                         "error.json")
+                       and e["FLOWRUN_RUN_DIR"] == run_dir and e["FLOWRUN_STEP"] == "train" for e in envs),
+                   "environment: FLOWRUN_OUTPUT_DIR, TORCHELASTIC_ERROR_FILE and FLOWRUN_RUN_DIR in the run directory",
+                   json.dumps({k: envs[0][k] for k in ("FLOWRUN_OUTPUT_DIR", "TORCHELASTIC_ERROR_FILE")}))
+        self.check(all("CUDA_VISIBLE_DEVICES" not in e for e in envs),
+                   "environment: gpus: all on every GPU leaves CUDA_VISIBLE_DEVICES as it was (unset)",
+                   str([e.get("CUDA_VISIBLE_DEVICES") for e in envs]))
+
+        # What the workers got is what `flowrun plan --json` says they get.
+        p = subprocess.run([self.flowrun, "plan", spec, "--fake-gpus", "8", "--json", "--run-id", run_id,
+                            "--run-dir", run_dir], capture_output=True, text=True, env=clean_env(), timeout=60)
+        plan = json.loads(p.stdout)
+        for step in plan["steps"]:
+            for rank in step["ranks"]:
+                path = os.path.join(run_dir, step["name"], "outputs", f"rank{rank['rank']}", "env.json")
+                if not os.path.isfile(path):
+                    self.check(False, f"environment: {step['name']} rank {rank['rank']} dumped its environment", path)
+                    continue
+                with open(path) as f:
+                    got = json.load(f)["env"]
+                wrong = {k: (v, got.get(k)) for k, v in rank["env"].items() if k != "MASTER_PORT" and got.get(k) != v}
+                self.check(not wrong, f"environment: {step['name']} rank {rank['rank']} got the planned environment",
+                           json.dumps(wrong))
+        pair = [json.load(open(os.path.join(run_dir, "pair", "outputs", f"rank{k}", "env.json")))["env"]
+                for k in range(2)]
+        self.check([e.get("CUDA_VISIBLE_DEVICES") for e in pair] == ["1", "3"],
+                   "environment: gpus: [1, 3] with visible_devices: process shows each worker its own GPU",
+                   str([e.get("CUDA_VISIBLE_DEVICES") for e in pair]))
+        self.check(pair[0]["MASTER_PORT"] == pair[1]["MASTER_PORT"] != next(iter(ports)),
+                   "environment: each launch gets its own MASTER_PORT",
+                   f"{pair[0]['MASTER_PORT']} {pair[1]['MASTER_PORT']} {ports}")
+
+    def test_relative_run_dir(self):
+        # A relative --run-dir is relative to where flowrun is started, for
+        # flowrun and for the workers alike (they run in the spec's workdir).
+        d, spec, _ = self.workspace("relative_run_dir", f"""name: rel
+steps:
+  - name: train
+    run: {argv_yaml("env")}
+    parallel:
+      cpus: 2
+""")
+        cwd = os.path.join(d, "elsewhere")
+        os.makedirs(cwd)
+        r = self.flowrun_run("relative run dir", spec, "rel-run", cwd=cwd)
+        run_dir = os.path.join(cwd, "rel-run")
+        dump = os.path.join(run_dir, "train", "outputs", "env.json")
+        self.check(r.rc == 0 and os.path.isfile(dump),
+                   "relative --run-dir: rank 0's FLOWRUN_OUTPUT_DIR file is gathered into <cwd>/rel-run",
+                   r.detail() + "\nfiles under the spec's directory: " +
+                   " ".join(sorted(os.path.relpath(os.path.join(a, n), d) for a, _, ns in os.walk(d) for n in ns)))
+        if os.path.isfile(dump):
+            env = json.load(open(dump))["env"]
+            self.check(env["FLOWRUN_OUTPUT_DIR"] == os.path.join(run_dir, "train", "rank0", "out"),
+                       "relative --run-dir: workers get absolute paths", env["FLOWRUN_OUTPUT_DIR"])
+
+    # --- 2. a failing rank ------------------------------------------------
+
+    def test_culprit(self):
+        ready = os.path.join(self.scratch, "culprit-ready")
+        os.makedirs(ready)
+        stamp = os.path.join(self.scratch, "culprit-stamp")
+        d, spec, run_dir = self.workspace("culprit", f"""name: culprit
+steps:
+  - name: train
+    run: {argv_yaml("fail", "--rank", "1", "--code", "3", "--ready", ready, "--stamp", stamp)}
+    parallel:
+      cpus: 4
+""")
+        r = self.flowrun_run("culprit", spec, run_dir)
+        ended = time.time()
+        self.check(r.rc == 3, "culprit: flowrun exits with the culprit's code (3)", r.detail())
+        res = r.results("train")
+        roles = {w["rank"]: w["role"] for w in res["ranks"]}
+        self.check(res["outcome"] == "failed" and res["culprit_rank"] == 1 and res["exit_code"] == 3
+                   and roles == {0: "victim", 1: "culprit", 2: "victim", 3: "victim"},
+                   "culprit: results.json names rank 1 culprit and the others victims", json.dumps(res)[:3000])
+        w1 = [w for w in res["ranks"] if w["rank"] == 1][0]
+        self.check(w1["status"] == "exited" and w1["exit_code"] == 3 and w1["shell_code"] == 3,
+                   "culprit: results.json has the culprit's exit code", json.dumps(w1))
+        victims = [w for w in res["ranks"] if w["rank"] != 1]
+        self.check(all(w["status"] == "signaled" and w["signal"] == "SIGTERM" for w in victims),
+                   "culprit: the victims ended by flowrun's SIGTERM", json.dumps(victims)[:2000])
+        rd = run_dir
+        head = re.search(r"^flowrun: step 'train' failed: rank 1 exited with code 3 after [0-9.]+ s \(pid (\d+)\)$",
+                         r.stderr, re.M)
+        self.check(head is not None and int(head.group(1)) == w1["pid"],
+                   "culprit: the report's headline names rank 1, its code and pid", r.stderr)
+        expected_tail = re.compile(rf"^flowrun:   last \d+ lines of its stderr \({re.escape(rd)}/train/rank1/"
+                                   r"stderr\.log\):\n    Traceback \(most recent call last\):\n", re.M)
+        self.check(expected_tail.search(r.stderr) is not None and "\n    ValueError: boom from rank 1\n" in r.stderr
+                   and f"flowrun:   stopped by flowrun: ranks 0, 2, 3\nflowrun:   logs: {rd}/train\n" in r.stderr,
+                   "culprit: the report shows the culprit's stderr tail with its traceback, the victims and the logs",
+                   r.stderr)
+        self.check(r.stderr.rstrip("\n").splitlines()[-1].startswith(
+            "flowrun: run culprit-") and "failed after" in r.stderr and "(exit code 3): failed 'train'" in r.stderr,
+                   "culprit: the last line sums up the run", r.stderr)
+        self.check("[train r1] ValueError: boom from rank 1\n" in r.stderr,
+                   "culprit: the culprit's stderr reached flowrun's stderr, prefixed", r.stderr)
+        if os.path.exists(stamp):
+            after = ended - float(open(stamp).read())
+            self.check(after < 2.0 * self.slack, "culprit: workers that die on SIGTERM end the run at once, "
+                       "not after the 10 s grace", f"{after:.2f} s after the culprit")
+
+    def test_grace(self):
+        ready = os.path.join(self.scratch, "grace-ready")
+        os.makedirs(ready)
+        stamp = os.path.join(self.scratch, "grace-stamp")
+        d, spec, run_dir = self.workspace("grace", f"""name: grace
+steps:
+  - name: train
+    run: {argv_yaml("fail", "--rank", "2", "--code", "5", "--ready", ready, "--stamp", stamp, "--ignore-term")}
+    parallel:
+      cpus: 4
+""")
+        r = self.flowrun_run("grace", spec, run_dir, "--grace", "2")
+        ended = time.time()
+        self.check(r.rc == 5, "grace: exit code 5 from rank 2", r.detail())
+        res = r.results("train")
+        victims = [w for w in res["ranks"] if w["rank"] != 2]
+        self.check(res["culprit_rank"] == 2 and all(w["role"] == "victim" and w["signal"] == "SIGKILL"
+                                                    for w in victims),
+                   "grace: workers that ignore SIGTERM are SIGKILLed and reported as victims",
+                   json.dumps(res["ranks"])[:2000])
+        if self.check(os.path.exists(stamp), "grace: the culprit wrote its time"):
+            after = ended - float(open(stamp).read())
+            self.check(1.9 <= after <= 2 + 1.5 * self.slack,
+                       "grace: flowrun ends within --grace 2 plus slack after the culprit, not before the grace",
+                       f"{after:.2f} s")
+
+    # --- 4. signals to flowrun --------------------------------------------
+
+    def _shell_flow(self, name):
+        return self.workspace(name, """name: sig
+steps:
+  - name: tree
+    shell: true
+    run: |
+      setsid sleep 300 &
+      sleep 300 &
+      echo started
+      wait
+""")
+
+    def _wait_started(self, p, run_dir, run_id, count):
+        log = os.path.join(run_dir, "tree", "stdout.log")
+
+        def started():
+            if p.poll() is not None:
+                return True
+            try:
+                ok = "started" in open(log).read()
+            except OSError:
+                return False
+            return ok and len(processes_with(f"FLOWRUN_RUN_ID={run_id}")) >= count
+        wait_for(started, 20 * self.slack)
+        return processes_with(f"FLOWRUN_RUN_ID={run_id}")
+
+    def test_sigint(self):
+        d, spec, run_dir = self._shell_flow("sigint")
+        run_id = "sigint-e2e-1"
+        start = time.monotonic()
+        p = self.start(spec, run_dir, "--run-id", run_id, "--grace", "5")
+        before = self._wait_started(p, run_dir, run_id, 3)
+        self.check(len(before) >= 3, "sigint: sh, both sleeps carry the run id before the signal",
+                   " ".join(f"{x}:{proc_name(x)}" for x in before))
+        p.send_signal(signal.SIGINT)
+        r = self.finish("sigint", p, run_dir, start)
+        left = processes_with(f"FLOWRUN_RUN_ID={run_id}")
+        self.check(r.rc == 130, "sigint: flowrun exits 130", r.detail())
+        self.check(not left, "sigint: no process carrying the run id is left (setsid grandchild included)",
+                   " ".join(f"{x}:{proc_name(x)}" for x in left))
+        self.check("flowrun: SIGINT received: stopping step 'tree'" in r.stderr
+                   and "flowrun: step 'tree' was interrupted" in r.stderr,
+                   "sigint: flowrun says it was interrupted", r.stderr)
+        res = r.results("tree")
+        self.check(res["outcome"] == "interrupted" and res["exit_code"] == 130 and res["culprit_rank"] is None,
+                   "sigint: results.json outcome interrupted, exit code 130", json.dumps(res)[:1500])
+        for x in left:
+            os.kill(x, signal.SIGKILL)
+
+    def test_sigterm(self):
+        d, spec, run_dir = self.workspace("sigterm", f"""name: term
+steps:
+  - name: train
+    run: {argv_yaml("sleep", "300")}
+    parallel:
+      cpus: 2
+  - name: after
+    run: {argv_yaml("argv", "never")}
+""")
+        run_id = "sigterm-e2e-1"
+        start = time.monotonic()
+        p = self.start(spec, run_dir, "--run-id", run_id)
+        wait_for(lambda: len(processes_with(f"FLOWRUN_RUN_ID={run_id}")) >= 2 or p.poll() is not None,
+                 20 * self.slack)
+        p.send_signal(signal.SIGTERM)
+        r = self.finish("sigterm", p, run_dir, start)
+        self.check(r.rc == 143 and not processes_with(f"FLOWRUN_RUN_ID={run_id}"),
+                   "sigterm: flowrun exits 143 and stops its workers", r.detail())
+        self.check(not os.path.exists(os.path.join(run_dir, "after", "stdout.log")) and "[after]" not in r.stdout,
+                   "sigterm: the steps after an interrupt do not run", r.detail())
+
+    def test_sigkill(self):
+        d, spec, run_dir = self._shell_flow("sigkill")
+        run_id = "sigkill-e2e-1"
+        p = self.start(spec, run_dir, "--run-id", run_id, stdout=subprocess.DEVNULL)
+        before = self._wait_started(p, run_dir, run_id, 3)
+        self.check(len(before) >= 3, "sigkill: sh, both sleeps carry the run id before the signal",
+                   " ".join(f"{x}:{proc_name(x)}" for x in before))
+        p.kill()
+        p.wait(timeout=10)
+        killed = time.monotonic()
+        gone = wait_for(lambda: not processes_with(f"FLOWRUN_RUN_ID={run_id}"), 2.0 * self.slack)
+        left = processes_with(f"FLOWRUN_RUN_ID={run_id}")
+        self.check(gone, "sigkill: the guardian kills every process carrying the run id within 2 s",
+                   f"after {time.monotonic() - killed:.2f} s: " + " ".join(f"{x}:{proc_name(x)}" for x in left))
+        p.stderr.close()
+        for x in left:
+            os.kill(x, signal.SIGKILL)
+
+    def test_second_sigint(self):
+        ready = os.path.join(self.scratch, "second-ready")
+        os.makedirs(ready)
+        d, spec, run_dir = self.workspace("second_sigint", f"""name: twice
+steps:
+  - name: train
+    run: {argv_yaml("sleep", "300", "--ignore-term", "--ready", ready)}
+    parallel:
+      cpus: 2
+""")
+        run_id = "second-sigint-e2e-1"
+        start = time.monotonic()
+        p = self.start(spec, run_dir, "--run-id", run_id, "--grace", "60")
+        wait_for(lambda: len(os.listdir(ready)) >= 2 or p.poll() is not None, 20 * self.slack)
+        p.send_signal(signal.SIGINT)
+        time.sleep(0.3)
+        still = p.poll() is None
+        second = time.monotonic()
+        p.send_signal(signal.SIGINT)
+        r = self.finish("second sigint", p, run_dir, start)
+        took = time.monotonic() - second
+        self.check(still, "second sigint: workers that ignore SIGTERM keep flowrun waiting after one SIGINT",
+                   r.detail())
+        self.check(r.rc == 130 and took < 2 * self.slack,
+                   "second sigint: a second SIGINT kills at once (not after the 60 s grace), exit 130",
+                   f"{took:.2f} s after it\n" + r.detail())
+        self.check("flowrun: SIGINT again: killing step 'train' now" in r.stderr, "second sigint: flowrun says so",
+                   r.stderr)
+        self.check(not processes_with(f"FLOWRUN_RUN_ID={run_id}"), "second sigint: nothing is left")
+        res = r.results("train")
+        self.check(res["outcome"] == "interrupted" and all(w["signal"] == "SIGKILL" for w in res["ranks"]),
+                   "second sigint: results.json says interrupted, the workers SIGKILLed", json.dumps(res)[:1500])
+
+    # --- 5. restarts ------------------------------------------------------
+
+    def test_restarts(self):
+        for max_restarts, want_rc in ((2, 0), (1, 3)):
+            d, spec, run_dir = self.workspace(f"restarts{max_restarts}", f"""name: restarts
+steps:
+  - name: train
+    run: {argv_yaml("restart", "--need", "2", "--code", "3")}
+    parallel:
+      cpus: 2
+      max_restarts: {max_restarts}
+""")
+            r = self.flowrun_run(f"restarts {max_restarts}", spec, run_dir)
+            label = f"restarts: max_restarts: {max_restarts}"
+            self.check(r.rc == want_rc, f"{label}: exit {want_rc}", r.detail())
+            res = r.results("train")
+            attempts = res["attempts"]
+            want_outcomes = ["failed", "failed", "succeeded"][:max_restarts + 1]
+            if max_restarts == 1:
+                want_outcomes = ["failed", "failed"]
+            self.check([a["restart_count"] for a in attempts] == list(range(max_restarts + 1))
+                       and [a["outcome"] for a in attempts] == want_outcomes and res["restarts"] == max_restarts,
+                       f"{label}: results.json shows every attempt with its TORCHELASTIC_RESTART_COUNT",
+                       json.dumps([(a["restart_count"], a["outcome"], a["culprit_rank"]) for a in attempts]))
+            self.check(all(a["culprit_rank"] in (0, 1) for a in attempts if a["outcome"] == "failed"),
+                       f"{label}: each failed attempt has a culprit")
+            for k in range(1, max_restarts + 1):
+                self.check(f"restarting all 2 workers (restart {k} of {max_restarts})" in r.stderr,
+                           f"{label}: flowrun announces restart {k}", r.stderr)
+            # The logs hold the last attempt's output.
+            last = attempts[-1]["restart_count"]
+            self.check(f"attempt {last} of at most {max_restarts} restarts" in r.read("train", "rank0", "stdout.log")
+                       or attempts[-1]["outcome"] == "failed",
+                       f"{label}: workers see TORCHELASTIC_MAX_RESTARTS={max_restarts}", r.detail())
+        self.check("failed after 1 restart: rank" in r.stderr and "before restart 1: rank" in r.stderr,
+                   "restarts: the report tells each attempt", r.stderr)
+
+    # --- 6. timeouts ------------------------------------------------------
+
+    def test_timeouts(self):
+        d, spec, run_dir = self.workspace("timeout", f"""name: timeouts
+steps:
+  - name: nap
+    run: {argv_yaml("sleep", "60")}
+    timeout: 1
+""")
+        r = self.flowrun_run("timeout", spec, run_dir)
+        self.check(r.rc == 124 and r.elapsed < 1 + 1.5 * self.slack,
+                   "timeout: timeout: 1 on a sleeping step exits 124 within about a second", r.detail())
+        self.check(re.search(r"^flowrun: step 'nap' timed out after 1s; flowrun stopped it \(pid \d+\)$", r.stderr,
+                             re.M) is not None, "timeout: the report says it timed out", r.stderr)
+        res = r.results("nap")
+        self.check(res["outcome"] == "timed_out" and res["exit_code"] == 124 and res["timeout_ms"] == 1000,
+                   "timeout: results.json outcome timed_out, timeout_ms 1000", json.dumps(res)[:1500])
+
+        ready = os.path.join(self.scratch, "timeout-ready")
+        os.makedirs(ready)
+        d, spec, run_dir = self.workspace("timeout_parallel", f"""name: timeouts
+steps:
+  - name: train
+    run: {argv_yaml("sleep", "60", "--ignore-term", "--ready", ready)}
+    timeout: 1.5s
+    parallel:
+      cpus: 2
+""")
+        r = self.flowrun_run("timeout parallel", spec, run_dir, "--grace", "1")
+        self.check(r.rc == 124 and 2.4 <= r.elapsed < 2.5 + 1.5 * self.slack,
+                   "timeout: a parallel step that ignores SIGTERM ends after timeout + grace", r.detail())
+        self.check("flowrun: step 'train' timed out after 1.5s; flowrun stopped ranks 0, 1\n" in r.stderr,
+                   "timeout: the report names the stopped ranks", r.stderr)
+        res = r.results("train")
+        self.check(res["outcome"] == "timed_out" and res["culprit_rank"] is None
+                   and all(w["role"] == "victim" for w in res["ranks"]),
+                   "timeout: no culprit, every rank a victim", json.dumps(res["ranks"])[:1500])
+
+    # --- 7. concurrent flowruns -------------------------------------------
+
+    def test_concurrent(self):
+        runs = []
+        for k in range(10):
+            d, spec, run_dir = self.workspace(f"concurrent{k}", f"""name: store
+steps:
+  - name: train
+    run: {argv_yaml("store")}
+    parallel:
+      cpus: 2
+""")
+            runs.append((spec, run_dir))
+        results = [None] * len(runs)
+
+        def one(k):
+            spec, run_dir = runs[k]
+            results[k] = self.flowrun_run(f"concurrent {k}", spec, run_dir, timeout=120)
+        threads = [threading.Thread(target=one, args=(k,)) for k in range(len(runs))]
+        for th in threads:
+            th.start()
+        for th in threads:
+            th.join()
+        failed = [k for k, r in enumerate(results) if r is None or r.rc != 0]
+        self.check(not failed, "concurrent: ten flowruns whose rank 0 listens on MASTER_PORT all succeed",
+                   "\n".join(results[k].detail() if results[k] else f"run {k} raised" for k in failed[:2]))
+        ports = [r.results("train")["attempts"][0]["master_port"] for r in results if r and r.rc == 0]
+        self.check(len(set(ports)) == len(ports), "concurrent: each run had its own MASTER_PORT", str(ports))
+
+    # --- 8. a 100 MB line -------------------------------------------------
+
+    def test_long_line(self):
+        mib = 100
+        d, spec, run_dir = self.workspace("long_line", f"""name: big
+steps:
+  - name: big
+    run: {argv_yaml("bigline", str(mib), "--hold", "1")}
+    parallel:
+      cpus: 1
+""")
+        console = os.path.join(d, "console.out")
+        hwm = [0]
+        start = time.monotonic()
+        with open(console, "wb") as out:
+            p = self.start(spec, run_dir, stdout=out)
+            while p.poll() is None:
+                try:
+                    with open(f"/proc/{p.pid}/status") as f:
+                        for line in f:
+                            if line.startswith("VmHWM:"):
+                                hwm[0] = max(hwm[0], int(line.split()[1]))
+                except OSError:
+                    pass
+                time.sleep(0.05)
+            r = self.finish("long line", p, run_dir, start)
+        self.check(r.rc == 0, "long line: the step succeeds", r.detail())
+        if not self.sanitized:
+            self.check(0 < hwm[0] < 30 * 1024, "long line: flowrun's peak RSS stays under 30 MiB",
+                       f"VmHWM {hwm[0]} KiB")
+        log = os.path.join(run_dir, "big", "rank0", "stdout.log")
+        size = os.path.getsize(log) if os.path.exists(log) else -1
+        intact = size == mib << 20
+        if intact:
+            pattern = b"0123456789abcdef" * 65536
+            with open(log, "rb") as f:
+                while intact:
+                    chunk = f.read(len(pattern))
+                    if not chunk:
+                        break
+                    intact = chunk == pattern
+        self.check(intact, "long line: stdout.log holds all 100 MiB, byte for byte", f"size {size}")
+        # On the console the line is cut into prefixed pieces; together they are the line.
+        mark = "\u21aa ".encode()
+        total, pieces, bad = 0, 0, []
+        with open(console, "rb") as f:
+            for n, line in enumerate(f):
+                if not line.startswith(b"[big r0] "):
+                    bad.append(line[:80])
+                    continue
+                body = line[len(b"[big r0] "):].rstrip(b"\n")
+                if n > 0:
+                    if not body.startswith(mark):
+                        bad.append(line[:80])
+                    body = body[len(mark):]
+                total += len(body)
+                pieces += 1
+        self.check(not bad and total == mib << 20 and pieces > 1,
+                   "long line: the console shows it as prefixed pieces marked as continued, nothing lost",
+                   f"{pieces} pieces, {total} bytes, bad: {bad[:3]}")
+        os.unlink(console)
+        shutil.rmtree(run_dir, ignore_errors=True)
+
+    # --- 9. outputs and the join ------------------------------------------
+
+    def test_outputs(self):
+        for collect in ("rank0", "all"):
+            d, spec, run_dir = self.workspace(f"outputs_{collect}", f"""name: outs
+steps:
+  - name: train
+    run: {argv_yaml("outputs")}
+    parallel:
+      cpus: 3
+    outputs: ["ckpt/*.pt"]
+    collect: {collect}
+  - name: check
+    join: train
+    shell: true
+    run: |
+      cat ${{steps.train.outputs}}/ckpt/model.pt
+      cd "$FLOWRUN_INPUTS" && find . -type f | sort
+""")
+            r = self.flowrun_run(f"outputs {collect}", spec, run_dir)
+            outputs = os.path.join(run_dir, "train", "outputs")
+            files = sorted(os.path.relpath(os.path.join(a, n), outputs) for a, _, ns in os.walk(outputs) for n in ns)
+            if collect == "rank0":
+                want = ["ckpt/model.pt", "private/rank0.txt"]
+            else:
+                want = ["ckpt/model.pt"] + [f"rank{k}/private/rank{k}.txt" for k in range(3)]
+            self.check(r.rc == 0 and files == want,
+                       f"outputs: collect: {collect} gathers the glob match and the right FLOWRUN_OUTPUT_DIR files",
+                       f"{files}\n{r.detail()}")
+            self.check("[check] weights of rank 0\n" in r.stdout
+                       and "".join(f"[check] ./{w}\n" for w in want) in r.stdout,
+                       f"outputs: collect: {collect}: the join reads them at ${{steps.train.outputs}}", r.stdout)
+            if collect == "all" and files == want:
+                self.check(open(os.path.join(outputs, "rank2", "private", "rank2.txt")).read()
+                           == "private file of rank 2\n", "outputs: a rank's file keeps its content")
+            self.check(not os.path.exists(os.path.join(outputs, "metrics")),
+                       "outputs: files outside the globs and FLOWRUN_OUTPUT_DIR are not gathered", str(files))
+
+        # A stale output: there before the step, not written by it.
+        d, spec, run_dir = self.workspace("outputs_stale", f"""name: stale
+steps:
+  - name: train
+    run: {argv_yaml("outputs")}
+    parallel:
+      cpus: 2
+    outputs: ["ckpt/*.pt", "old/result.bin"]
+  - name: check
+    join: train
+    run: {argv_yaml("argv", "never")}
+""")
+        os.makedirs(os.path.join(d, "old"))
+        old = os.path.join(d, "old", "result.bin")
+        with open(old, "w") as f:
+            f.write("from an earlier run\n")
+        os.utime(old, (time.time() - 3600, time.time() - 3600))
+        r = self.flowrun_run("outputs stale", spec, run_dir)
+        self.check(r.rc == 1, "outputs: a declared output that is stale makes flowrun exit 1", r.detail())
+        self.check(f"step 'train': output 'old/result.bin' matches no file written during the step in {d}. "
+                   f"A file there predates the step and is not collected: {old} (written " in r.stderr
+                   and "flowrun: step 'train': its workers succeeded, but its outputs are incomplete:\n" in r.stderr,
+                   "outputs: the message names the stale file", r.stderr)
+        self.check("[check]" not in r.stdout and "step 'check' skipped: it needs 'train', which did not succeed"
+                   in r.stderr, "outputs: the join does not run", r.detail())
+        res = r.results("train")
+        self.check(res["outcome"] == "failed" and res["exit_code"] == 1
+                   and any("old/result.bin" in n for n in res["notes"]),
+                   "outputs: results.json says failed, exit code 1, and why", json.dumps(res)[:1500])
+
+    # --- 10. logs ---------------------------------------------------------
+
+    def test_flood(self):
+        n = 20000
+        d, spec, run_dir = self.workspace("flood", f"""name: flood
+steps:
+  - name: flood
+    run: {argv_yaml("flood", str(n), "--no-newline")}
+    parallel:
+      cpus: 4
+""")
+        r = self.flowrun_run("flood", spec, run_dir)
+        self.check(r.rc == 0, "flood: the step succeeds", r.detail())
+        seen, bad = {k: 0 for k in range(4)}, []
+        line_re = re.compile(r"^\[flood r(\d)\] rank (\d) line (\d+) (x*)$")
+        for line in r.stdout.split("\n")[:-1]:
+            m = line_re.match(line)
+            if not m or m.group(1) != m.group(2) or int(m.group(3)) != seen.get(int(m.group(1)), -1) \
+                    or len(m.group(4)) != int(m.group(3)) % 173:
+                bad.append(line[:120])
+                continue
+            seen[int(m.group(1))] += 1
+        self.check(not bad and all(v == n for v in seen.values()) and r.stdout.endswith("\n"),
+                   "flood: 4 ranks x 20000 lines: every console line whole, prefixed, in order, none lost",
+                   f"{seen} bad: {bad[:5]}")
+        self.check(all(f"[flood r{k}] rank {k} line {n - 1} " in r.stdout for k in range(4)),
+                   "flood: a last line without a newline is shown")
+        for k in range(4):
+            text = r.read("flood", f"rank{k}", "stdout.log")
+            want = "\n".join(f"rank {k} line {i} " + "x" * (i % 173) for i in range(n))
+            self.check(text == want, f"flood: rank {k}'s stdout.log is exactly what it wrote", text[-200:])
+
+    def test_console_ranks(self):
+        d, spec, run_dir = self.workspace("console_ranks", f"""name: ranks
+steps:
+  - name: train
+    run: {argv_yaml("flood", "500")}
+    parallel:
+      cpus: 4
+""")
+        r = self.flowrun_run("--ranks 0", spec, run_dir, "--ranks", "0")
+        prefixes = {PREFIX.match(line).group(0) if PREFIX.match(line) else line[:20] for line in
+                    r.stdout.splitlines()}
+        self.check(r.rc == 0 and prefixes == {"[train r0] "}, "--ranks 0: only rank 0 on the console",
+                   f"{prefixes}\n{r.detail()}")
+        for k in range(4):
+            text = r.read("train", f"rank{k}", "stdout.log")
+            self.check(text.count("\n") == 500 and text.startswith(f"rank {k} line 0 "),
+                       f"--ranks 0: rank {k}'s log file is complete", text[:200])
+
+    def test_progress(self):
+        d, spec, run_dir = self.workspace("progress", f"""name: bar
+steps:
+  - name: bar
+    run: {argv_yaml("progress", "100")}
+    parallel:
+      cpus: 1
+""")
+        r = self.flowrun_run("progress", spec, run_dir)
+        err = [line for line in r.stderr.split("\n") if line.startswith("[bar r0] ")]
+        self.check(r.rc == 0 and "\r" not in r.stderr and "\r" not in r.stdout,
+                   "progress: no carriage return reaches the console", repr(r.stderr[-500:]))
+        self.check(err and err[-1] == "[bar r0] 100%|##########|" and len(err) <= 3,
+                   "progress: 100 redraws show as a few lines ending in the final state", "\n".join(err))
+        self.check(r.stdout == "[bar r0] done\n", "progress: stdout stays separate", r.stdout)
+        raw = r.read("bar", "rank0", "stderr.log")
+        self.check(raw.count("\r") == 101, "progress: the log file keeps the raw bytes", repr(raw[:200]))
+
+    def test_color(self):
+        d, spec, run_dir = self.workspace("color", f"""name: colors
+steps:
+  - name: hello
+    run: {argv_yaml("argv", "hi")}
+    parallel:
+      cpus: 2
+""")
+        cases = [("a terminal", [], {}, True), ("a terminal with NO_COLOR", [], {"NO_COLOR": "1"}, False),
+                 ("a terminal with --color never", ["--color", "never"], {}, False)]
+        for k, (label, options, env, want) in enumerate(cases):
+            rc, shown = self.run_pty(spec, f"{run_dir}{k}", *options, env=env)
+            has = b"\x1b[" in shown
+            self.check(rc == 0 and has == want and b'hi"]' in shown,
+                       f"color: {label}: escape codes {'shown' if want else 'absent'}", repr(shown[:600]))
+        r = self.flowrun_run("color always", spec, f"{run_dir}-always", "--color", "always")
+        self.check(r.rc == 0 and re.search(r"^\x1b\[\d+m\[hello r0\]\x1b\[0m \[\"hi\"\]$", r.stdout, re.M)
+                   is not None, "color: --color always colours the prefix on a pipe", repr(r.stdout))
+        r = self.flowrun_run("color auto pipe", spec, f"{run_dir}-pipe")
+        self.check(r.rc == 0 and "\x1b" not in r.stdout + r.stderr, "color: a pipe gets no escape codes",
+                   repr(r.stdout))
+
+    # --- 11. the flow -----------------------------------------------------
+
+    def test_args(self):
+        d, spec, run_dir = self.workspace("args", f"""name: args
+steps:
+  - name: listed
+    run: {argv_yaml("argv", "first", "${args}", "last")}
+  - name: script
+    shell: true
+    run: {q(PY + " " + WORKER + " argv ${args}")}
+  - name: ranks
+    run: {argv_yaml("argv", "${args}")}
+    parallel:
+      cpus: 2
+""")
+        args = ["--lr", "0.1", "two words", "$HOME", "*"]
+        r = self.flowrun_run("args", spec, run_dir, "--", *args)
+        out = r.stdout.splitlines()
+        self.check(r.rc == 0 and f"[listed] {json.dumps(['first', *args, 'last'])}" in out,
+                   "args: -- ARGS replace ${args} word for word", r.detail())
+        self.check(f"[script] {json.dumps(args)}" in out, "args: in a shell: true script, quoted", r.detail())
+        self.check(f"[ranks r0] {json.dumps(args)}" in out and f"[ranks r1] {json.dumps(args)}" in out,
+                   "args: every rank gets them", r.detail())
+        r = self.flowrun_run("no args", spec, run_dir + "-none")
+        self.check(r.rc == 0 and '[listed] ["first", "last"]' in r.stdout.splitlines(),
+                   "args: without -- ${args} disappears", r.detail())
+
+    def test_order(self):
+        order = os.path.join(self.scratch, "order.txt")
+        d, spec, run_dir = self.workspace("order", f"""name: order
+steps:
+  - name: third
+    needs: second
+    shell: true
+    run: echo third >> {order}
+  - name: first
+    needs: []
+    shell: true
+    run: echo first >> {order}
+  - name: second
+    needs: first
+    shell: true
+    run: sleep 0.2; echo second >> {order}
+""")
+        r = self.flowrun_run("order", spec, run_dir)
+        got = open(order).read().split() if os.path.exists(order) else []
+        self.check(r.rc == 0 and got == ["first", "second", "third"], "order: steps run in dependency order",
+                   f"{got}\n{r.detail()}")
+
+    def test_skip(self):
+        marks = os.path.join(self.scratch, "skip-marks")
+        os.makedirs(marks)
+        d, spec, run_dir = self.workspace("skip", f"""name: skip
+steps:
+  - name: bad
+    shell: true
+    run: echo failing >&2; exit 5
+  - name: after_bad
+    shell: true
+    run: touch {marks}/after_bad
+  - name: later
+    needs: after_bad
+    shell: true
+    run: touch {marks}/later
+  - name: independent
+    needs: []
+    shell: true
+    run: touch {marks}/independent
+""")
+        r = self.flowrun_run("skip", spec, run_dir)
+        self.check(r.rc == 5, "skip: flowrun exits with the failed step's code", r.detail())
+        self.check(sorted(os.listdir(marks)) == ["independent"],
+                   "skip: the failed step's dependents are skipped, an independent step still runs",
+                   f"{os.listdir(marks)}\n{r.detail()}")
+        self.check("flowrun: step 'after_bad' skipped: it needs 'bad', which did not succeed\n" in r.stderr
+                   and "flowrun: step 'later' skipped: it needs 'after_bad', which did not succeed\n" in r.stderr,
+                   "skip: flowrun says which steps were skipped and why", r.stderr)
+        self.check(re.search(r"^flowrun: step 'bad' failed: exited with code 5 after [0-9.]+ s \(pid \d+\)$",
+                             r.stderr, re.M) is not None and "\n    failing\n" in r.stderr,
+                   "skip: the plain step's report shows its code and stderr", r.stderr)
+        self.check("failed 'bad'; not run 'after_bad', 'later'; succeeded 'independent'" in r.stderr,
+                   "skip: the summary lists failed, not run and succeeded steps", r.stderr)
+
+    def test_join_inputs(self):
+        d, spec, run_dir = self.workspace("join_inputs", f"""name: joined
+steps:
+  - name: train
+    run: {argv_yaml("outputs")}
+    parallel:
+      cpus: 2
+    outputs: ckpt/model.pt
+  - name: evaluate
+    join: train
+    run: {argv_yaml("argv", "${steps.train.outputs}")}
+    env:
+      SHOW: x
+  - name: report
+    shell: true
+    run: echo "inputs=$FLOWRUN_INPUTS"; echo "outputs=${{steps.train.outputs}}"
+""")
+        r = self.flowrun_run("join inputs", spec, run_dir)
+        outputs = os.path.join(run_dir, "train", "outputs")
+        self.check(r.rc == 0 and f"[evaluate] {json.dumps([outputs])}" in r.stdout.splitlines(),
+                   "join: ${steps.train.outputs} is <run-dir>/train/outputs", r.detail())
+        self.check(f"[report] outputs={outputs}" in r.stdout.splitlines(),
+                   "join: a later step sees ${steps.train.outputs} too", r.detail())
+        self.check(os.path.isfile(os.path.join(os.path.dirname(outputs), "results.json"))
+                   and os.path.isfile(os.path.join(outputs, "ckpt", "model.pt")),
+                   "join: results.json sits beside the outputs directory")
+        d2, spec2, run_dir2 = self.workspace("join_env", f"""name: joined
+steps:
+  - name: train
+    run: {argv_yaml("outputs")}
+    parallel:
+      cpus: 2
+  - name: evaluate
+    join: train
+    shell: true
+    run: echo "inputs=$FLOWRUN_INPUTS"
+""")
+        r = self.flowrun_run("join env", spec2, run_dir2)
+        self.check(r.rc == 0 and f"[evaluate] inputs={os.path.join(run_dir2, 'train', 'outputs')}"
+                   in r.stdout.splitlines(), "join: FLOWRUN_INPUTS is the joined step's outputs directory",
+                   r.detail())
+
+    def test_run_dir(self):
+        d, spec, run_dir = self.workspace("run_dir", f"""name: layout
+steps:
+  - name: prep
+    run: {argv_yaml("argv", "prepared")}
+  - name: train
+    run: {argv_yaml("argv", "trained")}
+    parallel:
+      cpus: 2
+""")
+        r = self.flowrun_run("run dir", spec, run_dir)
+        self.check(r.rc == 0 and r.read("spec.yaml") == open(spec).read(), "run dir: spec.yaml is the spec as run",
+                   r.detail())
+        plan = json.loads(r.read("plan.json"))
+        self.check(plan["run_dir"] == run_dir and [s["name"] for s in plan["steps"]] == ["prep", "train"],
+                   "run dir: plan.json is the plan", json.dumps(plan)[:500])
+        self.check(r.read("prep", "stdout.log") == '["prepared"]\n' and r.read("train", "rank1", "stdout.log")
+                   == '["trained"]\n' and r.read("train", "rank0", "stderr.log") == "",
+                   "run dir: plain steps log to <step>/, ranks to <step>/rank<R>/")
+        res = r.results("prep")
+        self.check(res["format"] == 1 and res["step"] == "prep" and res["parallel"] is False
+                   and res["outcome"] == "succeeded" and res["ranks"][0]["rank"] is None
+                   and res["attempts"][0]["master_port"] == 0,
+                   "run dir: a plain step's results.json", json.dumps(res)[:800])
+        self.check(re.fullmatch(r"\[prep\] \[\"prepared\"\]\n\[train r[01]\] \[\"trained\"\]\n"
+                                r"\[train r[01]\] \[\"trained\"\]\n", r.stdout) is not None,
+                   "run dir: the console shows every line once, prefixed", r.stdout)
+
+    def test_spawn_failure(self):
+        d, spec, run_dir = self.workspace("spawn_failure", """name: missing
+steps:
+  - name: train
+    run: no-such-program-xyz --flag
+    parallel:
+      cpus: 2
+""")
+        r = self.flowrun_run("spawn failure", spec, run_dir)
+        self.check(r.rc == 127 and "no-such-program-xyz" in r.stderr,
+                   "spawn failure: a command that is not found exits 127 and is named", r.detail())
+        res = r.results("train")
+        self.check(res["culprit_rank"] == 0 and res["ranks"][0]["status"] == "spawn_failed",
+                   "spawn failure: results.json says rank 0 could not start", json.dumps(res["ranks"])[:800])
+
+    def test_spec_error(self):
+        d, spec, run_dir = self.workspace("spec_error", """name: bad
+steps:
+  - name: train
+    run: python3 train.py
+    parallel:
+      gpu: 2
+""")
+        r = self.flowrun_run("spec error", spec, run_dir)
+        self.check(r.rc == 2 and "steps.train.parallel: unknown key 'gpu'; did you mean 'gpus'?" in r.stderr
+                   and not os.path.exists(run_dir), "spec error: exit 2, nothing runs, no run directory",
+                   r.detail())
+
+    # --- driver -----------------------------------------------------------
+
+    def tests(self):
+        return [(name[len("test_"):], getattr(self, name)) for name in Suite.__dict__ if name.startswith("test_")]
+
+
+def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("flowrun")
+    parser.add_argument("root")
+    parser.add_argument("--sanitized", action="store_true")
+    parser.add_argument("--only", default="")
+    parser.add_argument("--list", action="store_true")
+    a = parser.parse_args()
+    suite = Suite(os.path.abspath(a.flowrun), os.path.abspath(a.root), a.sanitized)
+    tests = suite.tests()
+    if a.list:
+        print("\n".join(name for name, _ in tests))
+        return 0
+    only = set(filter(None, a.only.split(",")))
+    unknown = only - {name for name, _ in tests}
+    if unknown:
+        print(f"unknown test: {', '.join(sorted(unknown))} (see --list)")
+        return 2
+    try:
+        for name, test in tests:
+            if only and name not in only:
+                continue
+            start = time.monotonic()
+            before = suite.t.failed
+            try:
+                test()
+            except Exception as e:  # a crash in one test is that test's failure
+                import traceback
+                suite.check(False, f"{name}: raised {type(e).__name__}: {e}", traceback.format_exc())
+            status = "ok" if suite.t.failed == before else "FAILED"
+            print(f"{name}: {status} ({time.monotonic() - start:.1f} s)", flush=True)
+    finally:
+        shutil.rmtree(suite.scratch, ignore_errors=True)
+    return suite.t.finish()
+
+
+if __name__ == "__main__":
+    sys.exit(main())
