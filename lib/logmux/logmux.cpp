@@ -185,6 +185,7 @@ TailBuffer::TailBuffer(std::size_t lines, std::size_t max_line)
     : lines_(lines), max_line_(std::max<std::size_t>(max_line, 8)), ring_(lines) {}
 
 void TailBuffer::feed(std::string_view data) {
+  if (data.empty()) return;
   const char* p = data.data();
   const char* const end = p + data.size();
   // Only the last lines_ lines survive: when `data` holds more, start after
@@ -203,7 +204,7 @@ void TailBuffer::feed(std::string_view data) {
     truncated_ = false;
     overwrite_ = false;
   }
-  const bool has_cr = std::memchr(p, '\r', data.size()) != nullptr;
+  const bool has_cr = std::memchr(p, '\r', static_cast<std::size_t>(end - p)) != nullptr;
   while (p < end) {
     const char* nl = find(p, end, '\n');
     const std::string_view text(p, static_cast<std::size_t>(nl - p));
