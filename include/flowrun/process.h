@@ -73,7 +73,8 @@ HeldPort hold_free_port(const std::string& addr);
 
 // The guardian: a forked process that outlives a SIGKILLed flowrun just long
 // enough to kill every process carrying `run_id`. Start it before any thread
-// exists. disarm() on a normal exit tells it there is nothing to do.
+// exists. disarm() on a normal exit tells it there is nothing to do; without
+// it (flowrun killed, or leaving by an exception) the guardian cleans up.
 class Guardian {
  public:
   Guardian() = default;

@@ -64,6 +64,10 @@ void Guardian::disarm() {
   fd_ = -1;
 }
 
-Guardian::~Guardian() { disarm(); }
+// Not disarmed: flowrun is leaving by an exception, perhaps with workers
+// still running; the guardian sees end-of-file and stops them.
+Guardian::~Guardian() {
+  if (fd_ >= 0) close(fd_);
+}
 
 }  // namespace flowrun

@@ -132,6 +132,9 @@ struct Supervisor::Impl {
   std::string console_err;
 
   Impl(Console c, pid_t g) : console(c), guardian(g) {
+    // A console reader that went away (`flowrun f.yaml | head`) must not
+    // kill flowrun with its workers running: writes fail with EPIPE instead.
+    signal(SIGPIPE, SIG_IGN);
     wait_child();
     wait_stop();
   }
@@ -384,44 +387,9 @@ struct Supervisor::Impl {
     s.desc = std::make_unique<asio::posix::stream_descriptor>(io, s.fd);
   }
 
-  AttemptRecord run(const std::vector<WorkerLaunch>& launches, const GroupOptions& opts) {
-    options = opts;
-    in_group = true;
-    stopping = kill_now = sweeping = done = grace_expired = false;
-    outcome = Outcome::succeeded;
-    workers.clear();
-    workers.resize(launches.size());
-    stopped.clear();
-    leftovers_seen.clear();
-    notes.clear();
-    started_mono = monotonic_now_ns();
-    AttemptRecord attempt;
-    attempt.restart_count = opts.restart_count;
-    attempt.master_port = opts.master_port;
-    attempt.start_unix_ns = unix_now_ns();
-
-    if (opts.timeout_s) {
-      timeout_timer.expires_after(std::chrono::duration_cast<std::chrono::steady_clock::duration>(
-          std::chrono::duration<double>(std::max(0.0, *opts.timeout_s))));
-      timeout_timer.async_wait([this](const boost::system::error_code& ec) {
-        if (ec || stopping) return;
-        outcome = Outcome::timed_out;
-        begin_stop();
-        advance();
-      });
-    }
-
-    for (std::size_t i = 0; i < launches.size(); ++i) {
-      Worker& w = workers[i];
-      w.launch = &launches[i];
-      w.record.rank = launches[i].rank;
-      w.record.local_rank = launches[i].local_rank;
-      w.record.stdout_log = launches[i].stdout_log;
-      w.record.stderr_log = launches[i].stderr_log;
-      w.record.error_file = launches[i].error_file;
-    }
-    // Spawn in rank order; stop at the first that cannot start, or at an
-    // interrupt that arrived meanwhile.
+  // Spawns in rank order; stops at the first that cannot start, or at an
+  // interrupt that arrived meanwhile.
+  void spawn_all(const std::vector<WorkerLaunch>& launches) {
     for (std::size_t i = 0; i < launches.size() && !stopping && interrupt == 0; ++i) {
       Worker& w = workers[i];
       int out_end = -1, err_end = -1;
@@ -460,6 +428,54 @@ struct Supervisor::Impl {
       watch_exit(w);
       start_read(w, w.out);
       start_read(w, w.err);
+    }
+  }
+
+  AttemptRecord run(const std::vector<WorkerLaunch>& launches, const GroupOptions& opts) {
+    options = opts;
+    in_group = true;
+    stopping = kill_now = sweeping = done = grace_expired = false;
+    outcome = Outcome::succeeded;
+    workers.clear();
+    workers.resize(launches.size());
+    stopped.clear();
+    leftovers_seen.clear();
+    notes.clear();
+    started_mono = monotonic_now_ns();
+    AttemptRecord attempt;
+    attempt.restart_count = opts.restart_count;
+    attempt.master_port = opts.master_port;
+    attempt.start_unix_ns = unix_now_ns();
+
+    if (opts.timeout_s) {
+      timeout_timer.expires_after(std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+          std::chrono::duration<double>(std::max(0.0, *opts.timeout_s))));
+      timeout_timer.async_wait([this](const boost::system::error_code& ec) {
+        if (ec || stopping) return;
+        outcome = Outcome::timed_out;
+        begin_stop();
+        advance();
+      });
+    }
+
+    for (std::size_t i = 0; i < launches.size(); ++i) {
+      Worker& w = workers[i];
+      w.launch = &launches[i];
+      w.record.rank = launches[i].rank;
+      w.record.local_rank = launches[i].local_rank;
+      w.record.stdout_log = launches[i].stdout_log;
+      w.record.stderr_log = launches[i].stderr_log;
+      w.record.error_file = launches[i].error_file;
+    }
+    try {
+      spawn_all(launches);
+    } catch (...) {
+      // flowrun cannot go on (a log file it cannot create): stop what runs.
+      kill_everything();
+      advance();
+      while (!done) io.run_one();
+      in_group = false;
+      throw;
     }
     if (interrupt != 0 && !stopping) {
       outcome = Outcome::interrupted;
