@@ -157,7 +157,8 @@ SpawnResult spawn_process(const SpawnRequest& request) {
       case 1: result.error = request.argv[0] + ": " + errno_text(failure.err); break;
       default: result.error = "cannot set up the process: " + errno_text(failure.err); break;
     }
-    result.exit_code = failure.stage == 1 && failure.err == EACCES ? 126 : 127;
+    // As a shell reports it: 126 found but cannot be run, 127 not found.
+    result.exit_code = failure.stage == 1 && (failure.err == EACCES || failure.err == ENOEXEC) ? 126 : 127;
     result.pid = -1;
   }
   return result;
