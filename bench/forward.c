@@ -2,9 +2,11 @@
 // with RANK=i and its stdout on a pipe), then poll(2)s the N pipes, reads up
 // to 64 KiB at a time and writes what it read to its own stdout: whole lines
 // only (the bytes after a pipe's last newline wait for the next read), so
-// ranks never interleave inside a line; no prefixes, no log files.
+// ranks never interleave inside a line; no prefixes. With -t DIR it also
+// writes each pipe's bytes, as read, to DIR/rank<i>.log (what a launcher that
+// keeps per-rank log files has to do as well).
 //
-//   forward N COMMAND [ARGS...]
+//   forward [-t DIR] N COMMAND [ARGS...]
 //
 // Exits 0 when every child exited 0, 1 otherwise.
 #define _GNU_SOURCE
@@ -19,9 +21,9 @@
 
 enum { kRead = 64 * 1024, kBuf = 2 * kRead };
 
-static int write_all(const char* p, size_t n) {
+static int write_all(int fd, const char* p, size_t n) {
   while (n > 0) {
-    ssize_t w = write(1, p, n);
+    ssize_t w = write(fd, p, n);
     if (w < 0) {
       if (errno == EINTR) continue;
       return -1;
@@ -33,11 +35,18 @@ static int write_all(const char* p, size_t n) {
 }
 
 int main(int argc, char** argv) {
+  const char* tee_dir = NULL;
+  if (argc > 2 && strcmp(argv[1], "-t") == 0) {
+    tee_dir = argv[2];
+    argv += 2;
+    argc -= 2;
+  }
   if (argc < 3) {
-    fprintf(stderr, "usage: forward N COMMAND [ARGS...]\n");
+    fprintf(stderr, "usage: forward [-t DIR] N COMMAND [ARGS...]\n");
     return 2;
   }
   int n = atoi(argv[1]);
+  int* logs = calloc((size_t)n, sizeof *logs);
   struct pollfd* fds = calloc((size_t)n, sizeof *fds);
   char** bufs = calloc((size_t)n, sizeof *bufs);
   size_t* held = calloc((size_t)n, sizeof *held);
@@ -58,6 +67,15 @@ int main(int argc, char** argv) {
     fds[i].fd = p[0];
     fds[i].events = POLLIN;
     bufs[i] = malloc(kBuf);
+    logs[i] = -1;
+    if (tee_dir) {
+      char path[4096];
+      snprintf(path, sizeof path, "%s/rank%d.log", tee_dir, i);
+      if ((logs[i] = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644)) < 0) {
+        perror(path);
+        return 1;
+      }
+    }
   }
 
   int open_pipes = n;
@@ -71,17 +89,18 @@ int main(int argc, char** argv) {
       ssize_t r = read(fds[i].fd, bufs[i] + held[i], kRead);
       if (r < 0 && errno == EINTR) continue;
       if (r <= 0) {
-        if (held[i] && write_all(bufs[i], held[i]) != 0) return 1;
+        if (held[i] && write_all(1, bufs[i], held[i]) != 0) return 1;
         held[i] = 0;
         close(fds[i].fd);
         fds[i].fd = -1;
         --open_pipes;
         continue;
       }
+      if (logs[i] >= 0 && write_all(logs[i], bufs[i] + held[i], (size_t)r) != 0) return 1;
       size_t total = held[i] + (size_t)r;
       char* last = memrchr(bufs[i], '\n', total);
       size_t whole = last ? (size_t)(last - bufs[i]) + 1 : (total > kRead ? total : 0);
-      if (whole && write_all(bufs[i], whole) != 0) return 1;
+      if (whole && write_all(1, bufs[i], whole) != 0) return 1;
       memmove(bufs[i], bufs[i] + whole, total - whole);
       held[i] = total - whole;
     }
