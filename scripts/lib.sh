@@ -11,9 +11,11 @@ FLOWRUN_BUILD_PACKAGES=(
   libcli11-dev libyaml-cpp-dev libfmt-dev libboost-dev
 )
 # ... and to build, test, fuzz and format-check it (scripts/test).
+# python3-torch is Debian's CPU PyTorch for the end-to-end torch tests; it is
+# imported with /usr/bin/python3, whatever python3 comes first in PATH.
 FLOWRUN_PACKAGES=(
   "${FLOWRUN_BUILD_PACKAGES[@]}"
-  catch2 python3
+  catch2 python3 python3-torch
   clang clang-14 libclang-rt-14-dev clang-format
 )
 
