@@ -11,10 +11,12 @@
 //   maxrss_kib=N            ru_maxrss from wait4 on the command's pid (not RUSAGE_CHILDREN of
 //                           timeit, which would also count every grandchild). Linux fills it with
 //                           the larger of the process's own peak and that of the children it reaped.
+//   cpu_ns=N                user + system CPU time from the same wait4: the process's own and that of
+//                           the children it reaped (the workers), as Linux accounts them
 //   hwm_kib=N               with -m: the last VmHWM read from /proc/PID/status while it ran
 //                           (the process's own peak only; sampled every millisecond, 0 if never read)
-//   timed_out=0|1           with -t: the command ran past SECONDS and was sent SIGTERM, then SIGKILL 5 s
-//   later
+//   timed_out=0|1           with -t: the command ran past SECONDS and was sent SIGTERM,
+//                           then SIGKILL 5 s later
 // timeit's own exit code is 0 when it could run and wait for the command, whatever the command returned.
 #define _GNU_SOURCE
 #include <errno.h>
@@ -133,10 +135,13 @@ int main(int argc, char** argv) {
     fprintf(out, "exit=%d", WEXITSTATUS(status));
   else
     fprintf(out, "signal=%d", WTERMSIG(status));
-  fprintf(
-      out,
-      " wall_ns=%lld start_realtime_ns=%lld end_realtime_ns=%lld maxrss_kib=%ld hwm_kib=%ld timed_out=%d\n",
-      (long long)(end - start), (long long)start_real, (long long)end_real, ru.ru_maxrss, hwm, timed_out);
+  long long cpu_ns = ((long long)ru.ru_utime.tv_sec + ru.ru_stime.tv_sec) * 1000000000LL +
+                     ((long long)ru.ru_utime.tv_usec + ru.ru_stime.tv_usec) * 1000LL;
+  fprintf(out,
+          " wall_ns=%lld cpu_ns=%lld start_realtime_ns=%lld end_realtime_ns=%lld maxrss_kib=%ld hwm_kib=%ld "
+          "timed_out=%d\n",
+          (long long)(end - start), cpu_ns, (long long)start_real, (long long)end_real, ru.ru_maxrss, hwm,
+          timed_out);
   if (out != stderr) fclose(out);
   return 0;
 }
