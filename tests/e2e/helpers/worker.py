@@ -16,12 +16,17 @@ the tests need from a rank or a plain step. Standard library only.
   worker.py flood N [--no-newline]   N numbered lines on stdout
   worker.py progress N               a tqdm-like bar on stderr, N redraws
   worker.py outputs                  files in the workdir and in $FLOWRUN_OUTPUT_DIR
+  worker.py kill-self --rank R       rank R sends itself SIGKILL; the others sleep
+  worker.py error-file --rank R      rank R writes a traceback to TORCHELASTIC_ERROR_FILE the
+                                     way torch's @record does, and exits 1 saying nothing
+  worker.py leave-behind             starts a detached `sleep 300` and exits 0 at once
 """
 import argparse
 import json
 import os
 import signal
 import socket
+import subprocess
 import sys
 import time
 
@@ -169,6 +174,32 @@ def cmd_outputs(a):
             f.write("weights of rank 0\n")
 
 
+def cmd_kill_self(a):
+    if RANK == a.rank:
+        time.sleep(0.2)
+        os.kill(os.getpid(), signal.SIGKILL)
+    time.sleep(60)
+
+
+def cmd_error_file(a):
+    if RANK != a.rank:
+        time.sleep(60)
+        return
+    # The shape torch.distributed.elastic's ErrorHandler.record_exception writes.
+    trace = ('Traceback (most recent call last):\n  File "train.py", line 7, in <module>\n'
+             f'    main()\nRuntimeError: recorded failure of rank {RANK}\n')
+    with open(os.environ["TORCHELASTIC_ERROR_FILE"], "w") as f:
+        json.dump({"message": {"message": f"RuntimeError: recorded failure of rank {RANK}",
+                               "extraInfo": {"py_callstack": trace, "timestamp": str(int(time.time()))}}}, f)
+    sys.exit(1)
+
+
+def cmd_leave_behind(a):
+    child = subprocess.Popen(["sleep", "300"], start_new_session=True, stdout=subprocess.DEVNULL,
+                             stderr=subprocess.DEVNULL)
+    print(f"rank {RANK} left {child.pid} behind", flush=True)
+
+
 def main():
     if sys.argv[1:2] == ["argv"]:
         print(json.dumps(sys.argv[2:]), flush=True)
@@ -199,8 +230,13 @@ def main():
     s = sub.add_parser("progress")
     s.add_argument("count", type=int)
     sub.add_parser("outputs")
+    s = sub.add_parser("kill-self")
+    s.add_argument("--rank", type=int, required=True)
+    s = sub.add_parser("error-file")
+    s.add_argument("--rank", type=int, required=True)
+    sub.add_parser("leave-behind")
     a = p.parse_args()
-    globals()["cmd_" + a.cmd](a)
+    globals()["cmd_" + a.cmd.replace("-", "_")](a)
 
 
 if __name__ == "__main__":
