@@ -75,6 +75,10 @@ class Supervisor {
   // Returns notes about what had to be stopped.
   std::vector<std::string> sweep_leftovers(double grace_s);
 
+  // What the supervisor had to do beyond the plan in the groups run since
+  // the last call (leftover processes it stopped); clears the list.
+  std::vector<std::string> notes();
+
   // The first SIGINT or SIGTERM flowrun received (0 if none). Once set, the
   // flow starts nothing new.
   int interrupt_signal() const;

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <climits>
 #include <cstring>
 #include <dirent.h>
 #include <fcntl.h>
@@ -56,6 +57,15 @@ std::string read_file(const std::string& path, std::size_t limit = 1 << 20) {
   return text;
 }
 
+// Workers run in their step's workdir, so every path they get is absolute.
+std::string absolute(const std::string& path) {
+  if (path.empty() || path.front() == '/') return path;
+  char cwd[PATH_MAX];
+  if (getcwd(cwd, sizeof cwd) == nullptr)
+    throw Error(std::string("cannot read the current directory: ") + std::strerror(errno));
+  return std::string(cwd) + "/" + path;
+}
+
 bool directory_is_empty(const std::string& path) {
   DIR* dir = opendir(path.c_str());
   if (dir == nullptr) return true;  // absent (or unreadable: creating it will say so)
@@ -107,7 +117,7 @@ class FlowRunner {
       : spec_(spec), host_(host), plans_(plans), options_(options) {
     ctx_.run_id = options.run_id.empty() ? make_run_id(spec.name) : options.run_id;
     ctx_.layout.run_dir =
-        options.run_dir.empty() ? spec.workdir + "/.flowrun/runs/" + ctx_.run_id : options.run_dir;
+        options.run_dir.empty() ? spec.workdir + "/.flowrun/runs/" + ctx_.run_id : absolute(options.run_dir);
     ctx_.parent_env = env;
     ctx_.master_addr = "127.0.0.1";
     const bool tty = isatty(STDOUT_FILENO) == 1;
@@ -238,6 +248,7 @@ class FlowRunner {
       run_plain(step, start_mono, record);
     }
     const AttemptRecord& last = record.attempts.back();
+    for (const auto& note : supervisor_->notes()) record.notes.push_back(note);
     record.outcome = last.outcome;
     record.exit_code = exit_code_of(last, supervisor_->interrupt_signal());
 
@@ -390,6 +401,7 @@ std::optional<std::vector<int>> parse_rank_list(const std::string& text) {
   if (text == "all") return std::nullopt;
   std::vector<int> ranks;
   const std::string bad = "--ranks '" + text + "': expected 'all' or ranks such as 0, 0,2 or 0-3,6";
+  auto fail = [&]() { return Error(bad, kExitUsage); };
   std::size_t pos = 0;
   while (pos <= text.size()) {
     std::size_t end = text.find(',', pos);
@@ -397,7 +409,7 @@ std::optional<std::vector<int>> parse_rank_list(const std::string& text) {
     const std::string part = text.substr(pos, end - pos);
     const std::size_t dash = part.find('-');
     auto number = [&](const std::string& s) {
-      if (s.empty() || s.size() > 6 || !std::all_of(s.begin(), s.end(), ::isdigit)) throw Error(bad);
+      if (s.empty() || s.size() > 6 || !std::all_of(s.begin(), s.end(), ::isdigit)) throw fail();
       return std::stoi(s);
     };
     if (dash == std::string::npos) {
@@ -405,7 +417,7 @@ std::optional<std::vector<int>> parse_rank_list(const std::string& text) {
     } else {
       const int first = number(part.substr(0, dash));
       const int last = number(part.substr(dash + 1));
-      if (last < first) throw Error(bad);
+      if (last < first) throw fail();
       for (int r = first; r <= last; ++r) ranks.push_back(r);
     }
     pos = end + 1;

@@ -124,7 +124,8 @@ struct Supervisor::Impl {
   std::vector<Worker> workers;
   std::vector<int> stopped;
   std::set<pid_t> leftovers_seen;
-  std::vector<std::string> notes;
+  std::vector<std::string> notes;      // this group's
+  std::vector<std::string> all_notes;  // since Supervisor::notes() was last called
   GroupOptions options;
   std::int64_t started_mono = 0;
   std::vector<char> buffer = std::vector<char>(kReadChunk);
@@ -506,6 +507,7 @@ struct Supervisor::Impl {
       attempt.workers.push_back(std::move(w.record));
     }
     assign_roles(attempt, stopped);
+    all_notes.insert(all_notes.end(), notes.begin(), notes.end());
     workers.clear();
     in_group = false;
     return attempt;
@@ -527,6 +529,12 @@ std::vector<std::string> Supervisor::sweep_leftovers(double grace_s) {
   options.step = "(between steps)";
   impl_->run({}, options);
   return impl_->notes;
+}
+
+std::vector<std::string> Supervisor::notes() {
+  std::vector<std::string> taken;
+  taken.swap(impl_->all_notes);
+  return taken;
 }
 
 int Supervisor::interrupt_signal() const {
