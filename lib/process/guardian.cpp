@@ -38,9 +38,8 @@ void Guardian::start(const std::string& run_id) {
       dup2(devnull, STDERR_FILENO);
     }
     // Close every other inherited descriptor; keep the pipe's read end.
-    for (int fd = 3; fd < 1024; ++fd) {
-      if (fd != keep) close(fd);
-    }
+    if (keep > 3) close_range(3, static_cast<unsigned>(keep) - 1, 0);
+    close_range(static_cast<unsigned>(keep) + 1, ~0U, 0);
     prctl(PR_SET_NAME, "flowrun-guard");
     char byte = 0;
     ssize_t n;
