@@ -5,7 +5,8 @@
 // PR_SET_PDEATHSIG, which fires when the spawning thread exits, means "when
 // flowrun dies"); child exits arrive as SIGCHLD through a signal_set and are
 // reaped with wait4 (never polled on an interval); output arrives as pipe
-// readiness; SIGINT and SIGTERM to flowrun arrive through the same loop.
+// readiness; SIGINT, SIGTERM and SIGHUP (a closed terminal) to flowrun
+// arrive through the same loop.
 //
 // One shutdown path, for a failed worker, a step timeout and an interrupt
 // alike: SIGTERM to every live worker's process group, one shared grace

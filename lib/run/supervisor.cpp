@@ -111,7 +111,7 @@ int open_log(const std::string& path) {
 struct Supervisor::Impl {
   asio::io_context io;
   asio::signal_set child_signals{io, SIGCHLD};
-  asio::signal_set stop_signals{io, SIGINT, SIGTERM};
+  asio::signal_set stop_signals{io, SIGINT, SIGTERM, SIGHUP};
   asio::steady_timer grace_timer{io};
   asio::steady_timer timeout_timer{io};
   Console console;
