@@ -8,7 +8,7 @@ export FLOWRUN_ROOT
 # Debian packages needed to build flowrun itself (scripts/demo) ...
 FLOWRUN_BUILD_PACKAGES=(
   g++ cmake ninja-build pkg-config
-  libcli11-dev libyaml-cpp-dev libfmt-dev libboost-dev
+  libcli11-dev libyaml-cpp-dev libfmt-dev libboost-dev libssl-dev
 )
 # ... and to build, test, fuzz and format-check it (scripts/test).
 # python3-torch is Debian's CPU PyTorch for the end-to-end torch tests; it is

@@ -1,0 +1,217 @@
+// The control plane's wire protocol: how the head process and the
+// `flowrun agent` on each node talk over one TCP connection. Pure: nothing
+// here opens a socket, reads a clock or touches a file; the caller moves bytes
+// and this module turns them into messages and back. Only auth.cpp uses
+// OpenSSL (random numbers, HMAC-SHA256).
+//
+// Wire format (all integers big-endian):
+//
+//   frame   = length:u32  version:u8  type:u8  payload
+//             `length` counts version + type + payload (so it is >= 2);
+//             `version` is kProtocolVersion; `type` is a MessageType.
+//   payload = field*      (encode_fields; the frame's length ends the list)
+//   field   = key_len:u32  key  value_len:u32  value
+//             keys are non-empty and unique; keys and values are raw bytes.
+//
+// Both sides must run the same flowrun version: a frame with another
+// protocol version is refused with a message saying so, never guessed at.
+//
+// Handshake (the agent connects to the head; the token is a shared secret
+// both read from a file, and it never goes on the wire):
+//
+//   agent -> head  hello      {node, flowrun, nonce: agent_nonce}
+//   head  -> agent challenge  {nonce: head_nonce}
+//   agent -> head  auth       {proof: auth_proof(token, head_nonce, "agent:" + node)}
+//   head  -> agent welcome    {proof: auth_proof(token, agent_nonce, "head:" + node)}
+//                  or refused {reason}, after which the head closes.
+//
+// The head checks the agent's proof; the agent checks the head's proof in
+// welcome before it acts on any message, since the head tells it what to run.
+// The "agent:"/"head:" prefixes keep a proof made for one direction from being
+// replayed in the other; fresh nonces keep an old proof from being replayed.
+// Nothing after the handshake is encrypted or signed: run the control plane on
+// a network you trust (as torchrun's rendezvous store assumes).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+namespace flowrun {
+
+inline constexpr std::uint8_t kProtocolVersion = 1;
+
+// length:u32 + version:u8 + type:u8.
+inline constexpr std::size_t kFrameHeaderBytes = 6;
+
+// Raw bytes carried by one output or upload_chunk message; senders cut longer
+// data into chunks of at most this size.
+inline constexpr std::size_t kMaxChunkBytes = 16 * 1024 * 1024;
+
+// The default limit on a frame's `length`: one full chunk plus room for the
+// other fields of its message.
+inline constexpr std::size_t kMaxFrameSize = kMaxChunkBytes + 64 * 1024;
+
+// The default limit on the number of fields decode_fields accepts.
+inline constexpr std::size_t kMaxFields = 64;
+
+// Every message, with who sends it and its fields. The numbers are on the wire:
+// never renumber, only append (and bump kProtocolVersion for any change).
+enum class MessageType : std::uint8_t {
+  hello = 1,          // agent->head: first message; node, flowrun (version text), nonce
+  challenge = 2,      // head->agent: nonce the agent must prove the token with
+  auth = 3,           // agent->head: proof over the head's nonce, role "agent:<node>"
+  welcome = 4,        // head->agent: accepted; proof over the agent's nonce, role "head:<node>"
+  refused = 5,        // head->agent: not accepted; reason (shown to the user); the head then closes
+  assign = 6,         // head->agent: the ranks this node runs (step, command, environment per rank)
+  start = 7,          // head->agent: start the assigned ranks now (every node starts together)
+  output = 8,         // agent->head: rank, stream ("stdout"/"stderr"), data (<= kMaxChunkBytes)
+  exited = 9,         // agent->head: rank and how it ended (exit code or signal)
+  heartbeat = 10,     // both ways: liveness; a peer silent past the timeout is lost
+  stop = 11,          // head->agent: stop every rank (SIGTERM, grace, SIGKILL); reason
+  upload_begin = 12,  // agent->head: a file a rank wrote, for the join step; path, size
+  upload_chunk = 13,  // agent->head: path, data (<= kMaxChunkBytes), in order
+  upload_end = 14,    // agent->head: path is complete; the head checks the size it got
+  bye = 15,           // both ways: orderly close; the sender closes after it
+};
+
+inline constexpr std::uint8_t kFirstMessageType = 1;
+inline constexpr std::uint8_t kLastMessageType = 15;
+
+// "hello", "upload_chunk", ... as in the enum.
+std::string_view message_type_name(MessageType type);
+
+// The MessageType whose number is `byte`, or nullopt for an unknown one.
+std::optional<MessageType> message_type_from_byte(std::uint8_t byte);
+
+// ---- Frames ---------------------------------------------------------------
+
+struct Frame {
+  MessageType type{};
+  std::string payload;
+  friend bool operator==(const Frame&, const Frame&) = default;
+};
+
+// Appends one frame to `out` (so a sender can batch frames into one write).
+// Throws flowrun::Error when 2 + payload.size() exceeds `max_frame`: the peer
+// would refuse it, so it is a bug in the sender, not a runtime condition.
+void append_frame(std::string& out, MessageType type, std::string_view payload,
+                  std::size_t max_frame = kMaxFrameSize);
+
+// One frame as a string.
+std::string encode_frame(MessageType type, std::string_view payload, std::size_t max_frame = kMaxFrameSize);
+
+// Turns a byte stream into frames. Bytes may arrive split anywhere: feed()
+// whatever a read returned, then call next() until it returns nullopt.
+//
+// Memory: the reader holds only bytes fed and not yet returned. It checks each
+// header as soon as its bytes arrive (the length after 4 bytes, the version
+// after 5, the type after 6), so an oversized length fails before anything is
+// reserved for it, and it never sizes a buffer from a length. A caller that
+// drains next() after every feed() of at most N bytes holds at most
+// max_frame + 4 + N bytes.
+//
+// Errors (error() is then non-empty, failed() true), each naming the peer:
+//   "agent speaks protocol 2, this flowrun speaks 1: run the same flowrun version on every node"
+//   "agent sent a frame of 4294967295 bytes, over the limit of 16777216"
+//   "agent sent a frame of 1 bytes, shorter than its 2-byte version and type"
+//   "agent sent a message of unknown type 99"
+// After an error the reader stays failed: it ignores further bytes, and next()
+// returns only the whole frames that came before the bad one, then nullopt.
+// The caller should then close the connection.
+class FrameReader {
+ public:
+  // `peer` names the other side in errors ("agent", "head").
+  explicit FrameReader(std::string peer = "peer", std::size_t max_frame = kMaxFrameSize);
+
+  void feed(std::string_view bytes);
+
+  // The next whole frame, or nullopt when none is complete (yet, or ever after an error).
+  std::optional<Frame> next();
+
+  bool failed() const { return !error_.empty(); }
+  const std::string& error() const { return error_; }
+
+  // Bytes held and not yet returned by next() (for tests and diagnostics).
+  std::size_t buffered() const { return buffer_.size() - start_; }
+
+ private:
+  // Checks the header at offset `at` of buffer_ as far as its bytes arrived;
+  // sets error_ and returns false when it is bad.
+  bool check_header(std::size_t at);
+
+  std::string peer_;
+  std::size_t max_frame_;
+  std::string buffer_;
+  std::size_t start_ = 0;    // first byte not yet returned
+  std::size_t checked_ = 0;  // offset of the first frame whose header is not fully checked
+  std::string error_;
+};
+
+// ---- Payload fields -------------------------------------------------------
+
+using Fields = std::vector<std::pair<std::string, std::string>>;
+
+// The payload for `fields`, in the order given. Throws flowrun::Error for an
+// empty or duplicate key (a bug in the sender).
+std::string encode_fields(const Fields& fields);
+
+// The fields of `payload`, or nullopt with *error set:
+//   "truncated payload at byte 9: a length needs 4 bytes, 2 are left"
+//   "truncated payload at byte 13: 'rank' needs 10 bytes, 3 are left"
+//   "field 2 has an empty key"
+//   "duplicate field 'rank'"
+//   "more than 64 fields"
+// The empty payload is zero fields.
+std::optional<Fields> decode_fields(std::string_view payload, std::string* error,
+                                    std::size_t max_fields = kMaxFields);
+
+// The value of `key`, or nullptr when absent.
+const std::string* find_field(const Fields& fields, std::string_view key);
+
+// ---- Authentication (auth.cpp) ---------------------------------------------
+
+// A new shared secret: 32 random bytes (OpenSSL RAND_bytes), as 64 lowercase
+// hex characters. Throws flowrun::Error when no randomness is available.
+std::string make_token();
+
+// A new challenge: 16 random bytes as 32 lowercase hex characters (hex, so it
+// never holds the NUL that separates auth_proof's inputs).
+std::string make_nonce();
+
+// HMAC-SHA256 keyed with `token` over
+//   "flowrun-auth-v1" NUL nonce NUL role_and_node
+// as 64 lowercase hex characters. role_and_node is "agent:<node>" or
+// "head:<node>" (see the handshake above). Throws flowrun::Error for an
+// empty token (it would authenticate anyone who guessed that).
+std::string auth_proof(std::string_view token, std::string_view nonce, std::string_view role_and_node);
+
+// Whether two proofs are equal, in time that does not depend on where they
+// differ (CRYPTO_memcmp), so a peer cannot guess a proof byte by byte. Proofs
+// of different lengths are unequal (their length is no secret).
+bool proofs_equal(std::string_view a, std::string_view b);
+
+// ---- Upload paths ----------------------------------------------------------
+
+// The longest upload path accepted, in bytes (Linux's PATH_MAX).
+inline constexpr std::size_t kMaxPathBytes = 4096;
+
+// Checks a path an agent names in upload_begin, which the head will create
+// under the run directory. Returns the normalised path (leading and inner "."
+// components dropped: "./a/./b" -> "a/b"), or nullopt with *error set:
+//   "upload path is empty"
+//   "upload path '/etc/passwd' is absolute"
+//   "upload path '../x' has a '..' component"
+//   "upload path 'a//b' has an empty component"
+//   "upload path '.' names no file"
+//   "upload path contains a NUL byte"
+//   "upload path is longer than 4096 bytes"
+// Only the text is checked: the head must still refuse to write through a
+// symlink (O_NOFOLLOW on every component) when it creates the file.
+std::optional<std::string> safe_relative_path(std::string_view path, std::string* error);
+
+}  // namespace flowrun

@@ -1,0 +1,246 @@
+#include "flowrun/protocol.h"
+
+#include <algorithm>
+#include <array>
+
+#include "flowrun/error.h"
+
+namespace flowrun {
+
+namespace {
+
+constexpr std::array<std::string_view, kLastMessageType + 1> kTypeNames = {
+    "",       "hello",  "challenge", "auth", "welcome",      "refused",      "assign",     "start",
+    "output", "exited", "heartbeat", "stop", "upload_begin", "upload_chunk", "upload_end", "bye",
+};
+
+void put_u32(std::string& out, std::uint32_t value) {
+  out.push_back(static_cast<char>((value >> 24) & 0xff));
+  out.push_back(static_cast<char>((value >> 16) & 0xff));
+  out.push_back(static_cast<char>((value >> 8) & 0xff));
+  out.push_back(static_cast<char>(value & 0xff));
+}
+
+std::uint32_t get_u32(std::string_view bytes, std::size_t at) {
+  std::uint32_t value = 0;
+  for (std::size_t i = 0; i < 4; ++i) value = (value << 8) | static_cast<unsigned char>(bytes[at + i]);
+  return value;
+}
+
+// Keys are quoted in errors; they are usually short names, but come from the peer.
+std::string quoted_key(std::string_view key) {
+  constexpr std::size_t kShown = 64;
+  std::string out = "'";
+  out.append(key.substr(0, kShown));
+  if (key.size() > kShown) out += "...";
+  out += "'";
+  return out;
+}
+
+}  // namespace
+
+std::string_view message_type_name(MessageType type) {
+  auto index = static_cast<std::size_t>(type);
+  return index < kTypeNames.size() ? kTypeNames[index] : std::string_view("unknown");
+}
+
+std::optional<MessageType> message_type_from_byte(std::uint8_t byte) {
+  if (byte < kFirstMessageType || byte > kLastMessageType) return std::nullopt;
+  return static_cast<MessageType>(byte);
+}
+
+void append_frame(std::string& out, MessageType type, std::string_view payload, std::size_t max_frame) {
+  std::size_t length = payload.size() + 2;
+  if (length > max_frame || length > UINT32_MAX) {
+    throw Error("a " + std::string(message_type_name(type)) + " frame of " + std::to_string(length) +
+                " bytes is over the limit of " + std::to_string(max_frame));
+  }
+  out.reserve(out.size() + 4 + length);
+  put_u32(out, static_cast<std::uint32_t>(length));
+  out.push_back(static_cast<char>(kProtocolVersion));
+  out.push_back(static_cast<char>(type));
+  out.append(payload);
+}
+
+std::string encode_frame(MessageType type, std::string_view payload, std::size_t max_frame) {
+  std::string out;
+  append_frame(out, type, payload, max_frame);
+  return out;
+}
+
+FrameReader::FrameReader(std::string peer, std::size_t max_frame)
+    : peer_(std::move(peer)), max_frame_(std::max<std::size_t>(max_frame, 2)) {}
+
+bool FrameReader::check_header(std::size_t at) {
+  std::size_t have = buffer_.size() - at;
+  if (have >= 4) {
+    std::uint32_t length = get_u32(buffer_, at);
+    if (length > max_frame_) {
+      error_ = peer_ + " sent a frame of " + std::to_string(length) + " bytes, over the limit of " +
+               std::to_string(max_frame_);
+    } else if (length < 2) {
+      error_ = peer_ + " sent a frame of " + std::to_string(length) +
+               " bytes, shorter than its 2-byte version and type";
+    }
+  }
+  if (error_.empty() && have >= 5) {
+    auto version = static_cast<unsigned char>(buffer_[at + 4]);
+    if (version != kProtocolVersion) {
+      error_ = peer_ + " speaks protocol " + std::to_string(version) + ", this flowrun speaks " +
+               std::to_string(kProtocolVersion) + ": run the same flowrun version on every node";
+    }
+  }
+  if (error_.empty() && have >= 6) {
+    auto type = static_cast<unsigned char>(buffer_[at + 5]);
+    if (!message_type_from_byte(type)) {
+      error_ = peer_ + " sent a message of unknown type " + std::to_string(type);
+    }
+  }
+  return error_.empty();
+}
+
+void FrameReader::feed(std::string_view bytes) {
+  if (failed() || bytes.empty()) return;
+  buffer_.append(bytes);
+  // Check every header that has arrived, so a bad one fails now rather than
+  // after the caller fed up to a whole frame's worth of bytes behind it.
+  while (true) {
+    if (!check_header(checked_)) {
+      // Keep the whole frames before the bad one for next(); drop the rest.
+      buffer_.resize(checked_);
+      buffer_.shrink_to_fit();
+      return;
+    }
+    if (buffer_.size() - checked_ < kFrameHeaderBytes) return;
+    std::size_t frame_end = checked_ + 4 + get_u32(buffer_, checked_);
+    if (frame_end > buffer_.size()) return;
+    checked_ = frame_end;
+  }
+}
+
+std::optional<Frame> FrameReader::next() {
+  std::size_t have = buffer_.size() - start_;
+  if (have < kFrameHeaderBytes || start_ >= checked_) return std::nullopt;
+  std::size_t length = get_u32(buffer_, start_);
+  if (have < 4 + length) return std::nullopt;
+  Frame frame;
+  frame.type = static_cast<MessageType>(static_cast<unsigned char>(buffer_[start_ + 5]));
+  frame.payload.assign(buffer_, start_ + kFrameHeaderBytes, length - 2);
+  start_ += 4 + length;
+  if (start_ == buffer_.size()) {
+    buffer_.clear();
+    checked_ -= start_;
+    start_ = 0;
+  } else if (start_ > 64 * 1024 && start_ > buffer_.size() / 2) {
+    buffer_.erase(0, start_);
+    checked_ -= start_;
+    start_ = 0;
+  }
+  return frame;
+}
+
+std::string encode_fields(const Fields& fields) {
+  std::size_t total = 0;
+  for (std::size_t i = 0; i < fields.size(); ++i) {
+    const auto& [key, value] = fields[i];
+    if (key.empty()) throw Error("field " + std::to_string(i + 1) + " has an empty key");
+    for (std::size_t j = 0; j < i; ++j) {
+      if (fields[j].first == key) throw Error("duplicate field " + quoted_key(key));
+    }
+    if (key.size() > UINT32_MAX || value.size() > UINT32_MAX) {
+      throw Error("field " + quoted_key(key) + " is too large to encode");
+    }
+    total += 8 + key.size() + value.size();
+  }
+  std::string out;
+  out.reserve(total);
+  for (const auto& [key, value] : fields) {
+    put_u32(out, static_cast<std::uint32_t>(key.size()));
+    out.append(key);
+    put_u32(out, static_cast<std::uint32_t>(value.size()));
+    out.append(value);
+  }
+  return out;
+}
+
+std::optional<Fields> decode_fields(std::string_view payload, std::string* error, std::size_t max_fields) {
+  Fields fields;
+  std::size_t at = 0;
+  // Reads one length-prefixed string at `at`; `what` names it in errors.
+  auto read_string = [&](std::string_view what, std::string& into) {
+    if (payload.size() - at < 4) {
+      *error = "truncated payload at byte " + std::to_string(at) + ": a length needs 4 bytes, " +
+               std::to_string(payload.size() - at) + " are left";
+      return false;
+    }
+    std::size_t length = get_u32(payload, at);
+    at += 4;
+    if (payload.size() - at < length) {
+      *error = "truncated payload at byte " + std::to_string(at) + ": " + std::string(what) + " needs " +
+               std::to_string(length) + " bytes, " + std::to_string(payload.size() - at) + " are left";
+      return false;
+    }
+    into.assign(payload.substr(at, length));
+    at += length;
+    return true;
+  };
+  while (at < payload.size()) {
+    if (fields.size() == max_fields) {
+      *error = "more than " + std::to_string(max_fields) + " fields";
+      return std::nullopt;
+    }
+    std::string key;
+    std::string value;
+    if (!read_string("a key", key)) return std::nullopt;
+    if (key.empty()) {
+      *error = "field " + std::to_string(fields.size() + 1) + " has an empty key";
+      return std::nullopt;
+    }
+    if (find_field(fields, key)) {
+      *error = "duplicate field " + quoted_key(key);
+      return std::nullopt;
+    }
+    if (!read_string(quoted_key(key), value)) return std::nullopt;
+    fields.emplace_back(std::move(key), std::move(value));
+  }
+  return fields;
+}
+
+const std::string* find_field(const Fields& fields, std::string_view key) {
+  for (const auto& [k, v] : fields) {
+    if (k == key) return &v;
+  }
+  return nullptr;
+}
+
+std::optional<std::string> safe_relative_path(std::string_view path, std::string* error) {
+  auto fail = [&](std::string message) -> std::optional<std::string> {
+    *error = std::move(message);
+    return std::nullopt;
+  };
+  if (path.empty()) return fail("upload path is empty");
+  if (path.find('\0') != std::string_view::npos) return fail("upload path contains a NUL byte");
+  if (path.size() > kMaxPathBytes) {
+    return fail("upload path is longer than " + std::to_string(kMaxPathBytes) + " bytes");
+  }
+  std::string shown = "upload path '" + std::string(path) + "'";
+  if (path.front() == '/') return fail(shown + " is absolute");
+  std::string out;
+  std::size_t begin = 0;
+  while (true) {
+    std::size_t end = std::min(path.find('/', begin), path.size());
+    std::string_view component = path.substr(begin, end - begin);
+    if (component.empty()) return fail(shown + " has an empty component");
+    if (component == "..") return fail(shown + " has a '..' component");
+    if (component != ".") {
+      if (!out.empty()) out += '/';
+      out.append(component);
+    }
+    if (end == path.size()) break;
+    begin = end + 1;
+  }
+  if (out.empty()) return fail(shown + " names no file");
+  return out;
+}
+
+}  // namespace flowrun

@@ -1,0 +1,317 @@
+// The control plane's wire protocol: frames, the incremental reader and its
+// errors, payload fields, authentication proofs and upload path checks.
+#include "flowrun/protocol.h"
+
+#include <catch2/catch.hpp>
+#include <set>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "flowrun/error.h"
+
+using namespace flowrun;
+using namespace std::string_literals;
+
+namespace {
+
+std::vector<MessageType> all_types() {
+  std::vector<MessageType> types;
+  for (int b = kFirstMessageType; b <= kLastMessageType; ++b) types.push_back(static_cast<MessageType>(b));
+  return types;
+}
+
+// A frame header with any length, version and type, for malformed input.
+std::string raw_header(std::uint32_t length, std::uint8_t version, std::uint8_t type) {
+  std::string out;
+  for (int shift = 24; shift >= 0; shift -= 8) out.push_back(static_cast<char>((length >> shift) & 0xff));
+  out.push_back(static_cast<char>(version));
+  out.push_back(static_cast<char>(type));
+  return out;
+}
+
+std::vector<Frame> drain(FrameReader& reader) {
+  std::vector<Frame> frames;
+  while (auto frame = reader.next()) frames.push_back(std::move(*frame));
+  return frames;
+}
+
+}  // namespace
+
+TEST_CASE("a frame is big-endian length, version, type, payload", "[protocol]") {
+  std::string frame = encode_frame(MessageType::heartbeat, "abc");
+  CHECK(frame == "\x00\x00\x00\x05\x01\x0a"s + "abc");
+  CHECK(encode_frame(MessageType::bye, "") == "\x00\x00\x00\x02\x01\x0f"s);
+  std::string batch;
+  append_frame(batch, MessageType::start, "");
+  append_frame(batch, MessageType::bye, "x");
+  CHECK(batch == encode_frame(MessageType::start, "") + encode_frame(MessageType::bye, "x"));
+}
+
+TEST_CASE("every message type round-trips through a frame and fields", "[protocol]") {
+  std::set<std::string_view> names;
+  for (MessageType type : all_types()) {
+    INFO(message_type_name(type));
+    names.insert(message_type_name(type));
+    Fields fields = {{"type", std::string(message_type_name(type))}, {"data", "\0\xff\n"s}};
+    FrameReader reader("agent");
+    reader.feed(encode_frame(type, encode_fields(fields)));
+    auto frame = reader.next();
+    REQUIRE(frame);
+    CHECK(frame->type == type);
+    std::string error;
+    auto decoded = decode_fields(frame->payload, &error);
+    REQUIRE(decoded);
+    CHECK(*decoded == fields);
+    CHECK_FALSE(reader.next());
+    CHECK(reader.buffered() == 0);
+    CHECK(message_type_from_byte(static_cast<std::uint8_t>(type)) == type);
+  }
+  CHECK(names.size() == 15);
+  CHECK(message_type_name(MessageType::upload_chunk) == "upload_chunk");
+  CHECK_FALSE(message_type_from_byte(0));
+  CHECK_FALSE(message_type_from_byte(16));
+}
+
+TEST_CASE("a frame fed byte by byte comes out once, whole", "[protocol]") {
+  std::string payload = encode_fields({{"rank", "3"}, {"stream", "stdout"}, {"data", "loss 0.12\n"}});
+  std::string bytes = encode_frame(MessageType::output, payload);
+  FrameReader reader("agent");
+  for (std::size_t i = 0; i + 1 < bytes.size(); ++i) {
+    reader.feed(bytes.substr(i, 1));
+    REQUIRE_FALSE(reader.next());
+  }
+  reader.feed(bytes.substr(bytes.size() - 1));
+  auto frame = reader.next();
+  REQUIRE(frame);
+  CHECK(*frame == Frame{MessageType::output, payload});
+  CHECK_FALSE(reader.next());
+  CHECK_FALSE(reader.failed());
+}
+
+TEST_CASE("two frames in one feed, and a third split across feeds", "[protocol]") {
+  std::string third = encode_frame(MessageType::exited, "code");
+  FrameReader reader("agent");
+  reader.feed(encode_frame(MessageType::heartbeat, "") + encode_frame(MessageType::stop, "now") +
+              third.substr(0, 7));
+  auto frames = drain(reader);
+  REQUIRE(frames.size() == 2);
+  CHECK(frames[0] == Frame{MessageType::heartbeat, ""});
+  CHECK(frames[1] == Frame{MessageType::stop, "now"});
+  CHECK(reader.buffered() == 7);
+  reader.feed(third.substr(7));
+  frames = drain(reader);
+  REQUIRE(frames.size() == 1);
+  CHECK(frames[0] == Frame{MessageType::exited, "code"});
+  CHECK(reader.buffered() == 0);
+}
+
+TEST_CASE("an oversized length fails as soon as its four bytes arrive", "[protocol]") {
+  FrameReader reader("agent", 16 * 1024 * 1024);
+  reader.feed("\xff\xff\xff");
+  CHECK_FALSE(reader.failed());
+  reader.feed("\xff");
+  REQUIRE(reader.failed());
+  CHECK(reader.error() == "agent sent a frame of 4294967295 bytes, over the limit of 16777216");
+  CHECK(reader.buffered() == 0);
+  CHECK_FALSE(reader.next());
+  // Failed for good: a valid frame afterwards is ignored.
+  reader.feed(encode_frame(MessageType::bye, ""));
+  CHECK_FALSE(reader.next());
+  CHECK(reader.buffered() == 0);
+}
+
+TEST_CASE("the frame limit is the reader's, inclusive", "[protocol]") {
+  FrameReader reader("head", 10);
+  reader.feed(encode_frame(MessageType::output, "12345678", 10));
+  CHECK(reader.next() == Frame{MessageType::output, "12345678"});
+  reader.feed(raw_header(11, 1, 8));
+  CHECK(reader.error() == "head sent a frame of 11 bytes, over the limit of 10");
+  CHECK_THROWS_WITH(encode_frame(MessageType::output, "123456789", 10),
+                    "a output frame of 11 bytes is over the limit of 10");
+}
+
+TEST_CASE("a frame from another protocol version is refused with what to do", "[protocol]") {
+  FrameReader reader("agent");
+  reader.feed(raw_header(2, 2, 1));
+  REQUIRE(reader.failed());
+  CHECK(reader.error() ==
+        "agent speaks protocol 2, this flowrun speaks 1: run the same flowrun version on every node");
+}
+
+TEST_CASE("unknown types and frames too short for their header are refused", "[protocol]") {
+  FrameReader unknown("agent");
+  unknown.feed(raw_header(2, 1, 99));
+  CHECK(unknown.error() == "agent sent a message of unknown type 99");
+  FrameReader zero("head");
+  zero.feed(raw_header(0, 1, 1).substr(0, 4));
+  CHECK(zero.error() == "head sent a frame of 0 bytes, shorter than its 2-byte version and type");
+  FrameReader one("head");
+  one.feed(raw_header(1, 1, 1));
+  CHECK(one.error() == "head sent a frame of 1 bytes, shorter than its 2-byte version and type");
+}
+
+TEST_CASE("whole frames before a bad one are still returned, then nothing", "[protocol]") {
+  FrameReader reader("agent");
+  reader.feed(encode_frame(MessageType::exited, "r0") + raw_header(2, 1, 0) + "trailing");
+  CHECK(reader.error() == "agent sent a message of unknown type 0");
+  CHECK(reader.next() == Frame{MessageType::exited, "r0"});
+  CHECK_FALSE(reader.next());
+  CHECK(reader.buffered() == 0);
+}
+
+TEST_CASE("a bad header behind a pending frame fails on arrival", "[protocol]") {
+  // The first frame is incomplete; the second header cannot be seen yet, so
+  // only the first frame's header is checked.
+  std::string first = encode_frame(MessageType::output, std::string(100, 'x'));
+  FrameReader reader("agent");
+  reader.feed(first.substr(0, 50));
+  CHECK_FALSE(reader.failed());
+  reader.feed(first.substr(50) + raw_header(2, 7, 1));
+  CHECK(reader.error() ==
+        "agent speaks protocol 7, this flowrun speaks 1: run the same flowrun version on every node");
+  CHECK(reader.next() == Frame{MessageType::output, std::string(100, 'x')});
+  CHECK_FALSE(reader.next());
+}
+
+TEST_CASE("many frames in random splits come out unchanged", "[protocol]") {
+  std::string stream;
+  std::vector<Frame> sent;
+  for (int i = 0; i < 200; ++i) {
+    Frame frame{static_cast<MessageType>(1 + i % 15),
+                std::string(static_cast<std::size_t>(i * 7 % 300), 'a' + i % 26)};
+    append_frame(stream, frame.type, frame.payload);
+    sent.push_back(frame);
+  }
+  for (std::size_t chunk : {1u, 3u, 64u, 1000u, 100000u}) {
+    INFO("chunk " << chunk);
+    FrameReader reader("agent");
+    std::vector<Frame> got;
+    for (std::size_t at = 0; at < stream.size(); at += chunk) {
+      reader.feed(std::string_view(stream).substr(at, chunk));
+      for (auto& frame : drain(reader)) got.push_back(std::move(frame));
+    }
+    CHECK_FALSE(reader.failed());
+    CHECK(got == sent);
+    CHECK(reader.buffered() == 0);
+  }
+}
+
+TEST_CASE("fields are length-prefixed and binary-safe", "[protocol]") {
+  CHECK(encode_fields({{"k", "vv"}}) == "\x00\x00\x00\x01k\x00\x00\x00\x02vv"s);
+  CHECK(encode_fields({}).empty());
+  std::string error;
+  auto none = decode_fields("", &error);
+  REQUIRE(none);
+  CHECK(none->empty());
+  Fields fields = {{"a", ""}, {"b\0c"s, std::string(1000, '\0')}};
+  auto decoded = decode_fields(encode_fields(fields), &error);
+  REQUIRE(decoded);
+  CHECK(*decoded == fields);
+  REQUIRE(find_field(*decoded, "a"));
+  CHECK(find_field(*decoded, "a")->empty());
+  CHECK(find_field(*decoded, "missing") == nullptr);
+}
+
+TEST_CASE("decode_fields rejects truncation, empty and duplicate keys, too many fields", "[protocol]") {
+  std::string payload = encode_fields({{"node", "n1"}, {"rank", "0123456789"}});
+  std::string error;
+  // Cut inside the second key's length (offset 10 + 4 = 14 bytes for the first field).
+  CHECK_FALSE(decode_fields(payload.substr(0, 16), &error));
+  CHECK(error == "truncated payload at byte 14: a length needs 4 bytes, 2 are left");
+  // Cut inside the second value: key "rank" is at 18..22, its value length at 22..26.
+  CHECK_FALSE(decode_fields(payload.substr(0, 33), &error));
+  CHECK(error == "truncated payload at byte 26: 'rank' needs 10 bytes, 7 are left");
+  // A key length past the end.
+  CHECK_FALSE(
+      decode_fields("\x00\x00\x00\x09"
+                    "ab"s,
+                    &error));
+  CHECK(error == "truncated payload at byte 4: a key needs 9 bytes, 2 are left");
+
+  CHECK_FALSE(decode_fields(encode_fields({{"a", "1"}}) + "\x00\x00\x00\x00\x00\x00\x00\x00"s, &error));
+  CHECK(error == "field 2 has an empty key");
+  CHECK_FALSE(decode_fields(encode_fields({{"rank", "1"}}) + encode_fields({{"rank", "2"}}), &error));
+  CHECK(error == "duplicate field 'rank'");
+
+  Fields many;
+  for (int i = 0; i < 65; ++i) many.emplace_back("k" + std::to_string(i), "");
+  CHECK_FALSE(decode_fields(encode_fields(many), &error));
+  CHECK(error == "more than 64 fields");
+  many.pop_back();
+  CHECK(decode_fields(encode_fields(many), &error));
+  CHECK_FALSE(decode_fields(encode_fields({{"a", ""}, {"b", ""}}), &error, 1));
+  CHECK(error == "more than 1 fields");
+
+  CHECK_THROWS_WITH(encode_fields({{"a", "1"}, {"a", "2"}}), "duplicate field 'a'");
+  CHECK_THROWS_WITH(encode_fields({{"", "1"}}), "field 1 has an empty key");
+}
+
+TEST_CASE("auth proofs match only for the same token, nonce and role", "[protocol]") {
+  std::string token = make_token();
+  std::string nonce = make_nonce();
+  CHECK(token.size() == 64);
+  CHECK(nonce.size() == 32);
+  CHECK(token.find_first_not_of("0123456789abcdef") == std::string::npos);
+  CHECK(nonce.find_first_not_of("0123456789abcdef") == std::string::npos);
+  CHECK(make_token() != token);
+  CHECK(make_nonce() != nonce);
+
+  std::string proof = auth_proof(token, nonce, "agent:node1");
+  CHECK(proof.size() == 64);
+  CHECK(proof.find_first_not_of("0123456789abcdef") == std::string::npos);
+  CHECK(proofs_equal(proof, auth_proof(token, nonce, "agent:node1")));
+  CHECK_FALSE(proofs_equal(proof, auth_proof(make_token(), nonce, "agent:node1")));
+  CHECK_FALSE(proofs_equal(proof, auth_proof(token, make_nonce(), "agent:node1")));
+  CHECK_FALSE(proofs_equal(proof, auth_proof(token, nonce, "agent:node2")));
+  CHECK_FALSE(proofs_equal(proof, auth_proof(token, nonce, "head:node1")));
+  CHECK_FALSE(proofs_equal(proof, proof.substr(0, 63)));
+  CHECK_FALSE(proofs_equal(proof, ""));
+  CHECK(proofs_equal("", ""));
+  CHECK_THROWS_WITH(auth_proof("", nonce, "agent:node1"), "authentication token is empty");
+}
+
+TEST_CASE("auth proof is HMAC-SHA256 over the documented message", "[protocol]") {
+  // Independently computed: printf 'flowrun-auth-v1\0n1\0agent:x' |
+  //   openssl dgst -sha256 -hmac secret
+  CHECK(auth_proof("secret", "n1", "agent:x") ==
+        "c90765ada0376a8d186df9d9203c5a5e7b998aaf901842da70ef36ae4b270bf0");
+}
+
+TEST_CASE("upload paths: relative, normal components only", "[protocol]") {
+  struct Case {
+    std::string path;
+    std::string want;  // the normalised path, or the error
+    bool ok;
+  };
+  std::vector<Case> cases = {
+      {"a/b.pt", "a/b.pt", true},
+      {"./a", "a", true},
+      {"././a/./b", "a/b", true},
+      {"ckpt", "ckpt", true},
+      {"..a/b..", "..a/b..", true},
+      {"../x", "upload path '../x' has a '..' component", false},
+      {"a/../../x", "upload path 'a/../../x' has a '..' component", false},
+      {"a/..", "upload path 'a/..' has a '..' component", false},
+      {"/etc/passwd", "upload path '/etc/passwd' is absolute", false},
+      {"a//b", "upload path 'a//b' has an empty component", false},
+      {"a/", "upload path 'a/' has an empty component", false},
+      {"", "upload path is empty", false},
+      {".", "upload path '.' names no file", false},
+      {"./", "upload path './' has an empty component", false},
+      {"a\0b"s, "upload path contains a NUL byte", false},
+      {std::string(4097, 'a'), "upload path is longer than 4096 bytes", false},
+  };
+  for (const auto& c : cases) {
+    INFO("path '" << c.path << "'");
+    std::string error;
+    auto got = safe_relative_path(c.path, &error);
+    if (c.ok) {
+      REQUIRE(got);
+      CHECK(*got == c.want);
+    } else {
+      CHECK_FALSE(got);
+      CHECK(error == c.want);
+    }
+  }
+}
