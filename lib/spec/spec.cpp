@@ -71,7 +71,10 @@ bool looks_like_number_or_bool(std::string_view s) {
                                                 ".Inf", ".INF", "-.inf", "+.inf", ".nan",  ".NaN",  ".NAN"};
   if (std::find(std::begin(kWords), std::end(kWords), s) != std::end(kWords)) return true;
   if (!s.empty() && (s[0] == '-' || s[0] == '+')) s.remove_prefix(1);
-  if (s.starts_with("0x") || s.starts_with("0o")) return s.size() > 2;
+  if (s.starts_with("0x") || s.starts_with("0o")) {
+    const std::string_view digits = s.starts_with("0x") ? "0123456789abcdefABCDEF" : "01234567";
+    return s.size() > 2 && s.find_first_not_of(digits, 2) == std::string_view::npos;
+  }
   bool digit = false, dot = false, exp = false;
   for (std::size_t i = 0; i < s.size(); ++i) {
     char c = s[i];

@@ -626,6 +626,14 @@ TEST_CASE("timeout: seconds or a duration with units", "[spec]") {
                Catch::StartsWith("flow.yaml:1:36: steps.a.timeout: expected a positive duration: seconds "
                                  "(90) or a string like '90s', '30m', '1h30m' or '2d', got "));
   }
+  // A number-like word is shown as written, anything else quoted, so a value
+  // that only starts like an octal or hex number never breaks the message's line.
+  CHECK(errors("steps: [{name: a, run: x, timeout: 0x1F}]") ==
+        Lines{"flow.yaml:1:36: steps.a.timeout: expected a positive duration: seconds (90) or a string like "
+              "'90s', '30m', '1h30m' or '2d', got 0x1F"});
+  CHECK(errors("steps: [{name: a, run: x, timeout: \"0ozz\\nz\"}]") ==
+        Lines{"flow.yaml:1:36: steps.a.timeout: expected a positive duration: seconds (90) or a string like "
+              "'90s', '30m', '1h30m' or '2d', got a string '0ozz\\nz'"});
   CHECK(errors("steps: [{name: a, run: x, timeout: 366d}]") ==
         Lines{"flow.yaml:1:36: steps.a.timeout: expected a duration up to 365d, got a string '366d'"});
   CHECK(errors("steps: [{name: a, run: x, timeout: 99999999999999999999999999999999999999999999}]") ==
