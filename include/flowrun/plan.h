@@ -101,6 +101,10 @@ struct RunLayout {
 // A new run id: "<name>-<yyyymmdd-hhmmss>-<6 hex>". Reads the clock and random device.
 std::string make_run_id(const std::string& flow_name);
 
+// The run directory: `chosen` (--run-dir) made absolute against the current
+// directory, since workers run elsewhere; by default <workdir>/.flowrun/runs/<run-id>.
+std::string run_dir_for(const Spec& spec, const std::string& run_id, const std::string& chosen);
+
 // The argv a step runs, its templates filled in: ${steps.NAME.outputs} is
 // layout.inputs_dir(NAME) and ${args} the arguments given after `--`.
 // A list or string `run` never passes through a shell: a word that is exactly

@@ -58,20 +58,31 @@ int cmd_validate(const Options& options) {
   return kExitOk;
 }
 
-int cmd_plan(const Options& options) {
-  const EnvMap env = read_environ();
-  Spec spec = load_or_throw(options.spec_path);
-  HostFacts host = probe_host(options, env);
+// What `flowrun plan` shows and `flowrun SPEC` runs: the spec, this host and
+// the plan of every parallel step.
+struct Planned {
+  EnvMap env;
+  Spec spec;
+  HostFacts host;
+  std::vector<StepPlan> plans;
+};
+
+Planned plan_spec(const Options& options) {
+  Planned p{read_environ(), load_or_throw(options.spec_path), {}, {}};
+  p.host = probe_host(options, p.env);
   PlanOptions plan_options;
   if (options.cpus > 0) plan_options.cpus = options.cpus;
-  std::vector<StepPlan> plans = plan_flow(spec, host, plan_options);
+  p.plans = plan_flow(p.spec, p.host, plan_options);
+  return p;
+}
 
+int cmd_plan(const Options& options) {
+  Planned p = plan_spec(options);
   LaunchContext ctx;
-  ctx.run_id = options.run_id.empty() ? make_run_id(spec.name) : options.run_id;
-  ctx.layout.run_dir =
-      options.run_dir.empty() ? spec.workdir + "/.flowrun/runs/" + ctx.run_id : options.run_dir;
-  ctx.parent_env = env;
-  PlanView view{spec, host, plans, ctx, options.show_env};
+  ctx.run_id = options.run_id.empty() ? make_run_id(p.spec.name) : options.run_id;
+  ctx.layout.run_dir = run_dir_for(p.spec, ctx.run_id, options.run_dir);
+  ctx.parent_env = p.env;
+  PlanView view{p.spec, p.host, p.plans, ctx, options.show_env};
   std::cout << (options.json ? format_plan_json(view) : format_plan_text(view));
   return kExitOk;
 }
@@ -94,13 +105,8 @@ int cmd_run(const Options& options) {
   run.color = options.color == "always"  ? RunOptions::Color::always
               : options.color == "never" ? RunOptions::Color::never
                                          : RunOptions::Color::automatic;
-  const EnvMap env = read_environ();
-  Spec spec = load_or_throw(options.spec_path);
-  HostFacts host = probe_host(options, env);
-  PlanOptions plan_options;
-  if (options.cpus > 0) plan_options.cpus = options.cpus;
-  std::vector<StepPlan> plans = plan_flow(spec, host, plan_options);
-  return run_flow(spec, host, plans, env, run);
+  Planned p = plan_spec(options);
+  return run_flow(p.spec, p.host, p.plans, p.env, run);
 }
 
 void add_host_options(CLI::App& app, Options& options) {

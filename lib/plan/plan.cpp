@@ -1,9 +1,13 @@
 #include "flowrun/plan.h"
 
 #include <algorithm>
+#include <cerrno>
 #include <chrono>
+#include <climits>
 #include <cstdio>
+#include <cstring>
 #include <random>
+#include <unistd.h>
 
 namespace flowrun {
 
@@ -481,6 +485,15 @@ std::string make_run_id(const std::string& flow_name) {
   char suffix[8];
   std::snprintf(suffix, sizeof suffix, "%06x", random() & 0xffffffU);
   return slug + "-" + stamp + "-" + suffix;
+}
+
+std::string run_dir_for(const Spec& spec, const std::string& run_id, const std::string& chosen) {
+  if (chosen.empty()) return spec.workdir + "/.flowrun/runs/" + run_id;
+  if (chosen.front() == '/') return chosen;
+  char cwd[PATH_MAX];
+  if (getcwd(cwd, sizeof cwd) == nullptr)
+    throw Error(std::string("cannot read the current directory: ") + std::strerror(errno));
+  return std::string(cwd) + "/" + chosen;
 }
 
 }  // namespace flowrun

@@ -2,7 +2,6 @@
 
 #include <algorithm>
 #include <cerrno>
-#include <climits>
 #include <cstring>
 #include <dirent.h>
 #include <fcntl.h>
@@ -57,15 +56,6 @@ std::string read_file(const std::string& path, std::size_t limit = 1 << 20) {
   return text;
 }
 
-// Workers run in their step's workdir, so every path they get is absolute.
-std::string absolute(const std::string& path) {
-  if (path.empty() || path.front() == '/') return path;
-  char cwd[PATH_MAX];
-  if (getcwd(cwd, sizeof cwd) == nullptr)
-    throw Error(std::string("cannot read the current directory: ") + std::strerror(errno));
-  return std::string(cwd) + "/" + path;
-}
-
 bool directory_is_empty(const std::string& path) {
   DIR* dir = opendir(path.c_str());
   if (dir == nullptr) return true;  // absent (or unreadable: creating it will say so)
@@ -116,8 +106,7 @@ class FlowRunner {
              const RunOptions& options)
       : spec_(spec), host_(host), plans_(plans), options_(options) {
     ctx_.run_id = options.run_id.empty() ? make_run_id(spec.name) : options.run_id;
-    ctx_.layout.run_dir =
-        options.run_dir.empty() ? spec.workdir + "/.flowrun/runs/" + ctx_.run_id : absolute(options.run_dir);
+    ctx_.layout.run_dir = run_dir_for(spec, ctx_.run_id, options.run_dir);
     ctx_.parent_env = env;
     ctx_.master_addr = "127.0.0.1";
     const bool tty = isatty(STDOUT_FILENO) == 1;
