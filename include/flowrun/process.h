@@ -26,6 +26,7 @@ struct SpawnRequest {
   std::string workdir;
   int stdout_fd = -1;  // write ends; dup2'ed in the child, closed by the caller after spawn
   int stderr_fd = -1;
+  int stdin_fd = -1;  // read end for its stdin; -1: /dev/null
 };
 
 struct SpawnResult {

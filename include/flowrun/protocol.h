@@ -77,10 +77,12 @@ enum class MessageType : std::uint8_t {
   upload_chunk = 13,  // agent->head: path, data (<= kMaxChunkBytes), in order
   upload_end = 14,    // agent->head: path is complete; the head checks the size it got
   bye = 15,           // both ways: orderly close; the sender closes after it
+  ready = 16,         // agent->head: answer to assign; workdir check, node 0's address and port
+  done = 17,          // agent->head: every rank of the attempt ended and its uploads are sent
 };
 
 inline constexpr std::uint8_t kFirstMessageType = 1;
-inline constexpr std::uint8_t kLastMessageType = 15;
+inline constexpr std::uint8_t kLastMessageType = 17;
 
 // "hello", "upload_chunk", ... as in the enum.
 std::string_view message_type_name(MessageType type);
@@ -194,6 +196,20 @@ std::string auth_proof(std::string_view token, std::string_view nonce, std::stri
 // differ (CRYPTO_memcmp), so a peer cannot guess a proof byte by byte. Proofs
 // of different lengths are unequal (their length is no secret).
 bool proofs_equal(std::string_view a, std::string_view b);
+
+// SHA-256, fed in pieces (upload checksums). hex() ends it.
+class Sha256 {
+ public:
+  Sha256();
+  ~Sha256();
+  Sha256(const Sha256&) = delete;
+  Sha256& operator=(const Sha256&) = delete;
+  void update(std::string_view data);
+  std::string hex();  // 64 lowercase hex characters
+
+ private:
+  void* ctx_;  // EVP_MD_CTX
+};
 
 // ---- Upload paths ----------------------------------------------------------
 

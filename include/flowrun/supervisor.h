@@ -20,10 +20,15 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "flowrun/logmux.h"
 #include "flowrun/result.h"
+
+namespace boost::asio {
+class io_context;
+}
 
 namespace flowrun {
 
@@ -38,6 +43,8 @@ struct WorkerLaunch {
   std::string stderr_log;
   std::string error_file;  // TORCHELASTIC_ERROR_FILE, for the report
   bool console = true;     // shown on flowrun's console (logs always go to files)
+  std::string label;       // console tag instead of "<step> r<rank>" ("node2 agent"); empty: default
+  std::string stdin_text;  // written to its stdin, which is then closed; empty: /dev/null
 };
 
 struct GroupOptions {
@@ -59,6 +66,42 @@ struct Console {
   void message(const std::string& text) const;
 };
 
+// Code that takes part in a group beyond starting processes: the control
+// plane's head (whose "workers" are the srun or ssh processes that start the
+// agents, while the ranks run elsewhere) and the agent (which forwards its
+// ranks' output and exits to the head). Every call comes on the loop's
+// thread; the observer may use Supervisor::io() for its own sockets and
+// timers, which then run while the group runs.
+class GroupObserver {
+ public:
+  virtual ~GroupObserver() = default;
+  // Raw bytes worker `index` wrote, after they went to its log file.
+  virtual void on_output(std::size_t index, bool is_err, std::string_view data) {
+    (void)index, (void)is_err, (void)data;
+  }
+  // Worker `index` ended (or could not start); its record is final but for its role.
+  // Return false to keep a failure from stopping the group (the observer decides).
+  virtual bool on_exit(std::size_t index, const WorkerRecord& record) {
+    (void)index;
+    return !record.status.ok();
+  }
+  // The group is stopping (a failure, the step's timeout, an interrupt, or
+  // stop_group()). Return true when the observer stops the work itself: the
+  // supervisor then signals its processes only when `grace` more seconds
+  // (GroupOptions::grace_s plus the observer's margin) have passed.
+  virtual bool on_stop(Outcome why) {
+    (void)why;
+    return false;
+  }
+  // Kill at once (a second Ctrl-C, or the grace ran out).
+  virtual void on_kill() {}
+  // Whether the group must go on although every process of it has ended.
+  virtual bool holds_group() { return false; }
+  // Seconds the supervisor waits past the grace before it kills its own
+  // processes, when on_stop returned true.
+  virtual double stop_margin_s() { return 5; }
+};
+
 class Supervisor {
  public:
   // `guardian_pid` is excluded from leftover sweeps (it is flowrun's child).
@@ -70,7 +113,23 @@ class Supervisor {
   // Starts the workers and runs until every one of them and every
   // descendant they left has ended. The attempt's outcome is failed (a
   // worker failed), timed_out, interrupted or succeeded; roles are assigned.
-  AttemptRecord run_group(const std::vector<WorkerLaunch>& workers, const GroupOptions& options);
+  AttemptRecord run_group(const std::vector<WorkerLaunch>& workers, const GroupOptions& options,
+                          GroupObserver* observer = nullptr);
+
+  // The loop, for an observer's sockets and timers, and for code that runs
+  // it between groups (the agent waiting for its next message).
+  boost::asio::io_context& io();
+
+  // Stops the running group as a failure, timeout or interrupt would
+  // (an observer's call, e.g. when another node failed). No-op when it is
+  // already stopping or no group runs.
+  void stop_group(Outcome why);
+
+  // Tells the supervisor that the observer's holds_group() may have changed.
+  void release_group();
+
+  // Whether the running group is stopping.
+  bool stopping() const;
 
   // Stops any leftover descendants now (between steps, or before exit).
   // Returns notes about what had to be stopped.

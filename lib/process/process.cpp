@@ -130,7 +130,7 @@ SpawnResult spawn_process(const SpawnRequest& request) {
     if (setpgid(0, 0) != 0) child_fail(report[1], 2);
     if (prctl(PR_SET_PDEATHSIG, SIGKILL) != 0) child_fail(report[1], 2);
     if (getppid() != parent) _exit(127);  // flowrun died before the line above
-    if (dup2(devnull, STDIN_FILENO) < 0) child_fail(report[1], 2);
+    if (dup2(request.stdin_fd >= 0 ? request.stdin_fd : devnull, STDIN_FILENO) < 0) child_fail(report[1], 2);
     if (request.stdout_fd >= 0 && dup2(request.stdout_fd, STDOUT_FILENO) < 0) child_fail(report[1], 2);
     if (request.stderr_fd >= 0 && dup2(request.stderr_fd, STDERR_FILENO) < 0) child_fail(report[1], 2);
     if (!request.workdir.empty() && chdir(request.workdir.c_str()) != 0) child_fail(report[1], 0);

@@ -101,6 +101,7 @@ struct Worker {
 };
 
 int open_log(const std::string& path) {
+  if (path.empty()) return -1;  // nothing kept (an agent's ranks: their output goes to the head)
   int fd = open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   if (fd < 0) throw Error("cannot create the log file " + path + ": " + std::strerror(errno));
   return fd;
@@ -133,6 +134,8 @@ struct Supervisor::Impl {
   std::vector<std::string> notes;      // this group's
   std::vector<std::string> all_notes;  // since Supervisor::notes() was last called
   GroupOptions options;
+  GroupObserver* observer = nullptr;
+  bool observer_stops = false;  // the observer took over the stop (on_stop returned true)
   std::int64_t started_mono = 0;
   std::vector<char> buffer = std::vector<char>(kReadChunk);
   std::string console_out;
@@ -243,11 +246,14 @@ struct Supervisor::Impl {
       w.exit_watch->cancel();
       w.exit_watch.reset();  // closes the pidfd
     }
-    if (!w.record.status.ok() && !stopping) {
+    const bool fails = observer != nullptr ? observer->on_exit(index_of(w), w.record) : !w.record.status.ok();
+    if (fails && !stopping) {
       outcome = Outcome::failed;
       begin_stop();
     }
   }
+
+  std::size_t index_of(const Worker& w) const { return static_cast<std::size_t>(&w - workers.data()); }
 
   int alive_count() const {
     return static_cast<int>(
@@ -259,17 +265,24 @@ struct Supervisor::Impl {
   void begin_stop() {
     if (stopping) return;
     stopping = true;
+    if (observer != nullptr && observer->on_stop(outcome)) {
+      // The observer stops the work (the head tells every agent); flowrun's
+      // own processes get the grace plus the observer's margin to end.
+      observer_stops = true;
+      start_grace(options.grace_s + observer->stop_margin_s());
+      return;
+    }
     for (std::size_t i = 0; i < workers.size(); ++i) {
       if (!workers[i].alive) continue;
       signal_group(workers[i].pid, SIGTERM);
       stopped.push_back(static_cast<int>(i));
     }
-    start_grace();
+    start_grace(options.grace_s);
   }
 
-  void start_grace() {
+  void start_grace(double seconds) {
     grace_timer.expires_after(std::chrono::duration_cast<std::chrono::steady_clock::duration>(
-        std::chrono::duration<double>(options.grace_s)));
+        std::chrono::duration<double>(seconds)));
     grace_timer.async_wait([this](const boost::system::error_code& ec) {
       if (ec) return;
       grace_expired = true;
@@ -279,6 +292,7 @@ struct Supervisor::Impl {
 
   void kill_everything() {
     kill_now = true;
+    if (observer != nullptr) observer->on_kill();
     for (auto& w : workers) {
       if (w.alive) signal_group(w.pid, SIGKILL);
     }
@@ -310,12 +324,13 @@ struct Supervisor::Impl {
     if (done || alive_count() > 0) return;
     const auto left = leftovers();
     if (left.empty()) {
+      if (observer != nullptr && observer->holds_group()) return;
       done = true;
       return;
     }
     if (!sweeping) {
       sweeping = true;
-      if (!stopping) start_grace();  // a stopping group already has its deadline
+      if (!stopping) start_grace(options.grace_s);  // a stopping group already has its deadline
     }
     std::vector<std::string> named;
     for (pid_t pid : left) {
@@ -354,12 +369,12 @@ struct Supervisor::Impl {
         break;
       }
       const std::string_view data(buffer.data(), static_cast<std::size_t>(n));
-      write_all(s.log_fd, data.data(), data.size());
+      if (s.log_fd >= 0) write_all(s.log_fd, data.data(), data.size());
       if (s.tail) s.tail->feed(data);
+      if (observer != nullptr) observer->on_output(index_of(w), s.is_err, data);
       if (s.splitter) s.splitter->feed(data, now, s.is_err ? console_err : console_out);
       if (static_cast<std::size_t>(n) < buffer.size()) break;
     }
-    (void)w;
   }
 
   void close_stream(Stream& s) {
@@ -411,10 +426,27 @@ struct Supervisor::Impl {
     *child_end = fds[1];
     s.is_err = is_err;
     s.log_fd = open_log(is_err ? w.launch->stderr_log : w.launch->stdout_log);
-    if (w.launch->console)
-      s.splitter.emplace(log_prefix(options.step, w.launch->rank, options.style.color), options.style);
+    if (w.launch->console) {
+      s.splitter.emplace(w.launch->label.empty() ? log_prefix(options.step, w.launch->rank, options.style.color)
+                                                 : log_prefix(w.launch->label, -1, options.style.color),
+                         options.style);
+    }
     if (is_err) s.tail.emplace(20, 4096);
     s.desc = std::make_unique<asio::posix::stream_descriptor>(io, s.fd);
+  }
+
+  // A pipe holding `text` and then end-of-file; returns its read end. The
+  // text (a token) is small: it fits the pipe's buffer, so this never blocks.
+  static int stdin_with(const std::string& text) {
+    int fds[2];
+    if (pipe2(fds, O_CLOEXEC) != 0) throw Error(std::string("cannot create a pipe: ") + std::strerror(errno));
+    const bool ok = text.size() <= 4096 && write_all(fds[1], text.data(), text.size());
+    close(fds[1]);
+    if (!ok) {
+      close(fds[0]);
+      throw Error("cannot write a process's standard input");
+    }
+    return fds[0];
   }
 
   // Spawns in rank order; stops at the first that cannot start, or at an
@@ -426,6 +458,9 @@ struct Supervisor::Impl {
       open_stream(w, w.out, false, &out_end);
       open_stream(w, w.err, true, &err_end);
       SpawnRequest request{launches[i].argv, launches[i].env, launches[i].workdir, out_end, err_end};
+      int in_end = -1;
+      if (!launches[i].stdin_text.empty()) in_end = stdin_with(launches[i].stdin_text);
+      request.stdin_fd = in_end;
       w.record.start_unix_ns = unix_now_ns();
       SpawnResult spawned;
       try {
@@ -433,10 +468,12 @@ struct Supervisor::Impl {
       } catch (...) {
         close(out_end);
         close(err_end);
+        if (in_end >= 0) close(in_end);
         throw;
       }
       close(out_end);
       close(err_end);
+      if (in_end >= 0) close(in_end);
       if (spawned.pid < 0) {
         w.record.end_unix_ns = unix_now_ns();
         w.record.status.kind = ExitStatus::Kind::spawn_failed;
@@ -445,6 +482,10 @@ struct Supervisor::Impl {
         const std::string line = "flowrun: cannot start: " + spawned.error + "\n";
         write_all(w.err.log_fd, line.data(), line.size());
         w.err.tail->feed(line);
+        if (observer != nullptr) {
+          observer->on_output(i, true, line);
+          observer->on_exit(i, w.record);
+        }
         close_stream(w.out);
         close_stream(w.err);
         outcome = Outcome::failed;
@@ -461,8 +502,10 @@ struct Supervisor::Impl {
     }
   }
 
-  AttemptRecord run(const std::vector<WorkerLaunch>& launches, const GroupOptions& opts) {
+  AttemptRecord run(const std::vector<WorkerLaunch>& launches, const GroupOptions& opts, GroupObserver* obs) {
     options = opts;
+    observer = obs;
+    observer_stops = false;
     in_group = true;
     stopping = kill_now = sweeping = done = grace_expired = false;
     outcome = Outcome::succeeded;
@@ -539,6 +582,7 @@ struct Supervisor::Impl {
     all_notes.insert(all_notes.end(), notes.begin(), notes.end());
     workers.clear();
     in_group = false;
+    observer = nullptr;
     return attempt;
   }
 };
@@ -548,15 +592,31 @@ Supervisor::Supervisor(Console console, int guardian_pid)
 
 Supervisor::~Supervisor() = default;
 
-AttemptRecord Supervisor::run_group(const std::vector<WorkerLaunch>& workers, const GroupOptions& options) {
-  return impl_->run(workers, options);
+AttemptRecord Supervisor::run_group(const std::vector<WorkerLaunch>& workers, const GroupOptions& options,
+                                    GroupObserver* observer) {
+  return impl_->run(workers, options, observer);
 }
+
+boost::asio::io_context& Supervisor::io() { return impl_->io; }
+
+void Supervisor::stop_group(Outcome why) {
+  if (!impl_->in_group || impl_->stopping) return;
+  impl_->outcome = why;
+  impl_->begin_stop();
+  impl_->advance();
+}
+
+void Supervisor::release_group() {
+  if (impl_->in_group) impl_->advance();
+}
+
+bool Supervisor::stopping() const { return impl_->stopping; }
 
 std::vector<std::string> Supervisor::sweep_leftovers(double grace_s) {
   GroupOptions options;
   options.grace_s = grace_s;
   options.step = "(between steps)";
-  impl_->run({}, options);
+  impl_->run({}, options, nullptr);
   return impl_->notes;
 }
 

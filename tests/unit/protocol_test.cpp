@@ -67,10 +67,10 @@ TEST_CASE("every message type round-trips through a frame and fields", "[protoco
     CHECK(reader.buffered() == 0);
     CHECK(message_type_from_byte(static_cast<std::uint8_t>(type)) == type);
   }
-  CHECK(names.size() == 15);
+  CHECK(names.size() == 17);
   CHECK(message_type_name(MessageType::upload_chunk) == "upload_chunk");
   CHECK_FALSE(message_type_from_byte(0));
-  CHECK_FALSE(message_type_from_byte(16));
+  CHECK_FALSE(message_type_from_byte(18));
 }
 
 TEST_CASE("a frame fed byte by byte comes out once, whole", "[protocol]") {
@@ -314,4 +314,16 @@ TEST_CASE("upload paths: relative, normal components only", "[protocol]") {
       CHECK(error == c.want);
     }
   }
+}
+
+TEST_CASE("Sha256 matches the FIPS 180-2 vectors, fed whole or in pieces", "[protocol]") {
+  Sha256 whole;
+  whole.update("abc");
+  CHECK(whole.hex() == "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad");
+  Sha256 pieces;
+  const std::string text = "abcdbcdecdefdefgefghfghighijhijkijkljklmklmnlmnomnopnopq";
+  for (std::size_t i = 0; i < text.size(); i += 5) pieces.update(std::string_view(text).substr(i, 5));
+  CHECK(pieces.hex() == "248d6a61d20638b8e5c026930c3e6039a33ce45964ff2167f6ecedd419db06c1");
+  Sha256 empty;
+  CHECK(empty.hex() == "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855");
 }
