@@ -93,12 +93,23 @@ enum class Engine { slurm, ssh, manual };
 
 struct ClusterSpec {
   Engine engine = Engine::slurm;
-  std::vector<std::string> hosts;        // ssh: the nodes, in node-rank order
-  std::optional<int> gpus_per_node;      // for a head that has no GPUs itself
-  std::vector<std::string> ssh_command;  // ssh: argv prefix, default {"ssh"}
-  std::vector<std::string> srun_args;    // slurm: extra srun arguments
-  Location loc;                          // of the `cluster:` key
-  Location hosts_loc;
+  // ssh: the nodes, in node-rank order. From `hosts:`, or read from `hostfile:`
+  // by load_spec (parse_spec does no I/O and leaves it empty then).
+  std::vector<std::string> hosts;
+  // ssh: `hostfile:` as an absolute path (a relative one is resolved against
+  // the spec's directory); empty when the spec has none.
+  std::string hostfile;
+  std::optional<int> gpus_per_node;  // for a head that has no GPUs itself
+  // ssh: the argv prefix, as written; empty when the spec does not set it (the
+  // runner then uses FLOWRUN_SSH, else "ssh").
+  std::vector<std::string> ssh_command;
+  std::vector<std::string> srun_args;  // slurm: extra srun arguments
+  // The address the head listens on and agents dial; nullopt: flowrun chooses.
+  std::optional<std::string> address;
+  double heartbeat_timeout_s = 10;  // an agent and the head give up on each other after this silence
+  double join_timeout_s = 300;      // how long the head waits for every agent to connect
+  Location loc;                     // of the `cluster:` key
+  Location hosts_loc;               // of the `hosts:` or `hostfile:` value, else of `cluster:`
 };
 
 struct Spec {

@@ -130,8 +130,8 @@ Whole parse_whole(std::string_view s, int& out) {
   return Whole::ok;
 }
 
-// "90", "1.5", "90s", "30m", "1h30m", "2d": a number of seconds, or numbers
-// with units in decreasing order. Returns nullopt when malformed.
+// "90", "1.5", "90s", "30m", "1h30m", "2d", "500ms": a number of seconds, or
+// numbers with units in decreasing order. Returns nullopt when malformed.
 std::optional<double> parse_duration(std::string_view s) {
   auto number = [&](double& value) {
     std::size_t n = 0;
@@ -151,17 +151,19 @@ std::optional<double> parse_duration(std::string_view s) {
   double value = 0;
   if (!number(value)) return std::nullopt;
   if (s.empty()) return value;
-  static constexpr std::pair<char, double> kUnits[] = {{'d', 86400}, {'h', 3600}, {'m', 60}, {'s', 1}};
+  static constexpr std::pair<std::string_view, double> kUnits[] = {
+      {"d", 86400}, {"h", 3600}, {"m", 60}, {"s", 1}, {"ms", 0.001}};
   double total = 0;
   std::size_t next_unit = 0;
   while (true) {
     if (s.empty()) return std::nullopt;
+    const std::string_view unit = s.starts_with("ms") ? s.substr(0, 2) : s.substr(0, 1);
     std::size_t u = next_unit;
-    while (u < std::size(kUnits) && kUnits[u].first != s[0]) ++u;
+    while (u < std::size(kUnits) && kUnits[u].first != unit) ++u;
     if (u == std::size(kUnits)) return std::nullopt;
     total += value * kUnits[u].second;
     next_unit = u + 1;
-    s.remove_prefix(1);
+    s.remove_prefix(unit.size());
     if (s.empty()) return total;
     if (!number(value)) return std::nullopt;
   }
@@ -223,7 +225,9 @@ constexpr std::string_view kStepKeys[] = {"name",    "run",      "shell",   "env
 constexpr std::string_view kParallelKeys[] = {"gpus", "nodes",        "procs_per_node",
                                               "cpus", "max_restarts", "visible_devices"};
 constexpr std::string_view kLogsKeys[] = {"console"};
-constexpr std::string_view kClusterKeys[] = {"engine", "hosts", "gpus_per_node", "ssh_command", "srun_args"};
+constexpr std::string_view kClusterKeys[] = {"engine",      "hosts",     "hostfile", "gpus_per_node",
+                                             "ssh_command", "srun_args", "address",  "heartbeat_timeout",
+                                             "join_timeout"};
 
 constexpr Elsewhere kTopElsewhere[] = {
     {"run", "in a step, under 'steps:'"},
@@ -243,6 +247,10 @@ constexpr Elsewhere kTopElsewhere[] = {
     {"gpus_per_node", "under 'cluster:'"},
     {"ssh_command", "under 'cluster:'"},
     {"srun_args", "under 'cluster:'"},
+    {"hostfile", "under 'cluster:'"},
+    {"address", "under 'cluster:'"},
+    {"heartbeat_timeout", "under 'cluster:'"},
+    {"join_timeout", "under 'cluster:'"},
 };
 constexpr Elsewhere kStepElsewhere[] = {
     {"gpus", "under 'parallel:'"},
@@ -254,6 +262,9 @@ constexpr Elsewhere kStepElsewhere[] = {
     {"engine", "under the top-level 'cluster:'"},
     {"hosts", "under the top-level 'cluster:'"},
     {"gpus_per_node", "under the top-level 'cluster:'"},
+    {"hostfile", "under the top-level 'cluster:'"},
+    {"heartbeat_timeout", "under the top-level 'cluster:'"},
+    {"join_timeout", "under the top-level 'cluster:'"},
 };
 constexpr Elsewhere kParallelElsewhere[] = {
     {"outputs", "in the step, next to 'parallel:'"}, {"collect", "in the step, next to 'parallel:'"},
@@ -265,6 +276,7 @@ constexpr Elsewhere kClusterElsewhere[] = {
     {"gpus", "under a step's 'parallel:'"},
     {"nodes", "under a step's 'parallel:'"},
     {"procs_per_node", "under a step's 'parallel:'"},
+    {"timeout", "in a step, under 'steps:' (the cluster has 'heartbeat_timeout' and 'join_timeout')"},
 };
 
 // Sees where each YAML document begins, without building nodes. yaml-cpp 0.7
@@ -359,6 +371,7 @@ class Checker {
   std::optional<E> choice(const Entry& e, std::span<const std::string_view> names, std::span<const E> values);
   std::optional<std::vector<std::string>> words(const Entry& e, std::string_view what, bool allow_empty);
   std::optional<std::string> directory(const Entry& e, const std::string& base);
+  std::optional<double> duration(const Entry& e);
   EnvList env(const Entry& e);
 
   void top(const YAML::Node& root);
@@ -599,6 +612,19 @@ std::optional<std::string> Checker::directory(const Entry& e, const std::string&
   return out;
 }
 
+std::optional<double> Checker::duration(const Entry& e) {
+  std::optional<double> seconds;
+  if (e.value.IsScalar()) seconds = parse_duration(e.value.Scalar());
+  if (seconds && *seconds > kMaxTimeoutS) {
+    expected(e, "a duration up to 365d");
+  } else if (seconds && *seconds > 0) {
+    return seconds;
+  } else {
+    expected(e, "a positive duration: seconds (90) or a string like '90s', '30m', '1h30m' or '2d'");
+  }
+  return std::nullopt;
+}
+
 EnvList Checker::env(const Entry& e) {
   EnvList out;
   if (e.value.IsNull()) return out;
@@ -813,17 +839,7 @@ void Checker::step(const YAML::Node& node, std::size_t index) {
       if (auto name = string(item, "a step name")) notes.needs.emplace_back(*name, item.loc);
     }
   }
-  if (const Entry* e = find(keys, "timeout")) {
-    std::optional<double> seconds;
-    if (e->value.IsScalar()) seconds = parse_duration(e->value.Scalar());
-    if (seconds && *seconds > kMaxTimeoutS) {
-      expected(*e, "a duration up to 365d");
-    } else if (seconds && *seconds > 0) {
-      s.timeout_s = *seconds;
-    } else {
-      expected(*e, "a positive duration: seconds (90) or a string like '90s', '30m', '1h30m' or '2d'");
-    }
-  }
+  if (const Entry* e = find(keys, "timeout")) s.timeout_s = duration(*e);
   if (const Entry* e = find(keys, "parallel")) {
     notes.has_parallel = true;
     step_parallel(*e, s);
@@ -1062,8 +1078,23 @@ void Checker::cluster(const Entry& e) {
         }
       }
     }
-  } else if (engine == Engine::ssh) {
-    error(e.key_loc, e.path, "missing required key 'hosts' for engine 'ssh' (the nodes, in node-rank order)");
+  }
+  if (const Entry* f = find(keys, "hostfile")) {
+    if (engine && engine != Engine::ssh) {
+      error(f->key_loc, f->path, "hostfile is only used with engine 'ssh'; remove it or set engine: ssh");
+    } else if (hosts) {
+      error(f->key_loc, f->path, "hosts and hostfile cannot both be set; list the nodes in one of them");
+    } else if (auto path = string(*f, "a file path (a string)")) {
+      if (path->empty() || path->find('\0') != std::string::npos || path->find('\n') != std::string::npos) {
+        expected(*f, "a file path");
+      } else {
+        c.hostfile = (std::filesystem::path(dir_) / *path).lexically_normal().string();
+        c.hosts_loc = f->loc;
+      }
+    }
+  } else if (!hosts && engine == Engine::ssh) {
+    error(e.key_loc, e.path,
+          "missing required key 'hosts' or 'hostfile' for engine 'ssh' (the nodes, in node-rank order)");
   }
   if (const Entry* g = find(keys, "gpus_per_node")) {
     if (auto value = count(*g, "a positive whole number", "", false)) c.gpus_per_node = *value;
@@ -1075,7 +1106,6 @@ void Checker::cluster(const Entry& e) {
       c.ssh_command = std::move(*argv);
     }
   }
-  if (engine == Engine::ssh && c.ssh_command.empty()) c.ssh_command = {"ssh"};
   if (const Entry* s = find(keys, "srun_args")) {
     if (engine && engine != Engine::slurm) {
       error(s->key_loc, s->path,
@@ -1084,6 +1114,16 @@ void Checker::cluster(const Entry& e) {
       c.srun_args = std::move(*args);
     }
   }
+  if (const Entry* a = find(keys, "address")) {
+    // Handed to bind() and to every agent's command line: one word, not an option.
+    if (a->value.IsScalar() && is_host_name(a->value.Scalar()))
+      c.address = a->value.Scalar();
+    else
+      expected(*a, "an address (an IP address or a host name, no spaces)");
+  }
+  if (const Entry* t = find(keys, "heartbeat_timeout"))
+    c.heartbeat_timeout_s = duration(*t).value_or(c.heartbeat_timeout_s);
+  if (const Entry* t = find(keys, "join_timeout")) c.join_timeout_s = duration(*t).value_or(c.join_timeout_s);
 }
 
 // Resolves needs and joins into edges, then reports missing steps, cycles and
@@ -1332,22 +1372,14 @@ SpecParse parse_spec(std::string_view text, const std::string& file, const std::
   return Checker(file, dir).run(text);
 }
 
-SpecParse load_spec(const std::string& path) {
-  std::error_code ec;
-  std::filesystem::path absolute = std::filesystem::absolute(path, ec);
-  std::string dir = (ec ? std::filesystem::path(path) : absolute).parent_path().lexically_normal().string();
-  if (dir.size() > 1 && dir.back() == '/') dir.pop_back();
+namespace {
 
-  auto unreadable = [&](int err) {
-    SpecParse result;
-    result.diagnostics.push_back({path, {}, "", std::string("cannot read: ") + std::strerror(err)});
-    return result;
-  };
+// Reads `path` into `text`, up to one byte past kMaxSpecBytes, so the caller
+// can say the file is too large without reading all of a huge one. Returns 0
+// or an errno value.
+int read_text(const std::string& path, std::string& text) {
   int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return unreadable(errno);
-  // Read one byte past the limit, so parse_spec can say the file is too large
-  // without this reading all of a huge file.
-  std::string text;
+  if (fd < 0) return errno;
   char buffer[65536];
   while (text.size() <= kMaxSpecBytes) {
     ssize_t got = ::read(fd, buffer, sizeof buffer);
@@ -1355,13 +1387,117 @@ SpecParse load_spec(const std::string& path) {
     if (got < 0) {
       int err = errno;
       ::close(fd);
-      return unreadable(err);
+      return err;
     }
     if (got == 0) break;
     text.append(buffer, static_cast<std::size_t>(got));
   }
   ::close(fd);
-  return parse_spec(text, path, dir);
+  return 0;
+}
+
+// A hostfile as MPI launchers read it: one host per line, optionally followed
+// by `slots=N` (accepted so an existing MPI hostfile works; flowrun places
+// ranks by GPUs, so N is ignored), '#' to the end of a line a comment.
+std::vector<std::string> parse_hostfile(std::string_view text, const std::string& file,
+                                        std::vector<Diagnostic>& diagnostics) {
+  std::vector<std::string> hosts;
+  std::map<std::string, int, std::less<>> seen;  // host -> line
+  auto error = [&](int line, std::size_t at, std::string message) {
+    diagnostics.push_back({file, {line, static_cast<int>(at) + 1}, "", std::move(message)});
+  };
+  constexpr std::string_view kBlank = " \t\r\v\f";
+  int line_number = 0;
+  for (std::size_t start = 0; start < text.size();) {
+    ++line_number;
+    const std::size_t end = std::min(text.find('\n', start), text.size());
+    std::string_view line = text.substr(start, end - start);
+    line = line.substr(0, line.find('#'));
+    std::vector<std::pair<std::string_view, std::size_t>> words;  // word, offset in the line
+    for (std::size_t at = line.find_first_not_of(kBlank); at != std::string_view::npos;) {
+      std::size_t stop = std::min(line.find_first_of(kBlank, at), line.size());
+      words.emplace_back(line.substr(at, stop - at), at);
+      at = line.find_first_not_of(kBlank, stop);
+    }
+    start = end + 1;
+    if (words.empty()) continue;
+    const auto [host, host_at] = words[0];
+    if (!is_host_name(host)) {
+      error(line_number, host_at,
+            "expected a host name (not starting with '-', no control characters), got " + quote(host));
+    } else if (auto [first, fresh] = seen.emplace(host, line_number); !fresh) {
+      error(line_number, host_at,
+            "host " + quote(host) + " is listed twice (first at line " + std::to_string(first->second) +
+                "); expected each node once");
+    } else {
+      hosts.emplace_back(host);
+    }
+    int slots = 0;
+    for (std::size_t i = 1; i < words.size(); ++i) {
+      const auto [word, at] = words[i];
+      if (i == 1 && word.starts_with("slots=")) {
+        if (parse_whole(word.substr(6), slots) != Whole::ok || slots == 0)
+          error(line_number, at, "expected 'slots=N' with N a positive whole number, got " + quote(word));
+        continue;
+      }
+      error(line_number, at,
+            "unexpected " + quote(word) + "; expected one host per line, optionally followed by 'slots=N'");
+      break;
+    }
+  }
+  return hosts;
+}
+
+// Fills cluster.hosts from cluster.hostfile. Problems in the file are reported
+// at its own lines, under the name the user would use for it: relative like
+// the spec's when it sits next to it, else absolute.
+void read_hostfile(const Spec& spec, ClusterSpec& cluster, std::vector<Diagnostic>& diagnostics) {
+  std::string shown = cluster.hostfile;
+  const std::filesystem::path relative = std::filesystem::path(cluster.hostfile).lexically_relative(spec.dir);
+  if (std::filesystem::path(spec.file).is_relative() && !relative.empty() && *relative.begin() != "..")
+    shown = (std::filesystem::path(spec.file).parent_path() / relative).lexically_normal().string();
+  auto at_key = [&](std::string message) {
+    diagnostics.push_back({spec.file, cluster.hosts_loc, "cluster.hostfile", std::move(message)});
+  };
+  std::string text;
+  if (int err = read_text(cluster.hostfile, text)) {
+    at_key("cannot read " + shown + ": " + std::strerror(err));
+    return;
+  }
+  if (text.size() > kMaxSpecBytes) {
+    at_key(shown + " is larger than " + format_bytes(kMaxSpecBytes) + "; expected one host per line");
+    return;
+  }
+  std::vector<Diagnostic> problems;
+  cluster.hosts = parse_hostfile(text, shown, problems);
+  if (!problems.empty()) {
+    diagnostics.insert(diagnostics.end(), problems.begin(), problems.end());
+  } else if (cluster.hosts.empty()) {
+    at_key(shown + " lists no hosts; expected one host per line, the nodes in node-rank order");
+  }
+}
+
+}  // namespace
+
+SpecParse load_spec(const std::string& path) {
+  std::error_code ec;
+  std::filesystem::path absolute = std::filesystem::absolute(path, ec);
+  std::string dir = (ec ? std::filesystem::path(path) : absolute).parent_path().lexically_normal().string();
+  if (dir.size() > 1 && dir.back() == '/') dir.pop_back();
+
+  std::string text;
+  if (int err = read_text(path, text)) {
+    SpecParse result;
+    result.diagnostics.push_back({path, {}, "", std::string("cannot read: ") + std::strerror(err)});
+    return result;
+  }
+  SpecParse result = parse_spec(text, path, dir);
+  // parse_spec does no I/O; the hostfile is read once the spec itself is clean.
+  if (result.spec && result.spec->cluster && !result.spec->cluster->hostfile.empty()) {
+    read_hostfile(*result.spec, *result.spec->cluster, result.diagnostics);
+    if (!result.diagnostics.empty()) result.spec.reset();
+  }
+  return result;
 }
 
 }  // namespace flowrun

@@ -6,6 +6,7 @@
 #include <catch2/catch.hpp>
 #include <cstdio>
 #include <cstdlib>
+#include <filesystem>
 #include <fstream>
 #include <string>
 #include <vector>
@@ -617,8 +618,11 @@ TEST_CASE("timeout: seconds or a duration with units", "[spec]") {
   CHECK(timeout("1d2h3m4s") == 93784);
   CHECK(timeout("'1.5h'") == 5400);
   CHECK(timeout("365d") == 365 * 86400);
-  for (const char* bad : {"0", "0s", "-5", "1h1h", "30m1h", "1x", "h", "1.5.2s", "1 h", ".5", "5.", ".nan",
-                          ".inf", "1e3", "0x10", "1h30", "true"}) {
+  CHECK(timeout("500ms") == 0.5);
+  CHECK(timeout("1m30s500ms") == 90.5);
+  for (const char* bad :
+       {"0",    "0s",   "-5",  "1h1h", "30m1h", "1x",   "h",   "1.5.2s", "1 h",   ".5", "5.",
+        ".nan", ".inf", "1e3", "0x10", "1h30",  "true", "0ms", "1ms1s",  "1msms", "ms", "1mss"}) {
     INFO(bad);
     auto got = errors(std::string("steps: [{name: a, run: x, timeout: ") + bad + "}]");
     REQUIRE(got.size() == 1);
@@ -1052,7 +1056,11 @@ TEST_CASE("cluster", "[spec]") {
   CHECK(c.hosts_loc == Location{3, 10});
   CHECK(c.loc == Location{1, 1});
   CHECK(c.gpus_per_node == 8);
-  CHECK(c.ssh_command == std::vector<std::string>{"ssh"});
+  CHECK(c.ssh_command.empty());  // the runner applies FLOWRUN_SSH or "ssh"
+  CHECK(c.hostfile.empty());
+  CHECK_FALSE(c.address.has_value());
+  CHECK(c.heartbeat_timeout_s == 10);
+  CHECK(c.join_timeout_s == 300);
   CHECK(
       valid(
           "cluster: {engine: ssh, hosts: [a], ssh_command: ssh -p 2222 -o 'A B'}\nsteps: [{name: a, run: x}]")
@@ -1068,8 +1076,8 @@ TEST_CASE("cluster", "[spec]") {
         Lines{"flow.yaml:1:1: cluster: missing required key 'engine' ('slurm', 'ssh' or 'manual')"});
   CHECK(
       errors("cluster: {engine: ssh}\nsteps: [{name: a, run: x}]\n") ==
-      Lines{"flow.yaml:1:1: cluster: missing required key 'hosts' for engine 'ssh' (the nodes, in node-rank "
-            "order)"});
+      Lines{"flow.yaml:1:1: cluster: missing required key 'hosts' or 'hostfile' for engine 'ssh' (the nodes, "
+            "in node-rank order)"});
   CHECK(errors(R"(
     cluster:
       engine: SLURM
@@ -1118,6 +1126,84 @@ TEST_CASE("cluster", "[spec]") {
   CHECK(
       errors("cluster: slurm\nsteps: [{name: a, run: x}]\n") ==
       Lines{"flow.yaml:1:10: cluster: expected a mapping with the cluster's 'engine', got a string 'slurm'"});
+}
+
+TEST_CASE("cluster: hostfile, address, heartbeat_timeout, join_timeout", "[spec]") {
+  Spec spec = valid(R"(
+    cluster:
+      engine: ssh
+      hostfile: ../nodes/hosts.txt
+      address: 10.200.0.1
+      heartbeat_timeout: 500ms
+      join_timeout: 5m
+    steps: [{name: a, run: x}]
+  )");
+  const ClusterSpec& c = *spec.cluster;
+  CHECK(c.hostfile == "/work/nodes/hosts.txt");
+  CHECK(c.hosts.empty());  // parse_spec does no I/O; load_spec reads the file
+  CHECK(c.hosts_loc == Location{3, 13});
+  CHECK(c.address == "10.200.0.1");
+  CHECK(c.heartbeat_timeout_s == 0.5);
+  CHECK(c.join_timeout_s == 300);
+  CHECK(valid("cluster: {engine: ssh, hostfile: /etc/h}\nsteps: [{name: a, run: x}]").cluster->hostfile ==
+        "/etc/h");
+  Spec slurm =
+      valid("cluster: {engine: slurm, heartbeat_timeout: 2.5, join_timeout: 1h}\nsteps: [{name: a, run: x}]");
+  CHECK(slurm.cluster->heartbeat_timeout_s == 2.5);
+  CHECK(slurm.cluster->join_timeout_s == 3600);
+  CHECK(valid("cluster: {engine: manual, address: gpu-head.example.org}\nsteps: [{name: a, run: x}]")
+            .cluster->address == "gpu-head.example.org");
+
+  CHECK(errors(R"(
+    cluster:
+      engine: ssh
+      hosts: [a]
+      hostfile: hosts.txt
+    steps: [{name: a, run: x}]
+  )") ==
+        Lines{"flow.yaml:4:3: cluster.hostfile: hosts and hostfile cannot both be set; list the nodes in one "
+              "of them"});
+  CHECK(errors(R"(
+    cluster:
+      engine: slurm
+      hostfile: hosts.txt
+      address: "10.0.0.1 10.0.0.2"
+      heartbeat_timeout: 0
+      join_timeout: -1
+    steps: [{name: a, run: x}]
+  )") == Lines{
+             "flow.yaml:3:3: cluster.hostfile: hostfile is only used with engine 'ssh'; remove it or set "
+             "engine: ssh",
+             "flow.yaml:4:12: cluster.address: expected an address (an IP address or a host name, no "
+             "spaces), got a string '10.0.0.1 10.0.0.2'",
+             "flow.yaml:5:22: cluster.heartbeat_timeout: expected a positive duration: seconds (90) or a "
+             "string like '90s', '30m', '1h30m' or '2d', got 0",
+             "flow.yaml:6:17: cluster.join_timeout: expected a positive duration: seconds (90) or a string "
+             "like '90s', '30m', '1h30m' or '2d', got -1",
+         });
+  CHECK(errors(R"(
+    cluster:
+      engine: ssh
+      hostfile: [a]
+      address: ''
+      heartbeat_timeout: 400d
+    steps: [{name: a, run: x}]
+  )") == Lines{
+             "flow.yaml:3:13: cluster.hostfile: expected a file path (a string), got a sequence",
+             "flow.yaml:4:12: cluster.address: expected an address (an IP address or a host name, no "
+             "spaces), got an empty string",
+             "flow.yaml:5:22: cluster.heartbeat_timeout: expected a duration up to 365d, got a string '400d'",
+         });
+  CHECK(errors("cluster: {engine: ssh, hostfile: ''}\nsteps: [{name: a, run: x}]\n") ==
+        Lines{"flow.yaml:1:34: cluster.hostfile: expected a file path, got an empty string"});
+  CHECK(
+      errors("cluster: {engine: ssh, address: -x, hosts: [a]}\nsteps: [{name: a, run: x}]\n") ==
+      Lines{"flow.yaml:1:33: cluster.address: expected an address (an IP address or a host name, no spaces), "
+            "got a string '-x'"});
+  CHECK(errors("heartbeat_timeout: 1\ncluster: {engine: slurm, timeout: 1}\nsteps: [{name: a, run: x}]\n") ==
+        Lines{"flow.yaml:1:1: key 'heartbeat_timeout' does not belong here; put it under 'cluster:'",
+              "flow.yaml:2:26: cluster: key 'timeout' does not belong here; put it in a step, under 'steps:' "
+              "(the cluster has 'heartbeat_timeout' and 'join_timeout')"});
 }
 
 TEST_CASE("the whole file: empty, not a mapping, not YAML, too large, not text", "[spec]") {
@@ -1241,6 +1327,82 @@ TEST_CASE("load_spec reads the file and resolves paths against its directory", "
   REQUIRE(directory.diagnostics.size() == 1);
   CHECK(directory.diagnostics[0].to_string() == dir + ": cannot read: Is a directory");
   std::remove(path.c_str());
+  std::remove(dir.c_str());
+}
+
+TEST_CASE("load_spec reads cluster.hostfile into cluster.hosts", "[spec]") {
+  char dir_template[] = "/tmp/flowrun_hostfile_test_XXXXXX";
+  REQUIRE(mkdtemp(dir_template) != nullptr);
+  const std::string dir = dir_template;
+  auto write = [&](const std::string& name, const std::string& text) {
+    std::ofstream(dir + "/" + name) << text;
+  };
+  auto load = [&](const std::string& hostfile_text) {
+    write("hosts.txt", hostfile_text);
+    return load_spec(dir + "/train.yaml");
+  };
+  auto problems = [&](const std::string& hostfile_text) {
+    Lines out;
+    for (const auto& d : load(hostfile_text).diagnostics) out.push_back(d.to_string());
+    return out;
+  };
+  write("train.yaml", "cluster:\n  engine: ssh\n  hostfile: hosts.txt\nsteps: [{name: a, run: x}]\n");
+  const std::string hostfile = dir + "/hosts.txt";
+
+  SpecParse ok = load(
+      "# the nodes, in node-rank order\n"
+      "gpu-a slots=8\n"
+      "\n"
+      "  alice@gpu-b\t# the second node\r\n"
+      "gpu-c   slots=8   \n"
+      "gpu-d");
+  REQUIRE(ok.spec.has_value());
+  CHECK(ok.spec->cluster->hostfile == hostfile);
+  CHECK(ok.spec->cluster->hosts == std::vector<std::string>{"gpu-a", "alice@gpu-b", "gpu-c", "gpu-d"});
+
+  // Problems are reported at the hostfile's own lines, every one of them.
+  CHECK(
+      problems("gpu-a slots=8\n"
+               "gpu-b slots=8 max_slots=16\n"
+               "gpu-c junk\n"
+               "  gpu-a\n"
+               "-oProxyCommand=x\n"
+               "gpu-e slots=0\n"
+               "gpu-f slots=many\n") ==
+      Lines{
+          hostfile + ":2:15: unexpected 'max_slots=16'; expected one host per line, optionally followed by "
+                     "'slots=N'",
+          hostfile + ":3:7: unexpected 'junk'; expected one host per line, optionally followed by 'slots=N'",
+          hostfile + ":4:3: host 'gpu-a' is listed twice (first at line 1); expected each node once",
+          hostfile + ":5:1: expected a host name (not starting with '-', no control characters), got "
+                     "'-oProxyCommand=x'",
+          hostfile + ":6:7: expected 'slots=N' with N a positive whole number, got 'slots=0'",
+          hostfile + ":7:7: expected 'slots=N' with N a positive whole number, got 'slots=many'",
+      });
+  CHECK(load("gpu-a junk\n").spec == std::nullopt);
+  CHECK(problems("# nothing yet\n\n") ==
+        Lines{dir + "/train.yaml:3:13: cluster.hostfile: " + hostfile +
+              " lists no hosts; expected one host per line, the nodes in node-rank order"});
+  std::remove(hostfile.c_str());
+  CHECK(load_spec(dir + "/train.yaml").diagnostics.at(0).to_string() ==
+        dir + "/train.yaml:3:13: cluster.hostfile: cannot read " + hostfile + ": No such file or directory");
+
+  // A spec named relatively names its hostfile the same way.
+  write("hosts.txt", "gpu-a\ngpu-a\n");
+  const std::string relative_dir =
+      std::filesystem::path(dir).lexically_relative(std::filesystem::current_path());
+  SpecParse relative = load_spec(relative_dir + "/train.yaml");
+  REQUIRE(relative.diagnostics.size() == 1);
+  CHECK(relative.diagnostics[0].to_string() ==
+        relative_dir +
+            "/hosts.txt:2:1: host 'gpu-a' is listed twice (first at line 1); expected each node once");
+
+  // Only a clean spec has its hostfile read.
+  write("train.yaml", "cluster:\n  engine: ssh\n  hostfile: hosts.txt\nsteps: [{name: a}]\n");
+  CHECK(problems("gpu-a junk\n") ==
+        Lines{dir + "/train.yaml:4:9: steps.a: missing required key 'run' (the command to run)"});
+
+  for (const char* name : {"train.yaml", "hosts.txt"}) std::remove((dir + "/" + name).c_str());
   std::remove(dir.c_str());
 }
 
