@@ -21,6 +21,7 @@ struct RunOptions {
   std::optional<std::vector<int>> console_ranks;  // --ranks: ranks shown on the console
   double grace_s = 10;                            // --grace: SIGTERM .. SIGKILL
   enum class Color { automatic, always, never } color = Color::automatic;
+  int fake_gpus = -1;  // --fake-gpus (or FLOWRUN_FAKE_GPUS): every node's agent simulates as many
 };
 
 // Runs the flow and returns flowrun's exit code: 0 when every step

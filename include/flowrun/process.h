@@ -82,7 +82,10 @@ class Guardian {
   Guardian(const Guardian&) = delete;
   Guardian& operator=(const Guardian&) = delete;
   ~Guardian();
-  void start(const std::string& run_id);
+  // Kills the processes whose environment holds `key`=`run_id` (an agent
+  // uses its own key, so that on a host shared by several nodes it never
+  // touches another node's workers).
+  void start(const std::string& run_id, const std::string& key = "FLOWRUN_RUN_ID");
   void disarm();
   pid_t pid() const { return pid_; }
 

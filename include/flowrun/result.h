@@ -16,7 +16,8 @@ namespace flowrun {
 
 // How a process ended.
 struct ExitStatus {
-  enum class Kind { not_started, running, exited, signaled, spawn_failed };
+  // lost: its node was lost (agent gone or silent); spawn_error says how.
+  enum class Kind { not_started, running, exited, signaled, spawn_failed, lost };
   Kind kind = Kind::not_started;
   int code = 0;             // exited: the exit code; signaled: the signal number
   std::string spawn_error;  // spawn_failed: why (e.g. "python4: No such file or directory")
@@ -55,6 +56,7 @@ struct WorkerRecord {
   std::string stderr_log;
   std::string error_file;   // TORCHELASTIC_ERROR_FILE (may not exist)
   std::string stderr_tail;  // the last lines of its stderr (report only; not in JSON)
+  std::string node;         // the host it ran on, for a step that ran on several nodes; else empty
 };
 
 struct AttemptRecord {
@@ -147,7 +149,10 @@ void assign_roles(AttemptRecord& attempt, const std::vector<int>& stopped);
 //     "error_file": "/abs/.flowrun/runs/ID/train/rank1/error.json"
 //                                  TORCHELASTIC_ERROR_FILE, which exists only if the worker wrote
 //                                  it; the three paths are null when flowrun had none
+//     "node": "node2"              the host it ran on when the step ran on several nodes, else null
 //   }
+// "status" is also "lost" for a rank whose node was lost (its agent's
+// connection closed, or it went silent); "spawn_error" then says how.
 std::string format_results_json(const StepRecord& record);
 
 // The root-cause report printed when a step did not succeed; "" for a step

@@ -1,11 +1,13 @@
 #include "flowrun/cli.h"
 
 #include <CLI/CLI.hpp>
+#include <algorithm>
 #include <climits>
 #include <cstdio>
 #include <iostream>
 #include <unistd.h>
 
+#include "flowrun/cluster.h"
 #include "flowrun/error.h"
 #include "flowrun/flow.h"
 #include "flowrun/gpu.h"
@@ -30,6 +32,7 @@ struct Options {
   std::string ranks = "all";
   double grace_s = 10;
   std::string color = "auto";
+  AgentOptions agent;
 };
 
 // The name this host goes by in plans: FLOWRUN_HOSTNAME when set (a stable
@@ -106,7 +109,19 @@ int cmd_run(const Options& options) {
               : options.color == "never" ? RunOptions::Color::never
                                          : RunOptions::Color::automatic;
   Planned p = plan_spec(options);
+  run.fake_gpus = options.fake_gpus;
+  if (run.fake_gpus < 0) {
+    // Every node simulates what this one does.
+    if (auto fake = env_get(p.env, "FLOWRUN_FAKE_GPUS");
+        fake && !fake->empty() && fake->size() < 5 && std::all_of(fake->begin(), fake->end(), ::isdigit))
+      run.fake_gpus = std::stoi(*fake);
+  }
   return run_flow(p.spec, p.host, p.plans, p.env, run);
+}
+
+int cmd_agent(Options& options) {
+  options.agent.fake_gpus = options.fake_gpus;
+  return run_agent(options.agent, read_environ());
 }
 
 void add_host_options(CLI::App& app, Options& options) {
@@ -174,6 +189,34 @@ int run_cli(int argc, char** argv) {
   plan->add_option("--run-dir", options.run_dir, "Run directory (default: WORKDIR/.flowrun/runs/RUN_ID)")
       ->type_name("DIR");
 
+  auto* agent = app.add_subcommand(
+      "agent",
+      "Run one node's ranks for a head on another host (started by the head; by hand for engine: manual)");
+  agent
+      ->add_option("--rdzv-endpoint,--rdzv_endpoint", options.agent.endpoint,
+                   "The head's HOST:PORT, as the head printed it")
+      ->required()
+      ->type_name("HOST:PORT");
+  agent
+      ->add_option(
+          "--node-rank,--node_rank", options.agent.node_rank,
+          "This node's rank (default: SLURM_NODEID under srun, else the head gives the next free one)")
+      ->check(CLI::Range(0, 65535))
+      ->type_name("N");
+  agent
+      ->add_option("--token-file", options.agent.token_file,
+                   "The run's token (a private file the head wrote); default: the first line of stdin")
+      ->type_name("FILE");
+  agent
+      ->add_option("--connect-timeout", options.agent.connect_timeout_s,
+                   "Seconds to keep trying to reach the head (default 60)")
+      ->check(CLI::Range(0.0, 86400.0))
+      ->type_name("SECONDS");
+  agent->footer(
+      "The head starts agents itself through srun or ssh; with `cluster: {engine: manual}` it prints the\n"
+      "command to run on each node. An agent runs its node's ranks, streams their output to the head and\n"
+      "ends when the head ends (docs/multinode.md). Exit codes: 0 after the head said bye, 1 otherwise.");
+
   auto* gpus = app.add_subcommand("gpus", "List the GPUs this host may use");
   gpus->add_flag("--json", options.json, "Print the inventory as JSON");
 
@@ -225,6 +268,7 @@ int run_cli(int argc, char** argv) {
     if (validate->parsed()) return cmd_validate(options);
     if (plan->parsed()) return cmd_plan(options);
     if (gpus->parsed()) return cmd_gpus(options);
+    if (agent->parsed()) return cmd_agent(options);
     if (options.spec_path.empty()) {
       std::cerr << "flowrun: error: no spec given\n"
                 << "Usage: flowrun SPEC [-- ARGS], or flowrun validate|plan|gpus; run 'flowrun --help'.\n";

@@ -17,10 +17,10 @@
 
 namespace flowrun {
 
-void Guardian::start(const std::string& run_id) {
+void Guardian::start(const std::string& run_id, const std::string& key) {
   int fds[2];
   if (pipe2(fds, O_CLOEXEC) != 0) throw Error(std::string("cannot create a pipe: ") + std::strerror(errno));
-  const std::string entry = "FLOWRUN_RUN_ID=" + run_id;
+  const std::string entry = key + "=" + run_id;
   const pid_t pid = fork();
   if (pid < 0) {
     close(fds[0]);

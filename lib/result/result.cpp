@@ -17,7 +17,8 @@ namespace {
 using Kind = ExitStatus::Kind;
 
 bool failed(const ExitStatus& s) {
-  return !s.ok() && (s.kind == Kind::exited || s.kind == Kind::signaled || s.kind == Kind::spawn_failed);
+  return !s.ok() && (s.kind == Kind::exited || s.kind == Kind::signaled || s.kind == Kind::spawn_failed ||
+                     s.kind == Kind::lost);
 }
 
 const char* kind_name(Kind kind) {
@@ -27,6 +28,7 @@ const char* kind_name(Kind kind) {
     case Kind::exited: return "exited";
     case Kind::signaled: return "signaled";
     case Kind::spawn_failed: return "spawn_failed";
+    case Kind::lost: return "lost";
   }
   return "unknown";
 }
@@ -124,7 +126,7 @@ void write_worker(JsonWriter& json, const WorkerRecord& w) {
     json.null();
   }
   json.key("spawn_error");
-  if (s.kind == Kind::spawn_failed) {
+  if (s.kind == Kind::spawn_failed || s.kind == Kind::lost) {
     json.value(s.spawn_error);
   } else {
     json.null();
@@ -136,6 +138,7 @@ void write_worker(JsonWriter& json, const WorkerRecord& w) {
   string_or_null(json, "stdout_log", w.stdout_log);
   string_or_null(json, "stderr_log", w.stderr_log);
   string_or_null(json, "error_file", w.error_file);
+  string_or_null(json, "node", w.node);
   json.end_object();
 }
 
@@ -191,6 +194,7 @@ std::string short_status(const ExitStatus& s) {
     case Kind::exited: return fmt::format("exit code {}", s.code);
     case Kind::signaled: return signal_name(s.code);
     case Kind::spawn_failed: return "could not start";
+    case Kind::lost: return "node lost";
     case Kind::not_started: return "not started";
     case Kind::running: return "still running";
   }
@@ -199,8 +203,9 @@ std::string short_status(const ExitStatus& s) {
 
 // "rank 1 exited with code 3 after 0.31 s (pid 4242)"; no rank for a plain step.
 std::string worker_headline(const WorkerRecord& w) {
-  std::string out =
-      w.rank >= 0 ? fmt::format("rank {} {}", w.rank, w.status.describe()) : w.status.describe();
+  std::string out = w.rank >= 0 ? fmt::format("rank {}{} {}", w.rank, w.node.empty() ? "" : " on " + w.node,
+                                              w.status.describe())
+                                : w.status.describe();
   if (w.status.kind != Kind::exited && w.status.kind != Kind::signaled) return out;
   if (w.start_unix_ns > 0 && w.end_unix_ns >= w.start_unix_ns) {
     out += " after " + seconds_text(static_cast<double>(w.end_unix_ns - w.start_unix_ns) / 1e9);
@@ -275,7 +280,7 @@ void culprit_details(std::string& out, const WorkerRecord& w, const std::string&
       out += " (peak memory: " + format_bytes(static_cast<std::uint64_t>(w.peak_rss_kib) * 1024) + ")";
     out += "\n";
   }
-  if (w.status.kind == Kind::spawn_failed) return;
+  if (w.status.kind == Kind::spawn_failed || w.status.kind == Kind::lost) return;
   stderr_tail(out, w, true);
   if (auto traceback = parse_error_file(error_file_text)) {
     std::string shown = trimmed(*traceback);
@@ -367,6 +372,7 @@ std::string ExitStatus::describe() const {
       return spawn_error.empty() ? "could not start" : "could not start: " + spawn_error;
     case Kind::not_started: return "did not start";
     case Kind::running: return "is still running";
+    case Kind::lost: return spawn_error.empty() ? "was lost with its node" : "was lost: " + spawn_error;
   }
   return "ended";
 }

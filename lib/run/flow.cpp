@@ -11,6 +11,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "flowrun/cluster.h"
 #include "flowrun/error.h"
 #include "flowrun/join.h"
 #include "flowrun/process.h"
@@ -231,6 +232,7 @@ class FlowRunner {
     const FileTime started = file_clock_now();
     const std::int64_t start_mono = monotonic_now_ns();
 
+    node_errors_.clear();
     if (step.is_parallel()) {
       run_parallel(step, plan_of(step), start_mono, record);
     } else {
@@ -242,6 +244,12 @@ class FlowRunner {
     record.exit_code = exit_code_of(last, supervisor_->interrupt_signal());
 
     std::string join_errors;
+    if (!node_errors_.empty()) {
+      for (const auto& e : node_errors_) record.notes.push_back(e);
+      join_errors = fmt::format("flowrun: step '{}' failed:\n", step.name);
+      for (const auto& e : node_errors_) join_errors += "flowrun:   " + e + "\n";
+      if (record.exit_code == 0 || record.attempts.back().workers.empty()) record.exit_code = 1;
+    }
     if (record.outcome == Outcome::succeeded && step.is_parallel()) {
       const StepPlan& plan = plan_of(step);
       JoinRequest request;
@@ -272,6 +280,11 @@ class FlowRunner {
 
     const double took = static_cast<double>(monotonic_now_ns() - start_mono) / 1e9;
     if (!join_errors.empty()) {
+      const auto& attempt = record.attempts.back();
+      if (attempt.culprit) {
+        const auto& w = attempt.workers[static_cast<std::size_t>(*attempt.culprit)];
+        console_.message(format_failure_report(record, read_file(w.error_file)));
+      }
       console_.message(join_errors);
     } else if (record.outcome != Outcome::succeeded) {
       const auto& attempt = record.attempts.back();
@@ -291,9 +304,8 @@ class FlowRunner {
 
   void run_parallel(const Step& step, const StepPlan& plan, std::int64_t start_mono, StepRecord& record) {
     if (plan.mode == PlanMode::multi_node) {
-      throw Error("step '" + step.name + "' needs " + std::to_string(plan.nodes.size()) +
-                  " nodes; running across nodes is not part of this version ('flowrun plan " + spec_.file +
-                  "' shows the plan)");
+      run_on_nodes_step(step, plan, start_mono, record);
+      return;
     }
     const std::vector<std::string> argv = expand_command(step, ctx_.layout, options_.args);
     for (int restart = 0;; ++restart) {
@@ -344,6 +356,36 @@ class FlowRunner {
     }
   }
 
+  void run_on_nodes_step(const Step& step, const StepPlan& plan, std::int64_t start_mono,
+                         StepRecord& record) {
+    NodeStep job;
+    job.spec = &spec_;
+    job.step = &step;
+    job.plan = &plan;
+    job.ctx = ctx_;
+    job.argv = expand_command(step, ctx_.layout, options_.args);
+    job.group = group_options(step);
+    job.group.timeout_s = time_left(step, start_mono);
+    job.shows_rank = [this, &step](int rank) { return shows_rank(step, rank); };
+    job.fake_gpus = options_.fake_gpus;
+    char self[4096] = {};
+    const ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
+    job.flowrun_path = n > 0 ? std::string(self, static_cast<std::size_t>(n)) : "flowrun";
+    NodeStepResult result = run_on_nodes(*supervisor_, console_, job);
+    record.attempts = std::move(result.attempts);
+    for (auto& note : result.notes) record.notes.push_back(std::move(note));
+    node_errors_ = std::move(result.errors);
+    if (record.attempts.empty()) {
+      // Nothing ran on the nodes: the reason is in node_errors_ (or an interrupt).
+      AttemptRecord none;
+      none.outcome = supervisor_->interrupt_signal() != 0 ? Outcome::interrupted : Outcome::failed;
+      none.start_unix_ns = none.end_unix_ns = unix_now_ns();
+      record.attempts.push_back(std::move(none));
+    } else if (!node_errors_.empty() && record.attempts.back().outcome == Outcome::succeeded) {
+      record.attempts.back().outcome = Outcome::failed;
+    }
+  }
+
   static std::string describe_devices(const StepPlan& plan) {
     if (plan.cpu) return "CPU";
     const auto& node = plan.nodes.front();
@@ -376,6 +418,7 @@ class FlowRunner {
   Guardian guardian_;
   Supervisor* supervisor_ = nullptr;
   std::map<std::string, State> state_;
+  std::vector<std::string> node_errors_;  // why a multi-node step failed besides its workers
 };
 
 }  // namespace

@@ -1,0 +1,69 @@
+// Multi-node: a parallel step whose plan spans several nodes.
+//
+// The flowrun the user started is the head. For such a step it listens on
+// the address the plan chose, starts one `flowrun agent` per node through
+// the cluster's engine (srun, ssh, or the user by hand), and runs the step
+// as one job over the control plane (docs/multinode.md):
+//
+//   join      every agent connects and proves it holds the run's token;
+//             the head waits for all of them (cluster.join_timeout)
+//   assign    each agent checks the step's workdir is the head's (a marker
+//             file) and node 0's agent picks MASTER_PORT
+//   start     every node starts its ranks at once; their output streams to
+//             the head's console and per-rank files
+//   done      each agent uploads its ranks' error files and collected
+//             outputs, checksummed, and says done; the head restarts the
+//             group (max_restarts) or sends bye, and the join runs here
+//
+// A worker failing anywhere, a node whose connection drops or whose
+// heartbeats stop, the step's timeout and Ctrl-C all stop every node, and
+// the report names the culprit rank and its node.
+#pragma once
+
+#include <functional>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "flowrun/plan.h"
+#include "flowrun/result.h"
+#include "flowrun/supervisor.h"
+
+namespace flowrun {
+
+struct NodeStep {
+  const Spec* spec = nullptr;
+  const Step* step = nullptr;
+  const StepPlan* plan = nullptr;
+  LaunchContext ctx;                         // run id, layout, flowrun's environment
+  std::vector<std::string> argv;             // the step's command, templates filled in
+  GroupOptions group;                        // step name, grace, style, time left
+  std::function<bool(int rank)> shows_rank;  // on the console
+  int fake_gpus = -1;                        // --fake-gpus, passed on to every agent
+  std::string flowrun_path;                  // this binary, the same path on every node
+};
+
+struct NodeStepResult {
+  std::vector<AttemptRecord> attempts;
+  std::vector<std::string> notes;   // for results.json
+  std::vector<std::string> errors;  // flowrun's own reasons the step failed (workdir, uploads, ...)
+};
+
+// Runs one multi-node step to its end. Throws Error when it cannot even
+// begin (no address to listen on, the marker cannot be written).
+NodeStepResult run_on_nodes(Supervisor& supervisor, const Console& console, const NodeStep& step);
+
+// `flowrun agent`.
+struct AgentOptions {
+  std::string endpoint;           // HOST:PORT of the head
+  std::optional<int> node_rank;   // --node-rank; else SLURM_NODEID under srun; else the head decides
+  std::string token_file;         // --token-file; else the first line of stdin
+  int fake_gpus = -1;             // --fake-gpus
+  double connect_timeout_s = 60;  // how long to keep trying to reach the head
+};
+
+// Runs the agent and returns its exit code: 0 after an orderly end (the
+// head said bye), 1 when it was refused, lost the head, or failed itself.
+int run_agent(const AgentOptions& options, const EnvMap& env);
+
+}  // namespace flowrun

@@ -1,0 +1,614 @@
+#include <boost/asio/connect.hpp>
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/ip/tcp.hpp>
+#include <boost/asio/read.hpp>
+#include <boost/asio/steady_timer.hpp>
+#include <boost/asio/write.hpp>
+#include <cerrno>
+#include <climits>
+#include <cstdlib>
+#include <cstring>
+#include <dirent.h>
+#include <fcntl.h>
+#include <fmt/format.h>
+#include <ftw.h>
+#include <sys/stat.h>
+#include <thread>
+#include <unistd.h>
+
+#include "flowrun/cluster.h"
+#include "flowrun/error.h"
+#include "flowrun/gpu.h"
+#include "flowrun/process.h"
+#include "flowrun/protocol.h"
+#include "flowrun/slurm.h"
+#include "flowrun/version.h"
+
+#include "connection.h"
+
+namespace flowrun {
+
+namespace asio = boost::asio;
+using cluster::Connection;
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+constexpr std::size_t kUploadChunk = 1 << 20;
+constexpr std::size_t kUploadQueue = 8 << 20;  // bytes queued before the uploader waits
+
+std::string field_or(const Fields& fields, std::string_view key, std::string fallback = {}) {
+  const std::string* value = find_field(fields, key);
+  return value ? *value : std::move(fallback);
+}
+
+int int_field(const Fields& fields, std::string_view key, int fallback) {
+  const std::string* value = find_field(fields, key);
+  if (value == nullptr || value->empty() || value->size() > 10) return fallback;
+  try {
+    return std::stoi(*value);
+  } catch (...) {
+    return fallback;
+  }
+}
+
+std::vector<std::string> split_nul(const std::string& text) {
+  std::vector<std::string> out;
+  if (text.empty()) return out;
+  std::size_t pos = 0;
+  while (true) {
+    const std::size_t end = text.find('\0', pos);
+    out.push_back(text.substr(pos, end == std::string::npos ? std::string::npos : end - pos));
+    if (end == std::string::npos) break;
+    pos = end + 1;
+  }
+  return out;
+}
+
+void make_dirs(const std::string& path, mode_t mode) {
+  std::size_t pos = 0;
+  while (pos != std::string::npos) {
+    pos = path.find('/', pos + 1);
+    const std::string partial = path.substr(0, pos);
+    if (partial.empty()) continue;
+    if (mkdir(partial.c_str(), mode) != 0 && errno != EEXIST)
+      throw Error("cannot create the directory " + partial + ": " + std::strerror(errno));
+  }
+}
+
+void remove_tree(const std::string& path) {
+  nftw(
+      path.c_str(), [](const char* p, const struct stat*, int, FTW*) { return remove(p); }, 16,
+      FTW_DEPTH | FTW_PHYS);
+}
+
+std::string read_small_file(const std::string& path, std::string* error) {
+  const int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) {
+    *error = path + ": " + std::strerror(errno);
+    return {};
+  }
+  std::string text;
+  char buf[4096];
+  ssize_t n;
+  while (text.size() < 65536 && (n = read(fd, buf, sizeof buf)) > 0)
+    text.append(buf, static_cast<std::size_t>(n));
+  close(fd);
+  return text;
+}
+
+std::string hostname() {
+  char name[HOST_NAME_MAX + 1] = {};
+  if (gethostname(name, sizeof name - 1) != 0 || name[0] == '\0') return "localhost";
+  return name;
+}
+
+struct LocalRank {
+  int rank = 0;
+  int local_rank = 0;
+  bool upload = false;
+  std::string dir;  // node-local: out/ and error.json
+};
+
+class Agent : public GroupObserver {
+ public:
+  Agent(const AgentOptions& options, const EnvMap& env) : options_(options), env_(env) {}
+
+  int run() {
+    token_ = read_token();
+    node_ = hostname();
+    if (auto name = env_get(env_, "FLOWRUN_HOSTNAME"); name && !name->empty()) node_ = *name;
+    node_rank_claim_ = options_.node_rank.value_or(-1);
+    if (!options_.node_rank) {
+      if (auto id = env_get(env_, "SLURM_NODEID"); id && !id->empty() && id->size() < 6) {
+        try {
+          node_rank_claim_ = std::stoi(*id);
+        } catch (...) {
+        }
+      }
+    }
+    auto probe = make_probe(env_, options_.fake_gpus);
+    gpus_ = static_cast<int>(select_gpus(probe->probe(), env_).gpus.size());
+
+    agent_id_ = node_ + "-" + std::to_string(getpid()) + "-" + make_nonce().substr(0, 8);
+    guardian_.start(agent_id_, "FLOWRUN_AGENT_ID");
+    become_subreaper();
+    Supervisor supervisor(console_, guardian_.pid());
+    sup_ = &supervisor;
+    asio::io_context& io = supervisor.io();
+
+    asio::ip::tcp::socket socket = connect(io);
+    if (!handshake(socket)) {
+      guardian_.disarm();
+      return 1;
+    }
+    conn_ = std::make_shared<Connection>(std::move(socket), "head");
+    conn_->start([this](Frame& frame) { on_frame(frame); },
+                 [this](const std::string& why) { lost_head(why); });
+    heartbeat_timer_.emplace(io);
+    tick();
+
+    while (!finished_) {
+      if (start_pending_) {
+        run_attempt();
+        continue;
+      }
+      io.run_one();
+      if (!finished_ && !in_group_ && supervisor.interrupt_signal() != 0 && !told_interrupt_) {
+        told_interrupt_ = true;
+        const int sig = supervisor.interrupt_signal();
+        conn_->send(MessageType::stop,
+                    {{"reason", fmt::format("its agent received {}{}", signal_name(sig), slurm_hint(sig))}});
+        conn_->close_after_send();
+        exit_code_ = 128 + sig;
+        finished_ = true;
+      }
+    }
+    // Let the last messages go out.
+    for (int i = 0; i < 1000 && conn_->is_open() && conn_->queued() > 0; ++i)
+      io.run_one_for(std::chrono::milliseconds(10));
+    conn_->close();
+    heartbeat_timer_->cancel();
+    io.poll();
+    if (!scratch_.empty()) remove_tree(scratch_);
+    sup_ = nullptr;
+    guardian_.disarm();
+    return exit_code_;
+  }
+
+  // ---- GroupObserver ------------------------------------------------------
+
+  void on_output(std::size_t index, bool is_err, std::string_view data) override {
+    const LocalRank& r = ranks_[index];
+    for (std::size_t pos = 0; pos < data.size(); pos += kMaxChunkBytes) {
+      conn_->send(MessageType::output, {{"rank", std::to_string(r.rank)},
+                                        {"stream", is_err ? "stderr" : "stdout"},
+                                        {"data", std::string(data.substr(pos, kMaxChunkBytes))}});
+    }
+  }
+
+  bool on_exit(std::size_t index, const WorkerRecord& rec) override {
+    const LocalRank& r = ranks_[index];
+    const char* kind = rec.status.kind == ExitStatus::Kind::signaled       ? "signaled"
+                       : rec.status.kind == ExitStatus::Kind::spawn_failed ? "spawn_failed"
+                                                                           : "exited";
+    conn_->send(MessageType::exited, {{"rank", std::to_string(r.rank)},
+                                      {"kind", kind},
+                                      {"code", std::to_string(rec.status.code)},
+                                      {"spawn_error", rec.status.spawn_error},
+                                      {"pid", std::to_string(rec.pid)},
+                                      {"start_ns", std::to_string(rec.start_unix_ns)},
+                                      {"end_ns", std::to_string(rec.end_unix_ns)},
+                                      {"rss_kib", std::to_string(rec.peak_rss_kib)},
+                                      {"stopped", sup_->stopping() ? "1" : "0"}});
+    if (!rec.status.ok()) local_failure_ = true;
+    return !rec.status.ok();
+  }
+
+  bool on_stop(Outcome why) override {
+    if (why == Outcome::interrupted && !stop_from_head_ && !lost_head_ && sup_->interrupt_signal() != 0) {
+      const int sig = sup_->interrupt_signal();
+      told_interrupt_ = true;
+      conn_->send(MessageType::stop,
+                  {{"reason", fmt::format("its agent received {}{}", signal_name(sig), slurm_hint(sig))}});
+    }
+    return false;
+  }
+
+ private:
+  std::string slurm_hint(int sig) const {
+    if (sig == SIGTERM && env_get(env_, "SLURM_JOB_ID"))
+      return " from Slurm (scancel, preemption or the job's time limit)";
+    return "";
+  }
+
+  std::string read_token() {
+    std::string text;
+    if (!options_.token_file.empty()) {
+      struct stat st {};
+      if (stat(options_.token_file.c_str(), &st) != 0)
+        throw Error("cannot read the token file " + options_.token_file + ": " + std::strerror(errno));
+      if ((st.st_mode & 077) != 0)
+        throw Error("the token file " + options_.token_file +
+                    " can be read by other users; it must be private (chmod 600)");
+      std::string error;
+      text = read_small_file(options_.token_file, &error);
+      if (!error.empty()) throw Error("cannot read the token file " + error);
+    } else {
+      if (isatty(STDIN_FILENO) == 1)
+        throw Error(
+            "no token: give --token-file FILE (the head prints the command to run), or the token on stdin");
+      char c;
+      while (text.size() < 1024 && read(STDIN_FILENO, &c, 1) == 1 && c != '\n') text += c;
+    }
+    while (!text.empty() && (text.back() == '\n' || text.back() == '\r' || text.back() == ' '))
+      text.pop_back();
+    if (text.empty()) throw Error("the token is empty; the agent needs the run's token from the head");
+    return text;
+  }
+
+  asio::ip::tcp::socket connect(asio::io_context& io) {
+    const std::string& endpoint = options_.endpoint;
+    const auto colon = endpoint.rfind(':');
+    if (colon == std::string::npos || colon == 0 || colon + 1 == endpoint.size())
+      throw Error("--rdzv-endpoint '" + endpoint + "': expected HOST:PORT", kExitUsage);
+    std::string host = endpoint.substr(0, colon);
+    if (host.size() > 2 && host.front() == '[' && host.back() == ']') host = host.substr(1, host.size() - 2);
+    const std::string port = endpoint.substr(colon + 1);
+    asio::ip::tcp::resolver resolver(io);
+    const auto deadline = Clock::now() + std::chrono::duration_cast<Clock::duration>(
+                                             std::chrono::duration<double>(options_.connect_timeout_s));
+    std::string last_error;
+    while (true) {
+      boost::system::error_code ec;
+      auto found = resolver.resolve(host, port, ec);
+      if (!ec) {
+        asio::ip::tcp::socket socket(io);
+        asio::connect(socket, found, ec);
+        if (!ec) return socket;
+      }
+      last_error = ec.message();
+      if (Clock::now() >= deadline || sup_->interrupt_signal() != 0)
+        throw Error(fmt::format("cannot reach the head at {}: {}", endpoint, last_error));
+      std::this_thread::sleep_for(std::chrono::milliseconds(200));
+    }
+  }
+
+  // The handshake, before anything else runs: blocking, with a timeout.
+  bool handshake(asio::ip::tcp::socket& socket) {
+    timeval tv{30, 0};
+    setsockopt(socket.native_handle(), SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+    FrameReader reader("head");
+    const std::string my_nonce = make_nonce();
+    auto send = [&](MessageType type, const Fields& f) {
+      const std::string frame = encode_frame(type, encode_fields(f));
+      asio::write(socket, asio::buffer(frame));
+    };
+    auto receive = [&]() -> std::pair<MessageType, Fields> {
+      char buf[4096];
+      while (true) {
+        if (auto frame = reader.next()) {
+          std::string error;
+          auto fields = decode_fields(frame->payload, &error);
+          if (!fields)
+            throw Error("the head sent a malformed " + std::string(message_type_name(frame->type)) + ": " +
+                        error);
+          return {frame->type, std::move(*fields)};
+        }
+        if (reader.failed()) throw Error(reader.error());
+        const ssize_t n = ::read(socket.native_handle(), buf, sizeof buf);
+        if (n < 0 && errno == EINTR) continue;
+        if (n <= 0) throw Error("the head closed the connection during the handshake");
+        reader.feed(std::string_view(buf, static_cast<std::size_t>(n)));
+      }
+    };
+    send(MessageType::hello, {{"node", node_},
+                              {"flowrun", FLOWRUN_VERSION},
+                              {"nonce", my_nonce},
+                              {"node_rank", std::to_string(node_rank_claim_)},
+                              {"pid", std::to_string(getpid())},
+                              {"gpus", std::to_string(gpus_)}});
+    auto [type, fields] = receive();
+    if (type == MessageType::refused) {
+      console_.message("flowrun agent: the head refused this agent: " + field_or(fields, "reason"));
+      return false;
+    }
+    if (type != MessageType::challenge)
+      throw Error("the head sent " + std::string(message_type_name(type)) + " instead of a challenge");
+    send(MessageType::auth, {{"proof", auth_proof(token_, field_or(fields, "nonce"), "agent:" + node_)}});
+    auto [type2, fields2] = receive();
+    if (type2 == MessageType::refused) {
+      console_.message("flowrun agent: the head refused this agent: " + field_or(fields2, "reason"));
+      return false;
+    }
+    if (type2 != MessageType::welcome ||
+        !proofs_equal(field_or(fields2, "proof"), auth_proof(token_, my_nonce, "head:" + node_))) {
+      console_.message("flowrun agent: the head at " + options_.endpoint +
+                       " could not prove it holds the run's token; not running anything for it");
+      return false;
+    }
+    node_rank_ = int_field(fields2, "node_rank", 0);
+    interval_s_ = int_field(fields2, "heartbeat_ms", 2500) / 1000.0;
+    timeout_s_ = int_field(fields2, "timeout_ms", 10000) / 1000.0;
+    timeval none{0, 0};
+    setsockopt(socket.native_handle(), SOL_SOCKET, SO_RCVTIMEO, &none, sizeof none);
+    return true;
+  }
+
+  void tick() {
+    heartbeat_timer_->expires_after(
+        std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(interval_s_)));
+    heartbeat_timer_->async_wait([this](const boost::system::error_code& ec) {
+      if (ec || finished_) return;
+      const double silent = static_cast<double>(monotonic_now_ns() - conn_->last_heard_ns()) / 1e9;
+      if (silent > timeout_s_) {
+        lost_head(fmt::format("no heartbeat from it for {:.1f} s", silent));
+        return;
+      }
+      if (conn_->queued() == 0) conn_->send(MessageType::heartbeat, {});
+      tick();
+    });
+  }
+
+  void lost_head(const std::string& why) {
+    if (lost_head_ || finished_) return;
+    lost_head_ = true;
+    conn_->close();
+    console_.message(fmt::format("flowrun agent: {}: lost the head at {} ({}){}", node_, options_.endpoint,
+                                 why, in_group_ ? "; stopping this node's workers" : ""));
+    exit_code_ = 1;
+    if (in_group_) {
+      sup_->stop_group(Outcome::interrupted);
+    } else {
+      finished_ = true;
+    }
+  }
+
+  // ---- messages -----------------------------------------------------------
+
+  void on_frame(Frame& frame) {
+    if (frame.type == MessageType::heartbeat) return;
+    std::string error;
+    auto fields = decode_fields(frame.payload, &error, 1 << 16);
+    if (!fields) {
+      lost_head("it sent a malformed " + std::string(message_type_name(frame.type)) + ": " + error);
+      return;
+    }
+    switch (frame.type) {
+      case MessageType::assign: on_assign(*fields); break;
+      case MessageType::start: on_start(*fields); break;
+      case MessageType::stop:
+        stop_from_head_ = true;
+        if (in_group_) sup_->stop_group(Outcome::interrupted);
+        break;
+      case MessageType::bye:
+        finished_ = true;
+        if (in_group_) sup_->stop_group(Outcome::interrupted);
+        break;
+      default: break;
+    }
+  }
+
+  void on_assign(const Fields& f) {
+    run_id_ = field_or(f, "run_id");
+    step_ = field_or(f, "step");
+    attempt_ = int_field(f, "attempt", 0);
+    node_rank_ = int_field(f, "node_rank", node_rank_);
+    grace_s_ = int_field(f, "grace_ms", 10000) / 1000.0;
+    stop_from_head_ = false;
+    local_failure_ = false;
+    Fields ready;
+    std::string error;
+    const std::string marker = read_small_file(field_or(f, "marker_path"), &error);
+    const bool same = error.empty() && marker == field_or(f, "marker_text");
+    if (error.empty() && !same) error = field_or(f, "marker_path") + ": its content differs from the head's";
+    ready.emplace_back("workdir_ok", same ? "1" : "0");
+    ready.emplace_back("workdir_error", error);
+    boost::system::error_code ec;
+    const std::string local = conn_->socket().local_endpoint(ec).address().to_string();
+    ready.emplace_back("address", local);
+    held_port_.release();
+    if (field_or(f, "want_port") == "1") {
+      held_port_ = hold_free_port(local);
+      ready.emplace_back("port", std::to_string(held_port_.port));
+    }
+    ready.emplace_back("gpus", std::to_string(gpus_));
+    conn_->send(MessageType::ready, ready);
+  }
+
+  void on_start(const Fields& f) {
+    start_fields_ = f;
+    start_pending_ = true;
+  }
+
+  // ---- one attempt ----------------------------------------------------------
+
+  void run_attempt() {
+    start_pending_ = false;
+    const Fields& f = start_fields_;
+    const auto argv = split_nul(field_or(f, "argv"));
+    const std::string workdir = field_or(f, "workdir");
+    const int count = int_field(f, "ranks", 0);
+    const char* tmp = std::getenv("TMPDIR");
+    scratch_ = fmt::format("{}/flowrun-{}-node{}", tmp != nullptr && tmp[0] == '/' ? tmp : "/tmp", run_id_,
+                           node_rank_);
+    EnvMap base = strip_step_variables(env_);
+    ranks_.clear();
+    std::vector<WorkerLaunch> launches;
+    for (int i = 0; i < count; ++i) {
+      std::string error;
+      auto sub = decode_fields(field_or(f, fmt::format("r{}", i)), &error, 1 << 16);
+      if (!sub) {
+        lost_head("it sent a malformed start: " + error);
+        return;
+      }
+      LocalRank r;
+      r.rank = int_field(*sub, "rank", 0);
+      r.local_rank = int_field(*sub, "local_rank", 0);
+      r.upload = field_or(*sub, "upload") == "1";
+      r.dir = fmt::format("{}/{}/rank{}", scratch_, step_, r.rank);
+      remove_tree(r.dir);
+      make_dirs(r.dir + "/out", 0700);
+      EnvMap env = base;
+      for (const auto& entry : split_nul(field_or(*sub, "env"))) {
+        const auto eq = entry.find('=');
+        if (eq != std::string::npos) env[entry.substr(0, eq)] = entry.substr(eq + 1);
+      }
+      env["FLOWRUN_OUTPUT_DIR"] = r.dir + "/out";
+      env["TORCHELASTIC_ERROR_FILE"] = r.dir + "/error.json";
+      env["FLOWRUN_AGENT_ID"] = agent_id_;
+      WorkerLaunch launch;
+      launch.rank = r.rank;
+      launch.local_rank = r.local_rank;
+      launch.argv = argv;
+      for (const auto& [k, v] : env) launch.env.push_back(k + "=" + v);
+      launch.workdir = workdir;
+      launch.error_file = r.dir + "/error.json";
+      launch.console = false;
+      launches.push_back(std::move(launch));
+      ranks_.push_back(std::move(r));
+    }
+    GroupOptions group;
+    group.step = step_;
+    group.grace_s = grace_s_;
+    group.restart_count = attempt_;
+    in_group_ = true;
+    const AttemptRecord attempt = sup_->run_group(launches, group, this);
+    in_group_ = false;
+    held_port_.release();
+    if (lost_head_) {
+      finished_ = true;
+      return;
+    }
+    std::vector<std::string> errors;
+    const bool all_ok = !local_failure_ && attempt.outcome == Outcome::succeeded && !stop_from_head_;
+    for (const auto& r : ranks_) {
+      struct stat st {};
+      const std::string error_file = r.dir + "/error.json";
+      if (lstat(error_file.c_str(), &st) == 0 && S_ISREG(st.st_mode))
+        upload_file(r.rank, "error.json", error_file, errors);
+      if (all_ok && r.upload) upload_tree(r, r.dir + "/out", "out", errors);
+      if (lost_head_) break;
+    }
+    if (lost_head_) {
+      finished_ = true;
+      return;
+    }
+    std::string joined;
+    for (std::size_t i = 0; i < errors.size(); ++i) {
+      if (i > 0) joined += '\0';
+      joined += errors[i];
+    }
+    conn_->send(MessageType::done, {{"attempt", std::to_string(attempt_)}, {"errors", joined}});
+  }
+
+  // Waits while more than kUploadQueue bytes are queued (the head reads at
+  // its pace; memory stays bounded).
+  void wait_for_queue() {
+    while (conn_->is_open() && !lost_head_ && conn_->queued() > kUploadQueue) sup_->io().run_one();
+  }
+
+  void upload_file(int rank, const std::string& rel, const std::string& path,
+                   std::vector<std::string>& errors) {
+    const int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
+    if (fd < 0) {
+      errors.push_back(fmt::format("rank {}: cannot read {}: {}", rank, rel, std::strerror(errno)));
+      return;
+    }
+    struct stat st {};
+    fstat(fd, &st);
+    conn_->send(MessageType::upload_begin,
+                {{"rank", std::to_string(rank)}, {"path", rel}, {"size", std::to_string(st.st_size)}});
+    Sha256 sha;
+    std::string buf(kUploadChunk, '\0');
+    std::int64_t sent = 0;
+    while (sent < st.st_size) {
+      const ssize_t n = read(fd, buf.data(), buf.size());
+      if (n < 0 && errno == EINTR) continue;
+      if (n <= 0) break;
+      const std::string_view piece(buf.data(),
+                                   static_cast<std::size_t>(std::min<std::int64_t>(n, st.st_size - sent)));
+      sha.update(piece);
+      conn_->send(MessageType::upload_chunk, {{"data", std::string(piece)}});
+      sent += static_cast<std::int64_t>(piece.size());
+      wait_for_queue();
+      if (lost_head_) break;
+    }
+    close(fd);
+    conn_->send(MessageType::upload_end, {{"path", rel}, {"sha256", sha.hex()}});
+    if (sent != st.st_size)
+      errors.push_back(fmt::format("rank {}: {} changed while it was uploaded", rank, rel));
+  }
+
+  void upload_tree(const LocalRank& r, const std::string& dir, const std::string& rel,
+                   std::vector<std::string>& errors) {
+    DIR* d = opendir(dir.c_str());
+    if (d == nullptr) return;
+    std::vector<std::string> names;
+    while (dirent* e = readdir(d)) {
+      const std::string name = e->d_name;
+      if (name != "." && name != "..") names.push_back(name);
+    }
+    closedir(d);
+    std::sort(names.begin(), names.end());
+    char out_real[PATH_MAX];
+    if (realpath((r.dir + "/out").c_str(), out_real) == nullptr) return;
+    for (const auto& name : names) {
+      const std::string path = dir + "/" + name;
+      const std::string relative = rel + "/" + name;
+      struct stat st {};
+      if (lstat(path.c_str(), &st) != 0) continue;
+      if (S_ISDIR(st.st_mode)) {
+        upload_tree(r, path, relative, errors);
+      } else if (S_ISREG(st.st_mode)) {
+        upload_file(r.rank, relative, path, errors);
+      } else if (S_ISLNK(st.st_mode)) {
+        char target[PATH_MAX];
+        const std::string inside = std::string(out_real) + "/";
+        struct stat tst {};
+        if (realpath(path.c_str(), target) != nullptr && std::string(target).rfind(inside, 0) == 0 &&
+            stat(target, &tst) == 0 && S_ISREG(tst.st_mode)) {
+          upload_file(r.rank, relative, target, errors);
+        } else {
+          char link[PATH_MAX] = {};
+          const ssize_t n = readlink(path.c_str(), link, sizeof link - 1);
+          errors.push_back(fmt::format(
+              "rank {}: FLOWRUN_OUTPUT_DIR/{} is a symlink to {}, outside the output "
+              "directory; refused",
+              r.rank, relative.substr(4), n > 0 ? std::string(link, static_cast<std::size_t>(n)) : "?"));
+        }
+      } else {
+        errors.push_back(fmt::format("rank {}: FLOWRUN_OUTPUT_DIR/{} is not a regular file; not uploaded",
+                                     r.rank, relative.substr(4)));
+      }
+      if (lost_head_) return;
+    }
+  }
+
+  const AgentOptions& options_;
+  const EnvMap& env_;
+  Console console_;
+  Guardian guardian_;
+  Supervisor* sup_ = nullptr;
+  std::shared_ptr<Connection> conn_;
+  std::optional<asio::steady_timer> heartbeat_timer_;
+  std::string token_, node_, agent_id_, run_id_, step_, scratch_;
+  int node_rank_claim_ = -1, node_rank_ = 0, gpus_ = 0, attempt_ = 0;
+  double interval_s_ = 2.5, timeout_s_ = 10, grace_s_ = 10;
+  HeldPort held_port_;
+  Fields start_fields_;
+  std::vector<LocalRank> ranks_;
+  bool finished_ = false, start_pending_ = false, in_group_ = false, lost_head_ = false;
+  bool stop_from_head_ = false, local_failure_ = false, told_interrupt_ = false;
+  int exit_code_ = 0;
+};
+
+}  // namespace
+
+int run_agent(const AgentOptions& options, const EnvMap& env) {
+  Agent agent(options, env);
+  return agent.run();
+}
+
+}  // namespace flowrun

@@ -1,0 +1,65 @@
+// One control-plane connection (head side or agent side) on the event loop:
+// frames in through a bounded FrameReader, frames out through a write queue.
+// Internal to lib/cluster.
+#pragma once
+
+#include <boost/asio/ip/tcp.hpp>
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <memory>
+#include <string>
+
+#include "flowrun/protocol.h"
+
+namespace flowrun::cluster {
+
+class Connection : public std::enable_shared_from_this<Connection> {
+ public:
+  using FrameHandler = std::function<void(Frame&)>;
+  using CloseHandler = std::function<void(const std::string& why)>;
+
+  Connection(boost::asio::ip::tcp::socket socket, std::string peer);
+
+  // Starts reading. `on_frame` gets each frame; `on_close` is called once,
+  // when the peer closes, a read or write fails, or a frame is malformed
+  // (never after close() was called by us).
+  void start(FrameHandler on_frame, CloseHandler on_close);
+
+  // Queues a message (never blocks).
+  void send(MessageType type, const Fields& fields);
+  void send_frame(std::string frame);
+
+  // Bytes queued and not yet written.
+  std::size_t queued() const { return queued_bytes_; }
+
+  // Closes now; queued bytes are dropped. Idempotent.
+  void close();
+  // Closes once every queued byte is written.
+  void close_after_send();
+
+  bool is_open() const { return open_; }
+  std::int64_t last_heard_ns() const { return last_heard_ns_; }
+  const std::string& peer() const { return peer_; }
+  boost::asio::ip::tcp::socket& socket() { return socket_; }
+
+ private:
+  void read_more();
+  void write_next();
+  void fail(const std::string& why);
+
+  boost::asio::ip::tcp::socket socket_;
+  std::string peer_;
+  FrameReader reader_;
+  std::string buffer_;
+  std::deque<std::string> out_;
+  std::size_t queued_bytes_ = 0;
+  bool writing_ = false;
+  bool open_ = true;
+  bool closing_ = false;
+  std::int64_t last_heard_ns_ = 0;
+  FrameHandler on_frame_;
+  CloseHandler on_close_;
+};
+
+}  // namespace flowrun::cluster

@@ -1,0 +1,179 @@
+#include "engines.h"
+
+#include <arpa/inet.h>
+#include <ifaddrs.h>
+#include <net/if.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include "flowrun/error.h"
+
+namespace flowrun::cluster {
+
+bool is_loopback(const std::string& address) {
+  return address.rfind("127.", 0) == 0 || address == "::1" || address == "localhost";
+}
+
+namespace {
+
+std::string host_part(const std::string& host) {
+  const auto at = host.rfind('@');
+  return at == std::string::npos ? host : host.substr(at + 1);
+}
+
+std::optional<std::string> resolve_ipv4(const std::string& host) {
+  addrinfo hints{};
+  hints.ai_family = AF_INET;
+  hints.ai_socktype = SOCK_STREAM;
+  addrinfo* found = nullptr;
+  if (getaddrinfo(host.c_str(), nullptr, &hints, &found) != 0 || found == nullptr) return std::nullopt;
+  char text[INET_ADDRSTRLEN] = {};
+  const auto* in = reinterpret_cast<const sockaddr_in*>(found->ai_addr);
+  inet_ntop(AF_INET, &in->sin_addr, text, sizeof text);
+  freeaddrinfo(found);
+  return std::string(text);
+}
+
+std::optional<std::string> first_interface_address() {
+  ifaddrs* list = nullptr;
+  if (getifaddrs(&list) != 0) return std::nullopt;
+  std::optional<std::string> chosen;
+  for (ifaddrs* i = list; i != nullptr && !chosen; i = i->ifa_next) {
+    if (i->ifa_addr == nullptr || i->ifa_addr->sa_family != AF_INET) continue;
+    if ((i->ifa_flags & IFF_UP) == 0 || (i->ifa_flags & IFF_LOOPBACK) != 0) continue;
+    char text[INET_ADDRSTRLEN] = {};
+    inet_ntop(AF_INET, &reinterpret_cast<const sockaddr_in*>(i->ifa_addr)->sin_addr, text, sizeof text);
+    chosen = std::string(text) + " (" + i->ifa_name + ")";
+  }
+  freeifaddrs(list);
+  return chosen;
+}
+
+}  // namespace
+
+std::optional<std::string> route_source(const std::string& host) {
+  const auto target = resolve_ipv4(host_part(host));
+  if (!target) return std::nullopt;
+  const int fd = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) return std::nullopt;
+  sockaddr_in to{};
+  to.sin_family = AF_INET;
+  to.sin_port = htons(9);
+  inet_pton(AF_INET, target->c_str(), &to.sin_addr);
+  std::optional<std::string> source;
+  if (connect(fd, reinterpret_cast<const sockaddr*>(&to), sizeof to) == 0) {
+    sockaddr_in local{};
+    socklen_t size = sizeof local;
+    if (getsockname(fd, reinterpret_cast<sockaddr*>(&local), &size) == 0) {
+      char text[INET_ADDRSTRLEN] = {};
+      inet_ntop(AF_INET, &local.sin_addr, text, sizeof text);
+      source = text;
+    }
+  }
+  close(fd);
+  return source;
+}
+
+HeadAddress choose_head_address(const ClusterSpec& cluster, const std::optional<SlurmJob>& job,
+                                const std::string& hostname) {
+  if (cluster.address) return {*cluster.address, "cluster.address"};
+  std::vector<std::string> nodes;
+  if (cluster.engine == Engine::ssh) nodes = cluster.hosts;
+  if (cluster.engine == Engine::slurm && job) nodes = job->nodes;
+  for (const auto& node : nodes) {
+    if (auto source = route_source(node); source && !is_loopback(*source))
+      return {*source, "the address this host uses to reach " + host_part(node)};
+  }
+  if (auto own = resolve_ipv4(hostname); own && !is_loopback(*own))
+    return {*own, "the address of this host's name, " + hostname};
+  if (auto first = first_interface_address()) {
+    const auto space = first->find(' ');
+    return {first->substr(0, space),
+            "this host's name does not resolve to a routable address; using interface " +
+                first->substr(space + 2, first->size() - space - 3)};
+  }
+  throw Error("cannot find an address for the other nodes to reach this host: set cluster.address");
+}
+
+std::string shell_quote(const std::string& text) {
+  if (!text.empty() && text.find_first_not_of("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789"
+                                              "@%+=:,./-_") == std::string::npos)
+    return text;
+  std::string out = "'";
+  for (char c : text) {
+    if (c == '\'')
+      out += "'\\''";
+    else
+      out += c;
+  }
+  return out + "'";
+}
+
+std::vector<std::string> agent_argv(const AgentCommand& agent, int node) {
+  std::vector<std::string> argv{agent.flowrun, "agent", "--rdzv-endpoint", agent.endpoint};
+  if (node >= 0) {
+    argv.emplace_back("--node-rank");
+    argv.push_back(std::to_string(node));
+  }
+  if (agent.fake_gpus >= 0) {
+    argv.emplace_back("--fake-gpus");
+    argv.push_back(std::to_string(agent.fake_gpus));
+  }
+  return argv;
+}
+
+std::vector<EngineLaunch> engine_launches(const ClusterSpec& cluster, const StepPlan& plan,
+                                          const std::optional<SlurmJob>& job, const AgentCommand& agent,
+                                          const std::vector<std::string>& ssh_default) {
+  const int nodes = static_cast<int>(plan.nodes.size());
+  std::vector<EngineLaunch> launches;
+  switch (cluster.engine) {
+    case Engine::manual: break;
+    case Engine::slurm: {
+      EngineLaunch srun;
+      srun.label = "srun";
+      srun.argv = {"srun",
+                   "--nodes=" + std::to_string(nodes),
+                   "--ntasks=" + std::to_string(nodes),
+                   "--ntasks-per-node=1",
+                   "--kill-on-bad-exit=1",
+                   "--input=all"};
+      if (job) {
+        // Inside an allocation: the agent gets the node's CPUs to hand to its
+        // workers (srun gives a task one CPU unless told).
+        if (!job->cpus_per_node.empty())
+          srun.argv.push_back("--cpus-per-task=" + std::to_string(job->cpus_per_node.front()));
+      } else {
+        srun.argv.push_back("--job-name=flowrun-" + plan.step);
+      }
+      if (!plan.cpu && !plan.nodes.empty() && plan.nodes.front().gpus_available > 0)
+        srun.argv.push_back("--gpus-per-node=" + std::to_string(plan.nodes.front().gpus_available));
+      for (const auto& arg : cluster.srun_args) srun.argv.push_back(arg);
+      for (const auto& arg : agent_argv(agent, -1)) srun.argv.push_back(arg);
+      launches.push_back(std::move(srun));
+      break;
+    }
+    case Engine::ssh: {
+      const auto& ssh = cluster.ssh_command.empty() ? ssh_default : cluster.ssh_command;
+      for (int i = 0; i < nodes; ++i) {
+        const std::string& host = plan.nodes[static_cast<std::size_t>(i)].host;
+        EngineLaunch launch;
+        launch.node = i;
+        launch.label = host_part(host) + " ssh";
+        launch.argv = ssh;
+        launch.argv.push_back(host);
+        // ssh hands the remote shell one string: every word is quoted for it.
+        std::string remote = "exec";
+        for (const auto& word : agent_argv(agent, i)) remote += " " + shell_quote(word);
+        launch.argv.push_back(remote);
+        launches.push_back(std::move(launch));
+      }
+      break;
+    }
+  }
+  return launches;
+}
+
+}  // namespace flowrun::cluster

@@ -1,0 +1,1113 @@
+#include <algorithm>
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/ip/tcp.hpp>
+#include <boost/asio/post.hpp>
+#include <boost/asio/steady_timer.hpp>
+#include <cerrno>
+#include <cstring>
+#include <fcntl.h>
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+#include <map>
+#include <sys/resource.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "flowrun/cluster.h"
+#include "flowrun/error.h"
+#include "flowrun/logmux.h"
+#include "flowrun/protocol.h"
+#include "flowrun/slurm.h"
+#include "flowrun/version.h"
+
+#include "connection.h"
+#include "engines.h"
+
+namespace flowrun {
+
+namespace asio = boost::asio;
+using cluster::Connection;
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+Clock::duration seconds_of(double s) {
+  return std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(s));
+}
+
+std::string field_or(const Fields& fields, std::string_view key, std::string fallback = {}) {
+  const std::string* value = find_field(fields, key);
+  return value ? *value : std::move(fallback);
+}
+
+int int_field(const Fields& fields, std::string_view key, int fallback) {
+  const std::string* value = find_field(fields, key);
+  if (value == nullptr || value->empty() || value->size() > 10) return fallback;
+  try {
+    return std::stoi(*value);
+  } catch (...) {
+    return fallback;
+  }
+}
+
+std::int64_t int64_field(const Fields& fields, std::string_view key) {
+  const std::string* value = find_field(fields, key);
+  if (value == nullptr || value->empty() || value->size() > 20) return 0;
+  try {
+    return std::stoll(*value);
+  } catch (...) {
+    return 0;
+  }
+}
+
+std::string join_nul(const std::vector<std::string>& items) {
+  std::string out;
+  for (std::size_t i = 0; i < items.size(); ++i) {
+    if (i > 0) out += '\0';
+    out += items[i];
+  }
+  return out;
+}
+
+std::vector<std::string> split_nul(const std::string& text) {
+  std::vector<std::string> out;
+  if (text.empty()) return out;
+  std::size_t pos = 0;
+  while (true) {
+    const std::size_t end = text.find('\0', pos);
+    out.push_back(text.substr(pos, end == std::string::npos ? std::string::npos : end - pos));
+    if (end == std::string::npos) break;
+    pos = end + 1;
+  }
+  return out;
+}
+
+void make_dirs(const std::string& path, mode_t mode = 0755) {
+  std::size_t pos = 0;
+  while (pos != std::string::npos) {
+    pos = path.find('/', pos + 1);
+    const std::string partial = path.substr(0, pos);
+    if (partial.empty()) continue;
+    if (mkdir(partial.c_str(), mode) != 0 && errno != EEXIST)
+      throw Error("cannot create the directory " + partial + ": " + std::strerror(errno));
+  }
+}
+
+// Opens `relative` for writing under the directory `root`, creating the
+// directories between, never following a symlink on the way (O_NOFOLLOW on
+// every component) and never replacing a file. Returns the fd, or -1 with
+// *error set.
+int open_under(const std::string& root, const std::string& relative, std::string* error) {
+  int dir = open(root.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (dir < 0) {
+    *error = "cannot open " + root + ": " + std::strerror(errno);
+    return -1;
+  }
+  std::size_t pos = 0;
+  while (true) {
+    const std::size_t slash = relative.find('/', pos);
+    const std::string part =
+        relative.substr(pos, slash == std::string::npos ? std::string::npos : slash - pos);
+    if (slash == std::string::npos) {
+      const int fd = openat(dir, part.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644);
+      if (fd < 0) *error = "cannot create " + root + "/" + relative + ": " + std::strerror(errno);
+      close(dir);
+      return fd;
+    }
+    if (mkdirat(dir, part.c_str(), 0755) != 0 && errno != EEXIST) {
+      *error = "cannot create a directory for " + relative + ": " + std::strerror(errno);
+      close(dir);
+      return -1;
+    }
+    const int next = openat(dir, part.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    close(dir);
+    if (next < 0) {
+      *error = "upload path '" + relative + "' goes through '" + part + "', which is not a directory";
+      return -1;
+    }
+    dir = next;
+    pos = slash + 1;
+  }
+}
+
+std::string plural(std::size_t n, std::string_view one, std::string_view many) {
+  return fmt::format("{} {}", n, n == 1 ? one : many);
+}
+
+class Head : public GroupObserver {
+ public:
+  Head(Supervisor& supervisor, const Console& console, const NodeStep& job)
+      : sup_(supervisor),
+        console_(console),
+        job_(job),
+        plan_(*job.plan),
+        cluster_(*job.spec->cluster),
+        io_(supervisor.io()),
+        acceptor_(io_),
+        heartbeat_timer_(io_),
+        join_timer_(io_),
+        flush_timer_(io_) {
+    nodes_.resize(plan_.nodes.size());
+    for (std::size_t i = 0; i < nodes_.size(); ++i) nodes_[i].rank = static_cast<int>(i);
+    timeout_s_ = cluster_.heartbeat_timeout_s;
+    interval_s_ = std::clamp(timeout_s_ / 4, 0.05, 5.0);
+    ranks_.resize(static_cast<std::size_t>(plan_.world_size));
+  }
+
+  NodeStepResult run() {
+    const std::string step_dir = job_.ctx.layout.step_dir(plan_.step);
+    std::string slurm_error;
+    const auto slurm_job =
+        cluster_.engine == Engine::slurm ? read_slurm_job(job_.ctx.parent_env, &slurm_error) : std::nullopt;
+    if (!slurm_error.empty()) throw Error(slurm_error);
+    const auto address = cluster::choose_head_address(cluster_, slurm_job, hostname());
+    listen(address.address);
+    token_ = make_token();
+
+    // The marker every agent must read at the same path (docs/multinode.md).
+    marker_path_ = job_.step->workdir + "/.flowrun/node-check-" + job_.ctx.run_id + "-" + plan_.step;
+    marker_text_ = make_nonce();
+    make_dirs(job_.step->workdir + "/.flowrun");
+    {
+      const int fd = open(marker_path_.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+      if (fd < 0) throw Error("cannot write " + marker_path_ + ": " + std::strerror(errno));
+      write_all(fd, marker_text_.data(), marker_text_.size());
+      close(fd);
+    }
+
+    cluster::AgentCommand agent{job_.flowrun_path, endpoint_, job_.fake_gpus};
+    std::vector<std::string> ssh_default{"ssh"};
+    if (auto ssh = env_get(job_.ctx.parent_env, "FLOWRUN_SSH"); ssh && !ssh->empty())
+      ssh_default = split_words(*ssh);
+    const auto engines = cluster::engine_launches(cluster_, plan_, slurm_job, agent, ssh_default);
+
+    console_.message(
+        fmt::format("flowrun: step '{}': {} workers on {} (engine: {}); the head listens on {} ({})",
+                    plan_.step, plan_.world_size, plural(nodes_.size(), "node", "nodes"),
+                    engine_name(cluster_.engine), endpoint_, address.why));
+    if (cluster_.engine == Engine::manual) {
+      const std::string token_file = step_dir + "/agent.token";
+      const int fd = open(token_file.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0600);
+      if (fd < 0) throw Error("cannot write " + token_file + ": " + std::strerror(errno));
+      fchmod(fd, 0600);
+      const std::string line = token_ + "\n";
+      write_all(fd, line.data(), line.size());
+      close(fd);
+      token_file_ = token_file;
+      std::string command;
+      for (const auto& word : cluster::agent_argv(agent, -1))
+        command += (command.empty() ? "" : " ") + cluster::shell_quote(word);
+      command += " --token-file " + cluster::shell_quote(token_file);
+      console_.message(
+          fmt::format("flowrun: waiting for {}; on each node run (add --node-rank N to choose its rank):\n"
+                      "flowrun:   {}",
+                      plural(nodes_.size(), "agent", "agents"), command));
+    }
+
+    std::vector<WorkerLaunch> launches;
+    for (const auto& e : engines) {
+      WorkerLaunch launch;
+      launch.argv = e.argv;
+      EnvMap env = job_.ctx.parent_env;
+      env["FLOWRUN_RUN_ID"] = job_.ctx.run_id;  // the guardian's mark, should flowrun die
+      for (const auto& [k, v] : env) launch.env.push_back(k + "=" + v);
+      launch.workdir = job_.step->workdir;
+      launch.label = e.label;
+      launch.stdin_text = token_ + "\n";
+      const std::string base = step_dir + "/" + (e.node >= 0 ? fmt::format("ssh-node{}", e.node) : "srun");
+      launch.stdout_log = base + ".stdout.log";
+      launch.stderr_log = base + ".stderr.log";
+      engine_node_.push_back(e.node);
+      engine_tail_.emplace_back(20, 4096);
+      launches.push_back(std::move(launch));
+    }
+
+    accept_next();
+    start_join_timer(cluster_.join_timeout_s);
+    tick_heartbeats();
+
+    GroupOptions group = job_.group;
+    group.master_port = 0;
+    const AttemptRecord engine_attempt = sup_.run_group(launches, group, this);
+    for (auto& n : nodes_) {
+      if (n.conn) n.conn->close();
+    }
+    boost::system::error_code ignored;
+    acceptor_.close(ignored);
+    heartbeat_timer_.cancel();
+    join_timer_.cancel();
+    flush_timer_.cancel();
+    for (auto& r : ranks_) close_rank_files(r);
+    flush_console();
+    io_.poll();
+    unlink(marker_path_.c_str());
+    if (!token_file_.empty()) unlink(token_file_.c_str());
+    if (attempt_started_ && !attempt_recorded_) record_attempt();
+    (void)engine_attempt;
+    return std::move(result_);
+  }
+
+  // ---- GroupObserver ------------------------------------------------------
+
+  void on_output(std::size_t index, bool is_err, std::string_view data) override {
+    (void)is_err;
+    engine_tail_[index].feed(data);
+    // srun waiting for resources: the join timeout counts from the grant.
+    if (data.find("queued and waiting for resources") != std::string_view::npos) {
+      join_timer_.cancel();
+      waiting_for_grant_ = true;
+    } else if (waiting_for_grant_ && data.find("has been allocated resources") != std::string_view::npos) {
+      waiting_for_grant_ = false;
+      if (phase_ == Phase::joining) start_join_timer(cluster_.join_timeout_s);
+    }
+  }
+
+  bool on_exit(std::size_t index, const WorkerRecord& record) override {
+    if (phase_ == Phase::finished) return false;
+    const int node = engine_node_[index];
+    std::string tail = engine_tail_[index].text();
+    while (!tail.empty() && tail.back() == '\n') tail.pop_back();
+    const std::string what = fmt::format(
+        "{} {}",
+        node >= 0 ? "ssh to " + plan_.nodes[static_cast<std::size_t>(node)].host : std::string("srun"),
+        record.status.describe());
+    if (phase_ == Phase::joining && (node < 0 || !nodes_[static_cast<std::size_t>(node)].joined)) {
+      std::string message =
+          what + " before " + (node < 0 ? std::string("every agent") : std::string("its agent")) + " joined";
+      if (!tail.empty()) {
+        message += "; its last output:";
+        for (const auto& line : split_lines(tail)) message += "\n    " + line;
+      }
+      fail_before_start(message);
+      return false;
+    }
+    if (phase_ == Phase::running || phase_ == Phase::assigning) {
+      engine_note_ = what + (tail.empty() ? "" : ": " + split_lines(tail).back());
+    }
+    return false;
+  }
+
+  bool on_stop(Outcome why) override {
+    if (phase_ == Phase::running) {
+      if (!stopping_) {
+        stopping_ = true;
+        outcome_ = why;
+        for (auto& n : nodes_) {
+          if (n.conn && n.conn->is_open())
+            n.conn->send(MessageType::stop,
+                         {{"reason", why == Outcome::timed_out ? "timeout" : "interrupted"}});
+        }
+      }
+      return true;
+    }
+    // Nothing runs on the nodes yet: end the agents, and let the supervisor
+    // stop srun or ssh.
+    if (phase_ != Phase::finished) {
+      interrupted_before_start_ = true;
+      outcome_ = why;
+      finish();
+    }
+    return false;
+  }
+
+  void on_kill() override {
+    for (auto& n : nodes_) {
+      if (n.conn && n.conn->is_open()) n.conn->send(MessageType::stop, {{"reason", "killed"}, {"kill", "1"}});
+    }
+  }
+
+  bool holds_group() override { return phase_ != Phase::finished; }
+
+  double stop_margin_s() override { return 5 + timeout_s_; }
+
+ private:
+  enum class Phase { joining, assigning, running, finished };
+
+  struct Upload {
+    int rank = -1;
+    std::string path;
+    int fd = -1;
+    std::int64_t size = 0;
+    std::int64_t got = 0;
+    std::unique_ptr<Sha256> sha;
+    bool refused = false;
+  };
+
+  struct Node {
+    int rank = 0;
+    std::shared_ptr<Connection> conn;
+    std::string name;     // the host name its agent reported
+    std::string peer_ip;  // where it connected from
+    bool joined = false;
+    bool ready = false;
+    bool done = false;
+    bool lost = false;
+    std::string address;  // node 0: MASTER_ADDR
+    int port = 0;         // node 0: MASTER_PORT
+    int gpus = -1;
+    std::optional<Upload> upload;
+  };
+
+  struct Pending {
+    std::shared_ptr<Connection> conn;
+    std::string node;
+    std::string agent_nonce;
+    std::string head_nonce;
+    int claim = -1;
+    int gpus = -1;
+  };
+
+  struct RankState {
+    WorkerRecord record;
+    bool stopped = false;
+    bool exited = false;
+    int out_fd = -1, err_fd = -1;
+    std::optional<LineSplitter> out_split, err_split;
+    std::optional<TailBuffer> tail;
+  };
+
+  static std::string hostname() {
+    char name[256] = {};
+    gethostname(name, sizeof name - 1);
+    return name;
+  }
+
+  static std::vector<std::string> split_words(const std::string& text) {
+    std::vector<std::string> words;
+    std::string word;
+    for (char c : text) {
+      if (c == ' ' || c == '\t') {
+        if (!word.empty()) words.push_back(std::move(word));
+        word.clear();
+      } else {
+        word += c;
+      }
+    }
+    if (!word.empty()) words.push_back(std::move(word));
+    return words;
+  }
+
+  static std::vector<std::string> split_lines(const std::string& text) {
+    std::vector<std::string> lines;
+    std::size_t pos = 0;
+    while (pos < text.size()) {
+      std::size_t end = text.find('\n', pos);
+      if (end == std::string::npos) end = text.size();
+      lines.push_back(text.substr(pos, end - pos));
+      pos = end + 1;
+    }
+    return lines;
+  }
+
+  std::string node_name(const Node& n) const {
+    if (!n.name.empty()) return n.name;
+    const auto& host = plan_.nodes[static_cast<std::size_t>(n.rank)].host;
+    return host.empty() ? fmt::format("node rank {}", n.rank) : host;
+  }
+
+  // ---- listening -----------------------------------------------------------
+
+  void listen(const std::string& address) {
+    // Thousands of agents are thousands of sockets.
+    rlimit limit{};
+    if (getrlimit(RLIMIT_NOFILE, &limit) == 0 && limit.rlim_cur < limit.rlim_max) {
+      limit.rlim_cur = limit.rlim_max;
+      setrlimit(RLIMIT_NOFILE, &limit);
+    }
+    boost::system::error_code ec;
+    const auto ip = asio::ip::make_address(address, ec);
+    if (ec) {
+      // A host name: listen on the address it resolves to.
+      asio::ip::tcp::resolver resolver(io_);
+      auto found = resolver.resolve(address, "0", ec);
+      if (ec || found.empty())
+        throw Error("cannot resolve the head's address '" + address + "': " + ec.message());
+      open_acceptor(found.begin()->endpoint().address());
+    } else {
+      open_acceptor(ip);
+    }
+  }
+
+  void open_acceptor(const asio::ip::address& ip) {
+    asio::ip::tcp::endpoint where(ip, 0);
+    boost::system::error_code ec;
+    acceptor_.open(where.protocol(), ec);
+    if (!ec) acceptor_.bind(where, ec);
+    if (!ec) acceptor_.listen(4096, ec);
+    if (ec)
+      throw Error("cannot listen on " + ip.to_string() + ": " + ec.message() + " (set cluster.address)");
+    const auto port = acceptor_.local_endpoint().port();
+    endpoint_ = (ip.is_v6() ? "[" + ip.to_string() + "]" : ip.to_string()) + ":" + std::to_string(port);
+  }
+
+  void accept_next() {
+    acceptor_.async_accept([this](const boost::system::error_code& ec, asio::ip::tcp::socket socket) {
+      if (ec == asio::error::operation_aborted || !acceptor_.is_open()) return;
+      if (!ec) on_accept(std::move(socket));
+      accept_next();
+    });
+  }
+
+  void on_accept(asio::ip::tcp::socket socket) {
+    boost::system::error_code ec;
+    const auto remote = socket.remote_endpoint(ec);
+    const std::string ip = ec ? std::string("?") : remote.address().to_string();
+    auto conn = std::make_shared<Connection>(std::move(socket), "agent at " + ip);
+    auto pending = std::make_shared<Pending>();
+    pending->conn = conn;
+    std::weak_ptr<Connection> weak = conn;
+    conn->start([this, pending, ip](Frame& frame) { on_handshake(*pending, ip, frame); },
+                [](const std::string&) {});
+  }
+
+  void refuse(Pending& p, const std::string& ip, const std::string& reason) {
+    console_.message(fmt::format("flowrun: step '{}': refused an agent from {}{}: {}", plan_.step, ip,
+                                 p.node.empty() ? "" : " (" + p.node + ")", reason));
+    p.conn->send(MessageType::refused, {{"reason", reason}});
+    p.conn->close_after_send();
+  }
+
+  void on_handshake(Pending& p, const std::string& ip, Frame& frame) {
+    std::string error;
+    auto fields = decode_fields(frame.payload, &error);
+    if (!fields) {
+      refuse(p, ip, "malformed " + std::string(message_type_name(frame.type)) + ": " + error);
+      return;
+    }
+    if (frame.type == MessageType::hello && p.head_nonce.empty()) {
+      p.node = field_or(*fields, "node");
+      p.agent_nonce = field_or(*fields, "nonce");
+      p.claim = int_field(*fields, "node_rank", -1);
+      p.gpus = int_field(*fields, "gpus", -1);
+      const std::string version = field_or(*fields, "flowrun");
+      if (p.node.empty() || p.agent_nonce.size() < 16) {
+        refuse(p, ip, "its hello lacks a node name or nonce");
+        return;
+      }
+      if (version != FLOWRUN_VERSION) {
+        refuse(p, ip,
+               fmt::format("it runs flowrun {}, the head runs {}: run the same flowrun on every node",
+                           version.empty() ? "(unknown)" : version, FLOWRUN_VERSION));
+        return;
+      }
+      p.head_nonce = make_nonce();
+      p.conn->send(MessageType::challenge, {{"nonce", p.head_nonce}});
+      return;
+    }
+    if (frame.type == MessageType::auth && !p.head_nonce.empty()) {
+      const std::string proof = field_or(*fields, "proof");
+      if (!proofs_equal(proof, auth_proof(token_, p.head_nonce, "agent:" + p.node))) {
+        refuse(p, ip, "wrong token");
+        return;
+      }
+      admit(p, ip);
+      return;
+    }
+    refuse(p, ip, fmt::format("unexpected {} during the handshake", message_type_name(frame.type)));
+  }
+
+  void admit(Pending& p, const std::string& ip) {
+    if (phase_ != Phase::joining) {
+      refuse(p, ip,
+             fmt::format("all {} have joined step '{}'", plural(nodes_.size(), "node", "nodes"), plan_.step));
+      return;
+    }
+    int rank = p.claim;
+    if (rank >= static_cast<int>(nodes_.size())) {
+      refuse(p, ip,
+             fmt::format("it asks for node rank {}, but the step has {}", rank,
+                         plural(nodes_.size(), "node", "nodes")));
+      return;
+    }
+    if (rank >= 0 && nodes_[static_cast<std::size_t>(rank)].joined) {
+      refuse(p, ip,
+             fmt::format("node rank {} has already joined (from {})", rank,
+                         nodes_[static_cast<std::size_t>(rank)].name));
+      return;
+    }
+    if (rank < 0) {
+      for (auto& n : nodes_) {
+        if (!n.joined && !claimed_by_engine(n.rank)) {
+          rank = n.rank;
+          break;
+        }
+      }
+    }
+    if (rank < 0) {
+      refuse(p, ip, "no node rank is left for it");
+      return;
+    }
+    Node& n = nodes_[static_cast<std::size_t>(rank)];
+    n.joined = true;
+    n.name = p.node;
+    n.peer_ip = ip;
+    n.gpus = p.gpus;
+    n.conn = p.conn;
+    p.conn->send(MessageType::welcome,
+                 {{"proof", auth_proof(token_, p.agent_nonce, "head:" + p.node)},
+                  {"node_rank", std::to_string(rank)},
+                  {"heartbeat_ms", std::to_string(static_cast<long>(interval_s_ * 1000))},
+                  {"timeout_ms", std::to_string(static_cast<long>(timeout_s_ * 1000))}});
+    // From now on frames go to the node.
+    auto conn = p.conn;
+    conn->start([this, rank](Frame& frame) { on_node_frame(nodes_[static_cast<std::size_t>(rank)], frame); },
+                [this, rank](const std::string& why) {
+                  on_node_closed(nodes_[static_cast<std::size_t>(rank)], why);
+                });
+    ++joined_;
+    if (joined_ == static_cast<int>(nodes_.size())) all_joined();
+  }
+
+  // ssh starts node i's agent with --node-rank i: that rank waits for it.
+  bool claimed_by_engine(int rank) const {
+    (void)rank;
+    return cluster_.engine == Engine::ssh;
+  }
+
+  // ---- phases --------------------------------------------------------------
+
+  void all_joined() {
+    join_timer_.cancel();
+    // Nodes that do not have the GPUs the plan gave them are refused.
+    if (!plan_.cpu) {
+      std::vector<std::string> wrong;
+      for (const auto& n : nodes_) {
+        const int planned = plan_.nodes[static_cast<std::size_t>(n.rank)].gpus_available;
+        if (planned > 0 && n.gpus != planned)
+          wrong.push_back(fmt::format("node {} has {}, the plan gives each node {}", n.name,
+                                      plural(static_cast<std::size_t>(std::max(n.gpus, 0)), "GPU", "GPUs"),
+                                      planned));
+      }
+      if (!wrong.empty()) {
+        fail_before_start(
+            fmt::format("{}", fmt::join(wrong, "; ")) +
+            " (cluster.gpus_per_node, or this host's count); nodes with different GPU counts are "
+            "not supported");
+        return;
+      }
+    }
+    assign();
+  }
+
+  void assign() {
+    phase_ = Phase::assigning;
+    ready_ = 0;
+    for (auto& n : nodes_) {
+      n.ready = false;
+      n.done = false;
+      n.conn->send(MessageType::assign,
+                   {{"step", plan_.step},
+                    {"run_id", job_.ctx.run_id},
+                    {"attempt", std::to_string(attempt_)},
+                    {"node_rank", std::to_string(n.rank)},
+                    {"nodes", std::to_string(nodes_.size())},
+                    {"workdir", job_.step->workdir},
+                    {"marker_path", marker_path_},
+                    {"marker_text", marker_text_},
+                    {"want_port", n.rank == 0 ? "1" : "0"},
+                    {"grace_ms", std::to_string(static_cast<long>(job_.group.grace_s * 1000))}});
+    }
+  }
+
+  void on_ready(Node& n, const Fields& f) {
+    if (phase_ != Phase::assigning || n.ready) return;
+    n.ready = true;
+    if (field_or(f, "workdir_ok") != "1") {
+      workdir_errors_.push_back(fmt::format(
+          "node {} does not see the step's workdir {} as this host does ({}); ranks on every node run in the "
+          "same workdir, so it must be a directory every node shares (NFS, Lustre, ...) at the same path",
+          n.name, job_.step->workdir, field_or(f, "workdir_error", "the marker differs")));
+    }
+    if (n.rank == 0) {
+      n.address = field_or(f, "address");
+      n.port = int_field(f, "port", 0);
+    }
+    if (++ready_ < static_cast<int>(nodes_.size())) return;
+    if (!workdir_errors_.empty()) {
+      for (const auto& e : workdir_errors_) fail_before_start(e);
+      return;
+    }
+    start_attempt();
+  }
+
+  void start_attempt() {
+    phase_ = Phase::running;
+    stopping_ = false;
+    outcome_ = Outcome::succeeded;
+    attempt_started_ = true;
+    attempt_recorded_ = false;
+    done_ = 0;
+    LaunchContext ctx = job_.ctx;
+    ctx.master_addr = nodes_[0].address;
+    ctx.master_port = nodes_[0].port;
+    ctx.restart_count = attempt_;
+    master_port_ = ctx.master_port;
+    attempt_start_ns_ = unix_now_ns();
+    for (auto& r : ranks_) {
+      close_rank_files(r);
+      r = RankState{};
+    }
+    for (const auto& rp : plan_.ranks) {
+      RankState& r = ranks_[static_cast<std::size_t>(rp.rank)];
+      const Node& n = nodes_[static_cast<std::size_t>(rp.node)];
+      r.record.rank = rp.rank;
+      r.record.local_rank = rp.local_rank;
+      r.record.node = n.name;
+      r.record.status.kind = ExitStatus::Kind::running;
+      r.record.start_unix_ns = attempt_start_ns_;
+      const std::string dir = ctx.layout.rank_dir(plan_.step, rp.rank);
+      make_dirs(ctx.layout.output_dir(plan_.step, rp.rank));
+      unlink(ctx.layout.error_file(plan_.step, rp.rank).c_str());
+      r.record.stdout_log = dir + "/stdout.log";
+      r.record.stderr_log = dir + "/stderr.log";
+      r.record.error_file = ctx.layout.error_file(plan_.step, rp.rank);
+      r.out_fd = open(r.record.stdout_log.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+      r.err_fd = open(r.record.stderr_log.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+      r.tail.emplace(20, 4096);
+      if (job_.shows_rank(rp.rank)) {
+        const std::string prefix = log_prefix(n.name + " " + plan_.step, rp.rank, job_.group.style.color);
+        r.out_split.emplace(prefix, job_.group.style);
+        r.err_split.emplace(prefix, job_.group.style);
+      }
+    }
+    if (attempt_ == 0) {
+      std::vector<std::string> names;
+      for (const auto& n : nodes_) names.push_back(n.name);
+      console_.message(fmt::format("flowrun: step '{}': {} joined ({}); MASTER_ADDR {}, MASTER_PORT {}",
+                                   plan_.step, plural(nodes_.size(), "node", "nodes"), fmt::join(names, ", "),
+                                   ctx.master_addr, ctx.master_port));
+    }
+    // Every node's start message first, then the writes: the nodes start together.
+    std::vector<std::string> frames(nodes_.size());
+    for (const auto& n : nodes_) {
+      Fields fields{{"attempt", std::to_string(attempt_)},
+                    {"master_addr", ctx.master_addr},
+                    {"master_port", std::to_string(ctx.master_port)},
+                    {"workdir", job_.step->workdir},
+                    {"argv", join_nul(job_.argv)}};
+      int count = 0;
+      for (const auto& rp : plan_.ranks) {
+        if (rp.node != n.rank) continue;
+        std::vector<std::string> env;
+        for (const auto& [k, v] : worker_env(*job_.spec, *job_.step, plan_, rp, ctx))
+          env.push_back(k + "=" + v);
+        const bool upload = job_.step->collect == Collect::all || rp.rank == 0;
+        fields.emplace_back(fmt::format("r{}", count++),
+                            encode_fields({{"rank", std::to_string(rp.rank)},
+                                           {"local_rank", std::to_string(rp.local_rank)},
+                                           {"env", join_nul(env)},
+                                           {"upload", upload ? "1" : "0"}}));
+      }
+      fields.emplace_back("ranks", std::to_string(count));
+      frames[static_cast<std::size_t>(n.rank)] = encode_frame(MessageType::start, encode_fields(fields));
+    }
+    for (auto& n : nodes_) n.conn->send_frame(std::move(frames[static_cast<std::size_t>(n.rank)]));
+  }
+
+  // ---- messages from a node ------------------------------------------------
+
+  void on_node_frame(Node& n, Frame& frame) {
+    if (frame.type == MessageType::heartbeat) return;
+    std::string error;
+    auto fields = decode_fields(frame.payload, &error);
+    if (!fields) {
+      protocol_error(n, fmt::format("malformed {}: {}", message_type_name(frame.type), error));
+      return;
+    }
+    switch (frame.type) {
+      case MessageType::ready: on_ready(n, *fields); break;
+      case MessageType::output: on_rank_output(n, *fields); break;
+      case MessageType::exited: on_rank_exited(n, *fields); break;
+      case MessageType::upload_begin: on_upload_begin(n, *fields); break;
+      case MessageType::upload_chunk: on_upload_chunk(n, *fields); break;
+      case MessageType::upload_end: on_upload_end(n, *fields); break;
+      case MessageType::done: on_done(n, *fields); break;
+      case MessageType::stop: {
+        const std::string reason = field_or(*fields, "reason", "it stopped");
+        result_.notes.push_back(fmt::format("node {}: {}", n.name, reason));
+        console_.message(fmt::format("flowrun: step '{}': node {}: {}", plan_.step, n.name, reason));
+        if (phase_ == Phase::running && !stopping_)
+          stop_nodes(Outcome::interrupted, "node " + n.name + ": " + reason);
+        break;
+      }
+      case MessageType::bye: break;
+      default: protocol_error(n, fmt::format("unexpected {}", message_type_name(frame.type)));
+    }
+  }
+
+  void protocol_error(Node& n, const std::string& what) {
+    result_.errors.push_back(fmt::format("node {}: {}", n.name, what));
+    n.conn->close();
+    node_lost(n, what);
+  }
+
+  RankState* rank_of(Node& n, const Fields& f) {
+    const int rank = int_field(f, "rank", -1);
+    if (rank < 0 || rank >= plan_.world_size) return nullptr;
+    if (plan_.ranks[static_cast<std::size_t>(rank)].node != n.rank) return nullptr;
+    return &ranks_[static_cast<std::size_t>(rank)];
+  }
+
+  void on_rank_output(Node& n, const Fields& f) {
+    RankState* r = rank_of(n, f);
+    const std::string* data = find_field(f, "data");
+    if (r == nullptr || data == nullptr) return;
+    const bool is_err = field_or(f, "stream") == "stderr";
+    const int fd = is_err ? r->err_fd : r->out_fd;
+    if (fd >= 0) write_all(fd, data->data(), data->size());
+    if (is_err && r->tail) r->tail->feed(*data);
+    auto& split = is_err ? r->err_split : r->out_split;
+    if (split) {
+      split->feed(*data, monotonic_now_ns(), is_err ? console_err_ : console_out_);
+      schedule_flush();
+    }
+  }
+
+  void on_rank_exited(Node& n, const Fields& f) {
+    RankState* r = rank_of(n, f);
+    if (r == nullptr || r->exited) return;
+    r->exited = true;
+    auto& rec = r->record;
+    const std::string kind = field_or(f, "kind");
+    rec.status.kind = kind == "signaled"       ? ExitStatus::Kind::signaled
+                      : kind == "spawn_failed" ? ExitStatus::Kind::spawn_failed
+                                               : ExitStatus::Kind::exited;
+    rec.status.code = int_field(f, "code", 1);
+    rec.status.spawn_error = field_or(f, "spawn_error");
+    rec.pid = int_field(f, "pid", 0);
+    rec.start_unix_ns = int64_field(f, "start_ns");
+    rec.end_unix_ns = int64_field(f, "end_ns");
+    rec.peak_rss_kib = int64_field(f, "rss_kib");
+    r->stopped = field_or(f, "stopped") == "1";
+    if (!rec.status.ok() && !r->stopped && !stopping_) {
+      stop_nodes(Outcome::failed, fmt::format("rank {} on {} {}", rec.rank, n.name, rec.status.describe()));
+    }
+  }
+
+  void on_done(Node& n, const Fields& f) {
+    if (n.done) return;
+    n.done = true;
+    for (const auto& e : split_nul(field_or(f, "errors"))) {
+      if (!e.empty()) result_.errors.push_back(fmt::format("node {}: {}", n.name, e));
+    }
+    if (n.upload) abort_upload(n, "the upload ended unfinished");
+    maybe_attempt_done();
+  }
+
+  // ---- uploads -------------------------------------------------------------
+
+  void upload_error(Node& n, const std::string& what) {
+    result_.errors.push_back(fmt::format("node {}: {}", n.name, what));
+    if (phase_ == Phase::running && !stopping_) stop_nodes(Outcome::failed, "node " + n.name + ": " + what);
+  }
+
+  void on_upload_begin(Node& n, const Fields& f) {
+    if (n.upload) abort_upload(n, "a new upload began before the last one ended");
+    Upload up;
+    up.rank = int_field(f, "rank", -1);
+    up.path = field_or(f, "path");
+    up.size = int64_field(f, "size");
+    RankState* r = rank_of(n, f);
+    std::string error;
+    auto safe = safe_relative_path(up.path, &error);
+    if (r == nullptr) {
+      error = fmt::format("upload for rank {}, which does not run on this node, refused", up.rank);
+    } else if (!safe) {
+      error = fmt::format("upload of '{}' refused: {}", up.path, error);
+    } else if (*safe != "error.json" && safe->rfind("out/", 0) != 0) {
+      error = fmt::format("upload of '{}' refused: only error.json and files under out/ are uploaded", *safe);
+    }
+    if (error.empty()) {
+      std::string open_error;
+      const std::string root = job_.ctx.layout.rank_dir(plan_.step, up.rank);
+      if (*safe == "error.json") unlink((root + "/error.json").c_str());
+      up.fd = open_under(root, *safe, &open_error);
+      if (up.fd < 0) error = fmt::format("upload of '{}' refused: {}", *safe, open_error);
+      up.path = *safe;
+    }
+    if (!error.empty()) {
+      up.refused = true;
+      upload_error(n, error);
+    }
+    up.sha = std::make_unique<Sha256>();
+    n.upload = std::move(up);
+  }
+
+  void on_upload_chunk(Node& n, const Fields& f) {
+    const std::string* data = find_field(f, "data");
+    if (!n.upload || data == nullptr) return;
+    Upload& up = *n.upload;
+    if (up.refused) return;
+    up.got += static_cast<std::int64_t>(data->size());
+    if (up.got > up.size) {
+      abort_upload(n,
+                   fmt::format("upload of '{}' sent more than the {} bytes it announced", up.path, up.size));
+      return;
+    }
+    up.sha->update(*data);
+    if (!write_all(up.fd, data->data(), data->size()))
+      abort_upload(n, fmt::format("cannot write upload '{}': {}", up.path, std::strerror(errno)));
+  }
+
+  void on_upload_end(Node& n, const Fields& f) {
+    if (!n.upload) return;
+    Upload up = std::move(*n.upload);
+    n.upload.reset();
+    if (up.refused) return;
+    if (up.fd >= 0) close(up.fd);
+    const std::string expected = field_or(f, "sha256");
+    const std::string got = up.sha->hex();
+    if (up.got != up.size || expected != got) {
+      unlink((job_.ctx.layout.rank_dir(plan_.step, up.rank) + "/" + up.path).c_str());
+      upload_error(
+          n, fmt::format("upload of rank {}'s '{}' is corrupt ({} of {} bytes, SHA-256 {}); rejected",
+                         up.rank, up.path, up.got, up.size, up.got == up.size ? "differs" : "not checked"));
+    }
+  }
+
+  void abort_upload(Node& n, const std::string& why) {
+    if (!n.upload) return;
+    Upload& up = *n.upload;
+    if (up.fd >= 0) {
+      close(up.fd);
+      unlink((job_.ctx.layout.rank_dir(plan_.step, up.rank) + "/" + up.path).c_str());
+    }
+    const bool refused = up.refused;
+    n.upload.reset();
+    if (!refused) upload_error(n, why);
+  }
+
+  // ---- stopping, losing nodes, finishing -----------------------------------
+
+  void stop_nodes(Outcome why, const std::string& reason) {
+    if (stopping_) return;
+    stopping_ = true;
+    if (outcome_ == Outcome::succeeded) outcome_ = why;
+    for (auto& n : nodes_) {
+      if (n.conn && n.conn->is_open() && !n.lost) n.conn->send(MessageType::stop, {{"reason", reason}});
+    }
+  }
+
+  void on_node_closed(Node& n, const std::string& why) {
+    if (phase_ == Phase::finished || n.lost) return;
+    if (n.done && phase_ != Phase::running && phase_ != Phase::assigning) return;
+    node_lost(n, "its agent's connection closed" +
+                     (why == "the connection closed" ? std::string() : " (" + why + ")"));
+  }
+
+  void node_lost(Node& n, const std::string& why) {
+    if (n.lost || phase_ == Phase::finished) return;
+    n.lost = true;
+    if (n.conn) n.conn->close();
+    const std::string text =
+        fmt::format("node {} (node rank {} of {}) lost: {}", n.name, n.rank, nodes_.size(), why);
+    console_.message(fmt::format("flowrun: step '{}': {}", plan_.step, text));
+    if (phase_ != Phase::running) {
+      fail_before_start(text);
+      return;
+    }
+    result_.notes.push_back(text);
+    const std::int64_t now = unix_now_ns();
+    for (auto& r : ranks_) {
+      if (r.record.node != n.name || r.exited ||
+          plan_.ranks[static_cast<std::size_t>(r.record.rank)].node != n.rank)
+        continue;
+      r.exited = true;
+      r.record.status.kind = ExitStatus::Kind::lost;
+      r.record.status.spawn_error = fmt::format("node {} {}", n.name, why);
+      r.record.end_unix_ns = now;
+      r.stopped = stopping_;
+    }
+    if (!stopping_) stop_nodes(Outcome::failed, text);
+    n.done = true;
+    maybe_attempt_done();
+  }
+
+  void maybe_attempt_done() {
+    if (phase_ != Phase::running) return;
+    for (const auto& n : nodes_) {
+      if (!n.done && !n.lost) return;
+    }
+    for (auto& r : ranks_) close_rank_files(r);
+    flush_console();
+    record_attempt();
+    const bool any_lost = std::any_of(nodes_.begin(), nodes_.end(), [](const Node& n) { return n.lost; });
+    const AttemptRecord& last = result_.attempts.back();
+    if (last.outcome == Outcome::failed && !any_lost && result_.errors.empty() &&
+        attempt_ < plan_.max_restarts && sup_.interrupt_signal() == 0) {
+      std::string why = "a worker failed";
+      if (last.culprit) {
+        const auto& w = last.workers[static_cast<std::size_t>(*last.culprit)];
+        why = fmt::format("rank {} on {} {}", w.rank, w.node, w.status.describe());
+      }
+      ++attempt_;
+      console_.message(fmt::format(
+          "flowrun: step '{}' failed ({}); restarting all {} workers on {} (restart {} of {})", plan_.step,
+          why, plan_.world_size, plural(nodes_.size(), "node", "nodes"), attempt_, plan_.max_restarts));
+      assign();
+      return;
+    }
+    finish();
+    if (any_lost) sup_.stop_group(Outcome::failed);  // srun or ssh of a lost node may hang: stop them
+  }
+
+  void record_attempt() {
+    attempt_recorded_ = true;
+    AttemptRecord attempt;
+    attempt.restart_count = attempt_;
+    attempt.master_port = master_port_;
+    attempt.start_unix_ns = attempt_start_ns_;
+    attempt.end_unix_ns = unix_now_ns();
+    std::vector<int> stopped;
+    bool failed = false;
+    for (std::size_t i = 0; i < ranks_.size(); ++i) {
+      auto& r = ranks_[i];
+      if (r.tail) r.record.stderr_tail = r.tail->text();
+      if (!r.record.status.ok()) failed = true;
+      if (r.stopped) stopped.push_back(static_cast<int>(i));
+      attempt.workers.push_back(r.record);
+    }
+    attempt.outcome =
+        outcome_ != Outcome::succeeded ? outcome_ : (failed ? Outcome::failed : Outcome::succeeded);
+    if (!result_.errors.empty() && attempt.outcome == Outcome::succeeded) attempt.outcome = Outcome::failed;
+    assign_roles(attempt, stopped);
+    result_.attempts.push_back(std::move(attempt));
+  }
+
+  void fail_before_start(const std::string& why) {
+    result_.errors.push_back(why);
+    finish();
+  }
+
+  void finish() {
+    if (phase_ == Phase::finished) return;
+    phase_ = Phase::finished;
+    join_timer_.cancel();
+    heartbeat_timer_.cancel();
+    boost::system::error_code ignored;
+    acceptor_.close(ignored);
+    for (auto& n : nodes_) {
+      if (n.conn && n.conn->is_open()) {
+        n.conn->send(MessageType::bye, {});
+        n.conn->close_after_send();
+      }
+    }
+    if (!engine_note_.empty()) result_.notes.push_back(engine_note_);
+    asio::post(io_, [this] { sup_.release_group(); });
+  }
+
+  // ---- timers --------------------------------------------------------------
+
+  void start_join_timer(double seconds) {
+    join_timer_.expires_after(seconds_of(seconds));
+    join_timer_.async_wait([this, seconds](const boost::system::error_code& ec) {
+      if (ec || phase_ != Phase::joining) return;
+      std::vector<std::string> missing;
+      for (const auto& n : nodes_) {
+        if (!n.joined) missing.push_back(fmt::format("node {} ({})", n.rank, node_name(n)));
+      }
+      fail_before_start(
+          fmt::format("{} of {} did not join within {:g} s: {}; check that `flowrun agent` can start "
+                      "there and reach {} (cluster.join_timeout)",
+                      missing.size(), plural(nodes_.size(), "node", "nodes"), seconds,
+                      fmt::join(missing, ", "), endpoint_));
+    });
+  }
+
+  void tick_heartbeats() {
+    heartbeat_timer_.expires_after(seconds_of(interval_s_));
+    heartbeat_timer_.async_wait([this](const boost::system::error_code& ec) {
+      if (ec || phase_ == Phase::finished) return;
+      const std::int64_t now = monotonic_now_ns();
+      for (auto& n : nodes_) {
+        if (!n.joined || n.lost || !n.conn || !n.conn->is_open()) continue;
+        const double silent = static_cast<double>(now - n.conn->last_heard_ns()) / 1e9;
+        if (silent > timeout_s_) {
+          node_lost(n, fmt::format("no heartbeat for {:.1f} s (cluster.heartbeat_timeout: {:g} s)", silent,
+                                   timeout_s_));
+          if (phase_ == Phase::finished) return;
+          continue;
+        }
+        if (n.conn->queued() == 0) n.conn->send(MessageType::heartbeat, {});
+      }
+      tick_heartbeats();
+    });
+  }
+
+  // ---- console -------------------------------------------------------------
+
+  void schedule_flush() {
+    if (console_out_.size() + console_err_.size() >= (1 << 20)) {
+      flush_console();
+      return;
+    }
+    if (flush_posted_) return;
+    flush_posted_ = true;
+    asio::post(io_, [this] {
+      flush_posted_ = false;
+      flush_console();
+    });
+  }
+
+  void flush_console() {
+    if (!console_out_.empty()) write_all(console_.out_fd, console_out_.data(), console_out_.size());
+    if (!console_err_.empty()) write_all(console_.err_fd, console_err_.data(), console_err_.size());
+    console_out_.clear();
+    console_err_.clear();
+  }
+
+  void close_rank_files(RankState& r) {
+    if (r.out_split) r.out_split->finish(console_out_);
+    if (r.err_split) r.err_split->finish(console_err_);
+    r.out_split.reset();
+    r.err_split.reset();
+    if (r.out_fd >= 0) close(r.out_fd);
+    if (r.err_fd >= 0) close(r.err_fd);
+    r.out_fd = r.err_fd = -1;
+  }
+
+  Supervisor& sup_;
+  const Console& console_;
+  const NodeStep& job_;
+  const StepPlan& plan_;
+  const ClusterSpec& cluster_;
+  asio::io_context& io_;
+  asio::ip::tcp::acceptor acceptor_;
+  asio::steady_timer heartbeat_timer_;
+  asio::steady_timer join_timer_;
+  asio::steady_timer flush_timer_;
+  std::string endpoint_;
+  std::string token_;
+  std::string token_file_;
+  std::string marker_path_, marker_text_;
+  double timeout_s_ = 10, interval_s_ = 2.5;
+  Phase phase_ = Phase::joining;
+  std::vector<Node> nodes_;
+  std::vector<RankState> ranks_;
+  std::vector<int> engine_node_;
+  std::vector<TailBuffer> engine_tail_;
+  std::string engine_note_;
+  std::vector<std::string> workdir_errors_;
+  int joined_ = 0, ready_ = 0, done_ = 0;
+  int attempt_ = 0;
+  int master_port_ = 0;
+  std::int64_t attempt_start_ns_ = 0;
+  bool stopping_ = false;
+  bool attempt_started_ = false, attempt_recorded_ = false;
+  bool waiting_for_grant_ = false;
+  bool interrupted_before_start_ = false;
+  bool flush_posted_ = false;
+  Outcome outcome_ = Outcome::succeeded;
+  std::string console_out_, console_err_;
+  NodeStepResult result_;
+};
+
+}  // namespace
+
+NodeStepResult run_on_nodes(Supervisor& supervisor, const Console& console, const NodeStep& step) {
+  Head head(supervisor, console, step);
+  return head.run();
+}
+
+}  // namespace flowrun
