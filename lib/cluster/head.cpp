@@ -915,7 +915,7 @@ class Head : public GroupObserver {
         continue;
       r.exited = true;
       r.record.status.kind = ExitStatus::Kind::lost;
-      r.record.status.spawn_error = fmt::format("node {} {}", n.name, why);
+      r.record.status.spawn_error = why;
       r.record.end_unix_ns = now;
       r.stopped = stopping_;
     }

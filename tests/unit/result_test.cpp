@@ -434,6 +434,7 @@ TEST_CASE("result: results.json of a failed parallel step", "[result]") {
   a.workers = {worker(0, signaled(15), 1300), worker(1, exited(3), 310)};
   a.workers[0].peak_rss_kib = 2048;
   a.workers[1].stderr_tail = "not in the JSON\n";
+  a.workers[1].node = "node2";
   assign_roles(a, {0});
   StepRecord s = parallel_step(a, Outcome::failed);
   s.exit_code = 3;
@@ -455,7 +456,8 @@ TEST_CASE("result: results.json of a failed parallel step", "[result]") {
       "peak_rss_kib": 2048,
       "stdout_log": "/w/.flowrun/runs/demo-20261129-171053-4f1c2a/train/rank0/stdout.log",
       "stderr_log": "/w/.flowrun/runs/demo-20261129-171053-4f1c2a/train/rank0/stderr.log",
-      "error_file": "/w/.flowrun/runs/demo-20261129-171053-4f1c2a/train/rank0/error.json"
+      "error_file": "/w/.flowrun/runs/demo-20261129-171053-4f1c2a/train/rank0/error.json",
+      "node": null
     })";
   const std::string worker1 = R"({
       "rank": 1,
@@ -473,7 +475,8 @@ TEST_CASE("result: results.json of a failed parallel step", "[result]") {
       "peak_rss_kib": 0,
       "stdout_log": "/w/.flowrun/runs/demo-20261129-171053-4f1c2a/train/rank1/stdout.log",
       "stderr_log": "/w/.flowrun/runs/demo-20261129-171053-4f1c2a/train/rank1/stderr.log",
-      "error_file": "/w/.flowrun/runs/demo-20261129-171053-4f1c2a/train/rank1/error.json"
+      "error_file": "/w/.flowrun/runs/demo-20261129-171053-4f1c2a/train/rank1/error.json",
+      "node": "node2"
     })";
   auto indent = [](std::string text) {
     for (std::size_t p = text.find('\n'); p != std::string::npos; p = text.find('\n', p + 1))
@@ -590,4 +593,27 @@ TEST_CASE("result: error files from torch's @record", "[result]") {
   CHECK_FALSE(parse_error_file(R"({"message": {"extraInfo": {"timestamp": "1"}}})").has_value());
   CHECK_FALSE(parse_error_file(R"(["message"])").has_value());
   CHECK_FALSE(parse_error_file(R"("message")").has_value());
+}
+
+TEST_CASE("result: a rank on another node is named with its node, and a lost node's ranks say how",
+          "[result]") {
+  AttemptRecord a;
+  a.start_unix_ns = kT0;
+  a.end_unix_ns = kT0 + 900 * kMs;
+  a.workers = {worker(0, signaled(15), 800), worker(1, exited(0), 300)};
+  a.workers[0].node = "node1";
+  a.workers[1].node = "node2";
+  a.workers[1].status.kind = ExitStatus::Kind::lost;
+  a.workers[1].status.spawn_error = "its agent's connection closed";
+  assign_roles(a, {0});
+  REQUIRE(a.culprit == 1);
+  StepRecord s = parallel_step(a, Outcome::failed);
+  const std::string report = format_failure_report(s, "");
+  CHECK(report.rfind("flowrun: step 'train' failed: rank 1 on node2 was lost with its node: its agent's "
+                     "connection closed\n",
+                     0) == 0);
+  CHECK(a.workers[1].status.shell_code() == 1);
+  const std::string json = format_results_json(s);
+  CHECK(json.find(R"("status": "lost")") != std::string::npos);
+  CHECK(json.find(R"("spawn_error": "its agent's connection closed")") != std::string::npos);
 }
