@@ -139,11 +139,13 @@ class Agent : public GroupObserver {
     asio::io_context& io = supervisor.io();
 
     asio::ip::tcp::socket socket = connect(io);
-    if (!handshake(socket)) {
+    FrameReader reader("head");
+    if (!handshake(socket, reader)) {
       guardian_.disarm();
       return 1;
     }
     conn_ = std::make_shared<Connection>(std::move(socket), "head");
+    conn_->adopt_reader(std::move(reader));  // the head may have sent more right after welcome
     conn_->start([this](Frame& frame) { on_frame(frame); },
                  [this](const std::string& why) { lost_head(why); });
     heartbeat_timer_.emplace(io);
@@ -276,10 +278,9 @@ class Agent : public GroupObserver {
   }
 
   // The handshake, before anything else runs: blocking, with a timeout.
-  bool handshake(asio::ip::tcp::socket& socket) {
+  bool handshake(asio::ip::tcp::socket& socket, FrameReader& reader) {
     timeval tv{30, 0};
     setsockopt(socket.native_handle(), SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
-    FrameReader reader("head");
     const std::string my_nonce = make_nonce();
     auto send = [&](MessageType type, const Fields& f) {
       const std::string frame = encode_frame(type, encode_fields(f));

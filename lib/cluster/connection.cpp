@@ -1,5 +1,6 @@
 #include "connection.h"
 
+#include <boost/asio/post.hpp>
 #include <boost/asio/write.hpp>
 
 #include "flowrun/supervisor.h"
@@ -20,9 +21,34 @@ Connection::Connection(asio::ip::tcp::socket socket, std::string peer)
 }
 
 void Connection::start(FrameHandler on_frame, CloseHandler on_close) {
-  on_frame_ = std::move(on_frame);
-  on_close_ = std::move(on_close);
+  set_handlers(std::move(on_frame), std::move(on_close));
+  if (reader_.buffered() > 0) {
+    asio::post(socket_.get_executor(), [self = shared_from_this()] {
+      if (self->dispatch()) self->read_more();
+    });
+    return;
+  }
   read_more();
+}
+
+bool Connection::dispatch() {
+  while (open_) {
+    auto frame = reader_.next();
+    if (!frame) break;
+    const auto handler = on_frame_;  // it may replace itself
+    (*handler)(*frame);
+  }
+  if (!open_) return false;
+  if (reader_.failed()) {
+    fail(reader_.error());
+    return false;
+  }
+  return true;
+}
+
+void Connection::set_handlers(FrameHandler on_frame, CloseHandler on_close) {
+  on_frame_ = std::make_shared<FrameHandler>(std::move(on_frame));
+  on_close_ = std::make_shared<CloseHandler>(std::move(on_close));
 }
 
 void Connection::read_more() {
@@ -36,17 +62,7 @@ void Connection::read_more() {
     }
     self->last_heard_ns_ = monotonic_now_ns();
     self->reader_.feed(std::string_view(self->buffer_.data(), n));
-    while (self->open_) {
-      auto frame = self->reader_.next();
-      if (!frame) break;
-      self->on_frame_(*frame);
-    }
-    if (!self->open_) return;
-    if (self->reader_.failed()) {
-      self->fail(self->reader_.error());
-      return;
-    }
-    self->read_more();
+    if (self->dispatch()) self->read_more();
   });
 }
 
@@ -96,12 +112,16 @@ void Connection::close() {
   socket_.close(ignored);
   out_.clear();
   queued_bytes_ = 0;
+  // The handlers may hold what holds this connection: let both go.
+  on_frame_.reset();
+  on_close_.reset();
 }
 
 void Connection::fail(const std::string& why) {
   if (!open_) return;
+  const auto handler = on_close_;
   close();
-  if (on_close_) on_close_(why);
+  if (handler && *handler) (*handler)(why);
 }
 
 }  // namespace flowrun::cluster

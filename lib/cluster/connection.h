@@ -26,6 +26,16 @@ class Connection : public std::enable_shared_from_this<Connection> {
   // (never after close() was called by us).
   void start(FrameHandler on_frame, CloseHandler on_close);
 
+  // Takes over a reader that already holds bytes read before this
+  // connection existed (a blocking handshake that read past its last
+  // frame); call before start(), whose first act is to hand those frames on.
+  void adopt_reader(FrameReader reader) { reader_ = std::move(reader); }
+
+  // Replaces the handlers (after a handshake); safe to call from inside a
+  // handler: the frame being handled finishes with the old one, the next
+  // frame goes to the new one.
+  void set_handlers(FrameHandler on_frame, CloseHandler on_close);
+
   // Queues a message (never blocks).
   void send(MessageType type, const Fields& fields);
   void send_frame(std::string frame);
@@ -45,6 +55,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
 
  private:
   void read_more();
+  bool dispatch();  // hands on every whole frame read; false when the connection ended
   void write_next();
   void fail(const std::string& why);
 
@@ -58,8 +69,8 @@ class Connection : public std::enable_shared_from_this<Connection> {
   bool open_ = true;
   bool closing_ = false;
   std::int64_t last_heard_ns_ = 0;
-  FrameHandler on_frame_;
-  CloseHandler on_close_;
+  std::shared_ptr<FrameHandler> on_frame_;
+  std::shared_ptr<CloseHandler> on_close_;
 };
 
 }  // namespace flowrun::cluster

@@ -456,7 +456,6 @@ class Head : public GroupObserver {
     auto conn = std::make_shared<Connection>(std::move(socket), "agent at " + ip);
     auto pending = std::make_shared<Pending>();
     pending->conn = conn;
-    std::weak_ptr<Connection> weak = conn;
     conn->start([this, pending, ip](Frame& frame) { on_handshake(*pending, ip, frame); },
                 [](const std::string&) {});
   }
@@ -551,10 +550,11 @@ class Head : public GroupObserver {
                   {"timeout_ms", std::to_string(static_cast<long>(timeout_s_ * 1000))}});
     // From now on frames go to the node.
     auto conn = p.conn;
-    conn->start([this, rank](Frame& frame) { on_node_frame(nodes_[static_cast<std::size_t>(rank)], frame); },
-                [this, rank](const std::string& why) {
-                  on_node_closed(nodes_[static_cast<std::size_t>(rank)], why);
-                });
+    conn->set_handlers(
+        [this, rank](Frame& frame) { on_node_frame(nodes_[static_cast<std::size_t>(rank)], frame); },
+        [this, rank](const std::string& why) {
+          on_node_closed(nodes_[static_cast<std::size_t>(rank)], why);
+        });
     ++joined_;
     if (joined_ == static_cast<int>(nodes_.size())) all_joined();
   }
