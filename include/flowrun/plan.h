@@ -27,6 +27,9 @@ namespace flowrun {
 struct HostFacts {
   std::string hostname;
   Inventory inventory;  // GPUs this host may use
+  // The nodes of the Slurm allocation flowrun runs in (SLURM_JOB_NODELIST,
+  // expanded), in Slurm's node order; empty outside one.
+  std::vector<std::string> allocation;
 };
 
 struct PlanOptions {

@@ -11,6 +11,7 @@
 #include "flowrun/error.h"
 #include "flowrun/flow.h"
 #include "flowrun/gpu.h"
+#include "flowrun/slurm.h"
 #include "flowrun/plan.h"
 #include "flowrun/report.h"
 #include "flowrun/spec.h"
@@ -46,7 +47,12 @@ std::string local_hostname(const EnvMap& env) {
 
 HostFacts probe_host(const Options& options, const EnvMap& env) {
   auto probe = make_probe(env, options.fake_gpus);
-  return HostFacts{local_hostname(env), select_gpus(probe->probe(), env)};
+  HostFacts facts{local_hostname(env), select_gpus(probe->probe(), env), {}};
+  // Inside a Slurm allocation the plan names its nodes. A malformed one is
+  // reported when a step runs through Slurm.
+  std::string ignored;
+  if (auto job = read_slurm_job(env, &ignored)) facts.allocation = job->nodes;
+  return facts;
 }
 
 Spec load_or_throw(const std::string& path) {

@@ -120,10 +120,19 @@ std::optional<Refusal> Planner::place_nodes(StepPlan& plan, int nodes) {
                        std::to_string(cluster->hosts.size()) + " (" + join(cluster->hosts, ", ") +
                        "); add hosts or ask for fewer GPUs"};
   }
+  const bool in_allocation = cluster->engine == Engine::slurm && !host.allocation.empty();
+  if (in_allocation && static_cast<int>(host.allocation.size()) < nodes) {
+    return Refusal{cluster->loc, "cluster",
+                   "step " + step.name + " needs " + nodes_word(nodes) + " but this Slurm job has " +
+                       nodes_word(static_cast<int>(host.allocation.size())) + " (" + join(host.allocation, ", ") +
+                       "); ask Slurm for more (sbatch --nodes " + std::to_string(nodes) +
+                       ") or for fewer GPUs in the step"};
+  }
   for (int i = 0; i < nodes; ++i) {
     NodePlan node;
     node.node_rank = i;
     if (cluster->engine == Engine::ssh) node.host = cluster->hosts[static_cast<std::size_t>(i)];
+    if (in_allocation) node.host = host.allocation[static_cast<std::size_t>(i)];
     node.is_local = !node.host.empty() && node.host == host.hostname;
     plan.nodes.push_back(std::move(node));
   }

@@ -52,14 +52,14 @@ Step with_cpus(Step step, int cpus) {
 }
 
 HostFacts host_with(int gpus, const EnvMap& env = {}) {
-  return HostFacts{"host-a", select_gpus(fake_system_gpus(gpus), env)};
+  return HostFacts{"host-a", select_gpus(fake_system_gpus(gpus), env), {}};
 }
 
 HostFacts gpu_less_host() {
   SystemGpus none;
   none.source = "none";
   none.unavailable_reason = "libnvidia-ml.so.1 not found: no NVIDIA driver on this host";
-  return HostFacts{"host-a", select_gpus(none, {})};
+  return HostFacts{"host-a", select_gpus(none, {}), {}};
 }
 
 ClusterSpec ssh_cluster(std::vector<std::string> hosts, std::optional<int> gpus_per_node = std::nullopt) {
@@ -642,4 +642,23 @@ TEST_CASE("expand_command quotes every substituted value under shell: true", "[c
       std::vector<std::string>{"/bin/sh", "-c",
                                "ls '/w/my runs/r1/train/outputs' ${HOME} > out.txt; echo 'a b' '$(rm -rf /)' "
                                "'it'\\''s'"});
+}
+
+TEST_CASE("inside a Slurm allocation the nodes are the job's, in Slurm's order", "[plan]") {
+  HostFacts host = host_with(8);
+  host.allocation = {"gpu07", "gpu08", "gpu09"};
+  StepPlan plan = must_plan(with_gpus(make_step(), 16), host, slurm_cluster());
+  REQUIRE(plan.nodes.size() == 2);
+  CHECK(plan.nodes[0].host == "gpu07");
+  CHECK(plan.nodes[1].host == "gpu08");
+
+  host.allocation = {"gpu07"};
+  Refusal refusal = must_refuse(with_gpus(make_step(), 16), host, slurm_cluster());
+  CHECK(refusal.path == "cluster");
+  CHECK(refusal.message ==
+        "step train needs 2 nodes but this Slurm job has 1 node (gpu07); ask Slurm for more (sbatch --nodes 2) or "
+        "for fewer GPUs in the step");
+  // ssh hosts are the spec's, whatever the allocation.
+  StepPlan ssh = must_plan(with_nodes(make_step(), 2), host, ssh_cluster({"a", "b"}, 8));
+  CHECK(ssh.nodes[1].host == "b");
 }
