@@ -1008,7 +1008,7 @@ class Head : public GroupObserver {
         if (!n.joined) missing.push_back(fmt::format("node {} ({})", n.rank, node_name(n)));
       }
       fail_before_start(
-          fmt::format("{} of {} did not join within {:g} s: {}; check that `flowrun agent` can start "
+          fmt::format("{} of {} did not join within {:g} s: {}; check that 'flowrun agent' can start "
                       "there and reach {} (cluster.join_timeout)",
                       missing.size(), plural(nodes_.size(), "node", "nodes"), seconds,
                       fmt::join(missing, ", "), endpoint_));
