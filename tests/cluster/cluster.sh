@@ -8,6 +8,7 @@
 #   cluster.sh [--dir DIR] exec I|head CMD...    run CMD on node I, or on the head
 #   cluster.sh [--dir DIR] link I up|down        plug node I's network cable in or out
 #   cluster.sh [--dir DIR] env                   print the variables that reach the cluster
+#                                                (SLURM_CONF, FLOWRUN_CLUSTER_SSH_CONFIG, ...)
 #   cluster.sh [--dir DIR] status                nodes, Slurm's view, ssh to each node
 #
 # Needs root, network namespaces and Debian's slurmctld slurmd slurm-client munge
@@ -75,7 +76,7 @@ die() {
   exit 1
 }
 usage() {
-  sed -n '6,11p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'
+  sed -n '6,12p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'
 }
 node_ip() { printf '%s.%d\n' "$NET" $((10 + $1)); }
 now() { printf '%s\n' "$EPOCHREALTIME"; }
@@ -185,6 +186,13 @@ cmd_env() {
   printf 'export FLOWRUN_CLUSTER_SSH_CONFIG=%q\n' "$DIR/ssh/ssh_config"
   printf 'export FLOWRUN_CLUSTER_NODES=%q\n' "$CLUSTER_NODES"
   printf 'export FLOWRUN_CLUSTER_HEAD_ADDR=%q\n' "$HEAD_IP"
+  local i ns="" addrs=""
+  for ((i = 1; i <= CLUSTER_SIZE; i++)); do
+    ns+="${ns:+ }$NS_PREFIX$i"
+    addrs+="${addrs:+ }node$i=$(node_ip "$i")"
+  done
+  printf 'export FLOWRUN_CLUSTER_ADDRS=%q\n' "$addrs"
+  printf 'export FLOWRUN_CLUSTER_NETNS=%q\n' "$ns"
 }
 
 cmd_status() {
