@@ -1,0 +1,834 @@
+#!/usr/bin/env python3
+"""End-to-end tests of flowrun across nodes: a 4-node test cluster on this
+machine (tests/cluster/cluster.sh: network namespaces, real Slurm, sshd), the
+real binary as head and agents, helper ranks (node_worker.py) and a join that
+checks what the ranks saw (check_env.py).
+
+  run_multinode_tests.py FLOWRUN ROOT [--only NAME[,NAME...]] [--list] [--keep]
+
+Brings the cluster up (node1's /etc/hosts maps its own name to 127.0.1.1, as
+Debian does), runs the tests, and always brings it down, also on Ctrl-C.
+After every test, nothing of flowrun may be left on any node. Prints
+"multinode: N passed, M failed" and exits 1 on any failure; exits 125 (skipped)
+only when not root or when network namespaces are not available here.
+--keep: keep the scratch directory (in /var/tmp; the nodes share it) to look at.
+"""
+import argparse
+import datetime
+import json
+import os
+import re
+import shlex
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", ".."))
+from testlib import Tally  # noqa: E402
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+WORKER = os.path.join(HERE, "node_worker.py")
+CHECK = os.path.join(HERE, "check_env.py")
+TORCH = os.path.join(HERE, "..", "torch")
+PY = "/usr/bin/python3"  # the same on every node, with Debian's torch
+NODES = 4
+DEBIAN_NODE = "node1"
+GRACE = 2.0
+# Variables that steer flowrun or Slurm; the tests start without them.
+INFLUENTIAL = re.compile(r"^(CUDA_|SLURM_|SBATCH_|SALLOC_|SRUN_|FLOWRUN_|OMP_NUM_THREADS$|TORCH_NCCL_|NCCL_|NO_COLOR$|"
+                         r"PYTHONPATH$|PYTHONHOME$)")
+
+
+def q(text):
+    """A YAML double-quoted scalar (JSON's string syntax is valid YAML)."""
+    return json.dumps(str(text))
+
+
+def to_yaml(value, indent=0):
+    """A small YAML writer for specs: mappings, lists, scalars (all quoted)."""
+    pad = " " * indent
+    if value == {}:
+        return "{}"
+    if isinstance(value, dict):
+        lines = []
+        for k, v in value.items():
+            if isinstance(v, dict) and v:
+                lines.append(f"{pad}{k}:\n{to_yaml(v, indent + 2)}")
+            elif isinstance(v, list) and v and isinstance(v[0], dict):
+                lines.append(f"{pad}{k}:\n{to_yaml(v, indent + 2)}")
+            else:
+                lines.append(f"{pad}{k}: {to_yaml(v)}")
+        return "\n".join(lines)
+    if isinstance(value, list):
+        if value and isinstance(value[0], dict):
+            return "\n".join(pad + "- " + to_yaml(item, indent + 2).lstrip() for item in value)
+        return "[" + ", ".join(to_yaml(v) for v in value) + "]"
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        return str(value)
+    return q(value)
+
+
+def iso(text):
+    """results.json's "2026-11-29T17:10:53.123Z" as seconds since the epoch."""
+    if not text:
+        return None
+    return datetime.datetime.strptime(text, "%Y-%m-%dT%H:%M:%S.%fZ").replace(
+        tzinfo=datetime.timezone.utc).timestamp()
+
+
+# --- processes -----------------------------------------------------------------
+
+LIVE = set()
+
+
+class Live:
+    """A running command whose output lines are read as they come, each with
+    the time.monotonic() at which it arrived."""
+
+    def __init__(self, argv, cwd, env):
+        self.argv, self.start = argv, time.monotonic()
+        self.p = subprocess.Popen(argv, cwd=cwd, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                                  stderr=subprocess.PIPE, start_new_session=True)
+        self.lines = {"out": [], "err": []}
+        self.cond = threading.Condition()
+        self.readers = [threading.Thread(target=self._read, args=(s, n), daemon=True)
+                        for s, n in ((self.p.stdout, "out"), (self.p.stderr, "err"))]
+        for t in self.readers:
+            t.start()
+        self.rc = None
+        LIVE.add(self)
+
+    def _read(self, stream, name):
+        for raw in iter(stream.readline, b""):
+            now = time.monotonic()
+            with self.cond:
+                self.lines[name].append((now, raw.decode(errors="replace")))
+                self.cond.notify_all()
+        with self.cond:
+            self.cond.notify_all()
+
+    def wait_line(self, pattern, limit, streams=("out", "err")):
+        """(arrival time, match) of the first line matching pattern, or (None, None)."""
+        regex = re.compile(pattern)
+        deadline = time.monotonic() + limit
+        with self.cond:
+            while True:
+                for name in streams:
+                    for t, line in self.lines[name]:
+                        m = regex.search(line)
+                        if m:
+                            return t, m
+                left = deadline - time.monotonic()
+                if left <= 0 or (self.p.poll() is not None and not any(r.is_alive() for r in self.readers)):
+                    return None, None
+                self.cond.wait(min(left, 0.5))
+
+    def text(self, name):
+        with self.cond:
+            return "".join(line for _, line in self.lines[name])
+
+    def kill(self):
+        if self.p.poll() is None:
+            try:
+                os.killpg(self.p.pid, signal.SIGKILL)
+            except OSError:
+                pass
+        self.p.wait()
+
+    def finish(self, limit):
+        """Waits for the exit; after `limit` seconds, SIGKILL to its process group (rc 'timeout')."""
+        try:
+            self.rc = self.p.wait(timeout=limit)
+        except subprocess.TimeoutExpired:
+            self.kill()
+            self.rc = "timeout"
+        for t in self.readers:
+            t.join(5)
+        self.elapsed = time.monotonic() - self.start
+        LIVE.discard(self)
+        return self.rc
+
+    def detail(self):
+        return (f"$ {shlex.join(self.argv)}\nexit {self.rc} after {time.monotonic() - self.start:.2f} s\n"
+                f"--- stdout\n{self.text('out')[-4000:]}\n--- stderr\n{self.text('err')[-6000:]}")
+
+
+class Run:
+    """A finished flowrun head: exit code, console, run directory."""
+
+    def __init__(self, live, run_dir):
+        self.rc, self.stdout, self.stderr, self.run_dir = live.rc, live.text("out"), live.text("err"), run_dir
+        self.elapsed, self._detail = live.elapsed, live.detail()
+
+    def results(self, step="train"):
+        try:
+            with open(os.path.join(self.run_dir, step, "results.json")) as f:
+                return json.load(f)
+        except (OSError, ValueError) as e:
+            return {"error": f"{type(e).__name__}: {e}"}
+
+    def detail(self):
+        return self._detail
+
+
+def proc_read(pid, name, binary=False):
+    try:
+        with open(f"/proc/{pid}/{name}", "rb") as f:
+            data = f.read()
+    except OSError:
+        return b"" if binary else ""
+    return data if binary else data.decode(errors="replace")
+
+
+def proc_state(pid):
+    stat = proc_read(pid, "stat")
+    return stat[stat.rfind(")") + 2:][:1] if stat else ""
+
+
+# --- the cluster -----------------------------------------------------------------
+
+class Cluster:
+    def __init__(self, root):
+        self.script = os.path.join(root, "tests", "cluster", "cluster.sh")
+        self.env, self.is_up = {}, False
+
+    def up(self):
+        """True once the cluster is up. A failed `up` removes what it made itself,
+        and one refused because a cluster is up already leaves that one alone."""
+        argv = [self.script, "up", str(NODES), "--debian-hostname", DEBIAN_NODE]
+        p = subprocess.run(argv, capture_output=True, text=True, timeout=180)
+        print(p.stdout + p.stderr, end="", flush=True)
+        if p.returncode != 0:
+            return False
+        self.is_up = True
+        out = subprocess.run([self.script, "env"], capture_output=True, text=True, check=True).stdout
+        for line in out.splitlines():
+            k, _, v = line.removeprefix("export ").partition("=")
+            self.env[k] = shlex.split(v)[0] if v else ""
+        self.addrs = dict(item.split("=") for item in self.env["FLOWRUN_CLUSTER_ADDRS"].split())
+        self.addrs["head"] = self.env["FLOWRUN_CLUSTER_HEAD_ADDR"]
+        self.netns = self.env["FLOWRUN_CLUSTER_NETNS"].split()
+        self.ssh_config = self.env["FLOWRUN_CLUSTER_SSH_CONFIG"]
+        return True
+
+    def down(self):
+        p = subprocess.run([self.script, "down"], capture_output=True, text=True, timeout=120)
+        print(p.stdout + p.stderr, end="", flush=True)
+        self.is_up = False
+        return p.returncode
+
+    def on(self, where, argv):
+        """argv run on the head ('head': host name head, the cluster's hosts
+        file), on node I (an int), or as it is here (None)."""
+        if where is None:
+            return list(argv)
+        return [self.script, "exec", str(where), *argv]
+
+    def pids_on(self, node):
+        out = subprocess.run(["ip", "netns", "pids", self.netns[node - 1]], capture_output=True, text=True).stdout
+        return [int(p) for p in out.split()]
+
+    def address_list(self):
+        return ",".join(f"{h}={a}" for h, a in sorted(self.addrs.items()))
+
+
+# --- the tests -------------------------------------------------------------------
+
+class Suite:
+    def __init__(self, flowrun, root, cluster, scratch):
+        self.root, self.c, self.scratch = root, cluster, scratch
+        # The tests run a copy of the binary, at a path of their own, and flows named
+        # after this process: what is left of them is told apart from anything else
+        # flowrun that runs on this machine (its exe, its command line, its run id).
+        self.flowrun = os.path.join(scratch, "bin", "flowrun")
+        os.makedirs(os.path.dirname(self.flowrun))
+        shutil.copy2(flowrun, self.flowrun)
+        self.real_flowrun = os.path.realpath(self.flowrun)
+        self.name = f"mn{os.getpid()}"
+        self.t = Tally("multinode")
+
+    def check(self, ok, label, expected, got, detail=""):
+        """A check that says what it expected and what it got when it fails."""
+        return self.t.check(ok, label, f"  expected: {expected}\n  got:      {got}\n{detail}".rstrip())
+
+    def env(self):
+        env = {k: v for k, v in os.environ.items() if not INFLUENTIAL.match(k)}
+        env["PATH"] = "/usr/bin:/bin:" + env.get("PATH", "")
+        env["SLURM_CONF"] = self.c.env["SLURM_CONF"]
+        return env
+
+    def workspace(self, name, base=None):
+        d = os.path.join(base or self.scratch, name)
+        os.makedirs(d)
+        return d
+
+    def write_spec(self, d, cluster, steps):
+        path = os.path.join(d, "spec.yaml")
+        with open(path, "w") as f:
+            f.write(to_yaml({"name": self.name, "cluster": cluster, "steps": steps}) + "\n")
+        return path
+
+    def ssh_cluster(self, hosts=None, **extra):
+        c = {"engine": "ssh"}
+        if hosts:
+            c["hosts"] = hosts
+        c["ssh_command"] = f"ssh -F {self.c.ssh_config}"
+        c.update(extra)
+        return c
+
+    def start(self, argv, where, cwd):
+        return Live(self.c.on(where, argv), cwd, self.env())
+
+    def head(self, spec, where, *options, prefix=(), limit=60):
+        """Runs `flowrun SPEC --run-dir DIR OPTIONS` to the end."""
+        run_dir = os.path.join(os.path.dirname(spec), "run")
+        live = self.start([*prefix, self.flowrun, spec, "--run-dir", run_dir, *options], where, os.path.dirname(spec))
+        live.finish(limit)
+        return Run(live, run_dir)
+
+    def ready_dir(self, d):
+        r = os.path.join(d, "ready")
+        os.makedirs(r)
+        return r
+
+    def wait_ready(self, directory, count, live, limit=60):
+        deadline = time.monotonic() + limit
+        while time.monotonic() < deadline:
+            if len(os.listdir(directory)) >= count:
+                return True
+            if live.p.poll() is not None:
+                return False
+            time.sleep(0.02)
+        return False
+
+    # --- the environment every rank gets ---------------------------------------
+
+    def env_steps(self, nodes, hosts, slurm):
+        world = nodes * 2
+        return [
+            {"name": "train", "run": [PY, WORKER, "env"], "parallel": {"nodes": nodes}, "collect": "all"},
+            {"name": "check", "join": "train",
+             "run": [PY, CHECK, "--nodes", str(nodes), "--per-node", "2", "--hosts", hosts, "--address",
+                     self.c.address_list(), "--slurm" if slurm else "--no-slurm"]},
+        ], world
+
+    def check_env_run(self, label, run, nodes, head_host=None, console=None):
+        """What a successful env run shows: exit 0, the join's verdict, every rank's
+        line with its node's name, results.json's node = the rank's host name."""
+        world = nodes * 2
+        out = console if console is not None else run.stdout
+        if not self.check(run.rc == 0, f"{label}: flowrun exits 0", 0, run.rc, run.detail()):
+            return
+        verdict = re.search(rf"^\[check\] env check: {world} ranks on {nodes} nodes \((.*)\) agree; "
+                            rf"MASTER_ADDR=(\S+), reached from rank {world - 1}$", out, re.M)
+        problems = "".join(re.findall(r"^\[check\] .*\n", run.stderr + out, re.M))
+        behind = [line for line in (run.stderr + out).splitlines() if "left behind" in line]
+        self.check(not behind, f"{label}: nothing is reported left behind (srun and ssh end with their agents)",
+                   "no 'left behind' note", "\n".join(behind))
+        self.check(verdict is not None, f"{label}: the join finds every rank's environment right",
+                   f"[check] env check: {world} ranks on {nodes} nodes (...) agree; ...",
+                   problems or "no verdict", "" if problems else run.detail())
+        hosts = {}
+        for r in range(world):
+            try:
+                with open(os.path.join(run.run_dir, "train", "outputs", f"rank{r}", "env.json")) as f:
+                    hosts[r] = json.load(f)["hostname"]
+            except (OSError, ValueError, KeyError) as e:
+                hosts[r] = f"<{type(e).__name__}: {e}>"
+        res = run.results()
+        nodes_in_results = {w.get("rank"): w.get("node") for w in res.get("ranks", [])}
+        self.check(nodes_in_results == hosts, f"{label}: results.json names each rank's node (its host name)",
+                   hosts, nodes_in_results if "ranks" in res else res)
+        missing = []
+        for r, host in hosts.items():
+            line = f"rank {r} on {host} wrote env.json"
+            want = f"[{host} train r{r}] {line}\n"
+            if want in out or (host == head_host and f"[train r{r}] {line}\n" in out):
+                continue
+            missing.append(want.strip())
+        self.check(not missing, f"{label}: every rank's console line carries its node's name",
+                   "lines like " + (missing[0] if missing else ""), "missing: " + "; ".join(missing), out[-3000:])
+
+    def test_salloc(self):
+        """salloc -N2 --gpus-per-node=2 flowrun SPEC: slurm inside an allocation, head on the login node."""
+        d = self.workspace("salloc")
+        steps, _ = self.env_steps(2, "slurm", slurm=True)
+        spec = self.write_spec(d, {"engine": "slurm", "gpus_per_node": 2}, steps)
+        run = self.head(spec, "head", "--fake-gpus", "2", prefix=["salloc", "-N2", "--gpus-per-node=2"])
+        self.check_env_run("salloc -N2 (2 nodes x 2 GPUs)", run, 2)
+
+    def test_sbatch(self):
+        """An sbatch script that runs flowrun: the head is the batch shell on node1."""
+        d = self.workspace("sbatch")
+        steps, _ = self.env_steps(4, "slurm", slurm=True)
+        spec = self.write_spec(d, {"engine": "slurm", "gpus_per_node": 2}, steps)
+        run_dir, out = os.path.join(d, "run"), os.path.join(d, "job.out")
+        with open(os.path.join(d, "job.sh"), "w") as f:
+            f.write(f"#!/bin/bash\nexec {shlex.quote(self.flowrun)} {shlex.quote(spec)} --run-dir "
+                    f"{shlex.quote(run_dir)} --fake-gpus 2\n")
+        live = self.start(["sbatch", "--wait", "-N4", "--gpus-per-node=2", "-o", out, "-D", d, os.path.join(d, "job.sh")], "head", d)
+        live.finish(120)
+        run = Run(live, run_dir)
+        try:
+            with open(out) as f:
+                console = f.read()
+        except OSError as e:
+            console = f"<no {out}: {e}>"
+        run.stdout, run._detail = console, f"{live.detail()}\n--- {out}\n{console[-6000:]}"
+        self.check_env_run("sbatch -N4 (4 nodes x 2 GPUs, head on node1)", run, 4, head_host="node1",
+                           console=console)
+
+    def test_srun(self):
+        """No allocation: srun makes one; the head (this namespace) listens on cluster.address."""
+        d = self.workspace("srun")
+        steps, _ = self.env_steps(2, "slurm", slurm=True)
+        spec = self.write_spec(d, {"engine": "slurm", "gpus_per_node": 2, "address": self.c.addrs["head"]}, steps)
+        run = self.head(spec, None, "--fake-gpus", "2")
+        self.check_env_run("srun makes the allocation, cluster.address", run, 2)
+
+    def test_srun_node1(self):
+        """No allocation, head on node1 (its name maps to 127.0.1.1 there), address chosen by flowrun."""
+        d = self.workspace("srun_node1")
+        steps, _ = self.env_steps(2, "slurm", slurm=True)
+        spec = self.write_spec(d, {"engine": "slurm", "gpus_per_node": 2}, steps)
+        run = self.head(spec, 1, "--fake-gpus", "2")
+        self.check_env_run("srun makes the allocation, head on node1 (127.0.1.1)", run, 2, head_host="node1")
+
+    def test_ssh_hosts(self):
+        """ssh to hosts [node2, node1] from node1: node 0 is not the head's host."""
+        d = self.workspace("ssh_hosts")
+        steps, _ = self.env_steps(2, "node2,node1", slurm=False)
+        spec = self.write_spec(d, self.ssh_cluster(["node2", "node1"], gpus_per_node=2), steps)
+        run = self.head(spec, 1, "--fake-gpus", "2")
+        self.check_env_run("ssh hosts [node2, node1], head on node1", run, 2, head_host="node1")
+
+    def test_ssh_hostfile(self):
+        """ssh to the 4 nodes of a hostfile from this namespace, with cluster.address."""
+        d = self.workspace("ssh_hostfile")
+        with open(os.path.join(d, "hosts.txt"), "w") as f:
+            f.write("# the nodes, in node-rank order\nnode1 slots=2\n\nnode2\n  node3 slots=2\nnode4\n")
+        steps, _ = self.env_steps(4, "node1,node2,node3,node4", slurm=False)
+        spec = self.write_spec(d, self.ssh_cluster(None, hostfile="hosts.txt", gpus_per_node=2,
+                                                   address=self.c.addrs["head"]), steps)
+        run = self.head(spec, None, "--fake-gpus", "2")
+        self.check_env_run("ssh hostfile (4 nodes x 2 GPUs), cluster.address", run, 4)
+
+    # --- real PyTorch ---------------------------------------------------------------
+
+    def test_torch(self):
+        """A gloo DDP job over 2 nodes x 2 CPU workers; the join replays it."""
+        d = self.workspace("torch")
+        steps = [
+            {"name": "train", "run": [PY, os.path.join(TORCH, "ddp_train.py"), "--steps", "5"],
+             "parallel": {"cpus": 4, "nodes": 2}, "outputs": "model.pt"},
+            {"name": "check", "join": "train",
+             "run": [PY, os.path.join(TORCH, "check_model.py"), "${steps.train.outputs}/model.pt", "4"]},
+        ]
+        spec = self.write_spec(d, self.ssh_cluster(["node3", "node4"]), steps)
+        run = self.head(spec, "head", limit=240)
+        self.check(run.rc == 0, "torch: a gloo DDP job trains on 2 nodes x 2 CPU workers", 0, run.rc, run.detail())
+        want = "[check] model.pt: 4 workers, 5 steps of SGD, matches the replay\n"
+        self.check(want in run.stdout, "torch: the join loads rank 0's model.pt and it matches a replay of 4 ranks",
+                   want.strip(), "\n".join(run.stdout.splitlines()[-5:]), run.detail())
+        missing = [f"[{host} train r{r}] rank {r}/4 step 4 loss" for r, host in enumerate(["node3"] * 2 + ["node4"] * 2)
+                   if f"[{host} train r{r}] rank {r}/4 step 4 loss " not in run.stdout]
+        self.check(not missing, "torch: every rank trained, on its node", "every rank's last step",
+                   "missing: " + "; ".join(missing))
+
+    # --- failures --------------------------------------------------------------------
+
+    def test_culprit(self):
+        """Rank 3 fails on node2; ranks that ignore SIGTERM on both nodes are killed within the grace."""
+        d = self.workspace("culprit")
+        ready = self.ready_dir(d)
+        steps = [{"name": "train", "parallel": {"nodes": 2},
+                  "run": [PY, WORKER, "fail", "--rank", "3", "--code", "3", "--ready", ready, "--ignore-term"]}]
+        spec = self.write_spec(d, {"engine": "slurm", "gpus_per_node": 2}, steps)
+        run = self.head(spec, "head", "--fake-gpus", "2", "--grace", str(GRACE),
+                       prefix=["salloc", "-N2", "--gpus-per-node=2"])
+        self.check(run.rc == 3, "culprit: flowrun exits with the culprit's code", 3, run.rc, run.detail())
+        want = "rank 3 on node2 exited with code 3"
+        self.check(want in run.stderr, "culprit: the report names the rank and its node", want,
+                   "\n".join(l for l in run.stderr.splitlines() if "flowrun" in l), run.detail())
+        res = run.results()
+        ranks = {w.get("rank"): w for w in res.get("ranks", [])}
+        self.check(res.get("culprit_rank") == 3 and ranks.get(3, {}).get("node") == "node2",
+                   "culprit: results.json: culprit rank 3 on node2", "culprit_rank 3, node node2",
+                   f"culprit_rank {res.get('culprit_rank')}, node {ranks.get(3, {}).get('node')}",
+                   json.dumps(res, indent=1)[:3000])
+        culprit_end = iso(ranks.get(3, {}).get("end"))
+        after = {}
+        for r in (0, 1, 2):
+            end = iso(ranks.get(r, {}).get("end"))
+            after[r] = None if end is None or culprit_end is None else round(end - culprit_end, 3)
+        self.check(all(a is not None and 0 <= a < GRACE + 1 for a in after.values()),
+                   f"culprit: the other ranks (SIGTERM ignored) end within the grace ({GRACE:g} s) + 1 s "
+                   f"of the culprit, node1's too",
+                   f"0 <= seconds after rank 3's end < {GRACE + 1:g} for ranks 0, 1 (node1), 2 (node2)",
+                   after, json.dumps(res.get("ranks"), indent=1)[:3000])
+        print(f"culprit: the other ranks ended {after} s after rank 3", flush=True)
+
+    def find_agent(self, node):
+        for pid in self.c.pids_on(node):
+            argv = proc_read(pid, "cmdline").split("\0")
+            if len(argv) > 1 and os.path.basename(argv[0]) == "flowrun" and argv[1] == "agent" \
+                    and proc_state(pid) not in ("Z", ""):
+                return pid
+        return None
+
+    def sleeping_job(self, name, cluster, where, *options, nodes=2):
+        d = self.workspace(name)
+        ready = self.ready_dir(d)
+        steps = [{"name": "train", "parallel": {"nodes": nodes},
+                  "run": [PY, WORKER, "sleep", "60", "--ready", ready]}]
+        spec = self.write_spec(d, cluster, steps)
+        run_dir = os.path.join(d, "run")
+        live = self.start([self.flowrun, spec, "--run-dir", run_dir, "--fake-gpus", "2", "--grace", str(GRACE),
+                           *options], where, d)
+        started = self.wait_ready(ready, nodes * 2, live)
+        self.check(started, f"{name}: every rank starts", f"{nodes * 2} ready files",
+                   sorted(os.listdir(ready)), "" if started else live.detail())
+        return live, run_dir, started
+
+    def test_agent_kill(self):
+        """kill -9 of node2's agent: the head reports it at once (< 100 ms)."""
+        want = "node node2 (rank 1 of 2 nodes) lost: its agent's connection closed"
+        delays, details = [], []
+        for attempt in range(3):  # a busy 2-core machine can stall one attempt
+            live, run_dir, started = self.sleeping_job(f"agent_kill{attempt}", self.ssh_cluster(
+                ["node1", "node2"], gpus_per_node=2), "head")
+            if not started:
+                return
+            pid = self.find_agent(2)
+            if not self.check(pid is not None, "agent kill: the agent on node2 is running", "a `flowrun agent`",
+                              [proc_read(p, "cmdline").replace("\0", " ") for p in self.c.pids_on(2)]):
+                return
+            killed = time.monotonic()
+            os.kill(pid, signal.SIGKILL)
+            # The time comes from the first line that says so, whatever its wording.
+            seen, _ = live.wait_line(r"node node2\b.*lost: its agent's connection closed", 20, streams=("err",))
+            rc = live.finish(30)
+            delays.append(None if seen is None else round(seen - killed, 3))
+            details.append(live.detail())
+            if attempt == 0:
+                lines = [line for line in live.text("err").splitlines() if "lost" in line]
+                self.check(any(want in line for line in lines), "agent kill: the report names the lost node",
+                           want, "\n".join(lines) or "no line saying 'lost'", live.detail())
+                self.check(rc == 1, "agent kill: flowrun exits 1 (a lost node)", 1, rc)
+            if seen is None or seen - killed <= 0.1:
+                break
+            self.assert_nothing_left(f"agent kill (attempt {attempt + 1})")
+        measured = [x for x in delays if x is not None]
+        self.check(measured and min(measured) <= 0.1,
+                   "agent kill: noticed within 100 ms of the kill (best of up to 3 attempts)",
+                   "<= 0.1 s", f"{delays} s", details[-1] if details else "")
+        print(f"agent kill: noticed after {delays} s", flush=True)
+
+    def test_link_down(self):
+        """node2's network cable out: the head reports it within the heartbeat timeout (1 s) + slack."""
+        cluster = self.ssh_cluster(["node1", "node2"], gpus_per_node=2, heartbeat_timeout=1)
+        live, run_dir, started = self.sleeping_job("link_down", cluster, "head")
+        if not started:
+            live.kill()
+            live.finish(5)
+            return
+        want = "node node2 lost: no heartbeat for 1.0 s"
+        cut = time.monotonic()
+        subprocess.run([self.c.script, "link", "2", "down"], check=True)
+        try:
+            seen, _ = live.wait_line(r"node node2\b.*lost: no heartbeat", 15, streams=("err",))
+        finally:
+            subprocess.run([self.c.script, "link", "2", "up"], check=True)
+        rc = live.finish(30)
+        delay = None if seen is None else round(seen - cut, 3)
+        lines = [line for line in live.text("err").splitlines() if "lost" in line]
+        self.check(any(want in line for line in lines), "link down: the report names the silent node", want,
+                   "\n".join(lines) or "no line saying 'lost'", live.detail())
+        if seen is not None:
+            self.check(0.9 <= delay <= 2.5, "link down: noticed after the heartbeat timeout (1 s), within 2.5 s",
+                       "0.9 s <= delay <= 2.5 s", f"{delay} s", live.detail())
+        self.check(rc == 1, "link down: flowrun exits 1 (a lost node)", 1, rc, live.detail())
+        print(f"link down: noticed after {delay} s", flush=True)
+
+    def test_scancel(self):
+        """scancel of the job srun made: the agents get SIGTERM from Slurm; one report, everything stops."""
+        live, run_dir, started = self.sleeping_job(
+            "scancel", {"engine": "slurm", "gpus_per_node": 2, "address": self.c.addrs["head"]}, None)
+        if not started:
+            live.kill()
+            live.finish(5)
+            return
+        jobs = subprocess.run(["squeue", "-h", "-o", "%i"], capture_output=True, text=True,
+                              env=self.env()).stdout.split()
+        if not self.check(len(jobs) == 1, "scancel: the step runs as one Slurm job", "one job", jobs):
+            live.kill()
+            live.finish(5)
+            return
+        cancelled = time.monotonic()
+        subprocess.run(["scancel", jobs[0]], check=True, env=self.env())
+        rc = live.finish(30)
+        took = time.monotonic() - cancelled
+        want = r"node(1|2)\b.*SIGTERM from Slurm \(scancel, preemption or time limit\)"
+        self.check(re.search(want, live.text("err")) is not None, "scancel: the report says Slurm stopped a node",
+                   want, "\n".join(l for l in live.text("err").splitlines() if l.startswith("flowrun")),
+                   live.detail())
+        self.check(rc not in (0, "timeout"), "scancel: flowrun fails", "a non-zero exit", rc)
+        self.check(took < 5 + GRACE + 3, "scancel: flowrun ends within KillWait (5 s) + the grace + 3 s",
+                   f"< {5 + GRACE + 3:g} s", f"{took:.2f} s")
+
+    def test_wrong_token(self):
+        """Manual engine: an agent with a wrong token is refused, both sides say so; the right ones join."""
+        d = self.workspace("wrong_token")
+        steps, _ = self.env_steps(2, "any", slurm=False)
+        spec = self.write_spec(d, {"engine": "manual", "gpus_per_node": 2, "join_timeout": 60}, steps)
+        run_dir = os.path.join(d, "run")
+        head = self.start([self.flowrun, spec, "--run-dir", run_dir, "--fake-gpus", "2"], "head", d)
+        _, m = head.wait_line(r"^flowrun:   (\S+ agent .*)$", 30)
+        if not self.check(m is not None, "wrong token: the manual engine prints the agent's command",
+                          "flowrun:   FLOWRUN agent --rdzv-endpoint ADDR:PORT --token-file FILE", "no such line",
+                          head.detail()):
+            return
+        command = shlex.split(m.group(1))
+        options = dict(zip(command[2::2], command[3::2]))
+        binary, endpoint, token_file = command[0], options.get("--rdzv-endpoint"), options.get("--token-file")
+        self.check(binary == self.real_flowrun or binary == self.flowrun, "wrong token: the command names this binary",
+                   self.real_flowrun, binary)
+        self.check(endpoint is not None and options.get("--fake-gpus") == "2",
+                   "wrong token: the command has the endpoint and passes --fake-gpus on",
+                   "--rdzv-endpoint ADDR:PORT --fake-gpus 2", m.group(1))
+        self.check(token_file == os.path.join(run_dir, "train", "agent.token"),
+                   "wrong token: the token file is in the run directory", os.path.join(run_dir, "train", "agent.token"),
+                   token_file)
+        if endpoint is None or token_file is None:
+            return
+        mode = oct(os.stat(token_file).st_mode & 0o777) if os.path.exists(token_file) else "missing"
+        self.check(mode == "0o600", "wrong token: the token file is private", "0o600", mode)
+        wrong = os.path.join(d, "wrong.token")
+        with open(os.open(wrong, os.O_WRONLY | os.O_CREAT, 0o600), "w") as f:
+            f.write("0123456789abcdef0123456789abcdef\n")
+        wrong_command = [wrong if word == token_file else word for word in command]
+        plain = {k: v for k, v in self.env().items() if not k.startswith("SLURM_")}
+        p = subprocess.run(self.c.on(2, wrong_command), capture_output=True, text=True, timeout=30, env=plain)
+        want_agent = "flowrun agent: the head refused this agent: wrong token"
+        self.check(p.returncode == 1 and want_agent in p.stderr, "wrong token: the agent exits 1 and says why",
+                   f"exit 1, {want_agent!r}", f"exit {p.returncode}, {p.stderr.strip()!r}")
+        want_head = f"flowrun: refused an agent from {self.c.addrs['node2']}: wrong token"
+        seen, _ = head.wait_line(re.escape(want_head), 10, streams=("err",))
+        self.check(seen is not None, "wrong token: the head logs the refusal with the agent's address", want_head,
+                   "\n".join(l for l in head.text("err").splitlines() if l.startswith("flowrun")))
+        agents = []
+        for node in (1, 2):
+            agents.append(Live(self.c.on(node, command), d, plain))
+        head.finish(60)
+        run = Run(head, run_dir)
+        self.check_env_run("wrong token: then the right agents join and the step runs", run, 2)
+        for node, agent in zip((1, 2), agents):
+            arc = agent.finish(15)
+            self.check(arc == 0, f"wrong token: the agent on node{node} exits 0 after an orderly end", 0, arc,
+                       agent.detail())
+
+    def test_symlink(self):
+        """A rank on node2 leaves a symbolic link to /etc/passwd in FLOWRUN_OUTPUT_DIR: the upload is refused."""
+        d = self.workspace("symlink")
+        steps = [{"name": "train", "parallel": {"nodes": 2}, "collect": "all",
+                  "run": [PY, WORKER, "symlink", "--rank", "2"]}]
+        spec = self.write_spec(d, self.ssh_cluster(["node1", "node2"], gpus_per_node=2), steps)
+        run = self.head(spec, "head", "--fake-gpus", "2")
+        self.check(run.rc == 1, "symlink: the step fails", 1, run.rc, run.detail())
+        lines = [l for l in run.stderr.splitlines() if "passwd" in l and re.search(r"symbolic link|symlink", l)]
+        self.check(bool(lines), "symlink: the report names the refused link", "a line naming 'passwd' as a symbolic "
+                   "link", "\n".join(l for l in run.stderr.splitlines() if l.startswith("flowrun")), run.detail())
+        with open("/etc/passwd", "rb") as f:
+            secret = f.read()
+        copies = []
+        for top, _, files in os.walk(run.run_dir):
+            for name in files:
+                path = os.path.join(top, name)
+                try:
+                    if os.path.islink(path) or open(path, "rb").read() == secret:
+                        copies.append(path)
+                except OSError:
+                    pass
+        self.check(not copies, "symlink: nothing of /etc/passwd reaches the head's run directory", "no copy, no link",
+                   copies)
+
+    def test_private_workdir(self):
+        """A workdir under /tmp, which every node has its own of: refused before any worker starts."""
+        tmp = tempfile.mkdtemp(prefix="flowrun-mn-", dir="/tmp")
+        try:
+            started = self.workspace("private_workdir")
+            steps = [{"name": "train", "parallel": {"nodes": 2}, "run": [PY, WORKER, "started", started]}]
+            spec = self.write_spec(tmp, self.ssh_cluster(["node1", "node2"], gpus_per_node=2), steps)
+            run = self.head(spec, "head", "--fake-gpus", "2")
+            self.check(run.rc == 1, "private workdir: flowrun exits 1", 1, run.rc, run.detail())
+            want = (rf"node (node1|node2) does not see the step's workdir {re.escape(tmp)} as "
+                    rf"this host does \({re.escape(tmp)}/\.flowrun/node-check-\S+-train: No such file or directory\); "
+                    r"ranks on every node run in the same workdir, so it must be a directory every node shares "
+                    r"\(NFS, Lustre, \.\.\.\) at the same path")
+            # One line, or a line of the step's failure report.
+            one_line = re.search(rf"^flowrun: step 'train': {want}$", run.stderr, re.M)
+            in_report = "flowrun: step 'train' failed" in run.stderr and re.search(rf"^flowrun:   {want}$", run.stderr,
+                                                                                   re.M)
+            self.check(bool(one_line or in_report), "private workdir: the report says which node and why",
+                       want, "\n".join(l for l in run.stderr.splitlines() if l.startswith("flowrun")), run.detail())
+            self.check(os.listdir(started) == [], "private workdir: no worker started", "no started.RANK file",
+                       os.listdir(started))
+            logs = {}
+            for top, _, files in os.walk(run.run_dir):
+                for name in files:
+                    if name in ("stdout.log", "stderr.log") and os.path.getsize(os.path.join(top, name)):
+                        logs[os.path.join(top, name)] = open(os.path.join(top, name), errors="replace").read()[:200]
+            self.check(not logs, "private workdir: no rank log has output", "empty or no rank logs", logs)
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)
+
+    # --- what is left --------------------------------------------------------------
+
+    def flowrun_processes(self):
+        """Processes of these tests' flowrun anywhere: its binary (head, agent), a
+        command line naming it (srun, ssh), or a worker (FLOWRUN_RUN_ID of one of
+        its runs in its environment): in each node's namespace (`ip netns pids`)
+        and in this one."""
+        where = {}
+        for i in range(1, NODES + 1):
+            for pid in self.c.pids_on(i):
+                where[pid] = f"node{i}"
+        found = []
+        mine = os.getpid()
+        for name in os.listdir("/proc"):
+            if not name.isdigit() or int(name) == mine:
+                continue
+            pid = int(name)
+            if proc_state(pid) in ("Z", "X", ""):
+                continue
+            cmdline = proc_read(pid, "cmdline")
+            try:
+                exe = os.readlink(f"/proc/{pid}/exe")
+            except OSError:
+                exe = ""
+            environ = b"\0" + proc_read(pid, "environ", binary=True)
+            if exe == self.real_flowrun or self.real_flowrun in cmdline or self.flowrun in cmdline \
+                    or f"\0FLOWRUN_RUN_ID={self.name}-".encode() in environ:
+                found.append(f"{where.get(pid, 'this namespace')}: pid {pid}: {cmdline.replace(chr(0), ' ')[:160]}")
+        return found
+
+    def assert_nothing_left(self, label, limit=10):
+        deadline = time.monotonic() + limit
+        while True:
+            left = self.flowrun_processes()
+            if not left or time.monotonic() > deadline:
+                break
+            time.sleep(0.1)
+        self.check(not left, f"{label}: nothing of flowrun is left on any node",
+                   f"no flowrun head, agent, srun/ssh of an agent or worker {limit} s after the test", left)
+        for entry in left:
+            try:
+                os.kill(int(entry.split("pid ")[1].split(":")[0]), signal.SIGKILL)
+            except (OSError, ValueError, IndexError):
+                pass
+
+
+TESTS = ["salloc", "sbatch", "srun", "srun_node1", "ssh_hosts", "ssh_hostfile", "torch", "culprit", "agent_kill",
+         "link_down", "scancel", "wrong_token", "symlink", "private_workdir"]
+
+
+def namespaces_available():
+    """'' when this process may make network, UTS and mount namespaces, else why not."""
+    try:
+        p = subprocess.run(["unshare", "--net", "--uts", "--mount", "true"], capture_output=True, text=True,
+                           timeout=30)
+    except (OSError, subprocess.TimeoutExpired) as e:
+        return f"unshare: {e}"
+    if p.returncode != 0:
+        return f"unshare --net --uts --mount: {p.stderr.strip() or f'exit {p.returncode}'}"
+    name = f"flowrun-probe-{os.getpid()}"
+    p = subprocess.run(["ip", "netns", "add", name], capture_output=True, text=True)
+    if p.returncode != 0:
+        return f"ip netns add: {p.stderr.strip()}"
+    subprocess.run(["ip", "netns", "del", name], capture_output=True)
+    return ""
+
+
+def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("flowrun")
+    parser.add_argument("root")
+    parser.add_argument("--only", help="comma-separated test names (see --list)")
+    parser.add_argument("--list", action="store_true")
+    parser.add_argument("--keep", action="store_true", help="keep the scratch directory")
+    a = parser.parse_args()
+    if a.list:
+        print("\n".join(TESTS))
+        return 0
+    names = TESTS
+    if a.only:
+        names = [n.strip() for n in a.only.split(",") if n.strip()]
+        unknown = [n for n in names if n not in TESTS]
+        if unknown:
+            print(f"unknown test {', '.join(unknown)}; one of: {', '.join(TESTS)}", file=sys.stderr)
+            return 2
+    if os.geteuid() != 0:
+        print("SKIP: the multi-node tests need root (network namespaces, mounts, Slurm and sshd daemons)")
+        return 125
+    why = namespaces_available()
+    if why:
+        print(f"SKIP: network namespaces are not available here ({why})")
+        return 125
+    flowrun, root = os.path.abspath(a.flowrun), os.path.abspath(a.root)
+    if not os.access(flowrun, os.X_OK):
+        print(f"FAIL: {flowrun} is not an executable; build it first")
+        return 1
+
+    # Ctrl-C and SIGTERM (a CI timeout) end the run through the finally below,
+    # which brings the cluster down.
+    def interrupted(signum, frame):
+        raise KeyboardInterrupt(signal.Signals(signum).name)
+    signal.signal(signal.SIGINT, interrupted)
+    signal.signal(signal.SIGTERM, interrupted)
+    cluster = Cluster(root)
+    scratch = tempfile.mkdtemp(prefix="flowrun-multinode-", dir="/var/tmp")
+    down_rc, ran = 0, 0
+    start = time.monotonic()
+    suite = Suite(flowrun, root, cluster, scratch)
+    try:
+        if not suite.check(cluster.up(), "the test cluster comes up", f"{cluster.script} up {NODES}: exit 0",
+                           "a failure (above)"):
+            names = []
+        for name in names:
+            ran += 1
+            t0, before = time.monotonic(), suite.t.failed
+            try:
+                getattr(suite, "test_" + name)()
+            except Exception as e:  # a test that raises fails, the others still run
+                import traceback
+                suite.t.check(False, f"{name}: raised {type(e).__name__}: {e}", traceback.format_exc())
+            finally:
+                for live in list(LIVE):
+                    live.kill()
+                    live.finish(5)
+            suite.assert_nothing_left(name)
+            print(f"{name}: {'ok' if suite.t.failed == before else 'FAILED'} ({time.monotonic() - t0:.1f} s)",
+                  flush=True)
+    except KeyboardInterrupt as e:
+        print(f"interrupted ({e or 'Ctrl-C'}): bringing the cluster down", flush=True)
+        suite.t.check(False, "the run was interrupted")
+    finally:
+        for live in list(LIVE):
+            live.kill()
+        if cluster.is_up:
+            down_rc = cluster.down()
+        if a.keep:
+            print(f"scratch directory kept: {scratch}")
+        else:
+            shutil.rmtree(scratch, ignore_errors=True)
+    suite.check(down_rc == 0, "the cluster comes down with nothing left", "cluster.sh down: exit 0", down_rc)
+    print(f"multinode: {ran} of {len(names)} tests run in {time.monotonic() - start:.1f} s", flush=True)
+    return suite.t.finish()
+
+
+if __name__ == "__main__":
+    sys.exit(main())
