@@ -10,6 +10,11 @@ FLOWRUN_BUILD_PACKAGES=(
   g++ cmake ninja-build pkg-config
   libcli11-dev libyaml-cpp-dev libfmt-dev libboost-dev libssl-dev
 )
+# The test cluster of scripts/test's cluster phase (tests/cluster/cluster.sh):
+# real Slurm and sshd in network namespaces; it starts every daemon itself.
+FLOWRUN_CLUSTER_PACKAGES=(
+  slurmctld slurmd slurm-client munge openssh-server openssh-client iproute2 util-linux
+)
 # ... and to build, test, fuzz and format-check it (scripts/test).
 # python3-torch is Debian's CPU PyTorch for the end-to-end torch tests; it is
 # imported with /usr/bin/python3, whatever python3 comes first in PATH.
@@ -17,6 +22,7 @@ FLOWRUN_PACKAGES=(
   "${FLOWRUN_BUILD_PACKAGES[@]}"
   catch2 python3 python3-torch
   clang clang-14 libclang-rt-14-dev clang-format
+  "${FLOWRUN_CLUSTER_PACKAGES[@]}"
 )
 
 log() { printf '%s\n' "$*"; }
