@@ -54,6 +54,9 @@ struct GroupOptions {
   LogStyle style;
   int restart_count = 0;
   int master_port = 0;
+  // Whether stopping processes the group left behind is noted (the head's
+  // group is srun or ssh, whose own helpers outlive it for a moment).
+  bool note_leftovers = true;
 };
 
 // Where flowrun writes: its stdout and stderr. Writes are whole lines, one

@@ -1,6 +1,7 @@
 #include "engines.h"
 
 #include <arpa/inet.h>
+#include <cstdio>
 #include <ifaddrs.h>
 #include <net/if.h>
 #include <netdb.h>
@@ -51,6 +52,53 @@ std::optional<std::string> first_interface_address() {
   return chosen;
 }
 
+// The output of `command` (at most 64 KiB); empty when it fails.
+std::string command_output(const std::string& command) {
+  FILE* pipe = popen(command.c_str(), "r");
+  if (pipe == nullptr) return {};
+  std::string text;
+  char buf[4096];
+  std::size_t n;
+  while (text.size() < 65536 && (n = fread(buf, 1, sizeof buf, pipe)) > 0) text.append(buf, n);
+  pclose(pipe);
+  return text;
+}
+
+bool plain_word(const std::string& word) {
+  return !word.empty() &&
+         word.find_first_not_of("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-_.@") ==
+             std::string::npos;
+}
+
+// The host ssh really connects to for `host` (its config may map the name:
+// `ssh -G` prints the resolved configuration).
+std::optional<std::string> ssh_hostname(const std::vector<std::string>& ssh, const std::string& host) {
+  if (ssh.empty() || !plain_word(host)) return std::nullopt;
+  std::string command;
+  for (const auto& word : ssh) command += shell_quote(word) + " ";
+  const std::string text = command_output(command + "-G " + host + " 2>/dev/null");
+  const auto at = text.find("\nhostname ");
+  const std::size_t start = text.rfind("hostname ", 0) == 0 ? 9 : (at == std::string::npos ? 0 : at + 10);
+  if (start == 0) return std::nullopt;
+  const auto end = text.find('\n', start);
+  std::string name = text.substr(start, end == std::string::npos ? std::string::npos : end - start);
+  if (name.empty() || name == host_part(host)) return std::nullopt;
+  return name;
+}
+
+// A Slurm node's address as slurmctld knows it (NodeAddr), for a node name
+// this host cannot resolve itself.
+std::optional<std::string> slurm_node_address(const std::string& node) {
+  if (!plain_word(node)) return std::nullopt;
+  const std::string text = command_output("scontrol show node -o " + node + " 2>/dev/null");
+  const auto at = text.find("NodeAddr=");
+  if (at == std::string::npos) return std::nullopt;
+  const auto end = text.find_first_of(" \n", at);
+  std::string address = text.substr(at + 9, end == std::string::npos ? std::string::npos : end - at - 9);
+  if (address.empty()) return std::nullopt;
+  return address;
+}
+
 }  // namespace
 
 std::optional<std::string> route_source(const std::string& host) {
@@ -77,7 +125,7 @@ std::optional<std::string> route_source(const std::string& host) {
 }
 
 HeadAddress choose_head_address(const ClusterSpec& cluster, const std::optional<SlurmJob>& job,
-                                const std::string& hostname) {
+                                const std::string& hostname, const std::vector<std::string>& ssh) {
   if (cluster.address) return {*cluster.address, "cluster.address"};
   std::vector<std::string> nodes;
   if (cluster.engine == Engine::ssh) nodes = cluster.hosts;
@@ -85,6 +133,14 @@ HeadAddress choose_head_address(const ClusterSpec& cluster, const std::optional<
   for (const auto& node : nodes) {
     if (auto source = route_source(node); source && !is_loopback(*source))
       return {*source, "the address this host uses to reach " + host_part(node)};
+    if (resolve_ipv4(host_part(node))) continue;
+    // A node's name may mean something only to ssh's config, or to Slurm.
+    const auto address = cluster.engine == Engine::slurm ? slurm_node_address(node) : ssh_hostname(ssh, node);
+    if (address) {
+      if (auto source = route_source(*address); source && !is_loopback(*source))
+        return {*source, "the address this host uses to reach " + host_part(node) + " (" + *address +
+                             ", from " + (cluster.engine == Engine::slurm ? "scontrol" : "ssh -G") + ")"};
+    }
   }
   if (auto own = resolve_ipv4(hostname); own && !is_loopback(*own))
     return {*own, "the address of this host's name, " + hostname};

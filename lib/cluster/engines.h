@@ -21,9 +21,11 @@ struct HeadAddress {
 // uses to reach the first node (ssh hosts, the Slurm allocation's nodes); else
 // this host's name when it resolves to an address that is not loopback; else
 // the first up interface's IPv4 address that is not loopback (a Debian host
-// name maps to 127.0.1.1). Throws Error when there is none.
+// name maps to 127.0.1.1). A node name this host cannot resolve is looked up
+// as ssh would (`ssh -G`, with `ssh`, the ssh command) or as Slurm does
+// (`scontrol show node`). Throws Error when there is none.
 HeadAddress choose_head_address(const ClusterSpec& cluster, const std::optional<SlurmJob>& job,
-                                const std::string& hostname);
+                                const std::string& hostname, const std::vector<std::string>& ssh = {});
 
 // The local IPv4 address this host would use to reach `host`, or nullopt
 // (unresolvable, or no route). Sends nothing.

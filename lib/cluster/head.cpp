@@ -161,7 +161,11 @@ class Head : public GroupObserver {
     const auto slurm_job =
         cluster_.engine == Engine::slurm ? read_slurm_job(job_.ctx.parent_env, &slurm_error) : std::nullopt;
     if (!slurm_error.empty()) throw Error(slurm_error);
-    const auto address = cluster::choose_head_address(cluster_, slurm_job, hostname());
+    std::vector<std::string> ssh{"ssh"};
+    if (auto value = env_get(job_.ctx.parent_env, "FLOWRUN_SSH"); value && !value->empty())
+      ssh = split_words(*value);
+    if (!cluster_.ssh_command.empty()) ssh = cluster_.ssh_command;
+    const auto address = cluster::choose_head_address(cluster_, slurm_job, hostname(), ssh);
     listen(address.address);
     token_ = make_token();
 
@@ -177,10 +181,7 @@ class Head : public GroupObserver {
     }
 
     cluster::AgentCommand agent{job_.flowrun_path, endpoint_, job_.fake_gpus};
-    std::vector<std::string> ssh_default{"ssh"};
-    if (auto ssh = env_get(job_.ctx.parent_env, "FLOWRUN_SSH"); ssh && !ssh->empty())
-      ssh_default = split_words(*ssh);
-    const auto engines = cluster::engine_launches(cluster_, plan_, slurm_job, agent, ssh_default);
+    const auto engines = cluster::engine_launches(cluster_, plan_, slurm_job, agent, ssh);
 
     console_.message(
         fmt::format("flowrun: step '{}': {} workers on {} (engine: {}); the head listens on {} ({})",
@@ -229,6 +230,7 @@ class Head : public GroupObserver {
 
     GroupOptions group = job_.group;
     group.master_port = 0;
+    group.note_leftovers = false;  // srun's own helper process outlives it for a moment
     const AttemptRecord engine_attempt = sup_.run_group(launches, group, this);
     for (auto& n : nodes_) {
       if (n.conn) n.conn->close();

@@ -338,7 +338,7 @@ struct Supervisor::Impl {
       named.push_back(fmt::format("{} ({})", pid, process_name(pid)));
       signal_tree(pid, kill_now ? SIGKILL : SIGTERM);
     }
-    if (!named.empty()) {
+    if (!named.empty() && options.note_leftovers) {
       notes.push_back(fmt::format("stopped {} process{} left behind by the step's workers: {}", named.size(),
                                   named.size() == 1 ? "" : "es", join(named, ", ")));
     }
@@ -427,8 +427,9 @@ struct Supervisor::Impl {
     s.is_err = is_err;
     s.log_fd = open_log(is_err ? w.launch->stderr_log : w.launch->stdout_log);
     if (w.launch->console) {
-      s.splitter.emplace(w.launch->label.empty() ? log_prefix(options.step, w.launch->rank, options.style.color)
-                                                 : log_prefix(w.launch->label, -1, options.style.color),
+      s.splitter.emplace(w.launch->label.empty()
+                             ? log_prefix(options.step, w.launch->rank, options.style.color)
+                             : log_prefix(w.launch->label, -1, options.style.color),
                          options.style);
     }
     if (is_err) s.tail.emplace(20, 4096);
