@@ -47,6 +47,9 @@ struct NodeStepResult {
   std::vector<AttemptRecord> attempts;
   std::vector<std::string> notes;   // for results.json
   std::vector<std::string> errors;  // flowrun's own reasons the step failed (workdir, uploads, ...)
+  // How the step ended when no rank ever started (attempts is empty):
+  // failed (see errors), timed_out or interrupted.
+  Outcome outcome_before_start = Outcome::failed;
 };
 
 // Runs one multi-node step to its end. Throws Error when it cannot even

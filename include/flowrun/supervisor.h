@@ -146,6 +146,9 @@ class Supervisor {
   // flow starts nothing new.
   int interrupt_signal() const;
 
+  // The same without running the loop: for code already inside a handler.
+  int interrupt_received() const;
+
  private:
   struct Impl;
   std::unique_ptr<Impl> impl_;

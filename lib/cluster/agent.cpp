@@ -209,8 +209,8 @@ class Agent : public GroupObserver {
   }
 
   bool on_stop(Outcome why) override {
-    if (why == Outcome::interrupted && !stop_from_head_ && !lost_head_ && sup_->interrupt_signal() != 0) {
-      const int sig = sup_->interrupt_signal();
+    if (why == Outcome::interrupted && !stop_from_head_ && !lost_head_ && sup_->interrupt_received() != 0) {
+      const int sig = sup_->interrupt_received();
       told_interrupt_ = true;
       conn_->send(MessageType::stop,
                   {{"reason", fmt::format("its agent received {}{}", signal_name(sig), slurm_hint(sig))}});

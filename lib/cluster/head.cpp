@@ -306,8 +306,11 @@ class Head : public GroupObserver {
     // Nothing runs on the nodes yet: end the agents, and let the supervisor
     // stop srun or ssh.
     if (phase_ != Phase::finished) {
-      interrupted_before_start_ = true;
       outcome_ = why;
+      result_.outcome_before_start = why;
+      if (why == Outcome::timed_out)
+        result_.errors.push_back(fmt::format("the step's timeout ran out before {} joined",
+                                             phase_ == Phase::joining ? "every node" : "the ranks started"));
       finish();
     }
     return false;
@@ -937,7 +940,7 @@ class Head : public GroupObserver {
     const bool any_lost = std::any_of(nodes_.begin(), nodes_.end(), [](const Node& n) { return n.lost; });
     const AttemptRecord& last = result_.attempts.back();
     if (last.outcome == Outcome::failed && !any_lost && result_.errors.empty() &&
-        attempt_ < plan_.max_restarts && sup_.interrupt_signal() == 0) {
+        attempt_ < plan_.max_restarts && sup_.interrupt_received() == 0) {
       std::string why = "a worker failed";
       if (last.culprit) {
         const auto& w = last.workers[static_cast<std::size_t>(*last.culprit)];
@@ -980,6 +983,9 @@ class Head : public GroupObserver {
   void fail_before_start(const std::string& why) {
     result_.errors.push_back(why);
     finish();
+    // srun or ssh of a node that never joined may wait forever: stop them
+    // (the agents that joined have their bye and end by themselves).
+    asio::post(io_, [this] { sup_.stop_group(Outcome::failed); });
   }
 
   void finish() {
@@ -1007,7 +1013,10 @@ class Head : public GroupObserver {
       if (ec || phase_ != Phase::joining) return;
       std::vector<std::string> missing;
       for (const auto& n : nodes_) {
-        if (!n.joined) missing.push_back(fmt::format("node {} ({})", n.rank, node_name(n)));
+        if (n.joined) continue;
+        const auto& host = plan_.nodes[static_cast<std::size_t>(n.rank)].host;
+        missing.push_back(host.empty() ? fmt::format("node {}", n.rank)
+                                       : fmt::format("node {} ({})", n.rank, host));
       }
       fail_before_start(
           fmt::format("{} of {} did not join within {:g} s: {}; check that 'flowrun agent' can start "
@@ -1098,7 +1107,6 @@ class Head : public GroupObserver {
   bool stopping_ = false;
   bool attempt_started_ = false, attempt_recorded_ = false;
   bool waiting_for_grant_ = false;
-  bool interrupted_before_start_ = false;
   bool flush_posted_ = false;
   Outcome outcome_ = Outcome::succeeded;
   std::string console_out_, console_err_;

@@ -248,7 +248,7 @@ class FlowRunner {
       for (const auto& e : node_errors_) record.notes.push_back(e);
       join_errors = fmt::format("flowrun: step '{}' failed:\n", step.name);
       for (const auto& e : node_errors_) join_errors += "flowrun:   " + e + "\n";
-      if (record.exit_code == 0 || record.attempts.back().workers.empty()) record.exit_code = 1;
+      if (record.exit_code == 0) record.exit_code = 1;
     }
     if (record.outcome == Outcome::succeeded && step.is_parallel()) {
       const StepPlan& plan = plan_of(step);
@@ -378,7 +378,7 @@ class FlowRunner {
     if (record.attempts.empty()) {
       // Nothing ran on the nodes: the reason is in node_errors_ (or an interrupt).
       AttemptRecord none;
-      none.outcome = supervisor_->interrupt_signal() != 0 ? Outcome::interrupted : Outcome::failed;
+      none.outcome = result.outcome_before_start;
       none.start_unix_ns = none.end_unix_ns = unix_now_ns();
       record.attempts.push_back(std::move(none));
     } else if (!node_errors_.empty() && record.attempts.back().outcome == Outcome::succeeded) {

@@ -627,6 +627,8 @@ std::vector<std::string> Supervisor::notes() {
   return taken;
 }
 
+int Supervisor::interrupt_received() const { return impl_->interrupt; }
+
 int Supervisor::interrupt_signal() const {
   impl_->io.poll();  // deliver a signal that arrived between steps
   return impl_->interrupt;
