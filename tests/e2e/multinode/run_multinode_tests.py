@@ -496,7 +496,7 @@ class Suite:
 
     def test_agent_kill(self):
         """kill -9 of node2's agent: the head reports it at once (< 100 ms)."""
-        want = "node node2 (rank 1 of 2 nodes) lost: its agent's connection closed"
+        want = "flowrun: step 'train': node node2 (node rank 1 of 2) lost: its agent's connection closed"
         delays, details = [], []
         for attempt in range(3):  # a busy 2-core machine can stall one attempt
             live, run_dir, started = self.sleeping_job(f"agent_kill{attempt}", self.ssh_cluster(
@@ -516,7 +516,7 @@ class Suite:
             details.append(live.detail())
             if attempt == 0:
                 lines = [line for line in live.text("err").splitlines() if "lost" in line]
-                self.check(any(want in line for line in lines), "agent kill: the report names the lost node",
+                self.check(want in lines, "agent kill: the report names the lost node",
                            want, "\n".join(lines) or "no line saying 'lost'", live.detail())
                 self.check(rc == 1, "agent kill: flowrun exits 1 (a lost node)", 1, rc)
             if seen is None or seen - killed <= 0.1:
@@ -536,7 +536,9 @@ class Suite:
             live.kill()
             live.finish(5)
             return
-        want = "node node2 lost: no heartbeat for 1.0 s"
+        # The silence as the head measured it: at least the timeout.
+        want = (r"^flowrun: step 'train': node node2 \(node rank 1 of 2\) lost: no heartbeat for (\d+\.\d) s "
+                r"\(cluster\.heartbeat_timeout: 1 s\)$")
         cut = time.monotonic()
         subprocess.run([self.c.script, "link", "2", "down"], check=True)
         try:
@@ -546,8 +548,10 @@ class Suite:
         rc = live.finish(30)
         delay = None if seen is None else round(seen - cut, 3)
         lines = [line for line in live.text("err").splitlines() if "lost" in line]
-        self.check(any(want in line for line in lines), "link down: the report names the silent node", want,
-                   "\n".join(lines) or "no line saying 'lost'", live.detail())
+        said = [m for m in map(re.compile(want).match, lines) if m]
+        self.check(said and 1.0 <= float(said[0].group(1)) <= 2.5, "link down: the report names the silent node",
+                   want.replace("(\\d+\\.\\d)", "<1.0 to 2.5>"), "\n".join(lines) or "no line saying 'lost'",
+                   live.detail())
         if seen is not None:
             self.check(0.9 <= delay <= 2.5, "link down: noticed after the heartbeat timeout (1 s), within 2.5 s",
                        "0.9 s <= delay <= 2.5 s", f"{delay} s", live.detail())
@@ -572,10 +576,14 @@ class Suite:
         subprocess.run(["scancel", jobs[0]], check=True, env=self.env())
         rc = live.finish(30)
         took = time.monotonic() - cancelled
-        want = r"node(1|2)\b.*SIGTERM from Slurm \(scancel, preemption or time limit\)"
-        self.check(re.search(want, live.text("err")) is not None, "scancel: the report says Slurm stopped a node",
+        want = (r"^flowrun: .*node node(1|2): its agent received SIGTERM from Slurm \(scancel, preemption or the "
+                r"job's time limit\)$")
+        self.check(re.search(want, live.text("err"), re.M) is not None, "scancel: the report says Slurm stopped a node",
                    want, "\n".join(l for l in live.text("err").splitlines() if l.startswith("flowrun")),
                    live.detail())
+        res = Run(live, run_dir).results()
+        self.check(res.get("outcome") == "interrupted", "scancel: results.json: the step was interrupted",
+                   "interrupted", res.get("outcome", res))
         self.check(rc not in (0, "timeout"), "scancel: flowrun fails", "a non-zero exit", rc)
         self.check(took < 5 + GRACE + 3, "scancel: flowrun ends within KillWait (5 s) + the grace + 3 s",
                    f"< {5 + GRACE + 3:g} s", f"{took:.2f} s")
@@ -588,6 +596,9 @@ class Suite:
         run_dir = os.path.join(d, "run")
         head = self.start([self.flowrun, spec, "--run-dir", run_dir, "--fake-gpus", "2"], "head", d)
         _, m = head.wait_line(r"^flowrun:   (\S+ agent .*)$", 30)
+        header = "flowrun: waiting for 2 agents; on each node run (add --node-rank N to choose its rank):\n"
+        self.check(header in head.text("err") + head.text("out"), "wrong token: the manual engine says what to do",
+                   header.strip(), "\n".join(l for l in head.text("err").splitlines() if l.startswith("flowrun")))
         if not self.check(m is not None, "wrong token: the manual engine prints the agent's command",
                           "flowrun:   FLOWRUN agent --rdzv-endpoint ADDR:PORT --token-file FILE", "no such line",
                           head.detail()):
@@ -616,8 +627,8 @@ class Suite:
         want_agent = "flowrun agent: the head refused this agent: wrong token"
         self.check(p.returncode == 1 and want_agent in p.stderr, "wrong token: the agent exits 1 and says why",
                    f"exit 1, {want_agent!r}", f"exit {p.returncode}, {p.stderr.strip()!r}")
-        want_head = f"flowrun: refused an agent from {self.c.addrs['node2']}: wrong token"
-        seen, _ = head.wait_line(re.escape(want_head), 10, streams=("err",))
+        want_head = f"flowrun: step 'train': refused an agent from {self.c.addrs['node2']} (node2): wrong token"
+        seen, _ = head.wait_line("^" + re.escape(want_head) + "$", 10, streams=("err",))
         self.check(seen is not None, "wrong token: the head logs the refusal with the agent's address", want_head,
                    "\n".join(l for l in head.text("err").splitlines() if l.startswith("flowrun")))
         agents = []
@@ -639,9 +650,11 @@ class Suite:
         spec = self.write_spec(d, self.ssh_cluster(["node1", "node2"], gpus_per_node=2), steps)
         run = self.head(spec, "head", "--fake-gpus", "2")
         self.check(run.rc == 1, "symlink: the step fails", 1, run.rc, run.detail())
-        lines = [l for l in run.stderr.splitlines() if "passwd" in l and re.search(r"symbolic link|symlink", l)]
-        self.check(bool(lines), "symlink: the report names the refused link", "a line naming 'passwd' as a symbolic "
-                   "link", "\n".join(l for l in run.stderr.splitlines() if l.startswith("flowrun")), run.detail())
+        want = ("flowrun: step 'train' failed:\nflowrun:   node node2: rank 2: FLOWRUN_OUTPUT_DIR/passwd is a symlink to "
+                "/etc/passwd, outside the output directory; refused\n")
+        self.check(want in run.stderr, "symlink: the report names the node, the rank and the refused link",
+                   want.strip(), "\n".join(l for l in run.stderr.splitlines() if l.startswith("flowrun")),
+                   run.detail())
         with open("/etc/passwd", "rb") as f:
             secret = f.read()
         copies = []
@@ -669,11 +682,10 @@ class Suite:
                     rf"this host does \({re.escape(tmp)}/\.flowrun/node-check-\S+-train: No such file or directory\); "
                     r"ranks on every node run in the same workdir, so it must be a directory every node shares "
                     r"\(NFS, Lustre, \.\.\.\) at the same path")
-            # One line, or a line of the step's failure report.
-            one_line = re.search(rf"^flowrun: step 'train': {want}$", run.stderr, re.M)
-            in_report = "flowrun: step 'train' failed" in run.stderr and re.search(rf"^flowrun:   {want}$", run.stderr,
-                                                                                   re.M)
-            self.check(bool(one_line or in_report), "private workdir: the report says which node and why",
+            # A line of the step's failure report.
+            in_report = "\nflowrun: step 'train' failed:\n" in run.stderr and re.search(rf"^flowrun:   {want}$",
+                                                                                       run.stderr, re.M)
+            self.check(bool(in_report), "private workdir: the report says which node and why",
                        want, "\n".join(l for l in run.stderr.splitlines() if l.startswith("flowrun")), run.detail())
             self.check(os.listdir(started) == [], "private workdir: no worker started", "no started.RANK file",
                        os.listdir(started))
