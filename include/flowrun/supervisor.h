@@ -128,6 +128,9 @@ class Supervisor {
   // already stopping or no group runs.
   void stop_group(Outcome why);
 
+  // Kills the running group now (SIGKILL), as a second Ctrl-C does.
+  void kill_group();
+
   // Tells the supervisor that the observer's holds_group() may have changed.
   void release_group();
 

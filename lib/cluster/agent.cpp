@@ -381,7 +381,10 @@ class Agent : public GroupObserver {
       case MessageType::start: on_start(*fields); break;
       case MessageType::stop:
         stop_from_head_ = true;
-        if (in_group_) sup_->stop_group(Outcome::interrupted);
+        if (in_group_) {
+          sup_->stop_group(Outcome::interrupted);
+          if (field_or(*fields, "kill") == "1") sup_->kill_group();
+        }
         break;
       case MessageType::bye:
         finished_ = true;

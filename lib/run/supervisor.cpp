@@ -607,6 +607,16 @@ void Supervisor::stop_group(Outcome why) {
   impl_->advance();
 }
 
+void Supervisor::kill_group() {
+  if (!impl_->in_group) return;
+  if (!impl_->stopping) {
+    impl_->outcome = Outcome::interrupted;
+    impl_->stopping = true;
+  }
+  impl_->kill_everything();
+  impl_->advance();
+}
+
 void Supervisor::release_group() {
   if (impl_->in_group) impl_->advance();
 }
