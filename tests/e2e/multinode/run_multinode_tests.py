@@ -6,6 +6,8 @@ checks what the ranks saw (check_env.py).
 
   run_multinode_tests.py FLOWRUN ROOT [--only NAME[,NAME...]] [--list] [--keep]
 
+--only runs the tests named, in that order (a name given twice runs twice).
+
 Brings the cluster up (node1's /etc/hosts maps its own name to 127.0.1.1, as
 Debian does), runs the tests, and always brings it down, also on Ctrl-C.
 After every test, nothing of flowrun may be left on any node. Prints
@@ -262,7 +264,11 @@ class Suite:
         return env
 
     def workspace(self, name, base=None):
-        d = os.path.join(base or self.scratch, name)
+        """A new directory (name, name.2, ...: --only may name a test twice)."""
+        d, n = os.path.join(base or self.scratch, name), 1
+        while os.path.exists(d):
+            n += 1
+            d = os.path.join(base or self.scratch, f"{name}.{n}")
         os.makedirs(d)
         return d
 
@@ -558,6 +564,29 @@ class Suite:
         self.check(rc == 1, "link down: flowrun exits 1 (a lost node)", 1, rc, live.detail())
         print(f"link down: noticed after {delay} s", flush=True)
 
+    def test_head_kill(self):
+        """kill -9 of the head: every agent notices its connection closed and stops its ranks;
+        nothing is left on any node (over ssh and under srun)."""
+        for engine, cluster, where in (
+                ("ssh", self.ssh_cluster(["node1", "node2"], gpus_per_node=2), "head"),
+                ("slurm", {"engine": "slurm", "gpus_per_node": 2, "address": self.c.addrs["head"]}, None)):
+            live, run_dir, started = self.sleeping_job(f"head_kill_{engine}", cluster, where)
+            if not started:
+                continue
+            killed = time.monotonic()
+            os.kill(live.p.pid, signal.SIGKILL)  # the exec chain of `cluster.sh exec` keeps the pid
+            live.finish(5)
+            limit = GRACE + 3
+            while True:
+                left = self.flowrun_processes()
+                took = time.monotonic() - killed
+                if not left or took > limit:
+                    break
+                time.sleep(0.05)
+            self.check(not left, f"head kill ({engine}): every agent and rank ends without the head",
+                       f"nothing of flowrun left within {limit:g} s", left)
+            print(f"head kill ({engine}): everything gone {took:.2f} s after the head", flush=True)
+
     def test_scancel(self):
         """scancel of the job srun made: the agents get SIGTERM from Slurm; one report, everything stops."""
         live, run_dir, started = self.sleeping_job(
@@ -583,7 +612,8 @@ class Suite:
                    live.detail())
         res = Run(live, run_dir).results()
         self.check(res.get("outcome") == "interrupted", "scancel: results.json: the step was interrupted",
-                   "interrupted", res.get("outcome", res))
+                   "interrupted", res.get("outcome", res),
+                   f"{json.dumps(res, indent=1)[:3000]}\n{live.detail()}")
         self.check(rc not in (0, "timeout"), "scancel: flowrun fails", "a non-zero exit", rc)
         self.check(took < 5 + GRACE + 3, "scancel: flowrun ends within KillWait (5 s) + the grace + 3 s",
                    f"< {5 + GRACE + 3:g} s", f"{took:.2f} s")
@@ -745,7 +775,7 @@ class Suite:
 
 
 TESTS = ["salloc", "sbatch", "srun", "srun_node1", "ssh_hosts", "ssh_hostfile", "torch", "culprit", "agent_kill",
-         "link_down", "scancel", "wrong_token", "symlink", "private_workdir"]
+         "link_down", "head_kill", "scancel", "wrong_token", "symlink", "private_workdir"]
 
 
 def namespaces_available():
