@@ -286,13 +286,14 @@ class Suite:
         c.update(extra)
         return c
 
-    def start(self, argv, where, cwd):
-        return Live(self.c.on(where, argv), cwd, self.env())
+    def start(self, argv, where, cwd, **extra_env):
+        return Live(self.c.on(where, argv), cwd, {**self.env(), **extra_env})
 
-    def head(self, spec, where, *options, prefix=(), limit=60):
+    def head(self, spec, where, *options, prefix=(), limit=60, **extra_env):
         """Runs `flowrun SPEC --run-dir DIR OPTIONS` to the end."""
         run_dir = os.path.join(os.path.dirname(spec), "run")
-        live = self.start([*prefix, self.flowrun, spec, "--run-dir", run_dir, *options], where, os.path.dirname(spec))
+        live = self.start([*prefix, self.flowrun, spec, "--run-dir", run_dir, *options], where, os.path.dirname(spec),
+                          **extra_env)
         live.finish(limit)
         return Run(live, run_dir)
 
@@ -405,12 +406,13 @@ class Suite:
         self.check_env_run("srun makes the allocation, head on node1 (127.0.1.1)", run, 2, head_host="node1")
 
     def test_ssh_hosts(self):
-        """ssh to hosts [node2, node1] from node1: node 0 is not the head's host."""
+        """ssh to hosts [node2, node1] from node1: node 0 is not the head's host; the ssh
+        command comes from FLOWRUN_SSH."""
         d = self.workspace("ssh_hosts")
         steps, _ = self.env_steps(2, "node2,node1", slurm=False)
-        spec = self.write_spec(d, self.ssh_cluster(["node2", "node1"], gpus_per_node=2), steps)
-        run = self.head(spec, 1, "--fake-gpus", "2")
-        self.check_env_run("ssh hosts [node2, node1], head on node1", run, 2, head_host="node1")
+        spec = self.write_spec(d, {"engine": "ssh", "hosts": ["node2", "node1"], "gpus_per_node": 2}, steps)
+        run = self.head(spec, 1, "--fake-gpus", "2", FLOWRUN_SSH=f"ssh -F {self.c.ssh_config}")
+        self.check_env_run("ssh hosts [node2, node1], FLOWRUN_SSH, head on node1", run, 2, head_host="node1")
 
     def test_ssh_hostfile(self):
         """ssh to the 4 nodes of a hostfile from this namespace, with cluster.address."""
