@@ -1,0 +1,752 @@
+#!/usr/bin/env python3
+"""End-to-end tests of multi-node steps on one host: no cluster needed.
+
+The head is `flowrun SPEC` with `cluster: {engine: manual, address: 127.0.0.1}`;
+this script starts the two agents itself with the command the head prints
+(`flowrun agent --rdzv-endpoint HOST:PORT --token-file FILE`), both at once, each
+in its own session as on a node of its own. Both agents report this host's
+name, so every node is called by it. The tests check what the workers saw (their
+environment, files), what flowrun reported (exit codes, the console's exact
+lines, results.json, the run directory) and that nothing is left running.
+
+  run_nodes_local_tests.py FLOWRUN ROOT [--sanitized] [--only NAME[,NAME...]] [--list]
+
+--sanitized: the binary is built with a sanitizer: timing margins are tripled;
+everything else is checked the same way.
+"""
+import argparse
+import datetime
+import json
+import os
+import re
+import shlex
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(HERE, ".."))
+from testlib import Tally, clean_env  # noqa: E402
+from run_launcher_tests import SANITIZER_REPORT, processes_with, wait_for  # noqa: E402
+
+WORKER = os.path.join(HERE, "helpers", "worker.py")
+PY = sys.executable
+HOST = socket.gethostname()  # what each agent reports as its node's name
+GRACE = 2  # --grace of every head
+MARK = "NODES_E2E_MARK"  # set for the head and the agents: everything they start inherits it
+
+# Placeholders in expected console lines, for the parts that change from run to run.
+TOKENS = {"<port>": r"[0-9]+", "<pid>": r"[0-9]+", "<secs>": r"[0-9]+(?:\.[0-9]+)? s", "<x>": r"[0-9]+\.[0-9]"}
+
+
+def q(text):
+    """A YAML double-quoted scalar (JSON's string syntax is valid YAML)."""
+    return json.dumps(text)
+
+
+def sh_yaml(script, *args):
+    """A `run:` list running `script` with /bin/sh; args are $0, $1, ..."""
+    return "[" + ", ".join(q(w) for w in ("/bin/sh", "-c", script, *args)) + "]"
+
+
+def spec_text(name, run, *, collect=None, extra="", more_steps="", env=""):
+    """A flow with one parallel step `train` of 4 CPU workers on 2 nodes."""
+    return (f"name: {name}\n{env}cluster:\n  engine: manual\n  address: 127.0.0.1\n  heartbeat_timeout: 1\n"
+            f"steps:\n  - name: train\n    run: {run}\n    parallel:\n      cpus: 4\n      nodes: 2\n{extra}"
+            + (f"    collect: {collect}\n" if collect else "") + more_steps)
+
+
+def line_pattern(template):
+    """A regex for one expected line: the template's text exactly, TOKENS as patterns."""
+    out = re.escape(template)
+    for token, pattern in TOKENS.items():
+        out = out.replace(re.escape(token), pattern)
+    return re.compile(out)
+
+
+def lines_match(expected, text):
+    """Whether `text` is exactly the `expected` lines (templates, see line_pattern)."""
+    actual = text.split("\n")
+    if actual and actual[-1] == "":
+        actual.pop()
+    return len(actual) == len(expected) and all(line_pattern(e).fullmatch(a) for e, a in zip(expected, actual))
+
+
+def show_lines(expected, text):
+    return "--- expected\n" + "\n".join(expected) + "\n--- actual\n" + text
+
+
+def unix_time(iso):
+    """results.json's "start"/"end" (UTC, millisecond resolution) as a Unix time."""
+    return datetime.datetime.strptime(iso, "%Y-%m-%dT%H:%M:%S.%fZ").replace(
+        tzinfo=datetime.timezone.utc).timestamp()
+
+
+def agents_quiet(n):
+    """Every agent of `n` exited 0 without a word."""
+    return all(p.returncode == 0 and n.out(f"{name}.out") == n.out(f"{name}.err") == ""
+               for p, name in zip(n.agents, n.agent_names))
+
+
+def read(path):
+    with open(path, errors="replace") as f:
+        return f.read()
+
+
+# A worker line that says which node and agent a rank runs under, in the shared
+# workdir, once its signal dispositions are in place.
+READY = 'echo "$FLOWRUN_NODE_RANK $FLOWRUN_AGENT_ID" > "ready.$RANK"; '
+WAIT_ALL = 'while [ "$(ls ready.* | wc -l)" -lt 4 ]; do sleep 0.02; done; '
+
+
+class Nodes:
+    """One head and the agents this script starts for it, with their output in files."""
+
+    def __init__(self, suite, name, spec, *options, head_env=None):
+        self.suite, self.name = suite, name
+        self.dir = os.path.join(suite.scratch, name)
+        os.makedirs(self.dir)
+        self.spec = os.path.join(self.dir, "spec.yaml")
+        with open(self.spec, "w") as f:
+            f.write(spec)
+        self.run_dir = os.path.join(self.dir, "run")
+        self.tmp = os.path.join(self.dir, "tmp")  # the agents' TMPDIR (their node-local scratch)
+        os.makedirs(self.tmp)
+        self.run_id = f"{name}-{os.getpid()}-1"
+        self.agents, self.agent_names = [], []
+        env = clean_env(**{MARK: self.run_id, **(head_env or {})})
+        self.head = subprocess.Popen(
+            [suite.flowrun, self.spec, "--run-dir", self.run_dir, "--run-id", self.run_id, "--grace", str(GRACE),
+             *options], cwd=self.dir, env=env, stdin=subprocess.DEVNULL, stdout=self._file("head.out"),
+            stderr=self._file("head.err"), start_new_session=True)
+        self.started = time.monotonic()
+
+    def _file(self, name):
+        return open(os.path.join(self.dir, name), "w")
+
+    def out(self, name):
+        return read(os.path.join(self.dir, name))
+
+    def head_err(self):
+        return self.out("head.err")
+
+    def agent_env(self, **extra):
+        env = clean_env(**{MARK: self.run_id, "TMPDIR": self.tmp, **extra})
+        del env["FLOWRUN_HOSTNAME"]  # each agent names its node by this host's name
+        return env
+
+    def command(self, timeout=30):
+        """The agent command the head prints, as argv; None when it never does."""
+        pattern = re.compile(r"^flowrun:   (.* agent --rdzv-endpoint .*)$", re.M)
+        found = wait_for(lambda: pattern.search(self.head_err()) or self.head.poll() is not None,
+                         timeout * self.suite.slack)
+        m = pattern.search(self.head_err())
+        return shlex.split(m.group(1)) if found and m else None
+
+    def start_agents(self, argv, count=2, **env):
+        """`count` agents at once, each in its own session; returns their Popen objects."""
+        started = []
+        for i in range(count):
+            k = len(self.agents)
+            p = subprocess.Popen(argv, cwd=self.dir, env=self.agent_env(**env), stdin=subprocess.DEVNULL,
+                                 stdout=self._file(f"agent{k}.out"), stderr=self._file(f"agent{k}.err"),
+                                 start_new_session=True)
+            self.agents.append(p)
+            self.agent_names.append(f"agent{k}")
+            started.append(p)
+        return started
+
+    def begin(self, label):
+        """Waits for the head's command and starts both agents; False (and a failed check) if it never comes."""
+        argv = self.command()
+        if not self.suite.check(argv is not None, f"{label}: the head prints the agent command", self.detail()):
+            return False
+        self.start_agents(argv)
+        return True
+
+    def wait_ready(self, count=4, timeout=30):
+        """Waits for `count` ready.R files; returns {rank: (node rank, agent pid)}."""
+        def ready():
+            names = [n for n in os.listdir(self.dir) if n.startswith("ready.")]
+            return len(names) >= count or self.head.poll() is not None
+        wait_for(ready, timeout * self.suite.slack)
+        found = {}
+        for n in os.listdir(self.dir):
+            if n.startswith("ready."):
+                words = read(os.path.join(self.dir, n)).split()
+                if len(words) == 2:
+                    # FLOWRUN_AGENT_ID is <node>-<agent pid>-<nonce>.
+                    found[int(n.split(".")[1])] = (int(words[0]), int(words[1].rsplit("-", 2)[1]))
+        return found
+
+    def wait(self, p, timeout):
+        try:
+            return p.wait(timeout=timeout * self.suite.slack)
+        except subprocess.TimeoutExpired:
+            return None
+
+    def finish(self, label, timeout=60):
+        """Waits for the head and the agents; returns the head's exit code (None: still running)."""
+        rc = self.wait(self.head, timeout)
+        for p in self.agents:
+            self.wait(p, 15)
+        self.sanitizer_check(label)
+        return rc
+
+    def sanitizer_check(self, label):
+        for name in ["head"] + self.agent_names:
+            text = self.out(f"{name}.err")
+            m = SANITIZER_REPORT.search(text)
+            self.suite.check(m is None, f"{label}: no sanitizer report from the {name}",
+                             text[max(0, m.start() - 200):][:6000] if m else "")
+
+    def leftovers(self):
+        return sorted(set(processes_with(f"FLOWRUN_RUN_ID={self.run_id}")) |
+                      set(processes_with(f"{MARK}={self.run_id}")))
+
+    def check_nothing_left(self, label, limit=5):
+        wait_for(lambda: not self.leftovers(), limit * self.suite.slack)
+        left = self.leftovers()
+        self.suite.check(not left, f"{label}: nothing is left running",
+                         "\n".join(f"{pid} {read(f'/proc/{pid}/cmdline')}" for pid in left if
+                                   os.path.exists(f"/proc/{pid}")))
+
+    def results(self, step="train"):
+        with open(os.path.join(self.run_dir, step, "results.json")) as f:
+            return json.load(f)
+
+    def detail(self):
+        parts = [f"head exit {self.head.poll()} after {time.monotonic() - self.started:.2f} s"]
+        for name in ["head"] + self.agent_names:
+            for stream in ("out", "err"):
+                text = self.out(f"{name}.{stream}")
+                if text:
+                    parts.append(f"--- {name} std{stream}\n{text[-4000:]}")
+        return "\n".join(parts)
+
+    def close(self):
+        """Whatever is still running (a failed test) is stopped: nothing outlives the suite."""
+        for p in [self.head] + self.agents:
+            if p.poll() is None:
+                try:
+                    os.kill(p.pid, signal.SIGCONT)
+                    os.kill(p.pid, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
+                p.wait()
+        for pid in self.leftovers():
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+
+    def header(self, steps=1):
+        """The head's first lines, up to the agent command."""
+        return [f"flowrun: run {self.run_id}: {steps} step{'s' if steps > 1 else ''}; logs and results in "
+                f"{self.run_dir}",
+                "flowrun: step 'train': 4 workers on 2 nodes (engine: manual); the head listens on "
+                "127.0.0.1:<port> (cluster.address)",
+                "flowrun: waiting for 2 agents; on each node run (add --node-rank N to choose its rank):",
+                f"flowrun:   {shlex.quote(self.suite.flowrun)} agent --rdzv-endpoint 127.0.0.1:<port> --token-file "
+                f"{shlex.quote(os.path.join(self.run_dir, 'train', 'agent.token'))}"]
+
+    def joined(self):
+        return f"flowrun: step 'train': 2 nodes joined ({HOST}, {HOST}); MASTER_ADDR 127.0.0.1, MASTER_PORT <port>"
+
+
+class Suite:
+    def __init__(self, flowrun, root, sanitized):
+        self.flowrun, self.root, self.sanitized = flowrun, root, sanitized
+        self.slack = 3.0 if sanitized else 1.0
+        self.t = Tally("nodes_local")
+        self.scratch = tempfile.mkdtemp(prefix="flowrun-nodes-")
+        self.open = []
+
+    def check(self, ok, label, detail=""):
+        return self.t.check(ok, label, detail)
+
+    def nodes(self, name, spec, *options, **kw):
+        n = Nodes(self, name, spec, *options, **kw)
+        self.open.append(n)
+        return n
+
+    def close_all(self):
+        for n in self.open:
+            n.close()
+        self.open = []
+
+    # --- (a) a step on two nodes succeeds ---------------------------------------
+
+    def test_success(self):
+        show = sh_yaml('cd "$FLOWRUN_INPUTS" && find . -type f | sort')
+        spec = spec_text(
+            "nodes", sh_yaml('"$0" "$1" env && echo "rank $RANK to stderr" >&2', PY, WORKER), collect="all",
+            env="env:\n  SPEC_VAR: from-spec\n",
+            more_steps="  - name: show\n    join: train\n"
+                       f"    run: {show}\n")
+        n = self.nodes("success", spec, head_env={"HEAD_ONLY_VAR": "head"})
+        if not n.begin("success"):
+            return
+        rc = n.finish("success")
+        if not self.check(rc == 0, "success: the flow succeeds", n.detail()):
+            return
+        err = n.head_err()
+        rank_err = sorted(line for line in err.splitlines() if line.startswith("["))
+        expected_rank_err = [f"[{HOST} train r{r}] rank {r} to stderr" for r in range(4)]
+        self.check(rank_err == expected_rank_err, "success: every rank's stderr line is on the head's stderr",
+                   show_lines(expected_rank_err, "\n".join(rank_err)))
+        expected = n.header(steps=2) + [
+            n.joined(),
+            "flowrun: step 'train' succeeded in <secs>",
+            "flowrun: step 'show' succeeded in <secs>",
+            f"flowrun: run {n.run_id} succeeded: 2 steps in <secs>"]
+        rest = "\n".join(line for line in err.splitlines() if not line.startswith("["))
+        self.check(lines_match(expected, rest), "success: the head's messages", show_lines(expected, rest))
+        out = n.out("head.out")
+        rank_out = sorted(line for line in out.splitlines() if line.startswith(f"[{HOST} "))
+        expected_rank_out = [f"[{HOST} train r{r}] rank {r} wrote env.json" for r in range(4)]
+        self.check(rank_out == expected_rank_out, "success: remote ranks' lines carry the node's name",
+                   show_lines(expected_rank_out, out))
+        show = [line for line in out.splitlines() if not line.startswith(f"[{HOST} ")]
+        expected_show = [f"[show] ./rank{r}/env.json" for r in range(4)]
+        self.check(show == expected_show, "success: the join finds every rank's collected file in outputs/rankR/",
+                   show_lines(expected_show, out))
+        for r in range(4):
+            rank_dir = os.path.join(n.run_dir, "train", f"rank{r}")
+            self.check(read(os.path.join(rank_dir, "stdout.log")) == f"rank {r} wrote env.json\n"
+                       and read(os.path.join(rank_dir, "stderr.log")) == f"rank {r} to stderr\n",
+                       f"success: rank {r}'s stdout.log and stderr.log on the head")
+        self.check(agents_quiet(n), "success: both agents exit 0 and say nothing", n.detail())
+        ports = re.findall(r"127\.0\.0\.1:([0-9]+)", "\n".join(err.splitlines()[1:4]))
+        self.check(len(ports) == 2 and ports[0] == ports[1],
+                   "success: the agent command dials the port the head listens on", err)
+
+        envs = {}
+        for r in range(4):
+            path = os.path.join(n.run_dir, "train", "outputs", f"rank{r}", "env.json")
+            if self.check(os.path.isfile(path), f"success: rank {r}'s env.json is uploaded to outputs/rank{r}/",
+                          path):
+                with open(path) as f:
+                    envs[r] = json.load(f)["env"]
+        if len(envs) != 4:
+            return
+        self.check(sorted(int(e["RANK"]) for e in envs.values()) == [0, 1, 2, 3] and
+                   all(int(e["RANK"]) == r for r, e in envs.items()), "success: RANK 0-3, each once")
+        table = [(e["RANK"], e["GROUP_RANK"], e["FLOWRUN_NODE_RANK"], e["LOCAL_RANK"], e["ROLE_RANK"],
+                  e["WORLD_SIZE"], e["LOCAL_WORLD_SIZE"], e["GROUP_WORLD_SIZE"], e["ROLE_WORLD_SIZE"],
+                  e["FLOWRUN_NODES"]) for _, e in sorted(envs.items())]
+        want = [(str(r), str(r // 2), str(r // 2), str(r % 2), str(r), "4", "2", "2", "4", "2") for r in range(4)]
+        self.check(table == want, "success: GROUP_RANK = FLOWRUN_NODE_RANK 0,0,1,1, LOCAL_RANK 0,1,0,1, sizes 4/2/2",
+                   f"{table}\nvs\n{want}")
+        ports = {e["MASTER_PORT"] for e in envs.values()}
+        joined = re.search(r"MASTER_ADDR 127\.0\.0\.1, MASTER_PORT ([0-9]+)$", n.head_err(), re.M)
+        results = n.results()
+        self.check(len(ports) == 1 and joined is not None and ports == {joined.group(1)} ==
+                   {str(results["attempts"][0]["master_port"])},
+                   "success: one MASTER_PORT on every node, the one the head announced and results.json records",
+                   f"{ports} {joined and joined.group(1)} {results['attempts'][0]['master_port']}")
+        self.check(all(e["MASTER_ADDR"] == "127.0.0.1" for e in envs.values()),
+                   "success: MASTER_ADDR is node 0's address (127.0.0.1 on one host)")
+        self.check({e["TORCHELASTIC_RUN_ID"] for e in envs.values()} == {n.run_id} and
+                   {e["FLOWRUN_RUN_ID"] for e in envs.values()} == {n.run_id},
+                   "success: TORCHELASTIC_RUN_ID = FLOWRUN_RUN_ID = the run id everywhere")
+        self.check(all(e["FLOWRUN_STEP"] == "train" and e["FLOWRUN_RUN_DIR"] == n.run_dir and
+                       e["TORCHELASTIC_RESTART_COUNT"] == "0" and e["TORCHELASTIC_MAX_RESTARTS"] == "0"
+                       for e in envs.values()), "success: FLOWRUN_STEP, FLOWRUN_RUN_DIR, no restarts")
+        # Output and error files are node-local, under the agent's TMPDIR.
+        self.check(all(e["FLOWRUN_OUTPUT_DIR"] == f"{n.tmp}/flowrun-{n.run_id}-node{r // 2}/train/rank{r}/out" and
+                       e["TORCHELASTIC_ERROR_FILE"] ==
+                       f"{n.tmp}/flowrun-{n.run_id}-node{r // 2}/train/rank{r}/error.json"
+                       for r, e in envs.items()),
+                   "success: FLOWRUN_OUTPUT_DIR and TORCHELASTIC_ERROR_FILE are node-local",
+                   str([(e["FLOWRUN_OUTPUT_DIR"], e["TORCHELASTIC_ERROR_FILE"]) for e in envs.values()]))
+        self.check(os.listdir(n.tmp) == [], "success: each agent removes its node-local scratch directory",
+                   str(os.listdir(n.tmp)))
+        # The agent's own environment, the spec's env; not the head's environment.
+        self.check(all(e.get("SPEC_VAR") == "from-spec" and e.get(MARK) == n.run_id and "HEAD_ONLY_VAR" not in e
+                       for e in envs.values()),
+                   "success: workers get the spec's env and their agent's environment, not the head's")
+        agents = {r: e["FLOWRUN_AGENT_ID"] for r, e in envs.items()}
+        pids = {int(a.rsplit("-", 2)[1]) for a in agents.values()}
+        self.check(agents[0] == agents[1] and agents[2] == agents[3] and agents[0] != agents[2]
+                   and pids == {p.pid for p in n.agents} and all(a.startswith(HOST + "-") for a in agents.values()),
+                   "success: each node's ranks run under one agent, one agent per node", str(agents))
+        self.check([r["node"] for r in results["ranks"]] == [HOST] * 4 and results["outcome"] == "succeeded",
+                   "success: results.json gives every rank its node", json.dumps(results["ranks"])[:1500])
+        self.check(not os.path.exists(os.path.join(n.run_dir, "train", "agent.token")) and
+                   not [f for f in os.listdir(os.path.join(n.dir, ".flowrun")) if f.startswith("node-check-")],
+                   "success: the token file and the workdir marker are removed",
+                   str(os.listdir(os.path.join(n.dir, ".flowrun"))))
+        n.check_nothing_left("success")
+
+    # --- (b) a worker fails on node 1 -----------------------------------------
+
+    def test_worker_fails(self):
+        # Every rank ignores SIGTERM, so the others are stopped only by the
+        # SIGKILL that follows the grace; rank 3 fails once all are ready.
+        script = ('trap "" TERM; ' + READY + 'if [ "$RANK" = 3 ]; then ' + WAIT_ALL +
+                  'echo "rank 3 fails" >&2; exit 3; fi; exec sleep 30')
+        n = self.nodes("fails", spec_text("fails", sh_yaml(script)))
+        if not n.begin("worker fails"):
+            return
+        rc = n.finish("worker fails")
+        err = n.head_err()
+        expected = n.header() + [
+            n.joined(),
+            f"[{HOST} train r3] rank 3 fails",
+            f"flowrun: step 'train' failed: rank 3 on {HOST} exited with code 3 after <secs> (pid <pid>)",
+            f"flowrun:   last line of its stderr ({n.run_dir}/train/rank3/stderr.log):",
+            "    rank 3 fails",
+            "flowrun:   stopped by flowrun: ranks 0-2",
+            f"flowrun:   logs: {n.run_dir}/train",
+            f"flowrun: run {n.run_id} failed after <secs> (exit code 3): failed 'train'"]
+        self.check(rc == 3, "worker fails: flowrun exits with the failed rank's code 3", n.detail())
+        self.check(lines_match(expected, err), "worker fails: the report names the rank and its node",
+                   show_lines(expected, err))
+        res = n.results()
+        ranks = res["ranks"]
+        pid = re.search(r"\(pid ([0-9]+)\)$", err, re.M)
+        self.check(res["culprit_rank"] == 3 and ranks[3]["exit_code"] == 3 and pid is not None
+                   and ranks[3]["pid"] == int(pid.group(1)) and [r["node"] for r in ranks] == [HOST] * 4,
+                   "worker fails: results.json names the culprit, its pid and every rank's node",
+                   json.dumps(ranks)[:2000])
+        self.check([(r["status"], r["signal"], r["role"]) for r in ranks[:3]] ==
+                   [("signaled", "SIGKILL", "victim")] * 3,
+                   "worker fails: ranks 0-2 (which ignore SIGTERM) are killed after the grace",
+                   json.dumps(ranks)[:2000])
+        # The other ranks, on both nodes, end after the grace and within 1 s of it.
+        failed_at = unix_time(ranks[3]["end"])
+        after = [round(unix_time(r["end"]) - failed_at, 3) for r in ranks[:3]]
+        self.check(all(GRACE - 0.002 <= a <= GRACE + 1 * self.slack for a in after),
+                   f"worker fails: ranks 0-2 are stopped {GRACE} s (--grace) after rank 3 failed, within 1 s more",
+                   str(after))
+        self.check(agents_quiet(n), "worker fails: both agents end in order", n.detail())
+        n.check_nothing_left("worker fails")
+
+    # --- (c) an agent is killed ---------------------------------------------------
+
+    def test_agent_killed(self):
+        n = self.nodes("killed", spec_text("killed", sh_yaml(READY + "exec sleep 30")))
+        if not n.begin("agent killed"):
+            return
+        ready = n.wait_ready()
+        if not self.check(len(ready) == 4, "agent killed: every rank starts", n.detail()):
+            return
+        victim = next(pid for node, pid in ready.values() if node == 1)
+        # time.time() is read before the kill, so kill -> report measures at
+        # least the true delay; flowrun reads the same clock (CLOCK_REALTIME).
+        killed_at = time.time()
+        os.kill(victim, signal.SIGKILL)
+        rc = n.finish("agent killed")
+        err = n.head_err()
+        lost = f"node {HOST} (node rank 1 of 2) lost: its agent's connection closed"
+        expected = n.header() + [
+            n.joined(),
+            f"flowrun: step 'train': {lost}",
+            f"flowrun: step 'train' failed: rank 2 on {HOST} was lost with its node: its agent's connection closed",
+            "flowrun:   stopped by flowrun: ranks 0, 1",
+            "flowrun:   failed after it: rank 3 (node lost)",
+            f"flowrun:   {lost}",
+            f"flowrun:   logs: {n.run_dir}/train",
+            f"flowrun: run {n.run_id} failed after <secs> (exit code 1): failed 'train'"]
+        self.check(rc == 1, "agent killed: flowrun exits 1", n.detail())
+        self.check(lines_match(expected, err), "agent killed: the report says the node's agent was lost",
+                   show_lines(expected, err))
+        ranks = n.results()["ranks"]
+        self.check([(r["status"], r["spawn_error"]) for r in ranks[2:]] ==
+                   [("lost", "its agent's connection closed")] * 2 and
+                   [(r["status"], r["signal"]) for r in ranks[:2]] == [("signaled", "SIGTERM")] * 2,
+                   "agent killed: ranks 2 and 3 are lost, ranks 0 and 1 stopped", json.dumps(ranks)[:2000])
+        # results.json keeps milliseconds, truncated: the true time is up to 1 ms later.
+        delays = [unix_time(r["end"]) + 0.001 - killed_at for r in ranks[2:]]
+        self.check(all(0 <= d < 0.1 * self.slack for d in delays),
+                   "agent killed: the head notices within 100 ms (no heartbeat wait)",
+                   str([f"{d * 1000:.1f} ms" for d in delays]))
+        survivor = next(p for p in n.agents if p.pid != victim)
+        self.check(survivor.returncode == 0 and n.out(f"agent{n.agents.index(survivor)}.err") == "",
+                   "agent killed: the other agent stops its ranks and ends in order", n.detail())
+        # The killed agent's workers are stopped by its guardian.
+        n.check_nothing_left("agent killed")
+
+    # --- (d) a silent node ----------------------------------------------------------
+
+    def test_agent_silent(self):
+        n = self.nodes("silent", spec_text("silent", sh_yaml(READY + "exec sleep 30")))
+        if not n.begin("silent node"):
+            return
+        ready = n.wait_ready()
+        if not self.check(len(ready) == 4, "silent node: every rank starts", n.detail()):
+            return
+        frozen = next(pid for node, pid in ready.values() if node == 1)
+        other = next(pid for node, pid in ready.values() if node == 0)
+        stopped_at = time.time()
+        os.kill(frozen, signal.SIGSTOP)
+        try:
+            rc = n.wait(n.head, 30)
+            err = n.head_err()
+            lost = (f"node {HOST} (node rank 1 of 2) lost: no heartbeat for <x> s "
+                    "(cluster.heartbeat_timeout: 1 s)")
+            expected = n.header() + [
+                n.joined(),
+                f"flowrun: step 'train': {lost}",
+                f"flowrun: step 'train' failed: rank 2 on {HOST} was lost with its node: no heartbeat for <x> s "
+                "(cluster.heartbeat_timeout: 1 s)",
+                "flowrun:   stopped by flowrun: ranks 0, 1",
+                "flowrun:   failed after it: rank 3 (node lost)",
+                f"flowrun:   {lost}",
+                f"flowrun:   logs: {n.run_dir}/train",
+                f"flowrun: run {n.run_id} failed after <secs> (exit code 1): failed 'train'"]
+            self.check(rc == 1, "silent node: flowrun exits 1", n.detail())
+            self.check(lines_match(expected, err), "silent node: the report says no heartbeat came",
+                       show_lines(expected, err))
+            silent = [float(x) for x in re.findall(r"no heartbeat for ([0-9.]+) s", err)]
+            self.check(silent and all(1.0 <= x <= 1 + 1 * self.slack for x in silent),
+                       "silent node: the silence reported is over the timeout, by less than 1 s", str(silent))
+            ranks = n.results()["ranks"]
+            delays = [unix_time(r["end"]) + 0.001 - stopped_at for r in ranks[2:]]
+            self.check([r["status"] for r in ranks[2:]] == ["lost", "lost"] and
+                       all(0 <= d <= 1 + 1 * self.slack for d in delays),
+                       "silent node: its ranks are lost within heartbeat_timeout (1 s) + 1 s",
+                       str([f"{d:.3f} s" for d in delays]))
+            node0 = n.agents[[p.pid for p in n.agents].index(other)]
+            self.check(n.wait(node0, 10) == 0, "silent node: the other node's agent ends", n.detail())
+            # Everything of this run but the frozen agent and what it started ends.
+            def others():
+                tree = self.agent_tree(frozen)
+                return [p for p in processes_with(f"{MARK}={n.run_id}") if p not in tree]
+            wait_for(lambda: not others(), 5 * self.slack)
+            self.check(not others(), "silent node: the other node's workers are gone", str(others()))
+            workers = [p for p in self.agent_tree(frozen) if p in processes_with(f"FLOWRUN_RUN_ID={n.run_id}")]
+            self.check(len(workers) == 2, "silent node: the frozen node's two ranks still run while it is frozen",
+                       str(workers))
+        finally:
+            os.kill(frozen, signal.SIGCONT)
+        # Woken, the agent finds the head gone, stops its workers and exits 1.
+        node1 = n.agents[[p.pid for p in n.agents].index(frozen)]
+        rc1 = n.wait(node1, 15)
+        text = n.out(f"agent{n.agents.index(node1)}.err")
+        self.check(rc1 == 1 and re.fullmatch(
+            rf"flowrun agent: {re.escape(HOST)}: lost the head at 127\.0\.0\.1:[0-9]+ "
+            r"\((the connection closed|the connection failed: .*|no heartbeat from it for [0-9.]+ s)\); "
+            r"stopping this node's workers\n", text) is not None,
+            "silent node: woken up, its agent stops its workers and exits 1", n.detail())
+        n.sanitizer_check("silent node")
+        n.check_nothing_left("silent node")
+
+    def agent_tree(self, pid):
+        """`pid` and its descendants."""
+        children = {}
+        for name in os.listdir("/proc"):
+            if name.isdigit():
+                try:
+                    with open(f"/proc/{name}/stat") as f:
+                        ppid = int(f.read().rsplit(")", 1)[1].split()[1])
+                except (OSError, ValueError, IndexError):
+                    continue
+                children.setdefault(ppid, []).append(int(name))
+        tree, todo = set(), [pid]
+        while todo:
+            p = todo.pop()
+            tree.add(p)
+            todo.extend(children.get(p, []))
+        return tree
+
+    # --- (e) an agent with the wrong token, or a readable token file -----------------
+
+    def test_wrong_token(self):
+        n = self.nodes("token", spec_text("token", sh_yaml('echo "rank $RANK ran"')))
+        argv = n.command()
+        if not self.check(argv is not None, "wrong token: the head prints the agent command", n.detail()):
+            return
+        token_file = argv[argv.index("--token-file") + 1]
+        wrong = os.path.join(n.dir, "wrong.token")
+        fd = os.open(wrong, os.O_WRONLY | os.O_CREAT, 0o600)
+        os.write(fd, b"0123456789abcdef0123456789abcdef\n")
+        os.close(fd)
+        refused = []
+        a = subprocess.run([*argv[:argv.index("--token-file")], "--token-file", wrong], cwd=n.dir,
+                           env=n.agent_env(), stdin=subprocess.DEVNULL, capture_output=True, text=True,
+                           timeout=30 * self.slack)
+        self.check(a.returncode == 1 and a.stdout == "" and
+                   a.stderr == "flowrun agent: the head refused this agent: wrong token\n",
+                   "wrong token: the agent is refused and exits 1", f"exit {a.returncode}\n{a.stdout}{a.stderr}")
+        refused.append(a.stderr)
+        for mode in (0o644, 0o640):
+            readable = os.path.join(n.dir, f"readable-{mode:o}.token")
+            shutil.copyfile(token_file, readable)
+            os.chmod(readable, mode)
+            a = subprocess.run([*argv[:argv.index("--token-file")], "--token-file", readable], cwd=n.dir,
+                               env=n.agent_env(), stdin=subprocess.DEVNULL, capture_output=True, text=True,
+                               timeout=30 * self.slack)
+            self.check(a.returncode == 1 and a.stdout == "" and
+                       a.stderr == f"flowrun: error: the token file {readable} can be read by other users; "
+                                   "it must be private (chmod 600)\n",
+                       f"wrong token: a token file with mode {mode:o} is refused by the agent",
+                       f"exit {a.returncode}\n{a.stdout}{a.stderr}")
+            refused.append(a.stderr)
+        # The refused agent took no node: two good agents still run the step.
+        n.start_agents(argv)
+        rc = n.finish("wrong token")
+        expected = n.header() + [
+            f"flowrun: step 'train': refused an agent from 127.0.0.1 ({HOST}): wrong token",
+            n.joined(),
+            "flowrun: step 'train' succeeded in <secs>",
+            f"flowrun: run {n.run_id} succeeded: 1 step in <secs>"]
+        err = n.head_err()
+        self.check(rc == 0, "wrong token: the step runs with the right agents", n.detail())
+        self.check(lines_match(expected, err),
+                   "wrong token: the head says it refused one agent (the readable files never reached it)",
+                   show_lines(expected, err))
+        self.check(all(SANITIZER_REPORT.search(text) is None for text in refused),
+                   "wrong token: no sanitizer report from the refused agents", "\n".join(refused)[:6000])
+        n.check_nothing_left("wrong token")
+
+    # --- (f) Ctrl-C of the head ----------------------------------------------------
+
+    def test_ctrl_c(self):
+        n = self.nodes("ctrlc", spec_text("ctrlc", sh_yaml(READY + "exec sleep 30")))
+        if not n.begin("ctrl-c"):
+            return
+        if not self.check(len(n.wait_ready()) == 4, "ctrl-c: every rank starts", n.detail()):
+            return
+        # The leftover check sees the ranks while they run (so its "nothing left" means something).
+        running = processes_with(f"FLOWRUN_RUN_ID={n.run_id}")
+        self.check(len(running) == 4, "ctrl-c: the leftover check finds the 4 running ranks", str(running))
+        os.killpg(n.head.pid, signal.SIGINT)  # the terminal's Ctrl-C: the head's process group
+        rc = n.finish("ctrl-c", timeout=GRACE + 10)
+        err = n.head_err()
+        expected = n.header() + [
+            n.joined(),
+            f"flowrun: SIGINT received: stopping step 'train' (SIGTERM, then SIGKILL after {GRACE} s; "
+            "press Ctrl-C again to kill at once)",
+            "flowrun: step 'train' was interrupted; flowrun stopped ranks 0-3",
+            f"flowrun:   logs: {n.run_dir}/train",
+            f"flowrun: run {n.run_id} was interrupted after <secs> (exit code 130): failed 'train'"]
+        self.check(rc == 130, "ctrl-c: flowrun exits 130", n.detail())
+        self.check(lines_match(expected, err), "ctrl-c: the head's messages", show_lines(expected, err))
+        self.check(agents_quiet(n), "ctrl-c: both agents stop their ranks and end in order", n.detail())
+        ranks = n.results()["ranks"]
+        self.check([(r["status"], r["signal"]) for r in ranks] == [("signaled", "SIGTERM")] * 4,
+                   "ctrl-c: every rank on both nodes got SIGTERM", json.dumps(ranks)[:2000])
+        n.check_nothing_left("ctrl-c")
+
+    # --- (g) a symlink out of FLOWRUN_OUTPUT_DIR ------------------------------------
+
+    def test_symlink_upload(self):
+        script = ('echo "rank $RANK" > "$FLOWRUN_OUTPUT_DIR/r$RANK.txt"; '
+                  'if [ "$RANK" = 2 ]; then ln -s /etc/passwd "$FLOWRUN_OUTPUT_DIR/passwd"; fi')
+        n = self.nodes("symlink", spec_text("symlink", sh_yaml(script), collect="all"))
+        if not n.begin("symlink"):
+            return
+        rc = n.finish("symlink")
+        err = n.head_err()
+        expected = n.header() + [
+            n.joined(),
+            "flowrun: step 'train' failed:",
+            f"flowrun:   node {HOST}: rank 2: FLOWRUN_OUTPUT_DIR/passwd is a symlink to /etc/passwd, outside the "
+            "output directory; refused",
+            f"flowrun: run {n.run_id} failed after <secs> (exit code 1): failed 'train'"]
+        self.check(rc == 1, "symlink: the step fails", n.detail())
+        self.check(lines_match(expected, err), "symlink: the head names the rank, the link and its target",
+                   show_lines(expected, err))
+        found = []
+        for root, dirs, files in os.walk(os.path.join(n.run_dir, "train")):
+            found += [os.path.relpath(os.path.join(root, f), n.run_dir) for f in files + dirs
+                      if f == "passwd" or os.path.islink(os.path.join(root, f))]
+        self.check(found == [], "symlink: /etc/passwd is nowhere in the run directory", str(found))
+        self.check(not os.path.exists(os.path.join(n.run_dir, "train", "outputs")),
+                   "symlink: nothing is gathered into outputs/ for a failed step")
+        n.check_nothing_left("symlink")
+
+    # --- (h) max_restarts across both nodes ----------------------------------------
+
+    def test_restart(self):
+        # Attempt 0: rank 3 fails once every rank is ready, the others wait to
+        # be stopped; attempt 1: every rank succeeds.
+        script = ('echo "$TORCHELASTIC_RESTART_COUNT" >> "runs.$RANK"; '
+                  'if [ "$TORCHELASTIC_RESTART_COUNT" = 0 ]; then ' + READY +
+                  'if [ "$RANK" = 3 ]; then ' + WAIT_ALL + 'echo "rank 3 fails once" >&2; exit 3; fi; '
+                  'exec sleep 30; fi; echo "rank $RANK attempt $TORCHELASTIC_RESTART_COUNT"')
+        n = self.nodes("restart", spec_text("restart", sh_yaml(script), extra="      max_restarts: 1\n"))
+        if not n.begin("restart"):
+            return
+        rc = n.finish("restart")
+        err = n.head_err()
+        expected = n.header() + [
+            n.joined(),
+            f"[{HOST} train r3] rank 3 fails once",
+            f"flowrun: step 'train' failed (rank 3 on {HOST} exited with code 3); restarting all 4 "
+            "workers on 2 nodes (restart 1 of 1)",
+            "flowrun: step 'train' succeeded in <secs>",
+            f"flowrun: run {n.run_id} succeeded: 1 step in <secs>"]
+        self.check(rc == 0, "restart: the step succeeds after one restart", n.detail())
+        self.check(lines_match(expected, err), "restart: the head says which rank failed and restarts every node",
+                   show_lines(expected, err))
+        runs = [read(os.path.join(n.dir, f"runs.{r}")) if os.path.exists(os.path.join(n.dir, f"runs.{r}")) else ""
+                for r in range(4)]
+        self.check(runs == ["0\n1\n"] * 4, "restart: every rank on both nodes ran twice (attempts 0 and 1)",
+                   str(runs))
+        out = sorted(line for line in n.out("head.out").splitlines())
+        self.check(out == [f"[{HOST} train r{r}] rank {r} attempt 1" for r in range(4)],
+                   "restart: the second attempt's lines", "\n".join(out))
+        self.check([read(os.path.join(n.run_dir, "train", f"rank{r}", "stdout.log")) for r in range(4)] ==
+                   [f"rank {r} attempt 1\n" for r in range(4)],
+                   "restart: stdout.log holds the last attempt")
+        res = n.results()
+        self.check(res["outcome"] == "succeeded" and res["restarts"] == 1 and len(res["attempts"]) == 2
+                   and res["attempts"][0]["outcome"] == "failed" and res["attempts"][1]["outcome"] == "succeeded",
+                   "restart: results.json records both attempts", json.dumps(res)[:3000])
+        self.check(agents_quiet(n), "restart: both agents end in order", n.detail())
+        n.check_nothing_left("restart")
+
+    # --- driver -----------------------------------------------------------
+
+    def tests(self):
+        return [(name[len("test_"):], getattr(self, name)) for name in Suite.__dict__ if name.startswith("test_")]
+
+
+def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("flowrun")
+    parser.add_argument("root")
+    parser.add_argument("--sanitized", action="store_true")
+    parser.add_argument("--only", default="")
+    parser.add_argument("--list", action="store_true")
+    a = parser.parse_args()
+    suite = Suite(os.path.abspath(a.flowrun), os.path.abspath(a.root), a.sanitized)
+    tests = suite.tests()
+    if a.list:
+        print("\n".join(name for name, _ in tests))
+        return 0
+    only = set(filter(None, a.only.split(",")))
+    unknown = only - {name for name, _ in tests}
+    if unknown:
+        print(f"unknown test: {', '.join(sorted(unknown))} (see --list)")
+        return 2
+    try:
+        for name, test in tests:
+            if only and name not in only:
+                continue
+            start = time.monotonic()
+            before = suite.t.failed
+            try:
+                test()
+            except Exception as e:  # a crash in one test is that test's failure
+                import traceback
+                suite.check(False, f"{name}: raised {type(e).__name__}: {e}", traceback.format_exc())
+            finally:
+                suite.close_all()
+            status = "ok" if suite.t.failed == before else "FAILED"
+            print(f"{name}: {status} ({time.monotonic() - start:.1f} s)", flush=True)
+    finally:
+        suite.close_all()
+        shutil.rmtree(suite.scratch, ignore_errors=True)
+    return suite.t.finish()
+
+
+if __name__ == "__main__":
+    sys.exit(main())
