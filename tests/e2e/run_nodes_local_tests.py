@@ -703,6 +703,118 @@ class Suite:
         self.check(agents_quiet(n), "restart: both agents end in order", n.detail())
         n.check_nothing_left("restart")
 
+    # --- more: the head killed or frozen, joining, the step's timeout ------------------
+
+    def test_head_killed(self):
+        n = self.nodes("headkill", spec_text("headkill", sh_yaml(READY + "exec sleep 30")))
+        if not n.begin("head killed"):
+            return
+        if not self.check(len(n.wait_ready()) == 4, "head killed: every rank starts", n.detail()):
+            return
+        os.kill(n.head.pid, signal.SIGKILL)
+        codes = [n.wait(p, GRACE + 5) for p in n.agents]
+        port = n.command()[3].rsplit(":", 1)[1]
+        want = (f"flowrun agent: {HOST}: lost the head at 127.0.0.1:{port} (the connection closed); "
+                "stopping this node's workers\n")
+        self.check(codes == [1, 1] and n.out("agent0.err") == n.out("agent1.err") == want,
+                   "head killed: each agent stops its ranks and exits 1", n.detail())
+        n.sanitizer_check("head killed")
+        n.check_nothing_left("head killed")
+
+    def test_head_frozen(self):
+        n = self.nodes("headstop", spec_text("headstop", sh_yaml(READY + "exec sleep 30")))
+        if not n.begin("head frozen"):
+            return
+        if not self.check(len(n.wait_ready()) == 4, "head frozen: every rank starts", n.detail()):
+            return
+        stopped_at = time.monotonic()
+        os.kill(n.head.pid, signal.SIGSTOP)
+        try:
+            gone = wait_for(lambda: all(p.poll() is not None for p in n.agents), 10 * self.slack, step=0.01)
+            took = time.monotonic() - stopped_at
+            self.check(gone and took <= 1 + 1 * self.slack,
+                       "head frozen: both agents give up within heartbeat_timeout (1 s) + 1 s",
+                       f"{took:.2f} s\n{n.detail()}")
+            port = n.command()[3].rsplit(":", 1)[1]
+            pattern = (rf"flowrun agent: {re.escape(HOST)}: lost the head at 127\.0\.0\.1:{port} "
+                       r"\(no heartbeat from it for ([0-9.]+) s\); stopping this node's workers\n")
+            found = [re.fullmatch(pattern, n.out(f"agent{i}.err")) for i in range(2)]
+            self.check([p.returncode for p in n.agents] == [1, 1] and all(found) and
+                       all(1.0 <= float(m.group(1)) <= 1 + 1 * self.slack for m in found),
+                       "head frozen: each agent says it heard nothing for over 1 s and exits 1", n.detail())
+            left = wait_for(lambda: not processes_with(f"FLOWRUN_RUN_ID={n.run_id}"), 5 * self.slack)
+            self.check(left, "head frozen: the agents stop every rank",
+                       str(processes_with(f"FLOWRUN_RUN_ID={n.run_id}")))
+        finally:
+            os.kill(n.head.pid, signal.SIGCONT)
+        rc = n.wait(n.head, 15)
+        err = n.head_err()
+        self.check(rc == 1 and re.search(rf"^flowrun: step 'train': node {re.escape(HOST)} \(node rank [01] of 2\) "
+                                         r"lost: its agent's connection closed$", err, re.M) is not None,
+                   "head frozen: woken up, the head finds its nodes gone and exits 1", n.detail())
+        n.sanitizer_check("head frozen")
+        n.check_nothing_left("head frozen")
+
+    def test_join(self):
+        spec = spec_text("join", sh_yaml('echo "rank $RANK ran"')).replace(
+            "  heartbeat_timeout: 1\n", "  heartbeat_timeout: 1\n  join_timeout: 2\n")
+        n = self.nodes("join", spec)
+        argv = n.command()
+        if not self.check(argv is not None, "join: the head prints the agent command", n.detail()):
+            return
+        # Two agents claim node rank 0: whichever comes second is refused.
+        claims = n.start_agents(argv + ["--node-rank", "0"], count=2)
+        wait_for(lambda: any(p.poll() is not None for p in claims), 10 * self.slack)
+        a = subprocess.run(argv + ["--node-rank", "5"], cwd=n.dir, env=n.agent_env(), stdin=subprocess.DEVNULL,
+                           capture_output=True, text=True, timeout=30 * self.slack)
+        self.check((a.returncode, a.stdout, a.stderr) == (
+            1, "", "flowrun agent: the head refused this agent: it asks for node rank 5, but the step has 2 nodes\n"),
+            "join: an agent asking for a node rank the step does not have is refused",
+            f"exit {a.returncode}\n{a.stdout}{a.stderr}")
+        rc = n.finish("join")
+        err = n.head_err()
+        port = argv[3].rsplit(":", 1)[1]
+        expected = n.header() + [
+            f"flowrun: step 'train': refused an agent from 127.0.0.1 ({HOST}): node rank 0 has already joined "
+            f"(from {HOST})",
+            f"flowrun: step 'train': refused an agent from 127.0.0.1 ({HOST}): it asks for node rank 5, but the "
+            "step has 2 nodes",
+            "flowrun: step 'train' failed:",
+            "flowrun:   1 of 2 nodes did not join within 2 s: node 1; check that 'flowrun agent' can "
+            f"start there and reach 127.0.0.1:{port} (cluster.join_timeout)",
+            f"flowrun: run {n.run_id} failed after <secs> (exit code 1): failed 'train'"]
+        self.check(rc == 1, "join: a node that never joins fails the step", n.detail())
+        self.check(lines_match(expected, err), "join: the head names the node that did not join",
+                   show_lines(expected, err))
+        outcome = sorted((p.returncode, n.out(f"{name}.out"), n.out(f"{name}.err"))
+                         for p, name in zip(n.agents, n.agent_names))
+        self.check(outcome == [(0, "", ""), (1, "", "flowrun agent: the head refused this agent: node rank 0 has "
+                                                     f"already joined (from {HOST})\n")],
+                   "join: of two agents claiming node rank 0 one is refused, the other is sent away in order",
+                   str(outcome))
+        n.check_nothing_left("join")
+
+    def test_timeout(self):
+        spec = spec_text("timeout", sh_yaml(READY + "exec sleep 30")).replace(
+            "    parallel:\n", "    timeout: 1\n    parallel:\n")
+        n = self.nodes("timeout", spec)
+        if not n.begin("timeout"):
+            return
+        rc = n.finish("timeout")
+        err = n.head_err()
+        expected = n.header() + [
+            n.joined(),
+            "flowrun: step 'train' timed out after 1s; flowrun stopped ranks 0-3",
+            f"flowrun:   logs: {n.run_dir}/train",
+            f"flowrun: run {n.run_id} failed after <secs> (exit code 124): failed 'train'"]
+        self.check(rc == 124, "timeout: the step's timeout holds across nodes (exit 124)", n.detail())
+        self.check(lines_match(expected, err), "timeout: the head's messages", show_lines(expected, err))
+        ranks = n.results()["ranks"]
+        self.check([(r["status"], r["signal"], r["node"]) for r in ranks] == [("signaled", "SIGTERM", HOST)] * 4,
+                   "timeout: every rank on both nodes got SIGTERM", json.dumps(ranks)[:2000])
+        self.check(agents_quiet(n), "timeout: both agents end in order", n.detail())
+        n.check_nothing_left("timeout")
+
     # --- driver -----------------------------------------------------------
 
     def tests(self):
