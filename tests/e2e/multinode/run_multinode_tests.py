@@ -597,9 +597,10 @@ class Suite:
             live.kill()
             live.finish(5)
             return
-        jobs = subprocess.run(["squeue", "-h", "-o", "%i"], capture_output=True, text=True,
+        # Running jobs: one of an earlier test may still be completing (CG).
+        jobs = subprocess.run(["squeue", "-h", "-t", "R", "-o", "%i"], capture_output=True, text=True,
                               env=self.env()).stdout.split()
-        if not self.check(len(jobs) == 1, "scancel: the step runs as one Slurm job", "one job", jobs):
+        if not self.check(len(jobs) == 1, "scancel: the step runs as one Slurm job", "one running job", jobs):
             live.kill()
             live.finish(5)
             return
@@ -760,20 +761,32 @@ class Suite:
                 found.append(f"{where.get(pid, 'this namespace')}: pid {pid}: {cmdline.replace(chr(0), ' ')[:160]}")
         return found
 
+    def slurm_jobs(self):
+        """Slurm jobs that hold or wait for nodes (not those completing)."""
+        out = subprocess.run(["squeue", "-h", "-t", "PD,CF,R,S", "-o", "%i %j %T"], capture_output=True, text=True,
+                             env=self.env()).stdout
+        return out.split("\n")[:-1] if out else []
+
     def assert_nothing_left(self, label, limit=10):
+        """Nothing of flowrun runs anywhere, and no Slurm job is left: a test's job ends
+        with its head (salloc, sbatch --wait) or its srun. Ends what it finds."""
         deadline = time.monotonic() + limit
         while True:
-            left = self.flowrun_processes()
-            if not left or time.monotonic() > deadline:
+            left, jobs = self.flowrun_processes(), self.slurm_jobs()
+            if not (left or jobs) or time.monotonic() > deadline:
                 break
             time.sleep(0.1)
         self.check(not left, f"{label}: nothing of flowrun is left on any node",
                    f"no flowrun head, agent, srun/ssh of an agent or worker {limit} s after the test", left)
+        self.check(not jobs, f"{label}: no Slurm job is left", f"no job pending or running {limit} s after the test",
+                   jobs)
         for entry in left:
             try:
                 os.kill(int(entry.split("pid ")[1].split(":")[0]), signal.SIGKILL)
             except (OSError, ValueError, IndexError):
                 pass
+        if jobs:
+            subprocess.run(["scancel", *[j.split()[0] for j in jobs]], env=self.env())
 
 
 TESTS = ["salloc", "sbatch", "srun", "srun_node1", "ssh_hosts", "ssh_hostfile", "torch", "culprit", "agent_kill",
