@@ -1,0 +1,690 @@
+// rdzv_clients: N agents in one process, for the rendezvous benchmark
+// (scripts/bench, case e). Every connection speaks the control plane as
+// `flowrun agent` does (include/flowrun/protocol.h, lib/cluster/agent.cpp):
+//
+//   -> hello{node, flowrun, nonce, node_rank, pid, gpus}
+//   <- challenge      -> auth{proof}
+//   <- welcome        the head's proof is checked
+//   <- assign         -> ready{workdir_ok (the marker file read and compared),
+//                              workdir_error, address, port (node rank 0 only), gpus}
+//   <- start          -> exited{rank, kind, code 0, ...} for every rank it names,
+//                        then done{attempt, errors}
+//   <- bye            close
+//
+// but it runs no worker. One thread, one epoll set, non-blocking sockets.
+//
+//   rdzv_clients --nodes N --endpoint HOST:PORT --token-file FILE [--window W] [--timeout S]
+//   rdzv_clients --nodes N --bare [--window W] [--timeout S]
+//
+// --bare forks a minimal server that makes the same exchange with the same
+// messages and nothing else (no plan, no per-rank files, no report): the
+// floor for these clients on this loopback. --window W keeps at most W
+// connections between connect and the server's first answer (0, the
+// default: connect all at once).
+//
+// Prints one line of key=value, times in ns from the first connect:
+//   nodes=N welcome_ns=T assign_ns=T start_ns=T total_ns=T
+// welcome: the last welcome arrived (every node joined and authenticated);
+// assign: the last assign arrived; start: the last start arrived; total:
+// the last bye arrived. Exits 1, saying why, when a connection is refused or
+// closes early, or the exchange takes longer than --timeout seconds.
+#include <arpa/inet.h>
+#include <cerrno>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <ctime>
+#include <fcntl.h>
+#include <memory>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <string>
+#include <sys/epoll.h>
+#include <sys/resource.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <tuple>
+#include <unistd.h>
+#include <utility>
+#include <vector>
+
+#include "flowrun/protocol.h"
+#include "flowrun/version.h"
+
+namespace {
+
+using flowrun::Fields;
+using flowrun::Frame;
+using flowrun::FrameReader;
+using flowrun::MessageType;
+
+[[noreturn]] void die(const std::string& what) {
+  std::fprintf(stderr, "rdzv_clients: %s\n", what.c_str());
+  std::exit(1);
+}
+
+std::int64_t clock_ns(clockid_t clock) {
+  timespec ts{};
+  clock_gettime(clock, &ts);
+  return static_cast<std::int64_t>(ts.tv_sec) * 1000000000 + ts.tv_nsec;
+}
+
+std::int64_t now_ns() { return clock_ns(CLOCK_MONOTONIC); }
+
+std::string field(const Fields& fields, std::string_view key) {
+  const std::string* value = flowrun::find_field(fields, key);
+  return value ? *value : std::string();
+}
+
+int int_field(const Fields& fields, std::string_view key) { return std::atoi(field(fields, key).c_str()); }
+
+Fields decode(const Frame& frame) {
+  std::string error;
+  auto fields = flowrun::decode_fields(frame.payload, &error, 1 << 16);
+  if (!fields) die("a malformed " + std::string(flowrun::message_type_name(frame.type)) + ": " + error);
+  return std::move(*fields);
+}
+
+std::string read_file(const std::string& path, std::string* error) {
+  const int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) {
+    *error = path + ": " + std::strerror(errno);
+    return {};
+  }
+  std::string text;
+  char buf[4096];
+  ssize_t n;
+  while ((n = read(fd, buf, sizeof buf)) > 0) text.append(buf, static_cast<std::size_t>(n));
+  close(fd);
+  return text;
+}
+
+// Thousands of connections are thousands of descriptors.
+void raise_nofile(std::size_t need) {
+  rlimit limit{};
+  if (getrlimit(RLIMIT_NOFILE, &limit) != 0) return;
+  limit.rlim_cur = limit.rlim_max;
+  setrlimit(RLIMIT_NOFILE, &limit);
+  if (limit.rlim_cur != RLIM_INFINITY && limit.rlim_cur < need)
+    die("RLIMIT_NOFILE allows " + std::to_string(limit.rlim_cur) + " descriptors, " + std::to_string(need) +
+        " are needed");
+}
+
+// One non-blocking socket: frames in through a FrameReader, frames out
+// through a buffer flushed as far as the socket takes it.
+struct Conn {
+  int fd = -1;
+  FrameReader reader;
+  std::string out;
+  std::size_t sent = 0;
+  bool polling_out = false;
+  bool open = true;
+
+  explicit Conn(std::string peer) : reader(std::move(peer)) {}
+};
+
+class Loop {
+ public:
+  Loop() : epfd_(epoll_create1(EPOLL_CLOEXEC)) {
+    if (epfd_ < 0) die(std::string("epoll_create1: ") + std::strerror(errno));
+  }
+  ~Loop() { close(epfd_); }
+
+  void add(int fd, std::uint32_t events, std::uint64_t tag) {
+    epoll_event ev{};
+    ev.events = events;
+    ev.data.u64 = tag;
+    if (epoll_ctl(epfd_, EPOLL_CTL_ADD, fd, &ev) != 0) die(std::string("epoll_ctl: ") + std::strerror(errno));
+  }
+
+  void watch_out(Conn& c, std::uint64_t tag, bool on) {
+    if (c.polling_out == on) return;
+    epoll_event ev{};
+    ev.events = EPOLLIN | (on ? EPOLLOUT : 0u);
+    ev.data.u64 = tag;
+    epoll_ctl(epfd_, EPOLL_CTL_MOD, c.fd, &ev);
+    c.polling_out = on;
+  }
+
+  void send(Conn& c, std::uint64_t tag, MessageType type, const Fields& fields) {
+    flowrun::append_frame(c.out, type, flowrun::encode_fields(fields));
+    flush(c, tag);
+  }
+
+  // Writes what the socket takes; polls for EPOLLOUT while bytes are left.
+  void flush(Conn& c, std::uint64_t tag) {
+    while (c.open && c.sent < c.out.size()) {
+      const ssize_t n = ::send(c.fd, c.out.data() + c.sent, c.out.size() - c.sent, MSG_NOSIGNAL);
+      if (n < 0 && errno == EINTR) continue;
+      if (n < 0 && (errno == EAGAIN || errno == ENOTCONN)) break;
+      if (n < 0) die(std::string("send: ") + std::strerror(errno));
+      c.sent += static_cast<std::size_t>(n);
+    }
+    if (c.sent == c.out.size()) {
+      c.out.clear();
+      c.sent = 0;
+    }
+    watch_out(c, tag, !c.out.empty());
+  }
+
+  // Reads what is there; false at end of stream.
+  bool fill(Conn& c) {
+    char buf[65536];
+    while (true) {
+      const ssize_t n = ::read(c.fd, buf, sizeof buf);
+      if (n < 0 && errno == EINTR) continue;
+      if (n < 0 && errno == EAGAIN) return true;
+      if (n < 0 && errno == ECONNRESET) return false;
+      if (n < 0) die(std::string("read: ") + std::strerror(errno));
+      if (n == 0) return false;
+      c.reader.feed(std::string_view(buf, static_cast<std::size_t>(n)));
+      if (static_cast<std::size_t>(n) < sizeof buf) return true;
+    }
+  }
+
+  void close_conn(Conn& c) {
+    if (!c.open) return;
+    c.open = false;
+    epoll_ctl(epfd_, EPOLL_CTL_DEL, c.fd, nullptr);
+    close(c.fd);
+  }
+
+  // Waits up to `ms` for events.
+  int wait(epoll_event* events, int max, int ms) {
+    const int n = epoll_wait(epfd_, events, max, ms);
+    if (n < 0 && errno != EINTR) die(std::string("epoll_wait: ") + std::strerror(errno));
+    return n < 0 ? 0 : n;
+  }
+
+ private:
+  int epfd_;
+};
+
+sockaddr_in parse_endpoint(const std::string& endpoint) {
+  const auto colon = endpoint.rfind(':');
+  if (colon == std::string::npos) die("--endpoint '" + endpoint + "': expected HOST:PORT (an IPv4 address)");
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_port = htons(static_cast<std::uint16_t>(std::atoi(endpoint.c_str() + colon + 1)));
+  if (inet_pton(AF_INET, endpoint.substr(0, colon).c_str(), &addr.sin_addr) != 1)
+    die("--endpoint '" + endpoint + "': expected HOST:PORT (an IPv4 address)");
+  return addr;
+}
+
+void set_nodelay(int fd) {
+  const int one = 1;
+  setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+}
+
+// ---- the clients ----------------------------------------------------------
+
+struct Agent {
+  Conn conn{"head"};
+  std::string node;
+  std::string nonce;
+  int node_rank = -1;
+  bool welcomed = false, assigned = false, started = false, done = false;
+};
+
+struct Times {
+  std::int64_t welcome = 0, assign = 0, start = 0, total = 0;
+};
+
+class Clients {
+ public:
+  Clients(int nodes, sockaddr_in head, std::string token, int window, double timeout_s)
+      : head_(head), token_(std::move(token)), window_(window), timeout_s_(timeout_s) {
+    agents_.resize(static_cast<std::size_t>(nodes));
+    for (int i = 0; i < nodes; ++i) {
+      auto a = std::make_unique<Agent>();
+      a->node = "rdzv-" + std::to_string(i);
+      a->nonce = flowrun::make_nonce();
+      agents_[static_cast<std::size_t>(i)] = std::move(a);
+    }
+    // Node rank 0's agent offers a port it holds, as `flowrun agent` does.
+    port_fd_ = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    sockaddr_in any{};
+    any.sin_family = AF_INET;
+    any.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    socklen_t len = sizeof any;
+    if (bind(port_fd_, reinterpret_cast<sockaddr*>(&any), sizeof any) != 0 ||
+        getsockname(port_fd_, reinterpret_cast<sockaddr*>(&any), &len) != 0)
+      die(std::string("cannot hold a port: ") + std::strerror(errno));
+    held_port_ = ntohs(any.sin_port);
+  }
+
+  ~Clients() { close(port_fd_); }
+
+  Times run() {
+    const std::int64_t t0 = now_ns();
+    const std::int64_t deadline = t0 + static_cast<std::int64_t>(timeout_s_ * 1e9);
+    const std::size_t n = agents_.size();
+    while (next_ < n && (window_ <= 0 || in_flight_ < window_)) connect_next();
+    std::vector<epoll_event> events(1024);
+    while (closed_ < n) {
+      const int got = loop_.wait(events.data(), static_cast<int>(events.size()), 1000);
+      for (int e = 0; e < got; ++e) {
+        Agent& a = *agents_[events[static_cast<std::size_t>(e)].data.u64];
+        const std::uint64_t tag = events[static_cast<std::size_t>(e)].data.u64;
+        if (!a.conn.open) continue;
+        if (events[static_cast<std::size_t>(e)].events & EPOLLOUT) loop_.flush(a.conn, tag);
+        if (events[static_cast<std::size_t>(e)].events & (EPOLLIN | EPOLLHUP | EPOLLERR)) on_readable(a, tag);
+      }
+      while (next_ < n && (window_ <= 0 || in_flight_ < window_)) connect_next();
+      if (now_ns() > deadline) die("timed out after " + std::to_string(timeout_s_) + " s: " + progress());
+    }
+    times_.total = now_ns() - t0;
+    times_.welcome -= t0;
+    times_.assign -= t0;
+    times_.start -= t0;
+    return times_;
+  }
+
+ private:
+  std::string progress() const {
+    return std::to_string(agents_.size()) + " agents: " + std::to_string(next_) + " connected, " +
+           std::to_string(welcomed_) + " welcomed, " + std::to_string(assigned_) + " assigned, " +
+           std::to_string(started_) + " started, " + std::to_string(closed_) + " closed after bye";
+  }
+
+  void connect_next() {
+    Agent& a = *agents_[next_];
+    const std::uint64_t tag = next_++;
+    a.conn.fd = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+    if (a.conn.fd < 0) die(std::string("socket: ") + std::strerror(errno));
+    set_nodelay(a.conn.fd);
+    if (connect(a.conn.fd, reinterpret_cast<const sockaddr*>(&head_), sizeof head_) != 0 &&
+        errno != EINPROGRESS)
+      die(std::string("connect: ") + std::strerror(errno));
+    ++in_flight_;
+    loop_.add(a.conn.fd, EPOLLIN | EPOLLOUT, tag);
+    a.conn.polling_out = true;
+    // The hello waits in the buffer until the socket is writable (connected).
+    flowrun::append_frame(a.conn.out, MessageType::hello,
+                          flowrun::encode_fields({{"node", a.node},
+                                                  {"flowrun", FLOWRUN_VERSION},
+                                                  {"nonce", a.nonce},
+                                                  {"node_rank", "-1"},
+                                                  {"pid", std::to_string(getpid())},
+                                                  {"gpus", "0"}}));
+  }
+
+  void on_readable(Agent& a, std::uint64_t tag) {
+    const bool more = loop_.fill(a.conn);
+    while (a.conn.open) {
+      auto frame = a.conn.reader.next();
+      if (!frame) break;
+      on_frame(a, tag, *frame);
+    }
+    if (a.conn.reader.failed()) die(a.node + ": " + a.conn.reader.error());
+    if (!more && a.conn.open)
+      die(a.node + ": the head closed the connection before bye (" + progress() + ")");
+  }
+
+  void on_frame(Agent& a, std::uint64_t tag, const Frame& frame) {
+    if (frame.type == MessageType::heartbeat) {
+      loop_.send(a.conn, tag, MessageType::heartbeat, {});
+      return;
+    }
+    const Fields f = decode(frame);
+    switch (frame.type) {
+      case MessageType::challenge:
+        --in_flight_;
+        loop_.send(a.conn, tag, MessageType::auth,
+                   {{"proof", flowrun::auth_proof(token_, field(f, "nonce"), "agent:" + a.node)}});
+        break;
+      case MessageType::welcome:
+        if (!flowrun::proofs_equal(field(f, "proof"), flowrun::auth_proof(token_, a.nonce, "head:" + a.node)))
+          die(a.node + ": the head's proof in welcome is wrong");
+        a.welcomed = true;
+        a.node_rank = int_field(f, "node_rank");
+        if (++welcomed_ == agents_.size()) times_.welcome = now_ns();
+        break;
+      case MessageType::assign: on_assign(a, tag, f); break;
+      case MessageType::start: on_start(a, tag, f); break;
+      case MessageType::bye:
+        loop_.close_conn(a.conn);
+        ++closed_;
+        break;
+      case MessageType::refused: die(a.node + ": the head refused it: " + field(f, "reason"));
+      case MessageType::stop: die(a.node + ": the head sent stop: " + field(f, "reason"));
+      default: die(a.node + ": unexpected " + std::string(flowrun::message_type_name(frame.type)));
+    }
+  }
+
+  void on_assign(Agent& a, std::uint64_t tag, const Fields& f) {
+    a.node_rank = int_field(f, "node_rank");
+    std::string error;
+    const std::string marker = read_file(field(f, "marker_path"), &error);
+    const bool same = error.empty() && marker == field(f, "marker_text");
+    if (error.empty() && !same) error = field(f, "marker_path") + ": its content differs from the head's";
+    sockaddr_in local{};
+    socklen_t len = sizeof local;
+    getsockname(a.conn.fd, reinterpret_cast<sockaddr*>(&local), &len);
+    char address[INET_ADDRSTRLEN] = {};
+    inet_ntop(AF_INET, &local.sin_addr, address, sizeof address);
+    Fields ready{{"workdir_ok", same ? "1" : "0"}, {"workdir_error", error}, {"address", address}};
+    if (field(f, "want_port") == "1") ready.emplace_back("port", std::to_string(held_port_));
+    ready.emplace_back("gpus", "0");
+    loop_.send(a.conn, tag, MessageType::ready, ready);
+    if (!a.assigned) {
+      a.assigned = true;
+      if (++assigned_ == agents_.size()) times_.assign = now_ns();
+    }
+  }
+
+  void on_start(Agent& a, std::uint64_t tag, const Fields& f) {
+    const int ranks = int_field(f, "ranks");
+    const std::string pid = std::to_string(getpid());
+    for (int i = 0; i < ranks; ++i) {
+      std::string error;
+      auto sub = flowrun::decode_fields(field(f, "r" + std::to_string(i)), &error, 1 << 16);
+      if (!sub) die(a.node + ": a malformed rank in start: " + error);
+      const std::string when = std::to_string(clock_ns(CLOCK_REALTIME));
+      loop_.send(a.conn, tag, MessageType::exited,
+                 {{"rank", field(*sub, "rank")},
+                  {"kind", "exited"},
+                  {"code", "0"},
+                  {"spawn_error", ""},
+                  {"pid", pid},
+                  {"start_ns", when},
+                  {"end_ns", when},
+                  {"rss_kib", "0"},
+                  {"stopped", "0"}});
+    }
+    loop_.send(a.conn, tag, MessageType::done, {{"attempt", field(f, "attempt")}, {"errors", ""}});
+    if (!a.started) {
+      a.started = true;
+      if (++started_ == agents_.size()) times_.start = now_ns();
+    }
+  }
+
+  Loop loop_;
+  sockaddr_in head_;
+  std::string token_;
+  int window_;
+  double timeout_s_;
+  std::vector<std::unique_ptr<Agent>> agents_;
+  std::size_t next_ = 0, welcomed_ = 0, assigned_ = 0, started_ = 0, closed_ = 0;
+  int in_flight_ = 0;
+  int port_fd_ = -1;
+  int held_port_ = 0;
+  Times times_;
+};
+
+// ---- the bare server (--bare) ----------------------------------------------
+
+// The same exchange with nothing behind it: join, authenticate, assign to all
+// once all joined, start all once all are ready, bye once all are done.
+class BareServer {
+ public:
+  BareServer(int listener, int nodes, std::string token, std::string marker_path, std::string marker_text)
+      : listener_(listener),
+        nodes_(static_cast<std::size_t>(nodes)),
+        token_(std::move(token)),
+        marker_path_(std::move(marker_path)),
+        marker_text_(std::move(marker_text)) {
+    // A worker environment of the size the head sends (about 25 variables).
+    for (const char* name : {"LOCAL_RANK",
+                             "RANK",
+                             "GROUP_RANK",
+                             "ROLE_RANK",
+                             "ROLE_NAME",
+                             "LOCAL_WORLD_SIZE",
+                             "WORLD_SIZE",
+                             "GROUP_WORLD_SIZE",
+                             "ROLE_WORLD_SIZE",
+                             "MASTER_ADDR",
+                             "MASTER_PORT",
+                             "TORCHELASTIC_RESTART_COUNT",
+                             "TORCHELASTIC_MAX_RESTARTS",
+                             "TORCHELASTIC_RUN_ID",
+                             "TORCHELASTIC_USE_AGENT_STORE",
+                             "TORCH_NCCL_ASYNC_ERROR_HANDLING",
+                             "NCCL_ASYNC_ERROR_HANDLING",
+                             "CUDA_VISIBLE_DEVICES",
+                             "FLOWRUN_RUN_ID",
+                             "FLOWRUN_STEP",
+                             "FLOWRUN_NODES",
+                             "FLOWRUN_NODE_RANK",
+                             "FLOWRUN_RUN_DIR"}) {
+      if (!env_.empty()) env_ += '\0';
+      env_ += std::string(name) + "=rdzv-bench-value";
+    }
+  }
+
+  void run() {
+    loop_.add(listener_, EPOLLIN, kListener);
+    std::vector<epoll_event> events(1024);
+    while (!(joined_ == nodes_ && closed_ == nodes_)) {
+      const int got = loop_.wait(events.data(), static_cast<int>(events.size()), 1000);
+      for (int e = 0; e < got; ++e) {
+        const epoll_event& ev = events[static_cast<std::size_t>(e)];
+        if (ev.data.u64 == kListener) {
+          accept_all();
+          continue;
+        }
+        Peer& p = *peers_[ev.data.u64];
+        if (!p.conn.open) continue;
+        if (ev.events & EPOLLOUT) loop_.flush(p.conn, ev.data.u64);
+        if (ev.events & (EPOLLIN | EPOLLHUP | EPOLLERR)) {
+          const bool more = loop_.fill(p.conn);
+          while (p.conn.open) {
+            auto frame = p.conn.reader.next();
+            if (!frame) break;
+            on_frame(p, ev.data.u64, *frame);
+          }
+          if (p.conn.reader.failed()) die("server: " + p.conn.reader.error());
+          if (!more) {
+            loop_.close_conn(p.conn);
+            ++closed_;
+          }
+        }
+      }
+    }
+  }
+
+ private:
+  static constexpr std::uint64_t kListener = ~std::uint64_t{0};
+
+  struct Peer {
+    Conn conn{"agent"};
+    std::string node, agent_nonce, head_nonce;
+    int rank = -1;
+  };
+
+  void accept_all() {
+    while (true) {
+      const int fd = accept4(listener_, nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC);
+      if (fd < 0) {
+        if (errno == EINTR) continue;
+        if (errno == EAGAIN) return;
+        die(std::string("server: accept4: ") + std::strerror(errno));
+      }
+      set_nodelay(fd);
+      auto p = std::make_unique<Peer>();
+      p->conn.fd = fd;
+      loop_.add(fd, EPOLLIN, peers_.size());
+      peers_.push_back(std::move(p));
+    }
+  }
+
+  void on_frame(Peer& p, std::uint64_t tag, const Frame& frame) {
+    if (frame.type == MessageType::heartbeat) return;
+    const Fields f = decode(frame);
+    switch (frame.type) {
+      case MessageType::hello:
+        p.node = field(f, "node");
+        p.agent_nonce = field(f, "nonce");
+        p.head_nonce = flowrun::make_nonce();
+        loop_.send(p.conn, tag, MessageType::challenge, {{"nonce", p.head_nonce}});
+        break;
+      case MessageType::auth:
+        if (!flowrun::proofs_equal(field(f, "proof"),
+                                   flowrun::auth_proof(token_, p.head_nonce, "agent:" + p.node)))
+          die("server: " + p.node + " sent a wrong proof");
+        p.rank = static_cast<int>(joined_);
+        by_rank_.push_back(tag);
+        loop_.send(p.conn, tag, MessageType::welcome,
+                   {{"proof", flowrun::auth_proof(token_, p.agent_nonce, "head:" + p.node)},
+                    {"node_rank", std::to_string(p.rank)},
+                    {"heartbeat_ms", "2500"},
+                    {"timeout_ms", "10000"}});
+        if (++joined_ == nodes_) assign_all();
+        break;
+      case MessageType::ready:
+        if (p.rank == 0) master_port_ = field(f, "port");
+        if (++ready_ == nodes_) start_all();
+        break;
+      case MessageType::exited: break;
+      case MessageType::done:
+        if (++done_ == nodes_) {
+          for (std::uint64_t t : by_rank_) loop_.send(peers_[t]->conn, t, MessageType::bye, {});
+        }
+        break;
+      default: die("server: unexpected " + std::string(flowrun::message_type_name(frame.type)));
+    }
+  }
+
+  void assign_all() {
+    for (std::uint64_t t : by_rank_) {
+      Peer& p = *peers_[t];
+      loop_.send(p.conn, t, MessageType::assign,
+                 {{"step", "work"},
+                  {"run_id", "rdzv-bench"},
+                  {"attempt", "0"},
+                  {"node_rank", std::to_string(p.rank)},
+                  {"nodes", std::to_string(nodes_)},
+                  {"workdir", "/tmp"},
+                  {"marker_path", marker_path_},
+                  {"marker_text", marker_text_},
+                  {"want_port", p.rank == 0 ? "1" : "0"},
+                  {"grace_ms", "10000"}});
+    }
+  }
+
+  void start_all() {
+    for (std::uint64_t t : by_rank_) {
+      Peer& p = *peers_[t];
+      const std::string rank = std::to_string(p.rank);
+      loop_.send(p.conn, t, MessageType::start,
+                 {{"attempt", "0"},
+                  {"master_addr", "127.0.0.1"},
+                  {"master_port", master_port_},
+                  {"workdir", "/tmp"},
+                  {"argv", "/bin/true"},
+                  {"r0", flowrun::encode_fields(
+                             {{"rank", rank}, {"local_rank", "0"}, {"env", env_}, {"upload", "0"}})},
+                  {"ranks", "1"}});
+    }
+  }
+
+  Loop loop_;
+  int listener_;
+  std::size_t nodes_;
+  std::string token_, marker_path_, marker_text_, env_, master_port_;
+  std::vector<std::unique_ptr<Peer>> peers_;
+  std::vector<std::uint64_t> by_rank_;
+  std::size_t joined_ = 0, ready_ = 0, done_ = 0, closed_ = 0;
+};
+
+// Forks the bare server on 127.0.0.1; returns its endpoint and pid.
+std::pair<sockaddr_in, pid_t> fork_bare_server(int nodes, const std::string& token,
+                                               const std::string& marker_path,
+                                               const std::string& marker_text) {
+  const int listener = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t len = sizeof addr;
+  if (listener < 0 || bind(listener, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0 ||
+      listen(listener, 4096) != 0 || getsockname(listener, reinterpret_cast<sockaddr*>(&addr), &len) != 0)
+    die(std::string("server: cannot listen: ") + std::strerror(errno));
+  const pid_t pid = fork();
+  if (pid < 0) die(std::string("fork: ") + std::strerror(errno));
+  if (pid == 0) {
+    BareServer(listener, nodes, token, marker_path, marker_text).run();
+    std::fflush(stderr);
+    _exit(0);
+  }
+  close(listener);
+  return {addr, pid};
+}
+
+void usage() {
+  std::fprintf(stderr,
+               "usage: rdzv_clients --nodes N (--endpoint HOST:PORT --token-file FILE | --bare) "
+               "[--window W] [--timeout S]\n");
+  std::exit(2);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  int nodes = 0, window = 0;
+  double timeout_s = 120;
+  bool bare = false;
+  std::string endpoint, token_file;
+  for (int i = 1; i < argc; ++i) {
+    const std::string arg = argv[i];
+    auto value = [&]() -> std::string {
+      if (i + 1 >= argc) usage();
+      return argv[++i];
+    };
+    if (arg == "--nodes") {
+      nodes = std::atoi(value().c_str());
+    } else if (arg == "--endpoint") {
+      endpoint = value();
+    } else if (arg == "--token-file") {
+      token_file = value();
+    } else if (arg == "--window") {
+      window = std::atoi(value().c_str());
+    } else if (arg == "--timeout") {
+      timeout_s = std::atof(value().c_str());
+    } else if (arg == "--bare") {
+      bare = true;
+    } else {
+      usage();
+    }
+  }
+  if (nodes <= 0 || (bare == !endpoint.empty()) || (!bare && token_file.empty())) usage();
+  raise_nofile(static_cast<std::size_t>(nodes) * (bare ? 2 : 1) + 64);
+
+  try {
+    std::string token, marker_path, marker_text;
+    sockaddr_in head{};
+    pid_t server = -1;
+    char scratch[] = "/tmp/rdzv-bare-XXXXXX";
+    if (bare) {
+      token = flowrun::make_token();
+      if (mkdtemp(scratch) == nullptr) die(std::string("mkdtemp: ") + std::strerror(errno));
+      marker_path = std::string(scratch) + "/node-check";
+      marker_text = flowrun::make_nonce();
+      const int fd = open(marker_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+      if (fd < 0 || write(fd, marker_text.data(), marker_text.size()) < 0) die("cannot write " + marker_path);
+      close(fd);
+      std::tie(head, server) = fork_bare_server(nodes, token, marker_path, marker_text);
+    } else {
+      std::string error;
+      token = read_file(token_file, &error);
+      if (!error.empty()) die("cannot read the token: " + error);
+      while (!token.empty() && (token.back() == '\n' || token.back() == '\r')) token.pop_back();
+      head = parse_endpoint(endpoint);
+    }
+    const Times t = Clients(nodes, head, token, window, timeout_s).run();
+    if (bare) {
+      int status = 0;
+      waitpid(server, &status, 0);
+      unlink(marker_path.c_str());
+      rmdir(scratch);
+      if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) die("the bare server failed");
+    }
+    std::printf("nodes=%d welcome_ns=%lld assign_ns=%lld start_ns=%lld total_ns=%lld\n", nodes,
+                static_cast<long long>(t.welcome), static_cast<long long>(t.assign),
+                static_cast<long long>(t.start), static_cast<long long>(t.total));
+  } catch (const std::exception& e) {
+    die(e.what());
+  }
+  return 0;
+}
