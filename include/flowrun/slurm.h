@@ -102,6 +102,10 @@ std::optional<SlurmJob> read_slurm_job(const EnvMap& env, std::string* error);
 //    srun that launched it; only that task may talk to it.
 //  - SLURM_UMASK, SLURM_PRIO_PROCESS: srun's umask and priority propagated
 //    to its task; the agent has already applied them.
+//  - SLURM_CPUS_PER_TASK: the agent task's CPUs (flowrun asks srun for the
+//    node's CPUs for its one task); a worker is not that task.
+//  - SLURM_TOPOLOGY_ADDR*: the agent task's place in the network topology,
+//    set per step task.
 // Besides what the worker reads, every one of these is also an input that
 // srun reads: a worker that runs `srun` itself would otherwise copy the
 // agent's step layout into its own step.

@@ -319,15 +319,16 @@ std::optional<SlurmJob> read_slurm_job(const EnvMap& env, std::string* error) {
 
 const std::vector<std::string_view>& slurm_step_variables() {
   static const std::vector<std::string_view> names = {
-      "SLURM_PROCID",       "SLURM_LOCALID",
-      "SLURM_NODEID",       "SLURM_NTASKS*",
-      "SLURM_NPROCS",       "SLURM_TASKS_PER_NODE",
-      "SLURM_DISTRIBUTION", "SLURM_STEP_*",
-      "SLURM_STEPID",       "SLURM_TASK_PID",
-      "SLURM_GTIDS",        "SLURM_CPU_BIND*",
-      "SLURM_MEM_BIND*",    "SLURM_LAUNCH_NODE_IPADDR",
-      "SLURM_SRUN_COMM_*",  "SLURM_UMASK",
-      "SLURM_PRIO_PROCESS",
+      "SLURM_PROCID",         "SLURM_LOCALID",
+      "SLURM_NODEID",         "SLURM_NTASKS*",
+      "SLURM_NPROCS",         "SLURM_TASKS_PER_NODE",
+      "SLURM_DISTRIBUTION",   "SLURM_STEP_*",
+      "SLURM_STEPID",         "SLURM_TASK_PID",
+      "SLURM_GTIDS",          "SLURM_CPU_BIND*",
+      "SLURM_MEM_BIND*",      "SLURM_LAUNCH_NODE_IPADDR",
+      "SLURM_SRUN_COMM_*",    "SLURM_UMASK",
+      "SLURM_PRIO_PROCESS",   "SLURM_CPUS_PER_TASK",
+      "SLURM_TOPOLOGY_ADDR*",
   };
   return names;
 }

@@ -318,15 +318,19 @@ TEST_CASE("strip_step_variables removes the step's and the task's variables only
 
 TEST_CASE("slurm_step_variables is the documented list", "[slurm]") {
   const std::vector<std::string_view> expected = {
-      "SLURM_PROCID",       "SLURM_LOCALID",
-      "SLURM_NODEID",       "SLURM_NTASKS*",
-      "SLURM_NPROCS",       "SLURM_TASKS_PER_NODE",
-      "SLURM_DISTRIBUTION", "SLURM_STEP_*",
-      "SLURM_STEPID",       "SLURM_TASK_PID",
-      "SLURM_GTIDS",        "SLURM_CPU_BIND*",
-      "SLURM_MEM_BIND*",    "SLURM_LAUNCH_NODE_IPADDR",
-      "SLURM_SRUN_COMM_*",  "SLURM_UMASK",
-      "SLURM_PRIO_PROCESS",
+      "SLURM_PROCID",         "SLURM_LOCALID",
+      "SLURM_NODEID",         "SLURM_NTASKS*",
+      "SLURM_NPROCS",         "SLURM_TASKS_PER_NODE",
+      "SLURM_DISTRIBUTION",   "SLURM_STEP_*",
+      "SLURM_STEPID",         "SLURM_TASK_PID",
+      "SLURM_GTIDS",          "SLURM_CPU_BIND*",
+      "SLURM_MEM_BIND*",      "SLURM_LAUNCH_NODE_IPADDR",
+      "SLURM_SRUN_COMM_*",    "SLURM_UMASK",
+      "SLURM_PRIO_PROCESS",   "SLURM_CPUS_PER_TASK",
+      "SLURM_TOPOLOGY_ADDR*",
   };
   CHECK(slurm_step_variables() == expected);
+  CHECK(is_slurm_step_variable("SLURM_TOPOLOGY_ADDR_PATTERN"));
+  CHECK(is_slurm_step_variable("SLURM_CPUS_PER_TASK"));
+  CHECK_FALSE(is_slurm_step_variable("SLURM_CPUS_ON_NODE"));
 }
