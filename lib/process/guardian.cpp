@@ -3,19 +3,54 @@
 // waits on), ignores the signals a terminal or a `kill` of the group sends,
 // and blocks on the read end of a pipe whose write end only flowrun holds.
 // One byte means flowrun is exiting normally; end-of-file means flowrun died
-// without a word, and the guardian kills every process carrying the run id.
+// without a word, and the guardian kills every process carrying the run id
+// (an srun among them gets SIGTERM first, so it can end its job).
 #include <cerrno>
+#include <cstdio>
 #include <cstring>
 #include <fcntl.h>
 #include <signal.h>
 #include <sys/prctl.h>
 #include <sys/wait.h>
 #include <unistd.h>
+#include <vector>
 
 #include "flowrun/error.h"
 #include "flowrun/process.h"
 
 namespace flowrun {
+
+namespace {
+
+bool alive(pid_t pid) {
+  char path[64];
+  std::snprintf(path, sizeof path, "/proc/%d/stat", static_cast<int>(pid));
+  FILE* f = std::fopen(path, "r");
+  if (f == nullptr) return false;
+  int ignored = 0;
+  char state = 'Z';
+  char comm[64];
+  const int got = std::fscanf(f, "%d %63s %c", &ignored, comm, &state);
+  std::fclose(f);
+  return got == 3 && state != 'Z' && state != 'X';
+}
+
+// An srun that gets SIGKILL can neither end its step on the nodes nor give
+// back the allocation it made (a job that then holds the nodes until an
+// administrator cancels it). SIGTERM first lets it do both; it gets at most
+// 3 s before everything is killed.
+void end_srun_gently(const std::string& entry) {
+  std::vector<pid_t> sruns;
+  for (pid_t pid : processes_with_env(entry)) {
+    if (process_name(pid) == "srun" && kill(pid, SIGTERM) == 0) sruns.push_back(pid);
+  }
+  for (int i = 0; i < 60 && !sruns.empty(); ++i) {
+    usleep(50'000);
+    std::erase_if(sruns, [](pid_t pid) { return !alive(pid); });
+  }
+}
+
+}  // namespace
 
 void Guardian::start(const std::string& run_id, const std::string& key) {
   int fds[2];
@@ -47,6 +82,7 @@ void Guardian::start(const std::string& run_id, const std::string& key) {
       n = read(keep, &byte, 1);
     } while (n < 0 && errno == EINTR);
     if (n == 1) _exit(0);
+    end_srun_gently(entry);
     kill_processes_with_env(entry);
     _exit(0);
   }
