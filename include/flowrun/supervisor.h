@@ -149,6 +149,11 @@ class Supervisor {
   // flow starts nothing new.
   int interrupt_signal() const;
 
+  // Whether SIGINT or SIGTERM to flowrun while a group is stopping kills it
+  // at once (the default: a second Ctrl-C). An agent turns it off: Slurm
+  // sends SIGTERM twice (srun and slurmstepd), and the grace must hold.
+  void set_repeat_signal_kills(bool kills);
+
   // The same without running the loop: for code already inside a handler.
   int interrupt_received() const;
 

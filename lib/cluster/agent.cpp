@@ -135,6 +135,7 @@ class Agent : public GroupObserver {
     guardian_.start(agent_id_, "FLOWRUN_AGENT_ID");
     become_subreaper();
     Supervisor supervisor(console_, guardian_.pid());
+    supervisor.set_repeat_signal_kills(false);
     sup_ = &supervisor;
     asio::io_context& io = supervisor.io();
 
@@ -195,15 +196,16 @@ class Agent : public GroupObserver {
     const char* kind = rec.status.kind == ExitStatus::Kind::signaled       ? "signaled"
                        : rec.status.kind == ExitStatus::Kind::spawn_failed ? "spawn_failed"
                                                                            : "exited";
-    conn_->send(MessageType::exited, {{"rank", std::to_string(r.rank)},
-                                      {"kind", kind},
-                                      {"code", std::to_string(rec.status.code)},
-                                      {"spawn_error", rec.status.spawn_error},
-                                      {"pid", std::to_string(rec.pid)},
-                                      {"start_ns", std::to_string(rec.start_unix_ns)},
-                                      {"end_ns", std::to_string(rec.end_unix_ns)},
-                                      {"rss_kib", std::to_string(rec.peak_rss_kib)},
-                                      {"stopped", sup_->stopping() ? "1" : "0"}});
+    conn_->send(MessageType::exited,
+                {{"rank", std::to_string(r.rank)},
+                 {"kind", kind},
+                 {"code", std::to_string(rec.status.code)},
+                 {"spawn_error", rec.status.spawn_error},
+                 {"pid", std::to_string(rec.pid)},
+                 {"start_ns", std::to_string(rec.start_unix_ns)},
+                 {"end_ns", std::to_string(rec.end_unix_ns)},
+                 {"rss_kib", std::to_string(rec.peak_rss_kib)},
+                 {"stopped", sup_->stopping() || sup_->interrupt_received() != 0 ? "1" : "0"}});
     if (!rec.status.ok()) local_failure_ = true;
     return !rec.status.ok();
   }
@@ -484,6 +486,13 @@ class Agent : public GroupObserver {
     if (lost_head_) {
       finished_ = true;
       return;
+    }
+    // A signal to the agent (Slurm's scancel) that came as the ranks ended:
+    // the head hears of it before this node's done.
+    if (const int sig = sup_->interrupt_signal(); sig != 0 && !told_interrupt_) {
+      told_interrupt_ = true;
+      conn_->send(MessageType::stop,
+                  {{"reason", fmt::format("its agent received {}{}", signal_name(sig), slurm_hint(sig))}});
     }
     std::vector<std::string> errors;
     const bool all_ok = !local_failure_ && attempt.outcome == Outcome::succeeded && !stop_from_head_;

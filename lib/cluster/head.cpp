@@ -348,8 +348,10 @@ class Head : public GroupObserver {
     bool ready = false;
     bool done = false;
     bool lost = false;
-    std::string address;  // node 0: MASTER_ADDR
-    int port = 0;         // node 0: MASTER_PORT
+    bool closed = false;     // its connection ended after its done
+    bool signalled = false;  // its agent was told to stop by a signal (Slurm's scancel, preemption)
+    std::string address;     // node 0: MASTER_ADDR
+    int port = 0;            // node 0: MASTER_PORT
     int gpus = -1;
     std::optional<Upload> upload;
   };
@@ -730,6 +732,7 @@ class Head : public GroupObserver {
       case MessageType::done: on_done(n, *fields); break;
       case MessageType::stop: {
         const std::string reason = field_or(*fields, "reason", "it stopped");
+        n.signalled = true;
         result_.notes.push_back(fmt::format("node {}: {}", n.name, reason));
         console_.message(fmt::format("flowrun: step '{}': node {}: {}", plan_.step, n.name, reason));
         if (phase_ == Phase::running && !stopping_)
@@ -896,7 +899,10 @@ class Head : public GroupObserver {
 
   void on_node_closed(Node& n, const std::string& why) {
     if (phase_ == Phase::finished || n.lost) return;
-    if (n.done && phase_ != Phase::running && phase_ != Phase::assigning) return;
+    if (n.done) {
+      n.closed = true;  // it said all it had to say; it cannot take a restart
+      return;
+    }
     node_lost(n, "its agent's connection closed" +
                      (why == "the connection closed" ? std::string() : " (" + why + ")"));
   }
@@ -937,7 +943,8 @@ class Head : public GroupObserver {
     for (auto& r : ranks_) close_rank_files(r);
     flush_console();
     record_attempt();
-    const bool any_lost = std::any_of(nodes_.begin(), nodes_.end(), [](const Node& n) { return n.lost; });
+    const bool any_lost = std::any_of(nodes_.begin(), nodes_.end(),
+                                      [](const Node& n) { return n.lost || n.closed || n.signalled; });
     const AttemptRecord& last = result_.attempts.back();
     if (last.outcome == Outcome::failed && !any_lost && result_.errors.empty() &&
         attempt_ < plan_.max_restarts && sup_.interrupt_received() == 0) {
@@ -966,13 +973,22 @@ class Head : public GroupObserver {
     attempt.end_unix_ns = unix_now_ns();
     std::vector<int> stopped;
     bool failed = false;
+    bool signalled = false;
     for (std::size_t i = 0; i < ranks_.size(); ++i) {
       auto& r = ranks_[i];
+      // Slurm signals a step's every process, the ranks with their agent: a
+      // rank that died of it on a node whose agent was signalled did not fail.
+      const Node& node = nodes_[static_cast<std::size_t>(plan_.ranks[i].node)];
+      if (node.signalled) {
+        signalled = true;
+        if (r.record.status.kind == ExitStatus::Kind::signaled) r.stopped = true;
+      }
       if (r.tail) r.record.stderr_tail = r.tail->text();
       if (!r.record.status.ok()) failed = true;
       if (r.stopped) stopped.push_back(static_cast<int>(i));
       attempt.workers.push_back(r.record);
     }
+    if (signalled && outcome_ != Outcome::timed_out) outcome_ = Outcome::interrupted;
     attempt.outcome =
         outcome_ != Outcome::succeeded ? outcome_ : (failed ? Outcome::failed : Outcome::succeeded);
     if (!result_.errors.empty() && attempt.outcome == Outcome::succeeded) attempt.outcome = Outcome::failed;

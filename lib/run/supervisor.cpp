@@ -119,6 +119,7 @@ struct Supervisor::Impl {
   pid_t guardian = -1;
   int interrupt = 0;
   int interrupt_count = 0;
+  bool repeat_kills = true;  // a signal while stopping kills at once
 
   // The group being run.
   bool in_group = false;
@@ -186,7 +187,10 @@ struct Supervisor::Impl {
                       signal_name(sig), options.step, options.grace_s));
       outcome = Outcome::interrupted;
       begin_stop();
-    } else {
+    } else if (!stopping) {
+      outcome = Outcome::interrupted;
+      begin_stop();
+    } else if (repeat_kills) {
       console.message(
           fmt::format("flowrun: {} again: killing step '{}' now", signal_name(sig), options.step));
       kill_everything();
@@ -636,6 +640,8 @@ std::vector<std::string> Supervisor::notes() {
   taken.swap(impl_->all_notes);
   return taken;
 }
+
+void Supervisor::set_repeat_signal_kills(bool kills) { impl_->repeat_kills = kills; }
 
 int Supervisor::interrupt_received() const { return impl_->interrupt; }
 
