@@ -25,6 +25,7 @@
 #include "flowrun/version.h"
 
 #include "connection.h"
+#include "engines.h"
 
 namespace flowrun {
 
@@ -144,6 +145,16 @@ class Agent : public GroupObserver {
     if (!handshake(socket, reader)) {
       guardian_.disarm();
       return 1;
+    }
+    // gloo listens on the address the host name resolves to; where that is
+    // a loopback address (Debian maps the name to 127.0.1.1) no other node
+    // could reach it: point gloo at the interface this node reaches the head by.
+    if (auto own = cluster::resolve_ipv4(hostname()); !own || cluster::is_loopback(*own)) {
+      boost::system::error_code ec;
+      const auto local = socket.local_endpoint(ec);
+      if (!ec && !local.address().is_loopback()) {
+        if (auto name = cluster::interface_of(local.address().to_string())) gloo_ifname_ = *name;
+      }
     }
     conn_ = std::make_shared<Connection>(std::move(socket), "head");
     conn_->adopt_reader(std::move(reader));  // the head may have sent more right after welcome
@@ -464,6 +475,8 @@ class Agent : public GroupObserver {
       env["FLOWRUN_OUTPUT_DIR"] = r.dir + "/out";
       env["TORCHELASTIC_ERROR_FILE"] = r.dir + "/error.json";
       env["FLOWRUN_AGENT_ID"] = agent_id_;
+      if (!gloo_ifname_.empty() && env.count("GLOO_SOCKET_IFNAME") == 0)
+        env["GLOO_SOCKET_IFNAME"] = gloo_ifname_;
       WorkerLaunch launch;
       launch.rank = r.rank;
       launch.local_rank = r.local_rank;
@@ -607,6 +620,7 @@ class Agent : public GroupObserver {
   std::shared_ptr<Connection> conn_;
   std::optional<asio::steady_timer> heartbeat_timer_;
   std::string token_, node_, agent_id_, run_id_, step_, scratch_;
+  std::string gloo_ifname_;  // set for the workers when the host name is a loopback address
   int node_rank_claim_ = -1, node_rank_ = 0, gpus_ = 0, attempt_ = 0;
   double interval_s_ = 2.5, timeout_s_ = 10, grace_s_ = 10;
   HeldPort held_port_;

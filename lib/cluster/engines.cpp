@@ -24,19 +24,6 @@ std::string host_part(const std::string& host) {
   return at == std::string::npos ? host : host.substr(at + 1);
 }
 
-std::optional<std::string> resolve_ipv4(const std::string& host) {
-  addrinfo hints{};
-  hints.ai_family = AF_INET;
-  hints.ai_socktype = SOCK_STREAM;
-  addrinfo* found = nullptr;
-  if (getaddrinfo(host.c_str(), nullptr, &hints, &found) != 0 || found == nullptr) return std::nullopt;
-  char text[INET_ADDRSTRLEN] = {};
-  const auto* in = reinterpret_cast<const sockaddr_in*>(found->ai_addr);
-  inet_ntop(AF_INET, &in->sin_addr, text, sizeof text);
-  freeaddrinfo(found);
-  return std::string(text);
-}
-
 std::optional<std::string> first_interface_address() {
   ifaddrs* list = nullptr;
   if (getifaddrs(&list) != 0) return std::nullopt;
@@ -100,6 +87,33 @@ std::optional<std::string> slurm_node_address(const std::string& node) {
 }
 
 }  // namespace
+
+std::optional<std::string> resolve_ipv4(const std::string& host) {
+  addrinfo hints{};
+  hints.ai_family = AF_INET;
+  hints.ai_socktype = SOCK_STREAM;
+  addrinfo* found = nullptr;
+  if (getaddrinfo(host.c_str(), nullptr, &hints, &found) != 0 || found == nullptr) return std::nullopt;
+  char text[INET_ADDRSTRLEN] = {};
+  const auto* in = reinterpret_cast<const sockaddr_in*>(found->ai_addr);
+  inet_ntop(AF_INET, &in->sin_addr, text, sizeof text);
+  freeaddrinfo(found);
+  return std::string(text);
+}
+
+std::optional<std::string> interface_of(const std::string& address) {
+  ifaddrs* list = nullptr;
+  if (getifaddrs(&list) != 0) return std::nullopt;
+  std::optional<std::string> name;
+  for (ifaddrs* i = list; i != nullptr && !name; i = i->ifa_next) {
+    if (i->ifa_addr == nullptr || i->ifa_addr->sa_family != AF_INET) continue;
+    char text[INET_ADDRSTRLEN] = {};
+    inet_ntop(AF_INET, &reinterpret_cast<const sockaddr_in*>(i->ifa_addr)->sin_addr, text, sizeof text);
+    if (address == text) name = i->ifa_name;
+  }
+  freeifaddrs(list);
+  return name;
+}
 
 std::optional<std::string> route_source(const std::string& host) {
   const auto target = resolve_ipv4(host_part(host));

@@ -33,6 +33,12 @@ std::optional<std::string> route_source(const std::string& host);
 
 bool is_loopback(const std::string& address);
 
+// The IPv4 address `host` resolves to on this host, or nullopt.
+std::optional<std::string> resolve_ipv4(const std::string& host);
+
+// The name of the interface that holds the local IPv4 `address` ("eth0"), or nullopt.
+std::optional<std::string> interface_of(const std::string& address);
+
 // One process the head starts to bring up agents.
 struct EngineLaunch {
   std::vector<std::string> argv;

@@ -428,7 +428,8 @@ class Suite:
     # --- real PyTorch ---------------------------------------------------------------
 
     def test_torch(self):
-        """A gloo DDP job over 2 nodes x 2 CPU workers; the join replays it."""
+        """A gloo DDP job over 2 nodes x 2 CPU workers, node 0 being node1, whose name maps to 127.0.1.1
+        (flowrun points gloo at the interface the node reaches the head by); the join replays it."""
         d = self.workspace("torch")
         steps = [
             {"name": "train", "run": [PY, os.path.join(TORCH, "ddp_train.py"), "--steps", "5"],
@@ -436,13 +437,13 @@ class Suite:
             {"name": "check", "join": "train",
              "run": [PY, os.path.join(TORCH, "check_model.py"), "${steps.train.outputs}/model.pt", "4"]},
         ]
-        spec = self.write_spec(d, self.ssh_cluster(["node3", "node4"]), steps)
+        spec = self.write_spec(d, self.ssh_cluster(["node1", "node2"]), steps)
         run = self.head(spec, "head", limit=240)
         self.check(run.rc == 0, "torch: a gloo DDP job trains on 2 nodes x 2 CPU workers", 0, run.rc, run.detail())
         want = "[check] model.pt: 4 workers, 5 steps of SGD, matches the replay\n"
         self.check(want in run.stdout, "torch: the join loads rank 0's model.pt and it matches a replay of 4 ranks",
                    want.strip(), "\n".join(run.stdout.splitlines()[-5:]), run.detail())
-        missing = [f"[{host} train r{r}] rank {r}/4 step 4 loss" for r, host in enumerate(["node3"] * 2 + ["node4"] * 2)
+        missing = [f"[{host} train r{r}] rank {r}/4 step 4 loss" for r, host in enumerate(["node1"] * 2 + ["node2"] * 2)
                    if f"[{host} train r{r}] rank {r}/4 step 4 loss " not in run.stdout]
         self.check(not missing, "torch: every rank trained, on its node", "every rank's last step",
                    "missing: " + "; ".join(missing))
