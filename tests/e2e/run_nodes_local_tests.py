@@ -119,14 +119,16 @@ class Nodes:
         self.run_id = f"{name}-{os.getpid()}-1"
         self.agents, self.agent_names = [], []
         env = clean_env(**{MARK: self.run_id, **(head_env or {})})
-        self.head = subprocess.Popen(
-            [suite.flowrun, self.spec, "--run-dir", self.run_dir, "--run-id", self.run_id, "--grace", str(GRACE),
-             *options], cwd=self.dir, env=env, stdin=subprocess.DEVNULL, stdout=self._file("head.out"),
-            stderr=self._file("head.err"), start_new_session=True)
+        self.head = self._start([suite.flowrun, self.spec, "--run-dir", self.run_dir, "--run-id", self.run_id,
+                                 "--grace", str(GRACE), *options], env, "head")
         self.started = time.monotonic()
 
-    def _file(self, name):
-        return open(os.path.join(self.dir, name), "w")
+    def _start(self, argv, env, name):
+        """`argv` in its own session, its output in NAME.out and NAME.err."""
+        with open(os.path.join(self.dir, f"{name}.out"), "w") as out, \
+                open(os.path.join(self.dir, f"{name}.err"), "w") as err:
+            return subprocess.Popen(argv, cwd=self.dir, env=env, stdin=subprocess.DEVNULL, stdout=out, stderr=err,
+                                    start_new_session=True)
 
     def out(self, name):
         return read(os.path.join(self.dir, name))
@@ -150,13 +152,11 @@ class Nodes:
     def start_agents(self, argv, count=2, **env):
         """`count` agents at once, each in its own session; returns their Popen objects."""
         started = []
-        for i in range(count):
-            k = len(self.agents)
-            p = subprocess.Popen(argv, cwd=self.dir, env=self.agent_env(**env), stdin=subprocess.DEVNULL,
-                                 stdout=self._file(f"agent{k}.out"), stderr=self._file(f"agent{k}.err"),
-                                 start_new_session=True)
+        for _ in range(count):
+            name = f"agent{len(self.agents)}"
+            p = self._start(argv, self.agent_env(**env), name)
             self.agents.append(p)
-            self.agent_names.append(f"agent{k}")
+            self.agent_names.append(name)
             started.append(p)
         return started
 
@@ -168,20 +168,23 @@ class Nodes:
         self.start_agents(argv)
         return True
 
-    def wait_ready(self, count=4, timeout=30):
-        """Waits for `count` ready.R files; returns {rank: (node rank, agent pid)}."""
-        def ready():
-            names = [n for n in os.listdir(self.dir) if n.startswith("ready.")]
-            return len(names) >= count or self.head.poll() is not None
-        wait_for(ready, timeout * self.suite.slack)
+    def ready_ranks(self):
+        """{rank: (node rank, agent pid)} from the ready.R files written in full so far."""
         found = {}
         for n in os.listdir(self.dir):
             if n.startswith("ready."):
+                # The shell creates the file before it writes the line: a short one is still being written.
                 words = read(os.path.join(self.dir, n)).split()
                 if len(words) == 2:
                     # FLOWRUN_AGENT_ID is <node>-<agent pid>-<nonce>.
                     found[int(n.split(".")[1])] = (int(words[0]), int(words[1].rsplit("-", 2)[1]))
         return found
+
+    def wait_ready(self, count=4, timeout=30):
+        """Waits until `count` ranks have said they are ready; returns ready_ranks()."""
+        wait_for(lambda: len(self.ready_ranks()) >= count or self.head.poll() is not None,
+                 timeout * self.suite.slack)
+        return self.ready_ranks()
 
     def wait(self, p, timeout):
         try:

@@ -2,7 +2,6 @@
 // command lines it starts, the agent's argv, shell quoting for the remote
 // shell, and the address agents dial. Command lines are compared whole: they
 // are what Slurm and ssh receive.
-#include <arpa/inet.h>
 #include <catch2/catch.hpp>
 #include <cstdio>
 #include <ifaddrs.h>
