@@ -186,6 +186,9 @@ class Agent : public GroupObserver {
     heartbeat_timer_->cancel();
     io.poll();
     if (!scratch_.empty()) remove_tree(scratch_);
+    // The timer and the socket belong to the supervisor's loop: they go before it does.
+    heartbeat_timer_.reset();
+    conn_.reset();
     sup_ = nullptr;
     guardian_.disarm();
     return exit_code_;

@@ -1,5 +1,6 @@
 #include "engines.h"
 
+#include <algorithm>
 #include <arpa/inet.h>
 #include <cstdio>
 #include <ifaddrs.h>
@@ -10,6 +11,7 @@
 #include <unistd.h>
 
 #include "flowrun/error.h"
+#include "flowrun/util.h"
 
 namespace flowrun::cluster {
 
@@ -167,20 +169,6 @@ HeadAddress choose_head_address(const ClusterSpec& cluster, const std::optional<
   throw Error("cannot find an address for the other nodes to reach this host: set cluster.address");
 }
 
-std::string shell_quote(const std::string& text) {
-  if (!text.empty() && text.find_first_not_of("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789"
-                                              "@%+=:,./-_") == std::string::npos)
-    return text;
-  std::string out = "'";
-  for (char c : text) {
-    if (c == '\'')
-      out += "'\\''";
-    else
-      out += c;
-  }
-  return out + "'";
-}
-
 std::vector<std::string> agent_argv(const AgentCommand& agent, int node) {
   std::vector<std::string> argv{agent.flowrun, "agent", "--rdzv-endpoint", agent.endpoint};
   if (node >= 0) {
@@ -213,8 +201,12 @@ std::vector<EngineLaunch> engine_launches(const ClusterSpec& cluster, const Step
       if (job) {
         // Inside an allocation: the agent gets the node's CPUs to hand to its
         // workers (srun gives a task one CPU unless told).
+        // In a mixed allocation the smallest node decides: srun refuses a
+        // task more CPUs than its node has.
         if (!job->cpus_per_node.empty())
-          srun.argv.push_back("--cpus-per-task=" + std::to_string(job->cpus_per_node.front()));
+          srun.argv.push_back(
+              "--cpus-per-task=" +
+              std::to_string(*std::min_element(job->cpus_per_node.begin(), job->cpus_per_node.end())));
       } else {
         srun.argv.push_back("--job-name=flowrun-" + plan.step);
       }

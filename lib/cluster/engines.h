@@ -62,7 +62,4 @@ std::vector<EngineLaunch> engine_launches(const ClusterSpec& cluster, const Step
                                           const std::optional<SlurmJob>& job, const AgentCommand& agent,
                                           const std::vector<std::string>& ssh_default);
 
-// `text` quoted for a POSIX shell when it needs it.
-std::string shell_quote(const std::string& text);
-
 }  // namespace flowrun::cluster

@@ -18,6 +18,7 @@
 #include "flowrun/logmux.h"
 #include "flowrun/protocol.h"
 #include "flowrun/slurm.h"
+#include "flowrun/util.h"
 #include "flowrun/version.h"
 
 #include "connection.h"
@@ -162,8 +163,13 @@ class Head : public GroupObserver {
         cluster_.engine == Engine::slurm ? read_slurm_job(job_.ctx.parent_env, &slurm_error) : std::nullopt;
     if (!slurm_error.empty()) throw Error(slurm_error);
     std::vector<std::string> ssh{"ssh"};
-    if (auto value = env_get(job_.ctx.parent_env, "FLOWRUN_SSH"); value && !value->empty())
-      ssh = split_words(*value);
+    if (auto value = env_get(job_.ctx.parent_env, "FLOWRUN_SSH"); value && !value->empty()) {
+      std::string error;
+      auto words = split_shell_words(*value, &error);
+      if (!words || words->empty())
+        throw Error("FLOWRUN_SSH='" + *value + "': " + (error.empty() ? "no command" : error), kExitUsage);
+      ssh = std::move(*words);
+    }
     if (!cluster_.ssh_command.empty()) ssh = cluster_.ssh_command;
     const auto address = cluster::choose_head_address(cluster_, slurm_job, hostname(), ssh);
     listen(address.address);
@@ -198,8 +204,8 @@ class Head : public GroupObserver {
       token_file_ = token_file;
       std::string command;
       for (const auto& word : cluster::agent_argv(agent, -1))
-        command += (command.empty() ? "" : " ") + cluster::shell_quote(word);
-      command += " --token-file " + cluster::shell_quote(token_file);
+        command += (command.empty() ? "" : " ") + shell_quote(word);
+      command += " --token-file " + shell_quote(token_file);
       console_.message(
           fmt::format("flowrun: waiting for {}; on each node run (add --node-rank N to choose its rank):\n"
                       "flowrun:   {}",
@@ -378,21 +384,6 @@ class Head : public GroupObserver {
     char name[256] = {};
     gethostname(name, sizeof name - 1);
     return name;
-  }
-
-  static std::vector<std::string> split_words(const std::string& text) {
-    std::vector<std::string> words;
-    std::string word;
-    for (char c : text) {
-      if (c == ' ' || c == '\t') {
-        if (!word.empty()) words.push_back(std::move(word));
-        word.clear();
-      } else {
-        word += c;
-      }
-    }
-    if (!word.empty()) words.push_back(std::move(word));
-    return words;
   }
 
   static std::vector<std::string> split_lines(const std::string& text) {
@@ -928,7 +919,7 @@ class Head : public GroupObserver {
       r.record.status.kind = ExitStatus::Kind::lost;
       r.record.status.spawn_error = why;
       r.record.end_unix_ns = now;
-      r.stopped = stopping_;
+      r.stopped = false;  // lost with its node, not stopped by flowrun
     }
     if (!stopping_) stop_nodes(Outcome::failed, text);
     n.done = true;

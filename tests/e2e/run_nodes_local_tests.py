@@ -99,6 +99,7 @@ def read(path):
 
 # A worker line that says which node and agent a rank runs under, in the shared
 # workdir, once its signal dispositions are in place.
+FAKE_AGENT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "helpers", "fake_agent.py")
 READY = 'echo "$FLOWRUN_NODE_RANK $FLOWRUN_AGENT_ID" > "ready.$RANK"; '
 WAIT_ALL = 'while [ "$(ls ready.* | wc -l)" -lt 4 ]; do sleep 0.02; done; '
 
@@ -664,6 +665,30 @@ class Suite:
         self.check(not os.path.exists(os.path.join(n.run_dir, "train", "outputs")),
                    "symlink: nothing is gathered into outputs/ for a failed step")
         n.check_nothing_left("symlink")
+
+    def test_upload_escape(self):
+        """A node (a fake agent with the run's token) announces an upload of ../../x: refused, nothing written."""
+        n = self.nodes("escape", spec_text("escape", sh_yaml("true"), collect="all"))
+        argv = n.command()
+        if not self.check(argv is not None, "escape: the head prints the agent command", n.detail()):
+            return
+        n.start_agents(argv, count=1)
+        endpoint = argv[argv.index("--rdzv-endpoint") + 1]
+        token_file = argv[argv.index("--token-file") + 1]
+        version = subprocess.run([self.flowrun, "--version"], capture_output=True, text=True).stdout.split()[-1]
+        fake = n._start([sys.executable, FAKE_AGENT, endpoint, token_file, "--upload", "../../x", "--node", "evil"],
+                        n.agent_env(FLOWRUN_VERSION=version), "fake")
+        n.agents.append(fake)
+        n.agent_names.append("fake")
+        rc = n.finish("escape")
+        err = n.head_err()
+        want = ("flowrun:   node evil: upload of '../../x' refused: upload path '../../x' has a '..' component")
+        self.check(rc == 1, "escape: the step fails", n.detail())
+        self.check(want in err.splitlines(), "escape: the head refuses the path and names the node", n.detail())
+        escaped = [p for p in (os.path.join(n.run_dir, "x"), os.path.join(n.run_dir, "train", "x"),
+                               os.path.join(n.dir, "x")) if os.path.exists(p)]
+        self.check(escaped == [], "escape: no file x outside the rank's directory", str(escaped))
+        n.check_nothing_left("escape")
 
     # --- (h) max_restarts across both nodes ----------------------------------------
 

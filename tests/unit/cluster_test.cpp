@@ -234,26 +234,26 @@ TEST_CASE("agent_argv: endpoint, then the node rank and fake GPUs when given", "
 // ---- shell_quote -------------------------------------------------------------
 
 TEST_CASE("shell_quote: safe words as they are, anything else in single quotes", "[cluster]") {
-  CHECK(cluster::shell_quote("agent") == "agent");
-  CHECK(cluster::shell_quote("/opt/flowrun-1.0/bin/flow_run") == "/opt/flowrun-1.0/bin/flow_run");
-  CHECK(cluster::shell_quote("alice@node1:4000,x=y+1%") == "alice@node1:4000,x=y+1%");
-  CHECK(cluster::shell_quote("") == "''");
-  CHECK(cluster::shell_quote("a b") == "'a b'");
-  CHECK(cluster::shell_quote("$HOME") == "'$HOME'");
-  CHECK(cluster::shell_quote("it's") == "'it'\\''s'");
-  CHECK(cluster::shell_quote("'") == "''\\'''");
-  CHECK(cluster::shell_quote("a\"b") == "'a\"b'");
-  CHECK(cluster::shell_quote("~") == "'~'");
-  CHECK(cluster::shell_quote("*") == "'*'");
-  CHECK(cluster::shell_quote("x;rm -rf /") == "'x;rm -rf /'");
-  CHECK(cluster::shell_quote("`id`") == "'`id`'");
-  CHECK(cluster::shell_quote("line\nbreak") == "'line\nbreak'");
+  CHECK(flowrun::shell_quote("agent") == "agent");
+  CHECK(flowrun::shell_quote("/opt/flowrun-1.0/bin/flow_run") == "/opt/flowrun-1.0/bin/flow_run");
+  CHECK(flowrun::shell_quote("alice@node1:4000,x=y+1%") == "alice@node1:4000,x=y+1%");
+  CHECK(flowrun::shell_quote("") == "''");
+  CHECK(flowrun::shell_quote("a b") == "'a b'");
+  CHECK(flowrun::shell_quote("$HOME") == "'$HOME'");
+  CHECK(flowrun::shell_quote("it's") == "'it'\\''s'");
+  CHECK(flowrun::shell_quote("'") == "''\\'''");
+  CHECK(flowrun::shell_quote("a\"b") == "'a\"b'");
+  CHECK(flowrun::shell_quote("~") == "'~'");
+  CHECK(flowrun::shell_quote("*") == "'*'");
+  CHECK(flowrun::shell_quote("x;rm -rf /") == "'x;rm -rf /'");
+  CHECK(flowrun::shell_quote("`id`") == "'`id`'");
+  CHECK(flowrun::shell_quote("line\nbreak") == "'line\nbreak'");
 }
 
 TEST_CASE("shell_quote: a shell gives back every word unchanged", "[cluster]") {
   const Words words = {"", "a b", "$HOME", "it's", "'", "\"", "\\", "`id`", "*", "~", "tab\there", "ok"};
   std::string line;
-  for (const auto& w : words) line += " " + cluster::shell_quote(w);
+  for (const auto& w : words) line += " " + flowrun::shell_quote(w);
   CHECK(shell_words(line) == words);
 }
 

@@ -1,0 +1,119 @@
+#!/usr/bin/env python3
+"""A hostile agent for the head's tests: it speaks flowrun's control-plane
+protocol (include/flowrun/protocol.h) with the run's token, joins, and then
+misbehaves the way a test asks.
+
+  fake_agent.py HOST:PORT TOKEN_FILE --upload PATH [--node NAME]
+
+--upload PATH: after start, announce an upload of PATH for its first rank
+(e.g. ../../x) and send 3 bytes; then report the ranks as exited 0 and done.
+Exits 0 after the head's bye, 1 when refused.
+"""
+import argparse
+import hashlib
+import hmac
+import os
+import socket
+import struct
+import sys
+
+VERSION = 1
+TYPES = {"hello": 1, "challenge": 2, "auth": 3, "welcome": 4, "refused": 5, "assign": 6, "start": 7,
+         "output": 8, "exited": 9, "heartbeat": 10, "stop": 11, "upload_begin": 12, "upload_chunk": 13,
+         "upload_end": 14, "bye": 15, "ready": 16, "done": 17}
+NAMES = {v: k for k, v in TYPES.items()}
+
+
+def fields(pairs):
+    out = b""
+    for key, value in pairs:
+        key = key.encode()
+        value = value if isinstance(value, bytes) else str(value).encode()
+        out += struct.pack(">I", len(key)) + key + struct.pack(">I", len(value)) + value
+    return out
+
+
+def parse(payload):
+    out, pos = {}, 0
+    while pos < len(payload):
+        (n,) = struct.unpack_from(">I", payload, pos)
+        key = payload[pos + 4:pos + 4 + n].decode()
+        pos += 4 + n
+        (m,) = struct.unpack_from(">I", payload, pos)
+        out[key] = payload[pos + 4:pos + 4 + m]
+        pos += 4 + m
+    return out
+
+
+class Peer:
+    def __init__(self, sock):
+        self.sock, self.buf = sock, b""
+
+    def send(self, kind, pairs=()):
+        payload = fields(pairs)
+        self.sock.sendall(struct.pack(">IBB", len(payload) + 2, VERSION, TYPES[kind]) + payload)
+
+    def recv(self):
+        while True:
+            if len(self.buf) >= 4:
+                (n,) = struct.unpack_from(">I", self.buf)
+                if len(self.buf) >= 4 + n:
+                    kind, payload = self.buf[5], self.buf[6:4 + n]
+                    self.buf = self.buf[4 + n:]
+                    if NAMES.get(kind) == "heartbeat":
+                        continue
+                    return NAMES.get(kind, str(kind)), parse(payload)
+            data = self.sock.recv(65536)
+            if not data:
+                return None, {}
+            self.buf += data
+
+
+def proof(token, nonce, role):
+    message = b"flowrun-auth-v1\0" + nonce + b"\0" + role.encode()
+    return hmac.new(token.encode(), message, hashlib.sha256).hexdigest()
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("endpoint")
+    ap.add_argument("token_file")
+    ap.add_argument("--upload", required=True)
+    ap.add_argument("--node", default="fake")
+    args = ap.parse_args()
+    host, port = args.endpoint.rsplit(":", 1)
+    token = open(args.token_file).read().strip()
+    peer = Peer(socket.create_connection((host, int(port))))
+    my_nonce = os.urandom(16).hex()
+    peer.send("hello", [("node", args.node), ("flowrun", os.environ.get("FLOWRUN_VERSION", "0.1.0")),
+                        ("nonce", my_nonce), ("node_rank", "-1"), ("pid", os.getpid()), ("gpus", "0")])
+    kind, msg = peer.recv()
+    if kind != "challenge":
+        print(f"fake agent: {kind}: {msg.get('reason', b'').decode()}", file=sys.stderr)
+        return 1
+    peer.send("auth", [("proof", proof(token, msg["nonce"], "agent:" + args.node))])
+    kind, msg = peer.recv()
+    if kind != "welcome":
+        print(f"fake agent: {kind}: {msg.get('reason', b'').decode()}", file=sys.stderr)
+        return 1
+    ranks = []
+    while True:
+        kind, msg = peer.recv()
+        if kind is None or kind == "bye":
+            return 0
+        if kind == "assign":
+            marker = open(msg["marker_path"].decode(), "rb").read()
+            peer.send("ready", [("workdir_ok", "1" if marker == msg["marker_text"] else "0"), ("workdir_error", ""),
+                                ("address", "127.0.0.1"), ("port", "29500"), ("gpus", "0")])
+        elif kind == "start":
+            ranks = [int(parse(msg[f"r{i}"])["rank"]) for i in range(int(msg["ranks"]))]
+            for rank in ranks:
+                peer.send("exited", [("rank", rank), ("kind", "exited"), ("code", "0"), ("stopped", "0")])
+            peer.send("upload_begin", [("rank", ranks[0]), ("path", args.upload), ("size", "3")])
+            peer.send("upload_chunk", [("data", b"bad")])
+            peer.send("upload_end", [("path", args.upload), ("sha256", hashlib.sha256(b"bad").hexdigest())])
+            peer.send("done", [("attempt", msg["attempt"]), ("errors", "")])
+
+
+if __name__ == "__main__":
+    sys.exit(main())
