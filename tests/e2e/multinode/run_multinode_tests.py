@@ -390,12 +390,12 @@ class Suite:
                            console=console)
 
     def test_srun(self):
-        """No allocation: srun makes one; the head (this namespace) listens on cluster.address."""
+        """No allocation: srun makes one of 4 nodes; the head (this namespace) listens on cluster.address."""
         d = self.workspace("srun")
-        steps, _ = self.env_steps(2, "slurm", slurm=True)
+        steps, _ = self.env_steps(4, "slurm", slurm=True)
         spec = self.write_spec(d, {"engine": "slurm", "gpus_per_node": 2, "address": self.c.addrs["head"]}, steps)
         run = self.head(spec, None, "--fake-gpus", "2")
-        self.check_env_run("srun makes the allocation, cluster.address", run, 2)
+        self.check_env_run("srun makes an allocation of 4 nodes, cluster.address", run, 4)
 
     def test_srun_node1(self):
         """No allocation, head on node1 (its name maps to 127.0.1.1 there), address chosen by flowrun."""
