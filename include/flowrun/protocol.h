@@ -172,6 +172,16 @@ std::string encode_fields(const Fields& fields);
 std::optional<Fields> decode_fields(std::string_view payload, std::string* error,
                                     std::size_t max_fields = kMaxFields);
 
+// A whole frame whose payload is the one field `key` = `value`, with `value`
+// copied once (bulk data: upload chunks). Same bytes as
+// encode_frame(type, encode_fields({{key, value}})).
+std::string encode_one_field_frame(MessageType type, std::string_view key, std::string_view value,
+                                   std::size_t max_frame = kMaxFrameSize);
+
+// When `payload` is exactly one field named `key`, its value as a view into
+// `payload` (no copy); nullopt for anything else.
+std::optional<std::string_view> one_field_view(std::string_view payload, std::string_view key);
+
 // The value of `key`, or nullptr when absent.
 const std::string* find_field(const Fields& fields, std::string_view key);
 

@@ -12,6 +12,7 @@
 #include <fcntl.h>
 #include <fmt/format.h>
 #include <ftw.h>
+#include <malloc.h>
 #include <sys/stat.h>
 #include <thread>
 #include <unistd.h>
@@ -559,7 +560,7 @@ class Agent : public GroupObserver {
       const std::string_view piece(buf.data(),
                                    static_cast<std::size_t>(std::min<std::int64_t>(n, st.st_size - sent)));
       sha.update(piece);
-      conn_->send(MessageType::upload_chunk, {{"data", std::string(piece)}});
+      conn_->send_frame(encode_one_field_frame(MessageType::upload_chunk, "data", piece));
       sent += static_cast<std::int64_t>(piece.size());
       wait_for_queue();
       if (lost_head_) break;
@@ -637,6 +638,10 @@ class Agent : public GroupObserver {
 }  // namespace
 
 int run_agent(const AgentOptions& options, const EnvMap& env) {
+  // Upload chunks are 1 MiB strings made and freed in a loop: keep them on
+  // the heap instead of mapping and unmapping pages for each one.
+  mallopt(M_MMAP_THRESHOLD, 64 << 20);
+  mallopt(M_TRIM_THRESHOLD, 256 << 20);
   Agent agent(options, env);
   return agent.run();
 }

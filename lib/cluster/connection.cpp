@@ -10,13 +10,25 @@ namespace flowrun::cluster {
 namespace asio = boost::asio;
 
 namespace {
+
 constexpr std::size_t kReadBytes = 256 * 1024;
+constexpr int kReadsPerWakeup = 8;  // fairness between connections that stream
+
+// One read buffer for every connection: the loop is single-threaded and a
+// read's bytes go into the connection's FrameReader before the next read,
+// so thousands of agents do not cost a buffer each.
+char* shared_read_buffer() {
+  static thread_local std::unique_ptr<char[]> buffer(new char[kReadBytes]);
+  return buffer.get();
 }
 
+}  // namespace
+
 Connection::Connection(asio::ip::tcp::socket socket, std::string peer)
-    : socket_(std::move(socket)), peer_(std::move(peer)), reader_(peer_), buffer_(kReadBytes, '\0') {
+    : socket_(std::move(socket)), peer_(std::move(peer)), reader_(peer_) {
   boost::system::error_code ignored;
   socket_.set_option(asio::ip::tcp::no_delay(true), ignored);
+  socket_.non_blocking(true, ignored);
   last_heard_ns_ = monotonic_now_ns();
 }
 
@@ -53,17 +65,35 @@ void Connection::set_handlers(FrameHandler on_frame, CloseHandler on_close) {
 
 void Connection::read_more() {
   if (!open_) return;
-  socket_.async_read_some(asio::buffer(buffer_), [self = shared_from_this()](
-                                                     const boost::system::error_code& ec, std::size_t n) {
-    if (!self->open_) return;
+  // Wait for readiness, then read into the shared buffer (no buffer is held
+  // while waiting).
+  socket_.async_wait(asio::ip::tcp::socket::wait_read,
+                     [self = shared_from_this()](const boost::system::error_code& ec) {
+                       if (!self->open_) return;
+                       if (ec) {
+                         self->fail("the connection failed: " + ec.message());
+                         return;
+                       }
+                       self->drain();
+                     });
+}
+
+void Connection::drain() {
+  char* buffer = shared_read_buffer();
+  for (int i = 0; i < kReadsPerWakeup; ++i) {
+    boost::system::error_code ec;
+    const std::size_t n = socket_.read_some(asio::buffer(buffer, kReadBytes), ec);
+    if (ec == asio::error::would_block || ec == asio::error::try_again) break;
     if (ec) {
-      self->fail(ec == asio::error::eof ? "the connection closed" : "the connection failed: " + ec.message());
+      fail(ec == asio::error::eof ? "the connection closed" : "the connection failed: " + ec.message());
       return;
     }
-    self->last_heard_ns_ = monotonic_now_ns();
-    self->reader_.feed(std::string_view(self->buffer_.data(), n));
-    if (self->dispatch()) self->read_more();
-  });
+    last_heard_ns_ = monotonic_now_ns();
+    reader_.feed(std::string_view(buffer, n));
+    if (!dispatch()) return;
+    if (n < kReadBytes) break;
+  }
+  read_more();
 }
 
 void Connection::send(MessageType type, const Fields& fields) {

@@ -55,6 +55,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
 
  private:
   void read_more();
+  void drain();  // reads what is there, hands on the frames, waits again
   bool dispatch();  // hands on every whole frame read; false when the connection ended
   void write_next();
   void fail(const std::string& why);
@@ -62,7 +63,6 @@ class Connection : public std::enable_shared_from_this<Connection> {
   boost::asio::ip::tcp::socket socket_;
   std::string peer_;
   FrameReader reader_;
-  std::string buffer_;
   std::deque<std::string> out_;
   std::size_t queued_bytes_ = 0;
   bool writing_ = false;

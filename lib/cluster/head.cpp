@@ -8,6 +8,7 @@
 #include <fcntl.h>
 #include <fmt/format.h>
 #include <fmt/ranges.h>
+#include <malloc.h>
 #include <map>
 #include <sys/resource.h>
 #include <sys/stat.h>
@@ -84,15 +85,15 @@ std::vector<std::string> split_nul(const std::string& text) {
   return out;
 }
 
+// mkdir -p: the whole path first, its parents only when they are missing.
 void make_dirs(const std::string& path, mode_t mode = 0755) {
-  std::size_t pos = 0;
-  while (pos != std::string::npos) {
-    pos = path.find('/', pos + 1);
-    const std::string partial = path.substr(0, pos);
-    if (partial.empty()) continue;
-    if (mkdir(partial.c_str(), mode) != 0 && errno != EEXIST)
-      throw Error("cannot create the directory " + partial + ": " + std::strerror(errno));
-  }
+  if (path.empty() || mkdir(path.c_str(), mode) == 0 || errno == EEXIST) return;
+  if (errno != ENOENT) throw Error("cannot create the directory " + path + ": " + std::strerror(errno));
+  const auto slash = path.rfind('/');
+  if (slash == std::string::npos || slash == 0) throw Error("cannot create the directory " + path);
+  make_dirs(path.substr(0, slash), mode);
+  if (mkdir(path.c_str(), mode) != 0 && errno != EEXIST)
+    throw Error("cannot create the directory " + path + ": " + std::strerror(errno));
 }
 
 // Opens `relative` for writing under the directory `root`, creating the
@@ -229,6 +230,9 @@ class Head : public GroupObserver {
       engine_tail_.emplace_back(20, 4096);
       launches.push_back(std::move(launch));
     }
+
+    // Every rank's directory now, while the engine brings the agents up.
+    for (const auto& rp : plan_.ranks) make_dirs(job_.ctx.layout.output_dir(plan_.step, rp.rank));
 
     accept_next();
     start_join_timer(cluster_.join_timeout_s);
@@ -376,6 +380,7 @@ class Head : public GroupObserver {
     bool stopped = false;
     bool exited = false;
     int out_fd = -1, err_fd = -1;
+    bool out_opened = false, err_opened = false;
     std::optional<LineSplitter> out_split, err_split;
     std::optional<TailBuffer> tail;
   };
@@ -655,13 +660,12 @@ class Head : public GroupObserver {
       r.record.status.kind = ExitStatus::Kind::running;
       r.record.start_unix_ns = attempt_start_ns_;
       const std::string dir = ctx.layout.rank_dir(plan_.step, rp.rank);
-      make_dirs(ctx.layout.output_dir(plan_.step, rp.rank));
-      unlink(ctx.layout.error_file(plan_.step, rp.rank).c_str());
+      // The directories were made before the nodes joined; a restart clears
+      // the error file of the attempt before.
+      if (attempt_ > 0) unlink(ctx.layout.error_file(plan_.step, rp.rank).c_str());
       r.record.stdout_log = dir + "/stdout.log";
       r.record.stderr_log = dir + "/stderr.log";
       r.record.error_file = ctx.layout.error_file(plan_.step, rp.rank);
-      r.out_fd = open(r.record.stdout_log.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-      r.err_fd = open(r.record.stderr_log.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
       r.tail.emplace(20, 4096);
       if (job_.shows_rank(rp.rank)) {
         const std::string prefix = log_prefix(n.name + " " + plan_.step, rp.rank, job_.group.style.color);
@@ -707,6 +711,13 @@ class Head : public GroupObserver {
 
   void on_node_frame(Node& n, Frame& frame) {
     if (frame.type == MessageType::heartbeat) return;
+    if (frame.type == MessageType::upload_chunk) {
+      // Bulk data: read in place, not copied into a field.
+      if (auto data = one_field_view(frame.payload, "data")) {
+        on_upload_data(n, *data);
+        return;
+      }
+    }
     std::string error;
     auto fields = decode_fields(frame.payload, &error);
     if (!fields) {
@@ -753,7 +764,7 @@ class Head : public GroupObserver {
     const std::string* data = find_field(f, "data");
     if (r == nullptr || data == nullptr) return;
     const bool is_err = field_or(f, "stream") == "stderr";
-    const int fd = is_err ? r->err_fd : r->out_fd;
+    const int fd = log_fd(*r, is_err);
     if (fd >= 0) write_all(fd, data->data(), data->size());
     if (is_err && r->tail) r->tail->feed(*data);
     auto& split = is_err ? r->err_split : r->out_split;
@@ -834,18 +845,21 @@ class Head : public GroupObserver {
   }
 
   void on_upload_chunk(Node& n, const Fields& f) {
-    const std::string* data = find_field(f, "data");
-    if (!n.upload || data == nullptr) return;
+    if (const std::string* data = find_field(f, "data")) on_upload_data(n, *data);
+  }
+
+  void on_upload_data(Node& n, std::string_view data) {
+    if (!n.upload) return;
     Upload& up = *n.upload;
     if (up.refused) return;
-    up.got += static_cast<std::int64_t>(data->size());
+    up.got += static_cast<std::int64_t>(data.size());
     if (up.got > up.size) {
       abort_upload(n,
                    fmt::format("upload of '{}' sent more than the {} bytes it announced", up.path, up.size));
       return;
     }
-    up.sha->update(*data);
-    if (!write_all(up.fd, data->data(), data->size()))
+    up.sha->update(data);
+    if (!write_all(up.fd, data.data(), data.size()))
       abort_upload(n, fmt::format("cannot write upload '{}': {}", up.path, std::strerror(errno)));
   }
 
@@ -1075,7 +1089,23 @@ class Head : public GroupObserver {
     console_err_.clear();
   }
 
+  // A rank's log file, opened (and emptied) when it first writes, so that
+  // thousands of ranks cost nothing until they print.
+  static int log_fd(RankState& r, bool is_err) {
+    int& fd = is_err ? r.err_fd : r.out_fd;
+    bool& opened = is_err ? r.err_opened : r.out_opened;
+    if (!opened && !r.record.stdout_log.empty()) {
+      opened = true;
+      fd = open((is_err ? r.record.stderr_log : r.record.stdout_log).c_str(),
+                O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    }
+    return fd;
+  }
+
   void close_rank_files(RankState& r) {
+    // Every rank has both files, also one that printed nothing.
+    log_fd(r, false);
+    log_fd(r, true);
     if (r.out_split) r.out_split->finish(console_out_);
     if (r.err_split) r.err_split->finish(console_err_);
     r.out_split.reset();
@@ -1123,6 +1153,10 @@ class Head : public GroupObserver {
 }  // namespace
 
 NodeStepResult run_on_nodes(Supervisor& supervisor, const Console& console, const NodeStep& step) {
+  // Upload chunks arrive as 1 MiB strings made and freed in a loop: keep them
+  // on the heap instead of mapping and unmapping pages for each one.
+  mallopt(M_MMAP_THRESHOLD, 64 << 20);
+  mallopt(M_TRIM_THRESHOLD, 256 << 20);
   Head head(supervisor, console, step);
   return head.run();
 }

@@ -10,9 +10,9 @@ namespace flowrun {
 namespace {
 
 constexpr std::array<std::string_view, kLastMessageType + 1> kTypeNames = {
-    "",       "hello",  "challenge", "auth", "welcome",      "refused",      "assign",     "start",
-    "output", "exited", "heartbeat", "stop", "upload_begin", "upload_chunk", "upload_end", "bye",
-    "ready", "done",
+    "",           "hello",  "challenge", "auth",      "welcome", "refused",      "assign",
+    "start",      "output", "exited",    "heartbeat", "stop",    "upload_begin", "upload_chunk",
+    "upload_end", "bye",    "ready",     "done",
 };
 
 void put_u32(std::string& out, std::uint32_t value) {
@@ -67,6 +67,36 @@ std::string encode_frame(MessageType type, std::string_view payload, std::size_t
   std::string out;
   append_frame(out, type, payload, max_frame);
   return out;
+}
+
+std::string encode_one_field_frame(MessageType type, std::string_view key, std::string_view value,
+                                   std::size_t max_frame) {
+  if (key.empty()) throw Error("a field needs a non-empty key");
+  const std::size_t payload = 8 + key.size() + value.size();
+  const std::size_t length = payload + 2;
+  if (length > max_frame || length > UINT32_MAX) {
+    throw Error("a " + std::string(message_type_name(type)) + " frame of " + std::to_string(length) +
+                " bytes is over the limit of " + std::to_string(max_frame));
+  }
+  std::string out;
+  out.reserve(4 + length);
+  put_u32(out, static_cast<std::uint32_t>(length));
+  out.push_back(static_cast<char>(kProtocolVersion));
+  out.push_back(static_cast<char>(type));
+  put_u32(out, static_cast<std::uint32_t>(key.size()));
+  out.append(key);
+  put_u32(out, static_cast<std::uint32_t>(value.size()));
+  out.append(value);
+  return out;
+}
+
+std::optional<std::string_view> one_field_view(std::string_view payload, std::string_view key) {
+  if (payload.size() < 8 + key.size() || get_u32(payload, 0) != key.size() ||
+      payload.substr(4, key.size()) != key)
+    return std::nullopt;
+  const std::size_t at = 4 + key.size();
+  if (get_u32(payload, at) != payload.size() - at - 4) return std::nullopt;
+  return payload.substr(at + 4);
 }
 
 FrameReader::FrameReader(std::string peer, std::size_t max_frame)

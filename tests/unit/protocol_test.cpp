@@ -327,3 +327,29 @@ TEST_CASE("Sha256 matches the FIPS 180-2 vectors, fed whole or in pieces", "[pro
   Sha256 empty;
   CHECK(empty.hex() == "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855");
 }
+
+TEST_CASE("a one-field frame is the same bytes as the general encoding, and its value reads in place",
+          "[protocol]") {
+  const std::string data = std::string("chunk\0with NUL", 14);
+  const std::string frame = encode_one_field_frame(MessageType::upload_chunk, "data", data);
+  CHECK(frame == encode_frame(MessageType::upload_chunk, encode_fields({{"data", data}})));
+  FrameReader reader("agent");
+  reader.feed(frame);
+  auto got = reader.next();
+  REQUIRE(got);
+  auto view = one_field_view(got->payload, "data");
+  REQUIRE(view);
+  CHECK(*view == data);
+  CHECK(view->data() >= got->payload.data());  // a view into the payload, not a copy
+  CHECK_FALSE(one_field_view(got->payload, "path"));
+  CHECK_FALSE(one_field_view(encode_fields({{"data", "x"}, {"more", "y"}}), "data"));
+  CHECK_FALSE(one_field_view("", "data"));
+  CHECK_FALSE(one_field_view(std::string("\x00\x00\x00\x04"
+                                         "data\x00\x00\x00\x09"
+                                         "short",
+                                         17),
+                             "data"));
+  CHECK(one_field_view(encode_fields({{"data", ""}}), "data") == std::string_view());
+  CHECK_THROWS_AS(encode_one_field_frame(MessageType::upload_chunk, "data", std::string(100, 'x'), 50),
+                  Error);
+}
