@@ -207,18 +207,18 @@ std::string auth_proof(std::string_view token, std::string_view nonce, std::stri
 // of different lengths are unequal (their length is no secret).
 bool proofs_equal(std::string_view a, std::string_view b);
 
-// SHA-256, fed in pieces (upload checksums). hex() ends it.
-class Sha256 {
+// CRC-32C (Castagnoli, as iSCSI and ext4 use it), fed in pieces: the
+// checksum of an upload, which catches a corrupt or truncated file. Not a
+// defence against a peer that lies: the token's handshake is that. Uses the
+// CPU's crc32 instruction (SSE4.2) when it has one.
+class Crc32c {
  public:
-  Sha256();
-  ~Sha256();
-  Sha256(const Sha256&) = delete;
-  Sha256& operator=(const Sha256&) = delete;
   void update(std::string_view data);
-  std::string hex();  // 64 lowercase hex characters
+  std::uint32_t value() const { return ~state_; }
+  std::string hex() const;  // 8 lowercase hex characters
 
  private:
-  void* ctx_;  // EVP_MD_CTX
+  std::uint32_t state_ = 0xFFFFFFFFu;
 };
 
 // ---- Upload paths ----------------------------------------------------------

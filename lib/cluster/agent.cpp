@@ -550,7 +550,7 @@ class Agent : public GroupObserver {
     fstat(fd, &st);
     conn_->send(MessageType::upload_begin,
                 {{"rank", std::to_string(rank)}, {"path", rel}, {"size", std::to_string(st.st_size)}});
-    Sha256 sha;
+    Crc32c crc;
     std::string buf(kUploadChunk, '\0');
     std::int64_t sent = 0;
     while (sent < st.st_size) {
@@ -559,14 +559,14 @@ class Agent : public GroupObserver {
       if (n <= 0) break;
       const std::string_view piece(buf.data(),
                                    static_cast<std::size_t>(std::min<std::int64_t>(n, st.st_size - sent)));
-      sha.update(piece);
+      crc.update(piece);
       conn_->send_frame(encode_one_field_frame(MessageType::upload_chunk, "data", piece));
       sent += static_cast<std::int64_t>(piece.size());
       wait_for_queue();
       if (lost_head_) break;
     }
     close(fd);
-    conn_->send(MessageType::upload_end, {{"path", rel}, {"sha256", sha.hex()}});
+    conn_->send(MessageType::upload_end, {{"path", rel}, {"crc32c", crc.hex()}});
     if (sent != st.st_size)
       errors.push_back(fmt::format("rank {}: {} changed while it was uploaded", rank, rel));
   }

@@ -345,7 +345,7 @@ class Head : public GroupObserver {
     int fd = -1;
     std::int64_t size = 0;
     std::int64_t got = 0;
-    std::unique_ptr<Sha256> sha;
+    Crc32c crc;
     bool refused = false;
   };
 
@@ -840,7 +840,6 @@ class Head : public GroupObserver {
       up.refused = true;
       upload_error(n, error);
     }
-    up.sha = std::make_unique<Sha256>();
     n.upload = std::move(up);
   }
 
@@ -858,7 +857,7 @@ class Head : public GroupObserver {
                    fmt::format("upload of '{}' sent more than the {} bytes it announced", up.path, up.size));
       return;
     }
-    up.sha->update(data);
+    up.crc.update(data);
     if (!write_all(up.fd, data.data(), data.size()))
       abort_upload(n, fmt::format("cannot write upload '{}': {}", up.path, std::strerror(errno)));
   }
@@ -869,12 +868,12 @@ class Head : public GroupObserver {
     n.upload.reset();
     if (up.refused) return;
     if (up.fd >= 0) close(up.fd);
-    const std::string expected = field_or(f, "sha256");
-    const std::string got = up.sha->hex();
+    const std::string expected = field_or(f, "crc32c");
+    const std::string got = up.crc.hex();
     if (up.got != up.size || expected != got) {
       unlink((job_.ctx.layout.rank_dir(plan_.step, up.rank) + "/" + up.path).c_str());
       upload_error(
-          n, fmt::format("upload of rank {}'s '{}' is corrupt ({} of {} bytes, SHA-256 {}); rejected",
+          n, fmt::format("upload of rank {}'s '{}' is corrupt ({} of {} bytes, CRC-32C {}); rejected",
                          up.rank, up.path, up.got, up.size, up.got == up.size ? "differs" : "not checked"));
     }
   }

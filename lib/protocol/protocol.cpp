@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <array>
+#include <cstring>
 
 #include "flowrun/error.h"
 
@@ -271,6 +272,62 @@ std::optional<std::string> safe_relative_path(std::string_view path, std::string
     begin = end + 1;
   }
   if (out.empty()) return fail(shown + " names no file");
+  return out;
+}
+
+namespace {
+
+// The reflected Castagnoli polynomial, one byte at a time.
+std::uint32_t crc32c_table_update(std::uint32_t crc, const unsigned char* p, std::size_t n) {
+  static const auto table = [] {
+    std::array<std::uint32_t, 256> t{};
+    for (std::uint32_t i = 0; i < 256; ++i) {
+      std::uint32_t c = i;
+      for (int k = 0; k < 8; ++k) c = (c & 1) ? (c >> 1) ^ 0x82F63B78u : c >> 1;
+      t[i] = c;
+    }
+    return t;
+  }();
+  while (n-- > 0) crc = table[(crc ^ *p++) & 0xFF] ^ (crc >> 8);
+  return crc;
+}
+
+#if defined(__x86_64__)
+__attribute__((target("sse4.2"))) std::uint32_t crc32c_sse42_update(std::uint32_t crc, const unsigned char* p,
+                                                                    std::size_t n) {
+  std::uint64_t c = crc;
+  while (n >= 8) {
+    std::uint64_t word;
+    std::memcpy(&word, p, 8);
+    c = __builtin_ia32_crc32di(c, word);
+    p += 8;
+    n -= 8;
+  }
+  auto c32 = static_cast<std::uint32_t>(c);
+  while (n-- > 0) c32 = __builtin_ia32_crc32qi(c32, *p++);
+  return c32;
+}
+#endif
+
+}  // namespace
+
+void Crc32c::update(std::string_view data) {
+  const auto* p = reinterpret_cast<const unsigned char*>(data.data());
+#if defined(__x86_64__)
+  static const bool hardware = __builtin_cpu_supports("sse4.2");
+  if (hardware) {
+    state_ = crc32c_sse42_update(state_, p, data.size());
+    return;
+  }
+#endif
+  state_ = crc32c_table_update(state_, p, data.size());
+}
+
+std::string Crc32c::hex() const {
+  static constexpr char kHex[] = "0123456789abcdef";
+  std::string out(8, '0');
+  std::uint32_t v = value();
+  for (int i = 7; i >= 0; --i, v >>= 4) out[static_cast<std::size_t>(i)] = kHex[v & 15];
   return out;
 }
 

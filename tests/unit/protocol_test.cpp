@@ -316,16 +316,28 @@ TEST_CASE("upload paths: relative, normal components only", "[protocol]") {
   }
 }
 
-TEST_CASE("Sha256 matches the FIPS 180-2 vectors, fed whole or in pieces", "[protocol]") {
-  Sha256 whole;
-  whole.update("abc");
-  CHECK(whole.hex() == "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad");
-  Sha256 pieces;
-  const std::string text = "abcdbcdecdefdefgefghfghighijhijkijkljklmklmnlmnomnopnopq";
-  for (std::size_t i = 0; i < text.size(); i += 5) pieces.update(std::string_view(text).substr(i, 5));
-  CHECK(pieces.hex() == "248d6a61d20638b8e5c026930c3e6039a33ce45964ff2167f6ecedd419db06c1");
-  Sha256 empty;
-  CHECK(empty.hex() == "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855");
+TEST_CASE("Crc32c gives the standard check value, fed whole or in pieces of any size", "[protocol]") {
+  Crc32c whole;
+  whole.update("123456789");
+  CHECK(whole.value() == 0xE3069283u);  // the CRC-32C check value (RFC 3720, B.4)
+  CHECK(whole.hex() == "e3069283");
+  // 32 bytes of zeros and of 0xFF, from RFC 3720 B.4.
+  Crc32c zeros;
+  zeros.update(std::string(32, '\0'));
+  CHECK(zeros.value() == 0x8A9136AAu);
+  Crc32c ones;
+  ones.update(std::string(32, '\xff'));
+  CHECK(ones.value() == 0x62A8AB43u);
+  std::string text;
+  for (int i = 0; i < 1000; ++i) text += static_cast<char>(i * 7 + 3);
+  Crc32c all;
+  all.update(text);
+  for (std::size_t step : {1, 3, 8, 13, 999}) {
+    Crc32c pieces;
+    for (std::size_t i = 0; i < text.size(); i += step) pieces.update(std::string_view(text).substr(i, step));
+    CHECK(pieces.value() == all.value());
+  }
+  CHECK(Crc32c().hex() == "00000000");
 }
 
 TEST_CASE("a one-field frame is the same bytes as the general encoding, and its value reads in place",

@@ -111,7 +111,7 @@ def main():
                 peer.send("exited", [("rank", rank), ("kind", "exited"), ("code", "0"), ("stopped", "0")])
             peer.send("upload_begin", [("rank", ranks[0]), ("path", args.upload), ("size", "3")])
             peer.send("upload_chunk", [("data", b"bad")])
-            peer.send("upload_end", [("path", args.upload), ("sha256", hashlib.sha256(b"bad").hexdigest())])
+            peer.send("upload_end", [("path", args.upload), ("crc32c", "00000000")])
             peer.send("done", [("attempt", msg["attempt"]), ("errors", "")])
 
 
