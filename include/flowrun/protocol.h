@@ -16,10 +16,11 @@
 // Both sides must run the same flowrun version: a frame with another
 // protocol version is refused with a message saying so, never guessed at.
 //
-// Handshake (the agent connects to the head; the token is a shared secret
-// both read from a file, and it never goes on the wire):
+// Handshake (the agent connects to the head; the token is a secret the head
+// makes per run and hands the agent on its stdin or in a private file; it
+// never goes on the wire):
 //
-//   agent -> head  hello      {node, flowrun, nonce: agent_nonce}
+//   agent -> head  hello      {node, flowrun, nonce: agent_nonce, node_rank, pid, gpus}
 //   head  -> agent challenge  {nonce: head_nonce}
 //   agent -> head  auth       {proof: auth_proof(token, head_nonce, "agent:" + node)}
 //   head  -> agent welcome    {proof: auth_proof(token, agent_nonce, "head:" + node)}
