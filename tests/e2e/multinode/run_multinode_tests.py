@@ -250,6 +250,14 @@ class Suite:
         os.makedirs(os.path.dirname(self.flowrun))
         shutil.copy2(flowrun, self.flowrun)
         self.real_flowrun = os.path.realpath(self.flowrun)
+        # The ranks' scripts too: the repository may sit under /tmp, which every
+        # node has its own of (a CI clone in /tmp/x), while /var/tmp is shared.
+        global WORKER, CHECK, TORCH
+        scripts = os.path.join(scratch, "scripts")
+        shutil.copytree(HERE, scripts, ignore=shutil.ignore_patterns("__pycache__"))
+        shutil.copytree(TORCH, os.path.join(scratch, "torch"), ignore=shutil.ignore_patterns("__pycache__"))
+        WORKER, CHECK = os.path.join(scripts, "node_worker.py"), os.path.join(scripts, "check_env.py")
+        TORCH = os.path.join(scratch, "torch")
         self.name = f"mn{os.getpid()}"
         self.t = Tally("multinode")
 
