@@ -11,9 +11,9 @@
 #include "flowrun/error.h"
 #include "flowrun/flow.h"
 #include "flowrun/gpu.h"
-#include "flowrun/slurm.h"
 #include "flowrun/plan.h"
 #include "flowrun/report.h"
+#include "flowrun/slurm.h"
 #include "flowrun/spec.h"
 #include "flowrun/version.h"
 

@@ -55,7 +55,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
 
  private:
   void read_more();
-  void drain();  // reads what is there, hands on the frames, waits again
+  void drain();     // reads what is there, hands on the frames, waits again
   bool dispatch();  // hands on every whole frame read; false when the connection ended
   void write_next();
   void fail(const std::string& why);

@@ -124,9 +124,9 @@ std::optional<Refusal> Planner::place_nodes(StepPlan& plan, int nodes) {
   if (in_allocation && static_cast<int>(host.allocation.size()) < nodes) {
     return Refusal{cluster->loc, "cluster",
                    "step " + step.name + " needs " + nodes_word(nodes) + " but this Slurm job has " +
-                       nodes_word(static_cast<int>(host.allocation.size())) + " (" + join(host.allocation, ", ") +
-                       "); ask Slurm for more (sbatch --nodes " + std::to_string(nodes) +
-                       ") or for fewer GPUs in the step"};
+                       nodes_word(static_cast<int>(host.allocation.size())) + " (" +
+                       join(host.allocation, ", ") + "); ask Slurm for more (sbatch --nodes " +
+                       std::to_string(nodes) + ") or for fewer GPUs in the step"};
   }
   for (int i = 0; i < nodes; ++i) {
     NodePlan node;

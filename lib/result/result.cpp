@@ -372,7 +372,8 @@ std::string ExitStatus::describe() const {
       return spawn_error.empty() ? "could not start" : "could not start: " + spawn_error;
     case Kind::not_started: return "did not start";
     case Kind::running: return "is still running";
-    case Kind::lost: return spawn_error.empty() ? "was lost with its node" : "was lost with its node: " + spawn_error;
+    case Kind::lost:
+      return spawn_error.empty() ? "was lost with its node" : "was lost with its node: " + spawn_error;
   }
   return "ended";
 }

@@ -38,7 +38,8 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
         std::string why;
         auto safe = flowrun::safe_relative_path(*path, &why);
         if (safe) {
-          if (safe->empty() || safe->front() == '/' || safe->find('\0') != std::string::npos) __builtin_trap();
+          if (safe->empty() || safe->front() == '/' || safe->find('\0') != std::string::npos)
+            __builtin_trap();
           if (*safe == ".." || safe->rfind("../", 0) == 0 || safe->find("/../") != std::string::npos ||
               (safe->size() >= 3 && safe->compare(safe->size() - 3, 3, "/..") == 0))
             __builtin_trap();

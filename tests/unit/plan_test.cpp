@@ -656,7 +656,8 @@ TEST_CASE("inside a Slurm allocation the nodes are the job's, in Slurm's order",
   Refusal refusal = must_refuse(with_gpus(make_step(), 16), host, slurm_cluster());
   CHECK(refusal.path == "cluster");
   CHECK(refusal.message ==
-        "step train needs 2 nodes but this Slurm job has 1 node (gpu07); ask Slurm for more (sbatch --nodes 2) or "
+        "step train needs 2 nodes but this Slurm job has 1 node (gpu07); ask Slurm for more (sbatch --nodes "
+        "2) or "
         "for fewer GPUs in the step");
   // ssh hosts are the spec's, whatever the allocation.
   StepPlan ssh = must_plan(with_nodes(make_step(), 2), host, ssh_cluster({"a", "b"}, 8));
