@@ -27,11 +27,15 @@
 
 #include "connection.h"
 #include "engines.h"
+#include "fields.h"
 
 namespace flowrun {
 
 namespace asio = boost::asio;
 using cluster::Connection;
+using cluster::field_or;
+using cluster::int_field;
+using cluster::split_nul;
 
 namespace {
 
@@ -39,34 +43,6 @@ using Clock = std::chrono::steady_clock;
 
 constexpr std::size_t kUploadChunk = 1 << 20;
 constexpr std::size_t kUploadQueue = 8 << 20;  // bytes queued before the uploader waits
-
-std::string field_or(const Fields& fields, std::string_view key, std::string fallback = {}) {
-  const std::string* value = find_field(fields, key);
-  return value ? *value : std::move(fallback);
-}
-
-int int_field(const Fields& fields, std::string_view key, int fallback) {
-  const std::string* value = find_field(fields, key);
-  if (value == nullptr || value->empty() || value->size() > 10) return fallback;
-  try {
-    return std::stoi(*value);
-  } catch (...) {
-    return fallback;
-  }
-}
-
-std::vector<std::string> split_nul(const std::string& text) {
-  std::vector<std::string> out;
-  if (text.empty()) return out;
-  std::size_t pos = 0;
-  while (true) {
-    const std::size_t end = text.find('\0', pos);
-    out.push_back(text.substr(pos, end == std::string::npos ? std::string::npos : end - pos));
-    if (end == std::string::npos) break;
-    pos = end + 1;
-  }
-  return out;
-}
 
 void make_dirs(const std::string& path, mode_t mode) {
   std::size_t pos = 0;
@@ -525,12 +501,8 @@ class Agent : public GroupObserver {
       finished_ = true;
       return;
     }
-    std::string joined;
-    for (std::size_t i = 0; i < errors.size(); ++i) {
-      if (i > 0) joined += '\0';
-      joined += errors[i];
-    }
-    conn_->send(MessageType::done, {{"attempt", std::to_string(attempt_)}, {"errors", joined}});
+    conn_->send(MessageType::done,
+                {{"attempt", std::to_string(attempt_)}, {"errors", cluster::join_nul(errors)}});
   }
 
   // Waits while more than kUploadQueue bytes are queued (the head reads at

@@ -24,11 +24,17 @@
 
 #include "connection.h"
 #include "engines.h"
+#include "fields.h"
 
 namespace flowrun {
 
 namespace asio = boost::asio;
 using cluster::Connection;
+using cluster::field_or;
+using cluster::int64_field;
+using cluster::int_field;
+using cluster::join_nul;
+using cluster::split_nul;
 
 namespace {
 
@@ -36,53 +42,6 @@ using Clock = std::chrono::steady_clock;
 
 Clock::duration seconds_of(double s) {
   return std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(s));
-}
-
-std::string field_or(const Fields& fields, std::string_view key, std::string fallback = {}) {
-  const std::string* value = find_field(fields, key);
-  return value ? *value : std::move(fallback);
-}
-
-int int_field(const Fields& fields, std::string_view key, int fallback) {
-  const std::string* value = find_field(fields, key);
-  if (value == nullptr || value->empty() || value->size() > 10) return fallback;
-  try {
-    return std::stoi(*value);
-  } catch (...) {
-    return fallback;
-  }
-}
-
-std::int64_t int64_field(const Fields& fields, std::string_view key) {
-  const std::string* value = find_field(fields, key);
-  if (value == nullptr || value->empty() || value->size() > 20) return 0;
-  try {
-    return std::stoll(*value);
-  } catch (...) {
-    return 0;
-  }
-}
-
-std::string join_nul(const std::vector<std::string>& items) {
-  std::string out;
-  for (std::size_t i = 0; i < items.size(); ++i) {
-    if (i > 0) out += '\0';
-    out += items[i];
-  }
-  return out;
-}
-
-std::vector<std::string> split_nul(const std::string& text) {
-  std::vector<std::string> out;
-  if (text.empty()) return out;
-  std::size_t pos = 0;
-  while (true) {
-    const std::size_t end = text.find('\0', pos);
-    out.push_back(text.substr(pos, end == std::string::npos ? std::string::npos : end - pos));
-    if (end == std::string::npos) break;
-    pos = end + 1;
-  }
-  return out;
 }
 
 // mkdir -p: the whole path first, its parents only when they are missing.
