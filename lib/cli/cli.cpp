@@ -17,7 +17,60 @@
 #include "flowrun/spec.h"
 #include "flowrun/version.h"
 
+#include "commands.h"
+
 namespace flowrun {
+
+// --- helpers the subcommands share (commands.h) --------------------------------
+
+std::string local_hostname(const EnvMap& env) {
+  if (auto name = env_get(env, "FLOWRUN_HOSTNAME"); name && !name->empty()) return *name;
+  char name[HOST_NAME_MAX + 1] = {};
+  if (gethostname(name, sizeof name - 1) != 0 || name[0] == '\0') return "localhost";
+  return name;
+}
+
+HostFacts probe_host(int fake_gpus, const EnvMap& env) {
+  auto probe = make_probe(env, fake_gpus);
+  HostFacts facts{local_hostname(env), select_gpus(probe->probe(), env), {}};
+  // Inside a Slurm allocation the plan names its nodes. A malformed one is
+  // reported when a step runs through Slurm.
+  std::string ignored;
+  if (auto job = read_slurm_job(env, &ignored)) facts.allocation = job->nodes;
+  return facts;
+}
+
+Spec load_or_throw(const std::string& path) {
+  SpecParse parsed = load_spec(path);
+  if (!parsed.diagnostics.empty()) throw DiagnosticError(std::move(parsed.diagnostics));
+  return std::move(*parsed.spec);
+}
+
+int fake_gpus_from_env(int fake_gpus, const EnvMap& env) {
+  if (fake_gpus >= 0) return fake_gpus;
+  if (auto fake = env_get(env, "FLOWRUN_FAKE_GPUS");
+      fake && !fake->empty() && fake->size() < 5 && std::all_of(fake->begin(), fake->end(), ::isdigit))
+    return std::stoi(*fake);
+  return -1;
+}
+
+int report_errors(const std::function<int()>& command) {
+  try {
+    return command();
+  } catch (const DiagnosticError& e) {
+    std::cout.flush();
+    for (const auto& diagnostic : e.diagnostics()) std::cerr << diagnostic.to_string() << "\n";
+    return e.exit_code();
+  } catch (const Error& e) {
+    std::cout.flush();
+    std::cerr << "flowrun: error: " << e.what() << "\n";
+    return e.exit_code();
+  } catch (const std::exception& e) {
+    std::cout.flush();
+    std::cerr << "flowrun: error: internal error: " << e.what() << "\n";
+    return kExitFailure;
+  }
+}
 
 namespace {
 
@@ -36,31 +89,6 @@ struct Options {
   AgentOptions agent;
 };
 
-// The name this host goes by in plans: FLOWRUN_HOSTNAME when set (a stable
-// name for scripts and tests, or one other nodes know it by), else gethostname().
-std::string local_hostname(const EnvMap& env) {
-  if (auto name = env_get(env, "FLOWRUN_HOSTNAME"); name && !name->empty()) return *name;
-  char name[HOST_NAME_MAX + 1] = {};
-  if (gethostname(name, sizeof name - 1) != 0 || name[0] == '\0') return "localhost";
-  return name;
-}
-
-HostFacts probe_host(const Options& options, const EnvMap& env) {
-  auto probe = make_probe(env, options.fake_gpus);
-  HostFacts facts{local_hostname(env), select_gpus(probe->probe(), env), {}};
-  // Inside a Slurm allocation the plan names its nodes. A malformed one is
-  // reported when a step runs through Slurm.
-  std::string ignored;
-  if (auto job = read_slurm_job(env, &ignored)) facts.allocation = job->nodes;
-  return facts;
-}
-
-Spec load_or_throw(const std::string& path) {
-  SpecParse parsed = load_spec(path);
-  if (!parsed.diagnostics.empty()) throw DiagnosticError(std::move(parsed.diagnostics));
-  return std::move(*parsed.spec);
-}
-
 int cmd_validate(const Options& options) {
   Spec spec = load_or_throw(options.spec_path);
   std::cout << format_validate_ok(spec);
@@ -78,7 +106,7 @@ struct Planned {
 
 Planned plan_spec(const Options& options) {
   Planned p{read_environ(), load_or_throw(options.spec_path), {}, {}};
-  p.host = probe_host(options, p.env);
+  p.host = probe_host(options.fake_gpus, p.env);
   PlanOptions plan_options;
   if (options.cpus > 0) plan_options.cpus = options.cpus;
   p.plans = plan_flow(p.spec, p.host, plan_options);
@@ -98,7 +126,7 @@ int cmd_plan(const Options& options) {
 
 int cmd_gpus(const Options& options) {
   const EnvMap env = read_environ();
-  HostFacts host = probe_host(options, env);
+  HostFacts host = probe_host(options.fake_gpus, env);
   std::cout << (options.json ? format_gpus_json(host.inventory, host.hostname)
                              : format_gpus_text(host.inventory, host.hostname));
   return kExitOk;
@@ -115,13 +143,8 @@ int cmd_run(const Options& options) {
               : options.color == "never" ? RunOptions::Color::never
                                          : RunOptions::Color::automatic;
   Planned p = plan_spec(options);
-  run.fake_gpus = options.fake_gpus;
-  if (run.fake_gpus < 0) {
-    // Every node simulates what this one does.
-    if (auto fake = env_get(p.env, "FLOWRUN_FAKE_GPUS");
-        fake && !fake->empty() && fake->size() < 5 && std::all_of(fake->begin(), fake->end(), ::isdigit))
-      run.fake_gpus = std::stoi(*fake);
-  }
+  // Every node simulates what this one does.
+  run.fake_gpus = fake_gpus_from_env(options.fake_gpus, p.env);
   return run_flow(p.spec, p.host, p.plans, p.env, run);
 }
 
@@ -155,6 +178,15 @@ Docs: docs/spec.md (the spec), docs/plan.md (how flowrun decides), docs/cli.md.)
 }  // namespace
 
 int run_cli(int argc, char** argv) {
+  // These parse their own command lines: `flowrun run` reads torchrun's
+  // options up to the script, and everything after the script is the script's.
+  if (argc >= 2) {
+    const std::string_view command = argv[1];
+    if (command == "run") return cmd_torchrun(argc - 1, argv + 1);
+    if (command == "init") return cmd_init(argc - 1, argv + 1);
+    if (command == "resume") return cmd_resume(argc - 1, argv + 1);
+    if (command == "doctor") return cmd_doctor(argc - 1, argv + 1);
+  }
   Options options;
   CLI::App app{
       "flowrun: run a flow of steps, some of them distributed PyTorch training, on one node with many\n"
@@ -224,6 +256,12 @@ int run_cli(int argc, char** argv) {
       "ends when the head ends (docs/multinode.md). Exit codes: 0 after the head said bye, 1 otherwise.");
 
   auto* gpus = app.add_subcommand("gpus", "List the GPUs this host may use");
+  // Parsed by their own code before this parser runs; listed here for --help.
+  app.add_subcommand("run",
+                     "torchrun's command line: flowrun run [--nproc-per-node N] SCRIPT.py ARGS, or a spec");
+  app.add_subcommand("init", "Write a starter spec for a script: flowrun init SCRIPT.py [torchrun options]");
+  app.add_subcommand("resume", "Re-run a failed flow from its failed step, reusing what completed");
+  app.add_subcommand("doctor", "Check this host's GPUs, driver, CUDA and NCCL before a job spends GPU time");
   gpus->add_flag("--json", options.json, "Print the inventory as JSON");
 
   validate->footer(
@@ -270,30 +308,19 @@ int run_cli(int argc, char** argv) {
     return kExitUsage;
   }
 
-  try {
+  return report_errors([&]() -> int {
     if (validate->parsed()) return cmd_validate(options);
     if (plan->parsed()) return cmd_plan(options);
     if (gpus->parsed()) return cmd_gpus(options);
     if (agent->parsed()) return cmd_agent(options);
     if (options.spec_path.empty()) {
       std::cerr << "flowrun: error: no spec given\n"
-                << "Usage: flowrun SPEC [-- ARGS], or flowrun validate|plan|gpus; run 'flowrun --help'.\n";
+                << "Usage: flowrun SPEC [-- ARGS], flowrun run SCRIPT.py, or flowrun validate|plan|gpus|...; "
+                   "run 'flowrun --help'.\n";
       return kExitUsage;
     }
     return cmd_run(options);
-  } catch (const DiagnosticError& e) {
-    std::cout.flush();
-    for (const auto& diagnostic : e.diagnostics()) std::cerr << diagnostic.to_string() << "\n";
-    return e.exit_code();
-  } catch (const Error& e) {
-    std::cout.flush();
-    std::cerr << "flowrun: error: " << e.what() << "\n";
-    return e.exit_code();
-  } catch (const std::exception& e) {
-    std::cout.flush();
-    std::cerr << "flowrun: error: internal error: " << e.what() << "\n";
-    return kExitFailure;
-  }
+  });
 }
 
 }  // namespace flowrun

@@ -1,0 +1,40 @@
+// The subcommands that parse their own command line (`flowrun run` takes
+// torchrun's options, `init`, `resume`, `doctor`), and the helpers every
+// subcommand shares. run_cli() hands such a subcommand argv from its name on
+// (argv[0] is "run", "init", ...); each returns flowrun's exit code
+// (docs/cli.md) and reports its errors through report_errors().
+#pragma once
+
+#include <functional>
+#include <string>
+
+#include "flowrun/plan.h"
+#include "flowrun/spec.h"
+#include "flowrun/util.h"
+
+namespace flowrun {
+
+int cmd_torchrun(int argc, char** argv);  // flowrun run   (lib/cli/run_cmd.cpp)
+int cmd_init(int argc, char** argv);      // flowrun init  (lib/cli/run_cmd.cpp)
+int cmd_resume(int argc, char** argv);    // flowrun resume (lib/cli/resume_cmd.cpp)
+int cmd_doctor(int argc, char** argv);    // flowrun doctor (lib/cli/doctor_cmd.cpp)
+
+// The name this host goes by in plans: FLOWRUN_HOSTNAME when set (a stable
+// name for scripts and tests, or one other nodes know it by), else gethostname().
+std::string local_hostname(const EnvMap& env);
+
+// This host's GPUs (simulated when fake_gpus >= 0) and, inside a Slurm
+// allocation, the allocation's nodes.
+HostFacts probe_host(int fake_gpus, const EnvMap& env);
+
+// --fake-gpus when given (>= 0), else FLOWRUN_FAKE_GPUS when it is a count, else -1.
+int fake_gpus_from_env(int fake_gpus, const EnvMap& env);
+
+// load_spec(), with its diagnostics thrown as a DiagnosticError.
+Spec load_or_throw(const std::string& path);
+
+// Runs `command` and turns what it throws into flowrun's messages on stderr
+// ("flowrun: error: ..." or FILE:LINE:COL diagnostics) and exit code.
+int report_errors(const std::function<int()>& command);
+
+}  // namespace flowrun
