@@ -23,6 +23,8 @@ FLOWRUN_PACKAGES=(
   catch2 python3 python3-torch
   clang clang-14 libclang-rt-14-dev clang-format
   "${FLOWRUN_CLUSTER_PACKAGES[@]}"
+  # scripts/venv: the Lightning and fastai venv on top of Debian's torch.
+  python3-venv python3-torchvision
 )
 
 log() { printf '%s\n' "$*"; }
