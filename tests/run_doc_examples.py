@@ -8,18 +8,22 @@ is the block's kind, the words after it are flags.
   ```yaml bad      a complete spec that must fail validation with exit 2; the
                    next block must be ```text with the exact diagnostics.
   ```console       `$ COMMAND` lines, run with bash one after another as in one
-                   terminal: the working directory and exported variables carry
-                   over to the next command, also into the document's next block
+                   terminal: the working directory, exported variables and exit
+                   status (`$?`) carry over to the next command, also into the document's next block
                    (each document starts in its own scratch directory). The lines
                    after each command, up to the next `$ `, are its expected
                    output, stdout and stderr interleaved as a terminal shows them.
                    A line `...` matches any number of lines; `...` inside a line
                    matches any text within that line. Run ids show as <run-id>,
-                   the scratch directory as <root>, this host as host-a.
+                   the scratch directory as /home/me/flowrun (a clone), this host
+                   as host-a.
   ```console torch the commands need PyTorch: skipped, with the reason printed,
                    when /usr/bin/python3 cannot import torch.
   ```console venv  python3 is build/venv/bin/python3 (scripts/venv: Lightning,
                    fastai); skipped, with the reason printed, when there is none.
+  ```console ... import=MODULE
+                   skipped, with the reason printed, when that python3 cannot
+                   import MODULE (a package the environment may lack).
   ```console cluster
                    run only with --cluster, on the head of the test cluster.
 
@@ -48,7 +52,8 @@ copy of the binary. What a real cluster has and the test cluster lacks comes
 from the environment, not from the commands shown: SLURM_CONF names the test
 cluster's Slurm, FLOWRUN_FAKE_GPUS=2 stands for the 2 GPUs of each node (Slurm's
 Gres says gpu:2), and `ssh` reads the test cluster's ssh config, as
-~/.ssh/config would. Host names are the cluster's: head, node1, node2. Needs
+~/.ssh/config would. Host names are the cluster's: head, node1, node2; the
+scratch directory shows as /shared/me/flowrun. Needs
 root; exits 125 (skipped) without root or network namespaces.
 
   run_doc_examples.py FLOWRUN ROOT [--only FILE]...            check
@@ -81,15 +86,17 @@ INFLUENTIAL = re.compile(r"^(CUDA_|SLURM_|SBATCH_|SALLOC_|SRUN_|FLOWRUN_|OMP_NUM
                          r"NO_COLOR$|PYTHONPATH$|PYTHONHOME$|VIRTUAL_ENV$)")
 
 # Runs one `$ COMMAND` line in the state the previous one left: its directory
-# ($1/cwd) and its exported variables ($1/env).
+# ($1/cwd), its exported variables ($1/env) and its exit status ($1/rc, for $?).
 SHELL = r"""
 state=$1
 cd "$(cat "$state/cwd")" || exit 97
 . "$state/env"
+(exit "$(cat "$state/rc")")
 eval "$2"
 rc=$?
 pwd > "$state/cwd"
 export -p > "$state/env"
+echo "$rc" > "$state/rc"
 exit $rc
 """
 
@@ -153,8 +160,10 @@ class Context:
 
     def __init__(self, flowrun, root, cluster=None):
         self.flowrun, self.root, self.cluster = flowrun, root, cluster
+        self.display = "/shared/me/flowrun" if cluster else "/home/me/flowrun"
         self.venv = os.path.join(root, "build", "venv", "bin")
         self._torch_missing = None
+        self._imports = {}
 
     def skip_reason(self, flags):
         if "torch" in flags:
@@ -162,8 +171,18 @@ class Context:
                 self._torch_missing = torch_missing()
             if self._torch_missing:
                 return self._torch_missing
-        if "venv" in flags and not os.access(os.path.join(self.venv, "python3"), os.X_OK):
-            return f"no {os.path.relpath(self.venv, self.root)}/python3 (make it with scripts/venv)"
+        python = DEBIAN_PYTHON
+        if "venv" in flags:
+            python = os.path.join(self.venv, "python3")
+            if not os.access(python, os.X_OK):
+                return f"no {os.path.relpath(python, self.root)} (make it with scripts/venv)"
+        for module in (f[len("import="):] for f in flags if f.startswith("import=")):
+            if (python, module) not in self._imports:
+                p = subprocess.run([python, "-c", f"import {module}"], capture_output=True, text=True)
+                self._imports[python, module] = p.returncode == 0
+            if not self._imports[python, module]:
+                where = os.path.relpath(python, self.root) if python != DEBIAN_PYTHON else python
+                return f"{where} cannot import {module}"
         return ""
 
     def scratch(self):
@@ -192,6 +211,8 @@ class Context:
         with open(os.path.join(state, "cwd"), "w") as f:
             f.write(d + "\n")
         open(os.path.join(state, "env"), "w").close()
+        with open(os.path.join(state, "rc"), "w") as f:
+            f.write("0\n")
         return d
 
     def env(self, scratch, flags=()):
@@ -290,9 +311,9 @@ def check_document(path, ctx, tally, update=False):
                 new_body, changed = "", False
                 for command, expected_lines in parse_console(body):
                     rc, output = ctx.run(scratch, command, flags)
-                    actual = normalise(output, scratch)
+                    actual = normalise(output).replace(scratch, ctx.display)
                     shown = "\n".join(expected_lines) + ("\n" if expected_lines else "")
-                    expected = normalise(shown, scratch)
+                    expected = normalise(shown)
                     ok = matches(expected, actual)
                     detail = diff(expected, actual) + ("" if rc != "timeout" else "(timed out)\n")
                     tally.check(update or ok, f"{label}: $ {command}", detail)
