@@ -10,6 +10,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 namespace flowrun {
@@ -176,6 +177,8 @@ std::string format_results_json(const StepRecord& record);
 //   follows for each earlier attempt.
 // - A culprit killed by a SIGKILL flowrun did not send gets a line about the
 //   kernel's out-of-memory killer, with its peak memory.
+// - A culprit whose stderr tail or error file holds Lightning's devices *
+//   num_nodes error gets lightning_devices_hint's line after them.
 // - The stderr tail is the culprit's stderr_tail, each line as a terminal
 //   shows it (after its last '\r'), or "its stderr was empty".
 // - The error file's traceback (`error_file_text` is that file's content, or
@@ -206,5 +209,22 @@ std::optional<std::string> parse_error_file(const std::string& text);
 
 // The name of a Linux signal: "SIGKILL" for 9, "signal 40" for one without a name.
 std::string signal_name(int signal);
+
+// The one line the failure report adds after the culprit's stderr when `text`
+// (its stderr tail or error file) holds Lightning's error for a Trainer whose
+// devices * num_nodes differs from the launcher's WORLD_SIZE, as Lightning 2.1
+// and later raise it (lightning/fabric/plugins/environments/torchelastic.py,
+// TorchElasticEnvironment.validate_settings):
+//   ValueError: You set `devices=3` and `num_nodes=1` in Lightning, but the
+//   product (3 * 1) does not match the world size (2).
+// It says which numbers match the step's workers (`workers`: one record per
+// rank; their `node` tells the nodes apart, all empty for one node):
+//   flowrun:   Lightning's Trainer(devices=3, num_nodes=1) must multiply to this step's
+//   2 workers (1 node x 2 per node): set devices=2, num_nodes=1, or change the step's
+//   parallel: to run 3 workers (1 node x 3 per node)
+// (one line). Lightning 1.9 has no such check. nullopt when `text` does not
+// hold the error.
+std::optional<std::string> lightning_devices_hint(std::string_view text,
+                                                  const std::vector<WorkerRecord>& workers);
 
 }  // namespace flowrun

@@ -271,8 +271,10 @@ void stderr_tail(std::string& out, const WorkerRecord& w, bool say_empty) {
   indented(out, tail);
 }
 
-// The culprit's own output: stderr tail, OOM hint, error file traceback.
-void culprit_details(std::string& out, const WorkerRecord& w, const std::string& error_file_text) {
+// The culprit's own output: OOM hint, stderr tail, error file traceback,
+// Lightning hint (`workers`: the attempt's).
+void culprit_details(std::string& out, const WorkerRecord& w, const std::string& error_file_text,
+                     const std::vector<WorkerRecord>& workers) {
   if (w.status.kind == Kind::signaled && w.status.code == 9) {
     out +=
         "flowrun:   flowrun did not send that SIGKILL; it often comes from the kernel's out-of-memory killer";
@@ -290,6 +292,31 @@ void culprit_details(std::string& out, const WorkerRecord& w, const std::string&
       indented(out, display_lines(shown));
     }
   }
+  auto hint = lightning_devices_hint(w.stderr_tail, workers);
+  if (!hint) hint = lightning_devices_hint(error_file_text, workers);
+  if (hint) out += *hint + "\n";
+}
+
+// --- Lightning's devices * num_nodes error ---------------------------------
+
+// Reads the digits at the start of `s` (at most 9) into `n` and drops them.
+bool take_number(std::string_view& s, int& n) {
+  std::size_t len = 0;
+  n = 0;
+  while (len < s.size() && len < 9 && s[len] >= '0' && s[len] <= '9') n = n * 10 + (s[len++] - '0');
+  s.remove_prefix(len);
+  return len > 0;
+}
+
+bool take(std::string_view& s, std::string_view word) {
+  if (s.substr(0, word.size()) != word) return false;
+  s.remove_prefix(word.size());
+  return true;
+}
+
+// "1 node x 2 per node", "2 nodes x 3 per node".
+std::string layout_text(int nodes, int per_node) {
+  return fmt::format("{} node{} x {} per node", nodes, nodes == 1 ? "" : "s", per_node);
 }
 
 struct Groups {
@@ -480,7 +507,7 @@ std::string format_failure_report(const StepRecord& record, const std::string& e
     out = step + " failed";
     if (restarts > 0) out += fmt::format(" after {} restart{}", restarts, restarts == 1 ? "" : "s");
     out += culprit ? ": " + worker_headline(*culprit) + "\n" : "\n";
-    if (culprit) culprit_details(out, *culprit, error_file_text);
+    if (culprit) culprit_details(out, *culprit, error_file_text, attempt.workers);
     if (record.parallel) {
       other_ranks(out, groups, true);
     } else if (!culprit && !attempt.workers.empty()) {
@@ -506,6 +533,45 @@ std::string format_failure_report(const StepRecord& record, const std::string& e
   std::string logs = log_dir(record, attempt);
   if (!logs.empty()) out += "flowrun:   logs: " + logs + "\n";
   return out;
+}
+
+std::optional<std::string> lightning_devices_hint(std::string_view text,
+                                                  const std::vector<WorkerRecord>& workers) {
+  // Lightning's own words; the numbers are read, the rest must match.
+  constexpr std::string_view kStart = "You set `devices=";
+  int devices = 0, num_nodes = 0, a = 0, b = 0, world = 0;
+  bool found = false;
+  for (std::size_t at = text.find(kStart); at != std::string_view::npos && !found;
+       at = text.find(kStart, at + 1)) {
+    std::string_view s = text.substr(at + kStart.size());
+    found = take_number(s, devices) && take(s, "` and `num_nodes=") && take_number(s, num_nodes) &&
+            take(s, "` in Lightning, but the product (") && take_number(s, a) && take(s, " * ") &&
+            take_number(s, b) && take(s, ") does not match the world size (") && take_number(s, world) &&
+            take(s, ")") && a == devices && b == num_nodes;
+  }
+  if (!found || workers.empty()) return std::nullopt;
+
+  std::map<std::string, int> per_node;  // node -> workers ("" for one node)
+  for (const auto& w : workers) ++per_node[w.node];
+  const int total = static_cast<int>(workers.size());
+  const int nodes = static_cast<int>(per_node.size());
+  auto [fewest, most] = std::minmax_element(per_node.begin(), per_node.end(),
+                                            [](const auto& x, const auto& y) { return x.second < y.second; });
+  std::string out = fmt::format(
+      "flowrun:   Lightning's Trainer(devices={}, num_nodes={}) must multiply to this "
+      "step's {} workers ",
+      devices, num_nodes, total);
+  if (fewest->second != most->second) {
+    return out + fmt::format(
+                     "({} nodes with {} to {} workers each, which Lightning's devices cannot express): "
+                     "give every node the same number of workers in the step's parallel:",
+                     nodes, fewest->second, most->second);
+  }
+  const int per = most->second;
+  return out +
+         fmt::format(
+             "({}): set devices={}, num_nodes={}, or change the step's parallel: to run {} workers ({})",
+             layout_text(nodes, per), per, nodes, devices * num_nodes, layout_text(num_nodes, devices));
 }
 
 std::optional<std::string> parse_error_file(const std::string& text) {
