@@ -13,12 +13,25 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "flowrun/util.h"
 
 namespace flowrun {
+
+// What NVML says about a GPU beyond its identity, asked only by the topology
+// probe (`flowrun doctor`); zero or empty when not asked or not reported.
+struct GpuDetails {
+  std::string compute_capability;  // "9.0"
+  int pcie_gen_max = 0;            // the PCIe generation the GPU and its slot support
+  int pcie_width_max = 0;          // lanes the GPU supports (16)
+  int pcie_width = 0;              // lanes in use now: fewer than the maximum is a degraded link
+  int nvlinks = 0;                 // active NVLinks
+  int nvswitch_links = 0;          // of which end at an NVSwitch
+};
 
 // One physical GPU as the system reports it.
 struct GpuDevice {
@@ -27,6 +40,21 @@ struct GpuDevice {
   std::string name;    // "NVIDIA H200"
   std::uint64_t memory_bytes = 0;
   std::string pci_bus_id;  // "00000000:19:00.0"
+  GpuDetails details;
+};
+
+// How data moves between two GPUs, in the words of `nvidia-smi topo -m`:
+// through NVLink, or over PCIe through at most one switch (PIX), several
+// switches (PXB), a host bridge (PHB), host bridges of one CPU socket (NODE),
+// or across CPU sockets (SYS).
+enum class GpuPath { self, nvlink, pix, pxb, phb, node, sys, unknown };
+
+struct GpuLink {
+  GpuPath path = GpuPath::unknown;
+  // Active NVLinks joining the two: direct links, or through NVSwitch the
+  // smaller of the two GPUs' switch links (as nvidia-smi counts them).
+  int nvlinks = 0;
+  bool operator==(const GpuLink&) const = default;
 };
 
 // Everything a probe found on the system.
@@ -39,6 +67,10 @@ struct SystemGpus {
   std::string driver_version;       // "560.35.03"; empty if unknown
   std::string cuda_driver_version;  // "12.6"; empty if unknown
   std::string unavailable_reason;   // why there are no GPUs, in words
+  // links[i][j] between devices i and j (NVML order); empty unless the probe
+  // was asked for the topology.
+  std::vector<std::vector<GpuLink>> links;
+  bool nvswitch = false;  // some GPU's NVLinks end at an NVSwitch
 };
 
 // Asks the system what GPUs it has. An interface so tests can script one.
@@ -49,11 +81,16 @@ class GpuProbe {
 };
 
 // NVML through dlopen("libnvidia-ml.so.1"). Never fails: a missing library or
-// driver is reported in SystemGpus::unavailable_reason.
-std::unique_ptr<GpuProbe> make_nvml_probe();
+// driver is reported in SystemGpus::unavailable_reason. With `topology`, it
+// also asks every GPU's details and how each pair is linked (NVLink state,
+// PCIe common ancestor): a few hundred NVML calls on an 8-GPU node, which
+// only `flowrun doctor` needs.
+std::unique_ptr<GpuProbe> make_nvml_probe(bool topology = false);
 
 // `count` identical simulated GPUs (NVIDIA H200, 141 GiB), with stable UUIDs
-// and PCI ids, for tests and dry runs (FLOWRUN_FAKE_GPUS, --fake-gpus).
+// and PCI ids, for tests and dry runs (FLOWRUN_FAKE_GPUS, --fake-gpus). Their
+// topology is an HGX board's: PCIe Gen5 x16, 18 NVLinks each to NVSwitches,
+// so every pair is NV18.
 std::unique_ptr<GpuProbe> make_fake_probe(int count);
 
 // The fake probe's devices, for tests that compare against them.
@@ -70,6 +107,7 @@ struct Gpu {
   // own CUDA_VISIBLE_DEVICES it came from, or its system ordinal when that
   // variable is unset.
   std::string select_token;
+  GpuDetails details;
 };
 
 // The GPUs this process may use, and how that was decided.
@@ -83,6 +121,9 @@ struct Inventory {
   std::string selected_by;                // "" (all), "CUDA_VISIBLE_DEVICES", "SLURM_STEP_GPUS", ...
   bool cuda_visible_devices_set = false;  // CUDA_VISIBLE_DEVICES was set for us
   std::vector<std::string> notes;         // what the selection did, in words (shown by plan/gpus)
+  // links[i][j] between gpus[i] and gpus[j]; empty when the probe did not ask.
+  std::vector<std::vector<GpuLink>> links;
+  bool nvswitch = false;
 
   // "NVIDIA H200 x8" (or "NVIDIA H200 x4, NVIDIA A100 x2"); "no GPUs" when empty.
   std::string summary() const;
@@ -99,9 +140,20 @@ struct Inventory {
 Inventory select_gpus(const SystemGpus& system, const EnvMap& env);
 
 // The probe the environment asks for: fake when FLOWRUN_FAKE_GPUS (or
-// `fake_gpus` >= 0, from --fake-gpus) says so, NVML otherwise. Throws
-// flowrun::Error for a malformed FLOWRUN_FAKE_GPUS.
-std::unique_ptr<GpuProbe> make_probe(const EnvMap& env, int fake_gpus);
+// `fake_gpus` >= 0, from --fake-gpus) says so, NVML otherwise (with the
+// topology when `topology`). Throws flowrun::Error for a malformed
+// FLOWRUN_FAKE_GPUS.
+std::unique_ptr<GpuProbe> make_probe(const EnvMap& env, int fake_gpus, bool topology = false);
+
+// "X", "NV18", "PIX", "PXB", "PHB", "NODE", "SYS" as nvidia-smi prints them; "?" unknown.
+std::string gpu_link_name(const GpuLink& link);
+
+// The inverse of gpu_link_name(); nullopt for anything else.
+std::optional<GpuLink> parse_gpu_link(std::string_view name);
+
+// The NVLink generation of a GPU architecture ("9.0" -> 4: Pascal 1, Volta
+// and Turing 2, Ampere 3, Hopper 4, Blackwell 5); 0 when unknown or none.
+int nvlink_generation(const std::string& compute_capability);
 
 // The pure parts of the NVML probe, exposed for unit tests (the probe itself
 // needs a driver, which test hosts rarely have).
@@ -132,7 +184,29 @@ std::vector<std::string> parse_cuda_order(const std::string& child_output,
 
 // The NVML probe with the library named `library` instead of
 // "libnvidia-ml.so.1" (tests pass a library that is not NVML).
-SystemGpus probe_nvml_library(const char* library);
+SystemGpus probe_nvml_library(const char* library, bool topology = false);
+
+// NVML's nvmlGpuTopologyLevel_t as a path: 10 PIX, 20 PXB, 30 PHB, 40 NODE,
+// 50 SYS, 0 the same board (PIX); anything else unknown.
+GpuPath path_from_nvml_level(int level);
+
+// One NVLink of a GPU as NVML reports it.
+struct NvLinkEnd {
+  int remote_type = 0xff;     // nvmlIntNvLinkDeviceType_t: 0 GPU, 2 NVSwitch, 0xff unknown
+  std::string remote_bus_id;  // the other end's PCI bus id
+};
+
+// The link matrix from what NVML said: `levels[i][j]` the PCIe common
+// ancestor level (-1 when NVML would not say), `active[i]` GPU i's active
+// NVLinks. A link whose far end is another GPU's bus id joins those two; links
+// to NVSwitches join every pair of switch-connected GPUs with the smaller of
+// their counts, like nvidia-smi and PyTorch's NVLink detection.
+std::vector<std::vector<GpuLink>> build_links(const std::vector<GpuDevice>& devices,
+                                              const std::vector<std::vector<int>>& levels,
+                                              const std::vector<std::vector<NvLinkEnd>>& active);
+
+// PCI bus ids compared by value: "0000:19:00.0" and "00000000:19:00.0" are the same device.
+bool same_pci_device(std::string_view a, std::string_view b);
 
 }  // namespace gpu_detail
 

@@ -3,6 +3,7 @@
 #include <cstdio>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "flowrun/gpu.h"
 
@@ -25,6 +26,12 @@ GpuDevice fake_device(int index) {
   std::snprintf(text, sizeof text, "%08X:%02X:00.0", static_cast<unsigned>(index / 8),
                 static_cast<unsigned>(0x18 + 0x10 * (index % 8)));
   device.pci_bus_id = text;
+  device.details.compute_capability = "9.0";
+  device.details.pcie_gen_max = 5;
+  device.details.pcie_width_max = 16;
+  device.details.pcie_width = 16;
+  device.details.nvlinks = 18;
+  device.details.nvswitch_links = 18;
   return device;
 }
 
@@ -50,6 +57,11 @@ SystemGpus fake_system_gpus(int count) {
   system.driver_version = "560.35.03";
   system.cuda_driver_version = "12.6";
   for (int i = 0; i < count; ++i) system.devices.push_back(fake_device(i));
+  // An HGX board: every GPU's 18 NVLinks end at NVSwitches, so every pair is NV18.
+  const auto n = static_cast<std::size_t>(count);
+  system.links.assign(n, std::vector<GpuLink>(n, GpuLink{GpuPath::nvlink, 18}));
+  for (std::size_t i = 0; i < n; ++i) system.links[i][i] = GpuLink{GpuPath::self, 0};
+  system.nvswitch = true;
   return system;
 }
 

@@ -54,6 +54,21 @@ constexpr unsigned kNameSize = 96;           // NVML_DEVICE_NAME_V2_BUFFER_SIZE
 constexpr unsigned kUuidSize = 96;           // NVML_DEVICE_UUID_V2_BUFFER_SIZE
 constexpr unsigned kDriverVersionSize = 80;  // NVML_SYSTEM_DRIVER_VERSION_BUFFER_SIZE
 
+// The topology calls; absent from old drivers, and then the topology is unknown.
+struct NvmlTopologyApi {
+  nvmlReturn_t (*common_ancestor)(nvmlDevice_t, nvmlDevice_t, int*) = nullptr;  // nvmlGpuTopologyLevel_t*
+  nvmlReturn_t (*nvlink_state)(nvmlDevice_t, unsigned, int*) = nullptr;         // nvmlEnableState_t*
+  nvmlReturn_t (*nvlink_remote_pci)(nvmlDevice_t, unsigned, nvmlPciInfo_t*) = nullptr;
+  nvmlReturn_t (*nvlink_remote_type)(nvmlDevice_t, unsigned, int*) = nullptr;  // nvmlIntNvLinkDeviceType_t*
+  nvmlReturn_t (*compute_capability)(nvmlDevice_t, int*, int*) = nullptr;
+  nvmlReturn_t (*pcie_gen_max)(nvmlDevice_t, unsigned*) = nullptr;
+  nvmlReturn_t (*pcie_width_max)(nvmlDevice_t, unsigned*) = nullptr;
+  nvmlReturn_t (*pcie_width)(nvmlDevice_t, unsigned*) = nullptr;
+};
+
+constexpr unsigned kNvLinkMaxLinks = 18;  // NVML_NVLINK_MAX_LINKS (Hopper and Blackwell have 18)
+constexpr int kNvmlFeatureEnabled = 1;    // NVML_FEATURE_ENABLED
+
 struct NvmlApi {
   nvmlReturn_t (*init)() = nullptr;
   nvmlReturn_t (*shutdown)() = nullptr;
@@ -106,10 +121,78 @@ SystemGpus unavailable(std::string reason) {
   return system;
 }
 
+// Details and links of every device; whatever NVML will not tell stays
+// unknown (zero, or GpuPath::unknown), never an error.
+void probe_topology(void* library, const std::vector<nvmlDevice_t>& handles, SystemGpus& system) {
+  NvmlTopologyApi api;
+  std::string missing;
+  resolve(library, "nvmlDeviceGetCudaComputeCapability", api.compute_capability, missing);
+  resolve(library, "nvmlDeviceGetMaxPcieLinkGeneration", api.pcie_gen_max, missing);
+  resolve(library, "nvmlDeviceGetMaxPcieLinkWidth", api.pcie_width_max, missing);
+  resolve(library, "nvmlDeviceGetCurrPcieLinkWidth", api.pcie_width, missing);
+  resolve(library, "nvmlDeviceGetTopologyCommonAncestor", api.common_ancestor, missing);
+  resolve(library, "nvmlDeviceGetNvLinkState", api.nvlink_state, missing);
+  resolve(library, "nvmlDeviceGetNvLinkRemotePciInfo_v2", api.nvlink_remote_pci, missing);
+  resolve(library, "nvmlDeviceGetNvLinkRemoteDeviceType", api.nvlink_remote_type, missing);
+
+  const std::size_t n = handles.size();
+  std::vector<std::vector<gpu_detail::NvLinkEnd>> active(n);
+  for (std::size_t i = 0; i < n; ++i) {
+    GpuDetails& details = system.devices[i].details;
+    int major = 0, minor = 0;
+    if (api.compute_capability != nullptr &&
+        api.compute_capability(handles[i], &major, &minor) == kNvmlSuccess)
+      details.compute_capability = std::to_string(major) + "." + std::to_string(minor);
+    unsigned value = 0;
+    if (api.pcie_gen_max != nullptr && api.pcie_gen_max(handles[i], &value) == kNvmlSuccess)
+      details.pcie_gen_max = static_cast<int>(value);
+    if (api.pcie_width_max != nullptr && api.pcie_width_max(handles[i], &value) == kNvmlSuccess)
+      details.pcie_width_max = static_cast<int>(value);
+    if (api.pcie_width != nullptr && api.pcie_width(handles[i], &value) == kNvmlSuccess)
+      details.pcie_width = static_cast<int>(value);
+    if (api.nvlink_state == nullptr || api.nvlink_remote_pci == nullptr) continue;
+    // A GPU without NVLink answers NVML_ERROR_NOT_SUPPORTED for link 0; one
+    // with fewer links than the maximum answers an error past its last.
+    for (unsigned link = 0; link < kNvLinkMaxLinks; ++link) {
+      int state = 0;
+      if (api.nvlink_state(handles[i], link, &state) != kNvmlSuccess) break;
+      if (state != kNvmlFeatureEnabled) continue;
+      gpu_detail::NvLinkEnd end;
+      nvmlPciInfo_t remote{};
+      if (api.nvlink_remote_pci(handles[i], link, &remote) == kNvmlSuccess)
+        end.remote_bus_id = c_string(remote.busId, sizeof remote.busId);
+      int type = 0xff;
+      if (api.nvlink_remote_type != nullptr &&
+          api.nvlink_remote_type(handles[i], link, &type) == kNvmlSuccess)
+        end.remote_type = type;
+      active[i].push_back(std::move(end));
+    }
+  }
+  std::vector<std::vector<int>> levels(n, std::vector<int>(n, -1));
+  for (std::size_t i = 0; i < n; ++i) {
+    for (std::size_t j = i + 1; j < n && api.common_ancestor != nullptr; ++j) {
+      int level = -1;
+      if (api.common_ancestor(handles[i], handles[j], &level) != kNvmlSuccess) level = -1;
+      levels[i][j] = levels[j][i] = level;
+    }
+  }
+  system.links = gpu_detail::build_links(system.devices, levels, active);
+  for (std::size_t i = 0; i < n; ++i) {
+    system.devices[i].details.nvlinks = static_cast<int>(active[i].size());
+    for (const auto& end : active[i]) {
+      bool to_gpu = false;
+      for (const GpuDevice& other : system.devices)
+        to_gpu = to_gpu || gpu_detail::same_pci_device(end.remote_bus_id, other.pci_bus_id);
+      if (!to_gpu && end.remote_type == 2) ++system.devices[i].details.nvswitch_links;
+    }
+    system.nvswitch = system.nvswitch || system.devices[i].details.nvswitch_links > 0;
+  }
+}
+
 // Everything NVML reports, in NVML's order. Any failure that leaves the device
 // list in doubt reports no GPUs and says why; memory and PCI id are details
 // and stay empty when a device will not tell them.
-SystemGpus probe_nvml_devices(const char* library) {
+SystemGpus probe_nvml_devices(const char* library, bool topology) {
   DlHandle lib{dlopen(library, RTLD_NOW | RTLD_LOCAL)};
   if (lib.handle == nullptr) {
     const char* error = dlerror();
@@ -157,6 +240,7 @@ SystemGpus probe_nvml_devices(const char* library) {
   unsigned count = 0;
   rc = nvml.get_count(&count);
   if (rc != kNvmlSuccess) return unavailable("nvmlDeviceGetCount failed: " + error_text(rc));
+  std::vector<nvmlDevice_t> handles;
   for (unsigned i = 0; i < count; ++i) {
     auto failed = [&](const char* call) {
       return unavailable(std::string(call) + " failed for GPU " + std::to_string(i) + ": " + error_text(rc));
@@ -176,8 +260,10 @@ SystemGpus probe_nvml_devices(const char* library) {
     nvmlPciInfo_t pci{};
     if (nvml.get_pci(handle, &pci) == kNvmlSuccess) device.pci_bus_id = c_string(pci.busId, sizeof pci.busId);
     system.devices.push_back(std::move(device));
+    handles.push_back(handle);
   }
   if (system.devices.empty()) system.unavailable_reason = "NVML reports no GPUs on this host";
+  if (topology && !system.devices.empty()) probe_topology(lib.handle, handles, system);
   return system;
 }
 
@@ -221,7 +307,11 @@ int write_cuda_uuids(int fd) {
 
 class NvmlProbe : public GpuProbe {
  public:
-  SystemGpus probe() override { return gpu_detail::probe_nvml_library("libnvidia-ml.so.1"); }
+  explicit NvmlProbe(bool topology) : topology_(topology) {}
+  SystemGpus probe() override { return gpu_detail::probe_nvml_library("libnvidia-ml.so.1", topology_); }
+
+ private:
+  bool topology_;
 };
 
 }  // namespace
@@ -326,8 +416,8 @@ std::vector<std::string> parse_cuda_order(const std::string& child_output,
   return order;
 }
 
-SystemGpus probe_nvml_library(const char* library) {
-  SystemGpus system = probe_nvml_devices(library);  // NVML shut down and unloaded before any fork
+SystemGpus probe_nvml_library(const char* library, bool topology) {
+  SystemGpus system = probe_nvml_devices(library, topology);  // NVML shut down and unloaded before any fork
   if (cuda_order_may_differ(system.devices, std::getenv("CUDA_DEVICE_ORDER")))
     system.cuda_order = parse_cuda_order(cuda_uuids_from_child(), system.devices);
   return system;
@@ -335,6 +425,6 @@ SystemGpus probe_nvml_library(const char* library) {
 
 }  // namespace gpu_detail
 
-std::unique_ptr<GpuProbe> make_nvml_probe() { return std::make_unique<NvmlProbe>(); }
+std::unique_ptr<GpuProbe> make_nvml_probe(bool topology) { return std::make_unique<NvmlProbe>(topology); }
 
 }  // namespace flowrun

@@ -103,7 +103,28 @@ void add_gpu(Inventory& inventory, const GpuDevice& device, std::string token) {
   gpu.memory_bytes = device.memory_bytes;
   gpu.pci_bus_id = device.pci_bus_id;
   gpu.select_token = std::move(token);
+  gpu.details = device.details;
   inventory.gpus.push_back(std::move(gpu));
+}
+
+// The system's link matrix narrowed to the selected GPUs, in their order.
+void select_links(const SystemGpus& system, Inventory& inventory) {
+  inventory.nvswitch = system.nvswitch;
+  if (system.links.size() != system.devices.size()) return;
+  std::vector<std::size_t> rows;
+  for (const Gpu& gpu : inventory.gpus) {
+    auto it = std::find_if(system.devices.begin(), system.devices.end(),
+                           [&](const GpuDevice& d) { return d.uuid == gpu.uuid; });
+    if (it == system.devices.end()) return;
+    rows.push_back(static_cast<std::size_t>(it - system.devices.begin()));
+  }
+  for (std::size_t row : rows) {
+    if (system.links[row].size() != system.devices.size()) return;
+  }
+  inventory.links.assign(rows.size(), std::vector<GpuLink>(rows.size()));
+  for (std::size_t i = 0; i < rows.size(); ++i) {
+    for (std::size_t j = 0; j < rows.size(); ++j) inventory.links[i][j] = system.links[rows[i]][rows[j]];
+  }
 }
 
 // On a node with mixed GPUs CUDA's default order (FASTEST_FIRST) differs from
@@ -253,25 +274,8 @@ void select_first(const std::vector<const GpuDevice*>& order, std::size_t count,
     add_gpu(inventory, *order[i], std::to_string(i));
 }
 
-}  // namespace
-
-std::string Inventory::summary() const {
-  if (gpus.empty()) return "no GPUs";
-  std::vector<std::pair<std::string, int>> groups;  // first appearance order
-  for (const Gpu& gpu : gpus) {
-    auto it = std::find_if(groups.begin(), groups.end(), [&](const auto& g) { return g.first == gpu.name; });
-    if (it == groups.end()) {
-      groups.emplace_back(gpu.name, 1);
-    } else {
-      ++it->second;
-    }
-  }
-  std::vector<std::string> parts;
-  for (const auto& [name, count] : groups) parts.push_back(name + " x" + std::to_string(count));
-  return join(parts, ", ");
-}
-
-Inventory select_gpus(const SystemGpus& system, const EnvMap& env) {
+// The selection rules above, applied in order; select_gpus() adds the links.
+Inventory select_devices(const SystemGpus& system, const EnvMap& env) {
   Inventory inventory;
   inventory.source = system.source;
   inventory.system_count = system.devices.size();
@@ -321,7 +325,31 @@ Inventory select_gpus(const SystemGpus& system, const EnvMap& env) {
   return inventory;
 }
 
-std::unique_ptr<GpuProbe> make_probe(const EnvMap& env, int fake_gpus) {
+}  // namespace
+
+std::string Inventory::summary() const {
+  if (gpus.empty()) return "no GPUs";
+  std::vector<std::pair<std::string, int>> groups;  // first appearance order
+  for (const Gpu& gpu : gpus) {
+    auto it = std::find_if(groups.begin(), groups.end(), [&](const auto& g) { return g.first == gpu.name; });
+    if (it == groups.end()) {
+      groups.emplace_back(gpu.name, 1);
+    } else {
+      ++it->second;
+    }
+  }
+  std::vector<std::string> parts;
+  for (const auto& [name, count] : groups) parts.push_back(name + " x" + std::to_string(count));
+  return join(parts, ", ");
+}
+
+Inventory select_gpus(const SystemGpus& system, const EnvMap& env) {
+  Inventory inventory = select_devices(system, env);
+  select_links(system, inventory);
+  return inventory;
+}
+
+std::unique_ptr<GpuProbe> make_probe(const EnvMap& env, int fake_gpus, bool topology) {
   if (fake_gpus >= 0) return make_fake_probe(fake_gpus);
   if (auto text = env_get(env, "FLOWRUN_FAKE_GPUS")) {
     constexpr std::size_t kMaxFakeGpus = 1024;
@@ -332,7 +360,7 @@ std::unique_ptr<GpuProbe> make_probe(const EnvMap& env, int fake_gpus) {
     }
     return make_fake_probe(static_cast<int>(parse_count(*text, kMaxFakeGpus + 1)));
   }
-  return make_nvml_probe();
+  return make_nvml_probe(topology);
 }
 
 }  // namespace flowrun
