@@ -1,0 +1,677 @@
+// The check child (`flowrun doctor --check-child`): the CUDA runtime and NCCL
+// through dlopen, then an all-reduce sweep as nccl-tests' all_reduce_perf
+// runs one (one process driving every GPU, ncclCommInitAll, float sum, out
+// of place, warmup then timed iterations, host timing after the streams
+// finish), every call's result checked.
+//
+// The headers give the exact types and signatures (decltype of each
+// function); the libraries are found at run time, so one flowrun binary runs
+// on hosts with and without them. Without the headers at build time this
+// file only says so.
+//
+// Hangs are bounded twice in here: waits poll the streams and NCCL's
+// asynchronous error with a deadline and abort the communicators when it
+// passes (as nccl-tests does), and a watchdog thread ends the process when a
+// blocking call (communicator set-up, an abort) outlives its phase. The
+// parent kills the child if it falls silent all the same.
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <dlfcn.h>
+#include <fstream>
+#include <link.h>
+#include <map>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <unistd.h>
+#include <vector>
+
+#include "flowrun/doctor.h"
+
+#ifdef FLOWRUN_HAVE_CUDA_HEADERS
+#undef CUDA_API_PER_THREAD_DEFAULT_STREAM
+#include <cuda_runtime_api.h>
+#include <nccl.h>
+#endif
+
+namespace flowrun {
+
+namespace {
+
+// Findings to the parent, a line each; the watchdog thread writes too.
+class Out {
+ public:
+  explicit Out(int fd) : fd_(fd) {}
+  void line(std::initializer_list<std::string> fields) {
+    std::string text;
+    for (const std::string& f : fields) {
+      if (!text.empty()) text += '\t';
+      for (char c : f) text += (c == '\t' || c == '\n' || c == '\r') ? ' ' : c;
+    }
+    text += '\n';
+    std::lock_guard<std::mutex> lock(mutex_);
+    for (std::size_t done = 0; done < text.size();) {
+      const ssize_t n = write(fd_, text.data() + done, text.size() - done);
+      if (n < 0 && errno == EINTR) continue;
+      if (n <= 0) return;  // the parent is gone; nothing left to tell
+      done += static_cast<std::size_t>(n);
+    }
+  }
+
+ private:
+  int fd_;
+  std::mutex mutex_;
+};
+
+}  // namespace
+
+#ifndef FLOWRUN_HAVE_CUDA_HEADERS
+
+bool doctor_has_gpu_support() { return false; }
+
+int run_gpu_check_child(const GpuCheckRequest&, int out_fd) {
+  Out out(out_fd);
+  out.line(
+      {"allreduce", "skipped", "this flowrun was built without GPU support (no CUDA headers at build time)"});
+  out.line({"done"});
+  return 0;
+}
+
+#else
+
+bool doctor_has_gpu_support() { return true; }
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+constexpr int kWatchdogGraceS = 15;            // beyond a phase's limit before the watchdog ends the child
+constexpr std::size_t kChunkFloats = 1 << 20;  // the fill pattern repeats every 4 MiB
+constexpr std::size_t kCheckFloats = 1 << 16;  // elements checked at each end of a result
+constexpr std::uint64_t kMemcpyMaxBytes = 512ull << 20;
+constexpr std::uint64_t kHeadroomBytes = 1ull << 30;  // left free for NCCL's own buffers
+
+// The path dlopen actually loaded.
+std::string loaded_path(void* handle, const std::string& fallback) {
+  link_map* map = nullptr;
+  if (dlinfo(handle, RTLD_DI_LINKMAP, &map) == 0 && map != nullptr && map->l_name != nullptr &&
+      map->l_name[0] != '\0')
+    return map->l_name;
+  return fallback;
+}
+
+// The first candidate dlopen can load; each one tried is reported.
+void* load_first(const std::vector<std::string>& candidates, const std::string& kind, Out& out) {
+  std::string first_error;
+  for (const std::string& candidate : candidates) {
+    out.line({kind + "_tried", candidate});
+    dlerror();
+    void* handle = dlopen(candidate.c_str(), RTLD_NOW | RTLD_LOCAL);
+    if (handle != nullptr) {
+      out.line({kind, loaded_path(handle, candidate)});
+      return handle;
+    }
+    const char* error = dlerror();
+    if (first_error.empty()) first_error = error != nullptr ? error : candidate + ": cannot be loaded";
+  }
+  out.line({kind + "_missing", first_error});
+  return nullptr;
+}
+
+template <typename F>
+bool bind(void* library, const char* name, F& fn, std::string& missing) {
+  void* symbol = dlsym(library, name);
+  if (symbol == nullptr) {
+    if (!missing.empty()) missing += ", ";
+    missing += name;
+    return false;
+  }
+  fn = reinterpret_cast<F>(symbol);
+  return true;
+}
+
+struct Cudart {
+  decltype(&::cudaGetDeviceCount) get_device_count = nullptr;
+  decltype(&::cudaGetErrorName) error_name = nullptr;
+  decltype(&::cudaGetErrorString) error_string = nullptr;
+  decltype(&::cudaRuntimeGetVersion) runtime_version = nullptr;
+  decltype(&::cudaDriverGetVersion) driver_version = nullptr;
+  decltype(&::cudaSetDevice) set_device = nullptr;
+  decltype(&::cudaMemGetInfo) mem_get_info = nullptr;
+  cudaError_t (*malloc)(void**, std::size_t) = nullptr;  // cudaMalloc (C++ adds a template overload)
+  decltype(&::cudaFree) free = nullptr;
+  decltype(&::cudaMemset) memset = nullptr;
+  decltype(&::cudaMemcpy) memcpy = nullptr;
+  decltype(&::cudaMemcpyAsync) memcpy_async = nullptr;
+  decltype(&::cudaStreamCreateWithFlags) stream_create = nullptr;
+  decltype(&::cudaStreamDestroy) stream_destroy = nullptr;
+  decltype(&::cudaStreamQuery) stream_query = nullptr;
+
+  bool bind_all(void* lib, std::string& missing) {
+    bind(lib, "cudaGetDeviceCount", get_device_count, missing);
+    bind(lib, "cudaGetErrorName", error_name, missing);
+    bind(lib, "cudaGetErrorString", error_string, missing);
+    bind(lib, "cudaRuntimeGetVersion", runtime_version, missing);
+    bind(lib, "cudaDriverGetVersion", driver_version, missing);
+    bind(lib, "cudaSetDevice", set_device, missing);
+    bind(lib, "cudaMemGetInfo", mem_get_info, missing);
+    bind(lib, "cudaMalloc", malloc, missing);
+    bind(lib, "cudaFree", free, missing);
+    bind(lib, "cudaMemset", memset, missing);
+    bind(lib, "cudaMemcpy", memcpy, missing);
+    bind(lib, "cudaMemcpyAsync", memcpy_async, missing);
+    bind(lib, "cudaStreamCreateWithFlags", stream_create, missing);
+    bind(lib, "cudaStreamDestroy", stream_destroy, missing);
+    bind(lib, "cudaStreamQuery", stream_query, missing);
+    return missing.empty();
+  }
+
+  // "cudaErrorInsufficientDriver: CUDA driver version is insufficient for CUDA runtime version"
+  std::string describe(cudaError_t error) const {
+    const char* name = error_name(error);
+    const char* text = error_string(error);
+    return std::string(name != nullptr ? name : "cudaError " + std::to_string(static_cast<int>(error))) +
+           ": " + (text != nullptr ? text : "");
+  }
+};
+
+struct Nccl {
+  decltype(&::ncclGetVersion) get_version = nullptr;
+  decltype(&::ncclCommInitAll) init_all = nullptr;
+  decltype(&::ncclCommDestroy) destroy = nullptr;
+  decltype(&::ncclCommAbort) abort = nullptr;
+  decltype(&::ncclCommGetAsyncError) async_error = nullptr;
+  decltype(&::ncclGetErrorString) error_string = nullptr;
+  decltype(&::ncclAllReduce) all_reduce = nullptr;
+  decltype(&::ncclGroupStart) group_start = nullptr;
+  decltype(&::ncclGroupEnd) group_end = nullptr;
+  decltype(&::ncclGetLastError) last_error = nullptr;  // NCCL 2.13+; optional
+
+  bool bind_all(void* lib, std::string& missing) {
+    bind(lib, "ncclGetVersion", get_version, missing);
+    bind(lib, "ncclCommInitAll", init_all, missing);
+    bind(lib, "ncclCommDestroy", destroy, missing);
+    bind(lib, "ncclCommAbort", abort, missing);
+    bind(lib, "ncclCommGetAsyncError", async_error, missing);
+    bind(lib, "ncclGetErrorString", error_string, missing);
+    bind(lib, "ncclAllReduce", all_reduce, missing);
+    bind(lib, "ncclGroupStart", group_start, missing);
+    bind(lib, "ncclGroupEnd", group_end, missing);
+    const bool all = missing.empty();
+    std::string optional;
+    bind(lib, "ncclGetLastError", last_error, optional);
+    return all;
+  }
+
+  std::string describe(ncclResult_t result, ncclComm_t comm = nullptr) const {
+    const char* text = error_string(result);
+    std::string out = text != nullptr ? text : "NCCL error " + std::to_string(static_cast<int>(result));
+    const char* last = last_error != nullptr ? last_error(comm) : nullptr;
+    if (last != nullptr && last[0] != '\0') out += std::string(" (") + last + ")";
+    return out;
+  }
+};
+
+// Ends the child when a phase outlives its limit inside a call that blocks
+// (the polling waits below catch the ordinary hang first).
+class Watchdog {
+ public:
+  explicit Watchdog(Out& out) : out_(out), thread_([this] { run(); }) {}
+  ~Watchdog() {
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      stop_ = true;
+    }
+    wake_.notify_all();
+    thread_.join();
+  }
+  Watchdog(const Watchdog&) = delete;
+  Watchdog& operator=(const Watchdog&) = delete;
+
+  void arm(const std::string& phase, int limit_s) {
+    out_.line({"phase", phase});
+    std::lock_guard<std::mutex> lock(mutex_);
+    phase_ = phase;
+    limit_s_ = limit_s;
+    deadline_ = Clock::now() + std::chrono::seconds(limit_s + kWatchdogGraceS);
+    armed_ = true;
+    wake_.notify_all();
+  }
+  void disarm() {
+    std::lock_guard<std::mutex> lock(mutex_);
+    armed_ = false;
+  }
+
+ private:
+  void run() {
+    std::unique_lock<std::mutex> lock(mutex_);
+    while (!stop_) {
+      if (!armed_) {
+        wake_.wait(lock);
+        continue;
+      }
+      const auto deadline = deadline_;
+      wake_.wait_until(lock, deadline);
+      if (!stop_ && armed_ && deadline_ == deadline && Clock::now() >= deadline) {
+        out_.line({"allreduce", "hung",
+                   "no progress for " + std::to_string(limit_s_ + kWatchdogGraceS) + " s while " + phase_ +
+                       ", inside a call that does not return; the check ended itself"});
+        _exit(3);  // the driver releases the GPUs with the process
+      }
+    }
+  }
+
+  Out& out_;
+  std::mutex mutex_;
+  std::condition_variable wake_;
+  bool stop_ = false, armed_ = false;
+  std::string phase_;
+  int limit_s_ = 0;
+  Clock::time_point deadline_;
+  std::thread thread_;
+};
+
+// Sends NCCL's tuning choices and warnings to a file the child reads at the
+// end, unless the user asked for NCCL's debug output themselves.
+class NcclDebugFile {
+ public:
+  NcclDebugFile() {
+    if (std::getenv("NCCL_DEBUG") != nullptr || std::getenv("NCCL_DEBUG_FILE") != nullptr) return;
+    const char* tmp = std::getenv("TMPDIR");
+    std::string pattern =
+        std::string(tmp != nullptr && tmp[0] != '\0' ? tmp : "/tmp") + "/flowrun-nccl-XXXXXX";
+    std::vector<char> name(pattern.begin(), pattern.end());
+    name.push_back('\0');
+    const int fd = mkstemp(name.data());
+    if (fd < 0) return;
+    close(fd);
+    path_ = name.data();
+    if (path_.find('%') != std::string::npos) {  // NCCL expands %h and %p in the name
+      unlink(path_.c_str());
+      path_.clear();
+      return;
+    }
+    setenv("NCCL_DEBUG", "INFO", 1);
+    setenv("NCCL_DEBUG_SUBSYS", "TUNING", 1);
+    setenv("NCCL_DEBUG_FILE", path_.c_str(), 1);
+  }
+  ~NcclDebugFile() {
+    if (!path_.empty()) unlink(path_.c_str());
+  }
+  NcclDebugFile(const NcclDebugFile&) = delete;
+  NcclDebugFile& operator=(const NcclDebugFile&) = delete;
+
+  // Algorithm and protocol of each size (rank 0's last word), and NCCL's warnings.
+  void report(Out& out) const {
+    if (path_.empty()) return;
+    std::ifstream in(path_);
+    std::map<std::uint64_t, doctor_detail::TuningChoice> choices;
+    std::string line;
+    int warnings = 0;
+    while (std::getline(in, line)) {
+      doctor_detail::TuningChoice choice;
+      if (doctor_detail::parse_tuning_line(line, choice)) {
+        choices[choice.bytes] = choice;
+      } else if (const std::size_t at = line.find("NCCL WARN "); at != std::string::npos && warnings < 20) {
+        out.line({"warn", line.substr(at + 10)});
+        ++warnings;
+      }
+    }
+    for (const auto& [bytes, choice] : choices)
+      out.line({"algo", std::to_string(bytes), choice.algorithm, choice.protocol});
+  }
+
+ private:
+  std::string path_;
+};
+
+// Everything allocated on the GPUs, freed on every way out.
+struct GpuState {
+  const Cudart& cu;
+  std::vector<int> devices;
+  std::vector<cudaStream_t> streams;
+  std::vector<float*> send, recv;
+  std::vector<ncclComm_t> comms;
+  bool aborted = false;
+
+  ~GpuState() {
+    if (aborted) return;  // after an abort, exiting frees what is left; touching it could block
+    for (std::size_t i = 0; i < devices.size(); ++i) {
+      cu.set_device(devices[i]);
+      if (i < send.size() && send[i] != nullptr) cu.free(send[i]);
+      if (i < recv.size() && recv[i] != nullptr) cu.free(recv[i]);
+      if (i < streams.size() && streams[i] != nullptr) cu.stream_destroy(streams[i]);
+    }
+  }
+};
+
+class Check {
+ public:
+  Check(const Cudart& cu, const Nccl* nccl, const GpuCheckRequest& request, Out& out, Watchdog& dog)
+      : cu_(cu), nccl_(nccl), rq_(request), out_(out), dog_(dog), gpu_{cu,   request.devices, {}, {}, {}, {},
+                                                                       false} {}
+
+  // Buffers and streams on every GPU; false (after reporting) when that fails.
+  bool prepare() {
+    dog_.arm("allocating GPU memory", rq_.timeout_s);
+    const std::size_t n = rq_.devices.size();
+    max_bytes_ = rq_.max_bytes / 4 * 4;
+    for (std::size_t i = 0; i < n; ++i) {
+      if (!cuda_ok(cu_.set_device(rq_.devices[i]), "cudaSetDevice")) return false;
+      std::size_t free_bytes = 0, total = 0;
+      if (!cuda_ok(cu_.mem_get_info(&free_bytes, &total), "cudaMemGetInfo")) return false;
+      std::uint64_t fits = max_bytes_;
+      while (fits > 4 && 2 * fits + kHeadroomBytes > free_bytes) fits /= 2;
+      if (fits < max_bytes_) {
+        out_.line({"note", "sizes above " + doctor_detail::format_size(fits) + " left out: GPU " +
+                               std::to_string(rq_.devices[i]) + " has " +
+                               doctor_detail::format_size(free_bytes / (1 << 20) << 20) + " free"});
+        max_bytes_ = fits / 4 * 4;
+      }
+    }
+    gpu_.streams.assign(n, nullptr);
+    gpu_.send.assign(n, nullptr);
+    gpu_.recv.assign(n, nullptr);
+    std::vector<float> pattern(kChunkFloats);
+    for (std::size_t i = 0; i < n; ++i) {
+      if (!cuda_ok(cu_.set_device(rq_.devices[i]), "cudaSetDevice") ||
+          !cuda_ok(cu_.stream_create(&gpu_.streams[i], cudaStreamNonBlocking), "cudaStreamCreateWithFlags") ||
+          !cuda_ok(cu_.malloc(reinterpret_cast<void**>(&gpu_.send[i]), max_bytes_), "cudaMalloc") ||
+          !cuda_ok(cu_.malloc(reinterpret_cast<void**>(&gpu_.recv[i]), max_bytes_), "cudaMalloc") ||
+          !cuda_ok(cu_.memset(gpu_.recv[i], 0, max_bytes_), "cudaMemset"))
+        return false;
+      // Rank i sends (j mod 251) + i at position j of every 4 MiB chunk: small
+      // whole numbers, so every sum is exact whatever order NCCL adds in.
+      for (std::size_t j = 0; j < kChunkFloats; ++j) pattern[j] = static_cast<float>(j % 251 + i);
+      const std::uint64_t chunk = kChunkFloats * sizeof(float);
+      for (std::uint64_t offset = 0; offset < max_bytes_; offset += chunk) {
+        const std::uint64_t bytes = std::min(chunk, max_bytes_ - offset);
+        if (!cuda_ok(cu_.memcpy(reinterpret_cast<char*>(gpu_.send[i]) + offset, pattern.data(), bytes,
+                                cudaMemcpyHostToDevice),
+                     "cudaMemcpy"))
+          return false;
+      }
+    }
+    dog_.disarm();
+    return true;
+  }
+
+  // cudaMemcpy device to device on the first GPU, as CUDA's bandwidthTest times it.
+  bool memcpy_bandwidth() {
+    const std::uint64_t bytes = std::min(max_bytes_, kMemcpyMaxBytes);
+    if (bytes == 0) return true;
+    dog_.arm("timing cudaMemcpy on GPU " + std::to_string(rq_.devices[0]), rq_.timeout_s);
+    if (!cuda_ok(cu_.set_device(rq_.devices[0]), "cudaSetDevice")) return false;
+    auto copy = [&] {
+      return cuda_ok(
+          cu_.memcpy_async(gpu_.recv[0], gpu_.send[0], bytes, cudaMemcpyDeviceToDevice, gpu_.streams[0]),
+          "cudaMemcpyAsync");
+    };
+    const auto deadline = Clock::now() + std::chrono::seconds(rq_.timeout_s);
+    for (int i = 0; i < 2; ++i) {
+      if (!copy()) return false;
+    }
+    if (!wait_streams(deadline, "cudaMemcpy")) return false;
+    const auto start = Clock::now();
+    for (int i = 0; i < rq_.iters; ++i) {
+      if (!copy()) return false;
+    }
+    if (!wait_streams(deadline, "cudaMemcpy")) return false;
+    const auto elapsed = std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now() - start).count();
+    out_.line({"memcpy", std::to_string(bytes), std::to_string(elapsed / std::max(1, rq_.iters))});
+    dog_.disarm();
+    return true;
+  }
+
+  // The sweep; reports ok, failed or hung.
+  void allreduce() {
+    const Nccl& nc = *nccl_;
+    const int n = static_cast<int>(rq_.devices.size());
+    dog_.arm("setting up NCCL communicators (ncclCommInitAll)", rq_.timeout_s);
+    gpu_.comms.assign(rq_.devices.size(), nullptr);
+    ncclResult_t result = nc.init_all(gpu_.comms.data(), n, rq_.devices.data());
+    if (result != ncclSuccess) {
+      gpu_.comms.clear();
+      fail("ncclCommInitAll: " + nc.describe(result));
+      return;
+    }
+    const std::vector<std::uint64_t> sizes =
+        doctor_detail::sweep_sizes(rq_.min_bytes, max_bytes_, rq_.factor);
+    for (std::size_t s = 0; s < sizes.size(); ++s) {
+      const std::uint64_t bytes = sizes[s];
+      const std::string what = "the all-reduce of " + doctor_detail::format_size(bytes);
+      dog_.arm(what, rq_.timeout_s);
+      const auto deadline = Clock::now() + std::chrono::seconds(rq_.timeout_s);
+      for (int i = 0; i < rq_.warmup; ++i) {
+        if (!launch(bytes / 4)) return;
+      }
+      if (!wait_streams(deadline, what)) return;
+      const auto start = Clock::now();
+      for (int i = 0; i < rq_.iters; ++i) {
+        if (!launch(bytes / 4)) return;
+      }
+      if (!wait_streams(deadline, what)) return;
+      const std::int64_t per_iteration =
+          std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now() - start).count() /
+          std::max(1, rq_.iters);
+      std::uint64_t wrong = 0;
+      if (!verify(bytes / 4, wrong)) return;
+      out_.line({"row", std::to_string(bytes), std::to_string(per_iteration), std::to_string(wrong)});
+      // Stop before a size that would outlast the time limit (a slow link is reported, not called a hang).
+      const double next_s = static_cast<double>(per_iteration) * rq_.factor * (rq_.warmup + rq_.iters) / 1e9;
+      if (s + 1 < sizes.size() && next_s > rq_.timeout_s * 0.5) {
+        out_.line({"note", "sizes above " + doctor_detail::format_size(bytes) +
+                               " left out: at this speed they would take over " +
+                               std::to_string(rq_.timeout_s / 2) + " s each"});
+        break;
+      }
+    }
+    dog_.arm("destroying NCCL communicators", rq_.timeout_s);
+    for (ncclComm_t comm : gpu_.comms) {
+      if ((result = nc.destroy(comm)) != ncclSuccess) {
+        gpu_.comms.clear();
+        fail("ncclCommDestroy: " + nc.describe(result));
+        return;
+      }
+    }
+    gpu_.comms.clear();
+    dog_.disarm();
+    out_.line({"allreduce", "ok", ""});
+  }
+
+ private:
+  bool cuda_ok(cudaError_t error, const char* call) {
+    if (error == cudaSuccess) return true;
+    fail(std::string(call) + " failed: " + cu_.describe(error));
+    return false;
+  }
+
+  void fail(const std::string& why) {
+    out_.line({"allreduce", "failed", why});
+    abort_comms();
+  }
+
+  void abort_comms() {
+    if (gpu_.comms.empty() || nccl_ == nullptr) return;
+    dog_.arm("aborting NCCL", rq_.timeout_s);
+    for (ncclComm_t comm : gpu_.comms) nccl_->abort(comm);
+    gpu_.comms.clear();
+    gpu_.aborted = true;
+  }
+
+  bool launch(std::size_t count) {
+    const Nccl& nc = *nccl_;
+    ncclResult_t result = nc.group_start();
+    if (result != ncclSuccess) {
+      fail("ncclGroupStart: " + nc.describe(result));
+      return false;
+    }
+    for (std::size_t i = 0; i < gpu_.comms.size(); ++i) {
+      result = nc.all_reduce(gpu_.send[i], gpu_.recv[i], count, ncclFloat, ncclSum, gpu_.comms[i],
+                             gpu_.streams[i]);
+      if (result != ncclSuccess) {
+        nc.group_end();
+        fail("ncclAllReduce: " + nc.describe(result, gpu_.comms[i]));
+        return false;
+      }
+    }
+    if ((result = nc.group_end()) != ncclSuccess) {
+      fail("ncclGroupEnd: " + nc.describe(result));
+      return false;
+    }
+    return true;
+  }
+
+  // Spins on the streams as nccl-tests does, watching NCCL's asynchronous
+  // errors and the deadline.
+  bool wait_streams(Clock::time_point deadline, const std::string& what) {
+    std::vector<bool> done(gpu_.streams.size(), false);
+    for (std::size_t remaining = done.size(); remaining > 0;) {
+      for (std::size_t i = 0; i < done.size(); ++i) {
+        if (done[i]) continue;
+        const cudaError_t state = cu_.stream_query(gpu_.streams[i]);
+        if (state == cudaSuccess) {
+          done[i] = true;
+          --remaining;
+          continue;
+        }
+        if (state != cudaErrorNotReady) {
+          fail("cudaStreamQuery during " + what + ": " + cu_.describe(state));
+          return false;
+        }
+        if (i < gpu_.comms.size()) {
+          ncclResult_t async = ncclSuccess;
+          const ncclResult_t result = nccl_->async_error(gpu_.comms[i], &async);
+          if (result != ncclSuccess || async != ncclSuccess) {
+            fail("NCCL reported an error during " + what + ": " +
+                 nccl_->describe(result != ncclSuccess ? result : async, gpu_.comms[i]));
+            return false;
+          }
+        }
+      }
+      if (remaining > 0 && Clock::now() > deadline) {
+        out_.line(
+            {"allreduce", "hung",
+             what + " did not finish within " + std::to_string(rq_.timeout_s) + " s; flowrun aborted NCCL"});
+        abort_comms();
+        return false;
+      }
+    }
+    return true;
+  }
+
+  // The first and last elements of every GPU's result against the exact sums.
+  bool verify(std::size_t count, std::uint64_t& wrong) {
+    const std::size_t n = rq_.devices.size();
+    std::vector<float> host(std::min(count, kCheckFloats));
+    auto expected = [&](std::size_t index) {
+      return static_cast<float>(n * (index % kChunkFloats % 251) + n * (n - 1) / 2);
+    };
+    for (std::size_t i = 0; i < n; ++i) {
+      for (std::size_t first :
+           {std::size_t{0}, count > kCheckFloats ? count - kCheckFloats : std::size_t{0}}) {
+        const std::size_t length = std::min(count - first, kCheckFloats);
+        if (!cuda_ok(cu_.set_device(rq_.devices[i]), "cudaSetDevice") ||
+            !cuda_ok(
+                cu_.memcpy(host.data(), gpu_.recv[i] + first, length * sizeof(float), cudaMemcpyDeviceToHost),
+                "cudaMemcpy"))
+          return false;
+        for (std::size_t k = 0; k < length; ++k) {
+          if (host[k] != expected(first + k)) ++wrong;
+        }
+        if (count <= kCheckFloats) break;
+      }
+    }
+    return true;
+  }
+
+  const Cudart& cu_;
+  const Nccl* nccl_;
+  const GpuCheckRequest& rq_;
+  Out& out_;
+  Watchdog& dog_;
+  GpuState gpu_;
+  std::uint64_t max_bytes_ = 0;
+};
+
+}  // namespace
+
+int run_gpu_check_child(const GpuCheckRequest& request, int out_fd) {
+  Out out(out_fd);
+  const EnvMap env = read_environ();
+  NcclDebugFile debug;  // before NCCL is loaded: it reads its environment once
+
+  Cudart cu;
+  bool cuda_usable = false;
+  out.line({"phase", "loading the CUDA runtime"});
+  if (void* lib =
+          load_first(doctor_detail::cudart_candidates(env, request.driver_cuda_major), "cudart", out)) {
+    std::string missing;
+    if (!cu.bind_all(lib, missing)) {
+      out.line({"cuda_error", "the CUDA runtime has no " + missing});
+    } else {
+      int runtime = 0, driver = 0;
+      cu.runtime_version(&runtime);
+      cu.driver_version(&driver);
+      out.line({"cuda_versions", std::to_string(runtime), std::to_string(driver)});
+      out.line({"phase", "counting GPUs (cudaGetDeviceCount)"});
+      int count = 0;
+      const cudaError_t error = cu.get_device_count(&count);
+      if (error == cudaSuccess) {
+        out.line({"cuda_count", std::to_string(count)});
+        cuda_usable = true;
+        for (int device : request.devices) cuda_usable = cuda_usable && device >= 0 && device < count;
+        if (!cuda_usable)
+          out.line({"allreduce", "skipped",
+                    "CUDA sees " + std::to_string(count) + " GPUs, fewer than flowrun selected"});
+      } else {
+        out.line({"cuda_error", cu.describe(error)});
+        out.line({"allreduce", "skipped", "CUDA cannot use the GPUs (see the cuda check)"});
+      }
+    }
+  } else {
+    out.line({"allreduce", "skipped", "the CUDA runtime was not found"});
+  }
+
+  Nccl nccl;
+  bool nccl_usable = false;
+  out.line({"phase", "loading NCCL"});
+  if (void* lib = load_first(doctor_detail::nccl_candidates(env), "nccl", out)) {
+    std::string missing;
+    if (!nccl.bind_all(lib, missing)) {
+      out.line({"nccl_missing", "the library has no " + missing});
+    } else {
+      int version = 0;
+      if (nccl.get_version(&version) == ncclSuccess) out.line({"nccl_version", std::to_string(version)});
+      nccl_usable = true;
+    }
+  }
+
+  if (cuda_usable) {
+    if (request.devices.empty()) {
+      out.line({"allreduce", "skipped", "no GPU to run it on"});
+    } else {
+      Watchdog dog(out);
+      Check check(cu, nccl_usable ? &nccl : nullptr, request, out, dog);
+      if (check.prepare() && (!request.memcpy || check.memcpy_bandwidth())) {
+        if (!request.nccl)
+          out.line({"allreduce", "skipped", "--no-nccl"});
+        else if (!nccl_usable)
+          out.line({"allreduce", "skipped", "NCCL was not found"});
+        else
+          check.allreduce();
+      }
+    }
+  }
+  debug.report(out);
+  out.line({"done"});
+  return 0;
+}
+
+#endif  // FLOWRUN_HAVE_CUDA_HEADERS
+
+}  // namespace flowrun

@@ -1,0 +1,587 @@
+// flowrun doctor: the verdict and report formats from recorded facts
+// (tests/fixtures/gpu/), the topology rules, nccl-tests' arithmetic, the
+// library search, NCCL's tuning lines, and the check child's protocol and
+// time limits, all without a GPU.
+#include <algorithm>
+#include <catch2/catch.hpp>
+#include <chrono>
+#include <cstdlib>
+#include <dlfcn.h>
+#include <fstream>
+#include <sstream>
+#include <string>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+#include <vector>
+
+#include "flowrun/doctor.h"
+#include "flowrun/error.h"
+#include "flowrun/gpu.h"
+
+using namespace flowrun;
+
+namespace {
+
+std::string fixture_path(const std::string& name) {
+  return std::string(FLOWRUN_SOURCE_DIR) + "/tests/fixtures/gpu/" + name;
+}
+
+std::string read_file(const std::string& path) {
+  std::ifstream in(path);
+  REQUIRE(in.good());
+  std::stringstream text;
+  text << in.rdbuf();
+  return text.str();
+}
+
+DoctorFacts load(const std::string& name) {
+  return parse_doctor_facts(read_file(fixture_path(name + ".json")), name + ".json");
+}
+
+const DoctorCheck* find_check(const DoctorReport& report, const std::string& name) {
+  for (const DoctorCheck& check : report.checks) {
+    if (check.name == name) return &check;
+  }
+  return nullptr;
+}
+
+// The report's "Checks:" lines, status and name only: "ok driver", "FAIL bandwidth".
+std::vector<std::string> verdicts(const DoctorReport& report) {
+  std::vector<std::string> out;
+  for (const DoctorCheck& check : report.checks) {
+    static const char* words[] = {"ok", "warn", "FAIL", "skip"};
+    out.push_back(std::string(words[static_cast<int>(check.status)]) + " " + check.name);
+  }
+  return out;
+}
+
+// Sets the 1 GiB row so that 8 GPUs reach `busbw` GB/s (the other large row slower).
+void set_large_busbw(DoctorFacts& facts, double busbw) {
+  for (AllReduceRow& row : facts.allreduce.rows) {
+    if (row.bytes >= kLargeMessageBytes) {
+      const double algbw = busbw / (2.0 * 7 / 8) * (row.bytes == (1ull << 30) ? 1.0 : 0.9);
+      row.time_ns = static_cast<std::int64_t>(static_cast<double>(row.bytes) / algbw);
+    }
+  }
+}
+
+// Runs `script` with /bin/sh as the check child.
+GpuCheckOutcome run_script(const std::string& script, int silence_limit_s) {
+  return doctor_detail::run_check_process({"/bin/sh", "-c", script}, silence_limit_s);
+}
+
+// The lines run_gpu_check_child writes, run in a forked child so its
+// environment changes (NCCL_DEBUG and friends) stay out of this process.
+std::vector<std::string> child_lines(const GpuCheckRequest& request, const EnvMap& set_env) {
+  int fds[2];
+  REQUIRE(pipe(fds) == 0);
+  const pid_t pid = fork();
+  REQUIRE(pid >= 0);
+  if (pid == 0) {
+    close(fds[0]);
+    for (const auto& [name, value] : set_env) setenv(name.c_str(), value.c_str(), 1);
+    _exit(run_gpu_check_child(request, fds[1]));
+  }
+  close(fds[1]);
+  std::string out;
+  char buffer[4096];
+  for (ssize_t n; (n = read(fds[0], buffer, sizeof buffer)) > 0;)
+    out.append(buffer, static_cast<std::size_t>(n));
+  close(fds[0]);
+  int status = 0;
+  waitpid(pid, &status, 0);
+  REQUIRE(WIFEXITED(status));
+  REQUIRE(WEXITSTATUS(status) == 0);
+  std::vector<std::string> lines;
+  std::stringstream in(out);
+  for (std::string line; std::getline(in, line);) lines.push_back(line);
+  return lines;
+}
+
+}  // namespace
+
+TEST_CASE("doctor: every fixture's report is exactly its recorded text", "[doctor]") {
+  const std::pair<const char*, int> fixtures[] = {{"h200x8-nvlink-healthy", 0},
+                                                  {"h200x8-nvlink-slow", 1},
+                                                  {"h200x8-hang", 1},
+                                                  {"h200x8-no-nccl", 1},
+                                                  {"l40s-x4-pcie-two-sockets", 0},
+                                                  {"h200x1", 0},
+                                                  {"no-driver", 1}};
+  for (const auto& [name, exit_code] : fixtures) {
+    INFO(name);
+    const DoctorFacts facts = load(name);
+    const DoctorReport report = evaluate_doctor(facts);
+    CHECK(report.exit_code == exit_code);
+    CHECK(format_doctor_text(facts, report) == read_file(fixture_path(std::string(name) + ".txt")));
+  }
+}
+
+TEST_CASE("doctor: the verdicts of the fixtures", "[doctor]") {
+  SECTION("8 x H200 at 470 GB/s is healthy against the NVLS ceiling") {
+    const DoctorReport report = evaluate_doctor(load("h200x8-nvlink-healthy"));
+    CHECK(verdicts(report) == std::vector<std::string>{"ok driver", "ok gpus", "ok links", "ok cuda",
+                                                       "ok nccl", "ok all-reduce", "ok bandwidth"});
+    REQUIRE(report.ceiling);
+    CHECK(report.ceiling->id == "nvlink4-nvls");
+    CHECK(report.ceiling->busbw_gbps == 475);
+    CHECK(report.large_busbw_gbps == Approx(470.22).epsilon(1e-4));
+  }
+  SECTION("the same node at 300 GB/s is flagged, with what to check") {
+    const DoctorReport report = evaluate_doctor(load("h200x8-nvlink-slow"));
+    const DoctorCheck* bandwidth = find_check(report, "bandwidth");
+    REQUIRE(bandwidth);
+    CHECK(bandwidth->status == CheckStatus::fail);
+    CHECK(bandwidth->message ==
+          "large-message bus bandwidth 300.0 GB/s is 63% of the 475 GB/s ceiling for NVLink 4 through "
+          "NVSwitch, "
+          "8 GPUs, NVLS (H100/H200 SXM), below the 85% (403.8 GB/s) a healthy node reaches");
+    CHECK(bandwidth->advice.starts_with("check that every NVLink is up ('nvidia-smi nvlink --status')"));
+    CHECK(report.exit_code == 1);
+  }
+  SECTION("4 PCIe GPUs across two sockets: a warning, and bandwidth not judged") {
+    const DoctorReport report = evaluate_doctor(load("l40s-x4-pcie-two-sockets"));
+    CHECK(verdicts(report) == std::vector<std::string>{"ok driver", "ok gpus", "warn links", "ok cuda",
+                                                       "ok nccl", "ok all-reduce", "skip bandwidth"});
+    CHECK(!report.ceiling);
+    CHECK(report.exit_code == 0);
+  }
+  SECTION("one GPU: the all-reduce runs, memory bandwidth is measured, no bus bandwidth verdict") {
+    const DoctorReport report = evaluate_doctor(load("h200x1"));
+    CHECK(verdicts(report) == std::vector<std::string>{"ok driver", "ok gpus", "ok cuda", "ok nccl",
+                                                       "ok all-reduce", "skip bandwidth", "ok memory"});
+    CHECK(find_check(report, "memory")->message ==
+          "device-to-device copy 3814.9 GB/s on GPU 0 (cudaMemcpy of 512 MiB, read and write counted)");
+  }
+  SECTION("no driver: the driver and cudaGetDeviceCount fail, each said plainly") {
+    const DoctorReport report = evaluate_doctor(load("no-driver"));
+    CHECK(verdicts(report) ==
+          std::vector<std::string>{"FAIL driver", "FAIL cuda", "ok nccl", "skip all-reduce"});
+    CHECK(find_check(report, "cuda")->message ==
+          "cudaGetDeviceCount failed: cudaErrorInsufficientDriver: CUDA driver version is insufficient for "
+          "CUDA "
+          "runtime version (CUDA runtime 13.0 from /usr/local/lib/libcudart.so.13; no CUDA driver answered)");
+  }
+  SECTION("no NCCL: the library, what was tried and how to install it") {
+    const DoctorReport report = evaluate_doctor(load("h200x8-no-nccl"));
+    const DoctorCheck* nccl = find_check(report, "nccl");
+    CHECK(nccl->status == CheckStatus::fail);
+    CHECK(nccl->message ==
+          "NCCL not found: libnccl.so.2: cannot open shared object file: No such file or directory (tried "
+          "libnccl.so.2, /usr/local/cuda/lib64/libnccl.so.2, /usr/local/cuda/lib/libnccl.so.2)");
+    CHECK(nccl->advice.find("FLOWRUN_NCCL_LIBRARY=/path/to/libnccl.so.2") != std::string::npos);
+  }
+  SECTION("a hang is a failure that says where") {
+    const DoctorReport report = evaluate_doctor(load("h200x8-hang"));
+    const DoctorCheck* allreduce = find_check(report, "all-reduce");
+    CHECK(allreduce->status == CheckStatus::fail);
+    CHECK(allreduce->message ==
+          "NCCL all-reduce hung: the all-reduce of 256 MiB did not finish within 60 s; flowrun aborted NCCL");
+  }
+}
+
+TEST_CASE("doctor: the 85% line of the ceiling", "[doctor]") {
+  DoctorFacts facts = load("h200x8-nvlink-healthy");
+  set_large_busbw(facts, 404.0);  // 85% of 475 is 403.75
+  CHECK(find_check(evaluate_doctor(facts), "bandwidth")->status == CheckStatus::ok);
+  set_large_busbw(facts, 403.5);
+  CHECK(find_check(evaluate_doctor(facts), "bandwidth")->status == CheckStatus::fail);
+
+  SECTION("sizes below 256 MiB are never judged") {
+    facts.allreduce.rows.resize(12);  // up to 64 MiB
+    const DoctorReport report = evaluate_doctor(facts);
+    const DoctorCheck* bandwidth = find_check(report, "bandwidth");
+    CHECK(bandwidth->status == CheckStatus::skip);
+    CHECK(bandwidth->message == "not judged: no size of 256 MiB or more was measured correctly (--sizes)");
+  }
+  SECTION("a wrong sum fails the all-reduce and is not counted as bandwidth") {
+    facts.allreduce.rows.back().wrong = 3;
+    const DoctorReport report = evaluate_doctor(facts);
+    CHECK(find_check(report, "all-reduce")->message == "wrong sums at 1 GiB (3 elements)");
+    CHECK(report.large_busbw_gbps == Approx(403.5 * 0.9).epsilon(1e-3));
+  }
+}
+
+TEST_CASE("doctor: which ceiling applies", "[doctor]") {
+  DoctorFacts facts = load("h200x8-nvlink-healthy");
+  SECTION("NCCL choosing Ring on the 8-GPU node: the Ring ceiling, and NVLS is named") {
+    for (AllReduceRow& row : facts.allreduce.rows) row.algorithm = "RING";
+    const DoctorReport report = evaluate_doctor(facts);
+    CHECK(report.ceiling->id == "nvlink4");
+    CHECK(find_check(report, "bandwidth")->message ==
+          "large-message bus bandwidth 470.2 GB/s is 127% of the 370 GB/s ceiling for NVLink 4 through "
+          "NVSwitch "
+          "without NVLS or with fewer than 8 GPUs (H100/H200 SXM) (NCCL chose RING; with NVLS, NVLink SHARP, "
+          "such a "
+          "node reaches 475 GB/s)");
+  }
+  SECTION("4 of the 8 GPUs: the Ring ceiling") {
+    facts.inventory.gpus.resize(4);
+    facts.inventory.links.resize(4);
+    for (auto& row : facts.inventory.links) row.resize(4);
+    facts.allreduce.gpus = 4;
+    CHECK(evaluate_doctor(facts).ceiling->id == "nvlink4");
+  }
+  SECTION("A100s: NVLink 3") {
+    for (Gpu& gpu : facts.inventory.gpus) gpu.details.compute_capability = "8.0";
+    CHECK(evaluate_doctor(facts).ceiling->busbw_gbps == 230);
+  }
+  SECTION("PCIe within a socket: 80% of the slowest GPU link") {
+    DoctorFacts pcie = load("l40s-x4-pcie-two-sockets");
+    for (auto& row : pcie.inventory.links) {
+      for (GpuLink& link : row) {
+        if (link.path == GpuPath::sys) link.path = GpuPath::phb;
+      }
+    }
+    DoctorReport report = evaluate_doctor(pcie);
+    REQUIRE(report.ceiling);
+    CHECK(report.ceiling->link == "PCIe Gen4 x16 within one CPU socket");
+    CHECK(report.ceiling->busbw_gbps == Approx(25.2));
+    CHECK(find_check(report, "bandwidth")->status == CheckStatus::fail);  // 11.8 GB/s
+    pcie.inventory.gpus[2].details.pcie_width = 8;
+    report = evaluate_doctor(pcie);
+    CHECK(report.ceiling->busbw_gbps == Approx(12.6));
+    CHECK(find_check(report, "pcie")->message == "PCIe lanes missing: GPU 2 runs x8 of its x16");
+    CHECK(find_check(report, "pcie")->status == CheckStatus::warn);
+  }
+}
+
+TEST_CASE("doctor: NVLinks down", "[doctor]") {
+  DoctorFacts facts = load("h200x8-nvlink-healthy");
+  facts.inventory.links[2][5] = facts.inventory.links[5][2] = GpuLink{GpuPath::nvlink, 17};
+  facts.inventory.links[3][6] = facts.inventory.links[6][3] = GpuLink{GpuPath::sys, 0};
+  const DoctorReport report = evaluate_doctor(facts);
+  const DoctorCheck* links = find_check(report, "links");
+  CHECK(links->status == CheckStatus::fail);
+  CHECK(links->message == "NVLinks down: most pairs have NV18, but 2-5 NV17, 3-6 SYS");
+}
+
+TEST_CASE("doctor: nccl-tests' all-reduce arithmetic", "[doctor]") {
+  // all_reduce.cu: baseBw = bytes / 1e9 / sec; busBw = baseBw * 2 (n-1) / n.
+  const double seconds = 3996120e-9;
+  const double base = 1073741824.0 / 1.0e9 / seconds;
+  CHECK(algbw_gbps(1ull << 30, 3996120) == Approx(base));
+  CHECK(busbw_gbps(1ull << 30, 3996120, 8) == Approx(base * 14 / 8));
+  CHECK(busbw_gbps(1ull << 30, 3996120, 1) == 0);
+  CHECK(busbw_gbps(1ull << 30, 3996120, 2) == Approx(base));
+  CHECK(algbw_gbps(8, 0) == 0);
+}
+
+TEST_CASE("doctor: JSON round trip gives the same report", "[doctor]") {
+  for (const char* name : {"h200x8-nvlink-slow", "l40s-x4-pcie-two-sockets", "no-driver"}) {
+    INFO(name);
+    const DoctorFacts facts = load(name);
+    const DoctorReport report = evaluate_doctor(facts);
+    const std::string json = format_doctor_json(facts, report);
+    const DoctorFacts back = parse_doctor_facts(json, "report.json");
+    CHECK(format_doctor_text(back, evaluate_doctor(back)) == format_doctor_text(facts, report));
+    CHECK(format_doctor_json(back, evaluate_doctor(back)) == json);
+  }
+  const std::string json =
+      format_doctor_json(load("h200x8-nvlink-healthy"), evaluate_doctor(load("h200x8-nvlink-healthy")));
+  CHECK(json.find("\"large_busbw_mb_s\": 470218,") != std::string::npos);
+  CHECK(json.find("\"healthy\": true,") != std::string::npos);
+}
+
+TEST_CASE("doctor: facts files that are wrong say where", "[doctor]") {
+  auto message = [](const std::string& text) {
+    try {
+      parse_doctor_facts(text, "f.json");
+    } catch (const Error& e) {
+      CHECK(e.exit_code() == kExitUsage);
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  };
+  CHECK(message("{") == "f.json: not valid JSON");
+  CHECK(
+      message("{\"facts\": {}}") ==
+      "f.json: flowrun_doctor_facts: missing: not a facts file (a facts file is what 'flowrun doctor --json' "
+      "writes; see docs/gpu.md)");
+  std::string text = read_file(fixture_path("h200x8-nvlink-healthy.json"));
+  const std::string row = "\"time_ns\": 17840";
+  REQUIRE(text.find(row) != std::string::npos);
+  text.replace(text.find(row), row.size(), "\"time_ns\": \"fast\"");
+  CHECK(
+      message(text) ==
+      "f.json: facts.allreduce.rows[0].time_ns: expected a whole number >= 0 (a facts file is what 'flowrun "
+      "doctor --json' writes; see docs/gpu.md)");
+}
+
+TEST_CASE("doctor: a simulated host passes without CUDA or NCCL", "[doctor]") {
+  const Inventory inventory = select_gpus(fake_system_gpus(8), {});
+  const PreflightResult result = run_preflight(inventory, {2, 3}, {}, "host-a");
+  CHECK(result.ok);
+  CHECK(result.facts.inventory.gpus.size() == 2);
+  CHECK(result.facts.inventory.gpus[0].index == 2);
+  CHECK(result.facts.inventory.links ==
+        std::vector<std::vector<GpuLink>>{{{GpuPath::self, 0}, {GpuPath::nvlink, 18}},
+                                          {{GpuPath::nvlink, 18}, {GpuPath::self, 0}}});
+  CHECK(result.report.find(
+            "  skip  all-reduce  not run: simulated GPUs (--fake-gpus or FLOWRUN_FAKE_GPUS)\n") !=
+        std::string::npos);
+  CHECK_THROWS_WITH(run_preflight(inventory, {8}), "preflight: GPU 8 is not one of this host's 8 GPUs");
+}
+
+TEST_CASE("topology: nvidia-smi's names", "[doctor]") {
+  CHECK(gpu_link_name({GpuPath::nvlink, 18}) == "NV18");
+  CHECK(gpu_link_name({GpuPath::sys, 0}) == "SYS");
+  CHECK(gpu_link_name({GpuPath::self, 0}) == "X");
+  for (const char* name : {"X", "NV4", "NV18", "PIX", "PXB", "PHB", "NODE", "SYS", "?"})
+    CHECK(gpu_link_name(*parse_gpu_link(name)) == name);
+  CHECK(!parse_gpu_link("NV0"));
+  CHECK(!parse_gpu_link("NV"));
+  CHECK(!parse_gpu_link("nv18"));
+  CHECK(nvlink_generation("9.0") == 4);
+  CHECK(nvlink_generation("8.6") == 3);
+  CHECK(nvlink_generation("10.0") == 5);
+  CHECK(nvlink_generation("12.0") == 0);
+  CHECK(nvlink_generation("") == 0);
+  CHECK(gpu_detail::path_from_nvml_level(10) == GpuPath::pix);
+  CHECK(gpu_detail::path_from_nvml_level(20) == GpuPath::pxb);
+  CHECK(gpu_detail::path_from_nvml_level(30) == GpuPath::phb);
+  CHECK(gpu_detail::path_from_nvml_level(40) == GpuPath::node);
+  CHECK(gpu_detail::path_from_nvml_level(50) == GpuPath::sys);
+  CHECK(gpu_detail::path_from_nvml_level(-1) == GpuPath::unknown);
+  CHECK(gpu_detail::same_pci_device("00000000:19:00.0", "0000:19:00.0"));
+  CHECK(gpu_detail::same_pci_device("00000000:9A:00.0", "00000000:9a:00.0"));
+  CHECK(!gpu_detail::same_pci_device("00000000:19:00.0", "00000000:1A:00.0"));
+  CHECK(!gpu_detail::same_pci_device("", ""));
+}
+
+TEST_CASE("topology: links from what NVML reports", "[doctor]") {
+  std::vector<GpuDevice> devices(4);
+  const char* buses[] = {"00000000:17:00.0", "00000000:31:00.0", "00000000:B1:00.0", "00000000:CA:00.0"};
+  for (int i = 0; i < 4; ++i) devices[static_cast<std::size_t>(i)].pci_bus_id = buses[i];
+  // 0-1 and 2-3 on one socket each (NODE), SYS across.
+  std::vector<std::vector<int>> levels = {{0, 40, 50, 50}, {40, 0, 50, 50}, {50, 50, 0, 40}, {50, 50, 40, 0}};
+  SECTION("bridges join 0-1 by 4 NVLinks; 2-3 stay PCIe") {
+    std::vector<std::vector<gpu_detail::NvLinkEnd>> active(4);
+    for (int k = 0; k < 4; ++k) {
+      active[0].push_back({0, "0000:31:00.0"});
+      active[1].push_back({0, "0000:17:00.0"});
+    }
+    const auto links = gpu_detail::build_links(devices, levels, active);
+    CHECK(gpu_link_name(links[0][1]) == "NV4");
+    CHECK(gpu_link_name(links[1][0]) == "NV4");
+    CHECK(gpu_link_name(links[2][3]) == "NODE");
+    CHECK(gpu_link_name(links[0][2]) == "SYS");
+    CHECK(gpu_link_name(links[3][3]) == "X");
+  }
+  SECTION("links to NVSwitches join every switch-connected pair with the smaller count") {
+    std::vector<std::vector<gpu_detail::NvLinkEnd>> active(4);
+    for (int i = 0; i < 3; ++i) {
+      for (int k = 0; k < (i == 1 ? 17 : 18); ++k)
+        active[static_cast<std::size_t>(i)].push_back({2, "00000000:05:00.0"});
+    }
+    const auto links = gpu_detail::build_links(devices, levels, active);
+    CHECK(gpu_link_name(links[0][2]) == "NV18");
+    CHECK(gpu_link_name(links[0][1]) == "NV17");
+    CHECK(gpu_link_name(links[0][3]) == "SYS");  // GPU 3 has no active link
+  }
+  SECTION("the fake probe's HGX board, narrowed by CUDA_VISIBLE_DEVICES") {
+    const Inventory inventory = select_gpus(fake_system_gpus(8), {{"CUDA_VISIBLE_DEVICES", "6,1"}});
+    REQUIRE(inventory.links.size() == 2);
+    CHECK(gpu_link_name(inventory.links[0][1]) == "NV18");
+    CHECK(inventory.nvswitch);
+    CHECK(inventory.gpus[0].details.pcie_gen_max == 5);
+  }
+}
+
+TEST_CASE("doctor: message sizes", "[doctor]") {
+  const auto sizes = doctor_detail::sweep_sizes(8, 1ull << 30, 2);
+  CHECK(sizes.size() == 28);
+  CHECK(sizes.front() == 8);
+  CHECK(sizes[1] == 16);
+  CHECK(sizes.back() == (1ull << 30));
+  CHECK(doctor_detail::sweep_sizes(16, 1ull << 30, 4) ==
+        std::vector<std::uint64_t>{16, 64, 256, 1024, 4096, 16384, 65536, 262144, 1048576, 4194304, 16777216,
+                                   67108864, 268435456, 1073741824});
+  CHECK(doctor_detail::sweep_sizes(8, 100, 4) == std::vector<std::uint64_t>{8, 32});
+  CHECK(doctor_detail::parse_size("8") == 8);
+  CHECK(doctor_detail::parse_size("64K") == 65536);
+  CHECK(doctor_detail::parse_size("1M") == 1048576);
+  CHECK(doctor_detail::parse_size("1G") == 1073741824);
+  CHECK(doctor_detail::parse_size("1.5G") == 0);
+  CHECK(doctor_detail::parse_size("G") == 0);
+  CHECK(doctor_detail::parse_size("0") == 0);
+  CHECK(doctor_detail::format_size(8) == "8 B");
+  CHECK(doctor_detail::format_size(256ull << 10) == "256 KiB");
+  CHECK(doctor_detail::format_size(1ull << 30) == "1 GiB");
+  CHECK(doctor_detail::format_size(1536) == "1536 B");
+}
+
+TEST_CASE("doctor: where the CUDA runtime and NCCL are looked for", "[doctor]") {
+  SECTION("an explicit path is the only candidate") {
+    CHECK(doctor_detail::cudart_candidates({{"FLOWRUN_CUDART_LIBRARY", "/opt/cuda/libcudart.so.12"}}, 0) ==
+          std::vector<std::string>{"/opt/cuda/libcudart.so.12"});
+    CHECK(doctor_detail::nccl_candidates({{"FLOWRUN_NCCL_LIBRARY", "/opt/nccl/libnccl.so.2"}}) ==
+          std::vector<std::string>{"/opt/nccl/libnccl.so.2"});
+  }
+  char dir_template[] = "/tmp/flowrun-doctor-test-XXXXXX";
+  const std::string venv = mkdtemp(dir_template);
+  const std::string nccl_dir = venv + "/lib/python3.11/site-packages/nvidia/nccl/lib";
+  const std::string cudart_dir = venv + "/lib/python3.11/site-packages/nvidia/cuda_runtime/lib";
+  REQUIRE(std::system(("mkdir -p " + nccl_dir + " " + cudart_dir).c_str()) == 0);
+  std::ofstream(nccl_dir + "/libnccl.so.2") << "";
+  std::ofstream(cudart_dir + "/libcudart.so.12") << "";
+  const EnvMap env = {{"VIRTUAL_ENV", venv}, {"CUDA_HOME", "/opt/cuda-12.8"}, {"HOME", "/nonexistent"}};
+  SECTION("NCCL: the loader's search, CUDA_HOME, /usr/local/cuda, then the venv's nvidia-nccl package") {
+    const auto candidates = doctor_detail::nccl_candidates(env);
+    REQUIRE(candidates.size() >= 6);
+    CHECK(std::vector<std::string>(candidates.begin(), candidates.begin() + 5) ==
+          std::vector<std::string>{"libnccl.so.2", "/opt/cuda-12.8/lib64/libnccl.so.2",
+                                   "/opt/cuda-12.8/lib/libnccl.so.2", "/usr/local/cuda/lib64/libnccl.so.2",
+                                   "/usr/local/cuda/lib/libnccl.so.2"});
+    CHECK(candidates[5] == nccl_dir + "/libnccl.so.2");
+  }
+  SECTION("CUDA runtime: a driver of CUDA 12 puts the CUDA 13 runtimes last") {
+    const auto candidates = doctor_detail::cudart_candidates(env, 12);
+    CHECK(candidates.front() == "libcudart.so.12");
+    CHECK(std::find(candidates.begin(), candidates.end(), cudart_dir + "/libcudart.so.12") !=
+          candidates.end());
+    std::size_t first13 = candidates.size();
+    for (std::size_t i = 0; i < candidates.size(); ++i) {
+      if (candidates[i].ends_with(".so.13") && first13 == candidates.size()) first13 = i;
+      if (first13 < candidates.size()) CHECK(candidates[i].ends_with(".so.13"));
+    }
+    CHECK(doctor_detail::cudart_candidates(env, 0).front() == "libcudart.so.13");
+  }
+  REQUIRE(std::system(("rm -rf " + venv).c_str()) == 0);
+}
+
+TEST_CASE("doctor: NCCL's tuning lines", "[doctor]") {
+  doctor_detail::TuningChoice choice;
+  CHECK(
+      doctor_detail::parse_tuning_line("node-01:631871:631871 [0] NCCL INFO AllReduce: 33554432 Bytes -> "
+                                       "Algo RING proto SIMPLE channel{Lo..Hi}={0..31}",
+                                       choice));
+  CHECK(choice.bytes == 33554432);
+  CHECK(choice.algorithm == "RING");
+  CHECK(choice.protocol == "SIMPLE");
+  CHECK(doctor_detail::parse_tuning_line(
+      "gpu49:65234:65234 [0] NCCL INFO 1048576 Bytes -> Algo 4 proto 2 time 25.3", choice));
+  CHECK(choice.bytes == 1048576);
+  CHECK(choice.algorithm == "NVLS");
+  CHECK(choice.protocol == "SIMPLE");
+  CHECK(!doctor_detail::parse_tuning_line(
+      "h:1:1 [0] NCCL INFO AllGather: 4096 Bytes -> Algo RING proto LL channel{Lo..Hi}={0..1}", choice));
+  CHECK(!doctor_detail::parse_tuning_line("h:1:1 [0] NCCL INFO Channel 00/24 : 0 1 2 3", choice));
+  CHECK(!doctor_detail::parse_tuning_line("h:1:1 [0] NCCL INFO x Bytes -> Algo RING proto LL", choice));
+}
+
+TEST_CASE("doctor: the check child's findings and time limits", "[doctor]") {
+  SECTION("findings, a line each, and 'done'") {
+    const GpuCheckOutcome outcome = run_script(
+        "printf 'cudart_tried\\tlibcudart.so.13\\ncudart\\t/usr/local/lib/libcudart.so.13\\n"
+        "cuda_versions\\t13000\\t13000\\ncuda_count\\t2\\nnccl\\t/usr/lib/"
+        "libnccl.so.2\\nnccl_version\\t22809\\n"
+        "row\\t8\\t18520\\t0\\nrow\\t1073741824\\t4000000\\t0\\nalgo\\t8\\tRING\\tLL\\nallreduce\\tok\\t\\ndo"
+        "ne\\n'",
+        5);
+    CHECK(outcome.cuda.library.found);
+    CHECK(outcome.cuda.library.tried == std::vector<std::string>{"libcudart.so.13"});
+    CHECK(outcome.cuda.device_count == 2);
+    CHECK(outcome.cuda.runtime_version == 13000);
+    CHECK(outcome.nccl.version == 22809);
+    REQUIRE(outcome.allreduce.rows.size() == 2);
+    CHECK(outcome.allreduce.rows[0].algorithm == "RING");
+    CHECK(outcome.allreduce.rows[1].time_ns == 4000000);
+    CHECK(outcome.allreduce.status == "ok");
+  }
+  SECTION("a child that falls silent is killed and reported as hung where it was") {
+    const auto start = std::chrono::steady_clock::now();
+    const GpuCheckOutcome outcome =
+        run_script("printf 'row\\t8\\t18520\\t0\\nphase\\tthe all-reduce of 64 MiB\\n'; exec sleep 30", 1);
+    CHECK(std::chrono::steady_clock::now() - start < std::chrono::seconds(10));
+    CHECK(outcome.allreduce.status == "hung");
+    CHECK(outcome.allreduce.reason ==
+          "no word from the check for 1 s while the all-reduce of 64 MiB; flowrun killed it");
+    CHECK(outcome.allreduce.rows.size() == 1);
+  }
+  SECTION("a child that dies is reported with its signal") {
+    const GpuCheckOutcome outcome =
+        run_script("printf 'phase\\tsetting up NCCL communicators\\n'; kill -SEGV $$", 5);
+    CHECK(outcome.allreduce.status == "failed");
+    CHECK(outcome.allreduce.reason ==
+          "the check process died of signal 11 (Segmentation fault) while setting up NCCL communicators");
+  }
+  SECTION("its own hang report stands") {
+    const GpuCheckOutcome outcome = run_script(
+        "printf 'allreduce\\thung\\tthe all-reduce of 1 GiB did not finish within 60 s\\n'; exit 3", 5);
+    CHECK(outcome.allreduce.status == "hung");
+    CHECK(outcome.allreduce.reason == "the all-reduce of 1 GiB did not finish within 60 s");
+  }
+  SECTION("a program that cannot start") {
+    const GpuCheckOutcome outcome = doctor_detail::run_check_process({"/nonexistent/flowrun"}, 5);
+    CHECK(outcome.allreduce.status == "failed");
+    CHECK(outcome.allreduce.reason == "could not start /nonexistent/flowrun");
+  }
+  SECTION("the argv that asks for it") {
+    GpuCheckRequest request;
+    request.devices = {0, 3};
+    request.memcpy = false;
+    request.nccl = false;
+    request.driver_cuda_major = 12;
+    CHECK(doctor_detail::check_child_argv("/usr/bin/flowrun", request) ==
+          std::vector<std::string>{"/usr/bin/flowrun", "doctor", "--check-child", "--devices", "0,3",
+                                   "--sizes", "8:1073741824:2", "--warmup", "5", "--iters", "20", "--timeout",
+                                   "60", "--driver-cuda", "12", "--no-nccl"});
+  }
+}
+
+TEST_CASE("doctor: the check child without the libraries", "[doctor]") {
+  if (!doctor_has_gpu_support()) {
+    GpuCheckRequest request;
+    CHECK(
+        child_lines(request, {}) ==
+        std::vector<std::string>{
+            "allreduce\tskipped\tthis flowrun was built without GPU support (no CUDA headers at build time)",
+            "done"});
+    return;
+  }
+  GpuCheckRequest request;
+  request.devices = {0};
+  const auto lines = child_lines(request, {{"FLOWRUN_CUDART_LIBRARY", "/nonexistent/libcudart.so.12"},
+                                           {"FLOWRUN_NCCL_LIBRARY", "/nonexistent/libnccl.so.2"}});
+  CHECK(lines ==
+        std::vector<std::string>{
+            "phase\tloading the CUDA runtime", "cudart_tried\t/nonexistent/libcudart.so.12",
+            "cudart_missing\t/nonexistent/libcudart.so.12: cannot open shared object file: No such file or "
+            "directory",
+            "allreduce\tskipped\tthe CUDA runtime was not found", "phase\tloading NCCL",
+            "nccl_tried\t/nonexistent/libnccl.so.2",
+            "nccl_missing\t/nonexistent/libnccl.so.2: cannot open shared object file: No such file or "
+            "directory",
+            "done"});
+}
+
+TEST_CASE("doctor: the real CUDA runtime on a host without a driver", "[doctor]") {
+  // This host's own libcudart, when it has one and no driver (CI): exactly
+  // what the report says there.
+  void* driver = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
+  void* runtime = dlopen("libcudart.so.13", RTLD_NOW | RTLD_LOCAL);
+  if (runtime == nullptr) runtime = dlopen("libcudart.so.12", RTLD_NOW | RTLD_LOCAL);
+  const bool applies = doctor_has_gpu_support() && driver == nullptr && runtime != nullptr;
+  if (driver != nullptr) dlclose(driver);
+  if (runtime != nullptr) dlclose(runtime);
+  if (!applies) {
+    WARN("skipped: needs a CUDA runtime and no NVIDIA driver");
+    return;
+  }
+  GpuCheckRequest request;
+  request.devices = {0};
+  const auto lines = child_lines(request, {{"FLOWRUN_NCCL_LIBRARY", "/nonexistent/libnccl.so.2"}});
+  GpuCheckOutcome outcome;
+  std::string phase;
+  for (const std::string& line : lines) doctor_detail::apply_check_line(line, outcome, phase);
+  CHECK(outcome.cuda.library.found);
+  CHECK(outcome.cuda.device_count == -1);
+  CHECK(outcome.cuda.driver_version == 0);
+  CHECK(outcome.cuda.error ==
+        "cudaErrorInsufficientDriver: CUDA driver version is insufficient for CUDA runtime version");
+  CHECK(outcome.allreduce.status == "skipped");
+  CHECK(outcome.allreduce.reason == "CUDA cannot use the GPUs (see the cuda check)");
+  CHECK(lines.back() == "done");
+}
