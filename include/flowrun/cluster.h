@@ -58,9 +58,12 @@ NodeStepResult run_on_nodes(Supervisor& supervisor, const Console& console, cons
 
 // `flowrun agent`.
 struct AgentOptions {
-  std::string endpoint;           // HOST:PORT of the head
-  std::optional<int> node_rank;   // --node-rank; else SLURM_NODEID under srun; else the head decides
-  std::string token_file;         // --token-file; else the first line of stdin
+  std::string endpoint;          // HOST:PORT of the head
+  std::optional<int> node_rank;  // --node-rank; else SLURM_NODEID under srun; else the head decides
+  std::string token_file;        // --token-file; else the first line of stdin
+  // Read token_file once connected, waiting for it to appear: `flowrun run`'s
+  // rendezvous, where the head writes it before it listens.
+  bool token_after_connect = false;
   int fake_gpus = -1;             // --fake-gpus
   double connect_timeout_s = 60;  // how long to keep trying to reach the head
 };

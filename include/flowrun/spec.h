@@ -69,6 +69,9 @@ struct Step {
   std::vector<std::string> argv;
   std::string script;
   bool shell = false;
+  // `run` starts with `python` or `python3` (not a shell script): the word
+  // the spec's `python:` (or --python) replaces.
+  bool python_command = false;
   Location run_loc;
 
   EnvList env;
@@ -108,8 +111,15 @@ struct ClusterSpec {
   std::optional<std::string> address;
   double heartbeat_timeout_s = 10;  // an agent and the head give up on each other after this silence
   double join_timeout_s = 300;      // how long the head waits for every agent to connect
-  Location loc;                     // of the `cluster:` key
-  Location hosts_loc;               // of the `hosts:` or `hostfile:` value, else of `cluster:`
+  // Set by `flowrun run` for a torchrun-style rendezvous (not a spec key):
+  // every node runs the same command and node 0's flowrun is the head. It
+  // listens on the port of `rendezvous` (HOST:PORT) on every address, starts
+  // node 0's agent itself, and leaves the run's token in
+  // `rendezvous_token_file` (under the shared workdir) for the others.
+  std::string rendezvous;
+  std::string rendezvous_token_file;
+  Location loc;        // of the `cluster:` key
+  Location hosts_loc;  // of the `hosts:` or `hostfile:` value, else of `cluster:`
 };
 
 struct Spec {
@@ -117,7 +127,11 @@ struct Spec {
   std::string dir;   // absolute directory of the file
   std::string name;  // defaults to the file's stem
   EnvList env;
-  std::string workdir;             // absolute; defaults to `dir`
+  std::string workdir;  // absolute; defaults to `dir`
+  // `python:`: the interpreter for steps whose run starts with python or
+  // python3 (a path, absolute once parsed, or a name looked up on PATH);
+  // empty: those words are looked up on PATH as written.
+  std::string python;
   std::vector<Step> steps;         // in file order
   std::vector<std::size_t> order;  // indices into `steps`, dependencies first
   std::optional<ClusterSpec> cluster;
@@ -152,6 +166,14 @@ struct Placeholder {
 // are not flowrun's and are left alone. Returns nullopt with *error set for a
 // malformed flowrun template such as `${steps.train}`.
 std::optional<std::vector<Placeholder>> find_placeholders(std::string_view text, std::string* error);
+
+// Makes `python` the interpreter of every step whose run starts with python
+// or python3 (Step::python_command), as `python:` or --python ask.
+void use_python(Spec& spec, const std::string& python);
+
+// `python:` as the runner uses it: a value with a '/' is a path, made
+// absolute against `dir`; a bare name is left to PATH.
+std::string python_path(const std::string& python, const std::string& dir);
 
 // The name of an engine as written in a spec ("slurm", "ssh", "manual").
 std::string_view engine_name(Engine engine);

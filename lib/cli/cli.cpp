@@ -2,8 +2,10 @@
 
 #include <CLI/CLI.hpp>
 #include <algorithm>
+#include <cerrno>
 #include <climits>
 #include <cstdio>
+#include <cstring>
 #include <iostream>
 #include <unistd.h>
 
@@ -38,6 +40,13 @@ HostFacts probe_host(int fake_gpus, const EnvMap& env) {
   std::string ignored;
   if (auto job = read_slurm_job(env, &ignored)) facts.allocation = job->nodes;
   return facts;
+}
+
+std::string current_directory() {
+  char cwd[PATH_MAX];
+  if (getcwd(cwd, sizeof cwd) == nullptr)
+    throw Error(std::string("cannot read the current directory: ") + std::strerror(errno));
+  return cwd;
 }
 
 Spec load_or_throw(const std::string& path) {
@@ -86,6 +95,7 @@ struct Options {
   std::string ranks = "all";
   double grace_s = 10;
   std::string color = "auto";
+  std::string python;  // --python: overrides the spec's `python:`
   AgentOptions agent;
 };
 
@@ -106,6 +116,7 @@ struct Planned {
 
 Planned plan_spec(const Options& options) {
   Planned p{read_environ(), load_or_throw(options.spec_path), {}, {}};
+  if (!options.python.empty()) use_python(p.spec, python_path(options.python, current_directory()));
   p.host = probe_host(options.fake_gpus, p.env);
   PlanOptions plan_options;
   if (options.cpus > 0) plan_options.cpus = options.cpus;
@@ -212,6 +223,10 @@ int run_cli(int argc, char** argv) {
                  "Colour the rank prefixes: auto (on a terminal, unless NO_COLOR is set), always, never")
       ->check(CLI::IsMember({"auto", "always", "never"}))
       ->type_name("WHEN");
+  app.add_option(
+         "--python", options.python,
+         "The Python for steps whose run starts with python or python3 (overrides the spec's python:)")
+      ->type_name("PY");
   app.add_option("--run-id", options.run_id, "Use this run id instead of a new one")->type_name("ID");
   app.add_option("--run-dir", options.run_dir, "Run directory (default: WORKDIR/.flowrun/runs/RUN_ID)")
       ->type_name("DIR");
@@ -223,6 +238,8 @@ int run_cli(int argc, char** argv) {
   plan->add_option("spec", options.spec_path, "The flow spec")->required()->type_name("SPEC");
   plan->add_flag("--json", options.json, "Print the plan as JSON, with every worker's environment");
   plan->add_flag("--env", options.show_env, "List every worker's environment variables");
+  plan->add_option("--python", options.python, "The Python for steps whose run starts with python or python3")
+      ->type_name("PY");
   plan->add_option("--run-id", options.run_id, "Use this run id instead of a new one")->type_name("ID");
   plan->add_option("--run-dir", options.run_dir, "Run directory (default: WORKDIR/.flowrun/runs/RUN_ID)")
       ->type_name("DIR");

@@ -30,6 +30,9 @@ HostFacts probe_host(int fake_gpus, const EnvMap& env);
 // --fake-gpus when given (>= 0), else FLOWRUN_FAKE_GPUS when it is a count, else -1.
 int fake_gpus_from_env(int fake_gpus, const EnvMap& env);
 
+// The current directory; throws Error when it cannot be read.
+std::string current_directory();
+
 // load_spec(), with its diagnostics thrown as a DiagnosticError.
 Spec load_or_throw(const std::string& path);
 

@@ -1,20 +1,856 @@
-// flowrun run (torchrun's command line) and flowrun init.
+// flowrun run: torchrun's command line, so that `torchrun ARGS` becomes
+// `flowrun run ARGS`; and flowrun init, which writes the same thing as a spec.
+//
+// Both read torchrun's options up to the script (every option in both
+// spellings, --nproc-per-node and --nproc_per_node; --opt VALUE or
+// --opt=VALUE), then turn them into a one-step flow: a spec text that goes
+// through the same parser, planner and runner as a spec the user wrote. What
+// `flowrun run` does is therefore exactly what `flowrun init` writes, and
+// `--dry-run` shows its plan.
+//
+// Several nodes meet the way torchrun's do: inside a Slurm allocation this
+// flowrun starts the other nodes itself (srun); with --rdzv-endpoint or
+// --master-addr every node runs the same command, node 0's flowrun is the head
+// and the others join it as agents (docs/migrating.md).
+#include <algorithm>
+#include <cerrno>
+#include <charconv>
+#include <cstring>
+#include <fcntl.h>
+#include <fmt/format.h>
+#include <ifaddrs.h>
 #include <iostream>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <optional>
+#include <sys/stat.h>
+#include <unistd.h>
 
+#include "flowrun/cluster.h"
 #include "flowrun/error.h"
+#include "flowrun/flow.h"
+#include "flowrun/json.h"
+#include "flowrun/report.h"
+#include "flowrun/slurm.h"
+#include "flowrun/supervisor.h"
 
 #include "commands.h"
 
 namespace flowrun {
 
-int cmd_torchrun(int, char**) {
-  std::cerr << "flowrun: error: 'flowrun run' is not in this build yet\n";
-  return kExitUsage;
+namespace {
+
+constexpr int kDefaultMasterPort = 29500;  // torchrun's
+
+// What the command line asked for.
+struct Request {
+  // torchrun's options
+  std::string nproc;  // empty: not given
+  std::string nnodes;
+  std::optional<int> node_rank;
+  std::string master_addr;
+  std::optional<int> master_port;
+  std::string rdzv_endpoint;
+  std::string rdzv_id;
+  std::string rdzv_backend;
+  std::string rdzv_conf;
+  std::optional<int> max_restarts;
+  bool standalone = false;
+  std::string log_dir;
+  std::string redirects;
+  std::string local_ranks_filter;
+  bool module = false;
+  bool no_python = false;
+  std::string python;
+  std::string local_addr;
+  // flowrun's own
+  bool dry_run = false;
+  std::optional<double> grace_s;
+  std::string ranks;
+  std::string color = "auto";
+  std::string run_id;
+  std::string run_dir;
+  int fake_gpus = -1;
+  int cpus = 0;
+  std::string output;  // init: -o
+  bool force = false;  // init: --force
+  // What to run: a script and its arguments, a module, a program, or a spec.
+  std::vector<std::string> command;
+  std::string spec_path;
+  std::vector<std::string> spec_args;
+  std::vector<std::string> notes;  // options accepted with no effect, said once on stderr
+};
+
+enum class Arg { value, flag };
+
+struct OptionDef {
+  std::string_view name;  // with dashes: "nproc-per-node"
+  Arg arg;
+  std::string_view meta;
+  std::string_view help;
+  bool init = true;  // also an option of `flowrun init`
+};
+
+// The order is --help's.
+constexpr OptionDef kOptions[] = {
+    {"nproc-per-node", Arg::value, "N|auto|gpu|cpu",
+     "Workers per node: a number; gpu (one per GPU), cpu (one per CPU core), auto (gpu when the host has "
+     "GPUs, else cpu). Default: one per GPU of this node, or 1 on a host without GPUs"},
+    {"nnodes", Arg::value, "N", "Nodes (N, or N:N; elastic ranges are not supported). Default 1"},
+    {"node-rank", Arg::value, "N",
+     "This node's rank, with --master-addr or --rdzv-endpoint (0 runs the head)"},
+    {"master-addr", Arg::value, "HOST",
+     "Node 0's address, where the other nodes meet it (static rendezvous)"},
+    {"master-port", Arg::value, "PORT", "The port node 0 listens on for the other nodes (default 29500)"},
+    {"rdzv-endpoint", Arg::value, "HOST[:PORT]",
+     "Where the nodes meet: node 0's HOST:PORT (default port 29500)"},
+    {"rdzv-id", Arg::value, "ID", "The job's id; flowrun's run id is made from it"},
+    {"rdzv-backend", Arg::value, "c10d|static",
+     "Accepted for torchrun's sake; flowrun has its own rendezvous"},
+    {"rdzv-conf", Arg::value, "K=V,...", "join_timeout=SECONDS is used; other keys are not"},
+    {"max-restarts", Arg::value, "N", "Restart every worker this many times at most when one fails"},
+    {"standalone", Arg::flag, "", "One node, rendezvous on this host (the default for one node)"},
+    {"log-dir", Arg::value, "DIR", "Put the run directory (every rank's logs, results.json) under DIR"},
+    {"tee", Arg::value, "N", "Accepted: flowrun always shows output and writes every rank's log files"},
+    {"redirects", Arg::value, "N",
+     "1, 2 or 3: keep workers' output off the console (logs keep it); 0: show it"},
+    {"local-ranks-filter", Arg::value, "LIST", "Show only these ranks on the console (0,2 or 0-3)"},
+    {"module", Arg::flag, "", "-m: run the script as a Python module (python -m MODULE)"},
+    {"no-python", Arg::flag, "", "Run the program itself, not through Python"},
+    {"local-addr", Arg::value, "ADDR", "The address node 0 listens on (default: every address)"},
+    {"monitor-interval", Arg::value, "S", "Accepted: flowrun learns of every exit at once, it does not poll"},
+    {"start-method", Arg::value, "M", "Accepted: workers are always new processes (fork and exec)"},
+    {"role", Arg::value, "R", "Accepted: no effect"},
+    {"python", Arg::value, "PY", "The Python to run the script with (default: python3 on PATH)"},
+    {"dry-run", Arg::flag, "", "Show the plan (where every rank runs, and why) and run nothing", false},
+    {"grace", Arg::value, "SECONDS", "Between SIGTERM and SIGKILL when workers are stopped (default 10)",
+     false},
+    {"ranks", Arg::value, "LIST", "Ranks shown on the console (all, 0, 0,2, 0-3)", false},
+    {"color", Arg::value, "WHEN", "auto, always or never", false},
+    {"run-id", Arg::value, "ID", "Use this run id", false},
+    {"run-dir", Arg::value, "DIR", "Run directory (default: .flowrun/runs/RUN_ID)", false},
+    {"fake-gpus", Arg::value, "N", "Pretend this host has N GPUs (dry runs, tests)"},
+    {"cpus", Arg::value, "N", "N CPU workers in total instead of GPU workers"},
+    {"output", Arg::value, "FILE", "-o: the spec to write (default: SCRIPT's name with .yaml)"},
+    {"force", Arg::flag, "", "Overwrite the spec if it exists"},
+};
+
+const OptionDef* find_option(std::string_view name) {
+  for (const auto& def : kOptions) {
+    if (def.name == name) return &def;
+  }
+  return nullptr;
 }
 
-int cmd_init(int, char**) {
-  std::cerr << "flowrun: error: 'flowrun init' is not in this build yet\n";
-  return kExitUsage;
+[[noreturn]] void usage_error(const std::string& command, const std::string& message) {
+  throw Error(message + "\nRun 'flowrun " + command + " --help' for usage.", kExitUsage);
+}
+
+int parse_int(const std::string& command, const std::string& option, const std::string& text, int lo,
+              int hi) {
+  int value = 0;
+  const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), value);
+  if (ec != std::errc() || end != text.data() + text.size() || value < lo || value > hi)
+    usage_error(command, fmt::format("--{} {}: expected a whole number from {} to {}", option, text, lo, hi));
+  return value;
+}
+
+bool is_spec_file(const std::string& path) {
+  auto ends = [&](std::string_view suffix) {
+    return path.size() > suffix.size() &&
+           path.compare(path.size() - suffix.size(), suffix.size(), suffix) == 0;
+  };
+  return ends(".yaml") || ends(".yml");
+}
+
+void set_option(Request& r, const std::string& command, const OptionDef& def, const std::string& value) {
+  const std::string name(def.name);
+  if (name == "nproc-per-node") {
+    r.nproc = value;
+  } else if (name == "nnodes") {
+    r.nnodes = value;
+  } else if (name == "node-rank") {
+    r.node_rank = parse_int(command, name, value, 0, 65535);
+  } else if (name == "master-addr") {
+    r.master_addr = value;
+  } else if (name == "master-port") {
+    r.master_port = parse_int(command, name, value, 1, 65535);
+  } else if (name == "rdzv-endpoint") {
+    r.rdzv_endpoint = value;
+  } else if (name == "rdzv-id") {
+    r.rdzv_id = value;
+  } else if (name == "rdzv-backend") {
+    if (value != "c10d" && value != "static")
+      usage_error(command, "--rdzv-backend " + value +
+                               ": flowrun meets the nodes itself, as torchrun's c10d and static backends do; "
+                               "use c10d or static (or leave it out)");
+    r.rdzv_backend = value;
+  } else if (name == "rdzv-conf") {
+    r.rdzv_conf = value;
+  } else if (name == "max-restarts") {
+    r.max_restarts = parse_int(command, name, value, 0, 1000);
+  } else if (name == "standalone") {
+    r.standalone = true;
+  } else if (name == "log-dir") {
+    r.log_dir = value;
+  } else if (name == "tee") {
+    r.notes.push_back(
+        "--tee has no effect: flowrun always shows the workers' output and writes every rank's "
+        "log files");
+  } else if (name == "redirects") {
+    r.redirects = value;
+  } else if (name == "local-ranks-filter") {
+    r.local_ranks_filter = value;
+  } else if (name == "module") {
+    r.module = true;
+  } else if (name == "no-python") {
+    r.no_python = true;
+  } else if (name == "local-addr") {
+    r.local_addr = value;
+  } else if (name == "monitor-interval") {
+    r.notes.push_back("--monitor-interval has no effect: flowrun learns of every worker's exit at once");
+  } else if (name == "start-method") {
+    r.notes.push_back("--start-method has no effect: every worker is a new process (fork and exec)");
+  } else if (name == "role") {
+    r.notes.push_back("--role has no effect");
+  } else if (name == "python") {
+    r.python = value;
+  } else if (name == "dry-run") {
+    r.dry_run = true;
+  } else if (name == "grace") {
+    char* end = nullptr;
+    const double g = std::strtod(value.c_str(), &end);
+    if (value.empty() || *end != '\0' || !(g >= 0 && g <= 3600))
+      usage_error(command, "--grace " + value + ": expected seconds from 0 to 3600");
+    r.grace_s = g;
+  } else if (name == "ranks") {
+    r.ranks = value;
+  } else if (name == "color") {
+    if (value != "auto" && value != "always" && value != "never")
+      usage_error(command, "--color " + value + ": expected auto, always or never");
+    r.color = value;
+  } else if (name == "run-id") {
+    r.run_id = value;
+  } else if (name == "run-dir") {
+    r.run_dir = value;
+  } else if (name == "fake-gpus") {
+    r.fake_gpus = parse_int(command, name, value, 0, 1024);
+  } else if (name == "cpus") {
+    r.cpus = parse_int(command, name, value, 1, 4096);
+  } else if (name == "output") {
+    r.output = value;
+  } else if (name == "force") {
+    r.force = true;
+  }
+}
+
+// Reads options up to the first word that is not one; that word and
+// everything after it are what to run (or a spec and its ${args}).
+// Returns nullopt when --help was asked for.
+std::optional<Request> parse_request(int argc, char** argv, const std::string& command) {
+  Request r;
+  const bool init = command == "init";
+  int i = 1;
+  for (; i < argc; ++i) {
+    std::string arg = argv[i];
+    if (arg == "-h" || arg == "--help") return std::nullopt;
+    if (arg == "--") {
+      ++i;
+      r.no_python = true;
+      break;
+    }
+    if (arg == "-m") arg = "--module";
+    if (arg == "-o") arg = "--output";
+    if (arg.size() < 2 || arg[0] != '-') break;
+    if (arg[1] != '-') usage_error(command, "unknown option '" + arg + "'");
+    std::string name = arg.substr(2);
+    std::optional<std::string> value;
+    if (const auto eq = name.find('='); eq != std::string::npos) {
+      value = name.substr(eq + 1);
+      name.resize(eq);
+    }
+    std::replace(name.begin(), name.end(), '_', '-');  // torchrun's two spellings
+    const OptionDef* def = find_option(name);
+    if (def == nullptr || (init && !def->init)) {
+      std::vector<std::string> names;
+      for (const auto& d : kOptions) {
+        if (!init || d.init) names.emplace_back(d.name);
+      }
+      std::string message = "unknown option '--" + name + "'";
+      if (auto close = closest_match(name, names)) message += "; did you mean --" + *close + "?";
+      usage_error(command, message);
+    }
+    if (def->arg == Arg::flag) {
+      if (value) usage_error(command, "--" + name + " takes no value");
+      set_option(r, command, *def, "");
+      continue;
+    }
+    if (!value) {
+      if (i + 1 >= argc)
+        usage_error(command, "--" + name + " needs a value (" + std::string(def->meta) + ")");
+      value = argv[++i];
+    }
+    set_option(r, command, *def, *value);
+  }
+  if (i >= argc)
+    usage_error(command, init ? "no script given: flowrun init SCRIPT.py [torchrun options]"
+                              : "nothing to run: flowrun run [options] SCRIPT.py [ARGS], -m MODULE, "
+                                "--no-python PROGRAM, -- PROGRAM, or a spec (flowrun run train.yaml)");
+  const std::string first = argv[i];
+  if (!init && !r.module && !r.no_python && is_spec_file(first)) {
+    r.spec_path = first;
+    for (int j = i + 1; j < argc; ++j) {
+      if (std::string_view(argv[j]) == "--" && j == i + 1) continue;
+      r.spec_args.emplace_back(argv[j]);
+    }
+    return r;
+  }
+  r.command.assign(argv + i, argv + argc);
+  if (r.module && r.no_python) usage_error(command, "-m and --no-python do not go together");
+  return r;
+}
+
+std::string help_text(const std::string& command) {
+  const bool init = command == "init";
+  std::string out;
+  if (init) {
+    out +=
+        "flowrun init: write a starter spec for a script.\n\n"
+        "Usage: flowrun init [torchrun options] SCRIPT.py [ARGS]\n\n"
+        "Writes SCRIPT.yaml (or -o FILE): the one-step flow that `flowrun run` with the same options would "
+        "run,\n"
+        "with a join step to fill in. Refuses to overwrite a file unless --force.\n\nOptions:\n";
+  } else {
+    out +=
+        "flowrun run: torchrun's command line. Replace `torchrun` by `flowrun run` and keep the rest.\n\n"
+        "Usage:\n"
+        "  flowrun run [options] SCRIPT.py [ARGS]      python3 SCRIPT.py ARGS on every worker\n"
+        "  flowrun run [options] -m MODULE [ARGS]      python3 -m MODULE ARGS\n"
+        "  flowrun run [options] --no-python PROG ARGS any program (also: flowrun run [options] -- PROG "
+        "ARGS)\n"
+        "  flowrun run [flowrun options] SPEC.yaml [-- ARGS]   a flow spec, as `flowrun SPEC` runs it\n\n"
+        "Every option has both spellings: --nproc-per-node and --nproc_per_node; --opt VALUE or "
+        "--opt=VALUE.\n"
+        "Options come before the script; everything after it is the script's.\n\nOptions:\n";
+  }
+  for (const auto& def : kOptions) {
+    if (init && !def.init) continue;
+    if (!init && (def.name == "output" || def.name == "force")) continue;
+    std::string left = "  --" + std::string(def.name);
+    if (!def.meta.empty()) left += " " + std::string(def.meta);
+    if (left.size() < 34)
+      left.resize(34, ' ');
+    else
+      left += "\n" + std::string(34, ' ');
+    out += left + std::string(def.help) + "\n";
+  }
+  if (!init) {
+    out +=
+        "\nSeveral nodes (--nnodes N):\n"
+        "  inside a Slurm allocation (salloc, sbatch): run it once; flowrun starts the other nodes with "
+        "srun.\n"
+        "  anywhere else: run the same command on every node with --rdzv-endpoint HOST:PORT (or "
+        "--master-addr\n"
+        "  and --master-port) and --node-rank; node 0 (or the node that owns HOST) is the head. The run "
+        "directory\n"
+        "  must be on a filesystem every node shares (the other nodes read the run's token from it).\n\n"
+        "Examples:\n"
+        "  flowrun run --nproc-per-node 4 train.py --epochs 3\n"
+        "  flowrun run --nproc_per_node=gpu -m mypkg.train\n"
+        "  flowrun run --dry-run --nnodes 2 train.py        the plan, inside salloc -N2\n"
+        "  flowrun init train.py                            the same as a spec, to add steps and a join\n\n"
+        "Exit codes: as `flowrun SPEC`: 0, the failing worker's code, 124 timeout, 130/143 interrupted,\n"
+        "2 bad command line (docs/cli.md). How it maps to torchrun: docs/migrating.md.\n";
+  }
+  return out;
+}
+
+// --- from a request to a spec --------------------------------------------------
+
+std::string slug(std::string text) {
+  for (char& c : text) {
+    const bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '.' ||
+                    c == '_' || c == '-';
+    if (!ok) c = '-';
+  }
+  while (!text.empty() && !std::isalnum(static_cast<unsigned char>(text.front()))) text.erase(0, 1);
+  if (text.empty()) text = "train";
+  if (text.size() > 40) text.resize(40);
+  return text;
+}
+
+// The step's name: the script's, the module's or the program's, without directories or suffix.
+std::string step_name(const Request& r) {
+  std::string word = r.command.front();
+  if (r.module) {
+    if (auto dot = word.rfind('.'); dot != std::string::npos) word = word.substr(dot + 1);
+    return slug(word);
+  }
+  if (auto slash = word.rfind('/'); slash != std::string::npos) word = word.substr(slash + 1);
+  if (auto dot = word.rfind('.'); dot != std::string::npos && dot > 0) word.resize(dot);
+  return slug(word);
+}
+
+bool on_path(const std::string& name, const EnvMap& env) {
+  const std::string path = env_get(env, "PATH").value_or("/usr/local/bin:/usr/bin:/bin");
+  std::size_t start = 0;
+  while (start <= path.size()) {
+    std::size_t end = path.find(':', start);
+    if (end == std::string::npos) end = path.size();
+    std::string dir = path.substr(start, end - start);
+    if (dir.empty()) dir = ".";
+    if (access((dir + "/" + name).c_str(), X_OK) == 0) return true;
+    start = end + 1;
+  }
+  return false;
+}
+
+std::string python_for(const Request& r, const EnvMap& env) {
+  if (!r.python.empty()) return r.python;
+  if (on_path("python3", env)) return "python3";
+  if (on_path("python", env)) return "python";
+  throw Error("no python3 or python on PATH: activate the environment that has torch, or give --python PATH",
+              kExitUsage);
+}
+
+std::vector<std::string> worker_argv(const Request& r, const EnvMap& env) {
+  std::vector<std::string> argv;
+  if (!r.no_python) {
+    argv.push_back(python_for(r, env));
+    if (r.module) argv.emplace_back("-m");
+  }
+  argv.insert(argv.end(), r.command.begin(), r.command.end());
+  return argv;
+}
+
+// HOST:PORT where the nodes meet, empty for none.
+std::string rendezvous_endpoint(const Request& r, const std::string& command) {
+  std::string host = r.master_addr;
+  int port = r.master_port.value_or(kDefaultMasterPort);
+  if (!r.rdzv_endpoint.empty()) {
+    host = r.rdzv_endpoint;
+    const auto colon = host.rfind(':');
+    // [v6]:PORT, or HOST:PORT; a bare HOST keeps the default port.
+    if (colon != std::string::npos && (host.front() != '[' || host.find(']') < colon)) {
+      port = parse_int(command, "rdzv-endpoint port", host.substr(colon + 1), 1, 65535);
+      host.resize(colon);
+    }
+  }
+  if (host.empty()) return {};
+  return host + ":" + std::to_string(port);
+}
+
+// The addresses of this host's interfaces, and its names.
+bool is_this_host(const std::string& host, const EnvMap& env) {
+  if (host == "localhost" || host == local_hostname(env)) return true;
+  addrinfo hints{};
+  hints.ai_family = AF_UNSPEC;
+  hints.ai_socktype = SOCK_STREAM;
+  addrinfo* found = nullptr;
+  if (getaddrinfo(host.c_str(), nullptr, &hints, &found) != 0) return false;
+  ifaddrs* ifs = nullptr;
+  bool local = false;
+  if (getifaddrs(&ifs) == 0) {
+    for (addrinfo* a = found; a && !local; a = a->ai_next) {
+      if (a->ai_family == AF_INET) {
+        const auto want = reinterpret_cast<sockaddr_in*>(a->ai_addr)->sin_addr.s_addr;
+        if ((ntohl(want) >> 24) == 127) local = true;
+        for (ifaddrs* i = ifs; i && !local; i = i->ifa_next) {
+          if (i->ifa_addr && i->ifa_addr->sa_family == AF_INET &&
+              reinterpret_cast<sockaddr_in*>(i->ifa_addr)->sin_addr.s_addr == want)
+            local = true;
+        }
+      }
+    }
+    freeifaddrs(ifs);
+  }
+  freeaddrinfo(found);
+  return local;
+}
+
+// How many CPU cores this process may use.
+int cpu_count() {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  if (sched_getaffinity(0, sizeof set, &set) == 0) return std::max(1, CPU_COUNT(&set));
+  return static_cast<int>(std::max(1L, sysconf(_SC_NPROCESSORS_ONLN)));
+}
+
+// The shape of the step: what goes under `parallel:`, with a comment saying why.
+struct Shape {
+  std::vector<std::pair<std::string, std::string>> parallel;  // key, value
+  std::string why;
+  int nodes = 1;
+};
+
+Shape shape_for(const Request& r, const HostFacts& host, const std::string& command) {
+  Shape s;
+  if (!r.nnodes.empty()) {
+    std::string text = r.nnodes;
+    if (auto colon = text.find(':'); colon != std::string::npos) {
+      const std::string lo = text.substr(0, colon), hi = text.substr(colon + 1);
+      if (lo != hi)
+        usage_error(command, "--nnodes " + r.nnodes +
+                                 ": elastic node counts are not supported; give one count (--nnodes " + hi +
+                                 ")");
+      text = lo;
+    }
+    s.nodes = parse_int(command, "nnodes", text, 1, 65535);
+  }
+  if (r.standalone && s.nodes > 1)
+    usage_error(command,
+                "--standalone runs on one node; leave it out for --nnodes " + std::to_string(s.nodes));
+  const int gpus = static_cast<int>(host.inventory.gpus.size());
+  const std::string nodes_text = std::to_string(s.nodes);
+  auto cpus = [&](int per_node, const std::string& why) {
+    s.parallel.emplace_back("cpus", std::to_string(per_node * s.nodes));
+    s.why = why;
+  };
+  const std::string nproc = r.nproc;
+  if (r.cpus > 0) {
+    s.parallel.emplace_back("cpus", std::to_string(r.cpus));
+    s.why = "--cpus " + std::to_string(r.cpus);
+  } else if (nproc.empty()) {
+    if (gpus > 0) {
+      s.why = "one worker per GPU (the default)";
+    } else {
+      cpus(1, "this host has no GPUs, so 1 CPU worker per node (torchrun's default)");
+    }
+  } else if (nproc == "gpu" || nproc == "auto") {
+    if (gpus > 0) {
+      s.why = "--nproc-per-node " + nproc + ": one worker per GPU";
+    } else if (nproc == "auto") {
+      cpus(cpu_count(), "--nproc-per-node auto on a host without GPUs: one worker per CPU core");
+    } else {
+      usage_error(command,
+                  "--nproc-per-node gpu: this host has no GPUs (" +
+                      (host.inventory.unavailable_reason.empty() ? std::string("none found")
+                                                                 : host.inventory.unavailable_reason) +
+                      "); use --nproc-per-node cpu or a number for CPU workers");
+    }
+  } else if (nproc == "cpu") {
+    cpus(cpu_count(), "--nproc-per-node cpu: one worker per CPU core");
+  } else {
+    const int n = parse_int(command, "nproc-per-node", nproc, 1, 4096);
+    if (gpus == 0) {
+      cpus(n, "--nproc-per-node " + nproc + " on a host without GPUs: CPU workers");
+    } else if (n == gpus) {
+      s.why = "--nproc-per-node " + nproc + ": one worker per GPU";
+    } else if (n < gpus && gpus % n == 0) {
+      s.parallel.emplace_back("procs_per_node", std::to_string(n));
+      s.why = fmt::format(
+          "--nproc-per-node {}: {} GPUs per worker, every worker sees the node's {} (as torchrun)", n,
+          gpus / n, gpus);
+    } else if (n < gpus) {
+      s.parallel.emplace_back("gpus", std::to_string(n * s.nodes));
+      s.why =
+          fmt::format("--nproc-per-node {}: the first {} of the node's {} GPUs, one per worker", n, n, gpus);
+    } else {
+      usage_error(command,
+                  fmt::format("--nproc-per-node {}: this host has {} GPUs; ask for at most {}, or use "
+                              "--cpus {} for CPU workers",
+                              n, gpus, gpus, n * s.nodes));
+    }
+  }
+  if (s.nodes > 1) s.parallel.emplace_back("nodes", nodes_text);
+  if (r.max_restarts) s.parallel.emplace_back("max_restarts", std::to_string(*r.max_restarts));
+  return s;
+}
+
+// How the nodes meet.
+struct Meeting {
+  enum class Kind { one_node, slurm, head, agent } kind = Kind::one_node;
+  std::string endpoint;  // HOST:PORT (head, agent)
+  int node_rank = 0;
+};
+
+Meeting meeting_for(Request& r, const Shape& shape, const EnvMap& env, const std::string& command) {
+  Meeting m;
+  const std::string endpoint = rendezvous_endpoint(r, command);
+  if (shape.nodes == 1) {
+    if (!endpoint.empty() && !r.standalone)
+      r.notes.push_back("one node: its workers meet on this host (MASTER_ADDR=127.0.0.1, a free port); " +
+                        endpoint + " is used only with --nnodes above 1");
+    return m;
+  }
+  if (endpoint.empty()) {
+    if (env_get(env, "SLURM_JOB_ID")) {
+      m.kind = Meeting::Kind::slurm;
+      return m;
+    }
+    usage_error(command,
+                "--nnodes " + std::to_string(shape.nodes) +
+                    " needs a way to reach the other nodes: run inside a Slurm allocation (salloc -N" +
+                    std::to_string(shape.nodes) +
+                    ", sbatch), where flowrun starts them with srun; or run this command on every node with "
+                    "--rdzv-endpoint NODE0:PORT and --node-rank N; or write a spec with cluster: "
+                    "(docs/multinode.md)");
+  }
+  m.endpoint = endpoint;
+  const std::string host = endpoint.substr(0, endpoint.rfind(':'));
+  int rank = -1;
+  if (r.node_rank) {
+    rank = *r.node_rank;
+  } else if (auto id = env_get(env, "SLURM_NODEID");
+             id && !id->empty() && id->size() < 6 && std::all_of(id->begin(), id->end(), ::isdigit)) {
+    rank = std::stoi(*id);
+  }
+  if (rank >= shape.nodes)
+    usage_error(command, fmt::format("--node-rank {}: --nnodes {} has node ranks 0 to {}", rank, shape.nodes,
+                                     shape.nodes - 1));
+  const bool head = rank == 0 || (rank < 0 && is_this_host(host, env));
+  m.kind = head ? Meeting::Kind::head : Meeting::Kind::agent;
+  m.node_rank = head ? 0 : rank;
+  return m;
+}
+
+// Where the head leaves the run's token for the nodes that join it: in the
+// working directory, which every node must share (docs/multinode.md).
+std::string token_path(const std::string& workdir, const std::string& endpoint) {
+  std::string key = endpoint;
+  for (char& c : key) {
+    if (c == ':' || c == '/' || c == '[' || c == ']') c = '_';
+  }
+  return workdir + "/.flowrun/rendezvous/" + key + ".token";
+}
+
+std::string yaml_string(const std::string& text) { return '"' + json_escape(text) + '"'; }
+
+struct Built {
+  std::string text;  // the spec
+  Shape shape;
+  Meeting meeting;
+};
+
+Built build_spec(Request& r, const HostFacts& host, const EnvMap& env, const std::string& command,
+                 bool for_init) {
+  Built b;
+  b.shape = shape_for(r, host, command);
+  if (!for_init) b.meeting = meeting_for(r, b.shape, env, command);
+  const std::string name = step_name(r);
+  std::vector<std::string> argv = worker_argv(r, env);
+  std::string run;
+  for (const auto& word : argv) run += (run.empty() ? "" : ", ") + yaml_string(word);
+  std::string& t = b.text;
+  std::string line;
+  for (const auto& word : argv) line += (line.empty() ? "" : " ") + shell_quote(word);
+  t += "# flowrun run: " + line + "\n";
+  t += "name: " + name + "\n";
+  t += "steps:\n";
+  t += "  - name: " + name + "\n";
+  t += "    run: [" + run + "]\n";
+  t += "    # " + b.shape.why + "\n";
+  t += "    parallel:";
+  if (b.shape.parallel.empty()) t += " {}";
+  t += "\n";
+  for (const auto& [key, value] : b.shape.parallel) t += "      " + key + ": " + value + "\n";
+  if (b.shape.nodes > 1) {
+    t += "cluster:\n";
+    if (for_init) {
+      t += "  engine: slurm   # or ssh (with hosts:), or manual\n";
+    } else {
+      t += std::string("  engine: ") + (b.meeting.kind == Meeting::Kind::slurm ? "slurm" : "manual") + "\n";
+      if (!r.local_addr.empty()) t += "  address: " + yaml_string(r.local_addr) + "\n";
+    }
+    std::size_t start = 0;
+    while (start < r.rdzv_conf.size()) {
+      std::size_t end = r.rdzv_conf.find(',', start);
+      if (end == std::string::npos) end = r.rdzv_conf.size();
+      const std::string item = r.rdzv_conf.substr(start, end - start);
+      if (item.rfind("join_timeout=", 0) == 0)
+        t += "  join_timeout: " + yaml_string(item.substr(13)) + "\n";
+      else if (!item.empty())
+        r.notes.push_back("--rdzv-conf " + item + " has no effect (only join_timeout=SECONDS is used)");
+      start = end + 1;
+    }
+  }
+  return b;
+}
+
+void note(const Request& r) {
+  for (const auto& n : r.notes) std::cerr << "flowrun run: " << n << "\n";
+}
+
+// The spec's diagnostics point into text the user never wrote: say them
+// against the options instead.
+[[noreturn]] void rethrow_for_options(const DiagnosticError& e, const std::string& spec_text) {
+  std::string message;
+  for (const auto& d : e.diagnostics()) {
+    std::string option = "the command line";
+    if (d.path.find("parallel") != std::string::npos) option = "--nproc-per-node / --nnodes / --cpus";
+    if (d.path.find("cluster") != std::string::npos) option = "--nnodes / --rdzv-endpoint";
+    message += (message.empty() ? "" : "\nflowrun: error: ") + option + ": " + d.message;
+  }
+  message += "\nflowrun run builds this one-step spec (flowrun init writes it to a file):\n" + spec_text;
+  throw Error(message, kExitUsage);
+}
+
+int run_request(Request& r) {
+  const EnvMap env = read_environ();
+  const int fake = fake_gpus_from_env(r.fake_gpus, env);
+  HostFacts host = probe_host(fake, env);
+  if (!r.redirects.empty() && r.redirects != "0") {
+    if (r.redirects.find_first_not_of("0123") != std::string::npos)
+      usage_error("run", "--redirects " + r.redirects +
+                             ": flowrun takes 0 (show) or 1, 2, 3 (keep off the console) for every rank");
+    if (r.ranks.empty() && r.local_ranks_filter.empty()) r.ranks = "none";
+  }
+
+  const std::string cwd = current_directory();
+  Spec spec;
+  std::string spec_text;
+  std::vector<std::string> args;
+  Built built;
+  if (!r.spec_path.empty()) {
+    spec = load_or_throw(r.spec_path);
+    args = r.spec_args;
+  } else {
+    built = build_spec(r, host, env, "run", false);
+    spec_text = built.text;
+    note(r);
+    if (built.meeting.kind == Meeting::Kind::agent) {
+      // This node joins node 0's flowrun, which runs the command it was given.
+      AgentOptions agent;
+      agent.endpoint = built.meeting.endpoint;
+      if (built.meeting.node_rank > 0) agent.node_rank = built.meeting.node_rank;
+      agent.token_file = token_path(cwd, built.meeting.endpoint);
+      agent.token_after_connect = true;
+      agent.fake_gpus = fake;
+      std::cerr << "flowrun run: joining node 0 at " << agent.endpoint << " as node "
+                << (agent.node_rank ? std::to_string(*agent.node_rank) : std::string("(the next free rank)"))
+                << "; node 0 runs the command it was given\n";
+      if (r.dry_run) {
+        std::cout << "This host joins node 0 at " << agent.endpoint
+                  << "; `flowrun run --dry-run` there shows "
+                  << "the plan.\n";
+        return kExitOk;
+      }
+      return run_agent(agent, env);
+    }
+    SpecParse parsed = parse_spec(spec_text, "flowrun run", cwd);
+    if (!parsed.diagnostics.empty())
+      rethrow_for_options(DiagnosticError(std::move(parsed.diagnostics)), spec_text);
+    spec = std::move(*parsed.spec);
+    if (built.meeting.kind == Meeting::Kind::head) {
+      ClusterSpec& cluster = *spec.cluster;
+      cluster.rendezvous = built.meeting.endpoint;
+      cluster.rendezvous_token_file = token_path(cwd, built.meeting.endpoint);
+    }
+  }
+  if (!r.python.empty() && !r.spec_path.empty()) use_python(spec, python_path(r.python, cwd));
+
+  PlanOptions plan_options;
+  if (r.cpus > 0 && !r.spec_path.empty()) plan_options.cpus = r.cpus;
+  std::vector<StepPlan> plans;
+  try {
+    plans = plan_flow(spec, host, plan_options);
+  } catch (const DiagnosticError& e) {
+    if (spec_text.empty()) throw;
+    rethrow_for_options(e, spec_text);
+  }
+
+  RunOptions run;
+  run.args = args;
+  run.run_id = r.run_id;
+  if (run.run_id.empty() && !r.rdzv_id.empty()) run.run_id = make_run_id(slug(spec.name + "-" + r.rdzv_id));
+  run.run_dir = r.run_dir;
+  if (run.run_dir.empty() && !r.log_dir.empty()) {
+    if (run.run_id.empty()) run.run_id = make_run_id(spec.name);
+    run.run_dir = (r.log_dir.front() == '/' ? r.log_dir : cwd + "/" + r.log_dir) + "/" + run.run_id;
+  }
+  std::string ranks = !r.local_ranks_filter.empty() ? r.local_ranks_filter : r.ranks;
+  if (ranks == "none") {
+    run.console_ranks = std::vector<int>{};
+  } else if (!ranks.empty()) {
+    run.console_ranks = parse_rank_list(ranks);
+  }
+  if (r.grace_s) run.grace_s = *r.grace_s;
+  run.color = r.color == "always"  ? RunOptions::Color::always
+              : r.color == "never" ? RunOptions::Color::never
+                                   : RunOptions::Color::automatic;
+  run.fake_gpus = fake;
+
+  if (r.dry_run) {
+    LaunchContext ctx;
+    ctx.run_id = run.run_id.empty() ? make_run_id(spec.name) : run.run_id;
+    ctx.layout.run_dir = run_dir_for(spec, ctx.run_id, run.run_dir);
+    ctx.parent_env = env;
+    PlanView view{spec, host, plans, ctx, false};
+    if (!spec_text.empty())
+      std::cout << "flowrun run runs this one-step spec (flowrun init writes it to a file):\n\n"
+                << spec_text << "\n";
+    std::cout << format_plan_text(view);
+    return kExitOk;
+  }
+  return run_flow(spec, host, plans, env, run);
+}
+
+int init_request(Request& r) {
+  const EnvMap env = read_environ();
+  const HostFacts host = probe_host(fake_gpus_from_env(r.fake_gpus, env), env);
+  Built built = build_spec(r, host, env, "init", true);
+  note(r);
+  const std::string name = step_name(r);
+  std::string text = built.text;
+  text.erase(0, text.find('\n') + 1);  // the "# flowrun run:" line
+  std::string out = "# Written by `flowrun init`. Check it with `flowrun plan " +
+                    (r.output.empty() ? name + ".yaml" : r.output) + "`; the format is in docs/spec.md.\n" +
+                    text;
+  out +=
+      "    # Files the workers write that later steps need (a glob, or a list of them); each rank also\n"
+      "    # has its own FLOWRUN_OUTPUT_DIR. rank 0's are collected unless collect: all.\n"
+      "    # outputs: [model.pt]\n"
+      "  # A step that runs once, after every worker has finished, with their files:\n"
+      "  # - name: evaluate\n"
+      "  #   join: " +
+      name +
+      "\n"
+      "  #   run: python3 evaluate.py ${steps." +
+      name + ".outputs}\n";
+  const std::string path = r.output.empty() ? name + ".yaml" : r.output;
+  SpecParse check = parse_spec(out, path, current_directory());
+  if (!check.diagnostics.empty()) {
+    std::string message = "the spec flowrun init made does not validate (a bug; please report it):";
+    for (const auto& d : check.diagnostics) message += "\n  " + d.to_string();
+    throw Error(message);
+  }
+  const int fd = open(path.c_str(), O_WRONLY | O_CREAT | O_CLOEXEC | (r.force ? O_TRUNC : O_EXCL), 0644);
+  if (fd < 0) {
+    if (errno == EEXIST)
+      throw Error(path + " already exists; choose another name with -o FILE, or --force to overwrite it",
+                  kExitUsage);
+    throw Error("cannot write " + path + ": " + std::strerror(errno));
+  }
+  const bool ok = write_all(fd, out.data(), out.size());
+  close(fd);
+  if (!ok) throw Error("cannot write " + path + ": " + std::strerror(errno));
+  std::cout << "Wrote " << path << ": one parallel step, " << name << " (" << built.shape.why << ").\n"
+            << "Next: flowrun plan " << path << "   (where every rank runs), then flowrun " << path << "\n";
+  return kExitOk;
+}
+
+}  // namespace
+
+int cmd_torchrun(int argc, char** argv) {
+  return report_errors([&]() -> int {
+    auto request = parse_request(argc, argv, "run");
+    if (!request) {
+      std::cout << help_text("run");
+      return kExitOk;
+    }
+    return run_request(*request);
+  });
+}
+
+int cmd_init(int argc, char** argv) {
+  return report_errors([&]() -> int {
+    auto request = parse_request(argc, argv, "init");
+    if (!request) {
+      std::cout << help_text("init");
+      return kExitOk;
+    }
+    return init_request(*request);
+  });
 }
 
 }  // namespace flowrun

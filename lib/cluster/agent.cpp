@@ -94,7 +94,7 @@ class Agent : public GroupObserver {
   Agent(const AgentOptions& options, const EnvMap& env) : options_(options), env_(env) {}
 
   int run() {
-    token_ = read_token();
+    if (!options_.token_after_connect) token_ = read_token();
     node_ = hostname();
     if (auto name = env_get(env_, "FLOWRUN_HOSTNAME"); name && !name->empty()) node_ = *name;
     node_rank_claim_ = options_.node_rank.value_or(-1);
@@ -118,6 +118,15 @@ class Agent : public GroupObserver {
     asio::io_context& io = supervisor.io();
 
     asio::ip::tcp::socket socket = connect(io);
+    if (options_.token_after_connect) {
+      // The head wrote the token before it began to listen; a shared
+      // filesystem may show the file a moment later.
+      const auto give_up = Clock::now() + std::chrono::seconds(10);
+      struct stat st {};
+      while (stat(options_.token_file.c_str(), &st) != 0 && Clock::now() < give_up)
+        std::this_thread::sleep_for(std::chrono::milliseconds(100));
+      token_ = read_token();
+    }
     FrameReader reader("head");
     if (!handshake(socket, reader)) {
       guardian_.disarm();

@@ -188,10 +188,33 @@ std::vector<EngineLaunch> engine_launches(const ClusterSpec& cluster, const Step
   const int nodes = static_cast<int>(plan.nodes.size());
   std::vector<EngineLaunch> launches;
   switch (cluster.engine) {
-    case Engine::manual: break;
+    case Engine::manual:
+      if (!cluster.rendezvous.empty()) {
+        // flowrun run's rendezvous: node 0 is this host; its agent dials the
+        // endpoint the other nodes dial, so its address is one they reach.
+        EngineLaunch local;
+        local.node = 0;
+        local.label = "node0 agent";
+        local.what = "node 0's agent";
+        AgentCommand own = agent;
+        own.endpoint = cluster.rendezvous;
+        // Where the endpoint's name means loopback here (Debian maps the
+        // host name to 127.0.1.1), node 0's address would be one no other
+        // node reaches: dial this host's first interface instead.
+        const auto colon = cluster.rendezvous.rfind(':');
+        const std::string host = cluster.rendezvous.substr(0, colon);
+        if (auto ip = resolve_ipv4(host); !ip || is_loopback(*ip)) {
+          if (auto first = first_interface_address())
+            own.endpoint = first->substr(0, first->find(' ')) + cluster.rendezvous.substr(colon);
+        }
+        local.argv = agent_argv(own, 0);
+        launches.push_back(std::move(local));
+      }
+      break;
     case Engine::slurm: {
       EngineLaunch srun;
       srun.label = "srun";
+      srun.what = "srun";
       srun.argv = {"srun",
                    "--nodes=" + std::to_string(nodes),
                    "--ntasks=" + std::to_string(nodes),
@@ -224,6 +247,7 @@ std::vector<EngineLaunch> engine_launches(const ClusterSpec& cluster, const Step
         EngineLaunch launch;
         launch.node = i;
         launch.label = host_part(host) + " ssh";
+        launch.what = "ssh to " + host;
         launch.argv = ssh;
         launch.argv.push_back(host);
         // ssh hands the remote shell one string: every word is quoted for it.

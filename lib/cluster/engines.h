@@ -44,6 +44,7 @@ struct EngineLaunch {
   std::vector<std::string> argv;
   std::string label;  // console tag: "srun", "node2 ssh"
   int node = -1;      // the node it serves (ssh), -1 for all (srun)
+  std::string what;   // in messages: "srun", "ssh to node2", "node 0's agent"
 };
 
 struct AgentCommand {

@@ -131,9 +131,21 @@ class Head : public GroupObserver {
       ssh = std::move(*words);
     }
     if (!cluster_.ssh_command.empty()) ssh = cluster_.ssh_command;
-    const auto address = cluster::choose_head_address(cluster_, slurm_job, hostname(), ssh);
-    listen(address.address);
     token_ = make_token();
+    cluster::HeadAddress address;
+    if (!cluster_.rendezvous.empty()) {
+      // flowrun run's rendezvous: the token goes where the other nodes'
+      // flowrun run looks for it, before anyone can connect.
+      write_private_file(cluster_.rendezvous_token_file, token_ + "\n");
+      token_file_ = cluster_.rendezvous_token_file;
+      address = {cluster_.address.value_or("0.0.0.0"),
+                 cluster_.address ? "--local-addr" : "every address of this host, as torchrun's store"};
+      listen(address.address, rendezvous_port());
+      endpoint_ = cluster_.rendezvous;
+    } else {
+      address = cluster::choose_head_address(cluster_, slurm_job, hostname(), ssh);
+      listen(address.address, 0);
+    }
 
     // The marker every agent must read at the same path (docs/multinode.md).
     marker_path_ = job_.step->workdir + "/.flowrun/node-check-" + job_.ctx.run_id + "-" + plan_.step;
@@ -153,14 +165,16 @@ class Head : public GroupObserver {
         fmt::format("flowrun: step '{}': {} workers on {} (engine: {}); the head listens on {} ({})",
                     plan_.step, plan_.world_size, plural(nodes_.size(), "node", "nodes"),
                     engine_name(cluster_.engine), endpoint_, address.why));
-    if (cluster_.engine == Engine::manual) {
+    if (!cluster_.rendezvous.empty()) {
+      console_.message(fmt::format(
+          "flowrun: this host is node 0; waiting for {} more: run the same `flowrun run` command on {} "
+          "({}), from this directory on the shared filesystem",
+          plural(nodes_.size() - 1, "node", "nodes"), nodes_.size() == 2 ? "it" : "each",
+          nodes_.size() == 2 ? std::string("--node-rank 1")
+                             : fmt::format("--node-rank 1 to {}", nodes_.size() - 1)));
+    } else if (cluster_.engine == Engine::manual) {
       const std::string token_file = step_dir + "/agent.token";
-      const int fd = open(token_file.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0600);
-      if (fd < 0) throw Error("cannot write " + token_file + ": " + std::strerror(errno));
-      fchmod(fd, 0600);
-      const std::string line = token_ + "\n";
-      write_all(fd, line.data(), line.size());
-      close(fd);
+      write_private_file(token_file, token_ + "\n");
       token_file_ = token_file;
       std::string command;
       for (const auto& word : cluster::agent_argv(agent, -1))
@@ -182,10 +196,14 @@ class Head : public GroupObserver {
       launch.workdir = job_.step->workdir;
       launch.label = e.label;
       launch.stdin_text = token_ + "\n";
-      const std::string base = step_dir + "/" + (e.node >= 0 ? fmt::format("ssh-node{}", e.node) : "srun");
+      const std::string base = step_dir + "/" +
+                               (cluster_.engine == Engine::manual ? fmt::format("agent-node{}", e.node)
+                                : e.node >= 0                     ? fmt::format("ssh-node{}", e.node)
+                                                                  : "srun");
       launch.stdout_log = base + ".stdout.log";
       launch.stderr_log = base + ".stderr.log";
       engine_node_.push_back(e.node);
+      engine_what_.push_back(e.what);
       engine_tail_.emplace_back(20, 4096);
       launches.push_back(std::move(launch));
     }
@@ -239,10 +257,7 @@ class Head : public GroupObserver {
     const int node = engine_node_[index];
     std::string tail = engine_tail_[index].text();
     while (!tail.empty() && tail.back() == '\n') tail.pop_back();
-    const std::string what = fmt::format(
-        "{} {}",
-        node >= 0 ? "ssh to " + plan_.nodes[static_cast<std::size_t>(node)].host : std::string("srun"),
-        record.status.describe());
+    const std::string what = fmt::format("{} {}", engine_what_[index], record.status.describe());
     if (phase_ == Phase::joining && (node < 0 || !nodes_[static_cast<std::size_t>(node)].joined)) {
       std::string message =
           what + " before " + (node < 0 ? std::string("every agent") : std::string("its agent")) + " joined";
@@ -370,7 +385,27 @@ class Head : public GroupObserver {
 
   // ---- listening -----------------------------------------------------------
 
-  void listen(const std::string& address) {
+  std::uint16_t rendezvous_port() const {
+    const auto colon = cluster_.rendezvous.rfind(':');
+    return static_cast<std::uint16_t>(std::stoi(cluster_.rendezvous.substr(colon + 1)));
+  }
+
+  // A file only this user can read (the run's token), replacing any old one.
+  static void write_private_file(const std::string& path, const std::string& text) {
+    const auto slash = path.rfind('/');
+    if (slash != std::string::npos && slash > 0) {
+      make_dirs(path.substr(0, slash));
+      chmod(path.substr(0, slash).c_str(), 0700);
+    }
+    unlink(path.c_str());
+    const int fd = open(path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0600);
+    if (fd < 0) throw Error("cannot write " + path + ": " + std::strerror(errno));
+    const bool ok = write_all(fd, text.data(), text.size());
+    close(fd);
+    if (!ok) throw Error("cannot write " + path + ": " + std::strerror(errno));
+  }
+
+  void listen(const std::string& address, std::uint16_t port) {
     // Thousands of agents are thousands of sockets.
     rlimit limit{};
     if (getrlimit(RLIMIT_NOFILE, &limit) == 0 && limit.rlim_cur < limit.rlim_max) {
@@ -385,22 +420,25 @@ class Head : public GroupObserver {
       auto found = resolver.resolve(address, "0", ec);
       if (ec || found.empty())
         throw Error("cannot resolve the head's address '" + address + "': " + ec.message());
-      open_acceptor(found.begin()->endpoint().address());
+      open_acceptor(found.begin()->endpoint().address(), port);
     } else {
-      open_acceptor(ip);
+      open_acceptor(ip, port);
     }
   }
 
-  void open_acceptor(const asio::ip::address& ip) {
-    asio::ip::tcp::endpoint where(ip, 0);
+  void open_acceptor(const asio::ip::address& ip, std::uint16_t port) {
+    asio::ip::tcp::endpoint where(ip, port);
     boost::system::error_code ec;
     acceptor_.open(where.protocol(), ec);
+    if (!ec && port != 0) acceptor_.set_option(asio::socket_base::reuse_address(true), ec);
     if (!ec) acceptor_.bind(where, ec);
     if (!ec) acceptor_.listen(4096, ec);
     if (ec)
-      throw Error("cannot listen on " + ip.to_string() + ": " + ec.message() + " (set cluster.address)");
-    const auto port = acceptor_.local_endpoint().port();
-    endpoint_ = (ip.is_v6() ? "[" + ip.to_string() + "]" : ip.to_string()) + ":" + std::to_string(port);
+      throw Error("cannot listen on " + ip.to_string() + (port ? ":" + std::to_string(port) : "") + ": " +
+                  ec.message() +
+                  (port ? " (is another job using that port? choose another)" : " (set cluster.address)"));
+    const auto bound = acceptor_.local_endpoint().port();
+    endpoint_ = (ip.is_v6() ? "[" + ip.to_string() + "]" : ip.to_string()) + ":" + std::to_string(bound);
   }
 
   void accept_next() {
@@ -1092,6 +1130,7 @@ class Head : public GroupObserver {
   std::vector<Node> nodes_;
   std::vector<RankState> ranks_;
   std::vector<int> engine_node_;
+  std::vector<std::string> engine_what_;  // "srun", "ssh to node2", "node 0's agent"
   std::vector<TailBuffer> engine_tail_;
   std::string engine_note_;
   std::vector<std::string> workdir_errors_;

@@ -219,7 +219,7 @@ struct Elsewhere {
   std::string_view where;
 };
 
-constexpr std::string_view kTopKeys[] = {"name", "env", "workdir", "steps", "cluster"};
+constexpr std::string_view kTopKeys[] = {"name", "env", "workdir", "python", "steps", "cluster"};
 constexpr std::string_view kStepKeys[] = {"name",    "run",      "shell",   "env",     "workdir", "needs",
                                           "timeout", "parallel", "outputs", "collect", "join",    "logs"};
 constexpr std::string_view kParallelKeys[] = {"gpus", "nodes",        "procs_per_node",
@@ -707,6 +707,7 @@ SpecParse Checker::run(std::string_view text) {
   std::set<std::string> seen;
   std::erase_if(diagnostics_, [&](const Diagnostic& d) { return !seen.insert(d.to_string()).second; });
   SpecParse result;
+  if (diagnostics_.empty() && !spec_.python.empty()) use_python(spec_, spec_.python);
   if (diagnostics_.empty()) result.spec = std::move(spec_);
   result.diagnostics = std::move(diagnostics_);
   return result;
@@ -746,6 +747,13 @@ void Checker::top(const YAML::Node& root) {
     if (auto dir = directory(*e, dir_)) spec_.workdir = *dir;
   }
   if (const Entry* e = find(keys, "cluster")) cluster(*e);
+  if (const Entry* e = find(keys, "python")) {
+    auto text = string(*e, "a Python interpreter (a path, or a name looked up on PATH)");
+    if (text && (text->empty() || text->find_first_of(std::string_view("\0\n", 2)) != std::string::npos))
+      expected(*e, "a Python interpreter (a path, or a name looked up on PATH)");
+    else if (text)
+      spec_.python = python_path(*text, dir_);
+  }
 
   const Entry* steps = find(keys, "steps");
   if (!steps) {
@@ -929,6 +937,7 @@ void Checker::step_run(const Entry& e, Step& s, StepNotes& notes, bool shell_kno
     return;
   }
   s.argv = std::move(*argv);
+  s.python_command = s.argv.front() == "python" || s.argv.front() == "python3";
   if (e.value.IsSequence()) {
     const std::vector<YAML::Node> nodes = items(e.value);
     for (std::size_t i = 0; i < nodes.size() && i < s.argv.size(); ++i) {
@@ -1366,6 +1375,18 @@ std::string_view engine_name(Engine engine) {
     case Engine::manual: return "manual";
   }
   return "unknown";
+}
+
+std::string python_path(const std::string& python, const std::string& dir) {
+  if (python.find('/') == std::string::npos) return python;
+  return (std::filesystem::path(dir) / python).lexically_normal().string();
+}
+
+void use_python(Spec& spec, const std::string& python) {
+  spec.python = python;
+  for (Step& step : spec.steps) {
+    if (step.python_command) step.argv.front() = python;
+  }
 }
 
 SpecParse parse_spec(std::string_view text, const std::string& file, const std::string& dir) {

@@ -141,6 +141,39 @@ TEST_CASE("run: a list is argv as written, a string is split as sh does", "[spec
   CHECK(spec.steps[2].argv == std::vector<std::string>{"42"});
 }
 
+TEST_CASE("python: replaces a leading python or python3, and nothing else", "[spec]") {
+  Spec spec = valid(R"(
+    python: venv/bin/python3
+    steps:
+      - name: a
+        run: python3 train.py
+      - name: b
+        run: [python, -m, pkg]
+      - name: c
+        run: echo python3
+      - name: d
+        shell: true
+        run: python3 x.py
+      - name: e
+        run: python3.11 y.py
+  )");
+  CHECK(spec.python == "/work/proj/venv/bin/python3");
+  CHECK(spec.steps[0].argv == std::vector<std::string>{"/work/proj/venv/bin/python3", "train.py"});
+  CHECK(spec.steps[1].argv == std::vector<std::string>{"/work/proj/venv/bin/python3", "-m", "pkg"});
+  CHECK(spec.steps[2].argv == std::vector<std::string>{"echo", "python3"});
+  CHECK(spec.steps[3].script == "python3 x.py");
+  CHECK(spec.steps[4].argv == std::vector<std::string>{"python3.11", "y.py"});
+  // --python: a bare name stays a name for PATH.
+  use_python(spec, python_path("python3.12", "/elsewhere"));
+  CHECK(spec.steps[0].argv.front() == "python3.12");
+  CHECK(spec.steps[2].argv.front() == "echo");
+  CHECK(errors(R"(
+    python: ""
+    steps: [{name: a, run: x}]
+  )") == Lines{"flow.yaml:1:9: python: expected a Python interpreter (a path, or a name looked up on PATH), "
+               "got an empty string"});
+}
+
 TEST_CASE("run with shell: true is a script", "[spec]") {
   Spec spec = valid(R"(
     steps:
@@ -476,7 +509,8 @@ TEST_CASE("unknown keys get a suggestion or the list of keys", "[spec]") {
           "cpus, max_restarts, visible_devices",
           "flow.yaml:19:3: cluster: key 'nodes' does not belong here; put it under a step's 'parallel:'",
           "flow.yaml:20:3: cluster: unknown key 'host'; did you mean 'hosts'?",
-          "flow.yaml:21:1: unknown key 'settings'; expected one of: name, env, workdir, steps, cluster",
+          "flow.yaml:21:1: unknown key 'settings'; expected one of: name, env, workdir, python, steps, "
+          "cluster",
       });
 }
 

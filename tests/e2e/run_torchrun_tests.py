@@ -1,0 +1,335 @@
+#!/usr/bin/env python3
+"""End-to-end tests of `flowrun run` (torchrun's command line) and `flowrun init`:
+the real binary runs real worker processes; each worker writes its environment
+and argv to a file, and the tests compare them with what a spec gives.
+
+  run_torchrun_tests.py FLOWRUN ROOT [--sanitized] [--only NAME[,NAME...]] [--list]
+"""
+import argparse
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+from testlib import Tally, clean_env  # noqa: E402
+
+# The variables of the contract (../shared/CONTRACT.md, docs/environment.md).
+CONTRACT = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "GROUP_RANK", "GROUP_WORLD_SIZE", "ROLE_NAME",
+            "ROLE_RANK", "ROLE_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT", "TORCHELASTIC_RUN_ID",
+            "TORCHELASTIC_RESTART_COUNT", "TORCHELASTIC_MAX_RESTARTS", "TORCHELASTIC_USE_AGENT_STORE",
+            "TORCHELASTIC_ERROR_FILE", "CUDA_VISIBLE_DEVICES", "OMP_NUM_THREADS", "FLOWRUN_RUN_ID", "FLOWRUN_STEP",
+            "FLOWRUN_NODES", "FLOWRUN_NODE_RANK", "FLOWRUN_RUN_DIR", "FLOWRUN_OUTPUT_DIR")
+
+# A worker: writes its environment and argv to env-<RANK>.json in its
+# working directory; fails with code 3 on rank FAIL_RANK while
+# TORCHELASTIC_RESTART_COUNT is below FAIL_UNTIL.
+WORKER = r'''
+import json, os, sys
+rank = os.environ.get("RANK", "x")
+with open(f"env-{rank}.json", "w") as f:
+    json.dump({"env": {k: v for k, v in os.environ.items()}, "argv": sys.argv, "exe": sys.executable}, f)
+print(f"worker {rank} of {os.environ.get('WORLD_SIZE')} args {sys.argv[1:]}", flush=True)
+if rank == os.environ.get("FAIL_RANK") and int(os.environ["TORCHELASTIC_RESTART_COUNT"]) < int(os.environ.get("FAIL_UNTIL", "99")):
+    print("failing on purpose", file=sys.stderr, flush=True)
+    sys.exit(3)
+'''
+
+
+class Suite:
+    def __init__(self, flowrun, root, sanitized):
+        self.binary, self.root, self.sanitized = flowrun, root, sanitized
+        self.t = Tally("torchrun")
+        self.scratch = tempfile.mkdtemp(prefix="flowrun-torchrun-")
+        # A python3 that is /usr/bin/python3, first on PATH.
+        self.bin = os.path.join(self.scratch, "bin")
+        os.makedirs(self.bin)
+        os.symlink("/usr/bin/python3", os.path.join(self.bin, "python3"))
+
+    def check(self, ok, label, detail=""):
+        return self.t.check(ok, label, detail)
+
+    def workdir(self, name):
+        d = os.path.join(self.scratch, name)
+        os.makedirs(d)
+        with open(os.path.join(d, "train.py"), "w") as f:
+            f.write(WORKER)
+        return d
+
+    def env(self, **extra):
+        env = clean_env(**extra)
+        env["PATH"] = self.bin + ":" + env.get("PATH", "/usr/bin:/bin")
+        return env
+
+    def flowrun(self, cwd, *argv, env=None, timeout=120):
+        p = subprocess.run([self.binary, *argv], cwd=cwd, env=env or self.env(), stdout=subprocess.PIPE,
+                           stderr=subprocess.PIPE, timeout=timeout)
+        return p.returncode, p.stdout.decode(errors="replace"), p.stderr.decode(errors="replace")
+
+    def envs(self, d):
+        """Per rank: the contract's variables, with the run id, port and paths made comparable."""
+        out = {}
+        for name in sorted(os.listdir(d)):
+            if not re.fullmatch(r"env-\d+\.json", name):
+                continue
+            with open(os.path.join(d, name)) as f:
+                data = json.load(f)
+            env = data["env"]
+            run_id = env.get("TORCHELASTIC_RUN_ID", "")
+            seen = {}
+            for k in CONTRACT:
+                v = env.get(k)
+                if v is not None and run_id:
+                    v = v.replace(run_id, "<run-id>")
+                if k == "MASTER_PORT":
+                    v = "<port>" if v and v.isdigit() else v
+                seen[k] = v
+            out[int(env["RANK"])] = {"env": seen, "argv": data["argv"][1:], "exe": data["exe"]}
+            os.unlink(os.path.join(d, name))
+        return out
+
+    def clear_runs(self, d):
+        shutil.rmtree(os.path.join(d, ".flowrun"), ignore_errors=True)
+
+    # --- tests --------------------------------------------------------------
+
+    def test_same_contract_as_spec(self):
+        """--nproc-per-node 4, --nproc_per_node 4 and --nproc_per_node=4 give the environment of a 4-worker spec."""
+        d = self.workdir("contract")
+        with open(os.path.join(d, "train.yaml"), "w") as f:
+            f.write("steps:\n  - name: train\n    run: python3 train.py --lr 0.1\n    parallel:\n      cpus: 4\n")
+        rc, out, err = self.flowrun(d, "train.yaml")
+        self.check(rc == 0, "spec: exit 0", err)
+        want = self.envs(d)
+        self.check(sorted(want) == [0, 1, 2, 3], "spec: 4 ranks", str(sorted(want)))
+        self.check(want.get(0, {}).get("env", {}).get("WORLD_SIZE") == "4", "spec: WORLD_SIZE=4")
+        for spelling in (["--nproc-per-node", "4"], ["--nproc_per_node", "4"], ["--nproc_per_node=4"],
+                         ["--nproc-per-node=4"]):
+            label = " ".join(spelling)
+            rc, out, err = self.flowrun(d, "run", *spelling, "train.py", "--lr", "0.1")
+            self.check(rc == 0, f"{label}: exit 0", err)
+            got = self.envs(d)
+            self.check(got == want, f"{label}: every rank's contract and argv equal the spec's",
+                       json.dumps({"want": want, "got": got}, indent=1)[:3000])
+        # With GPUs: the default is one worker per GPU, as `parallel: {}`.
+        with open(os.path.join(d, "gpu.yaml"), "w") as f:
+            f.write("steps:\n  - name: train\n    run: python3 train.py\n    parallel: {}\n")
+        rc, out, err = self.flowrun(d, "gpu.yaml", "--fake-gpus", "4")
+        want = self.envs(d)
+        self.check(rc == 0 and sorted(want) == [0, 1, 2, 3], "gpu spec: 4 ranks", err)
+        rc, out, err = self.flowrun(d, "run", "--fake-gpus", "4", "train.py")
+        got = self.envs(d)
+        self.check(rc == 0 and got == want, "run --fake-gpus 4: the spec's contract, CUDA_VISIBLE_DEVICES included",
+                   json.dumps({"want": want, "got": got}, indent=1)[:3000])
+
+    def test_gpu_shapes(self):
+        """--nproc-per-node against 8 simulated GPUs: dividing counts share GPUs, others take the first N."""
+        d = self.workdir("shapes")
+        cases = [
+            (["--nproc-per-node", "2"], 2, "procs_per_node: 2"),
+            (["--nproc-per-node", "3"], 3, "gpus: 3"),
+            (["--nproc-per-node", "gpu"], 8, "parallel: {}"),
+            (["--nproc-per-node", "auto"], 8, "parallel: {}"),
+        ]
+        for options, workers, spec_line in cases:
+            rc, out, err = self.flowrun(d, "run", "--fake-gpus", "8", "--dry-run", *options, "train.py")
+            label = " ".join(options)
+            self.check(rc == 0, f"{label}: dry run exits 0", err)
+            self.check(spec_line in out, f"{label}: the spec says {spec_line}", out)
+            self.check(f"WORLD_SIZE={workers}." in out, f"{label}: WORLD_SIZE={workers}", out)
+        self.check(not os.path.exists(os.path.join(d, "env-0.json")), "--dry-run runs nothing")
+        rc, out, err = self.flowrun(d, "run", "--fake-gpus", "8", "--nproc-per-node", "9", "train.py")
+        self.check(rc == 2, "9 workers on 8 GPUs: exit 2", err)
+        self.check("flowrun: error: --nproc-per-node 9: this host has 8 GPUs; ask for at most 8, or use --cpus 9 "
+                   "for CPU workers" in err, "9 workers on 8 GPUs: says what to do", err)
+        rc, out, err = self.flowrun(d, "run", "--fake-gpus", "0", "--nproc-per-node", "gpu", "train.py")
+        self.check(rc == 2 and "--nproc-per-node gpu: this host has no GPUs" in err, "gpu without GPUs: refused",
+                   err)
+
+    def test_module_program_and_spec(self):
+        """-m MODULE, --no-python PROGRAM, -- PROGRAM and a spec path."""
+        d = self.workdir("forms")
+        os.makedirs(os.path.join(d, "pkg"))
+        with open(os.path.join(d, "pkg", "__init__.py"), "w"):
+            pass
+        shutil.copy(os.path.join(d, "train.py"), os.path.join(d, "pkg", "trainer.py"))
+        rc, out, err = self.flowrun(d, "run", "--nproc_per_node", "2", "-m", "pkg.trainer", "a", "-m", "b")
+        got = self.envs(d)
+        self.check(rc == 0 and sorted(got) == [0, 1], "-m: 2 ranks ran", err)
+        self.check(got.get(1, {}).get("argv") == ["a", "-m", "b"], "-m: the module's arguments, -m included",
+                   str(got.get(1)))
+        self.check(got.get(1, {}).get("env", {}).get("FLOWRUN_STEP") == "trainer", "-m: the step is named trainer",
+                   str(got.get(1)))
+        for form in (["--no-python", "/usr/bin/python3"], ["--", "/usr/bin/python3"]):
+            rc, out, err = self.flowrun(d, "run", "--nproc-per-node", "2", *form, "train.py", "x")
+            got = self.envs(d)
+            self.check(rc == 0 and got.get(0, {}).get("argv") == ["x"], f"{form[0]}: runs the program as given",
+                       err + str(got))
+            self.check(got.get(0, {}).get("env", {}).get("FLOWRUN_STEP") == "python3",
+                       f"{form[0]}: the step is named after the program", str(got.get(0)))
+        with open(os.path.join(d, "flow.yaml"), "w") as f:
+            f.write("steps:\n  - name: train\n    run: python3 train.py ${args}\n    parallel: {cpus: 2}\n")
+        rc, out, err = self.flowrun(d, "run", "flow.yaml", "--", "p", "q")
+        got = self.envs(d)
+        self.check(rc == 0 and got.get(1, {}).get("argv") == ["p", "q"], "a spec: runs it, -- ARGS fill ${args}",
+                   err + str(got))
+
+    def test_python_choice(self):
+        """The python3 first on PATH, or --python."""
+        d = self.workdir("python")
+        rc, out, err = self.flowrun(d, "run", "--nproc-per-node", "1", "train.py")
+        got = self.envs(d)
+        self.check(rc == 0 and got.get(0, {}).get("exe") in (os.path.join(self.bin, "python3"), "/usr/bin/python3"),
+                   "the python3 first on PATH", err + str(got.get(0, {}).get("exe")))
+        # A PATH whose python3 is a wrapper that marks the environment.
+        other = os.path.join(self.scratch, "otherbin")
+        os.makedirs(other)
+        wrapper = os.path.join(other, "python3")
+        with open(wrapper, "w") as f:
+            f.write("#!/bin/sh\nWRAPPED=1 exec /usr/bin/python3 \"$@\"\n")
+        os.chmod(wrapper, 0o755)
+        env = self.env()
+        env["PATH"] = other + ":" + env["PATH"]
+        rc, out, err = self.flowrun(d, "run", "--nproc-per-node", "1", "train.py", env=env)
+        with open(os.path.join(d, "env-0.json")) as f:
+            seen = json.load(f)["env"]
+        self.envs(d)
+        self.check(rc == 0 and seen.get("WRAPPED") == "1", "a different python3 first on PATH is used", err)
+        rc, out, err = self.flowrun(d, "run", "--python", wrapper, "--nproc-per-node", "1", "train.py")
+        with open(os.path.join(d, "env-0.json")) as f:
+            seen = json.load(f)["env"]
+        self.envs(d)
+        self.check(rc == 0 and seen.get("WRAPPED") == "1", "--python PY is used", err)
+
+    def test_failure_and_restarts(self):
+        """A failing worker: its exit code and the report; --max-restarts restarts every worker."""
+        d = self.workdir("fail")
+        rc, out, err = self.flowrun(d, "run", "--nproc-per-node", "2", "--grace", "1", "train.py",
+                                    env=self.env(FAIL_RANK="1"))
+        self.envs(d)
+        self.check(rc == 3, "a worker exiting 3: flowrun exits 3", f"rc={rc}\n{err}")
+        self.check("rank 1 exited with code 3" in err, "the report names rank 1 and its code", err)
+        self.check("failing on purpose" in err, "the report shows the culprit's stderr", err)
+        rc, out, err = self.flowrun(d, "run", "--nproc-per-node", "2", "--max_restarts=1", "train.py",
+                                    env=self.env(FAIL_RANK="1", FAIL_UNTIL="1"))
+        got = self.envs(d)
+        self.check(rc == 0, "--max_restarts=1: succeeds on the second attempt", err)
+        self.check(got.get(0, {}).get("env", {}).get("TORCHELASTIC_RESTART_COUNT") == "1" and
+                   got.get(0, {}).get("env", {}).get("TORCHELASTIC_MAX_RESTARTS") == "1",
+                   "--max_restarts=1: TORCHELASTIC_RESTART_COUNT=1 and TORCHELASTIC_MAX_RESTARTS=1",
+                   str(got.get(0)))
+
+    def test_logs_and_console(self):
+        """--log-dir, --redirects, --local-ranks-filter, --tee."""
+        d = self.workdir("logs")
+        rc, out, err = self.flowrun(d, "run", "--nproc-per-node", "2", "--log-dir", "mylogs", "--tee", "3",
+                                    "train.py")
+        self.envs(d)
+        self.check(rc == 0, "--log-dir: exit 0", err)
+        runs = os.listdir(os.path.join(d, "mylogs")) if os.path.isdir(os.path.join(d, "mylogs")) else []
+        self.check(len(runs) == 1 and os.path.isfile(os.path.join(d, "mylogs", runs[0], "train", "results.json")),
+                   "--log-dir: the run directory is under it", str(runs))
+        self.check("flowrun run: --tee has no effect" in err, "--tee: said once that it has no effect", err)
+        self.check("[train r0] worker 0 of 2" in out and "[train r1] worker 1 of 2" in out,
+                   "without --redirects every rank is on the console", out)
+        rc, out, err = self.flowrun(d, "run", "--nproc-per-node", "2", "--redirects", "3", "train.py")
+        self.envs(d)
+        self.check(rc == 0 and "worker" not in out, "--redirects 3: no worker output on the console", out)
+        logs = []
+        for root, _, files in os.walk(os.path.join(d, ".flowrun")):
+            logs += [os.path.join(root, f) for f in files if f.endswith("stdout.log")]
+        texts = "".join(open(p).read() for p in logs)
+        self.check("worker 0 of 2" in texts and "worker 1 of 2" in texts, "--redirects 3: the log files have it",
+                   str(logs))
+        rc, out, err = self.flowrun(d, "run", "--nproc-per-node", "2", "--local-ranks-filter", "1", "train.py")
+        self.envs(d)
+        self.check(rc == 0 and "worker 1 of 2" in out and "worker 0 of 2" not in out,
+                   "--local-ranks-filter 1: only rank 1 on the console", out)
+
+    def test_errors(self):
+        """Bad command lines: exit 2 with what to do."""
+        d = self.workdir("errors")
+        cases = [
+            (["run", "--nproc-per-nod", "2", "train.py"],
+             "flowrun: error: unknown option '--nproc-per-nod'; did you mean --nproc-per-node?"),
+            (["run", "--nnodes", "1:4", "train.py"],
+             "flowrun: error: --nnodes 1:4: elastic node counts are not supported; give one count (--nnodes 4)"),
+            (["run", "--nnodes", "2", "train.py"], "flowrun: error: --nnodes 2 needs a way to reach the other nodes"),
+            (["run", "--rdzv-backend", "etcd", "train.py"], "flowrun: error: --rdzv-backend etcd:"),
+            (["run", "--nproc-per-node"], "flowrun: error: --nproc-per-node needs a value (N|auto|gpu|cpu)"),
+            (["run", "--nproc-per-node", "2"], "flowrun: error: nothing to run"),
+            (["run", "--standalone", "--nnodes", "2", "train.py"], "flowrun: error: --standalone runs on one node"),
+            (["init", "--dry-run", "train.py"], "flowrun: error: unknown option '--dry-run'"),
+        ]
+        for argv, expected in cases:
+            rc, out, err = self.flowrun(d, *argv)
+            self.check(rc == 2, f"{' '.join(argv)}: exit 2", f"rc={rc}\n{err}")
+            self.check(expected in err, f"{' '.join(argv)}: says {expected!r}", err)
+        self.check(not os.path.exists(os.path.join(d, ".flowrun")), "nothing ran for a bad command line")
+        rc, out, err = self.flowrun(d, "run", "--help")
+        self.check(rc == 0 and "--nproc-per-node N|auto|gpu|cpu" in out and "--rdzv-endpoint" in out,
+                   "--help lists torchrun's options", out)
+
+    def test_init(self):
+        """flowrun init writes the spec flowrun run would run; it validates and plans alike."""
+        d = self.workdir("init")
+        rc, out, err = self.flowrun(d, "init", "--nproc_per_node=2", "train.py", "--epochs", "3")
+        self.check(rc == 0, "init: exit 0", err)
+        self.check(out.startswith("Wrote train.yaml: one parallel step, train"), "init: says what it wrote", out)
+        path = os.path.join(d, "train.yaml")
+        text = open(path).read() if os.path.exists(path) else ""
+        self.check('run: ["python3", "train.py", "--epochs", "3"]' in text and "cpus: 2" in text,
+                   "init: the script, its arguments and the worker count", text)
+        rc, out, err = self.flowrun(d, "validate", "train.yaml")
+        self.check(rc == 0, "init: the spec validates", err)
+        rc, out, err = self.flowrun(d, "train.yaml")
+        got = self.envs(d)
+        self.check(rc == 0 and sorted(got) == [0, 1] and got[0]["argv"] == ["--epochs", "3"],
+                   "init: the spec runs 2 workers with the arguments", err)
+        rc, out, err = self.flowrun(d, "init", "train.py")
+        self.check(rc == 2 and "train.yaml already exists" in err, "init: refuses to overwrite", err)
+        rc, out, err = self.flowrun(d, "init", "--force", "-o", "train.yaml", "train.py")
+        self.check(rc == 0, "init --force: overwrites", err)
+
+    def tests(self):
+        return [(name[5:], getattr(self, name)) for name in dir(self) if name.startswith("test_")]
+
+
+def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("flowrun")
+    parser.add_argument("root")
+    parser.add_argument("--sanitized", action="store_true")
+    parser.add_argument("--only", default="")
+    parser.add_argument("--list", action="store_true")
+    a = parser.parse_args()
+    suite = Suite(os.path.abspath(a.flowrun), os.path.abspath(a.root), a.sanitized)
+    tests = suite.tests()
+    if a.list:
+        print("\n".join(name for name, _ in tests))
+        return 0
+    only = set(filter(None, a.only.split(",")))
+    try:
+        for name, test in tests:
+            if only and name not in only:
+                continue
+            start = time.monotonic()
+            before = suite.t.failed
+            try:
+                test()
+            except Exception as e:  # a crash in one test is that test's failure
+                import traceback
+                suite.check(False, f"{name}: raised {type(e).__name__}: {e}", traceback.format_exc())
+            status = "ok" if suite.t.failed == before else "FAILED"
+            print(f"{name}: {status} ({time.monotonic() - start:.1f} s)", flush=True)
+    finally:
+        shutil.rmtree(suite.scratch, ignore_errors=True)
+    return suite.t.finish()
+
+
+if __name__ == "__main__":
+    sys.exit(main())
