@@ -613,10 +613,11 @@ int run_gpu_check_child(const GpuCheckRequest& request, int out_fd) {
     std::string missing;
     if (!cu.bind_all(lib, missing)) {
       out.line({"cuda_error", "the CUDA runtime has no " + missing});
+      out.line({"allreduce", "skipped", "the CUDA runtime is incomplete"});
     } else {
       int runtime = 0, driver = 0;
-      cu.runtime_version(&runtime);
-      cu.driver_version(&driver);
+      if (cu.runtime_version(&runtime) != cudaSuccess) runtime = 0;
+      if (cu.driver_version(&driver) != cudaSuccess) driver = 0;
       out.line({"cuda_versions", std::to_string(runtime), std::to_string(driver)});
       out.line({"phase", "counting GPUs (cudaGetDeviceCount)"});
       int count = 0;

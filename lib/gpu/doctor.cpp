@@ -274,6 +274,13 @@ void apply_check_line(std::string_view line, GpuCheckOutcome& outcome, std::stri
     parse_number(f[1], outcome.memcpy.bytes);
     parse_number(f[2], outcome.memcpy.time_ns);
   } else if (kind == "allreduce" && f.size() >= 2) {
+    // The first failure or hang is the one to report; a later one (a hang
+    // while aborting NCCL after a hang) is a consequence.
+    const std::string& status = outcome.allreduce.status;
+    if (status == "failed" || status == "hung") {
+      outcome.allreduce.notes.push_back("then: " + text(2));
+      return;
+    }
     outcome.allreduce.status = text(1);
     outcome.allreduce.reason = text(2);
   }

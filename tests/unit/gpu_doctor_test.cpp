@@ -513,6 +513,15 @@ TEST_CASE("doctor: the check child's findings and time limits", "[doctor]") {
     CHECK(outcome.allreduce.status == "hung");
     CHECK(outcome.allreduce.reason == "the all-reduce of 1 GiB did not finish within 60 s");
   }
+  SECTION("the first hang is the one reported; what followed is a note") {
+    const GpuCheckOutcome outcome = run_script(
+        "printf 'allreduce\thung\tthe all-reduce of 1 GiB did not finish within 60 s\n"
+        "allreduce\thung\tno progress for 75 s while aborting NCCL\n'; exit 3",
+        5);
+    CHECK(outcome.allreduce.reason == "the all-reduce of 1 GiB did not finish within 60 s");
+    CHECK(outcome.allreduce.notes ==
+          std::vector<std::string>{"then: no progress for 75 s while aborting NCCL"});
+  }
   SECTION("a program that cannot start") {
     const GpuCheckOutcome outcome = doctor_detail::run_check_process({"/nonexistent/flowrun"}, 5);
     CHECK(outcome.allreduce.status == "failed");
