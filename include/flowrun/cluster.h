@@ -64,6 +64,9 @@ struct AgentOptions {
   // Read token_file once connected, waiting for it to appear: `flowrun run`'s
   // rendezvous, where the head writes it before it listens.
   bool token_after_connect = false;
+  // Exit 1 when the step failed, not only when the agent did (flowrun run's
+  // nodes other than 0, as torchrun's agents do).
+  bool exit_with_step = false;
   int fake_gpus = -1;             // --fake-gpus
   double connect_timeout_s = 60;  // how long to keep trying to reach the head
 };

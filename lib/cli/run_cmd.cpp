@@ -715,6 +715,7 @@ int run_request(Request& r) {
       if (built.meeting.node_rank > 0) agent.node_rank = built.meeting.node_rank;
       agent.token_file = token_path(cwd, built.meeting.endpoint);
       agent.token_after_connect = true;
+      agent.exit_with_step = true;
       agent.fake_gpus = fake;
       std::cerr << "flowrun run: joining node 0 at " << agent.endpoint << " as node "
                 << (agent.node_rank ? std::to_string(*agent.node_rank) : std::string("(the next free rank)"))

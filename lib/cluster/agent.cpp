@@ -390,6 +390,7 @@ class Agent : public GroupObserver {
         break;
       case MessageType::bye:
         finished_ = true;
+        if (options_.exit_with_step && field_or(*fields, "succeeded") != "1") exit_code_ = 1;
         if (in_group_) sup_->stop_group(Outcome::interrupted);
         break;
       default: break;

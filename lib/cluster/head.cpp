@@ -1014,7 +1014,9 @@ class Head : public GroupObserver {
     acceptor_.close(ignored);
     for (auto& n : nodes_) {
       if (n.conn && n.conn->is_open()) {
-        n.conn->send(MessageType::bye, {});
+        // How the step ended, for agents that report it (flowrun run's).
+        const bool ok = outcome_ == Outcome::succeeded && result_.errors.empty() && attempt_started_;
+        n.conn->send(MessageType::bye, {{"succeeded", ok ? "1" : "0"}});
         n.conn->close_after_send();
       }
     }

@@ -295,6 +295,60 @@ class Suite:
         rc, out, err = self.flowrun(d, "init", "--force", "-o", "train.yaml", "train.py")
         self.check(rc == 0, "init --force: overwrites", err)
 
+    def free_port(self):
+        import socket
+        with socket.socket() as sock:
+            sock.bind(("127.0.0.1", 0))
+            return sock.getsockname()[1]
+
+    def test_rendezvous_one_host(self):
+        """torchrun's static rendezvous, both nodes on this host: node 1 first, a stale token left behind."""
+        d = self.workdir("rdzv")
+        port = self.free_port()
+        common = ["run", "--nnodes", "2", "--nproc-per-node", "2", "--master-addr", "127.0.0.1", "--master-port",
+                  str(port)]
+        token = os.path.join(d, ".flowrun", "rendezvous", f"127.0.0.1_{port}.token")
+        os.makedirs(os.path.dirname(token), mode=0o700)
+        with open(token, "w") as f:  # what a SIGKILLed head would leave
+            f.write("0" * 64 + "\n")
+        os.chmod(token, 0o600)
+        env = self.env(FLOWRUN_HOSTNAME="nodeB")
+        agent = subprocess.Popen([self.binary, *common, "--node-rank", "1", "train.py", "x"], cwd=d, env=env,
+                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        time.sleep(0.3)
+        rc, out, err = self.flowrun(d, *common, "--node-rank", "0", "train.py", "x",
+                                    env=self.env(FLOWRUN_HOSTNAME="nodeA"))
+        a_out, a_err = agent.communicate(timeout=60)
+        a_err = a_err.decode(errors="replace")
+        self.check(rc == 0, "node 0: exit 0", err)
+        self.check(agent.returncode == 0, "node 1: exit 0", a_err)
+        self.check(f"flowrun run: joining node 0 at 127.0.0.1:{port} as node 1" in a_err, "node 1 says it joins",
+                   a_err)
+        got = self.envs(d)
+        envs = [got.get(r, {}).get("env", {}) for r in range(4)]
+        self.check(sorted(got) == [0, 1, 2, 3], "4 ranks ran", str(sorted(got)))
+        self.check([e.get("GROUP_RANK") for e in envs] == ["0", "0", "1", "1"], "GROUP_RANK 0,0,1,1",
+                   str([e.get("GROUP_RANK") for e in envs]))
+        self.check({e.get("WORLD_SIZE") for e in envs} == {"4"} and {e.get("LOCAL_WORLD_SIZE") for e in envs} == {"2"},
+                   "WORLD_SIZE 4, LOCAL_WORLD_SIZE 2")
+        addrs = {e.get("MASTER_ADDR") for e in envs}
+        self.check(len(addrs) == 1 and not next(iter(addrs), "127.").startswith("127."),
+                   "one MASTER_ADDR, not a loopback address (node 0 dials this host's interface)", str(addrs))
+        self.check("[nodeB train r2] worker 2 of 4 args ['x']" in out and "[nodeA train r0] worker 0 of 4" in out,
+                   "node 0's console shows both nodes' ranks", out)
+        self.check(not os.path.exists(token), "the token file is gone after the run", token)
+        # A failing rank on node 1: both exit non-zero.
+        agent = subprocess.Popen([self.binary, *common, "--node-rank", "1", "train.py"], cwd=d,
+                                 env=self.env(FAIL_RANK="3"), stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        rc, out, err = self.flowrun(d, *common, "--node-rank", "0", "--grace", "1", "train.py",
+                                    env=self.env(FAIL_RANK="3"))
+        agent.communicate(timeout=60)
+        self.envs(d)
+        self.check(rc == 3 and "rank 3 on" in err and "exited with code 3" in err,
+                   "a failing rank on node 1: node 0 exits 3 and names it", f"rc={rc}\n{err}")
+        self.check(agent.returncode == 1, "a failing rank on node 1: node 1's flowrun run exits 1",
+                   f"rc={agent.returncode}")
+
     def tests(self):
         return [(name[5:], getattr(self, name)) for name in dir(self) if name.startswith("test_")]
 
