@@ -177,6 +177,11 @@ void add_host_options(CLI::App& app, Options& options) {
 }
 
 const char* kFooter = R"(Examples:
+  flowrun train.yaml                 run the flow: every step, the parallel ones on every GPU, then the join
+  flowrun run --nproc-per-node 4 train.py   torchrun's command line (flowrun run --help)
+  flowrun init train.py              write a starter spec for a script
+  flowrun resume RUN_ID              re-run a failed flow from its failed step
+  flowrun doctor                     check the GPUs, driver, CUDA and NCCL
   flowrun plan train.yaml            where every rank of every step runs, and why
   flowrun plan train.yaml --json     the same for machines (world_size, nodes, ranks, env)
   flowrun validate train.yaml        check the spec; every problem as FILE:LINE:COL
@@ -184,7 +189,7 @@ const char* kFooter = R"(Examples:
   flowrun plan train.yaml --cpus 2   plan on 2 CPU workers, for a host without GPUs
 
 Exit codes: 0 ok, 2 bad command line, bad spec or a plan this host cannot run (docs/cli.md).
-Docs: docs/spec.md (the spec), docs/plan.md (how flowrun decides), docs/cli.md.)";
+Docs: docs/quickstart.md, docs/spec.md (the spec), docs/plan.md (how flowrun decides), docs/cli.md.)";
 
 }  // namespace
 
