@@ -54,6 +54,9 @@ struct ParallelSpec {
   Location cpus_loc;
   int max_restarts = 0;
   Visibility visible_devices = Visibility::node;
+  // `preflight: true`: before the workers start, flowrun doctor's NCCL check
+  // runs on the step's GPUs, and a failure refuses the step (docs/gpu.md).
+  bool preflight = false;
   Location loc;  // of the `parallel:` key
 };
 

@@ -222,8 +222,8 @@ struct Elsewhere {
 constexpr std::string_view kTopKeys[] = {"name", "env", "workdir", "python", "steps", "cluster"};
 constexpr std::string_view kStepKeys[] = {"name",    "run",      "shell",   "env",     "workdir", "needs",
                                           "timeout", "parallel", "outputs", "collect", "join",    "logs"};
-constexpr std::string_view kParallelKeys[] = {"gpus", "nodes",        "procs_per_node",
-                                              "cpus", "max_restarts", "visible_devices"};
+constexpr std::string_view kParallelKeys[] = {"gpus",         "nodes",           "procs_per_node", "cpus",
+                                              "max_restarts", "visible_devices", "preflight"};
 constexpr std::string_view kLogsKeys[] = {"console"};
 constexpr std::string_view kClusterKeys[] = {"engine",      "hosts",     "hostfile", "gpus_per_node",
                                              "ssh_command", "srun_args", "address",  "heartbeat_timeout",
@@ -259,6 +259,7 @@ constexpr Elsewhere kStepElsewhere[] = {
     {"cpus", "under 'parallel:'"},
     {"max_restarts", "under 'parallel:'"},
     {"visible_devices", "under 'parallel:'"},
+    {"preflight", "under 'parallel:'"},
     {"engine", "under the top-level 'cluster:'"},
     {"hosts", "under the top-level 'cluster:'"},
     {"gpus_per_node", "under the top-level 'cluster:'"},
@@ -992,6 +993,13 @@ void Checker::step_parallel(const Entry& e, Step& s) {
     static constexpr std::string_view kNames[] = {"node", "process"};
     static constexpr Visibility kValues[] = {Visibility::node, Visibility::process};
     p.visible_devices = choice<Visibility>(*v, kNames, kValues).value_or(Visibility::node);
+  }
+  if (const Entry* f = find(keys, "preflight")) {
+    p.preflight = boolean(*f).value_or(false);
+    if (p.preflight && find(keys, "cpus"))
+      error(
+          f->key_loc, f->path,
+          "preflight checks the step's GPUs, and a step of CPU workers (cpus) has none; remove one of them");
   }
 }
 

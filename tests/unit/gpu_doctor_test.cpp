@@ -18,6 +18,7 @@
 #include "flowrun/doctor.h"
 #include "flowrun/error.h"
 #include "flowrun/gpu.h"
+#include "flowrun/spec.h"
 
 using namespace flowrun;
 
@@ -593,4 +594,31 @@ TEST_CASE("doctor: the real CUDA runtime on a host without a driver", "[doctor]"
   CHECK(outcome.allreduce.status == "skipped");
   CHECK(outcome.allreduce.reason == "CUDA cannot use the GPUs (see the cuda check)");
   CHECK(lines.back() == "done");
+}
+
+TEST_CASE("spec: preflight: true on a parallel step", "[doctor]") {
+  auto parse = [](const std::string& parallel) {
+    return parse_spec("steps:\n  - name: train\n    run: python3 train.py\n    parallel:\n" + parallel,
+                      "flow.yaml", "/tmp");
+  };
+  {
+    const SpecParse on = parse("      gpus: 8\n      preflight: true\n");
+    REQUIRE(on.spec);
+    CHECK(on.spec->steps[0].parallel->preflight);
+    const SpecParse off = parse("      gpus: 8\n");
+    REQUIRE(off.spec);
+    CHECK_FALSE(off.spec->steps[0].parallel->preflight);
+  }
+  std::vector<std::string> errors;
+  for (const Diagnostic& d : parse("      cpus: 2\n      preflight: true\n").diagnostics)
+    errors.push_back(d.to_string());
+  CHECK(errors ==
+        std::vector<std::string>{
+            "flow.yaml:6:7: steps.train.parallel.preflight: preflight checks the step's GPUs, and a step of "
+            "CPU workers (cpus) has none; remove one of them"});
+  errors.clear();
+  for (const Diagnostic& d : parse("      preflight: yes please\n").diagnostics)
+    errors.push_back(d.to_string());
+  REQUIRE(errors.size() == 1);
+  CHECK(errors[0].starts_with("flow.yaml:5:18: steps.train.parallel.preflight: expected true or false"));
 }
