@@ -456,6 +456,46 @@ class Suite:
         self.check(not missing, "torch: every rank trained, on its node", "every rank's last step",
                    "missing: " + "; ".join(missing))
 
+    # --- Lightning -------------------------------------------------------------------
+
+    def test_lightning(self):
+        """specs/examples/lightning/train.py, unchanged, on 2 nodes x 2 CPU workers inside `salloc -N2`, with
+        the venv scripts/venv makes: Lightning 1.9 looks for Slurm's variables before torchelastic's, and
+        must still pick TorchElasticEnvironment (the agents drop the step's SLURM_NTASKS...); the join loads
+        rank 0's checkpoint with LightningModule.load_from_checkpoint."""
+        venv = os.path.join(self.root, "build", "venv")
+        if not os.path.exists(os.path.join(venv, "flowrun-constraints.sha256")):
+            print(f"lightning: SKIP: no frameworks venv at {venv} (make it with scripts/venv)", flush=True)
+            return
+        if os.path.realpath(venv).startswith("/tmp/"):  # each node has its own /tmp: copy it to /var/tmp
+            shutil.copytree(venv, os.path.join(self.scratch, "venv"), symlinks=True)
+            venv = os.path.join(self.scratch, "venv")
+        py = os.path.join(venv, "bin", "python3")
+        d = self.workspace("lightning")
+        for f in ("train.py", "evaluate.py"):
+            shutil.copy(os.path.join(self.root, "specs", "examples", "lightning", f), d)
+        steps = [
+            {"name": "train", "run": [py, "train.py", "--devices", "2", "--num-nodes", "2", "--epochs", "20"],
+             "parallel": {"cpus": 4, "nodes": 2}, "outputs": "checkpoints/model.ckpt"},
+            {"name": "evaluate", "join": "train",
+             "run": [py, "evaluate.py", "${steps.train.outputs}/checkpoints/model.ckpt"]},
+        ]
+        spec = self.write_spec(d, {"engine": "slurm"}, steps)
+        run = self.head(spec, "head", prefix=["salloc", "-N2"], limit=300)
+        self.check(run.rc == 0, "lightning: Lightning DDP trains on 2 nodes x 2 CPU workers in salloc -N2", 0,
+                   run.rc, run.detail())
+        for r, host in enumerate(["node1", "node1", "node2", "node2"]):
+            want = (f"[{host} train r{r}] rank {r}/4: TorchElasticEnvironment, creates_processes_externally=True, "
+                    f"child processes=0, loss ")
+            self.check(want in run.stdout, f"lightning: rank {r} on {host} uses TorchElasticEnvironment, not "
+                       "SLURMEnvironment, and starts no process", want, "\n".join(
+                           line for line in run.stdout.splitlines() if f"train r{r}]" in line)[-2000:], run.detail())
+        m = re.search(r"^\[evaluate\] model: y = (-?[0-9.]+) x \+ (-?[0-9.]+) \(target: y = 3x - 1\)", run.stdout,
+                      re.M)
+        self.check(m is not None and abs(float(m.group(1)) - 3) < 0.15 and abs(float(m.group(2)) + 1) < 0.15,
+                   "lightning: the join loads rank 0's checkpoint, which learned y = 3x - 1",
+                   "[evaluate] model: y = 3.00 x + -1.00", m.group(0) if m else None, run.detail())
+
     # --- failures --------------------------------------------------------------------
 
     def test_culprit(self):
@@ -798,8 +838,8 @@ class Suite:
             subprocess.run(["scancel", *[j.split()[0] for j in jobs]], env=self.env())
 
 
-TESTS = ["salloc", "sbatch", "srun", "srun_node1", "ssh_hosts", "ssh_hostfile", "torch", "culprit", "agent_kill",
-         "link_down", "head_kill", "scancel", "wrong_token", "symlink", "private_workdir"]
+TESTS = ["salloc", "sbatch", "srun", "srun_node1", "ssh_hosts", "ssh_hostfile", "torch", "lightning", "culprit",
+         "agent_kill", "link_down", "head_kill", "scancel", "wrong_token", "symlink", "private_workdir"]
 
 
 def namespaces_available():
