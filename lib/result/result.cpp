@@ -319,6 +319,9 @@ std::string layout_text(int nodes, int per_node) {
   return fmt::format("{} node{} x {} per node", nodes, nodes == 1 ? "" : "s", per_node);
 }
 
+// "1 worker", "3 workers".
+std::string workers_text(int n) { return fmt::format("{} worker{}", n, n == 1 ? "" : "s"); }
+
 struct Groups {
   std::vector<int> victims;
   std::vector<int> succeeded;
@@ -557,10 +560,9 @@ std::optional<std::string> lightning_devices_hint(std::string_view text,
   const int nodes = static_cast<int>(per_node.size());
   auto [fewest, most] = std::minmax_element(per_node.begin(), per_node.end(),
                                             [](const auto& x, const auto& y) { return x.second < y.second; });
-  std::string out = fmt::format(
-      "flowrun:   Lightning's Trainer(devices={}, num_nodes={}) must multiply to this "
-      "step's {} workers ",
-      devices, num_nodes, total);
+  std::string out =
+      fmt::format("flowrun:   Lightning's Trainer(devices={}, num_nodes={}) must multiply to this step's {} ",
+                  devices, num_nodes, workers_text(total));
   if (fewest->second != most->second) {
     return out + fmt::format(
                      "({} nodes with {} to {} workers each, which Lightning's devices cannot express): "
@@ -569,9 +571,9 @@ std::optional<std::string> lightning_devices_hint(std::string_view text,
   }
   const int per = most->second;
   return out +
-         fmt::format(
-             "({}): set devices={}, num_nodes={}, or change the step's parallel: to run {} workers ({})",
-             layout_text(nodes, per), per, nodes, devices * num_nodes, layout_text(num_nodes, devices));
+         fmt::format("({}): set devices={}, num_nodes={}, or change the step's parallel: to run {} ({})",
+                     layout_text(nodes, per), per, nodes, workers_text(devices * num_nodes),
+                     layout_text(num_nodes, devices));
 }
 
 std::optional<std::string> parse_error_file(const std::string& text) {

@@ -56,6 +56,25 @@ TEST_CASE("lightning hint: several nodes", "[result][lightning]") {
         "(2 nodes x 4 per node)");
 }
 
+TEST_CASE("lightning hint: one worker", "[result][lightning]") {
+  const std::string one =
+      "You set `devices=2` and `num_nodes=1` in Lightning, but the product (2 * 1) does not match the world "
+      "size "
+      "(1).";
+  CHECK(lightning_devices_hint(one, workers({1})) ==
+        "flowrun:   Lightning's Trainer(devices=2, num_nodes=1) must multiply to this step's 1 worker "
+        "(1 node x 1 per node): set devices=1, num_nodes=1, or change the step's parallel: to run 2 workers "
+        "(1 node x 2 per node)");
+  const std::string to_one =
+      "You set `devices=1` and `num_nodes=1` in Lightning, but the product (1 * 1) does not match the world "
+      "size "
+      "(2).";
+  CHECK(lightning_devices_hint(to_one, workers({2})) ==
+        "flowrun:   Lightning's Trainer(devices=1, num_nodes=1) must multiply to this step's 2 workers "
+        "(1 node x 2 per node): set devices=2, num_nodes=1, or change the step's parallel: to run 1 worker "
+        "(1 node x 1 per node)");
+}
+
 TEST_CASE("lightning hint: nodes with different numbers of workers", "[result][lightning]") {
   CHECK(lightning_devices_hint(kDevices3, workers({3, 2})) ==
         "flowrun:   Lightning's Trainer(devices=3, num_nodes=1) must multiply to this step's 5 workers "
