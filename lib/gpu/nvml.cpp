@@ -151,12 +151,12 @@ void probe_topology(void* library, const std::vector<nvmlDevice_t>& handles, Sys
     if (api.pcie_width != nullptr && api.pcie_width(handles[i], &value) == kNvmlSuccess)
       details.pcie_width = static_cast<int>(value);
     if (api.nvlink_state == nullptr || api.nvlink_remote_pci == nullptr) continue;
-    // A GPU without NVLink answers NVML_ERROR_NOT_SUPPORTED for link 0; one
-    // with fewer links than the maximum answers an error past its last.
+    // A GPU without NVLink, or a link index it does not have, answers an
+    // error; a link that is down answers NVML_FEATURE_DISABLED. Neither counts.
     for (unsigned link = 0; link < kNvLinkMaxLinks; ++link) {
       int state = 0;
-      if (api.nvlink_state(handles[i], link, &state) != kNvmlSuccess) break;
-      if (state != kNvmlFeatureEnabled) continue;
+      if (api.nvlink_state(handles[i], link, &state) != kNvmlSuccess || state != kNvmlFeatureEnabled)
+        continue;
       gpu_detail::NvLinkEnd end;
       nvmlPciInfo_t remote{};
       if (api.nvlink_remote_pci(handles[i], link, &remote) == kNvmlSuccess)

@@ -622,3 +622,65 @@ TEST_CASE("spec: preflight: true on a parallel step", "[doctor]") {
   REQUIRE(errors.size() == 1);
   CHECK(errors[0].starts_with("flow.yaml:5:18: steps.train.parallel.preflight: expected true or false"));
 }
+
+TEST_CASE("nvml probe: the topology from a stand-in NVML", "[doctor]") {
+  struct Scenario {
+    explicit Scenario(const char* name) { setenv("FAKE_NVML_SCENARIO", name, 1); }
+    ~Scenario() { unsetenv("FAKE_NVML_SCENARIO"); }
+  };
+  SECTION("without topology, only the inventory") {
+    Scenario scenario("bridges");
+    const SystemGpus system = gpu_detail::probe_nvml_library(FLOWRUN_FAKE_NVML, false);
+    CHECK(system.source == "nvml");
+    CHECK(system.devices.size() == 4);
+    CHECK(system.links.empty());
+    CHECK(system.devices[0].details.compute_capability.empty());
+  }
+  SECTION("PCIe on two sockets, one NVLink bridge with a link down, a card at x8") {
+    Scenario scenario("bridges");
+    const SystemGpus system = gpu_detail::probe_nvml_library(FLOWRUN_FAKE_NVML, true);
+    REQUIRE(system.devices.size() == 4);
+    CHECK(system.driver_version == "550.54.15");
+    CHECK(system.cuda_driver_version == "12.4");
+    std::vector<std::string> rows;
+    for (const auto& row : system.links) {
+      std::vector<std::string> names;
+      for (const GpuLink& link : row) names.push_back(gpu_link_name(link));
+      rows.push_back(join(names, " "));
+    }
+    CHECK(rows ==
+          std::vector<std::string>{"X NV3 SYS SYS", "NV3 X SYS SYS", "SYS SYS X NODE", "SYS SYS NODE X"});
+    CHECK(system.devices[0].details.nvlinks == 3);
+    CHECK(system.devices[0].details.nvswitch_links == 0);
+    CHECK(system.devices[2].details.nvlinks == 0);
+    CHECK(system.devices[3].details.pcie_width == 8);
+    CHECK(system.devices[3].details.pcie_width_max == 16);
+    CHECK(system.devices[3].details.pcie_gen_max == 4);
+    CHECK(system.devices[1].details.compute_capability == "8.0");
+    CHECK_FALSE(system.nvswitch);
+
+    DoctorFacts facts;
+    facts.inventory = select_gpus(system, {});
+    facts.runtime_skipped = "not asked";
+    const DoctorReport report = evaluate_doctor(facts);
+    CHECK(find_check(report, "pcie")->message == "PCIe lanes missing: GPU 3 runs x8 of its x16");
+    CHECK(find_check(report, "links")->status ==
+          CheckStatus::warn);  // across sockets; a bridge is no NVSwitch
+  }
+  SECTION("an HGX board with one NVLink down") {
+    Scenario scenario("hgx");
+    const SystemGpus system = gpu_detail::probe_nvml_library(FLOWRUN_FAKE_NVML, true);
+    REQUIRE(system.devices.size() == 8);
+    CHECK(system.nvswitch);
+    CHECK(gpu_link_name(system.links[0][1]) == "NV18");
+    CHECK(gpu_link_name(system.links[0][6]) == "NV17");
+    CHECK(gpu_link_name(system.links[6][7]) == "NV17");
+    CHECK(system.devices[6].details.nvswitch_links == 17);
+    DoctorFacts facts;
+    facts.inventory = select_gpus(system, {{"CUDA_VISIBLE_DEVICES", "0,1,2,6"}});
+    facts.runtime_skipped = "not asked";
+    const DoctorReport report = evaluate_doctor(facts);
+    CHECK(find_check(report, "links")->message ==
+          "NVLinks down: most pairs have NV18, but 0-3 NV17, 1-3 NV17, 2-3 NV17");
+  }
+}
