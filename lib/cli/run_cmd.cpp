@@ -644,6 +644,9 @@ Built build_spec(Request& r, const HostFacts& host, const EnvMap& env, const std
   if (b.shape.parallel.empty()) t += " {}";
   t += "\n";
   for (const auto& [key, value] : b.shape.parallel) t += "      " + key + ": " + value + "\n";
+  // No join reads them: every rank's FLOWRUN_OUTPUT_DIR is kept in the run
+  // directory (outputs/rank<R>), from every node.
+  if (!for_init) t += "    collect: all\n";
   if (b.shape.nodes > 1) {
     t += "cluster:\n";
     if (for_init) {

@@ -456,6 +456,59 @@ class Suite:
         self.check(not missing, "torch: every rank trained, on its node", "every rank's last step",
                    "missing: " + "; ".join(missing))
 
+    # --- flowrun run: torchrun's command line across nodes ----------------------------
+
+    def check_run_cli(self, label, run, nodes, hosts, slurm, step="node_worker"):
+        """check_env.py over the rank directories of a `flowrun run` (it has no join)."""
+        if not self.check(run.rc == 0, f"{label}: flowrun run exits 0", 0, run.rc, run.detail()):
+            return
+        inputs = os.path.join(os.path.dirname(run.run_dir), "inputs")
+        os.makedirs(inputs)
+        for r in range(nodes * 2):
+            os.symlink(os.path.join(run.run_dir, step, f"rank{r}", "out"), os.path.join(inputs, f"rank{r}"))
+        p = subprocess.run([PY, CHECK, "--nodes", str(nodes), "--per-node", "2", "--hosts", hosts, "--address",
+                            self.c.address_list(), "--slurm" if slurm else "--no-slurm"],
+                           env={**self.env(), "FLOWRUN_INPUTS": inputs}, capture_output=True, text=True)
+        verdict = f"env check: {nodes * 2} ranks on {nodes} nodes"
+        self.check(p.returncode == 0 and p.stdout.startswith(verdict),
+                   f"{label}: every rank's environment is right (check_env.py)", verdict + " ... agree",
+                   (p.stdout + p.stderr).strip(), run.detail())
+
+    def test_run_cli_salloc(self):
+        """salloc -N2 flowrun run --nnodes 2 SCRIPT: torchrun's command line inside an allocation; flowrun
+        starts node 2's agent with srun."""
+        d = self.workspace("run_cli_salloc")
+        run_dir = os.path.join(d, "run")
+        live = self.start(["salloc", "-N2", "--gpus-per-node=2", self.flowrun, "run", "--nnodes", "2",
+                           "--nproc_per_node=2", "--fake-gpus", "2", "--run-dir", run_dir, "--python", PY, WORKER,
+                           "env"], "head", d)
+        live.finish(90)
+        self.check_run_cli("salloc -N2 flowrun run --nnodes 2", Run(live, run_dir), 2, "slurm", slurm=True)
+
+    def test_run_cli_rendezvous(self):
+        """The same `flowrun run --nnodes 2 --rdzv-endpoint node1:PORT` typed on node1 and node2, node2 first:
+        node1 (whose name maps to 127.0.1.1 there) owns the endpoint and is node 0."""
+        d = self.workspace("run_cli_rdzv")
+        run_dir = os.path.join(d, "run")
+        port = str(29400 + os.getpid() % 500)
+        argv = [self.flowrun, "run", "--nnodes=2", "--nproc-per-node", "2", "--rdzv-backend", "c10d",
+                "--rdzv_endpoint", f"node1:{port}", "--rdzv-id", "job7", "--run-dir", run_dir, "--python", PY,
+                WORKER, "env"]
+        # No Slurm here: not even SLURM_CONF, which check_env.py --no-slurm would count.
+        env = {k: v for k, v in self.env().items() if not k.startswith("SLURM_")}
+        other = Live(self.c.on(2, argv), d, env)
+        head = Live(self.c.on(1, argv), d, env)
+        head.finish(90)
+        other.finish(30)
+        self.check(other.rc == 0, "rendezvous: node2's flowrun run exits 0", 0, other.rc, other.detail())
+        self.check("flowrun run: joining node 0 at node1:" + port in other.text("err"),
+                   "rendezvous: node2 says it joins node 0", "flowrun run: joining node 0 at node1:" + port,
+                   other.text("err")[-500:])
+        self.check_run_cli("flowrun run --rdzv-endpoint node1 on node1 and node2", Run(head, run_dir), 2,
+                           "node1,node2", slurm=False)
+        token = os.path.join(d, ".flowrun", "rendezvous", f"node1_{port}.token")
+        self.check(not os.path.exists(token), "rendezvous: the token file is gone after the run", "no file", token)
+
     # --- Lightning -------------------------------------------------------------------
 
     def test_lightning(self):
@@ -838,7 +891,8 @@ class Suite:
             subprocess.run(["scancel", *[j.split()[0] for j in jobs]], env=self.env())
 
 
-TESTS = ["salloc", "sbatch", "srun", "srun_node1", "ssh_hosts", "ssh_hostfile", "torch", "lightning", "culprit",
+TESTS = ["salloc", "sbatch", "srun", "srun_node1", "ssh_hosts", "ssh_hostfile", "run_cli_salloc", "run_cli_rendezvous",
+         "torch", "lightning", "culprit",
          "agent_kill", "link_down", "head_kill", "scancel", "wrong_token", "symlink", "private_workdir"]
 
 
