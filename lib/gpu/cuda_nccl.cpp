@@ -14,6 +14,7 @@
 // passes (as nccl-tests does), and a watchdog thread ends the process when a
 // blocking call (communicator set-up, an abort) outlives its phase. The
 // parent kills the child if it falls silent all the same.
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
@@ -89,7 +90,8 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-constexpr int kWatchdogGraceS = 15;            // beyond a phase's limit before the watchdog ends the child
+constexpr int kWatchdogGraceS =
+    15;  // beyond a phase's limit (at most the limit again) before the watchdog acts
 constexpr std::size_t kChunkFloats = 1 << 20;  // the fill pattern repeats every 4 MiB
 constexpr std::size_t kCheckFloats = 1 << 16;  // elements checked at each end of a result
 constexpr std::uint64_t kMemcpyMaxBytes = 512ull << 20;
@@ -236,8 +238,8 @@ class Watchdog {
     out_.line({"phase", phase});
     std::lock_guard<std::mutex> lock(mutex_);
     phase_ = phase;
-    limit_s_ = limit_s;
-    deadline_ = Clock::now() + std::chrono::seconds(limit_s + kWatchdogGraceS);
+    limit_s_ = limit_s + std::min(kWatchdogGraceS, limit_s);
+    deadline_ = Clock::now() + std::chrono::seconds(limit_s_);
     armed_ = true;
     wake_.notify_all();
   }
@@ -258,7 +260,7 @@ class Watchdog {
       wake_.wait_until(lock, deadline);
       if (!stop_ && armed_ && deadline_ == deadline && Clock::now() >= deadline) {
         out_.line({"allreduce", "hung",
-                   "no progress for " + std::to_string(limit_s_ + kWatchdogGraceS) + " s while " + phase_ +
+                   "no progress for " + std::to_string(limit_s_) + " s while " + phase_ +
                        ", inside a call that does not return; the check ended itself"});
         _exit(3);  // the driver releases the GPUs with the process
       }
@@ -628,7 +630,8 @@ int run_gpu_check_child(const GpuCheckRequest& request, int out_fd) {
         for (int device : request.devices) cuda_usable = cuda_usable && device >= 0 && device < count;
         if (!cuda_usable)
           out.line({"allreduce", "skipped",
-                    "CUDA sees " + std::to_string(count) + " GPUs, fewer than flowrun selected"});
+                    "CUDA sees " + std::to_string(count) + (count == 1 ? " GPU" : " GPUs") +
+                        ", fewer than the " + std::to_string(request.devices.size()) + " flowrun selected"});
       } else {
         out.line({"cuda_error", cu.describe(error)});
         out.line({"allreduce", "skipped", "CUDA cannot use the GPUs (see the cuda check)"});

@@ -73,15 +73,22 @@ GpuCheckOutcome run_script(const std::string& script, int silence_limit_s) {
 }
 
 // The lines run_gpu_check_child writes, run in a forked child so its
-// environment changes (NCCL_DEBUG and friends) stay out of this process.
-std::vector<std::string> child_lines(const GpuCheckRequest& request, const EnvMap& set_env) {
+// environment changes (NCCL_DEBUG and friends) stay out of this process; an
+// empty value unsets the variable. `status` gets the child's exit status.
+std::vector<std::string> child_lines(const GpuCheckRequest& request, const EnvMap& set_env,
+                                     int* status_out = nullptr) {
   int fds[2];
   REQUIRE(pipe(fds) == 0);
   const pid_t pid = fork();
   REQUIRE(pid >= 0);
   if (pid == 0) {
     close(fds[0]);
-    for (const auto& [name, value] : set_env) setenv(name.c_str(), value.c_str(), 1);
+    for (const auto& [name, value] : set_env) {
+      if (value.empty())
+        unsetenv(name.c_str());
+      else
+        setenv(name.c_str(), value.c_str(), 1);
+    }
     _exit(run_gpu_check_child(request, fds[1]));
   }
   close(fds[1]);
@@ -93,7 +100,10 @@ std::vector<std::string> child_lines(const GpuCheckRequest& request, const EnvMa
   int status = 0;
   waitpid(pid, &status, 0);
   REQUIRE(WIFEXITED(status));
-  REQUIRE(WEXITSTATUS(status) == 0);
+  if (status_out != nullptr)
+    *status_out = WEXITSTATUS(status);
+  else
+    REQUIRE(WEXITSTATUS(status) == 0);
   std::vector<std::string> lines;
   std::stringstream in(out);
   for (std::string line; std::getline(in, line);) lines.push_back(line);
@@ -682,5 +692,111 @@ TEST_CASE("nvml probe: the topology from a stand-in NVML", "[doctor]") {
     const DoctorReport report = evaluate_doctor(facts);
     CHECK(find_check(report, "links")->message ==
           "NVLinks down: most pairs have NV18, but 0-3 NV17, 1-3 NV17, 2-3 NV17");
+  }
+}
+
+TEST_CASE("doctor: the check child's all-reduce on stand-in CUDA and NCCL", "[doctor]") {
+  if (!doctor_has_gpu_support()) {
+    WARN("skipped: this flowrun was built without GPU support");
+    return;
+  }
+  GpuCheckRequest request;
+  request.devices = {0, 1};
+  request.max_bytes = 64 << 10;  // 8 B to 64 KiB: 14 sizes
+  request.warmup = 1;
+  request.iters = 3;
+  request.timeout_s = 1;
+  EnvMap env = {{"FLOWRUN_CUDART_LIBRARY", FLOWRUN_FAKE_CUDART},
+                {"FLOWRUN_NCCL_LIBRARY", FLOWRUN_FAKE_NCCL},
+                {"NCCL_DEBUG", ""},
+                {"NCCL_DEBUG_FILE", ""},
+                {"FAKE_CUDA_DEVICES", "2"},
+                {"FAKE_NCCL", ""}};
+  auto run = [&](int* status = nullptr) {
+    GpuCheckOutcome outcome;
+    std::string phase;
+    for (const std::string& line : child_lines(request, env, status))
+      doctor_detail::apply_check_line(line, outcome, phase);
+    return outcome;
+  };
+  auto sizes_with_wrong = [](const GpuCheckOutcome& outcome) {
+    std::vector<std::uint64_t> out;
+    for (const AllReduceRow& row : outcome.allreduce.rows) {
+      if (row.wrong > 0) out.push_back(row.bytes);
+    }
+    return out;
+  };
+
+  SECTION("every size, every sum checked, NCCL's algorithm from its debug file") {
+    const GpuCheckOutcome outcome = run();
+    CHECK(outcome.cuda.library.path == FLOWRUN_FAKE_CUDART);
+    CHECK(outcome.cuda.device_count == 2);
+    CHECK(outcome.cuda.runtime_version == 12080);
+    CHECK(outcome.nccl.library.path == FLOWRUN_FAKE_NCCL);
+    CHECK(outcome.nccl.version == 22809);
+    CHECK(outcome.allreduce.status == "ok");
+    REQUIRE(outcome.allreduce.rows.size() == 14);
+    CHECK(outcome.allreduce.rows.front().bytes == 8);
+    CHECK(outcome.allreduce.rows.back().bytes == 65536);
+    CHECK(sizes_with_wrong(outcome).empty());
+    for (const AllReduceRow& row : outcome.allreduce.rows) {
+      CHECK(row.time_ns > 0);
+      CHECK(row.algorithm == "RING");
+      CHECK(row.protocol == "SIMPLE");
+    }
+    CHECK(outcome.memcpy.bytes == 0);
+  }
+  SECTION("one GPU: the all-reduce and a timed device-to-device copy") {
+    request.devices = {1};
+    request.memcpy = true;
+    const GpuCheckOutcome outcome = run();
+    CHECK(outcome.allreduce.status == "ok");
+    CHECK(outcome.allreduce.rows.size() == 14);
+    CHECK(outcome.memcpy.bytes == 65536);
+    CHECK(outcome.memcpy.time_ns > 0);
+  }
+  SECTION("a wrong sum is counted at its size") {
+    env["FAKE_NCCL"] = "wrong";
+    const GpuCheckOutcome outcome = run();
+    CHECK(sizes_with_wrong(outcome) ==
+          std::vector<std::uint64_t>{1024, 2048, 4096, 8192, 16384, 32768, 65536});
+    CHECK(outcome.allreduce.rows.back().wrong == 1);
+  }
+  SECTION("a collective that never finishes is aborted after the limit and reported where") {
+    env["FAKE_NCCL"] = "hang";
+    const auto start = std::chrono::steady_clock::now();
+    const GpuCheckOutcome outcome = run();
+    CHECK(std::chrono::steady_clock::now() - start < std::chrono::seconds(10));
+    CHECK(outcome.allreduce.status == "hung");
+    CHECK(outcome.allreduce.reason ==
+          "the all-reduce of 1 KiB did not finish within 1 s; flowrun aborted NCCL");
+    CHECK(outcome.allreduce.rows.size() == 7);  // 8 B to 512 B
+    CHECK(outcome.allreduce.warnings == std::vector<std::string>{"fake: a collective that never finishes"});
+  }
+  SECTION("a set-up that never returns: the watchdog ends the child") {
+    env["FAKE_NCCL"] = "init-hang";
+    int status = -1;
+    const GpuCheckOutcome outcome = run(&status);
+    CHECK(status == 3);
+    CHECK(outcome.allreduce.status == "hung");
+    CHECK(outcome.allreduce.reason ==
+          "no progress for 2 s while setting up NCCL communicators (ncclCommInitAll), inside a call that "
+          "does not "
+          "return; the check ended itself");
+  }
+  SECTION("CUDA sees fewer GPUs than flowrun selected") {
+    env["FAKE_CUDA_DEVICES"] = "1";
+    const GpuCheckOutcome outcome = run();
+    CHECK(outcome.cuda.device_count == 1);
+    CHECK(outcome.allreduce.status == "skipped");
+    CHECK(outcome.allreduce.reason == "CUDA sees 1 GPU, fewer than the 2 flowrun selected");
+  }
+  SECTION("--no-nccl: the libraries are checked, nothing runs") {
+    request.nccl = false;
+    const GpuCheckOutcome outcome = run();
+    CHECK(outcome.nccl.version == 22809);
+    CHECK(outcome.allreduce.status == "skipped");
+    CHECK(outcome.allreduce.reason == "--no-nccl");
+    CHECK(outcome.allreduce.rows.empty());
   }
 }
