@@ -656,20 +656,21 @@ int run_gpu_check_child(const GpuCheckRequest& request, int out_fd) {
   }
 
   if (cuda_usable) {
-    if (request.devices.empty()) {
-      out.line({"allreduce", "skipped", "no GPU to run it on"});
-    } else {
+    std::string skipped;
+    if (request.devices.empty())
+      skipped = "no GPU to run it on";
+    else if (!request.nccl)
+      skipped = "--no-nccl";
+    else if (!nccl_usable)
+      skipped = "NCCL was not found";
+    // GPU memory only for what runs: the all-reduce, the one-GPU copy.
+    if (!request.devices.empty() && (skipped.empty() || request.memcpy)) {
       Watchdog dog(out);
       Check check(cu, nccl_usable ? &nccl : nullptr, request, out, dog);
-      if (check.prepare() && (!request.memcpy || check.memcpy_bandwidth())) {
-        if (!request.nccl)
-          out.line({"allreduce", "skipped", "--no-nccl"});
-        else if (!nccl_usable)
-          out.line({"allreduce", "skipped", "NCCL was not found"});
-        else
-          check.allreduce();
-      }
+      if (check.prepare() && (!request.memcpy || check.memcpy_bandwidth()) && skipped.empty())
+        check.allreduce();
     }
+    if (!skipped.empty()) out.line({"allreduce", "skipped", skipped});
   }
   debug.report(out);
   out.line({"done"});
