@@ -2,17 +2,39 @@
 // steps in dependency order, each parallel step as a group of workers (with
 // restarts), each plain step as one process; after a parallel step it gathers
 // the outputs for the join; it writes the run directory (the spec as run,
-// plan.json, per-rank logs, each step's results.json) and decides flowrun's
-// exit code (docs/cli.md).
+// plan.json, per-rank logs, each step's results.json, run.json) and decides
+// flowrun's exit code (docs/cli.md).
+//
+// `flowrun resume` is a new run that takes the steps an earlier run already
+// did from that run's directory instead of running them again; the second
+// half of this header is what it reads and decides.
 #pragma once
 
+#include <cstdint>
+#include <map>
 #include <optional>
+#include <set>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "flowrun/plan.h"
 
 namespace flowrun {
+
+// Set by `flowrun resume`: the earlier run this one resumes and what happens
+// to each step.
+struct ResumeFrom {
+  std::string run_id;  // the run resumed
+  std::string run_dir;
+  // Steps taken from it as they are: results.json is copied (marked
+  // "reused_from" the run that ran the step) and a parallel step's gathered
+  // outputs are hard-linked (copied across file systems) into this run's
+  // directory, so ${steps.NAME.outputs} and the join find them.
+  std::set<std::string> reuse;
+  // For each step that runs, why it runs (again), for the console.
+  std::map<std::string, std::string> why;
+};
 
 struct RunOptions {
   std::vector<std::string> args;                  // after `--`, for ${args}
@@ -21,7 +43,16 @@ struct RunOptions {
   std::optional<std::vector<int>> console_ranks;  // --ranks: ranks shown on the console
   double grace_s = 10;                            // --grace: SIGTERM .. SIGKILL
   enum class Color { automatic, always, never } color = Color::automatic;
-  int fake_gpus = -1;  // --fake-gpus (or FLOWRUN_FAKE_GPUS): every node's agent simulates as many
+  int fake_gpus = -1;       // --fake-gpus (or FLOWRUN_FAKE_GPUS): every node's agent simulates as many
+  std::optional<int> cpus;  // --cpus, recorded in run.json so that a resume plans the same way
+  std::string python;       // --python (as use_python() got it), recorded in run.json likewise
+  // The spec file run.json names (absolute); empty: the spec's own file. A
+  // resume that runs from a saved copy names the file the copy came from.
+  std::string spec_file;
+  // The spec's text when it is not a file (`flowrun run` builds one): saved
+  // as spec.yaml, and run.json names no spec file.
+  std::string spec_text;
+  std::optional<ResumeFrom> resume;
 };
 
 // Runs the flow and returns flowrun's exit code: 0 when every step
@@ -31,6 +62,150 @@ struct RunOptions {
 // (a run directory that cannot be written).
 int run_flow(const Spec& spec, const HostFacts& host, const std::vector<StepPlan>& plans, const EnvMap& env,
              const RunOptions& options);
+
+// --- run.json and flowrun resume --------------------------------------------
+
+// The run.json format this flowrun writes and reads; later formats only add
+// keys, but a run directory of another format is refused by resume.
+inline constexpr int kRunFormat = 1;
+
+// What a run records about itself in <run_dir>/run.json: written when it
+// starts, after every step and when it ends. `flowrun resume` reads it.
+//
+//   {
+//     "format": 1,
+//     "run_id": "flow-20261129-171053-3fa2c1",
+//     "run_dir": "/abs/.flowrun/runs/flow-20261129-171053-3fa2c1",
+//     "flow": "flow",                the spec's name
+//     "spec": "/abs/flow.yaml",      the spec file it ran (null when it had none)
+//     "spec_dir": "/abs",            what the spec's relative paths are relative to
+//     "args": ["--lr", "0.1"],       the arguments after --, for ${args}
+//     "cpus": 2,                     --cpus, or null
+//     "fake_gpus": null,             --fake-gpus or FLOWRUN_FAKE_GPUS, or null
+//     "python": null,                --python, or null
+//     "host": "host-a",              where flowrun ran
+//     "pid": 4242,                   flowrun's pid
+//     "state": "running",            "running" until it ends, then "finished"
+//     "exit_code": null,             flowrun's exit code once finished
+//     "start": "...", "end": null,   UTC with milliseconds; end once finished
+//     "steps": {"prepare": "succeeded", "train": "running", "evaluate": "pending"},
+//                                    "pending" | "running" | "succeeded" | "reused" |
+//                                    "failed" | "skipped" (a step it needs failed) |
+//                                    "not_run" (flowrun was interrupted first)
+//     "resumed_from": null           or {"run_id": ..., "run_dir": ...}: the run it resumed
+//   }
+//
+// A run in progress also holds a lock (flock) on <run_dir>/run.lock, which
+// the kernel lets go of however flowrun ends, so "running" in a run.json
+// whose lock is free means flowrun was killed before it could say otherwise.
+struct RunRecord {
+  std::string run_id;
+  std::string run_dir;
+  std::string flow;
+  std::string spec_file;  // empty: null
+  std::string spec_dir;
+  std::vector<std::string> args;
+  std::optional<int> cpus;
+  std::optional<int> fake_gpus;
+  std::string python;  // empty: null
+  std::string host;
+  int pid = 0;
+  bool finished = false;
+  std::optional<int> exit_code;
+  std::int64_t start_unix_ns = 0;
+  std::int64_t end_unix_ns = 0;                            // 0: null
+  std::vector<std::pair<std::string, std::string>> steps;  // name, state; in run order
+  std::string resumed_from_id;                             // empty: resumed_from is null
+  std::string resumed_from_dir;
+};
+
+std::string format_run_json(const RunRecord& record);
+
+// Reads `text`, the run.json at `path`. Throws Error (exit code 2) that names
+// `path` for text that is not JSON, not a run record, or of another format.
+RunRecord parse_run_json(const std::string& text, const std::string& path);
+
+// Reads <run_dir>/run.json. Throws Error (exit code 2) saying what is wrong:
+// no such directory, a run directory of an older flowrun (no run.json), not a
+// run directory at all, or parse_run_json's refusals.
+RunRecord read_run_record(const std::string& run_dir);
+
+// Holds <run_dir>/run.lock for as long as it lives (the file is created);
+// closed on exec, so no worker inherits it. Throws Error when it cannot.
+class RunLock {
+ public:
+  explicit RunLock(const std::string& run_dir);
+  ~RunLock();
+  RunLock(const RunLock&) = delete;
+  RunLock& operator=(const RunLock&) = delete;
+
+ private:
+  int fd_ = -1;
+};
+
+// Whether a flowrun holds <run_dir>/run.lock right now.
+bool run_in_progress(const std::string& run_dir);
+
+// The run directory `run` names on the command line of `flowrun resume`: a
+// path (it has a '/', or names a directory under `cwd`), else a run id, looked
+// up as .flowrun/runs/<id> in `cwd` and then in each of its parents (a run
+// started from a parent directory, or with `workdir:` there). Returns an
+// absolute path. Throws Error (exit code 2) saying where it looked.
+std::string find_run_dir(const std::string& run, const std::string& cwd);
+
+// How one step ended in an earlier run, from <run_dir>/<step>/results.json.
+struct PriorStep {
+  // "succeeded", "failed", "timed_out", "interrupted"; "" when there is no
+  // results.json (it did not run); "unreadable" for one that does not parse.
+  std::string outcome;
+  std::string end;       // its "end" time, as results.json writes it
+  std::string ran_in;    // the run that ran it: its "reused_from" run, else that run
+  bool outputs = false;  // <run_dir>/<step>/outputs exists
+};
+
+// Reads the results of the steps `names` of the run `record`.
+std::map<std::string, PriorStep> read_prior_steps(const RunRecord& record,
+                                                  const std::vector<std::string>& names);
+
+// What `flowrun resume` asks about a run.
+struct ResumeQuestion {
+  const Spec* now = nullptr;     // the spec the new run runs
+  const Spec* before = nullptr;  // the spec the earlier run ran (its saved copy)
+  std::string run_id;            // the earlier run, for messages
+  std::string run_dir;
+  std::map<std::string, PriorStep> prior;  // the earlier run's steps, by name
+  std::vector<std::string> args_now;       // ${args} of each run
+  std::vector<std::string> args_before;
+  std::optional<std::string> from;  // --from: a step of `now`
+};
+
+struct ResumeDecision {
+  std::string step;
+  bool reuse = false;
+  std::string why;  // when it runs: why, e.g. "it failed in run X" (empty when reused)
+};
+
+// Pure. For every step of `now`, in run order: a step is reused when it
+// succeeded in the earlier run, its definition is what that run ran (see
+// changed_parts), its gathered outputs are still there, every step it needs
+// is reused, and it is not --from's step. Everything else runs.
+std::vector<ResumeDecision> decide_resume(const ResumeQuestion& question);
+
+// The parts of a step's definition that differ between two specs, in this
+// order: "run", "env", "top-level env", "workdir", "needs", "join",
+// "parallel", "outputs", "collect", "${args}" (the arguments after --, for a
+// step whose run uses them). Not compared, since they cannot change what a
+// step that succeeded produced: timeout, parallel.max_restarts, logs, the
+// cluster section, and the plan (this host's GPUs).
+std::vector<std::string> changed_parts(const Spec& now, const Step& step_now,
+                                       const std::vector<std::string>& args_now, const Spec& before,
+                                       const Step& step_before, const std::vector<std::string>& args_before);
+
+// Takes `step` from the run `from` into the run directory `layout`:
+// results.json copied and marked, a parallel step's outputs/ hard-linked (or
+// copied). Returns the console line. Throws Error when the files cannot be
+// read or written.
+std::string reuse_step(const Step& step, const ResumeFrom& from, const RunLayout& layout);
 
 // Parses --ranks: "0", "0,2", "0-3,6", "all" (nullopt). Throws Error with a
 // message for anything else.

@@ -115,6 +115,25 @@ class FlowRunner {
     style_.color = options.color == RunOptions::Color::always ||
                    (options.color == RunOptions::Color::automatic && tty && (!no_color || no_color->empty()));
     style_.progress_interval_ns = tty ? 1'000'000'000LL : 10'000'000'000LL;
+
+    record_.run_id = ctx_.run_id;
+    record_.run_dir = ctx_.layout.run_dir;
+    record_.flow = spec.name;
+    record_.spec_file = !options.spec_file.empty()  ? options.spec_file
+                        : options.spec_text.empty() ? absolute_spec_file(spec)
+                                                    : std::string();
+    record_.spec_dir = spec.dir;
+    record_.python = options.python;
+    record_.args = options.args;
+    record_.cpus = options.cpus;
+    if (options.fake_gpus >= 0) record_.fake_gpus = options.fake_gpus;
+    record_.host = host.hostname;
+    record_.pid = static_cast<int>(getpid());
+    for (std::size_t index : spec.order) record_.steps.emplace_back(spec.steps[index].name, "pending");
+    if (options.resume) {
+      record_.resumed_from_id = options.resume->run_id;
+      record_.resumed_from_dir = options.resume->run_dir;
+    }
   }
 
   int run() {
@@ -124,7 +143,12 @@ class FlowRunner {
       throw Error("the run directory " + ctx_.layout.run_dir +
                   " already holds files (of another run?); choose a new --run-dir or remove it");
     make_dirs(ctx_.layout.run_dir);
-    write_file(ctx_.layout.run_dir + "/spec.yaml", read_file(spec_.file, kMaxSpecBytes + 1));
+    // Held until this returns or flowrun dies: `flowrun resume` tells a live run by it.
+    RunLock lock(ctx_.layout.run_dir);
+    record_.start_unix_ns = unix_now_ns();
+    write_record();
+    write_file(ctx_.layout.run_dir + "/spec.yaml",
+               options_.spec_text.empty() ? read_file(spec_.file, kMaxSpecBytes + 1) : options_.spec_text);
     PlanView view{spec_, host_, plans_, ctx_, false};
     write_file(ctx_.layout.run_dir + "/plan.json", format_plan_json(view));
 
@@ -138,11 +162,12 @@ class FlowRunner {
                                  ctx_.layout.run_dir));
     const std::int64_t flow_start = monotonic_now_ns();
     int exit_code = 0;
-    std::vector<std::string> failed, skipped, succeeded;
+    std::vector<std::string> failed, skipped, succeeded, reused;
     for (std::size_t index : spec_.order) {
       const Step& step = spec_.steps[index];
       if (supervisor.interrupt_signal() != 0) {
         skipped.push_back(step.name);
+        set_state(step.name, "not_run");
         continue;
       }
       std::vector<std::string> blocked;
@@ -154,15 +179,30 @@ class FlowRunner {
                                      step.name, join_quoted(blocked)));
         state_[step.name] = State::skipped;
         skipped.push_back(step.name);
+        set_state(step.name, "skipped");
         continue;
       }
+      if (options_.resume && options_.resume->reuse.contains(step.name)) {
+        console_.message(reuse_step(step, *options_.resume, ctx_.layout));
+        state_[step.name] = State::succeeded;
+        reused.push_back(step.name);
+        set_state(step.name, "reused");
+        continue;
+      }
+      if (options_.resume) {
+        if (auto why = options_.resume->why.find(step.name); why != options_.resume->why.end())
+          console_.message(fmt::format("flowrun: step '{}' runs ({})", step.name, why->second));
+      }
+      set_state(step.name, "running");
       const int code = run_step(step);
       if (code == 0) {
         state_[step.name] = State::succeeded;
         succeeded.push_back(step.name);
+        set_state(step.name, "succeeded");
       } else {
         state_[step.name] = State::failed;
         failed.push_back(step.name);
+        set_state(step.name, "failed");
         if (exit_code == 0) exit_code = code;
       }
     }
@@ -170,8 +210,12 @@ class FlowRunner {
     if (sig != 0 && exit_code == 0) exit_code = 128 + sig;
     const double took = static_cast<double>(monotonic_now_ns() - flow_start) / 1e9;
     if (exit_code == 0) {
-      console_.message(fmt::format("flowrun: run {} succeeded: {} step{} in {}", ctx_.run_id,
-                                   succeeded.size(), succeeded.size() == 1 ? "" : "s", seconds(took)));
+      const std::size_t steps = succeeded.size() + reused.size();
+      std::string text = fmt::format("flowrun: run {} succeeded: {} step{} in {}", ctx_.run_id, steps,
+                                     steps == 1 ? "" : "s", seconds(took));
+      if (!reused.empty())
+        text += fmt::format(" ({} reused from run {})", reused.size(), options_.resume->run_id);
+      console_.message(text);
     } else {
       std::string text = fmt::format("flowrun: run {} {} after {} (exit code {}): ", ctx_.run_id,
                                      sig != 0 ? "was interrupted" : "failed", seconds(took), exit_code);
@@ -179,15 +223,37 @@ class FlowRunner {
       if (!failed.empty()) parts.push_back("failed " + join_quoted(failed));
       if (!skipped.empty()) parts.push_back("not run " + join_quoted(skipped));
       if (!succeeded.empty()) parts.push_back("succeeded " + join_quoted(succeeded));
+      if (!reused.empty())
+        parts.push_back(fmt::format("reused {} from run {}", join_quoted(reused), options_.resume->run_id));
       console_.message(text + join(parts, "; "));
     }
     supervisor_ = nullptr;
     guardian_.disarm();
+    record_.finished = true;
+    record_.exit_code = exit_code;
+    record_.end_unix_ns = unix_now_ns();
+    write_record();
     return exit_code;
   }
 
  private:
   enum class State { pending, succeeded, failed, skipped };
+
+  // The spec file as an absolute path, for run.json (resume reads it again).
+  static std::string absolute_spec_file(const Spec& spec) {
+    if (spec.file.empty() || spec.file.front() == '/') return spec.file;
+    const std::size_t slash = spec.file.rfind('/');
+    return spec.dir + "/" + (slash == std::string::npos ? spec.file : spec.file.substr(slash + 1));
+  }
+
+  void write_record() { write_file(ctx_.layout.run_dir + "/run.json", format_run_json(record_)); }
+
+  void set_state(const std::string& step, const char* state) {
+    for (auto& [name, value] : record_.steps) {
+      if (name == step) value = state;
+    }
+    write_record();
+  }
 
   static std::string join_quoted(const std::vector<std::string>& names) {
     std::vector<std::string> quoted;
@@ -419,6 +485,7 @@ class FlowRunner {
   Supervisor* supervisor_ = nullptr;
   std::map<std::string, State> state_;
   std::vector<std::string> node_errors_;  // why a multi-node step failed besides its workers
+  RunRecord record_;                      // run.json
 };
 
 }  // namespace

@@ -1,0 +1,512 @@
+// run.json, and what `flowrun resume` reads of an earlier run and decides.
+#include <algorithm>
+#include <cerrno>
+#include <cmath>
+#include <cstring>
+#include <ctime>
+#include <fcntl.h>
+#include <filesystem>
+#include <fmt/format.h>
+#include <sys/file.h>
+#include <unistd.h>
+
+#include "flowrun/error.h"
+#include "flowrun/flow.h"
+#include "flowrun/json.h"
+#include "flowrun/json_read.h"
+
+namespace flowrun {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+std::string iso_time(std::int64_t unix_ns) {
+  const std::int64_t ms = unix_ns / 1'000'000;
+  const auto seconds = static_cast<std::time_t>(ms / 1000);
+  std::tm tm{};
+  gmtime_r(&seconds, &tm);
+  return fmt::format("{:04}-{:02}-{:02}T{:02}:{:02}:{:02}.{:03}Z", tm.tm_year + 1900, tm.tm_mon + 1,
+                     tm.tm_mday, tm.tm_hour, tm.tm_min, tm.tm_sec, ms % 1000);
+}
+
+// Parses what iso_time writes; 0 for anything else.
+std::int64_t parse_iso_time(const std::string& text) {
+  std::tm tm{};
+  int ms = 0;
+  if (std::sscanf(text.c_str(), "%4d-%2d-%2dT%2d:%2d:%2d.%3dZ", &tm.tm_year, &tm.tm_mon, &tm.tm_mday,
+                  &tm.tm_hour, &tm.tm_min, &tm.tm_sec, &ms) != 7)
+    return 0;
+  tm.tm_year -= 1900;
+  tm.tm_mon -= 1;
+  return static_cast<std::int64_t>(timegm(&tm)) * 1'000'000'000 + std::int64_t{ms} * 1'000'000;
+}
+
+// The whole file, or nullopt with *err set.
+std::optional<std::string> read_text(const std::string& path, int* err, std::size_t limit = 16 << 20) {
+  int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) {
+    *err = errno;
+    return std::nullopt;
+  }
+  std::string text;
+  char buf[16384];
+  ssize_t n;
+  while (text.size() < limit && (n = read(fd, buf, sizeof buf)) > 0)
+    text.append(buf, static_cast<std::size_t>(n));
+  close(fd);
+  return text;
+}
+
+void write_text(const std::string& path, const std::string& text) {
+  const std::string tmp = path + ".tmp";
+  int fd = open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd < 0) throw Error("cannot write " + path + ": " + std::strerror(errno));
+  std::size_t done = 0;
+  while (done < text.size()) {
+    const ssize_t n = write(fd, text.data() + done, text.size() - done);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) break;
+    done += static_cast<std::size_t>(n);
+  }
+  close(fd);
+  if (done != text.size() || rename(tmp.c_str(), path.c_str()) != 0)
+    throw Error("cannot write " + path + ": " + std::strerror(errno));
+}
+
+std::optional<int> int_or_null(const JsonValue* value) {
+  if (value == nullptr || value->type != JsonValue::Type::number) return std::nullopt;
+  if (value->number != std::floor(value->number) || std::fabs(value->number) > 1e9) return std::nullopt;
+  return static_cast<int>(value->number);
+}
+
+std::string quoted(const std::string& name) { return "'" + name + "'"; }
+
+// "a", "a and b", "a, b and c".
+std::string and_list(const std::vector<std::string>& items) {
+  if (items.size() <= 1) return items.empty() ? "" : items.front();
+  std::vector<std::string> head(items.begin(), items.end() - 1);
+  return join(head, ", ") + " and " + items.back();
+}
+
+bool uses_args(const Step& step) {
+  auto has = [](const std::string& text) {
+    std::string error;
+    auto found = find_placeholders(text, &error);
+    return found && std::any_of(found->begin(), found->end(),
+                                [](const Placeholder& p) { return p.kind == Placeholder::Kind::args; });
+  };
+  if (step.shell) return has(step.script);
+  return std::any_of(step.argv.begin(), step.argv.end(), has);
+}
+
+std::string parallel_text(const Step& step) {
+  if (!step.parallel) return "none";
+  const ParallelSpec& p = *step.parallel;
+  auto count = [](const AutoCount& c) { return c.value ? std::to_string(*c.value) : std::string("auto"); };
+  return fmt::format("gpus {} {} [{}]; nodes {}; procs {}; cpus {}; visible {}",
+                     static_cast<int>(p.gpus.kind), p.gpus.count, join(p.gpus.ids, ","), count(p.nodes),
+                     count(p.procs_per_node), p.cpus ? std::to_string(*p.cpus) : "-",
+                     static_cast<int>(p.visible_devices));
+}
+
+std::vector<std::string> env_text(const EnvList& env) {
+  std::vector<std::string> out;
+  for (const auto& [name, value] : env) out.push_back(name + "=" + value);
+  return out;
+}
+
+std::vector<std::string> sorted(std::vector<std::string> items) {
+  std::sort(items.begin(), items.end());
+  return items;
+}
+
+// Hard-links (copies across file systems) every file under `from` to the same
+// place under `to`; returns the number of files.
+std::size_t link_tree(const fs::path& from, const fs::path& to) {
+  std::error_code ec;
+  fs::create_directories(to, ec);
+  if (ec) throw Error("cannot create the directory " + to.string() + ": " + ec.message());
+  std::size_t files = 0;
+  fs::recursive_directory_iterator it(from, ec), end;
+  if (ec) throw Error("cannot read " + from.string() + ": " + ec.message());
+  for (; it != end; it.increment(ec)) {
+    if (ec) break;
+    const fs::path source = it->path();
+    const fs::path dest = to / source.lexically_relative(from);
+    const fs::file_status status = fs::symlink_status(source, ec);
+    if (ec) break;
+    if (fs::is_directory(status)) {
+      fs::create_directory(dest, ec);
+    } else if (fs::is_symlink(status)) {
+      fs::copy_symlink(source, dest, ec);
+    } else if (fs::is_regular_file(status)) {
+      if (link(source.c_str(), dest.c_str()) != 0) {
+        fs::copy_file(source, dest, ec);
+        if (!ec) fs::last_write_time(dest, fs::last_write_time(source, ec), ec);
+      }
+      ++files;
+    }
+    if (ec) throw Error("cannot take " + source.string() + " into " + dest.string() + ": " + ec.message());
+  }
+  if (ec) throw Error("cannot read " + from.string() + ": " + ec.message());
+  return files;
+}
+
+}  // namespace
+
+// --- run.json -------------------------------------------------------------
+
+std::string format_run_json(const RunRecord& record) {
+  JsonWriter json;
+  auto int_or_null_value = [&](const std::optional<int>& value) {
+    if (value)
+      json.value(*value);
+    else
+      json.null();
+  };
+  json.begin_object();
+  json.key("format").value(kRunFormat);
+  json.key("run_id").value(record.run_id);
+  json.key("run_dir").value(record.run_dir);
+  json.key("flow").value(record.flow);
+  json.key("spec");
+  if (record.spec_file.empty())
+    json.null();
+  else
+    json.value(record.spec_file);
+  json.key("spec_dir").value(record.spec_dir);
+  json.key("args").strings(record.args);
+  json.key("cpus");
+  int_or_null_value(record.cpus);
+  json.key("fake_gpus");
+  int_or_null_value(record.fake_gpus);
+  json.key("python");
+  if (record.python.empty())
+    json.null();
+  else
+    json.value(record.python);
+  json.key("host").value(record.host);
+  json.key("pid").value(record.pid);
+  json.key("state").value(record.finished ? "finished" : "running");
+  json.key("exit_code");
+  int_or_null_value(record.exit_code);
+  json.key("start").value(iso_time(record.start_unix_ns));
+  json.key("end");
+  if (record.end_unix_ns > 0)
+    json.value(iso_time(record.end_unix_ns));
+  else
+    json.null();
+  json.key("steps").begin_object();
+  for (const auto& [name, state] : record.steps) json.key(name).value(state);
+  json.end_object();
+  json.key("resumed_from");
+  if (record.resumed_from_id.empty()) {
+    json.null();
+  } else {
+    json.begin_object();
+    json.key("run_id").value(record.resumed_from_id);
+    json.key("run_dir").value(record.resumed_from_dir);
+    json.end_object();
+  }
+  json.end_object();
+  return json.str();
+}
+
+RunRecord parse_run_json(const std::string& text, const std::string& path) {
+  const auto doc = parse_json(text);
+  auto refuse = [&](const std::string& why) {
+    return Error(path + ": " + why + "; it cannot be resumed (run the spec again instead)", kExitUsage);
+  };
+  if (!doc || !doc->is_object()) throw refuse("not a run record (not a JSON object)");
+  const auto format = int_or_null(doc->find("format"));
+  if (!format) throw refuse("not a run record (no \"format\")");
+  if (*format > kRunFormat)
+    throw Error(fmt::format("{}: written by a newer flowrun (run format {}; this flowrun reads format {}); "
+                            "resume it with the flowrun that ran it",
+                            path, *format, kRunFormat),
+                kExitUsage);
+  if (*format < kRunFormat)
+    throw refuse(fmt::format("written by an older flowrun (run format {}; this flowrun reads format {})",
+                             *format, kRunFormat));
+  RunRecord record;
+  const std::string* id = doc->find_string("run_id");
+  const std::string* dir = doc->find_string("run_dir");
+  if (id == nullptr || id->empty() || dir == nullptr)
+    throw refuse("not a run record (no \"run_id\" or \"run_dir\")");
+  record.run_id = *id;
+  record.run_dir = *dir;
+  if (const auto* flow = doc->find_string("flow")) record.flow = *flow;
+  if (const auto* spec = doc->find_string("spec")) record.spec_file = *spec;
+  if (const auto* spec_dir = doc->find_string("spec_dir")) record.spec_dir = *spec_dir;
+  if (const JsonValue* args = doc->find("args"); args && args->is_array()) {
+    for (const auto& arg : args->array) {
+      if (!arg.is_string()) throw refuse("\"args\" holds something other than strings");
+      record.args.push_back(arg.string);
+    }
+  }
+  record.cpus = int_or_null(doc->find("cpus"));
+  record.fake_gpus = int_or_null(doc->find("fake_gpus"));
+  if (const auto* python = doc->find_string("python")) record.python = *python;
+  if (const auto* host = doc->find_string("host")) record.host = *host;
+  record.pid = int_or_null(doc->find("pid")).value_or(0);
+  if (const auto* state = doc->find_string("state")) record.finished = *state == "finished";
+  record.exit_code = int_or_null(doc->find("exit_code"));
+  if (const auto* start = doc->find_string("start")) record.start_unix_ns = parse_iso_time(*start);
+  if (const auto* end = doc->find_string("end")) record.end_unix_ns = parse_iso_time(*end);
+  if (const JsonValue* steps = doc->find("steps"); steps && steps->is_object()) {
+    for (const auto& member : steps->object)
+      record.steps.emplace_back(member.key, member.value.is_string() ? member.value.string : "");
+  }
+  if (const JsonValue* from = doc->find("resumed_from"); from && from->is_object()) {
+    if (const auto* from_id = from->find_string("run_id")) record.resumed_from_id = *from_id;
+    if (const auto* from_dir = from->find_string("run_dir")) record.resumed_from_dir = *from_dir;
+  }
+  return record;
+}
+
+RunRecord read_run_record(const std::string& run_dir) {
+  const std::string path = run_dir + "/run.json";
+  int err = 0;
+  const auto text = read_text(path, &err);
+  if (!text) {
+    std::error_code ec;
+    if (!fs::is_directory(run_dir, ec))
+      throw Error(
+          "no run directory " + run_dir + (err == ENOENT ? "" : std::string(": ") + std::strerror(err)),
+          kExitUsage);
+    if (err == ENOENT) {
+      if (fs::exists(run_dir + "/spec.yaml", ec) || fs::exists(run_dir + "/plan.json", ec))
+        throw Error(
+            run_dir +
+                " was written by an older flowrun, which did not record run.json; it cannot be resumed "
+                "(run the spec again instead)",
+            kExitUsage);
+      throw Error(run_dir + " is not a flowrun run directory: it has no run.json", kExitUsage);
+    }
+    throw Error("cannot read " + path + ": " + std::strerror(err), kExitUsage);
+  }
+  RunRecord record = parse_run_json(*text, path);
+  // The directory as found wins over the one recorded: a run directory may
+  // have been moved or reached through another path.
+  record.run_dir = run_dir;
+  return record;
+}
+
+// --- run.lock -------------------------------------------------------------
+
+RunLock::RunLock(const std::string& run_dir) {
+  const std::string path = run_dir + "/run.lock";
+  fd_ = open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+  if (fd_ < 0) throw Error("cannot create " + path + ": " + std::strerror(errno));
+  while (flock(fd_, LOCK_EX) != 0) {
+    if (errno == EINTR) continue;
+    const int err = errno;
+    close(fd_);
+    throw Error("cannot lock " + path + ": " + std::strerror(err));
+  }
+}
+
+RunLock::~RunLock() {
+  if (fd_ >= 0) close(fd_);
+}
+
+bool run_in_progress(const std::string& run_dir) {
+  const std::string path = run_dir + "/run.lock";
+  const int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return false;
+  int rc;
+  do {
+    rc = flock(fd, LOCK_SH | LOCK_NB);
+  } while (rc != 0 && errno == EINTR);
+  const bool held = rc != 0 && errno == EWOULDBLOCK;
+  close(fd);
+  return held;
+}
+
+// --- finding a run --------------------------------------------------------
+
+std::string find_run_dir(const std::string& run, const std::string& cwd) {
+  std::error_code ec;
+  if (run.empty()) throw Error("no run given: name a run id or a run directory", kExitUsage);
+  const fs::path as_path = fs::path(cwd) / run;
+  if (run.find('/') != std::string::npos || fs::is_directory(as_path, ec)) {
+    if (!fs::is_directory(as_path, ec))
+      throw Error("no run directory " + as_path.lexically_normal().string(), kExitUsage);
+    std::string dir = as_path.lexically_normal().string();
+    if (dir.size() > 1 && dir.back() == '/') dir.pop_back();
+    return dir;
+  }
+  fs::path first_runs;  // the nearest .flowrun/runs, for a suggestion
+  for (fs::path dir = fs::path(cwd).lexically_normal();; dir = dir.parent_path()) {
+    const fs::path runs = dir / ".flowrun" / "runs";
+    if (fs::is_directory(runs / run, ec)) return (runs / run).string();
+    if (first_runs.empty() && fs::is_directory(runs, ec)) first_runs = runs;
+    if (dir == dir.parent_path() || dir.empty()) break;
+  }
+  std::string message = "no run '" + run + "' in " + (fs::path(cwd) / ".flowrun" / "runs").string() +
+                        " nor in .flowrun/runs of a directory above it";
+  if (!first_runs.empty()) {
+    std::vector<std::string> ids;
+    for (fs::directory_iterator it(first_runs, ec), end; !ec && it != end; it.increment(ec))
+      ids.push_back(it->path().filename().string());
+    if (auto match = closest_match(run, ids))
+      message += "; did you mean '" + *match + "' (in " + first_runs.string() + ")?";
+  }
+  message +=
+      "\nGive the run directory instead (flowrun printed it: 'logs and results in DIR'): flowrun resume DIR";
+  throw Error(message, kExitUsage);
+}
+
+// --- what an earlier run did -----------------------------------------------
+
+std::map<std::string, PriorStep> read_prior_steps(const RunRecord& record,
+                                                  const std::vector<std::string>& names) {
+  std::map<std::string, PriorStep> prior;
+  for (const auto& name : names) {
+    PriorStep& step = prior[name];
+    const std::string dir = record.run_dir + "/" + name;
+    std::error_code ec;
+    step.outputs = fs::is_directory(dir + "/outputs", ec);
+    int err = 0;
+    const auto text = read_text(dir + "/results.json", &err);
+    if (!text) continue;  // it did not run (or flowrun was killed while it ran)
+    const auto doc = parse_json(*text);
+    const std::string* outcome = doc && doc->is_object() ? doc->find_string("outcome") : nullptr;
+    if (outcome == nullptr) {
+      step.outcome = "unreadable";
+      continue;
+    }
+    step.outcome = *outcome;
+    if (const auto* end = doc->find_string("end")) step.end = *end;
+    step.ran_in = record.run_id;
+    if (const JsonValue* from = doc->find("reused_from"); from && from->is_object()) {
+      if (const auto* id = from->find_string("run_id")) step.ran_in = *id;
+    }
+  }
+  return prior;
+}
+
+std::vector<std::string> changed_parts(const Spec& now, const Step& step_now,
+                                       const std::vector<std::string>& args_now, const Spec& before,
+                                       const Step& step_before, const std::vector<std::string>& args_before) {
+  std::vector<std::string> parts;
+  auto compare = [&](const char* part, const auto& a, const auto& b) {
+    if (a != b) parts.push_back(part);
+  };
+  compare("run", std::tie(step_now.shell, step_now.argv, step_now.script),
+          std::tie(step_before.shell, step_before.argv, step_before.script));
+  compare("env", env_text(step_now.env), env_text(step_before.env));
+  compare("top-level env", env_text(now.env), env_text(before.env));
+  compare("workdir", step_now.workdir, step_before.workdir);
+  compare("needs", sorted(step_now.needs), sorted(step_before.needs));
+  compare("join", step_now.join, step_before.join);
+  compare("parallel", parallel_text(step_now), parallel_text(step_before));
+  compare("outputs", step_now.outputs, step_before.outputs);
+  compare("collect", step_now.collect, step_before.collect);
+  if ((uses_args(step_now) || uses_args(step_before)) && args_now != args_before) parts.push_back("${args}");
+  return parts;
+}
+
+std::vector<ResumeDecision> decide_resume(const ResumeQuestion& q) {
+  const Spec& now = *q.now;
+  const Spec& before = *q.before;
+  const std::string in_run = " in run " + q.run_id;
+  std::set<std::string> reused;
+  std::vector<ResumeDecision> decisions;
+  for (std::size_t index : now.order) {
+    const Step& step = now.steps[index];
+    ResumeDecision d{step.name, false, ""};
+    const Step* old = before.find_step(step.name);
+    const auto prior = q.prior.find(step.name);
+    const std::string outcome = prior == q.prior.end() ? "" : prior->second.outcome;
+    std::vector<std::string> blocked;
+    for (const auto& need : step.needs) {
+      if (!reused.contains(need)) blocked.push_back(need);
+    }
+    if (q.from && *q.from == step.name) {
+      d.why = "--from " + step.name;
+    } else if (old == nullptr) {
+      d.why = "it is new since run " + q.run_id;
+    } else if (outcome.empty()) {
+      d.why = "it did not run" + in_run;
+    } else if (outcome == "unreadable") {
+      d.why = "its results.json" + in_run + " is unreadable";
+    } else if (outcome != "succeeded") {
+      d.why = (outcome == "timed_out"     ? "it timed out"
+               : outcome == "interrupted" ? "it was interrupted"
+                                          : "it failed") +
+              in_run;
+    } else if (!blocked.empty()) {
+      std::vector<std::string> names;
+      for (const auto& b : blocked) names.push_back(quoted(b));
+      d.why = "it needs " + and_list(names) + (blocked.size() == 1 ? ", which runs" : ", which run");
+    } else if (auto parts = changed_parts(now, step, q.args_now, before, *old, q.args_before);
+               !parts.empty()) {
+      d.why = "its " + and_list(parts) + " changed since run " + q.run_id;
+    } else if (step.is_parallel() && !prior->second.outputs) {
+      d.why = "its gathered outputs are gone from " + q.run_dir + "/" + step.name + "/outputs";
+    } else {
+      d.reuse = true;
+      reused.insert(step.name);
+    }
+    decisions.push_back(std::move(d));
+  }
+  return decisions;
+}
+
+// --- taking a step from an earlier run ----------------------------------------
+
+std::string reuse_step(const Step& step, const ResumeFrom& from, const RunLayout& layout) {
+  const std::string old_dir = from.run_dir + "/" + step.name;
+  const std::string new_dir = layout.step_dir(step.name);
+  std::error_code ec;
+  fs::create_directories(new_dir, ec);
+  if (ec) throw Error("cannot create the directory " + new_dir + ": " + ec.message());
+
+  int err = 0;
+  const std::string results_path = old_dir + "/results.json";
+  auto text = read_text(results_path, &err);
+  if (!text) throw Error("cannot read " + results_path + ": " + std::strerror(err));
+  const auto doc = parse_json(*text);
+  const std::size_t close = text->rfind('}');
+  if (!doc || !doc->is_object() || close == std::string::npos)
+    throw Error(results_path + ": not a step's results (not a JSON object)");
+  std::string ran_in = from.run_id;
+  const JsonValue* mark = doc->find("reused_from");
+  if (mark != nullptr && mark->is_object()) {
+    // Taken again: it keeps naming the run that ran it.
+    if (const auto* id = mark->find_string("run_id")) ran_in = *id;
+  } else {
+    // Later results formats only add keys, so one more at the end is safe.
+    std::size_t body_end = text->find_last_not_of(" \t\r\n", close - 1);
+    const bool empty_object = body_end == std::string::npos || (*text)[body_end] == '{';
+    JsonWriter json;
+    json.begin_object();
+    json.key("run_id").value(from.run_id);
+    json.key("run_dir").value(from.run_dir);
+    json.end_object();
+    std::string value = json.str();
+    value.pop_back();  // its newline
+    std::string indented;
+    for (char c : value) {
+      indented += c;
+      if (c == '\n') indented += "  ";
+    }
+    *text = text->substr(0, body_end + 1) + (empty_object ? "" : ",") + "\n  \"reused_from\": " + indented +
+            "\n}\n";
+  }
+  write_text(new_dir + "/results.json", *text);
+
+  std::string files;
+  if (step.is_parallel() && fs::is_directory(old_dir + "/outputs", ec)) {
+    const std::size_t count = link_tree(old_dir + "/outputs", layout.inputs_dir(step.name));
+    files = fmt::format("; {} output file{}", count, count == 1 ? "" : "s");
+  }
+  const std::string* end = doc->find_string("end");
+  std::string when = end != nullptr ? "succeeded at " + *end : "succeeded";
+  if (ran_in != from.run_id) when += " in run " + ran_in;
+  return fmt::format("flowrun: step '{}' reused from run {} ({}{})", step.name, from.run_id, when, files);
+}
+
+}  // namespace flowrun
