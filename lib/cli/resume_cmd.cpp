@@ -1,15 +1,259 @@
-// flowrun resume RUN: re-runs a failed flow from its failed step.
+// flowrun resume RUN: a new run of a failed flow that takes the steps the
+// earlier run already did from its run directory and runs the rest.
+#include <CLI/CLI.hpp>
+#include <filesystem>
+#include <fmt/format.h>
+#include <fstream>
 #include <iostream>
+#include <iterator>
 
 #include "flowrun/error.h"
+#include "flowrun/flow.h"
 
 #include "commands.h"
 
 namespace flowrun {
 
-int cmd_resume(int, char**) {
-  std::cerr << "flowrun: error: 'flowrun resume' is not in this build yet\n";
-  return kExitUsage;
+namespace {
+
+struct ResumeOptions {
+  std::string run;
+  std::string from;
+  std::optional<std::vector<std::string>> args;  // given after `--`
+  int fake_gpus = -1;
+  int cpus = 0;
+  std::string run_id;
+  std::string run_dir;
+  std::string ranks = "all";
+  double grace_s = 10;
+  std::string color = "auto";
+  std::string python;
+};
+
+const char* kResumeFooter =
+    R"(RUN is a run id (looked up in ./.flowrun/runs and the same place in the directories above)
+or a run directory. The new run has its own id and directory. A step is taken from RUN, not run,
+when it succeeded there, its definition in the spec is unchanged, and every step it needs is
+taken too; the others run. The spec is the file RUN ran, as it is now (so a fix to it counts), or
+the copy saved in RUN's directory when that file is gone. Without -- ARGS, ${args} are RUN's.
+--cpus and --fake-gpus default to what RUN used.
+
+Exit codes: as for flowrun SPEC; 2 when RUN cannot be resumed (not found, still running, of
+another format, nothing left to run, an unknown --from step). See docs/cli.md.)";
+
+std::vector<std::string> step_names(const Spec& spec) {
+  std::vector<std::string> names;
+  for (std::size_t index : spec.order) names.push_back(spec.steps[index].name);
+  return names;
+}
+
+// The spec the earlier run ran, from the copy in its run directory, read as if
+// it were still where it came from (relative paths, the default workdir).
+Spec saved_spec(const RunRecord& record, const std::string& spec_dir, std::string& text) {
+  const std::string copy = record.run_dir + "/spec.yaml";
+  {
+    std::ifstream in(copy, std::ios::binary);
+    if (!in) throw Error("cannot read " + copy + ", the spec run " + record.run_id + " ran", kExitUsage);
+    text.assign(std::istreambuf_iterator<char>(in), {});
+  }
+  SpecParse parsed = parse_spec(text, copy, spec_dir);
+  if (!parsed.diagnostics.empty()) {
+    std::vector<Diagnostic> diagnostics = std::move(parsed.diagnostics);
+    diagnostics.push_back({copy,
+                           {},
+                           "",
+                           "this flowrun cannot read the spec run " + record.run_id +
+                               " ran, so it cannot tell which steps changed; run the spec again instead"});
+    throw DiagnosticError(std::move(diagnostics));
+  }
+  return std::move(*parsed.spec);
+}
+
+int resume(const ResumeOptions& options) {
+  const EnvMap env = read_environ();
+  const std::string cwd = current_directory();
+  const std::string old_dir = find_run_dir(options.run, cwd);
+  const RunRecord record = read_run_record(old_dir);
+  if (run_in_progress(old_dir))
+    throw Error(fmt::format("run {} is still in progress (flowrun pid {} on {}); resume it once it has ended",
+                            record.run_id, record.pid, record.host.empty() ? "an unknown host" : record.host),
+                kExitUsage);
+
+  // The spec: the file the run ran, as it is now (a fix to it counts), else
+  // the copy saved with the run.
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  const std::string spec_dir = !record.spec_dir.empty()    ? record.spec_dir
+                               : !record.spec_file.empty() ? fs::path(record.spec_file).parent_path().string()
+                                                           : cwd;
+  std::string saved_text;
+  Spec before = saved_spec(record, spec_dir, saved_text);
+  Spec now;
+  if (!record.spec_file.empty() && fs::exists(record.spec_file, ec)) {
+    now = load_or_throw(record.spec_file);
+    std::cerr << "flowrun: spec " << record.spec_file << " (the file as it is now)\n";
+  } else {
+    now = before;
+    std::cerr << "flowrun: spec " << old_dir << "/spec.yaml, the copy saved with run " << record.run_id
+              << " ("
+              << (record.spec_file.empty() ? "it was started without a spec file"
+                                           : record.spec_file + " no longer exists")
+              << ")\n";
+  }
+  // --python as the earlier run had it, unless given again.
+  const std::string python = options.python.empty() ? record.python : python_path(options.python, cwd);
+  if (!record.python.empty()) use_python(before, record.python);
+  if (!python.empty()) use_python(now, python);
+
+  const std::vector<std::string> names = step_names(now);
+  if (!options.from.empty() && now.find_step(options.from) == nullptr) {
+    std::string message = "--from " + options.from + ": no step named '" + options.from + "' in " + now.file;
+    if (auto match = closest_match(options.from, names)) message += "; did you mean '" + *match + "'?";
+    throw Error(message + "\nIts steps: " + join(names, ", "), kExitUsage);
+  }
+
+  ResumeQuestion question;
+  question.now = &now;
+  question.before = &before;
+  question.run_id = record.run_id;
+  question.run_dir = old_dir;
+  question.prior = read_prior_steps(record, step_names(before));
+  question.args_before = record.args;
+  question.args_now = options.args ? *options.args : record.args;
+  if (!options.from.empty()) question.from = options.from;
+  const std::vector<ResumeDecision> decisions = decide_resume(question);
+
+  ResumeFrom from;
+  from.run_id = record.run_id;
+  from.run_dir = old_dir;
+  for (const auto& d : decisions) {
+    if (d.reuse)
+      from.reuse.insert(d.step);
+    else
+      from.why[d.step] = d.why;
+  }
+  if (from.why.empty()) {
+    const bool all_succeeded = record.finished && record.exit_code == 0;
+    throw Error(
+        fmt::format("nothing to resume: {}, and no step changed since; to run steps again, name the "
+                    "first of them: flowrun resume {} --from STEP (steps: {})",
+                    all_succeeded ? "run " + record.run_id + " succeeded"
+                                  : "every step of " + now.file + " succeeded in run " + record.run_id,
+                    options.run, join(names, ", ")),
+        kExitUsage);
+  }
+
+  RunOptions run;
+  run.args = question.args_now;
+  run.run_id = options.run_id;
+  run.run_dir = options.run_dir;
+  run.console_ranks = parse_rank_list(options.ranks);
+  run.grace_s = options.grace_s;
+  run.color = options.color == "always"  ? RunOptions::Color::always
+              : options.color == "never" ? RunOptions::Color::never
+                                         : RunOptions::Color::automatic;
+  // Planned as the earlier run was, unless told otherwise.
+  std::vector<std::string> inherited;
+  run.fake_gpus = fake_gpus_from_env(options.fake_gpus, env);
+  if (run.fake_gpus < 0 && record.fake_gpus) {
+    run.fake_gpus = *record.fake_gpus;
+    inherited.push_back(fmt::format("--fake-gpus {}", run.fake_gpus));
+  }
+  if (options.cpus > 0) {
+    run.cpus = options.cpus;
+  } else if (record.cpus) {
+    run.cpus = record.cpus;
+    inherited.push_back(fmt::format("--cpus {}", *run.cpus));
+  }
+  if (now.file != record.spec_file) run.spec_file = record.spec_file;
+  if (record.spec_file.empty()) run.spec_text = saved_text;  // a spec `flowrun run` built
+  run.python = python;
+  run.resume = from;
+
+  const HostFacts host = probe_host(run.fake_gpus, env);
+  PlanOptions plan_options;
+  plan_options.cpus = run.cpus;
+  const std::vector<StepPlan> plans = plan_flow(now, host, plan_options);
+
+  if (!options.args && !record.args.empty()) {
+    std::vector<std::string> words{"--"};
+    for (const auto& arg : record.args) words.push_back(shell_quote(arg));
+    inherited.push_back(join(words, " "));
+  }
+  std::string line = fmt::format("flowrun: resuming run {} ({})", record.run_id, old_dir);
+  if (!inherited.empty()) line += " with its " + join(inherited, " ");
+  std::cerr << line << "\n";
+  std::cerr.flush();
+  return run_flow(now, host, plans, env, run);
+}
+
+}  // namespace
+
+int cmd_resume(int argc, char** argv) {
+  ResumeOptions options;
+  CLI::App app{"flowrun resume: re-run a failed flow from its failed step, reusing the steps that completed",
+               "flowrun resume"};
+  app.footer(kResumeFooter);
+  app.add_option("run", options.run, "The run to resume: a run id or a run directory")
+      ->required()
+      ->type_name("RUN");
+  app.add_option("--from", options.from,
+                 "Run STEP and every step that needs it again, even if they succeeded and are unchanged")
+      ->type_name("STEP");
+  app.add_option("--fake-gpus", options.fake_gpus,
+                 "Pretend this host has N GPUs (default: as RUN did); same as FLOWRUN_FAKE_GPUS=N")
+      ->check(CLI::Range(0, 1024))
+      ->type_name("N");
+  app.add_option("--cpus", options.cpus, "Run every parallel step on N CPU workers (default: as RUN did)")
+      ->check(CLI::Range(1, 4096))
+      ->type_name("N");
+  app.add_option("--ranks", options.ranks,
+                 "Ranks whose output is shown on the console: all (default), 0, 0,2 or 0-3")
+      ->type_name("LIST");
+  app.add_option("--grace", options.grace_s,
+                 "Seconds a stopped worker gets between SIGTERM and SIGKILL (default 10)")
+      ->check(CLI::Range(0.0, 3600.0))
+      ->type_name("SECONDS");
+  app.add_option("--color", options.color, "Colour the rank prefixes: auto, always, never")
+      ->check(CLI::IsMember({"auto", "always", "never"}))
+      ->type_name("WHEN");
+  app.add_option("--python", options.python,
+                 "The Python for steps whose run starts with python or python3 (default: as RUN did)")
+      ->type_name("PY");
+  app.add_option("--run-id", options.run_id, "The new run's id instead of a new one")->type_name("ID");
+  app.add_option("--run-dir", options.run_dir,
+                 "The new run's directory (default: WORKDIR/.flowrun/runs/RUN_ID)")
+      ->type_name("DIR");
+
+  // After `--`: the steps' ${args}, replacing RUN's.
+  int ours = argc;
+  for (int i = 1; i < argc; ++i) {
+    if (std::string_view(argv[i]) == "--") {
+      ours = i;
+      options.args.emplace(argv + i + 1, argv + argc);
+      break;
+    }
+  }
+  try {
+    app.parse(ours, argv);
+  } catch (const CLI::CallForHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::ExtrasError&) {
+    const auto extras = app.remaining();
+    const std::string first = extras.empty() ? "" : extras.front();
+    if (first.rfind('-', 0) == 0)
+      std::cerr << "flowrun: error: unknown option '" << first
+                << "'\nRun 'flowrun resume --help' for usage.\n";
+    else
+      std::cerr
+          << "flowrun: error: unexpected argument '" << first << "'\n"
+          << "Arguments for the steps go after --: flowrun resume RUN -- ARGS (they replace ${args}).\n";
+    return kExitUsage;
+  } catch (const CLI::ParseError& e) {
+    std::cerr << "flowrun: error: " << e.what() << "\nRun 'flowrun resume --help' for usage.\n";
+    return kExitUsage;
+  }
+  return report_errors([&]() { return resume(options); });
 }
 
 }  // namespace flowrun
