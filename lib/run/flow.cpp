@@ -17,6 +17,7 @@
 #include "flowrun/process.h"
 #include "flowrun/report.h"
 #include "flowrun/result.h"
+#include "flowrun/slurm.h"
 #include "flowrun/supervisor.h"
 
 namespace flowrun {
@@ -388,7 +389,11 @@ class FlowRunner {
         launch.rank = rank.rank;
         launch.local_rank = rank.local_rank;
         launch.argv = argv;
-        launch.env = full_env(ctx.parent_env, worker_env(spec_, step, plan, rank, ctx));
+        // Started by srun (or in sbatch -n N), flowrun's own environment
+        // carries the step's SLURM_NTASKS, SLURM_PROCID, ...: frameworks that
+        // read Slurm's variables first (Lightning 1.x) would take their ranks
+        // from those instead of the contract. The job's variables stay.
+        launch.env = full_env(strip_step_variables(ctx.parent_env), worker_env(spec_, step, plan, rank, ctx));
         launch.workdir = step.workdir;
         launch.stdout_log = rank_dir + "/stdout.log";
         launch.stderr_log = rank_dir + "/stderr.log";

@@ -295,6 +295,22 @@ class Suite:
         rc, out, err = self.flowrun(d, "init", "--force", "-o", "train.yaml", "train.py")
         self.check(rc == 0, "init --force: overwrites", err)
 
+    def test_slurm_step_variables(self):
+        """Started by srun (or inside sbatch -n 2), the workers do not inherit the step's task variables, which
+        Lightning 1.x would take its ranks from; the job's stay."""
+        d = self.workdir("slurm")
+        step = dict(SLURM_JOB_ID="42", SLURM_JOB_NUM_NODES="1", SLURM_NTASKS="2", SLURM_NPROCS="2",
+                    SLURM_PROCID="0", SLURM_LOCALID="0", SLURM_STEP_ID="0", SLURM_STEPID="0", SLURM_TASK_PID="1")
+        rc, out, err = self.flowrun(d, "run", "--nproc-per-node", "2", "train.py", env=self.env(**step))
+        self.check(rc == 0, "under srun: exit 0", err)
+        with open(os.path.join(d, "env-1.json")) as f:
+            seen = json.load(f)["env"]
+        self.envs(d)
+        leaked = sorted(k for k in step if k in seen and k not in ("SLURM_JOB_ID", "SLURM_JOB_NUM_NODES"))
+        self.check(not leaked, "the step's SLURM_NTASKS, SLURM_PROCID, ... are not passed on", str(leaked))
+        self.check(seen.get("SLURM_JOB_ID") == "42" and seen.get("SLURM_JOB_NUM_NODES") == "1",
+                   "the job's SLURM_JOB_ID and SLURM_JOB_NUM_NODES are", str({k: seen.get(k) for k in step}))
+
     def free_port(self):
         import socket
         with socket.socket() as sock:
