@@ -240,11 +240,17 @@ class FlowRunner {
  private:
   enum class State { pending, succeeded, failed, skipped };
 
-  // The spec file as an absolute path, for run.json (resume reads it again).
+  // The spec file as an absolute path, for run.json (resume reads it again);
+  // empty when the spec is not a file.
   static std::string absolute_spec_file(const Spec& spec) {
-    if (spec.file.empty() || spec.file.front() == '/') return spec.file;
+    if (spec.file.empty()) return {};
     const std::size_t slash = spec.file.rfind('/');
-    return spec.dir + "/" + (slash == std::string::npos ? spec.file : spec.file.substr(slash + 1));
+    const std::string path =
+        spec.file.front() == '/'
+            ? spec.file
+            : spec.dir + "/" + (slash == std::string::npos ? spec.file : spec.file.substr(slash + 1));
+    struct stat st {};
+    return stat(path.c_str(), &st) == 0 && S_ISREG(st.st_mode) ? path : std::string();
   }
 
   void write_record() { write_file(ctx_.layout.run_dir + "/run.json", format_run_json(record_)); }
