@@ -156,6 +156,9 @@ int cmd_run(const Options& options) {
   Planned p = plan_spec(options);
   // Every node simulates what this one does.
   run.fake_gpus = fake_gpus_from_env(options.fake_gpus, p.env);
+  // Recorded in run.json, so that `flowrun resume` plans the same way.
+  if (options.cpus > 0) run.cpus = options.cpus;
+  if (!options.python.empty()) run.python = python_path(options.python, current_directory());
   return run_flow(p.spec, p.host, p.plans, p.env, run);
 }
 

@@ -773,6 +773,11 @@ int run_request(Request& r) {
               : r.color == "never" ? RunOptions::Color::never
                                    : RunOptions::Color::automatic;
   run.fake_gpus = fake;
+  // Recorded in the run directory for `flowrun resume`: the spec flowrun run
+  // built (there is no file), or a spec file's --cpus and --python.
+  run.spec_text = spec_text;
+  if (!r.spec_path.empty() && r.cpus > 0) run.cpus = r.cpus;
+  if (!r.spec_path.empty() && !r.python.empty()) run.python = python_path(r.python, cwd);
 
   if (r.dry_run) {
     LaunchContext ctx;
