@@ -311,6 +311,18 @@ class Suite:
         self.check(seen.get("SLURM_JOB_ID") == "42" and seen.get("SLURM_JOB_NUM_NODES") == "1",
                    "the job's SLURM_JOB_ID and SLURM_JOB_NUM_NODES are", str({k: seen.get(k) for k in step}))
 
+    def test_resume(self):
+        """A failed flowrun run resumes from the spec it saved, with the same options."""
+        d = self.workdir("resume")
+        rc, out, err = self.flowrun(d, "run", "--nproc-per-node", "2", "train.py", "z", env=self.env(FAIL_RANK="1"))
+        self.envs(d)
+        runs = os.listdir(os.path.join(d, ".flowrun", "runs"))
+        self.check(rc == 3 and len(runs) == 1, "a failing flowrun run exits 3", f"rc={rc} {runs}\n{err}")
+        rc, out, err = self.flowrun(d, "resume", runs[0] if runs else "none")
+        got = self.envs(d)
+        self.check(rc == 0 and sorted(got) == [0, 1] and got[1]["argv"] == ["z"],
+                   "flowrun resume RUN runs it again: 2 workers, the script's arguments", f"rc={rc}\n{err}")
+
     def free_port(self):
         import socket
         with socket.socket() as sock:
