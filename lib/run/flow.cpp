@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include "flowrun/cluster.h"
+#include "flowrun/doctor.h"
 #include "flowrun/error.h"
 #include "flowrun/join.h"
 #include "flowrun/process.h"
@@ -377,9 +378,15 @@ class FlowRunner {
 
   void run_parallel(const Step& step, const StepPlan& plan, std::int64_t start_mono, StepRecord& record) {
     if (plan.mode == PlanMode::multi_node) {
+      if (step.parallel->preflight)
+        console_.message(
+            fmt::format("flowrun: step '{}': preflight: true checks one node's GPUs; this step "
+                        "runs on {} nodes, whose GPUs are not checked before it starts",
+                        step.name, plan.nodes.size()));
       run_on_nodes_step(step, plan, start_mono, record);
       return;
     }
+    if (step.parallel->preflight && !plan.cpu && !preflight_passes(step, plan, record)) return;
     const std::vector<std::string> argv = expand_command(step, ctx_.layout, options_.args);
     for (int restart = 0;; ++restart) {
       HeldPort port = hold_free_port(ctx_.master_addr);
@@ -461,6 +468,35 @@ class FlowRunner {
     } else if (!node_errors_.empty() && record.attempts.back().outcome == Outcome::succeeded) {
       record.attempts.back().outcome = Outcome::failed;
     }
+  }
+
+  // preflight: true: flowrun doctor's NCCL check on the step's GPUs before
+  // any worker starts. On failure the step is refused with the doctor's
+  // report, as a step whose nodes never started is.
+  bool preflight_passes(const Step& step, const StepPlan& plan, StepRecord& record) {
+    std::vector<int> gpus;
+    for (const Gpu& gpu : plan.nodes.front().gpus) gpus.push_back(gpu.index);
+    console_.message(fmt::format("flowrun: step '{}': preflight: checking NCCL on this host's {}", step.name,
+                                 describe_devices(plan)));
+    // A short sweep: 1 MiB to 256 MiB (the smallest size the bandwidth
+    // verdict judges), fewer iterations than flowrun doctor's.
+    DoctorOptions quick;
+    quick.min_bytes = 1ull << 20;
+    quick.max_bytes = 256ull << 20;
+    quick.factor = 4;
+    quick.warmup = 2;
+    quick.iters = 5;
+    const PreflightResult pre = run_preflight(host_.inventory, gpus, quick, host_.hostname);
+    if (pre.ok) return true;
+    console_.message(pre.report);
+    node_errors_.push_back(
+        "the preflight check of its GPUs failed (the report above); fix what it names, or set preflight: "
+        "false");
+    AttemptRecord none;
+    none.outcome = Outcome::failed;
+    none.start_unix_ns = none.end_unix_ns = unix_now_ns();
+    record.attempts.push_back(std::move(none));
+    return false;
   }
 
   static std::string describe_devices(const StepPlan& plan) {

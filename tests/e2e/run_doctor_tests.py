@@ -130,6 +130,25 @@ def main():
         r = doctor("--sizes", "1G:8")
         t.check(r.returncode == 2 and r.stderr == "flowrun: error: --sizes 1G:8: MIN is larger than MAX; expected "
                 "MIN:MAX or MIN:MAX:FACTOR, e.g. --sizes 8:1G or 1M:1G:4\n", "a bad --sizes: exit 2", r.stderr)
+
+        # preflight: true on a parallel step: the check runs before the workers, and a failure refuses the step.
+        with open(os.path.join(scratch, "pf.yaml"), "w") as f:
+            f.write("steps:\n  - name: train\n    run: [touch, ran]\n    parallel: {gpus: 2, preflight: true}\n")
+
+        def flow(**env):
+            merged = {**base, **env}
+            return run([flowrun, "pf.yaml"], cwd=scratch, env=clean_env(**merged), timeout=300)
+
+        r = flow(FAKE_NCCL="wrong")
+        t.check(r.returncode == 1 and "  FAIL  all-reduce  wrong sums at 1 MiB" in r.stdout + r.stderr and
+                "flowrun:   the preflight check of its GPUs failed (the report above); fix what it names, or set "
+                "preflight: false" in r.stderr, "preflight: wrong sums refuse the step with the doctor's report",
+                r.stdout + r.stderr)
+        t.check(not os.path.exists(os.path.join(scratch, "ran")), "preflight: no worker started after a failed check")
+        r = flow()
+        t.check(r.returncode == 0 and os.path.exists(os.path.join(scratch, "ran")) and
+                "flowrun: step 'train': preflight: checking NCCL on this host's GPUs 0,1" in r.stdout + r.stderr,
+                "preflight: a passing check, then the workers run", r.stdout + r.stderr)
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
     return t.finish()
