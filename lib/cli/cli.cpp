@@ -42,6 +42,17 @@ HostFacts probe_host(int fake_gpus, const EnvMap& env) {
   return facts;
 }
 
+std::optional<std::vector<std::string>> args_after_dashes(int argc, char** argv, int* ours) {
+  *ours = argc;
+  for (int i = 1; i < argc; ++i) {
+    if (std::string_view(argv[i]) == "--") {
+      *ours = i;
+      return std::vector<std::string>(argv + i + 1, argv + argc);
+    }
+  }
+  return std::nullopt;
+}
+
 std::string current_directory() {
   char cwd[PATH_MAX];
   if (getcwd(cwd, sizeof cwd) == nullptr)
@@ -303,13 +314,7 @@ int run_cli(int argc, char** argv) {
   // Everything after the first `--` belongs to the steps (${args}), never to
   // flowrun, so it is split off before parsing.
   int ours = argc;
-  for (int i = 1; i < argc; ++i) {
-    if (std::string_view(argv[i]) == "--") {
-      ours = i;
-      options.args.assign(argv + i + 1, argv + argc);
-      break;
-    }
-  }
+  if (auto after = args_after_dashes(argc, argv, &ours)) options.args = std::move(*after);
   try {
     app.parse(ours, argv);
   } catch (const CLI::CallForHelp& e) {

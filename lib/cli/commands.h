@@ -6,7 +6,9 @@
 #pragma once
 
 #include <functional>
+#include <optional>
 #include <string>
+#include <vector>
 
 #include "flowrun/plan.h"
 #include "flowrun/spec.h"
@@ -32,6 +34,10 @@ int fake_gpus_from_env(int fake_gpus, const EnvMap& env);
 
 // The current directory; throws Error when it cannot be read.
 std::string current_directory();
+
+// Splits argv at the first `--`: sets *ours to the count before it (argc
+// when there is none) and returns what follows it, the steps' ${args}.
+std::optional<std::vector<std::string>> args_after_dashes(int argc, char** argv, int* ours);
 
 // load_spec(), with its diagnostics thrown as a DiagnosticError.
 Spec load_or_throw(const std::string& path);

@@ -227,13 +227,7 @@ int cmd_resume(int argc, char** argv) {
 
   // After `--`: the steps' ${args}, replacing RUN's.
   int ours = argc;
-  for (int i = 1; i < argc; ++i) {
-    if (std::string_view(argv[i]) == "--") {
-      ours = i;
-      options.args.emplace(argv + i + 1, argv + argc);
-      break;
-    }
-  }
+  options.args = args_after_dashes(argc, argv, &ours);
   try {
     app.parse(ours, argv);
   } catch (const CLI::CallForHelp& e) {
