@@ -16,6 +16,7 @@
 
 #include "flowrun/cluster.h"
 #include "flowrun/error.h"
+#include "flowrun/files.h"
 #include "flowrun/logmux.h"
 #include "flowrun/protocol.h"
 #include "flowrun/slurm.h"
@@ -657,9 +658,12 @@ class Head : public GroupObserver {
       r.record.status.kind = ExitStatus::Kind::running;
       r.record.start_unix_ns = attempt_start_ns_;
       const std::string dir = ctx.layout.rank_dir(plan_.step, rp.rank);
-      // The directories were made before the nodes joined; a restart clears
-      // the error file of the attempt before.
-      if (attempt_ > 0) unlink(ctx.layout.error_file(plan_.step, rp.rank).c_str());
+      // The directories were made before the nodes joined; a restart keeps
+      // what the attempt before left (logs, traceback, uploads) in attemptN/.
+      if (attempt_ > 0) {
+        keep_failed_attempt(dir, rp.rank, attempt_ - 1);
+        make_dirs(ctx.layout.output_dir(plan_.step, rp.rank));
+      }
       r.record.stdout_log = dir + "/stdout.log";
       r.record.stderr_log = dir + "/stderr.log";
       r.record.error_file = ctx.layout.error_file(plan_.step, rp.rank);
@@ -875,6 +879,17 @@ class Head : public GroupObserver {
     }
   }
 
+  void keep_failed_attempt(const std::string& rank_dir, int rank, int attempt) {
+    const std::string kept = keep_attempt(rank_dir, attempt);
+    if (kept.empty() || result_.attempts.empty()) return;
+    for (auto& w : result_.attempts.back().workers) {
+      if (w.rank != rank) continue;
+      w.stdout_log = kept + "/stdout.log";
+      w.stderr_log = kept + "/stderr.log";
+      w.error_file = kept + "/error.json";
+    }
+  }
+
   void abort_upload(Node& n, const std::string& why) {
     if (!n.upload) return;
     Upload& up = *n.upload;
@@ -912,6 +927,11 @@ class Head : public GroupObserver {
     if (n.lost || phase_ == Phase::finished) return;
     n.lost = true;
     if (n.conn) n.conn->close();
+    // A file it was sending is cut short: never leave the part that came.
+    if (n.upload) {
+      n.upload->refused = true;  // says nothing more than the loss below
+      abort_upload(n, {});
+    }
     const std::string text =
         fmt::format("node {} (node rank {} of {}) lost: {}", n.name, n.rank, nodes_.size(), why);
     console_.message(fmt::format("flowrun: step '{}': {}", plan_.step, text));

@@ -14,6 +14,7 @@
 #include "flowrun/cluster.h"
 #include "flowrun/doctor.h"
 #include "flowrun/error.h"
+#include "flowrun/files.h"
 #include "flowrun/join.h"
 #include "flowrun/process.h"
 #include "flowrun/report.h"
@@ -24,18 +25,6 @@
 namespace flowrun {
 
 namespace {
-
-void make_dirs(const std::string& path) {
-  std::string partial;
-  std::size_t pos = 0;
-  while (pos != std::string::npos) {
-    pos = path.find('/', pos + 1);
-    partial = path.substr(0, pos);
-    if (partial.empty()) continue;
-    if (mkdir(partial.c_str(), 0755) != 0 && errno != EEXIST)
-      throw Error("cannot create the directory " + partial + ": " + std::strerror(errno));
-  }
-}
 
 void write_file(const std::string& path, const std::string& text) {
   const std::string tmp = path + ".tmp";
@@ -97,8 +86,11 @@ int exit_code_of(const AttemptRecord& attempt, int interrupt) {
     case Outcome::failed: break;
   }
   if (attempt.culprit) return attempt.workers[static_cast<std::size_t>(*attempt.culprit)].status.shell_code();
+  // No rank failed first (a node was lost after its ranks succeeded, an
+  // upload was refused, ...): the code of a rank flowrun stopped (143 for its
+  // SIGTERM) would blame it; a rank that failed on its own, or else 1.
   for (const auto& w : attempt.workers) {
-    if (!w.status.ok()) return w.status.shell_code();
+    if (!w.status.ok() && w.role != Role::victim) return w.status.shell_code();
   }
   return 1;
 }
@@ -397,6 +389,7 @@ class FlowRunner {
       launches.reserve(plan.ranks.size());
       for (const auto& rank : plan.ranks) {
         const std::string rank_dir = ctx.layout.rank_dir(step.name, rank.rank);
+        if (restart > 0) keep_failed_attempt(record.attempts.back(), rank_dir, rank.rank, restart - 1);
         make_dirs(ctx.layout.output_dir(step.name, rank.rank));
         WorkerLaunch launch;
         launch.rank = rank.rank;
@@ -437,6 +430,19 @@ class FlowRunner {
       console_.message(
           fmt::format("flowrun: step '{}' failed ({}); restarting all {} workers (restart {} of {})",
                       step.name, why, plan.world_size, restart + 1, plan.max_restarts));
+    }
+  }
+
+  // A restart starts every rank afresh: what the failed attempt left is kept
+  // in <rank dir>/attemptN/ (its logs, traceback and outputs), never collected.
+  static void keep_failed_attempt(AttemptRecord& failed, const std::string& rank_dir, int rank, int attempt) {
+    const std::string kept = keep_attempt(rank_dir, attempt);
+    if (kept.empty()) return;
+    for (auto& w : failed.workers) {
+      if (w.rank != rank) continue;
+      w.stdout_log = kept + "/stdout.log";
+      w.stderr_log = kept + "/stderr.log";
+      w.error_file = kept + "/error.json";
     }
   }
 

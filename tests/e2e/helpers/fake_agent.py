@@ -3,11 +3,15 @@
 protocol (include/flowrun/protocol.h) with the run's token, joins, and then
 misbehaves the way a test asks.
 
-  fake_agent.py HOST:PORT TOKEN_FILE --upload PATH [--node NAME]
+  fake_agent.py HOST:PORT TOKEN_FILE --upload PATH [--node NAME] [--content TEXT]
+                [--corrupt crc|truncate]
 
---upload PATH: after start, announce an upload of PATH for its first rank
-(e.g. ../../x) and send 3 bytes; then report the ranks as exited 0 and done.
-Exits 0 after the head's bye, 1 when refused.
+--upload PATH: after start, report the ranks as exited 0, announce an upload of
+PATH for its first rank (e.g. ../../x) with CONTENT (default "bad") and send
+it with a CRC-32C that does not match; then say done.
+--corrupt crc (the default): as above, one byte of the data flipped in transit.
+--corrupt truncate: send half of CONTENT, then drop the connection.
+Exits 0 after the head's bye or the drop, 1 when refused.
 """
 import argparse
 import hashlib
@@ -69,6 +73,16 @@ class Peer:
             self.buf += data
 
 
+def crc32c(data):
+    """CRC-32C (Castagnoli), as 8 lowercase hex digits, as the head computes it."""
+    crc = 0xFFFFFFFF
+    for byte in data:
+        crc ^= byte
+        for _ in range(8):
+            crc = (crc >> 1) ^ (0x82F63B78 if crc & 1 else 0)
+    return f"{crc ^ 0xFFFFFFFF:08x}"
+
+
 def proof(token, nonce, role):
     message = b"flowrun-auth-v1\0" + nonce + b"\0" + role.encode()
     return hmac.new(token.encode(), message, hashlib.sha256).hexdigest()
@@ -80,6 +94,8 @@ def main():
     ap.add_argument("token_file")
     ap.add_argument("--upload", required=True)
     ap.add_argument("--node", default="fake")
+    ap.add_argument("--content", default="bad")
+    ap.add_argument("--corrupt", choices=("crc", "truncate"), default="crc")
     args = ap.parse_args()
     host, port = args.endpoint.rsplit(":", 1)
     token = open(args.token_file).read().strip()
@@ -109,9 +125,17 @@ def main():
             ranks = [int(parse(msg[f"r{i}"])["rank"]) for i in range(int(msg["ranks"]))]
             for rank in ranks:
                 peer.send("exited", [("rank", rank), ("kind", "exited"), ("code", "0"), ("stopped", "0")])
-            peer.send("upload_begin", [("rank", ranks[0]), ("path", args.upload), ("size", "3")])
-            peer.send("upload_chunk", [("data", b"bad")])
-            peer.send("upload_end", [("path", args.upload), ("crc32c", "00000000")])
+            content = args.content.encode()
+            peer.send("upload_begin", [("rank", ranks[0]), ("path", args.upload), ("size", len(content))])
+            if args.corrupt == "truncate":
+                peer.send("upload_chunk", [("data", content[:len(content) // 2])])
+                peer.sock.shutdown(socket.SHUT_RDWR)
+                peer.sock.close()
+                return 0
+            # The CRC-32C of what was meant; the head receives it with one byte flipped.
+            flipped = content[:-1] + bytes([content[-1] ^ 0x20])
+            peer.send("upload_chunk", [("data", flipped)])
+            peer.send("upload_end", [("path", args.upload), ("crc32c", crc32c(content))])
             peer.send("done", [("attempt", msg["attempt"]), ("errors", "")])
 
 

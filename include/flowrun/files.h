@@ -1,0 +1,21 @@
+// Small filesystem helpers shared by the runner, the head and the agents.
+#pragma once
+
+#include <string>
+#include <sys/types.h>
+
+namespace flowrun {
+
+// mkdir -p PATH with `mode` for the directories it makes; throws Error
+// naming the directory it could not make.
+void make_dirs(const std::string& path, mode_t mode = 0755);
+
+// Before a restart: moves what the failed attempt left in a rank's directory
+// (stdout.log, stderr.log, error.json and out/) into <rank_dir>/attemptN/, so
+// that the next attempt starts with an empty FLOWRUN_OUTPUT_DIR (nothing of the
+// failed attempt is collected) and nothing of the failed attempt is lost.
+// Returns the directory it made (empty when there was nothing to keep); throws
+// Error when a rename fails.
+std::string keep_attempt(const std::string& rank_dir, int attempt);
+
+}  // namespace flowrun

@@ -1,0 +1,676 @@
+#!/usr/bin/env python3
+"""Fault injection: each fault a launcher must survive, injected into a real
+run of the flowrun binary, with what it cost measured.
+
+  run_fault_tests.py FLOWRUN ROOT [--sanitized] [--only NAME[,NAME...]] [--list] [--table FILE]
+
+Every fault is a test. Besides its own checks (the report names the right
+rank, the exit code, ...), each one measures and asserts the same four things:
+
+  time to recover   from the fault to flowrun's verdict (its exit, or the
+                    step going on), against a bound the test states
+  processes left    every process that carries the run's id (workers, their
+                    children, agents, flowrun itself) must be gone: 0
+  results lost      results a rank finished before the fault that are missing
+                    afterwards: 0
+  falsely claimed   a failed rank or step recorded as succeeded, a join run on
+                    a partial result, a file in outputs/ that no rank finished: 0
+
+--table FILE writes the measured table (Markdown) that docs/reliability.md
+holds. The faults on a real network (a node's link cut, a node's agent or the
+head killed across hosts) are in tests/e2e/multinode/run_multinode_tests.py,
+which needs root and builds a cluster; here a "node" is an agent on this host.
+
+--sanitized: the binary is built with a sanitizer: timing bounds are tripled.
+"""
+import argparse
+import json
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+sys.path.insert(0, os.path.join(HERE, ".."))
+from testlib import Tally, clean_env  # noqa: E402
+from run_launcher_tests import SANITIZER_REPORT, processes_with, wait_for  # noqa: E402
+from run_nodes_local_tests import FAKE_AGENT, HOST, Nodes, sh_yaml, spec_text  # noqa: E402
+
+PY = sys.executable
+MARK = "FAULT_E2E_MARK"  # set for flowrun: every process it starts inherits it
+
+
+def q(text):
+    return json.dumps(text)
+
+
+def read(path, default=None):
+    try:
+        with open(path, errors="replace", newline="") as f:
+            return f.read()
+    except OSError:
+        if default is None:
+            raise
+        return default
+
+
+def peak_rss_kib(pid):
+    """VmHWM of a live process in KiB, None once it is gone."""
+    try:
+        with open(f"/proc/{pid}/status") as f:
+            for line in f:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1])
+    except OSError:
+        pass
+    return None
+
+
+class Row:
+    """One line of the table: what was injected, what flowrun did, what it cost."""
+
+    def __init__(self, fault, did, reproduce):
+        self.fault, self.did, self.reproduce = fault, did, reproduce
+        self.recover = None  # seconds, or a text such as "n/a"
+        self.left = None
+        self.lost = None
+        self.false = None
+        self.extra = ""
+
+    def cells(self):
+        rec = f"{self.recover:.3f} s" if isinstance(self.recover, float) else str(self.recover)
+        did = self.did + (f" ({self.extra})" if self.extra else "")
+        return [self.fault, did, rec, str(self.left), f"{self.lost} / {self.false}", f"`{self.reproduce}`"]
+
+
+class Suite:
+    def __init__(self, flowrun, root, sanitized):
+        self.flowrun, self.root, self.sanitized = flowrun, root, sanitized
+        self.slack = 3.0 if sanitized else 1.0
+        self.t = Tally("faults")
+        self.scratch = tempfile.mkdtemp(prefix="flowrun-faults-")
+        self.rows = []
+        self.open = []  # Nodes still to close
+
+    # --- plumbing ---------------------------------------------------------------
+
+    def check(self, ok, label, detail=""):
+        return self.t.check(ok, label, detail)
+
+    def sanitizer_check(self, label, text):
+        m = SANITIZER_REPORT.search(text)
+        self.check(m is None, f"{label}: no sanitizer report", text[max(0, m.start() - 200):][:4000] if m else "")
+
+    def row(self, name, did):
+        r = Row(name, did, f"tests/e2e/run_fault_tests.py build/dev/flowrun . --only {name}")
+        self.rows.append(r)
+        return r
+
+    def workspace(self, name, spec):
+        d = os.path.join(self.scratch, name)
+        os.makedirs(d)
+        with open(os.path.join(d, "spec.yaml"), "w") as f:
+            f.write(spec)
+        return d
+
+    def start(self, d, run_id, *options, env=None, stdout=None):
+        """flowrun on d/spec.yaml in its own session (a shell's foreground job has its own
+        process group); stdout and stderr go to files in d unless `stdout` says otherwise."""
+        out = stdout if stdout is not None else open(os.path.join(d, "flowrun.out"), "w")
+        err = open(os.path.join(d, "flowrun.err"), "w")
+        try:
+            return subprocess.Popen([self.flowrun, os.path.join(d, "spec.yaml"), "--run-dir", os.path.join(d, "run"),
+                                     "--run-id", run_id, *options], cwd=d,
+                                    env=clean_env(**{MARK: run_id, **(env or {})}), stdin=subprocess.DEVNULL,
+                                    stdout=out, stderr=err, start_new_session=True)
+        finally:
+            if stdout is None:
+                out.close()
+            err.close()
+
+    def wait(self, p, limit):
+        try:
+            return p.wait(timeout=limit * self.slack)
+        except subprocess.TimeoutExpired:
+            return None
+
+    def leftovers(self, run_id):
+        return sorted(set(processes_with(f"FLOWRUN_RUN_ID={run_id}")) | set(processes_with(f"{MARK}={run_id}")))
+
+    def count_left(self, run_id, limit=5):
+        """Processes of the run still alive `limit` s (at most) after flowrun ended; kills them."""
+        wait_for(lambda: not self.leftovers(run_id), limit * self.slack)
+        left = self.leftovers(run_id)
+        for pid in left:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        return len(left)
+
+    @staticmethod
+    def ready_pids(d, count):
+        """{rank: pid} from the ready.R files the ranks write (their pid, once their traps are set)."""
+        found = {}
+        for n in os.listdir(d):
+            if n.startswith("ready."):
+                text = read(os.path.join(d, n), "").strip()
+                if text.isdigit():
+                    found[int(n.split(".")[1])] = int(text)
+        return found if len(found) >= count else None
+
+    def wait_ready(self, d, count, p, limit=30):
+        return wait_for(lambda: self.ready_pids(d, count) or p.poll() is not None, limit * self.slack) and \
+            self.ready_pids(d, count)
+
+    @staticmethod
+    def results(d, step="train"):
+        try:
+            with open(os.path.join(d, "run", step, "results.json")) as f:
+                return json.load(f)
+        except (OSError, ValueError):
+            return None
+
+    def finish_row(self, r, label, recover, bound, left, lost, false, detail):
+        r.recover, r.left, r.lost, r.false = recover, left, lost, false
+        if isinstance(recover, float):
+            self.check(recover <= bound * self.slack, f"{label}: recovered within {bound * self.slack:g} s",
+                       f"{recover:.2f} s\n{detail}")
+        self.check(left == 0, f"{label}: no process is left", f"{left} left\n{detail}")
+        self.check(lost == 0, f"{label}: no finished result is lost", f"{lost} lost\n{detail}")
+        self.check(false == 0, f"{label}: nothing is falsely claimed", f"{false} falsely claimed\n{detail}")
+
+    # A rank that records a result, says it is ready (its pid, once its traps are
+    # set) and then waits to be stopped; the join marks that it ran.
+    RANK_SCRIPT = ('echo "rank $RANK result" > "$FLOWRUN_OUTPUT_DIR/result.txt"; echo "rank $RANK wrote its result"; '
+                   '{trap}echo $$ > "ready.$RANK.tmp" && mv "ready.$RANK.tmp" "ready.$RANK"; {rest}')
+
+    def rank_flow(self, name, trap="", rest="exec sleep 60", extra="", ranks=4):
+        script = self.RANK_SCRIPT.format(trap=trap, rest=rest)
+        return self.workspace(name, f"""name: {name}
+steps:
+  - name: train
+    run: {sh_yaml(script)}
+    parallel:
+      cpus: {ranks}
+{extra}    collect: all
+  - name: join
+    join: train
+    run: {sh_yaml('touch "$0/join.ran"', "@DIR@")}
+""")
+
+    def fix_dir(self, d):
+        path = os.path.join(d, "spec.yaml")
+        with open(path) as f:
+            text = f.read()
+        with open(path, "w") as f:
+            f.write(text.replace("@DIR@", d))
+
+    def lost_results(self, d, ranks, finished=None):
+        """Ranks (of `finished`, default all) whose result file or console line is gone from the run directory."""
+        lost = 0
+        for rank in (finished if finished is not None else range(ranks)):
+            rank_dir = os.path.join(d, "run", "train", f"rank{rank}")
+            if read(os.path.join(rank_dir, "out", "result.txt"), "") != f"rank {rank} result\n" or \
+                    f"rank {rank} wrote its result\n" not in read(os.path.join(rank_dir, "stdout.log"), ""):
+                lost += 1
+        return lost
+
+    def false_claims(self, d, failed_ranks=()):
+        """For a step that must not succeed: a join that ran, outputs gathered, a success recorded."""
+        false = 0
+        res = self.results(d)
+        if os.path.exists(os.path.join(d, "join.ran")):
+            false += 1
+        if os.path.exists(os.path.join(d, "run", "train", "outputs")):
+            false += 1
+        if res is not None:
+            if res.get("outcome") == "succeeded":
+                false += 1
+            for w in res.get("ranks", []):
+                if w.get("rank") in failed_ranks and w.get("status") == "succeeded":
+                    false += 1
+        return false
+
+    # --- a worker dies or hangs -------------------------------------------------------
+
+    def test_worker_sigkill(self):
+        """Rank 2 is killed with SIGKILL while every rank runs: the step fails at once, naming it."""
+        r = self.row("worker_sigkill", "the step fails at once, rank 2 named as culprit (SIGKILL); the other 3 are "
+                     "stopped; the join does not run")
+        run_id = f"wkill-{os.getpid()}"
+        d = self.rank_flow("worker_sigkill")
+        self.fix_dir(d)
+        p = self.start(d, run_id, "--grace", "2")
+        pids = self.wait_ready(d, 4, p)
+        if not self.check(bool(pids), "worker sigkill: every rank starts", read(os.path.join(d, "flowrun.err"))):
+            p.kill()
+            return
+        t0 = time.monotonic()
+        os.kill(pids[2], signal.SIGKILL)
+        rc = self.wait(p, 20)
+        recover = time.monotonic() - t0
+        err = read(os.path.join(d, "flowrun.err"))
+        self.sanitizer_check("worker sigkill", err)
+        res = self.results(d) or {}
+        self.check(rc == 137 and res.get("culprit_rank") == 2, "worker sigkill: exit 137 (128 + 9), culprit rank 2",
+                   f"exit {rc}\n{err}")
+        self.check("rank 2" in err and "SIGKILL" in err, "worker sigkill: the report names rank 2 and SIGKILL", err)
+        self.finish_row(r, "worker sigkill", recover, 2.0, self.count_left(run_id), self.lost_results(d, 4),
+                        self.false_claims(d, failed_ranks=(2,)), err)
+
+    # --- flowrun itself dies or is interrupted --------------------------------------
+
+    def test_flowrun_sigkill(self):
+        """flowrun is killed with SIGKILL: its guardian kills every worker and every descendant."""
+        r = self.row("flowrun_sigkill", "the guardian kills every worker and each one's descendants, a `setsid` "
+                     "grandchild included")
+        run_id = f"fkill-{os.getpid()}"
+        d = self.rank_flow("flowrun_sigkill", rest="setsid sleep 300 & sleep 300 & wait")
+        self.fix_dir(d)
+        p = self.start(d, run_id)
+        pids = self.wait_ready(d, 4, p)
+        if not self.check(bool(pids), "flowrun sigkill: every rank starts", read(os.path.join(d, "flowrun.err"))):
+            p.kill()
+            return
+        wait_for(lambda: len(processes_with(f"FLOWRUN_RUN_ID={run_id}")) >= 12, 10 * self.slack)
+        before = len(processes_with(f"FLOWRUN_RUN_ID={run_id}"))
+        self.check(before >= 12, "flowrun sigkill: 4 ranks with 2 children each run before the kill", str(before))
+        t0 = time.monotonic()
+        p.kill()
+        p.wait()
+        gone = wait_for(lambda: not self.leftovers(run_id), 5 * self.slack, step=0.01)
+        recover = time.monotonic() - t0
+        r.extra = f"{before} processes before the kill"
+        self.finish_row(r, "flowrun sigkill", recover if gone else float(recover), 2.0, self.count_left(run_id, 0),
+                        self.lost_results(d, 4), self.false_claims(d), f"{before} before")
+
+    def test_ctrl_c_once(self):
+        """One Ctrl-C: every rank gets SIGTERM, runs its handler (its last words reach the log), exit 130."""
+        r = self.row("ctrl_c_once", "SIGTERM to every rank, each one's handler runs and its last lines reach "
+                     "its log; results.json says interrupted; exit 130")
+        run_id = f"int1-{os.getpid()}"
+        trap = 'trap \'echo "rank $RANK saved a checkpoint"; exit 143\' TERM; '
+        d = self.rank_flow("ctrl_c_once", trap=trap, rest="sleep 60 & wait")
+        self.fix_dir(d)
+        p = self.start(d, run_id, "--grace", "10")
+        pids = self.wait_ready(d, 4, p)
+        if not self.check(bool(pids), "ctrl-c once: every rank starts", read(os.path.join(d, "flowrun.err"))):
+            p.kill()
+            return
+        t0 = time.monotonic()
+        os.killpg(p.pid, signal.SIGINT)  # what a terminal sends to its foreground process group
+        rc = self.wait(p, 20)
+        recover = time.monotonic() - t0
+        err = read(os.path.join(d, "flowrun.err"))
+        self.sanitizer_check("ctrl-c once", err)
+        res = self.results(d) or {}
+        self.check(rc == 130 and res.get("outcome") == "interrupted",
+                   "ctrl-c once: exit 130, results.json says interrupted", f"exit {rc}\n{err}\n{res}")
+        saved = [k for k in range(4) if f"rank {k} saved a checkpoint\n" in
+                 read(os.path.join(d, "run", "train", f"rank{k}", "stdout.log"), "")]
+        self.check(saved == [0, 1, 2, 3], "ctrl-c once: every rank's handler ran and its line is in its log",
+                   str(saved))
+        self.finish_row(r, "ctrl-c once", recover, 2.0, self.count_left(run_id), self.lost_results(d, 4),
+                        self.false_claims(d), err)
+
+    def test_ctrl_c_twice(self):
+        """Ranks that ignore SIGTERM under a 60 s grace: a second Ctrl-C kills them at once."""
+        r = self.row("ctrl_c_twice", "the first Ctrl-C sends SIGTERM (ignored here, 60 s grace); the second "
+                     "kills every rank at once; exit 130")
+        run_id = f"int2-{os.getpid()}"
+        d = self.rank_flow("ctrl_c_twice", trap="trap '' TERM; ", rest="sleep 60 & wait; sleep 60")
+        self.fix_dir(d)
+        p = self.start(d, run_id, "--grace", "60")
+        pids = self.wait_ready(d, 4, p)
+        if not self.check(bool(pids), "ctrl-c twice: every rank starts", read(os.path.join(d, "flowrun.err"))):
+            p.kill()
+            return
+        os.killpg(p.pid, signal.SIGINT)
+        time.sleep(0.5)
+        still = p.poll() is None
+        t0 = time.monotonic()
+        os.killpg(p.pid, signal.SIGINT)
+        rc = self.wait(p, 20)
+        recover = time.monotonic() - t0
+        err = read(os.path.join(d, "flowrun.err"))
+        self.sanitizer_check("ctrl-c twice", err)
+        self.check(still and rc == 130, "ctrl-c twice: still stopping after one, exit 130 after two",
+                   f"{still} exit {rc}\n{err}")
+        self.check("SIGINT again" in err, "ctrl-c twice: flowrun says it kills now", err)
+        self.finish_row(r, "ctrl-c twice", recover, 2.0, self.count_left(run_id), self.lost_results(d, 4),
+                        self.false_claims(d), err)
+
+    # --- what a worker does to its own output and processes ---------------------------
+
+    def test_flood(self):
+        """Two ranks write 512 MiB each to stdout as fast as they can; flowrun's memory stays flat."""
+        mib = 512
+        r = self.row("flood", f"every byte reaches the logs and the console, in order; flowrun's memory stays "
+                     f"bounded")
+        run_id = f"flood-{os.getpid()}"
+        code = ("import os, sys\n"
+                "line = ('rank %s ' % os.environ['RANK'] + 'x' * 1016 + '\\n').encode()\n"
+                f"block = line * 1024\nfor _ in range({mib}): sys.stdout.buffer.write(block)\n")
+        d = self.workspace("flood", f"""name: flood
+steps:
+  - name: train
+    run: {q([PY, "-c", code])}
+    parallel:
+      cpus: 2
+""")
+        sink = open(os.devnull, "w")
+        t0 = time.monotonic()
+        p = self.start(d, run_id, stdout=sink)
+        peak = 0
+        while p.poll() is None and time.monotonic() - t0 < 300 * self.slack:
+            peak = max(peak, peak_rss_kib(p.pid) or 0)
+            time.sleep(0.05)
+        rc = self.wait(p, 10)
+        took = time.monotonic() - t0
+        sink.close()
+        err = read(os.path.join(d, "flowrun.err"))
+        self.sanitizer_check("flood", err)
+        sizes = [os.path.getsize(os.path.join(d, "run", "train", f"rank{k}", "stdout.log"))
+                 if os.path.exists(os.path.join(d, "run", "train", f"rank{k}", "stdout.log")) else 0 for k in range(2)]
+        want = mib * 1024 * 1024
+        self.check(rc == 0, "flood: the step succeeds", f"exit {rc}\n{err}")
+        bound = 64 * 1024 * (3 if self.sanitized else 1)
+        self.check(0 < peak <= bound, f"flood: flowrun's peak RSS stays under {bound // 1024} MiB",
+                   f"{peak} KiB")
+        r.extra = f"{2 * mib} MiB in {took:.1f} s; flowrun's peak RSS {peak / 1024:.1f} MiB"
+        lost = sum(1 for s in sizes if s != want)
+        self.finish_row(r, "flood", "n/a (nothing fails)", 0, self.count_left(run_id), lost, 0,
+                        f"sizes {sizes}, want {want}")
+
+    def test_stdout_closed(self):
+        """A rank closes its stdout (and later its stderr) and keeps running: it is not taken for dead."""
+        r = self.row("stdout_closed", "the rank is still waited for; its stderr after the close and its exit "
+                     "code are kept; the step succeeds when it does")
+        run_id = f"close-{os.getpid()}"
+        script = ('echo "rank $RANK result" > "$FLOWRUN_OUTPUT_DIR/result.txt"; echo "rank $RANK wrote its result"; '
+                  'if [ "$RANK" = 0 ]; then exec 1>&-; sleep 1; echo "rank 0 after closing stdout" >&2; '
+                  'exec 2>&-; sleep 1; fi; exit 0')
+        d = self.workspace("stdout_closed", f"""name: closed
+steps:
+  - name: train
+    run: {sh_yaml(script)}
+    parallel:
+      cpus: 2
+    collect: all
+""")
+        t0 = time.monotonic()
+        p = self.start(d, run_id)
+        rc = self.wait(p, 30)
+        took = time.monotonic() - t0
+        err = read(os.path.join(d, "flowrun.err"))
+        self.sanitizer_check("stdout closed", err)
+        res = self.results(d) or {}
+        self.check(rc == 0 and res.get("outcome") == "succeeded", "stdout closed: the step succeeds",
+                   f"exit {rc}\n{err}")
+        self.check(took >= 2.0, "stdout closed: flowrun waited for the rank to exit, not for its output to end",
+                   f"{took:.2f} s")
+        self.check(read(os.path.join(d, "run", "train", "rank0", "stderr.log"), "") ==
+                   "rank 0 after closing stdout\n", "stdout closed: what it wrote after closing stdout is kept")
+        outputs = os.path.join(d, "run", "train", "outputs")
+        false = 0 if os.path.isdir(outputs) else 1
+        self.finish_row(r, "stdout closed", "n/a (nothing fails)", 0, self.count_left(run_id),
+                        self.lost_results(d, 2), false, err)
+
+    def test_grandchildren(self):
+        """Each rank starts a grandchild in a new session and one that double-forks, then exits 0."""
+        r = self.row("grandchildren", "the step succeeds with its ranks' results; the processes they left "
+                     "behind are stopped and named in results.json's notes")
+        run_id = f"grand-{os.getpid()}"
+        script = ('echo "rank $RANK result" > "$FLOWRUN_OUTPUT_DIR/result.txt"; echo "rank $RANK wrote its result"; '
+                  'setsid sleep 300 > /dev/null 2>&1 < /dev/null & (sleep 300 > /dev/null 2>&1 < /dev/null &); '
+                  'exit 0')
+        d = self.workspace("grandchildren", f"""name: grand
+steps:
+  - name: train
+    run: {sh_yaml(script)}
+    parallel:
+      cpus: 2
+    collect: all
+""")
+        t0 = time.monotonic()
+        p = self.start(d, run_id)
+        rc = self.wait(p, 30)
+        took = time.monotonic() - t0
+        err = read(os.path.join(d, "flowrun.err"))
+        self.sanitizer_check("grandchildren", err)
+        res = self.results(d) or {}
+        notes = " ".join(res.get("notes", []))
+        self.check(rc == 0 and res.get("outcome") == "succeeded", "grandchildren: the step succeeds",
+                   f"exit {rc}\n{err}")
+        self.check("stopped 4 processes left behind" in notes, "grandchildren: all 4 are named as stopped", notes)
+        self.finish_row(r, "grandchildren", took, 5.0, self.count_left(run_id, 1), self.lost_results(d, 2),
+                        0 if os.path.isdir(os.path.join(d, "run", "train", "outputs")) else 1, err)
+
+    def test_restart(self):
+        """Rank 1 fails on the first attempt after writing a file; max_restarts: 1 runs every rank again."""
+        r = self.row("restart", "every rank restarts (max_restarts: 1); the second attempt succeeds and the "
+                     "join sees only its results, nothing from the failed attempt")
+        run_id = f"restart-{os.getpid()}"
+        script = ('if [ "$TORCHELASTIC_RESTART_COUNT" = 0 ]; then '
+                  'echo partial > "$FLOWRUN_OUTPUT_DIR/partial.txt"; '
+                  'if [ "$RANK" = 1 ]; then date +%s.%N > "$0/failed.at"; exit 3; fi; exec sleep 60; fi; '
+                  '[ "$RANK" = 0 ] && date +%s.%N > "$0/restarted.at"; '
+                  'echo "rank $RANK result" > "$FLOWRUN_OUTPUT_DIR/result.txt"; echo "rank $RANK wrote its result"')
+        join = 'cd "$FLOWRUN_INPUTS" && find . -type f | sort > "$0/inputs.txt"'
+        d = self.workspace("restart", "")
+        with open(os.path.join(d, "spec.yaml"), "w") as f:
+            f.write(f"""name: restart
+steps:
+  - name: train
+    run: {sh_yaml(script, d)}
+    parallel:
+      cpus: 4
+      max_restarts: 1
+    collect: all
+  - name: join
+    join: train
+    run: {sh_yaml(join, d)}
+""")
+        p = self.start(d, run_id, "--grace", "2")
+        rc = self.wait(p, 60)
+        err = read(os.path.join(d, "flowrun.err"))
+        self.sanitizer_check("restart", err)
+        self.check(rc == 0, "restart: the flow succeeds on the second attempt", f"exit {rc}\n{err}")
+        try:
+            recover = float(read(os.path.join(d, "restarted.at"))) - float(read(os.path.join(d, "failed.at")))
+        except (OSError, ValueError):
+            recover = "not measured"
+        inputs = read(os.path.join(d, "inputs.txt"), "").split()
+        want = [f"./rank{k}/result.txt" for k in range(4)]
+        kept = read(os.path.join(d, "run", "train", "rank1", "attempt0", "out", "partial.txt"), "")
+        self.check(kept == "partial\n", "restart: the failed attempt's files are kept in rankR/attempt0/",
+                   str(os.listdir(os.path.join(d, "run", "train", "rank1"))))
+        self.finish_row(r, "restart", recover, 5.0, self.count_left(run_id), len(set(want) - set(inputs)),
+                        len(set(inputs) - set(want)), f"inputs {inputs}\n{err}")
+
+    # --- a node: the head or an agent dies, a node sends a bad upload ----------------
+
+    def nodes(self, name, spec, **kw):
+        n = Nodes(self, name, spec, **kw)
+        self.open.append(n)
+        return n
+
+    NODE_RANK = ('echo "rank $RANK result" > "$FLOWRUN_OUTPUT_DIR/result.txt"; echo "rank $RANK wrote its result"; '
+                 'echo $$ > "ready.$RANK.tmp" && mv "ready.$RANK.tmp" "ready.$RANK"; exec sleep 60')
+
+    def test_head_sigkill(self):
+        """The head of a 2-node step is killed with SIGKILL: both agents stop their ranks and exit."""
+        r = self.row("head_sigkill", "each agent sees the connection close, stops its ranks and exits 1")
+        n = self.nodes("head_sigkill", spec_text("headkill", sh_yaml(self.NODE_RANK)))
+        if not n.begin("head sigkill"):
+            return
+        if not self.check(bool(self.wait_ready(n.dir, 4, n.head)), "head sigkill: every rank starts", n.detail()):
+            return
+        t0 = time.monotonic()
+        os.kill(n.head.pid, signal.SIGKILL)
+        codes = [n.wait(p, 10) for p in n.agents]
+        gone = wait_for(lambda: not n.leftovers(), 10 * self.slack, step=0.01)
+        recover = time.monotonic() - t0
+        self.check(codes == [1, 1], "head sigkill: each agent exits 1", f"{codes}\n{n.detail()}")
+        n.sanitizer_check("head sigkill")
+        left = 0 if gone else len(n.leftovers())
+        self.finish_row(r, "head sigkill", recover, 2.0 + 3.0, left, 0, 0, n.detail())
+
+    def test_agent_sigkill(self):
+        """One node's agent is killed with SIGKILL: the head names the node lost and stops the other."""
+        r = self.row("agent_sigkill", "the head reports the node lost (its connection closed), stops the other "
+                     "node's ranks, records the lost ranks as `lost`; exit 1; no join")
+        join = '  - name: join\n    join: train\n    run: ' + sh_yaml('touch "$0/join.ran"', "@DIR@") + "\n"
+        n = self.nodes("agent_sigkill", spec_text("agentkill", sh_yaml(self.NODE_RANK), collect="all",
+                                                  more_steps=join))
+        with open(n.spec) as f:
+            text = f.read().replace("@DIR@", n.dir)
+        with open(n.spec, "w") as f:
+            f.write(text)
+        if not n.begin("agent sigkill"):
+            return
+        if not self.check(bool(self.wait_ready(n.dir, 4, n.head)), "agent sigkill: every rank starts",
+                          n.detail()):
+            return
+        t0 = time.monotonic()
+        os.kill(n.agents[0].pid, signal.SIGKILL)
+        rc = n.wait(n.head, 20)
+        recover = time.monotonic() - t0
+        n.finish("agent sigkill", 10)
+        err = n.head_err()
+        self.check(rc == 1 and re.search(r"node \S+ \(node rank [01] of 2\) lost: its agent's connection closed",
+                                         err) is not None,
+                   "agent sigkill: the head names the lost node and exits 1", n.detail())
+        res = self.results(n.dir) or {}
+        statuses = sorted(w.get("status", "?") for w in res.get("ranks", []))
+        self.check(statuses.count("lost") == 2, "agent sigkill: results.json records the node's 2 ranks as lost",
+                   str(statuses))
+        n.check_nothing_left("agent sigkill")
+        self.finish_row(r, "agent sigkill", recover, 3.0, len(n.leftovers()), 0, self.false_claims(n.dir),
+                        n.detail())
+
+    def upload_fault(self, name, mode, did, want):
+        """A node (a fake agent holding the run's token) sends its rank's result.txt with `mode` corruption."""
+        r = self.row(name, did)
+        join = '  - name: join\n    join: train\n    run: ' + sh_yaml('touch "$0/join.ran"', "@DIR@") + "\n"
+        spec = spec_text(name, sh_yaml('echo "rank $RANK result" > "$FLOWRUN_OUTPUT_DIR/result.txt"'),
+                         collect="all", more_steps=join)
+        n = self.nodes(name, spec)
+        with open(n.spec) as f:
+            text = f.read().replace("@DIR@", n.dir)
+        with open(n.spec, "w") as f:
+            f.write(text)
+        argv = n.command()
+        if not self.check(argv is not None, f"{name}: the head prints the agent command", n.detail()):
+            return
+        n.start_agents(argv, count=1)
+        endpoint = argv[argv.index("--rdzv-endpoint") + 1]
+        token_file = argv[argv.index("--token-file") + 1]
+        version = subprocess.run([self.flowrun, "--version"], capture_output=True, text=True).stdout.split()[-1]
+        fake = n._start([PY, FAKE_AGENT, endpoint, token_file, "--upload", "out/result.txt", "--node", "evil",
+                         "--content", "rank 2 result\n", "--corrupt", mode],
+                        n.agent_env(FLOWRUN_VERSION=version), "fake")
+        n.agents.append(fake)
+        n.agent_names.append("fake")
+        t0 = time.monotonic()
+        rc = n.finish(name, 30)
+        took = time.monotonic() - t0
+        err = n.head_err()
+        self.check(rc == 1, f"{name}: the step fails", n.detail())
+        self.check(re.search(want, err, re.M) is not None, f"{name}: the head says why it refused the upload",
+                   f"want /{want}/\n{n.detail()}")
+        # What the fake node sent must not be anywhere: not in its rank's directory, not in outputs/.
+        claimed = []
+        for root, _, files in os.walk(os.path.join(n.run_dir, "train")):
+            for f in files:
+                path = os.path.join(root, f)
+                if f.startswith("result.txt") and "rank 2" in read(path, "") or "rank 2 res" in read(path, ""):
+                    claimed.append(os.path.relpath(path, n.run_dir))
+        res = self.results(n.dir) or {}
+        false = len(claimed) + self.false_claims(n.dir) + sum(
+            1 for w in res.get("ranks", []) if w.get("node") == "evil" and w.get("status") == "succeeded"
+            and res.get("outcome") == "succeeded")
+        r.extra = "the file is in neither the rank's directory nor outputs/" if not claimed else str(claimed)
+        n.check_nothing_left(name)
+        self.finish_row(r, name, took, 10.0, len(n.leftovers()), 0, false, n.detail())
+
+    def test_corrupt_upload(self):
+        self.upload_fault("corrupt_upload", "crc", "the head checks the CRC-32C, refuses the file and fails the "
+                          "step naming the node; nothing is collected; no join",
+                          r"upload of rank 2's 'out/result\.txt' is corrupt")
+
+    def test_truncated_upload(self):
+        self.upload_fault("truncated_upload", "truncate", "the node's connection drops mid-file: the head "
+                          "removes the partial file, reports the node lost; no join",
+                          r"node evil \(node rank \d of 2\) lost")
+
+    # --- driver -----------------------------------------------------------------------
+
+    def close_all(self):
+        for n in self.open:
+            n.close()
+        self.open = []
+
+    def tests(self):
+        return [(name[len("test_"):], getattr(self, name)) for name in Suite.__dict__ if name.startswith("test_")]
+
+    def table(self):
+        head = ["fault", "what flowrun did", "time to recover", "processes left", "results lost / falsely claimed",
+                "reproduce"]
+        lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+        for r in self.rows:
+            lines.append("| " + " | ".join(c.replace("|", "\\|") for c in r.cells()) + " |")
+        return "\n".join(lines) + "\n"
+
+
+def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("flowrun")
+    parser.add_argument("root")
+    parser.add_argument("--sanitized", action="store_true")
+    parser.add_argument("--only", default="")
+    parser.add_argument("--list", action="store_true")
+    parser.add_argument("--table", help="write the measured table (Markdown) here")
+    a = parser.parse_args()
+    suite = Suite(os.path.abspath(a.flowrun), os.path.abspath(a.root), a.sanitized)
+    tests = suite.tests()
+    if a.list:
+        print("\n".join(name for name, _ in tests))
+        return 0
+    only = set(filter(None, a.only.split(",")))
+    unknown = only - {name for name, _ in tests}
+    if unknown:
+        print(f"unknown test: {', '.join(sorted(unknown))} (see --list)")
+        return 2
+    try:
+        for name, test in tests:
+            if only and name not in only:
+                continue
+            start = time.monotonic()
+            before = suite.t.failed
+            try:
+                test()
+            except Exception as e:  # a crash in one test is that test's failure
+                import traceback
+                suite.check(False, f"{name}: raised {type(e).__name__}: {e}", traceback.format_exc())
+            finally:
+                suite.close_all()
+            status = "ok" if suite.t.failed == before else "FAILED"
+            print(f"{name}: {status} ({time.monotonic() - start:.1f} s)", flush=True)
+    finally:
+        shutil.rmtree(suite.scratch, ignore_errors=True)
+    print(suite.table(), end="")
+    if a.table:
+        with open(a.table, "w") as f:
+            f.write(suite.table())
+    return suite.t.finish()
+
+
+if __name__ == "__main__":
+    sys.exit(main())
