@@ -653,10 +653,27 @@ class Suite:
         subprocess.run([self.c.script, "link", "2", "down"], check=True)
         try:
             seen, _ = live.wait_line(r"node node2\b.*lost: no heartbeat", 15, streams=("err",))
+            # Cut off, node2 must clean up by itself: its agent hears no heartbeat
+            # either, stops its ranks and exits, all before the link is back.
+            limit = 1 + GRACE + 3
+            while self.node_processes(2) and time.monotonic() - cut < limit:
+                time.sleep(0.05)
+            alone = self.node_processes(2)
+            cleaned = round(time.monotonic() - cut, 3)
+            self.check(not alone, "link down: cut off, node2's agent stops its ranks and exits by itself",
+                       f"nothing of flowrun on node2 within {limit:g} s of the cut", alone)
         finally:
             subprocess.run([self.c.script, "link", "2", "up"], check=True)
         rc = live.finish(30)
         delay = None if seen is None else round(seen - cut, 3)
+        res = json.load(open(os.path.join(run_dir, "train", "results.json")))
+        statuses = {w.get("node"): [] for w in res.get("ranks", [])}
+        for w in res.get("ranks", []):
+            statuses[w.get("node")].append(w.get("status"))
+        self.check(res.get("outcome") == "failed" and statuses.get("node2") == ["lost", "lost"]
+                   and "succeeded" not in statuses.get("node1", []),
+                   "link down: results.json: the step failed, node2's ranks lost, none claimed to succeed",
+                   "outcome failed, node2 [lost, lost]", f"{res.get('outcome')} {statuses}")
         lines = [line for line in live.text("err").splitlines() if "lost" in line]
         said = [m for m in map(re.compile(want).match, lines) if m]
         self.check(said and 1.0 <= float(said[0].group(1)) <= 2.5, "link down: the report names the silent node",
@@ -666,7 +683,8 @@ class Suite:
             self.check(0.9 <= delay <= 2.5, "link down: noticed after the heartbeat timeout (1 s), within 2.5 s",
                        "0.9 s <= delay <= 2.5 s", f"{delay} s", live.detail())
         self.check(rc == 1, "link down: flowrun exits 1 (a lost node)", 1, rc, live.detail())
-        print(f"link down: noticed after {delay} s", flush=True)
+        print(f"link down: noticed after {delay} s; node2 had stopped everything {cleaned} s after the cut",
+              flush=True)
 
     def test_head_kill(self):
         """kill -9 of the head: every agent notices its connection closed and stops its ranks;
@@ -868,6 +886,10 @@ class Suite:
         out = subprocess.run(["squeue", "-h", "-t", "PD,CF,R,S", "-o", "%i %j %T"], capture_output=True, text=True,
                              env=self.env()).stdout
         return out.split("\n")[:-1] if out else []
+
+    def node_processes(self, node):
+        """flowrun's processes (agent, workers) in one node's namespace."""
+        return [entry for entry in self.flowrun_processes() if entry.startswith(f"node{node}: ")]
 
     def assert_nothing_left(self, label, limit=10):
         """Nothing of flowrun runs anywhere, and no Slurm job is left: a test's job ends
