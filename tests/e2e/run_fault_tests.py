@@ -494,6 +494,62 @@ steps:
         self.finish_row(r, "restart", recover, 5.0, self.count_left(run_id), len(set(want) - set(inputs)),
                         len(set(inputs) - set(want)), f"inputs {inputs}\n{err}")
 
+    def test_hostile_input(self):
+        """Arguments and paths built to break out: ${args} holding shell syntax, a run directory
+        whose path has quotes and $(...), a rank's output directory holding links out of it."""
+        r = self.row("hostile_input", "`${args}` and paths reach the program as plain words (a list `run` "
+                     "starts no shell; under `shell: true` every value is quoted); links out of "
+                     "FLOWRUN_OUTPUT_DIR are not walked")
+        run_id = f"hostile-{os.getpid()}"
+        d = os.path.join(self.scratch, "hostile $(touch INJ0) `touch INJ1` it's")
+        os.makedirs(d)
+        show = ('import json, os, sys; print(json.dumps(sys.argv[1:])); '
+                'print("parent:", open("/proc/%d/comm" % os.getppid()).read().strip())')
+        rank = ('import os; out = os.environ["FLOWRUN_OUTPUT_DIR"]; '
+                'open(os.path.join(out, "result.txt"), "w").write("rank %s result\\n" % os.environ["RANK"]); '
+                'print("rank %s wrote its result" % os.environ["RANK"]); '
+                'os.symlink("/etc", os.path.join(out, "etc")); '
+                'os.symlink("/etc/hostname", os.path.join(out, "hostname"))')
+        with open(os.path.join(d, "spec.yaml"), "w") as f:
+            f.write(f"""name: hostile
+steps:
+  - name: train
+    run: {q([PY, "-c", rank])}
+    parallel:
+      cpus: 2
+    collect: all
+  - name: listed
+    join: train
+    run: {q([PY, "-c", show, "${args}", "${steps.train.outputs}"])}
+  - name: script
+    needs: [listed]
+    shell: true
+    run: {q(PY + " -c " + json.dumps(show) + " ${args} ${steps.train.outputs}")}
+""")
+        args = ["$(touch INJ2)", "; touch INJ3", "`touch INJ4`", "' ; touch INJ5 ; '", "a\nb"]
+        t0 = time.monotonic()
+        p = self.start(d, run_id, "--", *args)
+        rc = self.wait(p, 30)
+        took = time.monotonic() - t0
+        err, out = read(os.path.join(d, "flowrun.err")), read(os.path.join(d, "flowrun.out"))
+        self.sanitizer_check("hostile input", err)
+        outputs = os.path.join(d, "run", "train", "outputs")
+        want = json.dumps(args + [outputs])
+        self.check(rc == 0, "hostile input: the flow succeeds", f"exit {rc}\n{err}\n{out}")
+        self.check(f"[listed] {want}" in out.splitlines() and f"[script] {want}" in out.splitlines(),
+                   "hostile input: both steps get every word unchanged", f"want {want}\n{out}")
+        self.check("[listed] parent: flowrun" in out.splitlines(),
+                   "hostile input: a list run is started by flowrun itself, not by a shell", out)
+        injected = [n for n in os.listdir(d) + os.listdir(self.scratch) if n.startswith("INJ")]
+        self.check(not injected, "hostile input: no injected command ran", str(injected))
+        found = sorted(os.path.relpath(os.path.join(top, f), outputs)
+                       for top, _, files in os.walk(outputs) for f in files)
+        want_files = [f"rank{k}/{n}" for k in range(2) for n in ("hostname", "result.txt")]
+        self.check(found == want_files, "hostile input: the link to /etc is not walked (a link to one file is "
+                   "collected as that file, as docs/spec.md says)", f"{found}")
+        self.finish_row(r, "hostile input", "n/a (nothing fails)", 0, self.count_left(run_id),
+                        self.lost_results(d, 2), len(injected), err)
+
     # --- a node: the head or an agent dies, a node sends a bad upload ----------------
 
     def nodes(self, name, spec, **kw):
