@@ -34,6 +34,7 @@
 // a network you trust (as torchrun's rendezvous store assumes).
 #pragma once
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <optional>
@@ -59,6 +60,11 @@ inline constexpr std::size_t kMaxFrameSize = kMaxChunkBytes + 64 * 1024;
 
 // The default limit on the number of fields decode_fields accepts.
 inline constexpr std::size_t kMaxFields = 64;
+
+// The largest frame the head reads from a peer that has not authenticated
+// (hello, auth: a few hundred bytes), so that a stranger on the network cannot
+// make it hold kMaxFrameSize per connection.
+inline constexpr std::size_t kMaxHandshakeFrame = 16 * 1024;
 
 // Every message, with who sends it and its fields. The numbers are on the wire:
 // never renumber, only append (and bump kProtocolVersion for any change).
@@ -132,6 +138,10 @@ class FrameReader {
   explicit FrameReader(std::string peer = "peer", std::size_t max_frame = kMaxFrameSize);
 
   void feed(std::string_view bytes);
+
+  // Changes the limit for the frames whose length has not been read yet (the
+  // head raises it from kMaxHandshakeFrame once a peer has authenticated).
+  void set_max_frame(std::size_t max_frame) { max_frame_ = std::max<std::size_t>(max_frame, 2); }
 
   // The next whole frame, or nullopt when none is complete (yet, or ever after an error).
   std::optional<Frame> next();

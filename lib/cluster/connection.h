@@ -36,6 +36,9 @@ class Connection : public std::enable_shared_from_this<Connection> {
   // frame goes to the new one.
   void set_handlers(FrameHandler on_frame, CloseHandler on_close);
 
+  // The largest frame accepted from now on (see FrameReader::set_max_frame).
+  void set_max_frame(std::size_t max_frame) { reader_.set_max_frame(max_frame); }
+
   // Queues a message (never blocks).
   void send(MessageType type, const Fields& fields);
   void send_frame(std::string frame);

@@ -225,6 +225,7 @@ class Head : public GroupObserver {
     }
     boost::system::error_code ignored;
     acceptor_.close(ignored);
+    close_pending();
     heartbeat_timer_.cancel();
     join_timer_.cancel();
     flush_timer_.cancel();
@@ -341,14 +342,20 @@ class Head : public GroupObserver {
     std::optional<Upload> upload;
   };
 
+  // A connection that has not authenticated yet: it may read at most
+  // kMaxHandshakeFrame per frame and has cluster.heartbeat_timeout to prove
+  // the token; at most kMaxPending of them are open at once.
   struct Pending {
     std::shared_ptr<Connection> conn;
+    std::unique_ptr<asio::steady_timer> deadline;
     std::string node;
     std::string agent_nonce;
     std::string head_nonce;
     int claim = -1;
     int gpus = -1;
+    bool settled = false;  // admitted, refused or gone
   };
+  static constexpr std::size_t kMaxPending = 64;
 
   struct RankState {
     WorkerRecord record;
@@ -454,14 +461,61 @@ class Head : public GroupObserver {
     boost::system::error_code ec;
     const auto remote = socket.remote_endpoint(ec);
     const std::string ip = ec ? std::string("?") : remote.address().to_string();
+    std::erase_if(pending_, [](const std::shared_ptr<Pending>& p) { return p->settled; });
+    if (pending_.size() >= kMaxPending) {
+      socket.close(ec);
+      if (!said_too_many_pending_)
+        console_.message(
+            fmt::format("flowrun: step '{}': {} connections are waiting to authenticate; "
+                        "closing more (from {} first) until they do or time out",
+                        plan_.step, kMaxPending, ip));
+      said_too_many_pending_ = true;
+      return;
+    }
     auto conn = std::make_shared<Connection>(std::move(socket), "agent at " + ip);
+    conn->set_max_frame(kMaxHandshakeFrame);
     auto pending = std::make_shared<Pending>();
     pending->conn = conn;
+    pending->deadline = std::make_unique<asio::steady_timer>(io_);
+    pending->deadline->expires_after(seconds_of(timeout_s_));
+    // Captures `this` only behind the error check: at the end of the step
+    // every deadline is cancelled before the head goes away.
+    pending->deadline->async_wait([this, pending, ip](const boost::system::error_code& error) {
+      if (error || pending->settled) return;
+      refuse(*pending, ip,
+             fmt::format("it did not authenticate within {:g} s (cluster.heartbeat_timeout)", timeout_s_));
+    });
+    pending_.push_back(pending);
     conn->start([this, pending, ip](Frame& frame) { on_handshake(*pending, ip, frame); },
-                [](const std::string&) {});
+                [this, pending, ip](const std::string& why) {
+                  if (pending->settled) return;
+                  settle(*pending);
+                  // A port scan opens and closes; only a peer that sent bytes
+                  // flowrun could not read is worth a line.
+                  if (why != "the connection closed" && why.rfind("the connection failed", 0) != 0)
+                    console_.message(
+                        fmt::format("flowrun: step '{}': dropped a connection from {} before it "
+                                    "authenticated: {}",
+                                    plan_.step, ip, why));
+                });
+  }
+
+  void settle(Pending& p) {
+    p.settled = true;
+    if (p.deadline) p.deadline->cancel();
+  }
+
+  void close_pending() {
+    for (auto& p : pending_) {
+      if (p->settled) continue;
+      settle(*p);
+      p->conn->close();
+    }
+    pending_.clear();
   }
 
   void refuse(Pending& p, const std::string& ip, const std::string& reason) {
+    settle(p);
     console_.message(fmt::format("flowrun: step '{}': refused an agent from {}{}: {}", plan_.step, ip,
                                  p.node.empty() ? "" : " (" + p.node + ")", reason));
     p.conn->send(MessageType::refused, {{"reason", reason}});
@@ -538,6 +592,8 @@ class Head : public GroupObserver {
       refuse(p, ip, "no node rank is left for it");
       return;
     }
+    settle(p);
+    p.conn->set_max_frame(kMaxFrameSize);
     Node& n = nodes_[static_cast<std::size_t>(rank)];
     n.joined = true;
     n.name = p.node;
@@ -1140,6 +1196,8 @@ class Head : public GroupObserver {
   const ClusterSpec& cluster_;
   asio::io_context& io_;
   asio::ip::tcp::acceptor acceptor_;
+  std::vector<std::shared_ptr<Pending>> pending_;  // connections still in their handshake
+  bool said_too_many_pending_ = false;
   asio::steady_timer heartbeat_timer_;
   asio::steady_timer join_timer_;
   asio::steady_timer flush_timer_;

@@ -611,6 +611,54 @@ steps:
         self.finish_row(r, "agent sigkill", recover, 3.0, len(n.leftovers()), 0, self.false_claims(n.dir),
                         n.detail())
 
+    def test_stranger(self):
+        """Connections that do not hold the token, while a 2-node step waits for its agents: one sends
+        a 1 MiB frame, one sends garbage, one says nothing. The step still runs with its real agents."""
+        r = self.row("stranger", "before a peer proves the token the head reads at most 16 KiB a frame and "
+                     "waits heartbeat_timeout; each stranger is dropped with a line; the real agents join")
+        n = self.nodes("stranger", spec_text("stranger", sh_yaml('echo "rank $RANK result" > '
+                                                                   '"$FLOWRUN_OUTPUT_DIR/result.txt"; '
+                                                                   'echo "rank $RANK wrote its result"'),
+                                             collect="all"))
+        argv = n.command()
+        if not self.check(argv is not None, "stranger: the head prints the agent command", n.detail()):
+            return
+        host, port = argv[argv.index("--rdzv-endpoint") + 1].rsplit(":", 1)
+        import socket
+        import struct
+        big = socket.create_connection((host, int(port)))
+        big.sendall(struct.pack(">IBB", 1 << 20, 1, 1) + b"x" * 65536)
+        junk = socket.create_connection((host, int(port)))
+        junk.sendall(b"GET / HTTP/1.0\r\n\r\n")
+        silent = socket.create_connection((host, int(port)))
+        t0 = time.monotonic()
+        silent.settimeout(10 * self.slack)
+        try:
+            closed = silent.recv(65536) is not None  # the refusal, then EOF
+            while silent.recv(65536):
+                pass
+        except OSError:
+            closed = False
+        waited = time.monotonic() - t0
+        for sock in (big, junk, silent):
+            sock.close()
+        n.start_agents(argv)
+        rc = n.finish("stranger", 30)
+        err = n.head_err()
+        self.check(rc == 0, "stranger: the step succeeds with its two real agents", n.detail())
+        self.check(closed and 0.9 <= waited <= 1 + 2 * self.slack,
+                   "stranger: a silent peer is dropped after heartbeat_timeout (1 s)", f"{waited:.2f} s")
+        wants = [r"dropped a connection from 127\.0\.0\.1 before it authenticated: agent at 127\.0\.0\.1 sent "
+                 r"a frame of 1048576 bytes, over the limit of 16384",
+                 r"dropped a connection from 127\.0\.0\.1 before it authenticated: agent at 127\.0\.0\.1 "
+                 r"(speaks protocol|sent a frame of)",
+                 r"refused an agent from 127\.0\.0\.1: it did not authenticate within 1 s "
+                 r"\(cluster\.heartbeat_timeout\)"]
+        for want in wants:
+            self.check(re.search(want, err) is not None, f"stranger: the head says /{want}/", err)
+        n.check_nothing_left("stranger")
+        self.finish_row(r, "stranger", waited, 1 + 2.0, len(n.leftovers()), 0, 0, n.detail())
+
     def upload_fault(self, name, mode, did, want):
         """A node (a fake agent holding the run's token) sends its rank's result.txt with `mode` corruption."""
         r = self.row(name, did)

@@ -131,6 +131,21 @@ TEST_CASE("the frame limit is the reader's, inclusive", "[protocol]") {
                     "a output frame of 11 bytes is over the limit of 10");
 }
 
+TEST_CASE("set_max_frame raises the limit for frames not yet read, as after a handshake", "[protocol]") {
+  FrameReader reader("agent", kMaxHandshakeFrame);
+  const std::string big(64 * 1024, 'x');
+  reader.feed(encode_frame(MessageType::hello, "small"));
+  CHECK(reader.next() == Frame{MessageType::hello, "small"});
+  reader.set_max_frame(kMaxFrameSize);
+  reader.feed(encode_frame(MessageType::output, big));
+  CHECK(reader.next() == Frame{MessageType::output, big});
+
+  FrameReader stranger("agent", kMaxHandshakeFrame);
+  stranger.feed(encode_frame(MessageType::output, big));
+  CHECK(stranger.error() == "agent sent a frame of 65538 bytes, over the limit of 16384");
+  CHECK(stranger.buffered() == 0);
+}
+
 TEST_CASE("a frame from another protocol version is refused with what to do", "[protocol]") {
   FrameReader reader("agent");
   reader.feed(raw_header(2, 2, 1));
