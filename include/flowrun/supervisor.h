@@ -157,6 +157,18 @@ class Supervisor {
   // The same without running the loop: for code already inside a handler.
   int interrupt_received() const;
 
+  // Flow control for an observer that sends the output somewhere slower
+  // than the workers write it (an agent's connection to the head). While
+  // paused, the workers' pipes are not read: a worker that fills its pipe
+  // blocks in write(2), as under a slow terminal. Exits, stops, the step's
+  // timeout and signals are handled as usual; what is still in the pipes
+  // when the workers have ended is read once output resumes, before
+  // run_group returns, so an observer that pauses must resume (as its
+  // queue drains, or when its connection is gone). May be called from
+  // on_output; the state outlasts the group.
+  void pause_output();
+  void resume_output();
+
  private:
   struct Impl;
   std::unique_ptr<Impl> impl_;

@@ -85,6 +85,7 @@ struct Stream {
   std::unique_ptr<asio::posix::stream_descriptor> desc;
   std::optional<LineSplitter> splitter;  // when shown on the console
   std::optional<TailBuffer> tail;        // stderr only
+  bool parked = false;                   // readable, left unread while output is paused
   bool open() const { return fd >= 0; }
 };
 
@@ -142,6 +143,7 @@ struct Supervisor::Impl {
   std::string console_out;
   std::string console_err;
   bool flush_posted = false;
+  bool output_paused = false;  // Supervisor::pause_output()
 
   Impl(Console c, pid_t g) : console(c), guardian(g) {
     // A console reader that went away (`flowrun f.yaml | head`) must not
@@ -354,17 +356,36 @@ struct Supervisor::Impl {
     s.desc->async_wait(asio::posix::stream_descriptor::wait_read,
                        [this, &w, &s](const boost::system::error_code& ec) {
                          if (ec || !s.open()) return;
-                         drain(w, s, kReadsPerWakeup);
-                         schedule_flush();
-                         if (s.open()) start_read(w, s);
+                         if (!output_paused) {
+                           drain(w, s, kReadsPerWakeup);
+                           schedule_flush();
+                         }
+                         if (!s.open()) return;
+                         if (output_paused) {
+                           s.parked = true;  // resume_output() watches it again
+                         } else {
+                           start_read(w, s);
+                         }
                        });
   }
 
-  // Reads what is there (at most `reads` chunks): raw to the log file, whole
-  // prefixed lines to the console buffers.
+  void resume_output() {
+    if (!output_paused) return;
+    output_paused = false;
+    for (auto& w : workers) {
+      for (Stream* s : {&w.out, &w.err}) {
+        if (!s->parked) continue;
+        s->parked = false;
+        if (s->open()) start_read(w, *s);
+      }
+    }
+  }
+
+  // Reads what is there (at most `reads` chunks, none once output is
+  // paused): raw to the log file, whole prefixed lines to the console buffers.
   void drain(Worker& w, Stream& s, int reads) {
     const std::int64_t now = monotonic_now_ns();
-    for (int i = 0; i < reads && s.open(); ++i) {
+    for (int i = 0; i < reads && s.open() && !output_paused; ++i) {
       const ssize_t n = read(s.fd, buffer.data(), buffer.size());
       if (n < 0 && errno == EINTR) continue;
       if (n < 0) break;  // EAGAIN: nothing more now
@@ -563,12 +584,14 @@ struct Supervisor::Impl {
     advance();
     while (!done) io.run_one();
 
-    // Every worker and leftover has ended: take what is still in the pipes.
+    // Every worker and leftover has ended: take what is still in the pipes
+    // (paused output first waits for the observer to resume it).
     for (auto& w : workers) {
       for (Stream* s : {&w.out, &w.err}) {
         while (s->open()) {
+          while (output_paused) io.run_one();
           drain(w, *s, 1 << 20);
-          if (s->open()) close_stream(*s);  // EAGAIN with no writer left: done
+          if (s->open() && !output_paused) close_stream(*s);  // EAGAIN with no writer left: done
         }
       }
     }
@@ -644,6 +667,10 @@ std::vector<std::string> Supervisor::notes() {
 void Supervisor::set_repeat_signal_kills(bool kills) { impl_->repeat_kills = kills; }
 
 int Supervisor::interrupt_received() const { return impl_->interrupt; }
+
+void Supervisor::pause_output() { impl_->output_paused = true; }
+
+void Supervisor::resume_output() { impl_->resume_output(); }
 
 int Supervisor::interrupt_signal() const {
   impl_->io.poll();  // deliver a signal that arrived between steps

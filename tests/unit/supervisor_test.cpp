@@ -1,8 +1,10 @@
 // The supervisor with real processes (small /bin/sh scripts): output, the
-// culprit and its victims, the shared grace deadline, timeouts, leftovers and
-// commands that cannot start. The console is two temporary files.
+// culprit and its victims, the shared grace deadline, timeouts, leftovers,
+// commands that cannot start and paused output. The console is two
+// temporary files.
 #include "flowrun/supervisor.h"
 
+#include <boost/asio/steady_timer.hpp>
 #include <catch2/catch.hpp>
 #include <fcntl.h>
 #include <filesystem>
@@ -76,6 +78,48 @@ class Fixture {
 };
 
 double seconds(const AttemptRecord& a) { return static_cast<double>(a.end_unix_ns - a.start_unix_ns) / 1e9; }
+
+// An observer that pauses output at the first bytes it gets and resumes it
+// `resume_after_s` later (as the agent does when its queue to the head
+// fills and drains), recording what came meanwhile.
+class Pauser : public GroupObserver {
+ public:
+  Pauser(Supervisor& s, double resume_after_s) : s_(s), timer_(s.io()), resume_after_s_(resume_after_s) {}
+
+  void on_output(std::size_t index, bool is_err, std::string_view data) override {
+    (void)is_err;
+    bytes[index] += data.size();
+    if (paused) bytes_while_paused += data.size();
+    if (paused_at_ns != 0) return;
+    paused_at_ns = unix_now_ns();
+    paused = true;
+    s_.pause_output();
+    timer_.expires_after(std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+        std::chrono::duration<double>(resume_after_s_)));
+    timer_.async_wait([this](const boost::system::error_code& ec) {
+      if (ec) return;
+      paused = false;
+      resumed_at_ns = unix_now_ns();
+      s_.resume_output();
+    });
+  }
+
+  bool on_exit(std::size_t index, const WorkerRecord& record) override {
+    exited_while_paused[index] = paused;
+    return !record.status.ok();
+  }
+
+  std::size_t bytes[2] = {0, 0};
+  std::size_t bytes_while_paused = 0;  // bytes handed on after pause_output(): none are expected
+  bool exited_while_paused[2] = {false, false};
+  bool paused = false;
+  std::int64_t paused_at_ns = 0, resumed_at_ns = 0;
+
+ private:
+  Supervisor& s_;
+  boost::asio::steady_timer timer_;
+  double resume_after_s_;
+};
 
 }  // namespace
 
@@ -194,4 +238,46 @@ TEST_CASE("a flood of output from several workers stays line-atomic", "[supervis
   }
   CHECK(bad == 0);
   for (int r = 0; r < 4; ++r) CHECK(count[r] == 3000);
+}
+
+TEST_CASE("paused output: pipes are not read, exits go on, every byte arrives before the group ends",
+          "[supervisor]") {
+  Fixture f;
+  Supervisor s = f.make();
+  Pauser p(s, 0.5);
+  // Rank 0 writes about 4.8 MB, more than its pipe holds: it blocks until
+  // output resumes. Rank 1 ends while output is paused, its line unread.
+  auto a = s.run_group({f.shell(0, "seq 1 700000"), f.shell(1, "sleep 0.1; echo done")}, f.options(), &p);
+  CHECK(a.outcome == Outcome::succeeded);
+  CHECK(p.bytes_while_paused == 0);
+  CHECK(p.exited_while_paused[1]);
+  CHECK_FALSE(p.exited_while_paused[0]);
+  REQUIRE(p.resumed_at_ns != 0);
+  CHECK(a.workers[0].end_unix_ns >= p.resumed_at_ns);  // it waited on its full pipe
+  CHECK(a.end_unix_ns >= p.resumed_at_ns);
+  std::string seq;
+  for (int i = 1; i <= 700000; ++i) seq += std::to_string(i) + "\n";
+  CHECK(p.bytes[0] == seq.size());
+  CHECK(slurp(f.dir() + "/r0.out") == seq);
+  CHECK(p.bytes[1] == 5);
+  CHECK(slurp(f.dir() + "/r1.out") == "done\n");
+}
+
+TEST_CASE("paused output: the step's timeout still stops the workers", "[supervisor]") {
+  Fixture f;
+  Supervisor s = f.make();
+  Pauser p(s, 1.0);
+  GroupOptions o = f.options(5);
+  o.timeout_s = 0.3;
+  auto a = s.run_group({f.shell(0, "exec yes flood")}, o, &p);
+  CHECK(a.outcome == Outcome::timed_out);
+  CHECK(a.workers[0].status.kind == ExitStatus::Kind::signaled);
+  CHECK(a.workers[0].status.code == SIGTERM);
+  CHECK(p.exited_while_paused[0]);  // stopped and reaped while its pipe was full and unread
+  CHECK(p.bytes_while_paused == 0);
+  REQUIRE(p.resumed_at_ns != 0);
+  CHECK(a.workers[0].end_unix_ns < p.resumed_at_ns);
+  CHECK(a.end_unix_ns >= p.resumed_at_ns);  // what was left in the pipe was read after the resume
+  CHECK(p.bytes[0] == fs::file_size(f.dir() + "/r0.out"));
+  CHECK(p.bytes[0] > 0);
 }
