@@ -42,7 +42,32 @@ namespace {
 using Clock = std::chrono::steady_clock;
 
 constexpr std::size_t kUploadChunk = 1 << 20;
-constexpr std::size_t kUploadQueue = 8 << 20;  // bytes queued before the uploader waits
+
+// Flow control: what the agent sends the head (its ranks' output, uploads)
+// waits in the connection's queue (Connection::queued) until the socket
+// takes it. Past kQueueHighWater queued bytes the agent stops reading its
+// ranks' pipes (a rank that fills its pipe then blocks in write(2), as under
+// a slow terminal) and reads them again once the queue is down to
+// kQueueLowWater; an upload reads its next chunk only below kQueueHighWater.
+// So the queue holds at most the mark plus one pipe read (256 KiB) or one
+// upload chunk (1 MiB), however fast the ranks write and however slow the
+// head or the network. Why 4 MiB:
+// - memory: a few MiB per node, whatever the ranks write;
+// - throughput: 4 MiB is 3 ms of a 10 Gbit/s link, on top of the kernel's
+//   socket buffer, so a fast link never waits while the agent refills (it
+//   resumes with 1 MiB still queued, and the ranks' pipes hold 1 MiB each);
+// - latency: frames are not reordered, so a rank's exit, a stop or done
+//   queued behind a full queue waits until at most 5 MiB (42 Mbit) are
+//   written: 42 ms at 1 Gbit/s, 0.42 s at 100 Mbit/s, over the default
+//   heartbeat_timeout (10 s) only below 4.2 Mbit/s. That delays the head's
+//   decisions (stopping the other nodes), never its heartbeat check.
+// Heartbeats do not need to jump the queue: the head counts every byte it
+// reads from an agent as hearing from it (Connection::last_heard_ns), and
+// the agent sends a heartbeat only when its queue is empty, so a link that
+// moves the queue, however slowly, is never silent; the head's heartbeats
+// come the other way, where output never queues.
+constexpr std::size_t kQueueHighWater = 4 << 20;
+constexpr std::size_t kQueueLowWater = 1 << 20;
 
 void make_dirs(const std::string& path, mode_t mode) {
   std::size_t pos = 0;
@@ -146,6 +171,9 @@ class Agent : public GroupObserver {
     conn_->adopt_reader(std::move(reader));  // the head may have sent more right after welcome
     conn_->start([this](Frame& frame) { on_frame(frame); },
                  [this](const std::string& why) { lost_head(why); });
+    conn_->set_sent_handler([this] {
+      if (output_paused_ && conn_->queued() <= kQueueLowWater) resume_output();
+    });
     heartbeat_timer_.emplace(io);
     tick();
 
@@ -188,6 +216,10 @@ class Agent : public GroupObserver {
       conn_->send(MessageType::output, {{"rank", std::to_string(r.rank)},
                                         {"stream", is_err ? "stderr" : "stdout"},
                                         {"data", std::string(data.substr(pos, kMaxChunkBytes))}});
+    }
+    if (!output_paused_ && conn_->queued() >= kQueueHighWater) {
+      output_paused_ = true;
+      sup_->pause_output();
     }
   }
 
@@ -354,10 +386,16 @@ class Agent : public GroupObserver {
     });
   }
 
+  void resume_output() {
+    output_paused_ = false;
+    sup_->resume_output();
+  }
+
   void lost_head(const std::string& why) {
     if (lost_head_ || finished_) return;
     lost_head_ = true;
     conn_->close();
+    if (output_paused_) resume_output();  // what the ranks still write goes nowhere now
     console_.message(fmt::format("flowrun agent: {}: lost the head at {} ({}){}", node_, options_.endpoint,
                                  why, in_group_ ? "; stopping this node's workers" : ""));
     exit_code_ = 1;
@@ -515,10 +553,10 @@ class Agent : public GroupObserver {
                 {{"attempt", std::to_string(attempt_)}, {"errors", cluster::join_nul(errors)}});
   }
 
-  // Waits while more than kUploadQueue bytes are queued (the head reads at
+  // Waits while kQueueHighWater bytes or more are queued (the head reads at
   // its pace; memory stays bounded).
   void wait_for_queue() {
-    while (conn_->is_open() && !lost_head_ && conn_->queued() > kUploadQueue) sup_->io().run_one();
+    while (conn_->is_open() && !lost_head_ && conn_->queued() >= kQueueHighWater) sup_->io().run_one();
   }
 
   void upload_file(int rank, const std::string& rel, const std::string& path,
@@ -536,6 +574,8 @@ class Agent : public GroupObserver {
     std::string buf(kUploadChunk, '\0');
     std::int64_t sent = 0;
     while (sent < st.st_size) {
+      wait_for_queue();  // the next chunk is read only once the queue is below the mark
+      if (lost_head_) break;
       const ssize_t n = read(fd, buf.data(), buf.size());
       if (n < 0 && errno == EINTR) continue;
       if (n <= 0) break;
@@ -544,8 +584,6 @@ class Agent : public GroupObserver {
       crc.update(piece);
       conn_->send_frame(encode_one_field_frame(MessageType::upload_chunk, "data", piece));
       sent += static_cast<std::int64_t>(piece.size());
-      wait_for_queue();
-      if (lost_head_) break;
     }
     close(fd);
     conn_->send(MessageType::upload_end, {{"path", rel}, {"crc32c", crc.hex()}});
@@ -614,6 +652,7 @@ class Agent : public GroupObserver {
   std::vector<LocalRank> ranks_;
   bool finished_ = false, start_pending_ = false, in_group_ = false, lost_head_ = false;
   bool stop_from_head_ = false, local_failure_ = false, told_interrupt_ = false;
+  bool output_paused_ = false;  // the queue passed kQueueHighWater: the ranks' pipes are not read
   int exit_code_ = 0;
 };
 

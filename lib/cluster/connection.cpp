@@ -124,6 +124,10 @@ void Connection::write_next() {
                       }
                       self->queued_bytes_ -= self->out_.front().size();
                       self->out_.pop_front();
+                      if (self->on_sent_) {
+                        const auto handler = self->on_sent_;  // it may close the connection
+                        handler();
+                      }
                       self->write_next();
                     });
 }
@@ -145,6 +149,7 @@ void Connection::close() {
   // The handlers may hold what holds this connection: let both go.
   on_frame_.reset();
   on_close_.reset();
+  on_sent_ = nullptr;
 }
 
 void Connection::fail(const std::string& why) {

@@ -18,6 +18,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
  public:
   using FrameHandler = std::function<void(Frame&)>;
   using CloseHandler = std::function<void(const std::string& why)>;
+  using SentHandler = std::function<void()>;
 
   Connection(boost::asio::ip::tcp::socket socket, std::string peer);
 
@@ -45,6 +46,10 @@ class Connection : public std::enable_shared_from_this<Connection> {
 
   // Bytes queued and not yet written.
   std::size_t queued() const { return queued_bytes_; }
+
+  // Called each time a queued frame has been written (queued() just went
+  // down): a producer that stopped at a high-water mark resumes from here.
+  void set_sent_handler(SentHandler on_sent) { on_sent_ = std::move(on_sent); }
 
   // Closes now; queued bytes are dropped. Idempotent.
   void close();
@@ -74,6 +79,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
   std::int64_t last_heard_ns_ = 0;
   std::shared_ptr<FrameHandler> on_frame_;
   std::shared_ptr<CloseHandler> on_close_;
+  SentHandler on_sent_;
 };
 
 }  // namespace flowrun::cluster

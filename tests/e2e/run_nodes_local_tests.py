@@ -26,7 +26,9 @@ import socket
 import subprocess
 import sys
 import tempfile
+import threading
 import time
+import zlib
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, ".."))
@@ -103,11 +105,90 @@ FAKE_AGENT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "helpers",
 READY = 'echo "$FLOWRUN_NODE_RANK $FLOWRUN_AGENT_ID" > "ready.$RANK"; '
 WAIT_ALL = 'while [ "$(ls ready.* | wc -l)" -lt 4 ]; do sleep 0.02; done; '
 
+# A rank that writes argv[1] bytes of 100-byte lines to stdout, in 64 KiB blocks that each begin with
+# their number (so a block lost, repeated or out of order changes the checksum), as fast as Python can,
+# then "BYTES CRC32" of what it wrote to sent.$RANK in the workdir.
+FLOOD = """import os, sys, zlib
+total, rank = int(sys.argv[1]), os.environ["RANK"]
+body = (f"rank {rank} ".encode() + b"x" * 90 + b"\\n") * 650
+sent = crc = i = 0
+while sent < total:
+    block = (f"r{rank} block {i:09d}\\n".encode() + body)[:total - sent]
+    view = memoryview(block)
+    while view:
+        view = view[os.write(1, view):]
+    crc, sent, i = zlib.crc32(block, crc), sent + len(block), i + 1
+with open(f"sent.{rank}", "w") as f:
+    f.write(f"{sent} {crc:08x}")
+"""
+
+# A rank that writes argv[1] random bytes to $FLOWRUN_OUTPUT_DIR/blob, then "BYTES CRC32" to sent.$RANK.
+BLOB = """import os, sys, zlib
+total, crc = int(sys.argv[1]), 0
+with open(os.path.join(os.environ["FLOWRUN_OUTPUT_DIR"], "blob"), "wb") as f:
+    for at in range(0, total, 1 << 20):
+        block = os.urandom(min(1 << 20, total - at))
+        f.write(block)
+        crc = zlib.crc32(block, crc)
+with open(f"sent.{os.environ['RANK']}", "w") as f:
+    f.write(f"{total} {crc:08x}")
+"""
+
+# The bound on each process's peak memory while gigabytes flow through it.
+PEAK_LIMIT_MIB = 64
+
+
+def file_crc(path):
+    """(size, CRC-32 as 8 hex digits) of a file."""
+    crc = size = 0
+    with open(path, "rb") as f:
+        while block := f.read(1 << 20):
+            crc, size = zlib.crc32(block, crc), size + len(block)
+    return size, f"{crc:08x}"
+
+
+class PeakMemory:
+    """The largest VmHWM (the kernel's own record of a process's peak resident set) read from
+    /proc/PID/status of each process every 5 ms in a thread, until stop(); in MiB."""
+
+    def __init__(self, procs):
+        self.procs, self.peak, self._done = procs, {name: 0.0 for name in procs}, False
+        self._thread = threading.Thread(target=self._poll, daemon=True)
+        self._thread.start()
+
+    def _poll(self):
+        while not self._done:
+            for name, p in self.procs.items():
+                try:
+                    with open(f"/proc/{p.pid}/status") as f:
+                        kib = next((int(l.split()[1]) for l in f if l.startswith("VmHWM:")), 0)
+                except (OSError, ValueError):
+                    continue
+                self.peak[name] = max(self.peak[name], kib / 1024)
+            time.sleep(0.005)
+
+    def stop(self):
+        self._done = True
+        self._thread.join()
+        return self.peak
+
+    def describe(self):
+        return ", ".join(f"{name} {mib:.1f} MiB" for name, mib in self.peak.items())
+
+
+def freeze(p, seconds):
+    """SIGSTOP, then SIGCONT `seconds` later: a head that takes nothing for a while."""
+    os.kill(p.pid, signal.SIGSTOP)
+    try:
+        time.sleep(seconds)
+    finally:
+        os.kill(p.pid, signal.SIGCONT)
+
 
 class Nodes:
     """One head and the agents this script starts for it, with their output in files."""
 
-    def __init__(self, suite, name, spec, *options, head_env=None):
+    def __init__(self, suite, name, spec, *options, head_env=None, head_stdout=None):
         self.suite, self.name = suite, name
         self.dir = os.path.join(suite.scratch, name)
         os.makedirs(self.dir)
@@ -121,12 +202,12 @@ class Nodes:
         self.agents, self.agent_names = [], []
         env = clean_env(**{MARK: self.run_id, **(head_env or {})})
         self.head = self._start([suite.flowrun, self.spec, "--run-dir", self.run_dir, "--run-id", self.run_id,
-                                 "--grace", str(GRACE), *options], env, "head")
+                                 "--grace", str(GRACE), *options], env, "head", stdout=head_stdout)
         self.started = time.monotonic()
 
-    def _start(self, argv, env, name):
-        """`argv` in its own session, its output in NAME.out and NAME.err."""
-        with open(os.path.join(self.dir, f"{name}.out"), "w") as out, \
+    def _start(self, argv, env, name, stdout=None):
+        """`argv` in its own session, its output in NAME.out (or `stdout`) and NAME.err."""
+        with open(stdout or os.path.join(self.dir, f"{name}.out"), "w") as out, \
                 open(os.path.join(self.dir, f"{name}.err"), "w") as err:
             return subprocess.Popen(argv, cwd=self.dir, env=env, stdin=subprocess.DEVNULL, stdout=out, stderr=err,
                                     start_new_session=True)
@@ -227,6 +308,8 @@ class Nodes:
         parts = [f"head exit {self.head.poll()} after {time.monotonic() - self.started:.2f} s"]
         for name in ["head"] + self.agent_names:
             for stream in ("out", "err"):
+                if not os.path.exists(os.path.join(self.dir, f"{name}.{stream}")):
+                    continue  # the head's stdout went elsewhere
                 text = self.out(f"{name}.{stream}")
                 if text:
                     parts.append(f"--- {name} std{stream}\n{text[-4000:]}")
@@ -842,6 +925,89 @@ class Suite:
                    "timeout: every rank on both nodes got SIGTERM", json.dumps(ranks)[:2000])
         self.check(agents_quiet(n), "timeout: both agents end in order", n.detail())
         n.check_nothing_left("timeout")
+
+    # --- flow control: gigabytes through the agents and the head -------------------------
+
+    def flood_sizes(self, full):
+        """`full` bytes, or a sixteenth of it for a sanitized build (several times slower); and whether
+        peak memory is checked (not under a sanitizer, whose allocator keeps freed memory in quarantine)."""
+        return (full // 16, False) if self.sanitized else (full, True)
+
+    def check_peaks(self, label, memory, peak, bounded):
+        ok = all(mib > 0 for mib in peak.values()) and (
+            not bounded or all(mib < PEAK_LIMIT_MIB for mib in peak.values()))
+        self.check(ok, f"{label}: the head's and each agent's peak memory (VmHWM) stays below {PEAK_LIMIT_MIB} MiB"
+                   + ("" if bounded else " (not checked under a sanitizer)"), memory.describe())
+
+    def test_output_flood(self):
+        # 4 ranks, 2 on each node, write 256 MiB each: 512 MiB through each agent, 1 GiB through the
+        # head, whose console is /dev/null. The head is frozen for 1.5 s on the way, so however fast
+        # it is, the agents must hold their ranks back instead of queueing what they write.
+        per_rank, bounded = self.flood_sizes(256 << 20)
+        run = "[" + ", ".join(q(w) for w in (PY, "-c", FLOOD, str(per_rank))) + "]"
+        spec = spec_text("flood", run).replace("  heartbeat_timeout: 1\n", "  heartbeat_timeout: 4\n")
+        n = self.nodes("flood", spec, head_stdout=os.devnull)
+        if not n.begin("flood"):
+            return
+        memory = PeakMemory({"head": n.head, "agent0": n.agents[0], "agent1": n.agents[1]})
+        log0 = os.path.join(n.run_dir, "train", "rank0", "stdout.log")
+        flowing = wait_for(lambda: n.head.poll() is not None or
+                           (os.path.exists(log0) and os.path.getsize(log0) >= per_rank // 8), 60 * self.slack)
+        frozen = flowing and n.head.poll() is None
+        if frozen:
+            freeze(n.head, 1.5)
+        rc = n.finish("flood", timeout=120)
+        peak = memory.stop()
+        self.check(frozen, "flood: the head is frozen while the ranks write", n.detail())
+        self.check(rc == 0, "flood: the step succeeds", n.detail())
+        expected = n.header() + [
+            n.joined(),
+            "flowrun: step 'train' succeeded in <secs>",
+            f"flowrun: run {n.run_id} succeeded: 1 step in <secs>"]
+        err = n.head_err()
+        self.check(lines_match(expected, err), "flood: the head's messages (no heartbeat lost on the busy link)",
+                   show_lines(expected, err))
+        for r in range(4):
+            sent = read(os.path.join(n.dir, f"sent.{r}")).split() if os.path.exists(
+                os.path.join(n.dir, f"sent.{r}")) else []
+            got = file_crc(os.path.join(n.run_dir, "train", f"rank{r}", "stdout.log"))
+            self.check(len(sent) == 2 and (int(sent[0]), sent[1]) == got and got[0] == per_rank,
+                       f"flood: rank {r}'s stdout.log on the head holds every byte it wrote, in order "
+                       "(size and CRC-32)", f"wrote {sent}, the head has {got}")
+        self.check_peaks("flood", memory, peak, bounded)
+        self.check(agents_quiet(n), "flood: both agents exit 0 and say nothing", n.detail())
+        n.check_nothing_left("flood")
+
+    def test_upload_large(self):
+        # Rank 0 leaves a 200 MiB file of random bytes in its output directory; its agent uploads it to
+        # the head, which is frozen for 1.5 s on the way: the agent reads the file as the head takes it.
+        size, bounded = self.flood_sizes(200 << 20)
+        run = "[" + ", ".join(q(w) for w in ("/bin/sh", "-c", 'if [ "$RANK" = 0 ]; then exec "$0" -c "$1" "$2"; fi',
+                                             PY, BLOB, str(size))) + "]"
+        spec = spec_text("upload", run, collect="all").replace("  heartbeat_timeout: 1\n", "  heartbeat_timeout: 4\n")
+        n = self.nodes("upload", spec)
+        if not n.begin("upload"):
+            return
+        memory = PeakMemory({"head": n.head, "agent0": n.agents[0], "agent1": n.agents[1]})
+        blob = os.path.join(n.run_dir, "train", "rank0", "out", "blob")
+        arriving = wait_for(lambda: n.head.poll() is not None or
+                            (os.path.exists(blob) and os.path.getsize(blob) >= size // 8), 60 * self.slack,
+                            step=0.005)
+        frozen = arriving and n.head.poll() is None
+        if frozen:
+            freeze(n.head, 1.5)
+        rc = n.finish("upload", timeout=120)
+        peak = memory.stop()
+        self.check(frozen, "upload: the head is frozen while the file arrives", n.detail())
+        self.check(rc == 0, "upload: the step succeeds", n.detail())
+        sent = read(os.path.join(n.dir, "sent.0")).split() if os.path.exists(os.path.join(n.dir, "sent.0")) else []
+        gathered = os.path.join(n.run_dir, "train", "outputs", "rank0", "blob")
+        got = file_crc(gathered) if os.path.exists(gathered) else None
+        self.check(len(sent) == 2 and got == (int(sent[0]), sent[1]) and got[0] == size,
+                   "upload: the head has rank 0's file whole (size and CRC-32)", f"wrote {sent}, the head has {got}")
+        self.check_peaks("upload", memory, peak, bounded)
+        self.check(agents_quiet(n), "upload: both agents exit 0 and say nothing", n.detail())
+        n.check_nothing_left("upload")
 
     # --- driver -----------------------------------------------------------
 
