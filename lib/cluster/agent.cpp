@@ -170,7 +170,11 @@ class Agent : public GroupObserver {
     conn_ = std::make_shared<Connection>(std::move(socket), "head");
     conn_->adopt_reader(std::move(reader));  // the head may have sent more right after welcome
     conn_->start([this](Frame& frame) { on_frame(frame); },
-                 [this](const std::string& why) { lost_head(why); });
+                 [this](const std::string& why) {
+                   // Nothing more drains the queue (also after the head's bye).
+                   if (output_paused_) resume_output();
+                   lost_head(why);
+                 });
     conn_->set_sent_handler([this] {
       if (output_paused_ && conn_->queued() <= kQueueLowWater) resume_output();
     });
