@@ -53,6 +53,10 @@ std::vector<pid_t> processes_with_env(const std::string& entry);
 // Makes this process a child subreaper, so orphaned descendants become ours.
 void become_subreaper();
 
+// The state letter of a process, from /proc/PID/stat: 'R', 'S', 'D', 'T'
+// (stopped by a signal), 't' (stopped by a tracer), 'Z', ...; 0 if gone.
+char process_state(pid_t pid);
+
 // The command name of a pid ("sleep"), for messages; empty if gone.
 std::string process_name(pid_t pid);
 

@@ -79,7 +79,9 @@ enum class MessageType : std::uint8_t {
   output = 8,         // agent->head: rank, stream ("stdout"/"stderr"), data (<= kMaxChunkBytes)
   exited = 9,         // agent->head: rank and how it ended (exit code or signal)
   heartbeat = 10,     // both ways: liveness; a peer silent past the timeout is lost
-  stop = 11,          // head->agent: stop every rank (SIGTERM, grace, SIGKILL); reason
+  stop = 11,          // head->agent: stop every rank (SIGTERM, grace, SIGKILL); reason.
+                      // agent->head: the agent got a signal (reason), or ranks of its node wrote
+                      // nothing for the step's stall_timeout (stalled: "RANK SILENT_MS SUSPENDED\n"...)
   upload_begin = 12,  // agent->head: a file a rank wrote, for the join step; path, size
   upload_chunk = 13,  // agent->head: path, data (<= kMaxChunkBytes), in order
   upload_end = 14,    // agent->head: path is complete; the head checks the size it got

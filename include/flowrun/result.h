@@ -41,8 +41,9 @@ enum class Role {
   failed_after,  // failed on its own after the culprit (e.g. a peer left the collective)
 };
 
-// Why a group ended (the step's outcome).
-enum class Outcome { succeeded, failed, timed_out, interrupted };
+// Why a group ended (the step's outcome). stalled: a rank wrote nothing for
+// the step's stall_timeout, and flowrun stopped the step as a timeout does.
+enum class Outcome { succeeded, failed, timed_out, interrupted, stalled };
 
 struct WorkerRecord {
   int rank = -1;  // -1 for a plain (non-parallel) step
@@ -58,6 +59,14 @@ struct WorkerRecord {
   std::string error_file;   // TORCHELASTIC_ERROR_FILE (may not exist)
   std::string stderr_tail;  // the last lines of its stderr (report only; not in JSON)
   std::string node;         // the host it ran on, for a step that ran on several nodes; else empty
+  // When flowrun began to stop the step with this worker still running: how
+  // long it had written nothing to stdout or stderr (since the step started,
+  // if it never wrote), and whether it was in the stopped state (T: SIGSTOP,
+  // Ctrl-Z, a debugger), it or a process under it. nullopt: flowrun did not
+  // stop it.
+  std::optional<double> silent_s;
+  bool suspended = false;
+  bool stalled = false;  // silent for the step's stall_timeout: why flowrun stopped the step
 };
 
 struct AttemptRecord {
@@ -74,10 +83,11 @@ struct StepRecord {
   std::string step;
   bool parallel = false;
   Outcome outcome = Outcome::succeeded;
-  int exit_code = 0;                    // what flowrun exits with for this step
-  std::optional<double> timeout_s;      // when the step had one
-  std::vector<AttemptRecord> attempts;  // the last one decided the outcome
-  std::vector<std::string> notes;       // e.g. "killed 2 leftover processes: 812 (sleep), ..."
+  int exit_code = 0;                      // what flowrun exits with for this step
+  std::optional<double> timeout_s;        // when the step had one
+  std::optional<double> stall_timeout_s;  // likewise
+  std::vector<AttemptRecord> attempts;    // the last one decided the outcome
+  std::vector<std::string> notes;         // e.g. "killed 2 leftover processes: 812 (sleep), ..."
 };
 
 // Marks every worker's role in `attempt` and sets attempt.culprit.
@@ -107,9 +117,10 @@ void assign_roles(AttemptRecord& attempt, const std::vector<int>& stopped);
 //     "format": 1,
 //     "step": "train",             the step's name
 //     "parallel": true,            false for a plain step
-//     "outcome": "failed",         "succeeded" | "failed" | "timed_out" | "interrupted"
+//     "outcome": "failed",         "succeeded" | "failed" | "timed_out" | "interrupted" | "stalled"
 //     "exit_code": 3,              what flowrun exits with because of this step
 //     "timeout_ms": 30000,         the step's timeout, or null
+//     "stall_timeout_ms": null,    the step's stall_timeout, or null
 //     "start": "...",              the first attempt's start (null without attempts)
 //     "end": "...",                the last attempt's end
 //     "duration_ms": 1333,         end - start
@@ -150,7 +161,11 @@ void assign_roles(AttemptRecord& attempt, const std::vector<int>& stopped);
 //     "error_file": "/abs/.flowrun/runs/ID/train/rank1/error.json"
 //                                  TORCHELASTIC_ERROR_FILE, which exists only if the worker wrote
 //                                  it; the three paths are null when flowrun had none
-//     "node": "node2"              the host it ran on when the step ran on several nodes, else null
+//     "node": "node2",             the host it ran on when the step ran on several nodes, else null
+//     "silent_ms": 4900,           when flowrun began to stop the step with this worker running:
+//                                  how long it had written nothing (silent_s); else null
+//     "suspended": false,          it (or a process under it) was in the stopped state (T) then
+//     "stalled": false             it was silent for the step's stall_timeout, which stopped the step
 //   }
 // "status" is also "lost" for a rank whose node was lost (its agent's
 // connection closed, or it went silent); "spawn_error" then says how.
@@ -193,10 +208,25 @@ std::string format_results_json(const StepRecord& record);
 //   was interrupted; flowrun stopped ranks 0-3". A plain step says "flowrun
 //   stopped it (pid 42)" and shows its stderr tail. Should a worker have
 //   failed on its own first, a line "before that, rank R exited with ..." says so.
+//   A timeout names the ranks that look hung, from their silent_s: the ones
+//   that wrote nothing the longest (and any within a second of it) and every
+//   suspended one: "flowrun:   rank 1 (stopped) wrote nothing for the last
+//   4.9 s, rank 3 for the last 4.8 s" ("it" for a plain step).
+// - stalled: "flowrun: step 'train' stalled: " + the stalled ranks as
+//   format_stall_message names them + "; flowrun stopped ranks 0-7".
 // Rank lists are sorted, runs of three or more written as "2-7". The log
 // directory is the step's directory, derived from the workers' log paths
 // (<run_dir>/<step>/rank<R>/stderr.log, docs/spec.md "Run directory").
 std::string format_failure_report(const StepRecord& record, const std::string& error_file_text);
+
+// The line flowrun prints when a step's stall_timeout finds ranks that wrote
+// nothing for that long (`stalled`: their records, with silent_s), grouped by
+// node, state and silence, in rank order:
+//   flowrun: step 'train' stalled: rank 1 (stopped) wrote nothing for 5.0 s, ranks 2, 3 on node2
+//   for 5.1 s (stall_timeout: 5s); stopping the step
+// (one line; "it" for a plain step's process).
+std::string format_stall_message(const std::string& step, const std::vector<WorkerRecord>& stalled,
+                                 double stall_timeout_s);
 
 // The traceback in an error file that torch.distributed.elastic's @record
 // (ErrorHandler.record_exception) writes:

@@ -81,6 +81,9 @@ struct Step {
   std::string workdir;              // absolute; defaults to the spec's workdir
   std::vector<std::string> needs;   // step names; defaults to the previous step
   std::optional<double> timeout_s;  // seconds
+  // A worker that writes nothing to stdout or stderr for this long (seconds)
+  // stops the step as a timeout does.
+  std::optional<double> stall_timeout_s;
 
   std::optional<ParallelSpec> parallel;
   std::vector<std::string> outputs;  // globs relative to workdir (parallel steps)

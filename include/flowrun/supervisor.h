@@ -8,9 +8,11 @@
 // readiness; SIGINT, SIGTERM and SIGHUP (a closed terminal) to flowrun
 // arrive through the same loop.
 //
-// One shutdown path, for a failed worker, a step timeout and an interrupt
-// alike: SIGTERM to every live worker's process group, one shared grace
-// deadline, SIGKILL to what is left, reap. A second SIGINT or SIGTERM skips
+// One shutdown path, for a failed worker, a step timeout, a stall and an
+// interrupt alike: SIGTERM to every live worker's process group (then
+// SIGCONT, so that a stopped process gets it), one shared grace deadline,
+// SIGKILL to what is left, reap. Before the signals, each live worker's
+// silence and state go into its record (WorkerRecord::silent_s, suspended). A second SIGINT or SIGTERM skips
 // the grace. After the workers are reaped, descendants they left behind
 // (orphans, which come to flowrun as the subreaper) are stopped the same way,
 // so nothing of the group outlives it.
@@ -51,6 +53,9 @@ struct GroupOptions {
   std::string step;
   double grace_s = 10;              // SIGTERM .. SIGKILL
   std::optional<double> timeout_s;  // the group's time left; nullopt = none
+  // The step's stall_timeout: a worker that writes nothing to stdout or
+  // stderr for this long stops the group as a timeout does (outcome stalled).
+  std::optional<double> stall_timeout_s;
   LogStyle style;
   int restart_count = 0;
   int master_port = 0;
@@ -96,6 +101,14 @@ class GroupObserver {
     (void)why;
     return false;
   }
+  // Workers `indices` wrote nothing for GroupOptions::stall_timeout_s
+  // (`stalled`: their records, with silent_s and suspended); the group stops
+  // next (on_stop, outcome stalled). Return true when the observer reports
+  // the stall itself; else the supervisor prints format_stall_message's line.
+  virtual bool on_stall(const std::vector<std::size_t>& indices, const std::vector<WorkerRecord>& stalled) {
+    (void)indices, (void)stalled;
+    return false;
+  }
   // Kill at once (a second Ctrl-C, or the grace ran out).
   virtual void on_kill() {}
   // Whether the group must go on although every process of it has ended.
@@ -115,7 +128,8 @@ class Supervisor {
 
   // Starts the workers and runs until every one of them and every
   // descendant they left has ended. The attempt's outcome is failed (a
-  // worker failed), timed_out, interrupted or succeeded; roles are assigned.
+  // worker failed), timed_out, stalled, interrupted or succeeded; roles are
+  // assigned.
   AttemptRecord run_group(const std::vector<WorkerLaunch>& workers, const GroupOptions& options,
                           GroupObserver* observer = nullptr);
 

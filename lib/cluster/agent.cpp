@@ -6,6 +6,7 @@
 #include <boost/asio/write.hpp>
 #include <cerrno>
 #include <climits>
+#include <cmath>
 #include <cstdlib>
 #include <cstring>
 #include <dirent.h>
@@ -241,9 +242,24 @@ class Agent : public GroupObserver {
                  {"start_ns", std::to_string(rec.start_unix_ns)},
                  {"end_ns", std::to_string(rec.end_unix_ns)},
                  {"rss_kib", std::to_string(rec.peak_rss_kib)},
-                 {"stopped", sup_->stopping() || sup_->interrupt_received() != 0 ? "1" : "0"}});
+                 {"stopped", sup_->stopping() || sup_->interrupt_received() != 0 ? "1" : "0"},
+                 {"silent_ms", rec.silent_s ? std::to_string(std::llround(*rec.silent_s * 1000)) : ""},
+                 {"suspended", rec.suspended ? "1" : "0"},
+                 {"stalled", rec.stalled ? "1" : "0"}});
     if (!rec.status.ok()) local_failure_ = true;
     return !rec.status.ok();
+  }
+
+  // The step's stall_timeout, enforced here (the head says why in assign):
+  // tell the head which ranks stalled before they are stopped.
+  bool on_stall(const std::vector<std::size_t>& indices, const std::vector<WorkerRecord>& stalled) override {
+    (void)indices;
+    std::string lines;
+    for (const auto& w : stalled)
+      lines +=
+          fmt::format("{} {} {}\n", w.rank, std::llround(w.silent_s.value_or(0) * 1000), w.suspended ? 1 : 0);
+    conn_->send(MessageType::stop, {{"reason", "stalled"}, {"stalled", lines}});
+    return true;
   }
 
   bool on_stop(Outcome why) override {
@@ -445,6 +461,7 @@ class Agent : public GroupObserver {
     attempt_ = int_field(f, "attempt", 0);
     node_rank_ = int_field(f, "node_rank", node_rank_);
     grace_s_ = int_field(f, "grace_ms", 10000) / 1000.0;
+    stall_s_ = static_cast<double>(cluster::int64_field(f, "stall_ms")) / 1000;  // 0: none
     stop_from_head_ = false;
     local_failure_ = false;
     Fields ready;
@@ -523,6 +540,7 @@ class Agent : public GroupObserver {
     GroupOptions group;
     group.step = step_;
     group.grace_s = grace_s_;
+    if (stall_s_ > 0) group.stall_timeout_s = stall_s_;
     group.restart_count = attempt_;
     in_group_ = true;
     const AttemptRecord attempt = sup_->run_group(launches, group, this);
@@ -650,7 +668,7 @@ class Agent : public GroupObserver {
   std::string token_, node_, agent_id_, run_id_, step_, scratch_;
   std::string gloo_ifname_;  // set for the workers when the host name is a loopback address
   int node_rank_claim_ = -1, node_rank_ = 0, gpus_ = 0, attempt_ = 0;
-  double interval_s_ = 2.5, timeout_s_ = 10, grace_s_ = 10;
+  double interval_s_ = 2.5, timeout_s_ = 10, grace_s_ = 10, stall_s_ = 0;
   HeldPort held_port_;
   Fields start_fields_;
   std::vector<LocalRank> ranks_;

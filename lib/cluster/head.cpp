@@ -4,6 +4,8 @@
 #include <boost/asio/post.hpp>
 #include <boost/asio/steady_timer.hpp>
 #include <cerrno>
+#include <cmath>
+#include <cstdio>
 #include <cstring>
 #include <fcntl.h>
 #include <fmt/format.h>
@@ -218,7 +220,8 @@ class Head : public GroupObserver {
 
     GroupOptions group = job_.group;
     group.master_port = 0;
-    group.note_leftovers = false;  // srun's own helper process outlives it for a moment
+    group.note_leftovers = false;   // srun's own helper process outlives it for a moment
+    group.stall_timeout_s.reset();  // the ranks' silence counts (on their nodes), not srun's or ssh's
     const AttemptRecord engine_attempt = sup_.run_group(launches, group, this);
     for (auto& n : nodes_) {
       if (n.conn) n.conn->close();
@@ -663,7 +666,16 @@ class Head : public GroupObserver {
                     {"marker_path", marker_path_},
                     {"marker_text", marker_text_},
                     {"want_port", n.rank == 0 ? "1" : "0"},
-                    {"grace_ms", std::to_string(static_cast<long>(job_.group.grace_s * 1000))}});
+                    {"grace_ms", std::to_string(static_cast<long>(job_.group.grace_s * 1000))},
+                    // stall_timeout is enforced by each node's agent, whose supervisor reads
+                    // its ranks' pipes: silence is measured where the ranks write, not from
+                    // output frames that the network, the connection's queue or a busy head
+                    // may hold back, and the agent can tell a stopped (SIGSTOP) rank by its
+                    // /proc state. The agent reports the stalled ranks (stop with `stalled`)
+                    // and the head names them and stops every node.
+                    {"stall_ms", job_.group.stall_timeout_s
+                                     ? std::to_string(std::llround(*job_.group.stall_timeout_s * 1000))
+                                     : std::string()}});
     }
   }
 
@@ -790,6 +802,10 @@ class Head : public GroupObserver {
       case MessageType::upload_end: on_upload_end(n, *fields); break;
       case MessageType::done: on_done(n, *fields); break;
       case MessageType::stop: {
+        if (const std::string* stalled = find_field(*fields, "stalled")) {
+          on_node_stalled(n, *stalled);
+          break;
+        }
         const std::string reason = field_or(*fields, "reason", "it stopped");
         n.signalled = true;
         result_.notes.push_back(fmt::format("node {}: {}", n.name, reason));
@@ -846,10 +862,43 @@ class Head : public GroupObserver {
     rec.start_unix_ns = int64_field(f, "start_ns");
     rec.end_unix_ns = int64_field(f, "end_ns");
     rec.peak_rss_kib = int64_field(f, "rss_kib");
+    if (!field_or(f, "silent_ms").empty())
+      rec.silent_s = static_cast<double>(int64_field(f, "silent_ms")) / 1000;
+    rec.suspended = field_or(f, "suspended") == "1";
+    rec.stalled = field_or(f, "stalled") == "1";
     r->stopped = field_or(f, "stopped") == "1";
     if (!rec.status.ok() && !r->stopped && !stopping_) {
       stop_nodes(Outcome::failed, fmt::format("rank {} on {} {}", rec.rank, n.name, rec.status.describe()));
     }
+  }
+
+  // The ranks of `n` in `text` ("RANK SILENT_MS SUSPENDED" lines) wrote
+  // nothing for the step's stall_timeout; its agent is stopping them.
+  void on_node_stalled(Node& n, const std::string& text) {
+    std::vector<WorkerRecord> stalled;
+    std::size_t pos = 0;
+    while (pos < text.size()) {
+      std::size_t end = text.find('\n', pos);
+      if (end == std::string::npos) end = text.size();
+      const std::string line = text.substr(pos, end - pos);
+      pos = end + 1;
+      int rank = -1, suspended = 0;
+      long long silent_ms = 0;
+      if (std::sscanf(line.c_str(), "%d %lld %d", &rank, &silent_ms, &suspended) != 3) continue;
+      if (rank < 0 || rank >= plan_.world_size || plan_.ranks[static_cast<std::size_t>(rank)].node != n.rank)
+        continue;
+      WorkerRecord w;
+      w.rank = rank;
+      w.node = n.name;
+      w.silent_s = static_cast<double>(silent_ms) / 1000;
+      w.suspended = suspended == 1;
+      w.stalled = true;
+      stalled.push_back(std::move(w));
+    }
+    if (stalled.empty() || phase_ != Phase::running || !job_.group.stall_timeout_s) return;
+    flush_console();  // the ranks' lines so far come before flowrun's
+    console_.message(format_stall_message(plan_.step, stalled, *job_.group.stall_timeout_s));
+    stop_nodes(Outcome::stalled, "stalled");
   }
 
   void on_done(Node& n, const Fields& f) {

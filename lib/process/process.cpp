@@ -229,6 +229,15 @@ int kill_processes_with_env(const std::string& entry, int rounds) {
 
 void become_subreaper() { prctl(PR_SET_CHILD_SUBREAPER, 1); }
 
+char process_state(pid_t pid) {
+  // "PID (COMM) S ...": COMM may hold spaces and parentheses, the state
+  // follows the last ')'.
+  const std::string stat = read_small_file("/proc/" + std::to_string(pid) + "/stat", 4096);
+  const std::size_t paren = stat.rfind(')');
+  if (paren == std::string::npos || paren + 2 >= stat.size()) return 0;
+  return stat[paren + 2];
+}
+
 std::string process_name(pid_t pid) {
   std::string name = read_small_file("/proc/" + std::to_string(pid) + "/comm", 256);
   while (!name.empty() && name.back() == '\n') name.pop_back();

@@ -49,6 +49,7 @@ const char* outcome_name(Outcome outcome) {
     case Outcome::failed: return "failed";
     case Outcome::timed_out: return "timed_out";
     case Outcome::interrupted: return "interrupted";
+    case Outcome::stalled: return "stalled";
   }
   return "unknown";
 }
@@ -139,6 +140,14 @@ void write_worker(JsonWriter& json, const WorkerRecord& w) {
   string_or_null(json, "stderr_log", w.stderr_log);
   string_or_null(json, "error_file", w.error_file);
   string_or_null(json, "node", w.node);
+  json.key("silent_ms");
+  if (w.silent_s) {
+    json.value(static_cast<std::int64_t>(std::llround(*w.silent_s * 1000)));
+  } else {
+    json.null();
+  }
+  json.key("suspended").value(w.suspended);
+  json.key("stalled").value(w.stalled);
   json.end_object();
 }
 
@@ -186,6 +195,63 @@ std::string rank_list(std::vector<int> ranks) {
     i = j + 1;
   }
   return (ranks.size() == 1 ? "rank " : "ranks ") + join(parts, ", ");
+}
+
+// How long a rank was silent: "4.9 s" below a minute, then as a timeout
+// ("1m30s", "3h2m5s").
+std::string silence_text(double s) {
+  if (s < 59.95) return fmt::format("{:.1f} s", s);
+  return timeout_text(static_cast<double>(std::llround(s)));
+}
+
+// "rank 1 (stopped) wrote nothing for 5.0 s, ranks 2, 3 on node2 for 5.1 s":
+// `workers` grouped by node, state and silence (as shown), in rank order;
+// `the_last` says "for the last 5.0 s". A plain step's process is "it".
+std::string silence_list(const std::vector<const WorkerRecord*>& workers, bool the_last) {
+  struct Group {
+    std::vector<int> ranks;
+    std::string node, silence;
+    bool suspended = false;
+  };
+  std::vector<Group> groups;
+  for (const WorkerRecord* w : workers) {
+    const std::string silence = silence_text(w->silent_s.value_or(0));
+    auto same = std::find_if(groups.begin(), groups.end(), [&](const Group& g) {
+      return g.node == w->node && g.silence == silence && g.suspended == w->suspended;
+    });
+    if (same == groups.end() || w->rank < 0) {
+      groups.push_back({{w->rank}, w->node, silence, w->suspended});
+    } else {
+      same->ranks.push_back(w->rank);
+    }
+  }
+  std::sort(groups.begin(), groups.end(), [](const Group& a, const Group& b) {
+    return *std::min_element(a.ranks.begin(), a.ranks.end()) <
+           *std::min_element(b.ranks.begin(), b.ranks.end());
+  });
+  std::vector<std::string> parts;
+  for (const auto& g : groups) {
+    std::string who = g.ranks.front() < 0 ? "it" : rank_list(g.ranks);
+    if (!g.node.empty()) who += " on " + g.node;
+    if (g.suspended) who += " (stopped)";
+    parts.push_back(who + (parts.empty() ? " wrote nothing for " : " for ") + (the_last ? "the last " : "") +
+                    g.silence);
+  }
+  return join(parts, ", ");
+}
+
+// The workers a timeout report names as looking hung: those silent the
+// longest (within a second of it) and every suspended one.
+std::vector<const WorkerRecord*> hung_looking(const AttemptRecord& attempt) {
+  double longest = -1;
+  for (const auto& w : attempt.workers) {
+    if (w.silent_s) longest = std::max(longest, *w.silent_s);
+  }
+  std::vector<const WorkerRecord*> out;
+  for (const auto& w : attempt.workers) {
+    if (w.silent_s && (w.suspended || *w.silent_s >= longest - 1.0)) out.push_back(&w);
+  }
+  return out;
 }
 
 // How a worker ended, short, for lists: "exit code 1", "SIGABRT".
@@ -463,11 +529,14 @@ std::string format_results_json(const StepRecord& record) {
   json.key("parallel").value(record.parallel);
   json.key("outcome").value(outcome_name(record.outcome));
   json.key("exit_code").value(record.exit_code);
-  json.key("timeout_ms");
-  if (record.timeout_s) {
-    json.value(static_cast<std::int64_t>(std::llround(*record.timeout_s * 1000)));
-  } else {
-    json.null();
+  for (auto [key, seconds] :
+       {std::pair{"timeout_ms", record.timeout_s}, {"stall_timeout_ms", record.stall_timeout_s}}) {
+    json.key(key);
+    if (seconds) {
+      json.value(static_cast<std::int64_t>(std::llround(*seconds * 1000)));
+    } else {
+      json.null();
+    }
   }
   const AttemptRecord* first = record.attempts.empty() ? nullptr : &record.attempts.front();
   const AttemptRecord* last = record.attempts.empty() ? nullptr : &record.attempts.back();
@@ -520,10 +589,22 @@ std::string format_failure_report(const StepRecord& record, const std::string& e
     if (record.outcome == Outcome::timed_out) {
       out = step + " timed out";
       if (record.timeout_s) out += " after " + timeout_text(*record.timeout_s);
+    } else if (record.outcome == Outcome::stalled) {
+      out = step + " stalled";
+      std::vector<const WorkerRecord*> stalled;
+      for (const auto& w : attempt.workers) {
+        if (w.stalled) stalled.push_back(&w);
+      }
+      if (!stalled.empty()) out += ": " + silence_list(stalled, false);
+      if (record.stall_timeout_s) out += " (stall_timeout: " + timeout_text(*record.stall_timeout_s) + ")";
     } else {
       out = step + " was interrupted";
     }
     out += stopped_clause(record, attempt, groups) + "\n";
+    if (record.outcome == Outcome::timed_out) {
+      if (auto hung = hung_looking(attempt); !hung.empty())
+        out += "flowrun:   " + silence_list(hung, true) + "\n";
+    }
     if (culprit) out += "flowrun:   before that, " + worker_headline(*culprit) + "\n";
     if (record.parallel) {
       other_ranks(out, groups, false);
@@ -536,6 +617,14 @@ std::string format_failure_report(const StepRecord& record, const std::string& e
   std::string logs = log_dir(record, attempt);
   if (!logs.empty()) out += "flowrun:   logs: " + logs + "\n";
   return out;
+}
+
+std::string format_stall_message(const std::string& step, const std::vector<WorkerRecord>& stalled,
+                                 double stall_timeout_s) {
+  std::vector<const WorkerRecord*> workers;
+  for (const auto& w : stalled) workers.push_back(&w);
+  return fmt::format("flowrun: step '{}' stalled: {} (stall_timeout: {}); stopping the step", step,
+                     silence_list(workers, false), timeout_text(stall_timeout_s));
 }
 
 std::optional<std::string> lightning_devices_hint(std::string_view text,

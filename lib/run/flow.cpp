@@ -81,7 +81,8 @@ std::string seconds(double s) {
 int exit_code_of(const AttemptRecord& attempt, int interrupt) {
   switch (attempt.outcome) {
     case Outcome::succeeded: return 0;
-    case Outcome::timed_out: return 124;
+    case Outcome::timed_out:
+    case Outcome::stalled: return 124;
     case Outcome::interrupted: return 128 + (interrupt != 0 ? interrupt : 2);
     case Outcome::failed: break;
   }
@@ -284,6 +285,7 @@ class FlowRunner {
     GroupOptions group;
     group.step = step.name;
     group.grace_s = options_.grace_s;
+    group.stall_timeout_s = step.stall_timeout_s;
     group.style = style_;
     return group;
   }
@@ -293,6 +295,7 @@ class FlowRunner {
     record.step = step.name;
     record.parallel = step.is_parallel();
     record.timeout_s = step.timeout_s;
+    record.stall_timeout_s = step.stall_timeout_s;
     const std::string step_dir = ctx_.layout.step_dir(step.name);
     make_dirs(step_dir);
     const FileTime started = file_clock_now();

@@ -434,6 +434,7 @@ std::vector<ResumeDecision> decide_resume(const ResumeQuestion& q) {
       d.why = "its results.json" + in_run + " is unreadable";
     } else if (outcome != "succeeded") {
       d.why = (outcome == "timed_out"     ? "it timed out"
+               : outcome == "stalled"     ? "it stalled"
                : outcome == "interrupted" ? "it was interrupted"
                                           : "it failed") +
               in_run;

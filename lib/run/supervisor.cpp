@@ -95,6 +95,7 @@ struct Worker {
   pid_t pid = -1;
   bool alive = false;
   Stream out, err;
+  std::int64_t last_output_ns = 0;  // monotonic: when it last wrote (or the group started)
   // A pidfd becomes readable when the worker exits. Exits then arrive in the
   // order they happened (epoll's ready list is first come, first served),
   // which is what names the right culprit when peers die a moment after it.
@@ -116,6 +117,7 @@ struct Supervisor::Impl {
   asio::signal_set stop_signals{io, SIGINT, SIGTERM, SIGHUP};
   asio::steady_timer grace_timer{io};
   asio::steady_timer timeout_timer{io};
+  asio::steady_timer stall_timer{io};
   Console console;
   pid_t guardian = -1;
   int interrupt = 0;
@@ -129,6 +131,7 @@ struct Supervisor::Impl {
   bool sweeping = false;
   bool done = false;
   bool grace_expired = false;
+  bool silence_noted = false;
   Outcome outcome = Outcome::succeeded;
   std::vector<Worker> workers;
   std::vector<int> stopped;
@@ -271,6 +274,7 @@ struct Supervisor::Impl {
   void begin_stop() {
     if (stopping) return;
     stopping = true;
+    note_silence();
     if (observer != nullptr && observer->on_stop(outcome)) {
       // The observer stops the work (the head tells every agent); flowrun's
       // own processes get the grace plus the observer's margin to end.
@@ -281,6 +285,9 @@ struct Supervisor::Impl {
     for (std::size_t i = 0; i < workers.size(); ++i) {
       if (!workers[i].alive) continue;
       signal_group(workers[i].pid, SIGTERM);
+      // A stopped process (SIGSTOP, Ctrl-Z) keeps the SIGTERM pending until
+      // it is continued: continue it, so it ends now and not at the SIGKILL.
+      signal_group(workers[i].pid, SIGCONT);
       stopped.push_back(static_cast<int>(i));
     }
     start_grace(options.grace_s);
@@ -303,6 +310,80 @@ struct Supervisor::Impl {
       if (w.alive) signal_group(w.pid, SIGKILL);
     }
     for (pid_t pid : leftovers()) signal_tree(pid, SIGKILL);
+  }
+
+  // --- silence and stalls ------------------------------------------------
+
+  // Whether `pid` or a process under it is in the stopped state (T).
+  static bool tree_suspended(pid_t pid, int depth = 0) {
+    if (process_state(pid) == 'T') return true;
+    if (depth > 32) return false;
+    for (pid_t child : children_of(pid)) {
+      if (tree_suspended(child, depth + 1)) return true;
+    }
+    return false;
+  }
+
+  // Each live worker's silence and state, once per group, before the stop
+  // signals change them.
+  void note_silence() {
+    if (silence_noted) return;
+    silence_noted = true;
+    const std::int64_t now = monotonic_now_ns();
+    for (auto& w : workers) {
+      if (!w.alive) continue;
+      w.record.silent_s = static_cast<double>(now - w.last_output_ns) / 1e9;
+      w.record.suspended = tree_suspended(w.pid);
+    }
+  }
+
+  // stall_timeout is checked on a steady tick (a 50th of it, between 20 ms
+  // and 250 ms), so that workers that went silent together (all of them, in
+  // a hung collective) are named together.
+  void start_stall_watch() {
+    const double every = std::clamp(*options.stall_timeout_s / 50, 0.02, 0.25);
+    stall_timer.expires_after(std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+        std::chrono::duration<double>(every)));
+    wait_stall_tick(every);
+  }
+
+  void wait_stall_tick(double every) {
+    stall_timer.async_wait([this, every](const boost::system::error_code& ec) {
+      if (ec || stopping || done) return;
+      check_stalls();
+      if (stopping) return;
+      stall_timer.expires_at(stall_timer.expiry() +
+                             std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+                                 std::chrono::duration<double>(every)));
+      wait_stall_tick(every);
+    });
+  }
+
+  void check_stalls() {
+    const auto limit = static_cast<std::int64_t>(*options.stall_timeout_s * 1e9);
+    std::vector<std::size_t> found;
+    for (auto& w : workers) {
+      if (!w.alive || monotonic_now_ns() - w.last_output_ns < limit) continue;
+      // Output in the pipes that the loop has not read yet is not silence.
+      for (Stream* s : {&w.out, &w.err}) {
+        if (s->open()) drain(w, *s, 1);
+      }
+      if (w.alive && monotonic_now_ns() - w.last_output_ns >= limit) found.push_back(index_of(w));
+    }
+    schedule_flush();
+    if (found.empty() || stopping) return;
+    flush_console();  // the workers' lines so far come before flowrun's
+    note_silence();
+    std::vector<WorkerRecord> stalled;
+    for (std::size_t i : found) {
+      workers[i].record.stalled = true;
+      stalled.push_back(workers[i].record);
+    }
+    outcome = Outcome::stalled;
+    if (observer == nullptr || !observer->on_stall(found, stalled))
+      console.message(format_stall_message(options.step, stalled, *options.stall_timeout_s));
+    begin_stop();
+    advance();
   }
 
   // --- leftovers ---------------------------------------------------------
@@ -343,6 +424,7 @@ struct Supervisor::Impl {
       if (!leftovers_seen.insert(pid).second) continue;
       named.push_back(fmt::format("{} ({})", pid, process_name(pid)));
       signal_tree(pid, kill_now ? SIGKILL : SIGTERM);
+      if (!kill_now) signal_tree(pid, SIGCONT);
     }
     if (!named.empty() && options.note_leftovers) {
       notes.push_back(fmt::format("stopped {} process{} left behind by the step's workers: {}", named.size(),
@@ -394,6 +476,7 @@ struct Supervisor::Impl {
         break;
       }
       const std::string_view data(buffer.data(), static_cast<std::size_t>(n));
+      w.last_output_ns = now;
       if (s.log_fd >= 0) write_all(s.log_fd, data.data(), data.size());
       if (s.tail) s.tail->feed(data);
       if (observer != nullptr) observer->on_output(index_of(w), s.is_err, data);
@@ -520,6 +603,9 @@ struct Supervisor::Impl {
       }
       w.pid = spawned.pid;
       w.record.pid = spawned.pid;
+      // Silence counts from the group's start: workers that never write are
+      // silent for the same time, and a stall names them together.
+      w.last_output_ns = started_mono;
       w.record.status.kind = ExitStatus::Kind::running;
       w.alive = true;
       watch_exit(w);
@@ -533,7 +619,7 @@ struct Supervisor::Impl {
     observer = obs;
     observer_stops = false;
     in_group = true;
-    stopping = kill_now = sweeping = done = grace_expired = false;
+    stopping = kill_now = sweeping = done = grace_expired = silence_noted = false;
     outcome = Outcome::succeeded;
     workers.clear();
     workers.resize(launches.size());
@@ -557,6 +643,8 @@ struct Supervisor::Impl {
       });
     }
 
+    if (opts.stall_timeout_s && !launches.empty()) start_stall_watch();
+
     for (std::size_t i = 0; i < launches.size(); ++i) {
       Worker& w = workers[i];
       w.launch = &launches[i];
@@ -570,6 +658,7 @@ struct Supervisor::Impl {
       spawn_all(launches);
     } catch (...) {
       // flowrun cannot go on (a log file it cannot create): stop what runs.
+      stall_timer.cancel();
       kill_everything();
       advance();
       while (!done) io.run_one();
@@ -598,6 +687,7 @@ struct Supervisor::Impl {
     flush_console();
     grace_timer.cancel();
     timeout_timer.cancel();
+    stall_timer.cancel();
     io.poll();  // run the cancelled handlers
 
     attempt.end_unix_ns = unix_now_ns();

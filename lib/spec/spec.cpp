@@ -220,8 +220,9 @@ struct Elsewhere {
 };
 
 constexpr std::string_view kTopKeys[] = {"name", "env", "workdir", "python", "steps", "cluster"};
-constexpr std::string_view kStepKeys[] = {"name",    "run",      "shell",   "env",     "workdir", "needs",
-                                          "timeout", "parallel", "outputs", "collect", "join",    "logs"};
+constexpr std::string_view kStepKeys[] = {"name",    "run",     "shell",         "env",      "workdir",
+                                          "needs",   "timeout", "stall_timeout", "parallel", "outputs",
+                                          "collect", "join",    "logs"};
 constexpr std::string_view kParallelKeys[] = {"gpus",         "nodes",           "procs_per_node", "cpus",
                                               "max_restarts", "visible_devices", "preflight"};
 constexpr std::string_view kLogsKeys[] = {"console"};
@@ -235,6 +236,7 @@ constexpr Elsewhere kTopElsewhere[] = {
     {"parallel", "in a step, under 'steps:'"},
     {"shell", "in a step, under 'steps:'"},
     {"timeout", "in a step, under 'steps:'"},
+    {"stall_timeout", "in a step, under 'steps:'"},
     {"outputs", "in a step, under 'steps:'"},
     {"collect", "in a step, under 'steps:'"},
     {"join", "in a step, under 'steps:'"},
@@ -268,16 +270,18 @@ constexpr Elsewhere kStepElsewhere[] = {
     {"join_timeout", "under the top-level 'cluster:'"},
 };
 constexpr Elsewhere kParallelElsewhere[] = {
-    {"outputs", "in the step, next to 'parallel:'"}, {"collect", "in the step, next to 'parallel:'"},
-    {"timeout", "in the step, next to 'parallel:'"}, {"env", "in the step, next to 'parallel:'"},
-    {"run", "in the step, next to 'parallel:'"},     {"gpus_per_node", "under the top-level 'cluster:'"},
-    {"hosts", "under the top-level 'cluster:'"},     {"engine", "under the top-level 'cluster:'"},
+    {"outputs", "in the step, next to 'parallel:'"},       {"collect", "in the step, next to 'parallel:'"},
+    {"timeout", "in the step, next to 'parallel:'"},       {"env", "in the step, next to 'parallel:'"},
+    {"stall_timeout", "in the step, next to 'parallel:'"}, {"run", "in the step, next to 'parallel:'"},
+    {"gpus_per_node", "under the top-level 'cluster:'"},   {"hosts", "under the top-level 'cluster:'"},
+    {"engine", "under the top-level 'cluster:'"},
 };
 constexpr Elsewhere kClusterElsewhere[] = {
     {"gpus", "under a step's 'parallel:'"},
     {"nodes", "under a step's 'parallel:'"},
     {"procs_per_node", "under a step's 'parallel:'"},
     {"timeout", "in a step, under 'steps:' (the cluster has 'heartbeat_timeout' and 'join_timeout')"},
+    {"stall_timeout", "in a step, under 'steps:'"},
 };
 
 // Sees where each YAML document begins, without building nodes. yaml-cpp 0.7
@@ -849,6 +853,7 @@ void Checker::step(const YAML::Node& node, std::size_t index) {
     }
   }
   if (const Entry* e = find(keys, "timeout")) s.timeout_s = duration(*e);
+  if (const Entry* e = find(keys, "stall_timeout")) s.stall_timeout_s = duration(*e);
   if (const Entry* e = find(keys, "parallel")) {
     notes.has_parallel = true;
     step_parallel(*e, s);

@@ -646,6 +646,92 @@ steps:
                    and all(w["role"] == "victim" for w in res["ranks"]),
                    "timeout: no culprit, every rank a victim", json.dumps(res["ranks"])[:1500])
 
+    # --- 6b. hangs: stall_timeout, and a timeout names the ranks that look hung
+
+    def no_process_left(self, label, run_id):
+        left = wait_for(lambda: not processes_with(f"FLOWRUN_RUN_ID={run_id}"), 5 * self.slack) or \
+            processes_with(f"FLOWRUN_RUN_ID={run_id}")
+        self.check(left is True, f"{label}: no process of the run is left",
+                   "" if left is True else ", ".join(f"{p} ({proc_name(p)})" for p in left))
+
+    def test_stall_timeout(self):
+        # Rank 1 stops itself (SIGSTOP) and rank 2 sleeps, both without a word;
+        # rank 0 writes a line every 0.1 s. The grace is long: only the SIGCONT
+        # that follows the SIGTERM ends the stopped rank in time.
+        run_id = f"stall-{os.getpid()}"
+        d, spec, run_dir = self.workspace("stall", f"""name: stall
+steps:
+  - name: train
+    run: {argv_yaml("hang", "--stop", "1", "--silent", "2")}
+    stall_timeout: 2
+    parallel:
+      cpus: 3
+  - name: check
+    join: train
+    run: {argv_yaml("argv", "joined")}
+""")
+        r = self.flowrun_run("stall", spec, run_dir, "--grace", "20", "--run-id", run_id)
+        self.check(r.rc == 124, "stall: a stall exits 124, as a timeout does", r.detail())
+        self.check(2.0 <= r.elapsed < 2 + 1.5 * self.slack,
+                   "stall: the step ends right after stall_timeout (the stopped rank got its SIGTERM, not the "
+                   "SIGKILL after the 20 s grace)", r.detail())
+        line = re.compile(r"^flowrun: step 'train' stalled: rank 1 \(stopped\) wrote nothing for (2\.[0-4]) s, "
+                          r"rank 2 for \1 s \(stall_timeout: 2s\); stopping the step$", re.M)
+        self.check(len(line.findall(r.stderr)) == 1,
+                   "stall: one console line names both silent ranks, how long, and that rank 1 is stopped", r.stderr)
+        report = re.compile(r"^flowrun: step 'train' stalled: rank 1 \(stopped\) wrote nothing for (2\.[0-4]) s, "
+                            r"rank 2 for \1 s \(stall_timeout: 2s\); flowrun stopped ranks 0-2\n"
+                            rf"flowrun:   logs: {re.escape(run_dir)}/train\n"
+                            r"flowrun: step 'check' skipped: it needs 'train', which did not succeed\n"
+                            rf"flowrun: run {re.escape(run_id)} failed after [0-9.]+ s \(exit code 124\): failed "
+                            r"'train'; not run 'check'\n\Z", re.M)
+        self.check(report.search(r.stderr) is not None,
+                   "stall: the report names the stalled ranks, the join does not run", r.stderr)
+        res = r.results("train")
+        ranks = res["ranks"]
+        self.check(res["outcome"] == "stalled" and res["exit_code"] == 124 and res["stall_timeout_ms"] == 2000
+                   and res["timeout_ms"] is None and res["culprit_rank"] is None,
+                   "stall: results.json: outcome stalled, exit code 124, stall_timeout_ms", json.dumps(res)[:1500])
+        self.check([(w["stalled"], w["suspended"]) for w in ranks] == [(False, False), (True, True), (True, False)]
+                   and ranks[0]["silent_ms"] < 1000 and all(2000 <= w["silent_ms"] < 2500 for w in ranks[1:]),
+                   "stall: results.json marks ranks 1 and 2 stalled with their silence, rank 1 stopped",
+                   json.dumps(ranks)[:3000])
+        self.check(all(w["role"] == "victim" and w["signal"] == "SIGTERM" for w in ranks),
+                   "stall: every rank was stopped by SIGTERM", json.dumps(ranks)[:3000])
+        self.check("[train r0] rank 0 beat 0\n" in r.stdout and "[check]" not in r.stdout,
+                   "stall: rank 0's lines reach the console; the join never ran", r.stdout[-2000:])
+        self.no_process_left("stall", run_id)
+
+    def test_timeout_names_hung_ranks(self):
+        run_id = f"hung-{os.getpid()}"
+        d, spec, run_dir = self.workspace("timeout_hung", f"""name: hung
+steps:
+  - name: train
+    run: {argv_yaml("hang", "--stop", "1", "--say")}
+    timeout: 2
+    parallel:
+      cpus: 2
+""")
+        r = self.flowrun_run("timeout hung", spec, run_dir, "--grace", "20", "--run-id", run_id)
+        self.check(r.rc == 124 and 2.0 <= r.elapsed < 2 + 1.5 * self.slack,
+                   "timeout hung: exit 124 right after the timeout (the stopped rank got its SIGTERM)", r.detail())
+        expected = re.compile(r"^flowrun: step 'train' timed out after 2s; flowrun stopped ranks 0, 1\n"
+                              r"flowrun:   rank 1 \(stopped\) wrote nothing for the last (1\.[5-9]|2\.0) s\n"
+                              rf"flowrun:   logs: {re.escape(run_dir)}/train\n", re.M)
+        self.check(expected.search(r.stderr) is not None,
+                   "timeout hung: the report names the stopped rank and how long it was silent, not rank 0",
+                   r.stderr)
+        ranks = r.results("train")["ranks"]
+        self.check(r.results("train")["outcome"] == "timed_out"
+                   and [(w["suspended"], w["stalled"], w["signal"]) for w in ranks] ==
+                   [(False, False, "SIGTERM"), (True, False, "SIGTERM")]
+                   and ranks[0]["silent_ms"] < 1000 and 1500 <= ranks[1]["silent_ms"] <= 2100,
+                   "timeout hung: results.json: rank 1 suspended, with its silence; both ended by SIGTERM",
+                   json.dumps(ranks)[:3000])
+        self.check("[train r1] rank 1 stops itself\n" in r.stdout, "timeout hung: rank 1's line was shown",
+                   r.stdout[-2000:])
+        self.no_process_left("timeout hung", run_id)
+
     # --- 7. concurrent flowruns -------------------------------------------
 
     def test_concurrent(self):

@@ -919,6 +919,14 @@ class Suite:
             f"flowrun:   logs: {n.run_dir}/train",
             f"flowrun: run {n.run_id} failed after <secs> (exit code 124): failed 'train'"]
         self.check(rc == 124, "timeout: the step's timeout holds across nodes (exit 124)", n.detail())
+        # No rank wrote anything: every one looks hung, named with its node
+        # (each node's ranks silent as long as each other; the nodes may differ).
+        h = re.escape(HOST)
+        hung = re.compile(rf"^flowrun:   (ranks 0-3 on {h} wrote nothing for the last [01]\.[0-9] s|ranks 0, 1 on {h} "
+                          rf"wrote nothing for the last [01]\.[0-9] s, ranks 2, 3 on {h} for the last [01]\.[0-9] s)\n",
+                          re.M)
+        self.check(hung.search(err) is not None, "timeout: the report names the silent ranks and their nodes", err)
+        err = hung.sub("", err, count=1)
         self.check(lines_match(expected, err), "timeout: the head's messages", show_lines(expected, err))
         ranks = n.results()["ranks"]
         self.check([(r["status"], r["signal"], r["node"]) for r in ranks] == [("signaled", "SIGTERM", HOST)] * 4,
@@ -1008,6 +1016,46 @@ class Suite:
         self.check_peaks("upload", memory, peak, bounded)
         self.check(agents_quiet(n), "upload: both agents exit 0 and say nothing", n.detail())
         n.check_nothing_left("upload")
+
+    def test_stall(self):
+        # Rank 3 (on node 1) says a line and stops itself (SIGSTOP); the others
+        # write a line every 0.1 s, shown only for rank 3 (logs: console).
+        script = ('if [ "$RANK" = 3 ]; then echo "rank 3 stops itself"; kill -STOP $$; fi; '
+                  'while :; do echo "rank $RANK beat"; sleep 0.1; done')
+        spec = spec_text("stall", sh_yaml(script), extra="    stall_timeout: 2\n    logs:\n      console: 3\n")
+        n = self.nodes("stall", spec)
+        if not n.begin("stall"):
+            return
+        rc = n.finish("stall")
+        err = n.head_err()
+        expected = n.header() + [
+            n.joined(),
+            f"flowrun: step 'train' stalled: rank 3 on {HOST} (stopped) wrote nothing for <x> s (stall_timeout: 2s); "
+            "stopping the step",
+            f"flowrun: step 'train' stalled: rank 3 on {HOST} (stopped) wrote nothing for <x> s (stall_timeout: 2s); "
+            "flowrun stopped ranks 0-3",
+            f"flowrun:   logs: {n.run_dir}/train",
+            f"flowrun: run {n.run_id} failed after <secs> (exit code 124): failed 'train'"]
+        self.check(rc == 124, "stall: a stall on a node ends the step as a timeout does (exit 124)", n.detail())
+        self.check(lines_match(expected, err), "stall: the head names the stalled rank, its node and state",
+                   show_lines(expected, err))
+        self.check(n.out("head.out") == f"[{HOST} train r3] rank 3 stops itself\n",
+                   "stall: rank 3's line reached the head's console", n.out("head.out"))
+        res = n.results()
+        ranks = res["ranks"]
+        self.check(res["outcome"] == "stalled" and res["exit_code"] == 124 and res["stall_timeout_ms"] == 2000,
+                   "stall: results.json: outcome stalled, exit code 124", json.dumps(res)[:1500])
+        self.check([(r["stalled"], r["suspended"], r["node"]) for r in ranks] ==
+                   [(False, False, HOST)] * 3 + [(True, True, HOST)] and 2000 <= ranks[3]["silent_ms"] < 2600
+                   and all(r["silent_ms"] < 1000 for r in ranks[:3]),
+                   "stall: results.json marks rank 3 stalled and stopped, with its silence", json.dumps(ranks)[:3000])
+        took = unix_time(res["end"]) - unix_time(res["start"])
+        self.check(all((r["signal"], r["role"]) == ("SIGTERM", "victim") for r in ranks)
+                   and 2.0 <= took < 2 + 1.5 * self.slack,
+                   f"stall: every rank on both nodes got SIGTERM, the stopped one too, well before the {GRACE} s grace "
+                   "ran out", f"{took:.2f} s\n" + json.dumps(ranks)[:3000])
+        self.check(agents_quiet(n), "stall: both agents end in order", n.detail())
+        n.check_nothing_left("stall")
 
     # --- driver -----------------------------------------------------------
 

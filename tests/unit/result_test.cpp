@@ -367,6 +367,89 @@ TEST_CASE("result: report of a timed out parallel step", "[result]") {
   }
 }
 
+TEST_CASE("result: a timeout names the ranks that wrote nothing the longest, and stopped ones", "[result]") {
+  std::vector<int> stopped;
+  AttemptRecord a = all_stopped(5, 5'000, &stopped);
+  for (auto [rank, silent] : {std::pair{0, 0.21}, {1, 4.92}, {2, 4.1}, {3, 3.8}, {4, 0.04}})
+    a.workers[static_cast<std::size_t>(rank)].silent_s = silent;
+  a.workers[1].suspended = true;
+  a.workers[4].suspended = true;
+  assign_roles(a, stopped);
+  StepRecord s = parallel_step(a, Outcome::timed_out);
+  s.timeout_s = 5;
+  // Rank 3 (3.8 s) is more than a second short of rank 1's 4.9 s; rank 4 is
+  // named because it is stopped.
+  CHECK(format_failure_report(s, "") ==
+        "flowrun: step 'train' timed out after 5s; flowrun stopped ranks 0-4\n"
+        "flowrun:   rank 1 (stopped) wrote nothing for the last 4.9 s, rank 2 for the last 4.1 s, rank 4 "
+        "(stopped) for the last 0.0 s\n"
+        "flowrun:   logs: " +
+            kDir + "\n");
+
+  // Ranks that went silent together are one group; nodes are named.
+  for (auto& w : s.attempts[0].workers) {
+    w.silent_s = 95.2;
+    w.suspended = false;
+    w.node = w.rank < 3 ? "node1" : "node2";
+  }
+  CHECK(
+      format_failure_report(s, "").find(
+          "flowrun:   ranks 0-2 on node1 wrote nothing for the last 1m35s, ranks 3, 4 on node2 for the last "
+          "1m35s\n") != std::string::npos);
+
+  // A worker flowrun never had to stop names nothing.
+  for (auto& w : s.attempts[0].workers) w.silent_s.reset();
+  CHECK(format_failure_report(s, "").find("wrote nothing") == std::string::npos);
+}
+
+TEST_CASE("result: a stalled step names its stalled ranks, on the console and in the report", "[result]") {
+  std::vector<int> stopped;
+  AttemptRecord a = all_stopped(4, 5'100, &stopped);
+  for (auto [rank, silent] : {std::pair{0, 0.3}, {1, 5.04}, {2, 5.01}, {3, 5.02}})
+    a.workers[static_cast<std::size_t>(rank)].silent_s = silent;
+  for (int rank : {1, 2, 3}) a.workers[static_cast<std::size_t>(rank)].stalled = true;
+  a.workers[1].suspended = true;
+  assign_roles(a, stopped);
+  CHECK(format_stall_message("train", {a.workers[1], a.workers[2], a.workers[3]}, 5) ==
+        "flowrun: step 'train' stalled: rank 1 (stopped) wrote nothing for 5.0 s, ranks 2, 3 for 5.0 s "
+        "(stall_timeout: 5s); stopping the step");
+  StepRecord s = parallel_step(a, Outcome::stalled);
+  s.stall_timeout_s = 5;
+  s.exit_code = 124;
+  CHECK(format_failure_report(s, "") ==
+        "flowrun: step 'train' stalled: rank 1 (stopped) wrote nothing for 5.0 s, ranks 2, 3 for 5.0 s "
+        "(stall_timeout: 5s); flowrun stopped ranks 0-3\n"
+        "flowrun:   logs: " +
+            kDir + "\n");
+
+  WorkerRecord remote = a.workers[3];
+  remote.node = "node2";
+  remote.silent_s = 1800.4;
+  CHECK(format_stall_message("train", {remote}, 1800) ==
+        "flowrun: step 'train' stalled: rank 3 on node2 wrote nothing for 30m (stall_timeout: 30m); stopping "
+        "the step");
+  WorkerRecord plain = a.workers[1];
+  plain.rank = -1;
+  CHECK(format_stall_message("prepare", {plain}, 2.5) ==
+        "flowrun: step 'prepare' stalled: it (stopped) wrote nothing for 5.0 s (stall_timeout: 2.5s); "
+        "stopping the "
+        "step");
+
+  auto doc = parse_json(format_results_json(s));
+  REQUIRE(doc.has_value());
+  CHECK(*doc->find_string("outcome") == "stalled");
+  CHECK(doc->find("stall_timeout_ms")->number == 5000);
+  CHECK(doc->find("timeout_ms")->is_null());
+  const auto& ranks = doc->find("ranks")->array;
+  REQUIRE(ranks.size() == 4);
+  CHECK(ranks[0].find("stalled")->boolean == false);
+  CHECK(ranks[0].find("silent_ms")->number == 300);
+  CHECK(ranks[1].find("stalled")->boolean == true);
+  CHECK(ranks[1].find("suspended")->boolean == true);
+  CHECK(ranks[1].find("silent_ms")->number == 5040);
+  CHECK(ranks[2].find("suspended")->boolean == false);
+}
+
 TEST_CASE("result: report of an interrupted parallel step", "[result]") {
   std::vector<int> stopped;
   AttemptRecord a = all_stopped(4, 800, &stopped);
@@ -433,6 +516,8 @@ TEST_CASE("result: results.json of a failed parallel step", "[result]") {
   a.end_unix_ns = kT0 + 1333 * kMs;
   a.workers = {worker(0, signaled(15), 1300), worker(1, exited(3), 310)};
   a.workers[0].peak_rss_kib = 2048;
+  a.workers[0].silent_s = 1.2504;
+  a.workers[0].suspended = true;
   a.workers[1].stderr_tail = "not in the JSON\n";
   a.workers[1].node = "node2";
   assign_roles(a, {0});
@@ -457,7 +542,10 @@ TEST_CASE("result: results.json of a failed parallel step", "[result]") {
       "stdout_log": "/w/.flowrun/runs/demo-20261129-171053-4f1c2a/train/rank0/stdout.log",
       "stderr_log": "/w/.flowrun/runs/demo-20261129-171053-4f1c2a/train/rank0/stderr.log",
       "error_file": "/w/.flowrun/runs/demo-20261129-171053-4f1c2a/train/rank0/error.json",
-      "node": null
+      "node": null,
+      "silent_ms": 1250,
+      "suspended": true,
+      "stalled": false
     })";
   const std::string worker1 = R"({
       "rank": 1,
@@ -476,7 +564,10 @@ TEST_CASE("result: results.json of a failed parallel step", "[result]") {
       "stdout_log": "/w/.flowrun/runs/demo-20261129-171053-4f1c2a/train/rank1/stdout.log",
       "stderr_log": "/w/.flowrun/runs/demo-20261129-171053-4f1c2a/train/rank1/stderr.log",
       "error_file": "/w/.flowrun/runs/demo-20261129-171053-4f1c2a/train/rank1/error.json",
-      "node": "node2"
+      "node": "node2",
+      "silent_ms": null,
+      "suspended": false,
+      "stalled": false
     })";
   auto indent = [](std::string text) {
     for (std::size_t p = text.find('\n'); p != std::string::npos; p = text.find('\n', p + 1))
@@ -490,6 +581,7 @@ TEST_CASE("result: results.json of a failed parallel step", "[result]") {
   "outcome": "failed",
   "exit_code": 3,
   "timeout_ms": 1500,
+  "stall_timeout_ms": null,
   "start": "2026-11-29T17:10:53.118Z",
   "end": "2026-11-29T17:10:54.456Z",
   "duration_ms": 1338,

@@ -127,6 +127,8 @@ TEST_CASE("resume reuses the steps that succeeded and runs the rest", "[resume]"
   a.prior["train"] = {"interrupted", "", "old", false};
   CHECK(a.decide() == Lines{"prepare: reused", "train: it was interrupted in run old",
                             "evaluate: it needs 'train', which runs", "report: it did not run in run old"});
+  a.prior["train"] = {"stalled", "", "old", false};
+  CHECK(a.decide()[1] == "train: it stalled in run old");
   a.prior["train"] = {"unreadable", "", "", true};
   CHECK(a.decide()[1] == "train: its results.json in run old is unreadable");
 }
@@ -198,6 +200,7 @@ TEST_CASE("resume does not count what cannot change a step's results as a change
       {"steps:\n", "# a comment\n\nsteps:\n"},                                      // lines moved
       {"{gpus: 2}", "{gpus: 2, max_restarts: 3}"},                                  // restarts
       {"    parallel: {gpus: 2}\n", "    parallel: {gpus: 2}\n    timeout: 1h\n"},  // timeout
+      {"    parallel: {gpus: 2}\n", "    parallel: {gpus: 2}\n    stall_timeout: 10m\n"},
       {"    parallel: {gpus: 2}\n", "    parallel: {gpus: 2}\n    logs: {console: [0]}\n"},
       {"steps:\n", "cluster: {engine: ssh, hosts: [a, b]}\nsteps:\n"},
       {"run: python3 prepare.py", "run: [python3, prepare.py]"},  // the same argv, written as a list

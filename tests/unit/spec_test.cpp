@@ -498,7 +498,7 @@ TEST_CASE("unknown keys get a suggestion or the list of keys", "[spec]") {
           "flow.yaml:9:5: steps.a: unknown key 'neds'; did you mean 'needs'?",
           "flow.yaml:10:5: steps.a: key 'gpus' does not belong here; put it under 'parallel:'",
           "flow.yaml:11:5: steps.a: unknown key 'command'; expected one of: name, run, shell, env, workdir, "
-          "needs, timeout, parallel, outputs, collect, join, logs",
+          "needs, timeout, stall_timeout, parallel, outputs, collect, join, logs",
           "flow.yaml:13:7: steps.a.parallel: unknown key 'gpu'; did you mean 'gpus'?",
           "flow.yaml:14:7: steps.a.parallel: key 'outputs' does not belong here; put it in the step, next to "
           "'parallel:'",
@@ -637,6 +637,53 @@ TEST_CASE("workdir is resolved against the spec's directory, a step's against th
   CHECK(errors("workdir: ''\nsteps: [{name: a, run: x, workdir: [a]}]\n") ==
         Lines{"flow.yaml:1:10: workdir: expected a directory path, got an empty string",
               "flow.yaml:2:36: steps.a.workdir: expected a directory path, got a sequence"});
+}
+
+TEST_CASE("stall_timeout: a duration written like timeout, in a step", "[spec]") {
+  auto stall = [](const std::string& value) {
+    return valid("steps: [{name: a, run: x, stall_timeout: " + value + "}]").steps[0].stall_timeout_s.value();
+  };
+  CHECK(stall("90") == 90);
+  CHECK(stall("2.5") == 2.5);
+  CHECK(stall("5m") == 300);
+  CHECK(stall("1h30m") == 5400);
+  CHECK(stall("500ms") == 0.5);
+  CHECK_FALSE(valid("steps: [{name: a, run: x, timeout: 1h}]").steps[0].stall_timeout_s.has_value());
+  const Spec parallel =
+      valid("steps: [{name: a, run: x, stall_timeout: 10m, timeout: 12h, parallel: {cpus: 2}}]");
+  CHECK(parallel.steps[0].stall_timeout_s == 600);
+  CHECK(parallel.steps[0].timeout_s == 43200);
+  CHECK(errors(R"(steps:
+  - name: a
+    run: x
+    stall_timeout: 0
+  - name: b
+    run: x
+    stall_timeout: 1 minute
+  - name: c
+    run: x
+    stall_timeout: 400d
+  - name: d
+    run: x
+    stall_timeout: -3
+)") == Lines{"flow.yaml:4:20: steps.a.stall_timeout: expected a positive duration: seconds (90) or a string "
+             "like "
+             "'90s', '30m', '1h30m' or '2d', got 0",
+             "flow.yaml:7:20: steps.b.stall_timeout: expected a positive duration: seconds (90) or a string "
+             "like "
+             "'90s', '30m', '1h30m' or '2d', got a string '1 minute'",
+             "flow.yaml:10:20: steps.c.stall_timeout: expected a duration up to 365d, got a string '400d'",
+             "flow.yaml:13:20: steps.d.stall_timeout: expected a positive duration: seconds (90) or a string "
+             "like "
+             "'90s', '30m', '1h30m' or '2d', got -3"});
+  CHECK(errors("steps: [{name: a, run: x, parallel: {stall_timeout: 5}}]") ==
+        Lines{"flow.yaml:1:38: steps.a.parallel: key 'stall_timeout' does not belong here; put it in the "
+              "step, next "
+              "to 'parallel:'"});
+  CHECK(errors("stall_timeout: 5\nsteps: [{name: a, run: x}]") ==
+        Lines{"flow.yaml:1:1: key 'stall_timeout' does not belong here; put it in a step, under 'steps:'"});
+  CHECK(errors("steps: [{name: a, run: x, stall_timout: 5}]") ==
+        Lines{"flow.yaml:1:27: steps.a: unknown key 'stall_timout'; did you mean 'stall_timeout'?"});
 }
 
 TEST_CASE("timeout: seconds or a duration with units", "[spec]") {

@@ -69,6 +69,7 @@ class Fixture {
 
   Supervisor make() const { return Supervisor(Console{out_fd_, err_fd_}, -1); }
   std::string console_out() const { return slurp(dir_ + "/console.out"); }
+  std::string console_err() const { return slurp(dir_ + "/console.err"); }
   const std::string& dir() const { return dir_; }
 
  private:
@@ -185,6 +186,64 @@ TEST_CASE("a timeout stops the group with no culprit", "[supervisor]") {
   CHECK(a.workers[0].role == Role::victim);
   CHECK(seconds(a) >= 0.3);
   CHECK(seconds(a) < 5);
+}
+
+TEST_CASE("a stopped (SIGSTOP) worker gets its SIGTERM at once, and a timeout notes who was silent",
+          "[supervisor]") {
+  Fixture f;
+  Supervisor s = f.make();
+  GroupOptions o = f.options(30);
+  o.timeout_s = 1;
+  auto a =
+      s.run_group({f.shell(0, "while :; do echo tick; sleep 0.05; done"), f.shell(1, "kill -STOP $$")}, o);
+  CHECK(a.outcome == Outcome::timed_out);
+  CHECK(seconds(a) < 5);  // SIGCONT after SIGTERM: the 30 s grace was not needed
+  for (const auto& w : a.workers) {
+    CHECK(w.status.kind == ExitStatus::Kind::signaled);
+    CHECK(w.status.code == SIGTERM);
+    CHECK_FALSE(w.stalled);
+    REQUIRE(w.silent_s.has_value());
+  }
+  CHECK_FALSE(a.workers[0].suspended);
+  CHECK(*a.workers[0].silent_s < 0.5);
+  CHECK(a.workers[1].suspended);
+  CHECK(*a.workers[1].silent_s >= 0.9);
+}
+
+TEST_CASE("stall_timeout stops the group and names every worker silent that long", "[supervisor]") {
+  Fixture f;
+  Supervisor s = f.make();
+  GroupOptions o = f.options(30);
+  o.stall_timeout_s = 0.5;
+  auto a = s.run_group({f.shell(0, "while :; do echo tick; sleep 0.05; done"), f.shell(1, "kill -STOP $$"),
+                        f.shell(2, "exec sleep 30")},
+                       o);
+  CHECK(a.outcome == Outcome::stalled);
+  CHECK_FALSE(a.culprit.has_value());
+  CHECK(seconds(a) >= 0.5);
+  CHECK(seconds(a) < 5);
+  CHECK_FALSE(a.workers[0].stalled);
+  CHECK(a.workers[1].stalled);
+  CHECK(a.workers[1].suspended);
+  CHECK(a.workers[2].stalled);
+  CHECK_FALSE(a.workers[2].suspended);
+  for (const auto& w : a.workers) {
+    CHECK(w.role == Role::victim);
+    CHECK(w.status.code == SIGTERM);
+  }
+  for (int r : {1, 2}) {
+    CHECK(*a.workers[static_cast<std::size_t>(r)].silent_s >= 0.5);
+    CHECK(*a.workers[static_cast<std::size_t>(r)].silent_s < 0.8);
+  }
+  const std::string err = f.console_err();
+  CHECK_THAT(err, Catch::Matches(
+                      "flowrun: step 'train' stalled: rank 1 \\(stopped\\) wrote nothing for 0\\.[5-7] s, "
+                      "rank 2 for 0\\.[5-7] s \\(stall_timeout: 0\\.5s\\); stopping the step\n"));
+  // A worker that keeps writing never stalls.
+  GroupOptions quiet = f.options(30);
+  quiet.stall_timeout_s = 0.3;
+  auto b = s.run_group({f.shell(0, "for i in 1 2 3 4 5 6 7 8 9 10; do echo $i; sleep 0.1; done")}, quiet);
+  CHECK(b.outcome == Outcome::succeeded);
 }
 
 TEST_CASE("descendants a worker leaves behind are stopped with the group", "[supervisor]") {

@@ -14,6 +14,10 @@ the tests need from a rank or a plain step. Standard library only.
                                      TCPStore does), rank 1 connects and trades the run id
   worker.py bigline MIB [--hold S]   MIB MiB on stdout without a newline
   worker.py flood N [--no-newline]   N numbered lines on stdout
+  worker.py hang [--stop RANKS] [--silent RANKS] [--say]
+                                     ranks in --stop send themselves SIGSTOP (after a line on
+                                     stdout with --say), ranks in --silent sleep without a word,
+                                     the others print a line every 0.1 s; for 60 s at most
   worker.py progress N               a tqdm-like bar on stderr, N redraws
   worker.py outputs                  files in the workdir and in $FLOWRUN_OUTPUT_DIR
   worker.py kill-self --rank R       rank R sends itself SIGKILL; the others sleep
@@ -150,6 +154,22 @@ def cmd_flood(a):
     sys.stdout.flush()
 
 
+def cmd_hang(a):
+    stop = [int(r) for r in a.stop.split(",") if r]
+    silent = [int(r) for r in a.silent.split(",") if r]
+    if RANK in stop:
+        if a.say:
+            print(f"rank {RANK} stops itself", flush=True)
+        os.kill(os.getpid(), signal.SIGSTOP)
+        time.sleep(60)
+    elif RANK in silent:
+        time.sleep(60)
+    else:
+        for i in range(600):
+            print(f"rank {RANK} beat {i}", flush=True)
+            time.sleep(0.1)
+
+
 def cmd_progress(a):
     err = sys.stderr
     for i in range(a.count + 1):
@@ -227,6 +247,10 @@ def main():
     s = sub.add_parser("flood")
     s.add_argument("count", type=int)
     s.add_argument("--no-newline", action="store_true")
+    s = sub.add_parser("hang")
+    s.add_argument("--stop", default="")
+    s.add_argument("--silent", default="")
+    s.add_argument("--say", action="store_true")
     s = sub.add_parser("progress")
     s.add_argument("count", type=int)
     sub.add_parser("outputs")
