@@ -77,6 +77,10 @@ struct AttemptRecord {
   std::vector<WorkerRecord> workers;
   std::int64_t start_unix_ns = 0;
   std::int64_t end_unix_ns = 0;
+  // flowrun could not write a file of the run directory (a rank's log) and
+  // stopped the attempt: what it could not write and why, "cannot write rank
+  // 0's stdout.log in DIR: No space left on device". Empty otherwise.
+  std::string write_error;
 };
 
 struct StepRecord {
@@ -214,6 +218,9 @@ std::string format_results_json(const StepRecord& record);
 //   4.9 s, rank 3 for the last 4.8 s" ("it" for a plain step).
 // - stalled: "flowrun: step 'train' stalled: " + the stalled ranks as
 //   format_stall_message names them + "; flowrun stopped ranks 0-7".
+// - A failed attempt without a culprit that flowrun stopped because it could
+//   not write the run directory says why in the headline: "failed: cannot
+//   write rank 0's stdout.log in DIR: No space left on device".
 // Rank lists are sorted, runs of three or more written as "2-7". The log
 // directory is the step's directory, derived from the workers' log paths
 // (<run_dir>/<step>/rank<R>/stderr.log, docs/spec.md "Run directory").

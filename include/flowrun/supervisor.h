@@ -56,6 +56,9 @@ struct GroupOptions {
   // The step's stall_timeout: a worker that writes nothing to stdout or
   // stderr for this long stops the group as a timeout does (outcome stalled).
   std::optional<double> stall_timeout_s;
+  // The run directory, named in the message about a log file flowrun cannot
+  // write (the resume command); empty: none is named.
+  std::string run_dir;
   LogStyle style;
   int restart_count = 0;
   int master_port = 0;
@@ -128,8 +131,9 @@ class Supervisor {
 
   // Starts the workers and runs until every one of them and every
   // descendant they left has ended. The attempt's outcome is failed (a
-  // worker failed), timed_out, stalled, interrupted or succeeded; roles are
-  // assigned.
+  // worker failed, or a log file could not be written: write_error says
+  // which, once, on the console too), timed_out, stalled, interrupted or
+  // succeeded; roles are assigned.
   AttemptRecord run_group(const std::vector<WorkerLaunch>& workers, const GroupOptions& options,
                           GroupObserver* observer = nullptr);
 
@@ -191,6 +195,11 @@ class Supervisor {
 // Writes all of `data` to `fd`, retrying on EINTR and waiting on EAGAIN.
 // Returns false when the descriptor is gone (EPIPE and the like).
 bool write_all(int fd, const char* data, std::size_t size);
+
+// What to do after a file of the run directory `run_dir` could not be
+// written with errno `err`, as the end of flowrun's message:
+// " (free space there, then: flowrun resume RUN_DIR)".
+std::string write_failure_hint(int err, const std::string& run_dir);
 
 // Wall-clock nanoseconds since the epoch; monotonic nanoseconds.
 std::int64_t unix_now_ns();

@@ -837,8 +837,13 @@ class Head : public GroupObserver {
     const std::string* data = find_field(f, "data");
     if (r == nullptr || data == nullptr) return;
     const bool is_err = field_or(f, "stream") == "stderr";
+    const bool was_opened = is_err ? r->err_opened : r->out_opened;
     const int fd = log_fd(*r, is_err);
-    if (fd >= 0) write_all(fd, data->data(), data->size());
+    if (fd < 0 && !was_opened) {
+      log_failed(*r, is_err, errno);  // it could not be created
+    } else if (fd >= 0 && !write_all(fd, data->data(), data->size())) {
+      log_failed(*r, is_err, errno);
+    }
     if (is_err && r->tail) r->tail->feed(*data);
     auto& split = is_err ? r->err_split : r->out_split;
     if (split) {
@@ -964,8 +969,15 @@ class Head : public GroupObserver {
       return;
     }
     up.crc.update(data);
-    if (!write_all(up.fd, data.data(), data.size()))
-      abort_upload(n, fmt::format("cannot write upload '{}': {}", up.path, std::strerror(errno)));
+    if (!write_all(up.fd, data.data(), data.size())) {
+      const int err = errno;
+      const std::string what = fmt::format("cannot write rank {}'s {} in {}: {}", up.rank, up.path,
+                                           job_.ctx.layout.rank_dir(plan_.step, up.rank), std::strerror(err));
+      // Said once: the uploads after it fail for the same reason.
+      if (!write_error_.empty()) up.refused = true;
+      if (write_error_.empty()) write_error_ = what;
+      abort_upload(n, what + write_failure_hint(err, job_.ctx.layout.run_dir));
+    }
   }
 
   void on_upload_end(Node& n, const Fields& f) {
@@ -1072,7 +1084,7 @@ class Head : public GroupObserver {
     const bool any_lost = std::any_of(nodes_.begin(), nodes_.end(),
                                       [](const Node& n) { return n.lost || n.closed || n.signalled; });
     const AttemptRecord& last = result_.attempts.back();
-    if (last.outcome == Outcome::failed && !any_lost && result_.errors.empty() &&
+    if (last.outcome == Outcome::failed && !any_lost && result_.errors.empty() && write_error_.empty() &&
         attempt_ < plan_.max_restarts && sup_.interrupt_received() == 0) {
       std::string why = "a worker failed";
       if (last.culprit) {
@@ -1118,6 +1130,8 @@ class Head : public GroupObserver {
     attempt.outcome =
         outcome_ != Outcome::succeeded ? outcome_ : (failed ? Outcome::failed : Outcome::succeeded);
     if (!result_.errors.empty() && attempt.outcome == Outcome::succeeded) attempt.outcome = Outcome::failed;
+    attempt.write_error = write_error_;
+    if (!write_error_.empty() && attempt.outcome == Outcome::succeeded) attempt.outcome = Outcome::failed;
     assign_roles(attempt, stopped);
     result_.attempts.push_back(std::move(attempt));
   }
@@ -1225,6 +1239,25 @@ class Head : public GroupObserver {
     return fd;
   }
 
+  // A rank's log file cannot be written (a full disk): its output is lost
+  // from here on, so the step cannot succeed. Said once; the console goes on
+  // showing the ranks' lines while the nodes stop.
+  void log_failed(RankState& r, bool is_err, int err) {
+    int& fd = is_err ? r.err_fd : r.out_fd;
+    if (fd >= 0) close(fd);
+    fd = -1;
+    if (!write_error_.empty()) return;
+    const std::string& path = is_err ? r.record.stderr_log : r.record.stdout_log;
+    const std::size_t slash = path.rfind('/');
+    write_error_ = fmt::format("cannot write rank {}'s {} in {}: {}", r.record.rank, path.substr(slash + 1),
+                               path.substr(0, slash), std::strerror(err));
+    flush_console();
+    console_.message(fmt::format("flowrun: error: step '{}': {}; {}{}", plan_.step, write_error_,
+                                 stopping_ ? "the step is stopping" : "stopping the step",
+                                 write_failure_hint(err, job_.ctx.layout.run_dir)));
+    if (phase_ == Phase::running && !stopping_) stop_nodes(Outcome::failed, write_error_);
+  }
+
   void close_rank_files(RankState& r) {
     // Every rank has both files, also one that printed nothing.
     log_fd(r, false);
@@ -1262,6 +1295,7 @@ class Head : public GroupObserver {
   std::vector<std::string> engine_what_;  // "srun", "ssh to node2", "node 0's agent"
   std::vector<TailBuffer> engine_tail_;
   std::string engine_note_;
+  std::string write_error_;  // the first file of the run directory that could not be written, and why
   std::vector<std::string> workdir_errors_;
   int joined_ = 0, ready_ = 0, done_ = 0;
   int attempt_ = 0;

@@ -578,7 +578,11 @@ std::string format_failure_report(const StepRecord& record, const std::string& e
   if (record.outcome == Outcome::failed) {
     out = step + " failed";
     if (restarts > 0) out += fmt::format(" after {} restart{}", restarts, restarts == 1 ? "" : "s");
-    out += culprit ? ": " + worker_headline(*culprit) + "\n" : "\n";
+    if (culprit) {
+      out += ": " + worker_headline(*culprit) + "\n";
+    } else {
+      out += attempt.write_error.empty() ? "\n" : ": " + attempt.write_error + "\n";
+    }
     if (culprit) culprit_details(out, *culprit, error_file_text, attempt.workers);
     if (record.parallel) {
       other_ranks(out, groups, true);
@@ -612,6 +616,9 @@ std::string format_failure_report(const StepRecord& record, const std::string& e
       stderr_tail(out, attempt.workers.front(), false);
     }
   }
+  // Said in the headline of a failure without a culprit; else here.
+  if (!attempt.write_error.empty() && (culprit || record.outcome != Outcome::failed))
+    out += "flowrun:   also: " + attempt.write_error + "\n";
   earlier_attempts(out, record);
   for (const auto& note : record.notes) out += "flowrun:   " + note + "\n";
   std::string logs = log_dir(record, attempt);

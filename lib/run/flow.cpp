@@ -26,14 +26,23 @@ namespace flowrun {
 
 namespace {
 
-void write_file(const std::string& path, const std::string& text) {
+// Writes `path` whole or not at all (a temporary file renamed over it).
+// Returns 0, or the errno of what failed; the temporary file is then gone.
+int try_write_file(const std::string& path, const std::string& text) {
   const std::string tmp = path + ".tmp";
   int fd = open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd < 0) throw Error("cannot write " + path + ": " + std::strerror(errno));
-  const bool ok = write_all(fd, text.data(), text.size());
-  close(fd);
-  if (!ok || rename(tmp.c_str(), path.c_str()) != 0)
-    throw Error("cannot write " + path + ": " + std::strerror(errno));
+  if (fd < 0) return errno;
+  int err = write_all(fd, text.data(), text.size()) ? 0 : errno;
+  // A file system may report a full disk only when the file is closed (NFS).
+  if (close(fd) != 0 && err == 0) err = errno;
+  if (err == 0 && rename(tmp.c_str(), path.c_str()) != 0) err = errno;
+  if (err != 0) unlink(tmp.c_str());
+  return err;
+}
+
+void write_file(const std::string& path, const std::string& text) {
+  if (const int err = try_write_file(path, text); err != 0)
+    throw Error("cannot write " + path + ": " + std::strerror(err));
 }
 
 std::string read_file(const std::string& path, std::size_t limit = 1 << 20) {
@@ -87,6 +96,7 @@ int exit_code_of(const AttemptRecord& attempt, int interrupt) {
     case Outcome::failed: break;
   }
   if (attempt.culprit) return attempt.workers[static_cast<std::size_t>(*attempt.culprit)].status.shell_code();
+  if (!attempt.write_error.empty()) return 1;  // flowrun's own I/O failure stopped the workers
   // No rank failed first (a node was lost after its ranks succeeded, an
   // upload was refused, ...): the code of a rank flowrun stopped (143 for its
   // SIGTERM) would blame it; a rank that failed on its own, or else 1.
@@ -146,6 +156,7 @@ class FlowRunner {
                options_.spec_text.empty() ? read_file(spec_.file, kMaxSpecBytes + 1) : options_.spec_text);
     PlanView view{spec_, host_, plans_, ctx_, false};
     write_file(ctx_.layout.run_dir + "/plan.json", format_plan_json(view));
+    started_ = true;  // from here on a file that cannot be written fails the step, not flowrun at once
 
     guardian_.start(ctx_.run_id);
     become_subreaper();
@@ -177,6 +188,15 @@ class FlowRunner {
         set_state(step.name, "skipped");
         continue;
       }
+      if (write_failed_) {
+        // The run directory is full (or broken): nothing more runs on results
+        // that cannot be recorded.
+        console_.message(
+            fmt::format("flowrun: step '{}' not run: flowrun could not write the run directory", step.name));
+        skipped.push_back(step.name);
+        set_state(step.name, "not_run");
+        continue;
+      }
       if (options_.resume && options_.resume->reuse.contains(step.name)) {
         console_.message(reuse_step(step, *options_.resume, ctx_.layout));
         state_[step.name] = State::succeeded;
@@ -203,6 +223,13 @@ class FlowRunner {
     }
     const int sig = supervisor.interrupt_signal();
     if (sig != 0 && exit_code == 0) exit_code = 128 + sig;
+    if (write_failed_ && exit_code == 0) exit_code = 1;
+    // run.json first: a run whose record cannot be written did not succeed.
+    record_.finished = true;
+    record_.exit_code = exit_code;
+    record_.end_unix_ns = unix_now_ns();
+    write_record();
+    if (write_failed_ && exit_code == 0) exit_code = 1;
     const double took = static_cast<double>(monotonic_now_ns() - flow_start) / 1e9;
     if (exit_code == 0) {
       const std::size_t steps = succeeded.size() + reused.size();
@@ -224,10 +251,6 @@ class FlowRunner {
     }
     supervisor_ = nullptr;
     guardian_.disarm();
-    record_.finished = true;
-    record_.exit_code = exit_code;
-    record_.end_unix_ns = unix_now_ns();
-    write_record();
     return exit_code;
   }
 
@@ -247,7 +270,23 @@ class FlowRunner {
     return stat(path.c_str(), &st) == 0 && S_ISREG(st.st_mode) ? path : std::string();
   }
 
-  void write_record() { write_file(ctx_.layout.run_dir + "/run.json", format_run_json(record_)); }
+  // Once the run has started, a run.json that cannot be written is said once,
+  // and no further step starts (write_failed_); flowrun then exits non-zero.
+  void write_record() {
+    const std::string path = ctx_.layout.run_dir + "/run.json";
+    const int err = try_write_file(path, format_run_json(record_));
+    if (err == 0) return;
+    if (!started_) throw Error("cannot write " + path + ": " + std::strerror(err));
+    write_failed_ = true;
+    if (run_json_failed_) return;
+    run_json_failed_ = true;
+    console_.message(fmt::format(
+        "flowrun: error: cannot write run.json in {}: {}; it is out of date, and no further step starts{}",
+        ctx_.layout.run_dir, std::strerror(err), resume_hint(err)));
+  }
+
+  // " (free space there, then: flowrun resume DIR)" after a failed write.
+  std::string resume_hint(int err) const { return write_failure_hint(err, ctx_.layout.run_dir); }
 
   void set_state(const std::string& step, const char* state) {
     for (auto& [name, value] : record_.steps) {
@@ -286,6 +325,7 @@ class FlowRunner {
     group.step = step.name;
     group.grace_s = options_.grace_s;
     group.stall_timeout_s = step.stall_timeout_s;
+    group.run_dir = ctx_.layout.run_dir;
     group.style = style_;
     return group;
   }
@@ -308,6 +348,7 @@ class FlowRunner {
       run_plain(step, start_mono, record);
     }
     const AttemptRecord& last = record.attempts.back();
+    if (!last.write_error.empty()) write_failed_ = true;  // the supervisor said so
     for (const auto& note : supervisor_->notes()) record.notes.push_back(note);
     record.outcome = last.outcome;
     record.exit_code = exit_code_of(last, supervisor_->interrupt_signal());
@@ -332,8 +373,29 @@ class FlowRunner {
         request.rank_output_dirs.push_back(ctx_.layout.output_dir(step.name, r));
       request.outputs_dir = ctx_.layout.inputs_dir(step.name);
       request.started = started;
-      JoinResult joined = gather_outputs(request);
-      if (!joined.ok()) {
+      JoinResult joined;
+      bool gathered = false;
+      try {
+        joined = gather_outputs(request);
+        gathered = true;
+      } catch (const Error& e) {
+        // The run directory cannot take the outputs (a full disk): what the
+        // join would get is incomplete.
+        const std::string what = e.what();
+        const bool full = what.find(std::strerror(ENOSPC)) != std::string::npos ||
+                          what.find(std::strerror(EDQUOT)) != std::string::npos;
+        write_failed_ = true;
+        record.outcome = Outcome::failed;
+        record.exit_code = 1;
+        record.notes.push_back("cannot gather the outputs: " + what);
+        join_errors = fmt::format(
+            "flowrun: error: step '{}': cannot gather its outputs: {}; the step counts as "
+            "failed{}\n",
+            step.name, what, resume_hint(full ? ENOSPC : EIO));
+      }
+      if (!gathered) {
+        // Said above.
+      } else if (!joined.ok()) {
         record.outcome = Outcome::failed;
         record.exit_code = 1;
         for (const auto& e : joined.errors) record.notes.push_back(e);
@@ -345,10 +407,26 @@ class FlowRunner {
                                            joined.files.size() == 1 ? "" : "s", request.outputs_dir));
       }
     }
-    write_file(step_dir + "/results.json", format_results_json(record));
+    std::string results_error;
+    bool unrecorded_success = false;
+    if (const int err = try_write_file(step_dir + "/results.json", format_results_json(record)); err != 0) {
+      write_failed_ = true;
+      unrecorded_success = record.outcome == Outcome::succeeded;
+      results_error = fmt::format(
+          "flowrun: error: step '{}': cannot write results.json in {}: {}; its results are not "
+          "recorded{}{}",
+          step.name, step_dir, std::strerror(err), unrecorded_success ? ", so it counts as failed" : "",
+          resume_hint(err));
+      if (unrecorded_success) {
+        record.outcome = Outcome::failed;
+        record.exit_code = 1;
+      }
+    }
 
     const double took = static_cast<double>(monotonic_now_ns() - start_mono) / 1e9;
-    if (!join_errors.empty()) {
+    if (unrecorded_success) {
+      // Its workers succeeded; the error below says why it does not count.
+    } else if (!join_errors.empty()) {
       const auto& attempt = record.attempts.back();
       if (attempt.culprit) {
         const auto& w = attempt.workers[static_cast<std::size_t>(*attempt.culprit)];
@@ -368,6 +446,7 @@ class FlowRunner {
       }
       console_.message(fmt::format("flowrun: step '{}' succeeded in {}", step.name, seconds(took)));
     }
+    if (!results_error.empty()) console_.message(results_error);
     return record.outcome == Outcome::succeeded ? 0 : record.exit_code;
   }
 
@@ -423,7 +502,7 @@ class FlowRunner {
       record.attempts.push_back(supervisor_->run_group(launches, group));
       const AttemptRecord& attempt = record.attempts.back();
       if (attempt.outcome != Outcome::failed || restart >= plan.max_restarts ||
-          supervisor_->interrupt_signal() != 0)
+          supervisor_->interrupt_signal() != 0 || !attempt.write_error.empty())
         break;
       std::string why = "a worker failed";
       if (attempt.culprit) {
@@ -542,6 +621,9 @@ class FlowRunner {
   std::map<std::string, State> state_;
   std::vector<std::string> node_errors_;  // why a multi-node step failed besides its workers
   RunRecord record_;                      // run.json
+  bool started_ = false;                  // the run's first files are written; steps may run
+  bool write_failed_ = false;             // a file of the run directory could not be written
+  bool run_json_failed_ = false;          // run.json could not be written (said once)
 };
 
 }  // namespace

@@ -59,6 +59,11 @@ bool write_all(int fd, const char* data, std::size_t size) {
   return true;
 }
 
+std::string write_failure_hint(int err, const std::string& run_dir) {
+  return fmt::format(" ({}, then: flowrun resume {})",
+                     err == ENOSPC || err == EDQUOT ? "free space there" : "fix that", run_dir);
+}
+
 void Console::message(const std::string& text) const {
   if (text.empty()) return;
   if (text.back() == '\n') {
@@ -133,6 +138,7 @@ struct Supervisor::Impl {
   bool grace_expired = false;
   bool silence_noted = false;
   Outcome outcome = Outcome::succeeded;
+  std::string write_error;  // the first log file that could not be written, and why
   std::vector<Worker> workers;
   std::vector<int> stopped;
   std::set<pid_t> leftovers_seen;
@@ -477,11 +483,35 @@ struct Supervisor::Impl {
       }
       const std::string_view data(buffer.data(), static_cast<std::size_t>(n));
       w.last_output_ns = now;
-      if (s.log_fd >= 0) write_all(s.log_fd, data.data(), data.size());
+      if (s.log_fd >= 0 && !write_all(s.log_fd, data.data(), data.size())) log_failed(w, s, errno);
       if (s.tail) s.tail->feed(data);
       if (observer != nullptr) observer->on_output(index_of(w), s.is_err, data);
       if (s.splitter) s.splitter->feed(data, now, s.is_err ? console_err : console_out);
       if (static_cast<std::size_t>(n) < buffer.size()) break;
+    }
+  }
+
+  // A log file cannot be written (a full disk): the rank's output is lost
+  // from here on, so the step cannot succeed. Said once per group; the
+  // console goes on showing what the workers write while they stop.
+  void log_failed(Worker& w, Stream& s, int err) {
+    close(s.log_fd);
+    s.log_fd = -1;
+    if (!write_error.empty()) return;
+    const std::string& path = s.is_err ? w.launch->stderr_log : w.launch->stdout_log;
+    const std::size_t slash = path.rfind('/');
+    const std::string who = w.launch->rank >= 0        ? fmt::format("rank {}'s ", w.launch->rank)
+                            : !w.launch->label.empty() ? w.launch->label + "'s "
+                                                       : std::string("its ");
+    write_error = fmt::format("cannot write {}{} in {}: {}", who, path.substr(slash + 1),
+                              path.substr(0, slash), std::strerror(err));
+    flush_console();
+    console.message(fmt::format("flowrun: error: step '{}': {}; {}{}", options.step, write_error,
+                                stopping ? "the step is stopping" : "stopping the step",
+                                options.run_dir.empty() ? "" : write_failure_hint(err, options.run_dir)));
+    if (!stopping) {
+      outcome = Outcome::failed;
+      begin_stop();
     }
   }
 
@@ -621,6 +651,7 @@ struct Supervisor::Impl {
     in_group = true;
     stopping = kill_now = sweeping = done = grace_expired = silence_noted = false;
     outcome = Outcome::succeeded;
+    write_error.clear();
     workers.clear();
     workers.resize(launches.size());
     stopped.clear();
@@ -692,6 +723,7 @@ struct Supervisor::Impl {
 
     attempt.end_unix_ns = unix_now_ns();
     attempt.outcome = outcome;
+    attempt.write_error = write_error;
     for (auto& w : workers) {
       if (w.err.tail) w.record.stderr_tail = w.err.tail->text();
       attempt.workers.push_back(std::move(w.record));

@@ -732,6 +732,139 @@ steps:
                    r.stdout[-2000:])
         self.no_process_left("timeout hung", run_id)
 
+    # --- 6c. the run directory's disk is full ------------------------------
+
+    def tmpfs_run(self, label, spec, run_dir, size, *options):
+        """flowrun SPEC with a tmpfs of `size` mounted over run_dir, in a private mount namespace that ends
+        with it (nothing stays mounted). Returns (Run whose run_dir is a copy of the tmpfs taken at the end,
+        or None when skipped, with the reason printed)."""
+        if os.geteuid() != 0 or shutil.which("unshare") is None:
+            print(f"{label}: skipped: a private tmpfs needs root and unshare")
+            return None
+        os.makedirs(run_dir)
+        saved = run_dir + ".saved"
+        os.makedirs(saved)
+        script = ('mount -t tmpfs -o size="$3" flowrun-test "$1" || exit 97; shift 3; "$@"; rc=$?; '
+                  'cp -a "$0/." "$OUT/"; exit $rc')
+        argv = ["unshare", "-m", "--propagation", "private", "sh", "-c", script, run_dir, run_dir, "-", size,
+                *self.argv(spec, run_dir, *options)]
+        env = clean_env(OUT=saved)
+        start = time.monotonic()
+        p = subprocess.run(argv, cwd=os.path.dirname(spec), env=env, stdout=subprocess.PIPE,
+                           stderr=subprocess.PIPE, timeout=120)
+        elapsed = time.monotonic() - start
+        err = p.stderr.decode(errors="replace")
+        if p.returncode == 97 or (p.returncode != 0 and "unshare:" in err and "flowrun" not in err):
+            print(f"{label}: skipped: cannot mount a tmpfs in a private mount namespace: {err.strip()}")
+            return None
+        self.sanitizer_check(label, err)
+        return Run(p.returncode, p.stdout.decode(errors="replace"), err, saved, elapsed)
+
+    def check_not_claimed(self, label, r, run_dir):
+        """results.json and run.json, where they could be written, do not say the step succeeded."""
+        path = os.path.join(r.run_dir, "train", "results.json")
+        if os.path.exists(path):
+            self.check(r.results("train")["outcome"] == "failed", f"{label}: results.json says the step failed",
+                       r.read("train", "results.json")[:1500])
+        else:
+            self.check(f"flowrun: error: step 'train': cannot write results.json in {run_dir}/train: No space "
+                       "left on device; its results are not recorded (free space there, then: flowrun resume "
+                       f"{run_dir})\n" in r.stderr,
+                       f"{label}: without room for results.json flowrun says it is missing", r.stderr)
+        if os.path.exists(os.path.join(r.run_dir, "run.json")):
+            run = json.loads(r.read("run.json"))
+            self.check(run["steps"]["train"] != "succeeded" and run["steps"]["check"] != "succeeded"
+                       and run["exit_code"] != 0, f"{label}: run.json claims no success", json.dumps(run))
+
+    def test_disk_full_logs(self):
+        run_id = f"full-{os.getpid()}"
+        d, spec, run_dir = self.workspace("disk_full_logs", f"""name: full
+steps:
+  - name: train
+    run: {argv_yaml("flood", "2000", "--forever")}
+    parallel:
+      cpus: 2
+  - name: check
+    join: train
+    run: {argv_yaml("argv", "joined")}
+""")
+        r = self.tmpfs_run("disk full (logs)", spec, run_dir, "4m", "--run-id", run_id, "--grace", "5")
+        if r is None:
+            return
+        label = "disk full (logs)"
+        self.check(r.rc == 1, f"{label}: flowrun exits 1", r.detail())
+        said = re.findall(rf"^flowrun: error: step 'train': cannot write rank ([01])'s (stdout)\.log in "
+                          rf"{re.escape(run_dir)}/train/rank\1: No space left on device; stopping the step "
+                          rf"\(free space there, then: flowrun resume {re.escape(run_dir)}\)$", r.stderr, re.M)
+        self.check(len(said) == 1 and r.stderr.count("cannot write rank") == 2,
+                   f"{label}: flowrun says once which log it cannot write, and stops the step", r.stderr)
+        if said:
+            rank = said[0][0]
+            self.check(f"flowrun: step 'train' failed: cannot write rank {rank}'s stdout.log in {run_dir}/train/"
+                       f"rank{rank}: No space left on device\nflowrun:   stopped by flowrun: ranks 0, 1\n"
+                       in r.stderr, f"{label}: the report's headline says why the step failed", r.stderr)
+        self.check("flowrun: step 'check' skipped: it needs 'train', which did not succeed\n" in r.stderr
+                   and "[check]" not in r.stdout, f"{label}: the join never runs", r.detail())
+        self.check(re.search(r"failed after [0-9.]+ s \(exit code 1\): failed 'train'; not run 'check'\n\Z",
+                             r.stderr) is not None, f"{label}: the last line sums up the run", r.stderr[-1000:])
+        # The console showed every line whole (but a rank's last, which SIGTERM
+        # may have cut), and more of them than the logs hold.
+        lines = r.stdout.split("\n")[:-1]
+        bad = [x for x in lines if not re.match(r"\[train r[01]\] ", x)]
+        for k in (0, 1):
+            mine = [x[len(f"[train r{k}] "):] for x in lines if x.startswith(f"[train r{k}] ")]
+            bad += [x for x in mine[:-1] if not re.fullmatch(rf"rank {k} line \d+ x*", x)]
+            if mine and not (re.fullmatch(rf"rank {k} line \d+( x*)?", mine[-1])
+                             or f"rank {k} line ".startswith(mine[-1])):
+                bad.append(mine[-1])
+        self.check(not bad, f"{label}: every console line is whole and prefixed", "\n".join(bad[:5]))
+        shown = {k: sum(1 for x in lines if x.startswith(f"[train r{k}] ")) for k in (0, 1)}
+        logged = {k: r.read("train", f"rank{k}", "stdout.log").count("\n") for k in (0, 1)}
+        self.check(all(shown[k] >= logged[k] for k in (0, 1)) and any(shown[k] > logged[k] for k in (0, 1)),
+                   f"{label}: the console kept showing the ranks' output after the logs stopped",
+                   f"shown {shown}, logged {logged}")
+        self.check_not_claimed(label, r, run_dir)
+        self.no_process_left(label, run_id)
+
+    def test_disk_full_outputs(self):
+        run_id = f"fullout-{os.getpid()}"
+        d, spec, run_dir = self.workspace("disk_full_outputs", f"""name: fullout
+steps:
+  - name: train
+    shell: true
+    run: head -c 3145728 /dev/zero > "big-$RANK.bin"
+    outputs: [big-*.bin]
+    collect: all
+    parallel:
+      cpus: 2
+  - name: check
+    join: train
+    run: {argv_yaml("argv", "joined")}
+""")
+        r = self.tmpfs_run("disk full (outputs)", spec, run_dir, "4m", "--run-id", run_id)
+        if r is None:
+            return
+        label = "disk full (outputs)"
+        self.check(r.rc == 1, f"{label}: flowrun exits 1", r.detail())
+        said = re.compile(rf"^flowrun: error: step 'train': cannot gather its outputs: cannot copy "
+                          rf"{re.escape(d)}/big-([01])\.bin to {re.escape(run_dir)}/train/outputs/big-\1\.bin: No "
+                          rf"space left on device; the step counts as failed \(free space there, then: flowrun "
+                          rf"resume {re.escape(run_dir)}\)$", re.M)
+        self.check(len(said.findall(r.stderr)) == 1, f"{label}: flowrun says which output it cannot gather",
+                   r.stderr)
+        self.check("flowrun: step 'check' skipped: it needs 'train', which did not succeed\n" in r.stderr
+                   and "[check]" not in r.stdout and "succeeded in" not in r.stderr,
+                   f"{label}: the step does not succeed and the join never runs", r.detail())
+        res_path = os.path.join(r.run_dir, "train", "results.json")
+        if self.check(os.path.exists(res_path), f"{label}: results.json is written (the partial copy was removed)",
+                      r.detail()):
+            res = r.results("train")
+            self.check(res["outcome"] == "failed" and res["exit_code"] == 1
+                       and any(n.startswith("cannot gather the outputs: cannot copy ") for n in res["notes"]),
+                       f"{label}: results.json says failed, and why", json.dumps(res)[:2000])
+        self.check_not_claimed(label, r, run_dir)
+        self.no_process_left(label, run_id)
+
     # --- 7. concurrent flowruns -------------------------------------------
 
     def test_concurrent(self):

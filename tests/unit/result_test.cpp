@@ -450,6 +450,30 @@ TEST_CASE("result: a stalled step names its stalled ranks, on the console and in
   CHECK(ranks[2].find("suspended")->boolean == false);
 }
 
+TEST_CASE("result: a step flowrun stopped because it could not write a log says so", "[result]") {
+  std::vector<int> stopped;
+  AttemptRecord a = all_stopped(2, 700, &stopped);
+  a.write_error = "cannot write rank 1's stdout.log in /r/train/rank1: No space left on device";
+  assign_roles(a, stopped);
+  StepRecord s = parallel_step(a, Outcome::failed);
+  CHECK(format_failure_report(s, "") ==
+        "flowrun: step 'train' failed: cannot write rank 1's stdout.log in /r/train/rank1: No space left on "
+        "device\n"
+        "flowrun:   stopped by flowrun: ranks 0, 1\n"
+        "flowrun:   logs: " +
+            kDir + "\n");
+  // A worker that had failed first stays the culprit; the write error follows.
+  s.attempts[0].workers[0].status = exited(2);
+  assign_roles(s.attempts[0], {1});
+  const std::string report = format_failure_report(s, "");
+  CHECK(report.rfind("flowrun: step 'train' failed: rank 0 exited with code 2 after 0.70 s (pid 4240)\n",
+                     0) == 0);
+  CHECK(
+      report.find(
+          "flowrun:   also: cannot write rank 1's stdout.log in /r/train/rank1: No space left on device\n") !=
+      std::string::npos);
+}
+
 TEST_CASE("result: report of an interrupted parallel step", "[result]") {
   std::vector<int> stopped;
   AttemptRecord a = all_stopped(4, 800, &stopped);

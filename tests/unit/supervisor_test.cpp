@@ -246,6 +246,29 @@ TEST_CASE("stall_timeout stops the group and names every worker silent that long
   CHECK(b.outcome == Outcome::succeeded);
 }
 
+TEST_CASE("a log file that cannot be written stops the group, and the console goes on", "[supervisor]") {
+  Fixture f;
+  Supervisor s = f.make();
+  WorkerLaunch full = f.shell(0, "echo first; sleep 0.3; echo second; exec sleep 30");
+  full.stdout_log = "/dev/full";  // every write fails with ENOSPC
+  GroupOptions o = f.options(30);
+  o.run_dir = "/r";
+  auto a = s.run_group({full, f.shell(1, "exec sleep 30")}, o);
+  CHECK(a.outcome == Outcome::failed);
+  CHECK_FALSE(a.culprit.has_value());
+  CHECK(a.write_error == "cannot write rank 0's full in /dev: No space left on device");
+  CHECK(seconds(a) < 5);
+  for (const auto& w : a.workers) {
+    CHECK(w.role == Role::victim);
+    CHECK(w.status.code == SIGTERM);
+  }
+  CHECK(f.console_err() ==
+        "flowrun: error: step 'train': cannot write rank 0's full in /dev: No space left on device; stopping "
+        "the "
+        "step (free space there, then: flowrun resume /r)\n");
+  CHECK(f.console_out().find("[train r0] first\n") != std::string::npos);
+}
+
 TEST_CASE("descendants a worker leaves behind are stopped with the group", "[supervisor]") {
   Fixture f;
   Supervisor s = f.make();

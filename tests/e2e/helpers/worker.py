@@ -13,7 +13,8 @@ the tests need from a rank or a plain step. Standard library only.
   worker.py store                    rank 0 listens on MASTER_PORT (SO_REUSEADDR, as torch's
                                      TCPStore does), rank 1 connects and trades the run id
   worker.py bigline MIB [--hold S]   MIB MiB on stdout without a newline
-  worker.py flood N [--no-newline]   N numbered lines on stdout
+  worker.py flood N [--no-newline] [--forever]
+                                     N numbered lines on stdout (--forever: again and again)
   worker.py hang [--stop RANKS] [--silent RANKS] [--say]
                                      ranks in --stop send themselves SIGSTOP (after a line on
                                      stdout with --say), ranks in --silent sleep without a word,
@@ -150,8 +151,11 @@ def cmd_flood(a):
     if not a.no_newline:
         text += "\n"
     # Large writes, so that the pipe is full and lines straddle reads.
-    sys.stdout.write(text)
-    sys.stdout.flush()
+    while True:
+        sys.stdout.write(text)
+        sys.stdout.flush()
+        if not a.forever:
+            break
 
 
 def cmd_hang(a):
@@ -247,6 +251,7 @@ def main():
     s = sub.add_parser("flood")
     s.add_argument("count", type=int)
     s.add_argument("--no-newline", action="store_true")
+    s.add_argument("--forever", action="store_true")
     s = sub.add_parser("hang")
     s.add_argument("--stop", default="")
     s.add_argument("--silent", default="")
