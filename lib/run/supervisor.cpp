@@ -152,7 +152,8 @@ struct Supervisor::Impl {
   std::string console_out;
   std::string console_err;
   bool flush_posted = false;
-  bool output_paused = false;  // Supervisor::pause_output()
+  bool output_paused = false;     // Supervisor::pause_output()
+  std::int64_t paused_at_ns = 0;  // monotonic, when output was paused
 
   Impl(Console c, pid_t g) : console(c), guardian(g) {
     // A console reader that went away (`flowrun f.yaml | head`) must not
@@ -366,6 +367,7 @@ struct Supervisor::Impl {
   }
 
   void check_stalls() {
+    if (output_paused) return;  // the workers wait for flowrun, not the other way round
     const auto limit = static_cast<std::int64_t>(*options.stall_timeout_s * 1e9);
     std::vector<std::size_t> found;
     for (auto& w : workers) {
@@ -457,9 +459,19 @@ struct Supervisor::Impl {
                        });
   }
 
+  void pause_output() {
+    if (output_paused) return;
+    output_paused = true;
+    paused_at_ns = monotonic_now_ns();
+  }
+
   void resume_output() {
     if (!output_paused) return;
     output_paused = false;
+    // A worker held back by flowrun was not silent: the pause does not count
+    // towards its stall_timeout.
+    const std::int64_t paused_for = monotonic_now_ns() - paused_at_ns;
+    for (auto& w : workers) w.last_output_ns += paused_for;
     for (auto& w : workers) {
       for (Stream* s : {&w.out, &w.err}) {
         if (!s->parked) continue;
@@ -790,7 +802,7 @@ void Supervisor::set_repeat_signal_kills(bool kills) { impl_->repeat_kills = kil
 
 int Supervisor::interrupt_received() const { return impl_->interrupt; }
 
-void Supervisor::pause_output() { impl_->output_paused = true; }
+void Supervisor::pause_output() { impl_->pause_output(); }
 
 void Supervisor::resume_output() { impl_->resume_output(); }
 

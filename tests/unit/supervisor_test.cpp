@@ -246,6 +246,18 @@ TEST_CASE("stall_timeout stops the group and names every worker silent that long
   CHECK(b.outcome == Outcome::succeeded);
 }
 
+TEST_CASE("time with output paused does not count towards stall_timeout", "[supervisor]") {
+  Fixture f;
+  Supervisor s = f.make();
+  GroupOptions o = f.options(30);
+  o.stall_timeout_s = 0.4;
+  Pauser p(s, 1.2);  // paused for three times the stall_timeout, at the first line
+  auto a = s.run_group({f.shell(0, "for i in $(seq 40); do echo line $i; sleep 0.05; done")}, o, &p);
+  CHECK(a.outcome == Outcome::succeeded);
+  CHECK_FALSE(a.workers[0].stalled);
+  CHECK(p.resumed_at_ns - p.paused_at_ns >= 1'100'000'000);
+}
+
 TEST_CASE("a log file that cannot be written stops the group, and the console goes on", "[supervisor]") {
   Fixture f;
   Supervisor s = f.make();
