@@ -3,6 +3,7 @@
 run of the flowrun binary, with what it cost measured.
 
   run_fault_tests.py FLOWRUN ROOT [--sanitized] [--only NAME[,NAME...]] [--list] [--table FILE]
+                     [--doc docs/reliability.md]
 
 Every fault is a test. Besides its own checks (the report names the right
 rank, the exit code, ...), each one measures and asserts the same four things:
@@ -17,7 +18,7 @@ rank, the exit code, ...), each one measures and asserts the same four things:
                     a partial result, a file in outputs/ that no rank finished: 0
 
 --table FILE writes the measured table (Markdown) that docs/reliability.md
-holds. The faults on a real network (a node's link cut, a node's agent or the
+holds; --doc checks that the document has a row for every fault here. The faults on a real network (a node's link cut, a node's agent or the
 head killed across hosts) are in tests/e2e/multinode/run_multinode_tests.py,
 which needs root and builds a cluster; here a "node" is an agent on this host.
 
@@ -39,9 +40,11 @@ sys.path.insert(0, HERE)
 sys.path.insert(0, os.path.join(HERE, ".."))
 from testlib import Tally, clean_env  # noqa: E402
 from run_launcher_tests import SANITIZER_REPORT, processes_with, wait_for  # noqa: E402
+from run_launcher_tests import Suite as LauncherSuite  # noqa: E402
 from run_nodes_local_tests import FAKE_AGENT, HOST, Nodes, sh_yaml, spec_text  # noqa: E402
 
 PY = sys.executable
+WORKER = os.path.join(HERE, "helpers", "worker.py")
 MARK = "FAULT_E2E_MARK"  # set for flowrun: every process it starts inherits it
 
 
@@ -264,6 +267,59 @@ steps:
         self.finish_row(r, "worker sigkill", recover, 2.0, self.count_left(run_id), self.lost_results(d, 4),
                         self.false_claims(d, failed_ranks=(2,)), err)
 
+    def hang_flow(self, name, key, value):
+        """4 ranks; rank 1 stops itself with SIGSTOP after a line, the others print every 0.1 s."""
+        return self.workspace(name, f"""name: {name}
+steps:
+  - name: train
+    run: {q([PY, WORKER, "hang", "--stop", "1", "--say"])}
+    {key}: {value}
+    parallel:
+      cpus: 4
+  - name: join
+    join: train
+    run: {sh_yaml('touch "$0/join.ran"', "@DIR@")}
+""")
+
+    def hang_fault(self, name, key, limit, did, want):
+        r = self.row(name, did)
+        run_id = f"{name}-{os.getpid()}"
+        d = self.hang_flow(name, key, limit)
+        self.fix_dir(d)
+        t0 = time.monotonic()
+        p = self.start(d, run_id, "--grace", "30")
+        # The moment rank 1 stops: its line reaches its log just before.
+        log = os.path.join(d, "run", "train", "rank1", "stdout.log")
+        wait_for(lambda: "stops itself" in read(log, "") or p.poll() is not None, 30 * self.slack)
+        stopped = time.monotonic()
+        rc = self.wait(p, limit + 30)
+        ended = time.monotonic()
+        err = read(os.path.join(d, "flowrun.err"))
+        self.sanitizer_check(name, err)
+        self.check(rc == 124, f"{name}: exit 124", f"exit {rc}\n{err}")
+        self.check(re.search(want, err, re.M) is not None, f"{name}: the report names the stopped rank 1",
+                   f"want /{want}/\n{err}")
+        self.check(ended - t0 < limit + 2 * self.slack, f"{name}: it ends right after {key} ({limit} s), not "
+                   "after the 30 s grace: the stopped rank got its SIGTERM", f"{ended - t0:.2f} s")
+        r.extra = f"{key}: {limit} s"
+        self.finish_row(r, name, ended - stopped, limit + 2.0, self.count_left(run_id), 0,
+                        self.false_claims(d, failed_ranks=(0, 1, 2, 3)), err)
+
+    def test_worker_sigstop_timeout(self):
+        """Rank 1 stops itself (SIGSTOP): a hang. The step's timeout ends it, naming rank 1."""
+        self.hang_fault("worker_sigstop_timeout", "timeout", 3,
+                        "the step's `timeout` ends it: SIGTERM then SIGCONT to every rank; the report names "
+                        "rank 1 as stopped and silent; exit 124; no join",
+                        r"^flowrun:   rank 1 \(stopped\) wrote nothing for the last [0-9.]+ s$")
+
+    def test_worker_sigstop_stall(self):
+        """Rank 1 stops itself (SIGSTOP); the others keep printing: stall_timeout ends the step."""
+        self.hang_fault("worker_sigstop_stall", "stall_timeout", 2,
+                        "`stall_timeout` sees rank 1 silent, stops the step and names it as stalled; exit 124; "
+                        "no join",
+                        r"^flowrun: step 'train' stalled: rank 1 \(stopped\) wrote nothing for [0-9.]+ s "
+                        r"\(stall_timeout: 2s\); stopping the step$")
+
     # --- flowrun itself dies or is interrupted --------------------------------------
 
     def test_flowrun_sigkill(self):
@@ -351,7 +407,7 @@ steps:
     def test_flood(self):
         """Two ranks write 512 MiB each to stdout as fast as they can; flowrun's memory stays flat."""
         mib = 512
-        r = self.row("flood", f"every byte reaches the logs and the console, in order; flowrun's memory stays "
+        r = self.row("flood", f"every byte reaches the ranks' logs; flowrun's memory stays "
                      f"bounded")
         run_id = f"flood-{os.getpid()}"
         code = ("import os, sys\n"
@@ -451,6 +507,60 @@ steps:
         self.check("stopped 4 processes left behind" in notes, "grandchildren: all 4 are named as stopped", notes)
         self.finish_row(r, "grandchildren", took, 5.0, self.count_left(run_id, 1), self.lost_results(d, 2),
                         0 if os.path.isdir(os.path.join(d, "run", "train", "outputs")) else 1, err)
+
+    def test_disk_full(self):
+        """The run directory is a 4 MiB tmpfs; two ranks print until their logs fill it."""
+        r = self.row("disk_full", "flowrun says which log it cannot write and why, stops the step (exit 1); "
+                     "the console kept every line; results.json and run.json claim no success; no join")
+        run_id = f"full-{os.getpid()}"
+        d = self.workspace("disk_full", f"""name: full
+steps:
+  - name: train
+    run: {q([PY, WORKER, "flood", "2000", "--forever"])}
+    parallel:
+      cpus: 2
+  - name: join
+    join: train
+    run: {sh_yaml('touch "$0/join.ran"', "@DIR@")}
+""")
+        self.fix_dir(d)
+        launcher = LauncherSuite(self.flowrun, self.root, self.sanitized)
+        shutil.rmtree(launcher.scratch, ignore_errors=True)
+        launcher.scratch, launcher.t = self.scratch, self.t
+        run_dir = os.path.join(d, "run")
+        run = launcher.tmpfs_run("disk full", os.path.join(d, "spec.yaml"), run_dir, "4m", "--run-id", run_id,
+                                 "--grace", "5")
+        if run is None:
+            r.recover, r.left, r.lost, r.false = "skipped (needs root)", "-", "-", "-"
+            return
+        self.check(run.rc == 1, "disk full: exit 1", run.detail())
+        said = re.search(rf"^flowrun: error: step 'train': cannot write rank [01]'s stdout\.log in "
+                         rf"{re.escape(run_dir)}/train/rank[01]: No space left on device; stopping the step",
+                         run.stderr, re.M)
+        self.check(said is not None, "disk full: flowrun says which file it cannot write, and why", run.stderr)
+        # Lost: a line a rank wrote that is in neither its log nor the console (the
+        # console shows every line; only a rank's very last may be cut by SIGTERM).
+        lost = 0
+        lines = run.stdout.split("\n")[:-1]
+        for k in (0, 1):
+            numbers = [int(m.group(1)) for m in (re.match(rf"\[train r{k}\] rank {k} line (\d+)", x)
+                                                 for x in lines) if m]
+            lost += sum(1 for a, b in zip(numbers, numbers[1:]) if b != (a + 1) % 2000)
+        res = None
+        try:
+            res = run.results("train")
+        except (OSError, ValueError):
+            pass
+        false = (1 if res is not None and res.get("outcome") == "succeeded" else 0) + \
+            (1 if os.path.exists(os.path.join(d, "join.ran")) else 0)
+        try:
+            recorded = json.loads(run.read("run.json"))
+            false += 1 if recorded["steps"]["train"] == "succeeded" or recorded["exit_code"] == 0 else 0
+        except (OSError, ValueError, KeyError):
+            pass
+        r.extra = f"{run.elapsed:.2f} s from start to exit"
+        self.finish_row(r, "disk full", "n/a (the step fails at once)", 0, self.count_left(run_id), lost, false,
+                        run.detail())
 
     def test_restart(self):
         """Rank 1 fails on the first attempt after writing a file; max_restarts: 1 runs every rank again."""
@@ -741,9 +851,18 @@ def main():
     parser.add_argument("--only", default="")
     parser.add_argument("--list", action="store_true")
     parser.add_argument("--table", help="write the measured table (Markdown) here")
+    parser.add_argument("--doc", help="check that this document's faults table has a row for every fault")
     a = parser.parse_args()
     suite = Suite(os.path.abspath(a.flowrun), os.path.abspath(a.root), a.sanitized)
     tests = suite.tests()
+    if a.doc:
+        text = read(a.doc, "")
+        table = text.split("<!-- faults table")[1].split("<!-- end of faults table")[0] if \
+            "<!-- faults table" in text else ""
+        rows = re.findall(r"^\| (\w+) \|", table, re.M)
+        names = [name for name, _ in tests]
+        suite.check(rows == names, f"{a.doc}: its faults table has one row per fault, in order",
+                    f"table: {rows}\nfaults: {names}")
     if a.list:
         print("\n".join(name for name, _ in tests))
         return 0
