@@ -859,7 +859,7 @@ def main():
         text = read(a.doc, "")
         table = text.split("<!-- faults table")[1].split("<!-- end of faults table")[0] if \
             "<!-- faults table" in text else ""
-        rows = re.findall(r"^\| (\w+) \|", table, re.M)
+        rows = [row for row in re.findall(r"^\| (\w+) \|", table, re.M) if row != "fault"]
         names = [name for name, _ in tests]
         suite.check(rows == names, f"{a.doc}: its faults table has one row per fault, in order",
                     f"table: {rows}\nfaults: {names}")
