@@ -7,7 +7,8 @@
 namespace flowrun {
 
 // mkdir -p PATH with `mode` for the directories it makes; throws Error
-// naming the directory it could not make.
+// naming the directory it could not make, also when PATH is something else
+// than a directory (a file, a link to one).
 void make_dirs(const std::string& path, mode_t mode = 0755);
 
 // Before a restart: moves what the failed attempt left in a rank's directory

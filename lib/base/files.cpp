@@ -18,6 +18,9 @@ void make_dirs(const std::string& path, mode_t mode) {
     if (mkdir(partial.c_str(), mode) != 0 && errno != EEXIST)
       throw Error("cannot create the directory " + partial + ": " + std::strerror(errno));
   }
+  struct stat st {};
+  if (stat(path.c_str(), &st) != 0 || !S_ISDIR(st.st_mode))
+    throw Error("cannot create the directory " + path + ": it exists and is not a directory");
 }
 
 std::string keep_attempt(const std::string& rank_dir, int attempt) {

@@ -20,6 +20,7 @@
 
 #include "flowrun/cluster.h"
 #include "flowrun/error.h"
+#include "flowrun/files.h"
 #include "flowrun/gpu.h"
 #include "flowrun/process.h"
 #include "flowrun/protocol.h"
@@ -69,17 +70,6 @@ constexpr std::size_t kUploadChunk = 1 << 20;
 // come the other way, where output never queues.
 constexpr std::size_t kQueueHighWater = 4 << 20;
 constexpr std::size_t kQueueLowWater = 1 << 20;
-
-void make_dirs(const std::string& path, mode_t mode) {
-  std::size_t pos = 0;
-  while (pos != std::string::npos) {
-    pos = path.find('/', pos + 1);
-    const std::string partial = path.substr(0, pos);
-    if (partial.empty()) continue;
-    if (mkdir(partial.c_str(), mode) != 0 && errno != EEXIST)
-      throw Error("cannot create the directory " + partial + ": " + std::strerror(errno));
-  }
-}
 
 void remove_tree(const std::string& path) {
   nftw(

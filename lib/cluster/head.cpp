@@ -47,17 +47,6 @@ Clock::duration seconds_of(double s) {
   return std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(s));
 }
 
-// mkdir -p: the whole path first, its parents only when they are missing.
-void make_dirs(const std::string& path, mode_t mode = 0755) {
-  if (path.empty() || mkdir(path.c_str(), mode) == 0 || errno == EEXIST) return;
-  if (errno != ENOENT) throw Error("cannot create the directory " + path + ": " + std::strerror(errno));
-  const auto slash = path.rfind('/');
-  if (slash == std::string::npos || slash == 0) throw Error("cannot create the directory " + path);
-  make_dirs(path.substr(0, slash), mode);
-  if (mkdir(path.c_str(), mode) != 0 && errno != EEXIST)
-    throw Error("cannot create the directory " + path + ": " + std::strerror(errno));
-}
-
 // Opens `relative` for writing under the directory `root`, creating the
 // directories between, never following a symlink on the way (O_NOFOLLOW on
 // every component) and never replacing a file. Returns the fd, or -1 with

@@ -21,6 +21,8 @@
 #include <system_error>
 #include <unistd.h>
 
+#include "flowrun/files.h"
+
 namespace flowrun {
 
 FileTime file_clock_now() {
@@ -358,20 +360,6 @@ struct Candidate {
 };
 
 std::string describe(const Candidate& c) { return c.file.abs + " (" + c.origin + ")"; }
-
-void make_dirs(const std::string& path) {
-  std::string prefix;
-  for (std::size_t i = 0; i <= path.size(); ++i) {
-    if (i < path.size() && path[i] != '/') continue;
-    prefix = path.substr(0, i);
-    if (prefix.empty() || prefix == "/") continue;
-    if (mkdir(prefix.c_str(), 0777) != 0 && errno != EEXIST)
-      throw Error("cannot create directory " + prefix + ": " + errno_text(errno));
-  }
-  struct stat st {};
-  if (stat(path.c_str(), &st) != 0 || !S_ISDIR(st.st_mode))
-    throw Error("cannot create directory " + path + ": it exists and is not a directory");
-}
 
 class Fd {
  public:

@@ -42,6 +42,8 @@ TEST_CASE("make_dirs makes every missing directory and accepts existing ones", "
   flowrun::make_dirs(root + "/a/b/c");  // again: no error
   write(root + "/file", "x");
   CHECK_THROWS_AS(flowrun::make_dirs(root + "/file/sub"), flowrun::Error);
+  CHECK_THROWS_WITH(flowrun::make_dirs(root + "/file"),
+                    "cannot create the directory " + root + "/file: it exists and is not a directory");
   std::filesystem::remove_all(root);
 }
 
