@@ -52,3 +52,64 @@ class Tally:
 def diff(expected, actual):
     import difflib
     return "".join(difflib.unified_diff(expected.splitlines(True), actual.splitlines(True), "expected", "actual"))
+
+
+def run_suite(make_suite, add_arguments=None, after_all=None):
+    """The main() of an end-to-end driver:
+
+      DRIVER FLOWRUN ROOT [--sanitized] [--only NAME[,NAME...]] [--list] [the driver's own options]
+
+    make_suite(args) returns the suite (or an exit code: 125 to skip). The suite has
+    tests() -> [(name, function)], check(ok, label, detail), t (a Tally) and scratch (a
+    directory, removed at the end); close_all(), when it has one, runs after every test.
+    Each test runs in its own try, so a crash fails that test only; each prints
+    `NAME: ok|FAILED (N s)`. after_all(suite, args) runs after the last test. Returns the
+    exit code: 0 when every check passed, 1 otherwise, 2 for an unknown --only name."""
+    import argparse
+    import shutil
+    import time
+    import traceback
+
+    parser = argparse.ArgumentParser()
+    parser.add_argument("flowrun")
+    parser.add_argument("root")
+    parser.add_argument("--sanitized", action="store_true",
+                        help="the binary is built with a sanitizer: timing margins are wider")
+    parser.add_argument("--only", default="", help="comma-separated test names (see --list)")
+    parser.add_argument("--list", action="store_true", help="list the tests and exit")
+    if add_arguments:
+        add_arguments(parser)
+    args = parser.parse_args()
+    args.flowrun, args.root = os.path.abspath(args.flowrun), os.path.abspath(args.root)
+    suite = make_suite(args)
+    if isinstance(suite, int):
+        return suite
+    close_all = getattr(suite, "close_all", lambda: None)
+    try:
+        tests = suite.tests()
+        if args.list:
+            print("\n".join(name for name, _ in tests))
+            return 0
+        only = set(filter(None, args.only.split(",")))
+        unknown = only - {name for name, _ in tests}
+        if unknown:
+            print(f"unknown test: {', '.join(sorted(unknown))} (see --list)")
+            return 2
+        for name, test in tests:
+            if only and name not in only:
+                continue
+            start, before = time.monotonic(), suite.t.failed
+            try:
+                test()
+            except Exception as e:  # a crash in one test is that test's failure
+                suite.check(False, f"{name}: raised {type(e).__name__}: {e}", traceback.format_exc())
+            finally:
+                close_all()
+            status = "ok" if suite.t.failed == before else "FAILED"
+            print(f"{name}: {status} ({time.monotonic() - start:.1f} s)", flush=True)
+        if after_all:
+            after_all(suite, args)
+    finally:
+        close_all()
+        shutil.rmtree(suite.scratch, ignore_errors=True)
+    return suite.t.finish()

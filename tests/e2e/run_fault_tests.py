@@ -24,7 +24,6 @@ which needs root and builds a cluster; here a "node" is an agent on this host.
 
 --sanitized: the binary is built with a sanitizer: timing bounds are tripled.
 """
-import argparse
 import json
 import os
 import re
@@ -38,10 +37,10 @@ import time
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 sys.path.insert(0, os.path.join(HERE, ".."))
-from testlib import Tally, clean_env  # noqa: E402
+from testlib import Tally, clean_env, run_suite  # noqa: E402
 from run_launcher_tests import SANITIZER_REPORT, processes_with, wait_for  # noqa: E402
 from run_launcher_tests import Suite as LauncherSuite  # noqa: E402
-from run_nodes_local_tests import FAKE_AGENT, HOST, Nodes, sh_yaml, spec_text  # noqa: E402
+from run_nodes_local_tests import FAKE_AGENT, Nodes, sh_yaml, spec_text  # noqa: E402
 
 PY = sys.executable
 WORKER = os.path.join(HERE, "helpers", "worker.py")
@@ -407,8 +406,7 @@ steps:
     def test_flood(self):
         """Two ranks write 512 MiB each to stdout as fast as they can; flowrun's memory stays flat."""
         mib = 512
-        r = self.row("flood", f"every byte reaches the ranks' logs; flowrun's memory stays "
-                     f"bounded")
+        r = self.row("flood", "every byte reaches the ranks' logs; flowrun's memory stays bounded")
         run_id = f"flood-{os.getpid()}"
         code = ("import os, sys\n"
                 "line = ('rank %s ' % os.environ['RANK'] + 'x' * 1016 + '\\n').encode()\n"
@@ -637,10 +635,8 @@ steps:
     run: {q(PY + " -c " + json.dumps(show) + " ${args} ${steps.train.outputs}")}
 """)
         args = ["$(touch INJ2)", "; touch INJ3", "`touch INJ4`", "' ; touch INJ5 ; '", "a\nb"]
-        t0 = time.monotonic()
         p = self.start(d, run_id, "--", *args)
         rc = self.wait(p, 30)
-        took = time.monotonic() - t0
         err, out = read(os.path.join(d, "flowrun.err")), read(os.path.join(d, "flowrun.out"))
         self.sanitizer_check("hostile input", err)
         outputs = os.path.join(d, "run", "train", "outputs")
@@ -843,56 +839,31 @@ steps:
         return "\n".join(lines) + "\n"
 
 
-def main():
-    parser = argparse.ArgumentParser()
-    parser.add_argument("flowrun")
-    parser.add_argument("root")
-    parser.add_argument("--sanitized", action="store_true")
-    parser.add_argument("--only", default="")
-    parser.add_argument("--list", action="store_true")
-    parser.add_argument("--table", help="write the measured table (Markdown) here")
-    parser.add_argument("--doc", help="check that this document's faults table has a row for every fault")
-    a = parser.parse_args()
-    suite = Suite(os.path.abspath(a.flowrun), os.path.abspath(a.root), a.sanitized)
-    tests = suite.tests()
+def make_suite(a):
+    suite = Suite(a.flowrun, a.root, a.sanitized)
     if a.doc:
         text = read(a.doc, "")
         table = text.split("<!-- faults table")[1].split("<!-- end of faults table")[0] if \
             "<!-- faults table" in text else ""
         rows = [row for row in re.findall(r"^\| (\w+) \|", table, re.M) if row != "fault"]
-        names = [name for name, _ in tests]
+        names = [name for name, _ in suite.tests()]
         suite.check(rows == names, f"{a.doc}: its faults table has one row per fault, in order",
                     f"table: {rows}\nfaults: {names}")
-    if a.list:
-        print("\n".join(name for name, _ in tests))
-        return 0
-    only = set(filter(None, a.only.split(",")))
-    unknown = only - {name for name, _ in tests}
-    if unknown:
-        print(f"unknown test: {', '.join(sorted(unknown))} (see --list)")
-        return 2
-    try:
-        for name, test in tests:
-            if only and name not in only:
-                continue
-            start = time.monotonic()
-            before = suite.t.failed
-            try:
-                test()
-            except Exception as e:  # a crash in one test is that test's failure
-                import traceback
-                suite.check(False, f"{name}: raised {type(e).__name__}: {e}", traceback.format_exc())
-            finally:
-                suite.close_all()
-            status = "ok" if suite.t.failed == before else "FAILED"
-            print(f"{name}: {status} ({time.monotonic() - start:.1f} s)", flush=True)
-    finally:
-        shutil.rmtree(suite.scratch, ignore_errors=True)
+    return suite
+
+
+def write_table(suite, a):
     print(suite.table(), end="")
     if a.table:
         with open(a.table, "w") as f:
             f.write(suite.table())
-    return suite.t.finish()
+
+
+def main():
+    def options(parser):
+        parser.add_argument("--table", help="write the measured table (Markdown) here")
+        parser.add_argument("--doc", help="check that this document's faults table has a row for every fault")
+    return run_suite(make_suite, options, write_table)
 
 
 if __name__ == "__main__":

@@ -10,7 +10,6 @@ console, results.json, the run directory).
 and the memory bound of the long-line test is not checked (the sanitizer's
 own memory dwarfs it); everything else is checked the same way.
 """
-import argparse
 import json
 import os
 import pty
@@ -24,7 +23,7 @@ import threading
 import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
-from testlib import Tally, clean_env  # noqa: E402
+from testlib import Tally, clean_env, run_suite  # noqa: E402
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 WORKER = os.path.join(HERE, "helpers", "worker.py")
@@ -1324,39 +1323,7 @@ steps:
 
 
 def main():
-    parser = argparse.ArgumentParser()
-    parser.add_argument("flowrun")
-    parser.add_argument("root")
-    parser.add_argument("--sanitized", action="store_true")
-    parser.add_argument("--only", default="")
-    parser.add_argument("--list", action="store_true")
-    a = parser.parse_args()
-    suite = Suite(os.path.abspath(a.flowrun), os.path.abspath(a.root), a.sanitized)
-    tests = suite.tests()
-    if a.list:
-        print("\n".join(name for name, _ in tests))
-        return 0
-    only = set(filter(None, a.only.split(",")))
-    unknown = only - {name for name, _ in tests}
-    if unknown:
-        print(f"unknown test: {', '.join(sorted(unknown))} (see --list)")
-        return 2
-    try:
-        for name, test in tests:
-            if only and name not in only:
-                continue
-            start = time.monotonic()
-            before = suite.t.failed
-            try:
-                test()
-            except Exception as e:  # a crash in one test is that test's failure
-                import traceback
-                suite.check(False, f"{name}: raised {type(e).__name__}: {e}", traceback.format_exc())
-            status = "ok" if suite.t.failed == before else "FAILED"
-            print(f"{name}: {status} ({time.monotonic() - start:.1f} s)", flush=True)
-    finally:
-        shutil.rmtree(suite.scratch, ignore_errors=True)
-    return suite.t.finish()
+    return run_suite(lambda a: Suite(a.flowrun, a.root, a.sanitized))
 
 
 if __name__ == "__main__":

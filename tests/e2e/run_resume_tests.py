@@ -10,7 +10,6 @@ console are checked with exact expectations.
 --sanitized: the binary is built with a sanitizer; waits get more slack and
 every stderr is checked for a sanitizer report (as always).
 """
-import argparse
 import collections
 import json
 import os
@@ -23,7 +22,7 @@ import tempfile
 import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
-from testlib import RUN_ID, Tally, clean_env  # noqa: E402
+from testlib import Tally, clean_env, run_suite  # noqa: E402
 
 SANITIZER_REPORT = re.compile(r"(WARNING|ERROR): (ThreadSanitizer|AddressSanitizer|LeakSanitizer)|runtime error: ")
 
@@ -241,7 +240,7 @@ class Suite:
         self.equal(collections.Counter({"prepare": 1, "train r0": 2, "train r1": 2, "evaluate": 2}),
                    self.counter(d), "from: train and evaluate ran again, prepare did not")
         lines = r.lines()
-        self.check(f"flowrun: step 'train' runs (--from train)" in lines and
+        self.check("flowrun: step 'train' runs (--from train)" in lines and
                    f"flowrun: step 'evaluate' runs (it failed in run {a})" in lines and
                    lines[3].startswith(f"flowrun: step 'prepare' reused from run {a} "),
                    "from: the console says why each step runs", "\n".join(lines))
@@ -505,39 +504,7 @@ steps:
 
 
 def main():
-    parser = argparse.ArgumentParser()
-    parser.add_argument("flowrun")
-    parser.add_argument("root")
-    parser.add_argument("--sanitized", action="store_true")
-    parser.add_argument("--only", default="")
-    parser.add_argument("--list", action="store_true")
-    a = parser.parse_args()
-    suite = Suite(os.path.abspath(a.flowrun), os.path.abspath(a.root), a.sanitized)
-    tests = suite.tests()
-    if a.list:
-        print("\n".join(name for name, _ in tests))
-        return 0
-    only = set(filter(None, a.only.split(",")))
-    unknown = only - {name for name, _ in tests}
-    if unknown:
-        print(f"unknown test: {', '.join(sorted(unknown))} (see --list)")
-        return 2
-    try:
-        for name, test in tests:
-            if only and name not in only:
-                continue
-            start = time.monotonic()
-            before = suite.t.failed
-            try:
-                test()
-            except Exception as e:  # a crash in one test is that test's failure
-                import traceback
-                suite.check(False, f"{name}: raised {type(e).__name__}: {e}", traceback.format_exc())
-            status = "ok" if suite.t.failed == before else "FAILED"
-            print(f"{name}: {status} ({time.monotonic() - start:.1f} s)", flush=True)
-    finally:
-        shutil.rmtree(suite.scratch, ignore_errors=True)
-    return suite.t.finish()
+    return run_suite(lambda a: Suite(a.flowrun, a.root, a.sanitized))
 
 
 if __name__ == "__main__":

@@ -5,7 +5,6 @@ and argv to a file, and the tests compare them with what a spec gives.
 
   run_torchrun_tests.py FLOWRUN ROOT [--sanitized] [--only NAME[,NAME...]] [--list]
 """
-import argparse
 import json
 import os
 import re
@@ -16,7 +15,7 @@ import tempfile
 import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
-from testlib import Tally, clean_env  # noqa: E402
+from testlib import Tally, clean_env, run_suite  # noqa: E402
 
 # The variables of the contract (../shared/CONTRACT.md, docs/environment.md).
 CONTRACT = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "GROUP_RANK", "GROUP_WORLD_SIZE", "ROLE_NAME",
@@ -382,35 +381,7 @@ class Suite:
 
 
 def main():
-    parser = argparse.ArgumentParser()
-    parser.add_argument("flowrun")
-    parser.add_argument("root")
-    parser.add_argument("--sanitized", action="store_true")
-    parser.add_argument("--only", default="")
-    parser.add_argument("--list", action="store_true")
-    a = parser.parse_args()
-    suite = Suite(os.path.abspath(a.flowrun), os.path.abspath(a.root), a.sanitized)
-    tests = suite.tests()
-    if a.list:
-        print("\n".join(name for name, _ in tests))
-        return 0
-    only = set(filter(None, a.only.split(",")))
-    try:
-        for name, test in tests:
-            if only and name not in only:
-                continue
-            start = time.monotonic()
-            before = suite.t.failed
-            try:
-                test()
-            except Exception as e:  # a crash in one test is that test's failure
-                import traceback
-                suite.check(False, f"{name}: raised {type(e).__name__}: {e}", traceback.format_exc())
-            status = "ok" if suite.t.failed == before else "FAILED"
-            print(f"{name}: {status} ({time.monotonic() - start:.1f} s)", flush=True)
-    finally:
-        shutil.rmtree(suite.scratch, ignore_errors=True)
-    return suite.t.finish()
+    return run_suite(lambda a: Suite(a.flowrun, a.root, a.sanitized))
 
 
 if __name__ == "__main__":

@@ -14,12 +14,11 @@ workers, gloo), in the venv scripts/venv makes:
 - fastai_env: every rank of a 2-worker step reads the WORLD_SIZE and RANK
   fastai expects (num_distrib(), rank_distrib()).
 
-  run_framework_tests.py FLOWRUN ROOT [--venv DIR] [--only NAME[,NAME...]]
+  run_framework_tests.py FLOWRUN ROOT [--venv DIR] [--only NAME[,NAME...]] [--list]
 
 DIR defaults to ROOT/build/venv. Without it (scripts/venv makes it) the tests
 are skipped: this prints SKIP and exits 125.
 """
-import argparse
 import json
 import os
 import re
@@ -30,7 +29,7 @@ import tempfile
 import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", ".."))
-from testlib import Tally, clean_env  # noqa: E402
+from testlib import Tally, clean_env, run_suite  # noqa: E402
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 TESTS = ("lightning", "lightning_mismatch", "fastai", "fastai_env")
@@ -54,6 +53,12 @@ class Suite:
         self.flowrun, self.root, self.venv = flowrun, root, venv
         self.t = Tally("frameworks")
         self.scratch = tempfile.mkdtemp(prefix="flowrun-frameworks-")
+
+    def check(self, ok, label, detail=""):
+        return self.t.check(ok, label, detail)
+
+    def tests(self):
+        return [(name, getattr(self, "test_" + name)) for name in TESTS]
 
     def example(self, name, files):
         """A copy of specs/examples/NAME's files in a fresh directory."""
@@ -158,36 +163,17 @@ steps:
         return os.path.join(self.venv, "lightning2")
 
 
-def main():
-    parser = argparse.ArgumentParser()
-    parser.add_argument("flowrun")
-    parser.add_argument("root")
-    parser.add_argument("--venv", help="the venv scripts/venv made (default: ROOT/build/venv)")
-    parser.add_argument("--only", help="comma-separated tests: " + ", ".join(TESTS))
-    a = parser.parse_args()
-    root = os.path.abspath(a.root)
-    venv = os.path.abspath(a.venv or os.path.join(root, "build", "venv"))
+def make_suite(a):
+    venv = os.path.abspath(a.venv or os.path.join(a.root, "build", "venv"))
     if not os.path.exists(os.path.join(venv, "flowrun-constraints.sha256")):
         print(f"SKIP: no frameworks venv at {venv}; make it with scripts/venv")
         return 125
-    names = a.only.split(",") if a.only else list(TESTS)
-    unknown = [n for n in names if n not in TESTS]
-    if unknown:
-        parser.error(f"unknown test {', '.join(unknown)} (one of: {', '.join(TESTS)})")
-    suite = Suite(os.path.abspath(a.flowrun), root, venv)
-    try:
-        for name in names:
-            start, before = time.monotonic(), suite.t.failed
-            try:
-                getattr(suite, "test_" + name)()
-            except Exception as e:
-                import traceback
-                suite.t.check(False, f"{name}: raised {type(e).__name__}: {e}", traceback.format_exc())
-            print(f"{name}: {'ok' if suite.t.failed == before else 'FAILED'} ({time.monotonic() - start:.1f} s)",
-                  flush=True)
-    finally:
-        shutil.rmtree(suite.scratch, ignore_errors=True)
-    return suite.t.finish()
+    return Suite(a.flowrun, a.root, venv)
+
+
+def main():
+    return run_suite(make_suite, lambda parser: parser.add_argument(
+        "--venv", help="the venv scripts/venv made (default: ROOT/build/venv)"))
 
 
 if __name__ == "__main__":
