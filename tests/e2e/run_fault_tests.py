@@ -44,6 +44,10 @@ from run_nodes_local_tests import FAKE_AGENT, Nodes, sh_yaml, spec_text  # noqa:
 
 PY = sys.executable
 WORKER = os.path.join(HERE, "helpers", "worker.py")
+# A rank's finished result, as lost_results() looks for it: a file in its
+# FLOWRUN_OUTPUT_DIR and a line in its stdout.log.
+RESULT = 'echo "rank $RANK result" > "$FLOWRUN_OUTPUT_DIR/result.txt"; echo "rank $RANK wrote its result"; '
+
 MARK = "FAULT_E2E_MARK"  # set for flowrun: every process it starts inherits it
 
 
@@ -141,6 +145,15 @@ class Suite:
         except subprocess.TimeoutExpired:
             return None
 
+    def ended(self, label, p, d, limit):
+        """Waits for flowrun (up to `limit` s, scaled); returns its exit code (None: still
+        running), the moment it ended and its stderr, checked for a sanitizer report."""
+        rc = self.wait(p, limit)
+        end = time.monotonic()
+        err = read(os.path.join(d, "flowrun.err"))
+        self.sanitizer_check(label, err)
+        return rc, end, err
+
     def leftovers(self, run_id):
         return sorted(set(processes_with(f"FLOWRUN_RUN_ID={run_id}")) | set(processes_with(f"{MARK}={run_id}")))
 
@@ -189,7 +202,7 @@ class Suite:
 
     # A rank that records a result, says it is ready (its pid, once its traps are
     # set) and then waits to be stopped; the join marks that it ran.
-    RANK_SCRIPT = ('echo "rank $RANK result" > "$FLOWRUN_OUTPUT_DIR/result.txt"; echo "rank $RANK wrote its result"; '
+    RANK_SCRIPT = (RESULT +
                    '{trap}echo $$ > "ready.$RANK.tmp" && mv "ready.$RANK.tmp" "ready.$RANK"; {rest}')
 
     def rank_flow(self, name, trap="", rest="exec sleep 60", extra="", ranks=4):
@@ -255,10 +268,8 @@ steps:
             return
         t0 = time.monotonic()
         os.kill(pids[2], signal.SIGKILL)
-        rc = self.wait(p, 20)
-        recover = time.monotonic() - t0
-        err = read(os.path.join(d, "flowrun.err"))
-        self.sanitizer_check("worker sigkill", err)
+        rc, end, err = self.ended("worker sigkill", p, d, 20)
+        recover = end - t0
         res = self.results(d) or {}
         self.check(rc == 137 and res.get("culprit_rank") == 2, "worker sigkill: exit 137 (128 + 9), culprit rank 2",
                    f"exit {rc}\n{err}")
@@ -291,10 +302,7 @@ steps:
         log = os.path.join(d, "run", "train", "rank1", "stdout.log")
         wait_for(lambda: "stops itself" in read(log, "") or p.poll() is not None, 30 * self.slack)
         stopped = time.monotonic()
-        rc = self.wait(p, limit + 30)
-        ended = time.monotonic()
-        err = read(os.path.join(d, "flowrun.err"))
-        self.sanitizer_check(name, err)
+        rc, ended, err = self.ended(name, p, d, limit + 30)
         self.check(rc == 124, f"{name}: exit 124", f"exit {rc}\n{err}")
         self.check(re.search(want, err, re.M) is not None, f"{name}: the report names the stopped rank 1",
                    f"want /{want}/\n{err}")
@@ -360,10 +368,8 @@ steps:
             return
         t0 = time.monotonic()
         os.killpg(p.pid, signal.SIGINT)  # what a terminal sends to its foreground process group
-        rc = self.wait(p, 20)
-        recover = time.monotonic() - t0
-        err = read(os.path.join(d, "flowrun.err"))
-        self.sanitizer_check("ctrl-c once", err)
+        rc, end, err = self.ended("ctrl-c once", p, d, 20)
+        recover = end - t0
         res = self.results(d) or {}
         self.check(rc == 130 and res.get("outcome") == "interrupted",
                    "ctrl-c once: exit 130, results.json says interrupted", f"exit {rc}\n{err}\n{res}")
@@ -391,10 +397,8 @@ steps:
         still = p.poll() is None
         t0 = time.monotonic()
         os.killpg(p.pid, signal.SIGINT)
-        rc = self.wait(p, 20)
-        recover = time.monotonic() - t0
-        err = read(os.path.join(d, "flowrun.err"))
-        self.sanitizer_check("ctrl-c twice", err)
+        rc, end, err = self.ended("ctrl-c twice", p, d, 20)
+        recover = end - t0
         self.check(still and rc == 130, "ctrl-c twice: still stopping after one, exit 130 after two",
                    f"{still} exit {rc}\n{err}")
         self.check("SIGINT again" in err, "ctrl-c twice: flowrun says it kills now", err)
@@ -425,11 +429,9 @@ steps:
         while p.poll() is None and time.monotonic() - t0 < 300 * self.slack:
             peak = max(peak, peak_rss_kib(p.pid) or 0)
             time.sleep(0.05)
-        rc = self.wait(p, 10)
-        took = time.monotonic() - t0
+        rc, end, err = self.ended("flood", p, d, 10)
+        took = end - t0
         sink.close()
-        err = read(os.path.join(d, "flowrun.err"))
-        self.sanitizer_check("flood", err)
         sizes = [os.path.getsize(os.path.join(d, "run", "train", f"rank{k}", "stdout.log"))
                  if os.path.exists(os.path.join(d, "run", "train", f"rank{k}", "stdout.log")) else 0 for k in range(2)]
         want = mib * 1024 * 1024
@@ -447,8 +449,7 @@ steps:
         r = self.row("stdout_closed", "the rank is still waited for; its stderr after the close and its exit "
                      "code are kept; the step succeeds when it does")
         run_id = f"close-{os.getpid()}"
-        script = ('echo "rank $RANK result" > "$FLOWRUN_OUTPUT_DIR/result.txt"; echo "rank $RANK wrote its result"; '
-                  'if [ "$RANK" = 0 ]; then exec 1>&-; sleep 1; echo "rank 0 after closing stdout" >&2; '
+        script = (RESULT + 'if [ "$RANK" = 0 ]; then exec 1>&-; sleep 1; echo "rank 0 after closing stdout" >&2; '
                   'exec 2>&-; sleep 1; fi; exit 0')
         d = self.workspace("stdout_closed", f"""name: closed
 steps:
@@ -460,10 +461,8 @@ steps:
 """)
         t0 = time.monotonic()
         p = self.start(d, run_id)
-        rc = self.wait(p, 30)
-        took = time.monotonic() - t0
-        err = read(os.path.join(d, "flowrun.err"))
-        self.sanitizer_check("stdout closed", err)
+        rc, end, err = self.ended("stdout closed", p, d, 30)
+        took = end - t0
         res = self.results(d) or {}
         self.check(rc == 0 and res.get("outcome") == "succeeded", "stdout closed: the step succeeds",
                    f"exit {rc}\n{err}")
@@ -481,8 +480,7 @@ steps:
         r = self.row("grandchildren", "the step succeeds with its ranks' results; the processes they left "
                      "behind are stopped and named in results.json's notes")
         run_id = f"grand-{os.getpid()}"
-        script = ('echo "rank $RANK result" > "$FLOWRUN_OUTPUT_DIR/result.txt"; echo "rank $RANK wrote its result"; '
-                  'setsid sleep 300 > /dev/null 2>&1 < /dev/null & (sleep 300 > /dev/null 2>&1 < /dev/null &); '
+        script = (RESULT + 'setsid sleep 300 > /dev/null 2>&1 < /dev/null & (sleep 300 > /dev/null 2>&1 < /dev/null &); '
                   'exit 0')
         d = self.workspace("grandchildren", f"""name: grand
 steps:
@@ -494,10 +492,8 @@ steps:
 """)
         t0 = time.monotonic()
         p = self.start(d, run_id)
-        rc = self.wait(p, 30)
-        took = time.monotonic() - t0
-        err = read(os.path.join(d, "flowrun.err"))
-        self.sanitizer_check("grandchildren", err)
+        rc, end, err = self.ended("grandchildren", p, d, 30)
+        took = end - t0
         res = self.results(d) or {}
         notes = " ".join(res.get("notes", []))
         self.check(rc == 0 and res.get("outcome") == "succeeded", "grandchildren: the step succeeds",
@@ -569,7 +565,7 @@ steps:
                   'echo partial > "$FLOWRUN_OUTPUT_DIR/partial.txt"; '
                   'if [ "$RANK" = 1 ]; then date +%s.%N > "$0/failed.at"; exit 3; fi; exec sleep 60; fi; '
                   '[ "$RANK" = 0 ] && date +%s.%N > "$0/restarted.at"; '
-                  'echo "rank $RANK result" > "$FLOWRUN_OUTPUT_DIR/result.txt"; echo "rank $RANK wrote its result"')
+                  + RESULT)
         join = 'cd "$FLOWRUN_INPUTS" && find . -type f | sort > "$0/inputs.txt"'
         d = self.workspace("restart", "")
         with open(os.path.join(d, "spec.yaml"), "w") as f:
@@ -586,9 +582,7 @@ steps:
     run: {sh_yaml(join, d)}
 """)
         p = self.start(d, run_id, "--grace", "2")
-        rc = self.wait(p, 60)
-        err = read(os.path.join(d, "flowrun.err"))
-        self.sanitizer_check("restart", err)
+        rc, _, err = self.ended("restart", p, d, 60)
         self.check(rc == 0, "restart: the flow succeeds on the second attempt", f"exit {rc}\n{err}")
         try:
             recover = float(read(os.path.join(d, "restarted.at"))) - float(read(os.path.join(d, "failed.at")))
@@ -636,9 +630,8 @@ steps:
 """)
         args = ["$(touch INJ2)", "; touch INJ3", "`touch INJ4`", "' ; touch INJ5 ; '", "a\nb"]
         p = self.start(d, run_id, "--", *args)
-        rc = self.wait(p, 30)
-        err, out = read(os.path.join(d, "flowrun.err")), read(os.path.join(d, "flowrun.out"))
-        self.sanitizer_check("hostile input", err)
+        rc, _, err = self.ended("hostile input", p, d, 30)
+        out = read(os.path.join(d, "flowrun.out"))
         outputs = os.path.join(d, "run", "train", "outputs")
         want = json.dumps(args + [outputs])
         self.check(rc == 0, "hostile input: the flow succeeds", f"exit {rc}\n{err}\n{out}")
@@ -663,7 +656,7 @@ steps:
         self.open.append(n)
         return n
 
-    NODE_RANK = ('echo "rank $RANK result" > "$FLOWRUN_OUTPUT_DIR/result.txt"; echo "rank $RANK wrote its result"; '
+    NODE_RANK = (RESULT +
                  'echo $$ > "ready.$RANK.tmp" && mv "ready.$RANK.tmp" "ready.$RANK"; exec sleep 60')
 
     def test_head_sigkill(self):
@@ -722,10 +715,7 @@ steps:
         a 1 MiB frame, one sends garbage, one says nothing. The step still runs with its real agents."""
         r = self.row("stranger", "before a peer proves the token the head reads at most 16 KiB a frame and "
                      "waits heartbeat_timeout; each stranger is dropped with a line; the real agents join")
-        n = self.nodes("stranger", spec_text("stranger", sh_yaml('echo "rank $RANK result" > '
-                                                                   '"$FLOWRUN_OUTPUT_DIR/result.txt"; '
-                                                                   'echo "rank $RANK wrote its result"'),
-                                             collect="all"))
+        n = self.nodes("stranger", spec_text("stranger", sh_yaml(RESULT), collect="all"))
         argv = n.command()
         if not self.check(argv is not None, "stranger: the head prints the agent command", n.detail()):
             return
