@@ -30,58 +30,11 @@ import sys
 import tempfile
 import threading
 import time
-import zlib
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-
-# Writes argv[1] bytes of 100-byte lines to stdout in 64 KiB blocks, each starting with its number,
-# then "BYTES CRC32" to sent.$RANK.
-FLOOD = """import os, sys, zlib
-total, rank = int(sys.argv[1]), os.environ["RANK"]
-body = (f"rank {rank} ".encode() + b"x" * 90 + b"\\n") * 650
-sent = crc = i = 0
-while sent < total:
-    block = (f"r{rank} block {i:09d}\\n".encode() + body)[:total - sent]
-    view = memoryview(block)
-    while view:
-        view = view[os.write(1, view):]
-    crc, sent, i = zlib.crc32(block, crc), sent + len(block), i + 1
-with open(f"sent.{rank}", "w") as f:
-    f.write(f"{sent} {crc:08x}")
-"""
-
-# Rank 0 writes argv[1] random bytes to $FLOWRUN_OUTPUT_DIR/blob, then "BYTES CRC32" to sent.0.
-BLOB = """import os, sys, zlib
-if os.environ["RANK"] == "0":
-    total, crc = int(sys.argv[1]), 0
-    with open(os.path.join(os.environ["FLOWRUN_OUTPUT_DIR"], "blob"), "wb") as f:
-        for at in range(0, total, 1 << 20):
-            block = os.urandom(min(1 << 20, total - at))
-            f.write(block)
-            crc = zlib.crc32(block, crc)
-    with open("sent.0", "w") as f:
-        f.write(f"{total} {crc:08x}")
-"""
-
-
-def file_crc(path):
-    crc = size = 0
-    with open(path, "rb") as f:
-        while block := f.read(1 << 20):
-            crc, size = zlib.crc32(block, crc), size + len(block)
-    return size, f"{crc:08x}"
-
-
-def vm_hwm_mib(pid):
-    try:
-        with open(f"/proc/{pid}/status") as f:
-            for line in f:
-                if line.startswith("VmHWM:"):
-                    return int(line.split()[1]) / 1024
-    except (OSError, ValueError):
-        pass
-    return None
+sys.path.insert(0, str(ROOT / "tests"))
+from testlib import BLOB_RANK, FLOOD_RANK, PeakMemory, file_crc  # noqa: E402
 
 
 def clean_env():
@@ -92,12 +45,13 @@ def run_once(args, case, work):
     """One run of `case`; returns ({process: peak MiB}, wall seconds, failure or None)."""
     flowrun = os.path.abspath(args.flowrun)
     upload = case == "upload"
-    script = BLOB if upload else FLOOD
     size = args.upload_bytes if upload else args.bytes
+    rank_argv = [sys.executable, "-c", BLOB_RANK, str(size), "0"] if upload else \
+        [sys.executable, "-c", FLOOD_RANK, str(size)]
     spec = work / "spec.yaml"
     spec.write_text(
         "name: flood\ncluster: {engine: manual, address: 127.0.0.1}\nsteps:\n  - name: train\n"
-        f"    run: {json.dumps([sys.executable, '-c', script, str(size)])}\n"
+        f"    run: {json.dumps(rank_argv)}\n"
         + ("    collect: all\n" if upload else "") + "    parallel: {cpus: 2, nodes: 2}\n")
     run_dir = work / "run"
     err_path = work / "head.err"
@@ -116,19 +70,7 @@ def run_once(args, case, work):
     agents = [subprocess.Popen(command, cwd=work, env=dict(clean_env(), TMPDIR=str(work)),
                                stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL) for _ in range(2)]
     procs = {"head": head, "agent 0": agents[0], "agent 1": agents[1]}
-    peak = {name: 0.0 for name in procs}
-    done = False
-
-    def poll():
-        while not done:
-            for name, p in procs.items():
-                mib = vm_hwm_mib(p.pid)
-                if mib is not None:
-                    peak[name] = max(peak[name], mib)
-            time.sleep(0.005)
-
-    poller = threading.Thread(target=poll)
-    poller.start()
+    memory = PeakMemory(procs)
     if case == "slow":
         def drain_console():
             per_read = 256 * 1024
@@ -147,8 +89,7 @@ def run_once(args, case, work):
     rc = head.wait()
     codes = [a.wait() for a in agents]
     wall = time.monotonic() - t0
-    done = True
-    poller.join()
+    peak = memory.stop()
     if rc != 0 or codes != [0, 0]:
         return peak, wall, f"head exit {rc}, agents {codes}: {err_path.read_text()[-800:]}"
     ranks = [0] if upload else [0, 1]

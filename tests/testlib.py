@@ -113,3 +113,88 @@ def run_suite(make_suite, add_arguments=None, after_all=None):
         close_all()
         shutil.rmtree(suite.scratch, ignore_errors=True)
     return suite.t.finish()
+
+
+# --- floods: what a rank writes, what arrived, how much memory it took ----------
+
+# A rank that writes argv[1] bytes of 100-byte lines to stdout, in 64 KiB blocks that each begin with
+# their number (so a block lost, repeated or out of order changes the checksum), as fast as Python can,
+# then "BYTES CRC32" of what it wrote to sent.$RANK in the workdir. Run as `python3 -c FLOOD_RANK BYTES`.
+FLOOD_RANK = """import os, sys, zlib
+total, rank = int(sys.argv[1]), os.environ["RANK"]
+body = (f"rank {rank} ".encode() + b"x" * 90 + b"\\n") * 650
+sent = crc = i = 0
+while sent < total:
+    block = (f"r{rank} block {i:09d}\\n".encode() + body)[:total - sent]
+    view = memoryview(block)
+    while view:
+        view = view[os.write(1, view):]
+    crc, sent, i = zlib.crc32(block, crc), sent + len(block), i + 1
+with open(f"sent.{rank}", "w") as f:
+    f.write(f"{sent} {crc:08x}")
+"""
+
+# A rank that writes argv[1] random bytes to $FLOWRUN_OUTPUT_DIR/blob, then "BYTES CRC32" to sent.$RANK.
+# With argv[2], only that rank does; the others do nothing.
+BLOB_RANK = """import os, sys, zlib
+if len(sys.argv) < 3 or os.environ["RANK"] == sys.argv[2]:
+    total, crc = int(sys.argv[1]), 0
+    with open(os.path.join(os.environ["FLOWRUN_OUTPUT_DIR"], "blob"), "wb") as f:
+        for at in range(0, total, 1 << 20):
+            block = os.urandom(min(1 << 20, total - at))
+            f.write(block)
+            crc = zlib.crc32(block, crc)
+    with open(f"sent.{os.environ['RANK']}", "w") as f:
+        f.write(f"{total} {crc:08x}")
+"""
+
+
+def file_crc(path):
+    """(size, CRC-32 as 8 hex digits) of a file."""
+    import zlib
+    crc = size = 0
+    with open(path, "rb") as f:
+        while block := f.read(1 << 20):
+            crc, size = zlib.crc32(block, crc), size + len(block)
+    return size, f"{crc:08x}"
+
+
+def peak_rss_kib(pid):
+    """VmHWM (the kernel's own record of a process's peak resident set) of a live process in KiB,
+    from /proc/PID/status; None once it is gone."""
+    try:
+        with open(f"/proc/{pid}/status") as f:
+            for line in f:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1])
+    except (OSError, ValueError):
+        pass
+    return None
+
+
+class PeakMemory:
+    """The largest VmHWM of each process ({name: Popen}) read every 5 ms in a thread, until
+    stop(); in MiB."""
+
+    def __init__(self, procs):
+        import threading
+        self.procs, self.peak, self._done = procs, {name: 0.0 for name in procs}, False
+        self._thread = threading.Thread(target=self._poll, daemon=True)
+        self._thread.start()
+
+    def _poll(self):
+        import time
+        while not self._done:
+            for name, p in self.procs.items():
+                kib = peak_rss_kib(p.pid)
+                if kib is not None:
+                    self.peak[name] = max(self.peak[name], kib / 1024)
+            time.sleep(0.005)
+
+    def stop(self):
+        self._done = True
+        self._thread.join()
+        return self.peak
+
+    def describe(self):
+        return ", ".join(f"{name} {mib:.1f} MiB" for name, mib in self.peak.items())

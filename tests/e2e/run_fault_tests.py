@@ -37,7 +37,7 @@ import time
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 sys.path.insert(0, os.path.join(HERE, ".."))
-from testlib import Tally, clean_env, run_suite  # noqa: E402
+from testlib import Tally, clean_env, peak_rss_kib, run_suite  # noqa: E402
 from run_launcher_tests import SANITIZER_REPORT, processes_with, wait_for  # noqa: E402
 from run_launcher_tests import Suite as LauncherSuite  # noqa: E402
 from run_nodes_local_tests import FAKE_AGENT, Nodes, sh_yaml, spec_text  # noqa: E402
@@ -63,18 +63,6 @@ def read(path, default=None):
         if default is None:
             raise
         return default
-
-
-def peak_rss_kib(pid):
-    """VmHWM of a live process in KiB, None once it is gone."""
-    try:
-        with open(f"/proc/{pid}/status") as f:
-            for line in f:
-                if line.startswith("VmHWM:"):
-                    return int(line.split()[1])
-    except OSError:
-        pass
-    return None
 
 
 class Row:

@@ -25,13 +25,11 @@ import socket
 import subprocess
 import sys
 import tempfile
-import threading
 import time
-import zlib
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, ".."))
-from testlib import Tally, clean_env, run_suite  # noqa: E402
+from testlib import BLOB_RANK, FLOOD_RANK, PeakMemory, Tally, clean_env, file_crc, run_suite  # noqa: E402
 from run_launcher_tests import SANITIZER_REPORT, processes_with, wait_for  # noqa: E402
 
 WORKER = os.path.join(HERE, "helpers", "worker.py")
@@ -104,75 +102,8 @@ FAKE_AGENT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "helpers",
 READY = 'echo "$FLOWRUN_NODE_RANK $FLOWRUN_AGENT_ID" > "ready.$RANK"; '
 WAIT_ALL = 'while [ "$(ls ready.* | wc -l)" -lt 4 ]; do sleep 0.02; done; '
 
-# A rank that writes argv[1] bytes of 100-byte lines to stdout, in 64 KiB blocks that each begin with
-# their number (so a block lost, repeated or out of order changes the checksum), as fast as Python can,
-# then "BYTES CRC32" of what it wrote to sent.$RANK in the workdir.
-FLOOD = """import os, sys, zlib
-total, rank = int(sys.argv[1]), os.environ["RANK"]
-body = (f"rank {rank} ".encode() + b"x" * 90 + b"\\n") * 650
-sent = crc = i = 0
-while sent < total:
-    block = (f"r{rank} block {i:09d}\\n".encode() + body)[:total - sent]
-    view = memoryview(block)
-    while view:
-        view = view[os.write(1, view):]
-    crc, sent, i = zlib.crc32(block, crc), sent + len(block), i + 1
-with open(f"sent.{rank}", "w") as f:
-    f.write(f"{sent} {crc:08x}")
-"""
-
-# A rank that writes argv[1] random bytes to $FLOWRUN_OUTPUT_DIR/blob, then "BYTES CRC32" to sent.$RANK.
-BLOB = """import os, sys, zlib
-total, crc = int(sys.argv[1]), 0
-with open(os.path.join(os.environ["FLOWRUN_OUTPUT_DIR"], "blob"), "wb") as f:
-    for at in range(0, total, 1 << 20):
-        block = os.urandom(min(1 << 20, total - at))
-        f.write(block)
-        crc = zlib.crc32(block, crc)
-with open(f"sent.{os.environ['RANK']}", "w") as f:
-    f.write(f"{total} {crc:08x}")
-"""
-
 # The bound on each process's peak memory while gigabytes flow through it.
 PEAK_LIMIT_MIB = 64
-
-
-def file_crc(path):
-    """(size, CRC-32 as 8 hex digits) of a file."""
-    crc = size = 0
-    with open(path, "rb") as f:
-        while block := f.read(1 << 20):
-            crc, size = zlib.crc32(block, crc), size + len(block)
-    return size, f"{crc:08x}"
-
-
-class PeakMemory:
-    """The largest VmHWM (the kernel's own record of a process's peak resident set) read from
-    /proc/PID/status of each process every 5 ms in a thread, until stop(); in MiB."""
-
-    def __init__(self, procs):
-        self.procs, self.peak, self._done = procs, {name: 0.0 for name in procs}, False
-        self._thread = threading.Thread(target=self._poll, daemon=True)
-        self._thread.start()
-
-    def _poll(self):
-        while not self._done:
-            for name, p in self.procs.items():
-                try:
-                    with open(f"/proc/{p.pid}/status") as f:
-                        kib = next((int(l.split()[1]) for l in f if l.startswith("VmHWM:")), 0)
-                except (OSError, ValueError):
-                    continue
-                self.peak[name] = max(self.peak[name], kib / 1024)
-            time.sleep(0.005)
-
-    def stop(self):
-        self._done = True
-        self._thread.join()
-        return self.peak
-
-    def describe(self):
-        return ", ".join(f"{name} {mib:.1f} MiB" for name, mib in self.peak.items())
 
 
 def freeze(p, seconds):
@@ -951,7 +882,7 @@ class Suite:
         # head, whose console is /dev/null. The head is frozen for 1.5 s on the way, so however fast
         # it is, the agents must hold their ranks back instead of queueing what they write.
         per_rank, bounded = self.flood_sizes(256 << 20)
-        run = "[" + ", ".join(q(w) for w in (PY, "-c", FLOOD, str(per_rank))) + "]"
+        run = "[" + ", ".join(q(w) for w in (PY, "-c", FLOOD_RANK, str(per_rank))) + "]"
         spec = spec_text("flood", run).replace("  heartbeat_timeout: 1\n", "  heartbeat_timeout: 4\n")
         n = self.nodes("flood", spec, head_stdout=os.devnull)
         if not n.begin("flood"):
@@ -989,8 +920,7 @@ class Suite:
         # Rank 0 leaves a 200 MiB file of random bytes in its output directory; its agent uploads it to
         # the head, which is frozen for 1.5 s on the way: the agent reads the file as the head takes it.
         size, bounded = self.flood_sizes(200 << 20)
-        run = "[" + ", ".join(q(w) for w in ("/bin/sh", "-c", 'if [ "$RANK" = 0 ]; then exec "$0" -c "$1" "$2"; fi',
-                                             PY, BLOB, str(size))) + "]"
+        run = "[" + ", ".join(q(w) for w in (PY, "-c", BLOB_RANK, str(size), "0")) + "]"
         spec = spec_text("upload", run, collect="all").replace("  heartbeat_timeout: 1\n", "  heartbeat_timeout: 4\n")
         n = self.nodes("upload", spec)
         if not n.begin("upload"):
