@@ -66,6 +66,12 @@ Spec load_or_throw(const std::string& path) {
   return std::move(*parsed.spec);
 }
 
+RunOptions::Color color_choice(const std::string& when) {
+  return when == "always"  ? RunOptions::Color::always
+         : when == "never" ? RunOptions::Color::never
+                           : RunOptions::Color::automatic;
+}
+
 int fake_gpus_from_env(int fake_gpus, const EnvMap& env) {
   if (fake_gpus >= 0) return fake_gpus;
   if (auto fake = env_get(env, "FLOWRUN_FAKE_GPUS");
@@ -161,9 +167,7 @@ int cmd_run(const Options& options) {
   run.run_dir = options.run_dir;
   run.console_ranks = parse_rank_list(options.ranks);
   run.grace_s = options.grace_s;
-  run.color = options.color == "always"  ? RunOptions::Color::always
-              : options.color == "never" ? RunOptions::Color::never
-                                         : RunOptions::Color::automatic;
+  run.color = color_choice(options.color);
   Planned p = plan_spec(options);
   // Every node simulates what this one does.
   run.fake_gpus = fake_gpus_from_env(options.fake_gpus, p.env);

@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "flowrun/flow.h"
 #include "flowrun/plan.h"
 #include "flowrun/spec.h"
 #include "flowrun/util.h"
@@ -34,6 +35,9 @@ int fake_gpus_from_env(int fake_gpus, const EnvMap& env);
 
 // The current directory; throws Error when it cannot be read.
 std::string current_directory();
+
+// --color's value (auto, always, never; checked by CLI11) as RunOptions wants it.
+RunOptions::Color color_choice(const std::string& when);
 
 // Splits argv at the first `--`: sets *ours to the count before it (argc
 // when there is none) and returns what follows it, the steps' ${args}.

@@ -149,9 +149,7 @@ int resume(const ResumeOptions& options) {
   run.run_dir = options.run_dir;
   run.console_ranks = parse_rank_list(options.ranks);
   run.grace_s = options.grace_s;
-  run.color = options.color == "always"  ? RunOptions::Color::always
-              : options.color == "never" ? RunOptions::Color::never
-                                         : RunOptions::Color::automatic;
+  run.color = color_choice(options.color);
   // Planned as the earlier run was, unless told otherwise.
   std::vector<std::string> inherited;
   run.fake_gpus = fake_gpus_from_env(options.fake_gpus, env);

@@ -769,9 +769,7 @@ int run_request(Request& r) {
     run.console_ranks = parse_rank_list(ranks);
   }
   if (r.grace_s) run.grace_s = *r.grace_s;
-  run.color = r.color == "always"  ? RunOptions::Color::always
-              : r.color == "never" ? RunOptions::Color::never
-                                   : RunOptions::Color::automatic;
+  run.color = color_choice(r.color);
   run.fake_gpus = fake;
   // Recorded in the run directory for `flowrun resume`: the spec flowrun run
   // built (there is no file), or a spec file's --cpus and --python.
