@@ -25,13 +25,15 @@ CONTRACT = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "GROUP_RANK"
             "FLOWRUN_NODES", "FLOWRUN_NODE_RANK", "FLOWRUN_RUN_DIR", "FLOWRUN_OUTPUT_DIR")
 
 # A worker: writes its environment and argv to env-<RANK>.json in its
-# working directory; fails with code 3 on rank FAIL_RANK while
+# working directory (whole or not at all: a rank stopped by its peer's failure
+# may be killed at any moment); fails with code 3 on rank FAIL_RANK while
 # TORCHELASTIC_RESTART_COUNT is below FAIL_UNTIL.
 WORKER = r'''
 import json, os, sys
 rank = os.environ.get("RANK", "x")
-with open(f"env-{rank}.json", "w") as f:
+with open(f"env-{rank}.json.tmp", "w") as f:
     json.dump({"env": {k: v for k, v in os.environ.items()}, "argv": sys.argv, "exe": sys.executable}, f)
+os.replace(f"env-{rank}.json.tmp", f"env-{rank}.json")  # whole, even if a SIGTERM comes next
 print(f"worker {rank} of {os.environ.get('WORLD_SIZE')} args {sys.argv[1:]}", flush=True)
 if rank == os.environ.get("FAIL_RANK") and int(os.environ["TORCHELASTIC_RESTART_COUNT"]) < int(os.environ.get("FAIL_UNTIL", "99")):
     print("failing on purpose", file=sys.stderr, flush=True)
