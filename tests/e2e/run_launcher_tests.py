@@ -67,18 +67,34 @@ class Run:
                f"--- stderr\n{self.stderr[-5000:]}"
 
 
+def read_environ(pid):
+    """`pid`'s environment as bytes, or None when it is gone, a zombie or a kernel thread. A process caught
+    inside execve() reads as empty for an instant (its new memory has no environment yet): read it again."""
+    for _ in range(20):
+        try:
+            with open(f"/proc/{pid}/environ", "rb") as f:
+                env = f.read()
+            if env:
+                return env
+            with open(f"/proc/{pid}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+        except OSError:
+            return None
+        state, ppid, flags = fields[0], int(fields[1]), int(fields[6])
+        if state in "ZX" or ppid == 2 or pid == 2 or flags & 0x00200000:  # PF_KTHREAD
+            return None
+        time.sleep(0.005)
+    return b""
+
+
 def processes_with(entry):
     """Pids (other than ours) whose environment holds `entry`, as flowrun's guardian looks for them."""
-    found, needle = [], entry.encode() + b"\0"
+    found, needle = [], b"\0" + entry.encode() + b"\0"
     for name in os.listdir("/proc"):
         if not name.isdigit() or int(name) == os.getpid():
             continue
-        try:
-            with open(f"/proc/{name}/environ", "rb") as f:
-                env = b"\0" + f.read()
-        except OSError:
-            continue
-        if b"\0" + needle in env or env.endswith(b"\0" + entry.encode()):
+        env = read_environ(int(name))
+        if env is not None and needle in b"\0" + env + (b"" if env.endswith(b"\0") else b"\0"):
             found.append(int(name))
     return found
 

@@ -630,7 +630,9 @@ class Suite:
             return
         if not self.check(len(n.wait_ready()) == 4, "ctrl-c: every rank starts", n.detail()):
             return
-        # The leftover check sees the ranks while they run (so its "nothing left" means something).
+        # The leftover check sees the ranks while they run (so its "nothing left" means something). A rank
+        # writes its ready file just before it execs sleep, so give the exec a moment.
+        wait_for(lambda: len(processes_with(f"FLOWRUN_RUN_ID={n.run_id}")) == 4, 5 * self.slack)
         running = processes_with(f"FLOWRUN_RUN_ID={n.run_id}")
         self.check(len(running) == 4, "ctrl-c: the leftover check finds the 4 running ranks", str(running))
         os.killpg(n.head.pid, signal.SIGINT)  # the terminal's Ctrl-C: the head's process group
