@@ -1,17 +1,23 @@
 // flowrun doctor: the verdict and report formats from recorded facts
 // (tests/fixtures/gpu/), the topology rules, nccl-tests' arithmetic, the
 // library search, NCCL's tuning lines, and the check child's protocol and
-// time limits, all without a GPU.
+// time limits, all without a GPU; and the stand-in NCCL across processes.
 #include <algorithm>
 #include <catch2/catch.hpp>
 #include <chrono>
+#include <csignal>
 #include <cstdlib>
+#include <cstring>
 #include <dlfcn.h>
+#include <filesystem>
 #include <fstream>
+#include <optional>
 #include <sstream>
 #include <string>
 #include <sys/stat.h>
 #include <sys/wait.h>
+#include <thread>
+#include <type_traits>
 #include <unistd.h>
 #include <vector>
 
@@ -798,5 +804,390 @@ TEST_CASE("doctor: the check child's all-reduce on stand-in CUDA and NCCL", "[do
     CHECK(outcome.allreduce.status == "skipped");
     CHECK(outcome.allreduce.reason == "--no-nccl");
     CHECK(outcome.allreduce.rows.empty());
+  }
+}
+
+namespace {
+
+// The stand-in libraries' C ABI as a multi-node check calls it: NCCL's
+// ncclUniqueId is 128 bytes, passed by value to ncclCommInitRank.
+struct FakeUniqueId {
+  char internal[128];
+};
+
+constexpr int kNcclUint64 = 5, kNcclFloat = 7, kNcclSum = 0, kNcclMax = 2, kNcclMin = 3;
+constexpr int kCudaNotReady = 600;
+
+struct FakeGpuLibraries {
+  int (*set_device)(int) = nullptr;
+  int (*mem_get_info)(std::size_t*, std::size_t*) = nullptr;
+  int (*malloc)(void**, std::size_t) = nullptr;
+  int (*memcpy)(void*, const void*, std::size_t, int) = nullptr;
+  int (*stream_create)(void**, unsigned) = nullptr;
+  int (*stream_query)(void*) = nullptr;
+  int (*stream_destroy)(void*) = nullptr;
+  int (*get_unique_id)(FakeUniqueId*) = nullptr;
+  int (*init_rank)(void**, int, FakeUniqueId, int) = nullptr;
+  int (*init_all)(void**, int, const int*) = nullptr;
+  int (*all_reduce)(const void*, void*, std::size_t, int, int, void*, void*) = nullptr;
+  int (*group_start)() = nullptr;
+  int (*group_end)() = nullptr;
+  int (*destroy)(void*) = nullptr;
+  int (*abort)(void*) = nullptr;
+
+  // dlopen and dlsym; false when anything is missing.
+  bool load() {
+    void* cudart = dlopen(FLOWRUN_FAKE_CUDART, RTLD_NOW | RTLD_LOCAL);
+    void* nccl = dlopen(FLOWRUN_FAKE_NCCL, RTLD_NOW | RTLD_LOCAL);
+    if (cudart == nullptr || nccl == nullptr) return false;
+    bool all = true;
+    auto bind = [&all](void* library, const char* name, auto& fn) {
+      void* symbol = dlsym(library, name);
+      all = all && symbol != nullptr;
+      fn = reinterpret_cast<std::remove_reference_t<decltype(fn)>>(symbol);
+    };
+    bind(cudart, "cudaSetDevice", set_device);
+    bind(cudart, "cudaMemGetInfo", mem_get_info);
+    bind(cudart, "cudaMalloc", malloc);
+    bind(cudart, "cudaMemcpy", memcpy);
+    bind(cudart, "cudaStreamCreateWithFlags", stream_create);
+    bind(cudart, "cudaStreamQuery", stream_query);
+    bind(cudart, "cudaStreamDestroy", stream_destroy);
+    bind(nccl, "ncclGetUniqueId", get_unique_id);
+    bind(nccl, "ncclCommInitRank", init_rank);
+    bind(nccl, "ncclCommInitAll", init_all);
+    bind(nccl, "ncclAllReduce", all_reduce);
+    bind(nccl, "ncclGroupStart", group_start);
+    bind(nccl, "ncclGroupEnd", group_end);
+    bind(nccl, "ncclCommDestroy", destroy);
+    bind(nccl, "ncclCommAbort", abort);
+    return all;
+  }
+};
+
+// What a node process checks, and how it says what failed (its exit status).
+struct FakeNode {
+  int nranks = 4;
+  int first_rank = 0;
+  int gpus = 2;
+  bool init_only = false;     // set up, then leave without a collective
+  bool expect_hang = false;   // FAKE_NCCL=hang: the sum never finishes; abort
+  bool expect_wrong = false;  // FAKE_NCCL=wrong: global rank 0's last float is one more
+  bool destroy = true;        // ncclCommDestroy at the end
+};
+
+constexpr std::size_t kNodeFloats = 3000;
+
+// The uint64 votes: the smallest and the largest come from ranks in different processes.
+std::uint64_t min_vote(int rank) {
+  constexpr std::uint64_t offsets[] = {40, 30, 10, 20};
+  return (1ull << 40) + offsets[rank];
+}
+std::uint64_t max_vote(int rank) {
+  constexpr std::uint64_t votes[] = {7, 3ull << 33, 5ull << 32, 11};
+  return votes[rank];
+}
+
+enum NodeExit {
+  kNodeOk = 0,
+  kNodeSetup = 10,
+  kNodeInit,
+  kNodeSumCall,
+  kNodeSumWrong,
+  kNodeVoteCall,
+  kNodeMinWrong,
+  kNodeMaxWrong,
+  kNodeDestroy,
+  kNodeNotHung,
+  kNodeAbort,
+};
+
+// One node's check child on the stand-ins: its GPUs' ranks of one
+// communicator, a float sum, then a uint64 min and max in one group.
+int run_fake_node(const FakeUniqueId& id, const FakeNode& node) {
+  FakeGpuLibraries lib;
+  if (!lib.load()) return kNodeSetup;
+  const auto n = static_cast<std::size_t>(node.gpus);
+  std::vector<void*> streams(n), comms(n);
+  std::vector<float*> send(n), recv(n);
+  std::vector<std::uint64_t*> votes(n);  // min send, max send, min result, max result
+  std::vector<float> pattern(kNodeFloats);
+  for (std::size_t i = 0; i < n; ++i) {
+    const int rank = node.first_rank + static_cast<int>(i);
+    for (std::size_t j = 0; j < kNodeFloats; ++j) pattern[j] = static_cast<float>(j % 251 + rank);
+    const std::uint64_t ballots[] = {min_vote(rank), max_vote(rank), 0, 0};
+    if (lib.set_device(static_cast<int>(i)) != 0 || lib.stream_create(&streams[i], 1) != 0 ||
+        lib.malloc(reinterpret_cast<void**>(&send[i]), kNodeFloats * sizeof(float)) != 0 ||
+        lib.malloc(reinterpret_cast<void**>(&recv[i]), kNodeFloats * sizeof(float)) != 0 ||
+        lib.malloc(reinterpret_cast<void**>(&votes[i]), sizeof ballots) != 0 ||
+        lib.memcpy(send[i], pattern.data(), kNodeFloats * sizeof(float), 1) != 0 ||
+        lib.memcpy(votes[i], ballots, sizeof ballots, 1) != 0)
+      return kNodeSetup;
+  }
+  bool ok = lib.group_start() == 0;
+  for (std::size_t i = 0; i < n; ++i) {
+    ok = ok && lib.set_device(static_cast<int>(i)) == 0 &&
+         lib.init_rank(&comms[i], node.nranks, id, node.first_rank + static_cast<int>(i)) == 0;
+  }
+  if (!(lib.group_end() == 0 && ok)) return kNodeInit;
+  if (node.init_only) return kNodeOk;
+
+  ok = lib.group_start() == 0;
+  for (std::size_t i = 0; i < n; ++i)
+    ok = ok && lib.all_reduce(send[i], recv[i], kNodeFloats, kNcclFloat, kNcclSum, comms[i], streams[i]) == 0;
+  if (!(lib.group_end() == 0 && ok)) return kNodeSumCall;
+  if (node.expect_hang) {
+    for (std::size_t i = 0; i < n; ++i) {
+      if (lib.stream_query(streams[i]) != kCudaNotReady) return kNodeNotHung;
+    }
+    for (std::size_t i = 0; i < n; ++i) {
+      if (lib.abort(comms[i]) != 0) return kNodeAbort;
+    }
+    for (std::size_t i = 0; i < n; ++i) {
+      if (lib.stream_query(streams[i]) != 0) return kNodeAbort;
+    }
+    return kNodeOk;
+  }
+  const auto ranks = static_cast<std::size_t>(node.nranks);
+  for (std::size_t i = 0; i < n; ++i) {
+    if (lib.stream_query(streams[i]) != 0 ||
+        lib.memcpy(pattern.data(), recv[i], kNodeFloats * sizeof(float), 2) != 0)
+      return kNodeSumCall;
+    for (std::size_t j = 0; j < kNodeFloats; ++j) {
+      float expected = static_cast<float>(ranks * (j % 251) + ranks * (ranks - 1) / 2);
+      if (node.expect_wrong && node.first_rank + static_cast<int>(i) == 0 && j + 1 == kNodeFloats)
+        expected += 1;
+      if (pattern[j] != expected) return kNodeSumWrong;
+    }
+  }
+
+  ok = lib.group_start() == 0;
+  for (std::size_t i = 0; i < n; ++i) {
+    ok = ok && lib.all_reduce(votes[i], votes[i] + 2, 1, kNcclUint64, kNcclMin, comms[i], streams[i]) == 0 &&
+         lib.all_reduce(votes[i] + 1, votes[i] + 3, 1, kNcclUint64, kNcclMax, comms[i], streams[i]) == 0;
+  }
+  if (!(lib.group_end() == 0 && ok)) return kNodeVoteCall;
+  for (std::size_t i = 0; i < n; ++i) {
+    std::uint64_t results[4];
+    if (lib.memcpy(results, votes[i], sizeof results, 2) != 0) return kNodeVoteCall;
+    if (results[2] != (1ull << 40) + 10) return kNodeMinWrong;
+    if (results[3] != 3ull << 33) return kNodeMaxWrong;
+  }
+  for (std::size_t i = 0; node.destroy && i < n; ++i) {
+    if (lib.destroy(comms[i]) != 0) return kNodeDestroy;
+  }
+  return kNodeOk;
+}
+
+// A node process; FAKE_NCCL as given (null: unset).
+pid_t start_fake_node(const FakeUniqueId& id, const FakeNode& node, const char* fake_nccl = nullptr) {
+  const pid_t pid = fork();
+  if (pid == 0) {
+    if (fake_nccl != nullptr)
+      setenv("FAKE_NCCL", fake_nccl, 1);
+    else
+      unsetenv("FAKE_NCCL");
+    unsetenv("NCCL_DEBUG_FILE");
+    _exit(run_fake_node(id, node));
+  }
+  return pid;
+}
+
+// How a node process ended, in words; one still running after `limit` is killed.
+std::string fake_node_result(pid_t pid, std::chrono::milliseconds limit = std::chrono::seconds(10)) {
+  REQUIRE(pid > 0);
+  const auto deadline = std::chrono::steady_clock::now() + limit;
+  int status = 0;
+  while (waitpid(pid, &status, WNOHANG) == 0) {
+    if (std::chrono::steady_clock::now() > deadline) {
+      kill(pid, SIGKILL);
+      waitpid(pid, &status, 0);
+      return "still running after " + std::to_string(limit.count()) + " ms";
+    }
+    usleep(2000);
+  }
+  if (WIFSIGNALED(status)) return "killed by signal " + std::to_string(WTERMSIG(status));
+  switch (WEXITSTATUS(status)) {
+    case kNodeOk: return "ok";
+    case kNodeSetup: return "could not load the stand-ins or allocate";
+    case kNodeInit: return "ncclCommInitRank failed";
+    case kNodeSumCall: return "the float sum failed or did not finish";
+    case kNodeSumWrong: return "a float sum is wrong";
+    case kNodeVoteCall: return "the uint64 votes failed";
+    case kNodeMinWrong: return "the uint64 min is wrong";
+    case kNodeMaxWrong: return "the uint64 max is wrong";
+    case kNodeDestroy: return "ncclCommDestroy failed";
+    case kNodeNotHung: return "FAKE_NCCL=hang left a stream idle";
+    case kNodeAbort: return "ncclCommAbort failed or left a stream busy";
+    default: return "exit " + std::to_string(WEXITSTATUS(status));
+  }
+}
+
+std::vector<std::string> dir_entries(const std::string& dir) {
+  std::vector<std::string> names;
+  std::error_code error;
+  for (const auto& entry : std::filesystem::directory_iterator(dir, error))
+    names.push_back(entry.path().filename().string());
+  std::sort(names.begin(), names.end());
+  return names;
+}
+
+// A scratch $TMPDIR for the test, the old value back and the directory gone after.
+class ScratchTmpdir {
+ public:
+  ScratchTmpdir() {
+    std::string pattern = "/tmp/flowrun-fake-nccl-test-XXXXXX";
+    REQUIRE(mkdtemp(pattern.data()) != nullptr);
+    path_ = pattern;
+    if (const char* old = std::getenv("TMPDIR")) old_ = old;
+    setenv("TMPDIR", path_.c_str(), 1);
+  }
+  ~ScratchTmpdir() {
+    if (old_)
+      setenv("TMPDIR", old_->c_str(), 1);
+    else
+      unsetenv("TMPDIR");
+    std::error_code ignored;
+    std::filesystem::remove_all(path_, ignored);
+  }
+  ScratchTmpdir(const ScratchTmpdir&) = delete;
+  ScratchTmpdir& operator=(const ScratchTmpdir&) = delete;
+  const std::string& path() const { return path_; }
+
+ private:
+  std::string path_;
+  std::optional<std::string> old_;
+};
+
+}  // namespace
+
+TEST_CASE("doctor: the stand-in NCCL runs one communicator across processes", "[doctor]") {
+  ScratchTmpdir scratch;
+  FakeGpuLibraries lib;
+  REQUIRE(lib.load());
+  auto new_id = [&] {
+    FakeUniqueId id{};
+    REQUIRE(lib.get_unique_id(&id) == 0);
+    return id;
+  };
+
+  SECTION("two nodes of two GPUs: a float sum, a uint64 min and max, and nothing left after") {
+    const FakeUniqueId id = new_id();
+    const std::string dir = id.internal;
+    CHECK(dir.starts_with(scratch.path() + "/fake-nccl-"));
+    CHECK(dir.size() == scratch.path().size() + 17);
+    CHECK(std::filesystem::is_directory(dir));
+    const pid_t first = start_fake_node(id, {4, 0});
+    const pid_t second = start_fake_node(id, {4, 2});
+    CHECK(fake_node_result(first) == "ok");
+    CHECK(fake_node_result(second) == "ok");
+    CHECK(dir_entries(scratch.path()).empty());  // every op, init and done file, and the directory
+  }
+  SECTION(
+      "a node that leaves without ncclCommDestroy: each rank's last op file and the others' done files "
+      "stay") {
+    const FakeUniqueId id = new_id();
+    FakeNode second{4, 2};
+    second.destroy = false;
+    const pid_t a = start_fake_node(id, {4, 0});
+    const pid_t b = start_fake_node(id, second);
+    CHECK(fake_node_result(a) == "ok");
+    CHECK(fake_node_result(b) == "ok");
+    // Three collectives (op0 to op2): init.* and op0 and op1 were removed on the way.
+    CHECK(dir_entries(id.internal) ==
+          std::vector<std::string>{"done.0", "done.1", "op2.0", "op2.1", "op2.2", "op2.3"});
+  }
+  SECTION("FAKE_NCCL=wrong: only global rank 0's float result is off") {
+    const FakeUniqueId id = new_id();
+    FakeNode first{4, 0}, second{4, 2};
+    first.expect_wrong = second.expect_wrong = true;
+    const pid_t a = start_fake_node(id, first, "wrong");
+    const pid_t b = start_fake_node(id, second, "wrong");
+    CHECK(fake_node_result(a) == "ok");
+    CHECK(fake_node_result(b) == "ok");
+  }
+  SECTION("FAKE_NCCL=hang: the streams stay busy, nothing is exchanged, ncclCommAbort ends it") {
+    const FakeUniqueId id = new_id();
+    FakeNode first{4, 0}, second{4, 2};
+    first.expect_hang = second.expect_hang = true;
+    const pid_t a = start_fake_node(id, first, "hang");
+    const pid_t b = start_fake_node(id, second, "hang");
+    CHECK(fake_node_result(a) == "ok");
+    CHECK(fake_node_result(b) == "ok");
+    CHECK(dir_entries(id.internal) == std::vector<std::string>{"init.0", "init.1", "init.2", "init.3"});
+  }
+  SECTION("a rank that never comes leaves the others waiting, in set-up and in a collective") {
+    const FakeUniqueId never = new_id(), leaves = new_id();
+    const auto start = std::chrono::steady_clock::now();
+    const pid_t alone = start_fake_node(never, {3, 0});  // ranks 0 and 1 of 3; rank 2 never starts
+    const pid_t stays = start_fake_node(leaves, {3, 0});
+    FakeNode init_only{3, 2, 1};
+    init_only.init_only = true;
+    CHECK(fake_node_result(start_fake_node(leaves, init_only)) == "ok");
+    std::this_thread::sleep_until(start + std::chrono::seconds(1));
+    CHECK(fake_node_result(alone, std::chrono::milliseconds(0)) == "still running after 0 ms");
+    CHECK(fake_node_result(stays, std::chrono::milliseconds(0)) == "still running after 0 ms");
+    CHECK(dir_entries(never.internal) == std::vector<std::string>{"init.0", "init.1"});
+    CHECK(dir_entries(leaves.internal) ==
+          std::vector<std::string>{"init.0", "init.1", "init.2", "op0.0", "op0.1"});
+  }
+  SECTION("set-up refuses what NCCL refuses") {
+    const FakeUniqueId id = new_id();
+    void* comm = nullptr;
+    CHECK(lib.init_rank(&comm, 0, id, 0) == 4);
+    CHECK(lib.init_rank(&comm, 4, id, 4) == 4);
+    CHECK(lib.init_rank(&comm, 4, id, -1) == 4);
+    CHECK(lib.init_rank(&comm, 4, FakeUniqueId{"relative/dir"}, 0) == 4);
+    FakeUniqueId unterminated;
+    std::memset(unterminated.internal, '/', sizeof unterminated.internal);
+    CHECK(lib.init_rank(&comm, 4, unterminated, 0) == 4);
+    CHECK(comm == nullptr);
+    FakeUniqueId unused{};
+    setenv("TMPDIR", (scratch.path() + "/" + std::string(100, 'x')).c_str(), 1);
+    CHECK(lib.get_unique_id(&unused) == 4);  // the path would not fit in 128 bytes
+    setenv("TMPDIR", (scratch.path() + "/missing").c_str(), 1);
+    CHECK(lib.get_unique_id(&unused) == 2);
+    setenv("TMPDIR", scratch.path().c_str(), 1);
+    CHECK(dir_entries(scratch.path()).size() == 1);  // only `id`'s directory
+  }
+  SECTION("one process's communicators (ncclCommInitAll): uint64 and float min, max, sum") {
+    void* comms[2] = {nullptr, nullptr};
+    void* streams[2] = {nullptr, nullptr};
+    REQUIRE(lib.init_all(comms, 2, nullptr) == 0);
+    for (void*& stream : streams) REQUIRE(lib.stream_create(&stream, 1) == 0);
+    auto reduce = [&](auto send0, auto send1, int type, int op) {
+      using T = decltype(send0);
+      T send[2] = {send0, send1}, recv[2] = {0, 0};
+      bool ok = lib.group_start() == 0;
+      for (int r = 0; r < 2; ++r)
+        ok = ok && lib.all_reduce(&send[r], &recv[r], 1, type, op, comms[r], streams[r]) == 0;
+      ok = lib.group_end() == 0 && ok;
+      CHECK(ok);
+      CHECK(recv[0] == recv[1]);
+      return recv[0];
+    };
+    CHECK(reduce(std::uint64_t{5} << 40, std::uint64_t{9}, kNcclUint64, kNcclMin) == 9);
+    CHECK(reduce(std::uint64_t{5} << 40, std::uint64_t{9}, kNcclUint64, kNcclMax) == std::uint64_t{5} << 40);
+    CHECK(reduce(std::uint64_t{5} << 40, std::uint64_t{9}, kNcclUint64, kNcclSum) ==
+          (std::uint64_t{5} << 40) + 9);
+    CHECK(reduce(2.5f, -1.0f, kNcclFloat, kNcclMin) == -1.0f);
+    CHECK(reduce(2.5f, -1.0f, kNcclFloat, kNcclMax) == 2.5f);
+    CHECK(reduce(2.5f, -1.0f, kNcclFloat, kNcclSum) == 1.5f);
+    float value = 1, result = 0;
+    CHECK(lib.all_reduce(&value, &result, 1, 2 /* ncclInt32 */, kNcclSum, comms[0], streams[0]) == 4);
+    CHECK(lib.all_reduce(&value, &result, 1, kNcclFloat, 1 /* ncclProd */, comms[0], streams[0]) == 4);
+    CHECK(lib.all_reduce(&value, &result, 1, kNcclFloat, 4 /* ncclAvg */, comms[0], streams[0]) == 4);
+    for (void* comm : comms) CHECK(lib.destroy(comm) == 0);
+    for (void* stream : streams) CHECK(lib.stream_destroy(stream) == 0);
+  }
+  SECTION("FAKE_CUDA_FREE_MIB sets the free memory cudaMemGetInfo reports") {
+    std::size_t free_bytes = 0, total = 0;
+    setenv("FAKE_CUDA_FREE_MIB", "3000", 1);
+    CHECK(lib.mem_get_info(&free_bytes, &total) == 0);
+    unsetenv("FAKE_CUDA_FREE_MIB");
+    CHECK(free_bytes == std::size_t{3000} << 20);
+    CHECK(total == std::size_t{80} << 30);
+    CHECK(lib.mem_get_info(&free_bytes, &total) == 0);
+    CHECK(free_bytes == std::size_t{80} << 30);
   }
 }
