@@ -18,7 +18,9 @@
 // when it falls silent. docs/gpu.md describes the checks and the report.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
+#include <functional>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -72,6 +74,9 @@ struct AllReduceFacts {
   std::vector<AllReduceRow> rows;
   std::vector<std::string> notes;     // e.g. sizes left out and why
   std::vector<std::string> warnings;  // NCCL's own WARN lines
+  // Across nodes: NCCL's network between them ("IB", "Socket", ...: its
+  // "Using network" line); "" when unknown or within one node.
+  std::string network;
 };
 
 // cudaMemcpy device to device on one GPU (the single-GPU check).
@@ -144,6 +149,33 @@ std::string format_doctor_json(const DoctorFacts& facts, const DoctorReport& rep
 // Throws flowrun::Error naming `file` and the key at fault.
 DoctorFacts parse_doctor_facts(std::string_view json, const std::string& file);
 
+// The check across the nodes of a multi-node step (its preflight): every
+// node's check child joined one NCCL communicator, made from the id node 0's
+// child made and the head handed to the others.
+struct NodeDoctorFacts {
+  int node_rank = 0;
+  int first_rank = 0;       // the communicator's rank of the node's first GPU
+  std::string not_checked;  // why its facts never came (lost, never started); "" when they did
+  DoctorFacts facts;        // its GPUs, driver, CUDA, NCCL and its side of the all-reduce
+};
+
+struct ClusterDoctorFacts {
+  std::vector<NodeDoctorFacts> nodes;  // by node rank
+  int ranks = 0;                       // GPUs in the communicator, every node's
+};
+
+// Each node's own checks (driver, GPUs, links, CUDA, NCCL), then one
+// all-reduce verdict for the communicator: the first node whose side failed
+// or hung is named, and each size's time is the slowest node's. Bandwidth is
+// shown but not judged (no ceiling is known for the network between nodes).
+// Pure, like evaluate_doctor.
+DoctorReport evaluate_cluster_doctor(const ClusterDoctorFacts& facts);
+std::string format_cluster_doctor_text(const ClusterDoctorFacts& facts, const DoctorReport& report);
+
+// The sweep of every node combined: its sizes, each with the slowest node's
+// time and every node's wrong elements; empty when the nodes' sizes differ.
+AllReduceFacts combine_node_allreduce(const ClusterDoctorFacts& facts);
+
 struct DoctorOptions {
   int fake_gpus = -1;  // --fake-gpus: simulate the inventory; CUDA and NCCL are not checked
   std::uint64_t min_bytes = 8;
@@ -155,6 +187,15 @@ struct DoctorOptions {
   int timeout_s = 60;  // one phase (communicator set-up, one size) may take this long
   // The binary that runs `doctor --check-child`; empty: /proc/self/exe.
   std::string self_exe;
+  // Across nodes: this node's part of one communicator (GpuCheckRequest's
+  // fields of the same names); nranks 0 is one host alone.
+  int nranks = 0;
+  int first_rank = 0;
+  std::string nccl_id;
+  // Sees the check child's lines as they come (node 0 forwards its "nccl_id").
+  std::function<void(std::string_view line)> on_line;
+  // Set by another thread: kill the check child and report it stopped.
+  const std::atomic<bool>* cancel = nullptr;
 };
 
 // What a check child is asked to do (`flowrun doctor --check-child`).
@@ -169,10 +210,27 @@ struct GpuCheckRequest {
   bool nccl = true;
   bool memcpy = false;        // also time cudaMemcpy device to device on devices[0]
   int driver_cuda_major = 0;  // the driver's CUDA major version from NVML (0 unknown)
+  // Across nodes (a multi-node step's preflight): `devices` are ranks
+  // first_rank, first_rank + 1, ... of one communicator of `nranks` that
+  // every node's check child joins with ncclCommInitRank. 0: this process
+  // alone, with ncclCommInitAll.
+  int nranks = 0;
+  int first_rank = 0;
+  // The communicator's ncclUniqueId as hex (kNcclIdHexChars), or "make":
+  // ncclGetUniqueId here (node 0) and report it (an "nccl_id" line) for the
+  // head to hand to the other nodes.
+  std::string nccl_id;
 };
+
+// The reason of a check child stopped by run_check_process's `cancel`.
+inline constexpr std::string_view kCheckStoppedReason = "stopped before it finished";
+
+// An ncclUniqueId (128 bytes) as lowercase hex.
+inline constexpr std::size_t kNcclIdHexChars = 256;
 
 // What a check child found.
 struct GpuCheckOutcome {
+  std::string nccl_id;  // made by this child (request.nccl_id "make")
   CudaFacts cuda;
   NcclFacts nccl;
   AllReduceFacts allreduce;
@@ -194,6 +252,10 @@ struct PreflightResult {
   std::string report;
   DoctorFacts facts;
 };
+// The preflight's sweep: 1 MiB to 256 MiB (the smallest size the bandwidth
+// verdict judges), fewer iterations than flowrun doctor's.
+DoctorOptions preflight_options();
+
 PreflightResult run_preflight(const Inventory& inventory, const std::vector<int>& gpus,
                               const DoctorOptions& options = {}, const std::string& hostname = {});
 
@@ -245,7 +307,13 @@ void apply_check_line(std::string_view line, GpuCheckOutcome& outcome, std::stri
 // Runs `argv` as the check child and folds its lines into an outcome. A child
 // silent for longer than `silence_limit_s` is killed and reported as hung in
 // its last phase; one that dies is reported with its signal or exit status.
-GpuCheckOutcome run_check_process(const std::vector<std::string>& argv, int silence_limit_s);
+// `on_line`, when set, sees every line as it arrives (on the caller's thread):
+// the agent forwards node 0's "nccl_id" while the check goes on.
+// `cancel`, when set by another thread, kills the child; the outcome is then
+// "skipped", its reason starting with kCheckStoppedReason.
+GpuCheckOutcome run_check_process(const std::vector<std::string>& argv, int silence_limit_s,
+                                  const std::function<void(std::string_view line)>& on_line = {},
+                                  const std::atomic<bool>* cancel = nullptr);
 
 // The argv that runs `request` in `self_exe doctor --check-child`, and back.
 std::vector<std::string> check_child_argv(const std::string& self_exe, const GpuCheckRequest& request);

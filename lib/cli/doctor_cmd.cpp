@@ -26,6 +26,9 @@ struct DoctorCommand {
   std::string devices;
   int driver_cuda = 0;
   bool memcpy = false;
+  int nccl_ranks = 0;
+  int nccl_first_rank = 0;
+  std::string nccl_id;
 };
 
 // "MIN:MAX" or "MIN:MAX:FACTOR" with sizes such as 8, 64K, 1M, 1G.
@@ -81,6 +84,17 @@ int run_check_child(const DoctorCommand& command) {
   request.nccl = command.options.nccl;
   request.memcpy = command.memcpy;
   request.driver_cuda_major = command.driver_cuda;
+  request.nranks = command.nccl_ranks;
+  request.first_rank = command.nccl_first_rank;
+  request.nccl_id = command.nccl_id;
+  if (request.nranks > 0 && request.nccl_id != "make" &&
+      (request.nccl_id.size() != kNcclIdHexChars ||
+       request.nccl_id.find_first_not_of("0123456789abcdef") != std::string::npos))
+    throw Error("--nccl-id: expected 'make' or " + std::to_string(kNcclIdHexChars) + " hex digits",
+                kExitUsage);
+  if (request.nranks > 0 && (request.first_rank < 0 ||
+                             request.first_rank + static_cast<int>(request.devices.size()) > request.nranks))
+    throw Error("--nccl-first-rank: this node's ranks do not fit in --nccl-ranks", kExitUsage);
   // The findings go to the parent on stdout; whatever CUDA or NCCL print
   // themselves goes to stderr, which the parent shares with its user.
   std::cout.flush();
@@ -147,6 +161,9 @@ int cmd_doctor(int argc, char** argv) {
   app.add_option("--devices", command.devices)->group("");
   app.add_option("--driver-cuda", command.driver_cuda)->group("");
   app.add_flag("--memcpy", command.memcpy)->group("");
+  app.add_option("--nccl-ranks", command.nccl_ranks)->group("")->check(CLI::Range(1, 1 << 20));
+  app.add_option("--nccl-first-rank", command.nccl_first_rank)->group("");
+  app.add_option("--nccl-id", command.nccl_id)->group("");
   app.footer(
       "Exit codes: 0 healthy, 1 a check failed (each problem is said with what to do), 2 bad command line.\n"
       "CUDA and NCCL are loaded at run time: FLOWRUN_CUDART_LIBRARY and FLOWRUN_NCCL_LIBRARY name them\n"

@@ -97,6 +97,31 @@ constexpr std::size_t kCheckFloats = 1 << 16;  // elements checked at each end o
 constexpr std::uint64_t kMemcpyMaxBytes = 512ull << 20;
 constexpr std::uint64_t kHeadroomBytes = 1ull << 30;  // left free for NCCL's own buffers
 
+std::string id_to_hex(const ncclUniqueId& id) {
+  static constexpr char kDigits[] = "0123456789abcdef";
+  std::string hex;
+  for (char c : id.internal) {
+    const auto byte = static_cast<unsigned char>(c);
+    hex += kDigits[byte >> 4];
+    hex += kDigits[byte & 15];
+  }
+  return hex;
+}
+
+bool id_from_hex(const std::string& hex, ncclUniqueId& id) {
+  static_assert(sizeof id.internal * 2 == kNcclIdHexChars);
+  if (hex.size() != kNcclIdHexChars) return false;
+  auto digit = [](char c) {
+    return c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10 : -1;
+  };
+  for (std::size_t i = 0; i < sizeof id.internal; ++i) {
+    const int high = digit(hex[2 * i]), low = digit(hex[2 * i + 1]);
+    if (high < 0 || low < 0) return false;
+    id.internal[i] = static_cast<char>(high << 4 | low);
+  }
+  return true;
+}
+
 // The path dlopen actually loaded.
 std::string loaded_path(void* handle, const std::string& fallback) {
   link_map* map = nullptr;
@@ -184,6 +209,8 @@ struct Cudart {
 struct Nccl {
   decltype(&::ncclGetVersion) get_version = nullptr;
   decltype(&::ncclCommInitAll) init_all = nullptr;
+  decltype(&::ncclGetUniqueId) get_unique_id = nullptr;
+  decltype(&::ncclCommInitRank) init_rank = nullptr;
   decltype(&::ncclCommDestroy) destroy = nullptr;
   decltype(&::ncclCommAbort) abort = nullptr;
   decltype(&::ncclCommGetAsyncError) async_error = nullptr;
@@ -196,6 +223,8 @@ struct Nccl {
   bool bind_all(void* lib, std::string& missing) {
     bind(lib, "ncclGetVersion", get_version, missing);
     bind(lib, "ncclCommInitAll", init_all, missing);
+    bind(lib, "ncclGetUniqueId", get_unique_id, missing);
+    bind(lib, "ncclCommInitRank", init_rank, missing);
     bind(lib, "ncclCommDestroy", destroy, missing);
     bind(lib, "ncclCommAbort", abort, missing);
     bind(lib, "ncclCommGetAsyncError", async_error, missing);
@@ -298,7 +327,7 @@ class NcclDebugFile {
       return;
     }
     setenv("NCCL_DEBUG", "INFO", 1);
-    setenv("NCCL_DEBUG_SUBSYS", "TUNING", 1);
+    setenv("NCCL_DEBUG_SUBSYS", "INIT,NET,TUNING", 1);
     setenv("NCCL_DEBUG_FILE", path_.c_str(), 1);
   }
   ~NcclDebugFile() {
@@ -307,7 +336,8 @@ class NcclDebugFile {
   NcclDebugFile(const NcclDebugFile&) = delete;
   NcclDebugFile& operator=(const NcclDebugFile&) = delete;
 
-  // Algorithm and protocol of each size (rank 0's last word), and NCCL's warnings.
+  // Algorithm and protocol of each size (rank 0's last word), the network
+  // between nodes, and NCCL's warnings.
   void report(Out& out) const {
     if (path_.empty()) return;
     std::ifstream in(path_);
@@ -318,6 +348,8 @@ class NcclDebugFile {
       doctor_detail::TuningChoice choice;
       if (doctor_detail::parse_tuning_line(line, choice)) {
         choices[choice.bytes] = choice;
+      } else if (const std::size_t net = line.find("NCCL INFO Using network "); net != std::string::npos) {
+        out.line({"network", line.substr(net + 24)});
       } else if (const std::size_t at = line.find("NCCL WARN "); at != std::string::npos && warnings < 20) {
         out.line({"warn", line.substr(at + 10)});
         ++warnings;
@@ -337,6 +369,7 @@ struct GpuState {
   std::vector<int> devices;
   std::vector<cudaStream_t> streams;
   std::vector<float*> send, recv;
+  std::vector<std::uint64_t*> vote;  // across nodes: two elements each, what a GPU votes and the result
   std::vector<ncclComm_t> comms;
   bool aborted = false;
 
@@ -346,6 +379,7 @@ struct GpuState {
       cu.set_device(devices[i]);
       if (i < send.size() && send[i] != nullptr) cu.free(send[i]);
       if (i < recv.size() && recv[i] != nullptr) cu.free(recv[i]);
+      if (i < vote.size() && vote[i] != nullptr) cu.free(vote[i]);
       if (i < streams.size() && streams[i] != nullptr) cu.stream_destroy(streams[i]);
     }
   }
@@ -354,8 +388,10 @@ struct GpuState {
 class Check {
  public:
   Check(const Cudart& cu, const Nccl* nccl, const GpuCheckRequest& request, Out& out, Watchdog& dog)
-      : cu_(cu), nccl_(nccl), rq_(request), out_(out), dog_(dog), gpu_{cu,   request.devices, {}, {}, {}, {},
-                                                                       false} {}
+      : cu_(cu), nccl_(nccl), rq_(request), out_(out), dog_(dog), gpu_{cu, request.devices,
+                                                                       {}, {},
+                                                                       {}, {},
+                                                                       {}, false} {}
 
   // Buffers and streams on every GPU; false (after reporting) when that fails.
   bool prepare() {
@@ -378,17 +414,21 @@ class Check {
     gpu_.streams.assign(n, nullptr);
     gpu_.send.assign(n, nullptr);
     gpu_.recv.assign(n, nullptr);
+    if (across_nodes()) gpu_.vote.assign(n, nullptr);
     std::vector<float> pattern(kChunkFloats);
     for (std::size_t i = 0; i < n; ++i) {
       if (!cuda_ok(cu_.set_device(rq_.devices[i]), "cudaSetDevice") ||
           !cuda_ok(cu_.stream_create(&gpu_.streams[i], cudaStreamNonBlocking), "cudaStreamCreateWithFlags") ||
           !cuda_ok(cu_.malloc(reinterpret_cast<void**>(&gpu_.send[i]), max_bytes_), "cudaMalloc") ||
           !cuda_ok(cu_.malloc(reinterpret_cast<void**>(&gpu_.recv[i]), max_bytes_), "cudaMalloc") ||
-          !cuda_ok(cu_.memset(gpu_.recv[i], 0, max_bytes_), "cudaMemset"))
+          !cuda_ok(cu_.memset(gpu_.recv[i], 0, max_bytes_), "cudaMemset") ||
+          (across_nodes() &&
+           !cuda_ok(cu_.malloc(reinterpret_cast<void**>(&gpu_.vote[i]), 2 * sizeof(std::uint64_t)),
+                    "cudaMalloc")))
         return false;
-      // Rank i sends (j mod 251) + i at position j of every 4 MiB chunk: small
+      // Rank r sends (j mod 251) + r at position j of every 4 MiB chunk: small
       // whole numbers, so every sum is exact whatever order NCCL adds in.
-      for (std::size_t j = 0; j < kChunkFloats; ++j) pattern[j] = static_cast<float>(j % 251 + i);
+      for (std::size_t j = 0; j < kChunkFloats; ++j) pattern[j] = static_cast<float>(j % 251 + rank_of(i));
       const std::uint64_t chunk = kChunkFloats * sizeof(float);
       for (std::uint64_t offset = 0; offset < max_bytes_; offset += chunk) {
         const std::uint64_t bytes = std::min(chunk, max_bytes_ - offset);
@@ -432,14 +472,16 @@ class Check {
   // The sweep; reports ok, failed or hung.
   void allreduce() {
     const Nccl& nc = *nccl_;
-    const int n = static_cast<int>(rq_.devices.size());
-    dog_.arm("setting up NCCL communicators (ncclCommInitAll)", rq_.timeout_s);
-    gpu_.comms.assign(rq_.devices.size(), nullptr);
-    ncclResult_t result = nc.init_all(gpu_.comms.data(), n, rq_.devices.data());
-    if (result != ncclSuccess) {
-      gpu_.comms.clear();
-      fail("ncclCommInitAll: " + nc.describe(result));
-      return;
+    if (!init_comms()) return;
+    if (across_nodes()) {
+      // Every node must run the same sizes: the largest that fits every GPU.
+      std::uint64_t agreed = 0;
+      if (!vote(max_bytes_, ncclMin, "agreeing on the sizes", agreed)) return;
+      if (agreed < max_bytes_) {
+        out_.line({"note", "sizes above " + doctor_detail::format_size(agreed) +
+                               " left out: another node's GPUs have less free memory"});
+        max_bytes_ = agreed;
+      }
     }
     const std::vector<std::uint64_t> sizes =
         doctor_detail::sweep_sizes(rq_.min_bytes, max_bytes_, rq_.factor);
@@ -463,9 +505,13 @@ class Check {
       std::uint64_t wrong = 0;
       if (!verify(bytes / 4, wrong)) return;
       out_.line({"row", std::to_string(bytes), std::to_string(per_iteration), std::to_string(wrong)});
-      // Stop before a size that would outlast the time limit (a slow link is reported, not called a hang).
+      // Stop before a size that would outlast the time limit (a slow link
+      // is reported, not called a hang); across nodes, every node stops if one would.
       const double next_s = static_cast<double>(per_iteration) * rq_.factor * (rq_.warmup + rq_.iters) / 1e9;
-      if (s + 1 < sizes.size() && next_s > rq_.timeout_s * 0.5) {
+      std::uint64_t stop = s + 1 < sizes.size() && next_s > rq_.timeout_s * 0.5 ? 1 : 0;
+      if (s + 1 < sizes.size() && across_nodes() && !vote(stop, ncclMax, "agreeing on the next size", stop))
+        return;
+      if (stop != 0) {
         out_.line({"note", "sizes above " + doctor_detail::format_size(bytes) +
                                " left out: at this speed they would take over " +
                                std::to_string(rq_.timeout_s / 2) + " s each"});
@@ -474,7 +520,7 @@ class Check {
     }
     dog_.arm("destroying NCCL communicators", rq_.timeout_s);
     for (ncclComm_t comm : gpu_.comms) {
-      if ((result = nc.destroy(comm)) != ncclSuccess) {
+      if (const ncclResult_t result = nc.destroy(comm); result != ncclSuccess) {
         gpu_.comms.clear();
         fail("ncclCommDestroy: " + nc.describe(result));
         return;
@@ -486,6 +532,91 @@ class Check {
   }
 
  private:
+  bool across_nodes() const { return rq_.nranks > 0; }
+  // The communicator's rank of the i-th local GPU, and how many ranks it has.
+  int rank_of(std::size_t i) const { return (across_nodes() ? rq_.first_rank : 0) + static_cast<int>(i); }
+  std::size_t total_ranks() const {
+    return across_nodes() ? static_cast<std::size_t>(rq_.nranks) : rq_.devices.size();
+  }
+
+  // One communicator per local GPU: ncclCommInitAll in one process, or this
+  // node's ranks of the communicator every node joins with the head's id.
+  bool init_comms() {
+    const Nccl& nc = *nccl_;
+    gpu_.comms.assign(rq_.devices.size(), nullptr);
+    if (!across_nodes()) {
+      dog_.arm("setting up NCCL communicators (ncclCommInitAll)", rq_.timeout_s);
+      const ncclResult_t result =
+          nc.init_all(gpu_.comms.data(), static_cast<int>(rq_.devices.size()), rq_.devices.data());
+      if (result != ncclSuccess) {
+        gpu_.comms.clear();
+        fail("ncclCommInitAll: " + nc.describe(result));
+        return false;
+      }
+      return true;
+    }
+    dog_.arm(fmt_ranks("setting up the NCCL communicator across nodes (ncclCommInitRank"), rq_.timeout_s);
+    ncclUniqueId id{};
+    if (!id_from_hex(rq_.nccl_id, id)) {
+      gpu_.comms.clear();
+      fail("the NCCL unique id from the head is malformed");
+      return false;
+    }
+    ncclResult_t result = nc.group_start();
+    for (std::size_t i = 0; i < rq_.devices.size() && result == ncclSuccess; ++i) {
+      if (!cuda_ok(cu_.set_device(rq_.devices[i]), "cudaSetDevice")) {
+        nc.group_end();
+        gpu_.comms.clear();
+        return false;
+      }
+      result = nc.init_rank(&gpu_.comms[i], rq_.nranks, id, rank_of(i));
+    }
+    const ncclResult_t ended = nc.group_end();
+    if (result == ncclSuccess) result = ended;
+    if (result != ncclSuccess) {
+      gpu_.comms.clear();
+      fail("ncclCommInitRank: " + nc.describe(result));
+      return false;
+    }
+    return true;
+  }
+
+  // "... (ncclCommInitRank, ranks 2-3 of 4)"
+  std::string fmt_ranks(const std::string& what) const {
+    const int last = rank_of(rq_.devices.size()) - 1;
+    return what + ", rank" + (last > rq_.first_rank ? "s " : " ") + std::to_string(rq_.first_rank) +
+           (last > rq_.first_rank ? "-" + std::to_string(last) : "") + " of " + std::to_string(rq_.nranks) +
+           ")";
+  }
+
+  // Every rank's `mine` reduced with `op` across all nodes, in `agreed`.
+  bool vote(std::uint64_t mine, ncclRedOp_t op, const std::string& what, std::uint64_t& agreed) {
+    const Nccl& nc = *nccl_;
+    dog_.arm(what, rq_.timeout_s);
+    const auto deadline = Clock::now() + std::chrono::seconds(rq_.timeout_s);
+    for (std::size_t i = 0; i < gpu_.vote.size(); ++i) {
+      if (!cuda_ok(cu_.set_device(rq_.devices[i]), "cudaSetDevice") ||
+          !cuda_ok(cu_.memcpy(gpu_.vote[i], &mine, sizeof mine, cudaMemcpyHostToDevice), "cudaMemcpy"))
+        return false;
+    }
+    ncclResult_t result = nc.group_start();
+    for (std::size_t i = 0; i < gpu_.comms.size() && result == ncclSuccess; ++i)
+      result =
+          nc.all_reduce(gpu_.vote[i], gpu_.vote[i] + 1, 1, ncclUint64, op, gpu_.comms[i], gpu_.streams[i]);
+    const ncclResult_t ended = nc.group_end();
+    if (result == ncclSuccess) result = ended;
+    if (result != ncclSuccess) {
+      fail("ncclAllReduce while " + what + ": " + nc.describe(result));
+      return false;
+    }
+    if (!wait_streams(deadline, what)) return false;
+    if (!cuda_ok(cu_.set_device(rq_.devices[0]), "cudaSetDevice") ||
+        !cuda_ok(cu_.memcpy(&agreed, gpu_.vote[0] + 1, sizeof agreed, cudaMemcpyDeviceToHost), "cudaMemcpy"))
+      return false;
+    dog_.disarm();
+    return true;
+  }
+
   bool cuda_ok(cudaError_t error, const char* call) {
     if (error == cudaSuccess) return true;
     fail(std::string(call) + " failed: " + cu_.describe(error));
@@ -568,12 +699,12 @@ class Check {
 
   // The first and last elements of every GPU's result against the exact sums.
   bool verify(std::size_t count, std::uint64_t& wrong) {
-    const std::size_t n = rq_.devices.size();
+    const std::size_t n = total_ranks();
     std::vector<float> host(std::min(count, kCheckFloats));
     auto expected = [&](std::size_t index) {
       return static_cast<float>(n * (index % kChunkFloats % 251) + n * (n - 1) / 2);
     };
-    for (std::size_t i = 0; i < n; ++i) {
+    for (std::size_t i = 0; i < rq_.devices.size(); ++i) {
       for (std::size_t first :
            {std::size_t{0}, count > kCheckFloats ? count - kCheckFloats : std::size_t{0}}) {
         const std::size_t length = std::min(count - first, kCheckFloats);
@@ -602,8 +733,9 @@ class Check {
 
 }  // namespace
 
-int run_gpu_check_child(const GpuCheckRequest& request, int out_fd) {
+int run_gpu_check_child(const GpuCheckRequest& asked, int out_fd) {
   Out out(out_fd);
+  GpuCheckRequest request = asked;
   const EnvMap env = read_environ();
   NcclDebugFile debug;  // before NCCL is loaded: it reads its environment once
 
@@ -652,6 +784,21 @@ int run_gpu_check_child(const GpuCheckRequest& request, int out_fd) {
       int version = 0;
       if (nccl.get_version(&version) == ncclSuccess) out.line({"nccl_version", std::to_string(version)});
       nccl_usable = true;
+    }
+  }
+
+  // Node 0 of a check across nodes makes the communicator's id first, so the
+  // head can hand it to the other nodes while this one allocates.
+  if (request.nranks > 0 && request.nccl_id == "make" && cuda_usable && nccl_usable && request.nccl &&
+      !request.devices.empty()) {
+    ncclUniqueId id{};
+    const ncclResult_t result = nccl.get_unique_id(&id);
+    if (result != ncclSuccess) {
+      out.line({"allreduce", "failed", "ncclGetUniqueId: " + nccl.describe(result)});
+      cuda_usable = false;
+    } else {
+      request.nccl_id = id_to_hex(id);
+      out.line({"nccl_id", request.nccl_id});
     }
   }
 

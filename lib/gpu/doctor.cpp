@@ -266,6 +266,10 @@ void apply_check_line(std::string_view line, GpuCheckOutcome& outcome, std::stri
         row.protocol = text(3);
       }
     }
+  } else if (kind == "nccl_id" && f.size() == 2) {
+    outcome.nccl_id = text(1);
+  } else if (kind == "network" && f.size() == 2) {
+    outcome.allreduce.network = text(1);
   } else if (kind == "note") {
     outcome.allreduce.notes.push_back(text(1));
   } else if (kind == "warn") {
@@ -286,7 +290,9 @@ void apply_check_line(std::string_view line, GpuCheckOutcome& outcome, std::stri
   }
 }
 
-GpuCheckOutcome run_check_process(const std::vector<std::string>& argv, int silence_limit_s) {
+GpuCheckOutcome run_check_process(const std::vector<std::string>& argv, int silence_limit_s,
+                                  const std::function<void(std::string_view line)>& on_line,
+                                  const std::atomic<bool>* cancel) {
   GpuCheckOutcome outcome;
   auto failed = [&](const std::string& why) {
     outcome.allreduce.status = "failed";
@@ -320,7 +326,7 @@ GpuCheckOutcome run_check_process(const std::vector<std::string>& argv, int sile
   if (devnull >= 0) close(devnull);
 
   std::string phase = "starting", buffer;
-  bool done = false, eof = false, silent = false;
+  bool done = false, eof = false, silent = false, cancelled = false;
   auto last_word = std::chrono::steady_clock::now();
   while (!eof) {
     // After "done" the child only has to exit; give it a short while.
@@ -332,8 +338,12 @@ GpuCheckOutcome run_check_process(const std::vector<std::string>& argv, int sile
       silent = true;
       break;
     }
+    if (cancel != nullptr && cancel->load()) {
+      cancelled = true;
+      break;
+    }
     pollfd pfd{fds[0], POLLIN, 0};
-    const int ready = poll(&pfd, 1, left_ms);
+    const int ready = poll(&pfd, 1, cancel != nullptr ? std::min(left_ms, 50) : left_ms);
     if (ready < 0 && errno == EINTR) continue;
     if (ready < 0) break;
     if (ready == 0) continue;
@@ -349,6 +359,7 @@ GpuCheckOutcome run_check_process(const std::vector<std::string>& argv, int sile
     for (std::size_t newline; (newline = buffer.find('\n')) != std::string::npos;) {
       const std::string line = buffer.substr(0, newline);
       buffer.erase(0, newline + 1);
+      if (on_line) on_line(line);
       if (line == "done") {
         done = true;
       } else {
@@ -357,10 +368,15 @@ GpuCheckOutcome run_check_process(const std::vector<std::string>& argv, int sile
     }
   }
   close(fds[0]);
-  if (silent) kill(-pid, SIGKILL);
+  if (silent || cancelled) kill(-pid, SIGKILL);
   int status = 0;
   while (waitpid(pid, &status, 0) < 0) {
     if (errno != EINTR) break;
+  }
+  if (cancelled && !done) {
+    outcome.allreduce.status = "skipped";
+    outcome.allreduce.reason = std::string(kCheckStoppedReason) + ", while " + phase;
+    return outcome;
   }
   if (done || outcome.allreduce.status == "hung") return outcome;
   if (silent) {
@@ -398,6 +414,12 @@ std::vector<std::string> check_child_argv(const std::string& self_exe, const Gpu
                                    std::to_string(request.driver_cuda_major)};
   if (!request.nccl) argv.push_back("--no-nccl");
   if (request.memcpy) argv.push_back("--memcpy");
+  if (request.nranks > 0) {
+    for (std::string arg :
+         {std::string("--nccl-ranks"), std::to_string(request.nranks), std::string("--nccl-first-rank"),
+          std::to_string(request.first_rank), std::string("--nccl-id"), request.nccl_id})
+      argv.push_back(std::move(arg));
+  }
   return argv;
 }
 
@@ -418,7 +440,10 @@ GpuCheckRequest request_for(const Inventory& inventory, const std::vector<int>& 
   request.iters = options.iters;
   request.timeout_s = options.timeout_s;
   request.nccl = options.nccl;
-  request.memcpy = gpus.size() == 1;
+  request.memcpy = gpus.size() == 1 && options.nranks == 0;
+  request.nranks = options.nranks;
+  request.first_rank = options.first_rank;
+  request.nccl_id = options.nccl_id;
   int major = 0;
   const std::string& version = inventory.cuda_driver_version;
   std::from_chars(version.data(), version.data() + version.size(), major);
@@ -436,8 +461,9 @@ void run_checks(DoctorFacts& facts, const std::vector<int>& gpus, const DoctorOp
     return;
   }
   const GpuCheckRequest request = request_for(facts.inventory, gpus, options);
-  GpuCheckOutcome outcome = doctor_detail::run_check_process(
-      doctor_detail::check_child_argv(options.self_exe, request), request.timeout_s + kSilenceGraceS);
+  GpuCheckOutcome outcome =
+      doctor_detail::run_check_process(doctor_detail::check_child_argv(options.self_exe, request),
+                                       request.timeout_s + kSilenceGraceS, options.on_line, options.cancel);
   facts.cuda = std::move(outcome.cuda);
   facts.nccl = std::move(outcome.nccl);
   facts.allreduce = std::move(outcome.allreduce);
@@ -460,6 +486,16 @@ DoctorFacts collect_doctor_facts(const DoctorOptions& options, const EnvMap& env
   for (const Gpu& gpu : facts.inventory.gpus) gpus.push_back(gpu.index);
   run_checks(facts, gpus, options);
   return facts;
+}
+
+DoctorOptions preflight_options() {
+  DoctorOptions quick;
+  quick.min_bytes = 1ull << 20;
+  quick.max_bytes = kLargeMessageBytes;
+  quick.factor = 4;
+  quick.warmup = 2;
+  quick.iters = 5;
+  return quick;
 }
 
 PreflightResult run_preflight(const Inventory& inventory, const std::vector<int>& gpus,

@@ -93,6 +93,7 @@ void write_facts(JsonWriter& json, const DoctorFacts& facts) {
   json.key("timeout_s").value(ar.timeout_s);
   json.key("notes").strings(ar.notes);
   json.key("warnings").strings(ar.warnings);
+  if (!ar.network.empty()) json.key("network").value(ar.network);
   json.key("rows").begin_array();
   for (const AllReduceRow& row : ar.rows) {
     json.begin_object();
@@ -330,6 +331,7 @@ DoctorFacts parse_doctor_facts(std::string_view text, const std::string& file) {
   ar.timeout_s = static_cast<int>(r.integer(ar_json, ap, "timeout_s", 0));
   ar.notes = r.strings(ar_json, ap, "notes");
   ar.warnings = r.strings(ar_json, ap, "warnings");
+  if (ar_json.find("network") != nullptr) ar.network = r.string(ar_json, ap, "network");  // across nodes only
   const auto& rows = r.array(ar_json, ap, "rows");
   for (std::size_t i = 0; i < rows.size(); ++i) {
     const std::string rp = ap + ".rows[" + std::to_string(i) + "]";
