@@ -45,7 +45,7 @@
 
 namespace flowrun {
 
-inline constexpr std::uint8_t kProtocolVersion = 1;
+inline constexpr std::uint8_t kProtocolVersion = 2;
 
 // length:u32 + version:u8 + type:u8.
 inline constexpr std::size_t kFrameHeaderBytes = 6;
@@ -88,10 +88,16 @@ enum class MessageType : std::uint8_t {
   bye = 15,           // both ways: orderly close; the sender closes after it
   ready = 16,         // agent->head: answer to assign; workdir check, node 0's address and port
   done = 17,          // agent->head: every rank of the attempt ended and its uploads are sent
+  // A multi-node step's preflight (added in protocol 2), between ready and start:
+  preflight = 18,       // head->agent: run the NCCL check on this node's GPUs as ranks first_rank.. of
+                        // nranks; nccl_id "make" (node 0) or the id node 0 made; the sweep's sizes.
+                        // A stop while it runs kills the check.
+  preflight_id = 19,    // agent->head: node 0's check made the communicator's id (nccl_id)
+  preflight_done = 20,  // agent->head: the node's findings (facts: a flowrun doctor --json report)
 };
 
 inline constexpr std::uint8_t kFirstMessageType = 1;
-inline constexpr std::uint8_t kLastMessageType = 17;
+inline constexpr std::uint8_t kLastMessageType = 20;
 
 // "hello", "upload_chunk", ... as in the enum.
 std::string_view message_type_name(MessageType type);

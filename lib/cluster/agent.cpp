@@ -19,6 +19,7 @@
 #include <unistd.h>
 
 #include "flowrun/cluster.h"
+#include "flowrun/doctor.h"
 #include "flowrun/error.h"
 #include "flowrun/files.h"
 #include "flowrun/gpu.h"
@@ -127,6 +128,9 @@ class Agent : public GroupObserver {
 
     agent_id_ = node_ + "-" + std::to_string(getpid()) + "-" + make_nonce().substr(0, 8);
     guardian_.start(agent_id_, "FLOWRUN_AGENT_ID");
+    // The preflight's check child inherits this environment: the guardian's
+    // mark ends it too should the agent die (the ranks get it in their own).
+    setenv("FLOWRUN_AGENT_ID", agent_id_.c_str(), 1);
     become_subreaper();
     Supervisor supervisor(console_, guardian_.pid());
     supervisor.set_repeat_signal_kills(false);
@@ -188,6 +192,7 @@ class Agent : public GroupObserver {
         finished_ = true;
       }
     }
+    stop_check();
     // Let the last messages go out.
     for (int i = 0; i < 1000 && conn_->is_open() && conn_->queued() > 0; ++i)
       io.run_one_for(std::chrono::milliseconds(10));
@@ -429,8 +434,10 @@ class Agent : public GroupObserver {
     switch (frame.type) {
       case MessageType::assign: on_assign(*fields); break;
       case MessageType::start: on_start(*fields); break;
+      case MessageType::preflight: on_preflight(*fields); break;
       case MessageType::stop:
         stop_from_head_ = true;
+        check_cancel_ = true;
         if (in_group_) {
           sup_->stop_group(Outcome::interrupted);
           if (field_or(*fields, "kill") == "1") sup_->kill_group();
@@ -438,6 +445,7 @@ class Agent : public GroupObserver {
         break;
       case MessageType::bye:
         finished_ = true;
+        check_cancel_ = true;
         if (options_.exit_with_step && field_or(*fields, "succeeded") != "1") exit_code_ = 1;
         if (in_group_) sup_->stop_group(Outcome::interrupted);
         break;
@@ -471,6 +479,75 @@ class Agent : public GroupObserver {
     }
     ready.emplace_back("gpus", std::to_string(gpus_));
     conn_->send(MessageType::ready, ready);
+  }
+
+  // A multi-node step's preflight: flowrun doctor's NCCL check on this
+  // node's GPUs, as its part of one communicator across every node. The
+  // check child runs from a thread, so heartbeats go on meanwhile; node 0's
+  // id goes to the head as soon as its child made it.
+  void on_preflight(const Fields& f) {
+    if (check_thread_.joinable()) return;  // one check at a time
+    std::vector<int> devices;
+    for (const std::string& item : split_commas(field_or(f, "devices")))
+      devices.push_back(std::atoi(item.c_str()));
+    DoctorOptions options;
+    options.fake_gpus = options_.fake_gpus;
+    options.min_bytes = static_cast<std::uint64_t>(cluster::int64_field(f, "min_bytes"));
+    options.max_bytes = static_cast<std::uint64_t>(cluster::int64_field(f, "max_bytes"));
+    options.factor = int_field(f, "factor", 2);
+    options.warmup = int_field(f, "warmup", 5);
+    options.iters = int_field(f, "iters", 20);
+    options.timeout_s = int_field(f, "timeout_s", 60);
+    options.nranks = int_field(f, "nranks", 0);
+    options.first_rank = int_field(f, "first_rank", 0);
+    options.nccl_id = field_or(f, "nccl_id");
+    asio::io_context& io = sup_->io();
+    options.on_line = [this, &io](std::string_view line) {
+      if (!line.starts_with("nccl_id\t")) return;
+      asio::post(io, [this, id = std::string(line.substr(8))] {
+        if (conn_ && conn_->is_open()) conn_->send(MessageType::preflight_id, {{"nccl_id", id}});
+      });
+    };
+    options.cancel = &check_cancel_;
+    check_cancel_ = false;
+    check_thread_ = std::thread([this, &io, devices, options, env = env_, node = node_] {
+      const Inventory inventory =
+          select_gpus(make_probe(env, options.fake_gpus, /*topology=*/true)->probe(), env);
+      std::string facts;
+      try {
+        const PreflightResult result = run_preflight(inventory, devices, options, node);
+        facts = format_doctor_json(result.facts, evaluate_doctor(result.facts));
+      } catch (const std::exception& e) {
+        DoctorFacts none;
+        none.hostname = node;
+        none.inventory = inventory;
+        none.allreduce.status = "failed";
+        none.allreduce.reason = e.what();
+        facts = format_doctor_json(none, evaluate_doctor(none));
+      }
+      asio::post(io, [this, facts = std::move(facts)] {
+        if (check_thread_.joinable()) check_thread_.join();
+        if (!lost_head_ && conn_ && conn_->is_open())
+          conn_->send(MessageType::preflight_done, {{"facts", facts}});
+      });
+    });
+  }
+
+  // Ends a preflight check still running (the head is gone or said bye).
+  void stop_check() {
+    check_cancel_ = true;
+    if (check_thread_.joinable()) check_thread_.join();
+  }
+
+  static std::vector<std::string> split_commas(const std::string& text) {
+    std::vector<std::string> out;
+    std::size_t pos = 0;
+    while (pos < text.size()) {
+      const std::size_t comma = std::min(text.find(',', pos), text.size());
+      if (comma > pos) out.push_back(text.substr(pos, comma - pos));
+      pos = comma + 1;
+    }
+    return out;
   }
 
   void on_start(const Fields& f) {
@@ -660,6 +737,8 @@ class Agent : public GroupObserver {
   int node_rank_claim_ = -1, node_rank_ = 0, gpus_ = 0, attempt_ = 0;
   double interval_s_ = 2.5, timeout_s_ = 10, grace_s_ = 10, stall_s_ = 0;
   HeldPort held_port_;
+  std::thread check_thread_;  // a preflight's check (on_preflight)
+  std::atomic<bool> check_cancel_{false};
   Fields start_fields_;
   std::vector<LocalRank> ranks_;
   bool finished_ = false, start_pending_ = false, in_group_ = false, lost_head_ = false;

@@ -17,6 +17,7 @@
 #include <unistd.h>
 
 #include "flowrun/cluster.h"
+#include "flowrun/doctor.h"
 #include "flowrun/error.h"
 #include "flowrun/files.h"
 #include "flowrun/logmux.h"
@@ -262,7 +263,7 @@ class Head : public GroupObserver {
       fail_before_start(message);
       return false;
     }
-    if (phase_ == Phase::running || phase_ == Phase::assigning) {
+    if (phase_ == Phase::running || phase_ == Phase::assigning || phase_ == Phase::checking) {
       engine_note_ = what + (tail.empty() ? "" : ": " + split_lines(tail).back());
     }
     return false;
@@ -305,7 +306,7 @@ class Head : public GroupObserver {
   double stop_margin_s() override { return 5 + timeout_s_; }
 
  private:
-  enum class Phase { joining, assigning, running, finished };
+  enum class Phase { joining, assigning, checking, running, finished };
 
   struct Upload {
     int rank = -1;
@@ -686,6 +687,129 @@ class Head : public GroupObserver {
       for (const auto& e : workdir_errors_) fail_before_start(e);
       return;
     }
+    if (attempt_ == 0 && job_.step->parallel && job_.step->parallel->preflight && !plan_.cpu) {
+      start_preflight();
+      return;
+    }
+    start_attempt();
+  }
+
+  // ---- preflight: true ------------------------------------------------------
+  //
+  // flowrun doctor's NCCL check across every node before any rank starts:
+  // node 0's agent runs its check child, which makes the communicator's id;
+  // the head hands the id to the other nodes, whose check children join the
+  // same communicator (ncclCommInitRank), and every node reports what it
+  // found. The first node whose check fails stops the others' (a stop); the
+  // report names it, and the step is refused as one whose nodes never started.
+
+  void start_preflight() {
+    phase_ = Phase::checking;
+    preflight_ = ClusterDoctorFacts{};
+    preflight_answered_.assign(nodes_.size(), false);
+    preflight_started_.assign(nodes_.size(), false);
+    std::vector<std::string> where;
+    for (const auto& n : nodes_) {
+      NodeDoctorFacts node;
+      node.node_rank = n.rank;
+      node.first_rank = preflight_.ranks;
+      node.facts.hostname = n.name;
+      preflight_.ranks += static_cast<int>(plan_.nodes[static_cast<std::size_t>(n.rank)].gpus.size());
+      preflight_.nodes.push_back(std::move(node));
+      where.push_back(fmt::format("{} GPUs {}", n.name, preflight_devices(n.rank)));
+    }
+    console_.message(fmt::format("flowrun: step '{}': preflight: checking NCCL across {}, {} ({})",
+                                 plan_.step, plural(nodes_.size(), "node", "nodes"),
+                                 plural(static_cast<std::size_t>(preflight_.ranks), "GPU", "GPUs"),
+                                 fmt::join(where, "; ")));
+    send_preflight(nodes_[0], "make");
+  }
+
+  std::string preflight_devices(int node_rank) const {
+    std::vector<std::string> devices;
+    for (const Gpu& gpu : plan_.nodes[static_cast<std::size_t>(node_rank)].gpus)
+      devices.push_back(std::to_string(gpu.index));
+    return fmt::format("{}", fmt::join(devices, ","));
+  }
+
+  void send_preflight(Node& n, const std::string& nccl_id) {
+    const DoctorOptions sweep = preflight_options();
+    preflight_started_[static_cast<std::size_t>(n.rank)] = true;
+    n.conn->send(
+        MessageType::preflight,
+        {{"devices", preflight_devices(n.rank)},
+         {"nranks", std::to_string(preflight_.ranks)},
+         {"first_rank", std::to_string(preflight_.nodes[static_cast<std::size_t>(n.rank)].first_rank)},
+         {"nccl_id", nccl_id},
+         {"min_bytes", std::to_string(sweep.min_bytes)},
+         {"max_bytes", std::to_string(sweep.max_bytes)},
+         {"factor", std::to_string(sweep.factor)},
+         {"warmup", std::to_string(sweep.warmup)},
+         {"iters", std::to_string(sweep.iters)},
+         {"timeout_s", std::to_string(sweep.timeout_s)}});
+  }
+
+  // Node 0's check made the communicator's id: the others join it now.
+  void on_preflight_id(Node& n, const Fields& f) {
+    const std::string id = field_or(f, "nccl_id");
+    if (phase_ != Phase::checking || n.rank != 0 || preflight_started_.size() < 2 || preflight_started_[1])
+      return;
+    if (id.size() != kNcclIdHexChars || id.find_first_not_of("0123456789abcdef") != std::string::npos) {
+      protocol_error(n, "malformed preflight_id");
+      return;
+    }
+    for (auto& other : nodes_) {
+      if (other.rank != 0 && !other.lost) send_preflight(other, id);
+    }
+  }
+
+  void on_preflight_done(Node& n, const Fields& f) {
+    const auto index = static_cast<std::size_t>(n.rank);
+    if (phase_ != Phase::checking || preflight_answered_[index]) return;
+    preflight_answered_[index] = true;
+    NodeDoctorFacts& node = preflight_.nodes[index];
+    try {
+      node.facts = parse_doctor_facts(field_or(f, "facts"), "node " + n.name + "'s preflight report");
+      node.facts.hostname = n.name;
+    } catch (const Error& e) {
+      node.not_checked = std::string("its report could not be read: ") + e.what();
+    }
+    const bool ok = node.not_checked.empty() && node.facts.allreduce.status == "ok";
+    if (n.rank == 0 && !preflight_started_[std::min<std::size_t>(1, nodes_.size() - 1)]) {
+      // Node 0 ended without an id: the others never began.
+      for (std::size_t i = 1; i < nodes_.size(); ++i) {
+        preflight_answered_[i] = true;
+        preflight_.nodes[i].not_checked =
+            "its check never started: node 0's ended before it made the NCCL communicator";
+      }
+    } else if (!ok && !preflight_stopping_) {
+      // The communicator cannot complete without this node: stop the others' checks.
+      preflight_stopping_ = true;
+      for (auto& other : nodes_) {
+        if (!preflight_answered_[static_cast<std::size_t>(other.rank)] && other.conn && other.conn->is_open())
+          other.conn->send(MessageType::stop, {{"reason", "the preflight check failed on node " + n.name}});
+      }
+    }
+    if (std::find(preflight_answered_.begin(), preflight_answered_.end(), false) != preflight_answered_.end())
+      return;
+    const DoctorReport report = evaluate_cluster_doctor(preflight_);
+    if (report.exit_code != 0) {
+      console_.message(format_cluster_doctor_text(preflight_, report));
+      fail_before_start(
+          "the preflight check of its GPUs across the nodes failed (the report above); fix what it names, or "
+          "set "
+          "preflight: false");
+      return;
+    }
+    std::string summary;
+    for (const DoctorCheck& check : report.checks) {
+      if (check.name == "all-reduce") summary = check.message;
+    }
+    console_.message(fmt::format("flowrun: step '{}': preflight passed: {}", plan_.step, summary));
+    if (report.large_busbw_gbps > 0)
+      console_.message(
+          fmt::format("flowrun: step '{}': preflight: large-message bus bandwidth {:.1f} GB/s across {}",
+                      plan_.step, report.large_busbw_gbps, plural(nodes_.size(), "node", "nodes")));
     start_attempt();
   }
 
@@ -790,6 +914,8 @@ class Head : public GroupObserver {
       case MessageType::upload_chunk: on_upload_chunk(n, *fields); break;
       case MessageType::upload_end: on_upload_end(n, *fields); break;
       case MessageType::done: on_done(n, *fields); break;
+      case MessageType::preflight_id: on_preflight_id(n, *fields); break;
+      case MessageType::preflight_done: on_preflight_done(n, *fields); break;
       case MessageType::stop: {
         if (const std::string* stalled = find_field(*fields, "stalled")) {
           on_node_stalled(n, *stalled);
@@ -1286,6 +1412,10 @@ class Head : public GroupObserver {
   std::string engine_note_;
   std::string write_error_;  // the first file of the run directory that could not be written, and why
   std::vector<std::string> workdir_errors_;
+  ClusterDoctorFacts preflight_;          // what each node's check found
+  std::vector<bool> preflight_answered_;  // by node rank: its preflight_done came (or never will)
+  std::vector<bool> preflight_started_;   // by node rank: it was sent its preflight
+  bool preflight_stopping_ = false;       // a node's check failed: the others were told to stop
   int joined_ = 0, ready_ = 0, done_ = 0;
   int attempt_ = 0;
   int master_port_ = 0;

@@ -452,12 +452,7 @@ class FlowRunner {
 
   void run_parallel(const Step& step, const StepPlan& plan, std::int64_t start_mono, StepRecord& record) {
     if (plan.mode == PlanMode::multi_node) {
-      if (step.parallel->preflight)
-        console_.message(
-            fmt::format("flowrun: step '{}': preflight: true checks one node's GPUs; this step "
-                        "runs on {} nodes, whose GPUs are not checked before it starts",
-                        step.name, plan.nodes.size()));
-      run_on_nodes_step(step, plan, start_mono, record);
+      run_on_nodes_step(step, plan, start_mono, record);  // with its preflight across the nodes
       return;
     }
     if (step.parallel->preflight && !plan.cpu && !preflight_passes(step, plan, record)) return;
@@ -566,15 +561,7 @@ class FlowRunner {
     for (const Gpu& gpu : plan.nodes.front().gpus) gpus.push_back(gpu.index);
     console_.message(fmt::format("flowrun: step '{}': preflight: checking NCCL on this host's {}", step.name,
                                  describe_devices(plan)));
-    // A short sweep: 1 MiB to 256 MiB (the smallest size the bandwidth
-    // verdict judges), fewer iterations than flowrun doctor's.
-    DoctorOptions quick;
-    quick.min_bytes = 1ull << 20;
-    quick.max_bytes = 256ull << 20;
-    quick.factor = 4;
-    quick.warmup = 2;
-    quick.iters = 5;
-    const PreflightResult pre = run_preflight(host_.inventory, gpus, quick, host_.hostname);
+    const PreflightResult pre = run_preflight(host_.inventory, gpus, preflight_options(), host_.hostname);
     if (pre.ok) return true;
     console_.message(pre.report);
     node_errors_.push_back(

@@ -12,7 +12,12 @@ Exits 125 (skipped) when the binary was built without GPU support.
 """
 import json
 import os
+import re
+import shlex
 import shutil
+import signal
+import socket
+import subprocess
 import sys
 import tempfile
 import time
@@ -149,9 +154,132 @@ def main():
         t.check(r.returncode == 0 and os.path.exists(os.path.join(scratch, "ran")) and
                 "flowrun: step 'train': preflight: checking NCCL on this host's GPUs 0,1" in r.stdout + r.stderr,
                 "preflight: a passing check, then the workers run", r.stdout + r.stderr)
+        preflight_across_nodes(t, flowrun, scratch, base)
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
     return t.finish()
+
+
+AGENT_COMMAND = re.compile(r"^flowrun:   (.* agent --rdzv-endpoint .*)$", re.M)
+
+
+def preflight_across_nodes(t, flowrun, scratch, base):
+    """preflight: true on a two-node step (engine: manual, both agents on this host): the head hands node 0's
+    NCCL id to node 1, both check children join one communicator of 4 ranks on the stand-in libraries."""
+    host = socket.gethostname()
+    spec = ("cluster:\n  engine: manual\n  address: 127.0.0.1\n  heartbeat_timeout: 2\n"
+            "steps:\n  - name: train\n    run: [/bin/sh, -c, 'touch ran.$RANK']\n"
+            "    parallel: {gpus: 4, nodes: 2, preflight: true}\n")
+
+    def two_nodes(name, node1_env, node0_env=None, during=None):
+        """Runs the step with agents whose environments add node0_env and node1_env; returns (rc, head's
+        stderr, workdir, [agent stderr])."""
+        d = os.path.join(scratch, name)
+        os.makedirs(d)
+        with open(os.path.join(d, "spec.yaml"), "w") as f:
+            f.write(spec)
+        # Each stand-in GPU has 1032 MiB free unless a test says otherwise: sizes up to 4 MiB fit.
+        env = clean_env(**{**base, "CUDA_VISIBLE_DEVICES": "0,1", "FAKE_CUDA_DEVICES": "2", "TMPDIR": d,
+                           "FAKE_CUDA_FREE_MIB": "1032"})
+        err_path = os.path.join(d, "head.err")
+        with open(err_path, "w") as err:
+            head = subprocess.Popen([flowrun, "spec.yaml", "--grace", "2"], cwd=d, env=env, stdin=subprocess.DEVNULL,
+                                    stdout=subprocess.DEVNULL, stderr=err, start_new_session=True)
+        agents = []
+        try:
+            deadline = time.monotonic() + 30
+            while not AGENT_COMMAND.search(read(err_path)) and head.poll() is None and time.monotonic() < deadline:
+                time.sleep(0.05)
+            m = AGENT_COMMAND.search(read(err_path))
+            if not t.check(m is not None, f"{name}: the head prints the agent command", read(err_path)):
+                return None, read(err_path), d, []
+            argv = shlex.split(m.group(1))
+            for i, extra in enumerate((node0_env or {}, node1_env)):
+                agent_env = {**env, **extra}
+                agent_env.pop("FLOWRUN_HOSTNAME", None)
+                with open(os.path.join(d, f"agent{i}.err"), "w") as err:
+                    agents.append(subprocess.Popen([*argv, "--node-rank", str(i)], cwd=d, env=agent_env,
+                                                   stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=err,
+                                                   start_new_session=True))
+            if during:
+                during(d, head, agents)
+            rc = head.wait(timeout=120)
+            for a in agents:
+                a.wait(timeout=30)
+            return rc, read(err_path), d, [read(os.path.join(d, f"agent{i}.err")) for i in range(len(agents))]
+        finally:
+            for p in [head, *agents]:
+                if p.poll() is None:
+                    os.killpg(p.pid, signal.SIGKILL)
+                    p.wait()
+
+    def ran(d):
+        return sorted(n for n in os.listdir(d) if n.startswith("ran."))
+
+    # Node 0's GPUs fit 8 MiB, node 1's 4 MiB: every node runs the sizes that fit on all (1 MiB and 4 MiB).
+    rc, err, d, agent_err = two_nodes("across", {}, {"FAKE_CUDA_FREE_MIB": "1040"})
+    t.check(rc == 0 and ran(d) == ["ran.0", "ran.1", "ran.2", "ran.3"], "across nodes: the check passes, then the "
+            "ranks run", err)
+    t.check(f"flowrun: step 'train': preflight: checking NCCL across 2 nodes, 4 GPUs ({host} GPUs 0,1; {host} GPUs "
+            "0,1)\n" in err, "across nodes: the head says what it checks", err)
+    t.check("flowrun: step 'train': preflight passed: 2 sizes from 1 MiB to 4 MiB on 4 GPUs across 2 nodes, every sum "
+            "correct; sizes above 8 MiB left out: GPU 0 has 1040 MiB free; sizes above 4 MiB left out: another node's "
+            "GPUs have less free memory; sizes above 4 MiB left out: GPU 0 has 1032 MiB free\n" in err, "across nodes: one communicator of 4 ranks, every sum exact, the "
+            "sizes every node could run", err)
+    t.check(agent_err == ["", ""], "across nodes: the agents say nothing", "\n".join(agent_err))
+    t.check(not [n for n in os.listdir(d) if n.startswith("fake-nccl-") and os.listdir(os.path.join(d, n))],
+            "across nodes: the stand-in NCCL's exchange files are gone", str(os.listdir(d)))
+
+    # A wrong sum at rank 0 (node 0): refused with the report across nodes, no rank runs.
+    rc, err, d, _ = two_nodes("wrong", {"FAKE_NCCL": "wrong"}, {"FAKE_NCCL": "wrong"})
+    t.check(rc == 1 and ran(d) == [], "across nodes: a wrong sum refuses the step before any rank runs", err)
+    t.check("\n  FAIL  all-reduce  wrong sums at 1 MiB (1 elements), 4 MiB (1 elements); sizes above 4 MiB left out: GPU 0 "
+            "has 1032 MiB free\n" in err and
+            "flowrun:   the preflight check of its GPUs across the nodes failed (the report above); fix what it "
+            "names, or set preflight: false\n" in err, "across nodes: the report says which sizes were wrong", err)
+
+    # Node 1 has no NCCL: its check fails at once; node 0's, waiting for node 1 in ncclCommInitRank, is stopped.
+    start = time.monotonic()
+    rc, err, d, _ = two_nodes("no-nccl", {"FLOWRUN_NCCL_LIBRARY": "/nonexistent/libnccl.so.2"})
+    took = time.monotonic() - start
+    t.check(rc == 1 and ran(d) == [], "across nodes: a node without NCCL refuses the step", err)
+    t.check(f"\n  FAIL  node 1      {host}: nccl: NCCL not found: /nonexistent/libnccl.so.2: cannot open shared object "
+            "file: No such file or directory (tried /nonexistent/libnccl.so.2)\n" in err,
+            "across nodes: the report names the node and what it lacks", err)
+    t.check(f"\n  FAIL  all-reduce  not run across the 2 nodes: on {host}: NCCL was not found\n" in err,
+            "across nodes: the all-reduce did not run", err)
+    t.check(took < 30, f"across nodes: node 0's waiting check was stopped, not left to time out ({took:.1f} s)")
+    t.check(marked_processes(scratch) == [], "across nodes: no check child is left behind")
+
+    # Node 1's agent is killed while its check waits in ncclCommInitRank: the node is lost, nothing is left.
+    def kill_node1(d, head, agents):
+        wait_until = time.monotonic() + 30
+        while "preflight: checking NCCL" not in read(os.path.join(d, "head.err")) and time.monotonic() < wait_until:
+            time.sleep(0.05)
+        time.sleep(0.5)
+        os.kill(agents[1].pid, signal.SIGKILL)
+
+    rc, err, d, _ = two_nodes("agent-killed", {"FAKE_NCCL": "init-hang"}, during=kill_node1)
+    t.check(rc == 1 and ran(d) == [] and "lost: its agent's connection closed" in err,
+            "across nodes: an agent killed during the preflight: its node is lost and the step refused", err)
+    gone = wait_for_empty(lambda: marked_processes(scratch), 5)
+    t.check(gone, "across nodes: the killed agent's check child and node 0's are gone",
+            str(marked_processes(scratch)))
+
+
+def read(path):
+    try:
+        with open(path, errors="replace") as f:
+            return f.read()
+    except OSError:
+        return ""
+
+
+def wait_for_empty(probe, seconds):
+    deadline = time.monotonic() + seconds
+    while probe() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    return not probe()
 
 
 if __name__ == "__main__":

@@ -40,8 +40,8 @@ std::vector<Frame> drain(FrameReader& reader) {
 
 TEST_CASE("a frame is big-endian length, version, type, payload", "[protocol]") {
   std::string frame = encode_frame(MessageType::heartbeat, "abc");
-  CHECK(frame == "\x00\x00\x00\x05\x01\x0a"s + "abc");
-  CHECK(encode_frame(MessageType::bye, "") == "\x00\x00\x00\x02\x01\x0f"s);
+  CHECK(frame == "\x00\x00\x00\x05\x02\x0a"s + "abc");
+  CHECK(encode_frame(MessageType::bye, "") == "\x00\x00\x00\x02\x02\x0f"s);
   std::string batch;
   append_frame(batch, MessageType::start, "");
   append_frame(batch, MessageType::bye, "x");
@@ -67,10 +67,11 @@ TEST_CASE("every message type round-trips through a frame and fields", "[protoco
     CHECK(reader.buffered() == 0);
     CHECK(message_type_from_byte(static_cast<std::uint8_t>(type)) == type);
   }
-  CHECK(names.size() == 17);
+  CHECK(names.size() == 20);
   CHECK(message_type_name(MessageType::upload_chunk) == "upload_chunk");
+  CHECK(message_type_name(MessageType::preflight_done) == "preflight_done");
   CHECK_FALSE(message_type_from_byte(0));
-  CHECK_FALSE(message_type_from_byte(18));
+  CHECK_FALSE(message_type_from_byte(21));
 }
 
 TEST_CASE("a frame fed byte by byte comes out once, whole", "[protocol]") {
@@ -125,7 +126,7 @@ TEST_CASE("the frame limit is the reader's, inclusive", "[protocol]") {
   FrameReader reader("head", 10);
   reader.feed(encode_frame(MessageType::output, "12345678", 10));
   CHECK(reader.next() == Frame{MessageType::output, "12345678"});
-  reader.feed(raw_header(11, 1, 8));
+  reader.feed(raw_header(11, kProtocolVersion, 8));
   CHECK(reader.error() == "head sent a frame of 11 bytes, over the limit of 10");
   CHECK_THROWS_WITH(encode_frame(MessageType::output, "123456789", 10),
                     "a output frame of 11 bytes is over the limit of 10");
@@ -148,27 +149,27 @@ TEST_CASE("set_max_frame raises the limit for frames not yet read, as after a ha
 
 TEST_CASE("a frame from another protocol version is refused with what to do", "[protocol]") {
   FrameReader reader("agent");
-  reader.feed(raw_header(2, 2, 1));
+  reader.feed(raw_header(2, 1, 1));
   REQUIRE(reader.failed());
   CHECK(reader.error() ==
-        "agent speaks protocol 2, this flowrun speaks 1: run the same flowrun version on every node");
+        "agent speaks protocol 1, this flowrun speaks 2: run the same flowrun version on every node");
 }
 
 TEST_CASE("unknown types and frames too short for their header are refused", "[protocol]") {
   FrameReader unknown("agent");
-  unknown.feed(raw_header(2, 1, 99));
+  unknown.feed(raw_header(2, kProtocolVersion, 99));
   CHECK(unknown.error() == "agent sent a message of unknown type 99");
   FrameReader zero("head");
-  zero.feed(raw_header(0, 1, 1).substr(0, 4));
+  zero.feed(raw_header(0, kProtocolVersion, 1).substr(0, 4));
   CHECK(zero.error() == "head sent a frame of 0 bytes, shorter than its 2-byte version and type");
   FrameReader one("head");
-  one.feed(raw_header(1, 1, 1));
+  one.feed(raw_header(1, kProtocolVersion, 1));
   CHECK(one.error() == "head sent a frame of 1 bytes, shorter than its 2-byte version and type");
 }
 
 TEST_CASE("whole frames before a bad one are still returned, then nothing", "[protocol]") {
   FrameReader reader("agent");
-  reader.feed(encode_frame(MessageType::exited, "r0") + raw_header(2, 1, 0) + "trailing");
+  reader.feed(encode_frame(MessageType::exited, "r0") + raw_header(2, kProtocolVersion, 0) + "trailing");
   CHECK(reader.error() == "agent sent a message of unknown type 0");
   CHECK(reader.next() == Frame{MessageType::exited, "r0"});
   CHECK_FALSE(reader.next());
@@ -184,7 +185,7 @@ TEST_CASE("a bad header behind a pending frame fails on arrival", "[protocol]") 
   CHECK_FALSE(reader.failed());
   reader.feed(first.substr(50) + raw_header(2, 7, 1));
   CHECK(reader.error() ==
-        "agent speaks protocol 7, this flowrun speaks 1: run the same flowrun version on every node");
+        "agent speaks protocol 7, this flowrun speaks 2: run the same flowrun version on every node");
   CHECK(reader.next() == Frame{MessageType::output, std::string(100, 'x')});
   CHECK_FALSE(reader.next());
 }
