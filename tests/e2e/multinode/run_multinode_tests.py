@@ -250,6 +250,8 @@ class Suite:
         os.makedirs(os.path.dirname(self.flowrun))
         shutil.copy2(flowrun, self.flowrun)
         self.real_flowrun = os.path.realpath(self.flowrun)
+        # The stand-in NVIDIA libraries, built next to the unit tests (copied by the test that uses them).
+        self.fakes = os.path.join(os.path.dirname(os.path.abspath(flowrun)), "tests")
         # The ranks' scripts too: the repository may sit under /tmp, which every
         # node has its own of (a CI clone in /tmp/x), while /var/tmp is shared.
         global WORKER, CHECK, TORCH
@@ -851,6 +853,44 @@ class Suite:
         finally:
             shutil.rmtree(tmp, ignore_errors=True)
 
+    # --- preflight: true across nodes ----------------------------------------------
+
+    def test_preflight(self):
+        """preflight: true on a step srun puts on 2 nodes: node 0's NCCL id crosses the control plane to the other
+        node, whose check child joins the same communicator. The stand-in NVIDIA libraries (built next to the unit
+        tests, copied to the shared workdir) exchange the ranks' buffers through the workdir, where TMPDIR points."""
+        probe = subprocess.run([self.flowrun, "doctor", "--fake-gpus", "1"], capture_output=True, text=True)
+        if "built without GPU support" in probe.stdout or not os.path.exists(
+                os.path.join(self.fakes, "libflowrun_fake_nccl.so")):
+            print("preflight: skipped (a flowrun built without GPU support, or no stand-in libraries)")
+            return
+        d = self.workspace("preflight")
+        lib = os.path.join(d, "lib")
+        os.makedirs(lib)
+        for fake in ("nvml", "cudart", "nccl"):
+            shutil.copy2(os.path.join(self.fakes, f"libflowrun_fake_{fake}.so"), lib)
+        os.symlink("libflowrun_fake_nvml.so", os.path.join(lib, "libnvidia-ml.so.1"))
+        steps = [{"name": "train", "parallel": {"nodes": 2, "preflight": True},
+                  "run": ["/bin/sh", "-c", "touch ran.$RANK"]}]
+        spec = self.write_spec(d, {"engine": "slurm", "gpus_per_node": 2, "address": self.c.addrs["head"]}, steps)
+        run = self.head(spec, None, LD_LIBRARY_PATH=lib, FAKE_NVML_SCENARIO="hgx", CUDA_VISIBLE_DEVICES="0,1",
+                        FLOWRUN_CUDART_LIBRARY=os.path.join(lib, "libflowrun_fake_cudart.so"),
+                        FLOWRUN_NCCL_LIBRARY=os.path.join(lib, "libflowrun_fake_nccl.so"), FAKE_CUDA_DEVICES="2",
+                        FAKE_CUDA_FREE_MIB="1032", TMPDIR=d)
+        self.check(run.rc == 0, "preflight: flowrun exits 0", 0, run.rc, run.detail())
+        checking = re.search(r"^flowrun: step 'train': preflight: checking NCCL across 2 nodes, 4 GPUs "
+                             r"\((node\d) GPUs 0,1; (node\d) GPUs 0,1\)$", run.stderr, re.M)
+        self.check(bool(checking) and checking.group(1) != checking.group(2),
+                   "preflight: one check across two hosts", "node0 GPUs 0,1; node1 GPUs 0,1 (two names)",
+                   checking.group(0) if checking else None, run.detail())
+        passed = ("flowrun: step 'train': preflight passed: 2 sizes from 1 MiB to 4 MiB on 4 GPUs across 2 nodes, "
+                  "every sum correct; sizes above 4 MiB left out: GPU 0 has 1032 MiB free")
+        self.check(passed in run.stderr.splitlines(), "preflight: one communicator of 4 ranks, every sum exact",
+                   passed, [line for line in run.stderr.splitlines() if "preflight" in line], run.detail())
+        ran = sorted(n for n in os.listdir(d) if n.startswith("ran."))
+        self.check(ran == ["ran.0", "ran.1", "ran.2", "ran.3"], "preflight: then every rank runs",
+                   "ran.0 .. ran.3", ran)
+
     # --- what is left --------------------------------------------------------------
 
     def flowrun_processes(self):
@@ -915,7 +955,7 @@ class Suite:
 
 TESTS = ["salloc", "sbatch", "srun", "srun_node1", "ssh_hosts", "ssh_hostfile", "run_cli_salloc", "run_cli_rendezvous",
          "torch", "lightning", "culprit",
-         "agent_kill", "link_down", "head_kill", "scancel", "wrong_token", "symlink", "private_workdir"]
+         "agent_kill", "link_down", "head_kill", "scancel", "wrong_token", "symlink", "private_workdir", "preflight"]
 
 
 def namespaces_available():
