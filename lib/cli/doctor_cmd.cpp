@@ -167,7 +167,9 @@ int cmd_doctor(int argc, char** argv) {
   app.footer(
       "Exit codes: 0 healthy, 1 a check failed (each problem is said with what to do), 2 bad command line.\n"
       "CUDA and NCCL are loaded at run time: FLOWRUN_CUDART_LIBRARY and FLOWRUN_NCCL_LIBRARY name them\n"
-      "explicitly. What each check means and the bandwidth ceilings: docs/gpu.md.");
+      "explicitly. What each check means and the bandwidth ceilings: docs/gpu.md.\n"
+      "This checks the host it runs on. To check every node of a multi-node step, across the nodes, before\n"
+      "its ranks start: preflight: true under the step's parallel: (docs/gpu.md#across-nodes).");
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& e) {
