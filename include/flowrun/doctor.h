@@ -252,6 +252,11 @@ struct PreflightResult {
   std::string report;
   DoctorFacts facts;
 };
+// A passing preflight in a few words: "passed: " and the all-reduce check's
+// message, and the bandwidth's when there is one; for a check that did not
+// run (simulated GPUs) the all-reduce's "not run: why".
+std::string preflight_summary(const DoctorReport& report);
+
 // The preflight's sweep: 1 MiB to 256 MiB (the smallest size the bandwidth
 // verdict judges), fewer iterations than flowrun doctor's.
 DoctorOptions preflight_options();

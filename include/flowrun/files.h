@@ -19,4 +19,11 @@ void make_dirs(const std::string& path, mode_t mode = 0755);
 // Error when a rename fails.
 std::string keep_attempt(const std::string& rank_dir, int attempt);
 
+// Writes `path` whole or not at all (a temporary file renamed over it).
+// Returns 0, or the errno of what failed; the temporary file is then gone.
+int try_write_file(const std::string& path, const std::string& text);
+
+// try_write_file, throwing Error "cannot write PATH: why" when it fails.
+void write_file(const std::string& path, const std::string& text);
+
 }  // namespace flowrun

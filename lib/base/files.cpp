@@ -3,7 +3,9 @@
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
+#include <fcntl.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include "flowrun/error.h"
 
@@ -39,6 +41,32 @@ std::string keep_attempt(const std::string& rank_dir, int attempt) {
                   std::strerror(errno));
   }
   return made ? kept : std::string();
+}
+
+int try_write_file(const std::string& path, const std::string& text) {
+  const std::string tmp = path + ".tmp";
+  const int fd = open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd < 0) return errno;
+  int err = 0;
+  for (std::size_t done = 0; done < text.size() && err == 0;) {
+    const ssize_t n = write(fd, text.data() + done, text.size() - done);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) {
+      err = n < 0 ? errno : EIO;
+      break;
+    }
+    done += static_cast<std::size_t>(n);
+  }
+  // A file system may report a full disk only when the file is closed (NFS).
+  if (close(fd) != 0 && err == 0) err = errno;
+  if (err == 0 && rename(tmp.c_str(), path.c_str()) != 0) err = errno;
+  if (err != 0) unlink(tmp.c_str());
+  return err;
+}
+
+void write_file(const std::string& path, const std::string& text) {
+  if (const int err = try_write_file(path, text); err != 0)
+    throw Error("cannot write " + path + ": " + std::strerror(err));
 }
 
 }  // namespace flowrun

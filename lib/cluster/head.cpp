@@ -793,23 +793,20 @@ class Head : public GroupObserver {
     if (std::find(preflight_answered_.begin(), preflight_answered_.end(), false) != preflight_answered_.end())
       return;
     const DoctorReport report = evaluate_cluster_doctor(preflight_);
+    const std::string text = format_cluster_doctor_text(preflight_, report);
+    // The whole report stays with the run, passed or not (the console shows it on failure).
+    const std::string path = job_.ctx.layout.step_dir(plan_.step) + "/preflight.txt";
+    const int err = try_write_file(path, text);
     if (report.exit_code != 0) {
-      console_.message(format_cluster_doctor_text(preflight_, report));
+      console_.message(text);
       fail_before_start(
-          "the preflight check of its GPUs across the nodes failed (the report above); fix what it names, or "
-          "set "
-          "preflight: false");
+          "the preflight check of its GPUs across the nodes failed (the report above); fix what it names, "
+          "or set preflight: false");
       return;
     }
-    std::string summary;
-    for (const DoctorCheck& check : report.checks) {
-      if (check.name == "all-reduce") summary = check.message;
-    }
-    console_.message(fmt::format("flowrun: step '{}': preflight passed: {}", plan_.step, summary));
-    if (report.large_busbw_gbps > 0)
-      console_.message(
-          fmt::format("flowrun: step '{}': preflight: large-message bus bandwidth {:.1f} GB/s across {}",
-                      plan_.step, report.large_busbw_gbps, plural(nodes_.size(), "node", "nodes")));
+    console_.message(
+        fmt::format("flowrun: step '{}': preflight {} ({})", plan_.step, preflight_summary(report),
+                    err == 0 ? "report: " + path : "cannot write " + path + ": " + std::strerror(err)));
     start_attempt();
   }
 

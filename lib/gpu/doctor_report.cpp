@@ -807,6 +807,16 @@ DoctorReport evaluate_cluster_doctor(const ClusterDoctorFacts& facts) {
   return report;
 }
 
+std::string preflight_summary(const DoctorReport& report) {
+  std::string summary;
+  for (const DoctorCheck& check : report.checks) {
+    if (check.name == "all-reduce" && check.status == CheckStatus::skip) return check.message;
+    if (check.name == "all-reduce" || check.name == "bandwidth")
+      summary += (summary.empty() ? "passed: " : "; ") + check.message;
+  }
+  return summary;
+}
+
 std::string format_cluster_doctor_text(const ClusterDoctorFacts& facts, const DoctorReport& report) {
   std::vector<std::string> per_node;
   for (const NodeDoctorFacts& node : facts.nodes)

@@ -26,25 +26,6 @@ namespace flowrun {
 
 namespace {
 
-// Writes `path` whole or not at all (a temporary file renamed over it).
-// Returns 0, or the errno of what failed; the temporary file is then gone.
-int try_write_file(const std::string& path, const std::string& text) {
-  const std::string tmp = path + ".tmp";
-  int fd = open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd < 0) return errno;
-  int err = write_all(fd, text.data(), text.size()) ? 0 : errno;
-  // A file system may report a full disk only when the file is closed (NFS).
-  if (close(fd) != 0 && err == 0) err = errno;
-  if (err == 0 && rename(tmp.c_str(), path.c_str()) != 0) err = errno;
-  if (err != 0) unlink(tmp.c_str());
-  return err;
-}
-
-void write_file(const std::string& path, const std::string& text) {
-  if (const int err = try_write_file(path, text); err != 0)
-    throw Error("cannot write " + path + ": " + std::strerror(err));
-}
-
 std::string read_file(const std::string& path, std::size_t limit = 1 << 20) {
   int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0) return {};
@@ -561,8 +542,25 @@ class FlowRunner {
     for (const Gpu& gpu : plan.nodes.front().gpus) gpus.push_back(gpu.index);
     console_.message(fmt::format("flowrun: step '{}': preflight: checking NCCL on this host's {}", step.name,
                                  describe_devices(plan)));
-    const PreflightResult pre = run_preflight(host_.inventory, gpus, preflight_options(), host_.hostname);
-    if (pre.ok) return true;
+    // The links between the GPUs set the bandwidth's ceiling: the plan's
+    // inventory has none (NVML calls per pair of GPUs), so probe them now.
+    Inventory inventory = host_.inventory;
+    if (inventory.source != "fake" && inventory.links.size() != inventory.gpus.size()) {
+      Inventory with_links = select_gpus(
+          make_probe(ctx_.parent_env, options_.fake_gpus, /*topology=*/true)->probe(), ctx_.parent_env);
+      if (with_links.gpus.size() == inventory.gpus.size()) inventory = std::move(with_links);
+    }
+    const PreflightResult pre = run_preflight(inventory, gpus, preflight_options(), host_.hostname);
+    // The whole report stays with the run, passed or not (the console shows it on failure).
+    const std::string path = ctx_.layout.step_dir(step.name) + "/preflight.txt";
+    make_dirs(ctx_.layout.step_dir(step.name));
+    const int err = try_write_file(path, pre.report);
+    if (pre.ok) {
+      console_.message(fmt::format(
+          "flowrun: step '{}': preflight {} ({})", step.name, preflight_summary(evaluate_doctor(pre.facts)),
+          err == 0 ? "report: " + path : "cannot write " + path + ": " + std::strerror(err)));
+      return true;
+    }
     console_.message(pre.report);
     node_errors_.push_back(
         "the preflight check of its GPUs failed (the report above); fix what it names, or set preflight: "

@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include "flowrun/error.h"
+#include "flowrun/files.h"
 #include "flowrun/flow.h"
 #include "flowrun/json.h"
 #include "flowrun/json_read.h"
@@ -56,22 +57,6 @@ std::optional<std::string> read_text(const std::string& path, int* err, std::siz
     text.append(buf, static_cast<std::size_t>(n));
   close(fd);
   return text;
-}
-
-void write_text(const std::string& path, const std::string& text) {
-  const std::string tmp = path + ".tmp";
-  int fd = open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd < 0) throw Error("cannot write " + path + ": " + std::strerror(errno));
-  std::size_t done = 0;
-  while (done < text.size()) {
-    const ssize_t n = write(fd, text.data() + done, text.size() - done);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) break;
-    done += static_cast<std::size_t>(n);
-  }
-  close(fd);
-  if (done != text.size() || rename(tmp.c_str(), path.c_str()) != 0)
-    throw Error("cannot write " + path + ": " + std::strerror(errno));
 }
 
 std::optional<int> int_or_null(const JsonValue* value) {
@@ -497,7 +482,7 @@ std::string reuse_step(const Step& step, const ResumeFrom& from, const RunLayout
     *text = text->substr(0, body_end + 1) + (empty_object ? "" : ",") + "\n  \"reused_from\": " + indented +
             "\n}\n";
   }
-  write_text(new_dir + "/results.json", *text);
+  write_file(new_dir + "/results.json", *text);
 
   std::string files;
   if (step.is_parallel() && fs::is_directory(old_dir + "/outputs", ec)) {

@@ -150,10 +150,24 @@ def main():
                 "preflight: false" in r.stderr, "preflight: wrong sums refuse the step with the doctor's report",
                 r.stdout + r.stderr)
         t.check(not os.path.exists(os.path.join(scratch, "ran")), "preflight: no worker started after a failed check")
+        # Two NVLink 4 GPUs behind NVSwitch: the stand-in's host-memory "all-reduce" is far below their ceiling.
         r = flow()
+        t.check(r.returncode == 1 and not os.path.exists(os.path.join(scratch, "ran")) and
+                re.search(r"^  FAIL  bandwidth   large-message bus bandwidth [0-9.]+ GB/s is [0-9]+% of the 370 GB/s "
+                          r"ceiling for NVLink 4 through NVSwitch .*, below the 85% \(314\.5 GB/s\) a healthy node "
+                          r"reaches$", r.stdout + r.stderr, re.M),
+                "preflight: a bandwidth far below the links' ceiling refuses the step (the links probed for it)",
+                r.stdout + r.stderr)
+        # GPUs on two CPU sockets: no ceiling is known, the check passes with the figure shown.
+        r = flow(FAKE_NVML_SCENARIO="bridges", CUDA_VISIBLE_DEVICES="0,2", FAKE_CUDA_DEVICES="2")
         t.check(r.returncode == 0 and os.path.exists(os.path.join(scratch, "ran")) and
-                "flowrun: step 'train': preflight: checking NCCL on this host's GPUs 0,1" in r.stdout + r.stderr,
+                "flowrun: step 'train': preflight: checking NCCL on this host's GPUs 0,2" in r.stdout + r.stderr,
                 "preflight: a passing check, then the workers run", r.stdout + r.stderr)
+        passed = re.search(r"^flowrun: step 'train': preflight passed: 5 sizes from 1 MiB to 256 MiB on 2 GPUs, every "
+                           r"sum correct; large-message bus bandwidth [0-9.]+ GB/s, not judged: the GPUs span CPU "
+                           r"sockets \(SYS\).* \(report: (\S+/train/preflight\.txt)\)$", r.stderr, re.M)
+        t.check(bool(passed) and read(passed.group(1)).startswith("flowrun doctor: host-a, 2 GPUs"),
+                "preflight: the verdict in one line, the whole report kept in the step's directory", r.stderr)
         preflight_across_nodes(t, flowrun, scratch, base)
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
@@ -222,10 +236,17 @@ def preflight_across_nodes(t, flowrun, scratch, base):
             "ranks run", err)
     t.check(f"flowrun: step 'train': preflight: checking NCCL across 2 nodes, 4 GPUs ({host} GPUs 0,1; {host} GPUs "
             "0,1)\n" in err, "across nodes: the head says what it checks", err)
-    t.check("flowrun: step 'train': preflight passed: 2 sizes from 1 MiB to 4 MiB on 4 GPUs across 2 nodes, every sum "
-            "correct; sizes above 8 MiB left out: GPU 0 has 1040 MiB free; sizes above 4 MiB left out: another node's "
-            "GPUs have less free memory; sizes above 4 MiB left out: GPU 0 has 1032 MiB free\n" in err, "across nodes: one communicator of 4 ranks, every sum exact, the "
-            "sizes every node could run", err)
+    passed = re.search(r"^flowrun: step 'train': preflight passed: 2 sizes from 1 MiB to 4 MiB on 4 GPUs across 2 "
+                       r"nodes, every sum correct; sizes above 8 MiB left out: GPU 0 has 1040 MiB free; sizes above 4 "
+                       r"MiB left out: another node's GPUs have less free memory; sizes above 4 MiB left out: GPU 0 "
+                       r"has 1032 MiB free \(report: (\S+/train/preflight\.txt)\)$", err, re.M)
+    t.check(bool(passed), "across nodes: one communicator of 4 ranks, every sum exact, the sizes every node could run",
+            err)
+    report = read(passed.group(1)) if passed else ""
+    t.check(report.startswith(f"flowrun doctor: 2 nodes, 4 GPUs ({host}: 2, {host}: 2)\n\nNCCL all-reduce across 2 "
+                              "nodes: 4 GPUs, float sum, out of place, 2 warmup + 5 timed iterations each; each time is "
+                              "the slowest node's\n") and report.endswith("\nVerdict: healthy.\n"),
+            "across nodes: the whole report is kept in the step's directory", report)
     t.check(agent_err == ["", ""], "across nodes: the agents say nothing", "\n".join(agent_err))
     t.check(not [n for n in os.listdir(d) if n.startswith("fake-nccl-") and os.listdir(os.path.join(d, n))],
             "across nodes: the stand-in NCCL's exchange files are gone", str(os.listdir(d)))

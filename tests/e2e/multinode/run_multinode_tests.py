@@ -884,7 +884,8 @@ class Suite:
                    "preflight: one check across two hosts", "node0 GPUs 0,1; node1 GPUs 0,1 (two names)",
                    checking.group(0) if checking else None, run.detail())
         passed = ("flowrun: step 'train': preflight passed: 2 sizes from 1 MiB to 4 MiB on 4 GPUs across 2 nodes, "
-                  "every sum correct; sizes above 4 MiB left out: GPU 0 has 1032 MiB free")
+                  "every sum correct; sizes above 4 MiB left out: GPU 0 has 1032 MiB free (report: "
+                  f"{run.run_dir}/train/preflight.txt)")
         self.check(passed in run.stderr.splitlines(), "preflight: one communicator of 4 ranks, every sum exact",
                    passed, [line for line in run.stderr.splitlines() if "preflight" in line], run.detail())
         ran = sorted(n for n in os.listdir(d) if n.startswith("ran."))
