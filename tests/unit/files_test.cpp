@@ -74,3 +74,17 @@ TEST_CASE("keep_attempt moves a failed attempt's logs, traceback and outputs asi
   }
   std::filesystem::remove_all(root);
 }
+
+TEST_CASE("try_write_file writes a file whole or not at all", "[files]") {
+  const std::string root = scratch_dir();
+  CHECK(flowrun::try_write_file(root + "/report.txt", "first\n") == 0);
+  CHECK(flowrun::try_write_file(root + "/report.txt", "second, longer\n") == 0);
+  CHECK(slurp(root + "/report.txt") == "second, longer\n");
+  CHECK_FALSE(exists(root + "/report.txt.tmp"));
+  // A directory that is not there: the errno, nothing written, no temporary file left.
+  CHECK(flowrun::try_write_file(root + "/missing/report.txt", "x") == ENOENT);
+  CHECK_FALSE(exists(root + "/missing"));
+  CHECK_THROWS_WITH(flowrun::write_file(root + "/missing/report.txt", "x"),
+                    "cannot write " + root + "/missing/report.txt: No such file or directory");
+  std::filesystem::remove_all(root);
+}
