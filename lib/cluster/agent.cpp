@@ -511,10 +511,10 @@ class Agent : public GroupObserver {
     options.cancel = &check_cancel_;
     check_cancel_ = false;
     check_thread_ = std::thread([this, &io, devices, options, env = env_, node = node_] {
-      const Inventory inventory =
-          select_gpus(make_probe(env, options.fake_gpus, /*topology=*/true)->probe(), env);
+      Inventory inventory;
       std::string facts;
       try {
+        inventory = select_gpus(make_probe(env, options.fake_gpus, /*topology=*/true)->probe(), env);
         const PreflightResult result = run_preflight(inventory, devices, options, node);
         facts = format_doctor_json(result.facts, evaluate_doctor(result.facts));
       } catch (const std::exception& e) {

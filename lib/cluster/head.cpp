@@ -776,11 +776,16 @@ class Head : public GroupObserver {
     }
     const bool ok = node.not_checked.empty() && node.facts.allreduce.status == "ok";
     if (n.rank == 0 && !preflight_started_[std::min<std::size_t>(1, nodes_.size() - 1)]) {
-      // Node 0 ended without an id: the others never began.
+      // Node 0 ended without an id: the others never began. Where the check
+      // does not run at all (simulated GPUs, a flowrun built without GPU
+      // support: the same on every node), that is the reason for them too.
+      const std::string& skipped = node.facts.runtime_skipped;
       for (std::size_t i = 1; i < nodes_.size(); ++i) {
         preflight_answered_[i] = true;
         preflight_.nodes[i].not_checked =
-            "its check never started: node 0's ended before it made the NCCL communicator";
+            node.not_checked.empty() && !skipped.empty()
+                ? skipped
+                : "its check never started: node 0's ended before it made the NCCL communicator";
       }
     } else if (!ok && !preflight_stopping_) {
       // The communicator cannot complete without this node: stop the others' checks.

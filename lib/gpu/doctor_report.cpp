@@ -726,9 +726,10 @@ DoctorReport evaluate_cluster_doctor(const ClusterDoctorFacts& facts) {
          (!stopped && skipped->facts.allreduce.reason.starts_with(kCheckStoppedReason))))
       skipped = &node;
   }
-  const bool all_simulated = std::all_of(
-      facts.nodes.begin(), facts.nodes.end(),
-      [](const NodeDoctorFacts& n) { return n.not_checked.empty() && !n.facts.runtime_skipped.empty(); });
+  // Simulated GPUs or a flowrun built without GPU support: node 0's check
+  // did not run, and neither did anyone's (the reason is the same on every node).
+  const bool all_simulated = !facts.nodes.empty() && facts.nodes.front().not_checked.empty() &&
+                             !facts.nodes.front().facts.runtime_skipped.empty();
   if (culprit != nullptr) {
     const AllReduceFacts& ar = culprit->facts.allreduce;
     check.status = CheckStatus::fail;
@@ -743,7 +744,7 @@ DoctorReport evaluate_cluster_doctor(const ClusterDoctorFacts& facts) {
                                        : "NCCL_DEBUG=WARN on the step (env:) shows NCCL's own messages; in "
                                          "containers /dev/shm is often too "
                                          "small (--shm-size=1g or --ipc=host)";
-  } else if (all_simulated && !facts.nodes.empty()) {
+  } else if (all_simulated) {
     check.status = CheckStatus::skip;
     check.message = "not run: " + facts.nodes.front().facts.runtime_skipped;
   } else if (skipped != nullptr ||

@@ -185,7 +185,7 @@ def preflight_across_nodes(t, flowrun, scratch, base):
             "steps:\n  - name: train\n    run: [/bin/sh, -c, 'touch ran.$RANK']\n"
             "    parallel: {gpus: 4, nodes: 2, preflight: true}\n")
 
-    def two_nodes(name, node1_env, node0_env=None, during=None):
+    def two_nodes(name, node1_env, node0_env=None, during=None, head_args=()):
         """Runs the step with agents whose environments add node0_env and node1_env; returns (rc, head's
         stderr, workdir, [agent stderr])."""
         d = os.path.join(scratch, name)
@@ -197,8 +197,9 @@ def preflight_across_nodes(t, flowrun, scratch, base):
                            "FAKE_CUDA_FREE_MIB": "1032"})
         err_path = os.path.join(d, "head.err")
         with open(err_path, "w") as err:
-            head = subprocess.Popen([flowrun, "spec.yaml", "--grace", "2"], cwd=d, env=env, stdin=subprocess.DEVNULL,
-                                    stdout=subprocess.DEVNULL, stderr=err, start_new_session=True)
+            head = subprocess.Popen([flowrun, "spec.yaml", "--grace", "2", *head_args], cwd=d, env=env,
+                                    stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=err,
+                                    start_new_session=True)
         agents = []
         try:
             deadline = time.monotonic() + 30
@@ -271,6 +272,12 @@ def preflight_across_nodes(t, flowrun, scratch, base):
             "across nodes: the all-reduce did not run", err)
     t.check(took < 30, f"across nodes: node 0's waiting check was stopped, not left to time out ({took:.1f} s)")
     t.check(marked_processes(scratch) == [], "across nodes: no check child is left behind")
+
+    # Simulated GPUs (passed on to every agent): nothing to check on any node, and the step runs.
+    rc, err, d, _ = two_nodes("simulated", {}, head_args=("--fake-gpus", "2"))
+    t.check(rc == 0 and ran(d) == ["ran.0", "ran.1", "ran.2", "ran.3"] and re.search(
+        r"^flowrun: step 'train': preflight not run: simulated GPUs \(--fake-gpus or FLOWRUN_FAKE_GPUS\) \(report: "
+        r"\S+/preflight\.txt\)$", err, re.M), "across nodes: simulated GPUs are not checked, and the step runs", err)
 
     # Node 1's agent is killed while its check waits in ncclCommInitRank: the node is lost, nothing is left.
     def kill_node1(d, head, agents):

@@ -152,6 +152,20 @@ TEST_CASE("preflight across nodes: nodes that never checked, and wrong sums", "[
     CHECK(find_check(evaluate_cluster_doctor(facts), "all-reduce")->message ==
           "the nodes measured no size in common");
   }
+  SECTION("simulated GPUs: node 0's check did not run, nor did the others', for the same reason") {
+    DoctorFacts sim;
+    sim.runtime_skipped = "simulated GPUs (--fake-gpus or FLOWRUN_FAKE_GPUS)";
+    sim.inventory.source = "fake";
+    sim.allreduce.status = "not_run";
+    ClusterDoctorFacts facts = two_nodes(sim, DoctorFacts{});
+    facts.nodes[1].not_checked = sim.runtime_skipped;
+    const DoctorReport report = evaluate_cluster_doctor(facts);
+    CHECK(report.exit_code == 0);
+    CHECK(find_check(report, "node 1")->message ==
+          "node-b: not checked: simulated GPUs (--fake-gpus or FLOWRUN_FAKE_GPUS)");
+    CHECK(find_check(report, "all-reduce")->status == CheckStatus::skip);
+    CHECK(preflight_summary(report) == "not run: simulated GPUs (--fake-gpus or FLOWRUN_FAKE_GPUS)");
+  }
   SECTION("simulated GPUs on every node: not run, and no failure") {
     DoctorFacts sim;
     sim.runtime_skipped = "simulated GPUs (--fake-gpus or FLOWRUN_FAKE_GPUS)";
