@@ -74,6 +74,9 @@ struct AllReduceFacts {
   std::vector<AllReduceRow> rows;
   std::vector<std::string> notes;     // e.g. sizes left out and why
   std::vector<std::string> warnings;  // NCCL's own WARN lines
+  // The sweep stopped before its largest sizes because at the speed measured
+  // they would have outlasted the time limit: itself a sign of a broken link.
+  bool stopped_slow = false;
   // Across nodes: NCCL's network between them ("IB", "Socket", ...: its
   // "Using network" line); "" when unknown or within one node.
   std::string network;

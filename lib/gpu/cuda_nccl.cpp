@@ -512,6 +512,7 @@ class Check {
       if (s + 1 < sizes.size() && across_nodes() && !vote(stop, ncclMax, "agreeing on the next size", stop))
         return;
       if (stop != 0) {
+        out_.line({"slow"});
         out_.line({"note", "sizes above " + doctor_detail::format_size(bytes) +
                                " left out: at this speed they would take over " +
                                std::to_string(rq_.timeout_s / 2) + " s each"});

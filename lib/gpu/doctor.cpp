@@ -270,6 +270,8 @@ void apply_check_line(std::string_view line, GpuCheckOutcome& outcome, std::stri
     outcome.nccl_id = text(1);
   } else if (kind == "network" && f.size() == 2) {
     outcome.allreduce.network = text(1);
+  } else if (kind == "slow") {
+    outcome.allreduce.stopped_slow = true;
   } else if (kind == "note") {
     outcome.allreduce.notes.push_back(text(1));
   } else if (kind == "warn") {

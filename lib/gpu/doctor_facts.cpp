@@ -94,6 +94,7 @@ void write_facts(JsonWriter& json, const DoctorFacts& facts) {
   json.key("notes").strings(ar.notes);
   json.key("warnings").strings(ar.warnings);
   if (!ar.network.empty()) json.key("network").value(ar.network);
+  if (ar.stopped_slow) json.key("stopped_slow").value(true);
   json.key("rows").begin_array();
   for (const AllReduceRow& row : ar.rows) {
     json.begin_object();
@@ -332,6 +333,7 @@ DoctorFacts parse_doctor_facts(std::string_view text, const std::string& file) {
   ar.notes = r.strings(ar_json, ap, "notes");
   ar.warnings = r.strings(ar_json, ap, "warnings");
   if (ar_json.find("network") != nullptr) ar.network = r.string(ar_json, ap, "network");  // across nodes only
+  if (ar_json.find("stopped_slow") != nullptr) ar.stopped_slow = r.boolean(ar_json, ap, "stopped_slow");
   const auto& rows = r.array(ar_json, ap, "rows");
   for (std::size_t i = 0; i < rows.size(); ++i) {
     const std::string rp = ap + ".rows[" + std::to_string(i) + "]";

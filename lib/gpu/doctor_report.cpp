@@ -402,6 +402,18 @@ void check_allreduce(const DoctorFacts& facts, std::vector<DoctorCheck>& checks)
   checks.push_back(std::move(check));
 }
 
+// What to look at when the bandwidth is below its link's ceiling.
+std::string bandwidth_advice(const LinkCeiling& ceiling) {
+  return ceiling.id == "pcie"
+             ? "check the PCIe links ('nvidia-smi -q -d PCIE'), that peer-to-peer is allowed (ACS off on "
+               "PCIe "
+               "switches, IOMMU off or passthrough), and that nothing else uses the GPUs ('nvidia-smi')"
+             : "check that every NVLink is up ('nvidia-smi nvlink --status'), nothing else uses the GPUs "
+               "('nvidia-smi'), clocks are not throttled ('nvidia-smi -q -d PERFORMANCE'), "
+               "nvidia-fabricmanager "
+               "runs, and NCCL_ALGO, NCCL_PROTO and NCCL_NVLS_ENABLE are unset";
+}
+
 void check_bandwidth(const DoctorFacts& facts, DoctorReport& report) {
   const AllReduceFacts& ar = facts.allreduce;
   if (!facts.runtime_skipped.empty() || ar.status != "ok" || ar.rows.empty()) return;
@@ -411,6 +423,25 @@ void check_bandwidth(const DoctorFacts& facts, DoctorReport& report) {
   std::optional<LinkCeiling> ceiling;
   if (ar.gpus < 2) {
     check.message = "not judged on one GPU: an all-reduce of one GPU moves nothing between GPUs";
+  } else if (best == nullptr && ar.stopped_slow && !ar.rows.empty() && ar.rows.back().wrong == 0 &&
+             (ceiling = choose_ceiling(facts.inventory, ar.rows.back().algorithm, why_not))) {
+    // So slow that the sweep stopped before the judged sizes: the largest
+    // size measured, far below any ceiling, is verdict enough.
+    const AllReduceRow& last = ar.rows.back();
+    report.large_busbw_gbps = busbw_gbps(last.bytes, last.time_ns, ar.gpus);
+    check.status = CheckStatus::fail;
+    check.message = fmt::format(
+        "the sweep stopped at {}, too slow to go on: bus bandwidth {:.2f} GB/s there, against the {:g} GB/s "
+        "ceiling for {}",
+        doctor_detail::format_size(last.bytes), report.large_busbw_gbps, ceiling->busbw_gbps, ceiling->link);
+    check.advice = bandwidth_advice(*ceiling);
+  } else if (best == nullptr && ar.stopped_slow && !ar.rows.empty()) {
+    const AllReduceRow& last = ar.rows.back();
+    check.message = fmt::format(
+        "bus bandwidth {:.2f} GB/s at {}, where the sweep stopped (too slow to go on), "
+        "not judged: {}",
+        busbw_gbps(last.bytes, last.time_ns, ar.gpus), doctor_detail::format_size(last.bytes),
+        why_not.empty() ? "its sums were wrong" : why_not);
   } else if (best == nullptr) {
     check.message = fmt::format("not judged: no size of {} or more was measured correctly (--sizes)",
                                 doctor_detail::format_size(kLargeMessageBytes));
@@ -435,15 +466,7 @@ void check_bandwidth(const DoctorFacts& facts, DoctorReport& report) {
         check.status = CheckStatus::fail;
         check.message += fmt::format(", below the {:.0f}% ({:.1f} GB/s) a healthy node reaches",
                                      kCeilingShare * 100, ceiling->busbw_gbps * kCeilingShare);
-        check.advice =
-            ceiling->id == "pcie"
-                ? "check the PCIe links ('nvidia-smi -q -d PCIE'), that peer-to-peer is allowed (ACS off on "
-                  "PCIe "
-                  "switches, IOMMU off or passthrough), and that nothing else uses the GPUs ('nvidia-smi')"
-                : "check that every NVLink is up ('nvidia-smi nvlink --status'), nothing else uses the GPUs "
-                  "('nvidia-smi'), clocks are not throttled ('nvidia-smi -q -d PERFORMANCE'), "
-                  "nvidia-fabricmanager "
-                  "runs, and NCCL_ALGO, NCCL_PROTO and NCCL_NVLS_ENABLE are unset";
+        check.advice = bandwidth_advice(*ceiling);
       }
     }
   }

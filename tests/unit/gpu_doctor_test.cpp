@@ -1191,3 +1191,45 @@ TEST_CASE("doctor: the stand-in NCCL runs one communicator across processes", "[
     CHECK(free_bytes == std::size_t{80} << 30);
   }
 }
+
+TEST_CASE("doctor: a sweep that stopped early because it was too slow", "[doctor]") {
+  // The check child stops before a size that would outlast half its time limit;
+  // on NVLink that speed is itself the verdict.
+  DoctorFacts facts = load("h200x8-nvlink-healthy");
+  auto& rows = facts.allreduce.rows;
+  while (rows.back().bytes > (64ull << 20)) rows.pop_back();
+  rows.back().time_ns = 4'000'000'000;  // 64 MiB in 4 s
+  facts.allreduce.stopped_slow = true;
+  DoctorReport report = evaluate_doctor(facts);
+  const DoctorCheck* bandwidth = find_check(report, "bandwidth");
+  REQUIRE(bandwidth != nullptr);
+  CHECK(bandwidth->status == CheckStatus::fail);
+  CHECK(bandwidth->message ==
+        "the sweep stopped at 64 MiB, too slow to go on: bus bandwidth 0.03 GB/s there, against the 475 GB/s "
+        "ceiling "
+        "for NVLink 4 through NVSwitch, 8 GPUs, NVLS (H100/H200 SXM)");
+  CHECK(bandwidth->advice.starts_with("check that every NVLink is up"));
+  CHECK(report.exit_code == 1);
+
+  // Round trip: the fact survives --json and --facts.
+  const DoctorFacts again = parse_doctor_facts(format_doctor_json(facts, report), "facts.json");
+  CHECK(again.allreduce.stopped_slow);
+  CHECK(format_doctor_text(again, evaluate_doctor(again)) == format_doctor_text(facts, report));
+
+  // Without stopped_slow the same rows are a sweep cut short by --sizes: not judged.
+  facts.allreduce.stopped_slow = false;
+  report = evaluate_doctor(facts);
+  CHECK(find_check(report, "bandwidth")->status == CheckStatus::skip);
+  CHECK(report.exit_code == 0);
+
+  // Where no ceiling is known (GPUs across CPU sockets) the figure is shown, not judged.
+  DoctorFacts sockets = load("l40s-x4-pcie-two-sockets");
+  while (sockets.allreduce.rows.back().bytes > (64ull << 20)) sockets.allreduce.rows.pop_back();
+  sockets.allreduce.stopped_slow = true;
+  const DoctorCheck* shown = find_check(evaluate_doctor(sockets), "bandwidth");
+  REQUIRE(shown != nullptr);
+  CHECK(shown->status == CheckStatus::skip);
+  CHECK(shown->message.find(
+            ", where the sweep stopped (too slow to go on), not judged: the GPUs span CPU sockets") !=
+        std::string::npos);
+}
