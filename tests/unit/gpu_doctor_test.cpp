@@ -1226,7 +1226,8 @@ TEST_CASE("doctor: a sweep that stopped early because it was too slow", "[doctor
   DoctorFacts sockets = load("l40s-x4-pcie-two-sockets");
   while (sockets.allreduce.rows.back().bytes > (64ull << 20)) sockets.allreduce.rows.pop_back();
   sockets.allreduce.stopped_slow = true;
-  const DoctorCheck* shown = find_check(evaluate_doctor(sockets), "bandwidth");
+  const DoctorReport sockets_report = evaluate_doctor(sockets);
+  const DoctorCheck* shown = find_check(sockets_report, "bandwidth");
   REQUIRE(shown != nullptr);
   CHECK(shown->status == CheckStatus::skip);
   CHECK(shown->message.find(
