@@ -153,6 +153,16 @@ std::optional<LinkCeiling> choose_ceiling(const Inventory& inventory, const std:
   return pcie;
 }
 
+// "1 MiB (3 elements)" for each size whose sums were wrong.
+std::vector<std::string> wrong_sizes(const AllReduceFacts& allreduce) {
+  std::vector<std::string> wrong;
+  for (const AllReduceRow& row : allreduce.rows) {
+    if (row.wrong > 0)
+      wrong.push_back(fmt::format("{} ({} elements)", doctor_detail::format_size(row.bytes), row.wrong));
+  }
+  return wrong;
+}
+
 // --- the checks, in report order -------------------------------------------
 
 void check_driver(const DoctorFacts& facts, std::vector<DoctorCheck>& checks) {
@@ -358,11 +368,7 @@ void check_allreduce(const DoctorFacts& facts, std::vector<DoctorCheck>& checks)
     check.status = CheckStatus::skip;
     check.message = "not run: " + facts.runtime_skipped;
   } else if (ar.status == "ok") {
-    std::vector<std::string> wrong;
-    for (const AllReduceRow& row : ar.rows) {
-      if (row.wrong > 0)
-        wrong.push_back(fmt::format("{} ({} elements)", doctor_detail::format_size(row.bytes), row.wrong));
-    }
+    const std::vector<std::string> wrong = wrong_sizes(ar);
     if (ar.rows.empty()) {
       check.status = CheckStatus::fail;
       check.message = "no size was measured";
@@ -785,11 +791,7 @@ DoctorReport evaluate_cluster_doctor(const ClusterDoctorFacts& facts) {
     check.advice = "fix what the node lines above name, then run the step again";
   } else {
     const AllReduceFacts ar = combine_node_allreduce(facts);
-    std::vector<std::string> wrong;
-    for (const AllReduceRow& row : ar.rows) {
-      if (row.wrong > 0)
-        wrong.push_back(fmt::format("{} ({} elements)", doctor_detail::format_size(row.bytes), row.wrong));
-    }
+    const std::vector<std::string> wrong = wrong_sizes(ar);
     if (ar.rows.empty()) {
       check.status = CheckStatus::fail;
       check.message = "the nodes measured no size in common";
@@ -798,9 +800,9 @@ DoctorReport evaluate_cluster_doctor(const ClusterDoctorFacts& facts) {
       check.status = CheckStatus::fail;
       check.message = "wrong sums at " + join(wrong, ", ");
       check.advice =
-          "data is corrupted between GPUs or nodes: check 'nvidia-smi -q -d ECC' on each node, run 'dcgmi "
-          "diag -r "
-          "3', and check the network's error counters; report the nodes to their administrators";
+          "data is corrupted between GPUs or nodes: check 'nvidia-smi -q -d ECC' on each node, run "
+          "'dcgmi diag -r 3', and check the network's error counters; report the nodes to their "
+          "administrators";
     } else {
       check.message = fmt::format("{} sizes from {} to {} on {} across {} nodes, every sum correct",
                                   ar.rows.size(), doctor_detail::format_size(ar.rows.front().bytes),
