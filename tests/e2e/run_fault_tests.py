@@ -157,19 +157,34 @@ class Suite:
         return len(left)
 
     @staticmethod
+    def start_detail(d, p):
+        """What to show when the ranks did not all start: flowrun's state, its stderr and the ready files."""
+        state = "still running" if p.poll() is None else f"exited {p.returncode}"
+        return f"flowrun {state}; ready files: {sorted(n for n in os.listdir(d) if n.startswith('ready'))}\n" + \
+            read(os.path.join(d, "flowrun.err"))
+
+    @staticmethod
     def ready_pids(d, count):
-        """{rank: pid} from the ready.R files the ranks write (their pid, once their traps are set)."""
+        """{rank: pid} from the ready.R files the ranks write (their pid, once their traps are set).
+        Only the final names count: a ready.R.tmp being renamed may be listed under neither name."""
         found = {}
         for n in os.listdir(d):
-            if n.startswith("ready."):
+            m = re.fullmatch(r"ready\.(\d+)", n)
+            if m:
                 text = read(os.path.join(d, n), "").strip()
                 if text.isdigit():
-                    found[int(n.split(".")[1])] = int(text)
+                    found[int(m.group(1))] = int(text)
         return found if len(found) >= count else None
 
     def wait_ready(self, d, count, p, limit=30):
-        return wait_for(lambda: self.ready_pids(d, count) or p.poll() is not None, limit * self.slack) and \
-            self.ready_pids(d, count)
+        """{rank: pid} once `count` ranks are ready; None when flowrun ends first or the wait runs out."""
+        ready = {}
+
+        def probe():
+            ready["pids"] = self.ready_pids(d, count)
+            return ready["pids"] or p.poll() is not None
+        wait_for(probe, limit * self.slack)
+        return ready["pids"]
 
     @staticmethod
     def results(d, step="train"):
@@ -251,7 +266,7 @@ steps:
         self.fix_dir(d)
         p = self.start(d, run_id, "--grace", "2")
         pids = self.wait_ready(d, 4, p)
-        if not self.check(bool(pids), "worker sigkill: every rank starts", read(os.path.join(d, "flowrun.err"))):
+        if not self.check(bool(pids), "worker sigkill: every rank starts", self.start_detail(d, p)):
             p.kill()
             return
         t0 = time.monotonic()
@@ -326,7 +341,7 @@ steps:
         self.fix_dir(d)
         p = self.start(d, run_id)
         pids = self.wait_ready(d, 4, p)
-        if not self.check(bool(pids), "flowrun sigkill: every rank starts", read(os.path.join(d, "flowrun.err"))):
+        if not self.check(bool(pids), "flowrun sigkill: every rank starts", self.start_detail(d, p)):
             p.kill()
             return
         wait_for(lambda: len(processes_with(f"FLOWRUN_RUN_ID={run_id}")) >= 12, 10 * self.slack)
@@ -351,7 +366,7 @@ steps:
         self.fix_dir(d)
         p = self.start(d, run_id, "--grace", "10")
         pids = self.wait_ready(d, 4, p)
-        if not self.check(bool(pids), "ctrl-c once: every rank starts", read(os.path.join(d, "flowrun.err"))):
+        if not self.check(bool(pids), "ctrl-c once: every rank starts", self.start_detail(d, p)):
             p.kill()
             return
         t0 = time.monotonic()
@@ -377,7 +392,7 @@ steps:
         self.fix_dir(d)
         p = self.start(d, run_id, "--grace", "60")
         pids = self.wait_ready(d, 4, p)
-        if not self.check(bool(pids), "ctrl-c twice: every rank starts", read(os.path.join(d, "flowrun.err"))):
+        if not self.check(bool(pids), "ctrl-c twice: every rank starts", self.start_detail(d, p)):
             p.kill()
             return
         os.killpg(p.pid, signal.SIGINT)
