@@ -26,7 +26,8 @@ from testlib import Tally, clean_env, run_suite  # noqa: E402
 
 SANITIZER_REPORT = re.compile(r"(WARNING|ERROR): (ThreadSanitizer|AddressSanitizer|LeakSanitizer)|runtime error: ")
 
-# prepare -> train (2 ranks; rank 1 fails with 3 until train.ok exists) ->
+# prepare -> train (2 ranks; rank 1 fails with 3 until train.ok exists, once
+# rank 0 has counted itself: failing first could stop rank 0 before it did) ->
 # evaluate (the join; fails with 4 until evaluate.ok exists). Each step
 # appends to counter.txt; train leaves one private file per rank and one
 # node-shared file per rank; evaluate shows what it was given.
@@ -38,8 +39,9 @@ steps:
   - name: train
     shell: true
     run: |
+      wait_r0() { for i in $(seq 500); do grep -qx "train r0" counter.txt && return; sleep 0.02; done; }
       echo "train r$RANK" >> counter.txt
-      test "$RANK" != 1 || test -f train.ok || exit 3
+      test "$RANK" != 1 || test -f train.ok || { wait_r0; exit 3; }
       echo "weights of rank $RANK" > "$FLOWRUN_OUTPUT_DIR/w.txt"
       echo "model of rank $RANK" > "model-$RANK.txt"
     parallel: {}
@@ -367,7 +369,7 @@ class Suite:
     # --- a run in progress, then killed -----------------------------------------
 
     def test_in_progress(self):
-        spec = FLOW.replace('test "$RANK" != 1 || test -f train.ok || exit 3',
+        spec = FLOW.replace('test "$RANK" != 1 || test -f train.ok || { wait_r0; exit 3; }',
                             'touch "started-$RANK"; while ! test -f train.ok; do sleep 0.02; done')
         d = self.workspace("progress", spec, train_ok=False)
         p = subprocess.Popen([self.flowrun, "flow.yaml", "--fake-gpus", "2"], cwd=d, env=clean_env(),
