@@ -55,6 +55,9 @@ struct Request {
   std::string rdzv_backend;
   std::string rdzv_conf;
   std::optional<int> max_restarts;
+  // the step's timeout and stall_timeout (flowrun's own, written into the spec)
+  std::string timeout;
+  std::string stall_timeout;
   bool standalone = false;
   std::string log_dir;
   std::string redirects;
@@ -125,6 +128,11 @@ constexpr OptionDef kOptions[] = {
     {"dry-run", Arg::flag, "", "Show the plan (where every rank runs, and why) and run nothing", false},
     {"grace", Arg::value, "SECONDS", "Between SIGTERM and SIGKILL when workers are stopped (default 10)",
      false},
+    {"timeout", Arg::value, "DURATION",
+     "Stop the workers when the step runs longer than this (90, 90s, 30m, 1h30m); exit 124"},
+    {"stall-timeout", Arg::value, "DURATION",
+     "Stop the workers when a rank has written nothing for this long (a hang); the report names the "
+     "silent ranks; exit 124"},
     {"ranks", Arg::value, "LIST", "Ranks shown on the console (all, 0, 0,2, 0-3)", false},
     {"color", Arg::value, "WHEN", "auto, always or never", false},
     {"run-id", Arg::value, "ID", "Use this run id", false},
@@ -189,6 +197,10 @@ void set_option(Request& r, const std::string& command, const OptionDef& def, co
     r.rdzv_conf = value;
   } else if (name == "max-restarts") {
     r.max_restarts = parse_int(command, name, value, 0, 1000);
+  } else if (name == "timeout") {
+    r.timeout = value;
+  } else if (name == "stall-timeout") {
+    r.stall_timeout = value;
   } else if (name == "standalone") {
     r.standalone = true;
   } else if (name == "log-dir") {
@@ -242,6 +254,33 @@ void set_option(Request& r, const std::string& command, const OptionDef& def, co
   } else if (name == "force") {
     r.force = true;
   }
+}
+
+// A spec decides its own steps: an option that would shape the step is
+// refused rather than ignored, with where the spec says the same.
+void refuse_step_options(const Request& r, const std::string& spec_path) {
+  std::vector<std::pair<std::string, std::string>> given;  // option, where the spec has it
+  const std::string cluster = "the spec's cluster: (docs/multinode.md)";
+  if (!r.nproc.empty()) given.emplace_back("--nproc-per-node", "the step's parallel: (gpus:, cpus:)");
+  if (!r.nnodes.empty()) given.emplace_back("--nnodes", "the step's parallel: (nodes:)");
+  if (r.node_rank) given.emplace_back("--node-rank", cluster);
+  if (!r.master_addr.empty()) given.emplace_back("--master-addr", cluster);
+  if (r.master_port) given.emplace_back("--master-port", cluster);
+  if (!r.rdzv_endpoint.empty()) given.emplace_back("--rdzv-endpoint", cluster);
+  if (!r.rdzv_backend.empty()) given.emplace_back("--rdzv-backend", cluster);
+  if (!r.rdzv_conf.empty()) given.emplace_back("--rdzv-conf", cluster + " (join_timeout:)");
+  if (r.standalone) given.emplace_back("--standalone", "the step's parallel: (one node unless nodes:)");
+  if (!r.local_addr.empty()) given.emplace_back("--local-addr", cluster + " (address:)");
+  if (r.max_restarts) given.emplace_back("--max-restarts", "the step's parallel: (max_restarts:)");
+  if (!r.timeout.empty()) given.emplace_back("--timeout", "the step's timeout:");
+  if (!r.stall_timeout.empty()) given.emplace_back("--stall-timeout", "the step's stall_timeout:");
+  if (given.empty()) return;
+  std::string message = spec_path + " is a spec, and a spec shapes its own steps:";
+  for (const auto& [option, where] : given) message += "\n  " + option + ": write it in " + where;
+  message +=
+      "\nWith a spec, flowrun run takes flowrun's own options (--python, --cpus, --fake-gpus, --grace, "
+      "--run-id, --run-dir, --log-dir, --ranks, --dry-run); docs/spec.md has every key.";
+  usage_error("run", message);
 }
 
 // Reads options up to the first word that is not one; that word and
@@ -298,6 +337,7 @@ std::optional<Request> parse_request(int argc, char** argv, const std::string& c
                                 "--no-python PROGRAM, -- PROGRAM, or a spec (flowrun run train.yaml)");
   const std::string first = argv[i];
   if (!init && !r.module && !r.no_python && is_spec_file(first)) {
+    refuse_step_options(r, first);
     r.spec_path = first;
     for (int j = i + 1; j < argc; ++j) {
       if (std::string_view(argv[j]) == "--" && j == i + 1) continue;
@@ -639,6 +679,8 @@ Built build_spec(Request& r, const HostFacts& host, const EnvMap& env, const std
   t += "steps:\n";
   t += "  - name: " + name + "\n";
   t += "    run: [" + run + "]\n";
+  if (!r.timeout.empty()) t += "    timeout: " + yaml_string(r.timeout) + "\n";
+  if (!r.stall_timeout.empty()) t += "    stall_timeout: " + yaml_string(r.stall_timeout) + "\n";
   t += "    # " + b.shape.why + "\n";
   t += "    parallel:";
   if (b.shape.parallel.empty()) t += " {}";
@@ -682,6 +724,10 @@ void note(const Request& r) {
     std::string option = "the command line";
     if (d.path.find("parallel") != std::string::npos) option = "--nproc-per-node / --nnodes / --cpus";
     if (d.path.find("cluster") != std::string::npos) option = "--nnodes / --rdzv-endpoint";
+    if (d.path.ends_with("stall_timeout"))
+      option = "--stall-timeout";
+    else if (d.path.ends_with("timeout") && d.path.find("cluster") == std::string::npos)
+      option = "--timeout";
     message += (message.empty() ? "" : "\nflowrun: error: ") + option + ": " + d.message;
   }
   message += "\nflowrun run builds this one-step spec (flowrun init writes it to a file):\n" + spec_text;

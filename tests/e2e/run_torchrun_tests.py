@@ -265,7 +265,20 @@ class Suite:
             (["run", "--nproc-per-node", "2"], "flowrun: error: nothing to run"),
             (["run", "--standalone", "--nnodes", "2", "train.py"], "flowrun: error: --standalone runs on one node"),
             (["init", "--dry-run", "train.py"], "flowrun: error: unknown option '--dry-run'"),
+            (["run", "--timeout", "soon", "train.py"],
+             "flowrun: error: --timeout: expected a positive duration: seconds (90) or a string like '90s'"),
+            (["run", "--stall-timeout", "-5", "train.py"], "flowrun: error: --stall-timeout: expected a positive"),
+            # A spec shapes its own step: options that would are refused, not ignored.
+            (["run", "--nproc-per-node", "4", "--max-restarts", "1", "--timeout", "1h", "flow.yaml"],
+             "flowrun: error: flow.yaml is a spec, and a spec shapes its own steps:\n"
+             "  --nproc-per-node: write it in the step's parallel: (gpus:, cpus:)\n"
+             "  --max-restarts: write it in the step's parallel: (max_restarts:)\n"
+             "  --timeout: write it in the step's timeout:\n"),
+            (["run", "--rdzv-endpoint", "h:1", "flow.yaml"],
+             "  --rdzv-endpoint: write it in the spec's cluster: (docs/multinode.md)\n"),
         ]
+        with open(os.path.join(d, "flow.yaml"), "w") as f:
+            f.write("steps:\n  - name: train\n    run: python3 train.py\n    parallel: {cpus: 2}\n")
         for argv, expected in cases:
             rc, out, err = self.flowrun(d, *argv)
             self.check(rc == 2, f"{' '.join(argv)}: exit 2", f"rc={rc}\n{err}")
@@ -274,6 +287,47 @@ class Suite:
         rc, out, err = self.flowrun(d, "run", "--help")
         self.check(rc == 0 and "--nproc-per-node N|auto|gpu|cpu" in out and "--rdzv-endpoint" in out,
                    "--help lists torchrun's options", out)
+
+    def test_timeouts(self):
+        """--timeout and --stall-timeout become the step's timeout and stall_timeout."""
+        d = self.workdir("timeouts")
+        start = time.monotonic()
+        rc, out, err = self.flowrun(d, "run", "--cpus", "2", "--stall-timeout", "1s", "--grace", "1", "--no-python",
+                                    "sh", "-c", 'echo "rank $RANK up"; exec sleep 60')
+        took = time.monotonic() - start
+        res = self.results(d, "sh")
+        self.check(rc == 124 and res.get("outcome") == "stalled" and res.get("stall_timeout_ms") == 1000,
+                   "--stall-timeout 1s: silent ranks end the step, exit 124, results.json says stalled",
+                   f"rc={rc}\n{err}\n{res}")
+        self.check("flowrun: step 'sh' stalled: ranks 0, 1 wrote nothing for " in err and took < 20,
+                   "--stall-timeout: the report names the silent ranks, well before the workers' 60 s",
+                   f"{took:.1f} s\n{err}")
+        self.clear_runs(d)
+        rc, out, err = self.flowrun(d, "run", "--cpus", "2", "--timeout=1", "--grace", "1", "--no-python",
+                                    "sh", "-c", 'while :; do echo tick; sleep 0.2; done')
+        res = self.results(d, "sh")
+        self.check(rc == 124 and res.get("outcome") == "timed_out" and res.get("timeout_ms") == 1000,
+                   "--timeout=1: a step that runs on is stopped, exit 124, results.json says timed_out",
+                   f"rc={rc}\n{err}\n{res}")
+        self.clear_runs(d)
+        rc, out, err = self.flowrun(d, "run", "--cpus", "2", "--timeout", "1h", "--stall-timeout", "30m", "train.py")
+        self.envs(d)
+        self.check(rc == 0, "--timeout 1h --stall-timeout 30m: a step that ends in time succeeds", err)
+        rc, out, err = self.flowrun(d, "init", "--timeout", "2h", "--stall_timeout=10m", "train.py")
+        text = open(os.path.join(d, "train.yaml")).read() if rc == 0 else ""
+        self.check('    timeout: "2h"\n    stall_timeout: "10m"\n' in text,
+                   "init --timeout --stall_timeout: the spec has the step's timeout and stall_timeout", err + text)
+
+    def results(self, d, step):
+        """The one run's results.json for `step` ({} when there is none)."""
+        runs = os.path.join(d, ".flowrun", "runs")
+        for run in os.listdir(runs) if os.path.isdir(runs) else []:
+            try:
+                with open(os.path.join(runs, run, step, "results.json")) as f:
+                    return json.load(f)
+            except (OSError, ValueError):
+                pass
+        return {}
 
     def test_init(self):
         """flowrun init writes the spec flowrun run would run; it validates and plans alike."""
