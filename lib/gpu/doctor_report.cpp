@@ -312,9 +312,8 @@ void check_cuda(const DoctorFacts& facts, std::vector<DoctorCheck>& checks) {
     check.message = "CUDA runtime not found: " + cuda.library.error;
     if (!cuda.library.tried.empty()) check.message += " (tried " + join(cuda.library.tried, ", ") + ")";
     check.advice =
-        "install the CUDA runtime (NVIDIA's cuda-cudart package, or pip install nvidia-cuda-runtime-cu12 in "
-        "the "
-        "jobs' Python), or set FLOWRUN_CUDART_LIBRARY=/path/to/libcudart.so.12";
+        "install the CUDA runtime (NVIDIA's cuda-cudart package, or pip install nvidia-cuda-runtime-cu12 "
+        "in the jobs' Python), or set FLOWRUN_CUDART_LIBRARY=/path/to/libcudart.so.12";
   } else if (cuda.device_count < 0) {
     check.status = CheckStatus::fail;
     check.message =
@@ -377,9 +376,8 @@ void check_allreduce(const DoctorFacts& facts, std::vector<DoctorCheck>& checks)
       check.status = CheckStatus::fail;
       check.message = "wrong sums at " + join(wrong, ", ");
       check.advice =
-          "data is corrupted between GPUs: check 'nvidia-smi -q -d ECC' and run 'dcgmi diag -r 3'; report "
-          "the "
-          "node to its administrators";
+          "data is corrupted between GPUs: check 'nvidia-smi -q -d ECC' and run 'dcgmi diag -r 3'; "
+          "report the node to its administrators";
     } else {
       check.message = fmt::format("{} sizes from {} to {} on {}, every sum correct", ar.rows.size(),
                                   doctor_detail::format_size(ar.rows.front().bytes),
