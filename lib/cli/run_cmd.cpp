@@ -260,17 +260,19 @@ void set_option(Request& r, const std::string& command, const OptionDef& def, co
 // refused rather than ignored, with where the spec says the same.
 void refuse_step_options(const Request& r, const std::string& spec_path) {
   std::vector<std::pair<std::string, std::string>> given;  // option, where the spec has it
-  const std::string cluster = "the spec's cluster: (docs/multinode.md)";
+  auto cluster = [](const std::string& key) {
+    return "the spec's cluster: (" + (key.empty() ? "" : key + ", ") + "docs/multinode.md)";
+  };
   if (!r.nproc.empty()) given.emplace_back("--nproc-per-node", "the step's parallel: (gpus:, cpus:)");
   if (!r.nnodes.empty()) given.emplace_back("--nnodes", "the step's parallel: (nodes:)");
-  if (r.node_rank) given.emplace_back("--node-rank", cluster);
-  if (!r.master_addr.empty()) given.emplace_back("--master-addr", cluster);
-  if (r.master_port) given.emplace_back("--master-port", cluster);
-  if (!r.rdzv_endpoint.empty()) given.emplace_back("--rdzv-endpoint", cluster);
-  if (!r.rdzv_backend.empty()) given.emplace_back("--rdzv-backend", cluster);
-  if (!r.rdzv_conf.empty()) given.emplace_back("--rdzv-conf", cluster + " (join_timeout:)");
+  if (r.node_rank) given.emplace_back("--node-rank", cluster(""));
+  if (!r.master_addr.empty()) given.emplace_back("--master-addr", cluster(""));
+  if (r.master_port) given.emplace_back("--master-port", cluster(""));
+  if (!r.rdzv_endpoint.empty()) given.emplace_back("--rdzv-endpoint", cluster(""));
+  if (!r.rdzv_backend.empty()) given.emplace_back("--rdzv-backend", cluster(""));
+  if (!r.rdzv_conf.empty()) given.emplace_back("--rdzv-conf", cluster("join_timeout:"));
   if (r.standalone) given.emplace_back("--standalone", "the step's parallel: (one node unless nodes:)");
-  if (!r.local_addr.empty()) given.emplace_back("--local-addr", cluster + " (address:)");
+  if (!r.local_addr.empty()) given.emplace_back("--local-addr", cluster("address:"));
   if (r.max_restarts) given.emplace_back("--max-restarts", "the step's parallel: (max_restarts:)");
   if (!r.timeout.empty()) given.emplace_back("--timeout", "the step's timeout:");
   if (!r.stall_timeout.empty()) given.emplace_back("--stall-timeout", "the step's stall_timeout:");

@@ -276,6 +276,8 @@ class Suite:
              "  --timeout: write it in the step's timeout:\n"),
             (["run", "--rdzv-endpoint", "h:1", "flow.yaml"],
              "  --rdzv-endpoint: write it in the spec's cluster: (docs/multinode.md)\n"),
+            (["run", "--rdzv-conf", "join_timeout=5", "flow.yaml"],
+             "  --rdzv-conf: write it in the spec's cluster: (join_timeout:, docs/multinode.md)\n"),
         ]
         with open(os.path.join(d, "flow.yaml"), "w") as f:
             f.write("steps:\n  - name: train\n    run: python3 train.py\n    parallel: {cpus: 2}\n")
