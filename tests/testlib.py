@@ -6,6 +6,12 @@ import subprocess
 # Variables that change what flowrun decides; tests start without them.
 _INFLUENTIAL = re.compile(r"^(CUDA_|SLURM_|FLOWRUN_|OMP_NUM_THREADS$|TORCH_NCCL_|NCCL_|NO_COLOR$)")
 RUN_ID = re.compile(r"\b[a-z0-9][a-z0-9_-]*-\d{8}-\d{6}-[0-9a-f]{6}\b")
+# How flowrun words a peer that died (kill -9): the kernel closes its socket
+# with a FIN, or with a RST when a heartbeat had arrived that it had not yet
+# read; both are true, and which one comes is timing. The agent says the
+# first; the head, of a lost node, the second.
+CONNECTION_CLOSED = r"(?:the connection closed|the connection failed: Connection reset by peer)"
+AGENT_CLOSED = r"its agent's connection closed(?: \(the connection failed: Connection reset by peer\))?"
 
 
 def clean_env(**extra):

@@ -37,7 +37,7 @@ import time
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 sys.path.insert(0, os.path.join(HERE, ".."))
-from testlib import Tally, clean_env, peak_rss_kib, run_suite  # noqa: E402
+from testlib import AGENT_CLOSED, Tally, clean_env, peak_rss_kib, run_suite  # noqa: E402
 from run_launcher_tests import SANITIZER_REPORT, processes_with, wait_for  # noqa: E402
 from run_launcher_tests import Suite as LauncherSuite  # noqa: E402
 from run_nodes_local_tests import FAKE_AGENT, Nodes, sh_yaml, spec_text  # noqa: E402
@@ -702,7 +702,7 @@ steps:
         recover = time.monotonic() - t0
         n.finish("agent sigkill", 10)
         err = n.head_err()
-        self.check(rc == 1 and re.search(r"node \S+ \(node rank [01] of 2\) lost: its agent's connection closed",
+        self.check(rc == 1 and re.search(rf"node \S+ \(node rank [01] of 2\) lost: {AGENT_CLOSED}",
                                          err) is not None,
                    "agent sigkill: the head names the lost node and exits 1", n.detail())
         res = self.results(n.dir) or {}
