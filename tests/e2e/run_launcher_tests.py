@@ -690,11 +690,13 @@ steps:
         self.check(2.0 <= r.elapsed < 2 + 1.5 * self.slack,
                    "stall: the step ends right after stall_timeout (the stopped rank got its SIGTERM, not the "
                    "SIGKILL after the 20 s grace)", r.detail())
-        line = re.compile(r"^flowrun: step 'train' stalled: rank 1 \(stopped\) wrote nothing for (2\.[0-4]) s, "
+        # Both silent since the start: named together, at 2 s plus the stall check's delay.
+        line = re.compile(r"^flowrun: step 'train' stalled: rank 1 \(stopped\) wrote nothing for ([0-9]\.[0-9]) s, "
                           r"rank 2 for \1 s \(stall_timeout: 2s\); stopping the step$", re.M)
-        self.check(len(line.findall(r.stderr)) == 1,
+        said = line.findall(r.stderr)
+        self.check(len(said) == 1 and 2.0 <= float(said[0]) < 2 + 0.5 * self.slack,
                    "stall: one console line names both silent ranks, how long, and that rank 1 is stopped", r.stderr)
-        report = re.compile(r"^flowrun: step 'train' stalled: rank 1 \(stopped\) wrote nothing for (2\.[0-4]) s, "
+        report = re.compile(r"^flowrun: step 'train' stalled: rank 1 \(stopped\) wrote nothing for ([0-9]\.[0-9]) s, "
                             r"rank 2 for \1 s \(stall_timeout: 2s\); flowrun stopped ranks 0-2\n"
                             rf"flowrun:   logs: {re.escape(run_dir)}/train\n"
                             r"flowrun: step 'check' skipped: it needs 'train', which did not succeed\n"
@@ -708,7 +710,8 @@ steps:
                    and res["timeout_ms"] is None and res["culprit_rank"] is None,
                    "stall: results.json: outcome stalled, exit code 124, stall_timeout_ms", json.dumps(res)[:1500])
         self.check([(w["stalled"], w["suspended"]) for w in ranks] == [(False, False), (True, True), (True, False)]
-                   and ranks[0]["silent_ms"] < 1000 and all(2000 <= w["silent_ms"] < 2500 for w in ranks[1:]),
+                   and ranks[0]["silent_ms"] < 1000
+                   and all(2000 <= w["silent_ms"] < 2000 + 500 * self.slack for w in ranks[1:]),
                    "stall: results.json marks ranks 1 and 2 stalled with their silence, rank 1 stopped",
                    json.dumps(ranks)[:3000])
         self.check(all(w["role"] == "victim" and w["signal"] == "SIGTERM" for w in ranks),
@@ -730,9 +733,10 @@ steps:
         r = self.flowrun_run("timeout hung", spec, run_dir, "--grace", "20", "--run-id", run_id)
         self.check(r.rc == 124 and 3.0 <= r.elapsed < 3 + 1.5 * self.slack,
                    "timeout hung: exit 124 right after the timeout (the stopped rank got its SIGTERM)", r.detail())
-        # Rank 1 wrote its line as it started; rank 0 wrote one a moment ago.
+        # Rank 1 wrote its line as it started (how long after the step's start depends on
+        # the machine's load); rank 0 wrote one a moment ago.
         expected = re.compile(r"^flowrun: step 'train' timed out after 3s; flowrun stopped ranks 0, 1\n"
-                              r"flowrun:   rank 1 \(stopped\) wrote nothing for the last (2\.[0-9]|3\.0) s\n"
+                              r"flowrun:   rank 1 \(stopped\) wrote nothing for the last [0-9]\.[0-9] s\n"
                               rf"flowrun:   logs: {re.escape(run_dir)}/train\n", re.M)
         self.check(expected.search(r.stderr) is not None,
                    "timeout hung: the report names the stopped rank and how long it was silent, not rank 0",
@@ -741,7 +745,8 @@ steps:
         self.check(r.results("train")["outcome"] == "timed_out"
                    and [(w["suspended"], w["stalled"], w["signal"]) for w in ranks] ==
                    [(False, False, "SIGTERM"), (True, False, "SIGTERM")]
-                   and ranks[0]["silent_ms"] < 1000 and 2000 <= ranks[1]["silent_ms"] <= 3100,
+                   and ranks[0]["silent_ms"] < 1000 and 3000 - 1000 * self.slack <= ranks[1]["silent_ms"]
+                   <= 3000 + 100 * self.slack,
                    "timeout hung: results.json: rank 1 suspended, with its silence; both ended by SIGTERM",
                    json.dumps(ranks)[:3000])
         self.check("[train r1] rank 1 stops itself\n" in r.stdout, "timeout hung: rank 1's line was shown",
