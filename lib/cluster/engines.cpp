@@ -182,6 +182,14 @@ std::vector<std::string> agent_argv(const AgentCommand& agent, int node) {
   return argv;
 }
 
+int free_node_rank(const std::vector<bool>& joined, const std::vector<int>& started) {
+  for (std::size_t i = 0; i < joined.size(); ++i) {
+    const int rank = static_cast<int>(i);
+    if (!joined[i] && std::find(started.begin(), started.end(), rank) == started.end()) return rank;
+  }
+  return -1;
+}
+
 std::vector<EngineLaunch> engine_launches(const ClusterSpec& cluster, const StepPlan& plan,
                                           const std::optional<SlurmJob>& job, const AgentCommand& agent,
                                           const std::vector<std::string>& ssh_default) {

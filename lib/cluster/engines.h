@@ -63,4 +63,10 @@ std::vector<EngineLaunch> engine_launches(const ClusterSpec& cluster, const Step
                                           const std::optional<SlurmJob>& job, const AgentCommand& agent,
                                           const std::vector<std::string>& ssh_default);
 
+// The node rank the head gives an agent that asks for none: the lowest one
+// not yet joined (`joined[i]`) and not kept for an agent that an engine starts
+// with --node-rank (`started`, the launches' EngineLaunch::node: ssh's every
+// node, flowrun run's rendezvous node 0); -1 when none is left.
+int free_node_rank(const std::vector<bool>& joined, const std::vector<int>& started);
+
 }  // namespace flowrun::cluster

@@ -574,12 +574,9 @@ class Head : public GroupObserver {
       return;
     }
     if (rank < 0) {
-      for (auto& n : nodes_) {
-        if (!n.joined && !claimed_by_engine(n.rank)) {
-          rank = n.rank;
-          break;
-        }
-      }
+      std::vector<bool> joined;
+      for (const auto& n : nodes_) joined.push_back(n.joined);
+      rank = cluster::free_node_rank(joined, engine_node_);
     }
     if (rank < 0) {
       refuse(p, ip, "no node rank is left for it");
@@ -607,12 +604,6 @@ class Head : public GroupObserver {
         });
     ++joined_;
     if (joined_ == static_cast<int>(nodes_.size())) all_joined();
-  }
-
-  // ssh starts node i's agent with --node-rank i: that rank waits for it.
-  bool claimed_by_engine(int rank) const {
-    (void)rank;
-    return cluster_.engine == Engine::ssh;
   }
 
   // ---- phases --------------------------------------------------------------

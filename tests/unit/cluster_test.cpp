@@ -219,6 +219,29 @@ TEST_CASE("manual: the head starts nothing", "[cluster]") {
             .empty());
 }
 
+TEST_CASE("flowrun run's rendezvous: the head starts node 0's agent, and keeps node 0 for it", "[cluster]") {
+  auto cluster = cluster_of(Engine::manual);
+  cluster.rendezvous = "127.0.0.1:29500";
+  const auto launches =
+      engine_launches(cluster, node_plan({"", ""}, 2), std::nullopt, agent_of(), kSshDefault);
+  REQUIRE(launches.size() == 1);
+  CHECK(launches[0].node == 0);
+  CHECK(launches[0].argv.back() == "0");
+  // Another node's agent that dials in before node 0's own, asking for no
+  // rank, gets node rank 1: taking 0 would refuse node 0's own agent.
+  CHECK(free_node_rank({false, false}, {launches[0].node}) == 1);
+  CHECK(free_node_rank({false, true}, {launches[0].node}) == -1);
+}
+
+TEST_CASE("free_node_rank: the lowest rank not joined and not kept for an engine's agent", "[cluster]") {
+  CHECK(free_node_rank({false, false, false}, {}) == 0);  // manual: every rank is free
+  CHECK(free_node_rank({true, false, false}, {}) == 1);
+  CHECK(free_node_rank({true, false, false}, {-1}) == 1);         // srun: its agents ask for no rank
+  CHECK(free_node_rank({false, false, false}, {0, 1, 2}) == -1);  // ssh: every node's agent is started
+  CHECK(free_node_rank({true, true}, {}) == -1);
+  CHECK(free_node_rank({}, {}) == -1);
+}
+
 // ---- the agent's argv --------------------------------------------------------
 
 TEST_CASE("agent_argv: endpoint, then the node rank and fake GPUs when given", "[cluster]") {
