@@ -10,8 +10,9 @@ RUN_ID = re.compile(r"\b[a-z0-9][a-z0-9_-]*-\d{8}-\d{6}-[0-9a-f]{6}\b")
 # with a FIN, or with a RST when a heartbeat had arrived that it had not yet
 # read; both are true, and which one comes is timing. The agent says the
 # first; the head, of a lost node, the second.
-CONNECTION_CLOSED = r"(?:the connection closed|the connection failed: Connection reset by peer)"
-AGENT_CLOSED = r"its agent's connection closed(?: \(the connection failed: Connection reset by peer\))?"
+_RESET = "the connection failed: Connection reset by peer"
+CONNECTION_CLOSED = rf"(?:the connection closed|{_RESET})"
+AGENT_CLOSED = rf"its agent's connection closed(?: \({_RESET}\))?"
 
 
 def clean_env(**extra):
