@@ -26,4 +26,21 @@ int try_write_file(const std::string& path, const std::string& text);
 // try_write_file, throwing Error "cannot write PATH: why" when it fails.
 void write_file(const std::string& path, const std::string& text);
 
+// Where flowrun keeps private scratch outside the workdir: `tmpdir` ($TMPDIR)
+// when it is an absolute path, else /tmp.
+std::string scratch_parent(const char* tmpdir);
+
+// A new, empty directory PARENT/NAME-XXXXXX made by mkdtemp(3): a name no one
+// could guess or have made beforehand, so nothing another user planted there
+// (a directory, a link) is ever used. NAME is `name` with every byte other
+// than [A-Za-z0-9._-] made '_', at most 64 bytes. Checked once made: a
+// directory, not a link, owned by this user, mode 0700. PARENT itself must
+// be a directory that no other user could swap it out of: owned by this user
+// or root, and sticky where group or others may write it (/tmp is). Throws
+// Error naming the path, what is wrong and what to do.
+std::string make_private_dir(const std::string& parent, const std::string& name);
+
+// rm -rf PATH: links are removed, never followed; errors are ignored.
+void remove_tree(const std::string& path);
+
 }  // namespace flowrun

@@ -4,6 +4,7 @@
 #include <cstdio>
 #include <cstring>
 #include <fcntl.h>
+#include <ftw.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -23,6 +24,56 @@ void make_dirs(const std::string& path, mode_t mode) {
   struct stat st {};
   if (stat(path.c_str(), &st) != 0 || !S_ISDIR(st.st_mode))
     throw Error("cannot create the directory " + path + ": it exists and is not a directory");
+}
+
+std::string scratch_parent(const char* tmpdir) {
+  return tmpdir != nullptr && tmpdir[0] == '/' ? std::string(tmpdir) : std::string("/tmp");
+}
+
+std::string make_private_dir(const std::string& parent, const std::string& name) {
+  const std::string fix = " (set TMPDIR to a directory of your own)";
+  struct stat st {};
+  if (stat(parent.c_str(), &st) != 0)
+    throw Error("cannot make a private directory in " + parent + ": " + std::strerror(errno) + fix);
+  if (!S_ISDIR(st.st_mode))
+    throw Error("cannot make a private directory in " + parent + ": not a directory" + fix);
+  // Another user who may rename entries of PARENT could move ours away and
+  // put theirs in its place between two uses of the path.
+  if (st.st_uid != geteuid() && st.st_uid != 0)
+    throw Error("refusing to make a private directory in " + parent + ": it belongs to another user (uid " +
+                std::to_string(st.st_uid) + ")" + fix);
+  if ((st.st_mode & (S_IWGRP | S_IWOTH)) != 0 && (st.st_mode & S_ISVTX) == 0)
+    throw Error("refusing to make a private directory in " + parent +
+                ": other users may write it and it is not sticky (chmod +t)" + fix);
+  std::string safe;
+  for (char c : name.substr(0, 64)) {
+    const bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '.' ||
+                    c == '_' || c == '-';
+    safe.push_back(ok ? c : '_');
+  }
+  std::string path = parent + (parent.ends_with('/') ? "" : "/") + safe + "-XXXXXX";
+  if (mkdtemp(path.data()) == nullptr)
+    throw Error("cannot make a private directory in " + parent + ": " + std::strerror(errno) + fix);
+  chmod(path.c_str(), 0700);  // whatever the umask took away from the owner
+  struct stat made {};
+  const int err = lstat(path.c_str(), &made) != 0 ? errno : 0;
+  if (err != 0 || !S_ISDIR(made.st_mode) || made.st_uid != geteuid() || (made.st_mode & 07777) != 0700) {
+    if (err == 0 && S_ISDIR(made.st_mode)) rmdir(path.c_str());
+    throw Error("the private directory " + path + " is not what mkdtemp made (" +
+                (err != 0 ? std::string(std::strerror(err)) : "not a directory of this user with mode 0700") +
+                "); something else changes " + parent + fix);
+  }
+  return path;
+}
+
+void remove_tree(const std::string& path) {
+  nftw(
+      path.c_str(),
+      [](const char* p, const struct stat*, int, FTW*) {
+        remove(p);
+        return 0;  // go on: remove what can be removed
+      },
+      16, FTW_DEPTH | FTW_PHYS);
 }
 
 std::string keep_attempt(const std::string& rank_dir, int attempt) {

@@ -88,3 +88,68 @@ TEST_CASE("try_write_file writes a file whole or not at all", "[files]") {
                     "cannot write " + root + "/missing/report.txt: No such file or directory");
   std::filesystem::remove_all(root);
 }
+
+TEST_CASE("make_private_dir makes a new directory of this user's, mode 0700, never one made before",
+          "[files]") {
+  const std::string root = scratch_dir();
+  // Someone made the name a run would have had, and planted a link to their own.
+  mkdir((root + "/flowrun-run-1-node0").c_str(), 0777);
+  symlink((root + "/flowrun-run-1-node0").c_str(), (root + "/flowrun-run-1-node1").c_str());
+  const std::string a = flowrun::make_private_dir(root, "flowrun-run-1-node0");
+  const std::string b = flowrun::make_private_dir(root, "flowrun-run-1-node0");
+  CHECK(a != b);
+  for (const auto& dir : {a, b}) {
+    CHECK(dir.rfind(root + "/flowrun-run-1-node0-", 0) == 0);
+    CHECK(dir.size() == root.size() + 1 + 19 + 7);
+    struct stat st {};
+    REQUIRE(lstat(dir.c_str(), &st) == 0);
+    CHECK(S_ISDIR(st.st_mode));
+    CHECK((st.st_mode & 07777) == 0700);
+    CHECK(st.st_uid == geteuid());
+  }
+  // A name is only ever a file name: a run id with '/' or '..' cannot climb out.
+  const std::string c = flowrun::make_private_dir(root, "flowrun-../../x y");
+  CHECK(c.rfind(root + "/flowrun-.._.._x_y-", 0) == 0);
+  CHECK(flowrun::scratch_parent(nullptr) == "/tmp");
+  CHECK(flowrun::scratch_parent("relative/dir") == "/tmp");
+  CHECK(flowrun::scratch_parent("/scratch/me") == "/scratch/me");
+  flowrun::remove_tree(root);
+  CHECK_FALSE(exists(root));
+}
+
+TEST_CASE("make_private_dir refuses a parent another user could swap it out of", "[files]") {
+  const std::string root = scratch_dir();
+  const std::string open_dir = root + "/open";
+  REQUIRE(mkdir(open_dir.c_str(), 0700) == 0);
+  chmod(open_dir.c_str(), 0777);  // writable by all, not sticky
+  CHECK_THROWS_WITH(flowrun::make_private_dir(open_dir, "flowrun-x"),
+                    "refusing to make a private directory in " + open_dir +
+                        ": other users may write it and it is not sticky (chmod +t) (set TMPDIR to a "
+                        "directory of your own)");
+  chmod(open_dir.c_str(), 01777);  // as /tmp is
+  CHECK_NOTHROW(flowrun::make_private_dir(open_dir, "flowrun-x"));
+  if (geteuid() == 0) {
+    const std::string theirs = root + "/theirs";
+    REQUIRE(mkdir(theirs.c_str(), 0755) == 0);
+    REQUIRE(chown(theirs.c_str(), 65534, 65534) == 0);
+    CHECK_THROWS_WITH(flowrun::make_private_dir(theirs, "flowrun-x"),
+                      "refusing to make a private directory in " + theirs +
+                          ": it belongs to another user (uid 65534) (set TMPDIR to a directory of your own)");
+  }
+  CHECK_THROWS_WITH(flowrun::make_private_dir(root + "/none", "flowrun-x"),
+                    "cannot make a private directory in " + root +
+                        "/none: No such file or directory (set TMPDIR to a directory of your own)");
+  flowrun::remove_tree(root);
+}
+
+TEST_CASE("remove_tree removes a link, never what it points to", "[files]") {
+  const std::string root = scratch_dir();
+  const std::string kept = scratch_dir();
+  write(kept + "/precious", "x");
+  flowrun::make_dirs(root + "/a/b");
+  symlink(kept.c_str(), (root + "/a/b/link").c_str());
+  flowrun::remove_tree(root);
+  CHECK_FALSE(exists(root));
+  CHECK(slurp(kept + "/precious") == "x");
+  flowrun::remove_tree(kept);
+}
