@@ -9,9 +9,17 @@
 //  - flowrun makes itself a child subreaper (PR_SET_CHILD_SUBREAPER): when a
 //    worker exits, its orphaned descendants become flowrun's children, so
 //    they can be listed (children_of) and stopped after the step;
-//  - if flowrun itself is SIGKILLed, the guardian (a process forked at start
-//    that waits on a pipe) finds every process whose environment carries the
-//    run id and kills it.
+//  - if flowrun itself is killed (SIGKILL, or a kill of its whole process
+//    group or session), the guardian (a process forked at start, in a session
+//    of its own, that waits on a pipe) finds every process whose environment
+//    carries this invocation's mark and kills it.
+//
+// The mark is an environment entry KEY=SECRET, SECRET 128 random bits made
+// afresh by each invocation (make_secret): two runs that share a run id, a
+// host and a user never touch each other's processes, and no name a user
+// chooses (a --run-id, a step's env:) can make flowrun's guardian kill
+// something it did not start. Every process spawn_process starts carries the
+// mark of the guardian of this process, whatever environment it is given.
 #pragma once
 
 #include <string>
@@ -35,7 +43,9 @@ struct SpawnResult {
   int exit_code = 0;  // for a failed exec: 127 (not found) or 126 (not executable)
 };
 
-// Forks and execs `request`. An exec failure is reported through a
+// Forks and execs `request`. The child's environment is `request.env` with
+// this process's guardian mark (Guardian::start) set on top, replacing any
+// entry of the same name. An exec failure is reported through a
 // close-on-exec pipe (the child is reaped here), so `error` says why a
 // command could not start. Throws Error when fork itself fails.
 SpawnResult spawn_process(const SpawnRequest& request);
@@ -47,8 +57,19 @@ void signal_group(pid_t pgid, int signal);
 std::vector<pid_t> children_of(pid_t pid);
 
 // Every process (other than this one) whose initial environment contains
-// `entry` ("FLOWRUN_RUN_ID=<id>"), from /proc/*/environ.
+// `entry` ("FLOWRUN_INVOCATION=<secret>"), from /proc/*/environ.
 std::vector<pid_t> processes_with_env(const std::string& entry);
+
+// 128 bits from getrandom(2), as 32 lowercase hex digits: a guardian's secret.
+// Throws Error when the kernel gives no random bytes.
+std::string make_secret();
+
+// Makes fds 0, 1 and 2 valid before anything else opens a file, as
+// OpenSSH's sanitise_stdfd does: each one that is closed gets /dev/null.
+// Started with stdout closed, the first file flowrun opened (run.lock, a
+// guardian's pipe) would otherwise become fd 1 and take the console's lines.
+// Returns false (with errno set) when /dev/null cannot be opened.
+bool sanitize_standard_fds();
 
 // Makes this process a child subreaper, so orphaned descendants become ours.
 void become_subreaper();
@@ -76,31 +97,53 @@ struct HeldPort {
 };
 HeldPort hold_free_port(const std::string& addr);
 
-// The guardian: a forked process that outlives a SIGKILLed flowrun just long
-// enough to kill every process carrying `run_id`. Start it before any thread
-// exists. disarm() on a normal exit tells it there is nothing to do; without
-// it (flowrun killed, or leaving by an exception) the guardian cleans up.
+// The guardian: a forked process that outlives flowrun, however flowrun
+// ends, just long enough to kill every process carrying its mark and remove
+// the directories it was given. It runs in a session of its own (setsid), so
+// no signal to flowrun's process group or session (a terminal's hangup,
+// `kill -9 -- -PGID`, `timeout -s KILL`) reaches it, and it ignores the
+// signals a terminal or a `kill` sends; only SIGKILL by its pid ends it.
+// Start it before any thread exists, with fds 0-2 valid
+// (sanitize_standard_fds). disarm() on a normal exit tells it there is
+// nothing to kill; without it (flowrun killed, or leaving by an exception)
+// the guardian cleans up.
 class Guardian {
  public:
   Guardian() = default;
   Guardian(const Guardian&) = delete;
   Guardian& operator=(const Guardian&) = delete;
   ~Guardian();
-  // Kills the processes whose environment holds `key`=`run_id` (an agent
-  // uses its own key, so that on a host shared by several nodes it never
-  // touches another node's workers).
-  void start(const std::string& run_id, const std::string& key = "FLOWRUN_RUN_ID");
+  // Starts the guardian of the processes whose environment holds
+  // `key`=`secret` (make_secret(), or a value holding one), sets that entry
+  // in this process's environment, so every process started from here on
+  // inherits it, and makes spawn_process put it in every child's. flowrun
+  // uses FLOWRUN_INVOCATION; an agent uses FLOWRUN_AGENT_ID, so that an agent
+  // the head started on its own host keeps the head's mark too, and on a
+  // host shared by several nodes no agent touches another node's workers.
+  // Throws Error when the pipe or the fork fails.
+  void start(const std::string& key, const std::string& secret);
+  // Has the guardian remove `dir` (a whole tree, links not followed) when
+  // this process ends, after it killed the marked processes: a private
+  // directory outside the workdir never outlives its owner. Call after start.
+  void remove_on_exit(const std::string& dir);
   void disarm();
   pid_t pid() const { return pid_; }
+  const std::string& mark() const { return mark_; }  // "KEY=SECRET"; empty before start
 
  private:
   pid_t pid_ = -1;
   int fd_ = -1;  // write end; closing it without a byte means "flowrun died"
+  std::string mark_;
 };
 
 // Kills (SIGKILL) every process carrying the environment entry, repeating
-// until none is left or `rounds` passes found nothing new. Returns how many
-// were killed. Used by the guardian and as a last resort.
+// until none is left or `rounds` passes found nothing new; another
+// guardian (an agent's, carrying the mark it inherited) is left to finish
+// its own work. Returns how many were killed. Used by the guardian.
 int kill_processes_with_env(const std::string& entry, int rounds = 5);
+
+// True when `pid` is a guardian: a process named flowrun-guard running this
+// same program.
+bool is_guardian(pid_t pid);
 
 }  // namespace flowrun

@@ -12,7 +12,6 @@
 #include <dirent.h>
 #include <fcntl.h>
 #include <fmt/format.h>
-#include <ftw.h>
 #include <malloc.h>
 #include <sys/stat.h>
 #include <thread>
@@ -72,12 +71,6 @@ constexpr std::size_t kUploadChunk = 1 << 20;
 constexpr std::size_t kQueueHighWater = 4 << 20;
 constexpr std::size_t kQueueLowWater = 1 << 20;
 
-void remove_tree(const std::string& path) {
-  nftw(
-      path.c_str(), [](const char* p, const struct stat*, int, FTW*) { return remove(p); }, 16,
-      FTW_DEPTH | FTW_PHYS);
-}
-
 std::string read_small_file(const std::string& path, std::string* error) {
   const int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0) {
@@ -126,11 +119,10 @@ class Agent : public GroupObserver {
     auto probe = make_probe(env_, options_.fake_gpus);
     gpus_ = static_cast<int>(select_gpus(probe->probe(), env_).gpus.size());
 
-    agent_id_ = node_ + "-" + std::to_string(getpid()) + "-" + make_nonce().substr(0, 8);
-    guardian_.start(agent_id_, "FLOWRUN_AGENT_ID");
-    // The preflight's check child inherits this environment: the guardian's
-    // mark ends it too should the agent die (the ranks get it in their own).
-    setenv("FLOWRUN_AGENT_ID", agent_id_.c_str(), 1);
+    // The guardian's mark: this agent's own secret (the preflight's check
+    // child inherits it, the ranks get it from spawn_process).
+    agent_id_ = node_ + "-" + std::to_string(getpid()) + "-" + make_secret();
+    guardian_.start("FLOWRUN_AGENT_ID", agent_id_);
     become_subreaper();
     Supervisor supervisor(console_, guardian_.pid());
     supervisor.set_repeat_signal_kills(false);
@@ -563,9 +555,20 @@ class Agent : public GroupObserver {
     const auto argv = split_nul(field_or(f, "argv"));
     const std::string workdir = field_or(f, "workdir");
     const int count = int_field(f, "ranks", 0);
-    const char* tmp = std::getenv("TMPDIR");
-    scratch_ = fmt::format("{}/flowrun-{}-node{}", tmp != nullptr && tmp[0] == '/' ? tmp : "/tmp", run_id_,
-                           node_rank_);
+    if (scratch_.empty()) {
+      // Node-local, private, new: made by mkdtemp (never a directory someone
+      // made beforehand at a name they guessed), mode 0700, and removed when
+      // the agent ends however it ends (its guardian removes it should the
+      // agent be killed).
+      try {
+        scratch_ = make_private_dir(scratch_parent(std::getenv("TMPDIR")),
+                                    fmt::format("flowrun-{}-node{}", run_id_, node_rank_));
+      } catch (const Error& e) {
+        refuse_attempt(fmt::format("{}: cannot make the ranks' scratch directory: {}", node_, e.what()));
+        return;
+      }
+      guardian_.remove_on_exit(scratch_);
+    }
     EnvMap base = strip_step_variables(env_);
     ranks_.clear();
     std::vector<WorkerLaunch> launches;
@@ -640,6 +643,28 @@ class Agent : public GroupObserver {
     }
     conn_->send(MessageType::done,
                 {{"attempt", std::to_string(attempt_)}, {"errors", cluster::join_nul(errors)}});
+  }
+
+  // No rank of this attempt can start (the scratch directory cannot be
+  // made): each is reported as a command that could not start, with `why`.
+  void refuse_attempt(const std::string& why) {
+    const Fields& f = start_fields_;
+    const std::string now = std::to_string(unix_now_ns());
+    for (int i = 0, count = int_field(f, "ranks", 0); i < count; ++i) {
+      std::string error;
+      auto sub = decode_fields(field_or(f, fmt::format("r{}", i)), &error, 1 << 16);
+      if (!sub) continue;
+      conn_->send(MessageType::exited, {{"rank", field_or(*sub, "rank", "0")},
+                                        {"kind", "spawn_failed"},
+                                        {"code", "1"},
+                                        {"spawn_error", why},
+                                        {"pid", "0"},
+                                        {"start_ns", now},
+                                        {"end_ns", now},
+                                        {"stopped", "0"}});
+    }
+    conn_->send(MessageType::done, {{"attempt", std::to_string(attempt_)}, {"errors", why}});
+    held_port_.release();
   }
 
   // Waits while kQueueHighWater bytes or more are queued (the head reads at

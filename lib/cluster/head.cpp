@@ -184,7 +184,7 @@ class Head : public GroupObserver {
       WorkerLaunch launch;
       launch.argv = e.argv;
       EnvMap env = job_.ctx.parent_env;
-      env["FLOWRUN_RUN_ID"] = job_.ctx.run_id;  // the guardian's mark, should flowrun die
+      env["FLOWRUN_RUN_ID"] = job_.ctx.run_id;  // spawn_process adds the guardian's mark
       for (const auto& [k, v] : env) launch.env.push_back(k + "=" + v);
       launch.workdir = job_.step->workdir;
       launch.label = e.label;

@@ -1,12 +1,17 @@
-// The guardian outlives a SIGKILLed flowrun. It is forked before any thread
-// exists, closes everything it inherited (so it never holds a pipe a reader
-// waits on), ignores the signals a terminal or a `kill` of the group sends,
-// and blocks on the read end of a pipe whose write end only flowrun holds.
-// One byte means flowrun is exiting normally; end-of-file means flowrun died
-// without a word, and the guardian kills every process carrying the run id
-// (an srun among them gets SIGTERM first, so it can end its job).
+// The guardian outlives flowrun, however flowrun ends. It is forked before
+// any thread exists, leaves flowrun's session (setsid: a kill of flowrun's
+// process group or session, or the hangup of its terminal, does not reach
+// it), closes everything it inherited (so it never holds a pipe a reader
+// waits on), ignores the signals a terminal or a `kill` sends, and blocks on
+// the read end of a pipe whose write end only flowrun holds. Down the pipe
+// come records: 'P' PATH '\0' (a directory to remove at the end) and 'd'
+// (flowrun is exiting normally). End-of-file before a 'd' means flowrun died
+// without a word: the guardian kills every process carrying its mark (an
+// srun among them gets SIGTERM first, so it can end its job). Either way it
+// then removes the directories it was given, and exits.
 #include <cerrno>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <fcntl.h>
 #include <signal.h>
@@ -16,23 +21,20 @@
 #include <vector>
 
 #include "flowrun/error.h"
+#include "flowrun/files.h"
 #include "flowrun/process.h"
 
 namespace flowrun {
 
+namespace process_detail {
+extern std::string guardian_mark;
+}  // namespace process_detail
+
 namespace {
 
 bool alive(pid_t pid) {
-  char path[64];
-  std::snprintf(path, sizeof path, "/proc/%d/stat", static_cast<int>(pid));
-  FILE* f = std::fopen(path, "r");
-  if (f == nullptr) return false;
-  int ignored = 0;
-  char state = 'Z';
-  char comm[64];
-  const int got = std::fscanf(f, "%d %63s %c", &ignored, comm, &state);
-  std::fclose(f);
-  return got == 3 && state != 'Z' && state != 'X';
+  const char state = process_state(pid);
+  return state != 0 && state != 'Z' && state != 'X';
 }
 
 // An srun that gets SIGKILL can neither end its step on the nodes nor give
@@ -50,51 +52,106 @@ void end_srun_gently(const std::string& entry) {
   }
 }
 
-}  // namespace
+// A descriptor of at least 3, so that nothing meant for fds 0-2 lands on it.
+int above_standard(int fd) {
+  if (fd > 2) return fd;
+  const int moved = fcntl(fd, F_DUPFD_CLOEXEC, 3);
+  if (moved < 0) return fd;
+  close(fd);
+  return moved;
+}
 
-void Guardian::start(const std::string& run_id, const std::string& key) {
-  int fds[2];
-  if (pipe2(fds, O_CLOEXEC) != 0) throw Error(std::string("cannot create a pipe: ") + std::strerror(errno));
-  const std::string entry = key + "=" + run_id;
-  const pid_t pid = fork();
-  if (pid < 0) {
-    close(fds[0]);
-    close(fds[1]);
-    throw Error(std::string("cannot start the guardian process (fork): ") + std::strerror(errno));
+[[noreturn]] void guard(int keep, const std::string& entry) {
+  setsid();
+  for (int sig : {SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGPIPE, SIGTSTP, SIGTTIN, SIGTTOU, SIGUSR1, SIGUSR2})
+    signal(sig, SIG_IGN);
+  int devnull = open("/dev/null", O_RDWR | O_NOCTTY);
+  if (devnull >= 0) {
+    dup2(devnull, STDIN_FILENO);
+    dup2(devnull, STDOUT_FILENO);
+    dup2(devnull, STDERR_FILENO);
   }
-  if (pid == 0) {
-    for (int sig : {SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGPIPE, SIGTSTP, SIGTTIN, SIGTTOU})
-      signal(sig, SIG_IGN);
-    const int keep = fds[0];
-    int devnull = open("/dev/null", O_RDWR);
-    if (devnull >= 0) {
-      dup2(devnull, STDIN_FILENO);
-      dup2(devnull, STDOUT_FILENO);
-      dup2(devnull, STDERR_FILENO);
+  // Close every other inherited descriptor; keep the pipe's read end.
+  if (keep > 3) close_range(3, static_cast<unsigned>(keep) - 1, 0);
+  close_range(static_cast<unsigned>(keep) + 1, ~0U, 0);
+  prctl(PR_SET_NAME, "flowrun-guard");
+
+  std::vector<std::string> dirs;
+  std::string pending;  // a record not yet whole
+  bool disarmed = false;
+  char buf[4096];
+  while (!disarmed) {
+    const ssize_t n = read(keep, buf, sizeof buf);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) break;
+    pending.append(buf, static_cast<std::size_t>(n));
+    std::size_t pos = 0;
+    while (pos < pending.size()) {
+      if (pending[pos] == 'd') {
+        disarmed = true;
+        break;
+      }
+      const std::size_t end = pending.find('\0', pos);
+      if (end == std::string::npos) break;
+      if (pending[pos] == 'P' && end > pos + 1) dirs.push_back(pending.substr(pos + 1, end - pos - 1));
+      pos = end + 1;
     }
-    // Close every other inherited descriptor; keep the pipe's read end.
-    if (keep > 3) close_range(3, static_cast<unsigned>(keep) - 1, 0);
-    close_range(static_cast<unsigned>(keep) + 1, ~0U, 0);
-    prctl(PR_SET_NAME, "flowrun-guard");
-    char byte = 0;
-    ssize_t n;
-    do {
-      n = read(keep, &byte, 1);
-    } while (n < 0 && errno == EINTR);
-    if (n == 1) _exit(0);
+    pending.erase(0, pos);
+  }
+  if (!disarmed) {
     end_srun_gently(entry);
     kill_processes_with_env(entry);
-    _exit(0);
   }
+  for (const auto& dir : dirs) remove_tree(dir);
+  _exit(0);
+}
+
+void write_all(int fd, const std::string& bytes) {
+  std::size_t done = 0;
+  while (done < bytes.size()) {
+    const ssize_t n = write(fd, bytes.data() + done, bytes.size() - done);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) return;  // the guardian is gone: nothing can be told any more
+    done += static_cast<std::size_t>(n);
+  }
+}
+
+}  // namespace
+
+void Guardian::start(const std::string& key, const std::string& secret) {
+  if (key.empty() || key.find('=') != std::string::npos || secret.empty())
+    throw Error("internal: a guardian needs a variable name and a secret");
+  int fds[2];
+  if (pipe2(fds, O_CLOEXEC) != 0) throw Error(std::string("cannot create a pipe: ") + std::strerror(errno));
+  fds[0] = above_standard(fds[0]);
+  fds[1] = above_standard(fds[1]);
+  const std::string entry = key + "=" + secret;
+  const pid_t pid = fork();
+  if (pid < 0) {
+    const int err = errno;
+    close(fds[0]);
+    close(fds[1]);
+    throw Error(std::string("cannot start the guardian process (fork): ") + std::strerror(err));
+  }
+  if (pid == 0) guard(fds[0], entry);
   close(fds[0]);
   pid_ = pid;
   fd_ = fds[1];
+  mark_ = entry;
+  // Whatever starts from here on carries the mark: children made with this
+  // environment (a check child, popen's shell) and those spawn_process makes.
+  setenv(key.c_str(), secret.c_str(), 1);
+  process_detail::guardian_mark = entry;
+}
+
+void Guardian::remove_on_exit(const std::string& dir) {
+  if (fd_ < 0 || dir.empty() || dir.find('\0') != std::string::npos) return;
+  write_all(fd_, "P" + dir + std::string(1, '\0'));
 }
 
 void Guardian::disarm() {
   if (fd_ < 0) return;
-  const char byte = 'd';
-  [[maybe_unused]] ssize_t n = write(fd_, &byte, 1);
+  write_all(fd_, "d");
   close(fd_);
   fd_ = -1;
 }

@@ -1,5 +1,6 @@
 #include "flowrun/process.h"
 
+#include <algorithm>
 #include <arpa/inet.h>
 #include <cerrno>
 #include <cstring>
@@ -9,6 +10,7 @@
 #include <signal.h>
 #include <string_view>
 #include <sys/prctl.h>
+#include <sys/random.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -82,6 +84,11 @@ std::string read_small_file(const std::string& path, std::size_t limit) {
 
 }  // namespace
 
+namespace process_detail {
+// Set by Guardian::start: the mark every spawned child gets ("KEY=SECRET").
+std::string guardian_mark;
+}  // namespace process_detail
+
 SpawnResult spawn_process(const SpawnRequest& request) {
   SpawnResult result;
   if (request.argv.empty()) throw Error("internal: spawn_process with an empty argv");
@@ -99,9 +106,16 @@ SpawnResult spawn_process(const SpawnRequest& request) {
   argv.reserve(request.argv.size() + 1);
   for (const auto& arg : request.argv) argv.push_back(const_cast<char*>(arg.c_str()));
   argv.push_back(nullptr);
+  // The guardian's mark, whatever the caller's environment says (a step's
+  // env: cannot take a worker out of its reach).
+  const std::string& mark = process_detail::guardian_mark;
+  const std::string_view mark_key = std::string_view(mark).substr(0, mark.find('=') + 1);
   std::vector<char*> envp;
-  envp.reserve(request.env.size() + 1);
-  for (const auto& entry : request.env) envp.push_back(const_cast<char*>(entry.c_str()));
+  envp.reserve(request.env.size() + 2);
+  for (const auto& entry : request.env) {
+    if (mark_key.empty() || !entry.starts_with(mark_key)) envp.push_back(const_cast<char*>(entry.c_str()));
+  }
+  if (!mark.empty()) envp.push_back(const_cast<char*>(mark.c_str()));
   envp.push_back(nullptr);
 
   int devnull = open("/dev/null", O_RDONLY | O_CLOEXEC);
@@ -216,15 +230,66 @@ std::vector<pid_t> processes_with_env(const std::string& entry) {
 
 int kill_processes_with_env(const std::string& entry, int rounds) {
   int killed = 0;
+  std::vector<pid_t> guardians;  // seen once, left alone after
   for (int round = 0; round < rounds; ++round) {
-    const auto pids = processes_with_env(entry);
-    if (pids.empty()) break;
-    for (pid_t pid : pids) {
+    bool any = false;
+    for (pid_t pid : processes_with_env(entry)) {
+      if (std::find(guardians.begin(), guardians.end(), pid) != guardians.end()) continue;
+      if (is_guardian(pid)) {
+        guardians.push_back(pid);
+        continue;
+      }
+      any = true;
       if (kill(pid, SIGKILL) == 0) ++killed;
     }
+    if (!any) break;
     usleep(20'000);
   }
   return killed;
+}
+
+bool is_guardian(pid_t pid) {
+  if (process_name(pid) != "flowrun-guard") return false;
+  char self[4096] = {}, other[4096] = {};
+  const ssize_t a = readlink("/proc/self/exe", self, sizeof self - 1);
+  const ssize_t b = readlink(("/proc/" + std::to_string(pid) + "/exe").c_str(), other, sizeof other - 1);
+  return a > 0 && a == b &&
+         std::string_view(self, static_cast<std::size_t>(a)) ==
+             std::string_view(other, static_cast<std::size_t>(b));
+}
+
+std::string make_secret() {
+  unsigned char bytes[16];
+  std::size_t got = 0;
+  while (got < sizeof bytes) {
+    const ssize_t n = getrandom(bytes + got, sizeof bytes - got, 0);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) throw Error("cannot get random bytes from the kernel (getrandom): " + errno_text(errno));
+    got += static_cast<std::size_t>(n);
+  }
+  constexpr char kDigits[] = "0123456789abcdef";
+  std::string hex;
+  for (unsigned char b : bytes) {
+    hex.push_back(kDigits[b >> 4]);
+    hex.push_back(kDigits[b & 0x0f]);
+  }
+  return hex;
+}
+
+bool sanitize_standard_fds() {
+  // Only async-signal-safe calls: this runs first thing in main.
+  int null = -1;
+  for (int fd = 0; fd <= 2; ++fd) {
+    if (fcntl(fd, F_GETFD) != -1 || errno != EBADF) continue;
+    if (null < 0) {
+      null = open("/dev/null", O_RDWR | O_NOCTTY);
+      if (null < 0) return false;
+      if (null == fd) continue;  // the lowest free descriptor: this one
+    }
+    if (dup2(null, fd) < 0) return false;
+  }
+  if (null > 2) close(null);
+  return true;
 }
 
 void become_subreaper() { prctl(PR_SET_CHILD_SUBREAPER, 1); }

@@ -139,7 +139,9 @@ class FlowRunner {
     write_file(ctx_.layout.run_dir + "/plan.json", format_plan_json(view));
     started_ = true;  // from here on a file that cannot be written fails the step, not flowrun at once
 
-    guardian_.start(ctx_.run_id);
+    // The guardian's mark is this invocation's own secret, not the run id:
+    // another run given the same --run-id is never touched.
+    guardian_.start("FLOWRUN_INVOCATION", make_secret());
     become_subreaper();
     Supervisor supervisor(console_, guardian_.pid());
     supervisor_ = &supervisor;

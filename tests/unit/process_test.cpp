@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <arpa/inet.h>
 #include <catch2/catch.hpp>
+#include <fcntl.h>
 #include <netinet/in.h>
 #include <set>
 #include <signal.h>
@@ -101,19 +102,21 @@ TEST_CASE("the guardian kills the run's processes when its owner dies, and nothi
   // A stand-in for flowrun: a child that starts a guardian and a worker
   // whose own child called setsid (out of reach of the parent-death signal
   // and of the worker's process group), then dies by SIGKILL or disarms.
+  // The worker's environment lacks the mark, and a step's env: that sets
+  // the same name does not take it away: spawn_process puts it in.
   for (bool disarm : {false, true}) {
-    const std::string id = disarm ? "guardian-test-disarmed" : "guardian-test-killed";
-    const std::string entry = "FLOWRUN_RUN_ID=" + id;
+    const std::string secret = make_secret();
+    const std::string entry = "FLOWRUN_INVOCATION=" + secret;
     int ready[2];
     REQUIRE(pipe(ready) == 0);
     const pid_t owner = fork();
     REQUIRE(owner >= 0);
     if (owner == 0) {
       Guardian guardian;
-      guardian.start(id);
+      guardian.start("FLOWRUN_INVOCATION", secret);
       SpawnRequest request;
       request.argv = {"sh", "-c", "setsid sleep 30 & echo started; wait"};
-      request.env = {"PATH=/usr/bin:/bin", entry};
+      request.env = {"PATH=/usr/bin:/bin", "FLOWRUN_INVOCATION=chosen-by-the-user"};
       request.stdout_fd = ready[1];
       spawn_process(request);
       if (disarm) {
@@ -144,4 +147,129 @@ TEST_CASE("the guardian kills the run's processes when its owner dies, and nothi
       CHECK(left.empty());
     }
   }
+}
+
+namespace {
+
+// Waits (up to 10 s) until `pid`, not our child, is gone.
+bool wait_gone(pid_t pid) {
+  for (int i = 0; i < 500; ++i) {
+    const char state = process_state(pid);
+    if (state == 0 || state == 'Z') return true;
+    usleep(20'000);
+  }
+  return false;
+}
+
+bool exists(const std::string& path) {
+  struct stat st {};
+  return lstat(path.c_str(), &st) == 0;
+}
+
+}  // namespace
+
+TEST_CASE("the guardian survives a kill of its owner's process group and touches only its own mark",
+          "[process]") {
+  // Two owners, each in a process group of its own like a shell's job, with
+  // the same run id but their own secrets; each starts a worker and hands
+  // its guardian a directory. Owner A's whole group is SIGKILLed: its
+  // guardian (in a session of its own) kills A's worker and removes A's
+  // directory; B's worker and directory are untouched.
+  char dir_a[] = "/tmp/flowrun-guardian-test-a-XXXXXX";
+  char dir_b[] = "/tmp/flowrun-guardian-test-b-XXXXXX";
+  REQUIRE(mkdtemp(dir_a) != nullptr);
+  REQUIRE(mkdtemp(dir_b) != nullptr);
+  REQUIRE(mkdir((std::string(dir_a) + "/rank0").c_str(), 0700) == 0);
+  struct Owner {
+    pid_t pid = -1;
+    pid_t guardian = -1;
+    std::string entry;
+  };
+  auto start_owner = [](const std::string& dir) {
+    Owner o;
+    const std::string secret = make_secret();
+    o.entry = "FLOWRUN_INVOCATION=" + secret;
+    int ready[2], told[2];
+    REQUIRE(pipe(ready) == 0);
+    REQUIRE(pipe(told) == 0);
+    o.pid = fork();
+    REQUIRE(o.pid >= 0);
+    if (o.pid == 0) {
+      setpgid(0, 0);
+      Guardian guardian;
+      guardian.start("FLOWRUN_INVOCATION", secret);
+      guardian.remove_on_exit(dir);
+      SpawnRequest request;
+      request.argv = {"sh", "-c", "setsid sleep 30 & echo started; wait"};
+      request.env = {"PATH=/usr/bin:/bin", "FLOWRUN_RUN_ID=same-run-id"};
+      request.stdout_fd = ready[1];
+      spawn_process(request);
+      const pid_t g = guardian.pid();
+      [[maybe_unused]] ssize_t n = write(told[1], &g, sizeof g);
+      pause();
+      _exit(0);
+    }
+    close(ready[1]);
+    close(told[1]);
+    char line[16] = {};
+    REQUIRE(read(ready[0], line, sizeof line) > 0);  // the setsid child exists
+    REQUIRE(read(told[0], &o.guardian, sizeof o.guardian) == sizeof o.guardian);
+    close(ready[0]);
+    close(told[0]);
+    return o;
+  };
+  const Owner a = start_owner(dir_a);
+  const Owner b = start_owner(dir_b);
+  CHECK(getsid(a.guardian) == a.guardian);  // a session of its own
+  CHECK(getpgid(a.guardian) != a.pid);
+  CHECK(is_guardian(a.guardian));
+  CHECK_FALSE(is_guardian(a.pid));
+  CHECK(processes_with_env(a.entry).size() == 2);  // the worker and its setsid child
+  const auto b_before = processes_with_env(b.entry);
+  CHECK(b_before.size() == 2);
+  kill(-a.pid, SIGKILL);
+  reap(a.pid);
+  CHECK(wait_gone(a.guardian));
+  CHECK(processes_with_env(a.entry).empty());
+  CHECK_FALSE(exists(dir_a));
+  CHECK(processes_with_env(b.entry).size() == b_before.size());
+  CHECK(exists(dir_b));
+  // B ends by an exception (its guardian's pipe closes unannounced): the same.
+  kill(b.pid, SIGKILL);
+  reap(b.pid);
+  CHECK(wait_gone(b.guardian));
+  CHECK(processes_with_env(b.entry).empty());
+  CHECK_FALSE(exists(dir_b));
+}
+
+TEST_CASE("fds 0-2 closed at start are given /dev/null, so no file opened later lands on them", "[process]") {
+  const pid_t pid = fork();
+  REQUIRE(pid >= 0);
+  if (pid == 0) {
+    close(STDOUT_FILENO);
+    close(STDERR_FILENO);
+    if (!sanitize_standard_fds()) _exit(2);
+    char target[64] = {};
+    for (int fd : {1, 2}) {
+      const ssize_t n = readlink(("/proc/self/fd/" + std::to_string(fd)).c_str(), target, sizeof target - 1);
+      if (n <= 0 || std::string(target, static_cast<std::size_t>(n)) != "/dev/null") _exit(3);
+    }
+    const int fd = open("/proc/self/stat", O_RDONLY);
+    _exit(fd > 2 ? 0 : 4);
+  }
+  int status = 0;
+  REQUIRE(waitpid(pid, &status, 0) == pid);
+  CHECK(WIFEXITED(status));
+  CHECK(WEXITSTATUS(status) == 0);
+}
+
+TEST_CASE("secrets are 32 hex digits and never repeat", "[process]") {
+  std::set<std::string> seen;
+  for (int i = 0; i < 100; ++i) {
+    const std::string s = make_secret();
+    CHECK(s.size() == 32);
+    CHECK(s.find_first_not_of("0123456789abcdef") == std::string::npos);
+    seen.insert(s);
+  }
+  CHECK(seen.size() == 100);
 }
