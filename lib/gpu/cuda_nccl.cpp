@@ -27,6 +27,7 @@
 #include <map>
 #include <mutex>
 #include <string>
+#include <sys/mman.h>
 #include <thread>
 #include <unistd.h>
 #include <vector>
@@ -307,31 +308,23 @@ class Watchdog {
 };
 
 // Sends NCCL's tuning choices and warnings to a file the child reads at the
-// end, unless the user asked for NCCL's debug output themselves.
+// end, unless the user asked for NCCL's debug output themselves. The file is
+// a memfd that NCCL opens as /proc/self/fd/N: nothing is made under TMPDIR,
+// and nothing is left behind however the check child ends (flowrun kills it
+// when it hangs).
 class NcclDebugFile {
  public:
   NcclDebugFile() {
     if (std::getenv("NCCL_DEBUG") != nullptr || std::getenv("NCCL_DEBUG_FILE") != nullptr) return;
-    const char* tmp = std::getenv("TMPDIR");
-    std::string pattern =
-        std::string(tmp != nullptr && tmp[0] != '\0' ? tmp : "/tmp") + "/flowrun-nccl-XXXXXX";
-    std::vector<char> name(pattern.begin(), pattern.end());
-    name.push_back('\0');
-    const int fd = mkstemp(name.data());
-    if (fd < 0) return;
-    close(fd);
-    path_ = name.data();
-    if (path_.find('%') != std::string::npos) {  // NCCL expands %h and %p in the name
-      unlink(path_.c_str());
-      path_.clear();
-      return;
-    }
+    fd_ = memfd_create("flowrun-nccl-debug", MFD_CLOEXEC);
+    if (fd_ < 0) return;
+    path_ = "/proc/self/fd/" + std::to_string(fd_);
     setenv("NCCL_DEBUG", "INFO", 1);
     setenv("NCCL_DEBUG_SUBSYS", "INIT,NET,TUNING", 1);
     setenv("NCCL_DEBUG_FILE", path_.c_str(), 1);
   }
   ~NcclDebugFile() {
-    if (!path_.empty()) unlink(path_.c_str());
+    if (fd_ >= 0) close(fd_);
   }
   NcclDebugFile(const NcclDebugFile&) = delete;
   NcclDebugFile& operator=(const NcclDebugFile&) = delete;
@@ -361,6 +354,7 @@ class NcclDebugFile {
 
  private:
   std::string path_;
+  int fd_ = -1;
 };
 
 // Everything allocated on the GPUs, freed on every way out.
