@@ -27,6 +27,7 @@ which needs root and builds a cluster; here a "node" is an agent on this host.
 import json
 import os
 import re
+import select
 import shutil
 import signal
 import subprocess
@@ -112,14 +113,15 @@ class Suite:
             f.write(spec)
         return d
 
-    def start(self, d, run_id, *options, env=None, stdout=None):
+    def start(self, d, run_id, *options, env=None, stdout=None, wrap=()):
         """flowrun on d/spec.yaml in its own session (a shell's foreground job has its own
-        process group); stdout and stderr go to files in d unless `stdout` says otherwise."""
+        process group); stdout and stderr go to files in d unless `stdout` says otherwise.
+        `wrap` goes before flowrun's argv (`timeout -s KILL 600`)."""
         out = stdout if stdout is not None else open(os.path.join(d, "flowrun.out"), "w")
         err = open(os.path.join(d, "flowrun.err"), "w")
         try:
-            return subprocess.Popen([self.flowrun, os.path.join(d, "spec.yaml"), "--run-dir", os.path.join(d, "run"),
-                                     "--run-id", run_id, *options], cwd=d,
+            return subprocess.Popen([*wrap, self.flowrun, os.path.join(d, "spec.yaml"), "--run-dir",
+                                     os.path.join(d, "run"), "--run-id", run_id, *options], cwd=d,
                                     env=clean_env(**{MARK: run_id, **(env or {})}), stdin=subprocess.DEVNULL,
                                     stdout=out, stderr=err, start_new_session=True)
         finally:
@@ -816,6 +818,384 @@ steps:
         self.upload_fault("truncated_upload", "truncate", "the node's connection drops mid-file: the head "
                           "removes the partial file, reports the node lost; no join",
                           r"node evil \(node rank \d of 2\) lost")
+
+    # --- private scratch, and whatever kills flowrun -----------------------------------
+
+    @staticmethod
+    def children(pid):
+        found = []
+        try:
+            for task in os.listdir(f"/proc/{pid}/task"):
+                found += [int(c) for c in read(f"/proc/{pid}/task/{task}/children", "").split()]
+        except OSError:
+            pass
+        return found
+
+    def guardian_of(self, pid):
+        """The pid of the guardian `pid` started (its child named flowrun-guard), or None."""
+        found = [c for c in self.children(pid) if read(f"/proc/{c}/comm", "").strip() == "flowrun-guard"]
+        return found[0] if found else None
+
+    def wait_exit(self, pid, limit):
+        """Waits for `pid` (no child of ours) to exit: its pidfd turns readable. True once it has."""
+        try:
+            fd = os.pidfd_open(pid)
+        except ProcessLookupError:
+            return True
+        try:
+            poller = select.poll()
+            poller.register(fd, select.POLLIN)
+            return bool(poller.poll(int(limit * self.slack * 1000)))
+        finally:
+            os.close(fd)
+
+    @staticmethod
+    def tree(root):
+        """Every path under `root` (links not followed) with its content, for a before/after comparison."""
+        found = {}
+        for top, dirs, files in os.walk(root):
+            for name in dirs + files:
+                path = os.path.join(top, name)
+                found[os.path.relpath(path, root)] = os.readlink(path) if os.path.islink(path) else \
+                    read(path, "") if os.path.isfile(path) else "<dir>"
+        return found
+
+    @staticmethod
+    def as_stranger(action):
+        """Runs `action` (returns a string) in a child as uid/gid 65534; returns what it returned."""
+        rfd, wfd = os.pipe()
+        pid = os.fork()
+        if pid == 0:
+            try:
+                os.close(rfd)
+                os.setgroups([])
+                os.setgid(65534)
+                os.setuid(65534)
+                os.write(wfd, action().encode())
+            finally:
+                os._exit(0)
+        os.close(wfd)
+        with os.fdopen(rfd) as f:
+            text = f.read()
+        os.waitpid(pid, 0)
+        return text
+
+    # A rank that says where its FLOWRUN_OUTPUT_DIR is and under which agent, in the shared workdir.
+    OUTDIR = ('printf "%s\\n%s\\n" "$FLOWRUN_OUTPUT_DIR" "$FLOWRUN_AGENT_ID" > "outdir.$RANK.tmp" && '
+              'mv "outdir.$RANK.tmp" "outdir.$RANK"; ')
+
+    @staticmethod
+    def outdirs(d, count=4):
+        """{rank: (FLOWRUN_OUTPUT_DIR, FLOWRUN_AGENT_ID)} once `count` ranks have said; else None."""
+        found = {}
+        for n in os.listdir(d):
+            m = re.fullmatch(r"outdir\.(\d+)", n)
+            lines = read(os.path.join(d, n), "").split("\n") if m else []
+            if len(lines) >= 2:
+                found[int(m.group(1))] = (lines[0], lines[1])
+        return found if len(found) >= count else None
+
+    @staticmethod
+    def scratch_of(outdir):
+        """The agent's scratch directory: FLOWRUN_OUTPUT_DIR is <scratch>/<step>/rank<R>/out."""
+        return os.path.dirname(os.path.dirname(os.path.dirname(outdir)))
+
+    def test_scratch_planted(self):
+        """(Root: another user's files.) Before the run another user made the agents' old scratch
+        paths in TMPDIR (a 1777 directory, as /tmp is): node 0's as a directory of theirs with a file
+        planted for every rank, node 1's as a link to their own directory. Each agent makes a new
+        private directory, and the stranger gets nowhere."""
+        r = self.row("scratch_planted", "each agent makes its ranks' scratch directory afresh (mkdtemp, mode 0700, "
+                     "this user's) and never one made before; the other user can neither list it nor plant in "
+                     "it; nothing planted is collected; the step succeeds; the directory is gone after")
+        if os.geteuid() != 0:
+            print("scratch planted: skipped: another user's files need root")
+            r.recover, r.left, r.lost, r.false = "n/a (skipped: needs root)", 0, 0, 0
+            return
+        tmp = tempfile.mkdtemp(prefix="flowrun-faults-tmp-")
+        os.chmod(tmp, 0o1777)
+        try:
+            self.scratch_planted(r, tmp)
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)
+
+    def scratch_planted(self, r, tmp):
+        script = self.OUTDIR + 'while [ ! -e go ]; do sleep 0.02; done; ' + RESULT
+        n = self.nodes("scratch_planted", spec_text("planted", sh_yaml(script), collect="all"))
+        theirs, evil = os.path.join(tmp, f"flowrun-{n.run_id}-node0"), os.path.join(tmp, "evil")
+        for root in (theirs, evil):
+            for rank in range(4):
+                out = os.path.join(root, "train", f"rank{rank}", "out")
+                os.makedirs(out)
+                with open(os.path.join(out, "planted.txt"), "w") as f:
+                    f.write("planted\n")
+            for top, dirs, files in os.walk(root):
+                for name in [top] + [os.path.join(top, x) for x in dirs + files]:
+                    os.chown(name, 65534, 65534)
+                    os.chmod(name, 0o777 if os.path.isdir(name) else 0o666)
+        link = os.path.join(tmp, f"flowrun-{n.run_id}-node1")
+        os.symlink(evil, link)
+        os.lchown(link, 65534, 65534)
+        planted = {root: self.tree(root) for root in (theirs, evil)}
+        argv = n.command()
+        if not self.check(argv is not None, "scratch planted: the head prints the agent command", n.detail()):
+            return
+        n.start_agents(argv, TMPDIR=tmp)
+        dirs = {}
+        wait_for(lambda: dirs.update(self.outdirs(n.dir) or {}) or len(dirs) == 4 or n.head.poll() is not None,
+                 30 * self.slack)
+        if not self.check(len(dirs) == 4, "scratch planted: every rank starts", n.detail()):
+            return
+        scratches = sorted({self.scratch_of(out) for out, _ in dirs.values()})
+        shapes = []
+        for s in scratches:
+            st = os.lstat(s)
+            shapes.append((os.path.dirname(s) == tmp and os.path.basename(s).startswith(f"flowrun-{n.run_id}-node")
+                           and s not in (theirs, link) and not os.path.islink(s) and st.st_uid == os.geteuid()
+                           and (st.st_mode & 0o7777) == 0o700))
+        self.check(len(scratches) == 2 and all(shapes), "scratch planted: each agent's ranks are in a new "
+                   "directory of this user's, mode 0700, in TMPDIR", f"{scratches} {shapes}")
+
+        def attack():
+            got = []
+            for s in scratches:
+                for what, act in (("list", lambda: os.listdir(s)),
+                                  ("plant", lambda: open(os.path.join(s, "train", "rank0", "out", "x"), "w"))):
+                    try:
+                        act()
+                        got.append(f"{what} {s}: done")
+                    except OSError as e:
+                        got.append(f"{what} {s}: {e.strerror}")
+            return "\n".join(got)
+        attacked = self.as_stranger(attack)
+        self.check(attacked.count("Permission denied") == 4 and "done" not in attacked,
+                   "scratch planted: uid 65534 can neither list nor write the ranks' directories", attacked)
+        with open(os.path.join(n.dir, "go"), "w"):
+            pass
+        rc = n.finish("scratch planted", 30)
+        self.check(rc == 0, "scratch planted: the step succeeds", n.detail())
+        claimed = [os.path.relpath(os.path.join(top, f), n.run_dir) for top, _, files in os.walk(n.run_dir)
+                   for f in files if f == "planted.txt" or read(os.path.join(top, f), "") == "planted\n"]
+        unchanged = all(self.tree(root) == before for root, before in planted.items())
+        self.check(unchanged, "scratch planted: the stranger's directories are as they left them, nothing "
+                   "of the run in them", str({root: self.tree(root) for root in planted}))
+        gone = [s for s in scratches if os.path.lexists(s)]
+        self.check(not gone, "scratch planted: each agent removed its directory when it exited", str(gone))
+        n.check_nothing_left("scratch planted")
+        r.extra = "a directory and a link planted at the old names" if not claimed else str(claimed)
+        self.finish_row(r, "scratch planted", "n/a (nothing fails)", 0, len(n.leftovers()), self.lost_results(n.dir, 4),
+                        len(claimed) + (0 if unchanged else 1), n.detail())
+
+    def test_agent_sigkill_scratch(self):
+        """One node's agent is killed with SIGKILL after its ranks wrote their results: its guardian kills
+        them and removes the agent's scratch directory, results and all."""
+        r = self.row("agent_sigkill_scratch", "the killed agent's guardian stops its ranks, then removes its "
+                     "scratch directory (the ranks' finished outputs in it); the other agent removes its own "
+                     "on its way out")
+        n = self.nodes("agent_sigkill_scratch",
+                       spec_text("scratchkill", sh_yaml(RESULT + self.OUTDIR + "exec sleep 60"), collect="all"))
+        if not n.begin("agent sigkill scratch"):
+            return
+        dirs = {}
+        wait_for(lambda: dirs.update(self.outdirs(n.dir) or {}) or len(dirs) == 4 or n.head.poll() is not None,
+                 30 * self.slack)
+        if not self.check(len(dirs) == 4, "agent sigkill scratch: every rank starts", n.detail()):
+            return
+        victim = n.agents[0]
+        mine = {self.scratch_of(out) for out, agent in dirs.values() if int(agent.rsplit("-", 2)[1]) == victim.pid}
+        other = {self.scratch_of(out) for out, _ in dirs.values()} - mine
+        guardian = self.guardian_of(victim.pid)
+        self.check(len(mine) == 1 and len(other) == 1 and all(os.path.isdir(s) for s in mine | other),
+                   "agent sigkill scratch: each agent's ranks are in its own scratch directory", f"{mine} {other}")
+        if not self.check(guardian is not None, "agent sigkill scratch: the agent has a guardian", n.detail()):
+            return
+        try:
+            pidfd = os.pidfd_open(guardian)
+        except ProcessLookupError:
+            pidfd = None
+        t0 = time.monotonic()
+        os.kill(victim.pid, signal.SIGKILL)
+        ended = pidfd is None or bool(select.select([pidfd], [], [], 10 * self.slack)[0])
+        recover = time.monotonic() - t0
+        if pidfd is not None:
+            os.close(pidfd)
+        self.check(ended, "agent sigkill scratch: the guardian exits once it has cleaned up", n.detail())
+        left = [s for s in mine if os.path.lexists(s)]
+        self.check(not left, "agent sigkill scratch: the killed agent's scratch directory is gone", str(left))
+        n.finish("agent sigkill scratch", 20)
+        left = [s for s in other if os.path.lexists(s)]
+        self.check(not left, "agent sigkill scratch: the other agent's is gone after it exits", str(left))
+        n.check_nothing_left("agent sigkill scratch")
+        self.finish_row(r, "agent sigkill scratch", recover, 3.0, len(n.leftovers()), 0, self.false_claims(n.dir),
+                        n.detail())
+
+    # Ranks that leave two grandchildren each (one in a session of its own), on two nodes.
+    GRAND_RANK = RESULT + 'setsid sleep 300 & sleep 300 & ' + \
+        'echo "$FLOWRUN_NODE_RANK $FLOWRUN_AGENT_ID" > "ready.$RANK.tmp" && mv "ready.$RANK.tmp" "ready.$RANK"; wait'
+
+    def kill_fault(self, name, label, start, kill):
+        """flowrun SPEC, then one agent of a 2-node step, each with ranks that leave grandchildren:
+        start(argv, starter) -> (Popen, pid of flowrun), then kill(Popen) once every rank runs.
+        Returns (the longer time until nothing was left, processes left), or None."""
+        recovers, left = [], 0
+        run_id = f"{name}-{os.getpid()}"
+        d = self.rank_flow(name, rest="setsid sleep 300 & sleep 300 & wait")
+        self.fix_dir(d)
+        p, pid = start(lambda wrap: self.start(d, run_id, wrap=wrap))
+        if not self.check(bool(self.wait_ready(d, 4, p)), f"{label}: every rank starts", self.start_detail(d, p)):
+            p.kill()
+            return None
+        wait_for(lambda: len(processes_with(f"FLOWRUN_RUN_ID={run_id}")) >= 12, 10 * self.slack)
+        before = len(processes_with(f"FLOWRUN_RUN_ID={run_id}"))
+        guardian = self.guardian_of(pid)
+        self.check(before >= 12 and guardian is not None and os.getsid(guardian) == guardian,
+                   f"{label}: flowrun SPEC: 4 ranks with 2 children each run; its guardian has a session of its own",
+                   f"{before} processes, guardian {guardian}")
+        t0 = time.monotonic()
+        kill(p)
+        p.wait()
+        gone = wait_for(lambda: not self.leftovers(run_id), 5 * self.slack, step=0.01)
+        recovers.append(time.monotonic() - t0)
+        self.check(gone, f"{label}: flowrun SPEC: nothing of the run is left", str(self.leftovers(run_id)))
+        left += self.count_left(run_id, 0)
+
+        n = self.nodes(f"{name}_agent", spec_text(name, sh_yaml(self.GRAND_RANK)))
+        argv = n.command()
+        if not self.check(argv is not None, f"{label}: the head prints the agent command", n.detail()):
+            return None
+        a, agent_pid = start(lambda wrap: n._start([*wrap, *argv], n.agent_env(), "agent0"))
+        n.agents.append(a)
+        n.agent_names.append("agent0")
+        n.start_agents(argv, count=1)
+        said = {}  # rank: FLOWRUN_AGENT_ID, from the ready.R files written whole
+
+        def all_ready():
+            for name in os.listdir(n.dir):
+                words = read(os.path.join(n.dir, name), "").split() if re.fullmatch(r"ready\.\d+", name) else []
+                if len(words) == 2:
+                    said[name] = words[1]
+            return len(said) == 4 or n.head.poll() is not None
+        wait_for(all_ready, 30 * self.slack)
+        ids = {agent for agent in said.values() if int(agent.rsplit("-", 2)[1]) == agent_pid}
+        if not self.check(len(said) == 4 and len(ids) == 1, f"{label}: flowrun agent: every rank starts",
+                          f"{said} agent {agent_pid}\n{n.detail()}"):
+            return None
+        entry = f"FLOWRUN_AGENT_ID={ids.pop()}"
+        wait_for(lambda: len(processes_with(entry)) >= 6, 10 * self.slack)
+        before = len(processes_with(entry))
+        guardian = self.guardian_of(agent_pid)
+        self.check(before >= 6 and guardian is not None and os.getsid(guardian) == guardian,
+                   f"{label}: flowrun agent: 2 ranks with 2 children each run; its guardian has a session of its own",
+                   f"{before} processes, guardian {guardian}")
+        t0 = time.monotonic()
+        kill(a)
+        gone = wait_for(lambda: not processes_with(entry), 5 * self.slack, step=0.01)
+        recovers.append(time.monotonic() - t0)
+        self.check(gone, f"{label}: flowrun agent: nothing of the killed agent is left", str(processes_with(entry)))
+        rc = n.finish(label, 20)
+        self.check(rc == 1, f"{label}: flowrun agent: the head names the node lost and exits 1", n.detail())
+        n.check_nothing_left(label)
+        left += len(n.leftovers())
+        return max(recovers), left
+
+    def test_group_sigkill(self):
+        """`kill -9 -- -PGID` of flowrun's whole process group (started in a session of its own, as from a
+        shell), for `flowrun SPEC` and for one node's `flowrun agent`."""
+        r = self.row("group_sigkill", "the guardian, in a session of its own, outlives the group; it kills every "
+                     "rank's children (a `setsid` one included), for `flowrun SPEC` and for `flowrun agent`")
+
+        def start(starter):
+            p = starter(())
+            return p, p.pid
+        got = self.kill_fault("group_sigkill", "group sigkill", start, lambda p: os.killpg(p.pid, signal.SIGKILL))
+        if got:
+            self.finish_row(r, "group sigkill", got[0], 2.0, got[1], 0, 0, "")
+
+    def test_timeout_kill(self):
+        """`timeout -s KILL 600` around `flowrun SPEC` and around one node's `flowrun agent`: timeout kills its
+        child, then its whole process group, itself too. The timeout fires when SIGALRM comes (what
+        timeout's own alarm delivers), once the ranks run."""
+        r = self.row("timeout_kill", "as for a kill of the group: nothing of the job is left, for `flowrun SPEC` "
+                     "and for `flowrun agent`")
+
+        def start(starter):
+            p = starter(("timeout", "-s", "KILL", "600"))
+            found = []
+            wait_for(lambda: found.extend(self.children(p.pid)) or found or p.poll() is not None, 10 * self.slack)
+            return p, found[0] if found else -1
+        got = self.kill_fault("timeout_kill", "timeout kill", start, lambda p: os.kill(p.pid, signal.SIGALRM))
+        if got:
+            self.finish_row(r, "timeout kill", got[0], 2.0, got[1], 0, 0, "")
+
+    def test_stdfds_closed(self):
+        """flowrun started with stdout and stderr closed (`flowrun x.yaml >&- 2>&-`), then killed with SIGKILL."""
+        r = self.row("stdfds_closed", "fds 0-2 get /dev/null first thing: no console line lands in run.lock, "
+                     "and the guardian starts armed: after the SIGKILL it kills every rank and its children")
+        run_id = f"fds-{os.getpid()}"
+        d = self.rank_flow("stdfds_closed", rest="setsid sleep 300 & sleep 300 & wait")
+        self.fix_dir(d)
+        p = self.start(d, run_id, wrap=("/bin/sh", "-c", 'exec "$@" >&- 2>&-', "sh"))
+        if not self.check(bool(self.wait_ready(d, 4, p)), "stdfds closed: every rank starts", self.start_detail(d, p)):
+            p.kill()
+            return
+        wait_for(lambda: len(processes_with(f"FLOWRUN_RUN_ID={run_id}")) >= 12, 10 * self.slack)
+        lock = read(os.path.join(d, "run", "run.lock"), "<none>")
+        self.check(lock == "", "stdfds closed: run.lock holds no console line", repr(lock[:2000]))
+        fds = {fd: os.readlink(f"/proc/{p.pid}/fd/{fd}") for fd in (0, 1, 2)
+               if os.path.exists(f"/proc/{p.pid}/fd/{fd}")}
+        self.check(fds.get(1) == fds.get(2) == "/dev/null", "stdfds closed: flowrun's fds 1 and 2 are /dev/null",
+                   str(fds))
+        t0 = time.monotonic()
+        p.kill()
+        p.wait()
+        gone = wait_for(lambda: not self.leftovers(run_id), 5 * self.slack, step=0.01)
+        recover = time.monotonic() - t0
+        self.check(gone, "stdfds closed: the guardian kills everything after the SIGKILL", str(self.leftovers(run_id)))
+        self.finish_row(r, "stdfds closed", recover, 2.0, self.count_left(run_id, 0), self.lost_results(d, 4),
+                        self.false_claims(d), read(os.path.join(d, "flowrun.err"), ""))
+
+    def test_same_run_id(self):
+        """Two runs in different directories with the same --run-id; one is killed with SIGKILL. Its guardian
+        kills only its own invocation's processes: the other run's ranks live on, and it succeeds."""
+        r = self.row("same_run_id", "the killed run's guardian kills its own ranks only (its mark is a secret of "
+                     "that invocation, not the run id); the other run's ranks live on and it succeeds")
+        run_id = f"same-{os.getpid()}"
+        da = self.rank_flow("same_run_id_a", rest="setsid sleep 300 & exec sleep 300")
+        self.fix_dir(da)
+        db = self.rank_flow("same_run_id_b", rest="while [ ! -e go ]; do sleep 0.02; done; exit 0")
+        self.fix_dir(db)
+        pa = self.start(da, run_id, env={MARK: run_id + "-a"})
+        pb = self.start(db, run_id, env={MARK: run_id + "-b"})
+        ranks_a, ranks_b = self.wait_ready(da, 4, pa), self.wait_ready(db, 4, pb)
+        if not self.check(bool(ranks_a and ranks_b), "same run id: every rank of both runs starts",
+                          self.start_detail(da, pa) + self.start_detail(db, pb)):
+            pa.kill()
+            pb.kill()
+            return
+        guardian = self.guardian_of(pa.pid)
+        pidfd = os.pidfd_open(guardian) if guardian else None
+        t0 = time.monotonic()
+        pa.kill()
+        pa.wait()
+        ended = pidfd is not None and bool(select.select([pidfd], [], [], 10 * self.slack)[0])
+        recover = time.monotonic() - t0
+        if pidfd is not None:
+            os.close(pidfd)
+        self.check(ended, "same run id: the killed run's guardian cleans up and exits", str(guardian))
+        a_left = processes_with(f"{MARK}={run_id}-a")
+        self.check(not a_left, "same run id: nothing of the killed run is left", str(a_left))
+        alive = [k for k, pid in sorted(ranks_b.items()) if read(f"/proc/{pid}/stat", "").rsplit(")", 1)[-1][:3].strip()
+                 not in ("", "Z")]
+        self.check(alive == [0, 1, 2, 3], "same run id: every rank of the other run still runs", str(alive))
+        with open(os.path.join(db, "go"), "w"):
+            pass
+        rc, end, err = self.ended("same run id", pb, db, 30)
+        res = self.results(db) or {}
+        self.check(rc == 0 and res.get("outcome") == "succeeded" and os.path.exists(os.path.join(db, "join.ran")),
+                   "same run id: the other run succeeds, its join too", f"exit {rc}\n{err}")
+        self.check("out-of-memory" not in err, "same run id: no rank of the other run is reported killed", err)
+        self.finish_row(r, "same run id", recover, 2.0, self.count_left(run_id, 0), self.lost_results(db, 4), 0,
+                        err)
 
     # --- driver -----------------------------------------------------------------------
 
