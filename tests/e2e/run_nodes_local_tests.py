@@ -376,11 +376,15 @@ class Suite:
         self.check(all(e["FLOWRUN_STEP"] == "train" and e["FLOWRUN_RUN_DIR"] == n.run_dir and
                        e["TORCHELASTIC_RESTART_COUNT"] == "0" and e["TORCHELASTIC_MAX_RESTARTS"] == "0"
                        for e in envs.values()), "success: FLOWRUN_STEP, FLOWRUN_RUN_DIR, no restarts")
-        # Output and error files are node-local, under the agent's TMPDIR.
-        self.check(all(e["FLOWRUN_OUTPUT_DIR"] == f"{n.tmp}/flowrun-{n.run_id}-node{r // 2}/train/rank{r}/out" and
-                       e["TORCHELASTIC_ERROR_FILE"] ==
-                       f"{n.tmp}/flowrun-{n.run_id}-node{r // 2}/train/rank{r}/error.json"
-                       for r, e in envs.items()),
+        # Output and error files are node-local, in each agent's private directory (mkdtemp) in its TMPDIR:
+        # <TMPDIR>/flowrun-<run id>-node<N>-XXXXXX/<step>/rank<R>/{out,error.json}.
+        def scratch(r, e):
+            m = re.fullmatch(re.escape(f"{n.tmp}/flowrun-{n.run_id}-node{r // 2}-") + rf"[A-Za-z0-9]{{6}}" +
+                             re.escape(f"/train/rank{r}/out"), e["FLOWRUN_OUTPUT_DIR"])
+            return e["FLOWRUN_OUTPUT_DIR"][:-len(f"/train/rank{r}/out")] if m else None
+        dirs = {r: scratch(r, e) for r, e in envs.items()}
+        self.check(all(d is not None and envs[r]["TORCHELASTIC_ERROR_FILE"] == f"{d}/train/rank{r}/error.json"
+                       for r, d in dirs.items()) and len(set(dirs.values())) == 2,
                    "success: FLOWRUN_OUTPUT_DIR and TORCHELASTIC_ERROR_FILE are node-local",
                    str([(e["FLOWRUN_OUTPUT_DIR"], e["TORCHELASTIC_ERROR_FILE"]) for e in envs.values()]))
         self.check(os.listdir(n.tmp) == [], "success: each agent removes its node-local scratch directory",
