@@ -484,12 +484,15 @@ class Head : public GroupObserver {
         if (p->conn->socket().available(unread_ec) > 0 || unread_ec) continue;  // it has spoken since
         if (!idlest || p->conn->last_heard_ns() < idlest->conn->last_heard_ns()) idlest = p;
       }
-      if (!said_too_many_pending_)
+      if (!said_too_many_pending_) {
+        const std::string who = from_ip >= kMaxPendingPerSource
+                                    ? fmt::format("{} connections from {}", from_ip, ip)
+                                    : fmt::format("{} connections", pending_.size());
         console_.message(
-            fmt::format("flowrun: step '{}': {} connections from {} are waiting to authenticate; "
-                        "dropping the longest idle of them for each new one",
-                        plan_.step, from_ip >= kMaxPendingPerSource ? from_ip : pending_.size(),
-                        from_ip >= kMaxPendingPerSource ? ip : "every address"));
+            fmt::format("flowrun: step '{}': {} are waiting to authenticate; dropping the longest "
+                        "idle of them for each new one",
+                        plan_.step, who));
+      }
       said_too_many_pending_ = true;
       note_stranger(source);
       if (!idlest) {

@@ -509,7 +509,7 @@ TEST_CASE("a frame sealed with another key, or not sealed, or cut short, fails",
   CHECK(error.find(kFailed) != std::string::npos);
 
   Link plain_link;
-  Frame plain = read_one(encode_frame(MessageType::start, encode_fields({{"ranks", "2"}})));
+  Frame plain = read_one(encode_frame(MessageType::start, encode_fields({{"ranks", "2"}, {"r0", "rank 0"}})));
   CHECK_FALSE(plain_link.open.open(plain, &error));
   CHECK(error.find(kFailed) != std::string::npos);
 
@@ -527,7 +527,9 @@ TEST_CASE("a frame sealed with another key, or not sealed, or cut short, fails",
   FrameReader reader("agent");
   reader.feed(wire.substr(0, wire.size() - 1));
   CHECK_FALSE(reader.next());
-  CHECK_THROWS_WITH(cut_link.seal.seal(wire), "seal: the string is not one whole frame");
+  std::string cut = encode_frame(MessageType::bye, "x");
+  cut.pop_back();
+  CHECK_THROWS_WITH(cut_link.seal.seal(cut), "seal: the string is not one whole frame");
 }
 
 TEST_CASE("a one-field frame seals in place like any other", "[protocol][seal]") {
