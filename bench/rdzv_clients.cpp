@@ -4,7 +4,8 @@
 //
 //   -> hello{node, flowrun, nonce, node_rank, pid, gpus}
 //   <- challenge      -> auth{proof}
-//   <- welcome        the head's proof is checked
+//   <- welcome        the head's proof is checked; every later frame is sealed
+//                     (AES-256-GCM, protocol.h), both ways
 //   <- assign         -> ready{workdir_ok (the marker file read and compared),
 //                              workdir_error, address, port (node rank 0 only), gpus}
 //   <- start          -> exited{rank, kind, code 0, ...} for every rank it names,
@@ -39,6 +40,7 @@
 #include <memory>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
+#include <optional>
 #include <string>
 #include <sys/epoll.h>
 #include <sys/resource.h>
@@ -120,8 +122,26 @@ struct Conn {
   std::size_t sent = 0;
   bool polling_out = false;
   bool open = true;
+  // Set after welcome: every later frame is sealed (protocol.h).
+  std::optional<flowrun::FrameCipher> sealer, opener;
 
   explicit Conn(std::string peer) : reader(std::move(peer)) {}
+
+  void seal_from_now(const flowrun::FrameKeys& keys, bool head) {
+    using flowrun::Direction;
+    sealer.emplace(head ? keys.head_to_agent : keys.agent_to_head,
+                   head ? Direction::head_to_agent : Direction::agent_to_head);
+    opener.emplace(head ? keys.agent_to_head : keys.head_to_agent,
+                   head ? Direction::agent_to_head : Direction::head_to_agent, head ? "agent" : "head");
+  }
+
+  // The next whole frame, opened when sealed; dies on one that fails.
+  std::optional<Frame> next() {
+    auto frame = reader.next();
+    std::string error;
+    if (frame && opener && !opener->open(*frame, &error)) die(error);
+    return frame;
+  }
 };
 
 class Loop {
@@ -148,7 +168,9 @@ class Loop {
   }
 
   void send(Conn& c, std::uint64_t tag, MessageType type, const Fields& fields) {
-    flowrun::append_frame(c.out, type, flowrun::encode_fields(fields));
+    std::string frame = flowrun::encode_frame(type, flowrun::encode_fields(fields));
+    if (c.sealer) c.sealer->seal(frame);
+    c.out += frame;
     flush(c, tag);
   }
 
@@ -222,7 +244,7 @@ void set_nodelay(int fd) {
 struct Agent {
   Conn conn{"head"};
   std::string node;
-  std::string nonce;
+  std::string nonce, head_nonce;
   int node_rank = -1;
   bool welcomed = false, assigned = false, started = false, done = false;
 };
@@ -313,7 +335,7 @@ class Clients {
   void on_readable(Agent& a, std::uint64_t tag) {
     const bool more = loop_.fill(a.conn);
     while (a.conn.open) {
-      auto frame = a.conn.reader.next();
+      auto frame = a.conn.next();
       if (!frame) break;
       on_frame(a, tag, *frame);
     }
@@ -331,12 +353,14 @@ class Clients {
     switch (frame.type) {
       case MessageType::challenge:
         --in_flight_;
+        a.head_nonce = field(f, "nonce");
         loop_.send(a.conn, tag, MessageType::auth,
-                   {{"proof", flowrun::auth_proof(token_, field(f, "nonce"), "agent:" + a.node)}});
+                   {{"proof", flowrun::auth_proof(token_, a.head_nonce, "agent:" + a.node)}});
         break;
       case MessageType::welcome:
         if (!flowrun::proofs_equal(field(f, "proof"), flowrun::auth_proof(token_, a.nonce, "head:" + a.node)))
           die(a.node + ": the head's proof in welcome is wrong");
+        a.conn.seal_from_now(flowrun::derive_frame_keys(token_, a.nonce, a.head_nonce, a.node), false);
         a.welcomed = true;
         a.node_rank = int_field(f, "node_rank");
         if (++welcomed_ == agents_.size()) times_.welcome = now_ns();
@@ -471,7 +495,7 @@ class BareServer {
         if (ev.events & (EPOLLIN | EPOLLHUP | EPOLLERR)) {
           const bool more = loop_.fill(p.conn);
           while (p.conn.open) {
-            auto frame = p.conn.reader.next();
+            auto frame = p.conn.next();
             if (!frame) break;
             on_frame(p, ev.data.u64, *frame);
           }
@@ -531,6 +555,7 @@ class BareServer {
                     {"node_rank", std::to_string(p.rank)},
                     {"heartbeat_ms", "2500"},
                     {"timeout_ms", "10000"}});
+        p.conn.seal_from_now(flowrun::derive_frame_keys(token_, p.agent_nonce, p.head_nonce, p.node), true);
         if (++joined_ == nodes_) assign_all();
         break;
       case MessageType::ready:

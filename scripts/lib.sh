@@ -21,6 +21,8 @@ FLOWRUN_CLUSTER_PACKAGES=(
 FLOWRUN_PACKAGES=(
   "${FLOWRUN_BUILD_PACKAGES[@]}"
   catch2 python3 python3-torch
+  # tests/e2e/helpers/fake_agent.py seals its frames (AES-256-GCM) as the agents do.
+  python3-cryptography
   clang clang-14 libclang-rt-14-dev clang-format
   "${FLOWRUN_CLUSTER_PACKAGES[@]}"
   # scripts/venv: the Lightning and fastai venv on top of Debian's torch.

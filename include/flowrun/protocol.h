@@ -30,8 +30,19 @@
 // welcome before it acts on any message, since the head tells it what to run.
 // The "agent:"/"head:" prefixes keep a proof made for one direction from being
 // replayed in the other; fresh nonces keep an old proof from being replayed.
-// Nothing after the handshake is encrypted or signed: run the control plane on
-// a network you trust (as torchrun's rendezvous store assumes).
+//
+// Every frame after welcome, both ways, is sealed (protocol 3): its payload
+// is AES-256-GCM ciphertext followed by a 16-byte tag,
+//
+//   sealed  = length:u32  version:u8  type:u8  ciphertext  tag:16
+//
+// with the 6-byte header as associated data, a key per direction
+// (derive_frame_keys: HKDF-SHA256 of the token, both nonces and the node),
+// and a 96-bit nonce = direction:u32 + sequence:u64 that both sides count
+// (the first sealed frame each way is 0) and that never goes on the wire. A
+// frame altered, forged without the token, replayed, reordered or dropped
+// fails its tag, and the connection closes; this is the construction of
+// TLS 1.3's record layer (RFC 8446 5.2-5.3), on this protocol's own frames.
 #pragma once
 
 #include <algorithm>
@@ -45,7 +56,7 @@
 
 namespace flowrun {
 
-inline constexpr std::uint8_t kProtocolVersion = 2;
+inline constexpr std::uint8_t kProtocolVersion = 3;
 
 // length:u32 + version:u8 + type:u8.
 inline constexpr std::size_t kFrameHeaderBytes = 6;
@@ -57,6 +68,13 @@ inline constexpr std::size_t kMaxChunkBytes = 16 * 1024 * 1024;
 // The default limit on a frame's `length`: one full chunk plus room for the
 // other fields of its message.
 inline constexpr std::size_t kMaxFrameSize = kMaxChunkBytes + 64 * 1024;
+
+// The GCM tag a sealed frame's payload ends with.
+inline constexpr std::size_t kTagBytes = 16;
+
+// The limit on a sealed frame's `length`: kMaxFrameSize and its tag. The
+// reader's default.
+inline constexpr std::size_t kMaxSealedFrameSize = kMaxFrameSize + kTagBytes;
 
 // The default limit on the number of fields decode_fields accepts.
 inline constexpr std::size_t kMaxFields = 64;
@@ -143,7 +161,7 @@ std::string encode_frame(MessageType type, std::string_view payload, std::size_t
 class FrameReader {
  public:
   // `peer` names the other side in errors ("agent", "head").
-  explicit FrameReader(std::string peer = "peer", std::size_t max_frame = kMaxFrameSize);
+  explicit FrameReader(std::string peer = "peer", std::size_t max_frame = kMaxSealedFrameSize);
 
   void feed(std::string_view bytes);
 
@@ -225,6 +243,66 @@ std::string auth_proof(std::string_view token, std::string_view nonce, std::stri
 // differ (CRYPTO_memcmp), so a peer cannot guess a proof byte by byte. Proofs
 // of different lengths are unequal (their length is no secret).
 bool proofs_equal(std::string_view a, std::string_view b);
+
+// ---- Sealed frames (auth.cpp) ---------------------------------------------
+
+// Which way a frame goes: part of its nonce, and which key seals it.
+enum class Direction : std::uint8_t { agent_to_head = 1, head_to_agent = 2 };
+
+// The two keys of one connection, 32 bytes each.
+struct FrameKeys {
+  std::string agent_to_head;
+  std::string head_to_agent;
+};
+
+// HKDF-SHA256 (RFC 5869): PRK = HMAC(salt = "flowrun-frames-v1" NUL
+// agent_nonce NUL head_nonce, token); each key = HMAC(PRK, "agent->head:" or
+// "head->agent:" + node, 0x01). Fresh nonces make every connection's keys new,
+// so a frame recorded on one connection fails on any other. Throws
+// flowrun::Error for an empty token.
+FrameKeys derive_frame_keys(std::string_view token, std::string_view agent_nonce, std::string_view head_nonce,
+                            std::string_view node);
+
+// One direction of one connection: the sender seals with it, the receiver
+// opens with its own copy; each counts the frames it has handled, so both
+// must see the same frames in the same order. Move-only (it owns an OpenSSL
+// context).
+class FrameCipher {
+ public:
+  // `key` is 32 bytes (derive_frame_keys); throws flowrun::Error otherwise
+  // or when OpenSSL cannot set up AES-256-GCM.
+  FrameCipher(std::string_view key, Direction direction, std::string peer = "peer");
+  ~FrameCipher();
+  FrameCipher(FrameCipher&& other) noexcept;
+  FrameCipher& operator=(FrameCipher&& other) noexcept;
+  FrameCipher(const FrameCipher&) = delete;
+  FrameCipher& operator=(const FrameCipher&) = delete;
+
+  // Seals a whole frame as encode_frame made it, in place: its length grows
+  // by kTagBytes, its payload is encrypted, the tag is appended. Throws
+  // flowrun::Error for a string that is not one frame or when the sequence
+  // number would wrap (2^64 frames).
+  void seal(std::string& frame);
+
+  // Opens a frame FrameReader returned, in place: the payload becomes the
+  // plaintext. False, with *error set and the frame's payload unspecified, when
+  // its tag does not verify:
+  //   "head sent frame 7 (output, 40 bytes) that fails authentication: it was
+  //    altered, replayed, reordered or not sealed with this run's token"
+  // After a failure every later frame fails too; the caller closes.
+  bool open(Frame& frame, std::string* error);
+
+  // Frames sealed or opened so far (the next frame's sequence number).
+  std::uint64_t sequence() const { return sequence_; }
+
+ private:
+  struct Context;
+  Context* ctx_ = nullptr;
+  Direction direction_{};
+  std::string peer_;
+  std::uint64_t sequence_ = 0;
+  bool broken_ = false;
+};
 
 // CRC-32C (Castagnoli, as iSCSI and ext4 use it), fed in pieces: the
 // checksum of an upload, which catches a corrupt or truncated file. Not a

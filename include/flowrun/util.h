@@ -44,6 +44,15 @@ std::string format_bytes(std::uint64_t bytes);
 // Escapes `s` as the contents of a JSON string (without the quotes).
 std::string json_escape(std::string_view s);
 
+// `s` made safe to print on a terminal or in a log line, for bytes that came
+// from a peer or a worker (a node name, a reason, a path): printable ASCII
+// and well-formed UTF-8 pass unchanged; a backslash becomes "\\"; \n, \r
+// and \t become those two-character escapes; every other control byte
+// (ESC included), DEL, the C1 controls U+0080..U+009F and each byte of
+// invalid UTF-8 become "\xHH". So a forged line, a colour or a terminal
+// title cannot be smuggled through, and the original bytes can be read back.
+std::string printable(std::string_view s);
+
 // True when `name` is a valid environment variable name: [A-Za-z_][A-Za-z0-9_]*.
 bool is_env_name(std::string_view name);
 

@@ -161,6 +161,56 @@ std::string format_bytes(std::uint64_t bytes) {
   return std::to_string(bytes) + " B";
 }
 
+std::string printable(std::string_view s) {
+  static constexpr char kHex[] = "0123456789abcdef";
+  std::string out;
+  out.reserve(s.size());
+  auto escape = [&](unsigned char c) {
+    out += "\\x";
+    out.push_back(kHex[c >> 4]);
+    out.push_back(kHex[c & 15]);
+  };
+  auto byte = [&](std::size_t i) { return static_cast<unsigned char>(s[i]); };
+  for (std::size_t i = 0; i < s.size();) {
+    const unsigned char c = byte(i);
+    if (c >= 0x20 && c < 0x7f) {
+      if (c == '\\') out += '\\';
+      out.push_back(static_cast<char>(c));
+      ++i;
+      continue;
+    }
+    if (c == '\n' || c == '\r' || c == '\t') {
+      out += c == '\n' ? "\\n" : c == '\r' ? "\\r" : "\\t";
+      ++i;
+      continue;
+    }
+    // A UTF-8 sequence: its length from the lead byte, continuation bytes
+    // 10xxxxxx, no overlong form, no surrogate, nothing past U+10FFFF.
+    std::size_t length = c >= 0xc2 && c <= 0xdf   ? 2
+                         : c >= 0xe0 && c <= 0xef ? 3
+                         : c >= 0xf0 && c <= 0xf4 ? 4
+                                                  : 0;
+    std::uint32_t code = length == 2 ? c & 0x1fu : length == 3 ? c & 0x0fu : c & 0x07u;
+    bool ok = length > 0 && i + length <= s.size();
+    for (std::size_t k = 1; ok && k < length; ++k) {
+      ok = (byte(i + k) & 0xc0) == 0x80;
+      code = (code << 6) | (byte(i + k) & 0x3fu);
+    }
+    if (ok) {
+      ok = !(length == 3 && code < 0x800) && !(length == 4 && (code < 0x10000 || code > 0x10ffff)) &&
+           !(code >= 0xd800 && code <= 0xdfff) && !(code >= 0x80 && code <= 0x9f);
+    }
+    if (!ok) {
+      escape(c);
+      ++i;
+      continue;
+    }
+    out.append(s.substr(i, length));
+    i += length;
+  }
+  return out;
+}
+
 std::string json_escape(std::string_view s) {
   std::string out;
   out.reserve(s.size());

@@ -129,33 +129,64 @@ class Agent : public GroupObserver {
     sup_ = &supervisor;
     asio::io_context& io = supervisor.io();
 
-    asio::ip::tcp::socket socket = connect(io);
-    if (options_.token_after_connect) {
-      // The head wrote the token before it began to listen; a shared
-      // filesystem may show the file a moment later.
-      const auto give_up = Clock::now() + std::chrono::seconds(10);
-      struct stat st {};
-      while (stat(options_.token_file.c_str(), &st) != 0 && Clock::now() < give_up)
-        std::this_thread::sleep_for(std::chrono::milliseconds(100));
-      token_ = read_token();
-    }
+    // Connects and shakes hands until the head welcomes or refuses this
+    // agent. A connection the head drops before either (it was full of
+    // connections that never authenticated, and dropped the idlest, or the
+    // network cut it) is tried again until the connect timeout.
+    const auto give_up = Clock::now() + std::chrono::duration_cast<Clock::duration>(
+                                            std::chrono::duration<double>(options_.connect_timeout_s));
+    std::optional<asio::ip::tcp::socket> socket;
     FrameReader reader("head");
-    if (!handshake(socket, reader)) {
-      guardian_.disarm();
-      return 1;
+    for (int attempt = 1;; ++attempt) {
+      socket.emplace(connect(io, give_up));
+      if (options_.token_after_connect && token_.empty()) {
+        // The head wrote the token before it began to listen; a shared
+        // filesystem may show the file a moment later.
+        const auto token_deadline = Clock::now() + std::chrono::seconds(10);
+        struct stat st {};
+        while (stat(options_.token_file.c_str(), &st) != 0 && Clock::now() < token_deadline)
+          std::this_thread::sleep_for(std::chrono::milliseconds(100));
+        token_ = read_token();
+      }
+      reader = FrameReader("head");
+      const Handshake outcome = handshake(*socket, reader);
+      if (outcome.kind == Handshake::joined) break;
+      if (outcome.kind == Handshake::refused) {
+        guardian_.disarm();
+        return 1;
+      }
+      if (Clock::now() >= give_up || sup_->interrupt_signal() != 0)
+        throw Error(
+            fmt::format("the head at {} dropped the connection before the handshake ended, {} "
+                        "(last: {}); something that does not hold the run's token may be holding "
+                        "its connections, or the network cuts them (--connect-timeout: {:g} s)",
+                        options_.endpoint, attempt == 1 ? "once" : std::to_string(attempt) + " times",
+                        outcome.why, options_.connect_timeout_s));
+      if (attempt == 1)
+        console_.message(
+            fmt::format("flowrun agent: {}: the head at {} dropped the connection before the "
+                        "handshake ended ({}); trying again",
+                        printable(node_), options_.endpoint, outcome.why));
+      std::this_thread::sleep_for(std::chrono::milliseconds(std::min(1000, 50 * attempt)));
     }
+    asio::ip::tcp::socket& joined = *socket;
     // gloo listens on the address the host name resolves to; where that is
     // a loopback address (Debian maps the name to 127.0.1.1) no other node
     // could reach it: point gloo at the interface this node reaches the head by.
     if (auto own = cluster::resolve_ipv4(hostname()); !own || cluster::is_loopback(*own)) {
       boost::system::error_code ec;
-      const auto local = socket.local_endpoint(ec);
+      const auto local = joined.local_endpoint(ec);
       if (!ec && !local.address().is_loopback()) {
         if (auto name = cluster::interface_of(local.address().to_string())) gloo_ifname_ = *name;
       }
     }
-    conn_ = std::make_shared<Connection>(std::move(socket), "head");
+    conn_ = std::make_shared<Connection>(std::move(joined), "head");
+    conn_->set_max_frame(kMaxSealedFrameSize);
     conn_->adopt_reader(std::move(reader));  // the head may have sent more right after welcome
+    // Every frame after welcome is sealed, both ways (the head's already are).
+    const FrameKeys keys = derive_frame_keys(token_, my_nonce_, head_nonce_, node_);
+    conn_->set_ciphers(FrameCipher(keys.agent_to_head, Direction::agent_to_head),
+                       FrameCipher(keys.head_to_agent, Direction::head_to_agent, "the head"));
     conn_->start([this](Frame& frame) { on_frame(frame); },
                  [this](const std::string& why) {
                    // Nothing more drains the queue (also after the head's bye).
@@ -291,7 +322,7 @@ class Agent : public GroupObserver {
     return text;
   }
 
-  asio::ip::tcp::socket connect(asio::io_context& io) {
+  asio::ip::tcp::socket connect(asio::io_context& io, Clock::time_point deadline) {
     const std::string& endpoint = options_.endpoint;
     const auto colon = endpoint.rfind(':');
     if (colon == std::string::npos || colon == 0 || colon + 1 == endpoint.size())
@@ -300,8 +331,6 @@ class Agent : public GroupObserver {
     if (host.size() > 2 && host.front() == '[' && host.back() == ']') host = host.substr(1, host.size() - 2);
     const std::string port = endpoint.substr(colon + 1);
     asio::ip::tcp::resolver resolver(io);
-    const auto deadline = Clock::now() + std::chrono::duration_cast<Clock::duration>(
-                                             std::chrono::duration<double>(options_.connect_timeout_s));
     std::string last_error;
     while (true) {
       boost::system::error_code ec;
@@ -318,11 +347,26 @@ class Agent : public GroupObserver {
     }
   }
 
+  struct Handshake {
+    enum Kind { joined, refused, dropped } kind = joined;
+    std::string why;  // dropped: how the connection ended
+  };
+
   // The handshake, before anything else runs: blocking, with a timeout.
-  bool handshake(asio::ip::tcp::socket& socket, FrameReader& reader) {
+  // Throws Error when the head's frames make no sense.
+  Handshake handshake(asio::ip::tcp::socket& socket, FrameReader& reader) {
+    try {
+      return handshake_once(socket, reader);
+    } catch (const boost::system::system_error& e) {
+      return {Handshake::dropped, e.code().message()};
+    }
+  }
+
+  Handshake handshake_once(asio::ip::tcp::socket& socket, FrameReader& reader) {
     timeval tv{30, 0};
     setsockopt(socket.native_handle(), SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
-    const std::string my_nonce = make_nonce();
+    my_nonce_ = make_nonce();
+    const std::string& my_nonce = my_nonce_;
     auto send = [&](MessageType type, const Fields& f) {
       const std::string frame = encode_frame(type, encode_fields(f));
       asio::write(socket, asio::buffer(frame));
@@ -341,7 +385,8 @@ class Agent : public GroupObserver {
         if (reader.failed()) throw Error(reader.error());
         const ssize_t n = ::read(socket.native_handle(), buf, sizeof buf);
         if (n < 0 && errno == EINTR) continue;
-        if (n <= 0) throw Error("the head closed the connection during the handshake");
+        if (n < 0) throw boost::system::system_error(errno, boost::system::system_category());
+        if (n == 0) throw boost::system::system_error(asio::error::eof);
         reader.feed(std::string_view(buf, static_cast<std::size_t>(n)));
       }
     };
@@ -353,29 +398,32 @@ class Agent : public GroupObserver {
                               {"gpus", std::to_string(gpus_)}});
     auto [type, fields] = receive();
     if (type == MessageType::refused) {
-      console_.message("flowrun agent: the head refused this agent: " + field_or(fields, "reason"));
-      return false;
+      console_.message("flowrun agent: the head refused this agent: " +
+                       printable(field_or(fields, "reason")));
+      return {Handshake::refused, {}};
     }
     if (type != MessageType::challenge)
       throw Error("the head sent " + std::string(message_type_name(type)) + " instead of a challenge");
-    send(MessageType::auth, {{"proof", auth_proof(token_, field_or(fields, "nonce"), "agent:" + node_)}});
+    head_nonce_ = field_or(fields, "nonce");
+    send(MessageType::auth, {{"proof", auth_proof(token_, head_nonce_, "agent:" + node_)}});
     auto [type2, fields2] = receive();
     if (type2 == MessageType::refused) {
-      console_.message("flowrun agent: the head refused this agent: " + field_or(fields2, "reason"));
-      return false;
+      console_.message("flowrun agent: the head refused this agent: " +
+                       printable(field_or(fields2, "reason")));
+      return {Handshake::refused, {}};
     }
     if (type2 != MessageType::welcome ||
         !proofs_equal(field_or(fields2, "proof"), auth_proof(token_, my_nonce, "head:" + node_))) {
       console_.message("flowrun agent: the head at " + options_.endpoint +
                        " could not prove it holds the run's token; not running anything for it");
-      return false;
+      return {Handshake::refused, {}};
     }
     node_rank_ = int_field(fields2, "node_rank", 0);
     interval_s_ = int_field(fields2, "heartbeat_ms", 2500) / 1000.0;
     timeout_s_ = int_field(fields2, "timeout_ms", 10000) / 1000.0;
     timeval none{0, 0};
     setsockopt(socket.native_handle(), SOL_SOCKET, SO_RCVTIMEO, &none, sizeof none);
-    return true;
+    return {Handshake::joined, {}};
   }
 
   void tick() {
@@ -758,7 +806,8 @@ class Agent : public GroupObserver {
   std::shared_ptr<Connection> conn_;
   std::optional<asio::steady_timer> heartbeat_timer_;
   std::string token_, node_, agent_id_, run_id_, step_, scratch_;
-  std::string gloo_ifname_;  // set for the workers when the host name is a loopback address
+  std::string my_nonce_, head_nonce_;  // the handshake's, for the frame keys
+  std::string gloo_ifname_;            // set for the workers when the host name is a loopback address
   int node_rank_claim_ = -1, node_rank_ = 0, gpus_ = 0, attempt_ = 0;
   double interval_s_ = 2.5, timeout_s_ = 10, grace_s_ = 10, stall_s_ = 0;
   HeldPort held_port_;

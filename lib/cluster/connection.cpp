@@ -47,6 +47,14 @@ bool Connection::dispatch() {
   while (open_) {
     auto frame = reader_.next();
     if (!frame) break;
+    if (open_cipher_) {
+      std::string error;
+      if (!open_cipher_->open(*frame, &error)) {
+        failed_authentication_ = true;
+        fail(error);
+        return false;
+      }
+    }
     const auto handler = on_frame_;  // it may replace itself
     (*handler)(*frame);
   }
@@ -100,8 +108,14 @@ void Connection::send(MessageType type, const Fields& fields) {
   send_frame(encode_frame(type, encode_fields(fields)));
 }
 
+void Connection::set_ciphers(FrameCipher send, FrameCipher receive) {
+  seal_.emplace(std::move(send));
+  open_cipher_.emplace(std::move(receive));
+}
+
 void Connection::send_frame(std::string frame) {
   if (!open_ || closing_) return;
+  if (seal_) seal_->seal(frame);
   queued_bytes_ += frame.size();
   out_.push_back(std::move(frame));
   if (!writing_) write_next();

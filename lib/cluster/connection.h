@@ -8,6 +8,7 @@
 #include <deque>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "flowrun/protocol.h"
@@ -40,8 +41,15 @@ class Connection : public std::enable_shared_from_this<Connection> {
   // The largest frame accepted from now on (see FrameReader::set_max_frame).
   void set_max_frame(std::size_t max_frame) { reader_.set_max_frame(max_frame); }
 
+  // Seals every frame sent and opens every frame received from now on
+  // (FrameCipher): after the handshake's welcome, on both sides. A frame that
+  // fails to open closes the connection (on_close with the reason). Safe to
+  // call from inside a frame handler: the next frame is opened.
+  void set_ciphers(FrameCipher send, FrameCipher receive);
+
   // Queues a message (never blocks).
   void send(MessageType type, const Fields& fields);
+  // `frame` as encode_frame made it; sealed here when ciphers are set.
   void send_frame(std::string frame);
 
   // Bytes queued and not yet written.
@@ -57,6 +65,9 @@ class Connection : public std::enable_shared_from_this<Connection> {
   void close_after_send();
 
   bool is_open() const { return open_; }
+  // Whether it closed because a received frame failed to open (tampered,
+  // replayed, forged): not the peer's doing, as a plain close would be.
+  bool failed_authentication() const { return failed_authentication_; }
   std::int64_t last_heard_ns() const { return last_heard_ns_; }
   const std::string& peer() const { return peer_; }
   boost::asio::ip::tcp::socket& socket() { return socket_; }
@@ -71,11 +82,14 @@ class Connection : public std::enable_shared_from_this<Connection> {
   boost::asio::ip::tcp::socket socket_;
   std::string peer_;
   FrameReader reader_;
+  std::optional<FrameCipher> seal_;
+  std::optional<FrameCipher> open_cipher_;
   std::deque<std::string> out_;
   std::size_t queued_bytes_ = 0;
   bool writing_ = false;
   bool open_ = true;
   bool closing_ = false;
+  bool failed_authentication_ = false;
   std::int64_t last_heard_ns_ = 0;
   std::shared_ptr<FrameHandler> on_frame_;
   std::shared_ptr<CloseHandler> on_close_;

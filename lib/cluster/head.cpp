@@ -346,9 +346,14 @@ class Head : public GroupObserver {
     std::string head_nonce;
     int claim = -1;
     int gpus = -1;
-    bool settled = false;  // admitted, refused or gone
+    std::string ip;
+    bool authenticated = false;  // its auth proved the token
+    bool settled = false;        // admitted, refused or gone
   };
-  static constexpr std::size_t kMaxPending = 64;
+  // Connections in their handshake at once: in all (a few hundred bytes and a
+  // timer each), and from one address.
+  static constexpr std::size_t kMaxPending = 256;
+  static constexpr std::size_t kMaxPendingPerSource = 64;
 
   struct RankState {
     WorkerRecord record;
@@ -455,20 +460,54 @@ class Head : public GroupObserver {
     const auto remote = socket.remote_endpoint(ec);
     const std::string ip = ec ? std::string("?") : remote.address().to_string();
     std::erase_if(pending_, [](const std::shared_ptr<Pending>& p) { return p->settled; });
-    if (pending_.size() >= kMaxPending) {
-      socket.close(ec);
-      if (!said_too_many_pending_)
+    const auto from_ip = static_cast<std::size_t>(std::count_if(
+        pending_.begin(), pending_.end(), [&](const std::shared_ptr<Pending>& p) { return p->ip == ip; }));
+    if (from_ip >= kMaxPendingPerSource || pending_.size() >= kMaxPending) {
+      // Full: the connection idle longest makes room, so that one that holds
+      // connections open without a word cannot keep the agents out (they
+      // answer within a round trip; an agent dropped anyway tries again
+      // within its connect timeout). Over the per-source cap only that
+      // source's own are candidates; over the total, those of the source that
+      // holds the most.
+      std::string source = ip;
+      if (from_ip < kMaxPendingPerSource) {
+        std::map<std::string, std::size_t> count;
+        for (const auto& p : pending_) ++count[p->ip];
+        source = std::max_element(count.begin(), count.end(), [](const auto& a, const auto& b) {
+                   return a.second < b.second;
+                 })->first;
+      }
+      std::shared_ptr<Pending> idlest;
+      for (const auto& p : pending_) {
+        if (p->ip != source) continue;
+        boost::system::error_code unread_ec;
+        if (p->conn->socket().available(unread_ec) > 0 || unread_ec) continue;  // it has spoken since
+        if (!idlest || p->conn->last_heard_ns() < idlest->conn->last_heard_ns()) idlest = p;
+      }
+      if (!said_too_many_pending_) {
+        const std::string who = from_ip >= kMaxPendingPerSource
+                                    ? fmt::format("{} connections from {}", from_ip, ip)
+                                    : fmt::format("{} connections", pending_.size());
         console_.message(
-            fmt::format("flowrun: step '{}': {} connections are waiting to authenticate; "
-                        "closing more (from {} first) until they do or time out",
-                        plan_.step, kMaxPending, ip));
+            fmt::format("flowrun: step '{}': {} are waiting to authenticate; dropping the longest "
+                        "idle of them for each new one",
+                        plan_.step, who));
+      }
       said_too_many_pending_ = true;
-      return;
+      note_stranger(source);
+      if (!idlest) {
+        socket.close(ec);
+        return;
+      }
+      settle(*idlest);
+      idlest->conn->close();
+      std::erase(pending_, idlest);
     }
     auto conn = std::make_shared<Connection>(std::move(socket), "agent at " + ip);
     conn->set_max_frame(kMaxHandshakeFrame);
     auto pending = std::make_shared<Pending>();
     pending->conn = conn;
+    pending->ip = ip;
     pending->deadline = std::make_unique<asio::steady_timer>(io_);
     pending->deadline->expires_after(seconds_of(timeout_s_));
     // Captures `this` only behind the error check: at the end of the step
@@ -485,6 +524,7 @@ class Head : public GroupObserver {
                   settle(*pending);
                   // A port scan opens and closes; only a peer that sent bytes
                   // flowrun could not read is worth a line.
+                  note_stranger(ip);
                   if (why != "the connection closed" && why.rfind("the connection failed", 0) != 0)
                     console_.message(
                         fmt::format("flowrun: step '{}': dropped a connection from {} before it "
@@ -509,8 +549,19 @@ class Head : public GroupObserver {
 
   void refuse(Pending& p, const std::string& ip, const std::string& reason) {
     settle(p);
-    console_.message(fmt::format("flowrun: step '{}': refused an agent from {}{}: {}", plan_.step, ip,
-                                 p.node.empty() ? "" : " (" + p.node + ")", reason));
+    if (!p.authenticated) note_stranger(ip);
+    // A peer that never said hello gets a line, up to a point: one that
+    // keeps opening connections must not flood the console.
+    if (p.node.empty() && ++silent_refused_ > kSilentRefusalLines) {
+      if (silent_refused_ == kSilentRefusalLines + 1)
+        console_.message(
+            fmt::format("flowrun: step '{}': more connections that say nothing are being refused; "
+                        "no further line for them",
+                        plan_.step));
+    } else {
+      console_.message(fmt::format("flowrun: step '{}': refused an agent from {}{}: {}", plan_.step, ip,
+                                   p.node.empty() ? "" : " (" + printable(p.node) + ")", printable(reason)));
+    }
     p.conn->send(MessageType::refused, {{"reason", reason}});
     p.conn->close_after_send();
   }
@@ -548,10 +599,20 @@ class Head : public GroupObserver {
         refuse(p, ip, "wrong token");
         return;
       }
+      p.authenticated = true;
       admit(p, ip);
       return;
     }
     refuse(p, ip, fmt::format("unexpected {} during the handshake", message_type_name(frame.type)));
+  }
+
+  // A connection that did not prove the token was refused or dropped: the
+  // join timeout's report says so, rather than only blaming the nodes.
+  void note_stranger(const std::string& ip) {
+    ++strangers_;
+    if (stranger_sources_.size() < 4 &&
+        std::find(stranger_sources_.begin(), stranger_sources_.end(), ip) == stranger_sources_.end())
+      stranger_sources_.push_back(ip);
   }
 
   void admit(Pending& p, const std::string& ip) {
@@ -583,10 +644,10 @@ class Head : public GroupObserver {
       return;
     }
     settle(p);
-    p.conn->set_max_frame(kMaxFrameSize);
+    p.conn->set_max_frame(kMaxSealedFrameSize);
     Node& n = nodes_[static_cast<std::size_t>(rank)];
     n.joined = true;
-    n.name = p.node;
+    n.name = printable(p.node);  // it is printed, and in the report
     n.peer_ip = ip;
     n.gpus = p.gpus;
     n.conn = p.conn;
@@ -595,6 +656,11 @@ class Head : public GroupObserver {
                   {"node_rank", std::to_string(rank)},
                   {"heartbeat_ms", std::to_string(static_cast<long>(interval_s_ * 1000))},
                   {"timeout_ms", std::to_string(static_cast<long>(timeout_s_ * 1000))}});
+    // Every frame after welcome is sealed, both ways.
+    const FrameKeys keys = derive_frame_keys(token_, p.agent_nonce, p.head_nonce, p.node);
+    p.conn->set_ciphers(
+        FrameCipher(keys.head_to_agent, Direction::head_to_agent),
+        FrameCipher(keys.agent_to_head, Direction::agent_to_head, "the agent of node " + n.name));
     // From now on frames go to the node.
     auto conn = p.conn;
     conn->set_handlers(
@@ -667,7 +733,7 @@ class Head : public GroupObserver {
       workdir_errors_.push_back(fmt::format(
           "node {} does not see the step's workdir {} as this host does ({}); ranks on every node run in the "
           "same workdir, so it must be a directory every node shares (NFS, Lustre, ...) at the same path",
-          n.name, job_.step->workdir, field_or(f, "workdir_error", "the marker differs")));
+          n.name, job_.step->workdir, printable(field_or(f, "workdir_error", "the marker differs"))));
     }
     if (n.rank == 0) {
       n.address = field_or(f, "address");
@@ -914,7 +980,7 @@ class Head : public GroupObserver {
           on_node_stalled(n, *stalled);
           break;
         }
-        const std::string reason = field_or(*fields, "reason", "it stopped");
+        const std::string reason = printable(field_or(*fields, "reason", "it stopped"));
         n.signalled = true;
         result_.notes.push_back(fmt::format("node {}: {}", n.name, reason));
         console_.message(fmt::format("flowrun: step '{}': node {}: {}", plan_.step, n.name, reason));
@@ -1018,7 +1084,7 @@ class Head : public GroupObserver {
     if (n.done) return;
     n.done = true;
     for (const auto& e : split_nul(field_or(f, "errors"))) {
-      if (!e.empty()) result_.errors.push_back(fmt::format("node {}: {}", n.name, e));
+      if (!e.empty()) result_.errors.push_back(fmt::format("node {}: {}", n.name, printable(e)));
     }
     if (n.upload) abort_upload(n, "the upload ended unfinished");
     maybe_attempt_done();
@@ -1043,7 +1109,7 @@ class Head : public GroupObserver {
     if (r == nullptr) {
       error = fmt::format("upload for rank {}, which does not run on this node, refused", up.rank);
     } else if (!safe) {
-      error = fmt::format("upload of '{}' refused: {}", up.path, error);
+      error = fmt::format("upload of '{}' refused: {}", printable(up.path), error);
     } else if (*safe != "error.json" && safe->rfind("out/", 0) != 0) {
       error = fmt::format("upload of '{}' refused: only error.json and files under out/ are uploaded", *safe);
     }
@@ -1142,6 +1208,10 @@ class Head : public GroupObserver {
     if (phase_ == Phase::finished || n.lost) return;
     if (n.done) {
       n.closed = true;  // it said all it had to say; it cannot take a restart
+      return;
+    }
+    if (n.conn && n.conn->failed_authentication()) {
+      node_lost(n, "the head closed its connection: " + why);
       return;
     }
     node_lost(n, "its agent's connection closed" +
@@ -1284,11 +1354,18 @@ class Head : public GroupObserver {
         missing.push_back(host.empty() ? fmt::format("node {}", n.rank)
                                        : fmt::format("node {} ({})", n.rank, host));
       }
+      std::string strangers;
+      if (strangers_ > 0)
+        strangers = fmt::format(
+            "; meanwhile {} that did not prove the run's token (from {}) were refused or dropped: "
+            "something other than the agents is connecting to {}",
+            plural(static_cast<std::size_t>(strangers_), "connection", "connections"),
+            fmt::join(stranger_sources_, ", "), endpoint_);
       fail_before_start(
           fmt::format("{} of {} did not join within {:g} s: {}; check that 'flowrun agent' can start "
-                      "there and reach {} (cluster.join_timeout)",
+                      "there and reach {} (cluster.join_timeout){}",
                       missing.size(), plural(nodes_.size(), "node", "nodes"), seconds,
-                      fmt::join(missing, ", "), endpoint_));
+                      fmt::join(missing, ", "), endpoint_, strangers));
     });
   }
 
@@ -1388,6 +1465,10 @@ class Head : public GroupObserver {
   asio::ip::tcp::acceptor acceptor_;
   std::vector<std::shared_ptr<Pending>> pending_;  // connections still in their handshake
   bool said_too_many_pending_ = false;
+  static constexpr int kSilentRefusalLines = 10;
+  int silent_refused_ = 0;                     // refused connections that never said hello
+  int strangers_ = 0;                          // connections refused or dropped before the token
+  std::vector<std::string> stranger_sources_;  // their addresses, the first few
   asio::steady_timer heartbeat_timer_;
   asio::steady_timer join_timer_;
   asio::steady_timer flush_timer_;

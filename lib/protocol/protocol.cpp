@@ -5,6 +5,7 @@
 #include <cstring>
 
 #include "flowrun/error.h"
+#include "flowrun/util.h"
 
 namespace flowrun {
 
@@ -57,7 +58,7 @@ void append_frame(std::string& out, MessageType type, std::string_view payload, 
     throw Error("a " + std::string(message_type_name(type)) + " frame of " + std::to_string(length) +
                 " bytes is over the limit of " + std::to_string(max_frame));
   }
-  out.reserve(out.size() + 4 + length);
+  out.reserve(out.size() + 4 + length + kTagBytes);  // room to seal it in place
   put_u32(out, static_cast<std::uint32_t>(length));
   out.push_back(static_cast<char>(kProtocolVersion));
   out.push_back(static_cast<char>(type));
@@ -80,7 +81,7 @@ std::string encode_one_field_frame(MessageType type, std::string_view key, std::
                 " bytes is over the limit of " + std::to_string(max_frame));
   }
   std::string out;
-  out.reserve(4 + length);
+  out.reserve(4 + length + kTagBytes);  // room to seal it in place
   put_u32(out, static_cast<std::uint32_t>(length));
   out.push_back(static_cast<char>(kProtocolVersion));
   out.push_back(static_cast<char>(type));
@@ -255,7 +256,7 @@ std::optional<std::string> safe_relative_path(std::string_view path, std::string
   if (path.size() > kMaxPathBytes) {
     return fail("upload path is longer than " + std::to_string(kMaxPathBytes) + " bytes");
   }
-  std::string shown = "upload path '" + std::string(path) + "'";
+  std::string shown = "upload path '" + printable(path) + "'";
   if (path.front() == '/') return fail(shown + " is absolute");
   std::string out;
   std::size_t begin = 0;

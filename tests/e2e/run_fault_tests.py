@@ -43,6 +43,9 @@ from run_launcher_tests import SANITIZER_REPORT, processes_with, wait_for  # noq
 from run_launcher_tests import Suite as LauncherSuite  # noqa: E402
 from run_nodes_local_tests import FAKE_AGENT, Nodes, sh_yaml, spec_text  # noqa: E402
 
+sys.path.insert(0, os.path.join(HERE, "helpers"))
+import wire  # noqa: E402
+
 PY = sys.executable
 WORKER = os.path.join(HERE, "helpers", "worker.py")
 # A rank's finished result, as lost_results() looks for it: a file in its
@@ -1196,6 +1199,144 @@ steps:
         self.check("out-of-memory" not in err, "same run id: no rank of the other run is reported killed", err)
         self.finish_row(r, "same run id", recover, 2.0, self.count_left(run_id, 0), self.lost_results(db, 4), 0,
                         err)
+    # --- the control plane is not a door ----------------------------------------------
+
+    def stranger_nodes(self, name):
+        """A 2-node step whose ranks record a result and touch ran.RANK in its directory; (Nodes, agent argv,
+        host, port) or None."""
+        n = self.nodes(name, spec_text(name, sh_yaml(RESULT + 'touch "ran.$RANK"'), collect="all"))
+        argv = n.command()
+        if not self.check(argv is not None, f"{name}: the head prints the agent command", n.detail()):
+            return None
+        host, port = argv[argv.index("--rdzv-endpoint") + 1].rsplit(":", 1)
+        return n, argv, host, int(port)
+
+    def test_stranger_crowd(self):
+        """Something without the token keeps 100 idle connections open (a new one for each the head closes)
+        while the 2 real agents join."""
+        r = self.row("stranger_crowd", "the head drops the longest-idle unauthenticated connection for each new "
+                     "one (at most 64 from one address, 256 in all); the agents join and the step succeeds; "
+                     "no node is blamed")
+        got = self.stranger_nodes("stranger_crowd")
+        if not got:
+            return
+        n, argv, host, port = got
+        crowd = wire.Crowd(host, port, 100)
+        t0 = time.monotonic()
+        try:
+            n.start_agents(argv)
+            rc = n.finish("stranger_crowd", 60)
+        finally:
+            crowd.stop()
+        took = time.monotonic() - t0
+        err = n.head_err()
+        res = self.results(n.dir) or {}
+        self.check(crowd.opened >= 100, "stranger_crowd: the stranger opened its connections", str(crowd.opened))
+        self.check(rc == 0, "stranger_crowd: the step succeeds with its two real agents", n.detail())
+        self.check("did not join" not in err and " lost" not in err and not res.get("errors"),
+                   "stranger_crowd: the report blames no node", err[-3000:])
+        self.check(re.search(r"connections from 127\.0\.0\.1 are waiting to authenticate; dropping the "
+                             r"longest idle of them for each new one", err) is not None,
+                   "stranger_crowd: the head says it drops the idlest", err[-3000:])
+        self.check(len(err.splitlines()) < 40, "stranger_crowd: the strangers do not flood the console",
+                   f"{len(err.splitlines())} lines")
+        lost = 4 - sum(os.path.exists(os.path.join(n.run_dir, "train", f"rank{k}", "out", "result.txt"))
+                       for k in range(4)) if rc == 0 else 0
+        n.check_nothing_left("stranger_crowd")
+        self.finish_row(r, "stranger_crowd", took, 30.0, len(n.leftovers()), lost, 0, n.detail())
+
+    def test_stranger_name(self):
+        """A stranger says hello with a node name holding newlines and escape sequences, then a wrong proof."""
+        r = self.row("stranger_name", "the head prints the name escaped (\\n, \\x1b): no forged line, no "
+                     "terminal title; the real agents join")
+        got = self.stranger_nodes("stranger_name")
+        if not got:
+            return
+        n, argv, host, port = got
+        import socket
+        import struct
+        name = "evil\nflowrun: step 'train' succeeded in 0.1 s\x1b]0;owned\x07\x1b[2J\xff"
+        version = subprocess.run([self.flowrun, "--version"], capture_output=True, text=True).stdout.split()[-1]
+
+        def frame(kind, pairs):
+            payload = b"".join(struct.pack(">I", len(k)) + k + struct.pack(">I", len(v)) + v for k, v in pairs)
+            return struct.pack(">IBB", len(payload) + 2, 3, kind) + payload
+
+        t0 = time.monotonic()
+        s = socket.create_connection((host, port))
+        s.sendall(frame(1, [(b"node", name.encode("latin-1")), (b"flowrun", version.encode()),
+                            (b"nonce", b"0123456789abcdef0123456789abcdef"), (b"node_rank", b"-1")]))
+        s.recv(65536)  # the challenge
+        s.sendall(frame(3, [(b"proof", b"00" * 32)]))
+        while s.recv(65536):  # the refusal, then EOF
+            pass
+        s.close()
+        n.start_agents(argv)
+        rc = n.finish("stranger_name", 30)
+        took = time.monotonic() - t0
+        with open(os.path.join(n.dir, "head.err"), "rb") as f:
+            raw = f.read()
+        self.check(rc == 0, "stranger_name: the step succeeds with its two real agents", n.detail())
+        shown = (r"refused an agent from 127.0.0.1 (evil\nflowrun: step 'train' succeeded in 0.1 s"
+                 r"\x1b]0;owned\x07\x1b[2J\xff): wrong token")
+        self.check(shown.encode() in raw, "stranger_name: the head prints the name escaped, on one line",
+                   raw.decode("latin-1")[-2000:])
+        self.check(b"\x1b" not in raw and b"\x07" not in raw and b"\xff" not in raw,
+                   "stranger_name: no raw ESC, BEL or invalid byte reaches the console", repr(raw[-2000:]))
+        self.check(sum(line.startswith(b"flowrun: step 'train' succeeded") for line in raw.split(b"\n")) == 1,
+                   "stranger_name: no forged line", raw.decode("latin-1")[-2000:])
+        n.check_nothing_left("stranger_name")
+        self.finish_row(r, "stranger_name", took, 30.0, len(n.leftovers()), 0, 0, n.detail())
+
+    def tamper_fault(self, name, mode, did, agent_want, head_want):
+        """Both agents reach the head through a proxy that changes sealed frames (wire.Proxy `mode`)."""
+        r = self.row(name, did)
+        got = self.stranger_nodes(name)
+        if not got:
+            return
+        n, argv, host, port = got
+        proxy = wire.Proxy(host, port, mode)
+        via = list(argv)
+        via[via.index("--rdzv-endpoint") + 1] = f"127.0.0.1:{proxy.port}"
+        t0 = time.monotonic()
+        try:
+            n.start_agents(via)
+            rc = n.finish(name, 30)
+        finally:
+            proxy.close()
+        took = time.monotonic() - t0
+        err = n.head_err()
+        agents = "".join(n.out(f"{a}.err") for a in n.agent_names)
+        self.check(proxy.touched >= 1, f"{name}: the proxy changed a sealed frame", str(proxy.touched))
+        self.check(rc == 1, f"{name}: the step fails", n.detail())
+        if agent_want:
+            self.check(re.search(agent_want, agents) is not None, f"{name}: the agent says why it closed",
+                       f"want /{agent_want}/\n{agents}")
+        if head_want:
+            self.check(re.search(head_want, err) is not None, f"{name}: the head says why it closed",
+                       f"want /{head_want}/\n{err}")
+        ran = [k for k in range(4) if os.path.exists(os.path.join(n.dir, f"ran.{k}"))]
+        if mode == "flip":
+            self.check(not ran, f"{name}: no rank ran on a start frame that failed", str(ran))
+        false = self.false_claims(n.dir)
+        n.check_nothing_left(name)
+        self.finish_row(r, name, took, 15.0, len(n.leftovers()), 0, false, n.detail())
+
+    def test_tampered_frame(self):
+        failed = (r"that fails authentication: it was altered, replayed, reordered or not sealed with "
+                  r"this run's token")
+        self.tamper_fault("tampered_frame", "flip", "a proxy between agent and head flips a byte of each sealed "
+                          "start frame: each agent closes the connection saying the frame fails "
+                          "authentication; no rank runs, nothing is collected",
+                          r"lost the head at 127\.0\.0\.1:\d+ \(the head sent frame \d+ \(start, \d+ bytes\) "
+                          + failed, None)
+
+    def test_replayed_frame(self):
+        self.tamper_fault("replayed_frame", "replay", "a proxy sends each agent's sealed ready frame twice: the "
+                          "head closes that node's connection saying the frame fails authentication and fails "
+                          "the step", None,
+                          r"lost: the head closed its connection: the agent of node \S+ sent frame \d+ "
+                          r"\(ready, \d+ bytes\) that fails authentication")
 
     # --- driver -----------------------------------------------------------------------
 

@@ -1,7 +1,14 @@
-// libFuzzer target for the control plane's decoder: whatever bytes a peer
+// libFuzzer target for the control plane's decoders: whatever bytes a peer
 // sends, the head and the agent must get frames or one clean error, never a
 // crash, an exception or an allocation sized by the peer. The input is cut
 // into pieces at the positions its first byte chooses, as TCP may cut it.
+//
+// When the first byte's high bit is set, each frame read is also sent
+// through the post-handshake path: sealed (FrameCipher) as a peer holding the
+// keys would, read back by a second FrameReader and opened. A frame nobody
+// touched must open to the same type and payload; one byte flipped (where the
+// input's last byte says, in the frame its second byte picks) must never
+// open, nor any frame after it.
 // Replayed over tests/fuzz/corpus/protocol by the fuzz_protocol_corpus test.
 
 #include <cstddef>
@@ -12,14 +19,61 @@
 #include "flowrun/protocol.h"
 
 namespace {
+
 constexpr std::size_t kMaxFrame = 4096;  // small, so oversized lengths are common
-}
+
+// The sealed path: a sender and a receiver of one direction.
+struct SealedLink {
+  flowrun::FrameKeys keys = flowrun::derive_frame_keys("fuzz-token", "agent-nonce", "head-nonce", "node");
+  flowrun::FrameCipher seal{keys.agent_to_head, flowrun::Direction::agent_to_head};
+  flowrun::FrameCipher open{keys.agent_to_head, flowrun::Direction::agent_to_head, "agent"};
+  flowrun::FrameReader reader{"agent", kMaxFrame + flowrun::kTagBytes};
+  std::size_t tamper_frame = 0;
+  std::size_t tamper_at = 0;
+  std::size_t sent = 0;
+  bool tampered = false;
+
+  void pass(const flowrun::Frame& frame) {
+    if (tampered) return;  // the stream is out of step from here; the check below is done
+    std::string wire = flowrun::encode_frame(frame.type, frame.payload, kMaxFrame);
+    seal.seal(wire);
+    if (wire.size() != 4 + frame.payload.size() + 2 + flowrun::kTagBytes) __builtin_trap();
+    const bool flip = sent++ == tamper_frame;
+    if (flip) {
+      wire[tamper_at % wire.size()] ^= 0x01;
+      tampered = true;
+    }
+    reader.feed(wire);
+    auto got = reader.next();
+    if (!flip) {
+      // Untouched: it comes out whole, opens, and is what was sent.
+      if (!got || reader.failed()) __builtin_trap();
+      std::string error;
+      if (!open.open(*got, &error) || !error.empty()) __builtin_trap();
+      if (got->type != frame.type || got->payload != frame.payload) __builtin_trap();
+      return;
+    }
+    // Flipped: the reader may refuse the header or wait for bytes that never
+    // come; whatever comes out must not open, nor anything after it.
+    while (got) {
+      std::string error;
+      if (open.open(*got, &error) || error.empty()) __builtin_trap();
+      got = reader.next();
+    }
+  }
+};
+
+}  // namespace
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
   if (size == 0) return 0;
-  const std::size_t step = 1 + data[0] % 17;
+  const std::size_t step = 1 + (data[0] & 0x7f) % 17;
+  const bool sealed = (data[0] & 0x80) != 0;
   std::string_view bytes(reinterpret_cast<const char*>(data) + 1, size - 1);
   flowrun::FrameReader reader("agent", kMaxFrame);
+  SealedLink link;
+  if (size > 1) link.tamper_frame = data[1] % 8;
+  link.tamper_at = data[size - 1];
   std::size_t frames = 0;
   for (std::size_t pos = 0; pos < bytes.size(); pos += step) {
     reader.feed(bytes.substr(pos, step));
@@ -28,6 +82,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     while (auto frame = reader.next()) {
       ++frames;
       if (frame->payload.size() + 2 > kMaxFrame) __builtin_trap();
+      if (sealed) link.pass(*frame);
       std::string error;
       auto fields = flowrun::decode_fields(frame->payload, &error);
       if (fields.has_value() == !error.empty()) __builtin_trap();

@@ -40,8 +40,8 @@ std::vector<Frame> drain(FrameReader& reader) {
 
 TEST_CASE("a frame is big-endian length, version, type, payload", "[protocol]") {
   std::string frame = encode_frame(MessageType::heartbeat, "abc");
-  CHECK(frame == "\x00\x00\x00\x05\x02\x0a"s + "abc");
-  CHECK(encode_frame(MessageType::bye, "") == "\x00\x00\x00\x02\x02\x0f"s);
+  CHECK(frame == "\x00\x00\x00\x05\x03\x0a"s + "abc");
+  CHECK(encode_frame(MessageType::bye, "") == "\x00\x00\x00\x02\x03\x0f"s);
   std::string batch;
   append_frame(batch, MessageType::start, "");
   append_frame(batch, MessageType::bye, "x");
@@ -152,7 +152,7 @@ TEST_CASE("a frame from another protocol version is refused with what to do", "[
   reader.feed(raw_header(2, 1, 1));
   REQUIRE(reader.failed());
   CHECK(reader.error() ==
-        "agent speaks protocol 1, this flowrun speaks 2: run the same flowrun version on every node");
+        "agent speaks protocol 1, this flowrun speaks 3: run the same flowrun version on every node");
 }
 
 TEST_CASE("unknown types and frames too short for their header are refused", "[protocol]") {
@@ -185,7 +185,7 @@ TEST_CASE("a bad header behind a pending frame fails on arrival", "[protocol]") 
   CHECK_FALSE(reader.failed());
   reader.feed(first.substr(50) + raw_header(2, 7, 1));
   CHECK(reader.error() ==
-        "agent speaks protocol 7, this flowrun speaks 2: run the same flowrun version on every node");
+        "agent speaks protocol 7, this flowrun speaks 3: run the same flowrun version on every node");
   CHECK(reader.next() == Frame{MessageType::output, std::string(100, 'x')});
   CHECK_FALSE(reader.next());
 }
@@ -380,4 +380,165 @@ TEST_CASE("a one-field frame is the same bytes as the general encoding, and its 
   CHECK(one_field_view(encode_fields({{"data", ""}}), "data") == std::string_view());
   CHECK_THROWS_AS(encode_one_field_frame(MessageType::upload_chunk, "data", std::string(100, 'x'), 50),
                   Error);
+}
+
+// ---- sealed frames ----------------------------------------------------------
+
+namespace {
+
+struct Link {
+  FrameKeys keys = derive_frame_keys("token", "agent-nonce-0123", "head-nonce-4567", "node1");
+  FrameCipher seal{keys.agent_to_head, Direction::agent_to_head};
+  FrameCipher open{keys.agent_to_head, Direction::agent_to_head, "agent"};
+};
+
+// `wire` as FrameReader hands it on.
+Frame read_one(const std::string& wire) {
+  FrameReader reader("agent");
+  reader.feed(wire);
+  auto frame = reader.next();
+  REQUIRE(frame);
+  return *frame;
+}
+
+std::string sealed(FrameCipher& cipher, MessageType type, const Fields& fields) {
+  std::string frame = encode_frame(type, encode_fields(fields));
+  cipher.seal(frame);
+  return frame;
+}
+
+const std::string kFailed =
+    " that fails authentication: it was altered, replayed, reordered or not sealed with this run's token";
+
+}  // namespace
+
+TEST_CASE("frame keys differ per direction, nonce, node and token", "[protocol][seal]") {
+  const FrameKeys keys = derive_frame_keys("token", "a", "h", "node1");
+  CHECK(keys.agent_to_head.size() == 32);
+  CHECK(keys.head_to_agent.size() == 32);
+  CHECK(keys.agent_to_head != keys.head_to_agent);
+  CHECK(derive_frame_keys("token", "a", "h", "node1").agent_to_head == keys.agent_to_head);
+  CHECK(derive_frame_keys("token", "b", "h", "node1").agent_to_head != keys.agent_to_head);
+  CHECK(derive_frame_keys("token", "a", "i", "node1").agent_to_head != keys.agent_to_head);
+  CHECK(derive_frame_keys("token", "a", "h", "node2").agent_to_head != keys.agent_to_head);
+  CHECK(derive_frame_keys("other", "a", "h", "node1").agent_to_head != keys.agent_to_head);
+  CHECK_THROWS_WITH(derive_frame_keys("", "a", "h", "node1"), "authentication token is empty");
+  CHECK_THROWS_WITH(FrameCipher("short", Direction::agent_to_head), "a frame key is 32 bytes, not 5");
+}
+
+TEST_CASE("sealed frames round-trip in order, and hide their payload", "[protocol][seal]") {
+  Link link;
+  const std::string secret(100000, 's');
+  std::string wire;
+  for (const auto& fields : std::vector<Fields>{{{"cmd", secret}}, {}, {{"k", "v"}}})
+    wire += sealed(link.seal, MessageType::assign, fields);
+  CHECK(wire.find("sss") == std::string::npos);
+  FrameReader reader("agent");
+  reader.feed(wire);
+  const auto frames = drain(reader);
+  REQUIRE(frames.size() == 3);
+  std::vector<std::string> plain;
+  for (Frame f : frames) {
+    std::string error;
+    REQUIRE(link.open.open(f, &error));
+    CHECK(f.type == MessageType::assign);
+    plain.push_back(f.payload);
+  }
+  CHECK(plain == std::vector<std::string>{encode_fields({{"cmd", secret}}), "", encode_fields({{"k", "v"}})});
+  CHECK(link.seal.sequence() == 3);
+  CHECK(link.open.sequence() == 3);
+  // A sealed frame is the plain one's length plus the tag.
+  CHECK(sealed(link.seal, MessageType::bye, {}).size() == kFrameHeaderBytes + kTagBytes);
+}
+
+TEST_CASE("a tampered payload, tag or header fails, and every frame after it", "[protocol][seal]") {
+  for (std::size_t at : {std::size_t{1}, kFrameHeaderBytes + 2, std::size_t{0}}) {
+    Link link;
+    std::string wire = sealed(link.seal, MessageType::start, {{"ranks", "2"}});
+    if (at == 0) {
+      wire[5] = static_cast<char>(MessageType::stop);  // the type, in the associated data
+    } else {
+      wire[at == 1 ? wire.size() - 1 : at] ^= 0x01;  // the tag's last byte, or the ciphertext
+    }
+    Frame f = read_one(wire);
+    std::string error;
+    CHECK_FALSE(link.open.open(f, &error));
+    CHECK(error ==
+          "agent sent frame 0 (" + std::string(at == 0 ? "stop" : "start") + ", 32 bytes)" + kFailed);
+    Frame good = read_one(sealed(link.seal, MessageType::bye, {}));
+    CHECK_FALSE(link.open.open(good, &error));
+    CHECK(error == "agent sent frame 0 (bye, 18 bytes) that follows one that failed authentication");
+  }
+}
+
+TEST_CASE("a replayed, reordered or dropped frame fails", "[protocol][seal]") {
+  std::string error;
+  SECTION("replayed") {
+    Link link;
+    const std::string first = sealed(link.seal, MessageType::heartbeat, {});
+    Frame a = read_one(first), again = read_one(first);
+    REQUIRE(link.open.open(a, &error));
+    CHECK_FALSE(link.open.open(again, &error));
+    CHECK(error == "agent sent frame 1 (heartbeat, 18 bytes)" + kFailed);
+  }
+  SECTION("reordered or dropped") {
+    Link link;
+    const std::string first = sealed(link.seal, MessageType::heartbeat, {});
+    const std::string second = sealed(link.seal, MessageType::heartbeat, {});
+    Frame b = read_one(second);
+    CHECK_FALSE(link.open.open(b, &error));
+    CHECK(error == "agent sent frame 0 (heartbeat, 18 bytes)" + kFailed);
+  }
+  SECTION("from the other direction, with its own key") {
+    const FrameKeys keys = derive_frame_keys("token", "a", "h", "node1");
+    FrameCipher head(keys.head_to_agent, Direction::head_to_agent);
+    FrameCipher agent_reads_own(keys.agent_to_head, Direction::agent_to_head, "head");
+    Frame reflected = read_one(sealed(head, MessageType::stop, {}));
+    CHECK_FALSE(agent_reads_own.open(reflected, &error));
+  }
+}
+
+TEST_CASE("a frame sealed with another key, or not sealed, or cut short, fails", "[protocol][seal]") {
+  std::string error;
+  Link link;
+  FrameCipher stranger(
+      derive_frame_keys("guess", "agent-nonce-0123", "head-nonce-4567", "node1").agent_to_head,
+      Direction::agent_to_head);
+  Frame forged = read_one(sealed(stranger, MessageType::assign, {{"cmd", "rm -rf /"}}));
+  CHECK_FALSE(link.open.open(forged, &error));
+  CHECK(error.find(kFailed) != std::string::npos);
+
+  Link plain_link;
+  Frame plain = read_one(encode_frame(MessageType::start, encode_fields({{"ranks", "2"}, {"r0", "rank 0"}})));
+  CHECK_FALSE(plain_link.open.open(plain, &error));
+  CHECK(error.find(kFailed) != std::string::npos);
+
+  Link short_link;
+  Frame tiny = read_one(encode_frame(MessageType::bye, "abc"));
+  CHECK_FALSE(short_link.open.open(tiny, &error));
+  CHECK(
+      error ==
+      "agent sent frame 0 (bye, 5 bytes) that is shorter than its authentication tag: it was not sealed with "
+      "this run's token");
+
+  // A sealed frame cut short on the wire never comes out of the reader.
+  Link cut_link;
+  std::string wire = sealed(cut_link.seal, MessageType::output, {{"data", "abc"}});
+  FrameReader reader("agent");
+  reader.feed(wire.substr(0, wire.size() - 1));
+  CHECK_FALSE(reader.next());
+  std::string cut = encode_frame(MessageType::bye, "x");
+  cut.pop_back();
+  CHECK_THROWS_WITH(cut_link.seal.seal(cut), "seal: the string is not one whole frame");
+}
+
+TEST_CASE("a one-field frame seals in place like any other", "[protocol][seal]") {
+  Link link;
+  const std::string data(1 << 20, 'd');
+  std::string frame = encode_one_field_frame(MessageType::upload_chunk, "data", data);
+  link.seal.seal(frame);
+  Frame f = read_one(frame);
+  std::string error;
+  REQUIRE(link.open.open(f, &error));
+  CHECK(one_field_view(f.payload, "data") == data);
 }

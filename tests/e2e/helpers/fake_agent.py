@@ -21,7 +21,7 @@ import socket
 import struct
 import sys
 
-VERSION = 2
+VERSION = 3
 TYPES = {"hello": 1, "challenge": 2, "auth": 3, "welcome": 4, "refused": 5, "assign": 6, "start": 7,
          "output": 8, "exited": 9, "heartbeat": 10, "stop": 11, "upload_begin": 12, "upload_chunk": 13,
          "upload_end": 14, "bye": 15, "ready": 16, "done": 17,
@@ -50,13 +50,54 @@ def parse(payload):
     return out
 
 
+def frame_keys(token, agent_nonce, head_nonce, node):
+    """derive_frame_keys (lib/protocol/auth.cpp): HKDF-SHA256, one block per direction."""
+    salt = b"flowrun-frames-v1\0" + agent_nonce + b"\0" + head_nonce
+    prk = hmac.new(salt, token.encode(), hashlib.sha256).digest()
+    return {label: hmac.new(prk, label.encode() + b":" + node.encode() + b"\x01", hashlib.sha256).digest()
+            for label in ("agent->head", "head->agent")}
+
+
+class Cipher:
+    """FrameCipher: AES-256-GCM, nonce = direction:u32 + sequence:u64, the header as associated data."""
+
+    def __init__(self, key, direction):
+        from cryptography.hazmat.primitives.ciphers.aead import AESGCM
+        self.aead, self.direction, self.sequence = AESGCM(key), direction, 0
+
+    def nonce(self):
+        return struct.pack(">IQ", self.direction, self.sequence)
+
+    def seal(self, kind, payload):
+        header = struct.pack(">IBB", len(payload) + 16 + 2, VERSION, kind)
+        sealed = header + self.aead.encrypt(self.nonce(), payload, header)
+        self.sequence += 1
+        return sealed
+
+    def open(self, kind, payload):
+        header = struct.pack(">IBB", len(payload) + 2, VERSION, kind)
+        plain = self.aead.decrypt(self.nonce(), payload, header)
+        self.sequence += 1
+        return plain
+
+
 class Peer:
     def __init__(self, sock):
         self.sock, self.buf = sock, b""
+        self.sealer = self.opener = None
+
+    def seal_from_now(self, token, agent_nonce, head_nonce, node):
+        keys = frame_keys(token, agent_nonce, head_nonce, node)
+        self.sealer, self.opener = Cipher(keys["agent->head"], 1), Cipher(keys["head->agent"], 2)
+
+    def frame(self, kind, pairs=()):
+        payload = fields(pairs)
+        if self.sealer:
+            return self.sealer.seal(TYPES[kind], payload)
+        return struct.pack(">IBB", len(payload) + 2, VERSION, TYPES[kind]) + payload
 
     def send(self, kind, pairs=()):
-        payload = fields(pairs)
-        self.sock.sendall(struct.pack(">IBB", len(payload) + 2, VERSION, TYPES[kind]) + payload)
+        self.sock.sendall(self.frame(kind, pairs))
 
     def recv(self):
         while True:
@@ -65,6 +106,8 @@ class Peer:
                 if len(self.buf) >= 4 + n:
                     kind, payload = self.buf[5], self.buf[6:4 + n]
                     self.buf = self.buf[4 + n:]
+                    if self.opener:
+                        payload = self.opener.open(kind, payload)
                     if NAMES.get(kind) == "heartbeat":
                         continue
                     return NAMES.get(kind, str(kind)), parse(payload)
@@ -109,10 +152,12 @@ def main():
         print(f"fake agent: {kind}: {msg.get('reason', b'').decode()}", file=sys.stderr)
         return 1
     peer.send("auth", [("proof", proof(token, msg["nonce"], "agent:" + args.node))])
+    head_nonce = msg["nonce"]
     kind, msg = peer.recv()
     if kind != "welcome":
         print(f"fake agent: {kind}: {msg.get('reason', b'').decode()}", file=sys.stderr)
         return 1
+    peer.seal_from_now(token, my_nonce.encode(), head_nonce, args.node)
     ranks = []
     while True:
         kind, msg = peer.recv()
