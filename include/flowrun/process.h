@@ -30,10 +30,18 @@ struct SpawnRequest {
 };
 
 struct SpawnResult {
-  pid_t pid = -1;     // > 0 when the child exec'ed (or at least forked)
-  std::string error;  // non-empty when exec failed: "python4: No such file or directory"
-  int exit_code = 0;  // for a failed exec: 127 (not found) or 126 (not executable)
+  pid_t pid = -1;       // > 0 when the child exec'ed (or at least forked)
+  std::string program;  // the file it exec'ed: argv[0] as find_program found it
+  std::string error;    // non-empty when exec failed: "python4: No such file or directory"
+  int exit_code = 0;    // for a failed exec: 127 (not found) or 126 (not executable)
 };
+
+// Where execve finds `name` for a process with environment `env`
+// ("NAME=VALUE"): `name` itself when it holds a '/' and is executable, else
+// the first executable regular file of that name on env's PATH (without a
+// PATH, /usr/local/bin:/usr/bin:/bin), as a shell looks it up. Empty when
+// there is none; `err` (when given) then holds ENOENT or EACCES.
+std::string find_program(const std::string& name, const std::vector<std::string>& env, int* err = nullptr);
 
 // Forks and execs `request`. An exec failure is reported through a
 // close-on-exec pipe (the child is reaped here), so `error` says why a

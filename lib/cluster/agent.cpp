@@ -240,7 +240,10 @@ class Agent : public GroupObserver {
                  {"stopped", sup_->stopping() || sup_->interrupt_received() != 0 ? "1" : "0"},
                  {"silent_ms", rec.silent_s ? std::to_string(std::llround(*rec.silent_s * 1000)) : ""},
                  {"suspended", rec.suspended ? "1" : "0"},
-                 {"stalled", rec.stalled ? "1" : "0"}});
+                 {"stalled", rec.stalled ? "1" : "0"},
+                 {"command", rec.command},
+                 {"program", rec.program},
+                 {"path_python", rec.path_python}});
     if (!rec.status.ok()) local_failure_ = true;
     return !rec.status.ok();
   }

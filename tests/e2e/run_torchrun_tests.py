@@ -328,6 +328,34 @@ class Suite:
         self.check('    timeout: "2h"\n    stall_timeout: "10m"\n' in text,
                    "init --timeout --stall_timeout: the spec has the step's timeout and stall_timeout", err + text)
 
+    def test_missing_module(self):
+        """A python3 without torch first on PATH: the report names it and says how to choose another."""
+        d = self.workdir("missing")
+        with open(os.path.join(d, "needs_torch.py"), "w") as f:
+            f.write("import torch\n")
+        nopkgs = os.path.join(self.scratch, "nopkgs")
+        os.makedirs(nopkgs)
+        fake = os.path.join(nopkgs, "python3")
+        with open(fake, "w") as f:  # Debian's Python without its site-packages: no torch
+            f.write("#!/bin/sh\nexec /usr/bin/python3 -S \"$@\"\n")
+        os.chmod(fake, 0o755)
+        env = self.env()
+        env["PATH"] = nopkgs + ":" + env["PATH"]
+        rc, out, err = self.flowrun(d, "run", "--cpus", "1", "needs_torch.py", env=env)
+        want = (f"flowrun:   rank 0 ran {fake} (python3 as found on its PATH), which has no module 'torch': choose "
+                "the Python that has it with --python PY (flowrun run, flowrun SPEC) or python: PY in the spec\n")
+        self.check(rc == 1 and "ModuleNotFoundError: No module named 'torch'" in err and want in err,
+                   "the report names the python3 the rank found on its PATH, and --python", f"rc={rc}\n{err}")
+        self.clear_runs(d)
+        rc, out, err = self.flowrun(d, "run", "--cpus", "1", "--no-python", "sh", "-c", "python3 needs_torch.py",
+                                    env=env)
+        shown = re.search(r"^flowrun:   rank 0 ran (/\S+/sh), not Python itself; python3 on its PATH is (\S+): if "
+                          r"that is the Python without module 'torch', write the full path of the one that has it "
+                          r"in the step's run: ", err, re.M)
+        self.check(rc == 1 and shown is not None and shown.group(2) == fake,
+                   "a shell that starts Python: the report names the shell and the python3 on its PATH", err)
+        self.clear_runs(d)
+
     def results(self, d, step):
         """The one run's results.json for `step` ({} when there is none)."""
         runs = os.path.join(d, ".flowrun", "runs")

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <arpa/inet.h>
 #include <catch2/catch.hpp>
+#include <cerrno>
 #include <netinet/in.h>
 #include <set>
 #include <signal.h>
@@ -48,6 +49,21 @@ TEST_CASE("held ports are distinct and a worker can still listen on its port", "
   CHECK(ports.size() == 10);
   CHECK(std::all_of(ports.begin(), ports.end(), [](int p) { return p > 0 && p < 65536; }));
   CHECK(can_listen_on(held.front().port));
+}
+
+TEST_CASE("find_program looks a name up on the PATH of the given environment", "[process]") {
+  CHECK(find_program("sh", {"PATH=/nonexistent:/bin"}) == "/bin/sh");
+  CHECK(find_program("/bin/sh", {"PATH=/nonexistent"}) == "/bin/sh");
+  int err = 0;
+  CHECK(find_program("sh", {"PATH=/nonexistent"}, &err).empty());
+  CHECK(err == ENOENT);
+  SpawnRequest request;
+  request.argv = {"true"};
+  request.env = {"PATH=/nonexistent:/bin"};
+  SpawnResult r = spawn_process(request);
+  REQUIRE(r.pid > 0);
+  CHECK(r.program == "/bin/true");
+  reap(r.pid);
 }
 
 TEST_CASE("spawn says why a command cannot start", "[process]") {
