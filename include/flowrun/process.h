@@ -69,8 +69,10 @@ char process_state(pid_t pid);
 std::string process_name(pid_t pid);
 
 // A TCP port on `addr` that is free now, with the bound (not listening)
-// socket that holds it: SO_REUSEADDR lets a worker bind and listen on the
-// same port while flowrun holds it, and no other bind(0) on the host picks it.
+// socket that holds it, so that no other bind(0) on the host picks it until
+// release(). Release it just before the workers start: while it is held, only
+// a socket that also sets SO_REUSEADDR (torch's TCPStore does) may bind the
+// port, and a plain bind() fails with EADDRINUSE.
 struct HeldPort {
   int port = 0;
   int fd = -1;

@@ -613,9 +613,9 @@ class Agent : public GroupObserver {
     if (stall_s_ > 0) group.stall_timeout_s = stall_s_;
     group.restart_count = attempt_;
     in_group_ = true;
+    held_port_.release();  // node 0's MASTER_PORT, for rank 0 to bind (as on one host)
     const AttemptRecord attempt = sup_->run_group(launches, group, this);
     in_group_ = false;
-    held_port_.release();
     if (lost_head_) {
       finished_ = true;
       return;

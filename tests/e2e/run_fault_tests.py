@@ -817,6 +817,92 @@ steps:
                           "removes the partial file, reports the node lost; no join",
                           r"node evil \(node rank \d of 2\) lost")
 
+    # Rank 0 binds MASTER_PORT with a plain socket (no SO_REUSEADDR), on every address, and
+    # waits for every other rank to connect and say its rank.
+    BIND = """import os, socket, sys, time
+addr, port = os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"])
+rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
+if rank == 0:
+    s = socket.socket()
+    try:
+        s.bind(("", port))
+    except OSError as e:
+        sys.exit(f"rank 0 cannot bind MASTER_PORT {port}: {e}")
+    s.listen(world)
+    heard = []
+    for _ in range(world - 1):
+        c, _ = s.accept()
+        heard.append(int(c.makefile().readline()))
+    print(f"rank 0 bound {port} and heard from ranks {sorted(heard)}")
+else:
+    deadline = time.monotonic() + 60
+    while True:
+        try:
+            c = socket.create_connection((addr, port), timeout=10)
+            break
+        except OSError:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.02)
+    c.sendall(f"{rank}\\n".encode())
+    c.close()
+"""
+
+    def test_master_port_bind(self):
+        """Rank 0 binds MASTER_PORT without SO_REUSEADDR; the other rank connects to it."""
+        r = self.row("master_port_bind", "flowrun lets go of the port it held as the ranks start: rank 0 binds "
+                     "it with a plain socket (no `SO_REUSEADDR`) and rank 1 connects; the step succeeds")
+        run_id = f"bind-{os.getpid()}"
+        d = self.workspace("master_port_bind", f"""name: bind
+steps:
+  - name: train
+    run: [{q(PY)}, "@DIR@/bind.py"]
+    parallel:
+      cpus: 2
+""")
+        self.fix_dir(d)
+        with open(os.path.join(d, "bind.py"), "w") as f:
+            f.write(self.BIND)
+        t0 = time.monotonic()
+        p = self.start(d, run_id)
+        rc, end, err = self.ended("master port bind", p, d, 30)
+        log = read(os.path.join(d, "run", "train", "rank0", "stdout.log"), "")
+        self.check(rc == 0 and re.fullmatch(r"rank 0 bound \d+ and heard from ranks \[1\]\n", log) is not None,
+                   "master port bind: rank 0 binds MASTER_PORT plainly, rank 1 reaches it, the step succeeds",
+                   f"exit {rc}\n{log}\n{err}")
+        res = self.results(d) or {}
+        false = 1 if rc != 0 and res.get("outcome") == "succeeded" else 0
+        r.extra = f"{end - t0:.2f} s from start to exit"
+        self.finish_row(r, "master port bind", "n/a (nothing fails)", 0, self.count_left(run_id), 0, false, err)
+
+    def test_master_port_bind_nodes(self):
+        """The same across 2 nodes: node 0's agent held the port, rank 0 binds it, ranks 1-3 connect."""
+        r = self.row("master_port_bind_nodes", "node 0's agent lets go of the port it chose as its ranks "
+                     "start: rank 0 binds it without `SO_REUSEADDR` and ranks 1-3, on both nodes, connect; "
+                     "the step succeeds")
+        n = self.nodes("master_port_bind_nodes", spec_text("bindnodes", f'[{q(PY)}, "@DIR@/bind.py"]'))
+        with open(n.spec) as f:
+            text = f.read().replace("@DIR@", n.dir)
+        with open(n.spec, "w") as f:
+            f.write(text)
+        with open(os.path.join(n.dir, "bind.py"), "w") as f:
+            f.write(self.BIND)
+        if not n.begin("master port bind nodes"):
+            return
+        t0 = time.monotonic()
+        rc = n.finish("master port bind nodes", 30)
+        took = time.monotonic() - t0
+        log = read(os.path.join(n.run_dir, "train", "rank0", "stdout.log"), "")
+        self.check(rc == 0 and re.fullmatch(r"rank 0 bound \d+ and heard from ranks \[1, 2, 3\]\n", log)
+                   is not None, "master port bind nodes: rank 0 binds MASTER_PORT plainly, ranks 1-3 reach it",
+                   f"exit {rc}\n{log}\n{n.detail()}")
+        n.check_nothing_left("master port bind nodes")
+        res = self.results(n.dir) or {}
+        false = 1 if rc != 0 and res.get("outcome") == "succeeded" else 0
+        r.extra = f"{took:.2f} s from the agents' start to the head's exit"
+        self.finish_row(r, "master port bind nodes", "n/a (nothing fails)", 0, len(n.leftovers()), 0, false,
+                        n.detail())
+
     # --- driver -----------------------------------------------------------------------
 
     def close_all(self):

@@ -32,6 +32,18 @@ bool can_listen_on(int port) {
   return ok;
 }
 
+// A plain bind() without SO_REUSEADDR, as a hand-written server does.
+bool can_bind_plainly(int port) {
+  int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  sockaddr_in sa{};
+  sa.sin_family = AF_INET;
+  sa.sin_port = htons(static_cast<std::uint16_t>(port));
+  sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  const bool ok = bind(fd, reinterpret_cast<sockaddr*>(&sa), sizeof sa) == 0;
+  close(fd);
+  return ok;
+}
+
 void reap(pid_t pid) {
   int status = 0;
   waitpid(pid, &status, 0);
@@ -49,6 +61,15 @@ TEST_CASE("held ports are distinct and a worker can still listen on its port", "
   CHECK(ports.size() == 10);
   CHECK(std::all_of(ports.begin(), ports.end(), [](int p) { return p > 0 && p < 65536; }));
   CHECK(can_listen_on(held.front().port));
+}
+
+TEST_CASE("a held port refuses a plain bind until it is released", "[process]") {
+  HeldPort held = hold_free_port("127.0.0.1");
+  const int port = held.port;
+  CHECK_FALSE(can_bind_plainly(port));
+  held.release();
+  CHECK(held.port == port);
+  CHECK(can_bind_plainly(port));
 }
 
 TEST_CASE("find_program looks a name up on the PATH of the given environment", "[process]") {
