@@ -817,6 +817,61 @@ steps:
                           "removes the partial file, reports the node lost; no join",
                           r"node evil \(node rank \d of 2\) lost")
 
+    # --- what torchrun's habits give a worker --------------------------------------------
+
+    # A rank that prints LINES lines GAP s apart with print() (no flush), and after each one
+    # waits until the line is in its stdout.log: a line held in Python's buffer never gets
+    # there, and the rank fails (or the step stalls) instead of passing by luck.
+    GAPS = """import os, sys, time
+rank, lines, gap = os.environ["RANK"], int(sys.argv[1]), float(sys.argv[2])
+log = os.path.join(os.environ["FLOWRUN_RUN_DIR"], "train", "rank" + rank, "stdout.log")
+with open(os.path.join(os.environ["FLOWRUN_OUTPUT_DIR"], "result.txt"), "w") as f:
+    f.write(f"rank {rank} result\\n")
+for i in range(lines):
+    line = f"rank {rank} line {i}"
+    print(line)
+    deadline = time.monotonic() + 60
+    while line + "\\n" not in open(log).read():
+        if time.monotonic() > deadline:
+            sys.exit(f"rank {rank}: {line!r} is not in {log} 60 s after print()")
+        time.sleep(0.01)
+    time.sleep(gap)
+print(f"rank {rank} wrote its result")
+"""
+
+    def test_print_gaps(self):
+        """Ranks (Python, started by a shell) print a line every 0.2 s for longer than stall_timeout."""
+        stall = 2 * self.slack
+        gap, lines = 0.2, int(1.6 * stall / 0.2)
+        r = self.row("print_gaps", f"each line of a `print()` loop reaches the log when it is printed "
+                     f"(`PYTHONUNBUFFERED=1`, through the shell too), so `stall_timeout` ({stall:g} s) does not "
+                     f"stop ranks that print every {gap} s for {lines * gap:.1f} s; the step succeeds")
+        run_id = f"gaps-{os.getpid()}"
+        d = self.workspace("print_gaps", f"""name: gaps
+steps:
+  - name: train
+    run: {sh_yaml(f'exec {PY} "$0" {lines} {gap}', "@DIR@/gaps.py")}
+    stall_timeout: {stall:g}s
+    parallel:
+      cpus: 2
+    collect: all
+""")
+        self.fix_dir(d)
+        with open(os.path.join(d, "gaps.py"), "w") as f:
+            f.write(self.GAPS)
+        p = self.start(d, run_id)
+        rc, end, err = self.ended("print gaps", p, d, 60)
+        res = self.results(d) or {}
+        self.check(rc == 0 and res.get("outcome") == "succeeded",
+                   "print gaps: the step succeeds, no rank taken for stalled", f"exit {rc}\n{err}")
+        for rank in range(2):
+            want = "".join(f"rank {rank} line {i}\n" for i in range(lines)) + f"rank {rank} wrote its result\n"
+            log = read(os.path.join(d, "run", "train", f"rank{rank}", "stdout.log"), "")
+            self.check(log == want, f"print gaps: rank {rank}'s log has every line, in order", log)
+        outputs = os.path.join(d, "run", "train", "outputs")
+        self.finish_row(r, "print gaps", "n/a (nothing fails)", 0, self.count_left(run_id), self.lost_results(d, 2),
+                        0 if os.path.isdir(outputs) else 1, err)
+
     # Rank 0 binds MASTER_PORT with a plain socket (no SO_REUSEADDR), on every address, and
     # waits for every other rank to connect and say its rank.
     BIND = """import os, socket, sys, time
