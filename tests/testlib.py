@@ -4,7 +4,7 @@ import re
 import subprocess
 
 # Variables that change what flowrun decides; tests start without them.
-_INFLUENTIAL = re.compile(r"^(CUDA_|SLURM_|FLOWRUN_|OMP_NUM_THREADS$|TORCH_NCCL_|NCCL_|NO_COLOR$)")
+_INFLUENTIAL = re.compile(r"^(CUDA_|SLURM_|FLOWRUN_|OMP_NUM_THREADS$|TORCH_NCCL_|NCCL_|NO_COLOR$|PYTHONUNBUFFERED$)")
 RUN_ID = re.compile(r"\b[a-z0-9][a-z0-9_-]*-\d{8}-\d{6}-[0-9a-f]{6}\b")
 # How flowrun words a peer that died (kill -9): the kernel closes its socket
 # with a FIN, or with a RST when a heartbeat had arrived that it had not yet

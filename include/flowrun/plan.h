@@ -130,13 +130,17 @@ struct LaunchContext {
 
 // The variables flowrun sets for `rank`, in a stable order: the spec's env,
 // the step's env, then the contract and FLOWRUN_* variables. A worker's full
-// environment is the parent's with these set on top.
+// environment is the parent's with these set on top. The defaults a user may
+// override (TORCH_NCCL_ASYNC_ERROR_HANDLING, NCCL_ASYNC_ERROR_HANDLING,
+// PYTHONUNBUFFERED=1, OMP_NUM_THREADS) take the spec's or the step's value
+// when env: sets one (even to ""), else ctx.parent_env's, else flowrun's.
 EnvList worker_env(const Spec& spec, const Step& step, const StepPlan& plan, const RankPlan& rank,
                    const LaunchContext& ctx);
 
 // The variables flowrun sets for a plain (not parallel) step: the spec's env,
-// the step's env, then FLOWRUN_RUN_ID, FLOWRUN_STEP, FLOWRUN_RUN_DIR and, for
-// a join step, FLOWRUN_INPUTS (the joined step's outputs directory).
+// the step's env, PYTHONUNBUFFERED=1 unless env: or ctx.parent_env sets it
+// (as for a worker), then FLOWRUN_RUN_ID, FLOWRUN_STEP, FLOWRUN_RUN_DIR and,
+// for a join step, FLOWRUN_INPUTS (the joined step's outputs directory).
 EnvList step_env(const Spec& spec, const Step& step, const LaunchContext& ctx);
 
 }  // namespace flowrun

@@ -38,10 +38,18 @@ struct SpawnRequest {
 };
 
 struct SpawnResult {
-  pid_t pid = -1;     // > 0 when the child exec'ed (or at least forked)
-  std::string error;  // non-empty when exec failed: "python4: No such file or directory"
-  int exit_code = 0;  // for a failed exec: 127 (not found) or 126 (not executable)
+  pid_t pid = -1;       // > 0 when the child exec'ed (or at least forked)
+  std::string program;  // the file it exec'ed: argv[0] as find_program found it
+  std::string error;    // non-empty when exec failed: "python4: No such file or directory"
+  int exit_code = 0;    // for a failed exec: 127 (not found) or 126 (not executable)
 };
+
+// Where execve finds `name` for a process with environment `env`
+// ("NAME=VALUE"): `name` itself when it holds a '/' and is executable, else
+// the first executable regular file of that name on env's PATH (without a
+// PATH, /usr/local/bin:/usr/bin:/bin), as a shell looks it up. Empty when
+// there is none; `err` (when given) then holds ENOENT or EACCES.
+std::string find_program(const std::string& name, const std::vector<std::string>& env, int* err = nullptr);
 
 // Forks and execs `request`. The child's environment is `request.env` with
 // this process's guardian mark (Guardian::start) set on top, replacing any
@@ -82,8 +90,10 @@ char process_state(pid_t pid);
 std::string process_name(pid_t pid);
 
 // A TCP port on `addr` that is free now, with the bound (not listening)
-// socket that holds it: SO_REUSEADDR lets a worker bind and listen on the
-// same port while flowrun holds it, and no other bind(0) on the host picks it.
+// socket that holds it, so that no other bind(0) on the host picks it until
+// release(). Release it just before the workers start: while it is held, only
+// a socket that also sets SO_REUSEADDR (torch's TCPStore does) may bind the
+// port, and a plain bind() fails with EADDRINUSE.
 struct HeldPort {
   int port = 0;
   int fd = -1;

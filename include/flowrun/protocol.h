@@ -95,7 +95,8 @@ enum class MessageType : std::uint8_t {
   assign = 6,         // head->agent: the ranks this node runs (step, command, environment per rank)
   start = 7,          // head->agent: start the assigned ranks now (every node starts together)
   output = 8,         // agent->head: rank, stream ("stdout"/"stderr"), data (<= kMaxChunkBytes)
-  exited = 9,         // agent->head: rank and how it ended (exit code or signal)
+  exited = 9,         // agent->head: rank and how it ended (exit code or signal); what it ran
+                      // (command, program, path_python: optional, for the report's hints)
   heartbeat = 10,     // both ways: liveness; a peer silent past the timeout is lost
   stop = 11,          // head->agent: stop every rank (SIGTERM, grace, SIGKILL); reason.
                       // agent->head: the agent got a signal (reason), or ranks of its node wrote

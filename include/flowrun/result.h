@@ -59,6 +59,13 @@ struct WorkerRecord {
   std::string error_file;   // TORCHELASTIC_ERROR_FILE (may not exist)
   std::string stderr_tail;  // the last lines of its stderr (report only; not in JSON)
   std::string node;         // the host it ran on, for a step that ran on several nodes; else empty
+  // What it ran (report only; not in JSON), for missing_module_hint: argv[0]
+  // as the step's run gives it ("python3", "/bin/sh"), the file it exec'ed
+  // (argv[0] found on the PATH of its own environment when it has no '/'),
+  // and the python3 that PATH finds. Empty when unknown or not found.
+  std::string command;
+  std::string program;
+  std::string path_python;
   // When flowrun began to stop the step with this worker still running: how
   // long it had written nothing to stdout or stderr (since the step started,
   // if it never wrote), and whether it was in the stopped state (T: SIGSTOP,
@@ -197,7 +204,9 @@ std::string format_results_json(const StepRecord& record);
 // - A culprit killed by a SIGKILL flowrun did not send gets a line about the
 //   kernel's out-of-memory killer, with its peak memory.
 // - A culprit whose stderr tail or error file holds Lightning's devices *
-//   num_nodes error gets lightning_devices_hint's line after them.
+//   num_nodes error gets lightning_devices_hint's line after them; one whose
+//   stderr tail or error file holds a ModuleNotFoundError gets
+//   missing_module_hint's line.
 // - The stderr tail is the culprit's stderr_tail, each line as a terminal
 //   shows it (after its last '\r'), or "its stderr was empty".
 // - The error file's traceback (`error_file_text` is that file's content, or
@@ -263,5 +272,26 @@ std::string signal_name(int signal);
 // hold the error.
 std::optional<std::string> lightning_devices_hint(std::string_view text,
                                                   const std::vector<WorkerRecord>& workers);
+
+// The one line the failure report adds after the culprit's stderr when
+// `text` (its stderr tail or error file) holds Python's
+//   ModuleNotFoundError: No module named 'torch'
+// (the last one, for a module name of letters, digits, '_' and '.'): which
+// Python the worker `w` ran, from its command, program and path_python, and
+// how to choose another. A program whose file name starts with "python":
+//   flowrun:   rank 1 ran /opt/conda/bin/python3 (python3 as found on its PATH), which has no
+//   module 'torch': choose the Python that has it with --python PY (flowrun run, flowrun SPEC)
+//   or python: PY in the spec
+// ("(python3 ...)" only when the run named it without a '/'). Any other
+// program (a shell: true script, a #! script):
+//   flowrun:   rank 1 ran /bin/sh, not Python itself; python3 on its PATH is
+//   /opt/conda/bin/python3: if that is the Python without module 'torch', write the full path
+//   of the one that has it in the step's run: (--python and python: replace only a run that
+//   starts with python or python3)
+// ("and its PATH has no python3" when there is none). "rank 1 on node2" for
+// a rank on another node, "it" for a plain step's process; without a
+// program (it never started): "the Python rank 1 ran has no module ...".
+// One line; nullopt when `text` holds no such error.
+std::optional<std::string> missing_module_hint(std::string_view text, const WorkerRecord& w);
 
 }  // namespace flowrun

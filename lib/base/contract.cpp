@@ -26,6 +26,7 @@ const std::vector<ContractVariable>& contract_variables() {
       {"TORCH_NCCL_ASYNC_ERROR_HANDLING", true,
        "1 unless set: NCCL errors abort instead of hanging (torch 2.x)"},
       {"NCCL_ASYNC_ERROR_HANDLING", true, "the same for torch 1.x"},
+      {"PYTHONUNBUFFERED", true, "1 unless set: Python writes every line at once, as torchrun's python -u"},
       {"TORCHELASTIC_ERROR_FILE", false, "per-rank file where torch's @record writes a failure's traceback"},
       {"OMP_NUM_THREADS", true, "1 when unset and more than one worker runs on a node"},
       {"CUDA_VISIBLE_DEVICES", false, "the node's selected GPUs; select them with parallel.gpus"},

@@ -263,7 +263,10 @@ class Agent : public GroupObserver {
                  {"stopped", sup_->stopping() || sup_->interrupt_received() != 0 ? "1" : "0"},
                  {"silent_ms", rec.silent_s ? std::to_string(std::llround(*rec.silent_s * 1000)) : ""},
                  {"suspended", rec.suspended ? "1" : "0"},
-                 {"stalled", rec.stalled ? "1" : "0"}});
+                 {"stalled", rec.stalled ? "1" : "0"},
+                 {"command", rec.command},
+                 {"program", rec.program},
+                 {"path_python", rec.path_python}});
     if (!rec.status.ok()) local_failure_ = true;
     return !rec.status.ok();
   }
@@ -661,9 +664,9 @@ class Agent : public GroupObserver {
     if (stall_s_ > 0) group.stall_timeout_s = stall_s_;
     group.restart_count = attempt_;
     in_group_ = true;
+    held_port_.release();  // node 0's MASTER_PORT, for rank 0 to bind (as on one host)
     const AttemptRecord attempt = sup_->run_group(launches, group, this);
     in_group_ = false;
-    held_port_.release();
     if (lost_head_) {
       finished_ = true;
       return;

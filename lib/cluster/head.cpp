@@ -1045,6 +1045,9 @@ class Head : public GroupObserver {
       rec.silent_s = static_cast<double>(int64_field(f, "silent_ms")) / 1000;
     rec.suspended = field_or(f, "suspended") == "1";
     rec.stalled = field_or(f, "stalled") == "1";
+    rec.command = field_or(f, "command");
+    rec.program = field_or(f, "program");
+    rec.path_python = field_or(f, "path_python");
     r->stopped = field_or(f, "stopped") == "1";
     if (!rec.status.ok() && !r->stopped && !stopping_) {
       stop_nodes(Outcome::failed, fmt::format("rank {} on {} {}", rec.rank, n.name, rec.status.describe()));

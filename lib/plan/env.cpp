@@ -60,6 +60,9 @@ EnvList worker_env(const Spec& spec, const Step& step, const StepPlan& plan, con
   set("TORCHELASTIC_USE_AGENT_STORE", "False");
   set_default("TORCH_NCCL_ASYNC_ERROR_HANDLING", "1");
   set_default("NCCL_ASYNC_ERROR_HANDLING", "1");
+  // torchrun starts Python workers with -u; the variable reaches a Python
+  // started through a shell or a script's #! line too.
+  set_default("PYTHONUNBUFFERED", "1");
   set("TORCHELASTIC_ERROR_FILE", ctx.layout.error_file(plan.step, rank.rank));
   // torchrun sets OMP_NUM_THREADS=1 when unset and several workers share a
   // node, so they do not each start one thread per core.
@@ -84,6 +87,8 @@ EnvList worker_env(const Spec& spec, const Step& step, const StepPlan& plan, con
 EnvList step_env(const Spec& spec, const Step& step, const LaunchContext& ctx) {
   EnvList env = spec.env;
   env.insert(env.end(), step.env.begin(), step.env.end());
+  if (!has(env, "PYTHONUNBUFFERED"))
+    env.emplace_back("PYTHONUNBUFFERED", env_get(ctx.parent_env, "PYTHONUNBUFFERED").value_or("1"));
   env.emplace_back("FLOWRUN_RUN_ID", ctx.run_id);
   env.emplace_back("FLOWRUN_STEP", step.name);
   env.emplace_back("FLOWRUN_RUN_DIR", ctx.layout.run_dir);

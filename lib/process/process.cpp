@@ -24,37 +24,6 @@ namespace {
 
 std::string errno_text(int err) { return std::strerror(err); }
 
-// Where execve finds argv[0]: as given when it has a '/', else the first
-// executable file of that name on the PATH of the worker's environment (not
-// flowrun's: a step's env may set PATH).
-std::string find_program(const std::string& name, const std::vector<std::string>& env, int* err) {
-  *err = ENOENT;
-  if (name.find('/') != std::string::npos) {
-    if (access(name.c_str(), X_OK) == 0) return name;
-    *err = errno;
-    return {};
-  }
-  std::string path = "/usr/local/bin:/usr/bin:/bin";
-  for (const auto& entry : env) {
-    if (entry.rfind("PATH=", 0) == 0) path = entry.substr(5);
-  }
-  std::size_t begin = 0;
-  while (begin <= path.size()) {
-    std::size_t end = path.find(':', begin);
-    if (end == std::string::npos) end = path.size();
-    std::string dir = path.substr(begin, end - begin);
-    if (dir.empty()) dir = ".";
-    std::string candidate = dir + "/" + name;
-    struct stat st {};
-    if (stat(candidate.c_str(), &st) == 0 && S_ISREG(st.st_mode)) {
-      if (access(candidate.c_str(), X_OK) == 0) return candidate;
-      *err = EACCES;
-    }
-    begin = end + 1;
-  }
-  return {};
-}
-
 // What the child reports through the exec-error pipe.
 struct ChildFailure {
   int stage;  // 0 chdir, 1 exec, 2 setup
@@ -89,6 +58,37 @@ namespace process_detail {
 std::string guardian_mark;
 }  // namespace process_detail
 
+// The PATH of the worker's environment, not flowrun's: a step's env may set it.
+std::string find_program(const std::string& name, const std::vector<std::string>& env, int* err_out) {
+  int unused = 0;
+  int* err = err_out != nullptr ? err_out : &unused;
+  *err = ENOENT;
+  if (name.find('/') != std::string::npos) {
+    if (access(name.c_str(), X_OK) == 0) return name;
+    *err = errno;
+    return {};
+  }
+  std::string path = "/usr/local/bin:/usr/bin:/bin";
+  for (const auto& entry : env) {
+    if (entry.rfind("PATH=", 0) == 0) path = entry.substr(5);
+  }
+  std::size_t begin = 0;
+  while (begin <= path.size()) {
+    std::size_t end = path.find(':', begin);
+    if (end == std::string::npos) end = path.size();
+    std::string dir = path.substr(begin, end - begin);
+    if (dir.empty()) dir = ".";
+    std::string candidate = dir + "/" + name;
+    struct stat st {};
+    if (stat(candidate.c_str(), &st) == 0 && S_ISREG(st.st_mode)) {
+      if (access(candidate.c_str(), X_OK) == 0) return candidate;
+      *err = EACCES;
+    }
+    begin = end + 1;
+  }
+  return {};
+}
+
 SpawnResult spawn_process(const SpawnRequest& request) {
   SpawnResult result;
   if (request.argv.empty()) throw Error("internal: spawn_process with an empty argv");
@@ -101,6 +101,7 @@ SpawnResult spawn_process(const SpawnRequest& request) {
     result.exit_code = err == EACCES ? 126 : 127;
     return result;
   }
+  result.program = program;
 
   std::vector<char*> argv;
   argv.reserve(request.argv.size() + 1);

@@ -1,6 +1,7 @@
 #include "flowrun/result.h"
 
 #include <algorithm>
+#include <cctype>
 #include <cmath>
 #include <ctime>
 #include <fmt/format.h>
@@ -361,6 +362,9 @@ void culprit_details(std::string& out, const WorkerRecord& w, const std::string&
   auto hint = lightning_devices_hint(w.stderr_tail, workers);
   if (!hint) hint = lightning_devices_hint(error_file_text, workers);
   if (hint) out += *hint + "\n";
+  auto missing = missing_module_hint(w.stderr_tail, w);
+  if (!missing) missing = missing_module_hint(error_file_text, w);
+  if (missing) out += *missing + "\n";
 }
 
 // --- Lightning's devices * num_nodes error ---------------------------------
@@ -688,6 +692,48 @@ std::optional<std::string> parse_error_file(const std::string& text) {
   const std::string* inner = message->find_string("message");
   if (inner && !inner->empty()) return *inner;
   return std::nullopt;
+}
+
+std::optional<std::string> missing_module_hint(std::string_view text, const WorkerRecord& w) {
+  constexpr std::string_view kError = "ModuleNotFoundError: No module named '";
+  std::string module;
+  for (std::size_t at = text.find(kError); at != std::string_view::npos; at = text.find(kError, at + 1)) {
+    std::string_view rest = text.substr(at + kError.size());
+    std::size_t len = 0;
+    while (len < rest.size() && len < 200 &&
+           (std::isalnum(static_cast<unsigned char>(rest[len])) != 0 || rest[len] == '_' || rest[len] == '.'))
+      ++len;
+    if (len > 0 && len < rest.size() && rest[len] == '\'') module = std::string(rest.substr(0, len));
+  }
+  if (module.empty()) return std::nullopt;
+
+  std::string who = w.rank < 0 ? "it" : fmt::format("rank {}", w.rank);
+  if (w.rank >= 0 && !w.node.empty()) who += " on " + w.node;
+  constexpr std::string_view kChoose =
+      ": choose the Python that has it with --python PY (flowrun run, flowrun SPEC) or python: PY in the "
+      "spec";
+  if (w.program.empty())
+    return fmt::format("flowrun:   the Python {} ran has no module '{}'{}", who, module, kChoose);
+  const std::size_t slash = w.program.rfind('/');
+  const std::string_view file =
+      std::string_view(w.program).substr(slash == std::string::npos ? 0 : slash + 1);
+  if (file.substr(0, 6) == "python") {
+    const bool searched = !w.command.empty() && w.command.find('/') == std::string::npos;
+    return fmt::format("flowrun:   {} ran {}{}, which has no module '{}'{}", who, w.program,
+                       searched ? " (" + w.command + " as found on its PATH)" : "", module, kChoose);
+  }
+  std::string out = fmt::format("flowrun:   {} ran {}, not Python itself; ", who, w.program);
+  if (w.path_python.empty())
+    return out + fmt::format(
+                     "its PATH has no python3: write the full path of the Python that has module '{}' in "
+                     "the step's run:",
+                     module);
+  return out +
+         fmt::format(
+             "python3 on its PATH is {}: if that is the Python without module '{}', write the full path "
+             "of the one that has it in the step's run: (--python and python: replace only a run that "
+             "starts with python or python3)",
+             w.path_python, module);
 }
 
 }  // namespace flowrun

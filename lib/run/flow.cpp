@@ -477,6 +477,10 @@ class FlowRunner {
                                      step.name, plan.world_size, plan.world_size == 1 ? "" : "s",
                                      describe_devices(plan), port.port));
       }
+      // Held until now so that no bind(0) on this host takes it meanwhile;
+      // released as the ranks start, for rank 0's store (or any socket a
+      // rank binds there without SO_REUSEADDR, which a held port refuses).
+      port.release();
       record.attempts.push_back(supervisor_->run_group(launches, group));
       const AttemptRecord& attempt = record.attempts.back();
       if (attempt.outcome != Outcome::failed || restart >= plan.max_restarts ||

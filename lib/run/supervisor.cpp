@@ -645,6 +645,9 @@ struct Supervisor::Impl {
       }
       w.pid = spawned.pid;
       w.record.pid = spawned.pid;
+      w.record.command = launches[i].argv[0];
+      w.record.program = spawned.program;
+      w.record.path_python = find_program("python3", launches[i].env);
       // Silence counts from the group's start: workers that never write are
       // silent for the same time, and a stall names them together.
       w.last_output_ns = started_mono;

@@ -1337,6 +1337,146 @@ steps:
                           "the step", None,
                           r"lost: the head closed its connection: the agent of node \S+ sent frame \d+ "
                           r"\(ready, \d+ bytes\) that fails authentication")
+    # --- what torchrun's habits give a worker --------------------------------------------
+
+    # A rank that prints LINES lines GAP s apart with print() (no flush), and after each one
+    # waits until the line is in its stdout.log: a line held in Python's buffer never gets
+    # there, and the rank fails (or the step stalls) instead of passing by luck.
+    GAPS = """import os, sys, time
+rank, lines, gap = os.environ["RANK"], int(sys.argv[1]), float(sys.argv[2])
+log = os.path.join(os.environ["FLOWRUN_RUN_DIR"], "train", "rank" + rank, "stdout.log")
+with open(os.path.join(os.environ["FLOWRUN_OUTPUT_DIR"], "result.txt"), "w") as f:
+    f.write(f"rank {rank} result\\n")
+for i in range(lines):
+    line = f"rank {rank} line {i}"
+    print(line)
+    deadline = time.monotonic() + 60
+    while line + "\\n" not in open(log).read():
+        if time.monotonic() > deadline:
+            sys.exit(f"rank {rank}: {line!r} is not in {log} 60 s after print()")
+        time.sleep(0.01)
+    time.sleep(gap)
+print(f"rank {rank} wrote its result")
+"""
+
+    def test_print_gaps(self):
+        """Ranks (Python, started by a shell) print a line every 0.2 s for longer than stall_timeout."""
+        stall = 2 * self.slack
+        gap, lines = 0.2, int(1.6 * stall / 0.2)
+        r = self.row("print_gaps", f"each line of a `print()` loop reaches the log when it is printed "
+                     f"(`PYTHONUNBUFFERED=1`, through the shell too), so `stall_timeout` ({stall:g} s) does not "
+                     f"stop ranks that print every {gap} s for {lines * gap:.1f} s; the step succeeds")
+        run_id = f"gaps-{os.getpid()}"
+        d = self.workspace("print_gaps", f"""name: gaps
+steps:
+  - name: train
+    run: {sh_yaml(f'exec {PY} "$0" {lines} {gap}', "@DIR@/gaps.py")}
+    stall_timeout: {stall:g}s
+    parallel:
+      cpus: 2
+    collect: all
+""")
+        self.fix_dir(d)
+        with open(os.path.join(d, "gaps.py"), "w") as f:
+            f.write(self.GAPS)
+        p = self.start(d, run_id)
+        rc, end, err = self.ended("print gaps", p, d, 60)
+        res = self.results(d) or {}
+        self.check(rc == 0 and res.get("outcome") == "succeeded",
+                   "print gaps: the step succeeds, no rank taken for stalled", f"exit {rc}\n{err}")
+        for rank in range(2):
+            want = "".join(f"rank {rank} line {i}\n" for i in range(lines)) + f"rank {rank} wrote its result\n"
+            log = read(os.path.join(d, "run", "train", f"rank{rank}", "stdout.log"), "")
+            self.check(log == want, f"print gaps: rank {rank}'s log has every line, in order", log)
+        outputs = os.path.join(d, "run", "train", "outputs")
+        self.finish_row(r, "print gaps", "n/a (nothing fails)", 0, self.count_left(run_id), self.lost_results(d, 2),
+                        0 if os.path.isdir(outputs) else 1, err)
+
+    # Rank 0 binds MASTER_PORT with a plain socket (no SO_REUSEADDR), on every address, and
+    # waits for every other rank to connect and say its rank.
+    BIND = """import os, socket, sys, time
+addr, port = os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"])
+rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
+if rank == 0:
+    s = socket.socket()
+    try:
+        s.bind(("", port))
+    except OSError as e:
+        sys.exit(f"rank 0 cannot bind MASTER_PORT {port}: {e}")
+    s.listen(world)
+    heard = []
+    for _ in range(world - 1):
+        c, _ = s.accept()
+        heard.append(int(c.makefile().readline()))
+    print(f"rank 0 bound {port} and heard from ranks {sorted(heard)}")
+else:
+    deadline = time.monotonic() + 60
+    while True:
+        try:
+            c = socket.create_connection((addr, port), timeout=10)
+            break
+        except OSError:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.02)
+    c.sendall(f"{rank}\\n".encode())
+    c.close()
+"""
+
+    def test_master_port_bind(self):
+        """Rank 0 binds MASTER_PORT without SO_REUSEADDR; the other rank connects to it."""
+        r = self.row("master_port_bind", "flowrun lets go of the port it held as the ranks start: rank 0 binds "
+                     "it with a plain socket (no `SO_REUSEADDR`) and rank 1 connects; the step succeeds")
+        run_id = f"bind-{os.getpid()}"
+        d = self.workspace("master_port_bind", f"""name: bind
+steps:
+  - name: train
+    run: [{q(PY)}, "@DIR@/bind.py"]
+    parallel:
+      cpus: 2
+""")
+        self.fix_dir(d)
+        with open(os.path.join(d, "bind.py"), "w") as f:
+            f.write(self.BIND)
+        t0 = time.monotonic()
+        p = self.start(d, run_id)
+        rc, end, err = self.ended("master port bind", p, d, 30)
+        log = read(os.path.join(d, "run", "train", "rank0", "stdout.log"), "")
+        self.check(rc == 0 and re.fullmatch(r"rank 0 bound \d+ and heard from ranks \[1\]\n", log) is not None,
+                   "master port bind: rank 0 binds MASTER_PORT plainly, rank 1 reaches it, the step succeeds",
+                   f"exit {rc}\n{log}\n{err}")
+        res = self.results(d) or {}
+        false = 1 if rc != 0 and res.get("outcome") == "succeeded" else 0
+        r.extra = f"{end - t0:.2f} s from start to exit"
+        self.finish_row(r, "master port bind", "n/a (nothing fails)", 0, self.count_left(run_id), 0, false, err)
+
+    def test_master_port_bind_nodes(self):
+        """The same across 2 nodes: node 0's agent held the port, rank 0 binds it, ranks 1-3 connect."""
+        r = self.row("master_port_bind_nodes", "node 0's agent lets go of the port it chose as its ranks "
+                     "start: rank 0 binds it without `SO_REUSEADDR` and ranks 1-3, on both nodes, connect; "
+                     "the step succeeds")
+        n = self.nodes("master_port_bind_nodes", spec_text("bindnodes", f'[{q(PY)}, "@DIR@/bind.py"]'))
+        with open(n.spec) as f:
+            text = f.read().replace("@DIR@", n.dir)
+        with open(n.spec, "w") as f:
+            f.write(text)
+        with open(os.path.join(n.dir, "bind.py"), "w") as f:
+            f.write(self.BIND)
+        if not n.begin("master port bind nodes"):
+            return
+        t0 = time.monotonic()
+        rc = n.finish("master port bind nodes", 30)
+        took = time.monotonic() - t0
+        log = read(os.path.join(n.run_dir, "train", "rank0", "stdout.log"), "")
+        self.check(rc == 0 and re.fullmatch(r"rank 0 bound \d+ and heard from ranks \[1, 2, 3\]\n", log)
+                   is not None, "master port bind nodes: rank 0 binds MASTER_PORT plainly, ranks 1-3 reach it",
+                   f"exit {rc}\n{log}\n{n.detail()}")
+        n.check_nothing_left("master port bind nodes")
+        res = self.results(n.dir) or {}
+        false = 1 if rc != 0 and res.get("outcome") == "succeeded" else 0
+        r.extra = f"{took:.2f} s from the agents' start to the head's exit"
+        self.finish_row(r, "master port bind nodes", "n/a (nothing fails)", 0, len(n.leftovers()), 0, false,
+                        n.detail())
 
     # --- driver -----------------------------------------------------------------------
 

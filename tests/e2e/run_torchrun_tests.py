@@ -47,6 +47,7 @@ class Suite:
         self.t = Tally("torchrun")
         self.scratch = tempfile.mkdtemp(prefix="flowrun-torchrun-")
         # A python3 that is /usr/bin/python3, first on PATH.
+        self.seen_env = {}  # rank 0's whole environment, as envs() last read it
         self.bin = os.path.join(self.scratch, "bin")
         os.makedirs(self.bin)
         os.symlink("/usr/bin/python3", os.path.join(self.bin, "python3"))
@@ -90,6 +91,8 @@ class Suite:
                     v = "<port>" if v and v.isdigit() else v
                 seen[k] = v
             out[int(env["RANK"])] = {"env": seen, "argv": data["argv"][1:], "exe": data["exe"]}
+            if env["RANK"] == "0":
+                self.seen_env = env
             os.unlink(os.path.join(d, name))
         return out
 
@@ -327,6 +330,77 @@ class Suite:
         text = open(os.path.join(d, "train.yaml")).read() if rc == 0 else ""
         self.check('    timeout: "2h"\n    stall_timeout: "10m"\n' in text,
                    "init --timeout --stall_timeout: the spec has the step's timeout and stall_timeout", err + text)
+
+    # Prints LINES lines with print() (no flush), GAP s apart; after each one it waits until the
+    # line is in its own stdout.log, so a line held in Python's buffer fails the rank (or stalls the
+    # step) whatever the machine's speed.
+    GAPS = """import os, sys, time
+rank, lines, gap = os.environ["RANK"], int(sys.argv[1]), float(sys.argv[2])
+log = os.path.join(os.environ["FLOWRUN_RUN_DIR"], os.environ["FLOWRUN_STEP"], "rank" + rank, "stdout.log")
+for i in range(lines):
+    line = f"line {i}"
+    print(line)
+    deadline = time.monotonic() + 60
+    while line + "\\n" not in open(log).read():
+        if time.monotonic() > deadline:
+            sys.exit(f"{line!r} is not in {log} 60 s after print()")
+        time.sleep(0.01)
+    time.sleep(gap)
+"""
+
+    def test_unbuffered(self):
+        """Python workers write unbuffered, as under torchrun's python -u; the caller's PYTHONUNBUFFERED wins."""
+        d = self.workdir("unbuffered")
+        with open(os.path.join(d, "gaps.py"), "w") as f:
+            f.write(self.GAPS)
+        slack = 3 if self.sanitized else 1
+        stall = 2 * slack
+        lines = int(1.6 * stall / 0.2)
+        rc, out, err = self.flowrun(d, "run", "--cpus", "1", "--stall-timeout", f"{stall}s", "gaps.py", str(lines),
+                                    "0.2")
+        res = self.results(d, "gaps")
+        self.check(rc == 0 and res.get("outcome") == "succeeded",
+                   f"a print() every 0.2 s for {lines * 0.2:.1f} s under --stall-timeout {stall}s: each line "
+                   "arrives as printed, the step succeeds", f"rc={rc}\n{err}\n{res}")
+        self.check("".join(f"[gaps r0] line {i}\n" for i in range(lines)) in out,
+                   "every line is on the console, in order", out)
+        self.clear_runs(d)
+        rc, out, err = self.flowrun(d, "run", "--cpus", "1", "train.py")
+        got = self.envs(d)
+        self.check(rc == 0 and got.get(0, {}).get("exe") and self.seen_env.get("PYTHONUNBUFFERED") == "1",
+                   "PYTHONUNBUFFERED=1 by default", f"{err}\n{self.seen_env.get('PYTHONUNBUFFERED')!r}")
+        rc, out, err = self.flowrun(d, "run", "--cpus", "1", "train.py", env=self.env(PYTHONUNBUFFERED=""))
+        self.envs(d)
+        self.check(rc == 0 and self.seen_env.get("PYTHONUNBUFFERED") == "",
+                   "PYTHONUNBUFFERED set (empty) where flowrun starts is kept", repr(self.seen_env.get("PYTHONUNBUFFERED")))
+
+    def test_missing_module(self):
+        """A python3 without torch first on PATH: the report names it and says how to choose another."""
+        d = self.workdir("missing")
+        with open(os.path.join(d, "needs_torch.py"), "w") as f:
+            f.write("import torch\n")
+        nopkgs = os.path.join(self.scratch, "nopkgs")
+        os.makedirs(nopkgs)
+        fake = os.path.join(nopkgs, "python3")
+        with open(fake, "w") as f:  # Debian's Python without its site-packages: no torch
+            f.write("#!/bin/sh\nexec /usr/bin/python3 -S \"$@\"\n")
+        os.chmod(fake, 0o755)
+        env = self.env()
+        env["PATH"] = nopkgs + ":" + env["PATH"]
+        rc, out, err = self.flowrun(d, "run", "--cpus", "1", "needs_torch.py", env=env)
+        want = (f"flowrun:   rank 0 ran {fake} (python3 as found on its PATH), which has no module 'torch': choose "
+                "the Python that has it with --python PY (flowrun run, flowrun SPEC) or python: PY in the spec\n")
+        self.check(rc == 1 and "ModuleNotFoundError: No module named 'torch'" in err and want in err,
+                   "the report names the python3 the rank found on its PATH, and --python", f"rc={rc}\n{err}")
+        self.clear_runs(d)
+        rc, out, err = self.flowrun(d, "run", "--cpus", "1", "--no-python", "sh", "-c", "python3 needs_torch.py",
+                                    env=env)
+        shown = re.search(r"^flowrun:   rank 0 ran (/\S+/sh), not Python itself; python3 on its PATH is (\S+): if "
+                          r"that is the Python without module 'torch', write the full path of the one that has it "
+                          r"in the step's run: ", err, re.M)
+        self.check(rc == 1 and shown is not None and shown.group(2) == fake,
+                   "a shell that starts Python: the report names the shell and the python3 on its PATH", err)
+        self.clear_runs(d)
 
     def results(self, d, step):
         """The one run's results.json for `step` ({} when there is none)."""

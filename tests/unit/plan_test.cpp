@@ -523,6 +523,7 @@ TEST_CASE("worker_env sets torchrun's contract for every rank", "[env]") {
       {"TORCHELASTIC_USE_AGENT_STORE", "False"},
       {"TORCH_NCCL_ASYNC_ERROR_HANDLING", "1"},
       {"NCCL_ASYNC_ERROR_HANDLING", "1"},
+      {"PYTHONUNBUFFERED", "1"},
       {"TORCHELASTIC_ERROR_FILE", "/work/.flowrun/runs/train-20261129-120000-abcdef/train/rank11/error.json"},
       {"OMP_NUM_THREADS", "1"},
       {"FLOWRUN_RUN_ID", "train-20261129-120000-abcdef"},
@@ -546,6 +547,41 @@ TEST_CASE("worker_env keeps the user's and the parent's overridable values", "[e
         1);
   CHECK(env_value(env, "TORCH_NCCL_ASYNC_ERROR_HANDLING") == "3");
   CHECK(env_value(env, "NCCL_ASYNC_ERROR_HANDLING") == "1");
+}
+
+TEST_CASE("worker_env and step_env: PYTHONUNBUFFERED=1 unless env: or flowrun's environment sets it",
+          "[env]") {
+  auto count = [](const EnvList& env) {
+    return std::count_if(env.begin(), env.end(),
+                         [](const auto& kv) { return kv.first == "PYTHONUNBUFFERED"; });
+  };
+  StepPlan plan = must_plan(make_step(), host_with(2));
+  SECTION("nothing sets it: 1, for a worker and for a plain step") {
+    EnvList env = worker_env(Spec{}, make_step(), plan, plan.ranks[1], context());
+    CHECK(env_value(env, "PYTHONUNBUFFERED") == "1");
+    CHECK(count(env) == 1);
+    EnvList plain = step_env(Spec{}, make_step("prepare"), context());
+    CHECK(env_value(plain, "PYTHONUNBUFFERED") == "1");
+    CHECK(count(plain) == 1);
+  }
+  SECTION("flowrun's environment sets it: its value is kept") {
+    LaunchContext ctx = context({{"PYTHONUNBUFFERED", "x"}});
+    CHECK(env_value(worker_env(Spec{}, make_step(), plan, plan.ranks[0], ctx), "PYTHONUNBUFFERED") == "x");
+    CHECK(env_value(step_env(Spec{}, make_step("prepare"), ctx), "PYTHONUNBUFFERED") == "x");
+  }
+  SECTION("the spec's or the step's env: wins, an empty value (buffered output) too") {
+    Spec spec;
+    spec.env = {{"PYTHONUNBUFFERED", ""}};
+    LaunchContext ctx = context({{"PYTHONUNBUFFERED", "1"}});
+    EnvList env = worker_env(spec, make_step(), plan, plan.ranks[0], ctx);
+    CHECK(env_value(env, "PYTHONUNBUFFERED").empty());
+    CHECK(count(env) == 1);
+    Step step = make_step("prepare");
+    step.env = {{"PYTHONUNBUFFERED", ""}};
+    EnvList plain = step_env(Spec{}, step, ctx);
+    CHECK(env_value(plain, "PYTHONUNBUFFERED").empty());
+    CHECK(count(plain) == 1);
+  }
 }
 
 TEST_CASE("worker_env: OMP_NUM_THREADS only when several workers share a node", "[env]") {

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <arpa/inet.h>
 #include <catch2/catch.hpp>
+#include <cerrno>
 #include <fcntl.h>
 #include <netinet/in.h>
 #include <set>
@@ -32,6 +33,18 @@ bool can_listen_on(int port) {
   return ok;
 }
 
+// A plain bind() without SO_REUSEADDR, as a hand-written server does.
+bool can_bind_plainly(int port) {
+  int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  sockaddr_in sa{};
+  sa.sin_family = AF_INET;
+  sa.sin_port = htons(static_cast<std::uint16_t>(port));
+  sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  const bool ok = bind(fd, reinterpret_cast<sockaddr*>(&sa), sizeof sa) == 0;
+  close(fd);
+  return ok;
+}
+
 void reap(pid_t pid) {
   int status = 0;
   waitpid(pid, &status, 0);
@@ -49,6 +62,30 @@ TEST_CASE("held ports are distinct and a worker can still listen on its port", "
   CHECK(ports.size() == 10);
   CHECK(std::all_of(ports.begin(), ports.end(), [](int p) { return p > 0 && p < 65536; }));
   CHECK(can_listen_on(held.front().port));
+}
+
+TEST_CASE("a held port refuses a plain bind until it is released", "[process]") {
+  HeldPort held = hold_free_port("127.0.0.1");
+  const int port = held.port;
+  CHECK_FALSE(can_bind_plainly(port));
+  held.release();
+  CHECK(held.port == port);
+  CHECK(can_bind_plainly(port));
+}
+
+TEST_CASE("find_program looks a name up on the PATH of the given environment", "[process]") {
+  CHECK(find_program("sh", {"PATH=/nonexistent:/bin"}) == "/bin/sh");
+  CHECK(find_program("/bin/sh", {"PATH=/nonexistent"}) == "/bin/sh");
+  int err = 0;
+  CHECK(find_program("sh", {"PATH=/nonexistent"}, &err).empty());
+  CHECK(err == ENOENT);
+  SpawnRequest request;
+  request.argv = {"true"};
+  request.env = {"PATH=/nonexistent:/bin"};
+  SpawnResult r = spawn_process(request);
+  REQUIRE(r.pid > 0);
+  CHECK(r.program == "/bin/true");
+  reap(r.pid);
 }
 
 TEST_CASE("spawn says why a command cannot start", "[process]") {

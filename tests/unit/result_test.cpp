@@ -733,3 +733,71 @@ TEST_CASE("result: a rank on another node is named with its node, and a lost nod
   CHECK(json.find(R"("status": "lost")") != std::string::npos);
   CHECK(json.find(R"("spawn_error": "its agent's connection closed")") != std::string::npos);
 }
+
+TEST_CASE("result: a missing Python module names the Python that ran and how to choose another", "[result]") {
+  const std::string tail =
+      "Traceback (most recent call last):\n"
+      "  File \"train.py\", line 1, in <module>\n"
+      "    import torch\n"
+      "ModuleNotFoundError: No module named 'torch'\n";
+  const std::string choose =
+      ": choose the Python that has it with --python PY (flowrun run, flowrun SPEC) or python: PY in the "
+      "spec";
+  WorkerRecord w = worker(1, exited(1), 300);
+  w.command = "python3";
+  w.program = "/root/.pyenv/shims/python3";
+  w.path_python = "/root/.pyenv/shims/python3";
+  SECTION("a Python found on the rank's PATH") {
+    CHECK(missing_module_hint(tail, w) ==
+          "flowrun:   rank 1 ran /root/.pyenv/shims/python3 (python3 as found on "
+          "its PATH), which has no module 'torch'" +
+              choose);
+  }
+  SECTION("a Python named by its path, on another node; the last error counts") {
+    w.command = w.program = "/opt/venv/bin/python3.11";
+    w.node = "node2";
+    CHECK(missing_module_hint("ModuleNotFoundError: No module named 'numpy'\n" + tail +
+                                  "ModuleNotFoundError: No module named 'torch.distributed'\n",
+                              w) ==
+          "flowrun:   rank 1 on node2 ran /opt/venv/bin/python3.11, which has no module 'torch.distributed'" +
+              choose);
+  }
+  SECTION("a shell script: the python3 its PATH finds") {
+    w.command = w.program = "/bin/sh";
+    CHECK(missing_module_hint(tail, w) ==
+          "flowrun:   rank 1 ran /bin/sh, not Python itself; python3 on its PATH is "
+          "/root/.pyenv/shims/python3: "
+          "if that is the Python without module 'torch', write the full path of the one that has it in the "
+          "step's run: (--python and python: replace only a run that starts with python or python3)");
+    w.path_python.clear();
+    CHECK(missing_module_hint(tail, w) ==
+          "flowrun:   rank 1 ran /bin/sh, not Python itself; its PATH has no python3: write the full path of "
+          "the Python that has module 'torch' in the step's run:");
+  }
+  SECTION("a plain step's process is 'it'; an unknown program is not named") {
+    w.rank = -1;
+    w.program.clear();
+    CHECK(missing_module_hint(tail, w) == "flowrun:   the Python it ran has no module 'torch'" + choose);
+  }
+  SECTION("no such error, or a malformed one: no hint") {
+    CHECK_FALSE(missing_module_hint("ValueError: boom\n", w));
+    CHECK_FALSE(missing_module_hint("ModuleNotFoundError: No module named 'torch", w));
+    CHECK_FALSE(missing_module_hint("ModuleNotFoundError: No module named ''", w));
+    CHECK_FALSE(missing_module_hint("ModuleNotFoundError: No module named 'a b'", w));
+  }
+  SECTION("the report shows it after the culprit's stderr, from the tail or the error file") {
+    AttemptRecord a;
+    a.workers = {worker(0, signaled(15), 400), w};
+    a.workers[1].stderr_tail = tail;
+    assign_roles(a, {0});
+    StepRecord s = parallel_step(a, Outcome::failed);
+    const std::string report = format_failure_report(s, "");
+    const std::string line = *missing_module_hint(tail, w) + "\n";
+    CHECK(report.find("    ModuleNotFoundError: No module named 'torch'\n" + line +
+                      "flowrun:   stopped by flowrun: rank 0\n") != std::string::npos);
+    s.attempts.back().workers[1].stderr_tail = "exiting\n";
+    const std::string file = R"({"message": "ModuleNotFoundError: No module named 'torch'", "timestamp": 1})";
+    CHECK(format_failure_report(s, file).find(line) != std::string::npos);
+    CHECK(format_failure_report(s, "").find("has no module") == std::string::npos);
+  }
+}
