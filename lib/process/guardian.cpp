@@ -63,7 +63,7 @@ void Guardian::start(const std::string& run_id, const std::string& key) {
     throw Error(std::string("cannot start the guardian process (fork): ") + std::strerror(errno));
   }
   if (pid == 0) {
-    for (int sig : {SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGPIPE, SIGTSTP, SIGTTIN, SIGTTOU})
+    for (int sig : {SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGUSR1, SIGUSR2, SIGPIPE, SIGTSTP, SIGTTIN, SIGTTOU})
       signal(sig, SIG_IGN);
     const int keep = fds[0];
     int devnull = open("/dev/null", O_RDWR);
