@@ -96,6 +96,7 @@ enum class MessageType : std::uint8_t {
   preflight_done = 20,  // agent->head: the node's findings (facts: a flowrun doctor --json report)
   signal = 21,          // head->agent: deliver signal ("SIGUSR1" or "SIGUSR2") to the main process of
                         // every rank of the node; nothing stops (Slurm's --signal, Lightning's requeue)
+                        // (no version bump: the head admits only agents of its own flowrun version)
 };
 
 inline constexpr std::uint8_t kFirstMessageType = 1;
