@@ -53,6 +53,9 @@ struct RunOptions {
   // as spec.yaml, and run.json names no spec file.
   std::string spec_text;
   std::optional<ResumeFrom> resume;
+  // --signals-to-handle: which of SIGTERM, SIGINT, SIGHUP and SIGQUIT stop
+  // the run (the others are ignored); nullopt: all four.
+  std::optional<std::vector<int>> stop_signals;
 };
 
 // Runs the flow and returns flowrun's exit code: 0 when every step
@@ -92,8 +95,13 @@ inline constexpr int kRunFormat = 1;
 //                                    "pending" | "running" | "succeeded" | "reused" |
 //                                    "failed" | "skipped" (a step it needs failed) |
 //                                    "not_run" (flowrun was interrupted first)
-//     "resumed_from": null           or {"run_id": ..., "run_dir": ...}: the run it resumed
+//     "resumed_from": null,          or {"run_id": ..., "run_dir": ...}: the run it resumed
+//     "error": null                  why flowrun itself stopped (an error it could not go on
+//                                    after: the step then reads "failed"), or null
 //   }
+//
+// Every way flowrun ends but SIGKILL closes the record: "finished", with the
+// exit code (1, or the error's, for an error that ends flowrun).
 //
 // A run in progress also holds a lock (flock) on <run_dir>/run.lock, which
 // the kernel lets go of however flowrun ends, so "running" in a run.json
@@ -117,6 +125,7 @@ struct RunRecord {
   std::vector<std::pair<std::string, std::string>> steps;  // name, state; in run order
   std::string resumed_from_id;                             // empty: resumed_from is null
   std::string resumed_from_dir;
+  std::string error;  // empty: null
 };
 
 std::string format_run_json(const RunRecord& record);

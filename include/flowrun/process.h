@@ -82,6 +82,13 @@ bool sanitize_standard_fds();
 // Makes this process a child subreaper, so orphaned descendants become ours.
 void become_subreaper();
 
+// Raises the soft limit on open files to the hard limit (as ninja and
+// systemd do): every worker costs flowrun a handful of descriptors (its two
+// pipes, two log files, a pidfd), and 1024 ends near 200 workers. Processes
+// spawn_process starts get the soft limit back that flowrun started with, so
+// a worker sees the limits its user set. Call once, first thing.
+void raise_open_file_limit();
+
 // The state letter of a process, from /proc/PID/stat: 'R', 'S', 'D', 'T'
 // (stopped by a signal), 't' (stopped by a tracer), 'Z', ...; 0 if gone.
 char process_state(pid_t pid);

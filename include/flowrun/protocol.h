@@ -113,10 +113,13 @@ enum class MessageType : std::uint8_t {
                         // A stop while it runs kills the check.
   preflight_id = 19,    // agent->head: node 0's check made the communicator's id (nccl_id)
   preflight_done = 20,  // agent->head: the node's findings (facts: a flowrun doctor --json report)
+  signal = 21,          // head->agent: deliver signal ("SIGUSR1" or "SIGUSR2") to the main process of
+                        // every rank of the node; nothing stops (Slurm's --signal, Lightning's requeue)
+                        // (no version bump: the head admits only agents of its own flowrun version)
 };
 
 inline constexpr std::uint8_t kFirstMessageType = 1;
-inline constexpr std::uint8_t kLastMessageType = 20;
+inline constexpr std::uint8_t kLastMessageType = 21;
 
 // "hello", "upload_chunk", ... as in the enum.
 std::string_view message_type_name(MessageType type);

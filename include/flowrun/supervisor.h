@@ -5,19 +5,35 @@
 // PR_SET_PDEATHSIG, which fires when the spawning thread exits, means "when
 // flowrun dies"); child exits arrive as SIGCHLD through a signal_set and are
 // reaped with wait4 (never polled on an interval); output arrives as pipe
-// readiness; SIGINT, SIGTERM and SIGHUP (a closed terminal) to flowrun
-// arrive through the same loop.
+// readiness; signals to flowrun arrive through the same loop.
+//
+// Signals (docs/cli.md has the table): SIGINT, SIGTERM, SIGHUP and SIGQUIT
+// stop the group (the stop signals; a list given to the constructor may
+// leave some out, which flowrun then ignores). Only a SIGINT while the group
+// is already stopping (a second Ctrl-C) skips the grace: a repeated SIGTERM,
+// SIGHUP or SIGQUIT never does, since GNU timeout and Slurm send SIGTERM
+// twice, to flowrun and then to its process group, and the ranks must get
+// their whole grace to write a checkpoint. SIGUSR1 and SIGUSR2 stop nothing:
+// they are forwarded to every live worker's main process (Slurm's
+// --signal=USR1@90, Lightning's auto-requeue), or given to the observer.
 //
 // One shutdown path, for a failed worker, a step timeout, a stall and an
 // interrupt alike: SIGTERM to every live worker's process group (then
 // SIGCONT, so that a stopped process gets it), one shared grace deadline,
 // SIGKILL to what is left, reap. Before the signals, each live worker's
-// silence and state go into its record (WorkerRecord::silent_s, suspended). A second SIGINT or SIGTERM skips
-// the grace. After the workers are reaped, descendants they left behind
-// (orphans, which come to flowrun as the subreaper) are stopped the same way,
-// so nothing of the group outlives it.
+// silence and state go into its record (WorkerRecord::silent_s, suspended).
+// After the workers are reaped, descendants they left behind (orphans, which
+// come to flowrun as the subreaper) are stopped the same way, so nothing of
+// the group outlives it.
+//
+// The console never holds up the loop: output to a pipe or terminal is
+// written without blocking (through a descriptor of its own), and what the
+// reader has not taken waits in a bounded buffer; past it, whole lines of the
+// workers' output are dropped and counted (their log files keep every byte),
+// and a line says how many once the reader takes output again.
 #pragma once
 
+#include <csignal>
 #include <cstdint>
 #include <memory>
 #include <optional>
@@ -114,6 +130,13 @@ class GroupObserver {
   }
   // Kill at once (a second Ctrl-C, or the grace ran out).
   virtual void on_kill() {}
+  // flowrun got SIGUSR1 or SIGUSR2 while the group runs. Return true when
+  // the observer delivers it (the head tells every agent, since its own
+  // processes are srun or ssh); else every live worker's main process gets it.
+  virtual bool on_signal(int sig) {
+    (void)sig;
+    return false;
+  }
   // Whether the group must go on although every process of it has ended.
   virtual bool holds_group() { return false; }
   // Seconds the supervisor waits past the grace before it kills its own
@@ -121,10 +144,22 @@ class GroupObserver {
   virtual double stop_margin_s() { return 5; }
 };
 
+// The signals that stop a group, in torchrun's order for --signals-to-handle.
+inline const std::vector<int> kStopSignals = {SIGTERM, SIGINT, SIGHUP, SIGQUIT};
+
+// Parses torchrun's --signals-to-handle: a comma list of signal names
+// ("SIGTERM,SIGINT", "TERM", any case). Returns the stop signals it names;
+// SIGUSR1 and SIGUSR2 may be listed (they are always forwarded). Returns
+// nullopt with *error set for a name that is not a signal or one flowrun
+// cannot handle ("SIGKILL").
+std::optional<std::vector<int>> parse_signals_to_handle(const std::string& text, std::string* error);
+
 class Supervisor {
  public:
   // `guardian_pid` is excluded from leftover sweeps (it is flowrun's child).
-  Supervisor(Console console, int guardian_pid);
+  // `stop_signals`: which of SIGINT, SIGTERM, SIGHUP and SIGQUIT stop the
+  // group (all four by default); the others are ignored.
+  Supervisor(Console console, int guardian_pid, const std::vector<int>& stop_signals = kStopSignals);
   ~Supervisor();
   Supervisor(const Supervisor&) = delete;
   Supervisor& operator=(const Supervisor&) = delete;
@@ -149,6 +184,15 @@ class Supervisor {
   // Kills the running group now (SIGKILL), as a second Ctrl-C does.
   void kill_group();
 
+  // Hands whole lines (the ranks' output an observer shows, e.g. the head
+  // for other nodes) to the console as the workers' own go: never blocks,
+  // dropped and counted past the backlog. Clears both strings.
+  void write_console(std::string& out, std::string& err);
+
+  // Sends `sig` to the main process of every live worker of the running
+  // group (the agent, for the head's signal message). No-op without a group.
+  void signal_workers(int sig);
+
   // Tells the supervisor that the observer's holds_group() may have changed.
   void release_group();
 
@@ -163,13 +207,13 @@ class Supervisor {
   // the last call (leftover processes it stopped); clears the list.
   std::vector<std::string> notes();
 
-  // The first SIGINT or SIGTERM flowrun received (0 if none). Once set, the
+  // The first stop signal flowrun received (0 if none). Once set, the
   // flow starts nothing new.
   int interrupt_signal() const;
 
-  // Whether SIGINT or SIGTERM to flowrun while a group is stopping kills it
-  // at once (the default: a second Ctrl-C). An agent turns it off: Slurm
-  // sends SIGTERM twice (srun and slurmstepd), and the grace must hold.
+  // Whether SIGINT to flowrun while a group is stopping kills it at once
+  // (the default: a second Ctrl-C; other stop signals never do). An agent
+  // turns it off: its stops come from the head or from Slurm.
   void set_repeat_signal_kills(bool kills);
 
   // The same without running the loop: for code already inside a handler.

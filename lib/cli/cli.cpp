@@ -14,6 +14,7 @@
 #include "flowrun/flow.h"
 #include "flowrun/gpu.h"
 #include "flowrun/plan.h"
+#include "flowrun/process.h"
 #include "flowrun/report.h"
 #include "flowrun/slurm.h"
 #include "flowrun/spec.h"
@@ -212,6 +213,7 @@ Docs: docs/quickstart.md, docs/spec.md (the spec), docs/plan.md (how flowrun dec
 }  // namespace
 
 int run_cli(int argc, char** argv) {
+  raise_open_file_limit();  // before anything opens a descriptor
   // These parse their own command lines: `flowrun run` reads torchrun's
   // options up to the script, and everything after the script is the script's.
   if (argc >= 2) {

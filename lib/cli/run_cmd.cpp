@@ -66,6 +66,7 @@ struct Request {
   bool no_python = false;
   std::string python;
   std::string local_addr;
+  std::optional<std::vector<int>> stop_signals;  // --signals-to-handle
   // flowrun's own
   bool dry_run = false;
   std::optional<double> grace_s;
@@ -124,6 +125,10 @@ constexpr OptionDef kOptions[] = {
     {"monitor-interval", Arg::value, "S", "Accepted: flowrun learns of every exit at once, it does not poll"},
     {"start-method", Arg::value, "M", "Accepted: workers are always new processes (fork and exec)"},
     {"role", Arg::value, "R", "Accepted: no effect"},
+    {"signals-to-handle", Arg::value, "LIST",
+     "Stop signals flowrun handles (default SIGTERM,SIGINT,SIGHUP,SIGQUIT); one left out is ignored. "
+     "SIGUSR1 and SIGUSR2 always go on to the workers",
+     false},
     {"python", Arg::value, "PY", "The Python to run the script with (default: python3 on PATH)"},
     {"dry-run", Arg::flag, "", "Show the plan (where every rank runs, and why) and run nothing", false},
     {"grace", Arg::value, "SECONDS", "Between SIGTERM and SIGKILL when workers are stopped (default 10)",
@@ -225,6 +230,10 @@ void set_option(Request& r, const std::string& command, const OptionDef& def, co
     r.notes.push_back("--start-method has no effect: every worker is a new process (fork and exec)");
   } else if (name == "role") {
     r.notes.push_back("--role has no effect");
+  } else if (name == "signals-to-handle") {
+    std::string error;
+    r.stop_signals = parse_signals_to_handle(value, &error);
+    if (!r.stop_signals) usage_error(command, "--signals-to-handle " + value + ": " + error);
   } else if (name == "python") {
     r.python = value;
   } else if (name == "dry-run") {
@@ -281,7 +290,7 @@ void refuse_step_options(const Request& r, const std::string& spec_path) {
   for (const auto& [option, where] : given) message += "\n  " + option + ": write it in " + where;
   message +=
       "\nWith a spec, flowrun run takes flowrun's own options (--python, --cpus, --fake-gpus, --grace, "
-      "--run-id, --run-dir, --log-dir, --ranks, --dry-run); docs/spec.md has every key.";
+      "--run-id, --run-dir, --log-dir, --ranks, --signals-to-handle, --dry-run); docs/spec.md has every key.";
   usage_error("run", message);
 }
 
@@ -817,6 +826,7 @@ int run_request(Request& r) {
     run.console_ranks = parse_rank_list(ranks);
   }
   if (r.grace_s) run.grace_s = *r.grace_s;
+  run.stop_signals = r.stop_signals;
   run.color = color_choice(r.color);
   run.fake_gpus = fake;
   // Recorded in the run directory for `flowrun resume`: the spec flowrun run

@@ -486,6 +486,13 @@ class Agent : public GroupObserver {
           if (field_or(*fields, "kill") == "1") sup_->kill_group();
         }
         break;
+      case MessageType::signal: {
+        // The head got SIGUSR1 or SIGUSR2: this node's ranks get it too.
+        const std::string name = field_or(*fields, "signal");
+        const int sig = name == "SIGUSR1" ? SIGUSR1 : name == "SIGUSR2" ? SIGUSR2 : 0;
+        if (sig != 0 && in_group_) sup_->signal_workers(sig);
+        break;
+      }
       case MessageType::bye:
         finished_ = true;
         check_cancel_ = true;

@@ -301,6 +301,18 @@ class Head : public GroupObserver {
     }
   }
 
+  // SIGUSR1, SIGUSR2: every agent gives it to its ranks. srun and ssh, the
+  // head's own processes, never get it (srun would pass it on a second time;
+  // ssh would die of it).
+  bool on_signal(int sig) override {
+    if (phase_ != Phase::running) return true;  // no rank runs yet
+    for (auto& n : nodes_) {
+      if (n.conn && n.conn->is_open() && !n.lost)
+        n.conn->send(MessageType::signal, {{"signal", signal_name(sig)}});
+    }
+    return true;
+  }
+
   bool holds_group() override { return phase_ != Phase::finished; }
 
   double stop_margin_s() override { return 5 + timeout_s_; }
@@ -1407,12 +1419,7 @@ class Head : public GroupObserver {
     });
   }
 
-  void flush_console() {
-    if (!console_out_.empty()) write_all(console_.out_fd, console_out_.data(), console_out_.size());
-    if (!console_err_.empty()) write_all(console_.err_fd, console_err_.data(), console_err_.size());
-    console_out_.clear();
-    console_err_.clear();
-  }
+  void flush_console() { sup_.write_console(console_out_, console_err_); }
 
   // A rank's log file, opened (and emptied) when it first writes, so that
   // thousands of ranks cost nothing until they print.

@@ -11,6 +11,7 @@
 #include <string_view>
 #include <sys/prctl.h>
 #include <sys/random.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -23,6 +24,11 @@ namespace flowrun {
 namespace {
 
 std::string errno_text(int err) { return std::strerror(err); }
+
+// The limit on open files flowrun started with, for the processes it starts
+// once raise_open_file_limit raised it.
+rlimit g_started_nofile{RLIM_INFINITY, RLIM_INFINITY};
+bool g_nofile_raised = false;
 
 // What the child reports through the exec-error pipe.
 struct ChildFailure {
@@ -142,6 +148,7 @@ SpawnResult spawn_process(const SpawnRequest& request) {
     sigprocmask(SIG_SETMASK, &none, nullptr);
     for (int sig : {SIGPIPE, SIGINT, SIGTERM, SIGCHLD, SIGQUIT, SIGHUP, SIGUSR1, SIGUSR2})
       signal(sig, SIG_DFL);
+    if (g_nofile_raised) setrlimit(RLIMIT_NOFILE, &g_started_nofile);
     if (setpgid(0, 0) != 0) child_fail(report[1], 2);
     if (prctl(PR_SET_PDEATHSIG, SIGKILL) != 0) child_fail(report[1], 2);
     if (getppid() != parent) _exit(127);  // flowrun died before the line above
@@ -291,6 +298,16 @@ bool sanitize_standard_fds() {
   }
   if (null > 2) close(null);
   return true;
+}
+
+void raise_open_file_limit() {
+  rlimit limit{};
+  if (getrlimit(RLIMIT_NOFILE, &limit) != 0 || limit.rlim_cur >= limit.rlim_max) return;
+  const rlimit started = limit;
+  limit.rlim_cur = limit.rlim_max;
+  if (setrlimit(RLIMIT_NOFILE, &limit) != 0) return;
+  g_started_nofile = started;
+  g_nofile_raised = true;
 }
 
 void become_subreaper() { prctl(PR_SET_CHILD_SUBREAPER, 1); }

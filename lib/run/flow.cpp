@@ -8,6 +8,7 @@
 #include <fmt/format.h>
 #include <map>
 #include <set>
+#include <signal.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -123,6 +124,12 @@ class FlowRunner {
   }
 
   int run() {
+    // Signals wait until the supervisor handles them (they would end flowrun
+    // with run.json saying "running"); workers start with none blocked.
+    sigset_t held;
+    sigemptyset(&held);
+    for (int sig : {SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGUSR1, SIGUSR2}) sigaddset(&held, sig);
+    sigprocmask(SIG_BLOCK, &held, &mask_before_);
     // A run directory holds one run: files left in it by another would be
     // taken for this run's outputs and logs.
     if (!directory_is_empty(ctx_.layout.run_dir))
@@ -133,6 +140,36 @@ class FlowRunner {
     RunLock lock(ctx_.layout.run_dir);
     record_.start_unix_ns = unix_now_ns();
     write_record();
+    // From here on, however flowrun leaves (an error it cannot go on after,
+    // a resource it runs out of), run.json is closed first: a record left
+    // "running" would say that the run might still be going.
+    try {
+      return run_steps();
+    } catch (const std::exception& e) {
+      close_record_after(e);
+      throw;
+    }
+  }
+
+ private:
+  enum class State { pending, succeeded, failed, skipped };
+
+  // The run ends by an exception: the step that ran failed, and run.json
+  // says why and with which exit code flowrun leaves (run_cli prints it).
+  void close_record_after(const std::exception& e) {
+    const auto* error = dynamic_cast<const Error*>(&e);
+    for (auto& [name, state] : record_.steps) {
+      if (state == "running") state = "failed";
+    }
+    record_.error = e.what();
+    record_.finished = true;
+    record_.exit_code = error != nullptr ? error->exit_code() : 1;
+    record_.end_unix_ns = unix_now_ns();
+    try_write_file(ctx_.layout.run_dir + "/run.json", format_run_json(record_));
+    supervisor_ = nullptr;
+  }
+
+  int run_steps() {
     write_file(ctx_.layout.run_dir + "/spec.yaml",
                options_.spec_text.empty() ? read_file(spec_.file, kMaxSpecBytes + 1) : options_.spec_text);
     PlanView view{spec_, host_, plans_, ctx_, false};
@@ -143,8 +180,9 @@ class FlowRunner {
     // another run given the same --run-id is never touched.
     guardian_.start("FLOWRUN_INVOCATION", make_secret());
     become_subreaper();
-    Supervisor supervisor(console_, guardian_.pid());
+    Supervisor supervisor(console_, guardian_.pid(), options_.stop_signals.value_or(kStopSignals));
     supervisor_ = &supervisor;
+    sigprocmask(SIG_SETMASK, &mask_before_, nullptr);  // what came meanwhile is handled now
 
     console_.message(fmt::format("flowrun: run {}: {} step{}; logs and results in {}", ctx_.run_id,
                                  spec_.steps.size(), spec_.steps.size() == 1 ? "" : "s",
@@ -236,9 +274,6 @@ class FlowRunner {
     guardian_.disarm();
     return exit_code;
   }
-
- private:
-  enum class State { pending, succeeded, failed, skipped };
 
   // The spec file as an absolute path, for run.json (resume reads it again);
   // empty when the spec is not a file.
@@ -615,6 +650,7 @@ class FlowRunner {
   bool started_ = false;                  // the run's first files are written; steps may run
   bool write_failed_ = false;             // a file of the run directory could not be written
   bool run_json_failed_ = false;          // run.json could not be written (said once)
+  sigset_t mask_before_{};                // the signal mask flowrun started with
 };
 
 }  // namespace

@@ -194,6 +194,11 @@ std::string format_run_json(const RunRecord& record) {
     json.key("run_dir").value(record.resumed_from_dir);
     json.end_object();
   }
+  json.key("error");
+  if (record.error.empty())
+    json.null();
+  else
+    json.value(record.error);
   json.end_object();
   return json.str();
 }
@@ -247,6 +252,7 @@ RunRecord parse_run_json(const std::string& text, const std::string& path) {
     if (const auto* from_id = from->find_string("run_id")) record.resumed_from_id = *from_id;
     if (const auto* from_dir = from->find_string("run_dir")) record.resumed_from_dir = *from_dir;
   }
+  if (const auto* error = doc->find_string("error")) record.error = *error;
   return record;
 }
 

@@ -6,6 +6,7 @@
 #include <boost/asio/post.hpp>
 #include <boost/asio/signal_set.hpp>
 #include <boost/asio/steady_timer.hpp>
+#include <cctype>
 #include <cerrno>
 #include <chrono>
 #include <cstring>
@@ -59,6 +60,38 @@ bool write_all(int fd, const char* data, std::size_t size) {
   return true;
 }
 
+std::optional<std::vector<int>> parse_signals_to_handle(const std::string& text, std::string* error) {
+  static constexpr std::pair<const char*, int> kKnown[] = {{"SIGTERM", SIGTERM}, {"SIGINT", SIGINT},
+                                                           {"SIGHUP", SIGHUP},   {"SIGQUIT", SIGQUIT},
+                                                           {"SIGUSR1", SIGUSR1}, {"SIGUSR2", SIGUSR2}};
+  std::vector<int> stops;
+  std::size_t pos = 0;
+  while (pos <= text.size()) {
+    std::size_t end = std::min(text.find(',', pos), text.size());
+    std::string name = text.substr(pos, end - pos);
+    pos = end + 1;
+    while (!name.empty() && name.front() == ' ') name.erase(0, 1);
+    while (!name.empty() && name.back() == ' ') name.pop_back();
+    if (name.empty()) continue;
+    for (char& c : name) c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
+    if (name.rfind("SIG", 0) != 0) name = "SIG" + name;
+    int sig = 0;
+    for (const auto& [known, number] : kKnown) {
+      if (name == known) sig = number;
+    }
+    if (sig == 0) {
+      *error = fmt::format(
+          "'{}': flowrun handles SIGTERM, SIGINT, SIGHUP and SIGQUIT (stop signals) and forwards SIGUSR1 "
+          "and SIGUSR2",
+          name);
+      return std::nullopt;
+    }
+    if (sig != SIGUSR1 && sig != SIGUSR2 && std::find(stops.begin(), stops.end(), sig) == stops.end())
+      stops.push_back(sig);
+  }
+  return stops;
+}
+
 std::string write_failure_hint(int err, const std::string& run_dir) {
   return fmt::format(" ({}, then: flowrun resume {})",
                      err == ENOSPC || err == EDQUOT ? "free space there" : "fix that", run_dir);
@@ -82,6 +115,54 @@ constexpr int kReadsPerWakeup = 4;  // fairness between ranks that flood
 // pipes, so one write carries the lines of every rank that was ready, unless
 // it grows past this.
 constexpr std::size_t kConsoleBatch = 1 << 20;
+// What waits for a console reader that does not keep up; past it, the
+// workers' lines are dropped (and counted) until the reader takes some.
+constexpr std::size_t kConsoleBacklog = 4 << 20;
+
+// A descriptor for writing to `fd` without blocking, or -1 to write to `fd`
+// itself: a pipe or a terminal is opened again through /proc, so that
+// O_NONBLOCK is set on flowrun's own open file and not on the one it shares
+// with the shell (a terminal's stdin among them). A file or /dev/null never
+// blocks for long.
+int nonblocking_twin(int fd) {
+  struct stat st {};
+  if (fstat(fd, &st) != 0 || !(S_ISFIFO(st.st_mode) || S_ISCHR(st.st_mode))) return -1;
+  if (S_ISCHR(st.st_mode) && isatty(fd) != 1) return -1;  // /dev/null and the like
+  const std::string path = "/proc/self/fd/" + std::to_string(fd);
+  return open(path.c_str(), O_WRONLY | O_NONBLOCK | O_NOCTTY | O_CLOEXEC);
+}
+
+// The console's one stream (stdout or stderr): a backlog the loop writes as
+// the reader takes it.
+struct ConsoleStream {
+  int fd = -1;      // where to write
+  int own_fd = -1;  // nonblocking_twin's, closed at the end
+  std::string backlog;
+  std::size_t dropped_lines = 0;                          // not shown since the reader last took output
+  std::size_t dropped_total = 0;                          // in the current group
+  std::unique_ptr<asio::posix::stream_descriptor> watch;  // waits for room
+  bool waiting = false;
+
+  bool nonblocking() const { return own_fd >= 0; }
+
+  // Writes what the descriptor takes now; true when the backlog is empty.
+  bool write_some() {
+    while (!backlog.empty()) {
+      const ssize_t n = write(fd, backlog.data(), backlog.size());
+      if (n > 0) {
+        backlog.erase(0, static_cast<std::size_t>(n));
+      } else if (n < 0 && errno == EINTR) {
+        continue;
+      } else if (n < 0 && errno == EAGAIN) {
+        return false;
+      } else {
+        backlog.clear();  // the reader is gone (EPIPE): nothing more to show
+        dropped_lines = 0;
+      }
+    }
+    return true;
+  }
+};
 
 struct Stream {
   int fd = -1;      // our read end
@@ -119,15 +200,15 @@ int open_log(const std::string& path) {
 struct Supervisor::Impl {
   asio::io_context io;
   asio::signal_set child_signals{io, SIGCHLD};
-  asio::signal_set stop_signals{io, SIGINT, SIGTERM, SIGHUP};
+  asio::signal_set stop_signals{io};
+  asio::signal_set forward_signals{io, SIGUSR1, SIGUSR2};
   asio::steady_timer grace_timer{io};
   asio::steady_timer timeout_timer{io};
   asio::steady_timer stall_timer{io};
   Console console;
   pid_t guardian = -1;
   int interrupt = 0;
-  int interrupt_count = 0;
-  bool repeat_kills = true;  // a signal while stopping kills at once
+  bool repeat_kills = true;  // a SIGINT while stopping kills at once
 
   // The group being run.
   bool in_group = false;
@@ -149,13 +230,14 @@ struct Supervisor::Impl {
   bool observer_stops = false;  // the observer took over the stop (on_stop returned true)
   std::int64_t started_mono = 0;
   std::vector<char> buffer = std::vector<char>(kReadChunk);
-  std::string console_out;
+  std::string console_out;  // this batch's lines, before they go to the streams
   std::string console_err;
+  ConsoleStream streams[2];  // stdout, stderr
   bool flush_posted = false;
   bool output_paused = false;     // Supervisor::pause_output()
   std::int64_t paused_at_ns = 0;  // monotonic, when output was paused
 
-  Impl(Console c, pid_t g) : console(c), guardian(g) {
+  Impl(Console c, pid_t g, const std::vector<int>& handled) : console(c), guardian(g) {
     // A console reader that went away (`flowrun f.yaml | head`) must not
     // kill flowrun with its workers running: writes fail with EPIPE instead.
     signal(SIGPIPE, SIG_IGN);
@@ -167,8 +249,33 @@ struct Supervisor::Impl {
       if (fstat(fd, &st) == 0 && S_ISFIFO(st.st_mode) && fcntl(fd, F_GETPIPE_SZ) < (1 << 20))
         fcntl(fd, F_SETPIPE_SZ, 1 << 20);
     }
+    for (int i = 0; i < 2; ++i) {
+      ConsoleStream& cs = streams[i];
+      const int fd = i == 0 ? console.out_fd : console.err_fd;
+      cs.own_fd = nonblocking_twin(fd);
+      cs.fd = cs.own_fd >= 0 ? cs.own_fd : fd;
+      if (cs.own_fd >= 0) cs.watch = std::make_unique<asio::posix::stream_descriptor>(io, dup(cs.own_fd));
+    }
+    for (int sig : kStopSignals) {
+      if (std::find(handled.begin(), handled.end(), sig) != handled.end()) {
+        stop_signals.add(sig);
+      } else {
+        signal(sig, SIG_IGN);  // --signals-to-handle left it out
+      }
+    }
     wait_child();
     wait_stop();
+    wait_forward();
+  }
+
+  ~Impl() {
+    // What the console has not taken by now is not waited for: the run is
+    // over, and the log files have it.
+    for (auto& cs : streams) {
+      if (cs.nonblocking()) cs.write_some();
+      if (cs.watch) cs.watch.reset();
+      if (cs.own_fd >= 0) close(cs.own_fd);
+    }
   }
 
   void wait_child() {
@@ -187,25 +294,44 @@ struct Supervisor::Impl {
     });
   }
 
+  void wait_forward() {
+    forward_signals.async_wait([this](const boost::system::error_code& ec, int sig) {
+      if (ec) return;
+      on_forward_signal(sig);
+      wait_forward();
+    });
+  }
+
+  // SIGINT while stopping is a second Ctrl-C; SIGTERM, SIGHUP and SIGQUIT
+  // again are the same request repeated (GNU timeout sends SIGTERM to
+  // flowrun and then to its group) and leave the grace as it is.
   void on_stop_signal(int sig) {
-    ++interrupt_count;
     if (interrupt == 0) interrupt = sig;
     if (!in_group) return;
     flush_console();  // the workers' lines so far come before flowrun's
-    if (interrupt_count == 1 && !stopping) {
-      console.message(
+    if (!stopping) {
+      say(
           fmt::format("flowrun: {} received: stopping step '{}' (SIGTERM, then SIGKILL after {} s; "
                       "press Ctrl-C again to kill at once)",
                       signal_name(sig), options.step, options.grace_s));
       outcome = Outcome::interrupted;
       begin_stop();
-    } else if (!stopping) {
-      outcome = Outcome::interrupted;
-      begin_stop();
-    } else if (repeat_kills) {
-      console.message(
-          fmt::format("flowrun: {} again: killing step '{}' now", signal_name(sig), options.step));
+    } else if (sig == SIGINT && repeat_kills && !kill_now) {
+      say(fmt::format("flowrun: {} again: killing step '{}' now", signal_name(sig), options.step));
       kill_everything();
+    }
+  }
+
+  // SIGUSR1, SIGUSR2: for the workers, not for flowrun.
+  void on_forward_signal(int sig) {
+    if (!in_group || done) return;
+    if (observer != nullptr && observer->on_signal(sig)) return;
+    signal_workers(sig);
+  }
+
+  void signal_workers(int sig) {
+    for (auto& w : workers) {
+      if (w.alive) kill(w.pid, sig);
     }
   }
 
@@ -389,7 +515,7 @@ struct Supervisor::Impl {
     }
     outcome = Outcome::stalled;
     if (observer == nullptr || !observer->on_stall(found, stalled))
-      console.message(format_stall_message(options.step, stalled, *options.stall_timeout_s));
+      say(format_stall_message(options.step, stalled, *options.stall_timeout_s));
     begin_stop();
     advance();
   }
@@ -517,10 +643,9 @@ struct Supervisor::Impl {
                                                        : std::string("its ");
     write_error = fmt::format("cannot write {}{} in {}: {}", who, path.substr(slash + 1),
                               path.substr(0, slash), std::strerror(err));
-    flush_console();
-    console.message(fmt::format("flowrun: error: step '{}': {}; {}{}", options.step, write_error,
-                                stopping ? "the step is stopping" : "stopping the step",
-                                options.run_dir.empty() ? "" : write_failure_hint(err, options.run_dir)));
+    say(fmt::format("flowrun: error: step '{}': {}; {}{}", options.step, write_error,
+                    stopping ? "the step is stopping" : "stopping the step",
+                    options.run_dir.empty() ? "" : write_failure_hint(err, options.run_dir)));
     if (!stopping) {
       outcome = Outcome::failed;
       begin_stop();
@@ -555,14 +680,63 @@ struct Supervisor::Impl {
   }
 
   void flush_console() {
-    if (!console_out.empty()) {
-      write_all(console.out_fd, console_out.data(), console_out.size());
-      console_out.clear();
+    to_stream(0, console_out, true);
+    to_stream(1, console_err, true);
+  }
+
+  // flowrun's own line, after what the workers wrote so far; never dropped.
+  void say(const std::string& text) {
+    flush_console();
+    std::string line = text;
+    if (line.empty() || line.back() != '\n') line += '\n';
+    to_stream(1, line, false);
+  }
+
+  // Hands `text` (whole lines) to console stream `i`: written now where the
+  // reader takes it, else kept, up to kConsoleBacklog for the workers' lines
+  // (`droppable`); past it they are counted instead.
+  void to_stream(int i, std::string& text, bool droppable) {
+    if (text.empty()) return;
+    ConsoleStream& cs = streams[i];
+    if (!cs.nonblocking()) {
+      write_all(cs.fd, text.data(), text.size());
+      text.clear();
+      return;
     }
-    if (!console_err.empty()) {
-      write_all(console.err_fd, console_err.data(), console_err.size());
-      console_err.clear();
+    cs.write_some();
+    if (droppable && cs.backlog.size() + text.size() > kConsoleBacklog) {
+      const auto lines = static_cast<std::size_t>(std::count(text.begin(), text.end(), '\n'));
+      cs.dropped_lines += lines;
+      cs.dropped_total += lines;
+    } else {
+      cs.backlog += text;
     }
+    text.clear();
+    cs.write_some();
+    wait_for_room(i);
+  }
+
+  void wait_for_room(int i) {
+    ConsoleStream& cs = streams[i];
+    if (cs.backlog.empty() && cs.dropped_lines == 0) return;
+    if (cs.waiting || !cs.watch) return;
+    cs.waiting = true;
+    cs.watch->async_wait(
+        asio::posix::stream_descriptor::wait_write, [this, i](const boost::system::error_code& ec) {
+          ConsoleStream& s = streams[i];
+          s.waiting = false;
+          if (ec) return;
+          if (s.write_some() && s.dropped_lines > 0) {
+            // The reader takes output again: say what it missed first.
+            s.backlog = fmt::format(
+                "flowrun: {} line{} of the workers' output not shown here: the console "
+                "did not take {} in time (the log files have every line)\n",
+                s.dropped_lines, s.dropped_lines == 1 ? "" : "s", s.dropped_lines == 1 ? "it" : "them");
+            s.dropped_lines = 0;
+            s.write_some();
+          }
+          wait_for_room(i);
+        });
   }
 
   // --- the group ---------------------------------------------------------
@@ -735,6 +909,17 @@ struct Supervisor::Impl {
     timeout_timer.cancel();
     stall_timer.cancel();
     io.poll();  // run the cancelled handlers
+    std::size_t dropped = 0;
+    for (auto& cs : streams) {
+      dropped += cs.dropped_total;
+      cs.dropped_total = 0;
+    }
+    if (dropped > 0) {
+      notes.push_back(fmt::format(
+          "the console did not keep up: {} line{} of the workers' output were not shown (the log files "
+          "have them)",
+          dropped, dropped == 1 ? "" : "s"));
+    }
 
     attempt.end_unix_ns = unix_now_ns();
     attempt.outcome = outcome;
@@ -752,8 +937,8 @@ struct Supervisor::Impl {
   }
 };
 
-Supervisor::Supervisor(Console console, int guardian_pid)
-    : impl_(std::make_unique<Impl>(console, static_cast<pid_t>(guardian_pid))) {}
+Supervisor::Supervisor(Console console, int guardian_pid, const std::vector<int>& stop_signals)
+    : impl_(std::make_unique<Impl>(console, static_cast<pid_t>(guardian_pid), stop_signals)) {}
 
 Supervisor::~Supervisor() = default;
 
@@ -779,6 +964,15 @@ void Supervisor::kill_group() {
   }
   impl_->kill_everything();
   impl_->advance();
+}
+
+void Supervisor::write_console(std::string& out, std::string& err) {
+  impl_->to_stream(0, out, true);
+  impl_->to_stream(1, err, true);
+}
+
+void Supervisor::signal_workers(int sig) {
+  if (impl_->in_group) impl_->signal_workers(sig);
 }
 
 void Supervisor::release_group() {

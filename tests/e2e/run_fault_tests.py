@@ -28,6 +28,7 @@ import json
 import os
 import re
 import select
+import resource
 import shutil
 import signal
 import subprocess
@@ -1477,6 +1478,285 @@ steps:
         r.extra = f"{took:.2f} s from the agents' start to the head's exit"
         self.finish_row(r, "master port bind nodes", "n/a (nothing fails)", 0, len(n.leftovers()), 0, false,
                         n.detail())
+    # --- signals, limits and a console nobody reads -------------------------------------
+
+    def record_closed(self, label, d, rc):
+        """run.json after flowrun exited: never "running", and its exit code is flowrun's."""
+        try:
+            with open(os.path.join(d, "run", "run.json")) as f:
+                record = json.load(f)
+        except (OSError, ValueError) as e:
+            return self.check(False, f"{label}: run.json is readable", str(e))
+        return self.check(record.get("state") == "finished" and record.get("exit_code") == rc,
+                          f"{label}: run.json says finished, with exit code {rc}", json.dumps(record, indent=1))
+
+    # What a rank does until it is stopped: a loop of short sleeps, so that a SIGTERM that comes while the
+    # shell forks can leave no long sleep behind.
+    WAIT_LOOP = "while :; do sleep 0.1; done"
+
+    def test_sigterm_twice(self):
+        """SIGTERM to flowrun and then to its process group, as GNU timeout sends it: one stop, the whole grace."""
+        r = self.row("sigterm_twice", "the second SIGTERM (timeout's to the group) does not cut the grace: every "
+                     "rank's handler writes its checkpoint 1 s after the SIGTERM; exit 143")
+        run_id = f"term2-{os.getpid()}"
+        trap = ('trap \'echo $$ > "term.$RANK"; sleep 1; echo saved > "ckpt.$RANK"; '
+                'echo "rank $RANK saved a checkpoint"; exit 143\' TERM; ')
+        d = self.rank_flow("sigterm_twice", trap=trap, rest=self.WAIT_LOOP)
+        self.fix_dir(d)
+        p = self.start(d, run_id, "--grace", "30")
+        pids = self.wait_ready(d, 4, p)
+        if not self.check(bool(pids), "sigterm twice: every rank starts", self.start_detail(d, p)):
+            p.kill()
+            return
+        t0 = time.monotonic()
+        os.kill(p.pid, signal.SIGTERM)
+        # The second copy once every rank is in its handler: the moment a second signal could cut it short.
+        wait_for(lambda: all(os.path.exists(os.path.join(d, f"term.{k}")) for k in range(4)) or
+                 p.poll() is not None, 20 * self.slack)
+        os.killpg(p.pid, signal.SIGTERM)
+        rc, end, err = self.ended("sigterm twice", p, d, 40)
+        saved = [k for k in range(4) if os.path.exists(os.path.join(d, f"ckpt.{k}"))]
+        self.check(rc == 143 and saved == [0, 1, 2, 3],
+                   "sigterm twice: exit 143, and every rank wrote its checkpoint in its handler",
+                   f"exit {rc}; saved {saved}\n{err}")
+        self.check("killing step" not in err, "sigterm twice: flowrun kills nothing at once", err)
+        res = self.results(d) or {}
+        killed = [w.get("rank") for w in res.get("ranks", []) if w.get("signal") == "SIGKILL"]
+        self.check(not killed, "sigterm twice: no rank is SIGKILLed", json.dumps(res, indent=1)[:3000])
+        self.record_closed("sigterm twice", d, rc)
+        self.finish_row(r, "sigterm twice", end - t0, 1.0 + 2.0, self.count_left(run_id), self.lost_results(d, 4),
+                        self.false_claims(d), err)
+
+    # A rank that traps SIGUSR1 and SIGUSR2 (each writes a file with its pid), says it is
+    # ready and ends well once it has had both.
+    USR_RANK = (RESULT + 'trap \'echo $$ > "usr1.$RANK"\' USR1; trap \'echo $$ > "usr2.$RANK"\' USR2; '
+                'echo $$ > "ready.$RANK.tmp" && mv "ready.$RANK.tmp" "ready.$RANK"; '
+                'while [ ! -e "usr1.$RANK" ] || [ ! -e "usr2.$RANK" ]; do sleep 0.05; done; '
+                'echo "rank $RANK got SIGUSR1 and SIGUSR2"')
+
+    def usr_delivered(self, d, pids):
+        """Ranks whose usr1.R and usr2.R files both name their main process."""
+        return [k for k, pid in sorted(pids.items())
+                if all(read(os.path.join(d, f"{s}.{k}"), "").strip() == str(pid) for s in ("usr1", "usr2"))]
+
+    def test_sigusr_forward(self):
+        """SIGUSR1 to flowrun and SIGUSR2 to its group (as Slurm's --signal): every rank gets both; the step goes on."""
+        r = self.row("sigusr_forward", "flowrun keeps running and forwards SIGUSR1 and SIGUSR2 to every rank's main "
+                     "process; the step succeeds, the join runs")
+        run_id = f"usr-{os.getpid()}"
+        d = self.workspace("sigusr_forward", f"""name: sigusr
+steps:
+  - name: train
+    run: {sh_yaml(self.USR_RANK)}
+    parallel:
+      cpus: 4
+    collect: all
+  - name: join
+    join: train
+    run: {sh_yaml('touch "$0/join.ran"', "@DIR@")}
+""")
+        self.fix_dir(d)
+        p = self.start(d, run_id, "--grace", "2")
+        pids = self.wait_ready(d, 4, p)
+        if not self.check(bool(pids), "sigusr forward: every rank starts", self.start_detail(d, p)):
+            p.kill()
+            return
+        t0 = time.monotonic()
+        os.kill(p.pid, signal.SIGUSR1)
+        os.killpg(p.pid, signal.SIGUSR2)  # flowrun and its guardian
+        rc, end, err = self.ended("sigusr forward", p, d, 20)
+        got = self.usr_delivered(d, pids)
+        self.check(rc == 0 and got == [0, 1, 2, 3] and os.path.exists(os.path.join(d, "join.ran")),
+                   "sigusr forward: every rank's main process got both, the step and the join succeed, exit 0",
+                   f"exit {rc}; delivered to {got}\n{err}")
+        self.record_closed("sigusr forward", d, rc)
+        self.finish_row(r, "sigusr forward", end - t0, 2.0, self.count_left(run_id), self.lost_results(d, 4), 0, err)
+
+    def test_sigusr_nodes(self):
+        """2 agents: SIGUSR1 to the head reaches every rank over the control plane; SIGUSR2 to each agent
+        (as srun and scancel --signal deliver it) reaches its own ranks."""
+        r = self.row("sigusr_nodes", "the head sends SIGUSR1 to every agent, which gives it to its ranks; each "
+                     "agent gives its own SIGUSR2 to its ranks; nothing stops, the step succeeds")
+        n = self.nodes("sigusr_nodes", spec_text("usrnodes", sh_yaml(self.USR_RANK)))
+        if not n.begin("sigusr nodes"):
+            return
+        pids = self.wait_ready(n.dir, 4, n.head)
+        if not self.check(bool(pids), "sigusr nodes: every rank starts", n.detail()):
+            return
+        t0 = time.monotonic()
+        os.kill(n.head.pid, signal.SIGUSR1)
+        for agent in n.agents:
+            os.kill(agent.pid, signal.SIGUSR2)
+        rc = n.finish("sigusr nodes", 20)
+        recover = time.monotonic() - t0
+        got = self.usr_delivered(n.dir, pids)
+        self.check(rc == 0 and got == [0, 1, 2, 3],
+                   "sigusr nodes: every rank's main process got both signals and the step succeeds",
+                   f"exit {rc}; delivered to {got}\n{n.detail()}")
+        self.record_closed("sigusr nodes", n.dir, rc)
+        n.sanitizer_check("sigusr nodes")
+        n.check_nothing_left("sigusr nodes")
+        self.finish_row(r, "sigusr nodes", recover, 3.0, len(n.leftovers()), 0, 0, n.detail())
+
+    def test_sigquit(self):
+        """SIGQUIT (Ctrl-\\) stops the step as SIGTERM does: the ranks' handlers run; exit 131."""
+        r = self.row("sigquit", "a stop signal, as torchrun takes it: SIGTERM to every rank, each handler runs; "
+                     "results.json says interrupted; exit 131")
+        run_id = f"quit-{os.getpid()}"
+        trap = 'trap \'echo "rank $RANK saved a checkpoint"; exit 143\' TERM; '
+        d = self.rank_flow("sigquit", trap=trap, rest=self.WAIT_LOOP)
+        self.fix_dir(d)
+        p = self.start(d, run_id, "--grace", "10")
+        pids = self.wait_ready(d, 4, p)
+        if not self.check(bool(pids), "sigquit: every rank starts", self.start_detail(d, p)):
+            p.kill()
+            return
+        t0 = time.monotonic()
+        os.killpg(p.pid, signal.SIGQUIT)  # what a terminal sends for Ctrl-\
+        rc, end, err = self.ended("sigquit", p, d, 20)
+        res = self.results(d) or {}
+        saved = [k for k in range(4) if f"rank {k} saved a checkpoint\n" in
+                 read(os.path.join(d, "run", "train", f"rank{k}", "stdout.log"), "")]
+        self.check(rc == 131 and res.get("outcome") == "interrupted" and saved == [0, 1, 2, 3],
+                   "sigquit: exit 131, results.json says interrupted, every rank's handler ran",
+                   f"exit {rc}; saved {saved}\n{err}\n{res}")
+        self.record_closed("sigquit", d, rc)
+        self.finish_row(r, "sigquit", end - t0, 2.0, self.count_left(run_id), self.lost_results(d, 4),
+                        self.false_claims(d), err)
+
+    def test_console_unread(self):
+        """`flowrun x.yaml | sleep`: stdout is a pipe nobody reads, filled by a rank; the step's timeout still
+        ends it on time, and the rank's log has every line."""
+        r = self.row("console_unread", "the console's writes never block: lines past the backlog are dropped "
+                     "and counted (a note in results.json), the log keeps all; `timeout: 2` ends it; exit 124")
+        run_id = f"unread-{os.getpid()}"
+        lines = 100000  # 7 MB: past the pipe (1 MiB) and flowrun's backlog (4 MiB)
+        flood = (f"yes 'line of output {'x' * 50}' | head -n {lines}; touch written; exec sleep 60")
+        d = self.workspace("console_unread", f"""name: unread
+steps:
+  - name: train
+    run: {sh_yaml(flood)}
+    timeout: 2
+    parallel:
+      cpus: 1
+""")
+        err_path = os.path.join(d, "flowrun.err")
+        with open(err_path, "w") as err_file:
+            p = subprocess.Popen([self.flowrun, os.path.join(d, "spec.yaml"), "--run-dir", os.path.join(d, "run"),
+                                  "--run-id", run_id, "--grace", "2"], cwd=d, env=clean_env(**{MARK: run_id}),
+                                 stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=err_file,
+                                 start_new_session=True)
+        t0 = time.monotonic()
+        try:
+            rc = self.wait(p, 30)
+            end = time.monotonic()
+            if rc is None:
+                p.kill()
+                p.wait()
+        finally:
+            p.stdout.close()
+        err = read(err_path)
+        self.sanitizer_check("console unread", err)
+        log = read(os.path.join(d, "run", "train", "rank0", "stdout.log"), "")
+        self.check(rc == 124, "console unread: the step's timeout ends it although nobody reads stdout: exit 124",
+                   f"exit {rc}\n{err}")
+        self.check(os.path.exists(os.path.join(d, "written")) and log.count("\n") == lines,
+                   f"console unread: the rank wrote {lines} lines and its log has them all",
+                   f"{log.count(chr(10))} lines")
+        res = self.results(d) or {}
+        notes = " ".join(res.get("notes", []))
+        self.check("the console did not keep up" in notes, "console unread: results.json notes the lines not shown",
+                   json.dumps(res, indent=1)[:3000])
+        self.record_closed("console unread", d, rc)
+        self.finish_row(r, "console unread", end - t0, 2.0 + 3.0, self.count_left(run_id), 0, 0, err)
+
+    def start_limited(self, d, run_id, soft, hard):
+        """flowrun with RLIMIT_NOFILE soft/hard set in the child; returns (exit code, stderr)."""
+        def limit():
+            resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+        with open(os.path.join(d, "flowrun.err"), "w") as err_file:
+            p = subprocess.Popen([self.flowrun, os.path.join(d, "spec.yaml"), "--run-dir", os.path.join(d, "run"),
+                                  "--run-id", run_id, "--grace", "2"], cwd=d, env=clean_env(**{MARK: run_id}),
+                                 stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=err_file,
+                                 start_new_session=True, preexec_fn=limit)
+        rc = self.wait(p, 60)
+        if rc is None:
+            p.kill()
+            p.wait()
+        err = read(os.path.join(d, "flowrun.err"))
+        self.sanitizer_check("fd limit", err)
+        return rc, err
+
+    def test_fd_limit(self):
+        """96 CPU workers under a soft limit of 128 open files (hard higher): flowrun raises its own soft
+        limit, the workers keep 128; with the hard limit at 128 it fails with the reason, run.json closed."""
+        r = self.row("fd_limit", "the soft RLIMIT_NOFILE is raised to the hard one, so 96 workers start (each "
+                     "still sees 128); where the hard limit is that low, the step fails naming it; run.json "
+                     "is closed either way")
+        hard = resource.getrlimit(resource.RLIMIT_NOFILE)[1]
+        if hard != resource.RLIM_INFINITY and hard < 4096:
+            self.check(True, f"fd limit: skipped (the hard limit here is {hard})")
+            return
+        spec = f"""name: fds
+steps:
+  - name: train
+    run: {sh_yaml('echo "soft $(ulimit -Sn)"')}
+    parallel:
+      cpus: 96
+"""
+        run_id = f"fds-{os.getpid()}"
+        d = self.workspace("fd_limit", spec)
+        t0 = time.monotonic()
+        rc, err = self.start_limited(d, run_id, 128, hard)
+        took = time.monotonic() - t0
+        soft = read(os.path.join(d, "run", "train", "rank95", "stdout.log"), "")
+        self.check(rc == 0 and soft == "soft 128\n", "fd limit: 96 workers run under a soft limit of 128; "
+                   "each worker still sees 128", f"exit {rc}; rank 95: {soft!r}\n{err[-3000:]}")
+        self.record_closed("fd limit", d, rc)
+        left = self.count_left(run_id)
+        run_id = f"fds-hard-{os.getpid()}"
+        d = self.workspace("fd_limit_hard", spec)
+        rc, err = self.start_limited(d, run_id, 128, 128)
+        self.check(rc not in (0, None) and "Too many open files" in err,
+                   "fd limit: under a hard limit of 128 the run fails, saying why", f"exit {rc}\n{err[-3000:]}")
+        if self.record_closed("fd limit (hard)", d, rc):
+            with open(os.path.join(d, "run", "run.json")) as f:
+                record = json.load(f)
+            self.check("Too many open files" in (record.get("error") or "") and
+                       record.get("steps", {}).get("train") == "failed",
+                       "fd limit: run.json records the error and the step as failed", json.dumps(record, indent=1))
+        left += self.count_left(run_id)
+        self.finish_row(r, "fd limit", took, 30.0, left, 0, 0, err)
+
+    def test_error_exit(self):
+        """An error flowrun cannot go on after (a step's directory that cannot be made): run.json is closed
+        with the error, not left "running"."""
+        r = self.row("error_exit", "flowrun stops with the error; run.json says finished, exit code 1, the error, "
+                     "the step failed")
+        run_id = f"errexit-{os.getpid()}"
+        # The first step puts a file where the second step's directory goes.
+        d = self.workspace("error_exit", f"""name: errexit
+steps:
+  - name: prepare
+    run: {sh_yaml(': > "$0/run/train"', "@DIR@")}
+  - name: train
+    needs: [prepare]
+    run: [true]
+""")
+        self.fix_dir(d)
+        t0 = time.monotonic()
+        p = self.start(d, run_id)
+        rc, end, err = self.ended("error exit", p, d, 20)
+        self.check(rc == 1 and "flowrun: error:" in err, "error exit: flowrun says the error and exits 1",
+                   f"exit {rc}\n{err}")
+        if self.record_closed("error exit", d, rc):
+            with open(os.path.join(d, "run", "run.json")) as f:
+                record = json.load(f)
+            self.check(bool(record.get("error")) and record.get("steps", {}).get("train") == "failed" and
+                       record.get("steps", {}).get("prepare") == "succeeded",
+                       "error exit: run.json names the error; train failed, prepare succeeded",
+                       json.dumps(record, indent=1))
+        self.finish_row(r, "error exit", end - t0, 10.0, self.count_left(run_id), 0, 0, err)
 
     # --- driver -----------------------------------------------------------------------
 

@@ -9,6 +9,7 @@ import json
 import os
 import re
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -264,6 +265,9 @@ class Suite:
              "flowrun: error: --nnodes 1:4: elastic node counts are not supported; give one count (--nnodes 4)"),
             (["run", "--nnodes", "2", "train.py"], "flowrun: error: --nnodes 2 needs a way to reach the other nodes"),
             (["run", "--rdzv-backend", "etcd", "train.py"], "flowrun: error: --rdzv-backend etcd:"),
+            (["run", "--signals-to-handle", "SIGTERM,SIGKILL", "train.py"],
+             "flowrun: error: --signals-to-handle SIGTERM,SIGKILL: 'SIGKILL': flowrun handles SIGTERM, SIGINT, "
+             "SIGHUP and SIGQUIT (stop signals) and forwards SIGUSR1 and SIGUSR2"),
             (["run", "--nproc-per-node"], "flowrun: error: --nproc-per-node needs a value (N|auto|gpu|cpu)"),
             (["run", "--nproc-per-node", "2"], "flowrun: error: nothing to run"),
             (["run", "--standalone", "--nnodes", "2", "train.py"], "flowrun: error: --standalone runs on one node"),
@@ -292,6 +296,22 @@ class Suite:
         rc, out, err = self.flowrun(d, "run", "--help")
         self.check(rc == 0 and "--nproc-per-node N|auto|gpu|cpu" in out and "--rdzv-endpoint" in out,
                    "--help lists torchrun's options", out)
+
+    def test_signals_to_handle(self):
+        """--signals-to-handle SIGTERM,SIGINT: flowrun ignores SIGHUP (as nohup) and the step goes on."""
+        d = self.workdir("signals")
+        script = 'echo "rank $RANK up"; touch ready; while [ ! -e go ]; do sleep 0.05; done'
+        p = subprocess.Popen([self.binary, "run", "--signals-to-handle", "SIGTERM,SIGINT", "--cpus", "1",
+                              "--no-python", "sh", "-c", script], cwd=d, env=self.env(), stdout=subprocess.PIPE,
+                             stderr=subprocess.PIPE, start_new_session=True)
+        deadline = time.monotonic() + 60
+        while not os.path.exists(os.path.join(d, "ready")) and p.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.02)
+        os.kill(p.pid, signal.SIGHUP)  # ignored: the kernel drops it before kill() returns
+        open(os.path.join(d, "go"), "w").close()
+        out, err = p.communicate(timeout=60)
+        self.check(p.returncode == 0, "--signals-to-handle SIGTERM,SIGINT: SIGHUP is ignored, the step succeeds",
+                   f"rc={p.returncode}\n{err.decode(errors='replace')}")
 
     def test_timeouts(self):
         """--timeout and --stall-timeout become the step's timeout and stall_timeout."""

@@ -67,11 +67,12 @@ TEST_CASE("every message type round-trips through a frame and fields", "[protoco
     CHECK(reader.buffered() == 0);
     CHECK(message_type_from_byte(static_cast<std::uint8_t>(type)) == type);
   }
-  CHECK(names.size() == 20);
+  CHECK(names.size() == 21);
   CHECK(message_type_name(MessageType::upload_chunk) == "upload_chunk");
   CHECK(message_type_name(MessageType::preflight_done) == "preflight_done");
+  CHECK(message_type_name(MessageType::signal) == "signal");
   CHECK_FALSE(message_type_from_byte(0));
-  CHECK_FALSE(message_type_from_byte(21));
+  CHECK_FALSE(message_type_from_byte(22));
 }
 
 TEST_CASE("a frame fed byte by byte comes out once, whole", "[protocol]") {

@@ -261,7 +261,8 @@ TEST_CASE("run.json is written in a fixed shape and read back", "[resume]") {
     "prepare": "succeeded",
     "train": "running"
   },
-  "resumed_from": null
+  "resumed_from": null,
+  "error": null
 }
 )");
   r.finished = true;
@@ -276,12 +277,17 @@ TEST_CASE("run.json is written in a fixed shape and read back", "[resume]") {
   CHECK(text.find(R"(  "resumed_from": {
     "run_id": "flow-x",
     "run_dir": "/w/.flowrun/runs/flow-x"
-  }
+  },
+  "error": null
 })") != std::string::npos);
   CHECK(text.find("  \"spec\": null,\n") != std::string::npos);
   CHECK(text.find("  \"python\": \"/usr/bin/python3\",\n") != std::string::npos);
   const RunRecord back = parse_run_json(text, "run.json");
   CHECK(format_run_json(back) == text);
+  r.error = "cannot create a pipe: Too many open files";
+  const std::string failed = format_run_json(r);
+  CHECK(failed.find("  \"error\": \"cannot create a pipe: Too many open files\"\n}") != std::string::npos);
+  CHECK(parse_run_json(failed, "run.json").error == r.error);
 }
 
 TEST_CASE("run.json of another format or shape is refused, naming the file", "[resume]") {

@@ -375,3 +375,17 @@ TEST_CASE("paused output: the step's timeout still stops the workers", "[supervi
   CHECK(p.bytes[0] == fs::file_size(f.dir() + "/r0.out"));
   CHECK(p.bytes[0] > 0);
 }
+
+TEST_CASE("--signals-to-handle names stop signals; SIGUSR1 and SIGUSR2 are always forwarded",
+          "[supervisor]") {
+  std::string error;
+  CHECK(parse_signals_to_handle("SIGTERM,SIGINT,SIGHUP,SIGQUIT", &error) == kStopSignals);
+  CHECK(parse_signals_to_handle("term, int,SIGTERM", &error) == std::vector<int>{SIGTERM, SIGINT});
+  CHECK(parse_signals_to_handle("SIGTERM,SIGUSR1,SIGUSR2", &error) == std::vector<int>{SIGTERM});
+  CHECK(parse_signals_to_handle("", &error) == std::vector<int>{});
+  CHECK_FALSE(parse_signals_to_handle("SIGTERM,SIGKILL", &error));
+  CHECK(error ==
+        "'SIGKILL': flowrun handles SIGTERM, SIGINT, SIGHUP and SIGQUIT (stop signals) and forwards SIGUSR1 "
+        "and SIGUSR2");
+  CHECK_FALSE(parse_signals_to_handle("SIGNOPE", &error));
+}
