@@ -250,8 +250,9 @@ std::string describe_head_addresses(const std::vector<HeadAddress>& candidates, 
     return ", on " + name;
   };
   const auto& first = candidates.front();
-  std::string text =
-      first.address + ":" + std::to_string(port) + " (" + first.why + on(first.address, first.why);
+  const bool v6 = first.address.find(':') != std::string::npos;
+  std::string text = (v6 ? "[" + first.address + "]" : first.address) + ":" + std::to_string(port) + " (" +
+                     first.why + on(first.address, first.why);
   for (std::size_t i = 1; i < candidates.size(); ++i) {
     const auto& c = candidates[i];
     text += (i == 1 ? "; agents that cannot reach it try " : ", then ") + c.address + " (" +

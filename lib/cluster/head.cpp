@@ -463,7 +463,9 @@ class Head : public GroupObserver {
   // (another program listens there on that address) all start again.
   void listen_on_candidates() {
     if (candidates_.size() == 1) {
+      // cluster.address may be a host name: the console shows the address it resolved to.
       listen(candidates_.front().address, 0);
+      candidates_.front().address = acceptors_.front()->local_endpoint().address().to_string();
       return;
     }
     raise_fd_limit();

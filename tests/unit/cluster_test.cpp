@@ -397,6 +397,7 @@ TEST_CASE("describe_head_addresses: the first with its reason and interface, the
         "10.200.0.1:4000 (cluster.address)");
   CHECK(describe_head_addresses({{"10.0.0.9", "cluster.address"}}, 80, interface) ==
         "10.0.0.9:80 (cluster.address)");
+  CHECK(describe_head_addresses({{"::1", "cluster.address"}}, 80, interface) == "[::1]:80 (cluster.address)");
 }
 
 TEST_CASE("slurmctld_hosts: SlurmctldAddr first, then each SlurmctldHost", "[cluster]") {
