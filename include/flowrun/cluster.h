@@ -58,7 +58,7 @@ NodeStepResult run_on_nodes(Supervisor& supervisor, const Console& console, cons
 
 // `flowrun agent`.
 struct AgentOptions {
-  std::string endpoint;          // HOST:PORT of the head
+  std::string endpoint;          // HOST:PORT of the head, or several comma-separated (tried in turn)
   std::optional<int> node_rank;  // --node-rank; else SLURM_NODEID under srun; else the head decides
   std::string token_file;        // --token-file; else the first line of stdin
   // Read token_file once connected, waiting for it to appear: `flowrun run`'s

@@ -273,10 +273,11 @@ int run_cli(int argc, char** argv) {
       "agent",
       "Run one node's ranks for a head on another host (started by the head; by hand for engine: manual)");
   agent
-      ->add_option("--rdzv-endpoint,--rdzv_endpoint", options.agent.endpoint,
-                   "The head's HOST:PORT, as the head printed it")
+      ->add_option(
+          "--rdzv-endpoint,--rdzv_endpoint", options.agent.endpoint,
+          "The head's HOST:PORT, as the head printed it; several, comma-separated, are tried in turn")
       ->required()
-      ->type_name("HOST:PORT");
+      ->type_name("HOST:PORT[,...]");
   agent
       ->add_option(
           "--node-rank,--node_rank", options.agent.node_rank,

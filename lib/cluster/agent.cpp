@@ -13,6 +13,8 @@
 #include <fcntl.h>
 #include <fmt/format.h>
 #include <malloc.h>
+#include <netdb.h>
+#include <poll.h>
 #include <sys/stat.h>
 #include <thread>
 #include <unistd.h>
@@ -325,27 +327,55 @@ class Agent : public GroupObserver {
     return text;
   }
 
+  // Dials the head at every endpoint of --rdzv-endpoint (the head's
+  // addresses, best first) as RFC 8305 does: a new attempt starts every
+  // 250 ms, or at once when one fails; the first connection made wins and
+  // the others are closed. An address this node has no route to fails at
+  // once, one that drops the SYN gives up after kAttemptLimit. Rounds go on
+  // until --connect-timeout (the head may not listen yet).
   asio::ip::tcp::socket connect(asio::io_context& io, Clock::time_point deadline) {
-    const std::string& endpoint = options_.endpoint;
-    const auto colon = endpoint.rfind(':');
-    if (colon == std::string::npos || colon == 0 || colon + 1 == endpoint.size())
-      throw Error("--rdzv-endpoint '" + endpoint + "': expected HOST:PORT", kExitUsage);
-    std::string host = endpoint.substr(0, colon);
-    if (host.size() > 2 && host.front() == '[' && host.back() == ']') host = host.substr(1, host.size() - 2);
-    const std::string port = endpoint.substr(colon + 1);
-    asio::ip::tcp::resolver resolver(io);
-    std::string last_error;
+    std::string error;
+    const auto endpoints = cluster::parse_endpoints(options_.endpoint, &error);
+    if (!endpoints) throw Error("--rdzv-endpoint " + error, kExitUsage);
+    std::vector<std::string> why(endpoints->size());
     while (true) {
-      boost::system::error_code ec;
-      auto found = resolver.resolve(host, port, ec);
-      if (!ec) {
-        asio::ip::tcp::socket socket(io);
-        asio::connect(socket, found, ec);
-        if (!ec) return socket;
+      std::vector<Target> targets;
+      for (std::size_t i = 0; i < endpoints->size(); ++i) {
+        const auto& e = (*endpoints)[i];
+        addrinfo hints{};
+        hints.ai_family = AF_UNSPEC;
+        hints.ai_socktype = SOCK_STREAM;
+        addrinfo* found = nullptr;
+        if (const int rc = getaddrinfo(e.host.c_str(), e.port.c_str(), &hints, &found); rc != 0) {
+          why[i] = gai_strerror(rc);
+          continue;
+        }
+        for (const addrinfo* a = found; a != nullptr; a = a->ai_next) {
+          Target t;
+          t.endpoint = i;
+          std::memcpy(&t.address, a->ai_addr, a->ai_addrlen);
+          t.size = a->ai_addrlen;
+          targets.push_back(t);
+        }
+        freeaddrinfo(found);
       }
-      last_error = ec.message();
-      if (Clock::now() >= deadline || sup_->interrupt_signal() != 0)
-        throw Error(fmt::format("cannot reach the head at {}: {}", endpoint, last_error));
+      const auto [fd, index] = dial(targets, why, deadline);
+      if (fd >= 0) {
+        head_at_ = (*endpoints)[targets[index].endpoint].text;
+        asio::ip::tcp::socket socket(io);
+        boost::system::error_code ec;
+        socket.assign(
+            targets[index].address.ss_family == AF_INET6 ? asio::ip::tcp::v6() : asio::ip::tcp::v4(), fd, ec);
+        if (ec) throw Error("cannot use the connection to the head: " + ec.message());
+        return socket;
+      }
+      if (Clock::now() >= deadline || sup_->interrupt_signal() != 0) {
+        std::string all;
+        for (std::size_t i = 0; i < endpoints->size(); ++i)
+          all += (all.empty() ? "" : "; ") + (*endpoints)[i].text + ": " + why[i];
+        throw Error("cannot reach the head at " +
+                    (endpoints->size() == 1 ? all : "any of its addresses (" + all + ")"));
+      }
       std::this_thread::sleep_for(std::chrono::milliseconds(200));
     }
   }
@@ -354,6 +384,103 @@ class Agent : public GroupObserver {
     enum Kind { joined, refused, dropped } kind = joined;
     std::string why;  // dropped: how the connection ended
   };
+
+  struct Target {
+    std::size_t endpoint = 0;  // its index in --rdzv-endpoint
+    sockaddr_storage address{};
+    socklen_t size = 0;
+  };
+  static constexpr auto kAttemptDelay = std::chrono::milliseconds(250);
+  static constexpr auto kAttemptLimit = std::chrono::seconds(10);
+
+  // One round over `targets`: {fd, index in targets} of the first connection
+  // made (a blocking socket), or {-1, 0} when every attempt failed, `why`
+  // (by endpoint) saying how.
+  std::pair<int, std::size_t> dial(const std::vector<Target>& targets, std::vector<std::string>& why,
+                                   Clock::time_point deadline) {
+    struct Attempt {
+      int fd;
+      std::size_t target;
+      Clock::time_point started;
+    };
+    std::vector<Attempt> open;
+    auto close_all = [&] {
+      for (const auto& a : open) ::close(a.fd);
+      open.clear();
+    };
+    std::size_t next = 0;
+    auto next_start = Clock::now();
+    while (true) {
+      auto now = Clock::now();
+      if (next < targets.size() && (now >= next_start || open.empty())) {
+        const Target& t = targets[next];
+        const int fd = ::socket(t.address.ss_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+        if (fd < 0) {
+          why[t.endpoint] = std::strerror(errno);
+        } else if (::connect(fd, reinterpret_cast<const sockaddr*>(&t.address), t.size) == 0) {
+          close_all();
+          return {blocking(fd), next};
+        } else if (errno == EINPROGRESS) {
+          open.push_back({fd, next, now});
+          next_start = now + kAttemptDelay;
+        } else {
+          why[t.endpoint] = std::strerror(errno);
+          ::close(fd);
+        }
+        ++next;
+        continue;
+      }
+      if (open.empty()) return {-1, 0};
+      if (now >= deadline || sup_->interrupt_signal() != 0) {
+        // What an earlier round found says more than a cut-off attempt.
+        for (const auto& a : open)
+          if (why[targets[a.target].endpoint].empty()) why[targets[a.target].endpoint] = "no answer";
+        close_all();
+        return {-1, 0};
+      }
+      auto wake = std::min(deadline, now + std::chrono::milliseconds(100));
+      if (next < targets.size()) wake = std::min(wake, next_start);
+      for (const auto& a : open) wake = std::min(wake, a.started + kAttemptLimit);
+      std::vector<pollfd> fds;
+      for (const auto& a : open) fds.push_back({a.fd, POLLOUT, 0});
+      const auto wait = std::chrono::duration_cast<std::chrono::milliseconds>(wake - now).count();
+      if (::poll(fds.data(), fds.size(), static_cast<int>(std::max<long>(wait, 0) + 1)) < 0 && errno != EINTR)
+        throw Error(std::string("poll: ") + std::strerror(errno));
+      now = Clock::now();
+      std::vector<Attempt> still;
+      for (std::size_t i = 0; i < open.size(); ++i) {
+        const Attempt& a = open[i];
+        if (fds[i].revents != 0) {
+          int err = 0;
+          socklen_t size = sizeof err;
+          if (getsockopt(a.fd, SOL_SOCKET, SO_ERROR, &err, &size) != 0) err = errno;
+          if (err == 0) {
+            for (std::size_t j = 0; j < open.size(); ++j)
+              if (j != i) ::close(open[j].fd);
+            return {blocking(a.fd), a.target};
+          }
+          why[targets[a.target].endpoint] = std::strerror(err);
+          ::close(a.fd);
+          next_start = now;  // a failure starts the next attempt at once
+        } else if (now >= a.started + kAttemptLimit) {
+          why[targets[a.target].endpoint] =
+              fmt::format("no answer within {} s",
+                          std::chrono::duration_cast<std::chrono::seconds>(kAttemptLimit).count());
+          ::close(a.fd);
+          next_start = now;
+        } else {
+          still.push_back(a);
+        }
+      }
+      open = std::move(still);
+    }
+  }
+
+  static int blocking(int fd) {
+    const int flags = fcntl(fd, F_GETFL);
+    if (flags >= 0) fcntl(fd, F_SETFL, flags & ~O_NONBLOCK);
+    return fd;
+  }
 
   // The handshake, before anything else runs: blocking, with a timeout.
   // Throws Error when the head's frames make no sense.
@@ -417,7 +544,7 @@ class Agent : public GroupObserver {
     }
     if (type2 != MessageType::welcome ||
         !proofs_equal(field_or(fields2, "proof"), auth_proof(token_, my_nonce, "head:" + node_))) {
-      console_.message("flowrun agent: the head at " + options_.endpoint +
+      console_.message("flowrun agent: the head at " + head_at_ +
                        " could not prove it holds the run's token; not running anything for it");
       return {Handshake::refused, {}};
     }
@@ -454,8 +581,8 @@ class Agent : public GroupObserver {
     lost_head_ = true;
     conn_->close();
     if (output_paused_) resume_output();  // what the ranks still write goes nowhere now
-    console_.message(fmt::format("flowrun agent: {}: lost the head at {} ({}){}", node_, options_.endpoint,
-                                 why, in_group_ ? "; stopping this node's workers" : ""));
+    console_.message(fmt::format("flowrun agent: {}: lost the head at {} ({}){}", node_, head_at_, why,
+                                 in_group_ ? "; stopping this node's workers" : ""));
     exit_code_ = 1;
     if (in_group_) {
       sup_->stop_group(Outcome::interrupted);
@@ -818,6 +945,7 @@ class Agent : public GroupObserver {
   std::string token_, node_, agent_id_, run_id_, step_, scratch_;
   std::string my_nonce_, head_nonce_;  // the handshake's, for the frame keys
   std::string gloo_ifname_;            // set for the workers when the host name is a loopback address
+  std::string head_at_;                // the --rdzv-endpoint entry it reached the head at
   int node_rank_claim_ = -1, node_rank_ = 0, gpus_ = 0, attempt_ = 0;
   double interval_s_ = 2.5, timeout_s_ = 10, grace_s_ = 10, stall_s_ = 0;
   HeldPort held_port_;

@@ -26,21 +26,6 @@ std::string host_part(const std::string& host) {
   return at == std::string::npos ? host : host.substr(at + 1);
 }
 
-std::optional<std::string> first_interface_address() {
-  ifaddrs* list = nullptr;
-  if (getifaddrs(&list) != 0) return std::nullopt;
-  std::optional<std::string> chosen;
-  for (ifaddrs* i = list; i != nullptr && !chosen; i = i->ifa_next) {
-    if (i->ifa_addr == nullptr || i->ifa_addr->sa_family != AF_INET) continue;
-    if ((i->ifa_flags & IFF_UP) == 0 || (i->ifa_flags & IFF_LOOPBACK) != 0) continue;
-    char text[INET_ADDRSTRLEN] = {};
-    inet_ntop(AF_INET, &reinterpret_cast<const sockaddr_in*>(i->ifa_addr)->sin_addr, text, sizeof text);
-    chosen = std::string(text) + " (" + i->ifa_name + ")";
-  }
-  freeifaddrs(list);
-  return chosen;
-}
-
 // The output of `command` (at most 64 KiB); empty when it fails.
 std::string command_output(const std::string& command) {
   FILE* pipe = popen(command.c_str(), "r");
@@ -140,33 +125,161 @@ std::optional<std::string> route_source(const std::string& host) {
   return source;
 }
 
-HeadAddress choose_head_address(const ClusterSpec& cluster, const std::optional<SlurmJob>& job,
-                                const std::string& hostname, const std::vector<std::string>& ssh) {
-  if (cluster.address) return {*cluster.address, "cluster.address"};
+std::vector<LocalAddress> local_addresses() {
+  std::vector<LocalAddress> found;
+  ifaddrs* list = nullptr;
+  if (getifaddrs(&list) != 0) return found;
+  for (ifaddrs* i = list; i != nullptr; i = i->ifa_next) {
+    if (i->ifa_addr == nullptr || i->ifa_addr->sa_family != AF_INET) continue;
+    char text[INET_ADDRSTRLEN] = {};
+    inet_ntop(AF_INET, &reinterpret_cast<const sockaddr_in*>(i->ifa_addr)->sin_addr, text, sizeof text);
+    found.push_back({i->ifa_name, text, (i->ifa_flags & IFF_UP) != 0, (i->ifa_flags & IFF_LOOPBACK) != 0});
+  }
+  freeifaddrs(list);
+  return found;
+}
+
+std::vector<HeadAddress> order_head_addresses(const std::vector<RouteHint>& hints,
+                                              const std::string& hostname,
+                                              const std::optional<std::string>& hostname_address,
+                                              const std::vector<LocalAddress>& interfaces) {
+  std::vector<HeadAddress> chosen;
+  auto add = [&](const std::string& address, std::string why) {
+    if (address.empty() || is_loopback(address)) return;
+    for (const auto& c : chosen)
+      if (c.address == address) return;
+    chosen.push_back({address, std::move(why)});
+  };
+  for (const auto& hint : hints) add(hint.source, "the address this host uses to reach " + hint.what);
+  // The name's address only when it is this host's: a stale DNS or hosts
+  // entry would send the agents to another machine.
+  if (hostname_address) {
+    for (const auto& i : interfaces)
+      if (i.up && !i.loopback && i.address == *hostname_address)
+        add(*hostname_address, "the address of this host's name, " + hostname);
+  }
+  for (const auto& i : interfaces)
+    if (i.up && !i.loopback) add(i.address, "interface " + i.interface);
+  return chosen;
+}
+
+std::vector<std::pair<std::string, std::string>> slurmctld_hosts(const std::string& show_config) {
+  std::vector<std::pair<std::string, std::string>> hosts, addr;
+  std::size_t pos = 0;
+  while (pos < show_config.size()) {
+    std::size_t end = show_config.find('\n', pos);
+    if (end == std::string::npos) end = show_config.size();
+    const std::string line = show_config.substr(pos, end - pos);
+    pos = end + 1;
+    const auto eq = line.find('=');
+    if (eq == std::string::npos) continue;
+    auto trim = [](std::string text) {
+      const auto first = text.find_first_not_of(" \t");
+      const auto last = text.find_last_not_of(" \t\r");
+      return first == std::string::npos ? std::string() : text.substr(first, last - first + 1);
+    };
+    const std::string key = trim(line.substr(0, eq));
+    const std::string value = trim(line.substr(eq + 1));
+    if (value.empty() || value == "(null)" || !plain_word(value.substr(0, value.find('(')))) continue;
+    if (key == "SlurmctldAddr") {
+      addr.emplace_back(value, value);
+    } else if (key.rfind("SlurmctldHost[", 0) == 0 && key.back() == ']') {
+      const auto open = value.find('(');
+      if (open == std::string::npos) {
+        hosts.emplace_back(value, value);
+      } else if (value.back() == ')') {
+        const std::string name = value.substr(0, open);
+        const std::string address = value.substr(open + 1, value.size() - open - 2);
+        hosts.emplace_back(name, plain_word(address) ? address : name);
+      }
+    }
+  }
+  addr.insert(addr.end(), hosts.begin(), hosts.end());
+  return addr;
+}
+
+std::vector<HeadAddress> choose_head_addresses(const ClusterSpec& cluster, const std::optional<SlurmJob>& job,
+                                               const std::string& hostname,
+                                               const std::vector<std::string>& ssh) {
+  if (cluster.address) return {{*cluster.address, "cluster.address"}};
+  std::vector<RouteHint> hints;
   std::vector<std::string> nodes;
   if (cluster.engine == Engine::ssh) nodes = cluster.hosts;
   if (cluster.engine == Engine::slurm && job) nodes = job->nodes;
+  // The first node that has a route decides; every node is on the cluster's network.
   for (const auto& node : nodes) {
-    if (auto source = route_source(node); source && !is_loopback(*source))
-      return {*source, "the address this host uses to reach " + host_part(node)};
+    if (auto source = route_source(node); source && !is_loopback(*source)) {
+      hints.push_back({host_part(node), *source});
+      break;
+    }
     if (resolve_ipv4(host_part(node))) continue;
     // A node's name may mean something only to ssh's config, or to Slurm.
     const auto address = cluster.engine == Engine::slurm ? slurm_node_address(node) : ssh_hostname(ssh, node);
-    if (address) {
-      if (auto source = route_source(*address); source && !is_loopback(*source))
-        return {*source, "the address this host uses to reach " + host_part(node) + " (" + *address +
-                             ", from " + (cluster.engine == Engine::slurm ? "scontrol" : "ssh -G") + ")"};
+    if (!address) continue;
+    if (auto source = route_source(*address); source && !is_loopback(*source)) {
+      hints.push_back({host_part(node) + " (" + *address + ", from " +
+                           (cluster.engine == Engine::slurm ? "scontrol" : "ssh -G") + ")",
+                       *source});
+      break;
     }
   }
-  if (auto own = resolve_ipv4(hostname); own && !is_loopback(*own))
-    return {*own, "the address of this host's name, " + hostname};
-  if (auto first = first_interface_address()) {
-    const auto space = first->find(' ');
-    return {first->substr(0, space),
-            "this host's name does not resolve to a routable address; using interface " +
-                first->substr(space + 2, first->size() - space - 3)};
+  if (cluster.engine == Engine::slurm) {
+    // Every node reaches slurmctld; without an allocation it is the only
+    // part of the cluster known before srun names the nodes.
+    for (const auto& [name, address] : slurmctld_hosts(command_output("scontrol show config 2>/dev/null"))) {
+      const auto ip = resolve_ipv4(address);
+      if (!ip) continue;
+      const auto source = route_source(*ip);
+      hints.push_back(
+          {"slurmctld at " + (name == *ip ? name : name + " (" + *ip + ")"), source.value_or("")});
+    }
   }
-  throw Error("cannot find an address for the other nodes to reach this host: set cluster.address");
+  auto chosen = order_head_addresses(hints, hostname, resolve_ipv4(hostname), local_addresses());
+  if (chosen.empty())
+    throw Error("cannot find an address for the other nodes to reach this host: set cluster.address");
+  return chosen;
+}
+
+std::string describe_head_addresses(const std::vector<HeadAddress>& candidates, std::uint16_t port,
+                                    const std::function<std::string(const std::string&)>& interface_of) {
+  if (candidates.empty()) return {};
+  auto on = [&](const std::string& address, const std::string& why) {
+    const std::string name = interface_of(address);
+    // cluster.address is shown as written.
+    if (name.empty() || why == "interface " + name || why == "cluster.address") return std::string();
+    return ", on " + name;
+  };
+  const auto& first = candidates.front();
+  const bool v6 = first.address.find(':') != std::string::npos;
+  std::string text = (v6 ? "[" + first.address + "]" : first.address) + ":" + std::to_string(port) + " (" +
+                     first.why + on(first.address, first.why);
+  for (std::size_t i = 1; i < candidates.size(); ++i) {
+    const auto& c = candidates[i];
+    text += (i == 1 ? "; agents that cannot reach it try " : ", then ") + c.address + " (" +
+            (c.why.rfind("interface ", 0) == 0 ? c.why.substr(10) : c.why + on(c.address, c.why)) + ")";
+  }
+  return text + ")";
+}
+
+std::optional<std::vector<Endpoint>> parse_endpoints(const std::string& list, std::string* error) {
+  std::vector<Endpoint> endpoints;
+  std::size_t pos = 0;
+  while (true) {
+    const std::size_t comma = list.find(',', pos);
+    const std::string text = list.substr(pos, comma == std::string::npos ? std::string::npos : comma - pos);
+    const auto colon = text.rfind(':');
+    if (colon == std::string::npos || colon == 0 || colon + 1 == text.size() ||
+        text.find_first_not_of("0123456789", colon + 1) != std::string::npos) {
+      *error = "'" + text + "': expected HOST:PORT";
+      return std::nullopt;
+    }
+    std::string host = text.substr(0, colon);
+    if (host.size() > 2 && host.front() == '[' && host.back() == ']') host = host.substr(1, host.size() - 2);
+    endpoints.push_back({host, text.substr(colon + 1), text});
+    if (comma == std::string::npos) break;
+    pos = comma + 1;
+  }
+  return endpoints;
 }
 
 std::vector<std::string> agent_argv(const AgentCommand& agent, int node) {
@@ -212,8 +325,9 @@ std::vector<EngineLaunch> engine_launches(const ClusterSpec& cluster, const Step
         const auto colon = cluster.rendezvous.rfind(':');
         const std::string host = cluster.rendezvous.substr(0, colon);
         if (auto ip = resolve_ipv4(host); !ip || is_loopback(*ip)) {
-          if (auto first = first_interface_address())
-            own.endpoint = first->substr(0, first->find(' ')) + cluster.rendezvous.substr(colon);
+          const auto candidates = order_head_addresses({}, "", std::nullopt, local_addresses());
+          if (!candidates.empty())
+            own.endpoint = candidates.front().address + cluster.rendezvous.substr(colon);
         }
         local.argv = agent_argv(own, 0);
         launches.push_back(std::move(local));

@@ -98,7 +98,6 @@ class Head : public GroupObserver {
         plan_(*job.plan),
         cluster_(*job.spec->cluster),
         io_(supervisor.io()),
-        acceptor_(io_),
         heartbeat_timer_(io_),
         join_timer_(io_),
         flush_timer_(io_) {
@@ -125,19 +124,24 @@ class Head : public GroupObserver {
     }
     if (!cluster_.ssh_command.empty()) ssh = cluster_.ssh_command;
     token_ = make_token();
-    cluster::HeadAddress address;
+    std::string listening;  // the console's "ADDRESS:PORT (why)"
     if (!cluster_.rendezvous.empty()) {
       // flowrun run's rendezvous: the token goes where the other nodes'
       // flowrun run looks for it, before anyone can connect.
       write_private_file(cluster_.rendezvous_token_file, token_ + "\n");
       token_file_ = cluster_.rendezvous_token_file;
-      address = {cluster_.address.value_or("0.0.0.0"),
-                 cluster_.address ? "--local-addr" : "every address of this host, as torchrun's store"};
+      const cluster::HeadAddress address{
+          cluster_.address.value_or("0.0.0.0"),
+          cluster_.address ? "--local-addr" : "every address of this host, as torchrun's store"};
       listen(address.address, rendezvous_port());
       endpoint_ = cluster_.rendezvous;
+      listening = endpoint_ + " (" + address.why + ")";
     } else {
-      address = cluster::choose_head_address(cluster_, slurm_job, hostname(), ssh);
-      listen(address.address, 0);
+      candidates_ = cluster::choose_head_addresses(cluster_, slurm_job, hostname(), ssh);
+      listen_on_candidates();
+      listening = cluster::describe_head_addresses(candidates_, port_, [](const std::string& address) {
+        return cluster::interface_of(address).value_or("");
+      });
     }
 
     // The marker every agent must read at the same path (docs/multinode.md).
@@ -154,10 +158,9 @@ class Head : public GroupObserver {
     cluster::AgentCommand agent{job_.flowrun_path, endpoint_, job_.fake_gpus};
     const auto engines = cluster::engine_launches(cluster_, plan_, slurm_job, agent, ssh);
 
-    console_.message(
-        fmt::format("flowrun: step '{}': {} workers on {} (engine: {}); the head listens on {} ({})",
-                    plan_.step, plan_.world_size, plural(nodes_.size(), "node", "nodes"),
-                    engine_name(cluster_.engine), endpoint_, address.why));
+    console_.message(fmt::format("flowrun: step '{}': {} workers on {} (engine: {}); the head listens on {}",
+                                 plan_.step, plan_.world_size, plural(nodes_.size(), "node", "nodes"),
+                                 engine_name(cluster_.engine), listening));
     if (!cluster_.rendezvous.empty()) {
       console_.message(fmt::format(
           "flowrun: this host is node 0; waiting for {} more: run the same `flowrun run` command on {} "
@@ -216,8 +219,7 @@ class Head : public GroupObserver {
     for (auto& n : nodes_) {
       if (n.conn) n.conn->close();
     }
-    boost::system::error_code ignored;
-    acceptor_.close(ignored);
+    close_acceptors();
     close_pending();
     heartbeat_timer_.cancel();
     join_timer_.cancel();
@@ -335,6 +337,7 @@ class Head : public GroupObserver {
     std::shared_ptr<Connection> conn;
     std::string name;     // the host name its agent reported
     std::string peer_ip;  // where it connected from
+    std::string via;      // the head's address it reached (one of candidates_)
     bool joined = false;
     bool ready = false;
     bool done = false;
@@ -359,6 +362,7 @@ class Head : public GroupObserver {
     int claim = -1;
     int gpus = -1;
     std::string ip;
+    std::string via;             // the head's address it dialed
     bool authenticated = false;  // its auth proved the token
     bool settled = false;        // admitted, refused or gone
   };
@@ -423,13 +427,17 @@ class Head : public GroupObserver {
     if (!ok) throw Error("cannot write " + path + ": " + std::strerror(errno));
   }
 
-  void listen(const std::string& address, std::uint16_t port) {
-    // Thousands of agents are thousands of sockets.
+  // Thousands of agents are thousands of sockets.
+  static void raise_fd_limit() {
     rlimit limit{};
     if (getrlimit(RLIMIT_NOFILE, &limit) == 0 && limit.rlim_cur < limit.rlim_max) {
       limit.rlim_cur = limit.rlim_max;
       setrlimit(RLIMIT_NOFILE, &limit);
     }
+  }
+
+  void listen(const std::string& address, std::uint16_t port) {
+    raise_fd_limit();
     boost::system::error_code ec;
     const auto ip = asio::ip::make_address(address, ec);
     if (ec) {
@@ -445,32 +453,99 @@ class Head : public GroupObserver {
   }
 
   void open_acceptor(const asio::ip::address& ip, std::uint16_t port) {
-    asio::ip::tcp::endpoint where(ip, port);
     boost::system::error_code ec;
-    acceptor_.open(where.protocol(), ec);
-    if (!ec && port != 0) acceptor_.set_option(asio::socket_base::reuse_address(true), ec);
-    if (!ec) acceptor_.bind(where, ec);
-    if (!ec) acceptor_.listen(4096, ec);
+    auto acceptor = open_acceptor_at(ip, port, ec);
     if (ec)
       throw Error("cannot listen on " + ip.to_string() + (port ? ":" + std::to_string(port) : "") + ": " +
                   ec.message() +
                   (port ? " (is another job using that port? choose another)" : " (set cluster.address)"));
-    const auto bound = acceptor_.local_endpoint().port();
-    endpoint_ = (ip.is_v6() ? "[" + ip.to_string() + "]" : ip.to_string()) + ":" + std::to_string(bound);
+    port_ = acceptor->local_endpoint().port();
+    endpoint_ = (ip.is_v6() ? "[" + ip.to_string() + "]" : ip.to_string()) + ":" + std::to_string(port_);
+    acceptors_.push_back(std::move(acceptor));
+  }
+
+  std::unique_ptr<asio::ip::tcp::acceptor> open_acceptor_at(const asio::ip::address& ip, std::uint16_t port,
+                                                            boost::system::error_code& ec) {
+    auto acceptor = std::make_unique<asio::ip::tcp::acceptor>(io_);
+    asio::ip::tcp::endpoint where(ip, port);
+    acceptor->open(where.protocol(), ec);
+    if (!ec && port != 0) acceptor->set_option(asio::socket_base::reuse_address(true), ec);
+    if (!ec) acceptor->bind(where, ec);
+    if (!ec) acceptor->listen(4096, ec);
+    return acceptor;
+  }
+
+  // One port on every candidate address, and on no other: the first takes a
+  // free port, the others bind the same one; when one of them finds it taken
+  // (another program listens there on that address) all start again.
+  void listen_on_candidates() {
+    if (candidates_.size() == 1) {
+      // cluster.address may be a host name: the console shows the address it resolved to.
+      listen(candidates_.front().address, 0);
+      candidates_.front().address = acceptors_.front()->local_endpoint().address().to_string();
+      return;
+    }
+    raise_fd_limit();
+    std::string last_error;
+    for (int round = 0; round < 20; ++round) {
+      acceptors_.clear();
+      std::vector<cluster::HeadAddress> kept;
+      boost::system::error_code ec;
+      for (const auto& c : candidates_) {
+        const auto ip = asio::ip::make_address(c.address, ec);
+        if (ec) break;
+        auto acceptor = open_acceptor_at(ip, port_, ec);
+        if (ec == asio::error::address_in_use && port_ != 0) break;
+        if (ec) {
+          // Not this host's after all (it changed meanwhile): the others still serve.
+          last_error = c.address + ": " + ec.message();
+          ec.clear();
+          continue;
+        }
+        if (port_ == 0) port_ = acceptor->local_endpoint().port();
+        acceptors_.push_back(std::move(acceptor));
+        kept.push_back(c);
+      }
+      if (!ec && !kept.empty()) {
+        candidates_ = std::move(kept);
+        std::string list;
+        for (const auto& c : candidates_)
+          list += (list.empty() ? "" : ",") + c.address + ":" + std::to_string(port_);
+        endpoint_ = list;
+        return;
+      }
+      if (ec && ec != asio::error::address_in_use) last_error = ec.message();
+      port_ = 0;
+    }
+    acceptors_.clear();
+    throw Error("cannot listen on this host's addresses: " +
+                (last_error.empty() ? "no port free" : last_error) + " (set cluster.address)");
+  }
+
+  void close_acceptors() {
+    boost::system::error_code ignored;
+    for (auto& a : acceptors_) a->close(ignored);
   }
 
   void accept_next() {
-    acceptor_.async_accept([this](const boost::system::error_code& ec, asio::ip::tcp::socket socket) {
-      if (ec == asio::error::operation_aborted || !acceptor_.is_open()) return;
-      if (!ec) on_accept(std::move(socket));
-      accept_next();
-    });
+    for (auto& a : acceptors_) accept_next(*a);
+  }
+
+  void accept_next(asio::ip::tcp::acceptor& acceptor) {
+    acceptor.async_accept(
+        [this, &acceptor](const boost::system::error_code& ec, asio::ip::tcp::socket socket) {
+          if (ec == asio::error::operation_aborted || !acceptor.is_open()) return;
+          if (!ec) on_accept(std::move(socket));
+          accept_next(acceptor);
+        });
   }
 
   void on_accept(asio::ip::tcp::socket socket) {
     boost::system::error_code ec;
     const auto remote = socket.remote_endpoint(ec);
     const std::string ip = ec ? std::string("?") : remote.address().to_string();
+    const auto local = socket.local_endpoint(ec);
+    const std::string via = ec ? std::string() : local.address().to_string();
     std::erase_if(pending_, [](const std::shared_ptr<Pending>& p) { return p->settled; });
     const auto from_ip = static_cast<std::size_t>(std::count_if(
         pending_.begin(), pending_.end(), [&](const std::shared_ptr<Pending>& p) { return p->ip == ip; }));
@@ -520,6 +595,7 @@ class Head : public GroupObserver {
     auto pending = std::make_shared<Pending>();
     pending->conn = conn;
     pending->ip = ip;
+    pending->via = via;
     pending->deadline = std::make_unique<asio::steady_timer>(io_);
     pending->deadline->expires_after(seconds_of(timeout_s_));
     // Captures `this` only behind the error check: at the end of the step
@@ -661,6 +737,7 @@ class Head : public GroupObserver {
     n.joined = true;
     n.name = printable(p.node);  // it is printed, and in the report
     n.peer_ip = ip;
+    n.via = p.via;
     n.gpus = p.gpus;
     n.conn = p.conn;
     p.conn->send(MessageType::welcome,
@@ -686,8 +763,38 @@ class Head : public GroupObserver {
 
   // ---- phases --------------------------------------------------------------
 
+  // Agents that could not reach the first candidate and dialed another: the
+  // choice was wrong for them, which the console says (nothing when every
+  // agent reached the first).
+  void say_fallback_addresses() {
+    if (candidates_.size() < 2) return;
+    std::vector<std::pair<std::string, std::vector<std::string>>> by_address;
+    for (const auto& n : nodes_) {
+      if (n.via.empty() || n.via == candidates_.front().address) continue;
+      auto at =
+          std::find_if(by_address.begin(), by_address.end(), [&](const auto& e) { return e.first == n.via; });
+      if (at == by_address.end()) at = by_address.insert(by_address.end(), {n.via, {}});
+      at->second.push_back(n.name);
+    }
+    for (const auto& [address, names] : by_address) {
+      std::string why;
+      for (const auto& c : candidates_)
+        if (c.address == address) why = c.why;
+      const std::size_t shown = std::min<std::size_t>(names.size(), 8);
+      std::string who =
+          fmt::format("{}", fmt::join(names.begin(), names.begin() + static_cast<long>(shown), ", "));
+      if (names.size() > shown) who += fmt::format(" and {} more", names.size() - shown);
+      console_.message(fmt::format(
+          "flowrun: step '{}': {} ({} of {}) reached the head at {} ({}), not at {}; set cluster.address to "
+          "an address every node reaches",
+          plan_.step, who, names.size(), plural(nodes_.size(), "node", "nodes"), address, why,
+          candidates_.front().address));
+    }
+  }
+
   void all_joined() {
     join_timer_.cancel();
+    say_fallback_addresses();
     // Nodes that do not have the GPUs the plan gave them are refused.
     if (!plan_.cpu) {
       std::vector<std::string> wrong;
@@ -1342,8 +1449,7 @@ class Head : public GroupObserver {
     phase_ = Phase::finished;
     join_timer_.cancel();
     heartbeat_timer_.cancel();
-    boost::system::error_code ignored;
-    acceptor_.close(ignored);
+    close_acceptors();
     for (auto& n : nodes_) {
       if (n.conn && n.conn->is_open()) {
         // How the step ended, for agents that report it (flowrun run's).
@@ -1472,7 +1578,9 @@ class Head : public GroupObserver {
   const StepPlan& plan_;
   const ClusterSpec& cluster_;
   asio::io_context& io_;
-  asio::ip::tcp::acceptor acceptor_;
+  std::vector<std::unique_ptr<asio::ip::tcp::acceptor>> acceptors_;  // one per address it listens on
+  std::vector<cluster::HeadAddress> candidates_;   // where the agents dial, best first (not flowrun run's)
+  std::uint16_t port_ = 0;                         // the port it listens on, on each of them
   std::vector<std::shared_ptr<Pending>> pending_;  // connections still in their handshake
   bool said_too_many_pending_ = false;
   static constexpr int kSilentRefusalLines = 10;

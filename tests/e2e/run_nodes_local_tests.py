@@ -1002,6 +1002,34 @@ class Suite:
 
     # --- driver -----------------------------------------------------------
 
+    def test_endpoint_list(self):
+        """--rdzv-endpoint with several HOST:PORT, as the head gives them when it has several addresses: the agent
+        tries each in turn (a port nobody listens on, a name that does not resolve, then the head's) and joins;
+        when none answers it names each one and why."""
+        n = self.nodes("endpoints", spec_text("endpoints", sh_yaml('echo "rank $RANK ran"')))
+        argv = n.command()
+        if not self.check(argv is not None, "endpoint list: the head prints the agent command", n.detail()):
+            return
+        at = argv.index("--rdzv-endpoint") + 1
+        dead = "127.0.0.1:1,no-such-host.invalid:1"
+        n.start_agents(argv[:at] + [f"{dead},{argv[at]}"] + argv[at + 1:])
+        rc = n.finish("endpoint list")
+        self.check(rc == 0 and agents_quiet(n),
+                   "endpoint list: both agents reach the head at its address, the third of the list, and the "
+                   "step succeeds; the agents say nothing", n.detail())
+        token = os.path.join(n.dir, "token")
+        with open(os.open(token, os.O_WRONLY | os.O_CREAT, 0o600), "w") as f:
+            f.write("not-the-run's\n")
+        a = subprocess.run([self.flowrun, "agent", "--rdzv-endpoint", dead, "--token-file", token,
+                            "--connect-timeout", "0.3"], env=n.agent_env(), stdin=subprocess.DEVNULL,
+                           capture_output=True, text=True, timeout=30 * self.slack)
+        want = (r"flowrun: error: cannot reach the head at any of its addresses \(127\.0\.0\.1:1: Connection "
+                r"refused; no-such-host\.invalid:1: [^;()]+\)\n")
+        self.check(a.returncode == 1 and re.fullmatch(want, a.stderr) is not None,
+                   "endpoint list: an agent that reaches none names each address and why",
+                   f"want exit 1 and {want}\ngot exit {a.returncode}: {a.stderr}")
+        n.check_nothing_left("endpoint list")
+
     def tests(self):
         return [(name[len("test_"):], getattr(self, name)) for name in Suite.__dict__ if name.startswith("test_")]
 

@@ -99,15 +99,6 @@ bool has_routable_interface() {
   return found;
 }
 
-std::string this_hostname() {
-  char name[256] = {};
-  gethostname(name, sizeof name - 1);
-  return name;
-}
-
-const std::string kInterfaceRule =
-    "this host's name does not resolve to a routable address; using interface ";
-
 }  // namespace
 
 // ---- slurm -------------------------------------------------------------------
@@ -295,54 +286,153 @@ TEST_CASE("is_loopback: 127/8, ::1 and localhost", "[cluster]") {
   CHECK_FALSE(is_loopback(""));
 }
 
-TEST_CASE("choose_head_address: cluster.address wins as written", "[cluster]") {
+TEST_CASE("choose_head_addresses: cluster.address alone, as written", "[cluster]") {
   auto cluster = cluster_of(Engine::ssh);
   cluster.address = "10.200.0.1";
   cluster.hosts = {"127.0.0.1"};
-  const auto chosen = choose_head_address(cluster, std::nullopt, "localhost");
-  CHECK(chosen.address == "10.200.0.1");
-  CHECK(chosen.why == "cluster.address");
+  const auto chosen = choose_head_addresses(cluster, std::nullopt, "localhost");
+  REQUIRE(chosen.size() == 1);
+  CHECK(chosen[0].address == "10.200.0.1");
+  CHECK(chosen[0].why == "cluster.address");
   // Even a loopback address: the user asked for it (one-host tests do).
   cluster.address = "127.0.0.1";
-  const auto loop = choose_head_address(cluster, job_of({"127.0.0.1"}, {}), "localhost");
-  CHECK(loop.address == "127.0.0.1");
-  CHECK(loop.why == "cluster.address");
+  const auto loop = choose_head_addresses(cluster, job_of({"127.0.0.1"}, {}), "localhost");
+  REQUIRE(loop.size() == 1);
+  CHECK(loop[0].address == "127.0.0.1");
+  CHECK(loop[0].why == "cluster.address");
 }
 
-TEST_CASE("choose_head_address: a host name that is an address is used when it is not loopback",
-          "[cluster]") {
-  const auto chosen = choose_head_address(cluster_of(Engine::manual), std::nullopt, "192.0.2.77");
-  CHECK(chosen.address == "192.0.2.77");
-  CHECK(chosen.why == "the address of this host's name, 192.0.2.77");
-}
-
-TEST_CASE("choose_head_address: loopback routes and a loopback host name are skipped", "[cluster]") {
+TEST_CASE("choose_head_addresses: loopback routes and a loopback host name are skipped", "[cluster]") {
   auto cluster = cluster_of(Engine::ssh);
   cluster.hosts = {"127.0.0.1"};
-  // "localhost" resolves to loopback, so the interface rule decides.
+  // "localhost" resolves to loopback and the route to 127.0.0.1 is loopback:
+  // this machine's interfaces decide.
   if (has_routable_interface()) {
-    const auto chosen = choose_head_address(cluster, std::nullopt, "localhost");
-    INFO(chosen.address << " (" << chosen.why << ")");
-    CHECK_FALSE(is_loopback(chosen.address));
-    CHECK(chosen.why.rfind(kInterfaceRule, 0) == 0);
-    // The same for a Slurm allocation whose node is this host.
-    const auto slurm = choose_head_address(cluster_of(Engine::slurm), job_of({"127.0.0.1"}, {}), "localhost");
-    CHECK(slurm.address == chosen.address);
-    CHECK(slurm.why == chosen.why);
+    const auto chosen = choose_head_addresses(cluster, std::nullopt, "localhost");
+    REQUIRE_FALSE(chosen.empty());
+    for (const auto& c : chosen) {
+      INFO(c.address << " (" << c.why << ")");
+      CHECK_FALSE(is_loopback(c.address));
+      CHECK(c.why.rfind("interface ", 0) == 0);
+    }
   } else {
-    CHECK_THROWS_WITH(choose_head_address(cluster, std::nullopt, "localhost"),
+    CHECK_THROWS_WITH(choose_head_addresses(cluster, std::nullopt, "localhost"),
                       "cannot find an address for the other nodes to reach this host: set cluster.address");
   }
-  // With this machine's own name: the name rule or the interface rule, never
-  // the loopback route; which one depends on how the machine maps its name.
-  const std::string host = this_hostname();
-  if (has_routable_interface()) {
-    const auto chosen = choose_head_address(cluster, std::nullopt, host);
-    INFO(chosen.address << " (" << chosen.why << ")");
-    CHECK_FALSE(is_loopback(chosen.address));
-    CHECK((chosen.why == "the address of this host's name, " + host ||
-           chosen.why.rfind(kInterfaceRule, 0) == 0));
+}
+
+namespace {
+
+// A login node as Debian sets one up: its name maps to 127.0.1.1, the
+// interface it reaches the cluster by is not the first.
+const std::vector<LocalAddress> kLoginNode = {
+    {"lo", "127.0.0.1", true, true},
+    {"dummy0", "198.51.100.1", true, false},  // first, and no node reaches it
+    {"eth0", "192.0.2.2", true, false},
+    {"down0", "203.0.113.9", false, false},  // down: never a candidate
+    {"frc-br", "10.200.0.1", true, false},
+};
+
+Words addresses_of(const std::vector<HeadAddress>& list) {
+  Words words;
+  for (const auto& a : list) words.push_back(a.address + " (" + a.why + ")");
+  return words;
+}
+
+}  // namespace
+
+TEST_CASE("order_head_addresses: routes first, then the host name's address, then every interface",
+          "[cluster]") {
+  SECTION("the route to slurmctld decides on a Debian login node, the interfaces follow in order") {
+    const auto chosen = order_head_addresses({{"slurmctld at head (10.200.0.1)", "10.200.0.1"}}, "login1",
+                                             std::string("127.0.1.1"), kLoginNode);
+    CHECK(addresses_of(chosen) == Words{"10.200.0.1 (the address this host uses to reach slurmctld at head "
+                                        "(10.200.0.1))",
+                                        "198.51.100.1 (interface dummy0)", "192.0.2.2 (interface eth0)"});
   }
+  SECTION("a node's route before slurmctld's; the same address is listed once") {
+    const auto chosen = order_head_addresses(
+        {{"node1", "192.0.2.2"}, {"slurmctld at ctl (10.200.0.5)", "10.200.0.1"}, {"node2", "192.0.2.2"}},
+        "login1", std::nullopt, kLoginNode);
+    CHECK(addresses_of(chosen) == Words{"192.0.2.2 (the address this host uses to reach node1)",
+                                        "10.200.0.1 (the address this host uses to reach slurmctld at ctl "
+                                        "(10.200.0.5))",
+                                        "198.51.100.1 (interface dummy0)"});
+  }
+  SECTION("a hint without a route, or with a loopback one, adds nothing") {
+    const auto chosen =
+        order_head_addresses({{"node1", ""}, {"node2", "127.0.0.1"}}, "login1", std::nullopt, kLoginNode);
+    CHECK(addresses_of(chosen) == Words{"198.51.100.1 (interface dummy0)", "192.0.2.2 (interface eth0)",
+                                        "10.200.0.1 (interface frc-br)"});
+  }
+  SECTION("the host name's address comes before the interfaces only when it is this host's") {
+    CHECK(addresses_of(order_head_addresses({}, "head", std::string("10.200.0.1"), kLoginNode)) ==
+          Words{"10.200.0.1 (the address of this host's name, head)", "198.51.100.1 (interface dummy0)",
+                "192.0.2.2 (interface eth0)"});
+    // A stale DNS entry would send the agents to another machine.
+    CHECK(addresses_of(order_head_addresses({}, "head", std::string("192.0.2.77"), kLoginNode)) ==
+          Words{"198.51.100.1 (interface dummy0)", "192.0.2.2 (interface eth0)",
+                "10.200.0.1 (interface frc-br)"});
+  }
+  SECTION("loopback only: no candidate") {
+    CHECK(order_head_addresses({{"slurmctld at localhost (127.0.0.1)", "127.0.0.1"}}, "login1",
+                               std::string("127.0.1.1"), {{"lo", "127.0.0.1", true, true}})
+              .empty());
+  }
+}
+
+TEST_CASE("describe_head_addresses: the first with its reason and interface, then the others", "[cluster]") {
+  const auto chosen = order_head_addresses({{"slurmctld at head (10.200.0.1)", "10.200.0.1"}}, "login1",
+                                           std::string("127.0.1.1"), kLoginNode);
+  auto interface = [](const std::string& address) {
+    for (const auto& i : kLoginNode)
+      if (i.address == address) return i.interface;
+    return std::string();
+  };
+  CHECK(describe_head_addresses(chosen, 4000, interface) ==
+        "10.200.0.1:4000 (the address this host uses to reach slurmctld at head (10.200.0.1), on frc-br; "
+        "agents "
+        "that cannot reach it try 198.51.100.1 (dummy0), then 192.0.2.2 (eth0))");
+  CHECK(describe_head_addresses({{"10.200.0.1", "cluster.address"}}, 4000, interface) ==
+        "10.200.0.1:4000 (cluster.address)");
+  CHECK(describe_head_addresses({{"10.0.0.9", "cluster.address"}}, 80, interface) ==
+        "10.0.0.9:80 (cluster.address)");
+  CHECK(describe_head_addresses({{"::1", "cluster.address"}}, 80, interface) == "[::1]:80 (cluster.address)");
+}
+
+TEST_CASE("slurmctld_hosts: SlurmctldAddr first, then each SlurmctldHost", "[cluster]") {
+  const std::string config =
+      "Configuration data as of 2026-12-01T20:00:00\n"
+      "AccountingStorageBackupHost = (null)\n"
+      "SlurmctldAddr           = (null)\n"
+      "SlurmctldHost[0]        = head(10.200.0.1)\n"
+      "SlurmctldHost[1]        = backup\n"
+      "SlurmctldPort           = 6817\n";
+  using Hosts = std::vector<std::pair<std::string, std::string>>;
+  CHECK(slurmctld_hosts(config) == Hosts{{"head", "10.200.0.1"}, {"backup", "backup"}});
+  CHECK(slurmctld_hosts("SlurmctldHost[0] = ctl1(ctl1-ib)\nSlurmctldAddr = 10.9.0.1\n") ==
+        Hosts{{"10.9.0.1", "10.9.0.1"}, {"ctl1", "ctl1-ib"}});
+  // scontrol failed (no output), or a value that is no host name.
+  CHECK(slurmctld_hosts("").empty());
+  CHECK(slurmctld_hosts("SlurmctldHost[0] = $(reboot)\nSlurmctldHost[1] = a b\n").empty());
+}
+
+TEST_CASE("parse_endpoints: a comma-separated list of HOST:PORT", "[cluster]") {
+  std::string error;
+  const auto list = parse_endpoints("10.200.0.1:4000,192.0.2.2:4000,[::1]:4000,node1:80", &error);
+  REQUIRE(list);
+  REQUIRE(list->size() == 4);
+  CHECK((*list)[0].host == "10.200.0.1");
+  CHECK((*list)[0].port == "4000");
+  CHECK((*list)[1].text == "192.0.2.2:4000");
+  CHECK((*list)[2].host == "::1");
+  CHECK((*list)[3].host == "node1");
+  for (const std::string bad : {"10.200.0.1", "10.200.0.1:", ":4000", "a:1,", "a:1,,b:2", "a:x"}) {
+    INFO(bad);
+    CHECK_FALSE(parse_endpoints(bad, &error));
+  }
+  parse_endpoints("a:1,b", &error);
+  CHECK(error == "'b': expected HOST:PORT");
 }
 
 TEST_CASE("route_source: the local address used to reach a host, user@ ignored", "[cluster]") {

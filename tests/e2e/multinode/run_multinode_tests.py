@@ -23,6 +23,7 @@ import re
 import shlex
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
@@ -414,6 +415,52 @@ class Suite:
         spec = self.write_spec(d, {"engine": "slurm", "gpus_per_node": 2}, steps)
         run = self.head(spec, 1, "--fake-gpus", "2")
         self.check_env_run("srun makes the allocation, head on node1 (127.0.1.1)", run, 2, head_host="node1")
+
+    def test_login_node_loopback(self):
+        """No allocation, no cluster.address, the head in this namespace (the login node) whose host name maps to
+        127.0.1.1 (a private /etc/hosts, as Debian writes it), with an interface no node reaches ordered before
+        the cluster's where it can be: the head puts the route to slurmctld first, names it, and the step runs."""
+        d = self.workspace("login_node_loopback")
+        host, head = socket.gethostname(), self.c.addrs["head"]
+        hosts = os.path.join(d, "hosts")
+        with open(hosts, "w") as f:
+            f.write(f"127.0.0.1 localhost\n::1 localhost ip6-localhost ip6-loopback\n127.0.1.1 {host}\n")
+        # A mount namespace of its own: this machine's /etc/hosts is never touched.
+        private = ["unshare", "--mount", "--propagation", "private", "sh", "-c",
+                   'mount --bind "$0" /etc/hosts && exec "$@"', hosts]
+        seen = subprocess.run([*private, "getent", "hosts", host], capture_output=True, text=True)
+        if not self.check(seen.stdout.split()[:1] == ["127.0.1.1"], "login node: its host name resolves to 127.0.1.1",
+                          f"127.0.1.1 {host}", seen.stdout + seen.stderr):
+            return
+        dummy, unreachable = "frc-unreach", "198.51.100.1"
+        used = {int(line.split(":")[0]) for line in subprocess.run(["ip", "-o", "link"], capture_output=True,
+                                                                   text=True).stdout.splitlines()}
+        with open("/sys/class/net/frc-br/ifindex") as f:
+            bridge = int(f.read())
+        free = next((i for i in range(2, bridge) if i not in used), None)
+        # A bridge without ports (the dummy driver may be missing): an up interface no node has a route to.
+        subprocess.run(["ip", "link", "add", dummy, *(["index", str(free)] if free else []), "type", "bridge"],
+                       check=True)
+        try:
+            subprocess.run(["ip", "addr", "add", f"{unreachable}/32", "dev", dummy], check=True)
+            subprocess.run(["ip", "link", "set", dummy, "up"], check=True)
+            steps, _ = self.env_steps(2, "slurm", slurm=True)
+            # join_timeout: agents that cannot reach the head fail the step soon, not after the test's limit.
+            spec = self.write_spec(d, {"engine": "slurm", "gpus_per_node": 2, "join_timeout": 20}, steps)
+            run = self.head(spec, None, "--fake-gpus", "2", prefix=private)
+        finally:
+            subprocess.run(["ip", "link", "del", dummy])
+        self.check_env_run("login node (127.0.1.1), srun makes the allocation, no cluster.address", run, 2)
+        want = (rf"^flowrun: step 'train': 4 workers on 2 nodes \(engine: slurm\); the head listens on "
+                rf"{re.escape(head)}:\d+ \(the address this host uses to reach slurmctld at head "
+                rf"\({re.escape(head)}\), on frc-br; agents that cannot reach it try (.*)\)$")
+        m = re.search(want, run.stderr, re.M)
+        self.check(m is not None and f"{unreachable} ({dummy})" in m.group(1),
+                   "login node: the console names the address (the route to slurmctld) and the others agents may try",
+                   want, "\n".join(l for l in run.stderr.splitlines() if "listens on" in l), run.detail())
+        print("login node: " + (m.group(0) if m else "no line saying where the head listens"), flush=True)
+        fallback = [l for l in run.stderr.splitlines() if "reached the head at" in l]
+        self.check(not fallback, "login node: every agent reached the head at the first address", "no line", fallback)
 
     def test_ssh_hosts(self):
         """ssh to hosts [node2, node1] from node1: node 0 is not the head's host; the ssh
@@ -954,7 +1001,8 @@ class Suite:
             subprocess.run(["scancel", *[j.split()[0] for j in jobs]], env=self.env())
 
 
-TESTS = ["salloc", "sbatch", "srun", "srun_node1", "ssh_hosts", "ssh_hostfile", "run_cli_salloc", "run_cli_rendezvous",
+TESTS = ["salloc", "sbatch", "srun", "srun_node1", "login_node_loopback", "ssh_hosts", "ssh_hostfile", "run_cli_salloc",
+         "run_cli_rendezvous",
          "torch", "lightning", "culprit",
          "agent_kill", "link_down", "head_kill", "scancel", "wrong_token", "symlink", "private_workdir", "preflight"]
 
