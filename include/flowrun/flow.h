@@ -139,16 +139,31 @@ RunRecord parse_run_json(const std::string& text, const std::string& path);
 // run directory at all, or parse_run_json's refusals.
 RunRecord read_run_record(const std::string& run_dir);
 
-// Holds <run_dir>/run.lock for as long as it lives (the file is created);
-// closed on exec, so no worker inherits it. Throws Error when it cannot.
+// A run directory's lock, <run_dir>/run.lock: held (flock) for as long as
+// this lives; closed on exec, so no worker inherits it. The file's one line
+// names its holder: "PID HOST run RUN_ID" or "PID HOST resume -" (HOST as
+// run.json has it).
 class RunLock {
  public:
-  explicit RunLock(const std::string& run_dir);
+  // For a new run: creates `run_dir` (its parents as needed) and holds its
+  // run.lock. A run directory holds one run, so `run_dir` must not exist or be
+  // empty, and run.lock is created exclusively (with its line already in it):
+  // of two flowruns given the same directory at once, one gets it. Throws
+  // Error (exit code 2) naming the run the directory holds and what to do.
+  static RunLock create(const std::string& run_dir, const std::string& run_id, const std::string& host);
+  // For `flowrun resume`: holds the run.lock of the earlier run in `run_dir`
+  // (created when missing), so that no resume of it starts while the run is in
+  // progress or another resume of it runs. Throws Error (exit code 2) naming
+  // the flowrun that holds it.
+  static RunLock resume(const std::string& run_dir, const std::string& run_id, const std::string& host);
+  RunLock(RunLock&& other) noexcept : fd_(other.fd_) { other.fd_ = -1; }
   ~RunLock();
   RunLock(const RunLock&) = delete;
   RunLock& operator=(const RunLock&) = delete;
+  RunLock& operator=(RunLock&&) = delete;
 
  private:
+  explicit RunLock(int fd) : fd_(fd) {}
   int fd_ = -1;
 };
 

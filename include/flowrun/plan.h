@@ -104,8 +104,15 @@ struct RunLayout {
 // A new run id: "<name>-<yyyymmdd-hhmmss>-<6 hex>". Reads the clock and random device.
 std::string make_run_id(const std::string& flow_name);
 
+// Why `id` cannot be a run id, or nullopt when it can: a run id names the
+// run directory and files of its own elsewhere (an agent's scratch directory,
+// the workdir's node-check marker), so it follows check_name's rule:
+// "'a/b': expected a run id of letters, digits, ...".
+std::optional<std::string> run_id_problem(const std::string& id);
+
 // The run directory: `chosen` (--run-dir) made absolute against the current
 // directory, since workers run elsewhere; by default <workdir>/.flowrun/runs/<run-id>.
+// Throws Error (exit code 2) for a run id run_id_problem refuses.
 std::string run_dir_for(const Spec& spec, const std::string& run_id, const std::string& chosen);
 
 // The argv a step runs, its templates filled in: ${steps.NAME.outputs} is

@@ -56,4 +56,21 @@ std::string printable(std::string_view s);
 // True when `name` is a valid environment variable name: [A-Za-z_][A-Za-z0-9_]*.
 bool is_env_name(std::string_view name);
 
+// The rule for the names flowrun makes file names of: step names, run ids
+// and (allowing '.' too) flow names. Letters, digits, '_' and '-', starting
+// with a letter or digit, so that no name is '..', holds a '/' or a control
+// character; at most kMaxNameLength characters, so that a file name made of
+// two of them (.flowrun/node-check-RUN-STEP) still fits NAME_MAX (255).
+inline constexpr std::size_t kMaxNameLength = 100;
+enum class NameCheck { ok, empty, bad_character, too_long };
+NameCheck check_name(std::string_view name, std::string_view also_allowed = {});
+
+// The rule in words, for messages: "letters, digits, '_' and '-', starting
+// with a letter or digit, at most 100 characters" (`also_allowed` listed too).
+std::string name_rule(std::string_view also_allowed = {});
+
+// The longest argument or environment entry (NAME=value) the kernel passes to
+// a program (Linux MAX_ARG_STRLEN, 32 pages, less the terminating NUL).
+inline constexpr std::size_t kMaxArgLength = 32 * 4096 - 1;
+
 }  // namespace flowrun

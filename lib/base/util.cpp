@@ -243,4 +243,26 @@ bool is_env_name(std::string_view name) {
   return std::all_of(name.begin(), name.end(), [&](char c) { return alpha(c) || (c >= '0' && c <= '9'); });
 }
 
+NameCheck check_name(std::string_view name, std::string_view also_allowed) {
+  auto alnum = [](char c) {
+    return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9');
+  };
+  if (name.empty()) return NameCheck::empty;
+  if (!alnum(name[0])) return NameCheck::bad_character;
+  for (char c : name) {
+    if (!alnum(c) && c != '_' && c != '-' && also_allowed.find(c) == std::string_view::npos)
+      return NameCheck::bad_character;
+  }
+  return name.size() > kMaxNameLength ? NameCheck::too_long : NameCheck::ok;
+}
+
+std::string name_rule(std::string_view also_allowed) {
+  std::vector<std::string> chars;
+  for (char c : also_allowed) chars.push_back(std::string("'") + c + "'");
+  chars.insert(chars.end(), {"'_'", "'-'"});
+  std::string list = join({chars.begin(), chars.end() - 1}, ", ") + " and " + chars.back();
+  return "letters, digits, " + list + ", starting with a letter or digit, at most " +
+         std::to_string(kMaxNameLength) + " characters";
+}
+
 }  // namespace flowrun

@@ -101,6 +101,12 @@ int report_errors(const std::function<int()>& command) {
 
 namespace {
 
+// --run-id checked as run_dir_for checks it, and also when it is '', which
+// would otherwise mean "make one".
+CLI::Validator run_id_check() {
+  return CLI::Validator([](std::string& id) { return run_id_problem(id).value_or(""); }, "");
+}
+
 struct Options {
   std::string spec_path;
   std::vector<std::string> args;  // after `--`, for ${args}
@@ -252,7 +258,9 @@ int run_cli(int argc, char** argv) {
          "--python", options.python,
          "The Python for steps whose run starts with python or python3 (overrides the spec's python:)")
       ->type_name("PY");
-  app.add_option("--run-id", options.run_id, "Use this run id instead of a new one")->type_name("ID");
+  app.add_option("--run-id", options.run_id, "Use this run id instead of a new one")
+      ->check(run_id_check())
+      ->type_name("ID");
   app.add_option("--run-dir", options.run_dir, "Run directory (default: WORKDIR/.flowrun/runs/RUN_ID)")
       ->type_name("DIR");
 
@@ -265,7 +273,9 @@ int run_cli(int argc, char** argv) {
   plan->add_flag("--env", options.show_env, "List every worker's environment variables");
   plan->add_option("--python", options.python, "The Python for steps whose run starts with python or python3")
       ->type_name("PY");
-  plan->add_option("--run-id", options.run_id, "Use this run id instead of a new one")->type_name("ID");
+  plan->add_option("--run-id", options.run_id, "Use this run id instead of a new one")
+      ->check(run_id_check())
+      ->type_name("ID");
   plan->add_option("--run-dir", options.run_dir, "Run directory (default: WORKDIR/.flowrun/runs/RUN_ID)")
       ->type_name("DIR");
 

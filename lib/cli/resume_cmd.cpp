@@ -16,6 +16,12 @@ namespace flowrun {
 
 namespace {
 
+// --run-id checked as run_dir_for checks it, and also when it is '', which
+// would otherwise mean "make one".
+CLI::Validator run_id_check() {
+  return CLI::Validator([](std::string& id) { return run_id_problem(id).value_or(""); }, "");
+}
+
 struct ResumeOptions {
   std::string run;
   std::string from;
@@ -74,10 +80,9 @@ int resume(const ResumeOptions& options) {
   const std::string cwd = current_directory();
   const std::string old_dir = find_run_dir(options.run, cwd);
   const RunRecord record = read_run_record(old_dir);
-  if (run_in_progress(old_dir))
-    throw Error(fmt::format("run {} is still in progress (flowrun pid {} on {}); resume it once it has ended",
-                            record.run_id, record.pid, record.host.empty() ? "an unknown host" : record.host),
-                kExitUsage);
+  // Held until the new run ends: one resume of a run at a time, and none
+  // while the run itself is in progress.
+  const RunLock lock = RunLock::resume(old_dir, record.run_id, local_hostname(env));
 
   // The spec: the file the run ran, as it is now (a fix to it counts), else
   // the copy saved with the run.
@@ -218,7 +223,9 @@ int cmd_resume(int argc, char** argv) {
   app.add_option("--python", options.python,
                  "The Python for steps whose run starts with python or python3 (default: as RUN did)")
       ->type_name("PY");
-  app.add_option("--run-id", options.run_id, "The new run's id instead of a new one")->type_name("ID");
+  app.add_option("--run-id", options.run_id, "The new run's id instead of a new one")
+      ->check(run_id_check())
+      ->type_name("ID");
   app.add_option("--run-dir", options.run_dir,
                  "The new run's directory (default: WORKDIR/.flowrun/runs/RUN_ID)")
       ->type_name("DIR");

@@ -251,6 +251,7 @@ void set_option(Request& r, const std::string& command, const OptionDef& def, co
       usage_error(command, "--color " + value + ": expected auto, always or never");
     r.color = value;
   } else if (name == "run-id") {
+    if (auto problem = run_id_problem(value)) usage_error(command, "--run-id: " + *problem);
     r.run_id = value;
   } else if (name == "run-dir") {
     r.run_dir = value;

@@ -631,6 +631,16 @@ class Agent : public GroupObserver {
   }
 
   void on_assign(const Fields& f) {
+    // Both name directories here (the scratch directory, a rank's in it): a
+    // head's spec checker and --run-id let no other names through.
+    if (auto problem = run_id_problem(field_or(f, "run_id"))) {
+      lost_head("it sent an assign with the run id " + *problem);
+      return;
+    }
+    if (check_name(field_or(f, "step")) != NameCheck::ok) {
+      lost_head("it sent an assign with an invalid step name");
+      return;
+    }
     run_id_ = field_or(f, "run_id");
     step_ = field_or(f, "step");
     attempt_ = int_field(f, "attempt", 0);

@@ -496,7 +496,18 @@ std::string make_run_id(const std::string& flow_name) {
   return slug + "-" + stamp + "-" + suffix;
 }
 
+std::optional<std::string> run_id_problem(const std::string& id) {
+  const NameCheck check = check_name(id);
+  if (check == NameCheck::ok) return std::nullopt;
+  const std::string shown = "'" + json_escape(id.substr(0, 40)) + (id.size() > 40 ? "...'" : "'");
+  if (check == NameCheck::too_long)
+    return shown + ": the run id is " + std::to_string(id.size()) + " characters long; expected at most " +
+           std::to_string(kMaxNameLength);
+  return shown + ": expected a run id of " + name_rule();
+}
+
 std::string run_dir_for(const Spec& spec, const std::string& run_id, const std::string& chosen) {
+  if (auto problem = run_id_problem(run_id)) throw Error("--run-id: " + *problem, kExitUsage);
   if (chosen.empty()) return spec.workdir + "/.flowrun/runs/" + run_id;
   if (chosen.front() == '/') return chosen;
   char cwd[PATH_MAX];

@@ -39,21 +39,6 @@ std::string read_file(const std::string& path, std::size_t limit = 1 << 20) {
   return text;
 }
 
-bool directory_is_empty(const std::string& path) {
-  DIR* dir = opendir(path.c_str());
-  if (dir == nullptr) return true;  // absent (or unreadable: creating it will say so)
-  bool empty = true;
-  while (dirent* entry = readdir(dir)) {
-    const std::string_view name = entry->d_name;
-    if (name != "." && name != "..") {
-      empty = false;
-      break;
-    }
-  }
-  closedir(dir);
-  return empty;
-}
-
 // The whole environment of a process: flowrun's own with `set` on top.
 std::vector<std::string> full_env(const EnvMap& parent, const EnvList& set) {
   EnvMap env = parent;
@@ -131,13 +116,9 @@ class FlowRunner {
     for (int sig : {SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGUSR1, SIGUSR2}) sigaddset(&held, sig);
     sigprocmask(SIG_BLOCK, &held, &mask_before_);
     // A run directory holds one run: files left in it by another would be
-    // taken for this run's outputs and logs.
-    if (!directory_is_empty(ctx_.layout.run_dir))
-      throw Error("the run directory " + ctx_.layout.run_dir +
-                  " already holds files (of another run?); choose a new --run-dir or remove it");
-    make_dirs(ctx_.layout.run_dir);
-    // Held until this returns or flowrun dies: `flowrun resume` tells a live run by it.
-    RunLock lock(ctx_.layout.run_dir);
+    // taken for this run's outputs and logs. Held until this returns or
+    // flowrun dies: `flowrun resume` tells a live run by it.
+    const RunLock lock = RunLock::create(ctx_.layout.run_dir, ctx_.run_id, host_.hostname);
     record_.start_unix_ns = unix_now_ns();
     write_record();
     // From here on, however flowrun leaves (an error it cannot go on after,

@@ -7,7 +7,9 @@
 #include <fcntl.h>
 #include <filesystem>
 #include <fmt/format.h>
+#include <fstream>
 #include <sys/file.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "flowrun/error.h"
@@ -286,24 +288,27 @@ RunRecord read_run_record(const std::string& run_dir) {
 
 // --- run.lock -------------------------------------------------------------
 
-RunLock::RunLock(const std::string& run_dir) {
-  const std::string path = run_dir + "/run.lock";
-  fd_ = open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
-  if (fd_ < 0) throw Error("cannot create " + path + ": " + std::strerror(errno));
-  while (flock(fd_, LOCK_EX) != 0) {
-    if (errno == EINTR) continue;
-    const int err = errno;
-    close(fd_);
-    throw Error("cannot lock " + path + ": " + std::strerror(err));
-  }
+namespace {
+
+std::string lock_line(const std::string& host, std::string_view command, const std::string& run_id) {
+  return fmt::format("{} {} {} {}\n", getpid(), host.empty() ? "-" : host, command,
+                     run_id.empty() ? "-" : run_id);
 }
 
-RunLock::~RunLock() {
-  if (fd_ >= 0) close(fd_);
+struct Holder {
+  std::string pid, host, command, run_id;
+};
+
+// Who run.lock says holds it; nullopt for a lock file without its line (a
+// run of an older flowrun).
+std::optional<Holder> read_holder(const std::string& path) {
+  std::ifstream in(path);
+  Holder h;
+  if (!(in >> h.pid >> h.host >> h.command >> h.run_id)) return std::nullopt;
+  return h;
 }
 
-bool run_in_progress(const std::string& run_dir) {
-  const std::string path = run_dir + "/run.lock";
+bool lock_is_held(const std::string& path) {
   const int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0) return false;
   int rc;
@@ -314,6 +319,154 @@ bool run_in_progress(const std::string& run_dir) {
   close(fd);
   return held;
 }
+
+// "flowrun pid 4242 on host-a, running run flow-...": the holder of a lock
+// found held.
+std::string describe_holder(const std::string& path) {
+  const auto h = read_holder(path);
+  if (!h) return "another flowrun";
+  if (h->command == "resume") return fmt::format("flowrun pid {} on {}, resuming the run", h->pid, h->host);
+  return fmt::format("flowrun pid {} on {}, running run {}", h->pid, h->host, h->run_id);
+}
+
+// Why a new run cannot have `run_dir`, which is not empty.
+Error taken(const std::string& run_dir) {
+  const std::string lock = run_dir + "/run.lock";
+  if (lock_is_held(lock))
+    return Error(fmt::format("the run directory {} is in use ({}); choose another --run-id or --run-dir",
+                             run_dir, describe_holder(lock)),
+                 kExitUsage);
+  std::error_code ec;
+  if (fs::exists(run_dir + "/run.json", ec)) {
+    std::string who = "an earlier run";
+    try {
+      const RunRecord record = read_run_record(run_dir);
+      who = fmt::format("run {} (flowrun pid {} on {}, which has ended)", record.run_id, record.pid,
+                        record.host.empty() ? "an unknown host" : record.host);
+    } catch (const Error&) {
+    }
+    return Error(fmt::format("the run directory {} already holds {}; choose another --run-id or --run-dir "
+                             "(flowrun resume {} runs again what did not succeed)",
+                             run_dir, who, run_dir),
+                 kExitUsage);
+  }
+  return Error("the run directory " + run_dir +
+                   " already holds files (of another run?); choose a new --run-dir or remove it",
+               kExitUsage);
+}
+
+bool write_all(int fd, const std::string& text) {
+  std::size_t done = 0;
+  while (done < text.size()) {
+    const ssize_t n = write(fd, text.data() + done, text.size() - done);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) return false;
+    done += static_cast<std::size_t>(n);
+  }
+  return true;
+}
+
+}  // namespace
+
+RunLock RunLock::create(const std::string& run_dir, const std::string& run_id, const std::string& host) {
+  const std::string parent = fs::path(run_dir).parent_path().string();
+  if (!parent.empty() && parent != run_dir) make_dirs(parent);
+  // mkdir, not make_dirs: of two flowruns making the same directory, one
+  // gets EEXIST. An empty directory made beforehand (mktemp -d) is taken too;
+  // then run.lock, made by link(), which fails with EEXIST for the second, is
+  // what decides. Linked from a file already locked and written, it is never
+  // seen empty or unlocked.
+  if (mkdir(run_dir.c_str(), 0755) != 0) {
+    const int err = errno;
+    struct stat st {};
+    if (err != EEXIST) throw Error("cannot create the run directory " + run_dir + ": " + std::strerror(err));
+    if (stat(run_dir.c_str(), &st) != 0 || !S_ISDIR(st.st_mode))
+      throw Error("the run directory " + run_dir + " exists and is not a directory; choose another --run-dir",
+                  kExitUsage);
+    std::error_code ec;
+    if (!fs::is_empty(run_dir, ec) || ec) throw taken(run_dir);
+  }
+  const std::string path = run_dir + "/run.lock";
+  const std::string tmp = fmt::format("{}/.run.lock.{}", run_dir, getpid());
+  const std::string line = lock_line(host, "run", run_id);
+  int fd = open(tmp.c_str(), O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+  if (fd < 0) throw Error("cannot create " + tmp + ": " + std::strerror(errno));
+  auto fail = [&](const std::string& what, int err) {
+    close(fd);
+    unlink(tmp.c_str());
+    if (err == EEXIST) throw taken(run_dir);
+    throw Error("cannot " + what + " " + path + ": " + std::strerror(err));
+  };
+  if (flock(fd, LOCK_EX | LOCK_NB) != 0) fail("lock", errno);
+  if (!write_all(fd, line)) fail("write", errno);
+  if (link(tmp.c_str(), path.c_str()) != 0) {
+    const int err = errno;
+    if (err != EPERM && err != EOPNOTSUPP) fail("create", err);
+    // A file system without hard links: run.lock is made exclusively in
+    // place, and is empty until its line is written.
+    close(fd);
+    unlink(tmp.c_str());
+    fd = open(path.c_str(), O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+    if (fd < 0) {
+      if (errno == EEXIST) throw taken(run_dir);
+      throw Error("cannot create " + path + ": " + std::strerror(errno));
+    }
+    if (flock(fd, LOCK_EX | LOCK_NB) != 0 || !write_all(fd, line)) {
+      const int e = errno;
+      close(fd);
+      throw Error("cannot lock " + path + ": " + std::strerror(e));
+    }
+    return RunLock(fd);
+  }
+  unlink(tmp.c_str());
+  return RunLock(fd);
+}
+
+RunLock RunLock::resume(const std::string& run_dir, const std::string& run_id, const std::string& host) {
+  const std::string path = run_dir + "/run.lock";
+  bool writable = true;
+  int fd = open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+  if (fd < 0 && (errno == EACCES || errno == EROFS)) {  // a run directory one may only read
+    writable = false;
+    fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  }
+  if (fd < 0)
+    throw Error(fmt::format("cannot open {}: {}; without its lock, run {} could be resumed twice at once",
+                            path, std::strerror(errno), run_id),
+                kExitUsage);
+  int rc;
+  do {
+    rc = flock(fd, LOCK_EX | LOCK_NB);
+  } while (rc != 0 && errno == EINTR);
+  if (rc != 0) {
+    const int err = errno;
+    close(fd);
+    if (err != EWOULDBLOCK) throw Error("cannot lock " + path + ": " + std::strerror(err));
+    const auto h = read_holder(path);
+    if (h && h->command == "resume")
+      throw Error(
+          fmt::format("run {} is being resumed already (flowrun pid {} on {}); wait for that resume to "
+                      "end, then resume the run it made",
+                      run_id, h->pid, h->host),
+          kExitUsage);
+    throw Error(fmt::format("run {} is still in progress ({}); resume it once it has ended", run_id,
+                            h ? fmt::format("flowrun pid {} on {}", h->pid, h->host) : "another flowrun"),
+                kExitUsage);
+  }
+  if (writable) {
+    const std::string line = lock_line(host, "resume", "");
+    if (ftruncate(fd, 0) != 0 || !write_all(fd, line)) {
+      // The lock holds all the same; only the name of its holder is missing.
+    }
+  }
+  return RunLock(fd);
+}
+
+RunLock::~RunLock() {
+  if (fd_ >= 0) close(fd_);
+}
+
+bool run_in_progress(const std::string& run_dir) { return lock_is_held(run_dir + "/run.lock"); }
 
 // --- finding a run --------------------------------------------------------
 

@@ -50,6 +50,8 @@ using spec_detail::quote;
 
 constexpr int kMaxInt = std::numeric_limits<int>::max();
 constexpr double kMaxTimeoutS = 365.0 * 24 * 3600;
+constexpr std::size_t kMaxFileNameLength = 255;  // NAME_MAX
+constexpr std::size_t kMaxPathLength = 4096;     // PATH_MAX
 
 Location to_location(const YAML::Mark& mark) {
   if (mark.line < 0 || mark.column < 0) return {};
@@ -211,6 +213,24 @@ bool is_gpu_uuid(std::string_view id) {
 bool is_host_name(std::string_view host) {
   if (host.empty() || host.front() == '-') return false;
   return std::all_of(host.begin(), host.end(), [](unsigned char c) { return c > 0x20 && c != 0x7F; });
+}
+
+// "step name 'aaaa...' is 300 characters long; expected at most 100 ..."
+std::string too_long(std::string_view what, std::string_view name) {
+  return std::string(what) + " " + quote(name) + " is " + std::to_string(name.size()) +
+         " characters long; expected at most " + std::to_string(kMaxNameLength) +
+         " (it becomes part of file names)";
+}
+
+// What is wrong with `word` as one argument of a program, or nullopt: execve
+// ends it at a NUL, and refuses one longer than kMaxArgLength.
+std::optional<std::string> argument_problem(std::string_view word) {
+  if (word.find('\0') != std::string_view::npos)
+    return std::string("holds a NUL byte (\\0), which no program argument can hold; remove it");
+  if (word.size() > kMaxArgLength)
+    return "is " + std::to_string(word.size()) + " bytes long; the kernel passes at most " +
+           std::to_string(kMaxArgLength) + " bytes in one argument";
+  return std::nullopt;
 }
 
 // Where to point a user who wrote a valid key at the wrong level.
@@ -598,6 +618,12 @@ std::optional<std::vector<std::string>> Checker::words(const Entry& e, std::stri
     expected(e, what);
     return std::nullopt;
   }
+  for (std::size_t i = 0; i < out.size(); ++i) {
+    if (auto problem = argument_problem(out[i])) {
+      error(e.loc, e.path, "word " + std::to_string(i + 1) + " " + *problem);
+      return std::nullopt;
+    }
+  }
   if (out.empty() && !allow_empty) {
     expected(e, what);
     return std::nullopt;
@@ -614,6 +640,22 @@ std::optional<std::string> Checker::directory(const Entry& e, const std::string&
   }
   std::string out = (std::filesystem::path(base) / *text).lexically_normal().string();
   if (out.size() > 1 && out.back() == '/') out.pop_back();
+  // chdir() would fail with ENAMETOOLONG only once the step starts.
+  for (const auto& part : std::filesystem::path(out)) {
+    if (part.native().size() > kMaxFileNameLength) {
+      error(e.loc, e.path,
+            "the directory path's part " + quote(part.native()) + " is " +
+                std::to_string(part.native().size()) + " bytes long; a file name holds at most " +
+                std::to_string(kMaxFileNameLength));
+      return std::nullopt;
+    }
+  }
+  if (out.size() >= kMaxPathLength) {
+    error(e.loc, e.path,
+          "the directory path is " + std::to_string(out.size()) + " bytes long; expected fewer than " +
+              std::to_string(kMaxPathLength));
+    return std::nullopt;
+  }
   return out;
 }
 
@@ -655,7 +697,22 @@ EnvList Checker::env(const Entry& e) {
     if (var.value.IsNull()) {
       out.emplace_back(var.key, "");
     } else if (var.value.IsScalar()) {
-      out.emplace_back(var.key, var.value.Scalar());
+      // A NUL would end the variable where it stands (and, sent to another
+      // node, start a variable of its own); the kernel refuses an entry longer
+      // than kMaxArgLength, so the worker would never start.
+      const std::string& value = var.value.Scalar();
+      if (value.find('\0') != std::string::npos)
+        error(var.loc, var.path,
+              "the value of " + var.key +
+                  " holds a NUL byte (\\0), which no environment variable can hold; "
+                  "remove it");
+      else if (var.key.size() + 1 + value.size() > kMaxArgLength)
+        error(var.loc, var.path,
+              var.key + "=VALUE is " + std::to_string(var.key.size() + 1 + value.size()) +
+                  " bytes long; the kernel passes at most " + std::to_string(kMaxArgLength) +
+                  " bytes in one variable");
+      else
+        out.emplace_back(var.key, value);
     } else {
       expected(var, "a value (a string, number or boolean)");
     }
@@ -739,8 +796,11 @@ void Checker::top(const YAML::Node& root) {
   spec_.name = stem.empty() || !alnum(stem[0]) ? "flow" + stem : stem;
   if (const Entry* e = find(keys, "name")) {
     if (auto name = string(*e, "a flow name (a string)")) {
-      if (!name->empty() && alnum(name->front()) && std::all_of(name->begin(), name->end(), name_char))
+      const NameCheck check = check_name(*name, ".");
+      if (check == NameCheck::ok)
         spec_.name = *name;
+      else if (check == NameCheck::too_long)
+        error(e->loc, e->path, too_long("flow name", *name));
       else
         error(e->loc, e->path,
               "invalid flow name " + quote(*name) +
@@ -794,7 +854,7 @@ void Checker::step(const YAML::Node& node, std::size_t index) {
       break;
     }
   }
-  if (name_node.IsScalar() && is_step_name(name_node.Scalar())) {
+  if (name_node.IsScalar() && check_name(name_node.Scalar()) == NameCheck::ok) {
     const std::string& name = name_node.Scalar();
     if (!index_.contains(name)) {
       index_.emplace(name, index);
@@ -814,6 +874,9 @@ void Checker::step(const YAML::Node& node, std::size_t index) {
         error(e->loc, at_index.path,
               "invalid step name " + quote(*name) +
                   "; expected letters, digits, '_' and '-', starting with a letter or digit");
+      } else if (check_name(*name) == NameCheck::too_long) {
+        bad_names_.insert(*name);
+        error(e->loc, at_index.path, too_long("step name", *name));
       } else if (!notes.in_graph) {
         const Step& first = spec_.steps[index_.at(*name)];
         error(e->loc, at_index.path,
@@ -931,6 +994,10 @@ void Checker::step_run(const Entry& e, Step& s, StepNotes& notes, bool shell_kno
     s.script = e.value.Scalar();
     if (s.script.find_first_not_of(" \t\r\n") == std::string::npos) {
       expected(e, "a non-empty script");
+      return;
+    }
+    if (auto problem = argument_problem(s.script)) {
+      error(e.loc, e.path, "the script " + *problem);
       return;
     }
     templates_in(s.script, e.loc, e.path, notes);

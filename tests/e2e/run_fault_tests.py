@@ -40,6 +40,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 sys.path.insert(0, os.path.join(HERE, ".."))
 from testlib import AGENT_CLOSED, Tally, clean_env, peak_rss_kib, run_suite  # noqa: E402
+from testlib import run as run_to_end  # noqa: E402
 from run_launcher_tests import SANITIZER_REPORT, processes_with, wait_for  # noqa: E402
 from run_launcher_tests import Suite as LauncherSuite  # noqa: E402
 from run_nodes_local_tests import FAKE_AGENT, Nodes, sh_yaml, spec_text  # noqa: E402
@@ -1757,6 +1758,149 @@ steps:
                        "error exit: run.json names the error; train failed, prepare succeeded",
                        json.dumps(record, indent=1))
         self.finish_row(r, "error exit", end - t0, 10.0, self.count_left(run_id), 0, 0, err)
+    # --- one run, one directory; input refused before anything starts ---------------
+
+    def test_same_run_dir(self):
+        """Two flowruns given the same --run-id and --run-dir: the second, started once the
+        first's rank is ready, is refused naming the first; a resume of the live run too."""
+        r = self.row("same_run_dir", "the second flowrun is refused (exit 2) naming the first (its pid and "
+                     "host from run.lock) before it writes anything; the first succeeds with its logs intact")
+        run_id = f"same-{os.getpid()}"
+        d = self.workspace("same_run_dir", f"""name: same
+steps:
+  - name: train
+    run: {sh_yaml(RESULT + 'echo $$ > ready.0.tmp && mv ready.0.tmp ready.0; '
+                  'while [ ! -e go ]; do sleep 0.05; done; echo "rank $RANK done"')}
+    parallel:
+      cpus: 1
+""")
+        first = self.start(d, run_id)
+        ready = self.wait_ready(d, 1, first)
+        self.check(ready is not None, "same run dir: the first run's rank is ready", self.start_detail(d, first))
+        second = run_to_end([self.flowrun, os.path.join(d, "spec.yaml"), "--run-dir", os.path.join(d, "run"),
+                      "--run-id", run_id], d, env=clean_env(**{MARK: run_id}))
+        resumed = run_to_end([self.flowrun, "resume", os.path.join(d, "run")], d,
+                             env=clean_env(**{MARK: run_id}))
+        entries = sorted(os.listdir(os.path.join(d, "run")))
+        with open(os.path.join(d, "go"), "w"):
+            pass
+        start = time.monotonic()
+        rc, end, err = self.ended("same run dir", first, d, 30)
+        self.sanitizer_check("same run dir (second)", second.stderr)
+        want = (f"flowrun: error: the run directory {d}/run is in use (flowrun pid {first.pid} on host-a, "
+                f"running run {run_id}); choose another --run-id or --run-dir\n")
+        self.check(second.returncode == 2 and second.stderr == want,
+                   "same run dir: the second run is refused with exit 2, naming the first",
+                   f"exit {second.returncode}\nwant {want!r}\ngot  {second.stderr!r}")
+        self.check(resumed.returncode == 2 and
+                   f"is still in progress (flowrun pid {first.pid} on host-a); resume it once it has ended"
+                   in resumed.stderr, "same run dir: a resume of the live run is refused, naming it",
+                   f"exit {resumed.returncode}\n{resumed.stderr}")
+        self.check(entries == ["plan.json", "run.json", "run.lock", "spec.yaml", "train"],
+                   "same run dir: the refused flowruns left nothing in the run directory", str(entries))
+        record = json.loads(read(os.path.join(d, "run", "run.json"), "{}"))
+        self.check(rc == 0 and record.get("pid") == first.pid and record.get("state") == "finished" and
+                   record.get("exit_code") == 0, "same run dir: the first run succeeds, its run.json its own",
+                   f"exit {rc}\n{record}\n{err}")
+        log = read(os.path.join(d, "run", "train", "rank0", "stdout.log"), "")
+        self.check(log == "rank 0 wrote its result\nrank 0 done\n", "same run dir: the first run's log is intact",
+                   log)
+        res = self.results(d) or {}
+        false = int(second.returncode == 0) + int(resumed.returncode == 0)
+        self.finish_row(r, "same run dir", end - start, 5.0, self.count_left(run_id),
+                        self.lost_results(d, 1) + int(res.get("outcome") != "succeeded"), false, err)
+
+    def test_hostile_run_id(self):
+        """--run-id values that would leave the runs directory, nest, hold a newline, be empty or
+        overlong, given to flowrun SPEC, flowrun run, flowrun resume and flowrun plan."""
+        r = self.row("hostile_run_id", "each is refused (exit 2) with the run-id rule before any directory "
+                     "is made, inside or outside the workdir")
+        run_id = f"hostile-id-{os.getpid()}"
+        top = os.path.join(self.scratch, "hostile_run_id")
+        d = os.path.join(top, "a", "b", "c")
+        os.makedirs(d)
+        with open(os.path.join(d, "spec.yaml"), "w") as f:
+            f.write("steps:\n  - name: a\n    run: [true]\n")
+
+        def tree():
+            return sorted(os.path.relpath(os.path.join(t, n), top) for t, ds, fs in os.walk(top) for n in ds + fs)
+        before = tree()
+        ids = ["../../../x", "a/b", "a\nb", "", "x" * 300, "..", "-x"]
+        bad, made = [], 0
+        for rid in ids:
+            # '-x' as a word of its own would be read as an option
+            option = [f"--run-id={rid}"] if rid.startswith("-") else ["--run-id", rid]
+            for argv in ([self.flowrun, "spec.yaml", *option],
+                         [self.flowrun, "spec.yaml", *option, "--run-dir", "rundir"],
+                         [self.flowrun, "run", "--cpus", "1", *option, "true"],
+                         [self.flowrun, "resume", "nosuch", *option],
+                         [self.flowrun, "plan", "spec.yaml", *option]):
+                p = run_to_end(argv, d, env=clean_env(**{MARK: run_id}))
+                self.sanitizer_check("hostile run id", p.stderr)
+                if p.returncode != 2 or "--run-id: " not in p.stderr or "run id" not in p.stderr:
+                    bad.append(f"{argv[1:]!r}: exit {p.returncode}: {p.stderr}")
+                if tree() != before:
+                    made += 1
+                    bad.append(f"{argv[1:]!r} made {sorted(set(tree()) - set(before))}")
+                    shutil.rmtree(os.path.join(top, "x"), ignore_errors=True)
+                    shutil.rmtree(os.path.join(d, "rundir"), ignore_errors=True)
+                    shutil.rmtree(os.path.join(d, ".flowrun"), ignore_errors=True)
+        self.check(not bad, "hostile run id: every one is refused with exit 2 naming --run-id, nothing made",
+                   "\n".join(bad))
+        p = run_to_end([self.flowrun, "spec.yaml", "--run-id", "x" * 301], d, env=clean_env(**{MARK: run_id}))
+        want = ("flowrun: error: --run-id: 'xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx...': the run id is 301 "
+                "characters long; expected at most 100\n")
+        self.check(p.stderr.startswith(want), "hostile run id: an overlong one is told its length and the limit",
+                   f"want {want!r}\ngot  {p.stderr!r}")
+        p = run_to_end([self.flowrun, "spec.yaml", "--run-id", "x" * 100], d, env=clean_env(**{MARK: run_id}))
+        self.check(p.returncode == 0 and os.path.isdir(os.path.join(d, ".flowrun", "runs", "x" * 100)),
+                   "hostile run id: one of 100 characters runs", f"exit {p.returncode}\n{p.stderr}")
+        self.finish_row(r, "hostile run id", "n/a (refused at start)", 0, self.count_left(run_id), 0, made,
+                        "")
+
+    def test_nul_in_env(self):
+        """An env value (of the flow and of a step) holding a NUL byte, written as YAML's "\\0"."""
+        r = self.row("nul_in_env", "refused by validate and at start (exit 2) with file:line:col; no "
+                     "variable is cut short or split in two, no run directory is made")
+        run_id = f"nul-env-{os.getpid()}"
+        d = self.workspace("nul_in_env", 'env:\n  A: "x\\0B=y"\nsteps:\n  - name: a\n    run: [env]\n'
+                           '    env: {C: "\\0"}\n')
+        want = ("spec.yaml:2:6: env.A: the value of A holds a NUL byte (\\0), which no environment variable can "
+                "hold; remove it\n"
+                "spec.yaml:6:14: steps.a.env.C: the value of C holds a NUL byte (\\0), which no environment "
+                "variable can hold; remove it\n")
+        bad = []
+        for argv in ([self.flowrun, "validate", "spec.yaml"], [self.flowrun, "spec.yaml", "--run-id", run_id]):
+            p = run_to_end(argv, d, env=clean_env(**{MARK: run_id}))
+            self.sanitizer_check("nul in env", p.stderr)
+            if p.returncode != 2 or not p.stderr.startswith(want):
+                bad.append(f"{argv[1:]}: exit {p.returncode}\nwant {want!r}\ngot  {p.stderr!r}")
+        made = int(os.path.exists(os.path.join(d, ".flowrun")))
+        self.check(not bad and not made, "nul in env: refused at validate with the place of each value",
+                   "\n".join(bad))
+        self.finish_row(r, "nul in env", "n/a (refused at validate)", 0, self.count_left(run_id), 0, made, "")
+
+    def test_long_step_name(self):
+        """A 300-character step name, which no file system takes as a directory name."""
+        r = self.row("long_step_name", "refused by validate and at start (exit 2) with file:line:col; no run "
+                     "directory is made, so no run.json is left \"running\"")
+        run_id = f"long-name-{os.getpid()}"
+        name = "s" * 300
+        d = self.workspace("long_step_name", f"steps:\n  - name: {name}\n    run: [true]\n")
+        want = ("spec.yaml:2:11: steps[0].name: step name 'ssssssssssssssssssssssssssssssssssssssss...' is 300 "
+                "characters long; expected at most 100 (it becomes part of file names)\n")
+        bad = []
+        for argv in ([self.flowrun, "validate", "spec.yaml"], [self.flowrun, "spec.yaml", "--run-id", run_id],
+                     [self.flowrun, "spec.yaml", "--run-dir", "run"]):
+            p = run_to_end(argv, d, env=clean_env(**{MARK: run_id}))
+            self.sanitizer_check("long step name", p.stderr)
+            if p.returncode != 2 or not p.stderr.startswith(want):
+                bad.append(f"{argv[1:]}: exit {p.returncode}\nwant {want!r}\ngot  {p.stderr!r}")
+        made = int(os.path.exists(os.path.join(d, ".flowrun"))) + int(os.path.exists(os.path.join(d, "run")))
+        self.check(not bad and not made, "long step name: refused at validate, no run directory made",
+                   "\n".join(bad))
+        self.finish_row(r, "long step name", "n/a (refused at validate)", 0, self.count_left(run_id), 0, made,
+                        "")
 
     # --- driver -----------------------------------------------------------------------
 

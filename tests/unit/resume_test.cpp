@@ -8,6 +8,7 @@
 #include <sstream>
 #include <stdlib.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include "flowrun/flow.h"
 
@@ -418,13 +419,56 @@ TEST_CASE("find_run_dir takes a path or looks a run id up here and above", "[res
 
 TEST_CASE("a run is in progress while its lock is held", "[resume]") {
   TempDir tmp;
-  CHECK_FALSE(run_in_progress(tmp.path()));
+  const std::string dir = tmp.path() + "/runs/r1";
+  CHECK_FALSE(run_in_progress(dir));
   {
-    RunLock lock(tmp.path());
-    CHECK(run_in_progress(tmp.path()));
+    const RunLock lock = RunLock::create(dir, "r1", "host-a");
+    CHECK(run_in_progress(dir));
   }
-  CHECK(fs::exists(tmp.path() + "/run.lock"));
-  CHECK_FALSE(run_in_progress(tmp.path()));
+  CHECK(fs::exists(dir + "/run.lock"));
+  CHECK_FALSE(run_in_progress(dir));
+}
+
+TEST_CASE("a run directory is created for one run, and its lock names the holder", "[resume]") {
+  TempDir tmp;
+  const std::string dir = tmp.path() + "/r1";
+  const std::string host = "host-a";
+  const std::string pid = std::to_string(getpid());
+  {
+    const RunLock lock = RunLock::create(dir, "r1", host);
+    std::ifstream in(dir + "/run.lock");
+    std::string line;
+    std::getline(in, line);
+    CHECK(line == pid + " " + host + " run r1");
+    CHECK(fs::directory_iterator(dir)->path().filename() == "run.lock");  // no temporary file is left
+    CHECK_THROWS_WITH(RunLock::create(dir, "r2", host),
+                      "the run directory " + dir + " is in use (flowrun pid " + pid + " on " + host +
+                          ", running run r1); choose another --run-id or --run-dir");
+    CHECK_THROWS_WITH(RunLock::resume(dir, "r1", host), "run r1 is still in progress (flowrun pid " + pid +
+                                                            " on " + host + "); resume it once it has ended");
+  }
+  // Ended, it is still another run's directory; an empty one made beforehand is taken.
+  CHECK_THROWS_WITH(RunLock::create(dir, "r2", host),
+                    "the run directory " + dir +
+                        " already holds files (of another run?); choose a new --run-dir "
+                        "or remove it");
+  fs::create_directory(tmp.path() + "/empty");
+  CHECK_NOTHROW(RunLock::create(tmp.path() + "/empty", "r3", host));
+  write(tmp.path() + "/file", "x");
+  CHECK_THROWS_WITH(RunLock::create(tmp.path() + "/file", "r4", host),
+                    "the run directory " + tmp.path() +
+                        "/file exists and is not a directory; choose another "
+                        "--run-dir");
+  {
+    const RunLock resuming = RunLock::resume(dir, "r1", host);
+    CHECK_THROWS_WITH(RunLock::resume(dir, "r1", host),
+                      "run r1 is being resumed already (flowrun pid " + pid + " on " + host +
+                          "); wait for that resume to end, then resume the run it made");
+    CHECK_THROWS_WITH(RunLock::create(dir, "r5", host),
+                      "the run directory " + dir + " is in use (flowrun pid " + pid + " on " + host +
+                          ", resuming the run); choose another --run-id or --run-dir");
+  }
+  CHECK_NOTHROW(RunLock::resume(dir, "r1", host));
 }
 
 TEST_CASE("read_run_record says why a directory cannot be resumed", "[resume]") {

@@ -11,6 +11,8 @@
 #include <string>
 #include <vector>
 
+#include "flowrun/util.h"
+
 using namespace flowrun;
 
 namespace {
@@ -1522,4 +1524,70 @@ steps:
            "got a string 'x'",
            "flow.yaml:8:26: steps.b.logs: unknown key 'files'; expected one of: console",
        });
+}
+
+TEST_CASE("names that become file names are at most 100 characters", "[spec]") {
+  const std::string at_limit(100, 'a');
+  const std::string over(300, 's');
+  CHECK(valid("name: f" + at_limit.substr(1) + "\nsteps: [{name: " + at_limit + ", run: x}]").steps[0].name ==
+        at_limit);
+  CHECK(errors("name: f" + over + "\nsteps:\n  - name: " + over +
+               "\n    run: x\n  - name: b\n    needs: " + over + "\n    run: x\n") ==
+        Lines{
+            "flow.yaml:1:7: name: flow name 'fsssssssssssssssssssssssssssssssssssssss...' is 301 characters "
+            "long; expected at most 100 (it becomes part of file names)",
+            "flow.yaml:3:11: steps[0].name: step name 'ssssssssssssssssssssssssssssssssssssssss...' is 300 "
+            "characters long; expected at most 100 (it becomes part of file names)",
+        });
+}
+
+TEST_CASE("NUL bytes and overlong strings are refused where a program or variable would get them", "[spec]") {
+  CHECK(
+      errors(R"(
+    env:
+      A: "x\0y"
+      B: ok
+    steps:
+      - name: a
+        run: ["echo", "p\0q"]
+        env: {C: "\0"}
+      - name: b
+        shell: true
+        run: "echo \0"
+      - name: c
+        run: "echo 'p\0q'"
+    cluster:
+      engine: ssh
+      hosts: [h]
+      ssh_command: ["ssh", "-o\0x"]
+  )") ==
+      Lines{
+          "flow.yaml:2:6: env.A: the value of A holds a NUL byte (\\0), which no environment variable can "
+          "hold; remove it",
+          "flow.yaml:6:10: steps.a.run: word 2 holds a NUL byte (\\0), which no program argument can hold; "
+          "remove it",
+          "flow.yaml:7:14: steps.a.env.C: the value of C holds a NUL byte (\\0), which no environment "
+          "variable can hold; remove it",
+          "flow.yaml:10:10: steps.b.run: the script holds a NUL byte (\\0), which no program argument can "
+          "hold; remove it",
+          "flow.yaml:12:10: steps.c.run: word 2 holds a NUL byte (\\0), which no program argument can hold; "
+          "remove it",
+          "flow.yaml:16:16: cluster.ssh_command: word 2 holds a NUL byte (\\0), which no program argument "
+          "can hold; remove it",
+      });
+  const std::string big(kMaxArgLength, 'v');
+  CHECK(
+      errors("env: {AB: " + big + "}\nsteps:\n  - name: a\n    run: [x, " + big + "y]\n") ==
+      Lines{
+          "flow.yaml:1:11: env.AB: AB=VALUE is 131074 bytes long; the kernel passes at most 131071 bytes in "
+          "one variable",
+          "flow.yaml:4:10: steps.a.run: word 2 is 131072 bytes long; the kernel passes at most 131071 bytes "
+          "in one argument",
+      });
+  CHECK(
+      errors("workdir: /x/" + std::string(256, 'd') + "\nsteps: [{name: a, run: x}]\n") ==
+      Lines{
+          "flow.yaml:1:10: workdir: the directory path's part 'dddddddddddddddddddddddddddddddddddddddd...' "
+          "is 256 bytes long; a file name holds at most 255",
+      });
 }
