@@ -27,23 +27,43 @@
 //  - A declared glob that matches no fresh file is an error that names it,
 //    and says whether a stale file was there.
 //  - A glob that matches a directory takes every file under it.
-//  - Regular files only; a symlink to a regular file counts as that file.
-//    A directory reached through a wildcard, `**`, or inside a matched
+//  - Regular files only; a symlink to a regular file counts as that file when
+//    it resolves beneath the directory it is in (the workdir for a glob, the
+//    rank's FLOWRUN_OUTPUT_DIR for its files): every path is resolved
+//    beneath its root (flowrun/beneath.h), so nothing outside is read. A
+//    symlink that a glob matches and that leads out of the workdir is
+//    refused (an error). In a FLOWRUN_OUTPUT_DIR everything that is not a
+//    regular file, a directory or such a symlink is refused: a symlink out
+//    of it, a dangling one, one to a directory, a FIFO, a device, a socket.
+//    The words are scan_rank_output()'s, which an agent's upload uses too.
+//    A FIFO or a device is never opened, nothing is read in blocking mode.
+//  - A directory reached through a wildcard, `**`, or inside a matched
 //    directory is entered only if it is a real directory (symlinked ones are
 //    not followed, so a symlink loop cannot hang the walk); a component
 //    written without wildcards (`ckpt/model.pt`) is looked up by name and may
-//    go through a symlink. Names starting with '.' are matched like any other.
+//    go through a symlink that stays in the workdir. A component `..` (also
+//    written `\.\.`) matches nothing. Names starting with '.' are matched
+//    like any other.
 //  - `.flowrun/` at the workdir's root is never searched.
-//  - Files are hard-linked into outputs/ when they are on the same file
-//    system (no copy of a large checkpoint) and copied otherwise (mode and
-//    mtime kept). A file already at a destination is never replaced.
+//  - outputs/ is made beneath `run_dir`, and each file in it beneath
+//    outputs/, following no symlink. A file is hard-linked into outputs/
+//    (no copy of a large checkpoint) when it is ours (owned by flowrun's
+//    user) and on the same file system, from the very fd that was checked;
+//    otherwise it is copied (permission bits without set-user-ID,
+//    set-group-ID and sticky; mtime kept). A file already at a destination
+//    is never replaced.
+//  - `stop` is asked between files and while a file is copied; when it
+//    gives a reason, gathering ends there, and what was not gathered is an
+//    error naming the reason (JoinResult::stopped).
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <string_view>
 #include <vector>
 
+#include "flowrun/beneath.h"
 #include "flowrun/spec.h"
 
 namespace flowrun {
@@ -67,6 +87,13 @@ struct JoinRequest {
   std::vector<std::string> rank_output_dirs;
   std::string outputs_dir;  // where to gather (created with its parents when missing)
   FileTime started = 0;
+  // flowrun's run directory: rank_output_dirs and outputs_dir lie under it
+  // and are reached from it without following a symlink (a rank may have put
+  // one in its directory's place). Empty: each is opened as given.
+  std::string run_dir;
+  // Asked between files and while copying one: a reason ("flowrun received
+  // SIGINT", "the step's timeout of 5 s ran out") stops the gathering.
+  std::function<std::string()> stop;
 };
 
 struct JoinedFile {
@@ -80,6 +107,7 @@ struct JoinResult {
   std::vector<JoinedFile> files;    // gathered, sorted by dest
   std::vector<std::string> stale;   // absolute paths that matched but predate the step
   std::vector<std::string> errors;  // each a whole sentence: missing output, collision
+  bool stopped = false;             // `stop` gave a reason (said in errors)
   bool ok() const { return errors.empty(); }
 };
 
@@ -89,6 +117,26 @@ struct JoinResult {
 // failure of flowrun's own run directory (creating outputs/, writing a copy)
 // throws Error.
 JoinResult gather_outputs(const JoinRequest& request);
+
+// A rank's FLOWRUN_OUTPUT_DIR as gathering on this host and an agent's upload
+// both see it (one walk, the same words): `dir` lies under `anchor` (the run
+// directory, an agent's scratch directory; empty: `dir` is opened as given)
+// and is reached from it without following a symlink. `files` are its
+// regular files (a symlink that resolves inside it to one counts as that
+// file, under the link's name), sorted; `errors` a sentence for each thing
+// refused: "rank 1: FLOWRUN_OUTPUT_DIR/passwd is a symlink to /etc/passwd,
+// outside the output directory; refused", "rank 1: FLOWRUN_OUTPUT_DIR is a
+// symlink to /tmp/x, not the directory flowrun made; refused". A directory
+// that does not exist has neither. Read each file through
+// root.open_regular(rel, Links::beneath, ...).
+struct RankOutput {
+  BeneathRoot root;
+  std::vector<TreeEntry> files;
+  std::vector<std::string> errors;
+  bool stopped = false;  // `stop` said true before the walk ended
+};
+RankOutput scan_rank_output(int rank, const std::string& anchor, const std::string& dir,
+                            const std::function<bool()>& stop = {});
 
 // Matches one glob against a relative path. `*` `?` `[...]` (`[!...]` or
 // `[^...]` negated, `a-z` ranges, a `]` first is a member) match within one

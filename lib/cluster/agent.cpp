@@ -19,11 +19,13 @@
 #include <thread>
 #include <unistd.h>
 
+#include "flowrun/beneath.h"
 #include "flowrun/cluster.h"
 #include "flowrun/doctor.h"
 #include "flowrun/error.h"
 #include "flowrun/files.h"
 #include "flowrun/gpu.h"
+#include "flowrun/join.h"
 #include "flowrun/process.h"
 #include "flowrun/protocol.h"
 #include "flowrun/slurm.h"
@@ -825,11 +827,14 @@ class Agent : public GroupObserver {
     std::vector<std::string> errors;
     const bool all_ok = !local_failure_ && attempt.outcome == Outcome::succeeded && !stop_from_head_;
     for (const auto& r : ranks_) {
+      // The rank's directory is reached from the scratch directory without
+      // following a symlink, and error.json is read only when it is a
+      // regular file there (a FIFO in its place is not opened).
+      const BeneathRoot dir = BeneathRoot::open_under(scratch_, r.dir, false);
       struct stat st {};
-      const std::string error_file = r.dir + "/error.json";
-      if (lstat(error_file.c_str(), &st) == 0 && S_ISREG(st.st_mode))
-        upload_file(r.rank, "error.json", error_file, errors);
-      if (all_ok && r.upload) upload_tree(r, r.dir + "/out", "out", errors);
+      if (const int fd = dir.open_regular("error.json", Links::none, &st); fd >= 0)
+        upload_file(r.rank, "error.json", UniqueFd(fd), st, errors);
+      if (all_ok && r.upload) upload_tree(r, errors);
       if (lost_head_) break;
     }
     if (lost_head_) {
@@ -868,25 +873,32 @@ class Agent : public GroupObserver {
     while (conn_->is_open() && !lost_head_ && conn_->queued() >= kQueueHighWater) sup_->io().run_one();
   }
 
-  void upload_file(int rank, const std::string& rel, const std::string& path,
+  // Why an upload stops early: the head went away or said stop, or the
+  // agent received SIGINT or SIGTERM. Empty while it may go on.
+  std::string upload_stop_reason() const {
+    if (lost_head_) return "the head is gone";
+    if (stop_from_head_) return "the head stopped the step";
+    if (const int sig = sup_->interrupt_received(); sig != 0) return "the agent received " + signal_name(sig);
+    return {};
+  }
+
+  // Sends the open regular file `fd` (`st` its fstat) as rank's `rel`.
+  // Returns false when the upload stopped (upload_stop_reason()).
+  bool upload_file(int rank, const std::string& rel, UniqueFd fd, const struct stat& st,
                    std::vector<std::string>& errors) {
-    const int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
-    if (fd < 0) {
-      errors.push_back(fmt::format("rank {}: cannot read {}: {}", rank, rel, std::strerror(errno)));
-      return;
-    }
-    struct stat st {};
-    fstat(fd, &st);
     conn_->send(MessageType::upload_begin,
                 {{"rank", std::to_string(rank)}, {"path", rel}, {"size", std::to_string(st.st_size)}});
     Crc32c crc;
     std::string buf(kUploadChunk, '\0');
     std::int64_t sent = 0;
+    int read_error = 0;
     while (sent < st.st_size) {
       wait_for_queue();  // the next chunk is read only once the queue is below the mark
       if (lost_head_) break;
-      const ssize_t n = read(fd, buf.data(), buf.size());
+      const ssize_t n = read(fd.get(), buf.data(), buf.size());
       if (n < 0 && errno == EINTR) continue;
+      if (n < 0)
+        read_error = errno;  // EAGAIN too: the fd is O_NONBLOCK, a read that would wait is no content
       if (n <= 0) break;
       const std::string_view piece(buf.data(),
                                    static_cast<std::size_t>(std::min<std::int64_t>(n, st.st_size - sent)));
@@ -894,55 +906,42 @@ class Agent : public GroupObserver {
       conn_->send_frame(encode_one_field_frame(MessageType::upload_chunk, "data", piece));
       sent += static_cast<std::int64_t>(piece.size());
     }
-    close(fd);
     conn_->send(MessageType::upload_end, {{"path", rel}, {"crc32c", crc.hex()}});
-    if (sent != st.st_size)
+    if (read_error != 0)
+      errors.push_back(fmt::format("rank {}: cannot read {}: {}", rank, rel, std::strerror(read_error)));
+    else if (sent != st.st_size)
       errors.push_back(fmt::format("rank {}: {} changed while it was uploaded", rank, rel));
+    return !lost_head_;
   }
 
-  void upload_tree(const LocalRank& r, const std::string& dir, const std::string& rel,
-                   std::vector<std::string>& errors) {
-    DIR* d = opendir(dir.c_str());
-    if (d == nullptr) return;
-    std::vector<std::string> names;
-    while (dirent* e = readdir(d)) {
-      const std::string name = e->d_name;
-      if (name != "." && name != "..") names.push_back(name);
-    }
-    closedir(d);
-    std::sort(names.begin(), names.end());
-    char out_real[PATH_MAX];
-    if (realpath((r.dir + "/out").c_str(), out_real) == nullptr) return;
-    for (const auto& name : names) {
-      const std::string path = dir + "/" + name;
-      const std::string relative = rel + "/" + name;
+  // The rank's FLOWRUN_OUTPUT_DIR, walked as gathering on one node walks it
+  // (scan_rank_output: the same refusals in the same words), each file read
+  // through an fd opened beneath it. Stops between files, and says so, when
+  // the head goes away or stops the step, or the agent is interrupted.
+  void upload_tree(const LocalRank& r, std::vector<std::string>& errors) {
+    auto stop = [this] { return !upload_stop_reason().empty(); };
+    RankOutput out = scan_rank_output(r.rank, scratch_, r.dir + "/out", stop);
+    for (auto& e : out.errors) errors.push_back(std::move(e));
+    std::size_t done = 0;
+    for (const auto& f : out.files) {
+      if (stop()) break;
+      ++done;
       struct stat st {};
-      if (lstat(path.c_str(), &st) != 0) continue;
-      if (S_ISDIR(st.st_mode)) {
-        upload_tree(r, path, relative, errors);
-      } else if (S_ISREG(st.st_mode)) {
-        upload_file(r.rank, relative, path, errors);
-      } else if (S_ISLNK(st.st_mode)) {
-        char target[PATH_MAX];
-        const std::string inside = std::string(out_real) + "/";
-        struct stat tst {};
-        if (realpath(path.c_str(), target) != nullptr && std::string(target).rfind(inside, 0) == 0 &&
-            stat(target, &tst) == 0 && S_ISREG(tst.st_mode)) {
-          upload_file(r.rank, relative, target, errors);
-        } else {
-          char link[PATH_MAX] = {};
-          const ssize_t n = readlink(path.c_str(), link, sizeof link - 1);
-          errors.push_back(fmt::format(
-              "rank {}: FLOWRUN_OUTPUT_DIR/{} is a symlink to {}, outside the output "
-              "directory; refused",
-              r.rank, relative.substr(4), n > 0 ? std::string(link, static_cast<std::size_t>(n)) : "?"));
-        }
-      } else {
-        errors.push_back(fmt::format("rank {}: FLOWRUN_OUTPUT_DIR/{} is not a regular file; not uploaded",
-                                     r.rank, relative.substr(4)));
+      const int fd = out.root.open_regular(f.rel, Links::beneath, &st);
+      if (fd == kNotRegular) {
+        errors.push_back(fmt::format("rank {}: FLOWRUN_OUTPUT_DIR/{} is now {}, not a regular file; refused",
+                                     r.rank, f.rel, file_type_name(st.st_mode)));
+      } else if (fd < 0) {
+        errors.push_back(fmt::format("rank {}: cannot read out/{}: {}", r.rank, f.rel, std::strerror(errno)));
+      } else if (!upload_file(r.rank, "out/" + f.rel, UniqueFd(fd), st, errors)) {
+        return;
       }
-      if (lost_head_) return;
     }
+    if (const std::string why = upload_stop_reason();
+        !why.empty() && !lost_head_ && (out.stopped || done < out.files.size()))
+      errors.push_back(fmt::format(
+          "rank {}: the upload of FLOWRUN_OUTPUT_DIR stopped ({}); {} of its {} files not uploaded", r.rank,
+          why, out.files.size() - done, out.files.size()));
   }
 
   const AgentOptions& options_;

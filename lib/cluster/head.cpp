@@ -16,6 +16,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "flowrun/beneath.h"
 #include "flowrun/cluster.h"
 #include "flowrun/doctor.h"
 #include "flowrun/error.h"
@@ -46,43 +47,6 @@ using Clock = std::chrono::steady_clock;
 
 Clock::duration seconds_of(double s) {
   return std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(s));
-}
-
-// Opens `relative` for writing under the directory `root`, creating the
-// directories between, never following a symlink on the way (O_NOFOLLOW on
-// every component) and never replacing a file. Returns the fd, or -1 with
-// *error set.
-int open_under(const std::string& root, const std::string& relative, std::string* error) {
-  int dir = open(root.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (dir < 0) {
-    *error = "cannot open " + root + ": " + std::strerror(errno);
-    return -1;
-  }
-  std::size_t pos = 0;
-  while (true) {
-    const std::size_t slash = relative.find('/', pos);
-    const std::string part =
-        relative.substr(pos, slash == std::string::npos ? std::string::npos : slash - pos);
-    if (slash == std::string::npos) {
-      const int fd = openat(dir, part.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644);
-      if (fd < 0) *error = "cannot create " + root + "/" + relative + ": " + std::strerror(errno);
-      close(dir);
-      return fd;
-    }
-    if (mkdirat(dir, part.c_str(), 0755) != 0 && errno != EEXIST) {
-      *error = "cannot create a directory for " + relative + ": " + std::strerror(errno);
-      close(dir);
-      return -1;
-    }
-    const int next = openat(dir, part.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
-    close(dir);
-    if (next < 0) {
-      *error = "upload path '" + relative + "' goes through '" + part + "', which is not a directory";
-      return -1;
-    }
-    dir = next;
-    pos = slash + 1;
-  }
 }
 
 std::string plural(std::size_t n, std::string_view one, std::string_view many) {
@@ -325,7 +289,9 @@ class Head : public GroupObserver {
   struct Upload {
     int rank = -1;
     std::string path;
-    int fd = -1;
+    UniqueFd fd;
+    UniqueFd dir;      // the directory it is made in, to remove it from (unlinkat)
+    std::string leaf;  // its name there
     std::int64_t size = 0;
     std::int64_t got = 0;
     Crc32c crc;
@@ -1236,11 +1202,23 @@ class Head : public GroupObserver {
       error = fmt::format("upload of '{}' refused: only error.json and files under out/ are uploaded", *safe);
     }
     if (error.empty()) {
-      std::string open_error;
+      // The rank's directory is reached from the run directory, and the file
+      // made beneath it, without following a symlink: a rank on a node that
+      // shares this file system may have put one in either's place.
       const std::string root = job_.ctx.layout.rank_dir(plan_.step, up.rank);
-      if (*safe == "error.json") unlink((root + "/error.json").c_str());
-      up.fd = open_under(root, *safe, &open_error);
-      if (up.fd < 0) error = fmt::format("upload of '{}' refused: {}", *safe, open_error);
+      const BeneathRoot dir = BeneathRoot::open_under(job_.ctx.layout.run_dir, root, false);
+      if (!dir.ok()) {
+        error = fmt::format("upload of '{}' refused: cannot open {} without following a symlink: {}", *safe,
+                            root, std::strerror(dir.error()));
+      } else {
+        if (*safe == "error.json") unlinkat(dir.fd(), "error.json", 0);
+        up.fd.reset(dir.create_file(*safe, 0644, 0755, &up.dir));
+        if (!up.fd)
+          error =
+              fmt::format("upload of '{}' refused: cannot create it in {} without following a symlink: {}",
+                          *safe, root, std::strerror(errno));
+        up.leaf = safe->substr(safe->rfind('/') + 1);
+      }
       up.path = *safe;
     }
     if (!error.empty()) {
@@ -1265,7 +1243,7 @@ class Head : public GroupObserver {
       return;
     }
     up.crc.update(data);
-    if (!write_all(up.fd, data.data(), data.size())) {
+    if (!write_all(up.fd.get(), data.data(), data.size())) {
       const int err = errno;
       const std::string what = fmt::format("cannot write rank {}'s {} in {}: {}", up.rank, up.path,
                                            job_.ctx.layout.rank_dir(plan_.step, up.rank), std::strerror(err));
@@ -1281,11 +1259,11 @@ class Head : public GroupObserver {
     Upload up = std::move(*n.upload);
     n.upload.reset();
     if (up.refused) return;
-    if (up.fd >= 0) close(up.fd);
+    up.fd.reset();
     const std::string expected = field_or(f, "crc32c");
     const std::string got = up.crc.hex();
     if (up.got != up.size || expected != got) {
-      unlink((job_.ctx.layout.rank_dir(plan_.step, up.rank) + "/" + up.path).c_str());
+      if (up.dir) unlinkat(up.dir.get(), up.leaf.c_str(), 0);
       upload_error(
           n, fmt::format("upload of rank {}'s '{}' is corrupt ({} of {} bytes, CRC-32C {}); rejected",
                          up.rank, up.path, up.got, up.size, up.got == up.size ? "differs" : "not checked"));
@@ -1306,9 +1284,9 @@ class Head : public GroupObserver {
   void abort_upload(Node& n, const std::string& why) {
     if (!n.upload) return;
     Upload& up = *n.upload;
-    if (up.fd >= 0) {
-      close(up.fd);
-      unlink((job_.ctx.layout.rank_dir(plan_.step, up.rank) + "/" + up.path).c_str());
+    if (up.fd) {
+      up.fd.reset();
+      unlinkat(up.dir.get(), up.leaf.c_str(), 0);
     }
     const bool refused = up.refused;
     n.upload.reset();
@@ -1528,14 +1506,21 @@ class Head : public GroupObserver {
   void flush_console() { sup_.write_console(console_out_, console_err_); }
 
   // A rank's log file, opened (and emptied) when it first writes, so that
-  // thousands of ranks cost nothing until they print.
-  static int log_fd(RankState& r, bool is_err) {
+  // thousands of ranks cost nothing until they print. Reached from the run
+  // directory without following a symlink, as uploads are: a rank on a node
+  // that shares this file system may have put a link in its place (to a
+  // file that O_TRUNC would empty).
+  int log_fd(RankState& r, bool is_err) const {
     int& fd = is_err ? r.err_fd : r.out_fd;
     bool& opened = is_err ? r.err_opened : r.out_opened;
     if (!opened && !r.record.stdout_log.empty()) {
       opened = true;
-      fd = open((is_err ? r.record.stderr_log : r.record.stdout_log).c_str(),
-                O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+      const std::string& path = is_err ? r.record.stderr_log : r.record.stdout_log;
+      const std::size_t slash = path.rfind('/');
+      const BeneathRoot dir = BeneathRoot::open_under(job_.ctx.layout.run_dir, path.substr(0, slash), false);
+      fd = dir.ok() ? openat(dir.fd(), path.c_str() + slash + 1,
+                             O_WRONLY | O_CREAT | O_TRUNC | O_NOFOLLOW | O_CLOEXEC, 0644)
+                    : (errno = dir.error(), -1);
     }
     return fd;
   }

@@ -9,6 +9,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <climits>
 #include <ctime>
 #include <dirent.h>
 #include <fcntl.h>
@@ -21,6 +22,8 @@
 #include <system_error>
 #include <unistd.h>
 
+#include "flowrun/beneath.h"
+#include "flowrun/error.h"
 #include "flowrun/files.h"
 
 namespace flowrun {
@@ -172,62 +175,75 @@ std::string join_path(const std::string& dir, std::string_view name) {
   return dir.empty() ? std::string(name) : dir + "/" + std::string(name);
 }
 
-// Expands globs under one root. Directories reached through a wildcard, a
-// '**' or while taking a directory's files are entered only when they are
-// real directories, so a symlink loop cannot make the walk endless; a
-// component written without wildcards is looked up by name and may go through
-// a symlink, which is bounded by the glob's length.
+// Expands globs under one root, every path resolved beneath it
+// (BeneathRoot, Links::beneath): a symlink out of the workdir is never
+// followed, and one that a glob matches is refused (`refused`). Directories
+// reached through a wildcard, a '**' or while taking a directory's files are
+// entered only when they are real directories, so a symlink loop cannot make
+// the walk endless; a component written without wildcards is looked up by
+// name and may go through a symlink that stays beneath, which is bounded by
+// the glob's length and the 40 links a lookup may follow.
 class Walker {
  public:
-  Walker(std::string root, bool skip_flowrun) : root_(std::move(root)), skip_flowrun_(skip_flowrun) {}
+  Walker(const BeneathRoot& root, bool skip_flowrun) : root_(root), skip_flowrun_(skip_flowrun) {}
 
-  // Files matched by `glob`, or under a directory it matches; sorted by rel.
-  std::vector<Found> glob(std::string_view glob) {
+  // Files matched by `glob`, or under a directory it matches, sorted by rel;
+  // what it matched that is refused goes to *refused.
+  std::vector<Found> glob(std::string_view glob, std::vector<TreeEntry>* refused) {
     found_.clear();
+    refused_.clear();
     auto parts = split_path(glob);
     if (parts.empty())
       take_all("");
     else
       expand("", parts, 0);
-    return sorted();
-  }
-
-  // Every file under the root.
-  std::vector<Found> all() {
-    found_.clear();
-    take_all("");
+    for (auto& [rel, e] : refused_) refused->push_back(std::move(e));
     return sorted();
   }
 
  private:
-  std::string abs(const std::string& rel) const { return rel.empty() ? root_ : root_ + "/" + rel; }
   bool skipped(const std::string& dir, std::string_view name) const {
     return skip_flowrun_ && dir.empty() && name == ".flowrun";
   }
 
   std::vector<std::string> list(const std::string& dir) const {
-    std::vector<std::string> names;
-    std::unique_ptr<DIR, int (*)(DIR*)> d(opendir(abs(dir).c_str()), closedir);
-    if (!d) return names;  // unreadable directories are passed over
-    while (dirent* e = readdir(d.get())) {
-      std::string_view name = e->d_name;
-      if (name != "." && name != ".." && !skipped(dir, name)) names.emplace_back(name);
-    }
-    std::sort(names.begin(), names.end());
+    int err = 0;
+    auto names = root_.list(dir, Links::beneath, &err);  // unreadable directories are passed over
+    std::erase_if(names, [&](const std::string& name) { return skipped(dir, name); });
     return names;
   }
 
   void add(const std::string& rel, const struct stat& st) {
-    found_.emplace(rel, Found{rel, abs(rel), mtime_of(st), static_cast<std::uint64_t>(st.st_size)});
+    found_.emplace(rel, Found{rel, root_.path_of(rel), mtime_of(st), static_cast<std::uint64_t>(st.st_size)});
   }
 
-  // An entry reached without naming it: a regular file (or a symlink to one)
-  // is a file, a real directory is a directory, anything else is nothing.
+  // `rel` resolved beneath the root: 0 and *st, or an errno; a symlink that
+  // leads out of it (or loops) is remembered as refused.
+  int resolve(const std::string& rel, struct stat* st) {
+    const int err = root_.stat(rel, st, Links::beneath);
+    if (err == EXDEV || err == ELOOP) {
+      TreeEntry e;
+      e.rel = rel;
+      e.kind = err == EXDEV ? TreeEntry::Kind::link_out : TreeEntry::Kind::link_loop;
+      e.target = root_.read_link(rel);
+      refused_.emplace(rel, std::move(e));
+    }
+    return err;
+  }
+
+  // An entry reached without naming it: a regular file (or a symlink to one
+  // beneath the root) is a file, a real directory is a directory, anything
+  // else is nothing. `last`: the glob ends here, so a symlink out of the
+  // root is one it matched, and refused.
   enum class Kind { none, file, dir };
-  Kind classify(const std::string& rel, struct stat* st) const {
-    if (lstat(abs(rel).c_str(), st) != 0) return Kind::none;
+  Kind classify(const std::string& rel, struct stat* st, bool last) {
+    if (root_.lstat(rel, st) != 0) return Kind::none;
     if (S_ISDIR(st->st_mode)) return Kind::dir;
-    if (S_ISLNK(st->st_mode) && stat(abs(rel).c_str(), st) != 0) return Kind::none;
+    if (S_ISLNK(st->st_mode)) {
+      if (!last)
+        return root_.stat(rel, st, Links::beneath) == 0 && S_ISREG(st->st_mode) ? Kind::file : Kind::none;
+      if (resolve(rel, st) != 0) return Kind::none;
+    }
     return S_ISREG(st->st_mode) ? Kind::file : Kind::none;
   }
 
@@ -235,7 +251,7 @@ class Walker {
     for (const auto& name : list(dir)) {
       std::string rel = join_path(dir, name);
       struct stat st {};
-      switch (classify(rel, &st)) {
+      switch (classify(rel, &st, true)) {
         case Kind::file: add(rel, st); break;
         case Kind::dir: take_all(rel); break;
         case Kind::none: break;
@@ -262,20 +278,25 @@ class Walker {
       for (const auto& name : list(dir)) {
         std::string rel = join_path(dir, name);
         struct stat st {};
-        if (classify(rel, &st) == Kind::dir) expand(rel, parts, i);
+        if (classify(rel, &st, false) == Kind::dir) expand(rel, parts, i);
       }
     } else if (!has_wildcard(part)) {
       std::string name = unescape(part);
+      if (name == "..") return;  // never above the root (the spec refuses it; the resolution would too)
+      if (name == ".") {
+        if (last) return take_all(dir);
+        return expand(dir, parts, i + 1);
+      }
       if (skipped(dir, name)) return;
       std::string rel = join_path(dir, name);
       struct stat st {};
-      if (stat(abs(rel).c_str(), &st) == 0) descend(rel, st);
+      if (resolve(rel, &st) == 0) descend(rel, st);
     } else {
       for (const auto& name : list(dir)) {
         if (!match_name(part, name)) continue;
         std::string rel = join_path(dir, name);
         struct stat st {};
-        if (classify(rel, &st) != Kind::none) descend(rel, st);
+        if (classify(rel, &st, last) != Kind::none) descend(rel, st);
       }
     }
   }
@@ -286,9 +307,10 @@ class Walker {
     return out;
   }
 
-  std::string root_;
+  const BeneathRoot& root_;
   bool skip_flowrun_;
   std::map<std::string, Found> found_;  // by rel: overlapping '**' expansions meet here
+  std::map<std::string, TreeEntry> refused_;
 };
 
 // --- messages ---------------------------------------------------------------
@@ -353,6 +375,7 @@ std::string shared_file_message(const JoinRequest& rq, const std::string& glob) 
 // --- planning and writing ---------------------------------------------------
 
 struct Candidate {
+  const BeneathRoot* root = nullptr;  // where `file.rel` is resolved (Links::beneath)
   Found file;
   int rank = -1;       // -1: a glob match
   std::string origin;  // "matched by output 'x'", "from rank 1's $FLOWRUN_OUTPUT_DIR"
@@ -361,94 +384,118 @@ struct Candidate {
 
 std::string describe(const Candidate& c) { return c.file.abs + " (" + c.origin + ")"; }
 
-class Fd {
- public:
-  explicit Fd(int fd) : fd_(fd) {}
-  Fd(const Fd&) = delete;
-  Fd& operator=(const Fd&) = delete;
-  ~Fd() {
-    if (fd_ >= 0) close(fd_);
-  }
-  int get() const { return fd_; }
-
- private:
-  int fd_;
-};
-
-bool same_file(const std::string& a, const std::string& b) {
-  struct stat sa {
-  }, sb{};
-  return stat(a.c_str(), &sa) == 0 && stat(b.c_str(), &sb) == 0 && sa.st_dev == sb.st_dev &&
-         sa.st_ino == sb.st_ino;
-}
+enum class Copied { done, read_failed, write_failed, stopped };
 
 // Copies `in` to `out` (both open): copy_file_range while the kernel takes
-// it, read/write from where it stopped otherwise. False with errno set.
-bool copy_bytes(int in, int out) {
+// it, read/write from where it stopped otherwise, 64 MiB at a time between
+// two questions to `stop`. On a failure errno says why.
+Copied copy_bytes(int in, int out, const std::function<bool()>& stop) {
+  constexpr std::size_t kStep = 64 << 20;
   bool plain = false;
+  std::vector<char> buf;
   for (;;) {
+    if (stop && stop()) return Copied::stopped;
     if (!plain) {
-      ssize_t n = copy_file_range(in, nullptr, out, nullptr, 1 << 30, 0);
+      ssize_t n = copy_file_range(in, nullptr, out, nullptr, kStep, 0);
       if (n > 0) continue;
-      if (n == 0) return true;
+      if (n == 0) return Copied::done;
+      if (errno == EAGAIN) return Copied::read_failed;
       if (errno != EXDEV && errno != EINVAL && errno != ENOSYS && errno != EOPNOTSUPP && errno != EPERM)
-        return false;
+        return errno == ENOSPC || errno == EDQUOT || errno == EFBIG ? Copied::write_failed
+                                                                    : Copied::read_failed;
       plain = true;
+      buf.resize(1 << 16);
     }
-    char buf[1 << 16];
-    ssize_t n = read(in, buf, sizeof buf);
-    if (n == 0) return true;
-    if (n < 0) {
-      if (errno == EINTR) continue;
-      return false;
-    }
-    for (ssize_t done = 0; done < n;) {
-      ssize_t w = write(out, buf + done, static_cast<std::size_t>(n - done));
-      if (w < 0 && errno != EINTR) return false;
-      if (w > 0) done += w;
+    for (std::size_t chunk = 0; chunk < kStep;) {
+      ssize_t n = read(in, buf.data(), buf.size());
+      if (n == 0) return Copied::done;
+      if (n < 0) {
+        if (errno == EINTR) continue;
+        return Copied::read_failed;  // EAGAIN too: a read that would block is not a file's content
+      }
+      for (ssize_t done = 0; done < n;) {
+        ssize_t w = write(out, buf.data() + done, static_cast<std::size_t>(n - done));
+        if (w < 0 && errno != EINTR) return Copied::write_failed;
+        if (w > 0) done += w;
+      }
+      chunk += static_cast<std::size_t>(n);
     }
   }
 }
 
-enum class Put { done, exists, unreadable };
+enum class Put { done, exists, unreadable, stopped };
 
-// Creates `dest` as a copy of `source`, with its mode and mtime.
-Put copy_file(const std::string& source, const std::string& dest, int* err) {
-  Fd in(open(source.c_str(), O_RDONLY | O_CLOEXEC));
-  struct stat st {};
-  if (in.get() < 0 || fstat(in.get(), &st) != 0) {
-    *err = errno;
-    return Put::unreadable;
-  }
-  Fd out(open(dest.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600));
-  if (out.get() < 0) {
+// Creates `leaf` in `dir` as a copy of the open file `in` (whose stat is
+// `st`), with its permission bits (never set-user-ID, set-group-ID or
+// sticky: the copy is flowrun's) and mtime.
+Put copy_file(int in, const struct stat& st, int dir, const std::string& leaf, const std::string& dest,
+              const std::function<bool()>& stop, int* err) {
+  UniqueFd out(openat(dir, leaf.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600));
+  if (!out) {
     if (errno == EEXIST) return Put::exists;
     throw Error("cannot create " + dest + ": " + errno_text(errno));
   }
+  const Copied copied = copy_bytes(in, out.get(), stop);
+  const int e = errno;
   const timespec times[2] = {st.st_atim, st.st_mtim};
-  if (!copy_bytes(in.get(), out.get()) || fchmod(out.get(), st.st_mode & 07777) != 0 ||
-      futimens(out.get(), times) != 0) {
-    int e = errno;
-    unlink(dest.c_str());
-    throw Error("cannot copy " + source + " to " + dest + ": " + errno_text(e));
+  if (copied == Copied::done && fchmod(out.get(), st.st_mode & 0777) == 0 && futimens(out.get(), times) == 0)
+    return Put::done;
+  const int write_err = copied == Copied::done ? errno : e;
+  unlinkat(dir, leaf.c_str(), 0);
+  switch (copied) {
+    case Copied::stopped: return Put::stopped;
+    case Copied::read_failed: *err = e; return Put::unreadable;
+    default: throw Error("cannot copy to " + dest + ": " + errno_text(write_err));
   }
-  return Put::done;
 }
 
-// A hard link when the file system allows it, else a copy. Never replaces.
-Put put_file(const std::string& source, const std::string& dest, int* err) {
-  if (linkat(AT_FDCWD, source.c_str(), AT_FDCWD, dest.c_str(), AT_SYMLINK_FOLLOW) == 0) return Put::done;
-  switch (errno) {
-    case EEXIST: return Put::exists;
-    case EXDEV:
-    case EPERM:
-    case EMLINK:
-    case EOPNOTSUPP: return copy_file(source, dest, err);
-    case ENOENT:
-    case EACCES:
-    case ELOOP: *err = errno; return Put::unreadable;
-    default: throw Error("cannot link " + source + " to " + dest + ": " + errno_text(errno));
+// A hard link when it is safe and the file system allows it, else a copy.
+// Never replaces. Only a file of ours is linked: one that another user owns
+// would stay theirs to change (or to be a hard link to something of ours
+// they could not read) once it sits in outputs/. The link is made from the
+// open fd, so it is the very file that was checked, not what a name points
+// to by now.
+Put put_file(int in, const struct stat& st, int dir, const std::string& leaf, const std::string& dest,
+             const std::function<bool()>& stop, int* err) {
+  if (st.st_uid == geteuid()) {
+    int rc = linkat(in, "", dir, leaf.c_str(), AT_EMPTY_PATH);
+    if (rc != 0 && errno != EEXIST && errno != EXDEV && errno != EMLINK) {
+      // AT_EMPTY_PATH needs CAP_DAC_READ_SEARCH on older kernels.
+      const std::string self = "/proc/self/fd/" + std::to_string(in);
+      rc = linkat(AT_FDCWD, self.c_str(), dir, leaf.c_str(), AT_SYMLINK_FOLLOW);
+    }
+    if (rc == 0) return Put::done;
+    switch (errno) {
+      case EEXIST: return Put::exists;
+      case EXDEV:
+      case EPERM:
+      case EMLINK:
+      case EOPNOTSUPP:
+      case ENOENT:  // no /proc, or the file was unlinked since it was opened
+      case EACCES: break;
+      default: throw Error("cannot link " + dest + ": " + errno_text(errno));
+    }
   }
+  return copy_file(in, st, dir, leaf, dest, stop, err);
+}
+
+// "rank 1: FLOWRUN_OUTPUT_DIR is a symlink to /tmp/x, not the directory
+// flowrun made; refused": the output directory itself could not be opened
+// beneath the anchor.
+std::string output_dir_problem(int rank, const std::string& dir, int err) {
+  struct stat st {};
+  const std::string head = fmt::format("rank {}: FLOWRUN_OUTPUT_DIR ", rank);
+  if (::lstat(dir.c_str(), &st) == 0 && S_ISLNK(st.st_mode)) {
+    char target[PATH_MAX] = {};
+    const ssize_t n = readlink(dir.c_str(), target, sizeof target - 1);
+    return head + fmt::format("is a symlink to {}, not the directory flowrun made; refused",
+                              n > 0 ? std::string(target, static_cast<std::size_t>(n)) : "?");
+  }
+  if (err == ELOOP)
+    return head + "was moved: a directory above it is now a symlink, not the directory flowrun made; refused";
+  if (err == ENOTDIR && ::lstat(dir.c_str(), &st) == 0)
+    return head + "is " + file_type_name(st.st_mode) + ", not the directory flowrun made; refused";
+  return head + "cannot be read: " + errno_text(err) + "; refused";
 }
 
 }  // namespace
@@ -457,18 +504,47 @@ bool glob_match(std::string_view glob, std::string_view path) {
   return match_parts(split_path(glob), 0, split_path(path), 0);
 }
 
+RankOutput scan_rank_output(int rank, const std::string& anchor, const std::string& dir,
+                            const std::function<bool()>& stop) {
+  RankOutput out;
+  out.root = anchor.empty() ? BeneathRoot::open(dir) : BeneathRoot::open_under(anchor, dir, false);
+  if (!out.root.ok()) {
+    if (out.root.error() != ENOENT) out.errors.push_back(output_dir_problem(rank, dir, out.root.error()));
+    return out;
+  }
+  for (auto& e : scan_tree(out.root, stop, &out.stopped)) {
+    if (e.kind == TreeEntry::Kind::file)
+      out.files.push_back(std::move(e));
+    else
+      out.errors.push_back(fmt::format("rank {}: FLOWRUN_OUTPUT_DIR/{} {}; refused", rank, e.rel,
+                                       refusal_text(e, "the output directory")));
+  }
+  return out;
+}
+
 JoinResult gather_outputs(const JoinRequest& rq) {
   JoinResult result;
   std::vector<Candidate> candidates;
   std::set<std::string> stale;
+  std::string stopped_why;
+  auto stop = [&] {
+    if (stopped_why.empty() && rq.stop) stopped_why = rq.stop();
+    return !stopped_why.empty();
+  };
 
-  Walker workdir(rq.workdir, true);
+  const BeneathRoot workroot = BeneathRoot::open(rq.workdir);
+  Walker workdir(workroot, true);
   for (const auto& glob : rq.outputs) {
     std::vector<Found> fresh, old;
-    for (auto& f : workdir.glob(glob)) (f.mtime >= rq.started ? fresh : old).push_back(std::move(f));
+    std::vector<TreeEntry> refused;
+    for (auto& f : workdir.glob(glob, &refused))
+      (f.mtime >= rq.started ? fresh : old).push_back(std::move(f));
     for (const auto& f : old) stale.insert(f.abs);
+    for (const auto& e : refused)
+      result.errors.push_back(fmt::format("step '{}': output '{}': {} {}; refused", rq.step, glob,
+                                          workroot.path_of(e.rel), refusal_text(e, "the workdir")));
     if (fresh.empty()) {
-      result.errors.push_back(missing_message(rq, glob, old));
+      if (refused.empty()) result.errors.push_back(missing_message(rq, glob, old));
       continue;
     }
     const auto parts = split_path(glob);
@@ -480,19 +556,25 @@ JoinResult gather_outputs(const JoinRequest& rq) {
     }
     for (auto& f : fresh) {
       std::string dest = f.rel;
-      candidates.push_back({std::move(f), -1, "matched by output '" + glob + "'", std::move(dest)});
+      candidates.push_back(
+          {&workroot, std::move(f), -1, "matched by output '" + glob + "'", std::move(dest)});
     }
   }
 
   const int ranks = rq.collect == Collect::rank0
                         ? std::min<int>(1, static_cast<int>(rq.rank_output_dirs.size()))
                         : static_cast<int>(rq.rank_output_dirs.size());
-  for (int rank = 0; rank < ranks; ++rank) {
+  std::vector<RankOutput> rank_outputs;
+  rank_outputs.reserve(static_cast<std::size_t>(ranks));  // candidates point at their roots
+  for (int rank = 0; rank < ranks && !stop(); ++rank) {
     const std::string prefix = rq.collect == Collect::all ? fmt::format("rank{}/", rank) : "";
-    for (auto& f : Walker(rq.rank_output_dirs[static_cast<std::size_t>(rank)], false).all()) {
-      std::string dest = prefix + f.rel;
-      candidates.push_back(
-          {std::move(f), rank, fmt::format("from rank {}'s $FLOWRUN_OUTPUT_DIR", rank), dest});
+    RankOutput& ro = rank_outputs.emplace_back(
+        scan_rank_output(rank, rq.run_dir, rq.rank_output_dirs[static_cast<std::size_t>(rank)], stop));
+    for (const auto& e : ro.errors) result.errors.push_back(fmt::format("step '{}': {}", rq.step, e));
+    for (const auto& e : ro.files) {
+      Found f{e.rel, ro.root.path_of(e.rel), mtime_of(e.st), static_cast<std::uint64_t>(e.st.st_size)};
+      candidates.push_back({&ro.root, std::move(f), rank,
+                            fmt::format("from rank {}'s $FLOWRUN_OUTPUT_DIR", rank), prefix + e.rel});
     }
   }
 
@@ -522,22 +604,59 @@ JoinResult gather_outputs(const JoinRequest& rq) {
     }
   }
 
-  make_dirs(rq.outputs_dir);
+  // outputs/ is made beneath the run directory, and every file in it beneath
+  // outputs/, without following a symlink: a rank that put one in their
+  // place cannot make flowrun write elsewhere.
+  BeneathRoot out;
+  if (rq.run_dir.empty()) {
+    make_dirs(rq.outputs_dir);
+    out = BeneathRoot::open(rq.outputs_dir);
+  } else {
+    make_dirs(rq.run_dir);
+    out = BeneathRoot::open_under(rq.run_dir, rq.outputs_dir, true);
+  }
+  if (!out.ok())
+    throw Error("cannot create the directory " + rq.outputs_dir + ": " + errno_text(out.error()));
+  std::size_t left = 0;
   for (const auto& [dest, c] : by_dest) {
     if (dropped.count(dest)) continue;
+    if (stop()) {
+      ++left;
+      continue;
+    }
     const std::string target = rq.outputs_dir + "/" + dest;
-    make_dirs(target.substr(0, target.rfind('/')));
+    struct stat st {};
+    const int fd = c->root->open_regular(c->file.rel, Links::beneath, &st);
+    if (fd == kNotRegular || fd < 0) {
+      result.errors.push_back(fmt::format(
+          "step '{}': cannot collect {}: {}; make sure it stays in place and readable until the step's "
+          "outputs are gathered.",
+          rq.step, describe(*c),
+          fd == kNotRegular ? "it is now " + file_type_name(st.st_mode) + ", not a regular file"
+          : errno == EXDEV  ? std::string("it is now a symlink out of its directory")
+                            : errno_text(errno)));
+      continue;
+    }
+    UniqueFd in(fd);
+    std::string leaf;
+    UniqueFd dir(out.open_parent(dest, true, 0755, &leaf));
+    if (!dir) throw Error("cannot create the directory for " + target + ": " + errno_text(errno));
     int err = 0;
-    switch (put_file(c->file.abs, target, &err)) {
+    switch (put_file(in.get(), st, dir.get(), leaf, target, stop, &err)) {
       case Put::done: break;
-      case Put::exists:
-        if (same_file(c->file.abs, target)) break;
+      case Put::stopped: ++left; continue;
+      case Put::exists: {
+        struct stat there {};
+        if (fstatat(dir.get(), leaf.c_str(), &there, AT_SYMLINK_NOFOLLOW) == 0 && there.st_dev == st.st_dev &&
+            there.st_ino == st.st_ino)
+          break;
         result.errors.push_back(
             fmt::format("step '{}': cannot collect {}: {} already exists and is not overwritten; remove it, "
                         "or gather into "
                         "an empty directory.",
                         rq.step, describe(*c), target));
         continue;
+      }
       case Put::unreadable:
         result.errors.push_back(fmt::format(
             "step '{}': cannot collect {}: {}; make sure it stays in place and readable until the step's "
@@ -545,7 +664,15 @@ JoinResult gather_outputs(const JoinRequest& rq) {
             rq.step, describe(*c), errno_text(err)));
         continue;
     }
-    result.files.push_back({c->file.abs, dest, c->rank, c->file.bytes});
+    result.files.push_back({c->file.abs, dest, c->rank, static_cast<std::uint64_t>(st.st_size)});
+  }
+  if (!stopped_why.empty()) {
+    result.stopped = true;
+    result.errors.push_back(fmt::format("step '{}': gathering its outputs stopped: {}; {} not collected",
+                                        rq.step, stopped_why,
+                                        left == 0   ? std::string("the rest is")
+                                        : left == 1 ? std::string("1 file is")
+                                                    : fmt::format("{} files are", left)));
   }
   result.stale.assign(stale.begin(), stale.end());
   return result;

@@ -372,6 +372,16 @@ class FlowRunner {
         request.rank_output_dirs.push_back(ctx_.layout.output_dir(step.name, r));
       request.outputs_dir = ctx_.layout.inputs_dir(step.name);
       request.started = started;
+      request.run_dir = ctx_.layout.run_dir;
+      // Gathering counts in the step's time and hears Ctrl-C: a large copy
+      // stops at the step's deadline or at an interrupt, as the workers would.
+      request.stop = [&]() -> std::string {
+        if (const int sig = supervisor_->interrupt_signal(); sig != 0)
+          return fmt::format("flowrun received {}", signal_name(sig));
+        if (const auto left = time_left(step, start_mono); left && *left <= 0)
+          return fmt::format("the step's timeout of {:g} s ran out", *step.timeout_s);
+        return {};
+      };
       JoinResult joined;
       bool gathered = false;
       try {
@@ -397,6 +407,11 @@ class FlowRunner {
       } else if (!joined.ok()) {
         record.outcome = Outcome::failed;
         record.exit_code = 1;
+        if (joined.stopped) {
+          const int sig = supervisor_->interrupt_signal();
+          record.outcome = sig != 0 ? Outcome::interrupted : Outcome::timed_out;
+          record.exit_code = sig != 0 ? 128 + sig : 124;
+        }
         for (const auto& e : joined.errors) record.notes.push_back(e);
         join_errors = fmt::format(
             "flowrun: step '{}': its workers succeeded, but its outputs are incomplete:\n", step.name);

@@ -179,9 +179,17 @@ std::optional<std::string> glob_problem(std::string_view glob) {
     return "glob " + quote(glob) + " contains a NUL or newline; expected a path pattern on one line";
   if (glob.front() == '/')
     return "glob " + quote(glob) + " is absolute; expected a pattern relative to the step's workdir";
+  // Each component as the walk looks it up: '\x' is x, so '\.\.' is '..'
+  // too. (A component with a wildcard is matched against directory entries,
+  // which never include '..'.)
   for (std::size_t start = 0; start <= glob.size();) {
     std::size_t end = std::min(glob.find('/', start), glob.size());
-    if (glob.substr(start, end - start) == "..")
+    std::string name;
+    for (std::size_t i = start; i < end; ++i) {
+      if (glob[i] == '\\' && i + 1 < end) ++i;
+      name += glob[i];
+    }
+    if (name == "..")
       return "glob " + quote(glob) + " leaves the workdir with '..'; expected a pattern inside it";
     start = end + 1;
   }

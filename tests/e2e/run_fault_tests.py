@@ -612,10 +612,10 @@ steps:
 
     def test_hostile_input(self):
         """Arguments and paths built to break out: ${args} holding shell syntax, a run directory
-        whose path has quotes and $(...), a rank's output directory holding links out of it."""
+        whose path has quotes and $(...). (Links out of a rank's output directory: output_link_out.)"""
         r = self.row("hostile_input", "`${args}` and paths reach the program as plain words (a list `run` "
-                     "starts no shell; under `shell: true` every value is quoted); links out of "
-                     "FLOWRUN_OUTPUT_DIR are not walked")
+                     "starts no shell; under `shell: true` every value is quoted); a link inside "
+                     "FLOWRUN_OUTPUT_DIR to one of its files is collected as that file")
         run_id = f"hostile-{os.getpid()}"
         d = os.path.join(self.scratch, "hostile $(touch INJ0) `touch INJ1` it's")
         os.makedirs(d)
@@ -624,8 +624,7 @@ steps:
         rank = ('import os; out = os.environ["FLOWRUN_OUTPUT_DIR"]; '
                 'open(os.path.join(out, "result.txt"), "w").write("rank %s result\\n" % os.environ["RANK"]); '
                 'print("rank %s wrote its result" % os.environ["RANK"]); '
-                'os.symlink("/etc", os.path.join(out, "etc")); '
-                'os.symlink("/etc/hostname", os.path.join(out, "hostname"))')
+                'os.symlink("result.txt", os.path.join(out, "hostname"))')
         with open(os.path.join(d, "spec.yaml"), "w") as f:
             f.write(f"""name: hostile
 steps:
@@ -658,8 +657,8 @@ steps:
         found = sorted(os.path.relpath(os.path.join(top, f), outputs)
                        for top, _, files in os.walk(outputs) for f in files)
         want_files = [f"rank{k}/{n}" for k in range(2) for n in ("hostname", "result.txt")]
-        self.check(found == want_files, "hostile input: the link to /etc is not walked (a link to one file is "
-                   "collected as that file, as docs/spec.md says)", f"{found}")
+        self.check(found == want_files, "hostile input: a link to a file inside FLOWRUN_OUTPUT_DIR is collected as "
+                   "that file, as docs/spec.md says", f"{found}")
         self.finish_row(r, "hostile input", "n/a (nothing fails)", 0, self.count_left(run_id),
                         self.lost_results(d, 2), len(injected), err)
 
@@ -1901,6 +1900,196 @@ steps:
                    "\n".join(bad))
         self.finish_row(r, "long step name", "n/a (refused at validate)", 0, self.count_left(run_id), 0, made,
                         "")
+    # --- outputs stay confined: links, FIFOs, replaced directories, escaped globs ----
+
+    # Rank 3 (on node 1 across nodes) does `evil` after it wrote its result; every rank's
+    # result is in its FLOWRUN_OUTPUT_DIR unless `evil` says otherwise.
+    CONFINED_RANK = ('import os, shutil; out = os.environ["FLOWRUN_OUTPUT_DIR"]; rank = int(os.environ["RANK"]); '
+                     'open(os.path.join(out, "result.txt"), "w").write("rank %d result\\n" % rank)\n'
+                     'if rank == 3:\n{evil}')
+
+    def confined_runs(self, name, evil, *, extra="", env=False, nodes_evil=None, limit=30):
+        """The same 4-rank step on one node and on 2 nodes (agents on this host). Returns
+        [(where, exit code, stderr, run dir, seconds to exit)], "one node" first. With `env`,
+        the ranks have HEAD_RUN: the run directory of flowrun (of the head)."""
+        runs = []
+        one_script = self.CONFINED_RANK.format(evil=evil)
+
+        def env_yaml(run):
+            return f"env:\n  HEAD_RUN: {q(run)}\n" if env else ""
+        d = self.workspace(name, f"name: {name}\n{env_yaml(os.path.join(self.scratch, name, 'run'))}"
+                                 f"steps:\n  - name: train\n    run: {q([PY, '-c', one_script])}\n"
+                                 f"    parallel:\n      cpus: 4\n{extra}    collect: all\n")
+        t0 = time.monotonic()
+        p = self.start(d, f"{name}-{os.getpid()}")
+        rc, end, err = self.ended(f"{name} (one node)", p, d, limit)
+        if rc is None:
+            p.kill()
+            p.wait()
+        runs.append(("one node", rc, err, os.path.join(d, "run"), end - t0))
+        self.count_left(f"{name}-{os.getpid()}")
+        nodes_script = self.CONFINED_RANK.format(evil=nodes_evil or evil)
+        n = self.nodes(f"{name}_nodes", spec_text(name, q([PY, "-c", nodes_script]), collect="all", extra=extra,
+                                                  env=env_yaml(os.path.join(self.scratch, f"{name}_nodes", "run"))))
+        t0 = time.monotonic()
+        if not n.begin(f"{name} (2 nodes)"):
+            return runs
+        rc = n.finish(f"{name} (2 nodes)", limit)
+        runs.append(("2 nodes", rc, n.head_err(), n.run_dir, time.monotonic() - t0))
+        n.check_nothing_left(f"{name} (2 nodes)")
+        return runs
+
+    @staticmethod
+    def flowrun_wrote(runs):
+        """Where only flowrun writes: outputs/ on one node (the rank's own directory is in the run
+        directory there), the whole run directory of the head across nodes."""
+        return [os.path.join(run[3], "train", "outputs") if run[0] == "one node" else run[3] for run in runs]
+
+    @staticmethod
+    def copies_of(path, run_dir):
+        """Files under run_dir that are `path`: a hard link to it, a copy of its bytes, or a link."""
+        with open(path, "rb") as f:
+            data = f.read()
+        st = os.stat(path)
+        found = []
+        for top, dirs, files in os.walk(run_dir):
+            for name in files + [x for x in dirs if os.path.islink(os.path.join(top, x))]:
+                p = os.path.join(top, name)
+                try:
+                    if os.path.islink(p):
+                        if os.path.realpath(p) == os.path.realpath(path):
+                            found.append(p)
+                        continue
+                    s = os.stat(p)
+                    if (s.st_dev, s.st_ino) == (st.st_dev, st.st_ino) or (s.st_size == len(data) and
+                                                                          open(p, "rb").read() == data):
+                        found.append(p)
+                except OSError:
+                    pass
+        return found
+
+    def same_refusal(self, label, runs, want):
+        """Each run failed and its stderr has `want` (a regex) as a whole report line's end."""
+        for where, rc, err, _, _ in runs:
+            self.check(rc == 1, f"{label} ({where}): the step fails (exit 1)", f"exit {rc}\n{err}")
+            self.check(re.search(r"^flowrun:   (step 'train'|node \S+): " + want + "$", err, re.M) is not None,
+                       f"{label} ({where}): flowrun says /{want}/", err)
+        self.check(len(runs) == 2, f"{label}: it ran on one node and across nodes", str([r[0] for r in runs]))
+
+    def confined_false(self, runs):
+        """A success recorded, or a join that ran: each is a false claim."""
+        false = 0
+        for _, _, _, run_dir, _ in runs:
+            try:
+                with open(os.path.join(run_dir, "train", "results.json")) as f:
+                    false += json.load(f).get("outcome") == "succeeded"
+            except (OSError, ValueError):
+                pass
+        return false
+
+    def confined_lost(self, runs, ranks=(0, 1, 2)):
+        """Ranks (of `ranks`) whose result.txt is not in the head's copy of their FLOWRUN_OUTPUT_DIR."""
+        lost = 0
+        for _, _, _, run_dir, _ in runs:
+            for rank in ranks:
+                lost += read(os.path.join(run_dir, "train", f"rank{rank}", "out", "result.txt"), "") != \
+                    f"rank {rank} result\n"
+        return lost
+
+    def test_output_link_out(self):
+        """Rank 3 leaves a link to /etc/passwd in FLOWRUN_OUTPUT_DIR, on one node and across nodes."""
+        r = self.row("output_link_out", "every path is resolved beneath the rank's directory (openat2 "
+                     "RESOLVE_BENEATH, or an O_NOFOLLOW walk): the link is refused in the same words on one node "
+                     "and across nodes (`rank 3: FLOWRUN_OUTPUT_DIR/passwd is a symlink to /etc/passwd, outside "
+                     "the output directory; refused`); the step fails; no link, hard link or copy of /etc/passwd "
+                     "in the run directory")
+        runs = self.confined_runs("output_link_out", '    os.symlink("/etc/passwd", os.path.join(out, "passwd"))\n')
+        self.same_refusal("output link out", runs, r"rank 3: FLOWRUN_OUTPUT_DIR/passwd is a symlink to /etc/passwd, "
+                          r"outside the output directory; refused")
+        copies = [c for top in self.flowrun_wrote(runs) for c in self.copies_of("/etc/passwd", top)]
+        self.check(not copies, "output link out: nothing of /etc/passwd is in either run directory", str(copies))
+        self.finish_row(r, "output link out", "n/a (refused when gathered)", 0, 0, self.confined_lost(runs),
+                        len(copies) + self.confined_false(runs), "\n".join(run[2] for run in runs))
+
+    def test_output_dir_replaced(self):
+        """Rank 3 replaces its FLOWRUN_OUTPUT_DIR by a link to a directory outside the run: on one node
+        its own, across nodes the head's copy of it on the shared file system."""
+        r = self.row("output_dir_replaced", "the rank's directory is opened from the run directory without "
+                     "following a link: `rank 3: FLOWRUN_OUTPUT_DIR is a symlink to ..., not the directory flowrun "
+                     "made; refused` on one node and across nodes (there from the head's copy); nothing of the "
+                     "outside directory is collected or written to")
+        outside = os.path.join(self.scratch, "output_dir_replaced-outside")
+        os.makedirs(outside)
+        with open(os.path.join(outside, "private.key"), "w") as f:
+            f.write("private\n")
+        evil = f'    shutil.rmtree(out); os.symlink({outside!r}, out)\n'
+        # Across nodes rank 3 writes nothing of its own (so nothing is uploaded) and replaces the head's copy.
+        nodes_evil = ('    os.remove(os.path.join(out, "result.txt")); '
+                      'head = os.path.join(os.environ["HEAD_RUN"], "train", "rank3", "out"); '
+                      f'shutil.rmtree(head); os.symlink({outside!r}, head)\n')
+        runs = self.confined_runs("output_dir_replaced", evil, env=True, nodes_evil=nodes_evil)
+        self.same_refusal("output dir replaced", runs, "rank 3: FLOWRUN_OUTPUT_DIR is a symlink to " +
+                          re.escape(outside) + ", not the directory flowrun made; refused")
+        copies = [c for top in self.flowrun_wrote(runs) for c in self.copies_of(os.path.join(outside, "private.key"),
+                                                                                 top)]
+        self.check(not copies, "output dir replaced: nothing of the outside directory is collected", str(copies))
+        self.check(os.listdir(outside) == ["private.key"], "output dir replaced: nothing is written into it",
+                   str(os.listdir(outside)))
+        self.finish_row(r, "output dir replaced", "n/a (refused when gathered)", 0, 0, self.confined_lost(runs),
+                        len(copies) + self.confined_false(runs), "\n".join(run[2] for run in runs))
+
+    def test_output_fifo(self):
+        """Rank 3 leaves a FIFO and a link to /proc/kmsg in FLOWRUN_OUTPUT_DIR (either one, opened
+        for reading, blocks forever); the step has a 20 s timeout."""
+        r = self.row("output_fifo", "neither is opened: the FIFO is refused as `a FIFO, not a regular file`, the "
+                     "link as outside the output directory, in the same words on one node and across nodes; the "
+                     "step fails at once instead of hanging past its timeout (20 s; slower of the two runs)")
+        evil = ('    os.mkfifo(os.path.join(out, "fifo")); os.symlink("/proc/kmsg", os.path.join(out, "kmsg"))\n')
+        runs = self.confined_runs("output_fifo", evil, extra="    timeout: 20s\n", limit=60)
+        self.same_refusal("output fifo", runs, r"rank 3: FLOWRUN_OUTPUT_DIR/fifo is a FIFO, not a regular file; "
+                          r"refused")
+        self.same_refusal("output fifo", runs, r"rank 3: FLOWRUN_OUTPUT_DIR/kmsg is a symlink to /proc/kmsg, outside "
+                          r"the output directory; refused")
+        took = max(run[4] for run in runs)
+        self.finish_row(r, "output fifo", took, 20.0, 0, self.confined_lost(runs), self.confined_false(runs),
+                        "\n".join(run[2] for run in runs))
+
+    def test_output_link_to_dir(self):
+        """Rank 3 leaves a link to a directory inside its FLOWRUN_OUTPUT_DIR (latest -> ckpt)."""
+        r = self.row("output_link_to_dir", "treated the same on one node and across nodes: `rank 3: "
+                     "FLOWRUN_OUTPUT_DIR/latest is a symlink to ckpt, a directory (a link to a directory is not "
+                     "followed); refused`; the step fails")
+        evil = ('    os.makedirs(os.path.join(out, "ckpt")); '
+                'open(os.path.join(out, "ckpt", "epoch3.pt"), "w").write("e3"); '
+                'os.symlink("ckpt", os.path.join(out, "latest"))\n')
+        runs = self.confined_runs("output_link_to_dir", evil)
+        self.same_refusal("output link to dir", runs, r"rank 3: FLOWRUN_OUTPUT_DIR/latest is a symlink to ckpt, a "
+                          r"directory \(a link to a directory is not followed\); refused")
+        self.finish_row(r, "output link to dir", "n/a (refused when gathered)", 0, 0, self.confined_lost(runs),
+                        self.confined_false(runs), "\n".join(run[2] for run in runs))
+
+    def test_escaped_glob(self):
+        """An output glob that leaves the workdir only once its escapes are read: '\\.\\./secret.txt'."""
+        r = self.row("escaped_glob", "refused when the spec is read, by `flowrun validate` and by a run (exit 2), "
+                     "since `\\.\\.` is `..`; nothing starts, nothing is written")
+        d = self.workspace("escaped_glob", "name: escaped\nsteps:\n  - name: train\n    run: [/bin/true]\n"
+                                           "    parallel:\n      cpus: 2\n    outputs: ['\\.\\./secret.txt']\n")
+        with open(os.path.join(self.scratch, "secret.txt"), "w") as f:
+            f.write("secret\n")
+        want = ("steps.train.outputs: glob '\\.\\./secret.txt' leaves the workdir with '..'; expected a pattern "
+                "inside it")
+        v = subprocess.run([self.flowrun, "validate", os.path.join(d, "spec.yaml")], capture_output=True, text=True,
+                           env=clean_env(), timeout=30 * self.slack)
+        self.check(v.returncode == 2 and want in v.stderr, "escaped glob: flowrun validate refuses it",
+                   f"exit {v.returncode}\n{v.stderr}")
+        p = self.start(d, f"escaped-{os.getpid()}")
+        rc, _, err = self.ended("escaped glob", p, d, 30)
+        self.check(rc == 2 and want in err, "escaped glob: a run refuses it before anything starts",
+                   f"exit {rc}\n{err}")
+        self.check(not os.path.exists(os.path.join(d, "run")), "escaped glob: no run directory is made",
+                   str(os.listdir(d)))
+        self.finish_row(r, "escaped glob", "n/a (refused before the run)", 0, self.count_left(f"escaped-{os.getpid()}"),
+                        0, int(os.path.exists(os.path.join(d, "run", "train", "outputs"))), err)
 
     # --- driver -----------------------------------------------------------------------
 

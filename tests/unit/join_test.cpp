@@ -103,6 +103,7 @@ struct Scratch {
     for (int r = 0; r < ranks; ++r) rq.rank_output_dirs.push_back(rank_dir(r));
     rq.outputs_dir = outputs;
     rq.started = kStarted;
+    rq.run_dir = tmp.path() + "/work/.flowrun/runs/r1";
     return rq;
   }
 };
@@ -481,6 +482,7 @@ TEST_CASE("files are hard-linked on one file system and copied across file syste
     }
     JoinRequest rq = s.request({"model.pt"});
     rq.outputs_dir = shm.path() + "/outputs";
+    rq.run_dir.clear();  // outputs/ is not under it here: every directory is opened as given
     JoinResult result = gather_outputs(rq);
     REQUIRE(result.ok());
     const std::string copy = rq.outputs_dir + "/model.pt";
@@ -578,4 +580,117 @@ TEST_CASE("file_clock_now() never runs ahead of a file written after it", "[join
     REQUIRE(stat(path.c_str(), &st) == 0);
     CHECK(FileTime{st.st_mtim.tv_sec} * kSecond + st.st_mtim.tv_nsec >= before);
   }
+}
+
+TEST_CASE("outputs stay confined: nothing outside the workdir or a rank's directory is read", "[join]") {
+  Scratch s;
+  write(s.tmp.path() + "/secret.txt", "secret");
+  write(s.work + "/model.pt", "m");
+
+  SECTION("a glob that matches a symlink out of the workdir refuses it") {
+    fs::create_symlink(s.tmp.path() + "/secret.txt", s.work + "/stolen.pt");
+    fs::create_symlink("/etc/passwd", s.work + "/passwd.pt");
+    JoinResult result = gather_outputs(s.request({"*.pt"}));
+    CHECK(result.errors == std::vector<std::string>{
+                               "step 'train': output '*.pt': " + s.work +
+                                   "/passwd.pt is a symlink to /etc/passwd, outside the workdir; refused",
+                               "step 'train': output '*.pt': " + s.work + "/stolen.pt is a symlink to " +
+                                   s.tmp.path() + "/secret.txt, outside the workdir; refused",
+                           });
+    CHECK(tree(s.outputs) == std::vector<std::string>{"model.pt"});
+  }
+  SECTION("an escaped '..' matches nothing, and nothing is written above outputs/") {
+    JoinResult result = gather_outputs(s.request({"\\.\\./secret.txt", "\\.\\./\\.\\./secret.txt"}));
+    CHECK(result.files.empty());
+    CHECK(result.errors.size() == 2);
+    CHECK(!fs::exists(s.run + "/secret.txt"));
+    CHECK(!fs::exists(s.outputs + "/../secret.txt"));
+  }
+  SECTION("a link in a rank's directory to a file outside it is refused, in the agent's words") {
+    write(s.rank_dir(0) + "/result.txt", "r0");
+    fs::create_symlink("/etc/passwd", s.rank_dir(0) + "/passwd");
+    JoinResult result = gather_outputs(s.request({}));
+    CHECK(result.errors == std::vector<std::string>{
+                               "step 'train': rank 0: FLOWRUN_OUTPUT_DIR/passwd is a symlink to /etc/passwd, "
+                               "outside the output directory; refused"});
+    CHECK(tree(s.outputs) == std::vector<std::string>{"result.txt"});
+  }
+  SECTION("a rank that replaced its directory by a link to another has nothing of it collected") {
+    fs::create_directories(s.tmp.path() + "/elsewhere");
+    write(s.tmp.path() + "/elsewhere/private.key", "k");
+    fs::create_directories(s.run + "/rank0");
+    fs::create_directory_symlink(s.tmp.path() + "/elsewhere", s.rank_dir(0));
+    JoinResult result = gather_outputs(s.request({}));
+    CHECK(result.errors ==
+          std::vector<std::string>{"step 'train': rank 0: FLOWRUN_OUTPUT_DIR is a symlink to " +
+                                   s.tmp.path() + "/elsewhere, not the directory flowrun made; refused"});
+    CHECK(tree(s.outputs).empty());
+  }
+  SECTION("outputs/ replaced by a link: flowrun writes nothing through it") {
+    fs::create_directories(s.tmp.path() + "/elsewhere");
+    fs::create_directories(s.run);
+    fs::create_directory_symlink(s.tmp.path() + "/elsewhere", s.outputs);
+    CHECK_THROWS_WITH(gather_outputs(s.request({"model.pt"})),
+                      "cannot create the directory " + s.outputs + ": Too many levels of symbolic links");
+    CHECK(tree(s.tmp.path() + "/elsewhere").empty());
+  }
+  SECTION("a link to a directory inside a rank's directory is refused, as an agent refuses it") {
+    write(s.rank_dir(0) + "/ckpt/epoch3.pt", "e3");
+    fs::create_directory_symlink("ckpt", s.rank_dir(0) + "/latest");
+    JoinResult result = gather_outputs(s.request({}));
+    CHECK(result.errors ==
+          std::vector<std::string>{
+              "step 'train': rank 0: FLOWRUN_OUTPUT_DIR/latest is a symlink to ckpt, a directory "
+              "(a link to a directory is not followed); refused"});
+    CHECK(tree(s.outputs) == std::vector<std::string>{"ckpt/epoch3.pt"});
+    RankOutput scanned = scan_rank_output(0, s.run, s.rank_dir(0));
+    CHECK(scanned.errors ==
+          std::vector<std::string>{"rank 0: FLOWRUN_OUTPUT_DIR/latest is a symlink to ckpt, a "
+                                   "directory (a link to a directory is not followed); refused"});
+  }
+  SECTION("a FIFO, or a link to one, is refused without being opened") {
+    fs::create_directories(s.rank_dir(0));
+    REQUIRE(mkfifo((s.rank_dir(0) + "/kmsg").c_str(), 0644) == 0);
+    REQUIRE(mkfifo((s.work + "/fifo.pt").c_str(), 0644) == 0);
+    JoinResult result = gather_outputs(s.request({"*.pt"}));
+    CHECK(result.errors ==
+          std::vector<std::string>{
+              "step 'train': rank 0: FLOWRUN_OUTPUT_DIR/kmsg is a FIFO, not a regular file; refused"});
+    CHECK(tree(s.outputs) == std::vector<std::string>{"model.pt"});
+  }
+}
+
+TEST_CASE("a file that is not ours is copied, never hard-linked, and loses set-user-ID", "[join]") {
+  if (geteuid() != 0) {
+    WARN("skipped: needs root to give a file to another user");
+    return;
+  }
+  Scratch s;
+  write(s.rank_dir(0) + "/theirs.bin", "theirs");
+  write(s.rank_dir(0) + "/ours.bin", "ours");
+  REQUIRE(chown((s.rank_dir(0) + "/theirs.bin").c_str(), 65534, 65534) == 0);
+  REQUIRE(chmod((s.rank_dir(0) + "/theirs.bin").c_str(), 04755) == 0);
+  JoinResult result = gather_outputs(s.request({}));
+  REQUIRE(result.ok());
+  CHECK(inode(s.outputs + "/ours.bin") == inode(s.rank_dir(0) + "/ours.bin"));
+  CHECK(inode(s.outputs + "/theirs.bin") != inode(s.rank_dir(0) + "/theirs.bin"));
+  CHECK(read(s.outputs + "/theirs.bin") == "theirs");
+  struct stat st {};
+  REQUIRE(stat((s.outputs + "/theirs.bin").c_str(), &st) == 0);
+  CHECK(st.st_uid == 0);
+  CHECK((st.st_mode & 07777) == 0755);
+}
+
+TEST_CASE("gathering stops when told, and says what it did not collect", "[join]") {
+  Scratch s;
+  write(s.work + "/a.pt", "a");
+  write(s.work + "/b.pt", "b");
+  JoinRequest rq = s.request({"*.pt"});
+  int asked = 0;
+  rq.stop = [&]() -> std::string { return ++asked > 1 ? "flowrun received SIGINT" : ""; };
+  JoinResult result = gather_outputs(rq);
+  CHECK(result.stopped);
+  CHECK(result.files.size() <= 1);
+  CHECK(result.errors.back().starts_with(
+      "step 'train': gathering its outputs stopped: flowrun received SIGINT; "));
 }

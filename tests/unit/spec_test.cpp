@@ -996,6 +996,33 @@ TEST_CASE("outputs and collect belong to parallel steps; globs are checked", "[s
       });
 }
 
+TEST_CASE("a glob's '..' is found after its escapes are read", "[spec]") {
+  // The walk looks '\.\.' up as '..': the check reads each component the same way.
+  CHECK(errors(R"(
+    steps:
+      - name: b
+        run: x
+        parallel: {}
+        outputs: ['\.\./secret.txt', 'a/.\./b', '\..']
+  )") == Lines{
+             "flow.yaml:5:15: steps.b.outputs: glob '\\.\\./secret.txt' leaves the workdir with '..'; "
+             "expected a pattern inside it",
+             "flow.yaml:5:34: steps.b.outputs: glob 'a/.\\./b' leaves the workdir with '..'; expected a "
+             "pattern inside it",
+             "flow.yaml:5:45: steps.b.outputs: glob '\\..' leaves the workdir with '..'; expected a pattern "
+             "inside it",
+         });
+  // Escaped names that are not '..', and wildcards (a listing has no '..'), are fine.
+  Spec spec = valid(R"(
+    steps:
+      - name: a
+        run: x
+        parallel: {}
+        outputs: ['\.x', '.[.]', 'x\.', '..?']
+  )");
+  CHECK(spec.steps[0].outputs.size() == 4);
+}
+
 TEST_CASE("templates: ${steps.NAME.outputs} must name a parallel step that runs first", "[spec]") {
   Spec spec = valid(R"(
     steps:
