@@ -761,7 +761,7 @@ class Agent : public GroupObserver {
         scratch_ = make_private_dir(scratch_parent(std::getenv("TMPDIR")),
                                     fmt::format("flowrun-{}-node{}", run_id_, node_rank_));
       } catch (const Error& e) {
-        refuse_attempt(fmt::format("{}: cannot make the ranks' scratch directory: {}", node_, e.what()));
+        refuse_attempt(std::string("cannot make the ranks' scratch directory: ") + e.what());
         return;
       }
       guardian_.remove_on_exit(scratch_);
