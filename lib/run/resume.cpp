@@ -350,6 +350,13 @@ Error taken(const std::string& run_dir) {
                              run_dir, who, run_dir),
                  kExitUsage);
   }
+  for (fs::directory_iterator it(run_dir, ec), end; !ec && it != end; it.increment(ec)) {
+    if (it->path().filename().string().starts_with(".run.lock."))  // RunLock::create's, before its link
+      return Error(
+          "the run directory " + run_dir +
+              " is in use (another flowrun is starting a run in it); choose another --run-id or --run-dir",
+          kExitUsage);
+  }
   return Error("the run directory " + run_dir +
                    " already holds files (of another run?); choose a new --run-dir or remove it",
                kExitUsage);
@@ -390,6 +397,7 @@ RunLock RunLock::create(const std::string& run_dir, const std::string& run_id, c
   const std::string tmp = fmt::format("{}/.run.lock.{}", run_dir, getpid());
   const std::string line = lock_line(host, "run", run_id);
   int fd = open(tmp.c_str(), O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+  if (fd < 0 && errno == EEXIST) throw taken(run_dir);  // a flowrun of the same pid elsewhere is at it
   if (fd < 0) throw Error("cannot create " + tmp + ": " + std::strerror(errno));
   auto fail = [&](const std::string& what, int err) {
     close(fd);
