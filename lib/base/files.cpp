@@ -8,6 +8,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "flowrun/beneath.h"
 #include "flowrun/error.h"
 
 namespace flowrun {
@@ -77,21 +78,32 @@ void remove_tree(const std::string& path) {
 }
 
 std::string keep_attempt(const std::string& rank_dir, int attempt) {
-  const std::string kept = rank_dir + "/attempt" + std::to_string(attempt);
-  bool made = false;
-  for (const char* name : {"stdout.log", "stderr.log", "error.json", "out"}) {
-    const std::string from = rank_dir + "/" + name;
-    struct stat st {};
-    if (lstat(from.c_str(), &st) != 0) continue;
-    if (!made) {
-      make_dirs(kept);
-      made = true;
-    }
-    if (std::rename(from.c_str(), (kept + "/" + name).c_str()) != 0)
-      throw Error("cannot keep attempt " + std::to_string(attempt) + "'s " + from + " in " + kept + ": " +
-                  std::strerror(errno));
+  // Everything happens relative to the rank's directory, opened without
+  // following a symlink, and to attemptN/ made in it: a rank that put a link
+  // in either's place cannot make flowrun move its files elsewhere.
+  const std::string name = "attempt" + std::to_string(attempt);
+  const std::string kept = rank_dir + "/" + name;
+  auto fail = [&](const std::string& what) {
+    throw Error("cannot keep attempt " + std::to_string(attempt) + "'s " + what + " in " + kept + ": " +
+                std::strerror(errno));
+  };
+  UniqueFd dir(open(rank_dir.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
+  if (!dir) {
+    if (errno == ENOENT) return {};
+    fail(rank_dir);
   }
-  return made ? kept : std::string();
+  UniqueFd into;
+  for (const char* entry : {"stdout.log", "stderr.log", "error.json", "out"}) {
+    struct stat st {};
+    if (fstatat(dir.get(), entry, &st, AT_SYMLINK_NOFOLLOW) != 0) continue;
+    if (!into) {
+      if (mkdirat(dir.get(), name.c_str(), 0755) != 0 && errno != EEXIST) fail(rank_dir + "/" + entry);
+      into.reset(openat(dir.get(), name.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
+      if (!into) fail(rank_dir + "/" + entry);
+    }
+    if (renameat(dir.get(), entry, into.get(), entry) != 0) fail(rank_dir + "/" + entry);
+  }
+  return into ? kept : std::string();
 }
 
 int try_write_file(const std::string& path, const std::string& text) {

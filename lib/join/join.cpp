@@ -428,8 +428,8 @@ enum class Put { done, exists, unreadable, stopped };
 // Creates `leaf` in `dir` as a copy of the open file `in` (whose stat is
 // `st`), with its permission bits (never set-user-ID, set-group-ID or
 // sticky: the copy is flowrun's) and mtime.
-Put copy_file(int in, const struct stat& st, int dir, const std::string& leaf, const std::string& dest,
-              const std::function<bool()>& stop, int* err) {
+Put copy_file(int in, const struct stat& st, int dir, const std::string& leaf, const std::string& source,
+              const std::string& dest, const std::function<bool()>& stop, int* err) {
   UniqueFd out(openat(dir, leaf.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600));
   if (!out) {
     if (errno == EEXIST) return Put::exists;
@@ -445,7 +445,7 @@ Put copy_file(int in, const struct stat& st, int dir, const std::string& leaf, c
   switch (copied) {
     case Copied::stopped: return Put::stopped;
     case Copied::read_failed: *err = e; return Put::unreadable;
-    default: throw Error("cannot copy to " + dest + ": " + errno_text(write_err));
+    default: throw Error("cannot copy " + source + " to " + dest + ": " + errno_text(write_err));
   }
 }
 
@@ -455,8 +455,8 @@ Put copy_file(int in, const struct stat& st, int dir, const std::string& leaf, c
 // they could not read) once it sits in outputs/. The link is made from the
 // open fd, so it is the very file that was checked, not what a name points
 // to by now.
-Put put_file(int in, const struct stat& st, int dir, const std::string& leaf, const std::string& dest,
-             const std::function<bool()>& stop, int* err) {
+Put put_file(int in, const struct stat& st, int dir, const std::string& leaf, const std::string& source,
+             const std::string& dest, const std::function<bool()>& stop, int* err) {
   if (st.st_uid == geteuid()) {
     int rc = linkat(in, "", dir, leaf.c_str(), AT_EMPTY_PATH);
     if (rc != 0 && errno != EEXIST && errno != EXDEV && errno != EMLINK) {
@@ -476,7 +476,7 @@ Put put_file(int in, const struct stat& st, int dir, const std::string& leaf, co
       default: throw Error("cannot link " + dest + ": " + errno_text(errno));
     }
   }
-  return copy_file(in, st, dir, leaf, dest, stop, err);
+  return copy_file(in, st, dir, leaf, source, dest, stop, err);
 }
 
 // "rank 1: FLOWRUN_OUTPUT_DIR is a symlink to /tmp/x, not the directory
@@ -642,7 +642,7 @@ JoinResult gather_outputs(const JoinRequest& rq) {
     UniqueFd dir(out.open_parent(dest, true, 0755, &leaf));
     if (!dir) throw Error("cannot create the directory for " + target + ": " + errno_text(errno));
     int err = 0;
-    switch (put_file(in.get(), st, dir.get(), leaf, target, stop, &err)) {
+    switch (put_file(in.get(), st, dir.get(), leaf, c->file.abs, target, stop, &err)) {
       case Put::done: break;
       case Put::stopped: ++left; continue;
       case Put::exists: {

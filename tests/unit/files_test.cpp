@@ -75,6 +75,31 @@ TEST_CASE("keep_attempt moves a failed attempt's logs, traceback and outputs asi
   std::filesystem::remove_all(root);
 }
 
+TEST_CASE("keep_attempt moves nothing through a link a rank put in place", "[files]") {
+  const std::string root = scratch_dir();
+  const std::string rank = root + "/rank1";
+  flowrun::make_dirs(root + "/elsewhere");
+  flowrun::make_dirs(rank + "/out");
+  write(rank + "/stdout.log", "attempt 0 out\n");
+
+  SECTION("attemptN/ is a link: refused, nothing moved") {
+    std::filesystem::create_directory_symlink(root + "/elsewhere", rank + "/attempt0");
+    CHECK_THROWS_WITH(
+        flowrun::keep_attempt(rank, 0),
+        Catch::Contains("cannot keep attempt 0's " + rank + "/stdout.log in " + rank + "/attempt0"));
+    CHECK(slurp(rank + "/stdout.log") == "attempt 0 out\n");
+  }
+  SECTION("the rank's directory is a link: refused") {
+    std::filesystem::rename(rank, root + "/real");
+    std::filesystem::create_directory_symlink(root + "/real", rank);
+    CHECK_THROWS_WITH(flowrun::keep_attempt(rank, 0),
+                      Catch::Contains("cannot keep attempt 0's " + rank + " in"));
+    CHECK(exists(root + "/real/stdout.log"));
+  }
+  CHECK(std::filesystem::is_empty(root + "/elsewhere"));
+  std::filesystem::remove_all(root);
+}
+
 TEST_CASE("try_write_file writes a file whole or not at all", "[files]") {
   const std::string root = scratch_dir();
   CHECK(flowrun::try_write_file(root + "/report.txt", "first\n") == 0);
