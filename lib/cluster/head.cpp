@@ -516,8 +516,9 @@ class Head : public GroupObserver {
     const auto from_ip = static_cast<std::size_t>(std::count_if(
         pending_.begin(), pending_.end(), [&](const std::shared_ptr<Pending>& p) { return p->ip == ip; }));
     if (from_ip >= kMaxPendingPerSource || pending_.size() >= kMaxPending) {
-      // Full: the connection idle longest makes room, so that one that holds
-      // connections open without a word cannot keep the agents out (they
+      // Full: the connection silent longest (no hello yet, nothing unread)
+      // makes room, so that one that holds connections open without a word
+      // cannot keep the agents out (they
       // answer within a round trip; an agent dropped anyway tries again
       // within its connect timeout). Over the per-source cap only that
       // source's own are candidates; over the total, those of the source that
@@ -532,7 +533,9 @@ class Head : public GroupObserver {
       }
       std::shared_ptr<Pending> idlest;
       for (const auto& p : pending_) {
-        if (p->ip != source) continue;
+        // Only one that has not even said hello: an agent in the middle of
+        // its handshake is never dropped for a newcomer.
+        if (p->ip != source || !p->head_nonce.empty()) continue;
         boost::system::error_code unread_ec;
         if (p->conn->socket().available(unread_ec) > 0 || unread_ec) continue;  // it has spoken since
         if (!idlest || p->conn->last_heard_ns() < idlest->conn->last_heard_ns()) idlest = p;

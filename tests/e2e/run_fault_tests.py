@@ -1215,8 +1215,8 @@ steps:
     def test_stranger_crowd(self):
         """Something without the token keeps 100 idle connections open (a new one for each the head closes)
         while the 2 real agents join."""
-        r = self.row("stranger_crowd", "the head drops the longest-idle unauthenticated connection for each new "
-                     "one (at most 64 from one address, 256 in all); the agents join and the step succeeds; "
+        r = self.row("stranger_crowd", "the head drops the longest-silent connection that has not said hello for "
+                     "each new one (at most 64 from one address, 256 in all); the agents join and the step succeeds; "
                      "no node is blamed")
         got = self.stranger_nodes("stranger_crowd")
         if not got:
