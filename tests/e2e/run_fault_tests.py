@@ -1456,12 +1456,11 @@ steps:
         r = self.row("master_port_bind_nodes", "node 0's agent lets go of the port it chose as its ranks "
                      "start: rank 0 binds it without `SO_REUSEADDR` and ranks 1-3, on both nodes, connect; "
                      "the step succeeds")
-        n = self.nodes("master_port_bind_nodes", spec_text("bindnodes", f'[{q(PY)}, "@DIR@/bind.py"]'))
-        with open(n.spec) as f:
-            text = f.read().replace("@DIR@", n.dir)
-        with open(n.spec, "w") as f:
-            f.write(text)
-        with open(os.path.join(n.dir, "bind.py"), "w") as f:
+        # The head reads the spec as it starts: the script's path is in it from the first; the
+        # script itself is written before any agent joins.
+        script = os.path.join(self.scratch, "master_port_bind_nodes", "bind.py")
+        n = self.nodes("master_port_bind_nodes", spec_text("bindnodes", f"[{q(PY)}, {q(script)}]"))
+        with open(script, "w") as f:
             f.write(self.BIND)
         if not n.begin("master port bind nodes"):
             return
