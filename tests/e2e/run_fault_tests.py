@@ -1144,7 +1144,9 @@ steps:
             return
         wait_for(lambda: len(processes_with(f"FLOWRUN_RUN_ID={run_id}")) >= 12, 10 * self.slack)
         lock = read(os.path.join(d, "run", "run.lock"), "<none>")
-        self.check(lock == "", "stdfds closed: run.lock holds no console line", repr(lock[:2000]))
+        # run.lock holds the holder's one line (PID HOST run RUN_ID), and nothing flowrun printed.
+        self.check(re.fullmatch(rf"\d+ \S+ run {re.escape(run_id)}\n", lock) is not None,
+                   "stdfds closed: run.lock holds no console line", repr(lock[:2000]))
         fds = {fd: os.readlink(f"/proc/{p.pid}/fd/{fd}") for fd in (0, 1, 2)
                if os.path.exists(f"/proc/{p.pid}/fd/{fd}")}
         self.check(fds.get(1) == fds.get(2) == "/dev/null", "stdfds closed: flowrun's fds 1 and 2 are /dev/null",
