@@ -333,9 +333,11 @@ class Head : public GroupObserver {
     bool settled = false;        // admitted, refused or gone
   };
   // Connections in their handshake at once: in all (a few hundred bytes and a
-  // timer each), and from one address.
-  static constexpr std::size_t kMaxPending = 256;
-  static constexpr std::size_t kMaxPendingPerSource = 64;
+  // timer each), and from one address (1024 agents on one host, or behind one
+  // NAT, dial at once: the rendezvous benchmark; a flowrun agent refused
+  // for want of room tries again, rdzv_clients does not).
+  static constexpr std::size_t kMaxPending = 2048;
+  static constexpr std::size_t kMaxPendingPerSource = 1024;
 
   struct RankState {
     WorkerRecord record;
