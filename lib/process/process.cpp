@@ -220,7 +220,17 @@ std::vector<pid_t> processes_with_env(const std::string& entry) {
     if (name[0] < '1' || name[0] > '9') continue;
     const pid_t pid = static_cast<pid_t>(std::atol(name));
     if (pid == self) continue;
-    const std::string environ = read_small_file(std::string("/proc/") + name + "/environ", 4 << 20);
+    const std::string dir = std::string("/proc/") + name;
+    std::string environ = read_small_file(dir + "/environ", 4 << 20);
+    // A process inside execve() shows an empty environment for an instant:
+    // read it again, so that the guardian's sweep cannot miss it. Kernel
+    // threads (no executable) have none at all and are not read again.
+    char exe[8];
+    for (int again = 0; environ.empty() && again < 5 && readlink((dir + "/exe").c_str(), exe, sizeof exe) > 0;
+         ++again) {
+      usleep(1000);
+      environ = read_small_file(dir + "/environ", 4 << 20);
+    }
     std::size_t pos = 0;
     while (pos < environ.size()) {
       std::size_t end = environ.find('\0', pos);
