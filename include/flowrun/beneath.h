@@ -160,6 +160,12 @@ struct TreeEntry {
   int err = 0;
 };
 
+// How deep scan_tree() goes: a directory at this depth is reported as
+// unreadable with err ENAMETOOLONG, not entered. A rank can nest directories
+// without end (openat needs no long path), and each level costs the walk a
+// stack frame and a descriptor.
+inline constexpr int kMaxScanDepth = 256;
+
 // Every entry of the tree under `root`, sorted by rel: regular files and
 // what is refused, each once. Real directories are entered (reached with
 // O_NOFOLLOW, so a rank cannot swap one for a link between the look and the

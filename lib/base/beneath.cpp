@@ -339,7 +339,7 @@ struct Scan {
   std::vector<TreeEntry> out;
   bool stopped = false;
 
-  void entry(int dir, const std::string& rel, const std::string& name) {
+  void entry(int dir, const std::string& rel, const std::string& name, int depth) {
     TreeEntry e;
     e.rel = rel;
     if (fstatat(dir, name.c_str(), &e.st, AT_SYMLINK_NOFOLLOW) != 0) {
@@ -350,6 +350,12 @@ struct Scan {
       return;
     }
     if (S_ISDIR(e.st.st_mode)) {
+      if (depth >= kMaxScanDepth) {
+        e.kind = TreeEntry::Kind::unreadable;
+        e.err = ENAMETOOLONG;  // deeper than kMaxScanDepth levels
+        out.push_back(std::move(e));
+        return;
+      }
       UniqueFd sub(openat(dir, name.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
       if (!sub) {
         e.kind = TreeEntry::Kind::unreadable;
@@ -357,7 +363,7 @@ struct Scan {
         out.push_back(std::move(e));
         return;
       }
-      walk(std::move(sub), rel);
+      walk(std::move(sub), rel, depth + 1);
       return;
     }
     if (S_ISREG(e.st.st_mode)) {
@@ -390,7 +396,7 @@ struct Scan {
     out.push_back(std::move(e));
   }
 
-  void walk(UniqueFd dir, const std::string& prefix) {
+  void walk(UniqueFd dir, const std::string& prefix, int depth) {
     std::vector<std::string> names;
     {
       const int fd = openat(dir.get(), ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
@@ -416,7 +422,7 @@ struct Scan {
         stopped = true;
         return;
       }
-      entry(dir.get(), prefix.empty() ? name : prefix + "/" + name, name);
+      entry(dir.get(), prefix.empty() ? name : prefix + "/" + name, name, depth);
     }
   }
 };
@@ -427,7 +433,7 @@ std::vector<TreeEntry> scan_tree(const BeneathRoot& root, const std::function<bo
   Scan scan{root, stop, {}};
   if (root.ok()) {
     UniqueFd top(fcntl(root.fd(), F_DUPFD_CLOEXEC, 0));
-    if (top) scan.walk(std::move(top), "");
+    if (top) scan.walk(std::move(top), "", 0);
   }
   std::sort(scan.out.begin(), scan.out.end(),
             [](const TreeEntry& a, const TreeEntry& b) { return a.rel < b.rel; });
@@ -460,7 +466,10 @@ std::string refusal_text(const TreeEntry& e, std::string_view where) {
     case TreeEntry::Kind::link_to_special:
       return link + ", " + file_type_name(e.st.st_mode) + ", not a regular file";
     case TreeEntry::Kind::special: return "is " + file_type_name(e.st.st_mode) + ", not a regular file";
-    case TreeEntry::Kind::unreadable: return "cannot be read: " + std::string(std::strerror(e.err));
+    case TreeEntry::Kind::unreadable:
+      if (e.err == ENAMETOOLONG)
+        return "is a directory deeper than " + std::to_string(kMaxScanDepth) + " levels; not walked";
+      return "cannot be read: " + std::string(std::strerror(e.err));
   }
   return {};
 }

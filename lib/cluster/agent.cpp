@@ -164,13 +164,13 @@ class Agent : public GroupObserver {
             fmt::format("the head at {} dropped the connection before the handshake ended, {} "
                         "(last: {}); something that does not hold the run's token may be holding "
                         "its connections, or the network cuts them (--connect-timeout: {:g} s)",
-                        options_.endpoint, attempt == 1 ? "once" : std::to_string(attempt) + " times",
-                        outcome.why, options_.connect_timeout_s));
+                        head_at_, attempt == 1 ? "once" : std::to_string(attempt) + " times", outcome.why,
+                        options_.connect_timeout_s));
       if (attempt == 1)
         console_.message(
             fmt::format("flowrun agent: {}: the head at {} dropped the connection before the "
                         "handshake ended ({}); trying again",
-                        printable(node_), options_.endpoint, outcome.why));
+                        printable(node_), head_at_, outcome.why));
       std::this_thread::sleep_for(std::chrono::milliseconds(std::min(1000, 50 * attempt)));
     }
     asio::ip::tcp::socket& joined = *socket;

@@ -22,6 +22,7 @@
 #include "flowrun/error.h"
 #include "flowrun/files.h"
 #include "flowrun/logmux.h"
+#include "flowrun/process.h"
 #include "flowrun/protocol.h"
 #include "flowrun/slurm.h"
 #include "flowrun/util.h"
@@ -395,14 +396,9 @@ class Head : public GroupObserver {
     if (!ok) throw Error("cannot write " + path + ": " + std::strerror(errno));
   }
 
-  // Thousands of agents are thousands of sockets.
-  static void raise_fd_limit() {
-    rlimit limit{};
-    if (getrlimit(RLIMIT_NOFILE, &limit) == 0 && limit.rlim_cur < limit.rlim_max) {
-      limit.rlim_cur = limit.rlim_max;
-      setrlimit(RLIMIT_NOFILE, &limit);
-    }
-  }
+  // Thousands of agents are thousands of sockets. The workers still get the
+  // limit flowrun started with (raise_open_file_limit keeps it for them).
+  static void raise_fd_limit() { raise_open_file_limit(); }
 
   void listen(const std::string& address, std::uint16_t port) {
     raise_fd_limit();

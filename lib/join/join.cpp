@@ -14,6 +14,7 @@
 #include <dirent.h>
 #include <fcntl.h>
 #include <fmt/format.h>
+#include <limits>
 #include <map>
 #include <memory>
 #include <optional>
@@ -167,8 +168,12 @@ struct Found {
   std::uint64_t bytes = 0;
 };
 
+// Nanoseconds since the epoch, saturated: a rank may date a file past 2262,
+// where the product would overflow.
 FileTime mtime_of(const struct stat& st) {
-  return FileTime{st.st_mtim.tv_sec} * 1'000'000'000 + st.st_mtim.tv_nsec;
+  constexpr FileTime kMaxSeconds = std::numeric_limits<FileTime>::max() / 1'000'000'000 - 1;
+  const FileTime seconds = std::clamp<FileTime>(st.st_mtim.tv_sec, -kMaxSeconds, kMaxSeconds);
+  return seconds * 1'000'000'000 + st.st_mtim.tv_nsec;
 }
 
 std::string join_path(const std::string& dir, std::string_view name) {

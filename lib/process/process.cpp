@@ -117,12 +117,14 @@ SpawnResult spawn_process(const SpawnRequest& request) {
   // env: cannot take a worker out of its reach).
   const std::string& mark = process_detail::guardian_mark;
   const std::string_view mark_key = std::string_view(mark).substr(0, mark.find('=') + 1);
+  // First, so that it lies within what processes_with_env reads of a huge
+  // environment.
   std::vector<char*> envp;
   envp.reserve(request.env.size() + 2);
+  if (!mark.empty()) envp.push_back(const_cast<char*>(mark.c_str()));
   for (const auto& entry : request.env) {
     if (mark_key.empty() || !entry.starts_with(mark_key)) envp.push_back(const_cast<char*>(entry.c_str()));
   }
-  if (!mark.empty()) envp.push_back(const_cast<char*>(mark.c_str()));
   envp.push_back(nullptr);
 
   int devnull = open("/dev/null", O_RDONLY | O_CLOEXEC);

@@ -4,6 +4,7 @@
 // the kernel has none, and both must say the same.
 #include "flowrun/beneath.h"
 
+#include <algorithm>
 #include <catch2/catch.hpp>
 #include <fcntl.h>
 #include <filesystem>
@@ -237,4 +238,42 @@ TEST_CASE("scan_tree: files, and each thing refused with its reason", "[beneath]
         BeneathRoot::open(r), [&] { return ++asked > 2; }, &stopped);
     CHECK(stopped);
   }
+}
+
+TEST_CASE("scan_tree: a tree nested deeper than kMaxScanDepth is refused, not walked to its end",
+          "[beneath]") {
+  Tree t;
+  // 300 levels, made with mkdirat (no path is ever long), a file at the bottom.
+  int dir = open(t.root().c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  REQUIRE(dir >= 0);
+  for (int i = 0; i < 300; ++i) {
+    REQUIRE(mkdirat(dir, "d", 0700) == 0);
+    const int next = openat(dir, "d", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    close(dir);
+    REQUIRE(next >= 0);
+    dir = next;
+  }
+  const int file = openat(dir, "bottom.txt", O_WRONLY | O_CREAT | O_CLOEXEC, 0600);
+  REQUIRE(file >= 0);
+  close(file);
+  close(dir);
+  const auto entries = scan_tree(BeneathRoot::open(t.root() + "/sub"));  // untouched: two levels
+  CHECK(entries.size() == 1);
+  std::vector<std::string> refused;
+  std::size_t files = 0;
+  for (const auto& e : scan_tree(BeneathRoot::open(t.root()))) {
+    if (e.kind == TreeEntry::Kind::file) {
+      ++files;
+    } else {
+      refused.push_back(e.rel.substr(e.rel.size() > 10 ? e.rel.size() - 10 : 0) + ": " +
+                        refusal_text(e, "the root") + " (" +
+                        std::to_string(std::count(e.rel.begin(), e.rel.end(), '/') + 1) + " components)");
+    }
+  }
+  CHECK(files == 2);  // top.txt and sub/deep/file.txt; not bottom.txt
+  CHECK(refused == std::vector<std::string>{
+                       "/d/d/d/d/d: is a directory deeper than 256 levels; not walked (257 components)"});
+  std::error_code ignored;
+  // remove_all recurses too; 300 levels is well within its reach.
+  fs::remove_all(t.root() + "/d", ignored);
 }

@@ -114,7 +114,10 @@ class Suite:
             text = f.read()
         # devices=3 on 2 workers, with Lightning 2.1 (1.9 does not check).
         text = text.replace("--devices 2", "--devices 3").replace(
-            'PYTHONUNBUFFERED: "1"', f'PYTHONUNBUFFERED: "1"\n  PYTHONPATH: {json.dumps(self.lightning2)}')
+            "\nsteps:\n", f"\nenv:\n  PYTHONPATH: {json.dumps(self.lightning2)}\nsteps:\n")
+        # The check that the spec took it: a spec with an env: of its own would be left as it was.
+        self.t.check(f"PYTHONPATH: {json.dumps(self.lightning2)}" in text and text.count("\nenv:") == 1,
+                     "lightning_mismatch: the spec gets Lightning 2.1's PYTHONPATH", text)
         with open(spec, "w") as f:
             f.write(text)
         p, detail = self.run(spec)
