@@ -124,6 +124,31 @@ def run_suite(make_suite, add_arguments=None, after_all=None):
 
 # --- floods: what a rank writes, what arrived, how much memory it took ----------
 
+# A rank that prints argv[1] lines ("line I"), argv[2] seconds apart, and after each print waits
+# until the line is in its own stdout.log, so a line held in Python's buffer fails the rank (or
+# stalls the step) whatever the machine's speed. With argv[3] "result" it also leaves a finished
+# result as the fault suite counts one (result.txt, then "rank R wrote its result").
+# Run as `python3 gaps.py LINES GAP [result]`.
+GAPS_RANK = """import os, sys, time
+rank, lines, gap = os.environ["RANK"], int(sys.argv[1]), float(sys.argv[2])
+result = sys.argv[3:] == ["result"]
+log = os.path.join(os.environ["FLOWRUN_RUN_DIR"], os.environ["FLOWRUN_STEP"], "rank" + rank, "stdout.log")
+if result:
+    with open(os.path.join(os.environ["FLOWRUN_OUTPUT_DIR"], "result.txt"), "w") as f:
+        f.write(f"rank {rank} result\\n")
+for i in range(lines):
+    line = f"line {i}"
+    print(line)
+    deadline = time.monotonic() + 60
+    while line + "\\n" not in open(log).read():
+        if time.monotonic() > deadline:
+            sys.exit(f"rank {rank}: {line!r} is not in {log} 60 s after print()")
+        time.sleep(0.01)
+    time.sleep(gap)
+if result:
+    print(f"rank {rank} wrote its result")
+"""
+
 # A rank that writes argv[1] bytes of 100-byte lines to stdout, in 64 KiB blocks that each begin with
 # their number (so a block lost, repeated or out of order changes the checksum), as fast as Python can,
 # then "BYTES CRC32" of what it wrote to sent.$RANK in the workdir. Run as `python3 -c FLOOD_RANK BYTES`.

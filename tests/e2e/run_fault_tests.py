@@ -39,7 +39,7 @@ import time
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 sys.path.insert(0, os.path.join(HERE, ".."))
-from testlib import AGENT_CLOSED, Tally, clean_env, peak_rss_kib, run_suite  # noqa: E402
+from testlib import AGENT_CLOSED, GAPS_RANK, Tally, clean_env, peak_rss_kib, run_suite  # noqa: E402
 from testlib import run as run_to_end  # noqa: E402
 from run_launcher_tests import SANITIZER_REPORT, processes_with, wait_for  # noqa: E402
 from run_launcher_tests import Suite as LauncherSuite  # noqa: E402
@@ -1344,27 +1344,8 @@ steps:
                           "the step", None,
                           r"lost: the head closed its connection: the agent of node \S+ sent frame \d+ "
                           r"\(ready, \d+ bytes\) that fails authentication")
-    # --- what torchrun's habits give a worker --------------------------------------------
 
-    # A rank that prints LINES lines GAP s apart with print() (no flush), and after each one
-    # waits until the line is in its stdout.log: a line held in Python's buffer never gets
-    # there, and the rank fails (or the step stalls) instead of passing by luck.
-    GAPS = """import os, sys, time
-rank, lines, gap = os.environ["RANK"], int(sys.argv[1]), float(sys.argv[2])
-log = os.path.join(os.environ["FLOWRUN_RUN_DIR"], "train", "rank" + rank, "stdout.log")
-with open(os.path.join(os.environ["FLOWRUN_OUTPUT_DIR"], "result.txt"), "w") as f:
-    f.write(f"rank {rank} result\\n")
-for i in range(lines):
-    line = f"rank {rank} line {i}"
-    print(line)
-    deadline = time.monotonic() + 60
-    while line + "\\n" not in open(log).read():
-        if time.monotonic() > deadline:
-            sys.exit(f"rank {rank}: {line!r} is not in {log} 60 s after print()")
-        time.sleep(0.01)
-    time.sleep(gap)
-print(f"rank {rank} wrote its result")
-"""
+    # --- what torchrun's habits give a worker --------------------------------------------
 
     def test_print_gaps(self):
         """Ranks (Python, started by a shell) print a line every 0.2 s for longer than stall_timeout."""
@@ -1377,7 +1358,7 @@ print(f"rank {rank} wrote its result")
         d = self.workspace("print_gaps", f"""name: gaps
 steps:
   - name: train
-    run: {sh_yaml(f'exec {PY} "$0" {lines} {gap}', "@DIR@/gaps.py")}
+    run: {sh_yaml(f'exec {PY} "$0" {lines} {gap} result', "@DIR@/gaps.py")}
     stall_timeout: {stall:g}s
     parallel:
       cpus: 2
@@ -1385,14 +1366,14 @@ steps:
 """)
         self.fix_dir(d)
         with open(os.path.join(d, "gaps.py"), "w") as f:
-            f.write(self.GAPS)
+            f.write(GAPS_RANK)
         p = self.start(d, run_id)
         rc, end, err = self.ended("print gaps", p, d, 60)
         res = self.results(d) or {}
         self.check(rc == 0 and res.get("outcome") == "succeeded",
                    "print gaps: the step succeeds, no rank taken for stalled", f"exit {rc}\n{err}")
         for rank in range(2):
-            want = "".join(f"rank {rank} line {i}\n" for i in range(lines)) + f"rank {rank} wrote its result\n"
+            want = "".join(f"line {i}\n" for i in range(lines)) + f"rank {rank} wrote its result\n"
             log = read(os.path.join(d, "run", "train", f"rank{rank}", "stdout.log"), "")
             self.check(log == want, f"print gaps: rank {rank}'s log has every line, in order", log)
         outputs = os.path.join(d, "run", "train", "outputs")

@@ -16,7 +16,7 @@ import tempfile
 import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
-from testlib import Tally, clean_env, run_suite  # noqa: E402
+from testlib import GAPS_RANK, Tally, clean_env, run_suite  # noqa: E402
 
 # The variables of the contract (../shared/CONTRACT.md, docs/environment.md).
 CONTRACT = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "GROUP_RANK", "GROUP_WORLD_SIZE", "ROLE_NAME",
@@ -351,28 +351,11 @@ class Suite:
         self.check('    timeout: "2h"\n    stall_timeout: "10m"\n' in text,
                    "init --timeout --stall_timeout: the spec has the step's timeout and stall_timeout", err + text)
 
-    # Prints LINES lines with print() (no flush), GAP s apart; after each one it waits until the
-    # line is in its own stdout.log, so a line held in Python's buffer fails the rank (or stalls the
-    # step) whatever the machine's speed.
-    GAPS = """import os, sys, time
-rank, lines, gap = os.environ["RANK"], int(sys.argv[1]), float(sys.argv[2])
-log = os.path.join(os.environ["FLOWRUN_RUN_DIR"], os.environ["FLOWRUN_STEP"], "rank" + rank, "stdout.log")
-for i in range(lines):
-    line = f"line {i}"
-    print(line)
-    deadline = time.monotonic() + 60
-    while line + "\\n" not in open(log).read():
-        if time.monotonic() > deadline:
-            sys.exit(f"{line!r} is not in {log} 60 s after print()")
-        time.sleep(0.01)
-    time.sleep(gap)
-"""
-
     def test_unbuffered(self):
         """Python workers write unbuffered, as under torchrun's python -u; the caller's PYTHONUNBUFFERED wins."""
         d = self.workdir("unbuffered")
         with open(os.path.join(d, "gaps.py"), "w") as f:
-            f.write(self.GAPS)
+            f.write(GAPS_RANK)
         slack = 3 if self.sanitized else 1
         stall = 2 * slack
         lines = int(1.6 * stall / 0.2)
