@@ -1,6 +1,6 @@
 // rdzv_clients: N agents in one process, for the rendezvous benchmark
 // (scripts/bench, case e). Every connection speaks the control plane as
-// `flowrun agent` does (include/flowrun/protocol.h, lib/cluster/agent.cpp):
+// `flowrun agent` does (lib/protocol/include/flowrun/protocol.h, lib/cluster/agent.cpp):
 //
 //   -> hello{node, flowrun, nonce, node_rank, pid, gpus}
 //   <- challenge      -> auth{proof}

@@ -1,4 +1,4 @@
-// Parsing and checking flow specs (the contract is in include/flowrun/spec.h,
+// Parsing and checking flow specs (the contract is in lib/spec/include/flowrun/spec.h,
 // the format in docs/spec.md).
 //
 // yaml-cpp builds the node tree, then a hand-written walk checks it against

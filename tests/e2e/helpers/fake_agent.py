@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """A hostile agent for the head's tests: it speaks flowrun's control-plane
-protocol (include/flowrun/protocol.h) with the run's token, joins, and then
+protocol (lib/protocol/include/flowrun/protocol.h) with the run's token, joins, and then
 misbehaves the way a test asks.
 
   fake_agent.py HOST:PORT TOKEN_FILE --upload PATH [--node NAME] [--content TEXT]
