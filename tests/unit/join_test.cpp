@@ -13,6 +13,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "testing.h"
+
 using namespace flowrun;
 
 namespace {
@@ -24,23 +26,10 @@ constexpr FileTime kStarted = 1795972262 * kSecond;  // 2026-11-29 17:11:02 UTC
 constexpr FileTime kFresh = kStarted + kSecond;
 constexpr FileTime kStale = kStarted - 9 * kSecond;  // 17:10:53
 
-class TempDir {
+// A scratch directory of this file's tests.
+class TempDir : public testing::ScopedTempDir {
  public:
-  explicit TempDir(const char* base = "/tmp") {
-    std::string pattern = std::string(base) + "/flowrun-join-XXXXXX";
-    REQUIRE(mkdtemp(pattern.data()) != nullptr);
-    path_ = pattern;
-  }
-  ~TempDir() {
-    std::error_code ignored;
-    fs::remove_all(path_, ignored);
-  }
-  TempDir(const TempDir&) = delete;
-  TempDir& operator=(const TempDir&) = delete;
-  const std::string& path() const { return path_; }
-
- private:
-  std::string path_;
+  explicit TempDir(const char* base = "/tmp") : ScopedTempDir("join", base) {}
 };
 
 // Messages show local times; the tests read them in UTC.

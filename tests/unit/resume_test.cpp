@@ -12,29 +12,18 @@
 
 #include "flowrun/flow.h"
 
+#include "testing.h"
+
 using namespace flowrun;
 
 namespace {
 
 namespace fs = std::filesystem;
 
-class TempDir {
+// A scratch directory of this file's tests.
+class TempDir : public testing::ScopedTempDir {
  public:
-  TempDir() {
-    std::string pattern = "/tmp/flowrun-resume-XXXXXX";
-    REQUIRE(mkdtemp(pattern.data()) != nullptr);
-    path_ = pattern;
-  }
-  ~TempDir() {
-    std::error_code ignored;
-    fs::remove_all(path_, ignored);
-  }
-  TempDir(const TempDir&) = delete;
-  TempDir& operator=(const TempDir&) = delete;
-  const std::string& path() const { return path_; }
-
- private:
-  std::string path_;
+  explicit TempDir() : ScopedTempDir("resume") {}
 };
 
 void write(const std::string& path, const std::string& text) {

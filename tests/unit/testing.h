@@ -1,0 +1,34 @@
+// Helpers shared by the unit tests (as ninja's src/test.h).
+#pragma once
+
+#include <catch2/catch.hpp>
+#include <filesystem>
+#include <stdlib.h>
+#include <string>
+#include <system_error>
+
+namespace flowrun::testing {
+
+// A fresh directory (mkdtemp, mode 0700) under `base`, removed with all it
+// holds when the object goes. `prefix` names the test in the directory's name.
+class ScopedTempDir {
+ public:
+  explicit ScopedTempDir(const std::string& prefix = "test", const std::string& base = "/tmp") {
+    std::string pattern = base + "/flowrun-" + prefix + "-XXXXXX";
+    REQUIRE(mkdtemp(pattern.data()) != nullptr);
+    path_ = pattern;
+  }
+  ~ScopedTempDir() {
+    std::error_code ignored;
+    std::filesystem::remove_all(path_, ignored);
+  }
+  ScopedTempDir(const ScopedTempDir&) = delete;
+  ScopedTempDir& operator=(const ScopedTempDir&) = delete;
+
+  const std::string& path() const { return path_; }
+
+ private:
+  std::string path_;
+};
+
+}  // namespace flowrun::testing
