@@ -19,6 +19,8 @@
 
 #include "flowrun/error.h"
 
+#include "detail.h"
+
 namespace flowrun {
 
 namespace {
@@ -60,8 +62,24 @@ std::string read_small_file(const std::string& path, std::size_t limit) {
 }  // namespace
 
 namespace process_detail {
-// Set by Guardian::start: the mark every spawned child gets ("KEY=SECRET").
+
 std::string guardian_mark;
+
+std::vector<char*> marked_envp(const std::vector<std::string>& env) {
+  // The guardian's mark, whatever the caller's environment says (a step's
+  // env: cannot take a worker out of its reach).
+  const std::string& mark = guardian_mark;
+  const std::string_view mark_key = std::string_view(mark).substr(0, mark.find('=') + 1);
+  std::vector<char*> envp;
+  envp.reserve(env.size() + 2);
+  if (!mark.empty()) envp.push_back(const_cast<char*>(mark.c_str()));
+  for (const auto& entry : env) {
+    if (mark_key.empty() || !entry.starts_with(mark_key)) envp.push_back(const_cast<char*>(entry.c_str()));
+  }
+  envp.push_back(nullptr);
+  return envp;
+}
+
 }  // namespace process_detail
 
 // The PATH of the worker's environment, not flowrun's: a step's env may set it.
@@ -113,19 +131,7 @@ SpawnResult spawn_process(const SpawnRequest& request) {
   argv.reserve(request.argv.size() + 1);
   for (const auto& arg : request.argv) argv.push_back(const_cast<char*>(arg.c_str()));
   argv.push_back(nullptr);
-  // The guardian's mark, whatever the caller's environment says (a step's
-  // env: cannot take a worker out of its reach).
-  const std::string& mark = process_detail::guardian_mark;
-  const std::string_view mark_key = std::string_view(mark).substr(0, mark.find('=') + 1);
-  // First, so that it lies within what processes_with_env reads of a huge
-  // environment.
-  std::vector<char*> envp;
-  envp.reserve(request.env.size() + 2);
-  if (!mark.empty()) envp.push_back(const_cast<char*>(mark.c_str()));
-  for (const auto& entry : request.env) {
-    if (mark_key.empty() || !entry.starts_with(mark_key)) envp.push_back(const_cast<char*>(entry.c_str()));
-  }
-  envp.push_back(nullptr);
+  std::vector<char*> envp = process_detail::marked_envp(request.env);
 
   int devnull = open("/dev/null", O_RDONLY | O_CLOEXEC);
   if (devnull < 0) throw Error("cannot open /dev/null: " + errno_text(errno));
@@ -148,8 +154,7 @@ SpawnResult spawn_process(const SpawnRequest& request) {
     sigset_t none;
     sigemptyset(&none);
     sigprocmask(SIG_SETMASK, &none, nullptr);
-    for (int sig : {SIGPIPE, SIGINT, SIGTERM, SIGCHLD, SIGQUIT, SIGHUP, SIGUSR1, SIGUSR2})
-      signal(sig, SIG_DFL);
+    for (int sig : process_detail::kResetSignals) signal(sig, SIG_DFL);
     if (g_nofile_raised) setrlimit(RLIMIT_NOFILE, &g_started_nofile);
     if (setpgid(0, 0) != 0) child_fail(report[1], 2);
     if (prctl(PR_SET_PDEATHSIG, SIGKILL) != 0) child_fail(report[1], 2);
