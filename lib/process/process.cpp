@@ -18,6 +18,7 @@
 #include <unistd.h>
 
 #include "flowrun/error.h"
+#include "flowrun/files.h"
 
 #include "detail.h"
 
@@ -44,19 +45,9 @@ struct ChildFailure {
   _exit(127);
 }
 
-std::string read_small_file(const std::string& path, std::size_t limit) {
-  int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return {};
-  std::string text;
-  char buf[8192];
-  while (text.size() < limit) {
-    ssize_t n = read(fd, buf, sizeof buf);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) break;
-    text.append(buf, static_cast<std::size_t>(n));
-  }
-  close(fd);
-  return text;
+// What a /proc file holds; empty when it cannot be read (the process is gone).
+std::string read_proc_file(const std::string& path, std::size_t limit) {
+  return try_read_file(path, limit).value_or("");
 }
 
 }  // namespace
@@ -204,7 +195,7 @@ std::vector<pid_t> children_of(pid_t pid) {
   if (dir == nullptr) return children;
   while (dirent* entry = readdir(dir)) {
     if (entry->d_name[0] == '.') continue;
-    std::string text = read_small_file(task_dir + "/" + entry->d_name + "/children", 1 << 20);
+    std::string text = read_proc_file(task_dir + "/" + entry->d_name + "/children", 1 << 20);
     std::size_t pos = 0;
     while (pos < text.size()) {
       std::size_t end = text.find(' ', pos);
@@ -228,7 +219,7 @@ std::vector<pid_t> processes_with_env(const std::string& entry) {
     const pid_t pid = static_cast<pid_t>(std::atol(name));
     if (pid == self) continue;
     const std::string dir = std::string("/proc/") + name;
-    std::string environ = read_small_file(dir + "/environ", 4 << 20);
+    std::string environ = read_proc_file(dir + "/environ", 4 << 20);
     // A process inside execve() shows an empty environment for an instant:
     // read it again, so that the guardian's sweep cannot miss it. Kernel
     // threads (no executable) have none at all and are not read again.
@@ -236,7 +227,7 @@ std::vector<pid_t> processes_with_env(const std::string& entry) {
     for (int again = 0; environ.empty() && again < 5 && readlink((dir + "/exe").c_str(), exe, sizeof exe) > 0;
          ++again) {
       usleep(1000);
-      environ = read_small_file(dir + "/environ", 4 << 20);
+      environ = read_proc_file(dir + "/environ", 4 << 20);
     }
     std::size_t pos = 0;
     while (pos < environ.size()) {
@@ -332,14 +323,14 @@ void become_subreaper() { prctl(PR_SET_CHILD_SUBREAPER, 1); }
 char process_state(pid_t pid) {
   // "PID (COMM) S ...": COMM may hold spaces and parentheses, the state
   // follows the last ')'.
-  const std::string stat = read_small_file("/proc/" + std::to_string(pid) + "/stat", 4096);
+  const std::string stat = read_proc_file("/proc/" + std::to_string(pid) + "/stat", 4096);
   const std::size_t paren = stat.rfind(')');
   if (paren == std::string::npos || paren + 2 >= stat.size()) return 0;
   return stat[paren + 2];
 }
 
 std::string process_name(pid_t pid) {
-  std::string name = read_small_file("/proc/" + std::to_string(pid) + "/comm", 256);
+  std::string name = read_proc_file("/proc/" + std::to_string(pid) + "/comm", 256);
   while (!name.empty() && name.back() == '\n') name.pop_back();
   return name;
 }
