@@ -1,5 +1,6 @@
 #include "flowrun/files.h"
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
@@ -25,6 +26,39 @@ void make_dirs(const std::string& path, mode_t mode) {
   struct stat st {};
   if (stat(path.c_str(), &st) != 0 || !S_ISDIR(st.st_mode))
     throw Error("cannot create the directory " + path + ": it exists and is not a directory");
+}
+
+std::optional<std::string> try_read_file(const std::string& path, std::size_t limit, int* err) {
+  int fd;
+  do {
+    fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  } while (fd < 0 && errno == EINTR);
+  if (fd < 0) {
+    if (err != nullptr) *err = errno;
+    return std::nullopt;
+  }
+  std::string text;
+  char buf[65536];
+  while (text.size() < limit) {
+    const ssize_t n = read(fd, buf, std::min(sizeof buf, limit - text.size()));
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) {
+      if (err != nullptr) *err = errno;
+      close(fd);
+      return std::nullopt;
+    }
+    if (n == 0) break;
+    text.append(buf, static_cast<std::size_t>(n));
+  }
+  close(fd);
+  return text;
+}
+
+std::string read_file(const std::string& path, std::size_t limit) {
+  int err = 0;
+  auto text = try_read_file(path, limit, &err);
+  if (!text) throw Error("cannot read " + path + ": " + std::strerror(err));
+  return std::move(*text);
 }
 
 std::string scratch_parent(const char* tmpdir) {

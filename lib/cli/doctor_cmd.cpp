@@ -1,14 +1,14 @@
 // flowrun doctor: checks the GPUs, driver, CUDA and NCCL (docs/gpu.md).
 #include <CLI/CLI.hpp>
-#include <cerrno>
+#include <cstdint>
 #include <cstring>
-#include <fstream>
 #include <iostream>
 #include <sstream>
 #include <unistd.h>
 
 #include "flowrun/doctor.h"
 #include "flowrun/error.h"
+#include "flowrun/files.h"
 
 #include "commands.h"
 
@@ -109,11 +109,10 @@ int run_doctor(const DoctorCommand& command) {
   const EnvMap env = read_environ();
   DoctorFacts facts;
   if (!command.facts_file.empty()) {
-    std::ifstream in(command.facts_file);
-    if (!in) throw Error("cannot read " + command.facts_file + ": " + std::strerror(errno), kExitUsage);
-    std::stringstream text;
-    text << in.rdbuf();
-    facts = parse_doctor_facts(text.str(), command.facts_file);
+    int err = 0;
+    const auto text = try_read_file(command.facts_file, SIZE_MAX, &err);
+    if (!text) throw Error("cannot read " + command.facts_file + ": " + std::strerror(err), kExitUsage);
+    facts = parse_doctor_facts(*text, command.facts_file);
   } else {
     facts = collect_doctor_facts(command.options, env, local_hostname(env));
   }

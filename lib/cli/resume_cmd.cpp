@@ -3,11 +3,10 @@
 #include <CLI/CLI.hpp>
 #include <filesystem>
 #include <fmt/format.h>
-#include <fstream>
 #include <iostream>
-#include <iterator>
 
 #include "flowrun/error.h"
+#include "flowrun/files.h"
 #include "flowrun/flow.h"
 
 #include "commands.h"
@@ -57,11 +56,10 @@ std::vector<std::string> step_names(const Spec& spec) {
 // it were still where it came from (relative paths, the default workdir).
 Spec saved_spec(const RunRecord& record, const std::string& spec_dir, std::string& text) {
   const std::string copy = record.run_dir + "/spec.yaml";
-  {
-    std::ifstream in(copy, std::ios::binary);
-    if (!in) throw Error("cannot read " + copy + ", the spec run " + record.run_id + " ran", kExitUsage);
-    text.assign(std::istreambuf_iterator<char>(in), {});
-  }
+  // One byte past the limit: parse_spec tells a file that is too large.
+  auto read = try_read_file(copy, kMaxSpecBytes + 1);
+  if (!read) throw Error("cannot read " + copy + ", the spec run " + record.run_id + " ran", kExitUsage);
+  text = std::move(*read);
   SpecParse parsed = parse_spec(text, copy, spec_dir);
   if (!parsed.diagnostics.empty()) {
     std::vector<Diagnostic> diagnostics = std::move(parsed.diagnostics);

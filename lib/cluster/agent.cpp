@@ -75,21 +75,6 @@ constexpr std::size_t kUploadChunk = 1 << 20;
 constexpr std::size_t kQueueHighWater = 4 << 20;
 constexpr std::size_t kQueueLowWater = 1 << 20;
 
-std::string read_small_file(const std::string& path, std::string* error) {
-  const int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) {
-    *error = path + ": " + std::strerror(errno);
-    return {};
-  }
-  std::string text;
-  char buf[4096];
-  ssize_t n;
-  while (text.size() < 65536 && (n = read(fd, buf, sizeof buf)) > 0)
-    text.append(buf, static_cast<std::size_t>(n));
-  close(fd);
-  return text;
-}
-
 std::string hostname() {
   char name[HOST_NAME_MAX + 1] = {};
   if (gethostname(name, sizeof name - 1) != 0 || name[0] == '\0') return "localhost";
@@ -313,9 +298,11 @@ class Agent : public GroupObserver {
       if ((st.st_mode & 077) != 0)
         throw Error("the token file " + options_.token_file +
                     " can be read by other users; it must be private (chmod 600)");
-      std::string error;
-      text = read_small_file(options_.token_file, &error);
-      if (!error.empty()) throw Error("cannot read the token file " + error);
+      int err = 0;
+      const auto token = try_read_file(options_.token_file, 64 << 10, &err);
+      if (!token)
+        throw Error("cannot read the token file " + options_.token_file + ": " + std::strerror(err));
+      text = *token;
     } else {
       if (isatty(STDIN_FILENO) == 1)
         throw Error(
@@ -653,8 +640,10 @@ class Agent : public GroupObserver {
     local_failure_ = false;
     Fields ready;
     std::string error;
-    const std::string marker = read_small_file(field_or(f, "marker_path"), &error);
-    const bool same = error.empty() && marker == field_or(f, "marker_text");
+    int err = 0;
+    const auto marker = try_read_file(field_or(f, "marker_path"), 64 << 10, &err);
+    if (!marker) error = field_or(f, "marker_path") + ": " + std::strerror(err);
+    const bool same = marker && *marker == field_or(f, "marker_text");
     if (error.empty() && !same) error = field_or(f, "marker_path") + ": its content differs from the head's";
     ready.emplace_back("workdir_ok", same ? "1" : "0");
     ready.emplace_back("workdir_error", error);

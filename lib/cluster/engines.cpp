@@ -2,7 +2,6 @@
 
 #include <algorithm>
 #include <arpa/inet.h>
-#include <cstdio>
 #include <ifaddrs.h>
 #include <net/if.h>
 #include <netdb.h>
@@ -10,6 +9,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include "flowrun/child.h"
 #include "flowrun/error.h"
 #include "flowrun/util.h"
 
@@ -26,16 +26,14 @@ std::string host_part(const std::string& host) {
   return at == std::string::npos ? host : host.substr(at + 1);
 }
 
-// The output of `command` (at most 64 KiB); empty when it fails.
-std::string command_output(const std::string& command) {
-  FILE* pipe = popen(command.c_str(), "r");
-  if (pipe == nullptr) return {};
-  std::string text;
-  char buf[4096];
-  std::size_t n;
-  while (text.size() < 65536 && (n = fread(buf, 1, sizeof buf, pipe)) > 0) text.append(buf, n);
-  pclose(pipe);
-  return text;
+// What `argv` writes on stdout (at most 64 KiB), whatever its exit status;
+// empty when it cannot be run. Its stderr goes to /dev/null.
+std::string command_output(std::vector<std::string> argv) {
+  HelperRequest request;
+  request.argv = std::move(argv);
+  request.stderr_to = HelperStderr::discard;
+  request.output_limit = 64 << 10;
+  return run_helper(request).output;
 }
 
 bool plain_word(const std::string& word) {
@@ -48,9 +46,9 @@ bool plain_word(const std::string& word) {
 // `ssh -G` prints the resolved configuration).
 std::optional<std::string> ssh_hostname(const std::vector<std::string>& ssh, const std::string& host) {
   if (ssh.empty() || !plain_word(host)) return std::nullopt;
-  std::string command;
-  for (const auto& word : ssh) command += shell_quote(word) + " ";
-  const std::string text = command_output(command + "-G " + host + " 2>/dev/null");
+  std::vector<std::string> argv = ssh;
+  argv.insert(argv.end(), {"-G", host});
+  const std::string text = command_output(std::move(argv));
   const auto at = text.find("\nhostname ");
   const std::size_t start = text.rfind("hostname ", 0) == 0 ? 9 : (at == std::string::npos ? 0 : at + 10);
   if (start == 0) return std::nullopt;
@@ -64,7 +62,7 @@ std::optional<std::string> ssh_hostname(const std::vector<std::string>& ssh, con
 // this host cannot resolve itself.
 std::optional<std::string> slurm_node_address(const std::string& node) {
   if (!plain_word(node)) return std::nullopt;
-  const std::string text = command_output("scontrol show node -o " + node + " 2>/dev/null");
+  const std::string text = command_output({"scontrol", "show", "node", "-o", node});
   const auto at = text.find("NodeAddr=");
   if (at == std::string::npos) return std::nullopt;
   const auto end = text.find_first_of(" \n", at);
@@ -226,7 +224,7 @@ std::vector<HeadAddress> choose_head_addresses(const ClusterSpec& cluster, const
   if (cluster.engine == Engine::slurm) {
     // Every node reaches slurmctld; without an allocation it is the only
     // part of the cluster known before srun names the nodes.
-    for (const auto& [name, address] : slurmctld_hosts(command_output("scontrol show config 2>/dev/null"))) {
+    for (const auto& [name, address] : slurmctld_hosts(command_output({"scontrol", "show", "config"}))) {
       const auto ip = resolve_ipv4(address);
       if (!ip) continue;
       const auto source = route_source(*ip);

@@ -3,19 +3,14 @@
 #include "flowrun/doctor.h"
 
 #include <algorithm>
-#include <cerrno>
 #include <charconv>
 #include <chrono>
-#include <csignal>
 #include <cstring>
-#include <fcntl.h>
 #include <glob.h>
-#include <poll.h>
 #include <string>
-#include <sys/wait.h>
-#include <unistd.h>
 #include <vector>
 
+#include "flowrun/child.h"
 #include "flowrun/error.h"
 
 namespace flowrun {
@@ -302,95 +297,40 @@ GpuCheckOutcome run_check_process(const std::vector<std::string>& argv, int sile
     return outcome;
   };
   if (argv.empty()) return failed("no check program");
-  std::vector<char*> args;
-  for (const std::string& arg : argv) args.push_back(const_cast<char*>(arg.c_str()));
-  args.push_back(nullptr);
-  int fds[2];
-  if (pipe2(fds, O_CLOEXEC) != 0) return failed(std::string("pipe: ") + std::strerror(errno));
-  const int devnull = open("/dev/null", O_RDONLY | O_CLOEXEC);
-  // Between fork and exec only async-signal-safe calls: the launcher may have threads.
-  const pid_t pid = fork();
-  if (pid < 0) {
-    close(fds[0]);
-    close(fds[1]);
-    if (devnull >= 0) close(devnull);
-    return failed(std::string("fork: ") + std::strerror(errno));
-  }
-  if (pid == 0) {
-    setpgid(0, 0);  // its own group, so a kill reaches anything it started
-    if (devnull >= 0) dup2(devnull, STDIN_FILENO);
-    dup2(fds[1], STDOUT_FILENO);
-    execv(args[0], args.data());
-    _exit(127);
-  }
-  setpgid(pid, pid);
-  close(fds[1]);
-  if (devnull >= 0) close(devnull);
-
-  std::string phase = "starting", buffer;
-  bool done = false, eof = false, silent = false, cancelled = false;
-  auto last_word = std::chrono::steady_clock::now();
-  while (!eof) {
-    // After "done" the child only has to exit; give it a short while.
-    const int limit_ms = done ? 10000 : silence_limit_s * 1000;
-    const auto waited =
-        std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - last_word);
-    const int left_ms = limit_ms - static_cast<int>(waited.count());
-    if (left_ms <= 0) {
-      silent = true;
-      break;
-    }
-    if (cancel != nullptr && cancel->load()) {
-      cancelled = true;
-      break;
-    }
-    pollfd pfd{fds[0], POLLIN, 0};
-    const int ready = poll(&pfd, 1, cancel != nullptr ? std::min(left_ms, 50) : left_ms);
-    if (ready < 0 && errno == EINTR) continue;
-    if (ready < 0) break;
-    if (ready == 0) continue;
-    char chunk[4096];
-    const ssize_t n = read(fds[0], chunk, sizeof chunk);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) {
-      eof = true;
-      break;
-    }
-    last_word = std::chrono::steady_clock::now();
-    buffer.append(chunk, static_cast<std::size_t>(n));
-    for (std::size_t newline; (newline = buffer.find('\n')) != std::string::npos;) {
-      const std::string line = buffer.substr(0, newline);
-      buffer.erase(0, newline + 1);
-      if (on_line) on_line(line);
-      if (line == "done") {
-        done = true;
-      } else {
-        apply_check_line(line, outcome, phase);
-      }
-    }
-  }
-  close(fds[0]);
-  if (silent || cancelled) kill(-pid, SIGKILL);
-  int status = 0;
-  while (waitpid(pid, &status, 0) < 0) {
-    if (errno != EINTR) break;
-  }
-  if (cancelled && !done) {
+  std::string phase = "starting";
+  HelperRequest request;
+  request.argv = argv;
+  request.silence_limit = std::chrono::seconds(silence_limit_s);
+  // After "done" the child only has to exit; give it a short while.
+  request.done_line = "done";
+  request.silence_after_done = std::chrono::seconds(10);
+  request.cancel = cancel;
+  request.output_limit = 0;  // the lines are what counts
+  request.on_line = [&](std::string_view line) {
+    if (on_line) on_line(line);
+    if (line != "done") apply_check_line(line, outcome, phase);
+  };
+  const HelperOutcome child = run_helper(request);
+  if (child.end == HelperEnd::not_started)
+    return failed(child.exec_failed ? "could not start " + argv[0] : child.error);
+  if (child.end == HelperEnd::cancelled && !child.done) {
     outcome.allreduce.status = "skipped";
     outcome.allreduce.reason = std::string(kCheckStoppedReason) + ", while " + phase;
     return outcome;
   }
-  if (done || outcome.allreduce.status == "hung") return outcome;
-  if (silent) {
+  if (child.done || outcome.allreduce.status == "hung") return outcome;
+  if (child.end == HelperEnd::silent) {
     outcome.allreduce.status = "hung";
     outcome.allreduce.reason = "no word from the check for " + std::to_string(silence_limit_s) + " s while " +
                                phase + "; flowrun killed it";
     return outcome;
   }
-  if (WIFEXITED(status) && WEXITSTATUS(status) == 127 && phase == "starting")
+  // A status another waiter took reads as 0, as it always did.
+  const int code = child.end == HelperEnd::vanished ? 0 : child.code;
+  if (child.end != HelperEnd::signalled && code == 127 && phase == "starting")
     return failed("could not start " + argv[0]);
-  const std::string how = WIFSIGNALED(status) ? "died of " + signal_text(WTERMSIG(status))
-                                              : "exited with status " + std::to_string(WEXITSTATUS(status));
+  const std::string how = child.end == HelperEnd::signalled ? "died of " + signal_text(code)
+                                                            : "exited with status " + std::to_string(code);
   return failed("the check process " + how + " while " + phase);
 }
 

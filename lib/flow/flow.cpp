@@ -27,17 +27,8 @@ namespace flowrun {
 
 namespace {
 
-std::string read_file(const std::string& path, std::size_t limit = 1 << 20) {
-  int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return {};
-  std::string text;
-  char buf[16384];
-  ssize_t n;
-  while (text.size() < limit && (n = read(fd, buf, sizeof buf)) > 0)
-    text.append(buf, static_cast<std::size_t>(n));
-  close(fd);
-  return text;
-}
+// What flowrun reads of a worker's error file.
+constexpr std::size_t kMaxErrorFileBytes = 1 << 20;
 
 // The whole environment of a process: flowrun's own with `set` on top.
 std::vector<std::string> full_env(const EnvMap& parent, const EnvList& set) {
@@ -152,7 +143,8 @@ class FlowRunner {
 
   int run_steps() {
     write_file(ctx_.layout.run_dir + "/spec.yaml",
-               options_.spec_text.empty() ? read_file(spec_.file, kMaxSpecBytes + 1) : options_.spec_text);
+               options_.spec_text.empty() ? try_read_file(spec_.file, kMaxSpecBytes + 1).value_or("")
+                                          : options_.spec_text);
     PlanView view{spec_, host_, plans_, ctx_, false};
     write_file(ctx_.layout.run_dir + "/plan.json", format_plan_json(view));
     started_ = true;  // from here on a file that cannot be written fails the step, not flowrun at once
@@ -444,14 +436,17 @@ class FlowRunner {
       const auto& attempt = record.attempts.back();
       if (attempt.culprit) {
         const auto& w = attempt.workers[static_cast<std::size_t>(*attempt.culprit)];
-        console_.message(format_failure_report(record, read_file(w.error_file)));
+        console_.message(
+            format_failure_report(record, try_read_file(w.error_file, kMaxErrorFileBytes).value_or("")));
       }
       console_.message(join_errors);
     } else if (record.outcome != Outcome::succeeded) {
       const auto& attempt = record.attempts.back();
       std::string error_text;
       if (attempt.culprit) {
-        error_text = read_file(attempt.workers[static_cast<std::size_t>(*attempt.culprit)].error_file);
+        error_text = try_read_file(attempt.workers[static_cast<std::size_t>(*attempt.culprit)].error_file,
+                                   kMaxErrorFileBytes)
+                         .value_or("");
       }
       console_.message(format_failure_report(record, error_text));
     } else {

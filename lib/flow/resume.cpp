@@ -45,21 +45,8 @@ std::int64_t parse_iso_time(const std::string& text) {
   return static_cast<std::int64_t>(timegm(&tm)) * 1'000'000'000 + std::int64_t{ms} * 1'000'000;
 }
 
-// The whole file, or nullopt with *err set.
-std::optional<std::string> read_text(const std::string& path, int* err, std::size_t limit = 16 << 20) {
-  int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) {
-    *err = errno;
-    return std::nullopt;
-  }
-  std::string text;
-  char buf[16384];
-  ssize_t n;
-  while (text.size() < limit && (n = read(fd, buf, sizeof buf)) > 0)
-    text.append(buf, static_cast<std::size_t>(n));
-  close(fd);
-  return text;
-}
+// What flowrun reads of a record of an earlier run (run.json, results.json).
+constexpr std::size_t kMaxRecordBytes = 16 << 20;
 
 std::optional<int> int_or_null(const JsonValue* value) {
   if (value == nullptr || value->type != JsonValue::Type::number) return std::nullopt;
@@ -261,7 +248,7 @@ RunRecord parse_run_json(const std::string& text, const std::string& path) {
 RunRecord read_run_record(const std::string& run_dir) {
   const std::string path = run_dir + "/run.json";
   int err = 0;
-  const auto text = read_text(path, &err);
+  const auto text = try_read_file(path, kMaxRecordBytes, &err);
   if (!text) {
     std::error_code ec;
     if (!fs::is_directory(run_dir, ec))
@@ -521,7 +508,7 @@ std::map<std::string, PriorStep> read_prior_steps(const RunRecord& record,
     std::error_code ec;
     step.outputs = fs::is_directory(dir + "/outputs", ec);
     int err = 0;
-    const auto text = read_text(dir + "/results.json", &err);
+    const auto text = try_read_file(dir + "/results.json", kMaxRecordBytes, &err);
     if (!text) continue;  // it did not run (or flowrun was killed while it ran)
     const auto doc = parse_json(*text);
     const std::string* outcome = doc && doc->is_object() ? doc->find_string("outcome") : nullptr;
@@ -617,12 +604,10 @@ std::string reuse_step(const Step& step, const ResumeFrom& from, const RunLayout
   fs::create_directories(new_dir, ec);
   if (ec) throw Error("cannot create the directory " + new_dir + ": " + ec.message());
 
-  int err = 0;
   const std::string results_path = old_dir + "/results.json";
-  auto text = read_text(results_path, &err);
-  if (!text) throw Error("cannot read " + results_path + ": " + std::strerror(err));
-  const auto doc = parse_json(*text);
-  const std::size_t close = text->rfind('}');
+  std::string text = read_file(results_path, kMaxRecordBytes);
+  const auto doc = parse_json(text);
+  const std::size_t close = text.rfind('}');
   if (!doc || !doc->is_object() || close == std::string::npos)
     throw Error(results_path + ": not a step's results (not a JSON object)");
   std::string ran_in = from.run_id;
@@ -632,8 +617,8 @@ std::string reuse_step(const Step& step, const ResumeFrom& from, const RunLayout
     if (const auto* id = mark->find_string("run_id")) ran_in = *id;
   } else {
     // Later results formats only add keys, so one more at the end is safe.
-    std::size_t body_end = text->find_last_not_of(" \t\r\n", close - 1);
-    const bool empty_object = body_end == std::string::npos || (*text)[body_end] == '{';
+    std::size_t body_end = text.find_last_not_of(" \t\r\n", close - 1);
+    const bool empty_object = body_end == std::string::npos || text[body_end] == '{';
     JsonWriter json;
     json.begin_object();
     json.key("run_id").value(from.run_id);
@@ -646,10 +631,10 @@ std::string reuse_step(const Step& step, const ResumeFrom& from, const RunLayout
       indented += c;
       if (c == '\n') indented += "  ";
     }
-    *text = text->substr(0, body_end + 1) + (empty_object ? "" : ",") + "\n  \"reused_from\": " + indented +
-            "\n}\n";
+    text = text.substr(0, body_end + 1) + (empty_object ? "" : ",") + "\n  \"reused_from\": " + indented +
+           "\n}\n";
   }
-  write_file(new_dir + "/results.json", *text);
+  write_file(new_dir + "/results.json", text);
 
   std::string files;
   if (step.is_parallel() && fs::is_directory(old_dir + "/outputs", ec)) {

@@ -11,15 +11,12 @@
 #include <cstdlib>
 #include <cstring>
 #include <dlfcn.h>
-#include <fcntl.h>
 #include <memory>
-#include <poll.h>
-#include <signal.h>
 #include <string>
-#include <sys/wait.h>
 #include <unistd.h>
 #include <vector>
 
+#include "flowrun/child.h"
 #include "flowrun/gpu.h"
 
 namespace flowrun {
@@ -267,7 +264,7 @@ SystemGpus probe_nvml_devices(const char* library, bool topology) {
   return system;
 }
 
-// In the forked child: CUDA's UUIDs in CUDA's order, one a line, to `fd`.
+// In the helper child: CUDA's UUIDs in CUDA's order, one a line, to `fd`.
 // Returns the child's exit status.
 int write_cuda_uuids(int fd) {
   // cuInit numbers only the GPUs CUDA_VISIBLE_DEVICES names; we need them all.
@@ -320,51 +317,17 @@ namespace gpu_detail {
 
 // A child because cuInit would give the launcher itself a CUDA context (memory
 // on every GPU, and state its workers' fork would inherit), and because it
-// must run with CUDA_VISIBLE_DEVICES unset. fork() is safe here because the
-// probe runs before flowrun starts any thread. The child gets 30 s: cuInit on
+// must run with CUDA_VISIBLE_DEVICES unset. A forked child without exec
+// (run_helper's child_main) is safe here because the probe runs before
+// flowrun starts any thread. The child gets 30 s: cuInit on
 // a large node without persistence mode takes seconds, never minutes.
 std::string cuda_uuids_from_child() {
-  int fds[2];
-  if (pipe2(fds, O_CLOEXEC) != 0) return {};
-  pid_t pid = fork();
-  if (pid < 0) {
-    close(fds[0]);
-    close(fds[1]);
-    return {};
-  }
-  if (pid == 0) {
-    close(fds[0]);
-    _exit(write_cuda_uuids(fds[1]));  // _exit: no atexit handlers or stdio flushes of the parent's
-  }
-  close(fds[1]);
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
-  std::string out;
-  bool complete = false;
-  for (;;) {
-    auto left =
-        std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
-    if (left.count() <= 0) break;
-    pollfd pfd{fds[0], POLLIN, 0};
-    int ready = poll(&pfd, 1, static_cast<int>(left.count()));
-    if (ready < 0 && errno == EINTR) continue;
-    if (ready <= 0) break;
-    char buffer[4096];
-    ssize_t n = read(fds[0], buffer, sizeof buffer);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) {
-      complete = n == 0;
-      break;
-    }
-    out.append(buffer, static_cast<std::size_t>(n));
-  }
-  close(fds[0]);
-  if (!complete) kill(pid, SIGKILL);
-  int status = 0;
-  while (waitpid(pid, &status, 0) < 0) {
-    if (errno != EINTR) return {};
-  }
-  if (!complete || !WIFEXITED(status) || WEXITSTATUS(status) != 0) return {};
-  return out;
+  HelperRequest request;
+  request.child_main = [] { return write_cuda_uuids(STDOUT_FILENO); };
+  request.deadline = std::chrono::seconds(30);
+  const HelperOutcome child = run_helper(request);
+  if (!child.ok() || child.output_cut) return {};
+  return child.output;
 }
 
 std::string format_cuda_version(int version) {

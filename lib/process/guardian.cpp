@@ -24,11 +24,9 @@
 #include "flowrun/files.h"
 #include "flowrun/process.h"
 
-namespace flowrun {
+#include "detail.h"
 
-namespace process_detail {
-extern std::string guardian_mark;
-}  // namespace process_detail
+namespace flowrun {
 
 namespace {
 

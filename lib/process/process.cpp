@@ -18,6 +18,9 @@
 #include <unistd.h>
 
 #include "flowrun/error.h"
+#include "flowrun/files.h"
+
+#include "detail.h"
 
 namespace flowrun {
 
@@ -42,26 +45,32 @@ struct ChildFailure {
   _exit(127);
 }
 
-std::string read_small_file(const std::string& path, std::size_t limit) {
-  int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return {};
-  std::string text;
-  char buf[8192];
-  while (text.size() < limit) {
-    ssize_t n = read(fd, buf, sizeof buf);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) break;
-    text.append(buf, static_cast<std::size_t>(n));
-  }
-  close(fd);
-  return text;
+// What a /proc file holds; empty when it cannot be read (the process is gone).
+std::string read_proc_file(const std::string& path, std::size_t limit) {
+  return try_read_file(path, limit).value_or("");
 }
 
 }  // namespace
 
 namespace process_detail {
-// Set by Guardian::start: the mark every spawned child gets ("KEY=SECRET").
+
 std::string guardian_mark;
+
+std::vector<char*> marked_envp(const std::vector<std::string>& env) {
+  // The guardian's mark, whatever the caller's environment says (a step's
+  // env: cannot take a worker out of its reach).
+  const std::string& mark = guardian_mark;
+  const std::string_view mark_key = std::string_view(mark).substr(0, mark.find('=') + 1);
+  std::vector<char*> envp;
+  envp.reserve(env.size() + 2);
+  if (!mark.empty()) envp.push_back(const_cast<char*>(mark.c_str()));
+  for (const auto& entry : env) {
+    if (mark_key.empty() || !entry.starts_with(mark_key)) envp.push_back(const_cast<char*>(entry.c_str()));
+  }
+  envp.push_back(nullptr);
+  return envp;
+}
+
 }  // namespace process_detail
 
 // The PATH of the worker's environment, not flowrun's: a step's env may set it.
@@ -113,19 +122,7 @@ SpawnResult spawn_process(const SpawnRequest& request) {
   argv.reserve(request.argv.size() + 1);
   for (const auto& arg : request.argv) argv.push_back(const_cast<char*>(arg.c_str()));
   argv.push_back(nullptr);
-  // The guardian's mark, whatever the caller's environment says (a step's
-  // env: cannot take a worker out of its reach).
-  const std::string& mark = process_detail::guardian_mark;
-  const std::string_view mark_key = std::string_view(mark).substr(0, mark.find('=') + 1);
-  // First, so that it lies within what processes_with_env reads of a huge
-  // environment.
-  std::vector<char*> envp;
-  envp.reserve(request.env.size() + 2);
-  if (!mark.empty()) envp.push_back(const_cast<char*>(mark.c_str()));
-  for (const auto& entry : request.env) {
-    if (mark_key.empty() || !entry.starts_with(mark_key)) envp.push_back(const_cast<char*>(entry.c_str()));
-  }
-  envp.push_back(nullptr);
+  std::vector<char*> envp = process_detail::marked_envp(request.env);
 
   int devnull = open("/dev/null", O_RDONLY | O_CLOEXEC);
   if (devnull < 0) throw Error("cannot open /dev/null: " + errno_text(errno));
@@ -148,8 +145,7 @@ SpawnResult spawn_process(const SpawnRequest& request) {
     sigset_t none;
     sigemptyset(&none);
     sigprocmask(SIG_SETMASK, &none, nullptr);
-    for (int sig : {SIGPIPE, SIGINT, SIGTERM, SIGCHLD, SIGQUIT, SIGHUP, SIGUSR1, SIGUSR2})
-      signal(sig, SIG_DFL);
+    for (int sig : process_detail::kResetSignals) signal(sig, SIG_DFL);
     if (g_nofile_raised) setrlimit(RLIMIT_NOFILE, &g_started_nofile);
     if (setpgid(0, 0) != 0) child_fail(report[1], 2);
     if (prctl(PR_SET_PDEATHSIG, SIGKILL) != 0) child_fail(report[1], 2);
@@ -199,7 +195,7 @@ std::vector<pid_t> children_of(pid_t pid) {
   if (dir == nullptr) return children;
   while (dirent* entry = readdir(dir)) {
     if (entry->d_name[0] == '.') continue;
-    std::string text = read_small_file(task_dir + "/" + entry->d_name + "/children", 1 << 20);
+    std::string text = read_proc_file(task_dir + "/" + entry->d_name + "/children", 1 << 20);
     std::size_t pos = 0;
     while (pos < text.size()) {
       std::size_t end = text.find(' ', pos);
@@ -223,7 +219,7 @@ std::vector<pid_t> processes_with_env(const std::string& entry) {
     const pid_t pid = static_cast<pid_t>(std::atol(name));
     if (pid == self) continue;
     const std::string dir = std::string("/proc/") + name;
-    std::string environ = read_small_file(dir + "/environ", 4 << 20);
+    std::string environ = read_proc_file(dir + "/environ", 4 << 20);
     // A process inside execve() shows an empty environment for an instant:
     // read it again, so that the guardian's sweep cannot miss it. Kernel
     // threads (no executable) have none at all and are not read again.
@@ -231,7 +227,7 @@ std::vector<pid_t> processes_with_env(const std::string& entry) {
     for (int again = 0; environ.empty() && again < 5 && readlink((dir + "/exe").c_str(), exe, sizeof exe) > 0;
          ++again) {
       usleep(1000);
-      environ = read_small_file(dir + "/environ", 4 << 20);
+      environ = read_proc_file(dir + "/environ", 4 << 20);
     }
     std::size_t pos = 0;
     while (pos < environ.size()) {
@@ -327,14 +323,14 @@ void become_subreaper() { prctl(PR_SET_CHILD_SUBREAPER, 1); }
 char process_state(pid_t pid) {
   // "PID (COMM) S ...": COMM may hold spaces and parentheses, the state
   // follows the last ')'.
-  const std::string stat = read_small_file("/proc/" + std::to_string(pid) + "/stat", 4096);
+  const std::string stat = read_proc_file("/proc/" + std::to_string(pid) + "/stat", 4096);
   const std::size_t paren = stat.rfind(')');
   if (paren == std::string::npos || paren + 2 >= stat.size()) return 0;
   return stat[paren + 2];
 }
 
 std::string process_name(pid_t pid) {
-  std::string name = read_small_file("/proc/" + std::to_string(pid) + "/comm", 256);
+  std::string name = read_proc_file("/proc/" + std::to_string(pid) + "/comm", 256);
   while (!name.empty() && name.back() == '\n') name.pop_back();
   return name;
 }

@@ -16,23 +16,21 @@
 #include "flowrun/spec.h"
 
 #include <algorithm>
-#include <cerrno>
 #include <charconv>
 #include <cstdint>
 #include <cstring>
-#include <fcntl.h>
 #include <filesystem>
 #include <limits>
 #include <map>
 #include <set>
 #include <span>
 #include <sstream>
-#include <unistd.h>
 #include <yaml-cpp/depthguard.h>
 #include <yaml-cpp/eventhandler.h>
 #include <yaml-cpp/yaml.h>
 
 #include "flowrun/contract.h"
+#include "flowrun/files.h"
 #include "flowrun/util.h"
 
 namespace flowrun {
@@ -1483,28 +1481,6 @@ SpecParse parse_spec(std::string_view text, const std::string& file, const std::
 
 namespace {
 
-// Reads `path` into `text`, up to one byte past kMaxSpecBytes, so the caller
-// can say the file is too large without reading all of a huge one. Returns 0
-// or an errno value.
-int read_text(const std::string& path, std::string& text) {
-  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return errno;
-  char buffer[65536];
-  while (text.size() <= kMaxSpecBytes) {
-    ssize_t got = ::read(fd, buffer, sizeof buffer);
-    if (got < 0 && errno == EINTR) continue;
-    if (got < 0) {
-      int err = errno;
-      ::close(fd);
-      return err;
-    }
-    if (got == 0) break;
-    text.append(buffer, static_cast<std::size_t>(got));
-  }
-  ::close(fd);
-  return 0;
-}
-
 // A hostfile as MPI launchers read it: one host per line, optionally followed
 // by `slots=N` (accepted so an existing MPI hostfile works; flowrun places
 // ranks by GPUs, so N is ignored), '#' to the end of a line a comment.
@@ -1568,11 +1544,14 @@ void read_hostfile(const Spec& spec, ClusterSpec& cluster, std::vector<Diagnosti
   auto at_key = [&](std::string message) {
     diagnostics.push_back({spec.file, cluster.hosts_loc, "cluster.hostfile", std::move(message)});
   };
-  std::string text;
-  if (int err = read_text(cluster.hostfile, text)) {
+  // One byte past the limit, to tell a file that is too large.
+  int err = 0;
+  const auto read = try_read_file(cluster.hostfile, kMaxSpecBytes + 1, &err);
+  if (!read) {
     at_key("cannot read " + shown + ": " + std::strerror(err));
     return;
   }
+  const std::string& text = *read;
   if (text.size() > kMaxSpecBytes) {
     at_key(shown + " is larger than " + format_bytes(kMaxSpecBytes) + "; expected one host per line");
     return;
@@ -1594,13 +1573,15 @@ SpecParse load_spec(const std::string& path) {
   std::string dir = (ec ? std::filesystem::path(path) : absolute).parent_path().lexically_normal().string();
   if (dir.size() > 1 && dir.back() == '/') dir.pop_back();
 
-  std::string text;
-  if (int err = read_text(path, text)) {
+  // One byte past the limit: parse_spec tells a file that is too large.
+  int err = 0;
+  const auto text = try_read_file(path, kMaxSpecBytes + 1, &err);
+  if (!text) {
     SpecParse result;
     result.diagnostics.push_back({path, {}, "", std::string("cannot read: ") + std::strerror(err)});
     return result;
   }
-  SpecParse result = parse_spec(text, path, dir);
+  SpecParse result = parse_spec(*text, path, dir);
   // parse_spec does no I/O; the hostfile is read once the spec itself is clean.
   if (result.spec && result.spec->cluster && !result.spec->cluster->hostfile.empty()) {
     read_hostfile(*result.spec, *result.spec->cluster, result.diagnostics);

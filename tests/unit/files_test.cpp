@@ -2,11 +2,16 @@
 
 // make_dirs and keep_attempt on real files under /tmp.
 #include <catch2/catch.hpp>
+#include <csignal>
+#include <fcntl.h>
 #include <filesystem>
 #include <fstream>
+#include <pthread.h>
 #include <sstream>
 #include <string>
 #include <sys/stat.h>
+#include <sys/syscall.h>
+#include <thread>
 #include <unistd.h>
 
 #include "flowrun/error.h"
@@ -111,6 +116,64 @@ TEST_CASE("try_write_file writes a file whole or not at all", "[files]") {
   CHECK_FALSE(exists(root + "/missing"));
   CHECK_THROWS_WITH(flowrun::write_file(root + "/missing/report.txt", "x"),
                     "cannot write " + root + "/missing/report.txt: No such file or directory");
+  std::filesystem::remove_all(root);
+}
+
+TEST_CASE("try_read_file reads at most its limit and says why it cannot", "[files]") {
+  const std::string root = scratch_dir();
+  const std::string big(200'000, 'x');  // more than one read
+  write(root + "/big.txt", big);
+  CHECK(flowrun::try_read_file(root + "/big.txt", 1 << 20) == big);
+  CHECK(flowrun::try_read_file(root + "/big.txt", 1000) == big.substr(0, 1000));
+  CHECK(flowrun::try_read_file(root + "/big.txt", big.size() + 1)->size() == big.size());
+  write(root + "/empty.txt", "");
+  CHECK(flowrun::try_read_file(root + "/empty.txt", 10) == "");
+  int err = 0;
+  CHECK_FALSE(flowrun::try_read_file(root + "/missing.txt", 10, &err));
+  CHECK(err == ENOENT);
+  CHECK_FALSE(flowrun::try_read_file(root, 10, &err));  // opens, but read() fails
+  CHECK(err == EISDIR);
+  CHECK(flowrun::read_file(root + "/big.txt", 3) == "xxx");
+  CHECK_THROWS_WITH(flowrun::read_file(root + "/missing.txt", 10),
+                    "cannot read " + root + "/missing.txt: No such file or directory");
+  std::filesystem::remove_all(root);
+}
+
+namespace {
+void ignore_signal(int) {}
+}  // namespace
+
+TEST_CASE("try_read_file retries a read that a signal interrupted", "[files]") {
+  const std::string root = scratch_dir();
+  const std::string fifo = root + "/fifo";
+  REQUIRE(mkfifo(fifo.c_str(), 0600) == 0);
+  struct sigaction action {
+  }, before{};
+  action.sa_handler = ignore_signal;  // no SA_RESTART: a blocked read returns EINTR
+  sigemptyset(&action.sa_mask);
+  sigaction(SIGUSR1, &action, &before);
+  auto* pipe_before = signal(SIGPIPE, SIG_IGN);  // a reader that gave up: EPIPE, not death
+  const pthread_t reader = pthread_self();
+  const std::string in_syscall = "/proc/self/task/" + std::to_string(gettid()) + "/syscall";
+  bool interrupted = false;
+  std::thread writer([&] {
+    const int fd = open(fifo.c_str(), O_WRONLY);  // once the reader opened it
+    // Once the reader waits in read(2), as /proc says: the signal interrupts it.
+    const std::string waiting = std::to_string(SYS_read) + " ";
+    for (int i = 0; i < 10'000 && !interrupted; ++i) {
+      interrupted = slurp(in_syscall).starts_with(waiting);
+      if (!interrupted) usleep(1000);
+    }
+    pthread_kill(reader, SIGUSR1);
+    CHECK(::write(fd, "after the signal", 16) == 16);
+    close(fd);
+  });
+  const auto text = flowrun::try_read_file(fifo, 100);
+  writer.join();
+  sigaction(SIGUSR1, &before, nullptr);
+  signal(SIGPIPE, pipe_before);
+  CHECK(interrupted);
+  CHECK(text == "after the signal");
   std::filesystem::remove_all(root);
 }
 

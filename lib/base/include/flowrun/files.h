@@ -1,6 +1,8 @@
 // Small filesystem helpers shared by the runner, the head and the agents.
 #pragma once
 
+#include <cstddef>
+#include <optional>
 #include <string>
 #include <sys/types.h>
 
@@ -18,6 +20,15 @@ void make_dirs(const std::string& path, mode_t mode = 0755);
 // Returns the directory it made (empty when there was nothing to keep); throws
 // Error when a rename fails.
 std::string keep_attempt(const std::string& rank_dir, int attempt);
+
+// At most `limit` bytes of `path`, every read that a signal interrupted
+// retried; nullopt when it cannot be opened or read, `err` (when given) then
+// holding the errno. A caller that must tell a file longer than the limit
+// asks for one byte more.
+std::optional<std::string> try_read_file(const std::string& path, std::size_t limit, int* err = nullptr);
+
+// try_read_file, throwing Error "cannot read PATH: why" when it fails.
+std::string read_file(const std::string& path, std::size_t limit);
 
 // Writes `path` whole or not at all (a temporary file renamed over it).
 // Returns 0, or the errno of what failed; the temporary file is then gone.
