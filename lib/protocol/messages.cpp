@@ -65,14 +65,15 @@ class Writer {
 
 // Reads the fields of one message: each named field exactly once, every
 // field used. The first problem is kept in *why; after it every read gives a
-// default value and ok() is false.
+// default value and finish() is false. str() moves the value out of the
+// fields (an output's data is not copied again).
 class Reader {
  public:
-  Reader(const Fields& fields, std::string* why) : fields_(fields), used_(fields.size(), false), why_(why) {}
+  Reader(Fields& fields, std::string* why) : fields_(fields), used_(fields.size(), false), why_(why) {}
 
   std::string str(std::string_view key) {
-    const std::string* value = find(key);
-    return value ? *value : std::string();
+    std::string* value = find(key);
+    return value ? std::move(*value) : std::string();
   }
 
   template <class Int>
@@ -140,7 +141,7 @@ class Reader {
   }
 
  private:
-  const std::string* find(std::string_view key) {
+  std::string* find(std::string_view key) {
     if (!ok_) return nullptr;
     for (std::size_t i = 0; i < fields_.size(); ++i) {
       if (fields_[i].first != key) continue;
@@ -151,7 +152,7 @@ class Reader {
     return nullptr;
   }
 
-  const Fields& fields_;
+  Fields& fields_;
   std::vector<bool> used_;
   std::string* why_;
   bool ok_ = true;
@@ -282,7 +283,7 @@ void read(Reader& r, Start& m) {
     const std::string* value = r.raw(key);
     if (!value) return;
     std::string error;
-    const auto fields = decode_fields(*value, &error);
+    auto fields = decode_fields(*value, &error);
     StartRank rank;
     if (fields) {
       Reader sub(*fields, &error);
@@ -504,7 +505,7 @@ Frame encode_one(const M& m) {
 template <class M>
 std::optional<Message> decode_one(const Frame& frame, std::string* why) {
   const std::size_t max_fields = std::is_same_v<M, Start> ? kMaxStartFields : kMaxFields;
-  const auto fields = decode_fields(frame.payload, why, max_fields);
+  auto fields = decode_fields(frame.payload, why, max_fields);
   if (!fields) return std::nullopt;
   M m;
   Reader r(*fields, why);
