@@ -141,11 +141,15 @@ class Reader {
   }
 
  private:
+  // Looks from the field after the last one found: fields in the order
+  // write() puts them (a start's thousands of ranks) cost one comparison each.
   std::string* find(std::string_view key) {
     if (!ok_) return nullptr;
-    for (std::size_t i = 0; i < fields_.size(); ++i) {
+    for (std::size_t n = 0; n < fields_.size(); ++n) {
+      const std::size_t i = (next_ + n) % fields_.size();
       if (fields_[i].first != key) continue;
       used_[i] = true;
+      next_ = i + 1;
       return &fields_[i].second;
     }
     fail("field '" + std::string(key) + "' is missing");
@@ -155,6 +159,7 @@ class Reader {
   Fields& fields_;
   std::vector<bool> used_;
   std::string* why_;
+  std::size_t next_ = 0;
   bool ok_ = true;
 };
 

@@ -2,6 +2,7 @@
 // unchanged, and a payload that is not one is refused with the reason.
 #include "flowrun/messages.h"
 
+#include <algorithm>
 #include <catch2/catch.hpp>
 #include <set>
 #include <string>
@@ -305,4 +306,15 @@ TEST_CASE("cut or flipped payloads of every message are refused or decoded, neve
       CHECK(decoded.has_value() == why.empty());
     }
   }
+}
+
+TEST_CASE("fields may come in any order; a start of many ranks comes back whole", "[messages]") {
+  Fields stop = fields_of(Stop{"killed", true});
+  std::reverse(stop.begin(), stop.end());
+  std::string why;
+  CHECK(decode_message(Frame{MessageType::stop, encode_fields(stop)}, &why) == Message(Stop{"killed", true}));
+  Start big{3, "10.0.0.1", 29500, "/w", {"python3", "train.py"}, {}};
+  for (int r = 0; r < 4096; ++r)
+    big.ranks.push_back(StartRank{r, r % 8, {"RANK=" + std::to_string(r)}, r == 0});
+  CHECK(through_the_wire(big) == Message(big));
 }
