@@ -1,6 +1,6 @@
 // rdzv_clients: N agents in one process, for the rendezvous benchmark
 // (scripts/bench, case e). Every connection speaks the control plane as
-// `flowrun agent` does (lib/protocol/include/flowrun/protocol.h, lib/cluster/agent.cpp):
+// `flowrun agent` does, with its messages (lib/protocol/include/flowrun/messages.h):
 //
 //   -> hello{node, flowrun, nonce, node_rank, pid, gpus}
 //   <- challenge      -> auth{proof}
@@ -51,12 +51,13 @@
 #include <utility>
 #include <vector>
 
+#include "flowrun/messages.h"
 #include "flowrun/protocol.h"
 #include "flowrun/version.h"
 
 namespace {
 
-using flowrun::Fields;
+using flowrun::encode;
 using flowrun::Frame;
 using flowrun::FrameReader;
 using flowrun::MessageType;
@@ -74,18 +75,11 @@ std::int64_t clock_ns(clockid_t clock) {
 
 std::int64_t now_ns() { return clock_ns(CLOCK_MONOTONIC); }
 
-std::string field(const Fields& fields, std::string_view key) {
-  const std::string* value = flowrun::find_field(fields, key);
-  return value ? *value : std::string();
-}
-
-int int_field(const Fields& fields, std::string_view key) { return std::atoi(field(fields, key).c_str()); }
-
-Fields decode(const Frame& frame) {
+flowrun::Message decode(const Frame& frame) {
   std::string error;
-  auto fields = flowrun::decode_fields(frame.payload, &error, 1 << 16);
-  if (!fields) die("a malformed " + std::string(flowrun::message_type_name(frame.type)) + ": " + error);
-  return std::move(*fields);
+  auto message = flowrun::decode_message(frame, &error);
+  if (!message) die("a malformed " + std::string(flowrun::message_type_name(frame.type)) + ": " + error);
+  return std::move(*message);
 }
 
 std::string read_file(const std::string& path, std::string* error) {
@@ -167,8 +161,8 @@ class Loop {
     c.polling_out = on;
   }
 
-  void send(Conn& c, std::uint64_t tag, MessageType type, const Fields& fields) {
-    std::string frame = flowrun::encode_frame(type, flowrun::encode_fields(fields));
+  void send(Conn& c, std::uint64_t tag, const Frame& message) {
+    std::string frame = flowrun::to_wire(message);
     if (c.sealer) c.sealer->seal(frame);
     c.out += frame;
     flush(c, tag);
@@ -323,13 +317,8 @@ class Clients {
     loop_.add(a.conn.fd, EPOLLIN | EPOLLOUT, tag);
     a.conn.polling_out = true;
     // The hello waits in the buffer until the socket is writable (connected).
-    flowrun::append_frame(a.conn.out, MessageType::hello,
-                          flowrun::encode_fields({{"node", a.node},
-                                                  {"flowrun", FLOWRUN_VERSION},
-                                                  {"nonce", a.nonce},
-                                                  {"node_rank", "-1"},
-                                                  {"pid", std::to_string(getpid())},
-                                                  {"gpus", "0"}}));
+    a.conn.out += flowrun::to_wire(
+        encode(flowrun::Hello{a.node, FLOWRUN_VERSION, a.nonce, -1, static_cast<int>(getpid()), 0}));
   }
 
   void on_readable(Agent& a, std::uint64_t tag) {
@@ -346,78 +335,65 @@ class Clients {
 
   void on_frame(Agent& a, std::uint64_t tag, const Frame& frame) {
     if (frame.type == MessageType::heartbeat) {
-      loop_.send(a.conn, tag, MessageType::heartbeat, {});
+      loop_.send(a.conn, tag, encode(flowrun::Heartbeat{}));
       return;
     }
-    const Fields f = decode(frame);
-    switch (frame.type) {
-      case MessageType::challenge:
-        --in_flight_;
-        a.head_nonce = field(f, "nonce");
-        loop_.send(a.conn, tag, MessageType::auth,
-                   {{"proof", flowrun::auth_proof(token_, a.head_nonce, "agent:" + a.node)}});
-        break;
-      case MessageType::welcome:
-        if (!flowrun::proofs_equal(field(f, "proof"), flowrun::auth_proof(token_, a.nonce, "head:" + a.node)))
-          die(a.node + ": the head's proof in welcome is wrong");
-        a.conn.seal_from_now(flowrun::derive_frame_keys(token_, a.nonce, a.head_nonce, a.node), false);
-        a.welcomed = true;
-        a.node_rank = int_field(f, "node_rank");
-        if (++welcomed_ == agents_.size()) times_.welcome = now_ns();
-        break;
-      case MessageType::assign: on_assign(a, tag, f); break;
-      case MessageType::start: on_start(a, tag, f); break;
-      case MessageType::bye:
-        loop_.close_conn(a.conn);
-        ++closed_;
-        break;
-      case MessageType::refused: die(a.node + ": the head refused it: " + field(f, "reason"));
-      case MessageType::stop: die(a.node + ": the head sent stop: " + field(f, "reason"));
-      default: die(a.node + ": unexpected " + std::string(flowrun::message_type_name(frame.type)));
+    const flowrun::Message m = decode(frame);
+    if (const auto* challenge = std::get_if<flowrun::Challenge>(&m)) {
+      --in_flight_;
+      a.head_nonce = challenge->nonce;
+      loop_.send(a.conn, tag,
+                 encode(flowrun::Auth{flowrun::auth_proof(token_, a.head_nonce, "agent:" + a.node)}));
+    } else if (const auto* welcome = std::get_if<flowrun::Welcome>(&m)) {
+      if (!flowrun::proofs_equal(welcome->proof, flowrun::auth_proof(token_, a.nonce, "head:" + a.node)))
+        die(a.node + ": the head's proof in welcome is wrong");
+      a.conn.seal_from_now(flowrun::derive_frame_keys(token_, a.nonce, a.head_nonce, a.node), false);
+      a.welcomed = true;
+      a.node_rank = welcome->node_rank;
+      if (++welcomed_ == agents_.size()) times_.welcome = now_ns();
+    } else if (const auto* assign = std::get_if<flowrun::Assign>(&m)) {
+      on_assign(a, tag, *assign);
+    } else if (const auto* start = std::get_if<flowrun::Start>(&m)) {
+      on_start(a, tag, *start);
+    } else if (std::holds_alternative<flowrun::Bye>(m)) {
+      loop_.close_conn(a.conn);
+      ++closed_;
+    } else if (const auto* refused = std::get_if<flowrun::Refused>(&m)) {
+      die(a.node + ": the head refused it: " + refused->reason);
+    } else if (const auto* stop = std::get_if<flowrun::Stop>(&m)) {
+      die(a.node + ": the head sent stop: " + stop->reason);
+    } else {
+      die(a.node + ": unexpected " + std::string(flowrun::message_type_name(frame.type)));
     }
   }
 
-  void on_assign(Agent& a, std::uint64_t tag, const Fields& f) {
-    a.node_rank = int_field(f, "node_rank");
+  void on_assign(Agent& a, std::uint64_t tag, const flowrun::Assign& f) {
+    a.node_rank = f.node_rank;
     std::string error;
-    const std::string marker = read_file(field(f, "marker_path"), &error);
-    const bool same = error.empty() && marker == field(f, "marker_text");
-    if (error.empty() && !same) error = field(f, "marker_path") + ": its content differs from the head's";
+    const std::string marker = read_file(f.marker_path, &error);
+    const bool same = error.empty() && marker == f.marker_text;
+    if (error.empty() && !same) error = f.marker_path + ": its content differs from the head's";
     sockaddr_in local{};
     socklen_t len = sizeof local;
     getsockname(a.conn.fd, reinterpret_cast<sockaddr*>(&local), &len);
     char address[INET_ADDRSTRLEN] = {};
     inet_ntop(AF_INET, &local.sin_addr, address, sizeof address);
-    Fields ready{{"workdir_ok", same ? "1" : "0"}, {"workdir_error", error}, {"address", address}};
-    if (field(f, "want_port") == "1") ready.emplace_back("port", std::to_string(held_port_));
-    ready.emplace_back("gpus", "0");
-    loop_.send(a.conn, tag, MessageType::ready, ready);
+    loop_.send(a.conn, tag, encode(flowrun::Ready{same, error, address, f.want_port ? held_port_ : 0, 0}));
     if (!a.assigned) {
       a.assigned = true;
       if (++assigned_ == agents_.size()) times_.assign = now_ns();
     }
   }
 
-  void on_start(Agent& a, std::uint64_t tag, const Fields& f) {
-    const int ranks = int_field(f, "ranks");
-    const std::string pid = std::to_string(getpid());
-    for (int i = 0; i < ranks; ++i) {
-      std::string error;
-      auto sub = flowrun::decode_fields(field(f, "r" + std::to_string(i)), &error, 1 << 16);
-      if (!sub) die(a.node + ": a malformed rank in start: " + error);
-      const std::string when = std::to_string(clock_ns(CLOCK_REALTIME));
-      loop_.send(a.conn, tag, MessageType::exited,
-                 {{"rank", field(*sub, "rank")},
-                  {"kind", "exited"},
-                  {"code", "0"},
-                  {"spawn_error", ""},
-                  {"pid", pid},
-                  {"start_ns", when},
-                  {"end_ns", when},
-                  {"rss_kib", "0"},
-                  {"stopped", "0"}});
+  void on_start(Agent& a, std::uint64_t tag, const flowrun::Start& f) {
+    for (const flowrun::StartRank& rank : f.ranks) {
+      flowrun::Exited exited;
+      exited.rank = rank.rank;
+      exited.pid = static_cast<int>(getpid());
+      exited.start_ns = exited.end_ns = clock_ns(CLOCK_REALTIME);
+      loop_.send(a.conn, tag, encode(exited));
     }
-    loop_.send(a.conn, tag, MessageType::done, {{"attempt", field(f, "attempt")}, {"errors", ""}});
+    loop_.send(a.conn, tag, encode(flowrun::Done{f.attempt, {}}));
     if (!a.started) {
       a.started = true;
       if (++started_ == agents_.size()) times_.start = now_ns();
@@ -473,8 +449,7 @@ class BareServer {
                              "FLOWRUN_NODES",
                              "FLOWRUN_NODE_RANK",
                              "FLOWRUN_RUN_DIR"}) {
-      if (!env_.empty()) env_ += '\0';
-      env_ += std::string(name) + "=rdzv-bench-value";
+      env_.push_back(std::string(name) + "=rdzv-bench-value");
     }
   }
 
@@ -536,79 +511,67 @@ class BareServer {
 
   void on_frame(Peer& p, std::uint64_t tag, const Frame& frame) {
     if (frame.type == MessageType::heartbeat) return;
-    const Fields f = decode(frame);
-    switch (frame.type) {
-      case MessageType::hello:
-        p.node = field(f, "node");
-        p.agent_nonce = field(f, "nonce");
-        p.head_nonce = flowrun::make_nonce();
-        loop_.send(p.conn, tag, MessageType::challenge, {{"nonce", p.head_nonce}});
-        break;
-      case MessageType::auth:
-        if (!flowrun::proofs_equal(field(f, "proof"),
-                                   flowrun::auth_proof(token_, p.head_nonce, "agent:" + p.node)))
-          die("server: " + p.node + " sent a wrong proof");
-        p.rank = static_cast<int>(joined_);
-        by_rank_.push_back(tag);
-        loop_.send(p.conn, tag, MessageType::welcome,
-                   {{"proof", flowrun::auth_proof(token_, p.agent_nonce, "head:" + p.node)},
-                    {"node_rank", std::to_string(p.rank)},
-                    {"heartbeat_ms", "2500"},
-                    {"timeout_ms", "10000"}});
-        p.conn.seal_from_now(flowrun::derive_frame_keys(token_, p.agent_nonce, p.head_nonce, p.node), true);
-        if (++joined_ == nodes_) assign_all();
-        break;
-      case MessageType::ready:
-        if (p.rank == 0) master_port_ = field(f, "port");
-        if (++ready_ == nodes_) start_all();
-        break;
-      case MessageType::exited: break;
-      case MessageType::done:
-        if (++done_ == nodes_) {
-          for (std::uint64_t t : by_rank_) loop_.send(peers_[t]->conn, t, MessageType::bye, {});
-        }
-        break;
-      default: die("server: unexpected " + std::string(flowrun::message_type_name(frame.type)));
+    const flowrun::Message m = decode(frame);
+    if (const auto* hello = std::get_if<flowrun::Hello>(&m)) {
+      p.node = hello->node;
+      p.agent_nonce = hello->nonce;
+      p.head_nonce = flowrun::make_nonce();
+      loop_.send(p.conn, tag, encode(flowrun::Challenge{p.head_nonce}));
+    } else if (const auto* auth = std::get_if<flowrun::Auth>(&m)) {
+      if (!flowrun::proofs_equal(auth->proof, flowrun::auth_proof(token_, p.head_nonce, "agent:" + p.node)))
+        die("server: " + p.node + " sent a wrong proof");
+      p.rank = static_cast<int>(joined_);
+      by_rank_.push_back(tag);
+      loop_.send(p.conn, tag,
+                 encode(flowrun::Welcome{flowrun::auth_proof(token_, p.agent_nonce, "head:" + p.node), p.rank,
+                                         2500, 10000}));
+      p.conn.seal_from_now(flowrun::derive_frame_keys(token_, p.agent_nonce, p.head_nonce, p.node), true);
+      if (++joined_ == nodes_) assign_all();
+    } else if (const auto* ready = std::get_if<flowrun::Ready>(&m)) {
+      if (p.rank == 0) master_port_ = ready->port;
+      if (++ready_ == nodes_) start_all();
+    } else if (std::holds_alternative<flowrun::Exited>(m)) {
+    } else if (std::holds_alternative<flowrun::Done>(m)) {
+      if (++done_ == nodes_) {
+        for (std::uint64_t t : by_rank_) loop_.send(peers_[t]->conn, t, encode(flowrun::Bye{false}));
+      }
+    } else {
+      die("server: unexpected " + std::string(flowrun::message_type_name(frame.type)));
     }
   }
 
   void assign_all() {
     for (std::uint64_t t : by_rank_) {
       Peer& p = *peers_[t];
-      loop_.send(p.conn, t, MessageType::assign,
-                 {{"step", "work"},
-                  {"run_id", "rdzv-bench"},
-                  {"attempt", "0"},
-                  {"node_rank", std::to_string(p.rank)},
-                  {"nodes", std::to_string(nodes_)},
-                  {"workdir", "/tmp"},
-                  {"marker_path", marker_path_},
-                  {"marker_text", marker_text_},
-                  {"want_port", p.rank == 0 ? "1" : "0"},
-                  {"grace_ms", "10000"}});
+      flowrun::Assign assign;
+      assign.step = "work";
+      assign.run_id = "rdzv-bench";
+      assign.node_rank = p.rank;
+      assign.nodes = static_cast<int>(nodes_);
+      assign.workdir = "/tmp";
+      assign.marker_path = marker_path_;
+      assign.marker_text = marker_text_;
+      assign.want_port = p.rank == 0;
+      assign.grace_ms = 10000;
+      loop_.send(p.conn, t, encode(assign));
     }
   }
 
   void start_all() {
     for (std::uint64_t t : by_rank_) {
       Peer& p = *peers_[t];
-      const std::string rank = std::to_string(p.rank);
-      loop_.send(p.conn, t, MessageType::start,
-                 {{"attempt", "0"},
-                  {"master_addr", "127.0.0.1"},
-                  {"master_port", master_port_},
-                  {"workdir", "/tmp"},
-                  {"argv", "/bin/true"},
-                  {"r0", flowrun::encode_fields(
-                             {{"rank", rank}, {"local_rank", "0"}, {"env", env_}, {"upload", "0"}})},
-                  {"ranks", "1"}});
+      loop_.send(p.conn, t,
+                 encode(flowrun::Start{
+                     0, "127.0.0.1", master_port_, "/tmp", {"/bin/true"}, {{p.rank, 0, env_, false}}}));
     }
   }
 
   Loop loop_;
   int listener_;
   std::size_t nodes_;
-  std::string token_, marker_path_, marker_text_, env_, master_port_;
+  std::string token_, marker_path_, marker_text_;
+  std::vector<std::string> env_;
+  int master_port_ = 0;
   std::vector<std::unique_ptr<Peer>> peers_;
   std::vector<std::uint64_t> by_rank_;
   std::size_t joined_ = 0, ready_ = 0, done_ = 0, closed_ = 0;

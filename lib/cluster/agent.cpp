@@ -26,6 +26,7 @@
 #include "flowrun/files.h"
 #include "flowrun/gpu.h"
 #include "flowrun/join.h"
+#include "flowrun/messages.h"
 #include "flowrun/process.h"
 #include "flowrun/protocol.h"
 #include "flowrun/slurm.h"
@@ -33,15 +34,11 @@
 
 #include "connection.h"
 #include "engines.h"
-#include "fields.h"
 
 namespace flowrun {
 
 namespace asio = boost::asio;
 using cluster::Connection;
-using cluster::field_or;
-using cluster::int_field;
-using cluster::split_nul;
 
 namespace {
 
@@ -197,8 +194,7 @@ class Agent : public GroupObserver {
       if (!finished_ && !in_group_ && supervisor.interrupt_signal() != 0 && !told_interrupt_) {
         told_interrupt_ = true;
         const int sig = supervisor.interrupt_signal();
-        conn_->send(MessageType::stop,
-                    {{"reason", fmt::format("its agent received {}{}", signal_name(sig), slurm_hint(sig))}});
+        conn_->send(Stop{fmt::format("its agent received {}{}", signal_name(sig), slurm_hint(sig))});
         conn_->close_after_send();
         exit_code_ = 128 + sig;
         finished_ = true;
@@ -225,9 +221,7 @@ class Agent : public GroupObserver {
   void on_output(std::size_t index, bool is_err, std::string_view data) override {
     const LocalRank& r = ranks_[index];
     for (std::size_t pos = 0; pos < data.size(); pos += kMaxChunkBytes) {
-      conn_->send(MessageType::output, {{"rank", std::to_string(r.rank)},
-                                        {"stream", is_err ? "stderr" : "stdout"},
-                                        {"data", std::string(data.substr(pos, kMaxChunkBytes))}});
+      conn_->send(Output{r.rank, is_err, std::string(data.substr(pos, kMaxChunkBytes))});
     }
     if (!output_paused_ && conn_->queued() >= kQueueHighWater) {
       output_paused_ = true;
@@ -237,25 +231,25 @@ class Agent : public GroupObserver {
 
   bool on_exit(std::size_t index, const WorkerRecord& rec) override {
     const LocalRank& r = ranks_[index];
-    const char* kind = rec.status.kind == ExitStatus::Kind::signaled       ? "signaled"
-                       : rec.status.kind == ExitStatus::Kind::spawn_failed ? "spawn_failed"
-                                                                           : "exited";
-    conn_->send(MessageType::exited,
-                {{"rank", std::to_string(r.rank)},
-                 {"kind", kind},
-                 {"code", std::to_string(rec.status.code)},
-                 {"spawn_error", rec.status.spawn_error},
-                 {"pid", std::to_string(rec.pid)},
-                 {"start_ns", std::to_string(rec.start_unix_ns)},
-                 {"end_ns", std::to_string(rec.end_unix_ns)},
-                 {"rss_kib", std::to_string(rec.peak_rss_kib)},
-                 {"stopped", sup_->stopping() || sup_->interrupt_received() != 0 ? "1" : "0"},
-                 {"silent_ms", rec.silent_s ? std::to_string(std::llround(*rec.silent_s * 1000)) : ""},
-                 {"suspended", rec.suspended ? "1" : "0"},
-                 {"stalled", rec.stalled ? "1" : "0"},
-                 {"command", rec.command},
-                 {"program", rec.program},
-                 {"path_python", rec.path_python}});
+    Exited m;
+    m.rank = r.rank;
+    m.kind = rec.status.kind == ExitStatus::Kind::signaled       ? Exited::Kind::signaled
+             : rec.status.kind == ExitStatus::Kind::spawn_failed ? Exited::Kind::spawn_failed
+                                                                 : Exited::Kind::exited;
+    m.code = rec.status.code;
+    m.spawn_error = rec.status.spawn_error;
+    m.pid = rec.pid;
+    m.start_ns = rec.start_unix_ns;
+    m.end_ns = rec.end_unix_ns;
+    m.rss_kib = rec.peak_rss_kib;
+    m.stopped = sup_->stopping() || sup_->interrupt_received() != 0;
+    if (rec.silent_s) m.silent_ms = std::llround(*rec.silent_s * 1000);
+    m.suspended = rec.suspended;
+    m.stalled = rec.stalled;
+    m.command = rec.command;
+    m.program = rec.program;
+    m.path_python = rec.path_python;
+    conn_->send(m);
     if (!rec.status.ok()) local_failure_ = true;
     return !rec.status.ok();
   }
@@ -264,11 +258,10 @@ class Agent : public GroupObserver {
   // tell the head which ranks stalled before they are stopped.
   bool on_stall(const std::vector<std::size_t>& indices, const std::vector<WorkerRecord>& stalled) override {
     (void)indices;
-    std::string lines;
+    Stalled m;
     for (const auto& w : stalled)
-      lines +=
-          fmt::format("{} {} {}\n", w.rank, std::llround(w.silent_s.value_or(0) * 1000), w.suspended ? 1 : 0);
-    conn_->send(MessageType::stop, {{"reason", "stalled"}, {"stalled", lines}});
+      m.ranks.push_back({w.rank, std::llround(w.silent_s.value_or(0) * 1000), w.suspended});
+    conn_->send(m);
     return true;
   }
 
@@ -276,8 +269,7 @@ class Agent : public GroupObserver {
     if (why == Outcome::interrupted && !stop_from_head_ && !lost_head_ && sup_->interrupt_received() != 0) {
       const int sig = sup_->interrupt_received();
       told_interrupt_ = true;
-      conn_->send(MessageType::stop,
-                  {{"reason", fmt::format("its agent received {}{}", signal_name(sig), slurm_hint(sig))}});
+      conn_->send(Stop{fmt::format("its agent received {}{}", signal_name(sig), slurm_hint(sig))});
     }
     return false;
   }
@@ -486,20 +478,17 @@ class Agent : public GroupObserver {
     setsockopt(socket.native_handle(), SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
     my_nonce_ = make_nonce();
     const std::string& my_nonce = my_nonce_;
-    auto send = [&](MessageType type, const Fields& f) {
-      const std::string frame = encode_frame(type, encode_fields(f));
-      asio::write(socket, asio::buffer(frame));
-    };
-    auto receive = [&]() -> std::pair<MessageType, Fields> {
+    auto send = [&](const Frame& frame) { asio::write(socket, asio::buffer(to_wire(frame))); };
+    auto receive = [&]() -> Message {
       char buf[4096];
       while (true) {
         if (auto frame = reader.next()) {
           std::string error;
-          auto fields = decode_fields(frame->payload, &error);
-          if (!fields)
+          auto message = decode_message(*frame, &error);
+          if (!message)
             throw Error("the head sent a malformed " + std::string(message_type_name(frame->type)) + ": " +
                         error);
-          return {frame->type, std::move(*fields)};
+          return std::move(*message);
         }
         if (reader.failed()) throw Error(reader.error());
         const ssize_t n = ::read(socket.native_handle(), buf, sizeof buf);
@@ -509,37 +498,33 @@ class Agent : public GroupObserver {
         reader.feed(std::string_view(buf, static_cast<std::size_t>(n)));
       }
     };
-    send(MessageType::hello, {{"node", node_},
-                              {"flowrun", FLOWRUN_VERSION},
-                              {"nonce", my_nonce},
-                              {"node_rank", std::to_string(node_rank_claim_)},
-                              {"pid", std::to_string(getpid())},
-                              {"gpus", std::to_string(gpus_)}});
-    auto [type, fields] = receive();
-    if (type == MessageType::refused) {
-      console_.message("flowrun agent: the head refused this agent: " +
-                       printable(field_or(fields, "reason")));
+    send(
+        encode(Hello{node_, FLOWRUN_VERSION, my_nonce, node_rank_claim_, static_cast<int>(getpid()), gpus_}));
+    const Message first = receive();
+    if (const auto* refused = std::get_if<Refused>(&first)) {
+      console_.message("flowrun agent: the head refused this agent: " + printable(refused->reason));
       return {Handshake::refused, {}};
     }
-    if (type != MessageType::challenge)
-      throw Error("the head sent " + std::string(message_type_name(type)) + " instead of a challenge");
-    head_nonce_ = field_or(fields, "nonce");
-    send(MessageType::auth, {{"proof", auth_proof(token_, head_nonce_, "agent:" + node_)}});
-    auto [type2, fields2] = receive();
-    if (type2 == MessageType::refused) {
-      console_.message("flowrun agent: the head refused this agent: " +
-                       printable(field_or(fields2, "reason")));
+    const auto* challenge = std::get_if<Challenge>(&first);
+    if (challenge == nullptr)
+      throw Error("the head sent " + std::string(message_type_name(type_of(first))) +
+                  " instead of a challenge");
+    head_nonce_ = challenge->nonce;
+    send(encode(Auth{auth_proof(token_, head_nonce_, "agent:" + node_)}));
+    const Message second = receive();
+    if (const auto* refused = std::get_if<Refused>(&second)) {
+      console_.message("flowrun agent: the head refused this agent: " + printable(refused->reason));
       return {Handshake::refused, {}};
     }
-    if (type2 != MessageType::welcome ||
-        !proofs_equal(field_or(fields2, "proof"), auth_proof(token_, my_nonce, "head:" + node_))) {
+    const auto* welcome = std::get_if<Welcome>(&second);
+    if (welcome == nullptr || !proofs_equal(welcome->proof, auth_proof(token_, my_nonce, "head:" + node_))) {
       console_.message("flowrun agent: the head at " + head_at_ +
                        " could not prove it holds the run's token; not running anything for it");
       return {Handshake::refused, {}};
     }
-    node_rank_ = int_field(fields2, "node_rank", 0);
-    interval_s_ = int_field(fields2, "heartbeat_ms", 2500) / 1000.0;
-    timeout_s_ = int_field(fields2, "timeout_ms", 10000) / 1000.0;
+    node_rank_ = welcome->node_rank;
+    interval_s_ = static_cast<double>(welcome->heartbeat_ms) / 1000.0;
+    timeout_s_ = static_cast<double>(welcome->timeout_ms) / 1000.0;
     timeval none{0, 0};
     setsockopt(socket.native_handle(), SOL_SOCKET, SO_RCVTIMEO, &none, sizeof none);
     return {Handshake::joined, {}};
@@ -555,7 +540,7 @@ class Agent : public GroupObserver {
         lost_head(fmt::format("no heartbeat from it for {:.1f} s", silent));
         return;
       }
-      if (conn_->queued() == 0) conn_->send(MessageType::heartbeat, {});
+      if (conn_->queued() == 0) conn_->send(Heartbeat{});
       tick();
     });
   }
@@ -583,107 +568,108 @@ class Agent : public GroupObserver {
   // ---- messages -----------------------------------------------------------
 
   void on_frame(Frame& frame) {
-    if (frame.type == MessageType::heartbeat) return;
     std::string error;
-    auto fields = decode_fields(frame.payload, &error, 1 << 16);
-    if (!fields) {
+    auto message = decode_message(frame, &error);
+    if (!message) {
       lost_head("it sent a malformed " + std::string(message_type_name(frame.type)) + ": " + error);
       return;
     }
-    switch (frame.type) {
-      case MessageType::assign: on_assign(*fields); break;
-      case MessageType::start: on_start(*fields); break;
-      case MessageType::preflight: on_preflight(*fields); break;
-      case MessageType::stop:
-        stop_from_head_ = true;
-        check_cancel_ = true;
-        if (in_group_) {
-          sup_->stop_group(Outcome::interrupted);
-          if (field_or(*fields, "kill") == "1") sup_->kill_group();
-        }
-        break;
-      case MessageType::signal: {
-        // The head got SIGUSR1 or SIGUSR2: this node's ranks get it too.
-        const std::string name = field_or(*fields, "signal");
-        const int sig = name == "SIGUSR1" ? SIGUSR1 : name == "SIGUSR2" ? SIGUSR2 : 0;
-        if (sig != 0 && in_group_) sup_->signal_workers(sig);
-        break;
-      }
-      case MessageType::bye:
-        finished_ = true;
-        check_cancel_ = true;
-        if (options_.exit_with_step && field_or(*fields, "succeeded") != "1") exit_code_ = 1;
-        if (in_group_) sup_->stop_group(Outcome::interrupted);
-        break;
-      default: break;
+    std::visit([this](auto& m) { on_message(m); }, *message);
+  }
+
+  // What the head sends that an agent does not act on (heartbeat: hearing
+  // from it is enough).
+  template <class M>
+  void on_message(const M&) {}
+
+  void on_message(const Assign& m) { on_assign(m); }
+  void on_message(Start& m) { on_start(std::move(m)); }
+  void on_message(const Preflight& m) { on_preflight(m); }
+
+  void on_message(const Stop& m) {
+    stop_from_head_ = true;
+    check_cancel_ = true;
+    if (in_group_) {
+      sup_->stop_group(Outcome::interrupted);
+      if (m.kill) sup_->kill_group();
     }
   }
 
-  void on_assign(const Fields& f) {
+  // The head got SIGUSR1 or SIGUSR2: this node's ranks get it too.
+  void on_message(const Signal& m) {
+    const int sig = m.signal == "SIGUSR1" ? SIGUSR1 : m.signal == "SIGUSR2" ? SIGUSR2 : 0;
+    if (sig != 0 && in_group_) sup_->signal_workers(sig);
+  }
+
+  void on_message(const Bye& m) {
+    finished_ = true;
+    check_cancel_ = true;
+    if (options_.exit_with_step && !m.succeeded) exit_code_ = 1;
+    if (in_group_) sup_->stop_group(Outcome::interrupted);
+  }
+
+  void on_assign(const Assign& a) {
     // Both name directories here (the scratch directory, a rank's in it): a
     // head's spec checker and --run-id let no other names through.
-    if (auto problem = run_id_problem(field_or(f, "run_id"))) {
+    if (auto problem = run_id_problem(a.run_id)) {
       lost_head("it sent an assign with the run id " + *problem);
       return;
     }
-    if (check_name(field_or(f, "step")) != NameCheck::ok) {
+    if (check_name(a.step) != NameCheck::ok) {
       lost_head("it sent an assign with an invalid step name");
       return;
     }
-    run_id_ = field_or(f, "run_id");
-    step_ = field_or(f, "step");
-    attempt_ = int_field(f, "attempt", 0);
-    node_rank_ = int_field(f, "node_rank", node_rank_);
-    grace_s_ = int_field(f, "grace_ms", 10000) / 1000.0;
-    stall_s_ = static_cast<double>(cluster::int64_field(f, "stall_ms")) / 1000;  // 0: none
+    run_id_ = a.run_id;
+    step_ = a.step;
+    attempt_ = a.attempt;
+    node_rank_ = a.node_rank;
+    grace_s_ = static_cast<double>(a.grace_ms) / 1000.0;
+    stall_s_ = static_cast<double>(a.stall_ms.value_or(0)) / 1000;  // 0: none
     stop_from_head_ = false;
     local_failure_ = false;
-    Fields ready;
+    Ready ready;
     std::string error;
     int err = 0;
-    const auto marker = try_read_file(field_or(f, "marker_path"), 64 << 10, &err);
-    if (!marker) error = field_or(f, "marker_path") + ": " + std::strerror(err);
-    const bool same = marker && *marker == field_or(f, "marker_text");
-    if (error.empty() && !same) error = field_or(f, "marker_path") + ": its content differs from the head's";
-    ready.emplace_back("workdir_ok", same ? "1" : "0");
-    ready.emplace_back("workdir_error", error);
+    const auto marker = try_read_file(a.marker_path, 64 << 10, &err);
+    if (!marker) error = a.marker_path + ": " + std::strerror(err);
+    const bool same = marker && *marker == a.marker_text;
+    if (error.empty() && !same) error = a.marker_path + ": its content differs from the head's";
+    ready.workdir_ok = same;
+    ready.workdir_error = error;
     boost::system::error_code ec;
-    const std::string local = conn_->socket().local_endpoint(ec).address().to_string();
-    ready.emplace_back("address", local);
+    ready.address = conn_->socket().local_endpoint(ec).address().to_string();
     held_port_.release();
-    if (field_or(f, "want_port") == "1") {
-      held_port_ = hold_free_port(local);
-      ready.emplace_back("port", std::to_string(held_port_.port));
+    if (a.want_port) {
+      held_port_ = hold_free_port(ready.address);
+      ready.port = held_port_.port;
     }
-    ready.emplace_back("gpus", std::to_string(gpus_));
-    conn_->send(MessageType::ready, ready);
+    ready.gpus = gpus_;
+    conn_->send(ready);
   }
 
   // A multi-node step's preflight: flowrun doctor's NCCL check on this
   // node's GPUs, as its part of one communicator across every node. The
   // check child runs from a thread, so heartbeats go on meanwhile; node 0's
   // id goes to the head as soon as its child made it.
-  void on_preflight(const Fields& f) {
+  void on_preflight(const Preflight& p) {
     if (check_thread_.joinable()) return;  // one check at a time
-    std::vector<int> devices;
-    for (const std::string& item : split_commas(field_or(f, "devices")))
-      devices.push_back(std::atoi(item.c_str()));
+    const std::vector<int> devices = p.devices;
     DoctorOptions options;
     options.fake_gpus = options_.fake_gpus;
-    options.min_bytes = static_cast<std::uint64_t>(cluster::int64_field(f, "min_bytes"));
-    options.max_bytes = static_cast<std::uint64_t>(cluster::int64_field(f, "max_bytes"));
-    options.factor = int_field(f, "factor", 2);
-    options.warmup = int_field(f, "warmup", 5);
-    options.iters = int_field(f, "iters", 20);
-    options.timeout_s = int_field(f, "timeout_s", 60);
-    options.nranks = int_field(f, "nranks", 0);
-    options.first_rank = int_field(f, "first_rank", 0);
-    options.nccl_id = field_or(f, "nccl_id");
+    options.min_bytes = p.min_bytes;
+    options.max_bytes = p.max_bytes;
+    options.factor = p.factor;
+    options.warmup = p.warmup;
+    options.iters = p.iters;
+    options.timeout_s = p.timeout_s;
+    options.nranks = p.nranks;
+    options.first_rank = p.first_rank;
+    options.nccl_id = p.nccl_id;
     asio::io_context& io = sup_->io();
     options.on_line = [this, &io](std::string_view line) {
       if (!line.starts_with("nccl_id\t")) return;
       asio::post(io, [this, id = std::string(line.substr(8))] {
-        if (conn_ && conn_->is_open()) conn_->send(MessageType::preflight_id, {{"nccl_id", id}});
+        if (conn_ && conn_->is_open()) conn_->send(PreflightId{id});
       });
     };
     options.cancel = &check_cancel_;
@@ -705,8 +691,7 @@ class Agent : public GroupObserver {
       }
       asio::post(io, [this, facts = std::move(facts)] {
         if (check_thread_.joinable()) check_thread_.join();
-        if (!lost_head_ && conn_ && conn_->is_open())
-          conn_->send(MessageType::preflight_done, {{"facts", facts}});
+        if (!lost_head_ && conn_ && conn_->is_open()) conn_->send(PreflightDone{facts});
       });
     });
   }
@@ -717,19 +702,8 @@ class Agent : public GroupObserver {
     if (check_thread_.joinable()) check_thread_.join();
   }
 
-  static std::vector<std::string> split_commas(const std::string& text) {
-    std::vector<std::string> out;
-    std::size_t pos = 0;
-    while (pos < text.size()) {
-      const std::size_t comma = std::min(text.find(',', pos), text.size());
-      if (comma > pos) out.push_back(text.substr(pos, comma - pos));
-      pos = comma + 1;
-    }
-    return out;
-  }
-
-  void on_start(const Fields& f) {
-    start_fields_ = f;
+  void on_start(Start start) {
+    start_ = std::move(start);
     start_pending_ = true;
   }
 
@@ -737,10 +711,6 @@ class Agent : public GroupObserver {
 
   void run_attempt() {
     start_pending_ = false;
-    const Fields& f = start_fields_;
-    const auto argv = split_nul(field_or(f, "argv"));
-    const std::string workdir = field_or(f, "workdir");
-    const int count = int_field(f, "ranks", 0);
     if (scratch_.empty()) {
       // Node-local, private, new: made by mkdtemp (never a directory someone
       // made beforehand at a name they guessed), mode 0700, and removed when
@@ -758,22 +728,16 @@ class Agent : public GroupObserver {
     EnvMap base = strip_step_variables(env_);
     ranks_.clear();
     std::vector<WorkerLaunch> launches;
-    for (int i = 0; i < count; ++i) {
-      std::string error;
-      auto sub = decode_fields(field_or(f, fmt::format("r{}", i)), &error, 1 << 16);
-      if (!sub) {
-        lost_head("it sent a malformed start: " + error);
-        return;
-      }
+    for (const StartRank& planned : start_.ranks) {
       LocalRank r;
-      r.rank = int_field(*sub, "rank", 0);
-      r.local_rank = int_field(*sub, "local_rank", 0);
-      r.upload = field_or(*sub, "upload") == "1";
+      r.rank = planned.rank;
+      r.local_rank = planned.local_rank;
+      r.upload = planned.upload;
       r.dir = fmt::format("{}/{}/rank{}", scratch_, step_, r.rank);
       remove_tree(r.dir);
       make_dirs(r.dir + "/out", 0700);
       EnvMap env = base;
-      for (const auto& entry : split_nul(field_or(*sub, "env"))) {
+      for (const auto& entry : planned.env) {
         const auto eq = entry.find('=');
         if (eq != std::string::npos) env[entry.substr(0, eq)] = entry.substr(eq + 1);
       }
@@ -785,9 +749,9 @@ class Agent : public GroupObserver {
       WorkerLaunch launch;
       launch.rank = r.rank;
       launch.local_rank = r.local_rank;
-      launch.argv = argv;
+      launch.argv = start_.argv;
       for (const auto& [k, v] : env) launch.env.push_back(k + "=" + v);
-      launch.workdir = workdir;
+      launch.workdir = start_.workdir;
       launch.error_file = r.dir + "/error.json";
       launch.console = false;
       launches.push_back(std::move(launch));
@@ -810,8 +774,7 @@ class Agent : public GroupObserver {
     // the head hears of it before this node's done.
     if (const int sig = sup_->interrupt_signal(); sig != 0 && !told_interrupt_) {
       told_interrupt_ = true;
-      conn_->send(MessageType::stop,
-                  {{"reason", fmt::format("its agent received {}{}", signal_name(sig), slurm_hint(sig))}});
+      conn_->send(Stop{fmt::format("its agent received {}{}", signal_name(sig), slurm_hint(sig))});
     }
     std::vector<std::string> errors;
     const bool all_ok = !local_failure_ && attempt.outcome == Outcome::succeeded && !stop_from_head_;
@@ -830,29 +793,24 @@ class Agent : public GroupObserver {
       finished_ = true;
       return;
     }
-    conn_->send(MessageType::done,
-                {{"attempt", std::to_string(attempt_)}, {"errors", cluster::join_nul(errors)}});
+    conn_->send(Done{attempt_, std::move(errors)});
   }
 
   // No rank of this attempt can start (the scratch directory cannot be
   // made): each is reported as a command that could not start, with `why`.
   void refuse_attempt(const std::string& why) {
-    const Fields& f = start_fields_;
-    const std::string now = std::to_string(unix_now_ns());
-    for (int i = 0, count = int_field(f, "ranks", 0); i < count; ++i) {
-      std::string error;
-      auto sub = decode_fields(field_or(f, fmt::format("r{}", i)), &error, 1 << 16);
-      if (!sub) continue;
-      conn_->send(MessageType::exited, {{"rank", field_or(*sub, "rank", "0")},
-                                        {"kind", "spawn_failed"},
-                                        {"code", "1"},
-                                        {"spawn_error", why},
-                                        {"pid", "0"},
-                                        {"start_ns", now},
-                                        {"end_ns", now},
-                                        {"stopped", "0"}});
+    const std::int64_t now = unix_now_ns();
+    for (const StartRank& planned : start_.ranks) {
+      Exited m;
+      m.rank = planned.rank;
+      m.kind = Exited::Kind::spawn_failed;
+      m.code = 1;
+      m.spawn_error = why;
+      m.start_ns = now;
+      m.end_ns = now;
+      conn_->send(m);
     }
-    conn_->send(MessageType::done, {{"attempt", std::to_string(attempt_)}, {"errors", why}});
+    conn_->send(Done{attempt_, {why}});
     held_port_.release();
   }
 
@@ -875,8 +833,7 @@ class Agent : public GroupObserver {
   // Returns false when the upload stopped (upload_stop_reason()).
   bool upload_file(int rank, const std::string& rel, UniqueFd fd, const struct stat& st,
                    std::vector<std::string>& errors) {
-    conn_->send(MessageType::upload_begin,
-                {{"rank", std::to_string(rank)}, {"path", rel}, {"size", std::to_string(st.st_size)}});
+    conn_->send(UploadBegin{rank, rel, st.st_size});
     Crc32c crc;
     std::string buf(kUploadChunk, '\0');
     std::int64_t sent = 0;
@@ -892,10 +849,10 @@ class Agent : public GroupObserver {
       const std::string_view piece(buf.data(),
                                    static_cast<std::size_t>(std::min<std::int64_t>(n, st.st_size - sent)));
       crc.update(piece);
-      conn_->send_frame(encode_one_field_frame(MessageType::upload_chunk, "data", piece));
+      conn_->send_frame(encode_upload_chunk_frame(piece));
       sent += static_cast<std::int64_t>(piece.size());
     }
-    conn_->send(MessageType::upload_end, {{"path", rel}, {"crc32c", crc.hex()}});
+    conn_->send(UploadEnd{rel, crc.hex()});
     if (read_error != 0)
       errors.push_back(fmt::format("rank {}: cannot read {}: {}", rank, rel, std::strerror(read_error)));
     else if (sent != st.st_size)
@@ -949,7 +906,7 @@ class Agent : public GroupObserver {
   HeldPort held_port_;
   std::thread check_thread_;  // a preflight's check (on_preflight)
   std::atomic<bool> check_cancel_{false};
-  Fields start_fields_;
+  Start start_;
   std::vector<LocalRank> ranks_;
   bool finished_ = false, start_pending_ = false, in_group_ = false, lost_head_ = false;
   bool stop_from_head_ = false, local_failure_ = false, told_interrupt_ = false;

@@ -60,6 +60,13 @@ bool Connection::dispatch() {
   }
   if (!open_) return false;
   if (reader_.failed()) {
+    if (refuse_other_versions_ && reader_.other_version() && !seal_) {
+      // One small write on a connection that has sent nothing: the socket's
+      // buffer takes it whole, or it is not worth waiting for.
+      const std::string refused = to_wire(encode(Refused{reader_.error()}));
+      boost::system::error_code ignored;
+      socket_.write_some(asio::buffer(refused), ignored);
+    }
     fail(reader_.error());
     return false;
   }
@@ -102,10 +109,6 @@ void Connection::drain() {
     if (n < kReadBytes) break;
   }
   read_more();
-}
-
-void Connection::send(MessageType type, const Fields& fields) {
-  send_frame(encode_frame(type, encode_fields(fields)));
 }
 
 void Connection::set_ciphers(FrameCipher send, FrameCipher receive) {

@@ -11,6 +11,7 @@
 #include <optional>
 #include <string>
 
+#include "flowrun/messages.h"
 #include "flowrun/protocol.h"
 
 namespace flowrun::cluster {
@@ -38,6 +39,12 @@ class Connection : public std::enable_shared_from_this<Connection> {
   // frame goes to the new one.
   void set_handlers(FrameHandler on_frame, CloseHandler on_close);
 
+  // A peer whose frames are of another protocol version gets a refused
+  // frame of this one before the connection closes, so that its own reader
+  // refuses this side naming both versions (for the head's connections
+  // that have not shaken hands: the agent speaks first).
+  void refuse_other_versions() { refuse_other_versions_ = true; }
+
   // The largest frame accepted from now on (see FrameReader::set_max_frame).
   void set_max_frame(std::size_t max_frame) { reader_.set_max_frame(max_frame); }
 
@@ -48,7 +55,10 @@ class Connection : public std::enable_shared_from_this<Connection> {
   void set_ciphers(FrameCipher send, FrameCipher receive);
 
   // Queues a message (never blocks).
-  void send(MessageType type, const Fields& fields);
+  template <class M>
+  void send(const M& message) {
+    send_frame(to_wire(encode(message)));
+  }
   // `frame` as encode_frame made it; sealed here when ciphers are set.
   void send_frame(std::string frame);
 
@@ -90,6 +100,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
   bool open_ = true;
   bool closing_ = false;
   bool failed_authentication_ = false;
+  bool refuse_other_versions_ = false;
   std::int64_t last_heard_ns_ = 0;
   std::shared_ptr<FrameHandler> on_frame_;
   std::shared_ptr<CloseHandler> on_close_;

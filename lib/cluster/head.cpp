@@ -22,6 +22,7 @@
 #include "flowrun/error.h"
 #include "flowrun/files.h"
 #include "flowrun/logmux.h"
+#include "flowrun/messages.h"
 #include "flowrun/process.h"
 #include "flowrun/protocol.h"
 #include "flowrun/slurm.h"
@@ -30,17 +31,11 @@
 
 #include "connection.h"
 #include "engines.h"
-#include "fields.h"
 
 namespace flowrun {
 
 namespace asio = boost::asio;
 using cluster::Connection;
-using cluster::field_or;
-using cluster::int64_field;
-using cluster::int_field;
-using cluster::join_nul;
-using cluster::split_nul;
 
 namespace {
 
@@ -243,8 +238,7 @@ class Head : public GroupObserver {
         outcome_ = why;
         for (auto& n : nodes_) {
           if (n.conn && n.conn->is_open())
-            n.conn->send(MessageType::stop,
-                         {{"reason", why == Outcome::timed_out ? "timeout" : "interrupted"}});
+            n.conn->send(Stop{why == Outcome::timed_out ? "timeout" : "interrupted"});
         }
       }
       return true;
@@ -264,7 +258,7 @@ class Head : public GroupObserver {
 
   void on_kill() override {
     for (auto& n : nodes_) {
-      if (n.conn && n.conn->is_open()) n.conn->send(MessageType::stop, {{"reason", "killed"}, {"kill", "1"}});
+      if (n.conn && n.conn->is_open()) n.conn->send(Stop{"killed", true});
     }
   }
 
@@ -274,8 +268,7 @@ class Head : public GroupObserver {
   bool on_signal(int sig) override {
     if (phase_ != Phase::running) return true;  // no rank runs yet
     for (auto& n : nodes_) {
-      if (n.conn && n.conn->is_open() && !n.lost)
-        n.conn->send(MessageType::signal, {{"signal", signal_name(sig)}});
+      if (n.conn && n.conn->is_open() && !n.lost) n.conn->send(Signal{signal_name(sig)});
     }
     return true;
   }
@@ -559,6 +552,7 @@ class Head : public GroupObserver {
     }
     auto conn = std::make_shared<Connection>(std::move(socket), "agent at " + ip);
     conn->set_max_frame(kMaxHandshakeFrame);
+    conn->refuse_other_versions();
     auto pending = std::make_shared<Pending>();
     pending->conn = conn;
     pending->ip = ip;
@@ -617,23 +611,23 @@ class Head : public GroupObserver {
       console_.message(fmt::format("flowrun: step '{}': refused an agent from {}{}: {}", plan_.step, ip,
                                    p.node.empty() ? "" : " (" + printable(p.node) + ")", printable(reason)));
     }
-    p.conn->send(MessageType::refused, {{"reason", reason}});
+    p.conn->send(Refused{reason});
     p.conn->close_after_send();
   }
 
   void on_handshake(Pending& p, const std::string& ip, Frame& frame) {
     std::string error;
-    auto fields = decode_fields(frame.payload, &error);
-    if (!fields) {
+    const auto message = decode_message(frame, &error);
+    if (!message) {
       refuse(p, ip, "malformed " + std::string(message_type_name(frame.type)) + ": " + error);
       return;
     }
-    if (frame.type == MessageType::hello && p.head_nonce.empty()) {
-      p.node = field_or(*fields, "node");
-      p.agent_nonce = field_or(*fields, "nonce");
-      p.claim = int_field(*fields, "node_rank", -1);
-      p.gpus = int_field(*fields, "gpus", -1);
-      const std::string version = field_or(*fields, "flowrun");
+    if (const auto* hello = std::get_if<Hello>(&*message); hello && p.head_nonce.empty()) {
+      p.node = hello->node;
+      p.agent_nonce = hello->nonce;
+      p.claim = hello->node_rank;
+      p.gpus = hello->gpus;
+      const std::string& version = hello->flowrun;
       if (p.node.empty() || p.agent_nonce.size() < 16) {
         refuse(p, ip, "its hello lacks a node name or nonce");
         return;
@@ -645,12 +639,11 @@ class Head : public GroupObserver {
         return;
       }
       p.head_nonce = make_nonce();
-      p.conn->send(MessageType::challenge, {{"nonce", p.head_nonce}});
+      p.conn->send(Challenge{p.head_nonce});
       return;
     }
-    if (frame.type == MessageType::auth && !p.head_nonce.empty()) {
-      const std::string proof = field_or(*fields, "proof");
-      if (!proofs_equal(proof, auth_proof(token_, p.head_nonce, "agent:" + p.node))) {
+    if (const auto* auth = std::get_if<Auth>(&*message); auth && !p.head_nonce.empty()) {
+      if (!proofs_equal(auth->proof, auth_proof(token_, p.head_nonce, "agent:" + p.node))) {
         refuse(p, ip, "wrong token");
         return;
       }
@@ -707,11 +700,9 @@ class Head : public GroupObserver {
     n.via = p.via;
     n.gpus = p.gpus;
     n.conn = p.conn;
-    p.conn->send(MessageType::welcome,
-                 {{"proof", auth_proof(token_, p.agent_nonce, "head:" + p.node)},
-                  {"node_rank", std::to_string(rank)},
-                  {"heartbeat_ms", std::to_string(static_cast<long>(interval_s_ * 1000))},
-                  {"timeout_ms", std::to_string(static_cast<long>(timeout_s_ * 1000))}});
+    p.conn->send(Welcome{auth_proof(token_, p.agent_nonce, "head:" + p.node), rank,
+                         static_cast<std::int64_t>(interval_s_ * 1000),
+                         static_cast<std::int64_t>(timeout_s_ * 1000)});
     // Every frame after welcome is sealed, both ways.
     const FrameKeys keys = derive_frame_keys(token_, p.agent_nonce, p.head_nonce, p.node);
     p.conn->set_ciphers(
@@ -789,41 +780,40 @@ class Head : public GroupObserver {
     for (auto& n : nodes_) {
       n.ready = false;
       n.done = false;
-      n.conn->send(MessageType::assign,
-                   {{"step", plan_.step},
-                    {"run_id", job_.ctx.run_id},
-                    {"attempt", std::to_string(attempt_)},
-                    {"node_rank", std::to_string(n.rank)},
-                    {"nodes", std::to_string(nodes_.size())},
-                    {"workdir", job_.step->workdir},
-                    {"marker_path", marker_path_},
-                    {"marker_text", marker_text_},
-                    {"want_port", n.rank == 0 ? "1" : "0"},
-                    {"grace_ms", std::to_string(static_cast<long>(job_.group.grace_s * 1000))},
-                    // stall_timeout is enforced by each node's agent, whose supervisor reads
-                    // its ranks' pipes: silence is measured where the ranks write, not from
-                    // output frames that the network, the connection's queue or a busy head
-                    // may hold back, and the agent can tell a stopped (SIGSTOP) rank by its
-                    // /proc state. The agent reports the stalled ranks (stop with `stalled`)
-                    // and the head names them and stops every node.
-                    {"stall_ms", job_.group.stall_timeout_s
-                                     ? std::to_string(std::llround(*job_.group.stall_timeout_s * 1000))
-                                     : std::string()}});
+      Assign m;
+      m.step = plan_.step;
+      m.run_id = job_.ctx.run_id;
+      m.attempt = attempt_;
+      m.node_rank = n.rank;
+      m.nodes = static_cast<int>(nodes_.size());
+      m.workdir = job_.step->workdir;
+      m.marker_path = marker_path_;
+      m.marker_text = marker_text_;
+      m.want_port = n.rank == 0;
+      m.grace_ms = static_cast<std::int64_t>(job_.group.grace_s * 1000);
+      // stall_timeout is enforced by each node's agent, whose supervisor reads
+      // its ranks' pipes: silence is measured where the ranks write, not from
+      // output frames that the network, the connection's queue or a busy head
+      // may hold back, and the agent can tell a stopped (SIGSTOP) rank by its
+      // /proc state. The agent reports the stalled ranks (Stalled) and the
+      // head names them and stops every node.
+      if (job_.group.stall_timeout_s) m.stall_ms = std::llround(*job_.group.stall_timeout_s * 1000);
+      n.conn->send(m);
     }
   }
 
-  void on_ready(Node& n, const Fields& f) {
+  void on_ready(Node& n, const Ready& m) {
     if (phase_ != Phase::assigning || n.ready) return;
     n.ready = true;
-    if (field_or(f, "workdir_ok") != "1") {
+    if (!m.workdir_ok) {
       workdir_errors_.push_back(fmt::format(
           "node {} does not see the step's workdir {} as this host does ({}); ranks on every node run in the "
           "same workdir, so it must be a directory every node shares (NFS, Lustre, ...) at the same path",
-          n.name, job_.step->workdir, printable(field_or(f, "workdir_error", "the marker differs"))));
+          n.name, job_.step->workdir, printable(m.workdir_error)));
     }
     if (n.rank == 0) {
-      n.address = field_or(f, "address");
-      n.port = int_field(f, "port", 0);
+      n.address = m.address;
+      n.port = m.port;
     }
     if (++ready_ < static_cast<int>(nodes_.size())) return;
     if (!workdir_errors_.empty()) {
@@ -878,23 +868,23 @@ class Head : public GroupObserver {
   void send_preflight(Node& n, const std::string& nccl_id) {
     const DoctorOptions sweep = preflight_options();
     preflight_started_[static_cast<std::size_t>(n.rank)] = true;
-    n.conn->send(
-        MessageType::preflight,
-        {{"devices", preflight_devices(n.rank)},
-         {"nranks", std::to_string(preflight_.ranks)},
-         {"first_rank", std::to_string(preflight_.nodes[static_cast<std::size_t>(n.rank)].first_rank)},
-         {"nccl_id", nccl_id},
-         {"min_bytes", std::to_string(sweep.min_bytes)},
-         {"max_bytes", std::to_string(sweep.max_bytes)},
-         {"factor", std::to_string(sweep.factor)},
-         {"warmup", std::to_string(sweep.warmup)},
-         {"iters", std::to_string(sweep.iters)},
-         {"timeout_s", std::to_string(sweep.timeout_s)}});
+    Preflight m;
+    for (const Gpu& gpu : plan_.nodes[static_cast<std::size_t>(n.rank)].gpus) m.devices.push_back(gpu.index);
+    m.nranks = preflight_.ranks;
+    m.first_rank = preflight_.nodes[static_cast<std::size_t>(n.rank)].first_rank;
+    m.nccl_id = nccl_id;
+    m.min_bytes = sweep.min_bytes;
+    m.max_bytes = sweep.max_bytes;
+    m.factor = sweep.factor;
+    m.warmup = sweep.warmup;
+    m.iters = sweep.iters;
+    m.timeout_s = sweep.timeout_s;
+    n.conn->send(m);
   }
 
   // Node 0's check made the communicator's id: the others join it now.
-  void on_preflight_id(Node& n, const Fields& f) {
-    const std::string id = field_or(f, "nccl_id");
+  void on_preflight_id(Node& n, const PreflightId& m) {
+    const std::string& id = m.nccl_id;
     if (phase_ != Phase::checking || n.rank != 0 || preflight_started_.size() < 2 || preflight_started_[1])
       return;
     if (id.size() != kNcclIdHexChars || id.find_first_not_of("0123456789abcdef") != std::string::npos) {
@@ -906,13 +896,13 @@ class Head : public GroupObserver {
     }
   }
 
-  void on_preflight_done(Node& n, const Fields& f) {
+  void on_preflight_done(Node& n, const PreflightDone& m) {
     const auto index = static_cast<std::size_t>(n.rank);
     if (phase_ != Phase::checking || preflight_answered_[index]) return;
     preflight_answered_[index] = true;
     NodeDoctorFacts& node = preflight_.nodes[index];
     try {
-      node.facts = parse_doctor_facts(field_or(f, "facts"), "node " + n.name + "'s preflight report");
+      node.facts = parse_doctor_facts(m.facts, "node " + n.name + "'s preflight report");
       node.facts.hostname = n.name;
     } catch (const Error& e) {
       node.not_checked = std::string("its report could not be read: ") + e.what();
@@ -935,7 +925,7 @@ class Head : public GroupObserver {
       preflight_stopping_ = true;
       for (auto& other : nodes_) {
         if (!preflight_answered_[static_cast<std::size_t>(other.rank)] && other.conn && other.conn->is_open())
-          other.conn->send(MessageType::stop, {{"reason", "the preflight check failed on node " + n.name}});
+          other.conn->send(Stop{"the preflight check failed on node " + n.name});
       }
     }
     if (std::find(preflight_answered_.begin(), preflight_answered_.end(), false) != preflight_answered_.end())
@@ -1010,26 +1000,17 @@ class Head : public GroupObserver {
     // Every node's start message first, then the writes: the nodes start together.
     std::vector<std::string> frames(nodes_.size());
     for (const auto& n : nodes_) {
-      Fields fields{{"attempt", std::to_string(attempt_)},
-                    {"master_addr", ctx.master_addr},
-                    {"master_port", std::to_string(ctx.master_port)},
-                    {"workdir", job_.step->workdir},
-                    {"argv", join_nul(job_.argv)}};
-      int count = 0;
+      Start m{attempt_, ctx.master_addr, ctx.master_port, job_.step->workdir, job_.argv, {}};
       for (const auto& rp : plan_.ranks) {
         if (rp.node != n.rank) continue;
-        std::vector<std::string> env;
+        StartRank& r = m.ranks.emplace_back();
+        r.rank = rp.rank;
+        r.local_rank = rp.local_rank;
         for (const auto& [k, v] : worker_env(*job_.spec, *job_.step, plan_, rp, ctx))
-          env.push_back(k + "=" + v);
-        const bool upload = job_.step->collect == Collect::all || rp.rank == 0;
-        fields.emplace_back(fmt::format("r{}", count++),
-                            encode_fields({{"rank", std::to_string(rp.rank)},
-                                           {"local_rank", std::to_string(rp.local_rank)},
-                                           {"env", join_nul(env)},
-                                           {"upload", upload ? "1" : "0"}}));
+          r.env.push_back(k + "=" + v);
+        r.upload = job_.step->collect == Collect::all || rp.rank == 0;
       }
-      fields.emplace_back("ranks", std::to_string(count));
-      frames[static_cast<std::size_t>(n.rank)] = encode_frame(MessageType::start, encode_fields(fields));
+      frames[static_cast<std::size_t>(n.rank)] = to_wire(encode(m));
     }
     for (auto& n : nodes_) n.conn->send_frame(std::move(frames[static_cast<std::size_t>(n.rank)]));
   }
@@ -1037,46 +1018,48 @@ class Head : public GroupObserver {
   // ---- messages from a node ------------------------------------------------
 
   void on_node_frame(Node& n, Frame& frame) {
-    if (frame.type == MessageType::heartbeat) return;
     if (frame.type == MessageType::upload_chunk) {
-      // Bulk data: read in place, not copied into a field.
-      if (auto data = one_field_view(frame.payload, "data")) {
+      // Bulk data: read in place, not copied into a message.
+      if (auto data = upload_chunk_data(frame.payload)) {
         on_upload_data(n, *data);
         return;
       }
     }
     std::string error;
-    auto fields = decode_fields(frame.payload, &error);
-    if (!fields) {
+    auto message = decode_message(frame, &error);
+    if (!message) {
       protocol_error(n, fmt::format("malformed {}: {}", message_type_name(frame.type), error));
       return;
     }
-    switch (frame.type) {
-      case MessageType::ready: on_ready(n, *fields); break;
-      case MessageType::output: on_rank_output(n, *fields); break;
-      case MessageType::exited: on_rank_exited(n, *fields); break;
-      case MessageType::upload_begin: on_upload_begin(n, *fields); break;
-      case MessageType::upload_chunk: on_upload_chunk(n, *fields); break;
-      case MessageType::upload_end: on_upload_end(n, *fields); break;
-      case MessageType::done: on_done(n, *fields); break;
-      case MessageType::preflight_id: on_preflight_id(n, *fields); break;
-      case MessageType::preflight_done: on_preflight_done(n, *fields); break;
-      case MessageType::stop: {
-        if (const std::string* stalled = find_field(*fields, "stalled")) {
-          on_node_stalled(n, *stalled);
-          break;
-        }
-        const std::string reason = printable(field_or(*fields, "reason", "it stopped"));
-        n.signalled = true;
-        result_.notes.push_back(fmt::format("node {}: {}", n.name, reason));
-        console_.message(fmt::format("flowrun: step '{}': node {}: {}", plan_.step, n.name, reason));
-        if (phase_ == Phase::running && !stopping_)
-          stop_nodes(Outcome::interrupted, "node " + n.name + ": " + reason);
-        break;
-      }
-      case MessageType::bye: break;
-      default: protocol_error(n, fmt::format("unexpected {}", message_type_name(frame.type)));
-    }
+    std::visit([this, &n](const auto& m) { on_node_message(n, m); }, *message);
+  }
+
+  // What a node sends, by message; anything else is a protocol error.
+  template <class M>
+  void on_node_message(Node& n, const M&) {
+    protocol_error(n, fmt::format("unexpected {}", message_type_name(M::kType)));
+  }
+  void on_node_message(Node&, const Heartbeat&) {}
+  void on_node_message(Node&, const Bye&) {}
+  void on_node_message(Node& n, const Ready& m) { on_ready(n, m); }
+  void on_node_message(Node& n, const Output& m) { on_rank_output(n, m); }
+  void on_node_message(Node& n, const Exited& m) { on_rank_exited(n, m); }
+  void on_node_message(Node& n, const UploadBegin& m) { on_upload_begin(n, m); }
+  void on_node_message(Node& n, const UploadChunk& m) { on_upload_data(n, m.data); }
+  void on_node_message(Node& n, const UploadEnd& m) { on_upload_end(n, m); }
+  void on_node_message(Node& n, const Done& m) { on_done(n, m); }
+  void on_node_message(Node& n, const PreflightId& m) { on_preflight_id(n, m); }
+  void on_node_message(Node& n, const PreflightDone& m) { on_preflight_done(n, m); }
+  void on_node_message(Node& n, const Stalled& m) { on_node_stalled(n, m); }
+
+  // Its agent got a signal.
+  void on_node_message(Node& n, const Stop& m) {
+    const std::string reason = printable(m.reason);
+    n.signalled = true;
+    result_.notes.push_back(fmt::format("node {}: {}", n.name, reason));
+    console_.message(fmt::format("flowrun: step '{}': node {}: {}", plan_.step, n.name, reason));
+    if (phase_ == Phase::running && !stopping_)
+      stop_nodes(Outcome::interrupted, "node " + n.name + ": " + reason);
   }
 
   void protocol_error(Node& n, const std::string& what) {
@@ -1085,18 +1068,17 @@ class Head : public GroupObserver {
     node_lost(n, what);
   }
 
-  RankState* rank_of(Node& n, const Fields& f) {
-    const int rank = int_field(f, "rank", -1);
+  RankState* rank_of(Node& n, int rank) {
     if (rank < 0 || rank >= plan_.world_size) return nullptr;
     if (plan_.ranks[static_cast<std::size_t>(rank)].node != n.rank) return nullptr;
     return &ranks_[static_cast<std::size_t>(rank)];
   }
 
-  void on_rank_output(Node& n, const Fields& f) {
-    RankState* r = rank_of(n, f);
-    const std::string* data = find_field(f, "data");
-    if (r == nullptr || data == nullptr) return;
-    const bool is_err = field_or(f, "stream") == "stderr";
+  void on_rank_output(Node& n, const Output& m) {
+    RankState* r = rank_of(n, m.rank);
+    const std::string* data = &m.data;
+    if (r == nullptr) return;
+    const bool is_err = m.is_stderr;
     const bool was_opened = is_err ? r->err_opened : r->out_opened;
     const int fd = log_fd(*r, is_err);
     if (fd < 0 && !was_opened) {
@@ -1112,54 +1094,45 @@ class Head : public GroupObserver {
     }
   }
 
-  void on_rank_exited(Node& n, const Fields& f) {
-    RankState* r = rank_of(n, f);
+  void on_rank_exited(Node& n, const Exited& m) {
+    RankState* r = rank_of(n, m.rank);
     if (r == nullptr || r->exited) return;
     r->exited = true;
     auto& rec = r->record;
-    const std::string kind = field_or(f, "kind");
-    rec.status.kind = kind == "signaled"       ? ExitStatus::Kind::signaled
-                      : kind == "spawn_failed" ? ExitStatus::Kind::spawn_failed
-                                               : ExitStatus::Kind::exited;
-    rec.status.code = int_field(f, "code", 1);
-    rec.status.spawn_error = field_or(f, "spawn_error");
-    rec.pid = int_field(f, "pid", 0);
-    rec.start_unix_ns = int64_field(f, "start_ns");
-    rec.end_unix_ns = int64_field(f, "end_ns");
-    rec.peak_rss_kib = int64_field(f, "rss_kib");
-    if (!field_or(f, "silent_ms").empty())
-      rec.silent_s = static_cast<double>(int64_field(f, "silent_ms")) / 1000;
-    rec.suspended = field_or(f, "suspended") == "1";
-    rec.stalled = field_or(f, "stalled") == "1";
-    rec.command = field_or(f, "command");
-    rec.program = field_or(f, "program");
-    rec.path_python = field_or(f, "path_python");
-    r->stopped = field_or(f, "stopped") == "1";
+    rec.status.kind = m.kind == Exited::Kind::signaled       ? ExitStatus::Kind::signaled
+                      : m.kind == Exited::Kind::spawn_failed ? ExitStatus::Kind::spawn_failed
+                                                             : ExitStatus::Kind::exited;
+    rec.status.code = m.code;
+    rec.status.spawn_error = m.spawn_error;
+    rec.pid = m.pid;
+    rec.start_unix_ns = m.start_ns;
+    rec.end_unix_ns = m.end_ns;
+    rec.peak_rss_kib = m.rss_kib;
+    if (m.silent_ms) rec.silent_s = static_cast<double>(*m.silent_ms) / 1000;
+    rec.suspended = m.suspended;
+    rec.stalled = m.stalled;
+    rec.command = m.command;
+    rec.program = m.program;
+    rec.path_python = m.path_python;
+    r->stopped = m.stopped;
     if (!rec.status.ok() && !r->stopped && !stopping_) {
       stop_nodes(Outcome::failed, fmt::format("rank {} on {} {}", rec.rank, n.name, rec.status.describe()));
     }
   }
 
-  // The ranks of `n` in `text` ("RANK SILENT_MS SUSPENDED" lines) wrote
-  // nothing for the step's stall_timeout; its agent is stopping them.
-  void on_node_stalled(Node& n, const std::string& text) {
+  // Ranks of `n` wrote nothing for the step's stall_timeout; its agent is
+  // stopping them.
+  void on_node_stalled(Node& n, const Stalled& m) {
     std::vector<WorkerRecord> stalled;
-    std::size_t pos = 0;
-    while (pos < text.size()) {
-      std::size_t end = text.find('\n', pos);
-      if (end == std::string::npos) end = text.size();
-      const std::string line = text.substr(pos, end - pos);
-      pos = end + 1;
-      int rank = -1, suspended = 0;
-      long long silent_ms = 0;
-      if (std::sscanf(line.c_str(), "%d %lld %d", &rank, &silent_ms, &suspended) != 3) continue;
-      if (rank < 0 || rank >= plan_.world_size || plan_.ranks[static_cast<std::size_t>(rank)].node != n.rank)
+    for (const Stalled::Rank& s : m.ranks) {
+      if (s.rank < 0 || s.rank >= plan_.world_size ||
+          plan_.ranks[static_cast<std::size_t>(s.rank)].node != n.rank)
         continue;
       WorkerRecord w;
-      w.rank = rank;
+      w.rank = s.rank;
       w.node = n.name;
-      w.silent_s = static_cast<double>(silent_ms) / 1000;
-      w.suspended = suspended == 1;
+      w.silent_s = static_cast<double>(s.silent_ms) / 1000;
+      w.suspended = s.suspended;
       w.stalled = true;
       stalled.push_back(std::move(w));
     }
@@ -1169,10 +1142,10 @@ class Head : public GroupObserver {
     stop_nodes(Outcome::stalled, "stalled");
   }
 
-  void on_done(Node& n, const Fields& f) {
+  void on_done(Node& n, const Done& m) {
     if (n.done) return;
     n.done = true;
-    for (const auto& e : split_nul(field_or(f, "errors"))) {
+    for (const auto& e : m.errors) {
       if (!e.empty()) result_.errors.push_back(fmt::format("node {}: {}", n.name, printable(e)));
     }
     if (n.upload) abort_upload(n, "the upload ended unfinished");
@@ -1186,13 +1159,13 @@ class Head : public GroupObserver {
     if (phase_ == Phase::running && !stopping_) stop_nodes(Outcome::failed, "node " + n.name + ": " + what);
   }
 
-  void on_upload_begin(Node& n, const Fields& f) {
+  void on_upload_begin(Node& n, const UploadBegin& m) {
     if (n.upload) abort_upload(n, "a new upload began before the last one ended");
     Upload up;
-    up.rank = int_field(f, "rank", -1);
-    up.path = field_or(f, "path");
-    up.size = int64_field(f, "size");
-    RankState* r = rank_of(n, f);
+    up.rank = m.rank;
+    up.path = m.path;
+    up.size = m.size;
+    RankState* r = rank_of(n, m.rank);
     std::string error;
     auto safe = safe_relative_path(up.path, &error);
     if (r == nullptr) {
@@ -1229,10 +1202,6 @@ class Head : public GroupObserver {
     n.upload = std::move(up);
   }
 
-  void on_upload_chunk(Node& n, const Fields& f) {
-    if (const std::string* data = find_field(f, "data")) on_upload_data(n, *data);
-  }
-
   void on_upload_data(Node& n, std::string_view data) {
     if (!n.upload) return;
     Upload& up = *n.upload;
@@ -1255,13 +1224,13 @@ class Head : public GroupObserver {
     }
   }
 
-  void on_upload_end(Node& n, const Fields& f) {
+  void on_upload_end(Node& n, const UploadEnd& m) {
     if (!n.upload) return;
     Upload up = std::move(*n.upload);
     n.upload.reset();
     if (up.refused) return;
     up.fd.reset();
-    const std::string expected = field_or(f, "crc32c");
+    const std::string& expected = m.crc32c;
     const std::string got = up.crc.hex();
     if (up.got != up.size || expected != got) {
       if (up.dir) unlinkat(up.dir.get(), up.leaf.c_str(), 0);
@@ -1301,7 +1270,7 @@ class Head : public GroupObserver {
     stopping_ = true;
     if (outcome_ == Outcome::succeeded) outcome_ = why;
     for (auto& n : nodes_) {
-      if (n.conn && n.conn->is_open() && !n.lost) n.conn->send(MessageType::stop, {{"reason", reason}});
+      if (n.conn && n.conn->is_open() && !n.lost) n.conn->send(Stop{reason});
     }
   }
 
@@ -1433,7 +1402,7 @@ class Head : public GroupObserver {
       if (n.conn && n.conn->is_open()) {
         // How the step ended, for agents that report it (flowrun run's).
         const bool ok = outcome_ == Outcome::succeeded && result_.errors.empty() && attempt_started_;
-        n.conn->send(MessageType::bye, {{"succeeded", ok ? "1" : "0"}});
+        n.conn->send(Bye{ok});
         n.conn->close_after_send();
       }
     }
@@ -1483,7 +1452,7 @@ class Head : public GroupObserver {
           if (phase_ == Phase::finished) return;
           continue;
         }
-        if (n.conn->queued() == 0) n.conn->send(MessageType::heartbeat, {});
+        if (n.conn->queued() == 0) n.conn->send(Heartbeat{});
       }
       tick_heartbeats();
     });

@@ -14,7 +14,7 @@ namespace {
 constexpr std::array<std::string_view, kLastMessageType + 1> kTypeNames = {
     "",       "hello",  "challenge", "auth",         "welcome",        "refused",      "assign",     "start",
     "output", "exited", "heartbeat", "stop",         "upload_begin",   "upload_chunk", "upload_end", "bye",
-    "ready",  "done",   "preflight", "preflight_id", "preflight_done", "signal",
+    "ready",  "done",   "preflight", "preflight_id", "preflight_done", "signal",       "stalled",
 };
 
 void put_u32(std::string& out, std::uint32_t value) {
@@ -119,6 +119,7 @@ bool FrameReader::check_header(std::size_t at) {
   if (error_.empty() && have >= 5) {
     auto version = static_cast<unsigned char>(buffer_[at + 4]);
     if (version != kProtocolVersion) {
+      other_version_ = true;
       error_ = peer_ + " speaks protocol " + std::to_string(version) + ", this flowrun speaks " +
                std::to_string(kProtocolVersion) + ": run the same flowrun version on every node";
     }

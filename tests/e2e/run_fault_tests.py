@@ -47,6 +47,7 @@ from run_nodes_local_tests import FAKE_AGENT, Nodes, sh_yaml, spec_text  # noqa:
 
 sys.path.insert(0, os.path.join(HERE, "helpers"))
 import wire  # noqa: E402
+from fake_agent import VERSION as PROTOCOL  # noqa: E402
 
 PY = sys.executable
 WORKER = os.path.join(HERE, "helpers", "worker.py")
@@ -1267,12 +1268,13 @@ steps:
 
         def frame(kind, pairs):
             payload = b"".join(struct.pack(">I", len(k)) + k + struct.pack(">I", len(v)) + v for k, v in pairs)
-            return struct.pack(">IBB", len(payload) + 2, 3, kind) + payload
+            return struct.pack(">IBB", len(payload) + 2, PROTOCOL, kind) + payload
 
         t0 = time.monotonic()
         s = socket.create_connection((host, port))
         s.sendall(frame(1, [(b"node", name.encode("latin-1")), (b"flowrun", version.encode()),
-                            (b"nonce", b"0123456789abcdef0123456789abcdef"), (b"node_rank", b"-1")]))
+                            (b"nonce", b"0123456789abcdef0123456789abcdef"), (b"node_rank", b"-1"),
+                            (b"pid", b"1"), (b"gpus", b"0")]))
         s.recv(65536)  # the challenge
         s.sendall(frame(3, [(b"proof", b"00" * 32)]))
         while s.recv(65536):  # the refusal, then EOF
@@ -1294,6 +1296,49 @@ steps:
                    "stranger_name: no forged line", raw.decode("latin-1")[-2000:])
         n.check_nothing_left("stranger_name")
         self.finish_row(r, "stranger_name", took, 30.0, len(n.leftovers()), 0, 0, n.detail())
+
+    def test_protocol_version(self):
+        """An agent of the protocol before this one says hello."""
+        r = self.row("protocol_version", "the head answers in its own protocol version (so the old agent's "
+                     "reader names both versions) and says which versions met; the real agents join")
+        got = self.stranger_nodes("protocol_version")
+        if not got:
+            return
+        n, argv, host, port = got
+        import socket
+        import struct
+        old = PROTOCOL - 1
+        payload = b"".join(struct.pack(">I", len(k)) + k + struct.pack(">I", len(v)) + v
+                           for k, v in [(b"node", b"old"), (b"flowrun", b"0.1.0"),
+                                        (b"nonce", b"0123456789abcdef0123456789abcdef"), (b"node_rank", b"-1")])
+        t0 = time.monotonic()
+        s = socket.create_connection((host, port))
+        s.settimeout(30 * self.slack)
+        s.sendall(struct.pack(">IBB", len(payload) + 2, old, 1) + payload)
+        answer = b""
+        try:
+            while True:
+                data = s.recv(65536)
+                if not data:
+                    break
+                answer += data
+        except OSError as e:
+            answer += f" ({e})".encode()
+        s.close()
+        n.start_agents(argv)
+        rc = n.finish("protocol_version", 30)
+        took = time.monotonic() - t0
+        err = n.head_err()
+        self.check(rc == 0, "protocol_version: the step succeeds with its two real agents", n.detail())
+        header = struct.unpack(">IBB", answer[:6]) if len(answer) >= 6 else None
+        self.check(header is not None and header[1:] == (PROTOCOL, 5) and len(answer) == 4 + header[0],
+                   f"protocol_version: the old agent gets one refused frame of protocol {PROTOCOL}, then EOF",
+                   repr(answer[:200]))
+        want = (rf"dropped a connection from 127\.0\.0\.1 before it authenticated: agent at 127\.0\.0\.1 speaks "
+                rf"protocol {old}, this flowrun speaks {PROTOCOL}: run the same flowrun version on every node")
+        self.check(re.search(want, err) is not None, "protocol_version: the head names both versions", err)
+        n.check_nothing_left("protocol_version")
+        self.finish_row(r, "protocol_version", took, 30.0, len(n.leftovers()), 0, 0, n.detail())
 
     def tamper_fault(self, name, mode, did, agent_want, head_want):
         """Both agents reach the head through a proxy that changes sealed frames (wire.Proxy `mode`)."""

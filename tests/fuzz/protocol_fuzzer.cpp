@@ -3,6 +3,11 @@
 // crash, an exception or an allocation sized by the peer. The input is cut
 // into pieces at the positions its first byte chooses, as TCP may cut it.
 //
+// Each frame's payload is then decoded as every message (decode_message with
+// each MessageType, flowrun/messages.h): a message or a reason, never both or
+// neither; a message decoded encodes to one that decodes to itself; an
+// upload_begin's path, once checked, never leaves its directory.
+//
 // When the first byte's high bit is set, each frame read is also sent
 // through the post-handshake path: sealed (FrameCipher) as a peer holding the
 // keys would, read back by a second FrameReader and opened. A frame nobody
@@ -16,6 +21,7 @@
 #include <string>
 #include <string_view>
 
+#include "flowrun/messages.h"
 #include "flowrun/protocol.h"
 
 namespace {
@@ -63,6 +69,40 @@ struct SealedLink {
   }
 };
 
+// What an agent names as an upload must never leave its directory.
+void check_upload_path(const std::string& path) {
+  std::string why;
+  auto safe = flowrun::safe_relative_path(path, &why);
+  if (safe) {
+    if (safe->empty() || safe->front() == '/' || safe->find('\0') != std::string::npos) __builtin_trap();
+    if (*safe == ".." || safe->rfind("../", 0) == 0 || safe->find("/../") != std::string::npos ||
+        (safe->size() >= 3 && safe->compare(safe->size() - 3, 3, "/..") == 0))
+      __builtin_trap();
+  } else if (why.empty()) {
+    __builtin_trap();
+  }
+}
+
+// The payload as each message in turn.
+void decode_as_every_message(const std::string& payload) {
+  for (int t = flowrun::kFirstMessageType; t <= flowrun::kLastMessageType; ++t) {
+    const flowrun::Frame frame{static_cast<flowrun::MessageType>(t), payload};
+    std::string why;
+    auto message = flowrun::decode_message(frame, &why);
+    if (message.has_value() == !why.empty()) __builtin_trap();
+    if (!message) continue;
+    if (flowrun::type_of(*message) != frame.type) __builtin_trap();
+    std::string again_why;
+    auto again = flowrun::decode_message(flowrun::encode(*message), &again_why);
+    if (!again || *again != *message) __builtin_trap();
+    if (const auto* begin = std::get_if<flowrun::UploadBegin>(&*message)) check_upload_path(begin->path);
+    if (t == static_cast<int>(flowrun::MessageType::upload_chunk)) {
+      const auto view = flowrun::upload_chunk_data(payload);
+      if (!view || *view != std::get<flowrun::UploadChunk>(*message).data) __builtin_trap();
+    }
+  }
+}
+
 }  // namespace
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
@@ -83,25 +123,13 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
       ++frames;
       if (frame->payload.size() + 2 > kMaxFrame) __builtin_trap();
       if (sealed) link.pass(*frame);
+      decode_as_every_message(frame->payload);
       std::string error;
       auto fields = flowrun::decode_fields(frame->payload, &error);
       if (fields.has_value() == !error.empty()) __builtin_trap();
       if (!fields) continue;
       if (fields->size() > flowrun::kMaxFields) __builtin_trap();
-      // What an agent names as an upload must never leave its directory.
-      if (const std::string* path = flowrun::find_field(*fields, "path")) {
-        std::string why;
-        auto safe = flowrun::safe_relative_path(*path, &why);
-        if (safe) {
-          if (safe->empty() || safe->front() == '/' || safe->find('\0') != std::string::npos)
-            __builtin_trap();
-          if (*safe == ".." || safe->rfind("../", 0) == 0 || safe->find("/../") != std::string::npos ||
-              (safe->size() >= 3 && safe->compare(safe->size() - 3, 3, "/..") == 0))
-            __builtin_trap();
-        } else if (why.empty()) {
-          __builtin_trap();
-        }
-      }
+      if (const std::string* path = flowrun::find_field(*fields, "path")) check_upload_path(*path);
     }
     if (reader.failed() && reader.error().empty()) __builtin_trap();
   }

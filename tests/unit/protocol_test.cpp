@@ -40,8 +40,8 @@ std::vector<Frame> drain(FrameReader& reader) {
 
 TEST_CASE("a frame is big-endian length, version, type, payload", "[protocol]") {
   std::string frame = encode_frame(MessageType::heartbeat, "abc");
-  CHECK(frame == "\x00\x00\x00\x05\x03\x0a"s + "abc");
-  CHECK(encode_frame(MessageType::bye, "") == "\x00\x00\x00\x02\x03\x0f"s);
+  CHECK(frame == "\x00\x00\x00\x05\x04\x0a"s + "abc");
+  CHECK(encode_frame(MessageType::bye, "") == "\x00\x00\x00\x02\x04\x0f"s);
   std::string batch;
   append_frame(batch, MessageType::start, "");
   append_frame(batch, MessageType::bye, "x");
@@ -67,12 +67,13 @@ TEST_CASE("every message type round-trips through a frame and fields", "[protoco
     CHECK(reader.buffered() == 0);
     CHECK(message_type_from_byte(static_cast<std::uint8_t>(type)) == type);
   }
-  CHECK(names.size() == 21);
+  CHECK(names.size() == 22);
   CHECK(message_type_name(MessageType::upload_chunk) == "upload_chunk");
   CHECK(message_type_name(MessageType::preflight_done) == "preflight_done");
   CHECK(message_type_name(MessageType::signal) == "signal");
+  CHECK(message_type_name(MessageType::stalled) == "stalled");
   CHECK_FALSE(message_type_from_byte(0));
-  CHECK_FALSE(message_type_from_byte(22));
+  CHECK_FALSE(message_type_from_byte(23));
 }
 
 TEST_CASE("a frame fed byte by byte comes out once, whole", "[protocol]") {
@@ -152,14 +153,16 @@ TEST_CASE("a frame from another protocol version is refused with what to do", "[
   FrameReader reader("agent");
   reader.feed(raw_header(2, 1, 1));
   REQUIRE(reader.failed());
+  CHECK(reader.other_version());
   CHECK(reader.error() ==
-        "agent speaks protocol 1, this flowrun speaks 3: run the same flowrun version on every node");
+        "agent speaks protocol 1, this flowrun speaks 4: run the same flowrun version on every node");
 }
 
 TEST_CASE("unknown types and frames too short for their header are refused", "[protocol]") {
   FrameReader unknown("agent");
   unknown.feed(raw_header(2, kProtocolVersion, 99));
   CHECK(unknown.error() == "agent sent a message of unknown type 99");
+  CHECK_FALSE(unknown.other_version());
   FrameReader zero("head");
   zero.feed(raw_header(0, kProtocolVersion, 1).substr(0, 4));
   CHECK(zero.error() == "head sent a frame of 0 bytes, shorter than its 2-byte version and type");
@@ -186,7 +189,7 @@ TEST_CASE("a bad header behind a pending frame fails on arrival", "[protocol]") 
   CHECK_FALSE(reader.failed());
   reader.feed(first.substr(50) + raw_header(2, 7, 1));
   CHECK(reader.error() ==
-        "agent speaks protocol 7, this flowrun speaks 3: run the same flowrun version on every node");
+        "agent speaks protocol 7, this flowrun speaks 4: run the same flowrun version on every node");
   CHECK(reader.next() == Frame{MessageType::output, std::string(100, 'x')});
   CHECK_FALSE(reader.next());
 }

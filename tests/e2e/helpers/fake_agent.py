@@ -21,11 +21,11 @@ import socket
 import struct
 import sys
 
-VERSION = 3
+VERSION = 4
 TYPES = {"hello": 1, "challenge": 2, "auth": 3, "welcome": 4, "refused": 5, "assign": 6, "start": 7,
          "output": 8, "exited": 9, "heartbeat": 10, "stop": 11, "upload_begin": 12, "upload_chunk": 13,
          "upload_end": 14, "bye": 15, "ready": 16, "done": 17,
-         "preflight": 18, "preflight_id": 19, "preflight_done": 20}
+         "preflight": 18, "preflight_id": 19, "preflight_done": 20, "signal": 21, "stalled": 22}
 NAMES = {v: k for k, v in TYPES.items()}
 
 
@@ -170,7 +170,10 @@ def main():
         elif kind == "start":
             ranks = [int(parse(msg[f"r{i}"])["rank"]) for i in range(int(msg["ranks"]))]
             for rank in ranks:
-                peer.send("exited", [("rank", rank), ("kind", "exited"), ("code", "0"), ("stopped", "0")])
+                peer.send("exited", [("rank", rank), ("kind", "exited"), ("code", "0"), ("spawn_error", ""),
+                                     ("pid", "0"), ("start_ns", "0"), ("end_ns", "0"), ("rss_kib", "0"),
+                                     ("stopped", "0"), ("silent_ms", ""), ("suspended", "0"), ("stalled", "0"),
+                                     ("command", ""), ("program", ""), ("path_python", "")])
             content = args.content.encode()
             peer.send("upload_begin", [("rank", ranks[0]), ("path", args.upload), ("size", len(content))])
             if args.corrupt == "truncate":

@@ -13,18 +13,22 @@
 //   field   = key_len:u32  key  value_len:u32  value
 //             keys are non-empty and unique; keys and values are raw bytes.
 //
+// The payload's fields of each message: flowrun/messages.h.
+//
 // Both sides must run the same flowrun version: a frame with another
 // protocol version is refused with a message saying so, never guessed at.
+// The head answers a peer that speaks another version with a refused frame
+// in its own version, so that peer's reader says so too, naming both.
 //
 // Handshake (the agent connects to the head; the token is a secret the head
 // makes per run and hands the agent on its stdin or in a private file; it
 // never goes on the wire):
 //
-//   agent -> head  hello      {node, flowrun, nonce: agent_nonce, node_rank, pid, gpus}
-//   head  -> agent challenge  {nonce: head_nonce}
-//   agent -> head  auth       {proof: auth_proof(token, head_nonce, "agent:" + node)}
-//   head  -> agent welcome    {proof: auth_proof(token, agent_nonce, "head:" + node)}
-//                  or refused {reason}, after which the head closes.
+//   agent -> head  hello      (Hello: node, flowrun version, nonce: agent_nonce, ...)
+//   head  -> agent challenge  (Challenge: nonce: head_nonce)
+//   agent -> head  auth       (Auth: proof: auth_proof(token, head_nonce, "agent:" + node))
+//   head  -> agent welcome    (Welcome: proof: auth_proof(token, agent_nonce, "head:" + node), ...)
+//                  or refused (Refused: reason), after which the head closes.
 //
 // The head checks the agent's proof; the agent checks the head's proof in
 // welcome before it acts on any message, since the head tells it what to run.
@@ -56,7 +60,9 @@
 
 namespace flowrun {
 
-inline constexpr std::uint8_t kProtocolVersion = 3;
+// 4: messages are structs (messages.h): every field always sent and
+// checked, the stall report its own message.
+inline constexpr std::uint8_t kProtocolVersion = 4;
 
 // length:u32 + version:u8 + type:u8.
 inline constexpr std::size_t kFrameHeaderBytes = 6;
@@ -84,42 +90,38 @@ inline constexpr std::size_t kMaxFields = 64;
 // make it hold kMaxFrameSize per connection.
 inline constexpr std::size_t kMaxHandshakeFrame = 16 * 1024;
 
-// Every message, with who sends it and its fields. The numbers are on the wire:
-// never renumber, only append (and bump kProtocolVersion for any change).
+// Every message. Each has a struct of the same name in flowrun/messages.h
+// that says who sends it, when, and its fields; encode() and decode_message()
+// there are the only code that writes or reads a payload's fields. The
+// numbers are on the wire: never renumber, only append (and bump
+// kProtocolVersion for any change to a message).
 enum class MessageType : std::uint8_t {
-  hello = 1,          // agent->head: first message; node, flowrun (version text), nonce
-  challenge = 2,      // head->agent: nonce the agent must prove the token with
-  auth = 3,           // agent->head: proof over the head's nonce, role "agent:<node>"
-  welcome = 4,        // head->agent: accepted; proof over the agent's nonce, role "head:<node>"
-  refused = 5,        // head->agent: not accepted; reason (shown to the user); the head then closes
-  assign = 6,         // head->agent: the ranks this node runs (step, command, environment per rank)
-  start = 7,          // head->agent: start the assigned ranks now (every node starts together)
-  output = 8,         // agent->head: rank, stream ("stdout"/"stderr"), data (<= kMaxChunkBytes)
-  exited = 9,         // agent->head: rank and how it ended (exit code or signal); what it ran
-                      // (command, program, path_python: optional, for the report's hints)
-  heartbeat = 10,     // both ways: liveness; a peer silent past the timeout is lost
-  stop = 11,          // head->agent: stop every rank (SIGTERM, grace, SIGKILL); reason.
-                      // agent->head: the agent got a signal (reason), or ranks of its node wrote
-                      // nothing for the step's stall_timeout (stalled: "RANK SILENT_MS SUSPENDED\n"...)
-  upload_begin = 12,  // agent->head: a file a rank wrote, for the join step; path, size
-  upload_chunk = 13,  // agent->head: path, data (<= kMaxChunkBytes), in order
-  upload_end = 14,    // agent->head: path is complete; the head checks the size it got
-  bye = 15,           // both ways: orderly close; the sender closes after it
-  ready = 16,         // agent->head: answer to assign; workdir check, node 0's address and port
-  done = 17,          // agent->head: every rank of the attempt ended and its uploads are sent
-  // A multi-node step's preflight (added in protocol 2), between ready and start:
-  preflight = 18,       // head->agent: run the NCCL check on this node's GPUs as ranks first_rank.. of
-                        // nranks; nccl_id "make" (node 0) or the id node 0 made; the sweep's sizes.
-                        // A stop while it runs kills the check.
-  preflight_id = 19,    // agent->head: node 0's check made the communicator's id (nccl_id)
-  preflight_done = 20,  // agent->head: the node's findings (facts: a flowrun doctor --json report)
-  signal = 21,          // head->agent: deliver signal ("SIGUSR1" or "SIGUSR2") to the main process of
-                        // every rank of the node; nothing stops (Slurm's --signal, Lightning's requeue)
-                        // (no version bump: the head admits only agents of its own flowrun version)
+  hello = 1,
+  challenge = 2,
+  auth = 3,
+  welcome = 4,
+  refused = 5,
+  assign = 6,
+  start = 7,
+  output = 8,
+  exited = 9,
+  heartbeat = 10,
+  stop = 11,
+  upload_begin = 12,
+  upload_chunk = 13,
+  upload_end = 14,
+  bye = 15,
+  ready = 16,
+  done = 17,
+  preflight = 18,  // protocol 2
+  preflight_id = 19,
+  preflight_done = 20,
+  signal = 21,
+  stalled = 22,  // protocol 4 (before, a stop with a field "stalled")
 };
 
 inline constexpr std::uint8_t kFirstMessageType = 1;
-inline constexpr std::uint8_t kLastMessageType = 21;
+inline constexpr std::uint8_t kLastMessageType = 22;
 
 // "hello", "upload_chunk", ... as in the enum.
 std::string_view message_type_name(MessageType type);
@@ -178,6 +180,8 @@ class FrameReader {
 
   bool failed() const { return !error_.empty(); }
   const std::string& error() const { return error_; }
+  // Whether it failed because the peer speaks another protocol version.
+  bool other_version() const { return other_version_; }
 
   // Bytes held and not yet returned by next() (for tests and diagnostics).
   std::size_t buffered() const { return buffer_.size() - start_; }
@@ -193,6 +197,7 @@ class FrameReader {
   std::size_t start_ = 0;    // first byte not yet returned
   std::size_t checked_ = 0;  // offset of the first frame whose header is not fully checked
   std::string error_;
+  bool other_version_ = false;
 };
 
 // ---- Payload fields -------------------------------------------------------

@@ -1,0 +1,346 @@
+// The control plane's messages as structs: one per MessageType, each with
+// the fields it carries, who sends it and when. encode() turns one into a
+// Frame (its payload is encode_fields of the fields below, in this order,
+// under these names); decode_message() turns a Frame back, or says why it
+// cannot. The head (lib/cluster/head.cpp) and the agent (agent.cpp) use
+// nothing else, so a field has one name, one type and one meaning.
+//
+// Every field is on the wire in every message (no field is optional), and a
+// payload with a field missing, a field this protocol does not know, or a
+// value of the wrong form is refused. How values are written:
+//   integers   decimal, '-' for negatives ("12", "-1"); no '+', spaces or
+//              leading zeros beyond a single "0"
+//   booleans   "1" or "0"
+//   optional   an integer or "" for none (Assign::stall_ms, Exited::silent_ms)
+//   lists      items joined by NUL ('\0'); "" is the empty list, so a list
+//              of one empty item cannot be sent (none of the lists needs one)
+// Types that other modules own (ExitStatus, DoctorOptions) are mirrored here
+// as plain fields and converted by the head and the agent, so this module
+// links nothing above flowrun_base.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <variant>
+#include <vector>
+
+#include "flowrun/protocol.h"
+
+namespace flowrun {
+
+// ---- The handshake (see protocol.h) -----------------------------------------
+
+// agent -> head: the first message.
+struct Hello {
+  static constexpr MessageType kType = MessageType::hello;
+  std::string node;     // the agent's host name (FLOWRUN_HOSTNAME or gethostname)
+  std::string flowrun;  // FLOWRUN_VERSION: the head admits only its own
+  std::string nonce;    // the agent's challenge to the head (make_nonce)
+  int node_rank = -1;   // --node-rank or SLURM_NODEID; -1: any free rank
+  int pid = 0;
+  int gpus = 0;  // the GPUs the agent sees (select_gpus)
+  friend bool operator==(const Hello&, const Hello&) = default;
+};
+
+// head -> agent: the nonce the agent must prove the token over.
+struct Challenge {
+  static constexpr MessageType kType = MessageType::challenge;
+  std::string nonce;
+  friend bool operator==(const Challenge&, const Challenge&) = default;
+};
+
+// agent -> head: auth_proof(token, head's nonce, "agent:" + node).
+struct Auth {
+  static constexpr MessageType kType = MessageType::auth;
+  std::string proof;
+  friend bool operator==(const Auth&, const Auth&) = default;
+};
+
+// head -> agent: accepted. Every frame after it is sealed, both ways.
+struct Welcome {
+  static constexpr MessageType kType = MessageType::welcome;
+  std::string proof;  // auth_proof(token, agent's nonce, "head:" + node)
+  int node_rank = 0;  // the rank the head gave this node
+  std::int64_t heartbeat_ms = 0;
+  std::int64_t timeout_ms = 0;  // a head silent this long is lost
+  friend bool operator==(const Welcome&, const Welcome&) = default;
+};
+
+// head -> agent: not accepted (shown to the user); the head then closes. Also
+// what the head answers a peer of another protocol version with, in its own
+// version: that peer's FrameReader refuses it naming both versions.
+struct Refused {
+  static constexpr MessageType kType = MessageType::refused;
+  std::string reason;
+  friend bool operator==(const Refused&, const Refused&) = default;
+};
+
+// ---- A step's attempt -----------------------------------------------------
+
+// head -> agent: the step this node runs; answered with Ready.
+struct Assign {
+  static constexpr MessageType kType = MessageType::assign;
+  std::string step;
+  std::string run_id;
+  int attempt = 0;  // 0, then one more per restart
+  int node_rank = 0;
+  int nodes = 0;
+  std::string workdir;
+  // A file the head wrote in the workdir and its content: a node that reads
+  // something else there does not share the head's workdir.
+  std::string marker_path;
+  std::string marker_text;
+  bool want_port = false;  // node 0: hold a free port for MASTER_PORT
+  std::int64_t grace_ms = 0;
+  // The step's stall_timeout, enforced by the agent, whose supervisor reads
+  // its ranks' pipes (it reports them with Stalled).
+  std::optional<std::int64_t> stall_ms;
+  friend bool operator==(const Assign&, const Assign&) = default;
+};
+
+// agent -> head: the answer to Assign.
+struct Ready {
+  static constexpr MessageType kType = MessageType::ready;
+  bool workdir_ok = false;
+  std::string workdir_error;  // why not, when !workdir_ok
+  std::string address;        // the agent's end of the connection (node 0's is MASTER_ADDR)
+  int port = 0;               // the port held for Assign::want_port, else 0
+  int gpus = 0;
+  friend bool operator==(const Ready&, const Ready&) = default;
+};
+
+// One rank of Start.
+struct StartRank {
+  int rank = 0;
+  int local_rank = 0;
+  std::vector<std::string> env;  // "NAME=value" entries (worker_env)
+  bool upload = false;           // upload its FLOWRUN_OUTPUT_DIR after a successful attempt
+  friend bool operator==(const StartRank&, const StartRank&) = default;
+};
+
+// head -> agent: start this node's ranks now (every node starts together).
+// On the wire each rank is one field "r0", "r1", ... whose value is the
+// encode_fields of rank, local_rank, env and upload, after the field "ranks"
+// (their count).
+struct Start {
+  static constexpr MessageType kType = MessageType::start;
+  int attempt = 0;
+  std::string master_addr;
+  int master_port = 0;
+  std::string workdir;
+  std::vector<std::string> argv;
+  std::vector<StartRank> ranks;
+  friend bool operator==(const Start&, const Start&) = default;
+};
+
+// agent -> head: what a rank wrote, at most kMaxChunkBytes of it.
+struct Output {
+  static constexpr MessageType kType = MessageType::output;
+  int rank = 0;
+  bool is_stderr = false;  // "stream": "stdout" or "stderr"
+  std::string data;
+  friend bool operator==(const Output&, const Output&) = default;
+};
+
+// agent -> head: how a rank ended, the fields of its WorkerRecord.
+struct Exited {
+  static constexpr MessageType kType = MessageType::exited;
+  // ExitStatus::Kind's three ends of a process: "exited", "signaled", "spawn_failed".
+  enum class Kind { exited, signaled, spawn_failed };
+  int rank = 0;
+  Kind kind = Kind::exited;
+  int code = 0;             // exited: the exit code; signaled: the signal number
+  std::string spawn_error;  // spawn_failed: why
+  int pid = 0;
+  std::int64_t start_ns = 0;  // wall clock
+  std::int64_t end_ns = 0;
+  std::int64_t rss_kib = 0;
+  bool stopped = false;  // the agent was stopping its ranks when this one ended
+  // Set when the agent stopped it: how long it had written nothing, and
+  // whether it was in the stopped state (WorkerRecord::silent_s, suspended).
+  std::optional<std::int64_t> silent_ms;
+  bool suspended = false;
+  bool stalled = false;
+  // What it ran, for the report's hints (WorkerRecord::command, ...).
+  std::string command;
+  std::string program;
+  std::string path_python;
+  friend bool operator==(const Exited&, const Exited&) = default;
+};
+
+// Both ways: liveness; a peer silent past the timeout is lost. No fields.
+struct Heartbeat {
+  static constexpr MessageType kType = MessageType::heartbeat;
+  friend bool operator==(const Heartbeat&, const Heartbeat&) = default;
+};
+
+// head -> agent: stop every rank (SIGTERM, grace, SIGKILL); kill: SIGKILL now.
+// agent -> head: the agent got a signal (reason says which); kill is false.
+struct Stop {
+  static constexpr MessageType kType = MessageType::stop;
+  std::string reason;
+  bool kill = false;
+  friend bool operator==(const Stop&, const Stop&) = default;
+};
+
+// agent -> head: ranks of this node wrote nothing for the step's
+// stall_timeout; the agent is stopping them. On the wire one field
+// "ranks": a line "RANK SILENT_MS SUSPENDED\n" per rank.
+struct Stalled {
+  static constexpr MessageType kType = MessageType::stalled;
+  struct Rank {
+    int rank = 0;
+    std::int64_t silent_ms = 0;
+    bool suspended = false;
+    friend bool operator==(const Rank&, const Rank&) = default;
+  };
+  std::vector<Rank> ranks;
+  friend bool operator==(const Stalled&, const Stalled&) = default;
+};
+
+// agent -> head: a file a rank wrote, for the join step (error.json or
+// out/...); its chunks follow in order, then UploadEnd.
+struct UploadBegin {
+  static constexpr MessageType kType = MessageType::upload_begin;
+  int rank = 0;
+  std::string path;  // checked by safe_relative_path at the head
+  std::int64_t size = 0;
+  friend bool operator==(const UploadBegin&, const UploadBegin&) = default;
+};
+
+// agent -> head: at most kMaxChunkBytes of the file. Sent and read without a
+// copy of the data: encode_upload_chunk_frame and upload_chunk_data.
+struct UploadChunk {
+  static constexpr MessageType kType = MessageType::upload_chunk;
+  std::string data;
+  friend bool operator==(const UploadChunk&, const UploadChunk&) = default;
+};
+
+// agent -> head: the file is complete; the head checks the size and the checksum.
+struct UploadEnd {
+  static constexpr MessageType kType = MessageType::upload_end;
+  std::string path;
+  std::string crc32c;  // Crc32c::hex() of the data
+  friend bool operator==(const UploadEnd&, const UploadEnd&) = default;
+};
+
+// Both ways: orderly close; the sender closes after it. From the head:
+// whether the step succeeded (an agent of flowrun run exits with it).
+struct Bye {
+  static constexpr MessageType kType = MessageType::bye;
+  bool succeeded = false;
+  friend bool operator==(const Bye&, const Bye&) = default;
+};
+
+// agent -> head: every rank of the attempt ended and its uploads are sent.
+struct Done {
+  static constexpr MessageType kType = MessageType::done;
+  int attempt = 0;
+  std::vector<std::string> errors;  // what went wrong on the node (uploads, scratch directory)
+  friend bool operator==(const Done&, const Done&) = default;
+};
+
+// ---- A multi-node step's preflight (between Ready and Start) ---------------
+
+// head -> agent: run flowrun doctor's NCCL check on these GPUs as ranks
+// first_rank.. of nranks; the sweep's sizes are DoctorOptions'. A Stop while
+// it runs kills the check.
+struct Preflight {
+  static constexpr MessageType kType = MessageType::preflight;
+  std::vector<int> devices;  // on the wire "0,1,2"
+  int nranks = 0;
+  int first_rank = 0;
+  std::string nccl_id;  // "make" (node 0) or the id node 0's check made
+  std::uint64_t min_bytes = 0;
+  std::uint64_t max_bytes = 0;
+  int factor = 0;
+  int warmup = 0;
+  int iters = 0;
+  int timeout_s = 0;
+  friend bool operator==(const Preflight&, const Preflight&) = default;
+};
+
+// agent -> head: node 0's check made the communicator's id.
+struct PreflightId {
+  static constexpr MessageType kType = MessageType::preflight_id;
+  std::string nccl_id;
+  friend bool operator==(const PreflightId&, const PreflightId&) = default;
+};
+
+// agent -> head: the node's findings, a flowrun doctor --json report.
+struct PreflightDone {
+  static constexpr MessageType kType = MessageType::preflight_done;
+  std::string facts;
+  friend bool operator==(const PreflightDone&, const PreflightDone&) = default;
+};
+
+// head -> agent: give this signal ("SIGUSR1" or "SIGUSR2") to the main process
+// of every rank of the node; nothing stops (Slurm's --signal, Lightning's requeue).
+struct Signal {
+  static constexpr MessageType kType = MessageType::signal;
+  std::string signal;
+  friend bool operator==(const Signal&, const Signal&) = default;
+};
+
+// ---- Encoding and decoding ---------------------------------------------------
+
+// Every message, in MessageType order: the alternative at index i is the
+// message of type i + 1.
+using Message = std::variant<Hello, Challenge, Auth, Welcome, Refused, Assign, Start, Output, Exited,
+                             Heartbeat, Stop, UploadBegin, UploadChunk, UploadEnd, Bye, Ready, Done,
+                             Preflight, PreflightId, PreflightDone, Signal, Stalled>;
+
+// The frame of each message. Throws flowrun::Error only where the message
+// cannot be written (a list item with a NUL, a list of one empty item): a
+// bug in the sender.
+Frame encode(const Hello& m);
+Frame encode(const Challenge& m);
+Frame encode(const Auth& m);
+Frame encode(const Welcome& m);
+Frame encode(const Refused& m);
+Frame encode(const Assign& m);
+Frame encode(const Ready& m);
+Frame encode(const Start& m);
+Frame encode(const Output& m);
+Frame encode(const Exited& m);
+Frame encode(const Heartbeat& m);
+Frame encode(const Stop& m);
+Frame encode(const Stalled& m);
+Frame encode(const UploadBegin& m);
+Frame encode(const UploadChunk& m);
+Frame encode(const UploadEnd& m);
+Frame encode(const Bye& m);
+Frame encode(const Done& m);
+Frame encode(const Preflight& m);
+Frame encode(const PreflightId& m);
+Frame encode(const PreflightDone& m);
+Frame encode(const Signal& m);
+Frame encode(const Message& m);
+
+// The message in `frame`, or nullopt with *why set (never a throw), e.g.
+//   "truncated payload at byte 9: a length needs 4 bytes, 2 are left"
+//   "field 'code' is missing"
+//   "field 'code' is 'x', not a number"
+//   "field 'kind' is 'dozed', not exited, signaled or spawn_failed"
+//   "unexpected field 'colour'"
+//   "start field 'r0': field 'env' is missing"
+// The caller names the message: "malformed exited: field 'code' is missing".
+std::optional<Message> decode_message(const Frame& frame, std::string* why);
+
+// The type of a message (its alternative's kType).
+MessageType type_of(const Message& m);
+
+// A whole upload_chunk frame for `data`, copied once: the same bytes as
+// encode_frame(encode(UploadChunk{data})).
+std::string encode_upload_chunk_frame(std::string_view data);
+
+// The data of an upload_chunk payload as a view into it (no copy), or
+// nullopt when the payload is not one field "data" (decode_message says why).
+std::optional<std::string_view> upload_chunk_data(std::string_view payload);
+
+// A frame as the bytes to send (encode_frame of its type and payload).
+std::string to_wire(const Frame& frame);
+
+}  // namespace flowrun
