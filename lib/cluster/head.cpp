@@ -25,6 +25,7 @@
 #include "flowrun/process.h"
 #include "flowrun/protocol.h"
 #include "flowrun/slurm.h"
+#include "flowrun/step_runner.h"
 #include "flowrun/util.h"
 #include "flowrun/version.h"
 
@@ -987,7 +988,7 @@ class Head : public GroupObserver {
       // The directories were made before the nodes joined; a restart keeps
       // what the attempt before left (logs, traceback, uploads) in attemptN/.
       if (attempt_ > 0) {
-        keep_failed_attempt(dir, rp.rank, attempt_ - 1);
+        keep_failed_attempt(result_.attempts.back(), dir, rp.rank, attempt_ - 1);
         make_dirs(ctx.layout.output_dir(plan_.step, rp.rank));
       }
       r.record.stdout_log = dir + "/stdout.log";
@@ -1271,17 +1272,6 @@ class Head : public GroupObserver {
     }
   }
 
-  void keep_failed_attempt(const std::string& rank_dir, int rank, int attempt) {
-    const std::string kept = keep_attempt(rank_dir, attempt);
-    if (kept.empty() || result_.attempts.empty()) return;
-    for (auto& w : result_.attempts.back().workers) {
-      if (w.rank != rank) continue;
-      w.stdout_log = kept + "/stdout.log";
-      w.stderr_log = kept + "/stderr.log";
-      w.error_file = kept + "/error.json";
-    }
-  }
-
   void abort_upload(Node& n, const std::string& why) {
     if (!n.upload) return;
     Upload& up = *n.upload;
@@ -1363,17 +1353,11 @@ class Head : public GroupObserver {
     const bool any_lost = std::any_of(nodes_.begin(), nodes_.end(),
                                       [](const Node& n) { return n.lost || n.closed || n.signalled; });
     const AttemptRecord& last = result_.attempts.back();
-    if (last.outcome == Outcome::failed && !any_lost && result_.errors.empty() && write_error_.empty() &&
-        attempt_ < plan_.max_restarts && sup_.interrupt_received() == 0) {
-      std::string why = "a worker failed";
-      if (last.culprit) {
-        const auto& w = last.workers[static_cast<std::size_t>(*last.culprit)];
-        why = fmt::format("rank {} on {} {}", w.rank, w.node, w.status.describe());
-      }
+    if (restarts_after(last, any_lost, result_.errors, attempt_, plan_.max_restarts,
+                       sup_.interrupt_received())) {
       ++attempt_;
-      console_.message(fmt::format(
-          "flowrun: step '{}' failed ({}); restarting all {} workers on {} (restart {} of {})", plan_.step,
-          why, plan_.world_size, plural(nodes_.size(), "node", "nodes"), attempt_, plan_.max_restarts));
+      console_.message(restart_message(plan_.step, last, plan_.world_size,
+                                       plural(nodes_.size(), "node", "nodes"), attempt_, plan_.max_restarts));
       assign();
       return;
     }
