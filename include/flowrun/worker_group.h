@@ -21,12 +21,19 @@ namespace flowrun {
 struct Attempt {
   int restart = 0;                  // TORCHELASTIC_RESTART_COUNT: 0 for the first attempt
   std::optional<double> timeout_s;  // the step's time left; nullopt: none
+  // Keeps what the attempt before left (restart > 0): the group calls it
+  // once, just before this attempt's ranks start, and only if they do.
+  std::function<void()> keep_previous;
 };
 
 // How an attempt ended: its record (every rank's WorkerRecord, with roles
 // and the culprit assigned) and what the group found beyond its ranks.
 struct AttemptResult {
   AttemptRecord record;
+  // No rank started (the nodes were lost, refused or stopped before): the
+  // record has no workers, only the outcome (failed, timed_out or
+  // interrupted); a restart's earlier attempt then decides the step.
+  bool started = true;
   // A node can take no further attempt: it was lost, its connection closed
   // after it said done, or its agent was told to stop by a signal (Slurm's
   // scancel, a preemption). Never set by a group on one host.
@@ -42,9 +49,10 @@ class WorkerGroup {
   virtual ~WorkerGroup() = default;
 
   // Once, before the first attempt, for a step with preflight: true on GPUs.
-  // Returns false when the step is refused; `errors` then says why (the
-  // report itself went to the console).
-  virtual bool preflight(std::vector<std::string>& errors) = 0;
+  // Returns nullopt when it passed; else what stands for the step's attempt
+  // (started false; its errors say why, the report itself went to the
+  // console).
+  virtual std::optional<AttemptResult> preflight() = 0;
 
   // Starts every rank of the step and returns once each has ended.
   virtual AttemptResult run_attempt(const Attempt& attempt) = 0;
@@ -84,7 +92,7 @@ class LocalGroup : public WorkerGroup {
  public:
   LocalGroup(Supervisor& supervisor, const Console& console, LocalStep step);
 
-  bool preflight(std::vector<std::string>& errors) override;
+  std::optional<AttemptResult> preflight() override;
   AttemptResult run_attempt(const Attempt& attempt) override;
   void stop(Outcome why) override;
   void kill() override;

@@ -454,18 +454,13 @@ class FlowRunner {
     char self[4096] = {};
     const ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
     job.flowrun_path = n > 0 ? std::string(self, static_cast<std::size_t>(n)) : "flowrun";
-    NodeStepResult result = run_on_nodes(*supervisor_, console_, job);
-    StepRun run;
-    run.attempts = std::move(result.attempts);
-    run.notes = std::move(result.notes);
-    run.errors = std::move(result.errors);
-    if (run.attempts.empty()) {
-      // Nothing ran on the nodes: the reason is in run.errors (or an interrupt).
-      AttemptRecord none;
-      none.outcome = result.outcome_before_start;
-      none.start_unix_ns = none.end_unix_ns = unix_now_ns();
-      run.attempts.push_back(std::move(none));
-    }
+    RemoteGroup group(*supervisor_, console_, job);
+    StepRunner runner(step, plan, ctx_.layout, console_, step.parallel->preflight && !plan.cpu,
+                      [this, &step, start_mono] { return time_left(step, start_mono); });
+    StepRun run = runner.run(group);
+    AttemptResult rest = group.close();
+    for (auto& note : rest.notes) run.notes.push_back(std::move(note));
+    for (auto& error : rest.errors) run.errors.push_back(std::move(error));
     settle_step_run(run, supervisor_->interrupt_signal());
     return run;
   }

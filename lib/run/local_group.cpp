@@ -27,13 +27,19 @@ std::vector<std::string> full_env(const EnvMap& parent, const EnvList& set) {
 LocalGroup::LocalGroup(Supervisor& supervisor, const Console& console, LocalStep step)
     : sup_(supervisor), console_(console), job_(std::move(step)) {}
 
-bool LocalGroup::preflight(std::vector<std::string>& errors) {
-  return !job_.preflight || job_.preflight(errors);
+std::optional<AttemptResult> LocalGroup::preflight() {
+  AttemptResult refused;
+  if (!job_.preflight || job_.preflight(refused.errors)) return std::nullopt;
+  refused.started = false;
+  refused.record.outcome = Outcome::failed;
+  refused.record.start_unix_ns = refused.record.end_unix_ns = unix_now_ns();
+  return refused;
 }
 
 AttemptResult LocalGroup::run_attempt(const Attempt& attempt) {
   const Step& step = *job_.step;
   const StepPlan& plan = *job_.plan;
+  if (attempt.keep_previous) attempt.keep_previous();
   HeldPort port = hold_free_port(job_.ctx.master_addr);
   LaunchContext ctx = job_.ctx;
   ctx.master_port = port.port;

@@ -18,24 +18,31 @@ StepRunner::StepRunner(const Step& step, const StepPlan& plan, const RunLayout& 
 
 StepRun StepRunner::run(WorkerGroup& group) {
   StepRun run;
-  if (preflight_ && !group.preflight(run.errors)) {
-    // Refused as a step whose nodes never started is: one attempt, no rank.
-    AttemptRecord none;
-    none.outcome = Outcome::failed;
-    none.start_unix_ns = none.end_unix_ns = unix_now_ns();
-    run.attempts.push_back(std::move(none));
-    settle_step_run(run, group.interrupt_signal());
-    return run;
-  }
-  for (int restart = 0;; ++restart) {
-    if (restart > 0) {
-      for (const auto& rank : plan_.ranks)
-        keep_failed_attempt(run.attempts.back(), layout_.rank_dir(step_.name, rank.rank), rank.rank,
-                            restart - 1);
-    }
-    AttemptResult result = group.run_attempt(Attempt{restart, time_left_ ? time_left_() : std::nullopt});
+  auto take = [&run](AttemptResult& result) {
     for (auto& note : result.notes) run.notes.push_back(std::move(note));
     for (auto& error : result.errors) run.errors.push_back(std::move(error));
+  };
+  if (preflight_) {
+    if (auto refused = group.preflight()) {
+      // Refused as a step whose nodes never started is: one attempt, no rank.
+      take(*refused);
+      run.attempts.push_back(std::move(refused->record));
+      settle_step_run(run, group.interrupt_signal());
+      return run;
+    }
+  }
+  for (int restart = 0;; ++restart) {
+    Attempt attempt{restart, time_left_ ? time_left_() : std::nullopt, {}};
+    if (restart > 0) {
+      attempt.keep_previous = [this, &run, restart] {
+        for (const auto& rank : plan_.ranks)
+          keep_failed_attempt(run.attempts.back(), layout_.rank_dir(step_.name, rank.rank), rank.rank,
+                              restart - 1);
+      };
+    }
+    AttemptResult result = group.run_attempt(attempt);
+    take(result);
+    if (!result.started && !run.attempts.empty()) break;  // the attempt before decides
     const bool again = restarts_after(result.record, result.node_gone, run.errors, restart,
                                       plan_.max_restarts, group.interrupt_signal());
     run.attempts.push_back(std::move(result.record));

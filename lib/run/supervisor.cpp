@@ -229,6 +229,7 @@ struct Supervisor::Impl {
   GroupObserver* observer = nullptr;
   bool observer_stops = false;  // the observer took over the stop (on_stop returned true)
   std::int64_t started_mono = 0;
+  std::int64_t group_start_ns = 0;  // wall clock, for the record
   std::vector<char> buffer = std::vector<char>(kReadChunk);
   std::string console_out;  // this batch's lines, before they go to the streams
   std::string console_err;
@@ -834,6 +835,11 @@ struct Supervisor::Impl {
   }
 
   AttemptRecord run(const std::vector<WorkerLaunch>& launches, const GroupOptions& opts, GroupObserver* obs) {
+    start(launches, opts, obs);
+    return finish();
+  }
+
+  void start(const std::vector<WorkerLaunch>& launches, const GroupOptions& opts, GroupObserver* obs) {
     options = opts;
     observer = obs;
     observer_stops = false;
@@ -847,10 +853,7 @@ struct Supervisor::Impl {
     leftovers_seen.clear();
     notes.clear();
     started_mono = monotonic_now_ns();
-    AttemptRecord attempt;
-    attempt.restart_count = opts.restart_count;
-    attempt.master_port = opts.master_port;
-    attempt.start_unix_ns = unix_now_ns();
+    group_start_ns = unix_now_ns();
 
     if (opts.timeout_s) {
       timeout_timer.expires_after(std::chrono::duration_cast<std::chrono::steady_clock::duration>(
@@ -889,8 +892,10 @@ struct Supervisor::Impl {
       outcome = Outcome::interrupted;
       begin_stop();
     }
-
     advance();
+  }
+
+  AttemptRecord finish() {
     while (!done) io.run_one();
 
     // Every worker and leftover has ended: take what is still in the pipes
@@ -921,6 +926,10 @@ struct Supervisor::Impl {
           dropped, dropped == 1 ? "" : "s"));
     }
 
+    AttemptRecord attempt;
+    attempt.restart_count = options.restart_count;
+    attempt.master_port = options.master_port;
+    attempt.start_unix_ns = group_start_ns;
     attempt.end_unix_ns = unix_now_ns();
     attempt.outcome = outcome;
     attempt.write_error = write_error;
@@ -946,6 +955,18 @@ AttemptRecord Supervisor::run_group(const std::vector<WorkerLaunch>& workers, co
                                     GroupObserver* observer) {
   return impl_->run(workers, options, observer);
 }
+
+void Supervisor::start_group(const std::vector<WorkerLaunch>& workers, const GroupOptions& options,
+                             GroupObserver* observer) {
+  impl_->start(workers, options, observer);
+}
+
+bool Supervisor::run_until(const std::function<bool()>& until) {
+  while (!impl_->done && !until()) impl_->io.run_one();
+  return impl_->done;
+}
+
+AttemptRecord Supervisor::finish_group() { return impl_->finish(); }
 
 boost::asio::io_context& Supervisor::io() { return impl_->io; }
 

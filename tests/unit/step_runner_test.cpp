@@ -91,16 +91,23 @@ class FakeWorkerGroup : public WorkerGroup {
   FakeWorkerGroup(const RunLayout& layout, std::string step, std::vector<AttemptResult> script)
       : layout_(layout), step_(std::move(step)), script_(std::move(script)) {}
 
-  bool preflight(std::vector<std::string>& errors) override {
+  std::optional<AttemptResult> preflight() override {
     ++preflights;
-    if (!preflight_ok) errors.push_back("the preflight check of its GPUs failed");
-    return preflight_ok;
+    if (preflight_ok) return std::nullopt;
+    AttemptResult refused;
+    refused.started = false;
+    refused.record.outcome = Outcome::failed;
+    refused.errors.push_back("the preflight check of its GPUs failed");
+    return refused;
   }
 
   AttemptResult run_attempt(const Attempt& attempt) override {
     REQUIRE(next_ < script_.size());
     asked.push_back(attempt);
     AttemptResult result = script_[next_++];
+    CHECK(static_cast<bool>(attempt.keep_previous) == (attempt.restart > 0));
+    if (!result.started) return result;  // nothing started: nothing is kept
+    if (attempt.keep_previous) attempt.keep_previous();
     result.record.restart_count = attempt.restart;
     for (auto& w : result.record.workers) {
       const std::string dir = layout_.rank_dir(step_, w.rank);
@@ -222,6 +229,32 @@ TEST_CASE("no restart allowed: one attempt", "[step_runner]") {
   CHECK(group.asked.size() == 1);
   CHECK(run.exit_code == 3);
   CHECK(f.out.text().empty());
+}
+
+TEST_CASE("a restart whose ranks never start: the failed attempt decides", "[step_runner]") {
+  Fixture f(2, 2);
+  AttemptResult never;
+  never.started = false;
+  never.record.outcome = Outcome::interrupted;
+  never.errors.push_back("node node1 (node rank 1 of 2) lost: its agent's connection closed");
+  FakeWorkerGroup group(f.layout, "train", {attempt_of({0, 3}), never});
+  const StepRun run = f.run(group);
+  CHECK(group.asked.size() == 2);
+  REQUIRE(run.attempts.size() == 1);
+  CHECK(run.outcome == Outcome::failed);
+  CHECK(run.exit_code == 3);
+  CHECK(run.errors == never.errors);
+  // Nothing was kept: the files are where the attempt left them.
+  CHECK(run.attempts[0].workers[1].stdout_log == f.layout.rank_dir("train", 1) + "/stdout.log");
+  CHECK(read_text(f.layout.rank_dir("train", 1) + "/stdout.log") == "attempt 0 rank 1\n");
+
+  // A first attempt that never starts is the step's one attempt.
+  Fixture g(2, 2);
+  FakeWorkerGroup group2(g.layout, "train", {never});
+  const StepRun first = g.run(group2);
+  REQUIRE(first.attempts.size() == 1);
+  CHECK(first.attempts[0].workers.empty());
+  CHECK(first.outcome == Outcome::interrupted);
 }
 
 TEST_CASE("a lost node gives up without restarting", "[step_runner]") {
