@@ -24,6 +24,7 @@
 #include "flowrun/logmux.h"
 #include "flowrun/process.h"
 #include "flowrun/protocol.h"
+#include "flowrun/rank_output.h"
 #include "flowrun/slurm.h"
 #include "flowrun/step_runner.h"
 #include "flowrun/util.h"
@@ -1535,20 +1536,9 @@ class Head : public GroupObserver {
 
   // ---- console -------------------------------------------------------------
 
-  void schedule_flush() {
-    if (console_out_.size() + console_err_.size() >= (1 << 20)) {
-      flush_console();
-      return;
-    }
-    if (flush_posted_) return;
-    flush_posted_ = true;
-    asio::post(io_, [this] {
-      flush_posted_ = false;
-      flush_console();
-    });
-  }
+  void schedule_flush() { batch_.schedule(); }
 
-  void flush_console() { sup_.write_console(console_out_, console_err_); }
+  void flush_console() { batch_.flush(); }
 
   // A rank's log file, opened (and emptied) when it first writes, so that
   // thousands of ranks cost nothing until they print. Reached from the run
@@ -1579,13 +1569,9 @@ class Head : public GroupObserver {
     fd = -1;
     if (!write_error_.empty()) return;
     const std::string& path = is_err ? r.record.stderr_log : r.record.stdout_log;
-    const std::size_t slash = path.rfind('/');
-    write_error_ = fmt::format("cannot write rank {}'s {} in {}: {}", r.record.rank, path.substr(slash + 1),
-                               path.substr(0, slash), std::strerror(err));
+    write_error_ = log_write_error(fmt::format("rank {}'s ", r.record.rank), path, err);
     flush_console();
-    console_.message(fmt::format("flowrun: error: step '{}': {}; {}{}", plan_.step, write_error_,
-                                 stopping_ ? "the step is stopping" : "stopping the step",
-                                 write_failure_hint(err, job_.ctx.layout.run_dir)));
+    console_.message(log_failed_message(plan_.step, write_error_, stopping_, err, job_.ctx.layout.run_dir));
     if (phase_ == Phase::running && !stopping_) stop_nodes(Outcome::failed, write_error_);
   }
 
@@ -1645,9 +1631,10 @@ class Head : public GroupObserver {
   bool stopping_ = false;
   bool attempt_started_ = false, attempt_recorded_ = false;
   bool waiting_for_grant_ = false;
-  bool flush_posted_ = false;
   Outcome outcome_ = Outcome::succeeded;
-  std::string console_out_, console_err_;
+  ConsoleBatch batch_{io_, [this](std::string& out, std::string& err) { sup_.write_console(out, err); }};
+  std::string& console_out_ = batch_.out;
+  std::string& console_err_ = batch_.err;
   std::vector<std::string> notes_;   // for results.json
   std::vector<std::string> errors_;  // flowrun's own reasons the step failed (workdir, uploads, ...)
   std::size_t notes_taken_ = 0, errors_taken_ = 0;  // handed to the step runner so far
