@@ -25,7 +25,9 @@
 #include "flowrun/messages.h"
 #include "flowrun/process.h"
 #include "flowrun/protocol.h"
+#include "flowrun/rank_output.h"
 #include "flowrun/slurm.h"
+#include "flowrun/step_runner.h"
 #include "flowrun/util.h"
 #include "flowrun/version.h"
 
@@ -68,7 +70,10 @@ class Head : public GroupObserver {
     ranks_.resize(static_cast<std::size_t>(plan_.world_size));
   }
 
-  NodeStepResult run() {
+  // Listens, starts the engine's processes (srun, ssh) that bring up the
+  // agents, and returns: the agents join while the loop runs (preflight,
+  // run_attempt).
+  void begin() {
     const std::string step_dir = job_.ctx.layout.step_dir(plan_.step);
     std::string slurm_error;
     const auto slurm_job =
@@ -142,7 +147,6 @@ class Head : public GroupObserver {
                       plural(nodes_.size(), "agent", "agents"), command));
     }
 
-    std::vector<WorkerLaunch> launches;
     for (const auto& e : engines) {
       WorkerLaunch launch;
       launch.argv = e.argv;
@@ -161,7 +165,7 @@ class Head : public GroupObserver {
       engine_node_.push_back(e.node);
       engine_what_.push_back(e.what);
       engine_tail_.emplace_back(20, 4096);
-      launches.push_back(std::move(launch));
+      launches_.push_back(std::move(launch));
     }
 
     // Every rank's directory now, while the engine brings the agents up.
@@ -175,7 +179,51 @@ class Head : public GroupObserver {
     group.master_port = 0;
     group.note_leftovers = false;   // srun's own helper process outlives it for a moment
     group.stall_timeout_s.reset();  // the ranks' silence counts (on their nodes), not srun's or ssh's
-    const AttemptRecord engine_attempt = sup_.run_group(launches, group, this);
+    sup_.start_group(launches_, group, this);
+  }
+
+  // Every node joined and is ready (then true), or the step ended first.
+  bool wait_ready() {
+    sup_.run_until([this] { return phase_ == Phase::ready || phase_ == Phase::finished; });
+    return phase_ == Phase::ready;
+  }
+
+  // preflight: true: once every node is ready, the NCCL check across them.
+  std::optional<AttemptResult> preflight() {
+    if (wait_ready()) {
+      start_preflight();
+      if (wait_ready()) return std::nullopt;
+    }
+    return not_started();
+  }
+
+  // One attempt: the first once every node is ready; a restart assigns
+  // every node again first. Returns when every node said done or was lost.
+  AttemptResult run_attempt(const Attempt& attempt) {
+    if (phase_ == Phase::between) {
+      attempt_ = attempt.restart;
+      assign();
+    }
+    if (!wait_ready()) return not_started();
+    attempt_ = attempt.restart;
+    keep_previous_ = attempt.keep_previous;
+    start_attempt();
+    sup_.run_until([this] { return phase_ != Phase::running; });
+    AttemptResult result;
+    result.record = attempt_recorded_ ? std::move(last_) : record_attempt();
+    result.node_gone = node_gone();
+    take_news(result);
+    return result;
+  }
+
+  // Ends the step on the nodes (bye) and waits until the engine's processes
+  // have ended; returns the notes and errors since the last attempt.
+  AttemptResult end_step() {
+    if (phase_ != Phase::finished) {
+      finish();
+      if (node_gone()) sup_.stop_group(Outcome::failed);  // srun or ssh of a lost node may hang: stop them
+    }
+    sup_.finish_group();
     for (auto& n : nodes_) {
       if (n.conn) n.conn->close();
     }
@@ -189,10 +237,13 @@ class Head : public GroupObserver {
     io_.poll();
     unlink(marker_path_.c_str());
     if (!token_file_.empty()) unlink(token_file_.c_str());
-    if (attempt_started_ && !attempt_recorded_) record_attempt();
-    (void)engine_attempt;
-    return std::move(result_);
+    AttemptResult rest;
+    take_news(rest);
+    return rest;
   }
+
+  int interrupt_signal() const { return sup_.interrupt_received(); }
+  std::string placement() const { return plural(nodes_.size(), "node", "nodes"); }
 
   // ---- GroupObserver ------------------------------------------------------
 
@@ -247,10 +298,10 @@ class Head : public GroupObserver {
     // stop srun or ssh.
     if (phase_ != Phase::finished) {
       outcome_ = why;
-      result_.outcome_before_start = why;
+      outcome_before_start_ = why;
       if (why == Outcome::timed_out)
-        result_.errors.push_back(fmt::format("the step's timeout ran out before {} joined",
-                                             phase_ == Phase::joining ? "every node" : "the ranks started"));
+        errors_.push_back(fmt::format("the step's timeout ran out before {} joined",
+                                      phase_ == Phase::joining ? "every node" : "the ranks started"));
       finish();
     }
     return false;
@@ -278,7 +329,9 @@ class Head : public GroupObserver {
   double stop_margin_s() override { return 5 + timeout_s_; }
 
  private:
-  enum class Phase { joining, assigning, checking, running, finished };
+  // ready: every node is ready for an attempt; between: an attempt ended,
+  // and the step runner decides what comes next.
+  enum class Phase { joining, assigning, checking, ready, running, between, finished };
 
   struct Upload {
     int rank = -1;
@@ -820,11 +873,7 @@ class Head : public GroupObserver {
       for (const auto& e : workdir_errors_) fail_before_start(e);
       return;
     }
-    if (attempt_ == 0 && job_.step->parallel && job_.step->parallel->preflight && !plan_.cpu) {
-      start_preflight();
-      return;
-    }
-    start_attempt();
+    phase_ = Phase::ready;
   }
 
   // ---- preflight: true ------------------------------------------------------
@@ -945,7 +994,7 @@ class Head : public GroupObserver {
     console_.message(
         fmt::format("flowrun: step '{}': preflight {} ({})", plan_.step, preflight_summary(report),
                     err == 0 ? "report: " + path : "cannot write " + path + ": " + std::strerror(err)));
-    start_attempt();
+    phase_ = Phase::ready;
   }
 
   void start_attempt() {
@@ -965,6 +1014,10 @@ class Head : public GroupObserver {
       close_rank_files(r);
       r = RankState{};
     }
+    // A restart: the step runner keeps what the attempt before left (logs,
+    // traceback, uploads) in attemptN/, now that every node is ready.
+    if (keep_previous_) keep_previous_();
+    keep_previous_ = nullptr;
     for (const auto& rp : plan_.ranks) {
       RankState& r = ranks_[static_cast<std::size_t>(rp.rank)];
       const Node& n = nodes_[static_cast<std::size_t>(rp.node)];
@@ -974,12 +1027,9 @@ class Head : public GroupObserver {
       r.record.status.kind = ExitStatus::Kind::running;
       r.record.start_unix_ns = attempt_start_ns_;
       const std::string dir = ctx.layout.rank_dir(plan_.step, rp.rank);
-      // The directories were made before the nodes joined; a restart keeps
-      // what the attempt before left (logs, traceback, uploads) in attemptN/.
-      if (attempt_ > 0) {
-        keep_failed_attempt(dir, rp.rank, attempt_ - 1);
-        make_dirs(ctx.layout.output_dir(plan_.step, rp.rank));
-      }
+      // The directories were made before the nodes joined; a restart makes
+      // the output directory the kept attempt took along.
+      if (attempt_ > 0) make_dirs(ctx.layout.output_dir(plan_.step, rp.rank));
       r.record.stdout_log = dir + "/stdout.log";
       r.record.stderr_log = dir + "/stderr.log";
       r.record.error_file = ctx.layout.error_file(plan_.step, rp.rank);
@@ -1056,14 +1106,14 @@ class Head : public GroupObserver {
   void on_node_message(Node& n, const Stop& m) {
     const std::string reason = printable(m.reason);
     n.signalled = true;
-    result_.notes.push_back(fmt::format("node {}: {}", n.name, reason));
+    notes_.push_back(fmt::format("node {}: {}", n.name, reason));
     console_.message(fmt::format("flowrun: step '{}': node {}: {}", plan_.step, n.name, reason));
     if (phase_ == Phase::running && !stopping_)
       stop_nodes(Outcome::interrupted, "node " + n.name + ": " + reason);
   }
 
   void protocol_error(Node& n, const std::string& what) {
-    result_.errors.push_back(fmt::format("node {}: {}", n.name, what));
+    errors_.push_back(fmt::format("node {}: {}", n.name, what));
     n.conn->close();
     node_lost(n, what);
   }
@@ -1146,7 +1196,7 @@ class Head : public GroupObserver {
     if (n.done) return;
     n.done = true;
     for (const auto& e : m.errors) {
-      if (!e.empty()) result_.errors.push_back(fmt::format("node {}: {}", n.name, printable(e)));
+      if (!e.empty()) errors_.push_back(fmt::format("node {}: {}", n.name, printable(e)));
     }
     if (n.upload) abort_upload(n, "the upload ended unfinished");
     maybe_attempt_done();
@@ -1155,7 +1205,7 @@ class Head : public GroupObserver {
   // ---- uploads -------------------------------------------------------------
 
   void upload_error(Node& n, const std::string& what) {
-    result_.errors.push_back(fmt::format("node {}: {}", n.name, what));
+    errors_.push_back(fmt::format("node {}: {}", n.name, what));
     if (phase_ == Phase::running && !stopping_) stop_nodes(Outcome::failed, "node " + n.name + ": " + what);
   }
 
@@ -1240,17 +1290,6 @@ class Head : public GroupObserver {
     }
   }
 
-  void keep_failed_attempt(const std::string& rank_dir, int rank, int attempt) {
-    const std::string kept = keep_attempt(rank_dir, attempt);
-    if (kept.empty() || result_.attempts.empty()) return;
-    for (auto& w : result_.attempts.back().workers) {
-      if (w.rank != rank) continue;
-      w.stdout_log = kept + "/stdout.log";
-      w.stderr_log = kept + "/stderr.log";
-      w.error_file = kept + "/error.json";
-    }
-  }
-
   void abort_upload(Node& n, const std::string& why) {
     if (!n.upload) return;
     Upload& up = *n.upload;
@@ -1304,7 +1343,7 @@ class Head : public GroupObserver {
       fail_before_start(text);
       return;
     }
-    result_.notes.push_back(text);
+    notes_.push_back(text);
     const std::int64_t now = unix_now_ns();
     for (auto& r : ranks_) {
       if (r.record.node != n.name || r.exited ||
@@ -1328,29 +1367,35 @@ class Head : public GroupObserver {
     }
     for (auto& r : ranks_) close_rank_files(r);
     flush_console();
-    record_attempt();
-    const bool any_lost = std::any_of(nodes_.begin(), nodes_.end(),
-                                      [](const Node& n) { return n.lost || n.closed || n.signalled; });
-    const AttemptRecord& last = result_.attempts.back();
-    if (last.outcome == Outcome::failed && !any_lost && result_.errors.empty() && write_error_.empty() &&
-        attempt_ < plan_.max_restarts && sup_.interrupt_received() == 0) {
-      std::string why = "a worker failed";
-      if (last.culprit) {
-        const auto& w = last.workers[static_cast<std::size_t>(*last.culprit)];
-        why = fmt::format("rank {} on {} {}", w.rank, w.node, w.status.describe());
-      }
-      ++attempt_;
-      console_.message(fmt::format(
-          "flowrun: step '{}' failed ({}); restarting all {} workers on {} (restart {} of {})", plan_.step,
-          why, plan_.world_size, plural(nodes_.size(), "node", "nodes"), attempt_, plan_.max_restarts));
-      assign();
-      return;
-    }
-    finish();
-    if (any_lost) sup_.stop_group(Outcome::failed);  // srun or ssh of a lost node may hang: stop them
+    last_ = record_attempt();
+    phase_ = Phase::between;  // the step runner restarts (run_attempt) or ends the step (end_step)
   }
 
-  void record_attempt() {
+  // A node can take no further attempt.
+  bool node_gone() const {
+    return std::any_of(nodes_.begin(), nodes_.end(),
+                       [](const Node& n) { return n.lost || n.closed || n.signalled; });
+  }
+
+  // What stands for an attempt whose ranks never started.
+  AttemptResult not_started() {
+    AttemptResult result;
+    result.started = false;
+    result.record.outcome = outcome_before_start_;
+    result.record.start_unix_ns = result.record.end_unix_ns = unix_now_ns();
+    take_news(result);
+    return result;
+  }
+
+  // The notes and errors that came since the last call.
+  void take_news(AttemptResult& result) {
+    result.notes.assign(notes_.begin() + static_cast<std::ptrdiff_t>(notes_taken_), notes_.end());
+    result.errors.assign(errors_.begin() + static_cast<std::ptrdiff_t>(errors_taken_), errors_.end());
+    notes_taken_ = notes_.size();
+    errors_taken_ = errors_.size();
+  }
+
+  AttemptRecord record_attempt() {
     attempt_recorded_ = true;
     AttemptRecord attempt;
     attempt.restart_count = attempt_;
@@ -1377,15 +1422,15 @@ class Head : public GroupObserver {
     if (signalled && outcome_ != Outcome::timed_out) outcome_ = Outcome::interrupted;
     attempt.outcome =
         outcome_ != Outcome::succeeded ? outcome_ : (failed ? Outcome::failed : Outcome::succeeded);
-    if (!result_.errors.empty() && attempt.outcome == Outcome::succeeded) attempt.outcome = Outcome::failed;
+    if (!errors_.empty() && attempt.outcome == Outcome::succeeded) attempt.outcome = Outcome::failed;
     attempt.write_error = write_error_;
     if (!write_error_.empty() && attempt.outcome == Outcome::succeeded) attempt.outcome = Outcome::failed;
     assign_roles(attempt, stopped);
-    result_.attempts.push_back(std::move(attempt));
+    return attempt;
   }
 
   void fail_before_start(const std::string& why) {
-    result_.errors.push_back(why);
+    errors_.push_back(why);
     finish();
     // srun or ssh of a node that never joined may wait forever: stop them
     // (the agents that joined have their bye and end by themselves).
@@ -1401,12 +1446,12 @@ class Head : public GroupObserver {
     for (auto& n : nodes_) {
       if (n.conn && n.conn->is_open()) {
         // How the step ended, for agents that report it (flowrun run's).
-        const bool ok = outcome_ == Outcome::succeeded && result_.errors.empty() && attempt_started_;
+        const bool ok = outcome_ == Outcome::succeeded && errors_.empty() && attempt_started_;
         n.conn->send(Bye{ok});
         n.conn->close_after_send();
       }
     }
-    if (!engine_note_.empty()) result_.notes.push_back(engine_note_);
+    if (!engine_note_.empty()) notes_.push_back(engine_note_);
     asio::post(io_, [this] { sup_.release_group(); });
   }
 
@@ -1460,20 +1505,9 @@ class Head : public GroupObserver {
 
   // ---- console -------------------------------------------------------------
 
-  void schedule_flush() {
-    if (console_out_.size() + console_err_.size() >= (1 << 20)) {
-      flush_console();
-      return;
-    }
-    if (flush_posted_) return;
-    flush_posted_ = true;
-    asio::post(io_, [this] {
-      flush_posted_ = false;
-      flush_console();
-    });
-  }
+  void schedule_flush() { batch_.schedule(); }
 
-  void flush_console() { sup_.write_console(console_out_, console_err_); }
+  void flush_console() { batch_.flush(); }
 
   // A rank's log file, opened (and emptied) when it first writes, so that
   // thousands of ranks cost nothing until they print. Reached from the run
@@ -1504,13 +1538,9 @@ class Head : public GroupObserver {
     fd = -1;
     if (!write_error_.empty()) return;
     const std::string& path = is_err ? r.record.stderr_log : r.record.stdout_log;
-    const std::size_t slash = path.rfind('/');
-    write_error_ = fmt::format("cannot write rank {}'s {} in {}: {}", r.record.rank, path.substr(slash + 1),
-                               path.substr(0, slash), std::strerror(err));
+    write_error_ = log_write_error(fmt::format("rank {}'s ", r.record.rank), path, err);
     flush_console();
-    console_.message(fmt::format("flowrun: error: step '{}': {}; {}{}", plan_.step, write_error_,
-                                 stopping_ ? "the step is stopping" : "stopping the step",
-                                 write_failure_hint(err, job_.ctx.layout.run_dir)));
+    console_.message(log_failed_message(plan_.step, write_error_, stopping_, err, job_.ctx.layout.run_dir));
     if (phase_ == Phase::running && !stopping_) stop_nodes(Outcome::failed, write_error_);
   }
 
@@ -1570,21 +1600,52 @@ class Head : public GroupObserver {
   bool stopping_ = false;
   bool attempt_started_ = false, attempt_recorded_ = false;
   bool waiting_for_grant_ = false;
-  bool flush_posted_ = false;
   Outcome outcome_ = Outcome::succeeded;
-  std::string console_out_, console_err_;
-  NodeStepResult result_;
+  ConsoleBatch batch_{io_, [this](std::string& out, std::string& err) { sup_.write_console(out, err); }};
+  std::string& console_out_ = batch_.out;
+  std::string& console_err_ = batch_.err;
+  std::vector<std::string> notes_;   // for results.json
+  std::vector<std::string> errors_;  // flowrun's own reasons the step failed (workdir, uploads, ...)
+  std::size_t notes_taken_ = 0, errors_taken_ = 0;  // handed to the step runner so far
+  // How the step ended when no rank started: failed (see errors_), timed_out or interrupted.
+  Outcome outcome_before_start_ = Outcome::failed;
+  std::vector<WorkerLaunch> launches_;   // the engine's, for the supervisor's group
+  std::function<void()> keep_previous_;  // the step runner's, for the attempt about to start
+  AttemptRecord last_;                   // the attempt that ended
 };
 
 }  // namespace
 
-NodeStepResult run_on_nodes(Supervisor& supervisor, const Console& console, const NodeStep& step) {
+struct RemoteGroup::Impl {
+  Impl(Supervisor& supervisor, const Console& console, const NodeStep& step)
+      : head(supervisor, console, step) {}
+  Head head;
+};
+
+RemoteGroup::RemoteGroup(Supervisor& supervisor, const Console& console, const NodeStep& step) {
   // Upload chunks arrive as 1 MiB strings made and freed in a loop: keep them
   // on the heap instead of mapping and unmapping pages for each one.
   mallopt(M_MMAP_THRESHOLD, 64 << 20);
   mallopt(M_TRIM_THRESHOLD, 256 << 20);
-  Head head(supervisor, console, step);
-  return head.run();
+  impl_ = std::make_unique<Impl>(supervisor, console, step);
+  sup_ = &supervisor;
+  impl_->head.begin();
 }
+
+RemoteGroup::~RemoteGroup() = default;
+
+std::optional<AttemptResult> RemoteGroup::preflight() { return impl_->head.preflight(); }
+
+AttemptResult RemoteGroup::run_attempt(const Attempt& attempt) { return impl_->head.run_attempt(attempt); }
+
+void RemoteGroup::stop(Outcome why) { sup_->stop_group(why); }
+
+void RemoteGroup::kill() { sup_->kill_group(); }
+
+int RemoteGroup::interrupt_signal() { return impl_->head.interrupt_signal(); }
+
+std::string RemoteGroup::placement() const { return impl_->head.placement(); }
+
+AttemptResult RemoteGroup::close() { return impl_->head.end_step(); }
 
 }  // namespace flowrun

@@ -20,8 +20,9 @@
 #include "flowrun/process.h"
 #include "flowrun/report.h"
 #include "flowrun/result.h"
-#include "flowrun/slurm.h"
+#include "flowrun/step_runner.h"
 #include "flowrun/supervisor.h"
+#include "flowrun/worker_group.h"
 
 namespace flowrun {
 
@@ -30,38 +31,9 @@ namespace {
 // What flowrun reads of a worker's error file.
 constexpr std::size_t kMaxErrorFileBytes = 1 << 20;
 
-// The whole environment of a process: flowrun's own with `set` on top.
-std::vector<std::string> full_env(const EnvMap& parent, const EnvList& set) {
-  EnvMap env = parent;
-  for (const auto& [name, value] : set) env[name] = value;
-  std::vector<std::string> entries;
-  entries.reserve(env.size());
-  for (const auto& [name, value] : env) entries.push_back(name + "=" + value);
-  return entries;
-}
-
 std::string seconds(double s) {
   if (s < 10) return fmt::format("{:.2f} s", s);
   return fmt::format("{:.0f} s", s);
-}
-
-int exit_code_of(const AttemptRecord& attempt, int interrupt) {
-  switch (attempt.outcome) {
-    case Outcome::succeeded: return 0;
-    case Outcome::timed_out:
-    case Outcome::stalled: return 124;
-    case Outcome::interrupted: return 128 + (interrupt != 0 ? interrupt : 2);
-    case Outcome::failed: break;
-  }
-  if (attempt.culprit) return attempt.workers[static_cast<std::size_t>(*attempt.culprit)].status.shell_code();
-  if (!attempt.write_error.empty()) return 1;  // flowrun's own I/O failure stopped the workers
-  // No rank failed first (a node was lost after its ranks succeeded, an
-  // upload was refused, ...): the code of a rank flowrun stopped (143 for its
-  // SIGTERM) would blame it; a rank that failed on its own, or else 1.
-  for (const auto& w : attempt.workers) {
-    if (!w.status.ok() && w.role != Role::victim) return w.status.shell_code();
-  }
-  return 1;
 }
 
 class FlowRunner {
@@ -332,39 +304,24 @@ class FlowRunner {
     const FileTime started = file_clock_now();
     const std::int64_t start_mono = monotonic_now_ns();
 
-    node_errors_.clear();
-    if (step.is_parallel()) {
-      run_parallel(step, plan_of(step), start_mono, record);
-    } else {
-      run_plain(step, start_mono, record);
-    }
+    StepRun run =
+        step.is_parallel() ? run_parallel(step, plan_of(step), start_mono) : run_plain(step, start_mono);
+    record.attempts = std::move(run.attempts);
+    record.notes = std::move(run.notes);
     const AttemptRecord& last = record.attempts.back();
     if (!last.write_error.empty()) write_failed_ = true;  // the supervisor said so
     for (const auto& note : supervisor_->notes()) record.notes.push_back(note);
-    record.outcome = last.outcome;
-    record.exit_code = exit_code_of(last, supervisor_->interrupt_signal());
+    record.outcome = run.outcome;
+    record.exit_code = run.exit_code;
 
     std::string join_errors;
-    if (!node_errors_.empty()) {
-      for (const auto& e : node_errors_) record.notes.push_back(e);
+    if (!run.errors.empty()) {
+      for (const auto& e : run.errors) record.notes.push_back(e);
       join_errors = fmt::format("flowrun: step '{}' failed:\n", step.name);
-      for (const auto& e : node_errors_) join_errors += "flowrun:   " + e + "\n";
-      if (record.exit_code == 0) record.exit_code = 1;
+      for (const auto& e : run.errors) join_errors += "flowrun:   " + e + "\n";
     }
     if (record.outcome == Outcome::succeeded && step.is_parallel()) {
-      const StepPlan& plan = plan_of(step);
-      JoinRequest request;
-      request.step = step.name;
-      request.workdir = step.workdir;
-      request.outputs = step.outputs;
-      request.collect = step.collect;
-      request.world_size = plan.world_size;
-      request.ranks_on_node = plan.nodes.front().procs;
-      for (int r = 0; r < plan.world_size; ++r)
-        request.rank_output_dirs.push_back(ctx_.layout.output_dir(step.name, r));
-      request.outputs_dir = ctx_.layout.inputs_dir(step.name);
-      request.started = started;
-      request.run_dir = ctx_.layout.run_dir;
+      JoinRequest request = join_request(step, plan_of(step), ctx_.layout, started);
       // Gathering counts in the step's time and hears Ctrl-C: a large copy
       // stops at the step's deadline or at an interrupt, as the workers would.
       request.stop = [&]() -> std::string {
@@ -459,85 +416,26 @@ class FlowRunner {
     return record.outcome == Outcome::succeeded ? 0 : record.exit_code;
   }
 
-  void run_parallel(const Step& step, const StepPlan& plan, std::int64_t start_mono, StepRecord& record) {
-    if (plan.mode == PlanMode::multi_node) {
-      run_on_nodes_step(step, plan, start_mono, record);  // with its preflight across the nodes
-      return;
-    }
-    if (step.parallel->preflight && !plan.cpu && !preflight_passes(step, plan, record)) return;
-    const std::vector<std::string> argv = expand_command(step, ctx_.layout, options_.args);
-    for (int restart = 0;; ++restart) {
-      HeldPort port = hold_free_port(ctx_.master_addr);
-      LaunchContext ctx = ctx_;
-      ctx.master_port = port.port;
-      ctx.restart_count = restart;
-      std::vector<WorkerLaunch> launches;
-      launches.reserve(plan.ranks.size());
-      for (const auto& rank : plan.ranks) {
-        const std::string rank_dir = ctx.layout.rank_dir(step.name, rank.rank);
-        if (restart > 0) keep_failed_attempt(record.attempts.back(), rank_dir, rank.rank, restart - 1);
-        make_dirs(ctx.layout.output_dir(step.name, rank.rank));
-        WorkerLaunch launch;
-        launch.rank = rank.rank;
-        launch.local_rank = rank.local_rank;
-        launch.argv = argv;
-        // Started by srun (or in sbatch -n N), flowrun's own environment
-        // carries the step's SLURM_NTASKS, SLURM_PROCID, ...: frameworks that
-        // read Slurm's variables first (Lightning 1.x) would take their ranks
-        // from those instead of the contract. The job's variables stay.
-        launch.env = full_env(strip_step_variables(ctx.parent_env), worker_env(spec_, step, plan, rank, ctx));
-        launch.workdir = step.workdir;
-        launch.stdout_log = rank_dir + "/stdout.log";
-        launch.stderr_log = rank_dir + "/stderr.log";
-        launch.error_file = ctx.layout.error_file(step.name, rank.rank);
-        unlink(launch.error_file.c_str());  // a traceback from an earlier attempt is not this one's
-        launch.console = shows_rank(step, rank.rank);
-        launches.push_back(std::move(launch));
-      }
-      GroupOptions group = group_options(step);
-      group.timeout_s = time_left(step, start_mono);
-      group.restart_count = restart;
-      group.master_port = port.port;
-      if (restart == 0) {
-        console_.message(fmt::format("flowrun: step '{}': {} worker{} on this host ({}), MASTER_PORT {}",
-                                     step.name, plan.world_size, plan.world_size == 1 ? "" : "s",
-                                     describe_devices(plan), port.port));
-      }
-      // Held until now so that no bind(0) on this host takes it meanwhile;
-      // released as the ranks start, for rank 0's store (or any socket a
-      // rank binds there without SO_REUSEADDR, which a held port refuses).
-      port.release();
-      record.attempts.push_back(supervisor_->run_group(launches, group));
-      const AttemptRecord& attempt = record.attempts.back();
-      if (attempt.outcome != Outcome::failed || restart >= plan.max_restarts ||
-          supervisor_->interrupt_signal() != 0 || !attempt.write_error.empty())
-        break;
-      std::string why = "a worker failed";
-      if (attempt.culprit) {
-        const auto& w = attempt.workers[static_cast<std::size_t>(*attempt.culprit)];
-        why = fmt::format("rank {} {}", w.rank, w.status.describe());
-      }
-      console_.message(
-          fmt::format("flowrun: step '{}' failed ({}); restarting all {} workers (restart {} of {})",
-                      step.name, why, plan.world_size, restart + 1, plan.max_restarts));
-    }
+  StepRun run_parallel(const Step& step, const StepPlan& plan, std::int64_t start_mono) {
+    if (plan.mode == PlanMode::multi_node) return run_on_nodes_step(step, plan, start_mono);
+    LocalStep job;
+    job.spec = &spec_;
+    job.step = &step;
+    job.plan = &plan;
+    job.ctx = ctx_;
+    job.argv = expand_command(step, ctx_.layout, options_.args);
+    job.group = group_options(step);
+    job.shows_rank = [this, &step](int rank) { return shows_rank(step, rank); };
+    job.preflight = [this, &step, &plan](std::vector<std::string>& errors) {
+      return preflight_passes(step, plan, errors);
+    };
+    LocalGroup group(*supervisor_, console_, std::move(job));
+    StepRunner runner(step, plan, ctx_.layout, console_, step.parallel->preflight && !plan.cpu,
+                      [this, &step, start_mono] { return time_left(step, start_mono); });
+    return runner.run(group);
   }
 
-  // A restart starts every rank afresh: what the failed attempt left is kept
-  // in <rank dir>/attemptN/ (its logs, traceback and outputs), never collected.
-  static void keep_failed_attempt(AttemptRecord& failed, const std::string& rank_dir, int rank, int attempt) {
-    const std::string kept = keep_attempt(rank_dir, attempt);
-    if (kept.empty()) return;
-    for (auto& w : failed.workers) {
-      if (w.rank != rank) continue;
-      w.stdout_log = kept + "/stdout.log";
-      w.stderr_log = kept + "/stderr.log";
-      w.error_file = kept + "/error.json";
-    }
-  }
-
-  void run_on_nodes_step(const Step& step, const StepPlan& plan, std::int64_t start_mono,
-                         StepRecord& record) {
+  StepRun run_on_nodes_step(const Step& step, const StepPlan& plan, std::int64_t start_mono) {
     NodeStep job;
     job.spec = &spec_;
     job.step = &step;
@@ -551,25 +449,21 @@ class FlowRunner {
     char self[4096] = {};
     const ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
     job.flowrun_path = n > 0 ? std::string(self, static_cast<std::size_t>(n)) : "flowrun";
-    NodeStepResult result = run_on_nodes(*supervisor_, console_, job);
-    record.attempts = std::move(result.attempts);
-    for (auto& note : result.notes) record.notes.push_back(std::move(note));
-    node_errors_ = std::move(result.errors);
-    if (record.attempts.empty()) {
-      // Nothing ran on the nodes: the reason is in node_errors_ (or an interrupt).
-      AttemptRecord none;
-      none.outcome = result.outcome_before_start;
-      none.start_unix_ns = none.end_unix_ns = unix_now_ns();
-      record.attempts.push_back(std::move(none));
-    } else if (!node_errors_.empty() && record.attempts.back().outcome == Outcome::succeeded) {
-      record.attempts.back().outcome = Outcome::failed;
-    }
+    RemoteGroup group(*supervisor_, console_, job);
+    StepRunner runner(step, plan, ctx_.layout, console_, step.parallel->preflight && !plan.cpu,
+                      [this, &step, start_mono] { return time_left(step, start_mono); });
+    StepRun run = runner.run(group);
+    AttemptResult rest = group.close();
+    for (auto& note : rest.notes) run.notes.push_back(std::move(note));
+    for (auto& error : rest.errors) run.errors.push_back(std::move(error));
+    settle_step_run(run, supervisor_->interrupt_signal());
+    return run;
   }
 
   // preflight: true: flowrun doctor's NCCL check on the step's GPUs before
   // any worker starts. On failure the step is refused with the doctor's
   // report, as a step whose nodes never started is.
-  bool preflight_passes(const Step& step, const StepPlan& plan, StepRecord& record) {
+  bool preflight_passes(const Step& step, const StepPlan& plan, std::vector<std::string>& errors) {
     std::vector<int> gpus;
     for (const Gpu& gpu : plan.nodes.front().gpus) gpus.push_back(gpu.index);
     console_.message(fmt::format("flowrun: step '{}': preflight: checking NCCL on this host's {}", step.name,
@@ -594,25 +488,13 @@ class FlowRunner {
       return true;
     }
     console_.message(pre.report);
-    node_errors_.push_back(
+    errors.push_back(
         "the preflight check of its GPUs failed (the report above); fix what it names, or set preflight: "
         "false");
-    AttemptRecord none;
-    none.outcome = Outcome::failed;
-    none.start_unix_ns = none.end_unix_ns = unix_now_ns();
-    record.attempts.push_back(std::move(none));
     return false;
   }
 
-  static std::string describe_devices(const StepPlan& plan) {
-    if (plan.cpu) return "CPU";
-    const auto& node = plan.nodes.front();
-    std::vector<std::string> ids;
-    for (const auto& gpu : node.gpus) ids.push_back(gpu.select_token);
-    return fmt::format("GPU{} {}", ids.size() == 1 ? "" : "s", join(ids, ","));
-  }
-
-  void run_plain(const Step& step, std::int64_t start_mono, StepRecord& record) {
+  StepRun run_plain(const Step& step, std::int64_t start_mono) {
     WorkerLaunch launch;
     launch.rank = -1;
     launch.argv = expand_command(step, ctx_.layout, options_.args);
@@ -623,7 +505,10 @@ class FlowRunner {
     launch.stderr_log = step_dir + "/stderr.log";
     GroupOptions group = group_options(step);
     group.timeout_s = time_left(step, start_mono);
-    record.attempts.push_back(supervisor_->run_group({launch}, group));
+    StepRun run;
+    run.attempts.push_back(supervisor_->run_group({launch}, group));
+    settle_step_run(run, supervisor_->interrupt_signal());
+    return run;
   }
 
   const Spec& spec_;
@@ -636,12 +521,11 @@ class FlowRunner {
   Guardian guardian_;
   Supervisor* supervisor_ = nullptr;
   std::map<std::string, State> state_;
-  std::vector<std::string> node_errors_;  // why a multi-node step failed besides its workers
-  RunRecord record_;                      // run.json
-  bool started_ = false;                  // the run's first files are written; steps may run
-  bool write_failed_ = false;             // a file of the run directory could not be written
-  bool run_json_failed_ = false;          // run.json could not be written (said once)
-  sigset_t mask_before_{};                // the signal mask flowrun started with
+  RunRecord record_;              // run.json
+  bool started_ = false;          // the run's first files are written; steps may run
+  bool write_failed_ = false;     // a file of the run directory could not be written
+  bool run_json_failed_ = false;  // run.json could not be written (said once)
+  sigset_t mask_before_{};        // the signal mask flowrun started with
 };
 
 }  // namespace

@@ -24,6 +24,7 @@
 
 #include "flowrun/error.h"
 #include "flowrun/process.h"
+#include "flowrun/rank_output.h"
 #include "flowrun/util.h"
 
 namespace flowrun {
@@ -111,10 +112,6 @@ namespace {
 
 constexpr std::size_t kReadChunk = 256 * 1024;
 constexpr int kReadsPerWakeup = 4;  // fairness between ranks that flood
-// Console output waits for the end of the loop's current batch of ready
-// pipes, so one write carries the lines of every rank that was ready, unless
-// it grows past this.
-constexpr std::size_t kConsoleBatch = 1 << 20;
 // What waits for a console reader that does not keep up; past it, the
 // workers' lines are dropped (and counted) until the reader takes some.
 constexpr std::size_t kConsoleBacklog = 4 << 20;
@@ -229,11 +226,16 @@ struct Supervisor::Impl {
   GroupObserver* observer = nullptr;
   bool observer_stops = false;  // the observer took over the stop (on_stop returned true)
   std::int64_t started_mono = 0;
+  std::int64_t group_start_ns = 0;  // wall clock, for the record
   std::vector<char> buffer = std::vector<char>(kReadChunk);
-  std::string console_out;  // this batch's lines, before they go to the streams
-  std::string console_err;
-  ConsoleStream streams[2];  // stdout, stderr
-  bool flush_posted = false;
+  // This batch's lines, before they go to the streams.
+  ConsoleBatch batch{io, [this](std::string& out, std::string& err) {
+                       to_stream(0, out, true);
+                       to_stream(1, err, true);
+                     }};
+  std::string& console_out = batch.out;
+  std::string& console_err = batch.err;
+  ConsoleStream streams[2];       // stdout, stderr
   bool output_paused = false;     // Supervisor::pause_output()
   std::int64_t paused_at_ns = 0;  // monotonic, when output was paused
 
@@ -637,15 +639,11 @@ struct Supervisor::Impl {
     s.log_fd = -1;
     if (!write_error.empty()) return;
     const std::string& path = s.is_err ? w.launch->stderr_log : w.launch->stdout_log;
-    const std::size_t slash = path.rfind('/');
     const std::string who = w.launch->rank >= 0        ? fmt::format("rank {}'s ", w.launch->rank)
                             : !w.launch->label.empty() ? w.launch->label + "'s "
                                                        : std::string("its ");
-    write_error = fmt::format("cannot write {}{} in {}: {}", who, path.substr(slash + 1),
-                              path.substr(0, slash), std::strerror(err));
-    say(fmt::format("flowrun: error: step '{}': {}; {}{}", options.step, write_error,
-                    stopping ? "the step is stopping" : "stopping the step",
-                    options.run_dir.empty() ? "" : write_failure_hint(err, options.run_dir)));
+    write_error = log_write_error(who, path, err);
+    say(log_failed_message(options.step, write_error, stopping, err, options.run_dir));
     if (!stopping) {
       outcome = Outcome::failed;
       begin_stop();
@@ -666,23 +664,9 @@ struct Supervisor::Impl {
     s.log_fd = -1;
   }
 
-  void schedule_flush() {
-    if (console_out.size() + console_err.size() >= kConsoleBatch) {
-      flush_console();
-      return;
-    }
-    if (flush_posted || (console_out.empty() && console_err.empty())) return;
-    flush_posted = true;
-    asio::post(io, [this] {
-      flush_posted = false;
-      flush_console();
-    });
-  }
+  void schedule_flush() { batch.schedule(); }
 
-  void flush_console() {
-    to_stream(0, console_out, true);
-    to_stream(1, console_err, true);
-  }
+  void flush_console() { batch.flush(); }
 
   // flowrun's own line, after what the workers wrote so far; never dropped.
   void say(const std::string& text) {
@@ -834,6 +818,11 @@ struct Supervisor::Impl {
   }
 
   AttemptRecord run(const std::vector<WorkerLaunch>& launches, const GroupOptions& opts, GroupObserver* obs) {
+    start(launches, opts, obs);
+    return finish();
+  }
+
+  void start(const std::vector<WorkerLaunch>& launches, const GroupOptions& opts, GroupObserver* obs) {
     options = opts;
     observer = obs;
     observer_stops = false;
@@ -847,10 +836,7 @@ struct Supervisor::Impl {
     leftovers_seen.clear();
     notes.clear();
     started_mono = monotonic_now_ns();
-    AttemptRecord attempt;
-    attempt.restart_count = opts.restart_count;
-    attempt.master_port = opts.master_port;
-    attempt.start_unix_ns = unix_now_ns();
+    group_start_ns = unix_now_ns();
 
     if (opts.timeout_s) {
       timeout_timer.expires_after(std::chrono::duration_cast<std::chrono::steady_clock::duration>(
@@ -889,8 +875,10 @@ struct Supervisor::Impl {
       outcome = Outcome::interrupted;
       begin_stop();
     }
-
     advance();
+  }
+
+  AttemptRecord finish() {
     while (!done) io.run_one();
 
     // Every worker and leftover has ended: take what is still in the pipes
@@ -921,6 +909,10 @@ struct Supervisor::Impl {
           dropped, dropped == 1 ? "" : "s"));
     }
 
+    AttemptRecord attempt;
+    attempt.restart_count = options.restart_count;
+    attempt.master_port = options.master_port;
+    attempt.start_unix_ns = group_start_ns;
     attempt.end_unix_ns = unix_now_ns();
     attempt.outcome = outcome;
     attempt.write_error = write_error;
@@ -946,6 +938,18 @@ AttemptRecord Supervisor::run_group(const std::vector<WorkerLaunch>& workers, co
                                     GroupObserver* observer) {
   return impl_->run(workers, options, observer);
 }
+
+void Supervisor::start_group(const std::vector<WorkerLaunch>& workers, const GroupOptions& options,
+                             GroupObserver* observer) {
+  impl_->start(workers, options, observer);
+}
+
+bool Supervisor::run_until(const std::function<bool()>& until) {
+  while (!impl_->done && !until()) impl_->io.run_one();
+  return impl_->done;
+}
+
+AttemptRecord Supervisor::finish_group() { return impl_->finish(); }
 
 boost::asio::io_context& Supervisor::io() { return impl_->io; }
 

@@ -12,8 +12,9 @@
 //   start     every node starts its ranks at once; their output streams to
 //             the head's console and per-rank files
 //   done      each agent uploads its ranks' error files and collected
-//             outputs, checksummed, and says done; the head restarts the
-//             group (max_restarts) or sends bye, and the join runs here
+//             outputs, checksummed, and says done; the step runner
+//             restarts the group (assign again) or the head sends bye,
+//             and the join runs here
 //
 // A worker failing anywhere, a node whose connection drops or whose
 // heartbeats stop, the step's timeout and Ctrl-C all stop every node, and
@@ -21,6 +22,7 @@
 #pragma once
 
 #include <functional>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
@@ -28,6 +30,7 @@
 #include "flowrun/plan.h"
 #include "flowrun/result.h"
 #include "flowrun/supervisor.h"
+#include "flowrun/worker_group.h"
 
 namespace flowrun {
 
@@ -43,18 +46,38 @@ struct NodeStep {
   std::string flowrun_path;                  // this binary, the same path on every node
 };
 
-struct NodeStepResult {
-  std::vector<AttemptRecord> attempts;
-  std::vector<std::string> notes;   // for results.json
-  std::vector<std::string> errors;  // flowrun's own reasons the step failed (workdir, uploads, ...)
-  // How the step ended when no rank ever started (attempts is empty):
-  // failed (see errors), timed_out or interrupted.
-  Outcome outcome_before_start = Outcome::failed;
-};
+// The head: a WorkerGroup whose ranks run on the nodes' agents. The agents
+// join once and stay connected between the step's attempts; the step
+// runner decides whether another attempt starts (a restart assigns every
+// node again), and close() ends the step on every node.
+class RemoteGroup : public WorkerGroup {
+ public:
+  // Listens and starts the engine's processes that bring up the agents.
+  // Throws Error when the step cannot even begin (no address to listen on,
+  // the marker cannot be written).
+  RemoteGroup(Supervisor& supervisor, const Console& console, const NodeStep& step);
+  ~RemoteGroup() override;
+  RemoteGroup(const RemoteGroup&) = delete;
+  RemoteGroup& operator=(const RemoteGroup&) = delete;
 
-// Runs one multi-node step to its end. Throws Error when it cannot even
-// begin (no address to listen on, the marker cannot be written).
-NodeStepResult run_on_nodes(Supervisor& supervisor, const Console& console, const NodeStep& step);
+  // Waits for every node to join, then runs the check across them.
+  std::optional<AttemptResult> preflight() override;
+  // The first waits for every node to join; a restart assigns them again.
+  AttemptResult run_attempt(const Attempt& attempt) override;
+  void stop(Outcome why) override;
+  void kill() override;
+  int interrupt_signal() override;
+  std::string placement() const override;  // "2 nodes"
+
+  // Says bye to every node and waits until the engine's processes have
+  // ended. Returns the notes and errors that came after the last attempt.
+  AttemptResult close();
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+  Supervisor* sup_ = nullptr;
+};
 
 // `flowrun agent`.
 struct AgentOptions {

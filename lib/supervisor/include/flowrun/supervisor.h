@@ -35,6 +35,7 @@
 
 #include <csignal>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -171,6 +172,17 @@ class Supervisor {
   // succeeded; roles are assigned.
   AttemptRecord run_group(const std::vector<WorkerLaunch>& workers, const GroupOptions& options,
                           GroupObserver* observer = nullptr);
+
+  // run_group in three parts, for an observer whose work spans several
+  // calls of its own (the head: its agents stay connected between a step's
+  // attempts). start_group starts the workers (`workers` must outlive the
+  // group); run_until runs the loop until `until()` holds or the group has
+  // ended, and returns whether it has ended; finish_group runs it until the
+  // group ends and returns the group's record.
+  void start_group(const std::vector<WorkerLaunch>& workers, const GroupOptions& options,
+                   GroupObserver* observer);
+  bool run_until(const std::function<bool()>& until);
+  AttemptRecord finish_group();
 
   // The loop, for an observer's sockets and timers, and for code that runs
   // it between groups (the agent waiting for its next message).

@@ -1,0 +1,106 @@
+// The step runner: the policy of one parallel step over a WorkerGroup
+// (worker_group.h), on one host or across nodes. It runs the preflight, then
+// attempts until one ends without a failure that may be restarted, keeps
+// what every failed attempt left, records every attempt, and decides the
+// step's outcome and exit code; the flow runner then gathers the outputs for
+// the join (join_request) and writes results.json.
+//
+// The restart rule, the one rule for every parallel step: after an attempt,
+// another starts when all of these hold:
+//   - the attempt failed (a rank failed, or flowrun stopped it as failed);
+//     one that timed out, stalled or was interrupted never restarts;
+//   - fewer than the plan's max_restarts restarts have run;
+//   - flowrun received no stop signal (the group's interrupt_signal());
+//   - every file of the run directory could be written (write_error empty);
+//   - no node is gone (AttemptResult::node_gone: lost, closed after its
+//     done, or its agent signalled): a restart needs every node;
+//   - flowrun found nothing wrong itself (AttemptResult::errors empty, in
+//     this attempt or an earlier one).
+// The last two never hold back a group on one host, which reports neither.
+//
+// A restart starts every rank afresh: before it, what the failed attempt
+// left in each rank's directory (logs, traceback, outputs) moves to
+// <rank dir>/attemptN/ (keep_attempt), and the failed attempt's records name
+// the files there.
+#pragma once
+
+#include <functional>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "flowrun/join.h"
+#include "flowrun/plan.h"
+#include "flowrun/result.h"
+#include "flowrun/supervisor.h"
+#include "flowrun/worker_group.h"
+
+namespace flowrun {
+
+// How a parallel step's attempts ended.
+struct StepRun {
+  std::vector<AttemptRecord> attempts;  // never empty; the last decided the outcome
+  std::vector<std::string> notes;       // for results.json
+  // flowrun's own reasons the step failed besides its ranks: a refused
+  // preflight, a node's errors. They make a step that succeeded fail.
+  std::vector<std::string> errors;
+  Outcome outcome = Outcome::succeeded;
+  int exit_code = 0;  // step_exit_code of the last attempt; 1 for errors alone
+};
+
+// Sets run.outcome and run.exit_code from its last attempt, flowrun's stop
+// signal `interrupt` (0: none) and its errors; errors fail a last attempt
+// that succeeded.
+void settle_step_run(StepRun& run, int interrupt);
+
+class StepRunner {
+ public:
+  // `preflight`: the step asks for one (parallel.preflight on GPUs).
+  // `time_left`: the step's time left, asked before each attempt.
+  StepRunner(const Step& step, const StepPlan& plan, const RunLayout& layout, const Console& console,
+             bool preflight, std::function<std::optional<double>()> time_left);
+
+  StepRun run(WorkerGroup& group);
+
+ private:
+  const Step& step_;
+  const StepPlan& plan_;
+  const RunLayout& layout_;
+  Console console_;
+  bool preflight_;
+  std::function<std::optional<double>()> time_left_;
+};
+
+// The restart rule above: whether another attempt follows `last`, the
+// attempt that ran with TORCHELASTIC_RESTART_COUNT `restart`. `node_gone`:
+// a node can take no further attempt; `errors`: the step's errors so far,
+// this attempt's included; `interrupt`: the first stop signal flowrun got
+// (0: none).
+bool restarts_after(const AttemptRecord& last, bool node_gone, const std::vector<std::string>& errors,
+                    int restart, int max_restarts, int interrupt);
+
+// The console line for a restart: "flowrun: step 'S' failed (rank 1 exited
+// with code 3); restarting all 4 workers (restart 1 of 2)", with "on NODE"
+// after the rank and "on 2 nodes" after the workers when `placement` is
+// "2 nodes". `restart`: the restart about to run (1 for the first).
+std::string restart_message(const std::string& step, const AttemptRecord& failed, int world_size,
+                            const std::string& placement, int restart, int max_restarts);
+
+// Before restart `attempt` + 1: moves what attempt `attempt` left in rank
+// `rank`'s directory to <rank_dir>/attempt<attempt>/ and points that rank's
+// records in `failed` at the files kept there.
+void keep_failed_attempt(AttemptRecord& failed, const std::string& rank_dir, int rank, int attempt);
+
+// The exit code of a step whose last attempt was `attempt`: 0 when it
+// succeeded; 124 for a timeout or stall; 128+N for flowrun's stop signal
+// `interrupt` (SIGINT's when none is known); the culprit's shell code; 1 for
+// flowrun's own write error; else the code of a rank that failed on its own,
+// or 1.
+int step_exit_code(const AttemptRecord& attempt, int interrupt);
+
+// What the join of a parallel step that succeeded gathers: every rank's
+// FLOWRUN_OUTPUT_DIR into the step's outputs directory, files newer than
+// `started`. The caller sets `stop`.
+JoinRequest join_request(const Step& step, const StepPlan& plan, const RunLayout& layout, FileTime started);
+
+}  // namespace flowrun

@@ -1,0 +1,94 @@
+#include <fmt/format.h>
+#include <unistd.h>
+
+#include "flowrun/files.h"
+#include "flowrun/process.h"
+#include "flowrun/slurm.h"
+#include "flowrun/worker_group.h"
+
+namespace flowrun {
+
+std::string describe_devices(const StepPlan& plan) {
+  if (plan.cpu) return "CPU";
+  std::vector<std::string> ids;
+  for (const auto& gpu : plan.nodes.front().gpus) ids.push_back(gpu.select_token);
+  return fmt::format("GPU{} {}", ids.size() == 1 ? "" : "s", join(ids, ","));
+}
+
+std::vector<std::string> full_env(const EnvMap& parent, const EnvList& set) {
+  EnvMap env = parent;
+  for (const auto& [name, value] : set) env[name] = value;
+  std::vector<std::string> entries;
+  entries.reserve(env.size());
+  for (const auto& [name, value] : env) entries.push_back(name + "=" + value);
+  return entries;
+}
+
+LocalGroup::LocalGroup(Supervisor& supervisor, const Console& console, LocalStep step)
+    : sup_(supervisor), console_(console), job_(std::move(step)) {}
+
+std::optional<AttemptResult> LocalGroup::preflight() {
+  AttemptResult refused;
+  if (!job_.preflight || job_.preflight(refused.errors)) return std::nullopt;
+  refused.started = false;
+  refused.record.outcome = Outcome::failed;
+  refused.record.start_unix_ns = refused.record.end_unix_ns = unix_now_ns();
+  return refused;
+}
+
+AttemptResult LocalGroup::run_attempt(const Attempt& attempt) {
+  const Step& step = *job_.step;
+  const StepPlan& plan = *job_.plan;
+  if (attempt.keep_previous) attempt.keep_previous();
+  HeldPort port = hold_free_port(job_.ctx.master_addr);
+  LaunchContext ctx = job_.ctx;
+  ctx.master_port = port.port;
+  ctx.restart_count = attempt.restart;
+  std::vector<WorkerLaunch> launches;
+  launches.reserve(plan.ranks.size());
+  for (const auto& rank : plan.ranks) {
+    const std::string rank_dir = ctx.layout.rank_dir(step.name, rank.rank);
+    make_dirs(ctx.layout.output_dir(step.name, rank.rank));
+    WorkerLaunch launch;
+    launch.rank = rank.rank;
+    launch.local_rank = rank.local_rank;
+    launch.argv = job_.argv;
+    // Started by srun (or in sbatch -n N), flowrun's own environment
+    // carries the step's SLURM_NTASKS, SLURM_PROCID, ...: frameworks that
+    // read Slurm's variables first (Lightning 1.x) would take their ranks
+    // from those instead of the contract. The job's variables stay.
+    launch.env =
+        full_env(strip_step_variables(ctx.parent_env), worker_env(*job_.spec, step, plan, rank, ctx));
+    launch.workdir = step.workdir;
+    launch.stdout_log = rank_dir + "/stdout.log";
+    launch.stderr_log = rank_dir + "/stderr.log";
+    launch.error_file = ctx.layout.error_file(step.name, rank.rank);
+    unlink(launch.error_file.c_str());  // a traceback from an earlier attempt is not this one's
+    launch.console = !job_.shows_rank || job_.shows_rank(rank.rank);
+    launches.push_back(std::move(launch));
+  }
+  GroupOptions group = job_.group;
+  group.timeout_s = attempt.timeout_s;
+  group.restart_count = attempt.restart;
+  group.master_port = port.port;
+  if (attempt.restart == 0) {
+    console_.message(fmt::format("flowrun: step '{}': {} worker{} on this host ({}), MASTER_PORT {}",
+                                 step.name, plan.world_size, plan.world_size == 1 ? "" : "s",
+                                 describe_devices(plan), port.port));
+  }
+  // Held until now so that no bind(0) on this host takes it meanwhile;
+  // released as the ranks start, for rank 0's store (or any socket a
+  // rank binds there without SO_REUSEADDR, which a held port refuses).
+  port.release();
+  AttemptResult result;
+  result.record = sup_.run_group(launches, group);
+  return result;
+}
+
+void LocalGroup::stop(Outcome why) { sup_.stop_group(why); }
+
+void LocalGroup::kill() { sup_.kill_group(); }
+
+int LocalGroup::interrupt_signal() { return sup_.interrupt_signal(); }
+
+}  // namespace flowrun

@@ -1,0 +1,130 @@
+#include "flowrun/step_runner.h"
+
+#include <fmt/format.h>
+
+#include "flowrun/files.h"
+
+namespace flowrun {
+
+StepRunner::StepRunner(const Step& step, const StepPlan& plan, const RunLayout& layout,
+                       const Console& console, bool preflight,
+                       std::function<std::optional<double>()> time_left)
+    : step_(step),
+      plan_(plan),
+      layout_(layout),
+      console_(console),
+      preflight_(preflight),
+      time_left_(std::move(time_left)) {}
+
+StepRun StepRunner::run(WorkerGroup& group) {
+  StepRun run;
+  auto take = [&run](AttemptResult& result) {
+    for (auto& note : result.notes) run.notes.push_back(std::move(note));
+    for (auto& error : result.errors) run.errors.push_back(std::move(error));
+  };
+  if (preflight_) {
+    if (auto refused = group.preflight()) {
+      // Refused as a step whose nodes never started is: one attempt, no rank.
+      take(*refused);
+      run.attempts.push_back(std::move(refused->record));
+      settle_step_run(run, group.interrupt_signal());
+      return run;
+    }
+  }
+  for (int restart = 0;; ++restart) {
+    Attempt attempt{restart, time_left_ ? time_left_() : std::nullopt, {}};
+    if (restart > 0) {
+      attempt.keep_previous = [this, &run, restart] {
+        for (const auto& rank : plan_.ranks)
+          keep_failed_attempt(run.attempts.back(), layout_.rank_dir(step_.name, rank.rank), rank.rank,
+                              restart - 1);
+      };
+    }
+    AttemptResult result = group.run_attempt(attempt);
+    take(result);
+    if (!result.started && !run.attempts.empty()) break;  // the attempt before decides
+    const bool again = restarts_after(result.record, result.node_gone, run.errors, restart,
+                                      plan_.max_restarts, group.interrupt_signal());
+    run.attempts.push_back(std::move(result.record));
+    if (!again) break;
+    console_.message(restart_message(step_.name, run.attempts.back(), plan_.world_size, group.placement(),
+                                     restart + 1, plan_.max_restarts));
+  }
+  settle_step_run(run, group.interrupt_signal());
+  return run;
+}
+
+bool restarts_after(const AttemptRecord& last, bool node_gone, const std::vector<std::string>& errors,
+                    int restart, int max_restarts, int interrupt) {
+  return last.outcome == Outcome::failed && restart < max_restarts && interrupt == 0 &&
+         last.write_error.empty() && !node_gone && errors.empty();
+}
+
+std::string restart_message(const std::string& step, const AttemptRecord& failed, int world_size,
+                            const std::string& placement, int restart, int max_restarts) {
+  std::string why = "a worker failed";
+  if (failed.culprit) {
+    const auto& w = failed.workers[static_cast<std::size_t>(*failed.culprit)];
+    why = placement.empty() ? fmt::format("rank {} {}", w.rank, w.status.describe())
+                            : fmt::format("rank {} on {} {}", w.rank, w.node, w.status.describe());
+  }
+  return fmt::format("flowrun: step '{}' failed ({}); restarting all {} workers{} (restart {} of {})", step,
+                     why, world_size, placement.empty() ? "" : " on " + placement, restart, max_restarts);
+}
+
+void keep_failed_attempt(AttemptRecord& failed, const std::string& rank_dir, int rank, int attempt) {
+  const std::string kept = keep_attempt(rank_dir, attempt);
+  if (kept.empty()) return;
+  for (auto& w : failed.workers) {
+    if (w.rank != rank) continue;
+    w.stdout_log = kept + "/stdout.log";
+    w.stderr_log = kept + "/stderr.log";
+    w.error_file = kept + "/error.json";
+  }
+}
+
+int step_exit_code(const AttemptRecord& attempt, int interrupt) {
+  switch (attempt.outcome) {
+    case Outcome::succeeded: return 0;
+    case Outcome::timed_out:
+    case Outcome::stalled: return 124;
+    case Outcome::interrupted: return 128 + (interrupt != 0 ? interrupt : 2);
+    case Outcome::failed: break;
+  }
+  if (attempt.culprit) return attempt.workers[static_cast<std::size_t>(*attempt.culprit)].status.shell_code();
+  if (!attempt.write_error.empty()) return 1;  // flowrun's own I/O failure stopped the workers
+  // No rank failed first (a node was lost after its ranks succeeded, an
+  // upload was refused, ...): the code of a rank flowrun stopped (143 for its
+  // SIGTERM) would blame it; a rank that failed on its own, or else 1.
+  for (const auto& w : attempt.workers) {
+    if (!w.status.ok() && w.role != Role::victim) return w.status.shell_code();
+  }
+  return 1;
+}
+
+void settle_step_run(StepRun& run, int interrupt) {
+  AttemptRecord& last = run.attempts.back();
+  // flowrun's own errors (a node's, an upload's) fail the step its ranks finished.
+  if (!run.errors.empty() && last.outcome == Outcome::succeeded) last.outcome = Outcome::failed;
+  run.outcome = last.outcome;
+  run.exit_code = step_exit_code(last, interrupt);
+  if (!run.errors.empty() && run.exit_code == 0) run.exit_code = 1;
+}
+
+JoinRequest join_request(const Step& step, const StepPlan& plan, const RunLayout& layout, FileTime started) {
+  JoinRequest request;
+  request.step = step.name;
+  request.workdir = step.workdir;
+  request.outputs = step.outputs;
+  request.collect = step.collect;
+  request.world_size = plan.world_size;
+  request.ranks_on_node = plan.nodes.front().procs;
+  for (int r = 0; r < plan.world_size; ++r)
+    request.rank_output_dirs.push_back(layout.output_dir(step.name, r));
+  request.outputs_dir = layout.inputs_dir(step.name);
+  request.started = started;
+  request.run_dir = layout.run_dir;
+  return request;
+}
+
+}  // namespace flowrun

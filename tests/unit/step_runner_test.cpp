@@ -1,0 +1,403 @@
+// The step runner over a scripted worker group: restarts, kept attempts,
+// attempt records, exit codes and what the join gets, with no process.
+#include "flowrun/step_runner.h"
+
+#include <catch2/catch.hpp>
+#include <csignal>
+#include <cstdlib>
+#include <fcntl.h>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <unistd.h>
+
+using namespace flowrun;
+namespace fs = std::filesystem;
+
+namespace {
+
+class TempDir {
+ public:
+  TempDir() {
+    std::string pattern = "/tmp/flowrun-step-XXXXXX";
+    REQUIRE(mkdtemp(pattern.data()) != nullptr);
+    path_ = pattern;
+  }
+  ~TempDir() {
+    std::error_code ignored;
+    fs::remove_all(path_, ignored);
+  }
+  TempDir(const TempDir&) = delete;
+  TempDir& operator=(const TempDir&) = delete;
+  const std::string& path() const { return path_; }
+
+ private:
+  std::string path_;
+};
+
+std::string read_text(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream text;
+  text << in.rdbuf();
+  return text.str();
+}
+
+// flowrun's console, written to a file the test reads.
+class CapturedConsole {
+ public:
+  explicit CapturedConsole(const std::string& dir) : path_(dir + "/console.txt") {
+    fd_ = open(path_.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    REQUIRE(fd_ >= 0);
+  }
+  ~CapturedConsole() { close(fd_); }
+  CapturedConsole(const CapturedConsole&) = delete;
+  CapturedConsole& operator=(const CapturedConsole&) = delete;
+  Console console() const { return Console{fd_, fd_}; }
+  std::string text() const { return read_text(path_); }
+
+ private:
+  std::string path_;
+  int fd_ = -1;
+};
+
+ExitStatus exited(int code) { return {ExitStatus::Kind::exited, code, ""}; }
+
+// An attempt of `codes.size()` ranks ending with these exit codes; the
+// first non-zero is the culprit (the others were stopped).
+AttemptResult attempt_of(const std::vector<int>& codes, Outcome outcome = Outcome::failed) {
+  AttemptResult result;
+  std::vector<int> stopped;
+  bool failed = false;
+  for (std::size_t i = 0; i < codes.size(); ++i) {
+    WorkerRecord w;
+    w.rank = static_cast<int>(i);
+    w.node = "node" + std::to_string(i);
+    w.status = exited(codes[i]);
+    w.end_unix_ns = 1000 + static_cast<std::int64_t>(i);
+    if (failed && codes[i] != 0) stopped.push_back(static_cast<int>(i));
+    failed = failed || codes[i] != 0;
+    result.record.workers.push_back(w);
+  }
+  result.record.outcome = failed ? outcome : Outcome::succeeded;
+  assign_roles(result.record, stopped);
+  return result;
+}
+
+// Returns scripted attempts in turn, as a group whose ranks ran would: each
+// attempt leaves a stdout.log in every rank's directory, and the records
+// name the files there.
+class FakeWorkerGroup : public WorkerGroup {
+ public:
+  FakeWorkerGroup(const RunLayout& layout, std::string step, std::vector<AttemptResult> script)
+      : layout_(layout), step_(std::move(step)), script_(std::move(script)) {}
+
+  std::optional<AttemptResult> preflight() override {
+    ++preflights;
+    if (preflight_ok) return std::nullopt;
+    AttemptResult refused;
+    refused.started = false;
+    refused.record.outcome = Outcome::failed;
+    refused.errors.push_back("the preflight check of its GPUs failed");
+    return refused;
+  }
+
+  AttemptResult run_attempt(const Attempt& attempt) override {
+    REQUIRE(next_ < script_.size());
+    asked.push_back(attempt);
+    AttemptResult result = script_[next_++];
+    CHECK(static_cast<bool>(attempt.keep_previous) == (attempt.restart > 0));
+    if (!result.started) return result;  // nothing started: nothing is kept
+    if (attempt.keep_previous) attempt.keep_previous();
+    result.record.restart_count = attempt.restart;
+    for (auto& w : result.record.workers) {
+      const std::string dir = layout_.rank_dir(step_, w.rank);
+      fs::create_directories(dir);
+      std::ofstream(dir + "/stdout.log") << "attempt " << attempt.restart << " rank " << w.rank << "\n";
+      w.stdout_log = dir + "/stdout.log";
+      w.stderr_log = dir + "/stderr.log";
+      w.error_file = dir + "/error.json";
+    }
+    if (next_ == interrupt_after) interrupt = SIGINT;
+    return result;
+  }
+
+  void stop(Outcome why) override { stops.push_back(why); }
+  void kill() override { ++kills; }
+  int interrupt_signal() override { return interrupt; }
+  std::string placement() const override { return placement_; }
+
+  std::vector<Attempt> asked;  // every attempt the runner ran, in order
+  std::vector<Outcome> stops;
+  int kills = 0;
+  int preflights = 0;
+  bool preflight_ok = true;
+  int interrupt = 0;
+  std::size_t interrupt_after = 0;  // flowrun gets SIGINT as attempt N (1-based) ends; 0: never
+  std::string placement_;
+
+ private:
+  const RunLayout& layout_;
+  std::string step_;
+  std::vector<AttemptResult> script_;
+  std::size_t next_ = 0;
+};
+
+struct Fixture {
+  TempDir tmp;
+  CapturedConsole out{tmp.path()};
+  RunLayout layout{tmp.path() + "/run"};
+  Step step;
+  StepPlan plan;
+  std::optional<double> time_left;
+
+  explicit Fixture(int world_size, int max_restarts) {
+    step.name = "train";
+    step.workdir = tmp.path();
+    plan.step = "train";
+    plan.world_size = world_size;
+    plan.max_restarts = max_restarts;
+    plan.nodes.resize(1);
+    plan.nodes.front().procs = world_size;
+    for (int r = 0; r < world_size; ++r) {
+      RankPlan rank;
+      rank.rank = r;
+      rank.local_rank = r;
+      plan.ranks.push_back(rank);
+    }
+  }
+
+  StepRun run(FakeWorkerGroup& group, bool preflight = false) {
+    StepRunner runner(step, plan, layout, out.console(), preflight, [this] { return time_left; });
+    return runner.run(group);
+  }
+};
+
+}  // namespace
+
+TEST_CASE("rank 1 fails, then the group succeeds: one restart, the failed attempt kept", "[step_runner]") {
+  Fixture f(2, 2);
+  FakeWorkerGroup group(f.layout, "train", {attempt_of({0, 3}), attempt_of({0, 0})});
+  const StepRun run = f.run(group);
+
+  REQUIRE(group.asked.size() == 2);
+  CHECK(group.asked[0].restart == 0);
+  CHECK(group.asked[1].restart == 1);
+  REQUIRE(run.attempts.size() == 2);
+  CHECK(run.attempts[0].restart_count == 0);
+  CHECK(run.attempts[0].outcome == Outcome::failed);
+  REQUIRE(run.attempts[0].culprit == 1);
+  CHECK(run.attempts[1].outcome == Outcome::succeeded);
+  CHECK(run.outcome == Outcome::succeeded);
+  CHECK(run.exit_code == 0);
+  CHECK(run.errors.empty());
+
+  // The failed attempt's files moved to attempt0/, and its records say so.
+  for (int r = 0; r < 2; ++r) {
+    const std::string rank_dir = f.layout.rank_dir("train", r);
+    const WorkerRecord& kept = run.attempts[0].workers[static_cast<std::size_t>(r)];
+    CHECK(kept.stdout_log == rank_dir + "/attempt0/stdout.log");
+    CHECK(kept.stderr_log == rank_dir + "/attempt0/stderr.log");
+    CHECK(kept.error_file == rank_dir + "/attempt0/error.json");
+    CHECK(read_text(kept.stdout_log) == "attempt 0 rank " + std::to_string(r) + "\n");
+    CHECK(run.attempts[1].workers[static_cast<std::size_t>(r)].stdout_log == rank_dir + "/stdout.log");
+    CHECK(read_text(rank_dir + "/stdout.log") == "attempt 1 rank " + std::to_string(r) + "\n");
+  }
+  CHECK(f.out.text() ==
+        "flowrun: step 'train' failed (rank 1 exited with code 3); restarting all 2 workers (restart 1 of "
+        "2)\n");
+}
+
+TEST_CASE("restarts run out: the last failure decides the exit code", "[step_runner]") {
+  Fixture f(2, 1);
+  FakeWorkerGroup group(f.layout, "train", {attempt_of({0, 3}), attempt_of({7, 0})});
+  const StepRun run = f.run(group);
+
+  CHECK(group.asked.size() == 2);
+  REQUIRE(run.attempts.size() == 2);
+  CHECK(run.outcome == Outcome::failed);
+  CHECK(run.exit_code == 7);
+  CHECK(run.attempts[0].workers[1].stdout_log == f.layout.rank_dir("train", 1) + "/attempt0/stdout.log");
+  CHECK(f.out.text() ==
+        "flowrun: step 'train' failed (rank 1 exited with code 3); restarting all 2 workers (restart 1 of "
+        "1)\n");
+}
+
+TEST_CASE("no restart allowed: one attempt", "[step_runner]") {
+  Fixture f(2, 0);
+  FakeWorkerGroup group(f.layout, "train", {attempt_of({0, 3})});
+  const StepRun run = f.run(group);
+  CHECK(group.asked.size() == 1);
+  CHECK(run.exit_code == 3);
+  CHECK(f.out.text().empty());
+}
+
+TEST_CASE("a restart whose ranks never start: the failed attempt decides", "[step_runner]") {
+  Fixture f(2, 2);
+  AttemptResult never;
+  never.started = false;
+  never.record.outcome = Outcome::interrupted;
+  never.errors.push_back("node node1 (node rank 1 of 2) lost: its agent's connection closed");
+  FakeWorkerGroup group(f.layout, "train", {attempt_of({0, 3}), never});
+  const StepRun run = f.run(group);
+  CHECK(group.asked.size() == 2);
+  REQUIRE(run.attempts.size() == 1);
+  CHECK(run.outcome == Outcome::failed);
+  CHECK(run.exit_code == 3);
+  CHECK(run.errors == never.errors);
+  // Nothing was kept: the files are where the attempt left them.
+  CHECK(run.attempts[0].workers[1].stdout_log == f.layout.rank_dir("train", 1) + "/stdout.log");
+  CHECK(read_text(f.layout.rank_dir("train", 1) + "/stdout.log") == "attempt 0 rank 1\n");
+
+  // A first attempt that never starts is the step's one attempt.
+  Fixture g(2, 2);
+  FakeWorkerGroup group2(g.layout, "train", {never});
+  const StepRun first = g.run(group2);
+  REQUIRE(first.attempts.size() == 1);
+  CHECK(first.attempts[0].workers.empty());
+  CHECK(first.outcome == Outcome::interrupted);
+}
+
+TEST_CASE("a lost node gives up without restarting", "[step_runner]") {
+  Fixture f(2, 3);
+  AttemptResult lost = attempt_of({0, 0});
+  lost.record.workers[1].status = {ExitStatus::Kind::lost, 0, "its agent's connection closed"};
+  lost.record.outcome = Outcome::failed;
+  assign_roles(lost.record, {});
+  lost.node_gone = true;
+  lost.notes.push_back("node node1 (node rank 1 of 2) lost: its agent's connection closed");
+  FakeWorkerGroup group(f.layout, "train", {lost, attempt_of({0, 0})});
+  group.placement_ = "2 nodes";
+  const StepRun run = f.run(group);
+
+  CHECK(group.asked.size() == 1);
+  REQUIRE(run.attempts.size() == 1);
+  CHECK(run.outcome == Outcome::failed);
+  CHECK(run.exit_code == 1);  // the lost rank's shell code: it never ended by itself
+  CHECK(run.notes == lost.notes);
+  CHECK(f.out.text().empty());
+}
+
+TEST_CASE("flowrun's own errors give up and fail the step", "[step_runner]") {
+  Fixture f(2, 3);
+  AttemptResult failed = attempt_of({0, 3});
+  failed.errors.push_back("node node1: cannot upload rank 1's error.json");
+  FakeWorkerGroup group(f.layout, "train", {failed, attempt_of({0, 0})});
+  StepRun run = f.run(group);
+  CHECK(group.asked.size() == 1);
+  CHECK(run.errors == failed.errors);
+  CHECK(run.exit_code == 3);
+
+  // Errors after ranks that all succeeded: the step fails with 1.
+  Fixture g(1, 3);
+  AttemptResult done = attempt_of({0});
+  done.errors.push_back("node node0: the upload ended unfinished");
+  FakeWorkerGroup group2(g.layout, "train", {done});
+  run = g.run(group2);
+  CHECK(run.attempts.back().outcome == Outcome::failed);
+  CHECK(run.outcome == Outcome::failed);
+  CHECK(run.exit_code == 1);
+}
+
+TEST_CASE("an interrupt ends the attempts with 128+N", "[step_runner]") {
+  Fixture f(2, 3);
+  SECTION("a failure as flowrun is interrupted is not restarted") {
+    FakeWorkerGroup group(f.layout, "train", {attempt_of({0, 3}), attempt_of({0, 0})});
+    group.interrupt_after = 1;
+    const StepRun run = f.run(group);
+    CHECK(group.asked.size() == 1);
+    CHECK(run.exit_code == 3);
+    CHECK(f.out.text().empty());
+  }
+  SECTION("an interrupted attempt") {
+    FakeWorkerGroup group(f.layout, "train", {attempt_of({143, 143}, Outcome::interrupted)});
+    group.interrupt_after = 1;
+    const StepRun run = f.run(group);
+    CHECK(group.asked.size() == 1);
+    CHECK(run.outcome == Outcome::interrupted);
+    CHECK(run.exit_code == 128 + SIGINT);
+  }
+}
+
+TEST_CASE("a timeout, a stall or a write error is never restarted", "[step_runner]") {
+  Fixture f(2, 3);
+  f.time_left = 12.5;
+  SECTION("timeout") {
+    FakeWorkerGroup group(f.layout, "train", {attempt_of({143, 143}, Outcome::timed_out)});
+    const StepRun run = f.run(group);
+    REQUIRE(group.asked.size() == 1);
+    CHECK(group.asked[0].timeout_s == 12.5);
+    CHECK(run.outcome == Outcome::timed_out);
+    CHECK(run.exit_code == 124);
+  }
+  SECTION("stall") {
+    FakeWorkerGroup group(f.layout, "train", {attempt_of({143, 143}, Outcome::stalled)});
+    const StepRun run = f.run(group);
+    CHECK(group.asked.size() == 1);
+    CHECK(run.exit_code == 124);
+  }
+  SECTION("write error") {
+    AttemptResult full = attempt_of({0, 0});
+    full.record.outcome = Outcome::failed;
+    full.record.write_error = "cannot write rank 0's stdout.log: No space left on device";
+    FakeWorkerGroup group(f.layout, "train", {full, attempt_of({0, 0})});
+    const StepRun run = f.run(group);
+    CHECK(group.asked.size() == 1);
+    CHECK(run.exit_code == 1);
+  }
+}
+
+TEST_CASE("a refused preflight runs no attempt", "[step_runner]") {
+  Fixture f(2, 3);
+  FakeWorkerGroup group(f.layout, "train", {attempt_of({0, 0})});
+  group.preflight_ok = false;
+  const StepRun run = f.run(group, /*preflight=*/true);
+  CHECK(group.preflights == 1);
+  CHECK(group.asked.empty());
+  REQUIRE(run.attempts.size() == 1);
+  CHECK(run.attempts[0].workers.empty());
+  CHECK(run.outcome == Outcome::failed);
+  CHECK(run.exit_code == 1);
+  CHECK(run.errors == std::vector<std::string>{"the preflight check of its GPUs failed"});
+
+  FakeWorkerGroup passing(f.layout, "train", {attempt_of({0, 0})});
+  CHECK(f.run(passing, true).exit_code == 0);
+  CHECK(passing.preflights == 1);
+  FakeWorkerGroup without(f.layout, "train", {attempt_of({0, 0})});
+  f.run(without, false);
+  CHECK(without.preflights == 0);
+}
+
+TEST_CASE("the restart rule and its message across nodes", "[step_runner]") {
+  const AttemptResult failed = attempt_of({0, 3});
+  CHECK(restarts_after(failed.record, false, {}, 0, 1, 0));
+  CHECK_FALSE(restarts_after(failed.record, false, {}, 1, 1, 0));
+  CHECK_FALSE(restarts_after(failed.record, false, {}, 0, 1, SIGTERM));
+  CHECK_FALSE(restarts_after(failed.record, false, {"node node0: an earlier error"}, 0, 1, 0));
+  CHECK_FALSE(restarts_after(failed.record, /*node_gone=*/true, {}, 0, 1, 0));
+  CHECK_FALSE(restarts_after(attempt_of({0, 0}).record, false, {}, 0, 1, 0));
+
+  CHECK(restart_message("train", failed.record, 4, "2 nodes", 1, 3) ==
+        "flowrun: step 'train' failed (rank 1 on node1 exited with code 3); restarting all 4 workers on 2 "
+        "nodes (restart 1 of 3)");
+  AttemptRecord no_culprit;
+  CHECK(restart_message("train", no_culprit, 1, "", 2, 2) ==
+        "flowrun: step 'train' failed (a worker failed); restarting all 1 workers (restart 2 of 2)");
+}
+
+TEST_CASE("the join gathers every rank's output directory", "[step_runner]") {
+  Fixture f(3, 0);
+  f.step.outputs = {"*.pt"};
+  f.step.collect = Collect::all;
+  const JoinRequest request = join_request(f.step, f.plan, f.layout, 42);
+  CHECK(request.step == "train");
+  CHECK(request.workdir == f.tmp.path());
+  CHECK(request.outputs == std::vector<std::string>{"*.pt"});
+  CHECK(request.collect == Collect::all);
+  CHECK(request.world_size == 3);
+  CHECK(request.ranks_on_node == 3);
+  REQUIRE(request.rank_output_dirs.size() == 3);
+  CHECK(request.rank_output_dirs[2] == f.layout.run_dir + "/train/rank2/out");
+  CHECK(request.outputs_dir == f.layout.run_dir + "/train/outputs");
+  CHECK(request.started == 42);
+  CHECK(request.run_dir == f.layout.run_dir);
+}
