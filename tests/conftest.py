@@ -5,10 +5,11 @@
 Options: --flowrun (the binary under test, default build/dev/flowrun), --sanitized (it is built
 with a sanitizer: timing bounds are tripled and memory bounds are not checked), --fake-gpu-libs
 (the stand-in NVIDIA libraries of the doctor's tests), --venv (the Lightning and fastai venv),
---fault-table (write the measured faults table there), --update (rewrite
-the golden files and the bad specs' expected errors: review the diff), --cluster-examples (the docs' examples
-that need a cluster), --test-timeout (seconds each test may take; tripled with --sanitized and for
-a test marked slow).
+--fault-table (write the measured faults table there), --update (rewrite the golden files, the
+bad specs' errors and the docs' console output from real runs: review the diff),
+--cluster-examples (the docs' examples that need a cluster), --repeat (runs of the torch suite's
+culprit test), --keep (keep the multi-node scratch directory), --test-timeout (seconds each test
+may take; tripled with --sanitized and for a test marked slow).
 
 Each ctest entry selects its tests by marker (`-m launcher`), one marker per entry. A test states
 its facts with the `check` fixture (flowrun_testlib/checks.py): every failed label and its detail
@@ -68,7 +69,8 @@ def pytest_addoption(parser):
     group.addoption("--keep", action="store_true",
                     help="keep the multi-node tests' scratch directory (in /var/tmp) to look at")
     group.addoption("--update", action="store_true",
-                    help="rewrite the expected files (golden plans, bad specs' errors) from the actual output")
+                    help="rewrite the expected files (golden plans, bad specs' errors, the docs' console "
+                         "output) from real runs")
     group.addoption("--test-timeout", type=float, default=300.0,
                     help="seconds a test may take, tripled with --sanitized and for a slow one (default 300)")
 

@@ -2097,6 +2097,6 @@ def test_reliability_doc_lists_every_fault(repo_root, check):
     table = text.split("<!-- faults table")[1].split("<!-- end of faults table")[0] if \
         "<!-- faults table" in text else ""
     rows = [row for row in re.findall(r"^\| (\w+) \|", table, re.M) if row != "fault"]
-    names = TestFaults.test_names()
+    names = TestFaults.names_of_tests()
     check(rows == names, f"{doc}: its faults table has one row per fault, in order",
           f"table: {rows}\nfaults: {names}")

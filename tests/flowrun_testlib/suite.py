@@ -1,10 +1,11 @@
 """The base of the end-to-end test classes that drive the real binary.
 
 A class `TestX(E2E)` in a test module gets, before each of its test_* methods (pytest runs
-each on a fresh instance): self.config (pytest's), self.flowrun, self.root, self.sanitized, self.slack (timing bounds
-are multiplied by it: 3 for a sanitizer build), self.scratch (a directory of the test's own,
-removed after it) and self.check (the soft check, see checks.py). Anything a test registers in
-self.open (Nodes, ...) is closed after it, passed or failed, so nothing outlives it."""
+each on a fresh instance): self.config (pytest's), self.flowrun, self.root, self.sanitized,
+self.slack (timing bounds are multiplied by it: 3 for a sanitizer build), self.scratch (a
+directory of the test's own, removed after it) and self.check (the soft check, see checks.py).
+Anything a test registers in self.open (Nodes, ...) is closed after it, passed or failed, so
+nothing outlives it."""
 import os
 
 import pytest
@@ -43,7 +44,7 @@ class E2E:
         return other
 
     @classmethod
-    def test_names(cls):
+    def names_of_tests(cls):
         """The names of the class's own tests, in their order, without test_."""
         return [name[len("test_"):] for name in cls.__dict__ if name.startswith("test_")]
 
