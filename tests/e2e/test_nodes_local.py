@@ -1,7 +1,7 @@
 """End-to-end tests of multi-node steps on one host: no cluster needed.
 
 The head is `flowrun SPEC` with `cluster: {engine: manual, address: 127.0.0.1}`;
-this script starts the two agents itself with the command the head prints
+the test starts the two agents itself with the command the head prints
 (`flowrun agent --rdzv-endpoint HOST:PORT --token-file FILE`), both at once, each
 in its own session as on a node of its own. Both agents report this host's
 name, so every node is called by it. The tests check what the workers saw (their
@@ -793,7 +793,7 @@ class TestNodesLocal(E2E):
         self.check(agents_quiet(n), "stall: both agents end in order", n.detail())
         n.check_nothing_left("stall")
 
-    # --- driver -----------------------------------------------------------
+    # --- an agent given several endpoints ------------------------------
 
     def test_endpoint_list(self):
         """--rdzv-endpoint with several HOST:PORT, as the head gives them when it has several addresses: the agent

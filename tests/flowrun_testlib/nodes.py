@@ -44,7 +44,7 @@ def read(path):
 # A stand-in agent that speaks the control plane's protocol as a test tells it to.
 FAKE_AGENT = path_of("e2e", "helpers", "fake_agent.py")
 class Nodes:
-    """One head and the agents this script starts for it, with their output in files."""
+    """One head and the agents a test starts for it, with their output in files."""
 
     def __init__(self, suite, name, spec, *options, head_env=None, head_stdout=None):
         self.suite, self.name = suite, name
