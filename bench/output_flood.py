@@ -34,7 +34,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "tests"))
-from testlib import BLOB_RANK, FLOOD_RANK, PeakMemory, file_crc  # noqa: E402
+from flowrun_testlib import BLOB_RANK, FLOOD_RANK, PeakMemory, file_crc  # noqa: E402
 
 
 def clean_env():

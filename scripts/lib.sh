@@ -21,6 +21,8 @@ FLOWRUN_CLUSTER_PACKAGES=(
 FLOWRUN_PACKAGES=(
   "${FLOWRUN_BUILD_PACKAGES[@]}"
   catch2 python3 python3-torch
+  # The end-to-end tests run under pytest (tests/conftest.py), each with a time limit.
+  python3-pytest python3-pytest-timeout
   # tests/e2e/helpers/fake_agent.py seals its frames (AES-256-GCM) as the agents do.
   python3-cryptography
   clang clang-14 libclang-rt-14-dev clang-format

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # A multi-node test cluster on one Linux machine: N emulated hosts with real
 # Slurm and sshd, for flowrun's multi-node end-to-end tests
-# (tests/e2e/multinode/run_multinode_tests.py).
+# (tests/e2e/multinode/test_multinode.py).
 #
 #   cluster.sh [--dir DIR] up N [--debian-hostname NODE]...   start N nodes (1..9)
 #   cluster.sh [--dir DIR] down                  remove everything; says what was left

@@ -1,21 +1,16 @@
-#!/usr/bin/env python3
 """End-to-end tests of flowrun across nodes: a 4-node test cluster on this
 machine (tests/cluster/cluster.sh: network namespaces, real Slurm, sshd), the
 real binary as head and agents, helper ranks (node_worker.py) and a join that
 checks what the ranks saw (check_env.py).
 
-  run_multinode_tests.py FLOWRUN ROOT [--only NAME[,NAME...]] [--list] [--keep]
-
---only runs the tests named, in that order (a name given twice runs twice).
+  python3 -m pytest tests/e2e/multinode/test_multinode.py [--flowrun PATH] [-k NAME] [--keep]
 
 Brings the cluster up (node1's /etc/hosts maps its own name to 127.0.1.1, as
 Debian does), runs the tests, and always brings it down, also on Ctrl-C.
-After every test, nothing of flowrun may be left on any node. Prints
-"multinode: N passed, M failed" and exits 1 on any failure; exits 125 (skipped)
-only when not root or when network namespaces are not available here.
+After every test, nothing of flowrun may be left on any node. Skipped only
+when not root or when network namespaces are not available here.
 --keep: keep the scratch directory (in /var/tmp; the nodes share it) to look at.
 """
-import argparse
 import datetime
 import json
 import os
@@ -25,13 +20,16 @@ import shutil
 import signal
 import socket
 import subprocess
-import sys
 import tempfile
 import threading
 import time
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", ".."))
-from testlib import AGENT_CLOSED, Tally  # noqa: E402
+import pytest
+
+from flowrun_testlib import AGENT_CLOSED
+from flowrun_testlib.cluster import Cluster, cluster_unavailable, end_on_sigterm
+
+pytestmark = [pytest.mark.multinode, pytest.mark.cluster, pytest.mark.root]
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 WORKER = os.path.join(HERE, "node_worker.py")
@@ -192,56 +190,12 @@ def proc_state(pid):
     return stat[stat.rfind(")") + 2:][:1] if stat else ""
 
 
-# --- the cluster -----------------------------------------------------------------
-
-class Cluster:
-    def __init__(self, root):
-        self.script = os.path.join(root, "tests", "cluster", "cluster.sh")
-        self.env, self.is_up = {}, False
-
-    def up(self):
-        """True once the cluster is up. A failed `up` removes what it made itself,
-        and one refused because a cluster is up already leaves that one alone."""
-        argv = [self.script, "up", str(NODES), "--debian-hostname", DEBIAN_NODE]
-        p = subprocess.run(argv, capture_output=True, text=True, timeout=180)
-        print(p.stdout + p.stderr, end="", flush=True)
-        if p.returncode != 0:
-            return False
-        self.is_up = True
-        out = subprocess.run([self.script, "env"], capture_output=True, text=True, check=True).stdout
-        for line in out.splitlines():
-            k, _, v = line.removeprefix("export ").partition("=")
-            self.env[k] = shlex.split(v)[0] if v else ""
-        self.addrs = dict(item.split("=") for item in self.env["FLOWRUN_CLUSTER_ADDRS"].split())
-        self.addrs["head"] = self.env["FLOWRUN_CLUSTER_HEAD_ADDR"]
-        self.netns = self.env["FLOWRUN_CLUSTER_NETNS"].split()
-        self.ssh_config = self.env["FLOWRUN_CLUSTER_SSH_CONFIG"]
-        return True
-
-    def down(self):
-        p = subprocess.run([self.script, "down"], capture_output=True, text=True, timeout=120)
-        print(p.stdout + p.stderr, end="", flush=True)
-        self.is_up = False
-        return p.returncode
-
-    def on(self, where, argv):
-        """argv run on the head ('head': host name head, the cluster's hosts
-        file), on node I (an int), or as it is here (None)."""
-        if where is None:
-            return list(argv)
-        return [self.script, "exec", str(where), *argv]
-
-    def pids_on(self, node):
-        out = subprocess.run(["ip", "netns", "pids", self.netns[node - 1]], capture_output=True, text=True).stdout
-        return [int(p) for p in out.split()]
-
-    def address_list(self):
-        return ",".join(f"{h}={a}" for h, a in sorted(self.addrs.items()))
-
-
 # --- the tests -------------------------------------------------------------------
 
-class Suite:
+class Multinode:
+    """What the tests share: the cluster, a scratch directory in /var/tmp with copies of the binary and
+    the ranks' scripts; self.soft is the check of the test that runs now."""
+
     def __init__(self, flowrun, root, cluster, scratch):
         self.root, self.c, self.scratch = root, cluster, scratch
         # The tests run a copy of the binary, at a path of their own, and flows named
@@ -262,11 +216,11 @@ class Suite:
         WORKER, CHECK = os.path.join(scripts, "node_worker.py"), os.path.join(scripts, "check_env.py")
         TORCH = os.path.join(scratch, "torch")
         self.name = f"mn{os.getpid()}"
-        self.t = Tally("multinode")
+        self.soft = None
 
     def check(self, ok, label, expected, got, detail=""):
         """A check that says what it expected and what it got when it fails."""
-        return self.t.check(ok, label, f"  expected: {expected}\n  got:      {got}\n{detail}".rstrip())
+        return self.soft(ok, label, f"  expected: {expected}\n  got:      {got}\n{detail}".rstrip())
 
     def env(self):
         env = {k: v for k, v in os.environ.items() if not INFLUENTIAL.match(k)}
@@ -275,7 +229,7 @@ class Suite:
         return env
 
     def workspace(self, name, base=None):
-        """A new directory (name, name.2, ...: --only may name a test twice)."""
+        """A new directory (name, name.2, ...: a name asked for twice gets one of its own)."""
         d, n = os.path.join(base or self.scratch, name), 1
         while os.path.exists(d):
             n += 1
@@ -1007,99 +961,39 @@ TESTS = ["salloc", "sbatch", "srun", "srun_node1", "login_node_loopback", "ssh_h
          "agent_kill", "link_down", "head_kill", "scancel", "wrong_token", "symlink", "private_workdir", "preflight"]
 
 
-def namespaces_available():
-    """'' when this process may make network, UTS and mount namespaces, else why not."""
-    try:
-        p = subprocess.run(["unshare", "--net", "--uts", "--mount", "true"], capture_output=True, text=True,
-                           timeout=30)
-    except (OSError, subprocess.TimeoutExpired) as e:
-        return f"unshare: {e}"
-    if p.returncode != 0:
-        return f"unshare --net --uts --mount: {p.stderr.strip() or f'exit {p.returncode}'}"
-    name = f"flowrun-probe-{os.getpid()}"
-    p = subprocess.run(["ip", "netns", "add", name], capture_output=True, text=True)
-    if p.returncode != 0:
-        return f"ip netns add: {p.stderr.strip()}"
-    subprocess.run(["ip", "netns", "del", name], capture_output=True)
-    return ""
-
-
-def main():
-    parser = argparse.ArgumentParser()
-    parser.add_argument("flowrun")
-    parser.add_argument("root")
-    parser.add_argument("--only", help="comma-separated test names (see --list)")
-    parser.add_argument("--list", action="store_true")
-    parser.add_argument("--keep", action="store_true", help="keep the scratch directory")
-    a = parser.parse_args()
-    if a.list:
-        print("\n".join(TESTS))
-        return 0
-    names = TESTS
-    if a.only:
-        names = [n.strip() for n in a.only.split(",") if n.strip()]
-        unknown = [n for n in names if n not in TESTS]
-        if unknown:
-            print(f"unknown test {', '.join(unknown)}; one of: {', '.join(TESTS)}", file=sys.stderr)
-            return 2
-    if os.geteuid() != 0:
-        print("SKIP: the multi-node tests need root (network namespaces, mounts, Slurm and sshd daemons)")
-        return 125
-    why = namespaces_available()
+@pytest.fixture(scope="module")
+def multinode(request, flowrun, repo_root):
+    """The cluster, up for the module's tests and always brought down after them, also on Ctrl-C
+    or SIGTERM; skips them without root or network namespaces."""
+    why = cluster_unavailable()
     if why:
-        print(f"SKIP: network namespaces are not available here ({why})")
-        return 125
-    flowrun, root = os.path.abspath(a.flowrun), os.path.abspath(a.root)
-    if not os.access(flowrun, os.X_OK):
-        print(f"FAIL: {flowrun} is not an executable; build it first")
-        return 1
-
-    # Ctrl-C and SIGTERM (a CI timeout) end the run through the finally below,
-    # which brings the cluster down.
-    def interrupted(signum, frame):
-        raise KeyboardInterrupt(signal.Signals(signum).name)
-    signal.signal(signal.SIGINT, interrupted)
-    signal.signal(signal.SIGTERM, interrupted)
-    cluster = Cluster(root)
+        pytest.skip(why)
+    end_on_sigterm()
+    cluster = Cluster(repo_root, NODES, "--debian-hostname", DEBIAN_NODE)
     scratch = tempfile.mkdtemp(prefix="flowrun-multinode-", dir="/var/tmp")
-    down_rc, ran = 0, 0
-    start = time.monotonic()
-    suite = Suite(flowrun, root, cluster, scratch)
     try:
-        if not suite.check(cluster.up(), "the test cluster comes up", f"{cluster.script} up {NODES}: exit 0",
-                           "a failure (above)"):
-            names = []
-        for name in names:
-            ran += 1
-            t0, before = time.monotonic(), suite.t.failed
-            try:
-                getattr(suite, "test_" + name)()
-            except Exception as e:  # a test that raises fails, the others still run
-                import traceback
-                suite.t.check(False, f"{name}: raised {type(e).__name__}: {e}", traceback.format_exc())
-            finally:
-                for live in list(LIVE):
-                    live.kill()
-                    live.finish(5)
-            suite.assert_nothing_left(name)
-            print(f"{name}: {'ok' if suite.t.failed == before else 'FAILED'} ({time.monotonic() - t0:.1f} s)",
-                  flush=True)
-    except KeyboardInterrupt as e:
-        print(f"interrupted ({e or 'Ctrl-C'}): bringing the cluster down", flush=True)
-        suite.t.check(False, "the run was interrupted")
+        suite = Multinode(flowrun, repo_root, cluster, scratch)
+        if not cluster.up():
+            pytest.fail(f"the test cluster comes up: {cluster.script} up {NODES} failed (above)", pytrace=False)
+        yield suite
     finally:
         for live in list(LIVE):
             live.kill()
-        if cluster.is_up:
-            down_rc = cluster.down()
-        if a.keep:
+        down_rc = cluster.down() if cluster.is_up else 0
+        if request.config.getoption("keep"):
             print(f"scratch directory kept: {scratch}")
         else:
             shutil.rmtree(scratch, ignore_errors=True)
-    suite.check(down_rc == 0, "the cluster comes down with nothing left", "cluster.sh down: exit 0", down_rc)
-    print(f"multinode: {ran} of {len(names)} tests run in {time.monotonic() - start:.1f} s", flush=True)
-    return suite.t.finish()
+    assert down_rc == 0, f"the cluster comes down with nothing left: cluster.sh down: exit {down_rc}"
 
 
-if __name__ == "__main__":
-    sys.exit(main())
+@pytest.mark.parametrize("name", TESTS)
+def test_multinode(name, multinode, check):
+    multinode.soft = check
+    try:
+        getattr(multinode, "test_" + name)()
+    finally:
+        for live in list(LIVE):
+            live.kill()
+            live.finish(5)
+        multinode.assert_nothing_left(name)

@@ -1,11 +1,10 @@
-#!/usr/bin/env python3
 """End-to-end tests of `flowrun resume RUN`: real flows of small shell steps
 run by the real binary, a failure, then a resume. Every step appends a line
 to counter.txt in its workdir, so a test knows exactly which steps ran in
 which run; the run directories (run.json, results.json, outputs/) and the
 console are checked with exact expectations.
 
-  run_resume_tests.py FLOWRUN ROOT [--sanitized] [--only NAME[,NAME...]] [--list]
+  python3 -m pytest tests/e2e/test_resume.py [--flowrun PATH] [--sanitized] [-k NAME]
 
 --sanitized: the binary is built with a sanitizer; waits get more slack and
 every stderr is checked for a sanitizer report (as always).
@@ -17,12 +16,14 @@ import re
 import shutil
 import signal
 import subprocess
-import sys
-import tempfile
 import time
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
-from testlib import Tally, clean_env, run_suite  # noqa: E402
+import pytest
+
+from flowrun_testlib import clean_env
+from flowrun_testlib.suite import E2E
+
+pytestmark = pytest.mark.resume
 
 SANITIZER_REPORT = re.compile(r"(WARNING|ERROR): (ThreadSanitizer|AddressSanitizer|LeakSanitizer)|runtime error: ")
 
@@ -80,16 +81,7 @@ class Run:
         return f"exit {self.rc}\n--- stdout\n{self.stdout[-3000:]}\n--- stderr\n{self.stderr[-5000:]}"
 
 
-class Suite:
-    def __init__(self, flowrun, root, sanitized):
-        self.flowrun, self.root, self.sanitized = flowrun, root, sanitized
-        self.slack = 3.0 if sanitized else 1.0
-        self.t = Tally("resume")
-        self.scratch = tempfile.mkdtemp(prefix="flowrun-resume-")
-
-    def check(self, ok, label, detail=""):
-        return self.t.check(ok, label, detail)
-
+class TestResume(E2E):
     def equal(self, expected, actual, label):
         return self.check(expected == actual, label, f"expected: {expected!r}\nactual:   {actual!r}")
 
@@ -500,14 +492,3 @@ steps:
             ran = f.read().splitlines()
         self.check(len(ran) == 2 and ran[1] == "/usr/bin/python3" and ran[0] != ran[1],
                    "python: 'which' ran twice, the second time with --python", str(ran))
-
-    def tests(self):
-        return [(name[len("test_"):], getattr(self, name)) for name in Suite.__dict__ if name.startswith("test_")]
-
-
-def main():
-    return run_suite(lambda a: Suite(a.flowrun, a.root, a.sanitized))
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -1,4 +1,6 @@
-"""Shared helpers for the end-to-end test runners (run_*.py)."""
+"""Shared helpers of the end-to-end tests (tests/**/test_*.py, run under pytest; tests/conftest.py
+holds the fixtures): the environment a test starts flowrun in, output normalisation, and the
+small rank programs the suites share."""
 import os
 import re
 import subprocess
@@ -37,89 +39,9 @@ def run(argv, cwd, env=None, input_text=None, timeout=60):
                            capture_output=True, text=True, timeout=timeout)
 
 
-class Tally:
-    """Counts checks and prints the closing 'N passed, M failed' line."""
-
-    def __init__(self, name):
-        self.name, self.passed, self.failed = name, 0, 0
-
-    def check(self, ok, label, detail=""):
-        if ok:
-            self.passed += 1
-        else:
-            self.failed += 1
-            print(f"FAIL {label}\n{detail}".rstrip())
-        return ok
-
-    def finish(self):
-        print(f"{self.name}: {self.passed} passed, {self.failed} failed")
-        return 1 if self.failed or not self.passed else 0
-
-
 def diff(expected, actual):
     import difflib
     return "".join(difflib.unified_diff(expected.splitlines(True), actual.splitlines(True), "expected", "actual"))
-
-
-def run_suite(make_suite, add_arguments=None, after_all=None):
-    """The main() of an end-to-end driver:
-
-      DRIVER FLOWRUN ROOT [--sanitized] [--only NAME[,NAME...]] [--list] [the driver's own options]
-
-    make_suite(args) returns the suite (or an exit code: 125 to skip). The suite has
-    tests() -> [(name, function)], check(ok, label, detail), t (a Tally) and scratch (a
-    directory, removed at the end); close_all(), when it has one, runs after every test.
-    Each test runs in its own try, so a crash fails that test only; each prints
-    `NAME: ok|FAILED (N s)`. after_all(suite, args) runs after the last test. Returns the
-    exit code: 0 when every check passed, 1 otherwise, 2 for an unknown --only name."""
-    import argparse
-    import shutil
-    import time
-    import traceback
-
-    parser = argparse.ArgumentParser()
-    parser.add_argument("flowrun")
-    parser.add_argument("root")
-    parser.add_argument("--sanitized", action="store_true",
-                        help="the binary is built with a sanitizer: timing margins are wider")
-    parser.add_argument("--only", default="", help="comma-separated test names (see --list)")
-    parser.add_argument("--list", action="store_true", help="list the tests and exit")
-    if add_arguments:
-        add_arguments(parser)
-    args = parser.parse_args()
-    args.flowrun, args.root = os.path.abspath(args.flowrun), os.path.abspath(args.root)
-    suite = make_suite(args)
-    if isinstance(suite, int):
-        return suite
-    close_all = getattr(suite, "close_all", lambda: None)
-    try:
-        tests = suite.tests()
-        if args.list:
-            print("\n".join(name for name, _ in tests))
-            return 0
-        only = set(filter(None, args.only.split(",")))
-        unknown = only - {name for name, _ in tests}
-        if unknown:
-            print(f"unknown test: {', '.join(sorted(unknown))} (see --list)")
-            return 2
-        for name, test in tests:
-            if only and name not in only:
-                continue
-            start, before = time.monotonic(), suite.t.failed
-            try:
-                test()
-            except Exception as e:  # a crash in one test is that test's failure
-                suite.check(False, f"{name}: raised {type(e).__name__}: {e}", traceback.format_exc())
-            finally:
-                close_all()
-            status = "ok" if suite.t.failed == before else "FAILED"
-            print(f"{name}: {status} ({time.monotonic() - start:.1f} s)", flush=True)
-        if after_all:
-            after_all(suite, args)
-    finally:
-        close_all()
-        shutil.rmtree(suite.scratch, ignore_errors=True)
-    return suite.t.finish()
 
 
 # --- floods: what a rank writes, what arrived, how much memory it took ----------

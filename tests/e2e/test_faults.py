@@ -1,9 +1,7 @@
-#!/usr/bin/env python3
 """Fault injection: each fault a launcher must survive, injected into a real
 run of the flowrun binary, with what it cost measured.
 
-  run_fault_tests.py FLOWRUN ROOT [--sanitized] [--only NAME[,NAME...]] [--list] [--table FILE]
-                     [--doc docs/reliability.md]
+  python3 -m pytest tests/e2e/test_faults.py [--flowrun PATH] [--sanitized] [-k NAME] [--fault-table FILE]
 
 Every fault is a test. Besides its own checks (the report names the right
 rank, the exit code, ...), each one measures and asserts the same four things:
@@ -17,9 +15,11 @@ rank, the exit code, ...), each one measures and asserts the same four things:
   falsely claimed   a failed rank or step recorded as succeeded, a join run on
                     a partial result, a file in outputs/ that no rank finished: 0
 
---table FILE writes the measured table (Markdown) that docs/reliability.md
-holds; --doc checks that the document has a row for every fault here. The faults on a real network (a node's link cut, a node's agent or the
-head killed across hosts) are in tests/e2e/multinode/run_multinode_tests.py,
+The session prints the measured table (Markdown) that docs/reliability.md
+holds at its end, and --fault-table FILE writes it there;
+test_reliability_doc_lists_every_fault checks that the document has a row
+for every fault here, in their order. The faults on a real network (a node's link cut, a node's agent or the
+head killed across hosts) are in tests/e2e/multinode/test_multinode.py,
 which needs root and builds a cluster; here a "node" is an agent on this host.
 
 --sanitized: the binary is built with a sanitizer: timing bounds are tripled.
@@ -36,21 +36,22 @@ import sys
 import tempfile
 import time
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, HERE)
-sys.path.insert(0, os.path.join(HERE, ".."))
-from testlib import AGENT_CLOSED, GAPS_RANK, Tally, clean_env, peak_rss_kib, run_suite  # noqa: E402
-from testlib import run as run_to_end  # noqa: E402
-from run_launcher_tests import SANITIZER_REPORT, processes_with, wait_for  # noqa: E402
-from run_launcher_tests import Suite as LauncherSuite  # noqa: E402
-from run_nodes_local_tests import FAKE_AGENT, Nodes, sh_yaml, spec_text  # noqa: E402
+import pytest
 
-sys.path.insert(0, os.path.join(HERE, "helpers"))
-import wire  # noqa: E402
-from fake_agent import VERSION as PROTOCOL  # noqa: E402
+from flowrun_testlib import AGENT_CLOSED, GAPS_RANK, clean_env, peak_rss_kib, tables, wire
+from flowrun_testlib import run as run_to_end
+from flowrun_testlib.launcher import SANITIZER_REPORT, Launcher, processes_with, wait_for
+from flowrun_testlib.nodes import FAKE_AGENT, Nodes, sh_yaml, spec_text
+from flowrun_testlib.suite import E2E, path_of
+
+pytestmark = pytest.mark.faults
+
+# The control plane's protocol version, as flowrun itself is built with it.
+with open(path_of("..", "lib", "protocol", "include", "flowrun", "protocol.h"), encoding="utf-8") as _header:
+    PROTOCOL = int(re.search(r"kProtocolVersion = (\d+);", _header.read()).group(1))
 
 PY = sys.executable
-WORKER = os.path.join(HERE, "helpers", "worker.py")
+WORKER = path_of("e2e", "helpers", "worker.py")
 # A rank's finished result, as lost_results() looks for it: a file in its
 # FLOWRUN_OUTPUT_DIR and a line in its stdout.log.
 RESULT = 'echo "rank $RANK result" > "$FLOWRUN_OUTPUT_DIR/result.txt"; echo "rank $RANK wrote its result"; '
@@ -89,26 +90,17 @@ class Row:
         return [self.fault, did, rec, str(self.left), f"{self.lost} / {self.false}", f"`{self.reproduce}`"]
 
 
-class Suite:
-    def __init__(self, flowrun, root, sanitized):
-        self.flowrun, self.root, self.sanitized = flowrun, root, sanitized
-        self.slack = 3.0 if sanitized else 1.0
-        self.t = Tally("faults")
-        self.scratch = tempfile.mkdtemp(prefix="flowrun-faults-")
-        self.rows = []
-        self.open = []  # Nodes still to close
+class TestFaults(E2E):
+    rows = []  # the table's rows, one per fault test that ran, in their order (row())
 
     # --- plumbing ---------------------------------------------------------------
-
-    def check(self, ok, label, detail=""):
-        return self.t.check(ok, label, detail)
 
     def sanitizer_check(self, label, text):
         m = SANITIZER_REPORT.search(text)
         self.check(m is None, f"{label}: no sanitizer report", text[max(0, m.start() - 200):][:4000] if m else "")
 
     def row(self, name, did):
-        r = Row(name, did, f"tests/e2e/run_fault_tests.py build/dev/flowrun . --only {name}")
+        r = Row(name, did, f"python3 -m pytest tests/e2e/test_faults.py::TestFaults::test_{name}")
         self.rows.append(r)
         return r
 
@@ -531,9 +523,7 @@ steps:
     run: {sh_yaml('touch "$0/join.ran"', "@DIR@")}
 """)
         self.fix_dir(d)
-        launcher = LauncherSuite(self.flowrun, self.root, self.sanitized)
-        shutil.rmtree(launcher.scratch, ignore_errors=True)
-        launcher.scratch, launcher.t = self.scratch, self.t
+        launcher = self.borrow(Launcher)
         run_dir = os.path.join(d, "run")
         run = launcher.tmpfs_run("disk full", os.path.join(d, "spec.yaml"), run_dir, "4m", "--run-id", run_id,
                                  "--grace", "5")
@@ -2122,51 +2112,39 @@ steps:
         self.finish_row(r, "escaped glob", "n/a (refused before the run)", 0, self.count_left(f"escaped-{os.getpid()}"),
                         0, int(os.path.exists(os.path.join(d, "run", "train", "outputs"))), err)
 
-    # --- driver -----------------------------------------------------------------------
+    # --- the table -------------------------------------------------------------------
 
-    def close_all(self):
-        for n in self.open:
-            n.close()
-        self.open = []
-
-    def tests(self):
-        return [(name[len("test_"):], getattr(self, name)) for name in Suite.__dict__ if name.startswith("test_")]
-
-    def table(self):
+    @classmethod
+    def table(cls):
         head = ["fault", "what flowrun did", "time to recover", "processes left", "results lost / falsely claimed",
                 "reproduce"]
         lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
-        for r in self.rows:
+        for r in cls.rows:
             lines.append("| " + " | ".join(c.replace("|", "\\|") for c in r.cells()) + " |")
         return "\n".join(lines) + "\n"
 
 
-def make_suite(a):
-    suite = Suite(a.flowrun, a.root, a.sanitized)
-    if a.doc:
-        text = read(a.doc, "")
-        table = text.split("<!-- faults table")[1].split("<!-- end of faults table")[0] if \
-            "<!-- faults table" in text else ""
-        rows = [row for row in re.findall(r"^\| (\w+) \|", table, re.M) if row != "fault"]
-        names = [name for name, _ in suite.tests()]
-        suite.check(rows == names, f"{a.doc}: its faults table has one row per fault, in order",
-                    f"table: {rows}\nfaults: {names}")
-    return suite
+@pytest.fixture(autouse=True, scope="module")
+def fault_table(request):
+    """After the faults, the table they measured: printed at the end, and written to
+    --fault-table FILE (for docs/reliability.md)."""
+    yield
+    if not TestFaults.rows:
+        return
+    tables.TABLES["faults table"] = TestFaults.table()
+    path = request.config.getoption("fault_table")
+    if path:
+        with open(path, "w") as f:
+            f.write(TestFaults.table())
 
 
-def write_table(suite, a):
-    print(suite.table(), end="")
-    if a.table:
-        with open(a.table, "w") as f:
-            f.write(suite.table())
-
-
-def main():
-    def options(parser):
-        parser.add_argument("--table", help="write the measured table (Markdown) here")
-        parser.add_argument("--doc", help="check that this document's faults table has a row for every fault")
-    return run_suite(make_suite, options, write_table)
-
-
-if __name__ == "__main__":
-    sys.exit(main())
+def test_reliability_doc_lists_every_fault(repo_root, check):
+    """docs/reliability.md's faults table has one row per fault test here, in their order."""
+    doc = os.path.join(repo_root, "docs", "reliability.md")
+    text = read(doc, "")
+    table = text.split("<!-- faults table")[1].split("<!-- end of faults table")[0] if \
+        "<!-- faults table" in text else ""
+    rows = [row for row in re.findall(r"^\| (\w+) \|", table, re.M) if row != "fault"]
+    names = TestFaults.names_of_tests()
+    check(rows == names, f"{doc}: its faults table has one row per fault, in order",
+          f"table: {rows}\nfaults: {names}")

@@ -1,27 +1,26 @@
-#!/usr/bin/env python3
 """flowrun with real PyTorch (Debian's python3-torch, CPU, gloo): a standard
 DDP script trains on 2 and 4 workers and its join checks the model; the
 example specs/examples/cpu.yaml runs; and a rank that dies while its peers
 wait in a collective is named the culprit, 20 times out of 20.
 
-  run_torch_tests.py FLOWRUN ROOT [--repeat N] [--sanitized]
+  python3 -m pytest tests/e2e/torch/test_torch.py [--flowrun PATH] [--repeat N] [-k NAME]
 
 Torch is imported with /usr/bin/python3 (the workers find `python3` there:
-/usr/bin comes first in their PATH). Without it the tests are skipped: this
-prints SKIP and exits 125.
+/usr/bin comes first in their PATH). Without it the tests are skipped.
 """
-import argparse
 import json
 import os
 import re
 import shutil
 import subprocess
-import sys
-import tempfile
 import time
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", ".."))
-from testlib import Tally, clean_env  # noqa: E402
+import pytest
+
+from flowrun_testlib import clean_env
+from flowrun_testlib.suite import E2E
+
+pytestmark = pytest.mark.torch
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 PYTHON = "/usr/bin/python3"
@@ -47,11 +46,18 @@ def have_torch():
     return p.stdout.strip(), ""
 
 
-class Suite:
-    def __init__(self, flowrun, root, repeat):
-        self.flowrun, self.root, self.repeat = flowrun, root, repeat
-        self.t = Tally("torch")
-        self.scratch = tempfile.mkdtemp(prefix="flowrun-torch-")
+@pytest.fixture(scope="module", autouse=True)
+def torch_version():
+    version, why = have_torch()
+    if version is None:
+        pytest.skip(f"{PYTHON} cannot import torch ({why}); install Debian's python3-torch")
+    print(f"torch {version} from {PYTHON}", flush=True)
+    return version
+
+
+class TestTorch(E2E):
+    def set_up(self):
+        self.repeat = self.config.getoption("repeat")
 
     def workspace(self, name, spec_text):
         d = os.path.join(self.scratch, name)
@@ -65,7 +71,7 @@ class Suite:
         p = subprocess.run([self.flowrun, spec, "--run-dir", run_dir, *options], cwd=os.path.dirname(spec),
                            env=torch_env(), capture_output=True, text=True, timeout=timeout)
         m = SANITIZER_REPORT.search(p.stderr)
-        self.t.check(m is None, "no sanitizer report", p.stderr[max(0, m.start() - 200):][:4000] if m else "")
+        self.check(m is None, "no sanitizer report", p.stderr[max(0, m.start() - 200):][:4000] if m else "")
         detail = f"exit {p.returncode} after {time.monotonic() - start:.1f} s\n--- stdout\n{p.stdout[-3000:]}\n" \
                  f"--- stderr\n{p.stderr[-5000:]}"
         return p.returncode, p.stdout, p.stderr, detail
@@ -86,11 +92,11 @@ steps:
     run: python3 {check} ${{steps.train.outputs}}/model.pt {workers}
 """)
             rc, out, err, detail = self.flowrun_run(spec, run_dir)
-            self.t.check(rc == 0, f"ddp: a standard DDP script trains on {workers} gloo workers", detail)
-            self.t.check(f"[check] model.pt: {workers} workers, 5 steps of SGD, matches the replay\n" in out,
+            self.check(rc == 0, f"ddp: a standard DDP script trains on {workers} gloo workers", detail)
+            self.check(f"[check] model.pt: {workers} workers, 5 steps of SGD, matches the replay\n" in out,
                          f"ddp: the join loads rank 0's model.pt and it matches a replay of {workers} ranks",
                          detail)
-            self.t.check(all(f"[train r{r}] rank {r}/{workers} step 4 loss " in out for r in range(workers)),
+            self.check(all(f"[train r{r}] rank {r}/{workers} step 4 loss " in out for r in range(workers)),
                          f"ddp: every one of the {workers} ranks trained", out)
 
     def test_example(self):
@@ -99,16 +105,17 @@ steps:
         shutil.copy(os.path.join(self.root, "specs", "examples", "cpu.yaml"), d)
         p = subprocess.run([PYTHON, "scripts/prepare.py", "--out", "data"], cwd=d, env=torch_env(),
                            capture_output=True, text=True, timeout=120)
-        if not self.t.check(p.returncode == 0, "example: its prepare script", p.stdout + p.stderr):
+        if not self.check(p.returncode == 0, "example: its prepare script", p.stdout + p.stderr):
             return
         rc, out, err, detail = self.flowrun_run(os.path.join(d, "cpu.yaml"), os.path.join(d, "run"), "--cpus", "2")
         m = re.search(r"^\[evaluate\] model: y = (-?[0-9.]+) x \+ (-?[0-9.]+) \(target: y = 3x - 1\)$", out, re.M)
-        self.t.check(rc == 0 and m is not None, "example: flowrun --cpus 2 specs/examples/cpu.yaml runs", detail)
+        self.check(rc == 0 and m is not None, "example: flowrun --cpus 2 specs/examples/cpu.yaml runs", detail)
         if m:
             w, b = float(m.group(1)), float(m.group(2))
-            self.t.check(abs(w - 3) < 0.25 and abs(b + 1) < 0.25, "example: the model learned y = 3x - 1",
+            self.check(abs(w - 3) < 0.25 and abs(b + 1) < 0.25, "example: the model learned y = 3x - 1",
                          m.group(0))
 
+    @pytest.mark.slow
     def test_culprit_in_collective(self):
         script = os.path.join(HERE, "collective_fail.py")
         d, spec, _ = self.workspace("collective", f"""name: collective
@@ -134,39 +141,8 @@ steps:
             if not ok:
                 wrong.append(f"run {k}: roles {roles}\n{detail}")
             shutil.rmtree(run_dir, ignore_errors=True)
-        self.t.check(not wrong, f"collective: rank 2 named the culprit with exit code 7, "
+        self.check(not wrong, f"collective: rank 2 named the culprit with exit code 7, "
                                 f"{self.repeat - len(wrong)} of {self.repeat} runs",
                      "\n".join(wrong[:2]))
         print(f"collective: {self.repeat} runs in {time.monotonic() - start:.1f} s", flush=True)
 
-
-def main():
-    parser = argparse.ArgumentParser()
-    parser.add_argument("flowrun")
-    parser.add_argument("root")
-    parser.add_argument("--repeat", type=int, default=20)
-    parser.add_argument("--sanitized", action="store_true", help="accepted for symmetry; changes nothing here")
-    a = parser.parse_args()
-    version, why = have_torch()
-    if version is None:
-        print(f"SKIP: {PYTHON} cannot import torch ({why}); install Debian's python3-torch")
-        return 125
-    print(f"torch {version} from {PYTHON}", flush=True)
-    suite = Suite(os.path.abspath(a.flowrun), os.path.abspath(a.root), a.repeat)
-    try:
-        for name in ("ddp", "example", "culprit_in_collective"):
-            start, before = time.monotonic(), suite.t.failed
-            try:
-                getattr(suite, "test_" + name)()
-            except Exception as e:
-                import traceback
-                suite.t.check(False, f"{name}: raised {type(e).__name__}: {e}", traceback.format_exc())
-            print(f"{name}: {'ok' if suite.t.failed == before else 'FAILED'} ({time.monotonic() - start:.1f} s)",
-                  flush=True)
-    finally:
-        shutil.rmtree(suite.scratch, ignore_errors=True)
-    return suite.t.finish()
-
-
-if __name__ == "__main__":
-    sys.exit(main())

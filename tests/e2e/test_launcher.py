@@ -1,10 +1,9 @@
-#!/usr/bin/env python3
 """End-to-end tests of `flowrun SPEC`: the real binary starts real worker
 processes (tests/e2e/helpers/worker.py), and the tests check what they saw
 (their environment, signals, files) and what flowrun reported (exit code,
 console, results.json, the run directory).
 
-  run_launcher_tests.py FLOWRUN ROOT [--sanitized] [--only NAME[,NAME...]] [--list]
+  python3 -m pytest tests/e2e/test_launcher.py [--flowrun PATH] [--sanitized] [-k NAME]
 
 --sanitized: the binary is built with a sanitizer: timing slack is tripled
 and the memory bound of the long-line test is not checked (the sanitizer's
@@ -12,22 +11,20 @@ own memory dwarfs it); everything else is checked the same way.
 """
 import json
 import os
-import pty
 import re
 import shutil
 import signal
 import subprocess
-import sys
-import tempfile
 import threading
 import time
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
-from testlib import Tally, clean_env, run_suite  # noqa: E402
+import pytest
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-WORKER = os.path.join(HERE, "helpers", "worker.py")
-PY = sys.executable
+from flowrun_testlib import clean_env
+from flowrun_testlib.launcher import PY, WORKER, Launcher, argv_yaml, proc_name, processes_with, q, res_culprit, \
+    wait_for
+
+pytestmark = pytest.mark.launcher
 
 TORCHRUN_VARS = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "GROUP_RANK", "GROUP_WORLD_SIZE",
                  "ROLE_NAME", "ROLE_RANK", "ROLE_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT", "TORCHELASTIC_RUN_ID",
@@ -35,168 +32,9 @@ TORCHRUN_VARS = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "GROUP_
                  "TORCHELASTIC_ERROR_FILE", "FLOWRUN_RUN_ID", "FLOWRUN_STEP", "FLOWRUN_NODES", "FLOWRUN_NODE_RANK",
                  "FLOWRUN_RUN_DIR", "FLOWRUN_OUTPUT_DIR")
 PREFIX = re.compile(r"^\[([A-Za-z0-9_-]+)(?: r(\d+))?\] ")
-SANITIZER_REPORT = re.compile(r"(WARNING|ERROR): (ThreadSanitizer|AddressSanitizer|LeakSanitizer)|runtime error: ")
 
 
-def q(text):
-    """A YAML double-quoted scalar (JSON's string syntax is valid YAML)."""
-    return json.dumps(text)
-
-
-def argv_yaml(*words):
-    """A `run:` list that runs the worker helper with the test's python."""
-    return "[" + ", ".join(q(w) for w in (PY, WORKER, *words)) + "]"
-
-
-class Run:
-    """One finished flowrun: exit code, console, run directory, wall time."""
-
-    def __init__(self, rc, stdout, stderr, run_dir, elapsed):
-        self.rc, self.stdout, self.stderr, self.run_dir, self.elapsed = rc, stdout, stderr, run_dir, elapsed
-
-    def results(self, step):
-        with open(os.path.join(self.run_dir, step, "results.json")) as f:
-            return json.load(f)
-
-    def read(self, *parts):
-        with open(os.path.join(self.run_dir, *parts), errors="replace", newline="") as f:
-            return f.read()
-
-    def detail(self):
-        return f"exit {self.rc} after {self.elapsed:.2f} s\n--- stdout\n{self.stdout[-3000:]}\n" \
-               f"--- stderr\n{self.stderr[-5000:]}"
-
-
-def read_environ(pid):
-    """`pid`'s environment as bytes, or None when it is gone, a zombie or a kernel thread. A process caught
-    inside execve() reads as empty for an instant (its new memory has no environment yet): read it again."""
-    for _ in range(20):
-        try:
-            with open(f"/proc/{pid}/environ", "rb") as f:
-                env = f.read()
-            if env:
-                return env
-            with open(f"/proc/{pid}/stat") as f:
-                fields = f.read().rsplit(")", 1)[1].split()
-        except OSError:
-            return None
-        state, ppid, flags = fields[0], int(fields[1]), int(fields[6])
-        if state in "ZX" or ppid == 2 or pid == 2 or flags & 0x00200000:  # PF_KTHREAD
-            return None
-        time.sleep(0.005)
-    return b""
-
-
-def processes_with(entry):
-    """Pids (other than ours) whose environment holds `entry`, as flowrun's guardian looks for them."""
-    found, needle = [], b"\0" + entry.encode() + b"\0"
-    for name in os.listdir("/proc"):
-        if not name.isdigit() or int(name) == os.getpid():
-            continue
-        env = read_environ(int(name))
-        if env is not None and needle in b"\0" + env + (b"" if env.endswith(b"\0") else b"\0"):
-            found.append(int(name))
-    return found
-
-
-def res_culprit(r, step="train"):
-    try:
-        return r.results(step)["culprit_rank"]
-    except (OSError, ValueError, KeyError):
-        return "no results.json"
-
-
-def proc_name(pid):
-    try:
-        with open(f"/proc/{pid}/comm") as f:
-            return f.read().strip()
-    except OSError:
-        return "?"
-
-
-def wait_for(predicate, limit, step=0.02):
-    deadline = time.monotonic() + limit
-    while True:
-        value = predicate()
-        if value or time.monotonic() > deadline:
-            return value
-        time.sleep(step)
-
-
-class Suite:
-    def __init__(self, flowrun, root, sanitized):
-        self.flowrun, self.root, self.sanitized = flowrun, root, sanitized
-        self.slack = 3.0 if sanitized else 1.0
-        self.t = Tally("launcher")
-        self.scratch = tempfile.mkdtemp(prefix="flowrun-e2e-")
-
-    # --- plumbing ---------------------------------------------------------
-
-    def check(self, ok, label, detail=""):
-        return self.t.check(ok, label, detail)
-
-    def workspace(self, name, spec_text):
-        """A fresh directory holding spec.yaml; returns (dir, spec path, run dir)."""
-        d = os.path.join(self.scratch, name)
-        os.makedirs(d)
-        spec = os.path.join(d, "spec.yaml")
-        with open(spec, "w") as f:
-            f.write(spec_text)
-        return d, spec, os.path.join(d, "run")
-
-    def argv(self, spec, run_dir, *options):
-        return [self.flowrun, spec, "--run-dir", run_dir, *options]
-
-    def sanitizer_check(self, label, stderr):
-        m = SANITIZER_REPORT.search(stderr)
-        self.check(m is None, f"{label}: no sanitizer report", stderr[max(0, m.start() - 200):][:4000] if m else "")
-
-    def flowrun_run(self, label, spec, run_dir, *options, env=None, cwd=None, timeout=120, stdout=None):
-        env = clean_env(**(env or {}))
-        start = time.monotonic()
-        p = subprocess.run(self.argv(spec, run_dir, *options), cwd=cwd or os.path.dirname(spec), env=env,
-                           stdout=stdout if stdout is not None else subprocess.PIPE, stderr=subprocess.PIPE,
-                           timeout=timeout)
-        elapsed = time.monotonic() - start
-        out = p.stdout.decode(errors="replace") if p.stdout is not None else ""
-        err = p.stderr.decode(errors="replace")
-        self.sanitizer_check(label, err)
-        return Run(p.returncode, out, err, run_dir, elapsed)
-
-    def start(self, spec, run_dir, *options, env=None, stdout=subprocess.PIPE):
-        """flowrun in its own session (as a shell would start a foreground job
-        in its own process group), for tests that signal it."""
-        return subprocess.Popen(self.argv(spec, run_dir, *options), cwd=os.path.dirname(spec),
-                                env=clean_env(**(env or {})), stdout=stdout, stderr=subprocess.PIPE,
-                                start_new_session=True)
-
-    def finish(self, label, p, run_dir, start, timeout=60):
-        out, err = p.communicate(timeout=timeout)
-        elapsed = time.monotonic() - start
-        err = err.decode(errors="replace")
-        self.sanitizer_check(label, err)
-        return Run(p.returncode, (out or b"").decode(errors="replace"), err, run_dir, elapsed)
-
-    def run_pty(self, spec, run_dir, *options, env=None, timeout=60):
-        """flowrun with stdout and stderr on a terminal; returns (exit code, bytes shown)."""
-        master, slave = pty.openpty()
-        p = subprocess.Popen(self.argv(spec, run_dir, *options), cwd=os.path.dirname(spec),
-                             env=clean_env(**(env or {})), stdin=subprocess.DEVNULL, stdout=slave, stderr=slave,
-                             start_new_session=True)
-        os.close(slave)
-        chunks, deadline = [], time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            try:
-                data = os.read(master, 65536)
-            except OSError:  # EIO: every writer closed the terminal
-                break
-            if not data:
-                break
-            chunks.append(data)
-        os.close(master)
-        rc = p.wait(timeout=10)
-        return rc, b"".join(chunks)
-
+class TestLauncher(Launcher):
     # --- 1. the worker environment ----------------------------------------
 
     def test_environment(self):
@@ -755,32 +593,6 @@ steps:
 
     # --- 6c. the run directory's disk is full ------------------------------
 
-    def tmpfs_run(self, label, spec, run_dir, size, *options):
-        """flowrun SPEC with a tmpfs of `size` mounted over run_dir, in a private mount namespace that ends
-        with it (nothing stays mounted). Returns (Run whose run_dir is a copy of the tmpfs taken at the end,
-        or None when skipped, with the reason printed)."""
-        if os.geteuid() != 0 or shutil.which("unshare") is None:
-            print(f"{label}: skipped: a private tmpfs needs root and unshare")
-            return None
-        os.makedirs(run_dir)
-        saved = run_dir + ".saved"
-        os.makedirs(saved)
-        script = ('mount -t tmpfs -o size="$3" flowrun-test "$1" || exit 97; shift 3; "$@"; rc=$?; '
-                  'cp -a "$0/." "$OUT/"; exit $rc')
-        argv = ["unshare", "-m", "--propagation", "private", "sh", "-c", script, run_dir, run_dir, "-", size,
-                *self.argv(spec, run_dir, *options)]
-        env = clean_env(OUT=saved)
-        start = time.monotonic()
-        p = subprocess.run(argv, cwd=os.path.dirname(spec), env=env, stdout=subprocess.PIPE,
-                           stderr=subprocess.PIPE, timeout=120)
-        elapsed = time.monotonic() - start
-        err = p.stderr.decode(errors="replace")
-        if p.returncode == 97 or (p.returncode != 0 and "unshare:" in err and "flowrun" not in err):
-            print(f"{label}: skipped: cannot mount a tmpfs in a private mount namespace: {err.strip()}")
-            return None
-        self.sanitizer_check(label, err)
-        return Run(p.returncode, p.stdout.decode(errors="replace"), err, saved, elapsed)
-
     def check_not_claimed(self, label, r, run_dir):
         """results.json and run.json, where they could be written, do not say the step succeeded."""
         path = os.path.join(r.run_dir, "train", "results.json")
@@ -1336,16 +1148,3 @@ steps:
         self.check(r.rc == 2 and "steps.train.parallel: unknown key 'gpu'; did you mean 'gpus'?" in r.stderr
                    and not os.path.exists(run_dir), "spec error: exit 2, nothing runs, no run directory",
                    r.detail())
-
-    # --- driver -----------------------------------------------------------
-
-    def tests(self):
-        return [(name[len("test_"):], getattr(self, name)) for name in Suite.__dict__ if name.startswith("test_")]
-
-
-def main():
-    return run_suite(lambda a: Suite(a.flowrun, a.root, a.sanitized))
-
-
-if __name__ == "__main__":
-    sys.exit(main())

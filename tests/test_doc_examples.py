@@ -1,4 +1,3 @@
-#!/usr/bin/env python3
 """Checks every example in README.md and docs/*.md against the real binary.
 
 Fenced blocks, in document order, per file. The first word of the info string
@@ -44,7 +43,7 @@ binary under test) and `python3` and `python`, which are /usr/bin/python3,
 Debian's Python with python3-torch (the first python3 on a developer's PATH may
 lack torch; a PyTorch user's has it). `venv` blocks put build/venv/bin first.
 
---cluster runs the ```console cluster blocks instead, and only those, on the
+--cluster-examples runs the ```console cluster blocks instead, and only those, on the
 head of a 2-node test cluster (tests/cluster/cluster.sh: real Slurm and sshd in
 network namespaces) that it brings up and always down. The scratch directory is
 in /var/tmp, which every node shares (each node has its own /tmp), and holds a
@@ -54,14 +53,15 @@ cluster's Slurm, FLOWRUN_FAKE_GPUS=2 stands for the 2 GPUs of each node (Slurm's
 Gres says gpu:2), and `ssh` reads the test cluster's ssh config, as
 ~/.ssh/config would. Host names are the cluster's: head, node1, node2; the
 scratch directory shows as /shared/me/flowrun. Needs
-root; exits 125 (skipped) without root or network namespaces.
+root; skipped without root or network namespaces.
 
-  run_doc_examples.py FLOWRUN ROOT [--only FILE]...            check
-  run_doc_examples.py FLOWRUN ROOT --cluster [--only FILE]...  the cluster blocks
-  run_doc_examples.py FLOWRUN ROOT --update                    rewrite the console outputs
-                      that do not match from real runs (review the diff!)
+One test per document (-k gpu.md: that one only):
+
+  python3 -m pytest tests/test_doc_examples.py [--flowrun PATH] [-k NAME]   check
+  python3 -m pytest tests/test_doc_examples.py --cluster-examples           the cluster blocks
+  python3 -m pytest tests/test_doc_examples.py --update                     rewrite the console outputs
+                    that do not match from real runs (review the diff!)
 """
-import argparse
 import functools
 import os
 import re
@@ -69,11 +69,16 @@ import shlex
 import shutil
 import signal
 import subprocess
-import sys
 import tempfile
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from testlib import Tally, clean_env, diff, normalise  # noqa: E402
+import pytest
+
+from flowrun_testlib import clean_env, diff, normalise
+from flowrun_testlib.cluster import Cluster, cluster_unavailable, end_on_sigterm
+from flowrun_testlib.suite import path_of
+
+pytestmark = pytest.mark.docs
+ROOT = os.path.dirname(path_of())
 
 FENCE = re.compile(r"^```([^\n`]*)\n(.*?)^```\s*$", re.S | re.M)
 DEBIAN_PYTHON = "/usr/bin/python3"
@@ -254,7 +259,7 @@ class Context:
         return rc, out.decode(errors="replace")
 
 
-def check_document(path, ctx, tally, update=False):
+def check_document(path, ctx, check, update=False):
     text = open(path).read()
     found = list(FENCE.finditer(text))
     blocks = [(m.group(1).split(), m.group(2), text[:m.start()].count("\n") + 1) for m in found]
@@ -272,12 +277,12 @@ def check_document(path, ctx, tally, update=False):
         p = subprocess.run([ctx.flowrun, "validate", name], cwd=cwd(), env=ctx.env(scratch), capture_output=True,
                            text=True, timeout=60)
         if not expect_bad:
-            tally.check(p.returncode == 0, f"{label}: example spec must be valid", p.stdout + p.stderr)
+            check(p.returncode == 0, f"{label}: example spec must be valid", p.stdout + p.stderr)
             return
-        if not tally.check(following is not None and following[0][:1] == ["text"],
+        if not check(following is not None and following[0][:1] == ["text"],
                            f"{label}: a ```yaml bad block must be followed by a ```text block"):
             return
-        tally.check(p.returncode == 2 and p.stderr == following[1], f"{label}: diagnostics of the bad example",
+        check(p.returncode == 2 and p.stderr == following[1], f"{label}: diagnostics of the bad example",
                     f"exit {p.returncode}\n" + diff(following[1], p.stderr))
 
     try:
@@ -291,10 +296,10 @@ def check_document(path, ctx, tally, update=False):
                     with open(os.path.join(ctx.root, source), newline="") as f:
                         wanted = f.read()
                 except OSError as e:
-                    tally.check(False, f"{label}: # from: {source}", f"cannot read it: {e}")
+                    check(False, f"{label}: # from: {source}", f"cannot read it: {e}")
                     continue
                 shown = body[len(first) + 1:]
-                tally.check(shown == wanted, f"{label}: the block shows {source} as it is",
+                check(shown == wanted, f"{label}: the block shows {source} as it is",
                             diff(wanted, shown))
                 if kind == "yaml":
                     copy = os.path.join(scratch, source)
@@ -316,7 +321,7 @@ def check_document(path, ctx, tally, update=False):
                     expected = normalise(shown)
                     ok = matches(expected, actual)
                     detail = diff(expected, actual) + ("" if rc != "timeout" else "(timed out)\n")
-                    tally.check(update or ok, f"{label}: $ {command}", detail)
+                    check(update or ok, f"{label}: $ {command}", detail)
                     new_body += f"$ {command}\n" + (shown if ok else actual)
                     changed |= not ok
                 if changed:
@@ -339,7 +344,7 @@ def check_document(path, ctx, tally, update=False):
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
     if cluster_blocks and not ctx.cluster:
-        print(f"{where}: {cluster_blocks} ```console cluster blocks are run by --cluster "
+        print(f"{where}: {cluster_blocks} ```console cluster blocks are run by --cluster-examples "
               "(scripts/test --phase cluster)")
     if update and rewritten:
         out, last = "", 0
@@ -352,96 +357,42 @@ def check_document(path, ctx, tally, update=False):
             f.write(out)
 
 
-class Cluster:
-    """The test cluster (tests/cluster/cluster.sh), brought up and down here."""
-
-    def __init__(self, root):
-        self.script = os.path.join(root, "tests", "cluster", "cluster.sh")
-        self.env, self.is_up = {}, False
-
-    def up(self):
-        p = subprocess.run([self.script, "up", str(CLUSTER_NODES)], capture_output=True, text=True, timeout=180)
-        print(p.stdout + p.stderr, end="", flush=True)
-        if p.returncode != 0:
-            return False
-        self.is_up = True
-        out = subprocess.run([self.script, "env"], capture_output=True, text=True, check=True).stdout
-        for line in out.splitlines():
-            k, _, v = line.removeprefix("export ").partition("=")
-            self.env[k] = shlex.split(v)[0] if v else ""
-        self.ssh_config = self.env["FLOWRUN_CLUSTER_SSH_CONFIG"]
-        return True
-
-    def down(self):
-        p = subprocess.run([self.script, "down"], capture_output=True, text=True, timeout=120)
-        print(p.stdout + p.stderr, end="", flush=True)
-        self.is_up = False
-        return p.returncode
-
-
-def cluster_unavailable():
-    """'' when this process may make the test cluster's namespaces, else why not."""
-    if os.geteuid() != 0:
-        return "the test cluster needs root (network namespaces, mounts, Slurm and sshd daemons)"
-    try:
-        p = subprocess.run(["unshare", "--net", "--uts", "--mount", "true"], capture_output=True, text=True,
-                           timeout=30)
-    except (OSError, subprocess.TimeoutExpired) as e:
-        return f"unshare: {e}"
-    if p.returncode != 0:
-        return f"network namespaces are not available here (unshare: {p.stderr.strip() or p.returncode})"
-    return ""
-
-
-def main():
-    parser = argparse.ArgumentParser(description="Checks the examples in README.md and docs/*.md.")
-    parser.add_argument("flowrun")
-    parser.add_argument("root")
-    parser.add_argument("--update", action="store_true", help="rewrite console outputs that do not match")
-    parser.add_argument("--cluster", action="store_true", help="run the ```console cluster blocks")
-    parser.add_argument("--only", action="append", default=[], help="this document only (repeatable)")
-    a = parser.parse_args()
-    flowrun, root = os.path.abspath(a.flowrun), os.path.abspath(a.root)
+def documents(root, cluster):
+    """README.md and docs/*.md; with `cluster`, those that have ```console cluster blocks."""
     docs = [os.path.join(root, "README.md")] + sorted(
         os.path.join(root, "docs", name) for name in os.listdir(os.path.join(root, "docs")) if name.endswith(".md"))
     docs = [d for d in docs if os.path.exists(d)]
-    if a.only:
-        wanted = {os.path.abspath(p) for p in a.only}
-        docs = [d for d in docs if d in wanted]
-        if len(docs) != len(wanted):
-            print(f"--only: not a document checked here: {', '.join(sorted(wanted - set(docs)))}")
-            return 2
-    tally = Tally("docs cluster" if a.cluster else "docs")
-    if not a.cluster:
-        ctx = Context(flowrun, root)
-        for path in docs:
-            check_document(path, ctx, tally, a.update)
-        return tally.finish()
+    if cluster:
+        docs = [d for d in docs if re.search(r"^```console[^\n]*\bcluster\b", open(d).read(), re.M)]
+    return docs
 
+
+def pytest_generate_tests(metafunc):
+    if "document" in metafunc.fixturenames:
+        docs = documents(ROOT, metafunc.config.getoption("cluster_examples"))
+        metafunc.parametrize("document", docs, ids=[os.path.relpath(d, ROOT) for d in docs])
+
+
+@pytest.fixture(scope="module")
+def context(request, flowrun, repo_root):
+    """Where the documents' commands run: this host, or (--cluster-examples) the head of a 2-node
+    test cluster brought up for them and always brought down after them."""
+    if not request.config.getoption("cluster_examples"):
+        yield Context(flowrun, repo_root)
+        return
     why = cluster_unavailable()
     if why:
-        print(f"SKIP: {why}")
-        return 125
-    docs = [d for d in docs if re.search(r"^```console[^\n]*\bcluster\b", open(d).read(), re.M)]
-
-    def interrupted(signum, frame):
-        raise KeyboardInterrupt(signal.Signals(signum).name)
-    signal.signal(signal.SIGINT, interrupted)
-    signal.signal(signal.SIGTERM, interrupted)
-    cluster, down_rc = Cluster(root), 0
+        pytest.skip(why)
+    end_on_sigterm()
+    cluster = Cluster(repo_root, CLUSTER_NODES)
     try:
-        if tally.check(cluster.up(), "the test cluster comes up", "cluster.sh up failed (above)"):
-            ctx = Context(flowrun, root, cluster)
-            for path in docs:
-                check_document(path, ctx, tally, a.update)
-    except KeyboardInterrupt as e:
-        tally.check(False, f"interrupted ({e or 'Ctrl-C'}): bringing the cluster down")
+        if not cluster.up():
+            pytest.fail("the test cluster comes up: cluster.sh up failed (above)", pytrace=False)
+        yield Context(flowrun, repo_root, cluster)
     finally:
-        if cluster.is_up:
-            down_rc = cluster.down()
-    tally.check(down_rc == 0, "the test cluster comes down with nothing left", f"cluster.sh down: exit {down_rc}")
-    return tally.finish()
+        down_rc = cluster.down() if cluster.is_up else 0
+    assert down_rc == 0, f"the test cluster comes down with nothing left: cluster.sh down: exit {down_rc}"
 
 
-if __name__ == "__main__":
-    sys.exit(main())
+def test_document(document, context, check, request):
+    check_document(document, context, check, request.config.getoption("update"))

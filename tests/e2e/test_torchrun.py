@@ -1,9 +1,8 @@
-#!/usr/bin/env python3
 """End-to-end tests of `flowrun run` (torchrun's command line) and `flowrun init`:
 the real binary runs real worker processes; each worker writes its environment
 and argv to a file, and the tests compare them with what a spec gives.
 
-  run_torchrun_tests.py FLOWRUN ROOT [--sanitized] [--only NAME[,NAME...]] [--list]
+  python3 -m pytest tests/e2e/test_torchrun.py [--flowrun PATH] [--sanitized] [-k NAME]
 """
 import json
 import os
@@ -11,12 +10,14 @@ import re
 import shutil
 import signal
 import subprocess
-import sys
-import tempfile
 import time
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
-from testlib import GAPS_RANK, Tally, clean_env, run_suite  # noqa: E402
+import pytest
+
+from flowrun_testlib import GAPS_RANK, clean_env
+from flowrun_testlib.suite import E2E
+
+pytestmark = pytest.mark.torchrun
 
 # The variables of the contract (../shared/CONTRACT.md, docs/environment.md).
 CONTRACT = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "GROUP_RANK", "GROUP_WORLD_SIZE", "ROLE_NAME",
@@ -42,19 +43,14 @@ if rank == os.environ.get("FAIL_RANK") and int(os.environ["TORCHELASTIC_RESTART_
 '''
 
 
-class Suite:
-    def __init__(self, flowrun, root, sanitized):
-        self.binary, self.root, self.sanitized = flowrun, root, sanitized
-        self.t = Tally("torchrun")
-        self.scratch = tempfile.mkdtemp(prefix="flowrun-torchrun-")
+class TestTorchrun(E2E):
+    def set_up(self):
+        self.binary = self.flowrun
         # A python3 that is /usr/bin/python3, first on PATH.
         self.seen_env = {}  # rank 0's whole environment, as envs() last read it
         self.bin = os.path.join(self.scratch, "bin")
         os.makedirs(self.bin)
         os.symlink("/usr/bin/python3", os.path.join(self.bin, "python3"))
-
-    def check(self, ok, label, detail=""):
-        return self.t.check(ok, label, detail)
 
     def workdir(self, name):
         d = os.path.join(self.scratch, name)
@@ -68,7 +64,7 @@ class Suite:
         env["PATH"] = self.bin + ":" + env.get("PATH", "/usr/bin:/bin")
         return env
 
-    def flowrun(self, cwd, *argv, env=None, timeout=120):
+    def run_flowrun(self, cwd, *argv, env=None, timeout=120):
         p = subprocess.run([self.binary, *argv], cwd=cwd, env=env or self.env(), stdout=subprocess.PIPE,
                            stderr=subprocess.PIPE, timeout=timeout)
         return p.returncode, p.stdout.decode(errors="replace"), p.stderr.decode(errors="replace")
@@ -107,7 +103,7 @@ class Suite:
         d = self.workdir("contract")
         with open(os.path.join(d, "train.yaml"), "w") as f:
             f.write("steps:\n  - name: train\n    run: python3 train.py --lr 0.1\n    parallel:\n      cpus: 4\n")
-        rc, out, err = self.flowrun(d, "train.yaml")
+        rc, out, err = self.run_flowrun(d, "train.yaml")
         self.check(rc == 0, "spec: exit 0", err)
         want = self.envs(d)
         self.check(sorted(want) == [0, 1, 2, 3], "spec: 4 ranks", str(sorted(want)))
@@ -115,7 +111,7 @@ class Suite:
         for spelling in (["--nproc-per-node", "4"], ["--nproc_per_node", "4"], ["--nproc_per_node=4"],
                          ["--nproc-per-node=4"]):
             label = " ".join(spelling)
-            rc, out, err = self.flowrun(d, "run", *spelling, "train.py", "--lr", "0.1")
+            rc, out, err = self.run_flowrun(d, "run", *spelling, "train.py", "--lr", "0.1")
             self.check(rc == 0, f"{label}: exit 0", err)
             got = self.envs(d)
             self.check(got == want, f"{label}: every rank's contract and argv equal the spec's",
@@ -123,10 +119,10 @@ class Suite:
         # With GPUs: the default is one worker per GPU, as `parallel: {}`.
         with open(os.path.join(d, "gpu.yaml"), "w") as f:
             f.write("steps:\n  - name: train\n    run: python3 train.py\n    parallel: {}\n")
-        rc, out, err = self.flowrun(d, "gpu.yaml", "--fake-gpus", "4")
+        rc, out, err = self.run_flowrun(d, "gpu.yaml", "--fake-gpus", "4")
         want = self.envs(d)
         self.check(rc == 0 and sorted(want) == [0, 1, 2, 3], "gpu spec: 4 ranks", err)
-        rc, out, err = self.flowrun(d, "run", "--fake-gpus", "4", "train.py")
+        rc, out, err = self.run_flowrun(d, "run", "--fake-gpus", "4", "train.py")
         got = self.envs(d)
         self.check(rc == 0 and got == want, "run --fake-gpus 4: the spec's contract, CUDA_VISIBLE_DEVICES included",
                    json.dumps({"want": want, "got": got}, indent=1)[:3000])
@@ -141,17 +137,17 @@ class Suite:
             (["--nproc-per-node", "auto"], 8, "parallel: {}"),
         ]
         for options, workers, spec_line in cases:
-            rc, out, err = self.flowrun(d, "run", "--fake-gpus", "8", "--dry-run", *options, "train.py")
+            rc, out, err = self.run_flowrun(d, "run", "--fake-gpus", "8", "--dry-run", *options, "train.py")
             label = " ".join(options)
             self.check(rc == 0, f"{label}: dry run exits 0", err)
             self.check(spec_line in out, f"{label}: the spec says {spec_line}", out)
             self.check(f"WORLD_SIZE={workers}." in out, f"{label}: WORLD_SIZE={workers}", out)
         self.check(not os.path.exists(os.path.join(d, "env-0.json")), "--dry-run runs nothing")
-        rc, out, err = self.flowrun(d, "run", "--fake-gpus", "8", "--nproc-per-node", "9", "train.py")
+        rc, out, err = self.run_flowrun(d, "run", "--fake-gpus", "8", "--nproc-per-node", "9", "train.py")
         self.check(rc == 2, "9 workers on 8 GPUs: exit 2", err)
         self.check("flowrun: error: --nproc-per-node 9: this host has 8 GPUs; ask for at most 8, or use --cpus 9 "
                    "for CPU workers" in err, "9 workers on 8 GPUs: says what to do", err)
-        rc, out, err = self.flowrun(d, "run", "--fake-gpus", "0", "--nproc-per-node", "gpu", "train.py")
+        rc, out, err = self.run_flowrun(d, "run", "--fake-gpus", "0", "--nproc-per-node", "gpu", "train.py")
         self.check(rc == 2 and "--nproc-per-node gpu: this host has no GPUs" in err, "gpu without GPUs: refused",
                    err)
 
@@ -162,7 +158,7 @@ class Suite:
         with open(os.path.join(d, "pkg", "__init__.py"), "w"):
             pass
         shutil.copy(os.path.join(d, "train.py"), os.path.join(d, "pkg", "trainer.py"))
-        rc, out, err = self.flowrun(d, "run", "--nproc_per_node", "2", "-m", "pkg.trainer", "a", "-m", "b")
+        rc, out, err = self.run_flowrun(d, "run", "--nproc_per_node", "2", "-m", "pkg.trainer", "a", "-m", "b")
         got = self.envs(d)
         self.check(rc == 0 and sorted(got) == [0, 1], "-m: 2 ranks ran", err)
         self.check(got.get(1, {}).get("argv") == ["a", "-m", "b"], "-m: the module's arguments, -m included",
@@ -170,7 +166,7 @@ class Suite:
         self.check(got.get(1, {}).get("env", {}).get("FLOWRUN_STEP") == "trainer", "-m: the step is named trainer",
                    str(got.get(1)))
         for form in (["--no-python", "/usr/bin/python3"], ["--", "/usr/bin/python3"]):
-            rc, out, err = self.flowrun(d, "run", "--nproc-per-node", "2", *form, "train.py", "x")
+            rc, out, err = self.run_flowrun(d, "run", "--nproc-per-node", "2", *form, "train.py", "x")
             got = self.envs(d)
             self.check(rc == 0 and got.get(0, {}).get("argv") == ["x"], f"{form[0]}: runs the program as given",
                        err + str(got))
@@ -178,7 +174,7 @@ class Suite:
                        f"{form[0]}: the step is named after the program", str(got.get(0)))
         with open(os.path.join(d, "flow.yaml"), "w") as f:
             f.write("steps:\n  - name: train\n    run: python3 train.py ${args}\n    parallel: {cpus: 2}\n")
-        rc, out, err = self.flowrun(d, "run", "flow.yaml", "--", "p", "q")
+        rc, out, err = self.run_flowrun(d, "run", "flow.yaml", "--", "p", "q")
         got = self.envs(d)
         self.check(rc == 0 and got.get(1, {}).get("argv") == ["p", "q"], "a spec: runs it, -- ARGS fill ${args}",
                    err + str(got))
@@ -186,7 +182,7 @@ class Suite:
     def test_python_choice(self):
         """The python3 first on PATH, or --python."""
         d = self.workdir("python")
-        rc, out, err = self.flowrun(d, "run", "--nproc-per-node", "1", "train.py")
+        rc, out, err = self.run_flowrun(d, "run", "--nproc-per-node", "1", "train.py")
         got = self.envs(d)
         self.check(rc == 0 and got.get(0, {}).get("exe") in (os.path.join(self.bin, "python3"), "/usr/bin/python3"),
                    "the python3 first on PATH", err + str(got.get(0, {}).get("exe")))
@@ -199,12 +195,12 @@ class Suite:
         os.chmod(wrapper, 0o755)
         env = self.env()
         env["PATH"] = other + ":" + env["PATH"]
-        rc, out, err = self.flowrun(d, "run", "--nproc-per-node", "1", "train.py", env=env)
+        rc, out, err = self.run_flowrun(d, "run", "--nproc-per-node", "1", "train.py", env=env)
         with open(os.path.join(d, "env-0.json")) as f:
             seen = json.load(f)["env"]
         self.envs(d)
         self.check(rc == 0 and seen.get("WRAPPED") == "1", "a different python3 first on PATH is used", err)
-        rc, out, err = self.flowrun(d, "run", "--python", wrapper, "--nproc-per-node", "1", "train.py")
+        rc, out, err = self.run_flowrun(d, "run", "--python", wrapper, "--nproc-per-node", "1", "train.py")
         with open(os.path.join(d, "env-0.json")) as f:
             seen = json.load(f)["env"]
         self.envs(d)
@@ -213,13 +209,13 @@ class Suite:
     def test_failure_and_restarts(self):
         """A failing worker: its exit code and the report; --max-restarts restarts every worker."""
         d = self.workdir("fail")
-        rc, out, err = self.flowrun(d, "run", "--nproc-per-node", "2", "--grace", "1", "train.py",
+        rc, out, err = self.run_flowrun(d, "run", "--nproc-per-node", "2", "--grace", "1", "train.py",
                                     env=self.env(FAIL_RANK="1"))
         self.envs(d)
         self.check(rc == 3, "a worker exiting 3: flowrun exits 3", f"rc={rc}\n{err}")
         self.check("rank 1 exited with code 3" in err, "the report names rank 1 and its code", err)
         self.check("failing on purpose" in err, "the report shows the culprit's stderr", err)
-        rc, out, err = self.flowrun(d, "run", "--nproc-per-node", "2", "--max_restarts=1", "train.py",
+        rc, out, err = self.run_flowrun(d, "run", "--nproc-per-node", "2", "--max_restarts=1", "train.py",
                                     env=self.env(FAIL_RANK="1", FAIL_UNTIL="1"))
         got = self.envs(d)
         self.check(rc == 0, "--max_restarts=1: succeeds on the second attempt", err)
@@ -231,7 +227,7 @@ class Suite:
     def test_logs_and_console(self):
         """--log-dir, --redirects, --local-ranks-filter, --tee."""
         d = self.workdir("logs")
-        rc, out, err = self.flowrun(d, "run", "--nproc-per-node", "2", "--log-dir", "mylogs", "--tee", "3",
+        rc, out, err = self.run_flowrun(d, "run", "--nproc-per-node", "2", "--log-dir", "mylogs", "--tee", "3",
                                     "train.py")
         self.envs(d)
         self.check(rc == 0, "--log-dir: exit 0", err)
@@ -241,7 +237,7 @@ class Suite:
         self.check("flowrun run: --tee has no effect" in err, "--tee: said once that it has no effect", err)
         self.check("[train r0] worker 0 of 2" in out and "[train r1] worker 1 of 2" in out,
                    "without --redirects every rank is on the console", out)
-        rc, out, err = self.flowrun(d, "run", "--nproc-per-node", "2", "--redirects", "3", "train.py")
+        rc, out, err = self.run_flowrun(d, "run", "--nproc-per-node", "2", "--redirects", "3", "train.py")
         self.envs(d)
         self.check(rc == 0 and "worker" not in out, "--redirects 3: no worker output on the console", out)
         logs = []
@@ -250,7 +246,7 @@ class Suite:
         texts = "".join(open(p).read() for p in logs)
         self.check("worker 0 of 2" in texts and "worker 1 of 2" in texts, "--redirects 3: the log files have it",
                    str(logs))
-        rc, out, err = self.flowrun(d, "run", "--nproc-per-node", "2", "--local-ranks-filter", "1", "train.py")
+        rc, out, err = self.run_flowrun(d, "run", "--nproc-per-node", "2", "--local-ranks-filter", "1", "train.py")
         self.envs(d)
         self.check(rc == 0 and "worker 1 of 2" in out and "worker 0 of 2" not in out,
                    "--local-ranks-filter 1: only rank 1 on the console", out)
@@ -289,11 +285,11 @@ class Suite:
         with open(os.path.join(d, "flow.yaml"), "w") as f:
             f.write("steps:\n  - name: train\n    run: python3 train.py\n    parallel: {cpus: 2}\n")
         for argv, expected in cases:
-            rc, out, err = self.flowrun(d, *argv)
+            rc, out, err = self.run_flowrun(d, *argv)
             self.check(rc == 2, f"{' '.join(argv)}: exit 2", f"rc={rc}\n{err}")
             self.check(expected in err, f"{' '.join(argv)}: says {expected!r}", err)
         self.check(not os.path.exists(os.path.join(d, ".flowrun")), "nothing ran for a bad command line")
-        rc, out, err = self.flowrun(d, "run", "--help")
+        rc, out, err = self.run_flowrun(d, "run", "--help")
         self.check(rc == 0 and "--nproc-per-node N|auto|gpu|cpu" in out and "--rdzv-endpoint" in out,
                    "--help lists torchrun's options", out)
 
@@ -317,7 +313,7 @@ class Suite:
         """--timeout and --stall-timeout become the step's timeout and stall_timeout."""
         d = self.workdir("timeouts")
         start = time.monotonic()
-        rc, out, err = self.flowrun(d, "run", "--cpus", "2", "--stall-timeout", "1s", "--grace", "1", "--no-python",
+        rc, out, err = self.run_flowrun(d, "run", "--cpus", "2", "--stall-timeout", "1s", "--grace", "1", "--no-python",
                                     "sh", "-c", 'echo "rank $RANK up"; exec sleep 60')
         took = time.monotonic() - start
         res = self.results(d, "sh")
@@ -336,17 +332,17 @@ class Suite:
                    "--stall-timeout: the report names the silent ranks and stops both, well before the workers' 60 s",
                    f"{took:.1f} s\n{err}")
         self.clear_runs(d)
-        rc, out, err = self.flowrun(d, "run", "--cpus", "2", "--timeout=1", "--grace", "1", "--no-python",
+        rc, out, err = self.run_flowrun(d, "run", "--cpus", "2", "--timeout=1", "--grace", "1", "--no-python",
                                     "sh", "-c", 'while :; do echo tick; sleep 0.2; done')
         res = self.results(d, "sh")
         self.check(rc == 124 and res.get("outcome") == "timed_out" and res.get("timeout_ms") == 1000,
                    "--timeout=1: a step that runs on is stopped, exit 124, results.json says timed_out",
                    f"rc={rc}\n{err}\n{res}")
         self.clear_runs(d)
-        rc, out, err = self.flowrun(d, "run", "--cpus", "2", "--timeout", "1h", "--stall-timeout", "30m", "train.py")
+        rc, out, err = self.run_flowrun(d, "run", "--cpus", "2", "--timeout", "1h", "--stall-timeout", "30m", "train.py")
         self.envs(d)
         self.check(rc == 0, "--timeout 1h --stall-timeout 30m: a step that ends in time succeeds", err)
-        rc, out, err = self.flowrun(d, "init", "--timeout", "2h", "--stall_timeout=10m", "train.py")
+        rc, out, err = self.run_flowrun(d, "init", "--timeout", "2h", "--stall_timeout=10m", "train.py")
         text = open(os.path.join(d, "train.yaml")).read() if rc == 0 else ""
         self.check('    timeout: "2h"\n    stall_timeout: "10m"\n' in text,
                    "init --timeout --stall_timeout: the spec has the step's timeout and stall_timeout", err + text)
@@ -359,7 +355,7 @@ class Suite:
         slack = 3 if self.sanitized else 1
         stall = 2 * slack
         lines = int(1.6 * stall / 0.2)
-        rc, out, err = self.flowrun(d, "run", "--cpus", "1", "--stall-timeout", f"{stall}s", "gaps.py", str(lines),
+        rc, out, err = self.run_flowrun(d, "run", "--cpus", "1", "--stall-timeout", f"{stall}s", "gaps.py", str(lines),
                                     "0.2")
         res = self.results(d, "gaps")
         self.check(rc == 0 and res.get("outcome") == "succeeded",
@@ -368,11 +364,11 @@ class Suite:
         self.check("".join(f"[gaps r0] line {i}\n" for i in range(lines)) in out,
                    "every line is on the console, in order", out)
         self.clear_runs(d)
-        rc, out, err = self.flowrun(d, "run", "--cpus", "1", "train.py")
+        rc, out, err = self.run_flowrun(d, "run", "--cpus", "1", "train.py")
         got = self.envs(d)
         self.check(rc == 0 and got.get(0, {}).get("exe") and self.seen_env.get("PYTHONUNBUFFERED") == "1",
                    "PYTHONUNBUFFERED=1 by default", f"{err}\n{self.seen_env.get('PYTHONUNBUFFERED')!r}")
-        rc, out, err = self.flowrun(d, "run", "--cpus", "1", "train.py", env=self.env(PYTHONUNBUFFERED=""))
+        rc, out, err = self.run_flowrun(d, "run", "--cpus", "1", "train.py", env=self.env(PYTHONUNBUFFERED=""))
         self.envs(d)
         self.check(rc == 0 and self.seen_env.get("PYTHONUNBUFFERED") == "",
                    "PYTHONUNBUFFERED set (empty) where flowrun starts is kept", repr(self.seen_env.get("PYTHONUNBUFFERED")))
@@ -390,13 +386,13 @@ class Suite:
         os.chmod(fake, 0o755)
         env = self.env()
         env["PATH"] = nopkgs + ":" + env["PATH"]
-        rc, out, err = self.flowrun(d, "run", "--cpus", "1", "needs_torch.py", env=env)
+        rc, out, err = self.run_flowrun(d, "run", "--cpus", "1", "needs_torch.py", env=env)
         want = (f"flowrun:   rank 0 ran {fake} (python3 as found on its PATH), which has no module 'torch': choose "
                 "the Python that has it with --python PY (flowrun run, flowrun SPEC) or python: PY in the spec\n")
         self.check(rc == 1 and "ModuleNotFoundError: No module named 'torch'" in err and want in err,
                    "the report names the python3 the rank found on its PATH, and --python", f"rc={rc}\n{err}")
         self.clear_runs(d)
-        rc, out, err = self.flowrun(d, "run", "--cpus", "1", "--no-python", "sh", "-c", "python3 needs_torch.py",
+        rc, out, err = self.run_flowrun(d, "run", "--cpus", "1", "--no-python", "sh", "-c", "python3 needs_torch.py",
                                     env=env)
         shown = re.search(r"^flowrun:   rank 0 ran (/\S+/sh), not Python itself; python3 on its PATH is (\S+): if "
                           r"that is the Python without module 'torch', write the full path of the one that has it "
@@ -419,22 +415,22 @@ class Suite:
     def test_init(self):
         """flowrun init writes the spec flowrun run would run; it validates and plans alike."""
         d = self.workdir("init")
-        rc, out, err = self.flowrun(d, "init", "--nproc_per_node=2", "train.py", "--epochs", "3")
+        rc, out, err = self.run_flowrun(d, "init", "--nproc_per_node=2", "train.py", "--epochs", "3")
         self.check(rc == 0, "init: exit 0", err)
         self.check(out.startswith("Wrote train.yaml: one parallel step, train"), "init: says what it wrote", out)
         path = os.path.join(d, "train.yaml")
         text = open(path).read() if os.path.exists(path) else ""
         self.check('run: ["python3", "train.py", "--epochs", "3"]' in text and "cpus: 2" in text,
                    "init: the script, its arguments and the worker count", text)
-        rc, out, err = self.flowrun(d, "validate", "train.yaml")
+        rc, out, err = self.run_flowrun(d, "validate", "train.yaml")
         self.check(rc == 0, "init: the spec validates", err)
-        rc, out, err = self.flowrun(d, "train.yaml")
+        rc, out, err = self.run_flowrun(d, "train.yaml")
         got = self.envs(d)
         self.check(rc == 0 and sorted(got) == [0, 1] and got[0]["argv"] == ["--epochs", "3"],
                    "init: the spec runs 2 workers with the arguments", err)
-        rc, out, err = self.flowrun(d, "init", "train.py")
+        rc, out, err = self.run_flowrun(d, "init", "train.py")
         self.check(rc == 2 and "train.yaml already exists" in err, "init: refuses to overwrite", err)
-        rc, out, err = self.flowrun(d, "init", "--force", "-o", "train.yaml", "train.py")
+        rc, out, err = self.run_flowrun(d, "init", "--force", "-o", "train.yaml", "train.py")
         self.check(rc == 0, "init --force: overwrites", err)
 
     def test_slurm_step_variables(self):
@@ -443,7 +439,7 @@ class Suite:
         d = self.workdir("slurm")
         step = dict(SLURM_JOB_ID="42", SLURM_JOB_NUM_NODES="1", SLURM_NTASKS="2", SLURM_NPROCS="2",
                     SLURM_PROCID="0", SLURM_LOCALID="0", SLURM_STEP_ID="0", SLURM_STEPID="0", SLURM_TASK_PID="1")
-        rc, out, err = self.flowrun(d, "run", "--nproc-per-node", "2", "train.py", env=self.env(**step))
+        rc, out, err = self.run_flowrun(d, "run", "--nproc-per-node", "2", "train.py", env=self.env(**step))
         self.check(rc == 0, "under srun: exit 0", err)
         with open(os.path.join(d, "env-1.json")) as f:
             seen = json.load(f)["env"]
@@ -456,11 +452,11 @@ class Suite:
     def test_resume(self):
         """A failed flowrun run resumes from the spec it saved, with the same options."""
         d = self.workdir("resume")
-        rc, out, err = self.flowrun(d, "run", "--nproc-per-node", "2", "train.py", "z", env=self.env(FAIL_RANK="1"))
+        rc, out, err = self.run_flowrun(d, "run", "--nproc-per-node", "2", "train.py", "z", env=self.env(FAIL_RANK="1"))
         self.envs(d)
         runs = os.listdir(os.path.join(d, ".flowrun", "runs"))
         self.check(rc == 3 and len(runs) == 1, "a failing flowrun run exits 3", f"rc={rc} {runs}\n{err}")
-        rc, out, err = self.flowrun(d, "resume", runs[0] if runs else "none")
+        rc, out, err = self.run_flowrun(d, "resume", runs[0] if runs else "none")
         got = self.envs(d)
         self.check(rc == 0 and sorted(got) == [0, 1] and got[1]["argv"] == ["z"],
                    "flowrun resume RUN runs it again: 2 workers, the script's arguments", f"rc={rc}\n{err}")
@@ -486,7 +482,7 @@ class Suite:
         agent = subprocess.Popen([self.binary, *common, "--node-rank", "1", "train.py", "x"], cwd=d, env=env,
                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE)
         time.sleep(0.3)
-        rc, out, err = self.flowrun(d, *common, "--node-rank", "0", "train.py", "x",
+        rc, out, err = self.run_flowrun(d, *common, "--node-rank", "0", "train.py", "x",
                                     env=self.env(FLOWRUN_HOSTNAME="nodeA"))
         a_out, a_err = agent.communicate(timeout=60)
         a_err = a_err.decode(errors="replace")
@@ -510,7 +506,7 @@ class Suite:
         # A failing rank on node 1: both exit non-zero.
         agent = subprocess.Popen([self.binary, *common, "--node-rank", "1", "train.py"], cwd=d,
                                  env=self.env(FAIL_RANK="3"), stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-        rc, out, err = self.flowrun(d, *common, "--node-rank", "0", "--grace", "1", "train.py",
+        rc, out, err = self.run_flowrun(d, *common, "--node-rank", "0", "--grace", "1", "train.py",
                                     env=self.env(FAIL_RANK="3"))
         agent.communicate(timeout=60)
         self.envs(d)
@@ -518,14 +514,3 @@ class Suite:
                    "a failing rank on node 1: node 0 exits 3 and names it", f"rc={rc}\n{err}")
         self.check(agent.returncode == 1, "a failing rank on node 1: node 1's flowrun run exits 1",
                    f"rc={agent.returncode}")
-
-    def tests(self):
-        return [(name[5:], getattr(self, name)) for name in dir(self) if name.startswith("test_")]
-
-
-def main():
-    return run_suite(lambda a: Suite(a.flowrun, a.root, a.sanitized))
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -1,4 +1,3 @@
-#!/usr/bin/env python3
 """Lightning and fastai scripts, unchanged, under flowrun on this host (CPU
 workers, gloo), in the venv scripts/venv makes:
 
@@ -14,25 +13,26 @@ workers, gloo), in the venv scripts/venv makes:
 - fastai_env: every rank of a 2-worker step reads the WORLD_SIZE and RANK
   fastai expects (num_distrib(), rank_distrib()).
 
-  run_framework_tests.py FLOWRUN ROOT [--venv DIR] [--only NAME[,NAME...]] [--list]
+  python3 -m pytest tests/e2e/frameworks/test_frameworks.py [--flowrun PATH] [--venv DIR] [-k NAME]
 
-DIR defaults to ROOT/build/venv. Without it (scripts/venv makes it) the tests
-are skipped: this prints SKIP and exits 125.
+DIR defaults to build/venv. Without it (scripts/venv makes it) the tests
+are skipped.
 """
 import json
 import os
 import re
 import shutil
 import subprocess
-import sys
-import tempfile
 import time
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", ".."))
-from testlib import Tally, clean_env, run_suite  # noqa: E402
+import pytest
+
+from flowrun_testlib import clean_env
+from flowrun_testlib.suite import E2E
+
+pytestmark = pytest.mark.frameworks
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-TESTS = ("lightning", "lightning_mismatch", "fastai", "fastai_env")
 LIGHTNING_RANK = re.compile(r"^\[train r(\d)\] rank (\d)/(\d+): (\w+), creates_processes_externally=(\w+), "
                             r"child processes=(\d+), loss (\d+\.\d+)$", re.M)
 MODEL = re.compile(r"^\[evaluate\] model: y = (-?\d+\.\d+) x \+ (-?\d+\.\d+) \(target: y = 3x - 1\)", re.M)
@@ -48,17 +48,10 @@ def venv_env(venv):
     return env
 
 
-class Suite:
-    def __init__(self, flowrun, root, venv):
-        self.flowrun, self.root, self.venv = flowrun, root, venv
-        self.t = Tally("frameworks")
-        self.scratch = tempfile.mkdtemp(prefix="flowrun-frameworks-")
-
-    def check(self, ok, label, detail=""):
-        return self.t.check(ok, label, detail)
-
-    def tests(self):
-        return [(name, getattr(self, "test_" + name)) for name in TESTS]
+class TestFrameworks(E2E):
+    @pytest.fixture(autouse=True)
+    def _venv(self, venv):
+        self.venv = venv
 
     def example(self, name, files):
         """A copy of specs/examples/NAME's files in a fresh directory."""
@@ -79,32 +72,32 @@ class Suite:
 
     def check_model(self, out, what, detail):
         m = MODEL.search(out)
-        if self.t.check(m is not None, f"{what}: the join loads the model and prints it", detail):
+        if self.check(m is not None, f"{what}: the join loads the model and prints it", detail):
             w, b = float(m.group(1)), float(m.group(2))
-            self.t.check(abs(w - 3) < 0.1 and abs(b + 1) < 0.1, f"{what}: the model learned y = 3x - 1", m.group(0))
+            self.check(abs(w - 3) < 0.1 and abs(b + 1) < 0.1, f"{what}: the model learned y = 3x - 1", m.group(0))
 
     def test_lightning(self):
         d = self.example("lightning", ["train.py", "evaluate.py", "lightning.yaml"])
         p, detail = self.run(os.path.join(d, "lightning.yaml"))
-        self.t.check(p.returncode == 0, "lightning: flowrun lightning.yaml succeeds", detail)
+        self.check(p.returncode == 0, "lightning: flowrun lightning.yaml succeeds", detail)
         ranks = LIGHTNING_RANK.findall(p.stdout)
-        self.t.check(sorted((r[0], r[1], r[2]) for r in ranks) == [("0", "0", "2"), ("1", "1", "2")],
+        self.check(sorted((r[0], r[1], r[2]) for r in ranks) == [("0", "0", "2"), ("1", "1", "2")],
                      "lightning: each of the 2 workers is one Lightning rank of 2", detail)
         for prefix, rank, _, env, external, children, loss in ranks:
-            self.t.check(env == "TorchElasticEnvironment", f"lightning: rank {rank} uses TorchElasticEnvironment",
+            self.check(env == "TorchElasticEnvironment", f"lightning: rank {rank} uses TorchElasticEnvironment",
                          env)
-            self.t.check(external == "True", f"lightning: rank {rank}: creates_processes_externally", external)
-            self.t.check(children == "0", f"lightning: rank {rank} started no process of its own", children)
-            self.t.check(float(loss) < 0.01, f"lightning: rank {rank} trained (loss {loss})", loss)
+            self.check(external == "True", f"lightning: rank {rank}: creates_processes_externally", external)
+            self.check(children == "0", f"lightning: rank {rank} started no process of its own", children)
+            self.check(float(loss) < 0.01, f"lightning: rank {rank} trained (loss {loss})", loss)
         # Lightning's own log (on stderr) says the same.
-        self.t.check("[train r0] All distributed processes registered. Starting with 2 processes\n" in p.stderr
+        self.check("[train r0] All distributed processes registered. Starting with 2 processes\n" in p.stderr
                      and all(f"[train r{r}] Initializing distributed: GLOBAL_RANK: {r}, MEMBER: {r + 1}/2\n"
                              in p.stderr for r in (0, 1)),
                      "lightning: Lightning's process group is the 2 workers", detail)
         self.check_model(p.stdout, "lightning", detail)
         with open(os.path.join(d, "run", "train", "results.json")) as f:
             results = json.load(f)
-        self.t.check([w["rank"] for w in results["ranks"]] == [0, 1],
+        self.check([w["rank"] for w in results["ranks"]] == [0, 1],
                      "lightning: flowrun started exactly 2 workers", json.dumps(results["ranks"])[:2000])
 
     def test_lightning_mismatch(self):
@@ -116,30 +109,30 @@ class Suite:
         text = text.replace("--devices 2", "--devices 3").replace(
             "\nsteps:\n", f"\nenv:\n  PYTHONPATH: {json.dumps(self.lightning2)}\nsteps:\n")
         # The check that the spec took it: a spec with an env: of its own would be left as it was.
-        self.t.check(f"PYTHONPATH: {json.dumps(self.lightning2)}" in text and text.count("\nenv:") == 1,
+        self.check(f"PYTHONPATH: {json.dumps(self.lightning2)}" in text and text.count("\nenv:") == 1,
                      "lightning_mismatch: the spec gets Lightning 2.1's PYTHONPATH", text)
         with open(spec, "w") as f:
             f.write(text)
         p, detail = self.run(spec)
-        self.t.check(p.returncode == 1, "lightning_mismatch: the step fails with Lightning's exit code 1", detail)
+        self.check(p.returncode == 1, "lightning_mismatch: the step fails with Lightning's exit code 1", detail)
         error = ("    ValueError: You set `devices=3` and `num_nodes=1` in Lightning, but the product (3 * 1) "
                  "does not match the world size (2).\n")
         hint = ("flowrun:   Lightning's Trainer(devices=3, num_nodes=1) must multiply to this step's 2 workers "
                 "(1 node x 2 per node): set devices=2, num_nodes=1, or change the step's parallel: to run 3 "
                 "workers (1 node x 3 per node)\n")
-        self.t.check(error + hint in p.stderr,
+        self.check(error + hint in p.stderr,
                      "lightning_mismatch: the report shows Lightning's error, then flowrun's line", detail)
-        self.t.check(p.stderr.count("flowrun:   Lightning's Trainer(") == 1,
+        self.check(p.stderr.count("flowrun:   Lightning's Trainer(") == 1,
                      "lightning_mismatch: flowrun's line is there once", detail)
-        self.t.check("/lightning2/pytorch_lightning/" in p.stderr,
+        self.check("/lightning2/pytorch_lightning/" in p.stderr,
                      "lightning_mismatch: the error came from Lightning 2.1", detail)
 
     def test_fastai(self):
         d = self.example("fastai", ["train.py", "evaluate.py", "fastai.yaml"])
         p, detail = self.run(os.path.join(d, "fastai.yaml"))
-        self.t.check(p.returncode == 0, "fastai: flowrun fastai.yaml succeeds", detail)
+        self.check(p.returncode == 0, "fastai: flowrun fastai.yaml succeeds", detail)
         m = re.search(r"^\[train r0\] rank 0 of 1: valid loss (\d+\.\d+)$", p.stdout, re.M)
-        self.t.check(m is not None and float(m.group(1)) < 0.01,
+        self.check(m is not None and float(m.group(1)) < 0.01,
                      "fastai: the worker trained, and fastai saw WORLD_SIZE=1, RANK=0", detail)
         self.check_model(p.stdout, "fastai", detail)
 
@@ -156,28 +149,12 @@ steps:
       cpus: 2
 """)
         p, detail = self.run(spec)
-        self.t.check(p.returncode == 0, "fastai_env: the 2-worker step succeeds", detail)
+        self.check(p.returncode == 0, "fastai_env: the 2-worker step succeeds", detail)
         for r in (0, 1):
             line = f"[env r{r}] rank {r}: num_distrib()=2 rank_distrib()={r} WORLD_SIZE=2 distrib_ctx=True\n"
-            self.t.check(line in p.stdout, f"fastai_env: rank {r} reads WORLD_SIZE=2 and RANK={r}", detail)
+            self.check(line in p.stdout, f"fastai_env: rank {r} reads WORLD_SIZE=2 and RANK={r}", detail)
 
     @property
     def lightning2(self):
         return os.path.join(self.venv, "lightning2")
 
-
-def make_suite(a):
-    venv = os.path.abspath(a.venv or os.path.join(a.root, "build", "venv"))
-    if not os.path.exists(os.path.join(venv, "flowrun-constraints.sha256")):
-        print(f"SKIP: no frameworks venv at {venv}; make it with scripts/venv")
-        return 125
-    return Suite(a.flowrun, a.root, venv)
-
-
-def main():
-    return run_suite(make_suite, lambda parser: parser.add_argument(
-        "--venv", help="the venv scripts/venv made (default: ROOT/build/venv)"))
-
-
-if __name__ == "__main__":
-    sys.exit(main())
