@@ -452,6 +452,27 @@ class TestNodesLocal(E2E):
                    "ctrl-c: every rank on both nodes got SIGTERM", json.dumps(ranks)[:2000])
         n.check_nothing_left("ctrl-c")
 
+    def test_ctrl_c_before_join(self):
+        # Ctrl-C while the head still waits for its agents: nothing has started, and the step ends as
+        # interrupted with 128+SIGINT, as a Ctrl-C on one node does.
+        n = self.nodes("ctrlc-join", spec_text("ctrlc-join", sh_yaml("exec sleep 30")))
+        if not self.check(n.command() is not None, "ctrl-c before join: the head prints the agent command",
+                          n.detail()):
+            return
+        os.killpg(n.head.pid, signal.SIGINT)
+        rc = n.finish("ctrl-c before join", timeout=GRACE + 10)
+        err = n.head_err()
+        self.check(rc == 130, "ctrl-c before join: flowrun exits 130", n.detail())
+        last = err.rstrip("\n").rsplit("\n", 1)[-1]
+        self.check(re.fullmatch(rf"flowrun: run {re.escape(n.run_id)} was interrupted after [0-9.]+ s \(exit code 130\): "
+                                r"failed 'train'", last) is not None,
+                   "ctrl-c before join: the last line says the run was interrupted", err)
+        with open(os.path.join(n.run_dir, "run.json")) as f:
+            run = json.load(f)
+        self.check((run.get("state"), run.get("exit_code"), run.get("steps")) == ("finished", 130, {"train": "failed"}),
+                   "ctrl-c before join: run.json has exit code 130 and the step failed", json.dumps(run)[:2000])
+        n.check_nothing_left("ctrl-c before join")
+
     # --- (g) a symlink out of FLOWRUN_OUTPUT_DIR ------------------------------------
 
     def test_symlink_upload(self):
