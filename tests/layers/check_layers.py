@@ -120,8 +120,24 @@ def includes_of(files):
     return found
 
 
-def probe_enforced(source, build):
-    """Compile 'base includes plan.h' with flowrun_base's own command line."""
+def probe_compile(entry, text):
+    """Compiles `text` (-fsyntax-only) with the command line compile_commands.json gives `entry`."""
+    with tempfile.TemporaryDirectory() as tmp:
+        probe = os.path.join(tmp, "probe.cpp")
+        with open(probe, "w") as f:
+            f.write(text)
+        argv, words = [], iter(entry["command"].split())
+        for a in words:
+            if a in ("-o", "-MT", "-MF"):
+                next(words, None)  # and its value
+            elif a not in ("-c", "-MD", "-MMD", "ccache"):
+                argv.append(probe if a == entry["file"] else a)
+        return subprocess.run(argv + ["-fsyntax-only"], cwd=entry["directory"], capture_output=True, text=True)
+
+
+def probe_enforced(build):
+    """(ok, detail): flowrun_base's own command line compiles a source that includes base's headers,
+    and refuses one that includes plan.h, for that header alone."""
     try:
         commands = json.load(open(os.path.join(build, "compile_commands.json"), encoding="utf-8"))
     except OSError as e:
@@ -129,28 +145,11 @@ def probe_enforced(source, build):
     base = [c for c in commands if c["file"].endswith("lib/base/error.cpp")]
     if not base:
         return False, "flowrun_base's error.cpp is not in compile_commands.json"
-    with tempfile.TemporaryDirectory() as tmp:
-        probe = os.path.join(tmp, "probe.cpp")
-        with open(probe, "w") as f:
-            f.write('#include "flowrun/error.h"\n#include "flowrun/plan.h"\n')
-        argv = base[0]["command"].split()
-        argv = [a for a in argv if a != "ccache"]
-        out = argv.index("-o")
-        argv = argv[:out] + argv[out + 2:]
-        argv = [probe if a == base[0]["file"] else a for a in argv]
-        argv = [a for a in argv if a not in ("-c",) and not a.startswith("-M")] + ["-fsyntax-only"]
-        # -MD -MT x -MF y: drop the values of -MT/-MF too
-        clean, skip = [], False
-        for a in argv:
-            if skip:
-                skip = False
-                continue
-            if a in ("-MT", "-MF"):
-                skip = True
-                continue
-            clean.append(a)
-        done = subprocess.run(clean, cwd=base[0]["directory"], capture_output=True, text=True)
-        return done.returncode != 0 and "flowrun/plan.h" in done.stderr, done.stderr.strip()[:300]
+    control = probe_compile(base[0], '#include "flowrun/error.h"\n#include "flowrun/util.h"\n')
+    if control.returncode != 0:
+        return False, "the control probe (base's own headers) does not compile: " + control.stderr.strip()[:300]
+    done = probe_compile(base[0], '#include "flowrun/error.h"\n#include "flowrun/plan.h"\n')
+    return done.returncode != 0 and "flowrun/plan.h" in done.stderr, done.stderr.strip()[:300]
 
 
 def main():
@@ -209,7 +208,7 @@ def main():
           "; ".join(relative))
 
     print("the build enforces it")
-    ok, detail = probe_enforced(source, build)
+    ok, detail = probe_enforced(build)
     check(ok, "a flowrun_base source that includes flowrun/plan.h does not compile with flowrun_base's flags",
           detail)
 
