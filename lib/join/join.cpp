@@ -527,91 +527,121 @@ RankOutput scan_rank_output(int rank, const std::string& anchor, const std::stri
   return out;
 }
 
-JoinResult gather_outputs(const JoinRequest& rq) {
+namespace {
+
+// One gathering: the candidates found so far, what it says, and why it stopped.
+struct Gathering {
+  const JoinRequest& rq;
   JoinResult result;
   std::vector<Candidate> candidates;
   std::set<std::string> stale;
   std::string stopped_why;
-  auto stop = [&] {
+
+  bool stop() {
     if (stopped_why.empty() && rq.stop) stopped_why = rq.stop();
     return !stopped_why.empty();
-  };
+  }
+  std::function<bool()> stop_fn() {
+    return [this] { return stop(); };
+  }
+};
 
-  const BeneathRoot workroot = BeneathRoot::open(rq.workdir);
+// The files the step's outputs globs match in the workdir, written since the
+// step started (older ones are stale); a literal name that every rank on a
+// node would write is refused.
+void add_workdir_matches(Gathering& g, const BeneathRoot& workroot) {
+  const JoinRequest& rq = g.rq;
   Walker workdir(workroot, true);
   for (const auto& glob : rq.outputs) {
     std::vector<Found> fresh, old;
     std::vector<TreeEntry> refused;
     for (auto& f : workdir.glob(glob, &refused))
       (f.mtime >= rq.started ? fresh : old).push_back(std::move(f));
-    for (const auto& f : old) stale.insert(f.abs);
+    for (const auto& f : old) g.stale.insert(f.abs);
     for (const auto& e : refused)
-      result.errors.push_back(fmt::format("step '{}': output '{}': {} {}; refused", rq.step, glob,
-                                          workroot.path_of(e.rel), refusal_text(e, "the workdir")));
+      g.result.errors.push_back(fmt::format("step '{}': output '{}': {} {}; refused", rq.step, glob,
+                                            workroot.path_of(e.rel), refusal_text(e, "the workdir")));
     if (fresh.empty()) {
-      if (refused.empty()) result.errors.push_back(missing_message(rq, glob, old));
+      if (refused.empty()) g.result.errors.push_back(missing_message(rq, glob, old));
       continue;
     }
     const auto parts = split_path(glob);
     const bool literal = std::none_of(parts.begin(), parts.end(), has_wildcard);
     if (literal && rq.collect == Collect::all && rq.ranks_on_node > 1 && fresh.size() == 1 &&
         split_path(fresh[0].rel).size() == parts.size()) {  // the glob names the file itself
-      result.errors.push_back(shared_file_message(rq, glob));
+      g.result.errors.push_back(shared_file_message(rq, glob));
       continue;
     }
     for (auto& f : fresh) {
       std::string dest = f.rel;
-      candidates.push_back(
+      g.candidates.push_back(
           {&workroot, std::move(f), -1, "matched by output '" + glob + "'", std::move(dest)});
     }
   }
+}
 
+// Every file of each collected rank's $FLOWRUN_OUTPUT_DIR (rank 0's alone for
+// collect: rank0), under rankN/ for collect: all. `rank_outputs` keeps the
+// roots the candidates point at.
+void add_rank_outputs(Gathering& g, std::vector<RankOutput>& rank_outputs) {
+  const JoinRequest& rq = g.rq;
   const int ranks = rq.collect == Collect::rank0
                         ? std::min<int>(1, static_cast<int>(rq.rank_output_dirs.size()))
                         : static_cast<int>(rq.rank_output_dirs.size());
-  std::vector<RankOutput> rank_outputs;
   rank_outputs.reserve(static_cast<std::size_t>(ranks));  // candidates point at their roots
-  for (int rank = 0; rank < ranks && !stop(); ++rank) {
+  const auto stop = g.stop_fn();
+  for (int rank = 0; rank < ranks && !g.stop(); ++rank) {
     const std::string prefix = rq.collect == Collect::all ? fmt::format("rank{}/", rank) : "";
     RankOutput& ro = rank_outputs.emplace_back(
         scan_rank_output(rank, rq.run_dir, rq.rank_output_dirs[static_cast<std::size_t>(rank)], stop));
-    for (const auto& e : ro.errors) result.errors.push_back(fmt::format("step '{}': {}", rq.step, e));
+    for (const auto& e : ro.errors) g.result.errors.push_back(fmt::format("step '{}': {}", rq.step, e));
     for (const auto& e : ro.files) {
       Found f{e.rel, ro.root.path_of(e.rel), mtime_of(e.st), static_cast<std::uint64_t>(e.st.st_size)};
-      candidates.push_back({&ro.root, std::move(f), rank,
-                            fmt::format("from rank {}'s $FLOWRUN_OUTPUT_DIR", rank), prefix + e.rel});
+      g.candidates.push_back({&ro.root, std::move(f), rank,
+                              fmt::format("from rank {}'s $FLOWRUN_OUTPUT_DIR", rank), prefix + e.rel});
     }
   }
+}
 
-  // One candidate per destination; two globs matching one file is not a collision.
+// Where each candidate goes, and the destinations dropped because two
+// files would land there or a file's would be another's directory.
+struct Destinations {
   std::map<std::string, const Candidate*> by_dest;
   std::set<std::string> dropped;
-  for (const auto& c : candidates) {
-    auto [it, inserted] = by_dest.emplace(c.dest, &c);
+};
+
+Destinations choose_destinations(Gathering& g) {
+  Destinations d;
+  // One candidate per destination; two globs matching one file is not a collision.
+  for (const auto& c : g.candidates) {
+    auto [it, inserted] = d.by_dest.emplace(c.dest, &c);
     if (inserted || it->second->file.abs == c.file.abs) continue;
-    if (dropped.insert(c.dest).second)
-      result.errors.push_back(fmt::format(
+    if (d.dropped.insert(c.dest).second)
+      g.result.errors.push_back(fmt::format(
           "step '{}': two files would be collected as '{}': {} and {}; neither is collected. Rename one of "
           "them, or leave one out of outputs.",
-          rq.step, c.dest, describe(*it->second), describe(c)));
+          g.rq.step, c.dest, describe(*it->second), describe(c)));
   }
   // A file whose destination is another's directory: 'logs' and 'logs/a.txt'.
-  for (const auto& [dest, c] : by_dest) {
+  for (const auto& [dest, c] : d.by_dest) {
     for (std::size_t slash = dest.find('/'); slash != npos; slash = dest.find('/', slash + 1)) {
-      auto parent = by_dest.find(dest.substr(0, slash));
-      if (parent == by_dest.end()) continue;
-      if (dropped.insert(parent->first).second)
-        result.errors.push_back(fmt::format(
+      auto parent = d.by_dest.find(dest.substr(0, slash));
+      if (parent == d.by_dest.end()) continue;
+      if (d.dropped.insert(parent->first).second)
+        g.result.errors.push_back(fmt::format(
             "step '{}': '{}' would be collected both as a file and as a directory: {} and {}; neither is "
             "collected. Rename one of them.",
-            rq.step, parent->first, describe(*parent->second), describe(*c)));
-      dropped.insert(dest);
+            g.rq.step, parent->first, describe(*parent->second), describe(*c)));
+      d.dropped.insert(dest);
     }
   }
+  return d;
+}
 
-  // outputs/ is made beneath the run directory, and every file in it beneath
-  // outputs/, without following a symlink: a rank that put one in their
-  // place cannot make flowrun write elsewhere.
+// outputs/ is made beneath the run directory, and every file in it beneath
+// outputs/, without following a symlink: a rank that put one in their
+// place cannot make flowrun write elsewhere.
+BeneathRoot open_outputs_dir(const JoinRequest& rq) {
   BeneathRoot out;
   if (rq.run_dir.empty()) {
     make_dirs(rq.outputs_dir);
@@ -622,65 +652,83 @@ JoinResult gather_outputs(const JoinRequest& rq) {
   }
   if (!out.ok())
     throw Error("cannot create the directory " + rq.outputs_dir + ": " + errno_text(out.error()));
-  std::size_t left = 0;
-  for (const auto& [dest, c] : by_dest) {
-    if (dropped.count(dest)) continue;
-    if (stop()) {
-      ++left;
-      continue;
+  return out;
+}
+
+enum class Collected { done, failed, stopped };
+
+// Links or copies one candidate to outputs/DEST; says why not when it cannot.
+Collected collect_one(Gathering& g, const BeneathRoot& out, const std::string& dest, const Candidate& c) {
+  const JoinRequest& rq = g.rq;
+  const std::string target = rq.outputs_dir + "/" + dest;
+  struct stat st {};
+  const int fd = c.root->open_regular(c.file.rel, Links::beneath, &st);
+  if (fd == kNotRegular || fd < 0) {
+    g.result.errors.push_back(fmt::format(
+        "step '{}': cannot collect {}: {}; make sure it stays in place and readable until the step's "
+        "outputs are gathered.",
+        rq.step, describe(c),
+        fd == kNotRegular ? "it is now " + file_type_name(st.st_mode) + ", not a regular file"
+        : errno == EXDEV  ? std::string("it is now a symlink out of its directory")
+                          : errno_text(errno)));
+    return Collected::failed;
+  }
+  UniqueFd in(fd);
+  std::string leaf;
+  UniqueFd dir(out.open_parent(dest, true, 0755, &leaf));
+  if (!dir) throw Error("cannot create the directory for " + target + ": " + errno_text(errno));
+  int err = 0;
+  switch (put_file(in.get(), st, dir.get(), leaf, c.file.abs, target, g.stop_fn(), &err)) {
+    case Put::done: break;
+    case Put::stopped: return Collected::stopped;
+    case Put::exists: {
+      struct stat there {};
+      if (fstatat(dir.get(), leaf.c_str(), &there, AT_SYMLINK_NOFOLLOW) == 0 && there.st_dev == st.st_dev &&
+          there.st_ino == st.st_ino)
+        break;
+      g.result.errors.push_back(
+          fmt::format("step '{}': cannot collect {}: {} already exists and is not overwritten; remove it, "
+                      "or gather into "
+                      "an empty directory.",
+                      rq.step, describe(c), target));
+      return Collected::failed;
     }
-    const std::string target = rq.outputs_dir + "/" + dest;
-    struct stat st {};
-    const int fd = c->root->open_regular(c->file.rel, Links::beneath, &st);
-    if (fd == kNotRegular || fd < 0) {
-      result.errors.push_back(fmt::format(
+    case Put::unreadable:
+      g.result.errors.push_back(fmt::format(
           "step '{}': cannot collect {}: {}; make sure it stays in place and readable until the step's "
           "outputs are gathered.",
-          rq.step, describe(*c),
-          fd == kNotRegular ? "it is now " + file_type_name(st.st_mode) + ", not a regular file"
-          : errno == EXDEV  ? std::string("it is now a symlink out of its directory")
-                            : errno_text(errno)));
-      continue;
-    }
-    UniqueFd in(fd);
-    std::string leaf;
-    UniqueFd dir(out.open_parent(dest, true, 0755, &leaf));
-    if (!dir) throw Error("cannot create the directory for " + target + ": " + errno_text(errno));
-    int err = 0;
-    switch (put_file(in.get(), st, dir.get(), leaf, c->file.abs, target, stop, &err)) {
-      case Put::done: break;
-      case Put::stopped: ++left; continue;
-      case Put::exists: {
-        struct stat there {};
-        if (fstatat(dir.get(), leaf.c_str(), &there, AT_SYMLINK_NOFOLLOW) == 0 && there.st_dev == st.st_dev &&
-            there.st_ino == st.st_ino)
-          break;
-        result.errors.push_back(
-            fmt::format("step '{}': cannot collect {}: {} already exists and is not overwritten; remove it, "
-                        "or gather into "
-                        "an empty directory.",
-                        rq.step, describe(*c), target));
-        continue;
-      }
-      case Put::unreadable:
-        result.errors.push_back(fmt::format(
-            "step '{}': cannot collect {}: {}; make sure it stays in place and readable until the step's "
-            "outputs are gathered.",
-            rq.step, describe(*c), errno_text(err)));
-        continue;
-    }
-    result.files.push_back({c->file.abs, dest, c->rank, static_cast<std::uint64_t>(st.st_size)});
+          rq.step, describe(c), errno_text(err)));
+      return Collected::failed;
   }
-  if (!stopped_why.empty()) {
-    result.stopped = true;
-    result.errors.push_back(fmt::format("step '{}': gathering its outputs stopped: {}; {} not collected",
-                                        rq.step, stopped_why,
-                                        left == 0   ? std::string("the rest is")
-                                        : left == 1 ? std::string("1 file is")
-                                                    : fmt::format("{} files are", left)));
+  g.result.files.push_back({c.file.abs, dest, c.rank, static_cast<std::uint64_t>(st.st_size)});
+  return Collected::done;
+}
+
+}  // namespace
+
+JoinResult gather_outputs(const JoinRequest& rq) {
+  Gathering g{rq, {}, {}, {}, {}};
+  const BeneathRoot workroot = BeneathRoot::open(rq.workdir);
+  add_workdir_matches(g, workroot);
+  std::vector<RankOutput> rank_outputs;
+  add_rank_outputs(g, rank_outputs);
+  const Destinations d = choose_destinations(g);
+  const BeneathRoot out = open_outputs_dir(rq);
+  std::size_t left = 0;
+  for (const auto& [dest, c] : d.by_dest) {
+    if (d.dropped.count(dest)) continue;
+    if (g.stop() || collect_one(g, out, dest, *c) == Collected::stopped) ++left;
   }
-  result.stale.assign(stale.begin(), stale.end());
-  return result;
+  if (!g.stopped_why.empty()) {
+    g.result.stopped = true;
+    g.result.errors.push_back(fmt::format("step '{}': gathering its outputs stopped: {}; {} not collected",
+                                          rq.step, g.stopped_why,
+                                          left == 0   ? std::string("the rest is")
+                                          : left == 1 ? std::string("1 file is")
+                                                      : fmt::format("{} files are", left)));
+  }
+  g.result.stale.assign(g.stale.begin(), g.stale.end());
+  return std::move(g.result);
 }
 
 }  // namespace flowrun

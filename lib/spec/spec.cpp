@@ -33,6 +33,8 @@
 #include "flowrun/files.h"
 #include "flowrun/util.h"
 
+#include "graph.h"
+
 namespace flowrun {
 
 namespace spec_detail {
@@ -368,6 +370,26 @@ struct StepNotes {
   std::vector<std::pair<std::string, Location>> refs;   // ${steps.NAME.outputs}
 };
 
+// "Did you mean": compares a name with every step name; a budget keeps a
+// large spec full of unknown names from taking minutes.
+class Suggester {
+ public:
+  explicit Suggester(std::vector<std::string> names) : names_(std::move(names)) {
+    for (const auto& name : names_) name_chars_ += name.size() + 1;
+  }
+  std::optional<std::string> operator()(const std::string& name) {
+    const std::size_t cost = (std::min<std::size_t>(name.size(), 64) + 1) * name_chars_;
+    if (cost > budget_) return std::nullopt;
+    budget_ -= cost;
+    return closest_match(name, names_);
+  }
+
+ private:
+  std::vector<std::string> names_;
+  std::size_t name_chars_ = 0;
+  std::size_t budget_ = 10'000'000;
+};
+
 class Checker {
  public:
   Checker(const std::string& file, const std::string& dir) : file_(file), dir_(dir) {}
@@ -412,6 +434,8 @@ class Checker {
   void gpus(const Entry& e, GpuRequest& request);
   void cluster(const Entry& e);
   void graph();
+  graph::Edges step_edges(Suggester& suggest);
+  void output_refs(const graph::Edges& edges, const std::vector<std::size_t>& order, Suggester& suggest);
   void templates_in(std::string_view text, Location loc, const std::string& path, StepNotes& notes);
 
   const std::string& file_;
@@ -1223,30 +1247,14 @@ void Checker::cluster(const Entry& e) {
 
 // Resolves needs and joins into edges, then reports missing steps, cycles and
 // templates that name a step which does not run first; on success fills order.
-void Checker::graph() {
+graph::Edges Checker::step_edges(Suggester& suggest) {
   const std::size_t n = spec_.steps.size();
-  std::vector<std::vector<std::size_t>> edges(n);  // i -> steps i needs
-  std::vector<std::string> names;
-  for (std::size_t i = 0; i < n; ++i) {
-    if (notes_[i].in_graph) names.push_back(spec_.steps[i].name);
-  }
-  // "Did you mean" compares a name with every step name; a budget keeps a
-  // large spec full of unknown names from taking minutes.
-  std::size_t name_chars = 0;
-  for (const auto& name : names) name_chars += name.size() + 1;
-  std::size_t budget = 10'000'000;
-  auto suggest = [&](const std::string& name) -> std::optional<std::string> {
-    const std::size_t cost = (std::min<std::size_t>(name.size(), 64) + 1) * name_chars;
-    if (cost > budget) return std::nullopt;
-    budget -= cost;
-    return closest_match(name, names);
-  };
+  graph::Edges edges(n);  // i -> steps i needs
   auto no_step = [&](const std::string& name) {
     std::string message = "no step named " + quote(name);
     if (auto match = suggest(name)) message += "; did you mean '" + *match + "'?";
     return message;
   };
-
   for (std::size_t i = 0; i < n; ++i) {
     Step& s = spec_.steps[i];
     StepNotes& notes = notes_[i];
@@ -1279,116 +1287,16 @@ void Checker::graph() {
       }
     }
   }
+  return edges;
+}
 
-  // Cycles: strongly connected components (Tarjan's algorithm, iterative so a
-  // long chain of steps cannot overflow the stack), reported once each at the
-  // component's first step in file order.
-  constexpr std::size_t kUnset = std::numeric_limits<std::size_t>::max();
-  std::vector<std::size_t> number(n, kUnset), low(n, 0), component(n, kUnset);
-  std::vector<std::size_t> stack, work;  // work: DFS stack of nodes; next edge kept in `cursor`
-  std::vector<std::size_t> cursor(n, 0);
-  std::vector<bool> on_stack(n, false);
-  std::size_t counter = 0, components = 0;
-  for (std::size_t root = 0; root < n; ++root) {
-    if (number[root] != kUnset) continue;
-    work.push_back(root);
-    while (!work.empty()) {
-      std::size_t v = work.back();
-      if (number[v] == kUnset) {
-        number[v] = low[v] = counter++;
-        stack.push_back(v);
-        on_stack[v] = true;
-      }
-      if (cursor[v] < edges[v].size()) {
-        std::size_t w = edges[v][cursor[v]++];
-        if (number[w] == kUnset)
-          work.push_back(w);
-        else if (on_stack[w])
-          low[v] = std::min(low[v], number[w]);
-        continue;
-      }
-      work.pop_back();
-      if (!work.empty()) low[work.back()] = std::min(low[work.back()], low[v]);
-      if (low[v] == number[v]) {
-        std::size_t w;
-        do {
-          w = stack.back();
-          stack.pop_back();
-          on_stack[w] = false;
-          component[w] = components;
-        } while (w != v);
-        ++components;
-      }
-    }
-  }
-  std::vector<bool> reported(components, false);
-  bool has_cycle = false;
-  for (std::size_t i = 0; i < n; ++i) {
-    std::size_t c = component[i];
-    bool self = std::find(edges[i].begin(), edges[i].end(), i) != edges[i].end();
-    bool cyclic = self || std::any_of(edges[i].begin(), edges[i].end(),
-                                      [&](std::size_t w) { return component[w] == c; });
-    if (!cyclic || reported[c]) continue;
-    reported[c] = true;
-    has_cycle = true;
-    // The shortest way back to i inside its component, by breadth-first search.
-    std::vector<std::size_t> parent(n, kUnset);
-    std::vector<std::size_t> queue{i};
-    std::size_t last = kUnset;
-    for (std::size_t q = 0; q < queue.size() && last == kUnset; ++q) {
-      for (std::size_t w : edges[queue[q]]) {
-        if (component[w] != c) continue;
-        if (w == i) {
-          last = queue[q];
-          break;
-        }
-        if (parent[w] == kUnset) {
-          parent[w] = queue[q];
-          queue.push_back(w);
-        }
-      }
-    }
-    std::vector<std::string> cycle{spec_.steps[i].name};
-    for (std::size_t v = last; v != i; v = parent[v]) cycle.push_back(spec_.steps[v].name);
-    std::reverse(cycle.begin() + 1, cycle.end());
-    cycle.push_back(spec_.steps[i].name);
-    error(
-        spec_.steps[i].loc, notes_[i].path,
-        "dependency cycle " + join(cycle, " -> ") + " (each step needs the next); remove one of these needs");
-  }
-
-  // Kahn's algorithm, always taking the ready step that comes first in the
-  // file. Steps on a cycle, or after one, never become ready.
-  std::vector<std::size_t> order;
-  {
-    std::vector<std::size_t> waiting(n, 0);
-    std::vector<std::vector<std::size_t>> dependents(n);
-    for (std::size_t i = 0; i < n; ++i) {
-      waiting[i] = edges[i].size();
-      for (std::size_t w : edges[i]) dependents[w].push_back(i);
-    }
-    std::set<std::size_t> ready;
-    for (std::size_t i = 0; i < n; ++i) {
-      if (waiting[i] == 0) ready.insert(i);
-    }
-    while (!ready.empty()) {
-      std::size_t v = *ready.begin();
-      ready.erase(ready.begin());
-      order.push_back(v);
-      for (std::size_t d : dependents[v]) {
-        if (--waiting[d] == 0) ready.insert(d);
-      }
-    }
-  }
-
+void Checker::output_refs(const graph::Edges& edges, const std::vector<std::size_t>& order,
+                          Suggester& suggest) {
+  const std::size_t n = spec_.steps.size();
   // ${steps.NAME.outputs}: NAME must be a parallel step this one waits for.
-  // "Waits for" is reachability; a search per step would be quadratic in a
-  // large spec, so the steps named in templates are taken 64 at a time, and
-  // one pass in dependency order marks which of them each step comes after.
   struct Ref {
     std::size_t step, target;
     Location loc;
-    bool before = false;
   };
   std::vector<Ref> refs;
   for (std::size_t i = 0; i < n; ++i) {
@@ -1410,38 +1318,44 @@ void Checker::graph() {
       }
     }
   }
-  std::vector<std::size_t> targets;
-  std::vector<int> slot(n, -1);
-  for (const Ref& ref : refs) {
-    if (slot[ref.target] < 0) {
-      slot[ref.target] = static_cast<int>(targets.size());
-      targets.push_back(ref.target);
-    }
-  }
-  std::vector<std::vector<Ref*>> by_block((targets.size() + 63) / 64);
-  for (Ref& ref : refs) by_block[static_cast<std::size_t>(slot[ref.target]) / 64].push_back(&ref);
+  std::vector<std::pair<std::size_t, std::size_t>> queries;
+  for (const Ref& ref : refs) queries.emplace_back(ref.step, ref.target);
+  const std::vector<bool> before = graph::reaches(edges, order, queries);
   std::vector<bool> ordered(n, false);
   for (std::size_t v : order) ordered[v] = true;
-  std::vector<std::uint64_t> after(n);
-  for (std::size_t block = 0; block < by_block.size(); ++block) {
-    auto bit = [&](std::size_t v) -> std::uint64_t {
-      const auto s = static_cast<std::size_t>(slot[v]);
-      return slot[v] >= 0 && s / 64 == block ? std::uint64_t{1} << (s % 64) : 0;
-    };
-    std::fill(after.begin(), after.end(), 0);
-    for (std::size_t v : order) {
-      for (std::size_t w : edges[v]) after[v] |= after[w] | bit(w);
-    }
-    for (Ref* ref : by_block[block]) ref->before = (after[ref->step] & bit(ref->target)) != 0;
-  }
-  for (const Ref& ref : refs) {
+  for (std::size_t q = 0; q < refs.size(); ++q) {
+    const Ref& ref = refs[q];
     // A step on or after a cycle has no order to check against; the cycle is reported.
-    if (ref.before || !ordered[ref.step]) continue;
+    if (before[q] || !ordered[ref.step]) continue;
     error(ref.loc, notes_[ref.step].path + ".run",
           "step " + quote(spec_.steps[ref.target].name) +
               " does not run before this step; add it to needs or join it");
   }
+}
 
+void Checker::graph() {
+  const std::size_t n = spec_.steps.size();
+  std::vector<std::string> names;
+  for (std::size_t i = 0; i < n; ++i) {
+    if (notes_[i].in_graph) names.push_back(spec_.steps[i].name);
+  }
+  Suggester suggest(std::move(names));
+  const graph::Edges edges = step_edges(suggest);
+  // Cycles, reported once each at the cycle's first step in file order.
+  const std::vector<std::vector<std::size_t>> cycles = graph::cycles(edges);
+  for (const auto& cycle : cycles) {
+    std::vector<std::string> names_on;
+    for (std::size_t v : cycle) names_on.push_back(spec_.steps[v].name);
+    const std::size_t i = cycle.front();
+    error(spec_.steps[i].loc, notes_[i].path,
+          "dependency cycle " + join(names_on, " -> ") +
+              " (each step needs the next); remove one of these needs");
+  }
+  const bool has_cycle = !cycles.empty();
+  // Steps on a cycle, or after one, are not in the order.
+  std::vector<std::size_t> order = graph::order(edges);
+
+  output_refs(edges, order, suggest);
   if (!has_cycle && diagnostics_.empty()) spec_.order = std::move(order);
 }
 
