@@ -699,9 +699,10 @@ AllReduceFacts combine_node_allreduce(const ClusterDoctorFacts& facts) {
   return combined;
 }
 
-DoctorReport evaluate_cluster_doctor(const ClusterDoctorFacts& facts) {
-  DoctorReport report;
-  // Each node's own checks: one line when all is well, one per problem otherwise.
+namespace {
+
+// Each node's own checks: one line when all is well, one per problem otherwise.
+void add_node_checks(DoctorReport& report, const ClusterDoctorFacts& facts) {
   for (const NodeDoctorFacts& node : facts.nodes) {
     const std::string name = fmt::format("node {}", node.node_rank);
     if (!node.not_checked.empty()) {
@@ -735,7 +736,71 @@ DoctorReport evaluate_cluster_doctor(const ClusterDoctorFacts& facts) {
     }
     report.checks.push_back({name, CheckStatus::ok, summary, ""});
   }
+}
 
+// The all-reduce that failed or hung on `culprit`, the first node where it did.
+void say_failed_allreduce(DoctorCheck& check, const NodeDoctorFacts* culprit, std::size_t nodes) {
+  const AllReduceFacts& ar = culprit->facts.allreduce;
+  check.status = CheckStatus::fail;
+  check.message = fmt::format("NCCL all-reduce across {} nodes {} on {}: {}", nodes, ar.status,
+                              node_label(*culprit), ar.reason);
+  for (const auto& note : ar.notes) check.message += "; " + note;
+  check.advice = ar.status == "hung" ? "a hang across nodes usually means NCCL cannot reach the other "
+                                       "nodes: set NCCL_SOCKET_IFNAME to the "
+                                       "interface between them, open the ports between the nodes "
+                                       "(firewalls, security groups), and run "
+                                       "again with NCCL_DEBUG=INFO to see where it waits"
+                                     : "NCCL_DEBUG=WARN on the step (env:) shows NCCL's own messages; in "
+                                       "containers /dev/shm is often too "
+                                       "small (--shm-size=1g or --ipc=host)";
+}
+
+// The all-reduce every node took part in: its sums, its sizes, and the
+// bandwidth it measured (not judged).
+void judge_measured_allreduce(DoctorReport& report, const ClusterDoctorFacts& facts, DoctorCheck& check,
+                              std::optional<DoctorCheck>& bandwidth) {
+  const std::size_t nodes = facts.nodes.size();
+  const AllReduceFacts ar = combine_node_allreduce(facts);
+  const std::vector<std::string> wrong = wrong_sizes(ar);
+  if (ar.rows.empty()) {
+    check.status = CheckStatus::fail;
+    check.message = "the nodes measured no size in common";
+    check.advice = "run the step again with NCCL_DEBUG=WARN in its env: to see NCCL's own messages";
+  } else if (!wrong.empty()) {
+    check.status = CheckStatus::fail;
+    check.message = "wrong sums at " + join(wrong, ", ");
+    check.advice =
+        "data is corrupted between GPUs or nodes: check 'nvidia-smi -q -d ECC' on each node, run "
+        "'dcgmi diag -r 3', and check the network's error counters; report the nodes to their "
+        "administrators";
+  } else {
+    check.message = fmt::format("{} sizes from {} to {} on {} across {} nodes, every sum correct",
+                                ar.rows.size(), doctor_detail::format_size(ar.rows.front().bytes),
+                                doctor_detail::format_size(ar.rows.back().bytes),
+                                gpus_word(static_cast<std::size_t>(ar.gpus)), nodes);
+    if (!ar.network.empty()) check.message += fmt::format(", NCCL's network between nodes: {}", ar.network);
+  }
+  for (const auto& note : ar.notes) check.message += "; " + note;
+  if (wrong.empty() && !ar.rows.empty()) {
+    if (const AllReduceRow* best = best_large_row(ar, ar.gpus)) {
+      report.large_busbw_gbps = busbw_gbps(best->bytes, best->time_ns, ar.gpus);
+      bandwidth = DoctorCheck(
+          {"bandwidth", CheckStatus::skip,
+           fmt::format(
+               "large-message bus bandwidth {:.1f} GB/s across {} nodes, not judged: flowrun knows no "
+               "ceiling for the network between nodes (all_reduce_perf from nccl-tests on these nodes "
+               "gives one to compare with)",
+               report.large_busbw_gbps, nodes),
+           ""});
+    }
+  }
+}
+
+}  // namespace
+
+DoctorReport evaluate_cluster_doctor(const ClusterDoctorFacts& facts) {
+  DoctorReport report;
+  add_node_checks(report, facts);
   // The communicator's all-reduce: the first node whose side failed or hung.
   DoctorCheck check{"all-reduce", CheckStatus::ok, "", ""};
   std::optional<DoctorCheck> bandwidth;
@@ -758,19 +823,7 @@ DoctorReport evaluate_cluster_doctor(const ClusterDoctorFacts& facts) {
   const bool all_simulated = !facts.nodes.empty() && facts.nodes.front().not_checked.empty() &&
                              !facts.nodes.front().facts.runtime_skipped.empty();
   if (culprit != nullptr) {
-    const AllReduceFacts& ar = culprit->facts.allreduce;
-    check.status = CheckStatus::fail;
-    check.message = fmt::format("NCCL all-reduce across {} nodes {} on {}: {}", nodes, ar.status,
-                                node_label(*culprit), ar.reason);
-    for (const auto& note : ar.notes) check.message += "; " + note;
-    check.advice = ar.status == "hung" ? "a hang across nodes usually means NCCL cannot reach the other "
-                                         "nodes: set NCCL_SOCKET_IFNAME to the "
-                                         "interface between them, open the ports between the nodes "
-                                         "(firewalls, security groups), and run "
-                                         "again with NCCL_DEBUG=INFO to see where it waits"
-                                       : "NCCL_DEBUG=WARN on the step (env:) shows NCCL's own messages; in "
-                                         "containers /dev/shm is often too "
-                                         "small (--shm-size=1g or --ipc=host)";
+    say_failed_allreduce(check, culprit, nodes);
   } else if (all_simulated) {
     check.status = CheckStatus::skip;
     check.message = "not run: " + facts.nodes.front().facts.runtime_skipped;
@@ -788,40 +841,7 @@ DoctorReport evaluate_cluster_doctor(const ClusterDoctorFacts& facts) {
     }
     check.advice = "fix what the node lines above name, then run the step again";
   } else {
-    const AllReduceFacts ar = combine_node_allreduce(facts);
-    const std::vector<std::string> wrong = wrong_sizes(ar);
-    if (ar.rows.empty()) {
-      check.status = CheckStatus::fail;
-      check.message = "the nodes measured no size in common";
-      check.advice = "run the step again with NCCL_DEBUG=WARN in its env: to see NCCL's own messages";
-    } else if (!wrong.empty()) {
-      check.status = CheckStatus::fail;
-      check.message = "wrong sums at " + join(wrong, ", ");
-      check.advice =
-          "data is corrupted between GPUs or nodes: check 'nvidia-smi -q -d ECC' on each node, run "
-          "'dcgmi diag -r 3', and check the network's error counters; report the nodes to their "
-          "administrators";
-    } else {
-      check.message = fmt::format("{} sizes from {} to {} on {} across {} nodes, every sum correct",
-                                  ar.rows.size(), doctor_detail::format_size(ar.rows.front().bytes),
-                                  doctor_detail::format_size(ar.rows.back().bytes),
-                                  gpus_word(static_cast<std::size_t>(ar.gpus)), nodes);
-      if (!ar.network.empty()) check.message += fmt::format(", NCCL's network between nodes: {}", ar.network);
-    }
-    for (const auto& note : ar.notes) check.message += "; " + note;
-    if (wrong.empty() && !ar.rows.empty()) {
-      if (const AllReduceRow* best = best_large_row(ar, ar.gpus)) {
-        report.large_busbw_gbps = busbw_gbps(best->bytes, best->time_ns, ar.gpus);
-        bandwidth = DoctorCheck(
-            {"bandwidth", CheckStatus::skip,
-             fmt::format(
-                 "large-message bus bandwidth {:.1f} GB/s across {} nodes, not judged: flowrun knows no "
-                 "ceiling for the network between nodes (all_reduce_perf from nccl-tests on these nodes "
-                 "gives one to compare with)",
-                 report.large_busbw_gbps, nodes),
-             ""});
-      }
-    }
+    judge_measured_allreduce(report, facts, check, bandwidth);
   }
   report.checks.push_back(std::move(check));
   if (bandwidth) report.checks.push_back(std::move(*bandwidth));
