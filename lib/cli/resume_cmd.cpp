@@ -73,30 +73,28 @@ Spec saved_spec(const RunRecord& record, const std::string& spec_dir, std::strin
   return std::move(*parsed.spec);
 }
 
-int resume(const ResumeOptions& options) {
-  const EnvMap env = read_environ();
-  const std::string cwd = current_directory();
-  const std::string old_dir = find_run_dir(options.run, cwd);
-  const RunRecord record = read_run_record(old_dir);
-  // Held until the new run ends: one resume of a run at a time, and none
-  // while the run itself is in progress.
-  const RunLock lock = RunLock::resume(old_dir, record.run_id, local_hostname(env));
+// The run's spec as it ran (`before`, its saved copy) and as it is now (the
+// file it ran, a fix to it counting, else the copy), each with its --python.
+struct ResumedSpecs {
+  Spec before, now;
+  std::string saved_text;  // the saved copy's text
+  std::string python;      // --python for the new run
+};
 
-  // The spec: the file the run ran, as it is now (a fix to it counts), else
-  // the copy saved with the run.
+ResumedSpecs load_specs(const ResumeOptions& options, const RunRecord& record, const std::string& old_dir,
+                        const std::string& cwd) {
   namespace fs = std::filesystem;
   std::error_code ec;
   const std::string spec_dir = !record.spec_dir.empty()    ? record.spec_dir
                                : !record.spec_file.empty() ? fs::path(record.spec_file).parent_path().string()
                                                            : cwd;
-  std::string saved_text;
-  Spec before = saved_spec(record, spec_dir, saved_text);
-  Spec now;
+  ResumedSpecs specs;
+  specs.before = saved_spec(record, spec_dir, specs.saved_text);
   if (!record.spec_file.empty() && fs::exists(record.spec_file, ec)) {
-    now = load_or_throw(record.spec_file);
+    specs.now = load_or_throw(record.spec_file);
     std::cerr << "flowrun: spec " << record.spec_file << " (the file as it is now)\n";
   } else {
-    now = before;
+    specs.now = specs.before;
     std::cerr << "flowrun: spec " << old_dir << "/spec.yaml, the copy saved with run " << record.run_id
               << " ("
               << (record.spec_file.empty() ? "it was started without a spec file"
@@ -104,10 +102,17 @@ int resume(const ResumeOptions& options) {
               << ")\n";
   }
   // --python as the earlier run had it, unless given again.
-  const std::string python = options.python.empty() ? record.python : python_path(options.python, cwd);
-  if (!record.python.empty()) use_python(before, record.python);
-  if (!python.empty()) use_python(now, python);
+  specs.python = options.python.empty() ? record.python : python_path(options.python, cwd);
+  if (!record.python.empty()) use_python(specs.before, record.python);
+  if (!specs.python.empty()) use_python(specs.now, specs.python);
+  return specs;
+}
 
+// Which steps are reused and why each other one runs again; throws when
+// --from names no step or nothing is left to run.
+ResumeFrom what_to_rerun(const ResumeOptions& options, const RunRecord& record, const std::string& old_dir,
+                         const ResumedSpecs& specs, const std::vector<std::string>& args_now) {
+  const Spec& now = specs.now;
   const std::vector<std::string> names = step_names(now);
   if (!options.from.empty() && now.find_step(options.from) == nullptr) {
     std::string message = "--from " + options.from + ": no step named '" + options.from + "' in " + now.file;
@@ -117,12 +122,12 @@ int resume(const ResumeOptions& options) {
 
   ResumeQuestion question;
   question.now = &now;
-  question.before = &before;
+  question.before = &specs.before;
   question.run_id = record.run_id;
   question.run_dir = old_dir;
-  question.prior = read_prior_steps(record, step_names(before));
+  question.prior = read_prior_steps(record, step_names(specs.before));
   question.args_before = record.args;
-  question.args_now = options.args ? *options.args : record.args;
+  question.args_now = args_now;
   if (!options.from.empty()) question.from = options.from;
   const std::vector<ResumeDecision> decisions = decide_resume(question);
 
@@ -145,16 +150,20 @@ int resume(const ResumeOptions& options) {
                     options.run, join(names, ", ")),
         kExitUsage);
   }
+  return from;
+}
 
+// The new run's options: the command line's, and what it does not say
+// planned as the earlier run was (each such choice named in `inherited`).
+RunOptions inherited_run_options(const ResumeOptions& options, const RunRecord& record, const EnvMap& env,
+                                 std::vector<std::string>& inherited) {
   RunOptions run;
-  run.args = question.args_now;
+  run.args = options.args ? *options.args : record.args;
   run.run_id = options.run_id;
   run.run_dir = options.run_dir;
   run.console_ranks = parse_rank_list(options.ranks);
   run.grace_s = options.grace_s;
   run.color = color_choice(options.color);
-  // Planned as the earlier run was, unless told otherwise.
-  std::vector<std::string> inherited;
   run.fake_gpus = fake_gpus_from_env(options.fake_gpus, env);
   if (run.fake_gpus < 0 && record.fake_gpus) {
     run.fake_gpus = *record.fake_gpus;
@@ -166,10 +175,28 @@ int resume(const ResumeOptions& options) {
     run.cpus = record.cpus;
     inherited.push_back(fmt::format("--cpus {}", *run.cpus));
   }
+  return run;
+}
+
+int resume(const ResumeOptions& options) {
+  const EnvMap env = read_environ();
+  const std::string cwd = current_directory();
+  const std::string old_dir = find_run_dir(options.run, cwd);
+  const RunRecord record = read_run_record(old_dir);
+  // Held until the new run ends: one resume of a run at a time, and none
+  // while the run itself is in progress.
+  const RunLock lock = RunLock::resume(old_dir, record.run_id, local_hostname(env));
+
+  const ResumedSpecs specs = load_specs(options, record, old_dir, cwd);
+  ResumeFrom from =
+      what_to_rerun(options, record, old_dir, specs, options.args ? *options.args : record.args);
+  std::vector<std::string> inherited;
+  RunOptions run = inherited_run_options(options, record, env, inherited);
+  run.resume = std::move(from);
+  const Spec& now = specs.now;
   if (now.file != record.spec_file) run.spec_file = record.spec_file;
-  if (record.spec_file.empty()) run.spec_text = saved_text;  // a spec `flowrun run` built
-  run.python = python;
-  run.resume = from;
+  if (record.spec_file.empty()) run.spec_text = specs.saved_text;  // a spec `flowrun run` built
+  run.python = specs.python;
 
   const HostFacts host = probe_host(run.fake_gpus, env);
   PlanOptions plan_options;
