@@ -746,71 +746,30 @@ void note(const Request& r) {
   throw Error(message, kExitUsage);
 }
 
-int run_request(Request& r) {
-  const EnvMap env = read_environ();
-  const int fake = fake_gpus_from_env(r.fake_gpus, env);
-  HostFacts host = probe_host(fake, env);
-  if (!r.redirects.empty() && r.redirects != "0") {
-    if (r.redirects.find_first_not_of("0123") != std::string::npos)
-      usage_error("run", "--redirects " + r.redirects +
-                             ": flowrun takes 0 (show) or 1, 2, 3 (keep off the console) for every rank");
-    if (r.ranks.empty() && r.local_ranks_filter.empty()) r.ranks = "none";
+// This host joins node 0's flowrun (`flowrun run` on a node other than 0),
+// which runs the command it was given.
+int join_node0(const Request& r, const Built& built, const std::string& cwd, int fake, const EnvMap& env) {
+  AgentOptions agent;
+  agent.endpoint = built.meeting.endpoint;
+  if (built.meeting.node_rank > 0) agent.node_rank = built.meeting.node_rank;
+  agent.token_file = token_path(cwd, built.meeting.endpoint);
+  agent.token_after_connect = true;
+  agent.exit_with_step = true;
+  agent.fake_gpus = fake;
+  std::cerr << "flowrun run: joining node 0 at " << agent.endpoint << " as node "
+            << (agent.node_rank ? std::to_string(*agent.node_rank) : std::string("(the next free rank)"))
+            << "; node 0 runs the command it was given\n";
+  if (r.dry_run) {
+    std::cout << "This host joins node 0 at " << agent.endpoint << "; `flowrun run --dry-run` there shows "
+              << "the plan.\n";
+    return kExitOk;
   }
+  return run_agent(agent, env);
+}
 
-  const std::string cwd = current_directory();
-  Spec spec;
-  std::string spec_text;
-  std::vector<std::string> args;
-  Built built;
-  if (!r.spec_path.empty()) {
-    spec = load_or_throw(r.spec_path);
-    args = r.spec_args;
-  } else {
-    built = build_spec(r, host, env, "run", false);
-    spec_text = built.text;
-    note(r);
-    if (built.meeting.kind == Meeting::Kind::agent) {
-      // This node joins node 0's flowrun, which runs the command it was given.
-      AgentOptions agent;
-      agent.endpoint = built.meeting.endpoint;
-      if (built.meeting.node_rank > 0) agent.node_rank = built.meeting.node_rank;
-      agent.token_file = token_path(cwd, built.meeting.endpoint);
-      agent.token_after_connect = true;
-      agent.exit_with_step = true;
-      agent.fake_gpus = fake;
-      std::cerr << "flowrun run: joining node 0 at " << agent.endpoint << " as node "
-                << (agent.node_rank ? std::to_string(*agent.node_rank) : std::string("(the next free rank)"))
-                << "; node 0 runs the command it was given\n";
-      if (r.dry_run) {
-        std::cout << "This host joins node 0 at " << agent.endpoint
-                  << "; `flowrun run --dry-run` there shows "
-                  << "the plan.\n";
-        return kExitOk;
-      }
-      return run_agent(agent, env);
-    }
-    SpecParse parsed = parse_spec(spec_text, "flowrun run", cwd);
-    if (!parsed.diagnostics.empty())
-      rethrow_for_options(DiagnosticError(std::move(parsed.diagnostics)), spec_text);
-    spec = std::move(*parsed.spec);
-    if (built.meeting.kind == Meeting::Kind::head) {
-      ClusterSpec& cluster = *spec.cluster;
-      cluster.rendezvous = built.meeting.endpoint;
-      cluster.rendezvous_token_file = token_path(cwd, built.meeting.endpoint);
-    }
-  }
-  if (!r.python.empty() && !r.spec_path.empty()) use_python(spec, python_path(r.python, cwd));
-
-  PlanOptions plan_options;
-  if (r.cpus > 0 && !r.spec_path.empty()) plan_options.cpus = r.cpus;
-  std::vector<StepPlan> plans;
-  try {
-    plans = plan_flow(spec, host, plan_options);
-  } catch (const DiagnosticError& e) {
-    if (spec_text.empty()) throw;
-    rethrow_for_options(e, spec_text);
-  }
-
+// The run's options from the command line.
+RunOptions run_options(const Request& r, const Spec& spec, const std::string& cwd, int fake,
+                       const std::vector<std::string>& args, const std::string& spec_text) {
   RunOptions run;
   run.args = args;
   run.run_id = r.run_id;
@@ -835,19 +794,74 @@ int run_request(Request& r) {
   run.spec_text = spec_text;
   if (!r.spec_path.empty() && r.cpus > 0) run.cpus = r.cpus;
   if (!r.spec_path.empty() && !r.python.empty()) run.python = python_path(r.python, cwd);
+  return run;
+}
 
-  if (r.dry_run) {
-    LaunchContext ctx;
-    ctx.run_id = run.run_id.empty() ? make_run_id(spec.name) : run.run_id;
-    ctx.layout.run_dir = run_dir_for(spec, ctx.run_id, run.run_dir);
-    ctx.parent_env = env;
-    PlanView view{spec, host, plans, ctx, false};
-    if (!spec_text.empty())
-      std::cout << "flowrun run runs this one-step spec (flowrun init writes it to a file):\n\n"
-                << spec_text << "\n";
-    std::cout << format_plan_text(view);
-    return kExitOk;
+// --dry-run: the one-step spec flowrun run built, if it built one, and the plan.
+int show_dry_run(const Spec& spec, const HostFacts& host, const std::vector<StepPlan>& plans,
+                 const EnvMap& env, const RunOptions& run, const std::string& spec_text) {
+  LaunchContext ctx;
+  ctx.run_id = run.run_id.empty() ? make_run_id(spec.name) : run.run_id;
+  ctx.layout.run_dir = run_dir_for(spec, ctx.run_id, run.run_dir);
+  ctx.parent_env = env;
+  PlanView view{spec, host, plans, ctx, false};
+  if (!spec_text.empty())
+    std::cout << "flowrun run runs this one-step spec (flowrun init writes it to a file):\n\n"
+              << spec_text << "\n";
+  std::cout << format_plan_text(view);
+  return kExitOk;
+}
+
+int run_request(Request& r) {
+  const EnvMap env = read_environ();
+  const int fake = fake_gpus_from_env(r.fake_gpus, env);
+  HostFacts host = probe_host(fake, env);
+  if (!r.redirects.empty() && r.redirects != "0") {
+    if (r.redirects.find_first_not_of("0123") != std::string::npos)
+      usage_error("run", "--redirects " + r.redirects +
+                             ": flowrun takes 0 (show) or 1, 2, 3 (keep off the console) for every rank");
+    if (r.ranks.empty() && r.local_ranks_filter.empty()) r.ranks = "none";
   }
+
+  const std::string cwd = current_directory();
+  Spec spec;
+  std::string spec_text;
+  std::vector<std::string> args;
+  Built built;
+  if (!r.spec_path.empty()) {
+    spec = load_or_throw(r.spec_path);
+    args = r.spec_args;
+  } else {
+    built = build_spec(r, host, env, "run", false);
+    spec_text = built.text;
+    note(r);
+    if (built.meeting.kind == Meeting::Kind::agent) {
+      return join_node0(r, built, cwd, fake, env);
+    }
+    SpecParse parsed = parse_spec(spec_text, "flowrun run", cwd);
+    if (!parsed.diagnostics.empty())
+      rethrow_for_options(DiagnosticError(std::move(parsed.diagnostics)), spec_text);
+    spec = std::move(*parsed.spec);
+    if (built.meeting.kind == Meeting::Kind::head) {
+      ClusterSpec& cluster = *spec.cluster;
+      cluster.rendezvous = built.meeting.endpoint;
+      cluster.rendezvous_token_file = token_path(cwd, built.meeting.endpoint);
+    }
+  }
+  if (!r.python.empty() && !r.spec_path.empty()) use_python(spec, python_path(r.python, cwd));
+
+  PlanOptions plan_options;
+  if (r.cpus > 0 && !r.spec_path.empty()) plan_options.cpus = r.cpus;
+  std::vector<StepPlan> plans;
+  try {
+    plans = plan_flow(spec, host, plan_options);
+  } catch (const DiagnosticError& e) {
+    if (spec_text.empty()) throw;
+    rethrow_for_options(e, spec_text);
+  }
+
+  const RunOptions run = run_options(r, spec, cwd, fake, args, spec_text);
+  if (r.dry_run) return show_dry_run(spec, host, plans, env, run, spec_text);
   return run_flow(spec, host, plans, env, run);
 }
 
