@@ -45,11 +45,7 @@ void write_facts(JsonWriter& json, const DoctorFacts& facts) {
   json.key("gpus").begin_array();
   for (const Gpu& gpu : inv.gpus) {
     json.begin_object();
-    json.key("index").value(gpu.index);
-    json.key("name").value(gpu.name);
-    json.key("uuid").value(gpu.uuid);
-    json.key("memory_bytes").value(static_cast<std::uint64_t>(gpu.memory_bytes));
-    json.key("pci_bus_id").value(gpu.pci_bus_id);
+    write_gpu_identity(json, gpu);
     json.key("compute_capability").value(gpu.details.compute_capability);
     json.key("pcie_gen_max").value(gpu.details.pcie_gen_max);
     json.key("pcie_width_max").value(gpu.details.pcie_width_max);

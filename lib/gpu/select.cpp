@@ -15,6 +15,7 @@
 
 #include "flowrun/error.h"
 #include "flowrun/gpu.h"
+#include "flowrun/json.h"
 
 namespace flowrun {
 
@@ -361,6 +362,14 @@ std::unique_ptr<GpuProbe> make_probe(const EnvMap& env, int fake_gpus, bool topo
     return make_fake_probe(static_cast<int>(parse_count(*text, kMaxFakeGpus + 1)));
   }
   return make_nvml_probe(topology);
+}
+
+void write_gpu_identity(JsonWriter& json, const Gpu& gpu) {
+  json.key("index").value(gpu.index);
+  json.key("name").value(gpu.name);
+  json.key("uuid").value(gpu.uuid);
+  json.key("memory_bytes").value(static_cast<std::uint64_t>(gpu.memory_bytes));
+  json.key("pci_bus_id").value(gpu.pci_bus_id);
 }
 
 }  // namespace flowrun

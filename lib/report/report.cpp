@@ -335,11 +335,7 @@ std::string format_gpus_json(const Inventory& inventory, const std::string& host
   json.key("gpus").begin_array();
   for (const auto& gpu : inventory.gpus) {
     json.begin_object();
-    json.key("index").value(gpu.index);
-    json.key("name").value(gpu.name);
-    json.key("uuid").value(gpu.uuid);
-    json.key("memory_bytes").value(static_cast<std::uint64_t>(gpu.memory_bytes));
-    json.key("pci_bus_id").value(gpu.pci_bus_id);
+    write_gpu_identity(json, gpu);
     json.key("select_token").value(gpu.select_token);
     json.end_object();
   }
