@@ -34,6 +34,7 @@
 
 #include "connection.h"
 #include "engines.h"
+#include "node_start.h"
 
 namespace flowrun {
 
@@ -703,6 +704,11 @@ class Agent : public GroupObserver {
   }
 
   void on_start(Start start) {
+    // Its ranks' directories are named by the assign's step (checked there).
+    if (start.step != step_ || start.run_id != run_id_ || start.node_rank != node_rank_) {
+      lost_head("it sent a start for another step or node than its assign");
+      return;
+    }
     start_ = std::move(start);
     start_pending_ = true;
   }
@@ -725,38 +731,7 @@ class Agent : public GroupObserver {
       }
       guardian_.remove_on_exit(scratch_);
     }
-    EnvMap base = strip_step_variables(env_);
-    ranks_.clear();
-    std::vector<WorkerLaunch> launches;
-    for (const StartRank& planned : start_.ranks) {
-      LocalRank r;
-      r.rank = planned.rank;
-      r.local_rank = planned.local_rank;
-      r.upload = planned.upload;
-      r.dir = fmt::format("{}/{}/rank{}", scratch_, step_, r.rank);
-      remove_tree(r.dir);
-      make_dirs(r.dir + "/out", 0700);
-      EnvMap env = base;
-      for (const auto& entry : planned.env) {
-        const auto eq = entry.find('=');
-        if (eq != std::string::npos) env[entry.substr(0, eq)] = entry.substr(eq + 1);
-      }
-      env["FLOWRUN_OUTPUT_DIR"] = r.dir + "/out";
-      env["TORCHELASTIC_ERROR_FILE"] = r.dir + "/error.json";
-      env["FLOWRUN_AGENT_ID"] = agent_id_;
-      if (!gloo_ifname_.empty() && env.count("GLOO_SOCKET_IFNAME") == 0)
-        env["GLOO_SOCKET_IFNAME"] = gloo_ifname_;
-      WorkerLaunch launch;
-      launch.rank = r.rank;
-      launch.local_rank = r.local_rank;
-      launch.argv = start_.argv;
-      for (const auto& [k, v] : env) launch.env.push_back(k + "=" + v);
-      launch.workdir = start_.workdir;
-      launch.error_file = r.dir + "/error.json";
-      launch.console = false;
-      launches.push_back(std::move(launch));
-      ranks_.push_back(std::move(r));
-    }
+    std::vector<WorkerLaunch> launches = launches_for_start();
     GroupOptions group;
     group.step = step_;
     group.grace_s = grace_s_;
@@ -794,6 +769,40 @@ class Agent : public GroupObserver {
       return;
     }
     conn_->send(Done{attempt_, std::move(errors)});
+  }
+
+  // The start's ranks, each with the environment worker_env makes from the
+  // start's part of the plan and what only this node has: the agent's own
+  // environment (the defaults a user may override read it), its private
+  // scratch directory for FLOWRUN_OUTPUT_DIR and TORCHELASTIC_ERROR_FILE,
+  // its mark and its gloo interface. Makes each rank's directory anew.
+  std::vector<WorkerLaunch> launches_for_start() {
+    const NodeWork work = cluster::node_work_of(start_);
+    const NodeSite site{env_, RunLayout{scratch_}, agent_id_, gloo_ifname_};
+    const EnvMap base = strip_step_variables(env_);
+    ranks_.clear();
+    std::vector<WorkerLaunch> launches;
+    for (std::size_t i = 0; i < work.ranks.size(); ++i) {
+      const RankWork& rank = work.ranks[i];
+      LocalRank r;
+      r.rank = rank.rank;
+      r.local_rank = rank.local_rank;
+      r.upload = start_.ranks[i].upload;
+      r.dir = site.layout.rank_dir(step_, r.rank);
+      remove_tree(r.dir);
+      make_dirs(r.dir + "/out", 0700);
+      WorkerLaunch launch;
+      launch.rank = r.rank;
+      launch.local_rank = r.local_rank;
+      launch.argv = start_.argv;
+      launch.env = full_env(base, worker_env(work, rank, site));
+      launch.workdir = start_.workdir;
+      launch.error_file = site.layout.error_file(step_, r.rank);
+      launch.console = false;
+      launches.push_back(std::move(launch));
+      ranks_.push_back(std::move(r));
+    }
+    return launches;
   }
 
   // No rank of this attempt can start (the scratch directory cannot be

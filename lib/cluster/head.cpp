@@ -33,6 +33,7 @@
 
 #include "connection.h"
 #include "engines.h"
+#include "node_start.h"
 
 namespace flowrun {
 
@@ -1005,7 +1006,7 @@ class Head : public GroupObserver {
     attempt_recorded_ = false;
     done_ = 0;
     LaunchContext ctx = job_.ctx;
-    ctx.master_addr = nodes_[0].address;
+    ctx.node0_address = nodes_[0].address;
     ctx.master_port = nodes_[0].port;
     ctx.restart_count = attempt_;
     master_port_ = ctx.master_port;
@@ -1045,21 +1046,17 @@ class Head : public GroupObserver {
       for (const auto& n : nodes_) names.push_back(n.name);
       console_.message(fmt::format("flowrun: step '{}': {} joined ({}); MASTER_ADDR {}, MASTER_PORT {}",
                                    plan_.step, plural(nodes_.size(), "node", "nodes"), fmt::join(names, ", "),
-                                   ctx.master_addr, ctx.master_port));
+                                   master_addr(plan_, ctx), ctx.master_port));
     }
-    // Every node's start message first, then the writes: the nodes start together.
+    // Every node's start message first, then the writes: the nodes start
+    // together. Each carries its node's part of the plan; the node's agent
+    // makes its ranks' environment from it.
     std::vector<std::string> frames(nodes_.size());
     for (const auto& n : nodes_) {
-      Start m{attempt_, ctx.master_addr, ctx.master_port, job_.step->workdir, job_.argv, {}};
-      for (const auto& rp : plan_.ranks) {
-        if (rp.node != n.rank) continue;
-        StartRank& r = m.ranks.emplace_back();
-        r.rank = rp.rank;
-        r.local_rank = rp.local_rank;
-        for (const auto& [k, v] : worker_env(*job_.spec, *job_.step, plan_, rp, ctx))
-          r.env.push_back(k + "=" + v);
-        r.upload = job_.step->collect == Collect::all || rp.rank == 0;
-      }
+      Start m = cluster::start_of(node_work(*job_.spec, *job_.step, plan_, n.rank, ctx));
+      m.workdir = job_.step->workdir;
+      m.argv = job_.argv;
+      for (auto& r : m.ranks) r.upload = job_.step->collect == Collect::all || r.rank == 0;
       frames[static_cast<std::size_t>(n.rank)] = to_wire(encode(m));
     }
     for (auto& n : nodes_) n.conn->send_frame(std::move(frames[static_cast<std::size_t>(n.rank)]));

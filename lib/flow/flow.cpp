@@ -44,7 +44,6 @@ class FlowRunner {
     ctx_.run_id = options.run_id.empty() ? make_run_id(spec.name) : options.run_id;
     ctx_.layout.run_dir = run_dir_for(spec, ctx_.run_id, options.run_dir);
     ctx_.parent_env = env;
-    ctx_.master_addr = "127.0.0.1";
     const bool tty = isatty(STDOUT_FILENO) == 1;
     const auto no_color = env_get(env, "NO_COLOR");
     style_.color = options.color == RunOptions::Color::always ||

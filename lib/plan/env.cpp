@@ -1,6 +1,6 @@
 #include <algorithm>
 
-#include "flowrun/plan.h"
+#include "flowrun/worker_env.h"
 
 namespace flowrun {
 
@@ -10,77 +10,126 @@ bool has(const EnvList& env, std::string_view name) {
   return std::any_of(env.begin(), env.end(), [&](const auto& kv) { return kv.first == name; });
 }
 
-// The CUDA_VISIBLE_DEVICES a worker gets, or nullopt to leave the inherited
-// value alone (the node uses every GPU this process may use).
-std::optional<std::string> visible_devices(const StepPlan& plan, const NodePlan& node, const RankPlan& rank,
-                                           bool parent_set) {
-  if (plan.cpu) return std::string();
+std::string tokens_of(const NodePlan& node, const std::vector<int>& positions) {
   std::vector<std::string> tokens;
-  if (plan.visible_devices == Visibility::process) {
-    for (int g : rank.gpus) tokens.push_back(node.gpus[static_cast<std::size_t>(g)].select_token);
-    return join(tokens, ",");
-  }
-  if (static_cast<int>(node.gpus.size()) == node.gpus_available && !parent_set) return std::nullopt;
-  for (const auto& gpu : node.gpus) tokens.push_back(gpu.select_token);
+  for (int g : positions) tokens.push_back(node.gpus[static_cast<std::size_t>(g)].select_token);
   return join(tokens, ",");
+}
+
+// Which rule a node's ranks' CUDA_VISIBLE_DEVICES follows. A node that uses
+// every GPU a worker sees by default leaves the variable alone, except on
+// this host when flowrun's environment sets it: its GPUs were selected from
+// that value, which is then restated.
+DeviceRule device_rule(const StepPlan& plan, const NodePlan& node) {
+  if (plan.cpu || plan.visible_devices == Visibility::process) return DeviceRule::set;
+  if (static_cast<int>(node.gpus.size()) != node.gpus_available) return DeviceRule::set;
+  return node.is_local ? DeviceRule::if_inherited : DeviceRule::leave;
+}
+
+// The CUDA_VISIBLE_DEVICES a worker gets under the rule.
+std::string devices_of(const StepPlan& plan, const NodePlan& node, const RankPlan& rank) {
+  if (plan.cpu) return {};
+  if (plan.visible_devices == Visibility::process) return tokens_of(node, rank.gpus);
+  std::vector<int> all(node.gpus.size());
+  for (std::size_t i = 0; i < all.size(); ++i) all[i] = static_cast<int>(i);
+  return tokens_of(node, all);
 }
 
 }  // namespace
 
-EnvList worker_env(const Spec& spec, const Step& step, const StepPlan& plan, const RankPlan& rank,
+std::string master_addr(const StepPlan& plan, const LaunchContext& ctx) {
+  if (!ctx.node0_address.empty()) return ctx.node0_address;
+  if (plan.nodes.size() <= 1) return "127.0.0.1";
+  if (!plan.nodes.front().host.empty()) return plan.nodes.front().host;
+  return "<node 0's address, known at launch>";
+}
+
+NodeWork node_work(const Spec& spec, const Step& step, const StepPlan& plan, int node,
                    const LaunchContext& ctx) {
-  const NodePlan& node = plan.nodes.at(static_cast<std::size_t>(rank.node));
-  EnvList env = spec.env;
-  env.insert(env.end(), step.env.begin(), step.env.end());
-  const EnvList user = env;
+  const NodePlan& n = plan.nodes.at(static_cast<std::size_t>(node));
+  NodeWork work;
+  work.step = plan.step;
+  work.run_id = ctx.run_id;
+  work.run_dir = ctx.layout.run_dir;
+  work.env = spec.env;
+  work.env.insert(work.env.end(), step.env.begin(), step.env.end());
+  work.world_size = plan.world_size;
+  work.nodes = static_cast<int>(plan.nodes.size());
+  work.node_rank = node;
+  work.max_restarts = plan.max_restarts;
+  work.restart_count = ctx.restart_count;
+  work.master_addr = master_addr(plan, ctx);
+  work.master_port = ctx.master_port;
+  work.devices = device_rule(plan, n);
+  for (const auto& rank : plan.ranks) {
+    if (rank.node != node) continue;
+    work.ranks.push_back({rank.rank, rank.local_rank,
+                          work.devices == DeviceRule::leave ? std::string() : devices_of(plan, n, rank)});
+  }
+  return work;
+}
+
+NodeSite this_host(const LaunchContext& ctx) { return NodeSite{ctx.parent_env, ctx.layout, {}, {}}; }
+
+EnvList worker_env(const NodeWork& work, const RankWork& rank, const NodeSite& site) {
+  EnvList env = work.env;
+  const EnvList& user = work.env;
   auto set = [&](std::string name, std::string value) {
     env.emplace_back(std::move(name), std::move(value));
   };
-  // A default the user (spec env) or the parent environment may override.
+  // A default the user (spec env) or the node's environment may override.
   auto set_default = [&](const std::string& name, const std::string& value) {
     if (has(user, name)) return;
-    set(name, env_get(ctx.parent_env, name).value_or(value));
+    set(name, env_get(site.env, name).value_or(value));
   };
 
-  const std::string world = std::to_string(plan.world_size);
+  const std::string world = std::to_string(work.world_size);
+  const std::string local_world = std::to_string(work.ranks.size());
   set("LOCAL_RANK", std::to_string(rank.local_rank));
   set("RANK", std::to_string(rank.rank));
-  set("GROUP_RANK", std::to_string(rank.node));
+  set("GROUP_RANK", std::to_string(work.node_rank));
   set("ROLE_RANK", std::to_string(rank.rank));
   set("ROLE_NAME", "default");
-  set("LOCAL_WORLD_SIZE", std::to_string(node.procs));
+  set("LOCAL_WORLD_SIZE", local_world);
   set("WORLD_SIZE", world);
-  set("GROUP_WORLD_SIZE", std::to_string(plan.nodes.size()));
+  set("GROUP_WORLD_SIZE", std::to_string(work.nodes));
   set("ROLE_WORLD_SIZE", world);
-  set("MASTER_ADDR", ctx.master_addr);
-  set("MASTER_PORT", ctx.master_port > 0 ? std::to_string(ctx.master_port) : "<free port chosen at launch>");
-  set("TORCHELASTIC_RESTART_COUNT", std::to_string(ctx.restart_count));
-  set("TORCHELASTIC_MAX_RESTARTS", std::to_string(plan.max_restarts));
-  set("TORCHELASTIC_RUN_ID", ctx.run_id);
+  set("MASTER_ADDR", work.master_addr);
+  set("MASTER_PORT",
+      work.master_port > 0 ? std::to_string(work.master_port) : "<free port chosen at launch>");
+  set("TORCHELASTIC_RESTART_COUNT", std::to_string(work.restart_count));
+  set("TORCHELASTIC_MAX_RESTARTS", std::to_string(work.max_restarts));
+  set("TORCHELASTIC_RUN_ID", work.run_id);
   set("TORCHELASTIC_USE_AGENT_STORE", "False");
   set_default("TORCH_NCCL_ASYNC_ERROR_HANDLING", "1");
   set_default("NCCL_ASYNC_ERROR_HANDLING", "1");
   // torchrun starts Python workers with -u; the variable reaches a Python
   // started through a shell or a script's #! line too.
   set_default("PYTHONUNBUFFERED", "1");
-  set("TORCHELASTIC_ERROR_FILE", ctx.layout.error_file(plan.step, rank.rank));
+  set("TORCHELASTIC_ERROR_FILE", site.layout.error_file(work.step, rank.rank));
   // torchrun sets OMP_NUM_THREADS=1 when unset and several workers share a
   // node, so they do not each start one thread per core.
   if (!has(user, "OMP_NUM_THREADS")) {
-    if (auto inherited = env_get(ctx.parent_env, "OMP_NUM_THREADS"))
+    if (auto inherited = env_get(site.env, "OMP_NUM_THREADS"))
       set("OMP_NUM_THREADS", *inherited);
-    else if (node.procs > 1)
+    else if (work.ranks.size() > 1)
       set("OMP_NUM_THREADS", "1");
   }
-  const bool parent_set = ctx.parent_env.count("CUDA_VISIBLE_DEVICES") > 0;
-  if (auto devices = visible_devices(plan, node, rank, parent_set && node.is_local))
-    set("CUDA_VISIBLE_DEVICES", *devices);
-  set("FLOWRUN_RUN_ID", ctx.run_id);
-  set("FLOWRUN_STEP", plan.step);
-  set("FLOWRUN_NODES", std::to_string(plan.nodes.size()));
-  set("FLOWRUN_NODE_RANK", std::to_string(rank.node));
-  set("FLOWRUN_RUN_DIR", ctx.layout.run_dir);
-  set("FLOWRUN_OUTPUT_DIR", ctx.layout.output_dir(plan.step, rank.rank));
+  if (work.devices == DeviceRule::set ||
+      (work.devices == DeviceRule::if_inherited && site.env.count("CUDA_VISIBLE_DEVICES") > 0))
+    set("CUDA_VISIBLE_DEVICES", rank.devices);
+  set("FLOWRUN_RUN_ID", work.run_id);
+  set("FLOWRUN_STEP", work.step);
+  set("FLOWRUN_NODES", std::to_string(work.nodes));
+  set("FLOWRUN_NODE_RANK", std::to_string(work.node_rank));
+  set("FLOWRUN_RUN_DIR", work.run_dir);
+  set("FLOWRUN_OUTPUT_DIR", site.layout.output_dir(work.step, rank.rank));
+  // An agent's mark (its guardian's), and where its host name resolves to a
+  // loopback address, the interface gloo is to listen on.
+  if (!site.agent_id.empty()) set("FLOWRUN_AGENT_ID", site.agent_id);
+  if (!site.gloo_ifname.empty() && !has(user, "GLOO_SOCKET_IFNAME") &&
+      site.env.count("GLOO_SOCKET_IFNAME") == 0)
+    set("GLOO_SOCKET_IFNAME", site.gloo_ifname);
   return env;
 }
 

@@ -249,20 +249,38 @@ void read(Reader& r, Ready& m) {
 void write(Writer& w, const StartRank& m) {
   w.put("rank", m.rank);
   w.put("local_rank", m.local_rank);
-  w.put("env", m.env);
+  w.put("devices", m.devices);
   w.put("upload", m.upload);
 }
 void read(Reader& r, StartRank& m) {
   m.rank = r.integer<int>("rank");
   m.local_rank = r.integer<int>("local_rank");
-  m.env = r.list("env");
+  m.devices = r.str("devices");
   m.upload = r.boolean("upload");
+}
+
+constexpr std::string_view devices_name(Start::Devices devices) {
+  switch (devices) {
+    case Start::Devices::set: return "set";
+    case Start::Devices::if_inherited: return "if_inherited";
+    case Start::Devices::leave: break;
+  }
+  return "leave";
 }
 
 void write(Writer& w, const Start& m) {
   w.put("attempt", m.attempt);
+  w.put("step", m.step);
+  w.put("run_id", m.run_id);
+  w.put("run_dir", m.run_dir);
+  w.put("env", m.env);
+  w.put("world_size", m.world_size);
+  w.put("nodes", m.nodes);
+  w.put("node_rank", m.node_rank);
+  w.put("max_restarts", m.max_restarts);
   w.put("master_addr", m.master_addr);
   w.put("master_port", m.master_port);
+  w.put("devices", devices_name(m.devices));
   w.put("workdir", m.workdir);
   w.put("argv", m.argv);
   w.put("ranks", m.ranks.size());
@@ -274,8 +292,30 @@ void write(Writer& w, const Start& m) {
 }
 void read(Reader& r, Start& m) {
   m.attempt = r.integer<int>("attempt");
+  m.step = r.str("step");
+  m.run_id = r.str("run_id");
+  m.run_dir = r.str("run_dir");
+  m.env = r.list("env");
+  for (const auto& entry : m.env) {
+    const auto eq = entry.find('=');
+    if (eq == 0 || eq == std::string::npos) {
+      r.fail("field 'env' has the entry '" + shown(entry) + "', not NAME=value");
+      break;
+    }
+  }
+  m.world_size = r.integer<int>("world_size");
+  m.nodes = r.integer<int>("nodes");
+  m.node_rank = r.integer<int>("node_rank");
+  m.max_restarts = r.integer<int>("max_restarts");
   m.master_addr = r.str("master_addr");
   m.master_port = r.integer<int>("master_port");
+  const std::string devices = r.str("devices");
+  if (devices == "set")
+    m.devices = Start::Devices::set;
+  else if (devices == "if_inherited")
+    m.devices = Start::Devices::if_inherited;
+  else if (devices != "leave")
+    r.fail("field 'devices' is '" + shown(devices) + "', not leave, set or if_inherited");
   m.workdir = r.str("workdir");
   m.argv = r.list("argv");
   const auto count = r.integer<std::size_t>("ranks");

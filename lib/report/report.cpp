@@ -4,6 +4,7 @@
 #include <fmt/format.h>
 
 #include "flowrun/json.h"
+#include "flowrun/worker_env.h"
 
 namespace flowrun {
 
@@ -85,10 +86,18 @@ const StepPlan* plan_of(const std::vector<StepPlan>& plans, const std::string& n
   return nullptr;
 }
 
-LaunchContext context_for(const LaunchContext& base, const StepPlan& plan) {
-  LaunchContext ctx = base;
-  ctx.master_addr = master_addr_for(plan);
-  return ctx;
+// Every rank's variables, indexed by rank, as worker_env makes them with
+// this host's environment and run layout.
+std::vector<EnvList> rank_envs(const Spec& spec, const Step& step, const StepPlan& plan,
+                               const LaunchContext& ctx) {
+  std::vector<EnvList> envs(plan.ranks.size());
+  const NodeSite site = this_host(ctx);
+  for (const auto& node : plan.nodes) {
+    const NodeWork work = node_work(spec, step, plan, node.node_rank, ctx);
+    for (const auto& rank : work.ranks)
+      envs.at(static_cast<std::size_t>(rank.rank)) = worker_env(work, rank, site);
+  }
+  return envs;
 }
 
 std::string value_of(const EnvList& env, const std::string& name) {
@@ -132,16 +141,18 @@ void describe_parallel(std::string& out, const PlanView& view, const Step& step,
   }
   out += table(rows, "   ") + "\n";
 
-  const LaunchContext ctx = context_for(view.ctx, plan);
+  const LaunchContext& ctx = view.ctx;
   if (view.show_env) {
+    const std::vector<EnvList> envs = rank_envs(view.spec, step, plan, ctx);
     for (const auto& rank : plan.ranks) {
       out += fmt::format("   rank {} environment:\n", rank.rank);
-      for (const auto& [key, value] : worker_env(view.spec, step, plan, rank, ctx))
+      for (const auto& [key, value] : envs.at(static_cast<std::size_t>(rank.rank)))
         out += "     " + key + "=" + value + "\n";
     }
     out += "\n";
   } else {
-    const EnvList env0 = worker_env(view.spec, step, plan, plan.ranks.front(), ctx);
+    const NodeWork node0 = node_work(view.spec, step, plan, 0, ctx);
+    const EnvList env0 = worker_env(node0, node0.ranks.front(), this_host(ctx));
     std::string devices;
     if (plan.cpu)
       devices = "CUDA_VISIBLE_DEVICES is empty, so workers see no GPU";
@@ -153,7 +164,7 @@ void describe_parallel(std::string& out, const PlanView& view, const Step& step,
       devices = "CUDA_VISIBLE_DEVICES=" + value_of(env0, "CUDA_VISIBLE_DEVICES") +
                 " on node 0, so workers see them as cuda:0-" +
                 std::to_string(plan.nodes.front().gpus.size() - 1);
-    out += "   Workers get MASTER_ADDR=" + ctx.master_addr + ", " +
+    out += "   Workers get MASTER_ADDR=" + node0.master_addr + ", " +
            (ctx.master_port > 0 ? "MASTER_PORT=" + std::to_string(ctx.master_port)
                                 : "a free MASTER_PORT picked at launch") +
            " and TORCHELASTIC_RUN_ID=" + ctx.run_id + ";\n   " + devices +
@@ -169,12 +180,6 @@ void describe_parallel(std::string& out, const PlanView& view, const Step& step,
 }
 
 }  // namespace
-
-std::string master_addr_for(const StepPlan& plan) {
-  if (plan.nodes.size() <= 1) return "127.0.0.1";
-  if (!plan.nodes.front().host.empty()) return plan.nodes.front().host;
-  return "<node 0's address, known at launch>";
-}
 
 std::string format_plan_text(const PlanView& view) {
   const Spec& spec = view.spec;
@@ -273,7 +278,7 @@ std::string format_plan_json(const PlanView& view) {
       json.end_object();
     }
     json.end_array();
-    const LaunchContext ctx = context_for(view.ctx, *plan);
+    const std::vector<EnvList> envs = rank_envs(spec, step, *plan, view.ctx);
     json.key("ranks").begin_array();
     for (const auto& rank : plan->ranks) {
       const auto& node = plan->nodes[static_cast<std::size_t>(rank.node)];
@@ -283,7 +288,8 @@ std::string format_plan_json(const PlanView& view) {
       json.key("local_rank").value(rank.local_rank);
       json.key("gpus").ints(gpu_labels(node, rank.gpus));
       json.key("env").begin_object();
-      for (const auto& [key, value] : worker_env(spec, step, *plan, rank, ctx)) json.key(key).value(value);
+      for (const auto& [key, value] : envs.at(static_cast<std::size_t>(rank.rank)))
+        json.key(key).value(value);
       json.end_object();
       json.end_object();
     }

@@ -4,6 +4,7 @@
 #include "flowrun/files.h"
 #include "flowrun/process.h"
 #include "flowrun/slurm.h"
+#include "flowrun/worker_env.h"
 #include "flowrun/worker_group.h"
 
 namespace flowrun {
@@ -40,13 +41,15 @@ AttemptResult LocalGroup::run_attempt(const Attempt& attempt) {
   const Step& step = *job_.step;
   const StepPlan& plan = *job_.plan;
   if (attempt.keep_previous) attempt.keep_previous();
-  HeldPort port = hold_free_port(job_.ctx.master_addr);
+  HeldPort port = hold_free_port(master_addr(plan, job_.ctx));
   LaunchContext ctx = job_.ctx;
   ctx.master_port = port.port;
   ctx.restart_count = attempt.restart;
+  const NodeWork work = node_work(*job_.spec, step, plan, 0, ctx);
+  const NodeSite site = this_host(ctx);
   std::vector<WorkerLaunch> launches;
-  launches.reserve(plan.ranks.size());
-  for (const auto& rank : plan.ranks) {
+  launches.reserve(work.ranks.size());
+  for (const auto& rank : work.ranks) {
     const std::string rank_dir = ctx.layout.rank_dir(step.name, rank.rank);
     make_dirs(ctx.layout.output_dir(step.name, rank.rank));
     WorkerLaunch launch;
@@ -57,8 +60,7 @@ AttemptResult LocalGroup::run_attempt(const Attempt& attempt) {
     // carries the step's SLURM_NTASKS, SLURM_PROCID, ...: frameworks that
     // read Slurm's variables first (Lightning 1.x) would take their ranks
     // from those instead of the contract. The job's variables stay.
-    launch.env =
-        full_env(strip_step_variables(ctx.parent_env), worker_env(*job_.spec, step, plan, rank, ctx));
+    launch.env = full_env(strip_step_variables(site.env), worker_env(work, rank, site));
     launch.workdir = step.workdir;
     launch.stdout_log = rank_dir + "/stdout.log";
     launch.stderr_log = rank_dir + "/stderr.log";

@@ -199,6 +199,28 @@ class TestNodesLocal(E2E):
                    str(os.listdir(os.path.join(n.dir, ".flowrun"))))
         n.check_nothing_left("success")
 
+    def test_node_environment(self):
+        # Two set_default variables exported only where the agents start, not
+        # to the head: each node's ranks keep the agent's values (with two
+        # ranks a node, flowrun's own default would be 1 for both).
+        script = 'echo "$OMP_NUM_THREADS $TORCH_NCCL_ASYNC_ERROR_HANDLING $PYTHONUNBUFFERED" > "defaults.$RANK"'
+        n = self.nodes("node_env", spec_text("node_env", sh_yaml(script)),
+                       head_env={"OMP_NUM_THREADS": None, "TORCH_NCCL_ASYNC_ERROR_HANDLING": None,
+                                 "PYTHONUNBUFFERED": None})
+        argv = n.command()
+        if not self.check(argv is not None, "node environment: the head prints the agent command", n.detail()):
+            return
+        n.start_agents(argv, OMP_NUM_THREADS="3", TORCH_NCCL_ASYNC_ERROR_HANDLING="0", PYTHONUNBUFFERED=None)
+        rc = n.finish("node environment")
+        if not self.check(rc == 0, "node environment: the flow succeeds", n.detail()):
+            return
+        seen = {r: read(os.path.join(n.dir, f"defaults.{r}")).strip() for r in range(4)
+                if os.path.exists(os.path.join(n.dir, f"defaults.{r}"))}
+        self.check(seen == {r: "3 0 1" for r in range(4)},
+                   "node environment: OMP_NUM_THREADS and TORCH_NCCL_ASYNC_ERROR_HANDLING are the agent's, "
+                   "PYTHONUNBUFFERED flowrun's default where neither side sets it", str(seen))
+        n.check_nothing_left("node environment")
+
     # --- (b) a worker fails on node 1 -----------------------------------------
 
     def test_worker_fails(self):

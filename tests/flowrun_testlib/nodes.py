@@ -59,6 +59,7 @@ class Nodes:
         self.run_id = f"{name}-{os.getpid()}-1"
         self.agents, self.agent_names = [], []
         env = clean_env(**{MARK: self.run_id, **(head_env or {})})
+        env = {k: v for k, v in env.items() if v is not None}  # head_env's None: not in the head's environment
         self.head = self._start([suite.flowrun, self.spec, "--run-dir", self.run_dir, "--run-id", self.run_id,
                                  "--grace", str(GRACE), *options], env, "head", stdout=head_stdout)
         self.started = time.monotonic()
@@ -79,7 +80,7 @@ class Nodes:
     def agent_env(self, **extra):
         env = clean_env(**{MARK: self.run_id, "TMPDIR": self.tmp, **extra})
         del env["FLOWRUN_HOSTNAME"]  # each agent names its node by this host's name
-        return env
+        return {k: v for k, v in env.items() if v is not None}  # extra's None: not set
 
     def command(self, timeout=30):
         """The agent command the head prints, as argv; None when it never does."""

@@ -14,6 +14,7 @@
 #include "flowrun/error.h"
 
 #include "engines.h"
+#include "node_start.h"
 
 using namespace flowrun;
 using namespace flowrun::cluster;
@@ -438,4 +439,34 @@ TEST_CASE("parse_endpoints: a comma-separated list of HOST:PORT", "[cluster]") {
 TEST_CASE("route_source: the local address used to reach a host, user@ ignored", "[cluster]") {
   CHECK(route_source("127.0.0.1") == std::optional<std::string>("127.0.0.1"));
   CHECK(route_source("alice@127.0.0.1") == std::optional<std::string>("127.0.0.1"));
+}
+
+TEST_CASE("a node's work reaches it in its Start as it was made", "[cluster][env]") {
+  NodeWork work;
+  work.step = "train";
+  work.run_id = "train-20261201-120000-ab12cd";
+  work.run_dir = "/shared/.flowrun/runs/train-20261201-120000-ab12cd";
+  work.env = {{"DATA", "/data"}, {"EMPTY", ""}, {"EQ", "a=b"}};
+  work.world_size = 8;
+  work.nodes = 4;
+  work.node_rank = 3;
+  work.max_restarts = 2;
+  work.restart_count = 1;
+  work.master_addr = "10.0.0.1";
+  work.master_port = 29500;
+  for (DeviceRule rule : {DeviceRule::leave, DeviceRule::set, DeviceRule::if_inherited}) {
+    work.devices = rule;
+    work.ranks = {{6, 0, rule == DeviceRule::leave ? "" : "0"}, {7, 1, rule == DeviceRule::leave ? "" : "1"}};
+    Start start = start_of(work);
+    start.workdir = "/shared";
+    start.argv = {"python3", "train.py"};
+    start.ranks[0].upload = true;
+    std::string why;
+    const auto decoded = decode_message(encode(start), &why);
+    REQUIRE(decoded);
+    CHECK(why.empty());
+    const Start& back = std::get<Start>(*decoded);
+    CHECK(back == start);
+    CHECK(node_work_of(back) == work);
+  }
 }

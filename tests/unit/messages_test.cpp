@@ -55,12 +55,23 @@ std::vector<Message> samples() {
   no_stall.want_port = false;
   Start start;
   start.attempt = 1;
+  start.step = "train";
+  start.run_id = "20261201-120000-ab12";
+  start.run_dir = "/shared/work/.flowrun/runs/20261201-120000-ab12";
+  start.env = {"DATA=/data", "EMPTY=", "EQ=a=b"};
+  start.world_size = 8;
+  start.nodes = 4;
+  start.node_rank = 2;
+  start.max_restarts = 3;
   start.master_addr = "10.0.0.1";
   start.master_port = 29500;
+  start.devices = Start::Devices::set;
   start.workdir = "/shared/work";
   start.argv = {"python3", "train.py", "--lr", "", "x y"};
-  start.ranks = {StartRank{4, 0, {"RANK=4", "LOCAL_RANK=0", "EMPTY="}, true},
-                 StartRank{5, 1, {"RANK=5", "LOCAL_RANK=1"}, false}};
+  start.ranks = {StartRank{4, 0, "0", true}, StartRank{5, 1, "1", false}};
+  Start if_inherited = start;
+  if_inherited.devices = Start::Devices::if_inherited;
+  if_inherited.ranks = {StartRank{4, 0, "GPU-1,GPU-2", false}};
   Start no_ranks;
   Preflight preflight;
   preflight.devices = {0, 1, 2, 3};
@@ -84,6 +95,7 @@ std::vector<Message> samples() {
       Ready{true, "", "10.0.0.2", 29500, 8},
       Ready{false, "/shared/work/.flowrun-marker: No such file or directory", "10.0.0.3", 0, 0},
       start,
+      if_inherited,
       no_ranks,
       Output{3, true, "loss \0 0.12\n\xff"s},
       Output{0, false, ""},
@@ -180,15 +192,39 @@ TEST_CASE("a message's fields are on the wire under their names, in order", "[me
                                          "program", "path_python"});
   CHECK(exited[1].second == "exited");
   CHECK(exited[9].second == "");  // silent_ms: none
-  Start s{0, "10.0.0.1", 29500, "/w", {"a", "b"}, {StartRank{0, 0, {"A=1"}, true}}};
-  CHECK(fields_of(s) ==
-        Fields{{"attempt", "0"},
-               {"master_addr", "10.0.0.1"},
-               {"master_port", "29500"},
-               {"workdir", "/w"},
-               {"argv", "a\0b"s},
-               {"ranks", "1"},
-               {"r0", encode_fields({{"rank", "0"}, {"local_rank", "0"}, {"env", "A=1"}, {"upload", "1"}})}});
+  Start s;
+  s.step = "train";
+  s.run_id = "r1";
+  s.run_dir = "/w/.flowrun/runs/r1";
+  s.env = {"A=1", "B="};
+  s.world_size = 4;
+  s.nodes = 2;
+  s.node_rank = 1;
+  s.master_addr = "10.0.0.1";
+  s.master_port = 29500;
+  s.devices = Start::Devices::set;
+  s.workdir = "/w";
+  s.argv = {"a", "b"};
+  s.ranks = {StartRank{2, 0, "", true}};
+  CHECK(
+      fields_of(s) ==
+      Fields{{"attempt", "0"},
+             {"step", "train"},
+             {"run_id", "r1"},
+             {"run_dir", "/w/.flowrun/runs/r1"},
+             {"env", "A=1\0B="s},
+             {"world_size", "4"},
+             {"nodes", "2"},
+             {"node_rank", "1"},
+             {"max_restarts", "0"},
+             {"master_addr", "10.0.0.1"},
+             {"master_port", "29500"},
+             {"devices", "set"},
+             {"workdir", "/w"},
+             {"argv", "a\0b"s},
+             {"ranks", "1"},
+             {"r0", encode_fields({{"rank", "2"}, {"local_rank", "0"}, {"devices", ""}, {"upload", "1"}})}});
+  CHECK(fields_of(Start{})[11] == std::pair<std::string, std::string>{"devices", "leave"});
   Preflight p;
   p.devices = {0, 3};
   CHECK(fields_of(p)[0] == std::pair<std::string, std::string>{"devices", "0,3"});
@@ -247,6 +283,13 @@ TEST_CASE("numbers, flags and names of the wrong form are refused", "[messages]"
         "field 'devices' is '', not a number");
   CHECK(refusal(MessageType::preflight, with(fields_of(Preflight{}), "min_bytes", "-8")) ==
         "field 'min_bytes' is '-8', not a number");
+  const Fields start = fields_of(Start{});
+  CHECK(refusal(MessageType::start, with(start, "devices", "all")) ==
+        "field 'devices' is 'all', not leave, set or if_inherited");
+  CHECK(refusal(MessageType::start, with(start, "env", "A=1\0B"s)) ==
+        "field 'env' has the entry 'B', not NAME=value");
+  CHECK(refusal(MessageType::start, with(start, "env", "=1"s)) ==
+        "field 'env' has the entry '=1', not NAME=value");
   // A peer's bytes are shown short and printable.
   CHECK(refusal(MessageType::exited, with(exited, "code", "\x1b[31m" + std::string(100, '9'))) ==
         "field 'code' is '?[31m" + std::string(59, '9') + "...', not a number");
@@ -263,7 +306,8 @@ TEST_CASE("a payload of another message, or no fields at all, is refused", "[mes
 }
 
 TEST_CASE("a start's ranks are checked one by one", "[messages]") {
-  const Start start{0, "h", 1, "/w", {"a"}, {StartRank{0, 0, {"A=1"}, true}, StartRank{1, 1, {}, false}}};
+  Start start;
+  start.ranks = {StartRank{0, 0, "0", true}, StartRank{1, 1, "", false}};
   const Fields fields = fields_of(start);
   CHECK(refusal(MessageType::start, with(fields, "ranks", "3")) == "field 'r2' is missing");
   CHECK(refusal(MessageType::start, with(fields, "ranks", "1")) == "unexpected field 'r1'");
@@ -287,7 +331,9 @@ TEST_CASE("a stall report's lines are checked", "[messages]") {
 
 TEST_CASE("what cannot be written on the wire is a bug in the sender", "[messages]") {
   CHECK_THROWS_AS(encode(Done{0, {""}}), Error);
-  CHECK_THROWS_AS(encode(Start{0, "", 0, "", {"a\0b"s}, {}}), Error);
+  Start start;
+  start.argv = {"a\0b"s};
+  CHECK_THROWS_AS(encode(start), Error);
 }
 
 TEST_CASE("cut or flipped payloads of every message are refused or decoded, never thrown", "[messages]") {
@@ -313,8 +359,12 @@ TEST_CASE("fields may come in any order; a start of many ranks comes back whole"
   std::reverse(stop.begin(), stop.end());
   std::string why;
   CHECK(decode_message(Frame{MessageType::stop, encode_fields(stop)}, &why) == Message(Stop{"killed", true}));
-  Start big{3, "10.0.0.1", 29500, "/w", {"python3", "train.py"}, {}};
-  for (int r = 0; r < 4096; ++r)
-    big.ranks.push_back(StartRank{r, r % 8, {"RANK=" + std::to_string(r)}, r == 0});
+  Start big;
+  big.attempt = 3;
+  big.master_addr = "10.0.0.1";
+  big.master_port = 29500;
+  big.workdir = "/w";
+  big.argv = {"python3", "train.py"};
+  for (int r = 0; r < 4096; ++r) big.ranks.push_back(StartRank{r, r % 8, std::to_string(r % 8), r == 0});
   CHECK(through_the_wire(big) == Message(big));
 }

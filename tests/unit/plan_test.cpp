@@ -3,7 +3,10 @@
 // hand, so these tests pin the planner alone.
 #include "flowrun/plan.h"
 
+#include <algorithm>
 #include <catch2/catch.hpp>
+
+#include "flowrun/worker_env.h"
 
 using namespace flowrun;
 
@@ -114,6 +117,13 @@ std::string env_value(const EnvList& env, const std::string& name) {
   for (const auto& [key, value] : env)
     if (key == name) return value;
   return "<unset>";
+}
+
+// `rank`'s variables as made on this host: its node's work, this host's site.
+EnvList worker_env(const Spec& spec, const Step& step, const StepPlan& plan, const RankPlan& rank,
+                   const LaunchContext& ctx) {
+  const NodeWork work = node_work(spec, step, plan, rank.node, ctx);
+  return worker_env(work, work.ranks.at(static_cast<std::size_t>(rank.local_rank)), this_host(ctx));
 }
 
 LaunchContext context(EnvMap parent = {}) {
@@ -501,7 +511,6 @@ TEST_CASE("worker_env sets torchrun's contract for every rank", "[env]") {
   Step step = with_gpus(make_step(), 16);
   step.env = {{"LR", "0.1"}};
   LaunchContext ctx = context();
-  ctx.master_addr = "gpu-a";
   EnvList env = worker_env(spec, step, plan, plan.ranks[11], ctx);
   const EnvList expected = {
       {"DATA", "/data"},
@@ -620,6 +629,112 @@ TEST_CASE("worker_env: CUDA_VISIBLE_DEVICES is the node's selection, narrowed on
     CHECK(env_value(worker_env(Spec{}, make_step(), plan, plan.ranks[0], context()),
                     "CUDA_VISIBLE_DEVICES") == "");
   }
+}
+
+TEST_CASE("worker_env on a remote node: the node's own files, agent and environment, the same contract",
+          "[env]") {
+  // The head's host is neither node: both are remote.
+  StepPlan plan = must_plan(with_gpus(make_step(), 16), host_with(8), ssh_cluster({"gpu-a", "gpu-b"}));
+  Spec spec;
+  spec.env = {{"DATA", "/data"}};
+  Step step = with_gpus(make_step(), 16);
+  step.env = {{"LR", "0.1"}};
+  const LaunchContext head = context({{"HEAD_ONLY", "x"}});
+  LaunchContext launch = head;
+  launch.node0_address = "10.0.0.1";
+  launch.restart_count = 2;
+  const NodeWork work = node_work(spec, step, plan, 1, launch);
+  REQUIRE(work.ranks.size() == 8);
+  CHECK(work.ranks[3].rank == 11);
+  CHECK(work.ranks[3].local_rank == 3);
+  CHECK(work.devices == DeviceRule::leave);  // the node uses every GPU it has
+
+  // The node's site: the agent's environment, its scratch directory, its mark and gloo interface.
+  const NodeSite node{
+      {{"CUDA_VISIBLE_DEVICES", "4,5"}}, RunLayout{"/tmp/flowrun-r-node1-Ab12Cd"}, "gpu-b-77-f00d", "eth0"};
+  const EnvList remote = worker_env(work, work.ranks[3], node);
+  CHECK(env_value(remote, "FLOWRUN_OUTPUT_DIR") == "/tmp/flowrun-r-node1-Ab12Cd/train/rank11/out");
+  CHECK(env_value(remote, "TORCHELASTIC_ERROR_FILE") ==
+        "/tmp/flowrun-r-node1-Ab12Cd/train/rank11/error.json");
+  CHECK(env_value(remote, "FLOWRUN_AGENT_ID") == "gpu-b-77-f00d");
+  CHECK(env_value(remote, "GLOO_SOCKET_IFNAME") == "eth0");
+  CHECK(env_value(remote, "MASTER_ADDR") == "10.0.0.1");
+  CHECK(env_value(remote, "TORCHELASTIC_RESTART_COUNT") == "2");
+  CHECK(env_value(remote, "FLOWRUN_RUN_DIR") == head.layout.run_dir);  // the run's, on the head
+  // The node's CUDA_VISIBLE_DEVICES is its own selection: never replaced by the plan's ordinals.
+  CHECK(env_value(remote, "CUDA_VISIBLE_DEVICES") == "<unset>");
+
+  // Every other variable is what the same plan gives the same rank on this host.
+  const EnvList local = worker_env(spec, step, plan, plan.ranks[11], launch);
+  const std::vector<std::string> node_local{"FLOWRUN_OUTPUT_DIR", "TORCHELASTIC_ERROR_FILE",
+                                            "FLOWRUN_AGENT_ID", "GLOO_SOCKET_IFNAME"};
+  auto without_node_local = [&](const EnvList& env) {
+    EnvList kept;
+    for (const auto& kv : env)
+      if (std::find(node_local.begin(), node_local.end(), kv.first) == node_local.end()) kept.push_back(kv);
+    return kept;
+  };
+  CHECK(without_node_local(remote) == without_node_local(local));
+  CHECK(env_value(local, "FLOWRUN_AGENT_ID") == "<unset>");
+  CHECK(env_value(local, "GLOO_SOCKET_IFNAME") == "<unset>");
+  CHECK(env_value(local, "RANK") == "11");
+  CHECK(env_value(local, "GROUP_RANK") == "1");
+  CHECK(env_value(local, "LOCAL_WORLD_SIZE") == "8");
+}
+
+TEST_CASE("worker_env on a remote node: the defaults read the node's environment, not the head's", "[env]") {
+  StepPlan plan = must_plan(with_gpus(make_step(), 16), host_with(8), ssh_cluster({"gpu-a", "gpu-b"}));
+  const NodeWork work = node_work(Spec{}, make_step(), plan, 1, context({{"OMP_NUM_THREADS", "9"}}));
+  NodeSite node{
+      {{"OMP_NUM_THREADS", "4"}, {"TORCH_NCCL_ASYNC_ERROR_HANDLING", "0"}, {"PYTHONUNBUFFERED", ""}},
+      RunLayout{"/tmp/s"},
+      "gpu-b-1-ab",
+      "eth0"};
+  EnvList env = worker_env(work, work.ranks[0], node);
+  CHECK(env_value(env, "OMP_NUM_THREADS") == "4");
+  CHECK(env_value(env, "TORCH_NCCL_ASYNC_ERROR_HANDLING") == "0");
+  CHECK(env_value(env, "NCCL_ASYNC_ERROR_HANDLING") == "1");
+  CHECK(env_value(env, "PYTHONUNBUFFERED").empty());
+  // Nothing on the node sets them: flowrun's defaults, whatever the head has.
+  node.env = {};
+  env = worker_env(work, work.ranks[0], node);
+  CHECK(env_value(env, "OMP_NUM_THREADS") == "1");
+  CHECK(env_value(env, "PYTHONUNBUFFERED") == "1");
+  // GLOO_SOCKET_IFNAME only where neither env: nor the node's environment sets it.
+  node.env = {{"GLOO_SOCKET_IFNAME", "ib0"}};
+  CHECK(env_value(worker_env(work, work.ranks[0], node), "GLOO_SOCKET_IFNAME") == "<unset>");
+  NodeWork user = work;
+  user.env = {{"GLOO_SOCKET_IFNAME", "eth1"}, {"FLOWRUN_AGENT_ID", "mine"}};
+  node.env = {};
+  env = worker_env(user, user.ranks[0], node);
+  CHECK(env_value(env, "GLOO_SOCKET_IFNAME") == "eth1");
+  // The agent's mark comes last: it wins over an env: entry of the same name.
+  CHECK(env.back() == std::pair<std::string, std::string>{"FLOWRUN_AGENT_ID", "gpu-b-1-ab"});
+}
+
+TEST_CASE("worker_env: CUDA_VISIBLE_DEVICES restated from this host's environment only", "[env]") {
+  HostFacts host = host_with(8, {{"CUDA_VISIBLE_DEVICES", "2,3"}});
+  StepPlan plan = must_plan(make_step(), host);
+  const NodeWork work = node_work(Spec{}, make_step(), plan, 0, context());
+  CHECK(work.devices == DeviceRule::if_inherited);
+  CHECK(work.ranks[0].devices == "2,3");
+  NodeSite site = this_host(context());
+  CHECK(env_value(worker_env(work, work.ranks[0], site), "CUDA_VISIBLE_DEVICES") == "<unset>");
+  site.env = {{"CUDA_VISIBLE_DEVICES", "2,3"}};
+  CHECK(env_value(worker_env(work, work.ranks[0], site), "CUDA_VISIBLE_DEVICES") == "2,3");
+}
+
+TEST_CASE("master_addr: node 0's address once known, else what the plan can say", "[env]") {
+  LaunchContext ctx = context();
+  CHECK(master_addr(must_plan(make_step(), host_with(2)), ctx) == "127.0.0.1");
+  StepPlan ssh = must_plan(with_gpus(make_step(), 16), host_with(8), ssh_cluster({"gpu-a", "gpu-b"}));
+  CHECK(master_addr(ssh, ctx) == "gpu-a");
+  StepPlan slurm = must_plan(with_gpus(make_step(), 16), host_with(8), slurm_cluster());
+  CHECK(master_addr(slurm, ctx) == "<node 0's address, known at launch>");
+  ctx.node0_address = "10.1.2.3";
+  CHECK(master_addr(ssh, ctx) == "10.1.2.3");
+  CHECK(master_addr(slurm, ctx) == "10.1.2.3");
+  CHECK(node_work(Spec{}, make_step(), slurm, 1, ctx).master_addr == "10.1.2.3");
 }
 
 TEST_CASE("every variable worker_env computes is in the contract list", "[env]") {

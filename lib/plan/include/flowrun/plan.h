@@ -5,9 +5,7 @@
 // decision table in docs/plan.md is a unit test. It either returns a StepPlan
 // or a Refusal that says what was asked, what was found and what to change.
 //
-// worker_env() computes the whole environment one worker gets: the torchrun
-// contract (RANK, LOCAL_RANK, WORLD_SIZE, MASTER_ADDR, TORCHELASTIC_*, ...)
-// plus flowrun's own FLOWRUN_* variables, over the spec's and the step's env.
+// A worker's environment is made from a plan and a launch: worker_env.h.
 #pragma once
 
 #include <optional>
@@ -128,21 +126,14 @@ std::vector<std::string> expand_command(const Step& step, const RunLayout& layou
 // What a launch adds to a plan.
 struct LaunchContext {
   std::string run_id;
-  std::string master_addr = "127.0.0.1";
+  // Node 0's address as the other nodes reach it (its agent's end of the
+  // connection to the head), once it joined; empty on one host and in a plan.
+  std::string node0_address;
   int master_port = 0;  // 0: not chosen yet (plan output says so)
   RunLayout layout;
   int restart_count = 0;
   EnvMap parent_env;  // the environment flowrun itself was started with
 };
-
-// The variables flowrun sets for `rank`, in a stable order: the spec's env,
-// the step's env, then the contract and FLOWRUN_* variables. A worker's full
-// environment is the parent's with these set on top. The defaults a user may
-// override (TORCH_NCCL_ASYNC_ERROR_HANDLING, NCCL_ASYNC_ERROR_HANDLING,
-// PYTHONUNBUFFERED=1, OMP_NUM_THREADS) take the spec's or the step's value
-// when env: sets one (even to ""), else ctx.parent_env's, else flowrun's.
-EnvList worker_env(const Spec& spec, const Step& step, const StepPlan& plan, const RankPlan& rank,
-                   const LaunchContext& ctx);
 
 // The variables flowrun sets for a plain (not parallel) step: the spec's env,
 // the step's env, PYTHONUNBUFFERED=1 unless env: or ctx.parent_env sets it

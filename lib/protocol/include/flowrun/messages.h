@@ -115,23 +115,39 @@ struct Ready {
 struct StartRank {
   int rank = 0;
   int local_rank = 0;
-  std::vector<std::string> env;  // "NAME=value" entries (worker_env)
-  bool upload = false;           // upload its FLOWRUN_OUTPUT_DIR after a successful attempt
+  std::string devices;  // its CUDA_VISIBLE_DEVICES, where Start::devices says to set it
+  bool upload = false;  // upload its FLOWRUN_OUTPUT_DIR after a successful attempt
   friend bool operator==(const StartRank&, const StartRank&) = default;
 };
 
 // head -> agent: start this node's ranks now (every node starts together).
-// On the wire each rank is one field "r0", "r1", ... whose value is the
-// encode_fields of rank, local_rank, env and upload, after the field "ranks"
-// (their count).
+// It carries the node's part of the step's plan and of this launch (the
+// plan module's NodeWork, as plain fields): the agent makes each rank's
+// environment from it and from what only the node has, its own environment
+// and scratch directory (worker_env). On the wire each rank is one field
+// "r0", "r1", ... whose value is the encode_fields of rank, local_rank,
+// devices and upload, after the field "ranks" (their count).
 struct Start {
   static constexpr MessageType kType = MessageType::start;
-  int attempt = 0;
+  // What a rank's CUDA_VISIBLE_DEVICES becomes (DeviceRule): "leave" it as
+  // inherited, "set" it to the rank's devices, or set it only "if_inherited"
+  // (the node's environment has one).
+  enum class Devices { leave, set, if_inherited };
+  int attempt = 0;  // 0, then one more per restart (TORCHELASTIC_RESTART_COUNT)
+  std::string step;
+  std::string run_id;
+  std::string run_dir;           // FLOWRUN_RUN_DIR
+  std::vector<std::string> env;  // "NAME=value" entries: the spec's env, then the step's
+  int world_size = 0;
+  int nodes = 0;
+  int node_rank = 0;
+  int max_restarts = 0;
   std::string master_addr;
   int master_port = 0;
+  Devices devices = Devices::leave;
   std::string workdir;
   std::vector<std::string> argv;
-  std::vector<StartRank> ranks;
+  std::vector<StartRank> ranks;  // the node's ranks, by local rank
   friend bool operator==(const Start&, const Start&) = default;
 };
 
@@ -325,7 +341,7 @@ Frame encode(const Message& m);
 //   "field 'code' is 'x', not a number"
 //   "field 'kind' is 'dozed', not exited, signaled or spawn_failed"
 //   "unexpected field 'colour'"
-//   "start field 'r0': field 'env' is missing"
+//   "start field 'r0': field 'devices' is missing"
 // The caller names the message: "malformed exited: field 'code' is missing".
 std::optional<Message> decode_message(const Frame& frame, std::string* why);
 

@@ -31,8 +31,4 @@ std::string format_gpus_json(const Inventory& inventory, const std::string& host
 // `flowrun validate`: "FILE: ok: 3 steps: prepare, train (parallel), evaluate (join of train)".
 std::string format_validate_ok(const Spec& spec);
 
-// The MASTER_ADDR workers of `plan` get: loopback on one node, node 0's host
-// across nodes (or a placeholder when the engine assigns hosts at launch).
-std::string master_addr_for(const StepPlan& plan);
-
 }  // namespace flowrun

@@ -76,7 +76,7 @@ struct LocalStep {
   const Spec* spec = nullptr;
   const Step* step = nullptr;
   const StepPlan* plan = nullptr;
-  LaunchContext ctx;                         // run id, layout, flowrun's environment, MASTER_ADDR
+  LaunchContext ctx;                         // run id, layout, flowrun's environment
   std::vector<std::string> argv;             // the step's command, templates filled in
   GroupOptions group;                        // step name, grace, stall timeout, style
   std::function<bool(int rank)> shows_rank;  // on the console

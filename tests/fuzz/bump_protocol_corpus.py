@@ -1,0 +1,98 @@
+#!/usr/bin/env python3
+"""Rewrites tests/fuzz/corpus/protocol for a new protocol version.
+
+An input is a control byte, then frames (protocol.h). Each frame of the
+version before kProtocolVersion, whole or cut short, gets kProtocolVersion,
+so the fuzzer's inputs still reach the decoders; frames of older versions
+stay as they are (they exercise the refusal). A message whose fields changed
+with the version is rewritten by REWRITE, keyed by (old version, type). Each
+file is then named by the SHA-1 of its content, as libFuzzer names them.
+
+  python3 tests/fuzz/bump_protocol_corpus.py
+"""
+import hashlib
+import os
+import re
+import struct
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+CORPUS = os.path.join(ROOT, "tests", "fuzz", "corpus", "protocol")
+with open(os.path.join(ROOT, "lib", "protocol", "include", "flowrun", "protocol.h")) as header:
+    VERSION = int(re.search(r"kProtocolVersion = (\d+);", header.read()).group(1))
+START = 7
+
+
+def decode_fields(payload):
+    fields, at = [], 0
+    while at < len(payload):
+        (n,) = struct.unpack(">I", payload[at:at + 4])
+        key = payload[at + 4:at + 4 + n]
+        at += 4 + n
+        (n,) = struct.unpack(">I", payload[at:at + 4])
+        fields.append((key, payload[at + 4:at + 4 + n]))
+        at += 4 + n
+    return fields
+
+
+def encode_fields(fields):
+    return b"".join(struct.pack(">I", len(k)) + k + struct.pack(">I", len(v)) + v for k, v in fields)
+
+
+def start_4_to_5(payload):
+    """A protocol 4 start (each rank's whole environment) as a protocol 5 one (the node's part of the plan)."""
+    old = dict(decode_fields(payload))
+    ranks = [dict(decode_fields(old[b"r%d" % i])) for i in range(int(old[b"ranks"]))]
+    env = dict(e.split(b"=", 1) for r in ranks[:1] for e in r[b"env"].split(b"\0") if e)
+    new = [(b"attempt", old[b"attempt"]), (b"step", env.get(b"FLOWRUN_STEP", b"train")),
+           (b"run_id", env.get(b"TORCHELASTIC_RUN_ID", b"20261201-120000-ab12")),
+           (b"run_dir", env.get(b"FLOWRUN_RUN_DIR", old[b"workdir"] + b"/.flowrun/runs/20261201-120000-ab12")),
+           (b"env", b"DATA=/data\0EMPTY="), (b"world_size", env.get(b"WORLD_SIZE", b"1")),
+           (b"nodes", env.get(b"GROUP_WORLD_SIZE", b"2")), (b"node_rank", env.get(b"GROUP_RANK", b"1")),
+           (b"max_restarts", b"0"), (b"master_addr", old[b"master_addr"]), (b"master_port", old[b"master_port"]),
+           (b"devices", b"set"), (b"workdir", old[b"workdir"]), (b"argv", old[b"argv"]),
+           (b"ranks", old[b"ranks"])]
+    for i, r in enumerate(ranks):
+        new.append((b"r%d" % i, encode_fields([(b"rank", r[b"rank"]), (b"local_rank", r[b"local_rank"]),
+                                               (b"devices", r[b"local_rank"]), (b"upload", r[b"upload"])])))
+    return encode_fields(new)
+
+
+REWRITE = {(4, START): start_4_to_5}
+
+
+def bump(frames):
+    """`frames` with each frame of the version before this one bumped, up to the first of another version."""
+    out, at = bytearray(), 0
+    while len(frames) - at >= 6:
+        length, version, kind = struct.unpack(">IBB", frames[at:at + 6])
+        if version != VERSION - 1:
+            break
+        end = at + 4 + length
+        if length < 2 or end > len(frames):  # cut short: the rest is this frame's
+            out += frames[at:at + 4] + bytes([VERSION]) + frames[at + 5:]
+            return bytes(out)
+        payload = frames[at + 6:end]
+        if (version, kind) in REWRITE:
+            payload = REWRITE[(version, kind)](payload)
+        out += struct.pack(">IBB", len(payload) + 2, VERSION, kind) + payload
+        at = end
+    return bytes(out) + frames[at:]
+
+
+def main():
+    for name in sorted(os.listdir(CORPUS)):
+        path = os.path.join(CORPUS, name)
+        with open(path, "rb") as f:
+            data = f.read()
+        if not data:
+            continue
+        bumped = data[:1] + bump(data[1:])
+        if bumped == data:
+            continue
+        os.remove(path)
+        with open(os.path.join(CORPUS, hashlib.sha1(bumped).hexdigest()), "wb") as f:
+            f.write(bumped)
+
+
+if __name__ == "__main__":
+    main()
