@@ -162,13 +162,10 @@ struct ConsoleStream {
 };
 
 struct Stream {
-  int fd = -1;      // our read end
-  int log_fd = -1;  // the rank's log file
+  int fd = -1;  // our read end
   bool is_err = false;
   std::unique_ptr<asio::posix::stream_descriptor> desc;
-  std::optional<LineSplitter> splitter;  // when shown on the console
-  std::optional<TailBuffer> tail;        // stderr only
-  bool parked = false;                   // readable, left unread while output is paused
+  bool parked = false;  // readable, left unread while output is paused
   bool open() const { return fd >= 0; }
 };
 
@@ -178,19 +175,13 @@ struct Worker {
   pid_t pid = -1;
   bool alive = false;
   Stream out, err;
+  std::unique_ptr<RankLog> log;     // its log files, stderr tail and console lines
   std::int64_t last_output_ns = 0;  // monotonic: when it last wrote (or the group started)
   // A pidfd becomes readable when the worker exits. Exits then arrive in the
   // order they happened (epoll's ready list is first come, first served),
   // which is what names the right culprit when peers die a moment after it.
   std::unique_ptr<asio::posix::stream_descriptor> exit_watch;
 };
-
-int open_log(const std::string& path) {
-  if (path.empty()) return -1;  // nothing kept (an agent's ranks: their output goes to the head)
-  int fd = open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd < 0) throw Error("cannot create the log file " + path + ": " + std::strerror(errno));
-  return fd;
-}
 
 }  // namespace
 
@@ -233,8 +224,6 @@ struct Supervisor::Impl {
                        to_stream(0, out, true);
                        to_stream(1, err, true);
                      }};
-  std::string& console_out = batch.out;
-  std::string& console_err = batch.err;
   ConsoleStream streams[2];       // stdout, stderr
   bool output_paused = false;     // Supervisor::pause_output()
   std::int64_t paused_at_ns = 0;  // monotonic, when output was paused
@@ -618,15 +607,14 @@ struct Supervisor::Impl {
       if (n < 0 && errno == EINTR) continue;
       if (n < 0) break;  // EAGAIN: nothing more now
       if (n == 0) {
-        close_stream(s);
+        close_stream(w, s);
         break;
       }
       const std::string_view data(buffer.data(), static_cast<std::size_t>(n));
       w.last_output_ns = now;
-      if (s.log_fd >= 0 && !write_all(s.log_fd, data.data(), data.size())) log_failed(w, s, errno);
-      if (s.tail) s.tail->feed(data);
+      if (auto error = w.log->keep(s.is_err, data)) log_failed(*error);
       if (observer != nullptr) observer->on_output(index_of(w), s.is_err, data);
-      if (s.splitter) s.splitter->feed(data, now, s.is_err ? console_err : console_out);
+      w.log->show(s.is_err, data, now);
       if (static_cast<std::size_t>(n) < buffer.size()) break;
     }
   }
@@ -634,25 +622,19 @@ struct Supervisor::Impl {
   // A log file cannot be written (a full disk): the rank's output is lost
   // from here on, so the step cannot succeed. Said once per group; the
   // console goes on showing what the workers write while they stop.
-  void log_failed(Worker& w, Stream& s, int err) {
-    close(s.log_fd);
-    s.log_fd = -1;
+  void log_failed(const RankLog::WriteError& error) {
     if (!write_error.empty()) return;
-    const std::string& path = s.is_err ? w.launch->stderr_log : w.launch->stdout_log;
-    const std::string who = w.launch->rank >= 0        ? fmt::format("rank {}'s ", w.launch->rank)
-                            : !w.launch->label.empty() ? w.launch->label + "'s "
-                                                       : std::string("its ");
-    write_error = log_write_error(who, path, err);
-    say(log_failed_message(options.step, write_error, stopping, err, options.run_dir));
+    write_error = error.text;
+    say(log_failed_message(options.step, write_error, stopping, error.err, options.run_dir));
     if (!stopping) {
       outcome = Outcome::failed;
       begin_stop();
     }
   }
 
-  void close_stream(Stream& s) {
+  void close_stream(Worker& w, Stream& s) {
     if (!s.open()) return;
-    if (s.splitter) s.splitter->finish(s.is_err ? console_err : console_out);
+    w.log->close(s.is_err);
     if (s.desc) {
       s.desc->cancel();
       s.desc->release();
@@ -660,8 +642,6 @@ struct Supervisor::Impl {
     }
     close(s.fd);
     s.fd = -1;
-    if (s.log_fd >= 0) close(s.log_fd);
-    s.log_fd = -1;
   }
 
   void schedule_flush() { batch.schedule(); }
@@ -725,7 +705,26 @@ struct Supervisor::Impl {
 
   // --- the group ---------------------------------------------------------
 
-  void open_stream(Worker& w, Stream& s, bool is_err, int* child_end) {
+  // The worker's log files, created now (an error flowrun cannot go on
+  // from), its tail and its console tag.
+  void open_output(Worker& w) {
+    const WorkerLaunch& launch = *w.launch;
+    RankLog::Options o;
+    o.stdout_log = launch.stdout_log;
+    o.stderr_log = launch.stderr_log;
+    o.style = options.style;
+    if (launch.console) {
+      o.prefix = launch.label.empty() ? log_prefix(options.step, launch.rank, options.style.color)
+                                      : log_prefix(launch.label, -1, options.style.color);
+    }
+    o.who = launch.rank >= 0        ? fmt::format("rank {}'s ", launch.rank)
+            : !launch.label.empty() ? launch.label + "'s "
+                                    : std::string("its ");
+    w.log = std::make_unique<RankLog>(std::move(o), batch);
+    w.log->open_files();
+  }
+
+  void open_stream(Stream& s, bool is_err, int* child_end) {
     int fds[2];
     if (pipe2(fds, O_CLOEXEC) != 0) throw Error(std::string("cannot create a pipe: ") + std::strerror(errno));
     fcntl(fds[0], F_SETFL, fcntl(fds[0], F_GETFL) | O_NONBLOCK);
@@ -733,14 +732,6 @@ struct Supervisor::Impl {
     s.fd = fds[0];
     *child_end = fds[1];
     s.is_err = is_err;
-    s.log_fd = open_log(is_err ? w.launch->stderr_log : w.launch->stdout_log);
-    if (w.launch->console) {
-      s.splitter.emplace(w.launch->label.empty()
-                             ? log_prefix(options.step, w.launch->rank, options.style.color)
-                             : log_prefix(w.launch->label, -1, options.style.color),
-                         options.style);
-    }
-    if (is_err) s.tail.emplace(20, 4096);
     s.desc = std::make_unique<asio::posix::stream_descriptor>(io, s.fd);
   }
 
@@ -764,8 +755,9 @@ struct Supervisor::Impl {
     for (std::size_t i = 0; i < launches.size() && !stopping && interrupt == 0; ++i) {
       Worker& w = workers[i];
       int out_end = -1, err_end = -1;
-      open_stream(w, w.out, false, &out_end);
-      open_stream(w, w.err, true, &err_end);
+      open_output(w);
+      open_stream(w.out, false, &out_end);
+      open_stream(w.err, true, &err_end);
       SpawnRequest request{launches[i].argv, launches[i].env, launches[i].workdir, out_end, err_end};
       int in_end = -1;
       if (!launches[i].stdin_text.empty()) in_end = stdin_with(launches[i].stdin_text);
@@ -789,14 +781,13 @@ struct Supervisor::Impl {
         w.record.status.code = spawned.exit_code;
         w.record.status.spawn_error = spawned.error;
         const std::string line = "flowrun: cannot start: " + spawned.error + "\n";
-        write_all(w.err.log_fd, line.data(), line.size());
-        w.err.tail->feed(line);
+        w.log->keep(true, line);
         if (observer != nullptr) {
           observer->on_output(i, true, line);
           observer->on_exit(i, w.record);
         }
-        close_stream(w.out);
-        close_stream(w.err);
+        close_stream(w, w.out);
+        close_stream(w, w.err);
         outcome = Outcome::failed;
         begin_stop();
         break;
@@ -888,7 +879,7 @@ struct Supervisor::Impl {
         while (s->open()) {
           while (output_paused) io.run_one();
           drain(w, *s, 1 << 20);
-          if (s->open() && !output_paused) close_stream(*s);  // EAGAIN with no writer left: done
+          if (s->open() && !output_paused) close_stream(w, *s);  // EAGAIN with no writer left: done
         }
       }
     }
@@ -917,7 +908,7 @@ struct Supervisor::Impl {
     attempt.outcome = outcome;
     attempt.write_error = write_error;
     for (auto& w : workers) {
-      if (w.err.tail) w.record.stderr_tail = w.err.tail->text();
+      if (w.log) w.record.stderr_tail = w.log->tail();
       attempt.workers.push_back(std::move(w.record));
     }
     assign_roles(attempt, stopped);
