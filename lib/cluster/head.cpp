@@ -179,6 +179,9 @@ class Head : public GroupObserver {
     group.master_port = 0;
     group.note_leftovers = false;   // srun's own helper process outlives it for a moment
     group.stall_timeout_s.reset();  // the ranks' silence counts (on their nodes), not srun's or ssh's
+    // A stop: the agents stop their ranks with the grace and report, and may
+    // be a heartbeat late; srun and ssh are killed only after that.
+    group.observer_margin_s = 5 + timeout_s_;
     sup_.start_group(launches_, group, this);
   }
 
@@ -323,10 +326,6 @@ class Head : public GroupObserver {
     }
     return true;
   }
-
-  bool holds_group() override { return phase_ != Phase::finished; }
-
-  double stop_margin_s() override { return 5 + timeout_s_; }
 
  private:
   // ready: every node is ready for an attempt; between: an attempt ended,
@@ -1432,7 +1431,6 @@ class Head : public GroupObserver {
       }
     }
     if (!engine_note_.empty()) notes_.push_back(engine_note_);
-    asio::post(io_, [this] { sup_.release_group(); });
   }
 
   // ---- timers --------------------------------------------------------------

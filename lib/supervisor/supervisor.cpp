@@ -203,6 +203,7 @@ struct Supervisor::Impl {
   bool stopping = false;
   bool kill_now = false;
   bool sweeping = false;
+  bool finishing = false;  // finish() waits for the group's end: nothing holds it past its processes
   bool done = false;
   bool grace_expired = false;
   bool silence_noted = false;
@@ -403,7 +404,7 @@ struct Supervisor::Impl {
       // The observer stops the work (the head tells every agent); flowrun's
       // own processes get the grace plus the observer's margin to end.
       observer_stops = true;
-      start_grace(options.grace_s + observer->stop_margin_s());
+      start_grace(options.grace_s + options.observer_margin_s);
       return;
     }
     for (std::size_t i = 0; i < workers.size(); ++i) {
@@ -536,8 +537,7 @@ struct Supervisor::Impl {
     if (done || alive_count() > 0) return;
     const auto left = leftovers();
     if (left.empty()) {
-      if (observer != nullptr && observer->holds_group()) return;
-      done = true;
+      done = finishing;
       return;
     }
     if (!sweeping) {
@@ -818,7 +818,7 @@ struct Supervisor::Impl {
     observer = obs;
     observer_stops = false;
     in_group = true;
-    stopping = kill_now = sweeping = done = grace_expired = silence_noted = false;
+    stopping = kill_now = sweeping = finishing = done = grace_expired = silence_noted = false;
     outcome = Outcome::succeeded;
     write_error.clear();
     workers.clear();
@@ -857,6 +857,7 @@ struct Supervisor::Impl {
       // flowrun cannot go on (a log file it cannot create): stop what runs.
       stall_timer.cancel();
       kill_everything();
+      finishing = true;
       advance();
       while (!done) io.run_one();
       in_group = false;
@@ -870,6 +871,8 @@ struct Supervisor::Impl {
   }
 
   AttemptRecord finish() {
+    finishing = true;
+    advance();
     while (!done) io.run_one();
 
     // Every worker and leftover has ended: take what is still in the pipes
@@ -936,8 +939,8 @@ void Supervisor::start_group(const std::vector<WorkerLaunch>& workers, const Gro
 }
 
 bool Supervisor::run_until(const std::function<bool()>& until) {
-  while (!impl_->done && !until()) impl_->io.run_one();
-  return impl_->done;
+  while (!until()) impl_->io.run_one();
+  return impl_->alive_count() == 0;
 }
 
 AttemptRecord Supervisor::finish_group() { return impl_->finish(); }
@@ -968,10 +971,6 @@ void Supervisor::write_console(std::string& out, std::string& err) {
 
 void Supervisor::signal_workers(int sig) {
   if (impl_->in_group) impl_->signal_workers(sig);
-}
-
-void Supervisor::release_group() {
-  if (impl_->in_group) impl_->advance();
 }
 
 bool Supervisor::stopping() const { return impl_->stopping; }
