@@ -27,6 +27,8 @@
 #include "flowrun/rank_output.h"
 #include "flowrun/util.h"
 
+#include "console_writer.h"
+
 namespace flowrun {
 
 namespace asio = boost::asio;
@@ -112,55 +114,6 @@ namespace {
 
 constexpr std::size_t kReadChunk = 256 * 1024;
 constexpr int kReadsPerWakeup = 4;  // fairness between ranks that flood
-// What waits for a console reader that does not keep up; past it, the
-// workers' lines are dropped (and counted) until the reader takes some.
-constexpr std::size_t kConsoleBacklog = 4 << 20;
-
-// A descriptor for writing to `fd` without blocking, or -1 to write to `fd`
-// itself: a pipe or a terminal is opened again through /proc, so that
-// O_NONBLOCK is set on flowrun's own open file and not on the one it shares
-// with the shell (a terminal's stdin among them). A file or /dev/null never
-// blocks for long.
-int nonblocking_twin(int fd) {
-  struct stat st {};
-  if (fstat(fd, &st) != 0 || !(S_ISFIFO(st.st_mode) || S_ISCHR(st.st_mode))) return -1;
-  if (S_ISCHR(st.st_mode) && isatty(fd) != 1) return -1;  // /dev/null and the like
-  const std::string path = "/proc/self/fd/" + std::to_string(fd);
-  return open(path.c_str(), O_WRONLY | O_NONBLOCK | O_NOCTTY | O_CLOEXEC);
-}
-
-// The console's one stream (stdout or stderr): a backlog the loop writes as
-// the reader takes it.
-struct ConsoleStream {
-  int fd = -1;      // where to write
-  int own_fd = -1;  // nonblocking_twin's, closed at the end
-  std::string backlog;
-  std::size_t dropped_lines = 0;                          // not shown since the reader last took output
-  std::size_t dropped_total = 0;                          // in the current group
-  std::unique_ptr<asio::posix::stream_descriptor> watch;  // waits for room
-  bool waiting = false;
-
-  bool nonblocking() const { return own_fd >= 0; }
-
-  // Writes what the descriptor takes now; true when the backlog is empty.
-  bool write_some() {
-    while (!backlog.empty()) {
-      const ssize_t n = write(fd, backlog.data(), backlog.size());
-      if (n > 0) {
-        backlog.erase(0, static_cast<std::size_t>(n));
-      } else if (n < 0 && errno == EINTR) {
-        continue;
-      } else if (n < 0 && errno == EAGAIN) {
-        return false;
-      } else {
-        backlog.clear();  // the reader is gone (EPIPE): nothing more to show
-        dropped_lines = 0;
-      }
-    }
-    return true;
-  }
-};
-
 struct Stream {
   int fd = -1;  // our read end
   bool is_err = false;
@@ -222,32 +175,14 @@ struct Supervisor::Impl {
   std::vector<char> buffer = std::vector<char>(kReadChunk);
   // This batch's lines, before they go to the streams.
   ConsoleBatch batch{io, [this](std::string& out, std::string& err) {
-                       to_stream(0, out, true);
-                       to_stream(1, err, true);
+                       screen.write(0, out, true);
+                       screen.write(1, err, true);
                      }};
-  ConsoleStream streams[2];       // stdout, stderr
-  bool output_paused = false;     // Supervisor::pause_output()
-  std::int64_t paused_at_ns = 0;  // monotonic, when output was paused
+  ConsoleWriter screen{io, console};  // flowrun's stdout and stderr
+  bool output_paused = false;         // Supervisor::pause_output()
+  std::int64_t paused_at_ns = 0;      // monotonic, when output was paused
 
   Impl(Console c, pid_t g, const std::vector<int>& handled) : console(c), guardian(g) {
-    // A console reader that went away (`flowrun f.yaml | head`) must not
-    // kill flowrun with its workers running: writes fail with EPIPE instead.
-    signal(SIGPIPE, SIG_IGN);
-    // A console that is a pipe (`flowrun f.yaml | tee log`) gets a 1 MiB
-    // buffer instead of 64 KiB: fewer round trips to the reader when ranks
-    // write fast. Best effort.
-    for (int fd : {console.out_fd, console.err_fd}) {
-      struct stat st {};
-      if (fstat(fd, &st) == 0 && S_ISFIFO(st.st_mode) && fcntl(fd, F_GETPIPE_SZ) < (1 << 20))
-        fcntl(fd, F_SETPIPE_SZ, 1 << 20);
-    }
-    for (int i = 0; i < 2; ++i) {
-      ConsoleStream& cs = streams[i];
-      const int fd = i == 0 ? console.out_fd : console.err_fd;
-      cs.own_fd = nonblocking_twin(fd);
-      cs.fd = cs.own_fd >= 0 ? cs.own_fd : fd;
-      if (cs.own_fd >= 0) cs.watch = std::make_unique<asio::posix::stream_descriptor>(io, dup(cs.own_fd));
-    }
     for (int sig : kStopSignals) {
       if (std::find(handled.begin(), handled.end(), sig) != handled.end()) {
         stop_signals.add(sig);
@@ -258,16 +193,6 @@ struct Supervisor::Impl {
     wait_child();
     wait_stop();
     wait_forward();
-  }
-
-  ~Impl() {
-    // What the console has not taken by now is not waited for: the run is
-    // over, and the log files have it.
-    for (auto& cs : streams) {
-      if (cs.nonblocking()) cs.write_some();
-      if (cs.watch) cs.watch.reset();
-      if (cs.own_fd >= 0) close(cs.own_fd);
-    }
   }
 
   void wait_child() {
@@ -653,54 +578,7 @@ struct Supervisor::Impl {
     flush_console();
     std::string line = text;
     if (line.empty() || line.back() != '\n') line += '\n';
-    to_stream(1, line, false);
-  }
-
-  // Hands `text` (whole lines) to console stream `i`: written now where the
-  // reader takes it, else kept, up to kConsoleBacklog for the workers' lines
-  // (`droppable`); past it they are counted instead.
-  void to_stream(int i, std::string& text, bool droppable) {
-    if (text.empty()) return;
-    ConsoleStream& cs = streams[i];
-    if (!cs.nonblocking()) {
-      write_all(cs.fd, text.data(), text.size());
-      text.clear();
-      return;
-    }
-    cs.write_some();
-    if (droppable && cs.backlog.size() + text.size() > kConsoleBacklog) {
-      const auto lines = static_cast<std::size_t>(std::count(text.begin(), text.end(), '\n'));
-      cs.dropped_lines += lines;
-      cs.dropped_total += lines;
-    } else {
-      cs.backlog += text;
-    }
-    text.clear();
-    cs.write_some();
-    wait_for_room(i);
-  }
-
-  void wait_for_room(int i) {
-    ConsoleStream& cs = streams[i];
-    if (cs.backlog.empty() && cs.dropped_lines == 0) return;
-    if (cs.waiting || !cs.watch) return;
-    cs.waiting = true;
-    cs.watch->async_wait(
-        asio::posix::stream_descriptor::wait_write, [this, i](const boost::system::error_code& ec) {
-          ConsoleStream& s = streams[i];
-          s.waiting = false;
-          if (ec) return;
-          if (s.write_some() && s.dropped_lines > 0) {
-            // The reader takes output again: say what it missed first.
-            s.backlog = fmt::format(
-                "flowrun: {} line{} of the workers' output not shown here: the console "
-                "did not take {} in time (the log files have every line)\n",
-                s.dropped_lines, s.dropped_lines == 1 ? "" : "s", s.dropped_lines == 1 ? "it" : "them");
-            s.dropped_lines = 0;
-            s.write_some();
-          }
-          wait_for_room(i);
-        });
+    screen.write(1, line, false);
   }
 
   // --- the group ---------------------------------------------------------
@@ -891,11 +769,7 @@ struct Supervisor::Impl {
     timeout_timer.cancel();
     stall_timer.cancel();
     io.poll();  // run the cancelled handlers
-    std::size_t dropped = 0;
-    for (auto& cs : streams) {
-      dropped += cs.dropped_total;
-      cs.dropped_total = 0;
-    }
+    const std::size_t dropped = screen.take_dropped();
     if (dropped > 0) {
       notes.push_back(fmt::format(
           "the console did not keep up: {} line{} of the workers' output were not shown (the log files "
@@ -965,8 +839,8 @@ void Supervisor::kill_group() {
 }
 
 void Supervisor::write_console(std::string& out, std::string& err) {
-  impl_->to_stream(0, out, true);
-  impl_->to_stream(1, err, true);
+  impl_->screen.write(0, out, true);
+  impl_->screen.write(1, err, true);
 }
 
 void Supervisor::signal_workers(int sig) {
