@@ -180,6 +180,9 @@ class Head : public GroupObserver {
     group.master_port = 0;
     group.note_leftovers = false;   // srun's own helper process outlives it for a moment
     group.stall_timeout_s.reset();  // the ranks' silence counts (on their nodes), not srun's or ssh's
+    // A stop: the agents stop their ranks with the grace and report, and may
+    // be a heartbeat late; srun and ssh are killed only after that.
+    group.observer_margin_s = 5 + timeout_s_;
     sup_.start_group(launches_, group, this);
   }
 
@@ -325,10 +328,6 @@ class Head : public GroupObserver {
     return true;
   }
 
-  bool holds_group() override { return phase_ != Phase::finished; }
-
-  double stop_margin_s() override { return 5 + timeout_s_; }
-
  private:
   // ready: every node is ready for an attempt; between: an attempt ended,
   // and the step runner decides what comes next.
@@ -391,10 +390,7 @@ class Head : public GroupObserver {
     WorkerRecord record;
     bool stopped = false;
     bool exited = false;
-    int out_fd = -1, err_fd = -1;
-    bool out_opened = false, err_opened = false;
-    std::optional<LineSplitter> out_split, err_split;
-    std::optional<TailBuffer> tail;
+    std::unique_ptr<RankLog> log;  // from the attempt's start
   };
 
   static std::string hostname() {
@@ -1034,12 +1030,7 @@ class Head : public GroupObserver {
       r.record.stdout_log = dir + "/stdout.log";
       r.record.stderr_log = dir + "/stderr.log";
       r.record.error_file = ctx.layout.error_file(plan_.step, rp.rank);
-      r.tail.emplace(20, 4096);
-      if (job_.shows_rank(rp.rank)) {
-        const std::string prefix = log_prefix(n.name + " " + plan_.step, rp.rank, job_.group.style.color);
-        r.out_split.emplace(prefix, job_.group.style);
-        r.err_split.emplace(prefix, job_.group.style);
-      }
+      open_rank_log(r, n);
     }
     if (attempt_ == 0) {
       std::vector<std::string> names;
@@ -1123,22 +1114,10 @@ class Head : public GroupObserver {
 
   void on_rank_output(Node& n, const Output& m) {
     RankState* r = rank_of(n, m.rank);
-    const std::string* data = &m.data;
-    if (r == nullptr) return;
-    const bool is_err = m.is_stderr;
-    const bool was_opened = is_err ? r->err_opened : r->out_opened;
-    const int fd = log_fd(*r, is_err);
-    if (fd < 0 && !was_opened) {
-      log_failed(*r, is_err, errno);  // it could not be created
-    } else if (fd >= 0 && !write_all(fd, data->data(), data->size())) {
-      log_failed(*r, is_err, errno);
-    }
-    if (is_err && r->tail) r->tail->feed(*data);
-    auto& split = is_err ? r->err_split : r->out_split;
-    if (split) {
-      split->feed(*data, monotonic_now_ns(), is_err ? console_err_ : console_out_);
-      schedule_flush();
-    }
+    if (r == nullptr || !r->log) return;
+    if (auto error = r->log->keep(m.is_stderr, m.data)) log_failed(*error);
+    r->log->show(m.is_stderr, m.data, monotonic_now_ns());
+    schedule_flush();
   }
 
   void on_rank_exited(Node& n, const Exited& m) {
@@ -1411,7 +1390,7 @@ class Head : public GroupObserver {
         signalled = true;
         if (r.record.status.kind == ExitStatus::Kind::signaled) r.stopped = true;
       }
-      if (r.tail) r.record.stderr_tail = r.tail->text();
+      if (r.log) r.record.stderr_tail = r.log->tail();
       if (!r.record.status.ok()) failed = true;
       if (r.stopped) stopped.push_back(static_cast<int>(i));
       attempt.workers.push_back(r.record);
@@ -1449,7 +1428,6 @@ class Head : public GroupObserver {
       }
     }
     if (!engine_note_.empty()) notes_.push_back(engine_note_);
-    asio::post(io_, [this] { sup_.release_group(); });
   }
 
   // ---- timers --------------------------------------------------------------
@@ -1506,52 +1484,43 @@ class Head : public GroupObserver {
 
   void flush_console() { batch_.flush(); }
 
-  // A rank's log file, opened (and emptied) when it first writes, so that
-  // thousands of ranks cost nothing until they print. Reached from the run
-  // directory without following a symlink, as uploads are: a rank on a node
-  // that shares this file system may have put a link in its place (to a
-  // file that O_TRUNC would empty).
-  int log_fd(RankState& r, bool is_err) const {
-    int& fd = is_err ? r.err_fd : r.out_fd;
-    bool& opened = is_err ? r.err_opened : r.out_opened;
-    if (!opened && !r.record.stdout_log.empty()) {
-      opened = true;
-      const std::string& path = is_err ? r.record.stderr_log : r.record.stdout_log;
+  // A rank's log files are opened (and emptied) when it first writes, so
+  // that thousands of ranks cost nothing until they print. Reached from the
+  // run directory without following a symlink, as uploads are: a rank on a
+  // node that shares this file system may have put a link in its place (to
+  // a file that O_TRUNC would empty).
+  void open_rank_log(RankState& r, const Node& n) {
+    RankLog::Options o;
+    o.stdout_log = r.record.stdout_log;
+    o.stderr_log = r.record.stderr_log;
+    o.style = job_.group.style;
+    if (job_.shows_rank(r.record.rank))
+      o.prefix = log_prefix(n.name + " " + plan_.step, r.record.rank, job_.group.style.color);
+    o.who = fmt::format("rank {}'s ", r.record.rank);
+    o.open = [run_dir = job_.ctx.layout.run_dir](const std::string& path) {
       const std::size_t slash = path.rfind('/');
-      const BeneathRoot dir = BeneathRoot::open_under(job_.ctx.layout.run_dir, path.substr(0, slash), false);
-      fd = dir.ok() ? openat(dir.fd(), path.c_str() + slash + 1,
-                             O_WRONLY | O_CREAT | O_TRUNC | O_NOFOLLOW | O_CLOEXEC, 0644)
-                    : (errno = dir.error(), -1);
-    }
-    return fd;
+      const BeneathRoot dir = BeneathRoot::open_under(run_dir, path.substr(0, slash), false);
+      return dir.ok() ? openat(dir.fd(), path.c_str() + slash + 1,
+                               O_WRONLY | O_CREAT | O_TRUNC | O_NOFOLLOW | O_CLOEXEC, 0644)
+                      : (errno = dir.error(), -1);
+    };
+    r.log = std::make_unique<RankLog>(std::move(o), batch_);
   }
 
   // A rank's log file cannot be written (a full disk): its output is lost
   // from here on, so the step cannot succeed. Said once; the console goes on
   // showing the ranks' lines while the nodes stop.
-  void log_failed(RankState& r, bool is_err, int err) {
-    int& fd = is_err ? r.err_fd : r.out_fd;
-    if (fd >= 0) close(fd);
-    fd = -1;
+  void log_failed(const RankLog::WriteError& error) {
     if (!write_error_.empty()) return;
-    const std::string& path = is_err ? r.record.stderr_log : r.record.stdout_log;
-    write_error_ = log_write_error(fmt::format("rank {}'s ", r.record.rank), path, err);
+    write_error_ = error.text;
     flush_console();
-    console_.message(log_failed_message(plan_.step, write_error_, stopping_, err, job_.ctx.layout.run_dir));
+    console_.message(
+        log_failed_message(plan_.step, write_error_, stopping_, error.err, job_.ctx.layout.run_dir));
     if (phase_ == Phase::running && !stopping_) stop_nodes(Outcome::failed, write_error_);
   }
 
   void close_rank_files(RankState& r) {
-    // Every rank has both files, also one that printed nothing.
-    log_fd(r, false);
-    log_fd(r, true);
-    if (r.out_split) r.out_split->finish(console_out_);
-    if (r.err_split) r.err_split->finish(console_err_);
-    r.out_split.reset();
-    r.err_split.reset();
-    if (r.out_fd >= 0) close(r.out_fd);
-    if (r.err_fd >= 0) close(r.err_fd);
-    r.out_fd = r.err_fd = -1;
+    if (r.log) r.log->close();
   }
 
   Supervisor& sup_;
@@ -1599,8 +1568,6 @@ class Head : public GroupObserver {
   bool waiting_for_grant_ = false;
   Outcome outcome_ = Outcome::succeeded;
   ConsoleBatch batch_{io_, [this](std::string& out, std::string& err) { sup_.write_console(out, err); }};
-  std::string& console_out_ = batch_.out;
-  std::string& console_err_ = batch_.err;
   std::vector<std::string> notes_;   // for results.json
   std::vector<std::string> errors_;  // flowrun's own reasons the step failed (workdir, uploads, ...)
   std::size_t notes_taken_ = 0, errors_taken_ = 0;  // handed to the step runner so far

@@ -36,6 +36,143 @@ std::string seconds(double s) {
   return fmt::format("{:.0f} s", s);
 }
 
+// The spec file as an absolute path, for run.json (resume reads it again);
+// empty when the spec is not a file.
+std::string absolute_spec_file(const Spec& spec) {
+  if (spec.file.empty()) return {};
+  const std::size_t slash = spec.file.rfind('/');
+  const std::string path =
+      spec.file.front() == '/'
+          ? spec.file
+          : spec.dir + "/" + (slash == std::string::npos ? spec.file : spec.file.substr(slash + 1));
+  struct stat st {};
+  return stat(path.c_str(), &st) == 0 && S_ISREG(st.st_mode) ? path : std::string();
+}
+
+std::string join_quoted(const std::vector<std::string>& names) {
+  std::vector<std::string> quoted;
+  for (const auto& n : names) quoted.push_back("'" + n + "'");
+  return join(quoted, ", ");
+}
+
+// The steps of a run by how they ended, in the order they ran.
+struct RunTally {
+  std::vector<std::string> failed, skipped, succeeded, reused;
+};
+
+// The run's last line: "flowrun: run ID succeeded: 2 steps in 1.20 s", or
+// what failed, was not run, succeeded and was reused.
+std::string format_run_end(const std::string& run_id, const RunTally& tally, int exit_code, int sig,
+                           double took, const std::string& resumed_from) {
+  if (exit_code == 0) {
+    const std::size_t steps = tally.succeeded.size() + tally.reused.size();
+    std::string text = fmt::format("flowrun: run {} succeeded: {} step{} in {}", run_id, steps,
+                                   steps == 1 ? "" : "s", seconds(took));
+    if (!tally.reused.empty())
+      text += fmt::format(" ({} reused from run {})", tally.reused.size(), resumed_from);
+    return text;
+  }
+  std::string text = fmt::format("flowrun: run {} {} after {} (exit code {}): ", run_id,
+                                 sig != 0 ? "was interrupted" : "failed", seconds(took), exit_code);
+  std::vector<std::string> parts;
+  if (!tally.failed.empty()) parts.push_back("failed " + join_quoted(tally.failed));
+  if (!tally.skipped.empty()) parts.push_back("not run " + join_quoted(tally.skipped));
+  if (!tally.succeeded.empty()) parts.push_back("succeeded " + join_quoted(tally.succeeded));
+  if (!tally.reused.empty())
+    parts.push_back(fmt::format("reused {} from run {}", join_quoted(tally.reused), resumed_from));
+  return text + join(parts, "; ");
+}
+
+// A step's end on the console: the failure report (and the join's errors),
+// or the processes it left behind and "succeeded in".
+void report_step_end(const Console& console, const StepRecord& record, const std::string& join_errors,
+                     double took) {
+  const auto& attempt = record.attempts.back();
+  std::string error_text;  // the culprit's error file
+  if (attempt.culprit && (!join_errors.empty() || record.outcome != Outcome::succeeded)) {
+    error_text = try_read_file(attempt.workers[static_cast<std::size_t>(*attempt.culprit)].error_file,
+                               kMaxErrorFileBytes)
+                     .value_or("");
+  }
+  if (!join_errors.empty()) {
+    if (attempt.culprit) console.message(format_failure_report(record, error_text));
+    console.message(join_errors);
+  } else if (record.outcome != Outcome::succeeded) {
+    console.message(format_failure_report(record, error_text));
+  } else {
+    for (const auto& note : record.notes) {
+      if (note.rfind("stopped ", 0) == 0) console.message("flowrun: step '" + record.step + "': " + note);
+    }
+    console.message(fmt::format("flowrun: step '{}' succeeded in {}", record.step, seconds(took)));
+  }
+}
+
+// preflight: true: flowrun doctor's NCCL check on the step's GPUs before
+// any worker starts. On failure the step is refused with the doctor's
+// report, as a step whose nodes never started is.
+bool preflight_passes(const Console& console, const LaunchContext& ctx, const HostFacts& host, int fake_gpus,
+                      const Step& step, const StepPlan& plan, std::vector<std::string>& errors) {
+  std::vector<int> gpus;
+  for (const Gpu& gpu : plan.nodes.front().gpus) gpus.push_back(gpu.index);
+  console.message(fmt::format("flowrun: step '{}': preflight: checking NCCL on this host's {}", step.name,
+                              describe_devices(plan)));
+  // The links between the GPUs set the bandwidth's ceiling: the plan's
+  // inventory has none (NVML calls per pair of GPUs), so probe them now.
+  Inventory inventory = host.inventory;
+  if (inventory.source != "fake" && inventory.links.size() != inventory.gpus.size()) {
+    Inventory with_links =
+        select_gpus(make_probe(ctx.parent_env, fake_gpus, /*topology=*/true)->probe(), ctx.parent_env);
+    if (with_links.gpus.size() == inventory.gpus.size()) inventory = std::move(with_links);
+  }
+  const PreflightResult pre = run_preflight(inventory, gpus, preflight_options(), host.hostname);
+  // The whole report stays with the run, passed or not (the console shows it on failure).
+  const std::string path = ctx.layout.step_dir(step.name) + "/preflight.txt";
+  make_dirs(ctx.layout.step_dir(step.name));
+  const int err = try_write_file(path, pre.report);
+  if (pre.ok) {
+    console.message(fmt::format(
+        "flowrun: step '{}': preflight {} ({})", step.name, preflight_summary(evaluate_doctor(pre.facts)),
+        err == 0 ? "report: " + path : "cannot write " + path + ": " + std::strerror(err)));
+    return true;
+  }
+  console.message(pre.report);
+  errors.push_back(
+      "the preflight check of its GPUs failed (the report above); fix what it names, or set preflight: "
+      "false");
+  return false;
+}
+
+// run.json as the run starts: what it runs, from where, every step pending.
+RunRecord first_record(const Spec& spec, const HostFacts& host, const RunOptions& options,
+                       const LaunchContext& ctx) {
+  RunRecord record;
+  record.run_id = ctx.run_id;
+  record.run_dir = ctx.layout.run_dir;
+  record.flow = spec.name;
+  record.spec_file = !options.spec_file.empty()  ? options.spec_file
+                     : options.spec_text.empty() ? absolute_spec_file(spec)
+                                                 : std::string();
+  record.spec_dir = spec.dir;
+  record.python = options.python;
+  record.args = options.args;
+  record.cpus = options.cpus;
+  if (options.fake_gpus >= 0) record.fake_gpus = options.fake_gpus;
+  record.host = host.hostname;
+  record.pid = static_cast<int>(getpid());
+  for (std::size_t index : spec.order) record.steps.emplace_back(spec.steps[index].name, "pending");
+  if (options.resume) {
+    record.resumed_from_id = options.resume->run_id;
+    record.resumed_from_dir = options.resume->run_dir;
+  }
+  return record;
+}
+
+// The step's time left, since `start_mono`; nullopt without a timeout.
+std::optional<double> time_left(const Step& step, std::int64_t start_mono) {
+  if (!step.timeout_s) return std::nullopt;
+  return *step.timeout_s - static_cast<double>(monotonic_now_ns() - start_mono) / 1e9;
+}
+
 class FlowRunner {
  public:
   FlowRunner(const Spec& spec, const HostFacts& host, const std::vector<StepPlan>& plans, const EnvMap& env,
@@ -50,24 +187,7 @@ class FlowRunner {
                    (options.color == RunOptions::Color::automatic && tty && (!no_color || no_color->empty()));
     style_.progress_interval_ns = tty ? 1'000'000'000LL : 10'000'000'000LL;
 
-    record_.run_id = ctx_.run_id;
-    record_.run_dir = ctx_.layout.run_dir;
-    record_.flow = spec.name;
-    record_.spec_file = !options.spec_file.empty()  ? options.spec_file
-                        : options.spec_text.empty() ? absolute_spec_file(spec)
-                                                    : std::string();
-    record_.spec_dir = spec.dir;
-    record_.python = options.python;
-    record_.args = options.args;
-    record_.cpus = options.cpus;
-    if (options.fake_gpus >= 0) record_.fake_gpus = options.fake_gpus;
-    record_.host = host.hostname;
-    record_.pid = static_cast<int>(getpid());
-    for (std::size_t index : spec.order) record_.steps.emplace_back(spec.steps[index].name, "pending");
-    if (options.resume) {
-      record_.resumed_from_id = options.resume->run_id;
-      record_.resumed_from_dir = options.resume->run_dir;
-    }
+    record_ = first_record(spec, host, options, ctx_);
   }
 
   int run() {
@@ -133,11 +253,11 @@ class FlowRunner {
                                  ctx_.layout.run_dir));
     const std::int64_t flow_start = monotonic_now_ns();
     int exit_code = 0;
-    std::vector<std::string> failed, skipped, succeeded, reused;
+    RunTally tally;
     for (std::size_t index : spec_.order) {
       const Step& step = spec_.steps[index];
       if (supervisor.interrupt_signal() != 0) {
-        skipped.push_back(step.name);
+        tally.skipped.push_back(step.name);
         set_state(step.name, "not_run");
         continue;
       }
@@ -149,7 +269,7 @@ class FlowRunner {
         console_.message(fmt::format("flowrun: step '{}' skipped: it needs {}, which did not succeed",
                                      step.name, join_quoted(blocked)));
         state_[step.name] = State::skipped;
-        skipped.push_back(step.name);
+        tally.skipped.push_back(step.name);
         set_state(step.name, "skipped");
         continue;
       }
@@ -158,14 +278,14 @@ class FlowRunner {
         // that cannot be recorded.
         console_.message(
             fmt::format("flowrun: step '{}' not run: flowrun could not write the run directory", step.name));
-        skipped.push_back(step.name);
+        tally.skipped.push_back(step.name);
         set_state(step.name, "not_run");
         continue;
       }
       if (options_.resume && options_.resume->reuse.contains(step.name)) {
         console_.message(reuse_step(step, *options_.resume, ctx_.layout));
         state_[step.name] = State::succeeded;
-        reused.push_back(step.name);
+        tally.reused.push_back(step.name);
         set_state(step.name, "reused");
         continue;
       }
@@ -177,11 +297,11 @@ class FlowRunner {
       const int code = run_step(step);
       if (code == 0) {
         state_[step.name] = State::succeeded;
-        succeeded.push_back(step.name);
+        tally.succeeded.push_back(step.name);
         set_state(step.name, "succeeded");
       } else {
         state_[step.name] = State::failed;
-        failed.push_back(step.name);
+        tally.failed.push_back(step.name);
         set_state(step.name, "failed");
         if (exit_code == 0) exit_code = code;
       }
@@ -196,40 +316,11 @@ class FlowRunner {
     write_record();
     if (write_failed_ && exit_code == 0) exit_code = 1;
     const double took = static_cast<double>(monotonic_now_ns() - flow_start) / 1e9;
-    if (exit_code == 0) {
-      const std::size_t steps = succeeded.size() + reused.size();
-      std::string text = fmt::format("flowrun: run {} succeeded: {} step{} in {}", ctx_.run_id, steps,
-                                     steps == 1 ? "" : "s", seconds(took));
-      if (!reused.empty())
-        text += fmt::format(" ({} reused from run {})", reused.size(), options_.resume->run_id);
-      console_.message(text);
-    } else {
-      std::string text = fmt::format("flowrun: run {} {} after {} (exit code {}): ", ctx_.run_id,
-                                     sig != 0 ? "was interrupted" : "failed", seconds(took), exit_code);
-      std::vector<std::string> parts;
-      if (!failed.empty()) parts.push_back("failed " + join_quoted(failed));
-      if (!skipped.empty()) parts.push_back("not run " + join_quoted(skipped));
-      if (!succeeded.empty()) parts.push_back("succeeded " + join_quoted(succeeded));
-      if (!reused.empty())
-        parts.push_back(fmt::format("reused {} from run {}", join_quoted(reused), options_.resume->run_id));
-      console_.message(text + join(parts, "; "));
-    }
+    console_.message(format_run_end(ctx_.run_id, tally, exit_code, sig, took,
+                                    options_.resume ? options_.resume->run_id : std::string()));
     supervisor_ = nullptr;
     guardian_.disarm();
     return exit_code;
-  }
-
-  // The spec file as an absolute path, for run.json (resume reads it again);
-  // empty when the spec is not a file.
-  static std::string absolute_spec_file(const Spec& spec) {
-    if (spec.file.empty()) return {};
-    const std::size_t slash = spec.file.rfind('/');
-    const std::string path =
-        spec.file.front() == '/'
-            ? spec.file
-            : spec.dir + "/" + (slash == std::string::npos ? spec.file : spec.file.substr(slash + 1));
-    struct stat st {};
-    return stat(path.c_str(), &st) == 0 && S_ISREG(st.st_mode) ? path : std::string();
   }
 
   // Once the run has started, a run.json that cannot be written is said once,
@@ -257,12 +348,6 @@ class FlowRunner {
     write_record();
   }
 
-  static std::string join_quoted(const std::vector<std::string>& names) {
-    std::vector<std::string> quoted;
-    for (const auto& n : names) quoted.push_back("'" + n + "'");
-    return join(quoted, ", ");
-  }
-
   bool shows_rank(const Step& step, int rank) const {
     const auto& chosen = options_.console_ranks ? options_.console_ranks : step.console_ranks;
     if (!chosen) return true;
@@ -277,11 +362,6 @@ class FlowRunner {
     throw Error("internal: no plan for step '" + step.name + "'");
   }
 
-  std::optional<double> time_left(const Step& step, std::int64_t start_mono) const {
-    if (!step.timeout_s) return std::nullopt;
-    return *step.timeout_s - static_cast<double>(monotonic_now_ns() - start_mono) / 1e9;
-  }
-
   GroupOptions group_options(const Step& step) const {
     GroupOptions group;
     group.step = step.name;
@@ -290,6 +370,62 @@ class FlowRunner {
     group.run_dir = ctx_.layout.run_dir;
     group.style = style_;
     return group;
+  }
+
+  // The join's gathering of a step whose workers succeeded: its outputs
+  // into outputs/, noted in `record`. Returns flowrun's lines when they are
+  // incomplete or cannot be gathered (the step then counts as failed).
+  std::string gather(const Step& step, StepRecord& record, FileTime started, std::int64_t start_mono) {
+    std::string join_errors;
+    JoinRequest request = join_request(step, plan_of(step), ctx_.layout, started);
+    // Gathering counts in the step's time and hears Ctrl-C: a large copy
+    // stops at the step's deadline or at an interrupt, as the workers would.
+    request.stop = [&]() -> std::string {
+      if (const int sig = supervisor_->interrupt_signal(); sig != 0)
+        return fmt::format("flowrun received {}", signal_name(sig));
+      if (const auto left = time_left(step, start_mono); left && *left <= 0)
+        return fmt::format("the step's timeout of {:g} s ran out", *step.timeout_s);
+      return {};
+    };
+    JoinResult joined;
+    bool gathered = false;
+    try {
+      joined = gather_outputs(request);
+      gathered = true;
+    } catch (const Error& e) {
+      // The run directory cannot take the outputs (a full disk): what the
+      // join would get is incomplete.
+      const std::string what = e.what();
+      const bool full = what.find(std::strerror(ENOSPC)) != std::string::npos ||
+                        what.find(std::strerror(EDQUOT)) != std::string::npos;
+      write_failed_ = true;
+      record.outcome = Outcome::failed;
+      record.exit_code = 1;
+      record.notes.push_back("cannot gather the outputs: " + what);
+      join_errors = fmt::format(
+          "flowrun: error: step '{}': cannot gather its outputs: {}; the step counts as "
+          "failed{}\n",
+          step.name, what, resume_hint(full ? ENOSPC : EIO));
+    }
+    if (!gathered) {
+      // Said above.
+    } else if (!joined.ok()) {
+      record.outcome = Outcome::failed;
+      record.exit_code = 1;
+      if (joined.stopped) {
+        const int sig = supervisor_->interrupt_signal();
+        record.outcome = sig != 0 ? Outcome::interrupted : Outcome::timed_out;
+        record.exit_code = sig != 0 ? 128 + sig : 124;
+      }
+      for (const auto& e : joined.errors) record.notes.push_back(e);
+      join_errors = fmt::format(
+          "flowrun: step '{}': its workers succeeded, but its outputs are incomplete:\n", step.name);
+      for (const auto& e : joined.errors) join_errors += "flowrun:   " + e + "\n";
+    } else if (!step.outputs.empty() || !joined.files.empty()) {
+      record.notes.push_back(fmt::format("gathered {} output file{} into {}", joined.files.size(),
+                                         joined.files.size() == 1 ? "" : "s", request.outputs_dir));
+    }
+    return join_errors;
   }
 
   int run_step(const Step& step) {
@@ -320,54 +456,8 @@ class FlowRunner {
       for (const auto& e : run.errors) join_errors += "flowrun:   " + e + "\n";
     }
     if (record.outcome == Outcome::succeeded && step.is_parallel()) {
-      JoinRequest request = join_request(step, plan_of(step), ctx_.layout, started);
-      // Gathering counts in the step's time and hears Ctrl-C: a large copy
-      // stops at the step's deadline or at an interrupt, as the workers would.
-      request.stop = [&]() -> std::string {
-        if (const int sig = supervisor_->interrupt_signal(); sig != 0)
-          return fmt::format("flowrun received {}", signal_name(sig));
-        if (const auto left = time_left(step, start_mono); left && *left <= 0)
-          return fmt::format("the step's timeout of {:g} s ran out", *step.timeout_s);
-        return {};
-      };
-      JoinResult joined;
-      bool gathered = false;
-      try {
-        joined = gather_outputs(request);
-        gathered = true;
-      } catch (const Error& e) {
-        // The run directory cannot take the outputs (a full disk): what the
-        // join would get is incomplete.
-        const std::string what = e.what();
-        const bool full = what.find(std::strerror(ENOSPC)) != std::string::npos ||
-                          what.find(std::strerror(EDQUOT)) != std::string::npos;
-        write_failed_ = true;
-        record.outcome = Outcome::failed;
-        record.exit_code = 1;
-        record.notes.push_back("cannot gather the outputs: " + what);
-        join_errors = fmt::format(
-            "flowrun: error: step '{}': cannot gather its outputs: {}; the step counts as "
-            "failed{}\n",
-            step.name, what, resume_hint(full ? ENOSPC : EIO));
-      }
-      if (!gathered) {
-        // Said above.
-      } else if (!joined.ok()) {
-        record.outcome = Outcome::failed;
-        record.exit_code = 1;
-        if (joined.stopped) {
-          const int sig = supervisor_->interrupt_signal();
-          record.outcome = sig != 0 ? Outcome::interrupted : Outcome::timed_out;
-          record.exit_code = sig != 0 ? 128 + sig : 124;
-        }
-        for (const auto& e : joined.errors) record.notes.push_back(e);
-        join_errors = fmt::format(
-            "flowrun: step '{}': its workers succeeded, but its outputs are incomplete:\n", step.name);
-        for (const auto& e : joined.errors) join_errors += "flowrun:   " + e + "\n";
-      } else if (!step.outputs.empty() || !joined.files.empty()) {
-        record.notes.push_back(fmt::format("gathered {} output file{} into {}", joined.files.size(),
-                                           joined.files.size() == 1 ? "" : "s", request.outputs_dir));
-      }
+      if (std::string errors = gather(step, record, started, start_mono); !errors.empty())
+        join_errors = errors;
     }
     std::string results_error;
     bool unrecorded_success = false;
@@ -385,32 +475,9 @@ class FlowRunner {
       }
     }
 
-    const double took = static_cast<double>(monotonic_now_ns() - start_mono) / 1e9;
-    if (unrecorded_success) {
-      // Its workers succeeded; the error below says why it does not count.
-    } else if (!join_errors.empty()) {
-      const auto& attempt = record.attempts.back();
-      if (attempt.culprit) {
-        const auto& w = attempt.workers[static_cast<std::size_t>(*attempt.culprit)];
-        console_.message(
-            format_failure_report(record, try_read_file(w.error_file, kMaxErrorFileBytes).value_or("")));
-      }
-      console_.message(join_errors);
-    } else if (record.outcome != Outcome::succeeded) {
-      const auto& attempt = record.attempts.back();
-      std::string error_text;
-      if (attempt.culprit) {
-        error_text = try_read_file(attempt.workers[static_cast<std::size_t>(*attempt.culprit)].error_file,
-                                   kMaxErrorFileBytes)
-                         .value_or("");
-      }
-      console_.message(format_failure_report(record, error_text));
-    } else {
-      for (const auto& note : record.notes) {
-        if (note.rfind("stopped ", 0) == 0) console_.message("flowrun: step '" + step.name + "': " + note);
-      }
-      console_.message(fmt::format("flowrun: step '{}' succeeded in {}", step.name, seconds(took)));
-    }
+    if (!unrecorded_success)
+      report_step_end(console_, record, join_errors,
+                      static_cast<double>(monotonic_now_ns() - start_mono) / 1e9);
     if (!results_error.empty()) console_.message(results_error);
     return record.outcome == Outcome::succeeded ? 0 : record.exit_code;
   }
@@ -426,11 +493,11 @@ class FlowRunner {
     job.group = group_options(step);
     job.shows_rank = [this, &step](int rank) { return shows_rank(step, rank); };
     job.preflight = [this, &step, &plan](std::vector<std::string>& errors) {
-      return preflight_passes(step, plan, errors);
+      return preflight_passes(console_, ctx_, host_, options_.fake_gpus, step, plan, errors);
     };
     LocalGroup group(*supervisor_, console_, std::move(job));
     StepRunner runner(step, plan, ctx_.layout, console_, step.parallel->preflight && !plan.cpu,
-                      [this, &step, start_mono] { return time_left(step, start_mono); });
+                      [&step, start_mono] { return time_left(step, start_mono); });
     return runner.run(group);
   }
 
@@ -450,47 +517,13 @@ class FlowRunner {
     job.flowrun_path = n > 0 ? std::string(self, static_cast<std::size_t>(n)) : "flowrun";
     RemoteGroup group(*supervisor_, console_, job);
     StepRunner runner(step, plan, ctx_.layout, console_, step.parallel->preflight && !plan.cpu,
-                      [this, &step, start_mono] { return time_left(step, start_mono); });
+                      [&step, start_mono] { return time_left(step, start_mono); });
     StepRun run = runner.run(group);
     AttemptResult rest = group.close();
     for (auto& note : rest.notes) run.notes.push_back(std::move(note));
     for (auto& error : rest.errors) run.errors.push_back(std::move(error));
     settle_step_run(run, supervisor_->interrupt_signal());
     return run;
-  }
-
-  // preflight: true: flowrun doctor's NCCL check on the step's GPUs before
-  // any worker starts. On failure the step is refused with the doctor's
-  // report, as a step whose nodes never started is.
-  bool preflight_passes(const Step& step, const StepPlan& plan, std::vector<std::string>& errors) {
-    std::vector<int> gpus;
-    for (const Gpu& gpu : plan.nodes.front().gpus) gpus.push_back(gpu.index);
-    console_.message(fmt::format("flowrun: step '{}': preflight: checking NCCL on this host's {}", step.name,
-                                 describe_devices(plan)));
-    // The links between the GPUs set the bandwidth's ceiling: the plan's
-    // inventory has none (NVML calls per pair of GPUs), so probe them now.
-    Inventory inventory = host_.inventory;
-    if (inventory.source != "fake" && inventory.links.size() != inventory.gpus.size()) {
-      Inventory with_links = select_gpus(
-          make_probe(ctx_.parent_env, options_.fake_gpus, /*topology=*/true)->probe(), ctx_.parent_env);
-      if (with_links.gpus.size() == inventory.gpus.size()) inventory = std::move(with_links);
-    }
-    const PreflightResult pre = run_preflight(inventory, gpus, preflight_options(), host_.hostname);
-    // The whole report stays with the run, passed or not (the console shows it on failure).
-    const std::string path = ctx_.layout.step_dir(step.name) + "/preflight.txt";
-    make_dirs(ctx_.layout.step_dir(step.name));
-    const int err = try_write_file(path, pre.report);
-    if (pre.ok) {
-      console_.message(fmt::format(
-          "flowrun: step '{}': preflight {} ({})", step.name, preflight_summary(evaluate_doctor(pre.facts)),
-          err == 0 ? "report: " + path : "cannot write " + path + ": " + std::strerror(err)));
-      return true;
-    }
-    console_.message(pre.report);
-    errors.push_back(
-        "the preflight check of its GPUs failed (the report above); fix what it names, or set preflight: "
-        "false");
-    return false;
   }
 
   StepRun run_plain(const Step& step, std::int64_t start_mono) {

@@ -2,9 +2,13 @@
 
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/post.hpp>
+#include <cerrno>
 #include <cstring>
+#include <fcntl.h>
 #include <fmt/format.h>
+#include <unistd.h>
 
+#include "flowrun/error.h"
 #include "flowrun/supervisor.h"
 
 namespace flowrun {
@@ -33,6 +37,86 @@ void ConsoleBatch::schedule() {
     flush();
   });
 }
+
+struct RankLog::Stream {
+  const std::string* path = nullptr;
+  int fd = -1;
+  bool opened = false;  // created (or tried): a failed file is not tried again
+  bool closed = false;
+  std::optional<LineSplitter> splitter;
+  std::string* console = nullptr;  // the batch's out or err
+};
+
+RankLog::RankLog(Options options, ConsoleBatch& console)
+    : options_(std::move(options)),
+      console_(console),
+      out_(std::make_unique<Stream>()),
+      err_(std::make_unique<Stream>()),
+      tail_(20, 4096) {
+  out_->path = &options_.stdout_log;
+  err_->path = &options_.stderr_log;
+  out_->console = &console_.out;
+  err_->console = &console_.err;
+  if (!options_.prefix.empty()) {
+    out_->splitter.emplace(options_.prefix, options_.style);
+    err_->splitter.emplace(options_.prefix, options_.style);
+  }
+}
+
+RankLog::~RankLog() {
+  for (Stream* s : {out_.get(), err_.get()}) {
+    if (s->fd >= 0) ::close(s->fd);
+  }
+}
+
+RankLog::Stream& RankLog::stream(bool is_err) { return is_err ? *err_ : *out_; }
+
+// The stream's descriptor, opening the file the first time; -1 with errno
+// set when it could not be created, and -1 after that.
+int RankLog::file(Stream& s) {
+  if (s.opened || s.path->empty()) return s.fd;
+  s.opened = true;
+  s.fd = options_.open ? options_.open(*s.path)
+                       : ::open(s.path->c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  return s.fd;
+}
+
+void RankLog::open_files() {
+  for (Stream* s : {out_.get(), err_.get()}) {
+    if (!s->opened && !s->path->empty() && file(*s) < 0)
+      throw Error("cannot create the log file " + *s->path + ": " + std::strerror(errno));
+  }
+}
+
+std::optional<RankLog::WriteError> RankLog::keep(bool is_err, std::string_view data) {
+  Stream& s = stream(is_err);
+  if (is_err) tail_.feed(data);
+  if (s.path->empty() || (s.opened && s.fd < 0)) return std::nullopt;  // nothing kept, or lost already
+  const int fd = file(s);
+  if (fd >= 0 && write_all(fd, data.data(), data.size())) return std::nullopt;
+  const int err = errno;
+  if (s.fd >= 0) ::close(s.fd);
+  s.fd = -1;
+  return WriteError{log_write_error(options_.who, *s.path, err), err};
+}
+
+void RankLog::show(bool is_err, std::string_view data, std::int64_t now_ns) {
+  Stream& s = stream(is_err);
+  if (s.splitter) s.splitter->feed(data, now_ns, *s.console);
+}
+
+void RankLog::close(bool is_err) {
+  Stream& s = stream(is_err);
+  if (s.closed) return;
+  s.closed = true;
+  file(s);
+  if (s.splitter) s.splitter->finish(*s.console);
+  s.splitter.reset();
+  if (s.fd >= 0) ::close(s.fd);
+  s.fd = -1;
+}
+
+std::string RankLog::tail() const { return tail_.text(); }
 
 std::string log_write_error(const std::string& who, const std::string& path, int err) {
   const std::size_t slash = path.rfind('/');

@@ -27,6 +27,8 @@
 #include "flowrun/rank_output.h"
 #include "flowrun/util.h"
 
+#include "console_writer.h"
+
 namespace flowrun {
 
 namespace asio = boost::asio;
@@ -112,63 +114,11 @@ namespace {
 
 constexpr std::size_t kReadChunk = 256 * 1024;
 constexpr int kReadsPerWakeup = 4;  // fairness between ranks that flood
-// What waits for a console reader that does not keep up; past it, the
-// workers' lines are dropped (and counted) until the reader takes some.
-constexpr std::size_t kConsoleBacklog = 4 << 20;
-
-// A descriptor for writing to `fd` without blocking, or -1 to write to `fd`
-// itself: a pipe or a terminal is opened again through /proc, so that
-// O_NONBLOCK is set on flowrun's own open file and not on the one it shares
-// with the shell (a terminal's stdin among them). A file or /dev/null never
-// blocks for long.
-int nonblocking_twin(int fd) {
-  struct stat st {};
-  if (fstat(fd, &st) != 0 || !(S_ISFIFO(st.st_mode) || S_ISCHR(st.st_mode))) return -1;
-  if (S_ISCHR(st.st_mode) && isatty(fd) != 1) return -1;  // /dev/null and the like
-  const std::string path = "/proc/self/fd/" + std::to_string(fd);
-  return open(path.c_str(), O_WRONLY | O_NONBLOCK | O_NOCTTY | O_CLOEXEC);
-}
-
-// The console's one stream (stdout or stderr): a backlog the loop writes as
-// the reader takes it.
-struct ConsoleStream {
-  int fd = -1;      // where to write
-  int own_fd = -1;  // nonblocking_twin's, closed at the end
-  std::string backlog;
-  std::size_t dropped_lines = 0;                          // not shown since the reader last took output
-  std::size_t dropped_total = 0;                          // in the current group
-  std::unique_ptr<asio::posix::stream_descriptor> watch;  // waits for room
-  bool waiting = false;
-
-  bool nonblocking() const { return own_fd >= 0; }
-
-  // Writes what the descriptor takes now; true when the backlog is empty.
-  bool write_some() {
-    while (!backlog.empty()) {
-      const ssize_t n = write(fd, backlog.data(), backlog.size());
-      if (n > 0) {
-        backlog.erase(0, static_cast<std::size_t>(n));
-      } else if (n < 0 && errno == EINTR) {
-        continue;
-      } else if (n < 0 && errno == EAGAIN) {
-        return false;
-      } else {
-        backlog.clear();  // the reader is gone (EPIPE): nothing more to show
-        dropped_lines = 0;
-      }
-    }
-    return true;
-  }
-};
-
 struct Stream {
-  int fd = -1;      // our read end
-  int log_fd = -1;  // the rank's log file
+  int fd = -1;  // our read end
   bool is_err = false;
   std::unique_ptr<asio::posix::stream_descriptor> desc;
-  std::optional<LineSplitter> splitter;  // when shown on the console
-  std::optional<TailBuffer> tail;        // stderr only
-  bool parked = false;                   // readable, left unread while output is paused
+  bool parked = false;  // readable, left unread while output is paused
   bool open() const { return fd >= 0; }
 };
 
@@ -178,19 +128,13 @@ struct Worker {
   pid_t pid = -1;
   bool alive = false;
   Stream out, err;
+  std::unique_ptr<RankLog> log;     // its log files, stderr tail and console lines
   std::int64_t last_output_ns = 0;  // monotonic: when it last wrote (or the group started)
   // A pidfd becomes readable when the worker exits. Exits then arrive in the
   // order they happened (epoll's ready list is first come, first served),
   // which is what names the right culprit when peers die a moment after it.
   std::unique_ptr<asio::posix::stream_descriptor> exit_watch;
 };
-
-int open_log(const std::string& path) {
-  if (path.empty()) return -1;  // nothing kept (an agent's ranks: their output goes to the head)
-  int fd = open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd < 0) throw Error("cannot create the log file " + path + ": " + std::strerror(errno));
-  return fd;
-}
 
 }  // namespace
 
@@ -212,6 +156,7 @@ struct Supervisor::Impl {
   bool stopping = false;
   bool kill_now = false;
   bool sweeping = false;
+  bool finishing = false;  // finish() waits for the group's end: nothing holds it past its processes
   bool done = false;
   bool grace_expired = false;
   bool silence_noted = false;
@@ -230,34 +175,14 @@ struct Supervisor::Impl {
   std::vector<char> buffer = std::vector<char>(kReadChunk);
   // This batch's lines, before they go to the streams.
   ConsoleBatch batch{io, [this](std::string& out, std::string& err) {
-                       to_stream(0, out, true);
-                       to_stream(1, err, true);
+                       screen.write(0, out, true);
+                       screen.write(1, err, true);
                      }};
-  std::string& console_out = batch.out;
-  std::string& console_err = batch.err;
-  ConsoleStream streams[2];       // stdout, stderr
-  bool output_paused = false;     // Supervisor::pause_output()
-  std::int64_t paused_at_ns = 0;  // monotonic, when output was paused
+  ConsoleWriter screen{io, console};  // flowrun's stdout and stderr
+  bool output_paused = false;         // Supervisor::pause_output()
+  std::int64_t paused_at_ns = 0;      // monotonic, when output was paused
 
   Impl(Console c, pid_t g, const std::vector<int>& handled) : console(c), guardian(g) {
-    // A console reader that went away (`flowrun f.yaml | head`) must not
-    // kill flowrun with its workers running: writes fail with EPIPE instead.
-    signal(SIGPIPE, SIG_IGN);
-    // A console that is a pipe (`flowrun f.yaml | tee log`) gets a 1 MiB
-    // buffer instead of 64 KiB: fewer round trips to the reader when ranks
-    // write fast. Best effort.
-    for (int fd : {console.out_fd, console.err_fd}) {
-      struct stat st {};
-      if (fstat(fd, &st) == 0 && S_ISFIFO(st.st_mode) && fcntl(fd, F_GETPIPE_SZ) < (1 << 20))
-        fcntl(fd, F_SETPIPE_SZ, 1 << 20);
-    }
-    for (int i = 0; i < 2; ++i) {
-      ConsoleStream& cs = streams[i];
-      const int fd = i == 0 ? console.out_fd : console.err_fd;
-      cs.own_fd = nonblocking_twin(fd);
-      cs.fd = cs.own_fd >= 0 ? cs.own_fd : fd;
-      if (cs.own_fd >= 0) cs.watch = std::make_unique<asio::posix::stream_descriptor>(io, dup(cs.own_fd));
-    }
     for (int sig : kStopSignals) {
       if (std::find(handled.begin(), handled.end(), sig) != handled.end()) {
         stop_signals.add(sig);
@@ -268,16 +193,6 @@ struct Supervisor::Impl {
     wait_child();
     wait_stop();
     wait_forward();
-  }
-
-  ~Impl() {
-    // What the console has not taken by now is not waited for: the run is
-    // over, and the log files have it.
-    for (auto& cs : streams) {
-      if (cs.nonblocking()) cs.write_some();
-      if (cs.watch) cs.watch.reset();
-      if (cs.own_fd >= 0) close(cs.own_fd);
-    }
   }
 
   void wait_child() {
@@ -414,7 +329,7 @@ struct Supervisor::Impl {
       // The observer stops the work (the head tells every agent); flowrun's
       // own processes get the grace plus the observer's margin to end.
       observer_stops = true;
-      start_grace(options.grace_s + observer->stop_margin_s());
+      start_grace(options.grace_s + options.observer_margin_s);
       return;
     }
     for (std::size_t i = 0; i < workers.size(); ++i) {
@@ -547,8 +462,7 @@ struct Supervisor::Impl {
     if (done || alive_count() > 0) return;
     const auto left = leftovers();
     if (left.empty()) {
-      if (observer != nullptr && observer->holds_group()) return;
-      done = true;
+      done = finishing;
       return;
     }
     if (!sweeping) {
@@ -618,15 +532,14 @@ struct Supervisor::Impl {
       if (n < 0 && errno == EINTR) continue;
       if (n < 0) break;  // EAGAIN: nothing more now
       if (n == 0) {
-        close_stream(s);
+        close_stream(w, s);
         break;
       }
       const std::string_view data(buffer.data(), static_cast<std::size_t>(n));
       w.last_output_ns = now;
-      if (s.log_fd >= 0 && !write_all(s.log_fd, data.data(), data.size())) log_failed(w, s, errno);
-      if (s.tail) s.tail->feed(data);
+      if (auto error = w.log->keep(s.is_err, data)) log_failed(*error);
       if (observer != nullptr) observer->on_output(index_of(w), s.is_err, data);
-      if (s.splitter) s.splitter->feed(data, now, s.is_err ? console_err : console_out);
+      w.log->show(s.is_err, data, now);
       if (static_cast<std::size_t>(n) < buffer.size()) break;
     }
   }
@@ -634,25 +547,19 @@ struct Supervisor::Impl {
   // A log file cannot be written (a full disk): the rank's output is lost
   // from here on, so the step cannot succeed. Said once per group; the
   // console goes on showing what the workers write while they stop.
-  void log_failed(Worker& w, Stream& s, int err) {
-    close(s.log_fd);
-    s.log_fd = -1;
+  void log_failed(const RankLog::WriteError& error) {
     if (!write_error.empty()) return;
-    const std::string& path = s.is_err ? w.launch->stderr_log : w.launch->stdout_log;
-    const std::string who = w.launch->rank >= 0        ? fmt::format("rank {}'s ", w.launch->rank)
-                            : !w.launch->label.empty() ? w.launch->label + "'s "
-                                                       : std::string("its ");
-    write_error = log_write_error(who, path, err);
-    say(log_failed_message(options.step, write_error, stopping, err, options.run_dir));
+    write_error = error.text;
+    say(log_failed_message(options.step, write_error, stopping, error.err, options.run_dir));
     if (!stopping) {
       outcome = Outcome::failed;
       begin_stop();
     }
   }
 
-  void close_stream(Stream& s) {
+  void close_stream(Worker& w, Stream& s) {
     if (!s.open()) return;
-    if (s.splitter) s.splitter->finish(s.is_err ? console_err : console_out);
+    w.log->close(s.is_err);
     if (s.desc) {
       s.desc->cancel();
       s.desc->release();
@@ -660,8 +567,6 @@ struct Supervisor::Impl {
     }
     close(s.fd);
     s.fd = -1;
-    if (s.log_fd >= 0) close(s.log_fd);
-    s.log_fd = -1;
   }
 
   void schedule_flush() { batch.schedule(); }
@@ -673,59 +578,31 @@ struct Supervisor::Impl {
     flush_console();
     std::string line = text;
     if (line.empty() || line.back() != '\n') line += '\n';
-    to_stream(1, line, false);
-  }
-
-  // Hands `text` (whole lines) to console stream `i`: written now where the
-  // reader takes it, else kept, up to kConsoleBacklog for the workers' lines
-  // (`droppable`); past it they are counted instead.
-  void to_stream(int i, std::string& text, bool droppable) {
-    if (text.empty()) return;
-    ConsoleStream& cs = streams[i];
-    if (!cs.nonblocking()) {
-      write_all(cs.fd, text.data(), text.size());
-      text.clear();
-      return;
-    }
-    cs.write_some();
-    if (droppable && cs.backlog.size() + text.size() > kConsoleBacklog) {
-      const auto lines = static_cast<std::size_t>(std::count(text.begin(), text.end(), '\n'));
-      cs.dropped_lines += lines;
-      cs.dropped_total += lines;
-    } else {
-      cs.backlog += text;
-    }
-    text.clear();
-    cs.write_some();
-    wait_for_room(i);
-  }
-
-  void wait_for_room(int i) {
-    ConsoleStream& cs = streams[i];
-    if (cs.backlog.empty() && cs.dropped_lines == 0) return;
-    if (cs.waiting || !cs.watch) return;
-    cs.waiting = true;
-    cs.watch->async_wait(
-        asio::posix::stream_descriptor::wait_write, [this, i](const boost::system::error_code& ec) {
-          ConsoleStream& s = streams[i];
-          s.waiting = false;
-          if (ec) return;
-          if (s.write_some() && s.dropped_lines > 0) {
-            // The reader takes output again: say what it missed first.
-            s.backlog = fmt::format(
-                "flowrun: {} line{} of the workers' output not shown here: the console "
-                "did not take {} in time (the log files have every line)\n",
-                s.dropped_lines, s.dropped_lines == 1 ? "" : "s", s.dropped_lines == 1 ? "it" : "them");
-            s.dropped_lines = 0;
-            s.write_some();
-          }
-          wait_for_room(i);
-        });
+    screen.write(1, line, false);
   }
 
   // --- the group ---------------------------------------------------------
 
-  void open_stream(Worker& w, Stream& s, bool is_err, int* child_end) {
+  // The worker's log files, created now (an error flowrun cannot go on
+  // from), its tail and its console tag.
+  void open_output(Worker& w) {
+    const WorkerLaunch& launch = *w.launch;
+    RankLog::Options o;
+    o.stdout_log = launch.stdout_log;
+    o.stderr_log = launch.stderr_log;
+    o.style = options.style;
+    if (launch.console) {
+      o.prefix = launch.label.empty() ? log_prefix(options.step, launch.rank, options.style.color)
+                                      : log_prefix(launch.label, -1, options.style.color);
+    }
+    o.who = launch.rank >= 0        ? fmt::format("rank {}'s ", launch.rank)
+            : !launch.label.empty() ? launch.label + "'s "
+                                    : std::string("its ");
+    w.log = std::make_unique<RankLog>(std::move(o), batch);
+    w.log->open_files();
+  }
+
+  void open_stream(Stream& s, bool is_err, int* child_end) {
     int fds[2];
     if (pipe2(fds, O_CLOEXEC) != 0) throw Error(std::string("cannot create a pipe: ") + std::strerror(errno));
     fcntl(fds[0], F_SETFL, fcntl(fds[0], F_GETFL) | O_NONBLOCK);
@@ -733,14 +610,6 @@ struct Supervisor::Impl {
     s.fd = fds[0];
     *child_end = fds[1];
     s.is_err = is_err;
-    s.log_fd = open_log(is_err ? w.launch->stderr_log : w.launch->stdout_log);
-    if (w.launch->console) {
-      s.splitter.emplace(w.launch->label.empty()
-                             ? log_prefix(options.step, w.launch->rank, options.style.color)
-                             : log_prefix(w.launch->label, -1, options.style.color),
-                         options.style);
-    }
-    if (is_err) s.tail.emplace(20, 4096);
     s.desc = std::make_unique<asio::posix::stream_descriptor>(io, s.fd);
   }
 
@@ -764,8 +633,9 @@ struct Supervisor::Impl {
     for (std::size_t i = 0; i < launches.size() && !stopping && interrupt == 0; ++i) {
       Worker& w = workers[i];
       int out_end = -1, err_end = -1;
-      open_stream(w, w.out, false, &out_end);
-      open_stream(w, w.err, true, &err_end);
+      open_output(w);
+      open_stream(w.out, false, &out_end);
+      open_stream(w.err, true, &err_end);
       SpawnRequest request{launches[i].argv, launches[i].env, launches[i].workdir, out_end, err_end};
       int in_end = -1;
       if (!launches[i].stdin_text.empty()) in_end = stdin_with(launches[i].stdin_text);
@@ -789,14 +659,13 @@ struct Supervisor::Impl {
         w.record.status.code = spawned.exit_code;
         w.record.status.spawn_error = spawned.error;
         const std::string line = "flowrun: cannot start: " + spawned.error + "\n";
-        write_all(w.err.log_fd, line.data(), line.size());
-        w.err.tail->feed(line);
+        w.log->keep(true, line);
         if (observer != nullptr) {
           observer->on_output(i, true, line);
           observer->on_exit(i, w.record);
         }
-        close_stream(w.out);
-        close_stream(w.err);
+        close_stream(w, w.out);
+        close_stream(w, w.err);
         outcome = Outcome::failed;
         begin_stop();
         break;
@@ -827,7 +696,7 @@ struct Supervisor::Impl {
     observer = obs;
     observer_stops = false;
     in_group = true;
-    stopping = kill_now = sweeping = done = grace_expired = silence_noted = false;
+    stopping = kill_now = sweeping = finishing = done = grace_expired = silence_noted = false;
     outcome = Outcome::succeeded;
     write_error.clear();
     workers.clear();
@@ -866,6 +735,7 @@ struct Supervisor::Impl {
       // flowrun cannot go on (a log file it cannot create): stop what runs.
       stall_timer.cancel();
       kill_everything();
+      finishing = true;
       advance();
       while (!done) io.run_one();
       in_group = false;
@@ -879,6 +749,8 @@ struct Supervisor::Impl {
   }
 
   AttemptRecord finish() {
+    finishing = true;
+    advance();
     while (!done) io.run_one();
 
     // Every worker and leftover has ended: take what is still in the pipes
@@ -888,7 +760,7 @@ struct Supervisor::Impl {
         while (s->open()) {
           while (output_paused) io.run_one();
           drain(w, *s, 1 << 20);
-          if (s->open() && !output_paused) close_stream(*s);  // EAGAIN with no writer left: done
+          if (s->open() && !output_paused) close_stream(w, *s);  // EAGAIN with no writer left: done
         }
       }
     }
@@ -897,11 +769,7 @@ struct Supervisor::Impl {
     timeout_timer.cancel();
     stall_timer.cancel();
     io.poll();  // run the cancelled handlers
-    std::size_t dropped = 0;
-    for (auto& cs : streams) {
-      dropped += cs.dropped_total;
-      cs.dropped_total = 0;
-    }
+    const std::size_t dropped = screen.take_dropped();
     if (dropped > 0) {
       notes.push_back(fmt::format(
           "the console did not keep up: {} line{} of the workers' output were not shown (the log files "
@@ -917,7 +785,7 @@ struct Supervisor::Impl {
     attempt.outcome = outcome;
     attempt.write_error = write_error;
     for (auto& w : workers) {
-      if (w.err.tail) w.record.stderr_tail = w.err.tail->text();
+      if (w.log) w.record.stderr_tail = w.log->tail();
       attempt.workers.push_back(std::move(w.record));
     }
     assign_roles(attempt, stopped);
@@ -945,8 +813,8 @@ void Supervisor::start_group(const std::vector<WorkerLaunch>& workers, const Gro
 }
 
 bool Supervisor::run_until(const std::function<bool()>& until) {
-  while (!impl_->done && !until()) impl_->io.run_one();
-  return impl_->done;
+  while (!until()) impl_->io.run_one();
+  return impl_->alive_count() == 0;
 }
 
 AttemptRecord Supervisor::finish_group() { return impl_->finish(); }
@@ -971,16 +839,12 @@ void Supervisor::kill_group() {
 }
 
 void Supervisor::write_console(std::string& out, std::string& err) {
-  impl_->to_stream(0, out, true);
-  impl_->to_stream(1, err, true);
+  impl_->screen.write(0, out, true);
+  impl_->screen.write(1, err, true);
 }
 
 void Supervisor::signal_workers(int sig) {
   if (impl_->in_group) impl_->signal_workers(sig);
-}
-
-void Supervisor::release_group() {
-  if (impl_->in_group) impl_->advance();
 }
 
 bool Supervisor::stopping() const { return impl_->stopping; }

@@ -1,11 +1,18 @@
 // The ranks' output as flowrun shows and keeps it, shared by the supervisor
-// (ranks on this host) and the head (ranks on the nodes): the console batch
-// their lines wait in, and what flowrun says when a rank's log file cannot
-// be written.
+// (ranks on this host) and the head (ranks on the nodes): each rank's log
+// files, stderr tail and console lines (RankLog), the console batch their
+// lines wait in, and what flowrun says when a rank's log file cannot be
+// written.
 #pragma once
 
+#include <cstdint>
 #include <functional>
+#include <memory>
+#include <optional>
 #include <string>
+#include <string_view>
+
+#include "flowrun/logmux.h"
 
 namespace boost::asio {
 class io_context;
@@ -32,6 +39,76 @@ class ConsoleBatch {
   boost::asio::io_context& io_;
   std::function<void(std::string&, std::string&)> write_;
   bool posted_ = false;
+};
+
+// One rank's output (or one process's: a plain step, the head's srun), by
+// stream: every byte raw to its log file, the last lines of its stderr for
+// the report, and its whole lines, prefixed, to the console batch. The
+// owner reads the bytes (a pipe, the head's output messages) and decides
+// what a write error means for the group; nothing here runs the loop.
+class RankLog {
+ public:
+  struct Options {
+    std::string stdout_log, stderr_log;  // empty: no files (an agent's ranks: their output goes to the head)
+    std::string prefix;                  // its console tag ("[train r0] "); empty: not shown on the console
+    LogStyle style;
+    std::string who;  // read before a file's name in a write error ("rank 0's ", "its ")
+    // Creates (or empties) a log file for writing: its descriptor, or -1
+    // with errno set. Empty: open(2) with O_CREAT | O_TRUNC.
+    std::function<int(const std::string& path)> open;
+  };
+
+  // A log file that could not be created or written: log_write_error's
+  // words, and the errno.
+  struct WriteError {
+    std::string text;
+    int err = 0;
+  };
+
+  RankLog(Options options, ConsoleBatch& console);
+  ~RankLog();  // closes the files; a torn last line is not shown (close() shows it)
+  RankLog(const RankLog&) = delete;
+  RankLog& operator=(const RankLog&) = delete;
+
+  // Opens both log files now (else each is opened when its stream first
+  // writes, or at close, so that thousands of ranks cost nothing until they
+  // print). Throws Error "cannot create the log file PATH: REASON".
+  void open_files();
+
+  // What the rank wrote to stdout (`is_err` false) or stderr, to its log
+  // file (and stderr's to the tail). Returns the error the first time the
+  // file could not be created or written; the file is closed then, and the
+  // stream's later bytes go to the tail and the console only.
+  std::optional<WriteError> keep(bool is_err, std::string_view data);
+
+  // The same bytes to the console: every line they complete, prefixed, to
+  // the batch's out or err (`now_ns`, monotonic, paces progress snapshots).
+  // Nothing when it is not shown. Apart from keep(), so that flowrun's line
+  // about a write error comes before them, and for flowrun's own line about
+  // the rank ("flowrun: cannot start: ..."), which is kept but not shown.
+  void show(bool is_err, std::string_view data, std::int64_t now_ns);
+
+  // The stream ended: a torn last line goes to the console with a '\n',
+  // and the file is closed (created first if it never was: every rank has
+  // both files, also one that printed nothing). A second call does nothing.
+  void close(bool is_err);
+  void close() {
+    close(false);
+    close(true);
+  }
+
+  // The last lines of its stderr (TailBuffer's text).
+  std::string tail() const;
+
+ private:
+  struct Stream;
+  Stream& stream(bool is_err);
+  int file(Stream& s);
+
+  Options options_;
+  ConsoleBatch& console_;
+  std::unique_ptr<Stream> out_, err_;
+  TailBuffer tail_;
 };
 
 // What could not be written: "cannot write rank 0's stdout.log in DIR: No

@@ -82,6 +82,10 @@ struct GroupOptions {
   // Whether stopping processes the group left behind is noted (the head's
   // group is srun or ssh, whose own helpers outlive it for a moment).
   bool note_leftovers = true;
+  // When the observer stops the work itself (GroupObserver::on_stop), the
+  // seconds past grace_s the supervisor waits before it kills the group's
+  // processes (the head's agents stop their ranks with the grace first).
+  double observer_margin_s = 5;
 };
 
 // Where flowrun writes: its stdout and stderr. Writes are whole lines, one
@@ -115,8 +119,8 @@ class GroupObserver {
   }
   // The group is stopping (a failure, the step's timeout, an interrupt, or
   // stop_group()). Return true when the observer stops the work itself: the
-  // supervisor then signals its processes only when `grace` more seconds
-  // (GroupOptions::grace_s plus the observer's margin) have passed.
+  // supervisor then signals its processes only when GroupOptions::grace_s
+  // plus GroupOptions::observer_margin_s have passed.
   virtual bool on_stop(Outcome why) {
     (void)why;
     return false;
@@ -138,11 +142,6 @@ class GroupObserver {
     (void)sig;
     return false;
   }
-  // Whether the group must go on although every process of it has ended.
-  virtual bool holds_group() { return false; }
-  // Seconds the supervisor waits past the grace before it kills its own
-  // processes, when on_stop returned true.
-  virtual double stop_margin_s() { return 5; }
 };
 
 // The signals that stop a group, in torchrun's order for --signals-to-handle.
@@ -175,10 +174,12 @@ class Supervisor {
 
   // run_group in three parts, for an observer whose work spans several
   // calls of its own (the head: its agents stay connected between a step's
-  // attempts). start_group starts the workers (`workers` must outlive the
-  // group); run_until runs the loop until `until()` holds or the group has
-  // ended, and returns whether it has ended; finish_group runs it until the
-  // group ends and returns the group's record.
+  // attempts, whether or not its srun or ssh processes still run).
+  // start_group starts the workers (`workers` must outlive the group);
+  // run_until runs the loop until `until()` holds, also once every process
+  // has ended (the observer's own sockets and timers go on), and returns
+  // whether every process has ended; finish_group runs it until they and
+  // what they left behind have ended and returns the group's record.
   void start_group(const std::vector<WorkerLaunch>& workers, const GroupOptions& options,
                    GroupObserver* observer);
   bool run_until(const std::function<bool()>& until);
@@ -204,9 +205,6 @@ class Supervisor {
   // Sends `sig` to the main process of every live worker of the running
   // group (the agent, for the head's signal message). No-op without a group.
   void signal_workers(int sig);
-
-  // Tells the supervisor that the observer's holds_group() may have changed.
-  void release_group();
 
   // Whether the running group is stopping.
   bool stopping() const;

@@ -1,0 +1,155 @@
+#include "console_writer.h"
+
+#include <algorithm>
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/posix/stream_descriptor.hpp>
+#include <cerrno>
+#include <csignal>
+#include <fcntl.h>
+#include <fmt/format.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+namespace flowrun {
+
+namespace asio = boost::asio;
+
+namespace {
+
+// What waits for a console reader that does not keep up; past it, the
+// workers' lines are dropped (and counted) until the reader takes some.
+constexpr std::size_t kConsoleBacklog = 4 << 20;
+
+// A descriptor for writing to `fd` without blocking, or -1 to write to `fd`
+// itself: a pipe or a terminal is opened again through /proc, so that
+// O_NONBLOCK is set on flowrun's own open file and not on the one it shares
+// with the shell (a terminal's stdin among them). A file or /dev/null never
+// blocks for long.
+int nonblocking_twin(int fd) {
+  struct stat st {};
+  if (fstat(fd, &st) != 0 || !(S_ISFIFO(st.st_mode) || S_ISCHR(st.st_mode))) return -1;
+  if (S_ISCHR(st.st_mode) && isatty(fd) != 1) return -1;  // /dev/null and the like
+  const std::string path = "/proc/self/fd/" + std::to_string(fd);
+  return open(path.c_str(), O_WRONLY | O_NONBLOCK | O_NOCTTY | O_CLOEXEC);
+}
+
+}  // namespace
+
+// The console's one stream (stdout or stderr): a backlog the loop writes as
+// the reader takes it.
+struct ConsoleWriter::Stream {
+  int fd = -1;      // where to write
+  int own_fd = -1;  // nonblocking_twin's, closed at the end
+  std::string backlog;
+  std::size_t dropped_lines = 0;                          // not shown since the reader last took output
+  std::size_t dropped_total = 0;                          // since take_dropped()
+  std::unique_ptr<asio::posix::stream_descriptor> watch;  // waits for room
+  bool waiting = false;
+
+  bool nonblocking() const { return own_fd >= 0; }
+
+  // Writes what the descriptor takes now; true when the backlog is empty.
+  bool write_some() {
+    while (!backlog.empty()) {
+      const ssize_t n = ::write(fd, backlog.data(), backlog.size());
+      if (n > 0) {
+        backlog.erase(0, static_cast<std::size_t>(n));
+      } else if (n < 0 && errno == EINTR) {
+        continue;
+      } else if (n < 0 && errno == EAGAIN) {
+        return false;
+      } else {
+        backlog.clear();  // the reader is gone (EPIPE): nothing more to show
+        dropped_lines = 0;
+      }
+    }
+    return true;
+  }
+};
+
+ConsoleWriter::ConsoleWriter(asio::io_context& io, const Console& console) {
+  // A console reader that went away (`flowrun f.yaml | head`) must not
+  // kill flowrun with its workers running: writes fail with EPIPE instead.
+  signal(SIGPIPE, SIG_IGN);
+  // A console that is a pipe (`flowrun f.yaml | tee log`) gets a 1 MiB
+  // buffer instead of 64 KiB: fewer round trips to the reader when ranks
+  // write fast. Best effort.
+  for (int fd : {console.out_fd, console.err_fd}) {
+    struct stat st {};
+    if (fstat(fd, &st) == 0 && S_ISFIFO(st.st_mode) && fcntl(fd, F_GETPIPE_SZ) < (1 << 20))
+      fcntl(fd, F_SETPIPE_SZ, 1 << 20);
+  }
+  for (int i = 0; i < 2; ++i) {
+    streams_[i] = std::make_unique<Stream>();
+    Stream& cs = *streams_[i];
+    const int fd = i == 0 ? console.out_fd : console.err_fd;
+    cs.own_fd = nonblocking_twin(fd);
+    cs.fd = cs.own_fd >= 0 ? cs.own_fd : fd;
+    if (cs.own_fd >= 0) cs.watch = std::make_unique<asio::posix::stream_descriptor>(io, dup(cs.own_fd));
+  }
+}
+
+ConsoleWriter::~ConsoleWriter() {
+  // What the console has not taken by now is not waited for: the run is
+  // over, and the log files have it.
+  for (auto& cs : streams_) {
+    if (cs->nonblocking()) cs->write_some();
+    if (cs->watch) cs->watch.reset();
+    if (cs->own_fd >= 0) close(cs->own_fd);
+  }
+}
+
+void ConsoleWriter::write(int i, std::string& text, bool droppable) {
+  if (text.empty()) return;
+  Stream& cs = *streams_[i];
+  if (!cs.nonblocking()) {
+    write_all(cs.fd, text.data(), text.size());
+    text.clear();
+    return;
+  }
+  cs.write_some();
+  if (droppable && cs.backlog.size() + text.size() > kConsoleBacklog) {
+    const auto lines = static_cast<std::size_t>(std::count(text.begin(), text.end(), '\n'));
+    cs.dropped_lines += lines;
+    cs.dropped_total += lines;
+  } else {
+    cs.backlog += text;
+  }
+  text.clear();
+  cs.write_some();
+  wait_for_room(i);
+}
+
+std::size_t ConsoleWriter::take_dropped() {
+  std::size_t dropped = 0;
+  for (auto& cs : streams_) {
+    dropped += cs->dropped_total;
+    cs->dropped_total = 0;
+  }
+  return dropped;
+}
+
+void ConsoleWriter::wait_for_room(int i) {
+  Stream& cs = *streams_[i];
+  if (cs.backlog.empty() && cs.dropped_lines == 0) return;
+  if (cs.waiting || !cs.watch) return;
+  cs.waiting = true;
+  cs.watch->async_wait(
+      asio::posix::stream_descriptor::wait_write, [this, i](const boost::system::error_code& ec) {
+        Stream& s = *streams_[i];
+        s.waiting = false;
+        if (ec) return;
+        if (s.write_some() && s.dropped_lines > 0) {
+          // The reader takes output again: say what it missed first.
+          s.backlog = fmt::format(
+              "flowrun: {} line{} of the workers' output not shown here: the console "
+              "did not take {} in time (the log files have every line)\n",
+              s.dropped_lines, s.dropped_lines == 1 ? "" : "s", s.dropped_lines == 1 ? "it" : "them");
+          s.dropped_lines = 0;
+          s.write_some();
+        }
+        wait_for_room(i);
+      });
+}
+
+}  // namespace flowrun
