@@ -122,7 +122,8 @@ class Head : public GroupObserver {
     }
 
     cluster::AgentCommand agent{job_.flowrun_path, endpoint_, job_.fake_gpus};
-    const auto engines = cluster::engine_launches(cluster_, plan_, slurm_job, agent, ssh);
+    const auto engines = job_.start_agents ? std::vector<cluster::EngineLaunch>{}
+                                           : cluster::engine_launches(cluster_, plan_, slurm_job, agent, ssh);
 
     console_.message(fmt::format("flowrun: step '{}': {} workers on {} (engine: {}); the head listens on {}",
                                  plan_.step, plan_.world_size, plural(nodes_.size(), "node", "nodes"),
@@ -173,6 +174,7 @@ class Head : public GroupObserver {
     for (const auto& rp : plan_.ranks) make_dirs(job_.ctx.layout.output_dir(plan_.step, rp.rank));
 
     accept_next();
+    if (job_.start_agents) job_.start_agents(endpoint_, token_);
     start_join_timer(cluster_.join_timeout_s);
     tick_heartbeats();
 

@@ -44,6 +44,10 @@ struct NodeStep {
   std::function<bool(int rank)> shows_rank;  // on the console
   int fake_gpus = -1;                        // --fake-gpus, passed on to every agent
   std::string flowrun_path;                  // this binary, the same path on every node
+  // Starts the agents in place of the engine's processes (srun, ssh; none
+  // for manual): a test's agents in this process. Called once the head
+  // listens, with the --rdzv-endpoint they dial and the run's token.
+  std::function<void(const std::string& endpoint, const std::string& token)> start_agents;
 };
 
 // The head: a WorkerGroup whose ranks run on the nodes' agents. The agents

@@ -1,0 +1,100 @@
+#include "upload_sender.h"
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <fmt/format.h>
+#include <unistd.h>
+
+#include "flowrun/join.h"
+#include "flowrun/messages.h"
+#include "flowrun/protocol.h"
+
+namespace flowrun::cluster {
+
+namespace {
+
+constexpr std::size_t kUploadChunk = 1 << 20;
+
+}  // namespace
+
+void UploadSender::send_rank(int rank, const std::string& scratch, const std::string& dir, bool outputs,
+                             std::vector<std::string>& errors) {
+  // The rank's directory is reached from the scratch directory without
+  // following a symlink, and error.json is read only when it is a
+  // regular file there (a FIFO in its place is not opened).
+  const BeneathRoot root = BeneathRoot::open_under(scratch, dir, false);
+  struct stat st {};
+  if (const int fd = root.open_regular("error.json", Links::none, &st); fd >= 0)
+    upload_file(rank, "error.json", UniqueFd(fd), st, errors);
+  if (outputs) upload_tree(rank, scratch, dir, errors);
+}
+
+// Waits while kQueueHighWater bytes or more are queued (the head reads at
+// its pace; memory stays bounded).
+void UploadSender::wait_for_queue() {
+  while (conn_.is_open() && !lost_() && conn_.queued() >= kQueueHighWater) io_.run_one();
+}
+
+// Sends the open regular file `fd` (`st` its fstat) as rank's `rel`.
+// Returns false when the upload stopped (the head is gone).
+bool UploadSender::upload_file(int rank, const std::string& rel, UniqueFd fd, const struct stat& st,
+                               std::vector<std::string>& errors) {
+  conn_.send(UploadBegin{rank, rel, st.st_size});
+  Crc32c crc;
+  std::string buf(kUploadChunk, '\0');
+  std::int64_t sent = 0;
+  int read_error = 0;
+  while (sent < st.st_size) {
+    wait_for_queue();  // the next chunk is read only once the queue is below the mark
+    if (lost_()) break;
+    const ssize_t n = read(fd.get(), buf.data(), buf.size());
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) read_error = errno;  // EAGAIN too: the fd is O_NONBLOCK, a read that would wait is no content
+    if (n <= 0) break;
+    const std::string_view piece(buf.data(),
+                                 static_cast<std::size_t>(std::min<std::int64_t>(n, st.st_size - sent)));
+    crc.update(piece);
+    conn_.send_frame(encode_upload_chunk_frame(piece));
+    sent += static_cast<std::int64_t>(piece.size());
+  }
+  conn_.send(UploadEnd{rel, crc.hex()});
+  if (read_error != 0)
+    errors.push_back(fmt::format("rank {}: cannot read {}: {}", rank, rel, std::strerror(read_error)));
+  else if (sent != st.st_size)
+    errors.push_back(fmt::format("rank {}: {} changed while it was uploaded", rank, rel));
+  return !lost_();
+}
+
+// The rank's FLOWRUN_OUTPUT_DIR, walked as gathering on one node walks it
+// (scan_rank_output: the same refusals in the same words), each file read
+// through an fd opened beneath it. Stops between files, and says so, when
+// the head goes away or stops the step, or the agent is interrupted.
+void UploadSender::upload_tree(int rank, const std::string& scratch, const std::string& dir,
+                               std::vector<std::string>& errors) {
+  auto stop = [this] { return !stop_reason_().empty(); };
+  RankOutput out = scan_rank_output(rank, scratch, dir + "/out", stop);
+  for (auto& e : out.errors) errors.push_back(std::move(e));
+  std::size_t done = 0;
+  for (const auto& f : out.files) {
+    if (stop()) break;
+    ++done;
+    struct stat st {};
+    const int fd = out.root.open_regular(f.rel, Links::beneath, &st);
+    if (fd == kNotRegular) {
+      errors.push_back(fmt::format("rank {}: FLOWRUN_OUTPUT_DIR/{} is now {}, not a regular file; refused",
+                                   rank, f.rel, file_type_name(st.st_mode)));
+    } else if (fd < 0) {
+      errors.push_back(fmt::format("rank {}: cannot read out/{}: {}", rank, f.rel, std::strerror(errno)));
+    } else if (!upload_file(rank, "out/" + f.rel, UniqueFd(fd), st, errors)) {
+      return;
+    }
+  }
+  if (const std::string why = stop_reason_();
+      !why.empty() && !lost_() && (out.stopped || done < out.files.size()))
+    errors.push_back(
+        fmt::format("rank {}: the upload of FLOWRUN_OUTPUT_DIR stopped ({}); {} of its {} files not uploaded",
+                    rank, why, out.files.size() - done, out.files.size()));
+}
+
+}  // namespace flowrun::cluster
