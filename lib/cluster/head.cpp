@@ -126,6 +126,127 @@ WorkerLaunch engine_worker(const cluster::EngineLaunch& e, const NodeStep& job, 
   return launch;
 }
 
+// The marker every agent must read at the same path (docs/multinode.md):
+// its path and text.
+std::pair<std::string, std::string> write_marker(const NodeStep& job) {
+  const std::string path =
+      job.step->workdir + "/.flowrun/node-check-" + job.ctx.run_id + "-" + job.plan->step;
+  const std::string text = make_nonce();
+  make_dirs(job.step->workdir + "/.flowrun");
+  const int fd = open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd < 0) throw Error("cannot write " + path + ": " + std::strerror(errno));
+  write_all(fd, text.data(), text.size());
+  close(fd);
+  return {path, text};
+}
+
+// What the user does for the agents to join: flowrun run's other nodes,
+// or, by hand, the agent's command with the token file it writes (returned).
+std::string say_how_to_join(const Console& console, const NodeStep& job, std::size_t nodes,
+                            const cluster::AgentCommand& agent, const std::string& token) {
+  const ClusterSpec& cluster = *job.spec->cluster;
+  if (!cluster.rendezvous.empty()) {
+    console.message(fmt::format(
+        "flowrun: this host is node 0; waiting for {} more: run the same `flowrun run` command on {} "
+        "({}), from this directory on the shared filesystem",
+        plural(nodes - 1, "node", "nodes"), nodes == 2 ? "it" : "each",
+        nodes == 2 ? std::string("--node-rank 1") : fmt::format("--node-rank 1 to {}", nodes - 1)));
+  } else if (cluster.engine == Engine::manual) {
+    const std::string token_file = job.ctx.layout.step_dir(job.plan->step) + "/agent.token";
+    write_private_file(token_file, token + "\n");
+    std::string command;
+    for (const auto& word : cluster::agent_argv(agent, -1))
+      command += (command.empty() ? "" : " ") + shell_quote(word);
+    command += " --token-file " + shell_quote(token_file);
+    console.message(
+        fmt::format("flowrun: waiting for {}; on each node run (add --node-rank N to choose its rank):\n"
+                    "flowrun:   {}",
+                    plural(nodes, "agent", "agents"), command));
+    return token_file;
+  }
+  return {};
+}
+
+// One node of the step, by node rank, as the head sees it.
+struct Node {
+  int rank = 0;
+  std::shared_ptr<Connection> conn;
+  std::string name;     // the host name its agent reported
+  std::string peer_ip;  // where it connected from
+  std::string via;      // the head's address it reached (one of candidates_)
+  bool joined = false;
+  bool ready = false;
+  bool done = false;
+  bool lost = false;
+  bool closed = false;     // its connection ended after its done
+  bool signalled = false;  // its agent was told to stop by a signal (Slurm's scancel, preemption)
+  std::string address;     // node 0: MASTER_ADDR
+  int port = 0;            // node 0: MASTER_PORT
+  int gpus = -1;
+};
+
+// Nodes that do not have the GPUs the plan gave them, said in one line; empty when every one has.
+std::string gpu_mismatches(const std::vector<Node>& nodes, const StepPlan& plan) {
+  std::vector<std::string> wrong;
+  for (const auto& n : nodes) {
+    const int planned = plan.nodes[static_cast<std::size_t>(n.rank)].gpus_available;
+    if (planned > 0 && n.gpus != planned)
+      wrong.push_back(fmt::format("node {} has {}, the plan gives each node {}", n.name,
+                                  plural(static_cast<std::size_t>(std::max(n.gpus, 0)), "GPU", "GPUs"),
+                                  planned));
+  }
+  return fmt::format("{}", fmt::join(wrong, "; "));
+}
+
+// The nodes that have not joined, for the join timeout's report.
+std::vector<std::string> missing_nodes(const std::vector<Node>& nodes, const StepPlan& plan) {
+  std::vector<std::string> missing;
+  for (const auto& n : nodes) {
+    if (n.joined) continue;
+    const auto& host = plan.nodes[static_cast<std::size_t>(n.rank)].host;
+    missing.push_back(host.empty() ? fmt::format("node {}", n.rank)
+                                   : fmt::format("node {} ({})", n.rank, host));
+  }
+  return missing;
+}
+
+// A rank's end, as its agent reported it.
+void record_exit(WorkerRecord& rec, const Exited& m) {
+  rec.status.kind = m.kind == Exited::Kind::signaled       ? ExitStatus::Kind::signaled
+                    : m.kind == Exited::Kind::spawn_failed ? ExitStatus::Kind::spawn_failed
+                                                           : ExitStatus::Kind::exited;
+  rec.status.code = m.code;
+  rec.status.spawn_error = m.spawn_error;
+  rec.pid = m.pid;
+  rec.start_unix_ns = m.start_ns;
+  rec.end_unix_ns = m.end_ns;
+  rec.peak_rss_kib = m.rss_kib;
+  if (m.silent_ms) rec.silent_s = static_cast<double>(*m.silent_ms) / 1000;
+  rec.suspended = m.suspended;
+  rec.stalled = m.stalled;
+  rec.command = m.command;
+  rec.program = m.program;
+  rec.path_python = m.path_python;
+}
+
+// The ranks of node `n` that its agent reported stalled (and runs).
+std::vector<WorkerRecord> stalled_ranks(const StepPlan& plan, const Node& n, const Stalled& m) {
+  std::vector<WorkerRecord> stalled;
+  for (const Stalled::Rank& s : m.ranks) {
+    if (s.rank < 0 || s.rank >= plan.world_size ||
+        plan.ranks[static_cast<std::size_t>(s.rank)].node != n.rank)
+      continue;
+    WorkerRecord w;
+    w.rank = s.rank;
+    w.node = n.name;
+    w.silent_s = static_cast<double>(s.silent_ms) / 1000;
+    w.suspended = s.suspended;
+    w.stalled = true;
+    stalled.push_back(std::move(w));
+  }
+  return stalled;
+}
+
 class Head : public GroupObserver {
  public:
   Head(Supervisor& supervisor, const Console& console, const NodeStep& job)
@@ -161,14 +282,15 @@ class Head : public GroupObserver {
     if (!slurm_error.empty()) throw Error(slurm_error);
     const auto ssh = ssh_command(cluster_, job_.ctx.parent_env);
     const std::string listening = listen(slurm_job, ssh);
-    write_marker();
+    std::tie(marker_path_, marker_text_) = write_marker(job_);
 
     cluster::AgentCommand agent{job_.flowrun_path, listener_.endpoint(), job_.fake_gpus};
     const auto engines = cluster::engine_launches(cluster_, plan_, slurm_job, agent, ssh);
     console_.message(fmt::format("flowrun: step '{}': {} workers on {} (engine: {}); the head listens on {}",
                                  plan_.step, plan_.world_size, plural(nodes_.size(), "node", "nodes"),
                                  engine_name(cluster_.engine), listening));
-    say_how_to_join(agent);
+    if (auto file = say_how_to_join(console_, job_, nodes_.size(), agent, token_); !file.empty())
+      token_file_ = file;
     for (const auto& e : engines) {
       engine_node_.push_back(e.node);
       engine_what_.push_back(e.what);
@@ -344,23 +466,6 @@ class Head : public GroupObserver {
   // and the step runner decides what comes next.
   enum class Phase { joining, assigning, checking, ready, running, between, finished };
 
-  struct Node {
-    int rank = 0;
-    std::shared_ptr<Connection> conn;
-    std::string name;     // the host name its agent reported
-    std::string peer_ip;  // where it connected from
-    std::string via;      // the head's address it reached (one of candidates_)
-    bool joined = false;
-    bool ready = false;
-    bool done = false;
-    bool lost = false;
-    bool closed = false;     // its connection ended after its done
-    bool signalled = false;  // its agent was told to stop by a signal (Slurm's scancel, preemption)
-    std::string address;     // node 0: MASTER_ADDR
-    int port = 0;            // node 0: MASTER_PORT
-    int gpus = -1;
-  };
-
   struct RankState {
     WorkerRecord record;
     bool stopped = false;
@@ -391,42 +496,6 @@ class Head : public GroupObserver {
     listener_.listen(address.address, rendezvous_port(cluster_.rendezvous));
     listener_.set_endpoint(cluster_.rendezvous);
     return cluster_.rendezvous + " (" + address.why + ")";
-  }
-
-  // The marker every agent must read at the same path (docs/multinode.md).
-  void write_marker() {
-    marker_path_ = job_.step->workdir + "/.flowrun/node-check-" + job_.ctx.run_id + "-" + plan_.step;
-    marker_text_ = make_nonce();
-    make_dirs(job_.step->workdir + "/.flowrun");
-    const int fd = open(marker_path_.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-    if (fd < 0) throw Error("cannot write " + marker_path_ + ": " + std::strerror(errno));
-    write_all(fd, marker_text_.data(), marker_text_.size());
-    close(fd);
-  }
-
-  // What the user does for the agents to join: flowrun run's other nodes,
-  // or, by hand, the agent's command with the token file it writes.
-  void say_how_to_join(const cluster::AgentCommand& agent) {
-    if (!cluster_.rendezvous.empty()) {
-      console_.message(fmt::format(
-          "flowrun: this host is node 0; waiting for {} more: run the same `flowrun run` command on {} "
-          "({}), from this directory on the shared filesystem",
-          plural(nodes_.size() - 1, "node", "nodes"), nodes_.size() == 2 ? "it" : "each",
-          nodes_.size() == 2 ? std::string("--node-rank 1")
-                             : fmt::format("--node-rank 1 to {}", nodes_.size() - 1)));
-    } else if (cluster_.engine == Engine::manual) {
-      const std::string token_file = job_.ctx.layout.step_dir(plan_.step) + "/agent.token";
-      write_private_file(token_file, token_ + "\n");
-      token_file_ = token_file;
-      std::string command;
-      for (const auto& word : cluster::agent_argv(agent, -1))
-        command += (command.empty() ? "" : " ") + shell_quote(word);
-      command += " --token-file " + shell_quote(token_file);
-      console_.message(
-          fmt::format("flowrun: waiting for {}; on each node run (add --node-rank N to choose its rank):\n"
-                      "flowrun:   {}",
-                      plural(nodes_.size(), "agent", "agents"), command));
-    }
   }
 
   cluster::NodePreflight::Links preflight_links() {
@@ -479,22 +548,11 @@ class Head : public GroupObserver {
     for (const auto& n : nodes_) via_names.emplace_back(n.via, n.name);
     listener_.say_fallback_addresses(via_names);
     // Nodes that do not have the GPUs the plan gave them are refused.
-    if (!plan_.cpu) {
-      std::vector<std::string> wrong;
-      for (const auto& n : nodes_) {
-        const int planned = plan_.nodes[static_cast<std::size_t>(n.rank)].gpus_available;
-        if (planned > 0 && n.gpus != planned)
-          wrong.push_back(fmt::format("node {} has {}, the plan gives each node {}", n.name,
-                                      plural(static_cast<std::size_t>(std::max(n.gpus, 0)), "GPU", "GPUs"),
-                                      planned));
-      }
-      if (!wrong.empty()) {
-        fail_before_start(
-            fmt::format("{}", fmt::join(wrong, "; ")) +
-            " (cluster.gpus_per_node, or this host's count); nodes with different GPU counts are "
-            "not supported");
-        return;
-      }
+    if (const std::string wrong = plan_.cpu ? "" : gpu_mismatches(nodes_, plan_); !wrong.empty()) {
+      fail_before_start(wrong +
+                        " (cluster.gpus_per_node, or this host's count); nodes with different GPU counts are "
+                        "not supported");
+      return;
     }
     assign();
   }
@@ -724,21 +782,7 @@ class Head : public GroupObserver {
     if (r == nullptr || r->exited) return;
     r->exited = true;
     auto& rec = r->record;
-    rec.status.kind = m.kind == Exited::Kind::signaled       ? ExitStatus::Kind::signaled
-                      : m.kind == Exited::Kind::spawn_failed ? ExitStatus::Kind::spawn_failed
-                                                             : ExitStatus::Kind::exited;
-    rec.status.code = m.code;
-    rec.status.spawn_error = m.spawn_error;
-    rec.pid = m.pid;
-    rec.start_unix_ns = m.start_ns;
-    rec.end_unix_ns = m.end_ns;
-    rec.peak_rss_kib = m.rss_kib;
-    if (m.silent_ms) rec.silent_s = static_cast<double>(*m.silent_ms) / 1000;
-    rec.suspended = m.suspended;
-    rec.stalled = m.stalled;
-    rec.command = m.command;
-    rec.program = m.program;
-    rec.path_python = m.path_python;
+    record_exit(rec, m);
     r->stopped = m.stopped;
     if (!rec.status.ok() && !r->stopped && !stopping_) {
       stop_nodes(Outcome::failed, fmt::format("rank {} on {} {}", rec.rank, n.name, rec.status.describe()));
@@ -748,19 +792,7 @@ class Head : public GroupObserver {
   // Ranks of `n` wrote nothing for the step's stall_timeout; its agent is
   // stopping them.
   void on_node_stalled(Node& n, const Stalled& m) {
-    std::vector<WorkerRecord> stalled;
-    for (const Stalled::Rank& s : m.ranks) {
-      if (s.rank < 0 || s.rank >= plan_.world_size ||
-          plan_.ranks[static_cast<std::size_t>(s.rank)].node != n.rank)
-        continue;
-      WorkerRecord w;
-      w.rank = s.rank;
-      w.node = n.name;
-      w.silent_s = static_cast<double>(s.silent_ms) / 1000;
-      w.suspended = s.suspended;
-      w.stalled = true;
-      stalled.push_back(std::move(w));
-    }
+    const std::vector<WorkerRecord> stalled = stalled_ranks(plan_, n, m);
     if (stalled.empty() || phase_ != Phase::running || !job_.group.stall_timeout_s) return;
     flush_console();  // the ranks' lines so far come before flowrun's
     console_.message(format_stall_message(plan_.step, stalled, *job_.group.stall_timeout_s));
@@ -942,13 +974,7 @@ class Head : public GroupObserver {
     join_timer_.expires_after(seconds_of(seconds));
     join_timer_.async_wait([this, seconds](const boost::system::error_code& ec) {
       if (ec || phase_ != Phase::joining) return;
-      std::vector<std::string> missing;
-      for (const auto& n : nodes_) {
-        if (n.joined) continue;
-        const auto& host = plan_.nodes[static_cast<std::size_t>(n.rank)].host;
-        missing.push_back(host.empty() ? fmt::format("node {}", n.rank)
-                                       : fmt::format("node {} ({})", n.rank, host));
-      }
+      const std::vector<std::string> missing = missing_nodes(nodes_, plan_);
       fail_before_start(
           fmt::format("{} of {} did not join within {:g} s: {}; check that 'flowrun agent' can start "
                       "there and reach {} (cluster.join_timeout){}",
