@@ -1,6 +1,5 @@
 #include <algorithm>
 #include <boost/asio/io_context.hpp>
-#include <boost/asio/ip/tcp.hpp>
 #include <boost/asio/post.hpp>
 #include <boost/asio/steady_timer.hpp>
 #include <cerrno>
@@ -11,8 +10,6 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 #include <malloc.h>
-#include <map>
-#include <sys/resource.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -29,7 +26,6 @@
 #include "flowrun/slurm.h"
 #include "flowrun/step_runner.h"
 #include "flowrun/util.h"
-#include "flowrun/version.h"
 
 #include "connection.h"
 #include "engines.h"
