@@ -27,16 +27,19 @@
 #include "flowrun/step_runner.h"
 #include "flowrun/util.h"
 
+#include "attempt_news.h"
 #include "connection.h"
 #include "engines.h"
 #include "listener.h"
 #include "node_preflight.h"
+#include "node_table.h"
 #include "upload_receiver.h"
 
 namespace flowrun {
 
 namespace asio = boost::asio;
 using cluster::Connection;
+using cluster::Node;
 
 namespace {
 
@@ -102,6 +105,28 @@ std::uint16_t rendezvous_port(const std::string& rendezvous) {
   return static_cast<std::uint16_t>(std::stoi(rendezvous.substr(colon + 1)));
 }
 
+// Listens where the agents dial; returns the console's "ADDRESS:PORT
+// (why)". flowrun run's rendezvous: the token goes where the other nodes'
+// flowrun run looks for it (`token_file`), before anyone can connect.
+std::string listen(cluster::Listener& listener, const ClusterSpec& cluster,
+                   const std::optional<SlurmJob>& slurm_job, const std::vector<std::string>& ssh,
+                   const std::string& token, std::string& token_file) {
+  if (cluster.rendezvous.empty()) {
+    listener.listen_on_candidates(cluster::choose_head_addresses(cluster, slurm_job, hostname(), ssh));
+    return cluster::describe_head_addresses(
+        listener.candidates(), listener.port(),
+        [](const std::string& address) { return cluster::interface_of(address).value_or(""); });
+  }
+  write_private_file(cluster.rendezvous_token_file, token + "\n");
+  token_file = cluster.rendezvous_token_file;
+  const cluster::HeadAddress address{
+      cluster.address.value_or("0.0.0.0"),
+      cluster.address ? "--local-addr" : "every address of this host, as torchrun's store"};
+  listener.listen(address.address, rendezvous_port(cluster.rendezvous));
+  listener.set_endpoint(cluster.rendezvous);
+  return cluster.rendezvous + " (" + address.why + ")";
+}
+
 // The process of one of the engine's launches: flowrun's environment, the
 // token on its stdin, its output in the step's directory.
 WorkerLaunch engine_worker(const cluster::EngineLaunch& e, const NodeStep& job, const std::string& token) {
@@ -163,47 +188,13 @@ std::string say_how_to_join(const Console& console, const NodeStep& job, std::si
   return {};
 }
 
-// One node of the step, by node rank, as the head sees it.
-struct Node {
-  int rank = 0;
-  std::shared_ptr<Connection> conn;
-  std::string name;     // the host name its agent reported
-  std::string peer_ip;  // where it connected from
-  std::string via;      // the head's address it reached (one of candidates_)
-  bool joined = false;
-  bool ready = false;
-  bool done = false;
-  bool lost = false;
-  bool closed = false;     // its connection ended after its done
-  bool signalled = false;  // its agent was told to stop by a signal (Slurm's scancel, preemption)
-  std::string address;     // node 0: MASTER_ADDR
-  int port = 0;            // node 0: MASTER_PORT
-  int gpus = -1;
-};
-
-// Nodes that do not have the GPUs the plan gave them, said in one line; empty when every one has.
-std::string gpu_mismatches(const std::vector<Node>& nodes, const StepPlan& plan) {
-  std::vector<std::string> wrong;
-  for (const auto& n : nodes) {
-    const int planned = plan.nodes[static_cast<std::size_t>(n.rank)].gpus_available;
-    if (planned > 0 && n.gpus != planned)
-      wrong.push_back(fmt::format("node {} has {}, the plan gives each node {}", n.name,
-                                  plural(static_cast<std::size_t>(std::max(n.gpus, 0)), "GPU", "GPUs"),
-                                  planned));
-  }
-  return fmt::format("{}", fmt::join(wrong, "; "));
-}
-
-// The nodes that have not joined, for the join timeout's report.
-std::vector<std::string> missing_nodes(const std::vector<Node>& nodes, const StepPlan& plan) {
-  std::vector<std::string> missing;
-  for (const auto& n : nodes) {
-    if (n.joined) continue;
-    const auto& host = plan.nodes[static_cast<std::size_t>(n.rank)].host;
-    missing.push_back(host.empty() ? fmt::format("node {}", n.rank)
-                                   : fmt::format("node {} ({})", n.rank, host));
-  }
-  return missing;
+// A node that does not see the step's workdir as this host does.
+std::string workdir_not_shared(const std::string& node, const std::string& workdir,
+                               const std::string& error) {
+  return fmt::format(
+      "node {} does not see the step's workdir {} as this host does ({}); ranks on every node run in the "
+      "same workdir, so it must be a directory every node shares (NFS, Lustre, ...) at the same path",
+      node, workdir, printable(error));
 }
 
 // A rank's end, as its agent reported it.
@@ -263,8 +254,6 @@ class Head : public GroupObserver {
             [this](int node, const std::string& what) { upload_error(nodes_[std::size_t(node)], what); }),
         preflight_(console_, plan_, job_.ctx.layout.step_dir(plan_.step) + "/preflight.txt",
                    preflight_links()) {
-    nodes_.resize(plan_.nodes.size());
-    for (std::size_t i = 0; i < nodes_.size(); ++i) nodes_[i].rank = static_cast<int>(i);
     ranks_.resize(static_cast<std::size_t>(plan_.world_size));
   }
 
@@ -277,7 +266,7 @@ class Head : public GroupObserver {
         cluster_.engine == Engine::slurm ? read_slurm_job(job_.ctx.parent_env, &slurm_error) : std::nullopt;
     if (!slurm_error.empty()) throw Error(slurm_error);
     const auto ssh = ssh_command(cluster_, job_.ctx.parent_env);
-    const std::string listening = listen(slurm_job, ssh);
+    const std::string listening = listen(listener_, cluster_, slurm_job, ssh, token_, token_file_);
     std::tie(marker_path_, marker_text_) = write_marker(job_);
 
     cluster::AgentCommand agent{job_.flowrun_path, listener_.endpoint(), job_.fake_gpus};
@@ -474,26 +463,6 @@ class Head : public GroupObserver {
 
   // ---- setup ---------------------------------------------------------------
 
-  // Listens where the agents dial; returns the console's "ADDRESS:PORT (why)".
-  std::string listen(const std::optional<SlurmJob>& slurm_job, const std::vector<std::string>& ssh) {
-    if (cluster_.rendezvous.empty()) {
-      listener_.listen_on_candidates(cluster::choose_head_addresses(cluster_, slurm_job, hostname(), ssh));
-      return cluster::describe_head_addresses(
-          listener_.candidates(), listener_.port(),
-          [](const std::string& address) { return cluster::interface_of(address).value_or(""); });
-    }
-    // flowrun run's rendezvous: the token goes where the other nodes'
-    // flowrun run looks for it, before anyone can connect.
-    write_private_file(cluster_.rendezvous_token_file, token_ + "\n");
-    token_file_ = cluster_.rendezvous_token_file;
-    const cluster::HeadAddress address{
-        cluster_.address.value_or("0.0.0.0"),
-        cluster_.address ? "--local-addr" : "every address of this host, as torchrun's store"};
-    listener_.listen(address.address, rendezvous_port(cluster_.rendezvous));
-    listener_.set_endpoint(cluster_.rendezvous);
-    return cluster_.rendezvous + " (" + address.why + ")";
-  }
-
   cluster::NodePreflight::Links preflight_links() {
     return {[this](int node, const Preflight& m) { nodes_[std::size_t(node)].conn->send(m); },
             [this](int node, const std::string& reason) {
@@ -510,41 +479,26 @@ class Head : public GroupObserver {
     if (phase_ != Phase::joining)
       return {-1, fmt::format("all {} have joined step '{}'", plural(nodes_.size(), "node", "nodes"),
                               plan_.step)};
-    std::vector<bool> joined;
-    std::vector<std::string> names;
-    for (const auto& n : nodes_) {
-      joined.push_back(n.joined);
-      names.push_back(n.name);
-    }
-    return cluster::claim_node_rank(j.claim, joined, names, engine_node_);
+    return nodes_.admit(j, engine_node_);
   }
 
   void on_joined(int rank, const cluster::Joiner& j, const std::shared_ptr<Connection>& conn) {
-    Node& n = nodes_[static_cast<std::size_t>(rank)];
-    n.joined = true;
-    n.name = printable(j.node);  // it is printed, and in the report
-    n.peer_ip = j.ip;
-    n.via = j.via;
-    n.gpus = j.gpus;
-    n.conn = conn;
+    const bool all = nodes_.join(rank, j, conn);
     conn->set_handlers(
         [this, rank](Frame& frame) { on_node_frame(nodes_[static_cast<std::size_t>(rank)], frame); },
         [this, rank](const std::string& why) {
           on_node_closed(nodes_[static_cast<std::size_t>(rank)], why);
         });
-    ++joined_;
-    if (joined_ == static_cast<int>(nodes_.size())) all_joined();
+    if (all) all_joined();
   }
 
   // ---- phases --------------------------------------------------------------
 
   void all_joined() {
     join_timer_.cancel();
-    std::vector<std::pair<std::string, std::string>> via_names;
-    for (const auto& n : nodes_) via_names.emplace_back(n.via, n.name);
-    listener_.say_fallback_addresses(via_names);
+    listener_.say_fallback_addresses(nodes_.via_names());
     // Nodes that do not have the GPUs the plan gave them are refused.
-    if (const std::string wrong = plan_.cpu ? "" : gpu_mismatches(nodes_, plan_); !wrong.empty()) {
+    if (const std::string wrong = plan_.cpu ? "" : nodes_.gpu_mismatches(plan_); !wrong.empty()) {
       fail_before_start(wrong +
                         " (cluster.gpus_per_node, or this host's count); nodes with different GPU counts are "
                         "not supported");
@@ -585,10 +539,7 @@ class Head : public GroupObserver {
     if (phase_ != Phase::assigning || n.ready) return;
     n.ready = true;
     if (!m.workdir_ok) {
-      workdir_errors_.push_back(fmt::format(
-          "node {} does not see the step's workdir {} as this host does ({}); ranks on every node run in the "
-          "same workdir, so it must be a directory every node shares (NFS, Lustre, ...) at the same path",
-          n.name, job_.step->workdir, printable(m.workdir_error)));
+      workdir_errors_.push_back(workdir_not_shared(n.name, job_.step->workdir, m.workdir_error));
     }
     if (n.rank == 0) {
       n.address = m.address;
@@ -606,9 +557,7 @@ class Head : public GroupObserver {
 
   void start_preflight() {
     phase_ = Phase::checking;
-    std::vector<std::string> names;
-    for (const auto& n : nodes_) names.push_back(n.name);
-    preflight_.start(names);
+    preflight_.start(nodes_.names());
   }
 
   void on_preflight_id(Node& n, const PreflightId& m) {
@@ -829,12 +778,7 @@ class Head : public GroupObserver {
       n.closed = true;  // it said all it had to say; it cannot take a restart
       return;
     }
-    if (n.conn && n.conn->failed_authentication()) {
-      node_lost(n, "the head closed its connection: " + why);
-      return;
-    }
-    node_lost(n, "its agent's connection closed" +
-                     (why == "the connection closed" ? std::string() : " (" + why + ")"));
+    node_lost(n, cluster::connection_lost(n.conn && n.conn->failed_authentication(), why));
   }
 
   void node_lost(Node& n, const std::string& why) {
@@ -843,8 +787,7 @@ class Head : public GroupObserver {
     if (n.conn) n.conn->close();
     // A file it was sending is cut short: never leave the part that came.
     uploads_.cut_short(n.rank);  // says nothing more than the loss below
-    const std::string text =
-        fmt::format("node {} (node rank {} of {}) lost: {}", n.name, n.rank, nodes_.size(), why);
+    const std::string text = nodes_.lost_text(n, why);
     console_.message(fmt::format("flowrun: step '{}': {}", plan_.step, text));
     if (phase_ != Phase::running) {
       fail_before_start(text);
@@ -879,28 +822,17 @@ class Head : public GroupObserver {
   }
 
   // A node can take no further attempt.
-  bool node_gone() const {
-    return std::any_of(nodes_.begin(), nodes_.end(),
-                       [](const Node& n) { return n.lost || n.closed || n.signalled; });
-  }
+  bool node_gone() const { return nodes_.any_gone(); }
 
   // What stands for an attempt whose ranks never started.
   AttemptResult not_started() {
-    AttemptResult result;
-    result.started = false;
-    result.record.outcome = outcome_before_start_;
-    result.record.start_unix_ns = result.record.end_unix_ns = unix_now_ns();
+    AttemptResult result = cluster::not_started(outcome_before_start_, unix_now_ns());
     take_news(result);
     return result;
   }
 
   // The notes and errors that came since the last call.
-  void take_news(AttemptResult& result) {
-    result.notes.assign(notes_.begin() + static_cast<std::ptrdiff_t>(notes_taken_), notes_.end());
-    result.errors.assign(errors_.begin() + static_cast<std::ptrdiff_t>(errors_taken_), errors_.end());
-    notes_taken_ = notes_.size();
-    errors_taken_ = errors_.size();
-  }
+  void take_news(AttemptResult& result) { news_.take(result); }
 
   AttemptRecord record_attempt() {
     attempt_recorded_ = true;
@@ -927,11 +859,8 @@ class Head : public GroupObserver {
       attempt.workers.push_back(r.record);
     }
     if (signalled && outcome_ != Outcome::timed_out) outcome_ = Outcome::interrupted;
-    attempt.outcome =
-        outcome_ != Outcome::succeeded ? outcome_ : (failed ? Outcome::failed : Outcome::succeeded);
-    if (!errors_.empty() && attempt.outcome == Outcome::succeeded) attempt.outcome = Outcome::failed;
+    attempt.outcome = cluster::attempt_outcome(outcome_, failed, !errors_.empty(), !write_error_.empty());
     attempt.write_error = write_error_;
-    if (!write_error_.empty() && attempt.outcome == Outcome::succeeded) attempt.outcome = Outcome::failed;
     assign_roles(attempt, stopped);
     return attempt;
   }
@@ -970,12 +899,8 @@ class Head : public GroupObserver {
     join_timer_.expires_after(seconds_of(seconds));
     join_timer_.async_wait([this, seconds](const boost::system::error_code& ec) {
       if (ec || phase_ != Phase::joining) return;
-      const std::vector<std::string> missing = missing_nodes(nodes_, plan_);
-      fail_before_start(
-          fmt::format("{} of {} did not join within {:g} s: {}; check that 'flowrun agent' can start "
-                      "there and reach {} (cluster.join_timeout){}",
-                      missing.size(), plural(nodes_.size(), "node", "nodes"), seconds,
-                      fmt::join(missing, ", "), listener_.endpoint(), listener_.strangers_note()));
+      fail_before_start(nodes_.join_timeout(plan_, seconds, listener_.endpoint()) +
+                        listener_.strangers_note());
     });
   }
 
@@ -983,19 +908,12 @@ class Head : public GroupObserver {
     heartbeat_timer_.expires_after(seconds_of(interval_s_));
     heartbeat_timer_.async_wait([this](const boost::system::error_code& ec) {
       if (ec || phase_ == Phase::finished) return;
-      const std::int64_t now = monotonic_now_ns();
-      for (auto& n : nodes_) {
-        if (!n.joined || n.lost || !n.conn || !n.conn->is_open()) continue;
-        const double silent = static_cast<double>(now - n.conn->last_heard_ns()) / 1e9;
-        if (silent > timeout_s_) {
-          node_lost(n, fmt::format("no heartbeat for {:.1f} s (cluster.heartbeat_timeout: {:g} s)", silent,
-                                   timeout_s_));
-          if (phase_ == Phase::finished) return;
-          continue;
-        }
-        if (n.conn->queued() == 0) n.conn->send(Heartbeat{});
-      }
-      tick_heartbeats();
+      const bool on =
+          nodes_.heartbeat(monotonic_now_ns(), timeout_s_, [this](Node& n, const std::string& why) {
+            node_lost(n, why);
+            return phase_ != Phase::finished;
+          });
+      if (on) tick_heartbeats();
     });
   }
 
@@ -1067,7 +985,7 @@ class Head : public GroupObserver {
   std::string marker_path_, marker_text_;
   double timeout_s_, interval_s_;
   Phase phase_ = Phase::joining;
-  std::vector<Node> nodes_;
+  cluster::NodeTable nodes_{plan_.nodes.size()};
   std::vector<RankState> ranks_;
   std::vector<int> engine_node_;
   std::vector<std::string> engine_what_;  // "srun", "ssh to node2", "node 0's agent"
@@ -1075,7 +993,7 @@ class Head : public GroupObserver {
   std::string engine_note_;
   std::string write_error_;  // the first file of the run directory that could not be written, and why
   std::vector<std::string> workdir_errors_;
-  int joined_ = 0, ready_ = 0, done_ = 0;
+  int ready_ = 0, done_ = 0;
   int attempt_ = 0;
   int master_port_ = 0;
   std::int64_t attempt_start_ns_ = 0;
@@ -1086,9 +1004,9 @@ class Head : public GroupObserver {
   ConsoleBatch batch_{io_, [this](std::string& out, std::string& err) { sup_.write_console(out, err); }};
   std::string& console_out_ = batch_.out;
   std::string& console_err_ = batch_.err;
-  std::vector<std::string> notes_;   // for results.json
-  std::vector<std::string> errors_;  // flowrun's own reasons the step failed (workdir, uploads, ...)
-  std::size_t notes_taken_ = 0, errors_taken_ = 0;  // handed to the step runner so far
+  cluster::News news_;  // the notes and errors, handed to the step runner each once
+  std::vector<std::string>& notes_ = news_.notes;
+  std::vector<std::string>& errors_ = news_.errors;
   // How the step ended when no rank started: failed (see errors_), timed_out or interrupted.
   Outcome outcome_before_start_ = Outcome::failed;
   std::vector<WorkerLaunch> launches_;   // the engine's, for the supervisor's group
