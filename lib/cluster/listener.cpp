@@ -1,0 +1,399 @@
+#include "listener.h"
+
+#include <algorithm>
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+#include <map>
+
+#include "flowrun/error.h"
+#include "flowrun/files.h"
+#include "flowrun/process.h"
+#include "flowrun/util.h"
+#include "flowrun/version.h"
+
+namespace flowrun::cluster {
+
+namespace asio = boost::asio;
+
+namespace {
+
+std::chrono::steady_clock::duration seconds_of(double s) {
+  return std::chrono::duration_cast<std::chrono::steady_clock::duration>(std::chrono::duration<double>(s));
+}
+
+std::string plural(std::size_t n, std::string_view one, std::string_view many) {
+  return fmt::format("{} {}", n, n == 1 ? one : many);
+}
+
+// Thousands of agents are thousands of sockets. The workers still get the
+// limit flowrun started with (raise_open_file_limit keeps it for them).
+void raise_fd_limit() { raise_open_file_limit(); }
+
+}  // namespace
+
+Admission claim_node_rank(int claim, const std::vector<bool>& joined, const std::vector<std::string>& names,
+                          const std::vector<int>& started) {
+  int rank = claim;
+  if (rank >= static_cast<int>(joined.size()))
+    return {-1, fmt::format("it asks for node rank {}, but the step has {}", rank,
+                            plural(joined.size(), "node", "nodes"))};
+  if (rank >= 0 && joined[static_cast<std::size_t>(rank)])
+    return {-1, fmt::format("node rank {} has already joined (from {})", rank,
+                            names[static_cast<std::size_t>(rank)])};
+  if (rank < 0) rank = free_node_rank(joined, started);
+  if (rank < 0) return {-1, "no node rank is left for it"};
+  return {rank, {}};
+}
+
+Room make_room(const std::vector<HandshakeSlot>& slots, const std::string& ip, std::size_t max_total,
+               std::size_t max_per_source, const std::function<bool(std::size_t)>& spoke) {
+  Room room;
+  room.from_ip = static_cast<std::size_t>(
+      std::count_if(slots.begin(), slots.end(), [&](const HandshakeSlot& s) { return s.ip == ip; }));
+  if (room.from_ip < max_per_source && slots.size() < max_total) return room;
+  room.full = true;
+  room.source = ip;
+  if (room.from_ip < max_per_source) {
+    std::map<std::string, std::size_t> count;
+    for (const auto& s : slots) ++count[s.ip];
+    room.source = std::max_element(count.begin(), count.end(), [](const auto& a, const auto& b) {
+                    return a.second < b.second;
+                  })->first;
+  }
+  for (std::size_t i = 0; i < slots.size(); ++i) {
+    // Only one that has not even said hello: an agent in the middle of
+    // its handshake is never dropped for a newcomer.
+    if (slots[i].ip != room.source || slots[i].said_hello) continue;
+    if (spoke(i)) continue;  // it has spoken since
+    if (!room.drop || slots[i].last_heard_ns < slots[*room.drop].last_heard_ns) room.drop = i;
+  }
+  return room;
+}
+
+Listener::Listener(asio::io_context& io, const Console& console, std::string step, std::string token,
+                   double interval_s, double timeout_s)
+    : io_(io),
+      console_(console),
+      step_(std::move(step)),
+      token_(std::move(token)),
+      interval_s_(interval_s),
+      timeout_s_(timeout_s) {}
+
+void Listener::listen(const std::string& address, std::uint16_t port) {
+  raise_fd_limit();
+  boost::system::error_code ec;
+  const auto ip = asio::ip::make_address(address, ec);
+  if (ec) {
+    // A host name: listen on the address it resolves to.
+    asio::ip::tcp::resolver resolver(io_);
+    auto found = resolver.resolve(address, "0", ec);
+    if (ec || found.empty())
+      throw Error("cannot resolve the head's address '" + address + "': " + ec.message());
+    open_acceptor(found.begin()->endpoint().address(), port);
+  } else {
+    open_acceptor(ip, port);
+  }
+}
+
+void Listener::open_acceptor(const asio::ip::address& ip, std::uint16_t port) {
+  boost::system::error_code ec;
+  auto acceptor = open_acceptor_at(ip, port, ec);
+  if (ec)
+    throw Error("cannot listen on " + ip.to_string() + (port ? ":" + std::to_string(port) : "") + ": " +
+                ec.message() +
+                (port ? " (is another job using that port? choose another)" : " (set cluster.address)"));
+  port_ = acceptor->local_endpoint().port();
+  endpoint_ = (ip.is_v6() ? "[" + ip.to_string() + "]" : ip.to_string()) + ":" + std::to_string(port_);
+  acceptors_.push_back(std::move(acceptor));
+}
+
+std::unique_ptr<asio::ip::tcp::acceptor> Listener::open_acceptor_at(const asio::ip::address& ip,
+                                                                    std::uint16_t port,
+                                                                    boost::system::error_code& ec) {
+  auto acceptor = std::make_unique<asio::ip::tcp::acceptor>(io_);
+  asio::ip::tcp::endpoint where(ip, port);
+  acceptor->open(where.protocol(), ec);
+  if (!ec && port != 0) acceptor->set_option(asio::socket_base::reuse_address(true), ec);
+  if (!ec) acceptor->bind(where, ec);
+  if (!ec) acceptor->listen(4096, ec);
+  return acceptor;
+}
+
+// One port on every candidate address, and on no other: the first takes a
+// free port, the others bind the same one; when one of them finds it taken
+// (another program listens there on that address) all start again.
+void Listener::listen_on_candidates(std::vector<HeadAddress> candidates) {
+  candidates_ = std::move(candidates);
+  if (candidates_.size() == 1) {
+    // cluster.address may be a host name: the console shows the address it resolved to.
+    listen(candidates_.front().address, 0);
+    candidates_.front().address = acceptors_.front()->local_endpoint().address().to_string();
+    return;
+  }
+  raise_fd_limit();
+  std::string last_error;
+  for (int round = 0; round < 20; ++round) {
+    acceptors_.clear();
+    std::vector<HeadAddress> kept;
+    boost::system::error_code ec;
+    for (const auto& c : candidates_) {
+      const auto ip = asio::ip::make_address(c.address, ec);
+      if (ec) break;
+      auto acceptor = open_acceptor_at(ip, port_, ec);
+      if (ec == asio::error::address_in_use && port_ != 0) break;
+      if (ec) {
+        // Not this host's after all (it changed meanwhile): the others still serve.
+        last_error = c.address + ": " + ec.message();
+        ec.clear();
+        continue;
+      }
+      if (port_ == 0) port_ = acceptor->local_endpoint().port();
+      acceptors_.push_back(std::move(acceptor));
+      kept.push_back(c);
+    }
+    if (!ec && !kept.empty()) {
+      candidates_ = std::move(kept);
+      std::string list;
+      for (const auto& c : candidates_)
+        list += (list.empty() ? "" : ",") + c.address + ":" + std::to_string(port_);
+      endpoint_ = list;
+      return;
+    }
+    if (ec && ec != asio::error::address_in_use) last_error = ec.message();
+    port_ = 0;
+  }
+  acceptors_.clear();
+  throw Error("cannot listen on this host's addresses: " +
+              (last_error.empty() ? "no port free" : last_error) + " (set cluster.address)");
+}
+
+void Listener::start(Admit admit, Joined joined) {
+  admit_ = std::move(admit);
+  joined_ = std::move(joined);
+  for (auto& a : acceptors_) accept_next(*a);
+}
+
+void Listener::close_acceptors() {
+  boost::system::error_code ignored;
+  for (auto& a : acceptors_) a->close(ignored);
+}
+
+void Listener::accept_next(asio::ip::tcp::acceptor& acceptor) {
+  acceptor.async_accept([this, &acceptor](const boost::system::error_code& ec, asio::ip::tcp::socket socket) {
+    if (ec == asio::error::operation_aborted || !acceptor.is_open()) return;
+    if (!ec) on_accept(std::move(socket));
+    accept_next(acceptor);
+  });
+}
+
+void Listener::on_accept(asio::ip::tcp::socket socket) {
+  boost::system::error_code ec;
+  const auto remote = socket.remote_endpoint(ec);
+  const std::string ip = ec ? std::string("?") : remote.address().to_string();
+  const auto local = socket.local_endpoint(ec);
+  const std::string via = ec ? std::string() : local.address().to_string();
+  std::erase_if(pending_, [](const std::shared_ptr<Pending>& p) { return p->settled; });
+  std::vector<HandshakeSlot> slots;
+  slots.reserve(pending_.size());
+  for (const auto& p : pending_) slots.push_back({p->ip, !p->head_nonce.empty(), p->conn->last_heard_ns()});
+  const Room room = make_room(slots, ip, kMaxPending, kMaxPendingPerSource, [this](std::size_t i) {
+    boost::system::error_code unread_ec;
+    return pending_[i]->conn->socket().available(unread_ec) > 0 || unread_ec;
+  });
+  if (room.full) {
+    // Full: the connection silent longest makes room, so that one that
+    // holds connections open without a word cannot keep the agents out
+    // (they answer within a round trip; an agent dropped anyway tries
+    // again within its connect timeout).
+    if (!said_too_many_pending_) {
+      const std::string who = room.from_ip >= kMaxPendingPerSource
+                                  ? fmt::format("{} connections from {}", room.from_ip, ip)
+                                  : fmt::format("{} connections", pending_.size());
+      console_.message(
+          fmt::format("flowrun: step '{}': {} are waiting to authenticate; dropping the longest "
+                      "idle of them for each new one",
+                      step_, who));
+    }
+    said_too_many_pending_ = true;
+    note_stranger(room.source);
+    if (!room.drop) {
+      socket.close(ec);
+      return;
+    }
+    const auto idlest = pending_[*room.drop];
+    settle(*idlest);
+    idlest->conn->close();
+    std::erase(pending_, idlest);
+  }
+  auto conn = std::make_shared<Connection>(std::move(socket), "agent at " + ip);
+  conn->set_max_frame(kMaxHandshakeFrame);
+  conn->refuse_other_versions();
+  auto pending = std::make_shared<Pending>();
+  pending->conn = conn;
+  pending->ip = ip;
+  pending->via = via;
+  pending->deadline = std::make_unique<asio::steady_timer>(io_);
+  pending->deadline->expires_after(seconds_of(timeout_s_));
+  // Captures `this` only behind the error check: at the end of the step
+  // every deadline is cancelled before the head goes away.
+  pending->deadline->async_wait([this, pending, ip](const boost::system::error_code& error) {
+    if (error || pending->settled) return;
+    refuse(*pending, ip,
+           fmt::format("it did not authenticate within {:g} s (cluster.heartbeat_timeout)", timeout_s_));
+  });
+  pending_.push_back(pending);
+  conn->start([this, pending, ip](Frame& frame) { on_handshake(*pending, ip, frame); },
+              [this, pending, ip](const std::string& why) {
+                if (pending->settled) return;
+                settle(*pending);
+                // A port scan opens and closes; only a peer that sent bytes
+                // flowrun could not read is worth a line.
+                note_stranger(ip);
+                if (why != "the connection closed" && why.rfind("the connection failed", 0) != 0)
+                  console_.message(
+                      fmt::format("flowrun: step '{}': dropped a connection from {} before it "
+                                  "authenticated: {}",
+                                  step_, ip, why));
+              });
+}
+
+void Listener::settle(Pending& p) {
+  p.settled = true;
+  if (p.deadline) p.deadline->cancel();
+}
+
+void Listener::close_pending() {
+  for (auto& p : pending_) {
+    if (p->settled) continue;
+    settle(*p);
+    p->conn->close();
+  }
+  pending_.clear();
+}
+
+void Listener::refuse(Pending& p, const std::string& ip, const std::string& reason) {
+  settle(p);
+  if (!p.authenticated) note_stranger(ip);
+  // A peer that never said hello gets a line, up to a point: one that
+  // keeps opening connections must not flood the console.
+  if (p.node.empty() && ++silent_refused_ > kSilentRefusalLines) {
+    if (silent_refused_ == kSilentRefusalLines + 1)
+      console_.message(
+          fmt::format("flowrun: step '{}': more connections that say nothing are being refused; "
+                      "no further line for them",
+                      step_));
+  } else {
+    console_.message(fmt::format("flowrun: step '{}': refused an agent from {}{}: {}", step_, ip,
+                                 p.node.empty() ? "" : " (" + printable(p.node) + ")", printable(reason)));
+  }
+  p.conn->send(Refused{reason});
+  p.conn->close_after_send();
+}
+
+void Listener::on_handshake(Pending& p, const std::string& ip, Frame& frame) {
+  std::string error;
+  const auto message = decode_message(frame, &error);
+  if (!message) {
+    refuse(p, ip, "malformed " + std::string(message_type_name(frame.type)) + ": " + error);
+    return;
+  }
+  if (const auto* hello = std::get_if<Hello>(&*message); hello && p.head_nonce.empty()) {
+    p.node = hello->node;
+    p.agent_nonce = hello->nonce;
+    p.claim = hello->node_rank;
+    p.gpus = hello->gpus;
+    const std::string& version = hello->flowrun;
+    if (p.node.empty() || p.agent_nonce.size() < 16) {
+      refuse(p, ip, "its hello lacks a node name or nonce");
+      return;
+    }
+    if (version != FLOWRUN_VERSION) {
+      refuse(p, ip,
+             fmt::format("it runs flowrun {}, the head runs {}: run the same flowrun on every node",
+                         version.empty() ? "(unknown)" : version, FLOWRUN_VERSION));
+      return;
+    }
+    p.head_nonce = make_nonce();
+    p.conn->send(Challenge{p.head_nonce});
+    return;
+  }
+  if (const auto* auth = std::get_if<Auth>(&*message); auth && !p.head_nonce.empty()) {
+    if (!proofs_equal(auth->proof, auth_proof(token_, p.head_nonce, "agent:" + p.node))) {
+      refuse(p, ip, "wrong token");
+      return;
+    }
+    p.authenticated = true;
+    admit(p, ip);
+    return;
+  }
+  refuse(p, ip, fmt::format("unexpected {} during the handshake", message_type_name(frame.type)));
+}
+
+// A connection that did not prove the token was refused or dropped: the
+// join timeout's report says so, rather than only blaming the nodes.
+void Listener::note_stranger(const std::string& ip) {
+  ++strangers_;
+  if (stranger_sources_.size() < 4 &&
+      std::find(stranger_sources_.begin(), stranger_sources_.end(), ip) == stranger_sources_.end())
+    stranger_sources_.push_back(ip);
+}
+
+void Listener::admit(Pending& p, const std::string& ip) {
+  const Joiner joiner{p.node, p.claim, p.gpus, ip, p.via};
+  const Admission admission = admit_(joiner);
+  if (!admission.refusal.empty()) {
+    refuse(p, ip, admission.refusal);
+    return;
+  }
+  const int rank = admission.rank;
+  settle(p);
+  p.conn->set_max_frame(kMaxSealedFrameSize);
+  p.conn->send(Welcome{auth_proof(token_, p.agent_nonce, "head:" + p.node), rank,
+                       static_cast<std::int64_t>(interval_s_ * 1000),
+                       static_cast<std::int64_t>(timeout_s_ * 1000)});
+  // Every frame after welcome is sealed, both ways.
+  const FrameKeys keys = derive_frame_keys(token_, p.agent_nonce, p.head_nonce, p.node);
+  p.conn->set_ciphers(
+      FrameCipher(keys.head_to_agent, Direction::head_to_agent),
+      FrameCipher(keys.agent_to_head, Direction::agent_to_head, "the agent of node " + printable(p.node)));
+  // From now on frames go to the node.
+  joined_(rank, joiner, p.conn);
+}
+
+std::string Listener::strangers_note() const {
+  if (strangers_ == 0) return {};
+  return fmt::format(
+      "; meanwhile {} that did not prove the run's token (from {}) were refused or dropped: "
+      "something other than the agents is connecting to {}",
+      plural(static_cast<std::size_t>(strangers_), "connection", "connections"),
+      fmt::join(stranger_sources_, ", "), endpoint_);
+}
+
+void Listener::say_fallback_addresses(
+    const std::vector<std::pair<std::string, std::string>>& via_names) const {
+  if (candidates_.size() < 2) return;
+  std::vector<std::pair<std::string, std::vector<std::string>>> by_address;
+  for (const auto& [via, name] : via_names) {
+    if (via.empty() || via == candidates_.front().address) continue;
+    auto at =
+        std::find_if(by_address.begin(), by_address.end(), [&](const auto& e) { return e.first == via; });
+    if (at == by_address.end()) at = by_address.insert(by_address.end(), {via, {}});
+    at->second.push_back(name);
+  }
+  for (const auto& [address, names] : by_address) {
+    std::string why;
+    for (const auto& c : candidates_)
+      if (c.address == address) why = c.why;
+    const std::size_t shown = std::min<std::size_t>(names.size(), 8);
+    std::string who =
+        fmt::format("{}", fmt::join(names.begin(), names.begin() + static_cast<long>(shown), ", "));
+    if (names.size() > shown) who += fmt::format(" and {} more", names.size() - shown);
+    console_.message(fmt::format(
+        "flowrun: step '{}': {} ({} of {}) reached the head at {} ({}), not at {}; set cluster.address to "
+        "an address every node reaches",
+        step_, who, names.size(), plural(via_names.size(), "node", "nodes"), address, why,
+        candidates_.front().address));
+  }
+}
+
+}  // namespace flowrun::cluster

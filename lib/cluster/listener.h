@@ -1,0 +1,170 @@
+// The head's listener (docs/multinode.md, "Security"): the acceptors on
+// the addresses the agents dial, and the connections that have not proved
+// the run's token yet. Each new connection gets a handshake (hello,
+// challenge, auth) under a deadline and a small frame limit; at most
+// kMaxPending are in their handshake at once, kMaxPendingPerSource from
+// one address. One that proves the token is offered to the head (Admit),
+// which gives it a node rank or refuses it; admitted, it is welcomed,
+// sealed and handed over (Joined). Internal to lib/cluster.
+#pragma once
+
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/ip/tcp.hpp>
+#include <boost/asio/steady_timer.hpp>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "flowrun/supervisor.h"
+
+#include "connection.h"
+#include "engines.h"
+
+namespace flowrun::cluster {
+
+// An agent that proved the run's token, as its hello described it.
+struct Joiner {
+  std::string node;  // the host name it reported, as sent
+  int claim = -1;    // the node rank it asks for (--node-rank), -1: any
+  int gpus = -1;
+  std::string ip;   // where it connected from
+  std::string via;  // the head's address it dialed
+};
+
+// The head's answer to a joiner: its node rank, or why it is refused.
+struct Admission {
+  int rank = -1;
+  std::string refusal;  // empty when admitted
+};
+
+// The node rank for a joiner that claims `claim` (-1: any) among nodes of
+// which `joined[i]` have joined (as `names[i]`), keeping the ranks that
+// `started` holds for the engine's agents (free_node_rank). Pure.
+Admission claim_node_rank(int claim, const std::vector<bool>& joined, const std::vector<std::string>& names,
+                          const std::vector<int>& started);
+
+// A connection in its handshake, as the rule that makes room sees it.
+struct HandshakeSlot {
+  std::string ip;
+  bool said_hello = false;  // it has been challenged
+  std::int64_t last_heard_ns = 0;
+};
+
+// Where a connection from `ip` finds `slots`, with room for `max_total` in
+// all and `max_per_source` from one address; `spoke(i)`: bytes from slot i
+// wait unread (or reading them failed), asked only of slots that may give way.
+struct Room {
+  bool full = false;
+  std::size_t from_ip = 0;          // slots from `ip`
+  std::string source;               // full: the address that gives way
+  std::optional<std::size_t> drop;  // full: the slot dropped for it, if any
+};
+// Full: the connection silent longest (no hello yet, nothing unread) of the
+// source that gives way makes room: over the per-source cap, `ip` itself;
+// over the total, the address that holds the most. One in the middle of its
+// handshake is never dropped. Pure.
+Room make_room(const std::vector<HandshakeSlot>& slots, const std::string& ip, std::size_t max_total,
+               std::size_t max_per_source, const std::function<bool(std::size_t)>& spoke);
+
+class Listener {
+ public:
+  using Admit = std::function<Admission(const Joiner&)>;
+  // The joiner got node rank `rank`; its connection, sealed, is the head's
+  // from now on (set its handlers).
+  using Joined = std::function<void(int rank, const Joiner&, const std::shared_ptr<Connection>&)>;
+
+  // Connections in their handshake at once: in all (a few hundred bytes and a
+  // timer each), and from one address (1024 agents on one host, or behind one
+  // NAT, dial at once: the rendezvous benchmark; a flowrun agent refused
+  // for want of room tries again, rdzv_clients does not).
+  static constexpr std::size_t kMaxPending = 2048;
+  static constexpr std::size_t kMaxPendingPerSource = 1024;
+
+  // `timeout_s` (cluster.heartbeat_timeout) is the time a connection has to
+  // authenticate; the welcome gives the agents it and `interval_s`.
+  Listener(boost::asio::io_context& io, const Console& console, std::string step, std::string token,
+           double interval_s, double timeout_s);
+
+  // Listens on `address` (an IP address or a host name) and `port` (0: any
+  // free one). Throws Error when it cannot.
+  void listen(const std::string& address, std::uint16_t port);
+  // One port on every candidate address (a single one may be a host name,
+  // replaced by its address), dropping those that are not this host's.
+  // Throws Error when there is none left.
+  void listen_on_candidates(std::vector<HeadAddress> candidates);
+
+  // Accepts connections from now on.
+  void start(Admit admit, Joined joined);
+  // Accepts no more; the handshakes under way go on.
+  void close_acceptors();
+  // Ends every handshake under way.
+  void close_pending();
+
+  // The candidates listened on, best first.
+  const std::vector<HeadAddress>& candidates() const { return candidates_; }
+  std::uint16_t port() const { return port_; }
+  // What the agents dial: "ADDRESS:PORT[,ADDRESS:PORT...]".
+  const std::string& endpoint() const { return endpoint_; }
+  void set_endpoint(std::string endpoint) { endpoint_ = std::move(endpoint); }
+
+  // For the join timeout's report: "; meanwhile N connections that did not
+  // prove the run's token (from ...) were refused or dropped: ...", or "".
+  std::string strangers_note() const;
+  // Agents that could not reach the first candidate and dialed another
+  // (`via` and name of each node): the choice was wrong for them, which the
+  // console says (nothing when every agent reached the first).
+  void say_fallback_addresses(const std::vector<std::pair<std::string, std::string>>& via_names) const;
+
+ private:
+  // A connection that has not authenticated yet: it may read at most
+  // kMaxHandshakeFrame per frame and has cluster.heartbeat_timeout to prove
+  // the token; at most kMaxPending of them are open at once.
+  struct Pending {
+    std::shared_ptr<Connection> conn;
+    std::unique_ptr<boost::asio::steady_timer> deadline;
+    std::string node;
+    std::string agent_nonce;
+    std::string head_nonce;
+    int claim = -1;
+    int gpus = -1;
+    std::string ip;
+    std::string via;             // the head's address it dialed
+    bool authenticated = false;  // its auth proved the token
+    bool settled = false;        // admitted, refused or gone
+  };
+
+  void open_acceptor(const boost::asio::ip::address& ip, std::uint16_t port);
+  std::unique_ptr<boost::asio::ip::tcp::acceptor> open_acceptor_at(const boost::asio::ip::address& ip,
+                                                                   std::uint16_t port,
+                                                                   boost::system::error_code& ec);
+  void accept_next(boost::asio::ip::tcp::acceptor& acceptor);
+  void on_accept(boost::asio::ip::tcp::socket socket);
+  void settle(Pending& p);
+  void refuse(Pending& p, const std::string& ip, const std::string& reason);
+  void on_handshake(Pending& p, const std::string& ip, Frame& frame);
+  void note_stranger(const std::string& ip);
+  void admit(Pending& p, const std::string& ip);
+
+  boost::asio::io_context& io_;
+  const Console& console_;
+  std::string step_;
+  std::string token_;
+  double interval_s_, timeout_s_;
+  Admit admit_;
+  Joined joined_;
+  std::vector<std::unique_ptr<boost::asio::ip::tcp::acceptor>> acceptors_;  // one per address it listens on
+  std::vector<HeadAddress> candidates_;  // where the agents dial, best first (not flowrun run's)
+  std::uint16_t port_ = 0;               // the port it listens on, on each of them
+  std::string endpoint_;
+  std::vector<std::shared_ptr<Pending>> pending_;  // connections still in their handshake
+  bool said_too_many_pending_ = false;
+  static constexpr int kSilentRefusalLines = 10;
+  int silent_refused_ = 0;                     // refused connections that never said hello
+  int strangers_ = 0;                          // connections refused or dropped before the token
+  std::vector<std::string> stranger_sources_;  // their addresses, the first few
+};
+
+}  // namespace flowrun::cluster

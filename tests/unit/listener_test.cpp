@@ -1,0 +1,249 @@
+// The head's listener (lib/cluster/listener.cpp): which node rank a joiner
+// gets, which connection in its handshake gives way when they are too
+// many, and the handshake itself over loopback: an agent that proves the
+// token is welcomed and handed over; one with the wrong token, another
+// flowrun or a rank the head refuses gets a refused frame saying why.
+#include "listener.h"
+
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/ip/tcp.hpp>
+#include <chrono>
+#include <fcntl.h>
+#include <memory>
+#include <string>
+#include <unistd.h>
+#include <vector>
+
+#include "flowrun/version.h"
+
+#include "testing.h"
+
+using namespace flowrun;
+using namespace flowrun::cluster;
+namespace asio = boost::asio;
+
+TEST_CASE("claim_node_rank: the claimed rank, or the lowest free one the engine does not hold",
+          "[listener]") {
+  const std::vector<std::string> names{"a", "b", "", ""};
+  const std::vector<bool> joined{true, true, false, false};
+  CHECK(claim_node_rank(2, joined, names, {}).rank == 2);
+  CHECK(claim_node_rank(-1, joined, names, {}).rank == 2);
+  CHECK(claim_node_rank(-1, joined, names, {2}).rank ==
+        3);  // node 2's ssh starts an agent with --node-rank 2
+  CHECK(claim_node_rank(-1, joined, names, {}).refusal.empty());
+}
+
+TEST_CASE("claim_node_rank: a rank out of range, one taken, or none left is refused", "[listener]") {
+  const std::vector<std::string> names{"a", "b"};
+  CHECK(claim_node_rank(2, {true, false}, names, {}).refusal ==
+        "it asks for node rank 2, but the step has 2 nodes");
+  CHECK(claim_node_rank(2, {true, false}, names, {}).rank == -1);
+  CHECK(claim_node_rank(0, {true, false}, names, {}).refusal == "node rank 0 has already joined (from a)");
+  CHECK(claim_node_rank(-1, {true, true}, names, {}).refusal == "no node rank is left for it");
+  CHECK(claim_node_rank(-1, {true, false}, names, {1}).refusal == "no node rank is left for it");
+}
+
+namespace {
+
+HandshakeSlot slot(const std::string& ip, std::int64_t last_heard_ns, bool said_hello = false) {
+  return {ip, said_hello, last_heard_ns};
+}
+
+const auto kNoneSpoke = [](std::size_t) { return false; };
+
+}  // namespace
+
+TEST_CASE("make_room: room left, nothing gives way", "[listener]") {
+  const std::vector<HandshakeSlot> slots{slot("10.0.0.1", 1), slot("10.0.0.2", 2)};
+  const Room room = make_room(slots, "10.0.0.1", 3, 2, kNoneSpoke);
+  CHECK_FALSE(room.full);
+  CHECK(room.from_ip == 1);
+  CHECK_FALSE(room.drop);
+}
+
+TEST_CASE("make_room: over the per-source cap, that source's longest silent connection gives way",
+          "[listener]") {
+  const std::vector<HandshakeSlot> slots{slot("10.0.0.1", 5), slot("10.0.0.2", 1), slot("10.0.0.1", 3),
+                                         slot("10.0.0.1", 2, true), slot("10.0.0.1", 4)};
+  // Slot 3 said hello (it is in its handshake) and slot 2 has spoken since:
+  // neither gives way, so the idlest left of 10.0.0.1 is slot 4.
+  const Room room = make_room(slots, "10.0.0.1", 100, 4, [](std::size_t i) { return i == 2; });
+  CHECK(room.full);
+  CHECK(room.from_ip == 4);
+  CHECK(room.source == "10.0.0.1");
+  REQUIRE(room.drop);
+  CHECK(*room.drop == 4);
+}
+
+TEST_CASE("make_room: over the total, the source that holds the most gives way", "[listener]") {
+  const std::vector<HandshakeSlot> slots{slot("10.0.0.2", 9), slot("10.0.0.3", 1), slot("10.0.0.2", 7)};
+  const Room room = make_room(slots, "10.0.0.1", 3, 3, kNoneSpoke);
+  CHECK(room.full);
+  CHECK(room.from_ip == 0);
+  CHECK(room.source == "10.0.0.2");
+  REQUIRE(room.drop);
+  CHECK(*room.drop == 2);
+}
+
+TEST_CASE("make_room: full of handshakes under way, none gives way", "[listener]") {
+  const std::vector<HandshakeSlot> slots{slot("10.0.0.1", 1, true), slot("10.0.0.1", 2, true)};
+  const Room room = make_room(slots, "10.0.0.1", 10, 2, kNoneSpoke);
+  CHECK(room.full);
+  CHECK_FALSE(room.drop);
+}
+
+namespace {
+
+// A listener on 127.0.0.1 and one agent's side of the handshake, on one loop.
+class Handshake {
+ public:
+  Handshake() : console_fd_(open(console_path().c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644)) {
+    REQUIRE(console_fd_ >= 0);
+    listener_.listen("127.0.0.1", 0);
+  }
+  ~Handshake() {
+    listener_.close_acceptors();
+    listener_.close_pending();
+    if (agent_) agent_->close();
+    if (joined_conn_) joined_conn_->close();
+    io_.poll();
+    close(console_fd_);
+  }
+  Handshake(const Handshake&) = delete;
+  Handshake& operator=(const Handshake&) = delete;
+
+  // The agent says `hello` and proves `token`; returns the head's last word
+  // (welcome or refused) once it came.
+  Message run(Hello hello, const std::string& token, Admission admission = {1, {}}) {
+    listener_.start(
+        [&](const Joiner& j) {
+          asked_ = j;
+          return admission;
+        },
+        [&](int rank, const Joiner& j, const std::shared_ptr<Connection>& conn) {
+          joined_rank_ = rank;
+          joined_ = j;
+          joined_conn_ = conn;
+        });
+    asio::ip::tcp::socket socket(io_);
+    socket.connect({asio::ip::make_address("127.0.0.1"), listener_.port()});
+    agent_ = std::make_shared<Connection>(std::move(socket), "the head");
+    std::optional<Message> last;
+    agent_->start(
+        [&, node = hello.node](Frame& frame) {
+          std::string error;
+          auto message = decode_message(frame, &error);
+          REQUIRE(message);
+          if (const auto* challenge = std::get_if<Challenge>(&*message))
+            agent_->send(Auth{auth_proof(token, challenge->nonce, "agent:" + node)});
+          else
+            last = std::move(message);
+        },
+        [](const std::string&) {});
+    agent_->send(hello);
+    // Bounded only so that a broken handshake fails instead of hanging.
+    const auto give_up = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+    while (!last && std::chrono::steady_clock::now() < give_up)
+      io_.run_one_for(std::chrono::milliseconds(100));
+    REQUIRE(last);
+    return *last;
+  }
+
+  std::string console_text() const {
+    std::string text;
+    char buf[4096];
+    const int fd = open(console_path().c_str(), O_RDONLY | O_CLOEXEC);
+    for (ssize_t n; (n = read(fd, buf, sizeof buf)) > 0;) text.append(buf, static_cast<std::size_t>(n));
+    close(fd);
+    return text;
+  }
+
+  static constexpr const char* kToken = "0123456789abcdef0123456789abcdef";
+  Listener& listener() { return listener_; }
+  std::optional<Joiner> asked_, joined_;
+  int joined_rank_ = -1;
+
+ private:
+  std::string console_path() const { return dir_.path() + "/console.txt"; }
+
+  testing::ScopedTempDir dir_{"listener"};
+  int console_fd_;
+  asio::io_context io_;
+  Console console_{console_fd_, console_fd_};
+  Listener listener_{io_, console_, "train", kToken, 0.5, 5.0};
+  std::shared_ptr<Connection> agent_, joined_conn_;
+};
+
+Hello hello_from(const std::string& node, int node_rank = -1) {
+  return Hello{node, FLOWRUN_VERSION, make_nonce(), node_rank, 1, 2};
+}
+
+}  // namespace
+
+TEST_CASE("listener: an agent that proves the token is welcomed with its rank and handed over",
+          "[listener]") {
+  Handshake h;
+  const Message last = h.run(hello_from("node-a", 1), Handshake::kToken);
+  const auto* welcome = std::get_if<Welcome>(&last);
+  REQUIRE(welcome);
+  CHECK(welcome->node_rank == 1);
+  CHECK(welcome->heartbeat_ms == 500);
+  CHECK(welcome->timeout_ms == 5000);
+  REQUIRE(h.asked_);
+  CHECK(h.asked_->node == "node-a");
+  CHECK(h.asked_->claim == 1);
+  CHECK(h.asked_->gpus == 2);
+  CHECK(h.asked_->ip == "127.0.0.1");
+  CHECK(h.asked_->via == "127.0.0.1");
+  CHECK(h.joined_rank_ == 1);
+  REQUIRE(h.joined_);
+  CHECK(h.joined_->node == "node-a");
+  CHECK(h.listener().strangers_note().empty());
+}
+
+TEST_CASE("listener: the wrong token is refused, and the join timeout's report will say so", "[listener]") {
+  Handshake h;
+  const Message last = h.run(hello_from("node-a"), "fedcba9876543210fedcba9876543210");
+  const auto* refused = std::get_if<Refused>(&last);
+  REQUIRE(refused);
+  CHECK(refused->reason == "wrong token");
+  CHECK_FALSE(h.asked_);
+  CHECK(h.console_text() == "flowrun: step 'train': refused an agent from 127.0.0.1 (node-a): wrong token\n");
+  CHECK(
+      h.listener().strangers_note().find("; meanwhile 1 connection that did not prove the run's token (from "
+                                         "127.0.0.1) were refused or dropped") == 0);
+}
+
+TEST_CASE("listener: another flowrun version is refused before its token is asked", "[listener]") {
+  Handshake h;
+  Hello hello = hello_from("node-a");
+  hello.flowrun = "0.0.1";
+  const Message last = h.run(hello, Handshake::kToken);
+  const auto* refused = std::get_if<Refused>(&last);
+  REQUIRE(refused);
+  CHECK(refused->reason == std::string("it runs flowrun 0.0.1, the head runs ") + FLOWRUN_VERSION +
+                               ": run the same flowrun on every node");
+  CHECK_FALSE(h.asked_);
+}
+
+TEST_CASE("listener: a hello without a nonce is refused", "[listener]") {
+  Handshake h;
+  Hello hello = hello_from("node-a");
+  hello.nonce = "short";
+  const Message last = h.run(hello, Handshake::kToken);
+  const auto* refused = std::get_if<Refused>(&last);
+  REQUIRE(refused);
+  CHECK(refused->reason == "its hello lacks a node name or nonce");
+}
+
+TEST_CASE("listener: the head's refusal of an authenticated agent reaches it", "[listener]") {
+  Handshake h;
+  const Message last =
+      h.run(hello_from("node-a", 0), Handshake::kToken, {-1, "node rank 0 has already joined"});
+  const auto* refused = std::get_if<Refused>(&last);
+  REQUIRE(refused);
+  CHECK(refused->reason == "node rank 0 has already joined");
+  REQUIRE(h.asked_);
+  CHECK_FALSE(h.joined_);
+  CHECK(h.listener().strangers_note().empty());  // it proved the token
+}

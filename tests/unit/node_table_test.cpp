@@ -1,0 +1,197 @@
+// The head's table of nodes (lib/cluster/node_table.cpp): the heartbeat
+// rule on a fake clock (the `now` each tick is given), who joined and who
+// is missing, the node rank a joiner gets, the GPU counts the plan wants,
+// and one heartbeat tick over loopback connections that no loop drains (a
+// frame sent stays queued).
+#include "node_table.h"
+
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/ip/tcp.hpp>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "testing.h"
+
+using namespace flowrun;
+using namespace flowrun::cluster;
+namespace asio = boost::asio;
+
+namespace {
+
+constexpr std::int64_t kSecond = 1'000'000'000;
+
+StepPlan three_nodes() {
+  StepPlan plan;
+  plan.step = "train";
+  plan.nodes.resize(3);
+  plan.nodes[1].host = "gpu-b";
+  for (auto& node : plan.nodes) node.gpus_available = 2;
+  return plan;
+}
+
+Joiner joiner(const std::string& node, int gpus = 2, const std::string& via = "10.0.0.1") {
+  Joiner j;
+  j.node = node;
+  j.gpus = gpus;
+  j.ip = "10.0.0.9";
+  j.via = via;
+  return j;
+}
+
+// The head's side of a loopback connection, and the agent's socket kept open.
+class Loopback {
+ public:
+  std::shared_ptr<Connection> connect() {
+    asio::ip::tcp::socket agent(io_);
+    agent.connect(acceptor_.local_endpoint());
+    agents_.push_back(std::move(agent));
+    auto conn = std::make_shared<Connection>(acceptor_.accept(), "an agent");
+    conns_.push_back(conn);
+    return conn;
+  }
+  ~Loopback() {
+    for (auto& conn : conns_) conn->close();
+    io_.poll();
+  }
+
+ private:
+  asio::io_context io_;
+  asio::ip::tcp::acceptor acceptor_{io_, {asio::ip::make_address("127.0.0.1"), 0}};
+  std::vector<asio::ip::tcp::socket> agents_;
+  std::vector<std::shared_ptr<Connection>> conns_;
+};
+
+}  // namespace
+
+TEST_CASE("heartbeat_silence: a node is lost once silent past the timeout, not at it", "[node_table]") {
+  CHECK_FALSE(heartbeat_silence(5 * kSecond, 4 * kSecond, 2.0));
+  CHECK_FALSE(heartbeat_silence(6 * kSecond, 4 * kSecond, 2.0));
+  CHECK(heartbeat_silence(7 * kSecond + kSecond / 2, 4 * kSecond, 2.0) ==
+        "no heartbeat for 3.5 s (cluster.heartbeat_timeout: 2 s)");
+  CHECK(heartbeat_silence(4 * kSecond + kSecond / 10, 4 * kSecond, 0.05) ==
+        "no heartbeat for 0.1 s (cluster.heartbeat_timeout: 0.05 s)");
+}
+
+TEST_CASE("NodeTable: nodes by rank, joined one by one until every one has", "[node_table]") {
+  const StepPlan plan = three_nodes();
+  NodeTable nodes(plan.nodes.size());
+  REQUIRE(nodes.size() == 3);
+  CHECK(nodes[2].rank == 2);
+  CHECK(nodes.missing(plan) == std::vector<std::string>{"node 0", "node 1 (gpu-b)", "node 2"});
+
+  CHECK_FALSE(nodes.join(1, joiner("b\x1b[31m"), nullptr));
+  CHECK(nodes[1].name == R"(b\x1b[31m)");  // printed, so made printable
+  CHECK(nodes[1].peer_ip == "10.0.0.9");
+  CHECK(nodes.missing(plan) == std::vector<std::string>{"node 0", "node 2"});
+  CHECK_FALSE(nodes.join(0, joiner("a", 2, "10.0.1.1"), nullptr));
+  CHECK(nodes.join(2, joiner("c"), nullptr));
+  CHECK(nodes.missing(plan).empty());
+  CHECK(nodes.names() == std::vector<std::string>{"a", R"(b\x1b[31m)", "c"});
+  CHECK(nodes.via_names() == std::vector<std::pair<std::string, std::string>>{
+                                 {"10.0.1.1", "a"}, {"10.0.0.1", R"(b\x1b[31m)"}, {"10.0.0.1", "c"}});
+}
+
+TEST_CASE("NodeTable: a joiner gets a free node rank, not one taken or held for the engine", "[node_table]") {
+  NodeTable nodes(3);
+  nodes.join(0, joiner("a"), nullptr);
+  Joiner any = joiner("b");
+  CHECK(nodes.admit(any, {}).rank == 1);
+  CHECK(nodes.admit(any, {1}).rank == 2);
+  any.claim = 0;
+  CHECK(nodes.admit(any, {}).refusal == "node rank 0 has already joined (from a)");
+}
+
+TEST_CASE("NodeTable: nodes without the GPUs the plan gave them, in one line", "[node_table]") {
+  const StepPlan plan = three_nodes();
+  NodeTable nodes(plan.nodes.size());
+  nodes.join(0, joiner("a", 2), nullptr);
+  nodes.join(1, joiner("b", 1), nullptr);
+  nodes.join(2, joiner("c", -1), nullptr);
+  CHECK(nodes.gpu_mismatches(plan) ==
+        "node b has 1 GPU, the plan gives each node 2; node c has 0 GPUs, the plan gives each node 2");
+  nodes[1].gpus = nodes[2].gpus = 2;
+  CHECK(nodes.gpu_mismatches(plan).empty());
+}
+
+TEST_CASE("NodeTable: a node is gone when lost, closed after its done, or signalled", "[node_table]") {
+  NodeTable nodes(2);
+  CHECK_FALSE(nodes.any_gone());
+  nodes[1].done = nodes[0].ready = true;
+  CHECK_FALSE(nodes.any_gone());
+  for (bool Node::*gone : {&Node::lost, &Node::closed, &Node::signalled}) {
+    NodeTable one(2);
+    one[1].*gone = true;
+    CHECK(one.any_gone());
+  }
+}
+
+TEST_CASE("NodeTable::heartbeat: a heartbeat to each open node with nothing queued; the silent ones lost",
+          "[node_table]") {
+  Loopback loopback;
+  NodeTable nodes(4);
+  const auto a = loopback.connect();
+  const auto b = loopback.connect();
+  const auto c = loopback.connect();
+  nodes.join(0, joiner("a"), a);
+  nodes.join(1, joiner("b"), b);
+  nodes.join(2, joiner("c"), c);  // node 3 has not joined: skipped
+  c->close();                     // closed: skipped
+  std::vector<std::string> lost;
+  const auto record = [&](Node& n, const std::string& why) {
+    lost.push_back(n.name + ": " + why);
+    return true;
+  };
+
+  const std::int64_t heard = std::max(a->last_heard_ns(), b->last_heard_ns());
+  CHECK(nodes.heartbeat(heard + kSecond, 2.0, record));
+  CHECK(lost.empty());
+  const std::size_t queued = a->queued();
+  CHECK(queued > 0);
+  CHECK(b->queued() == queued);
+  CHECK(c->queued() == 0);
+
+  // No loop ran: the heartbeat is still queued, and no second one joins it.
+  CHECK(nodes.heartbeat(heard + kSecond, 2.0, record));
+  CHECK(a->queued() == queued);
+
+  // Past the timeout both are lost, in rank order; a lost node is skipped after.
+  const std::int64_t late = std::min(a->last_heard_ns(), b->last_heard_ns()) + 10 * kSecond;
+  CHECK(nodes.heartbeat(late, 2.0, record));
+  REQUIRE(lost.size() == 2);
+  CHECK(lost[0].rfind("a: no heartbeat for ", 0) == 0);
+  CHECK(lost[1].rfind("b: no heartbeat for ", 0) == 0);
+  CHECK(a->queued() == queued);
+
+  // The head's loss ended the step: the tick stops at the first.
+  lost.clear();
+  nodes[0].lost = false;
+  CHECK_FALSE(nodes.heartbeat(late, 2.0, [&](Node& n, const std::string& why) {
+    record(n, why);
+    n.lost = true;
+    return false;
+  }));
+  CHECK(lost.size() == 1);
+}
+
+TEST_CASE("NodeTable: the join timeout's report names the missing nodes and where to reach the head",
+          "[node_table]") {
+  const StepPlan plan = three_nodes();
+  NodeTable nodes(plan.nodes.size());
+  nodes.join(0, joiner("a"), nullptr);
+  CHECK(nodes.join_timeout(plan, 2.5, "10.0.0.1:29400") ==
+        "2 of 3 nodes did not join within 2.5 s: node 1 (gpu-b), node 2; check that 'flowrun agent' can "
+        "start there and reach 10.0.0.1:29400 (cluster.join_timeout)");
+  CHECK(nodes.lost_text(nodes[0], "its agent's connection closed") ==
+        "node a (node rank 0 of 3) lost: its agent's connection closed");
+}
+
+TEST_CASE("connection_lost: the head's own close, the agent's plain close, or the agent's with its reason",
+          "[node_table]") {
+  CHECK(connection_lost(true, "a frame failed to open") ==
+        "the head closed its connection: a frame failed to open");
+  CHECK(connection_lost(false, "the connection closed") == "its agent's connection closed");
+  CHECK(connection_lost(false, "the connection failed: reset") ==
+        "its agent's connection closed (the connection failed: reset)");
+}
