@@ -2,7 +2,6 @@
 
 #include <algorithm>
 #include <boost/asio/io_context.hpp>
-#include <boost/asio/posix/stream_descriptor.hpp>
 #include <boost/asio/post.hpp>
 #include <boost/asio/signal_set.hpp>
 #include <boost/asio/steady_timer.hpp>
@@ -10,15 +9,9 @@
 #include <cerrno>
 #include <chrono>
 #include <cstring>
-#include <fcntl.h>
 #include <fmt/format.h>
 #include <poll.h>
-#include <set>
 #include <signal.h>
-#include <sys/resource.h>
-#include <sys/stat.h>
-#include <sys/syscall.h>
-#include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -28,6 +21,10 @@
 #include "flowrun/util.h"
 
 #include "console_writer.h"
+#include "exit_watch.h"
+#include "leftover_sweep.h"
+#include "stall_watch.h"
+#include "worker_pipes.h"
 
 namespace flowrun {
 
@@ -110,34 +107,6 @@ void Console::message(const std::string& text) const {
   }
 }
 
-namespace {
-
-constexpr std::size_t kReadChunk = 256 * 1024;
-constexpr int kReadsPerWakeup = 4;  // fairness between ranks that flood
-struct Stream {
-  int fd = -1;  // our read end
-  bool is_err = false;
-  std::unique_ptr<asio::posix::stream_descriptor> desc;
-  bool parked = false;  // readable, left unread while output is paused
-  bool open() const { return fd >= 0; }
-};
-
-struct Worker {
-  const WorkerLaunch* launch = nullptr;
-  WorkerRecord record;
-  pid_t pid = -1;
-  bool alive = false;
-  Stream out, err;
-  std::unique_ptr<RankLog> log;     // its log files, stderr tail and console lines
-  std::int64_t last_output_ns = 0;  // monotonic: when it last wrote (or the group started)
-  // A pidfd becomes readable when the worker exits. Exits then arrive in the
-  // order they happened (epoll's ready list is first come, first served),
-  // which is what names the right culprit when peers die a moment after it.
-  std::unique_ptr<asio::posix::stream_descriptor> exit_watch;
-};
-
-}  // namespace
-
 struct Supervisor::Impl {
   asio::io_context io;
   asio::signal_set child_signals{io, SIGCHLD};
@@ -145,7 +114,6 @@ struct Supervisor::Impl {
   asio::signal_set forward_signals{io, SIGUSR1, SIGUSR2};
   asio::steady_timer grace_timer{io};
   asio::steady_timer timeout_timer{io};
-  asio::steady_timer stall_timer{io};
   Console console;
   pid_t guardian = -1;
   int interrupt = 0;
@@ -159,12 +127,10 @@ struct Supervisor::Impl {
   bool finishing = false;  // finish() waits for the group's end: nothing holds it past its processes
   bool done = false;
   bool grace_expired = false;
-  bool silence_noted = false;
   Outcome outcome = Outcome::succeeded;
   std::string write_error;  // the first log file that could not be written, and why
   std::vector<Worker> workers;
   std::vector<int> stopped;
-  std::set<pid_t> leftovers_seen;
   std::vector<std::string> notes;      // this group's
   std::vector<std::string> all_notes;  // since Supervisor::notes() was last called
   GroupOptions options;
@@ -172,15 +138,20 @@ struct Supervisor::Impl {
   bool observer_stops = false;  // the observer took over the stop (on_stop returned true)
   std::int64_t started_mono = 0;
   std::int64_t group_start_ns = 0;  // wall clock, for the record
-  std::vector<char> buffer = std::vector<char>(kReadChunk);
   // This batch's lines, before they go to the streams.
   ConsoleBatch batch{io, [this](std::string& out, std::string& err) {
                        screen.write(0, out, true);
                        screen.write(1, err, true);
                      }};
   ConsoleWriter screen{io, console};  // flowrun's stdout and stderr
-  bool output_paused = false;         // Supervisor::pause_output()
-  std::int64_t paused_at_ns = 0;      // monotonic, when output was paused
+  WorkerPipes pipes{io, workers,
+                    [this](Worker& w, bool is_err, std::string_view data, std::int64_t now) {
+                      keep_output(w, is_err, data, now);
+                    },
+                    [this] { schedule_flush(); }};
+  StallWatch stall{io, workers, pipes};
+  LeftoverSweep sweep{guardian, workers};
+  ExitWatch exits{io, guardian, workers, [this](Worker& w) { on_exit(w); }, [this] { advance(); }};
 
   Impl(Console c, pid_t g, const std::vector<int>& handled) : console(c), guardian(g) {
     for (int sig : kStopSignals) {
@@ -198,7 +169,8 @@ struct Supervisor::Impl {
   void wait_child() {
     child_signals.async_wait([this](const boost::system::error_code& ec, int) {
       if (ec) return;
-      reap();
+      exits.reap();
+      if (in_group) advance();
       wait_child();
     });
   }
@@ -254,57 +226,8 @@ struct Supervisor::Impl {
 
   // --- exits -------------------------------------------------------------
 
-  // SIGCHLD: reap what no pidfd watches (orphans that came to flowrun as
-  // the subreaper, a worker whose pidfd could not be opened).
-  void reap() {
-    for (pid_t pid : children_of(getpid())) {
-      if (pid == guardian) continue;
-      Worker* watched = nullptr;
-      for (auto& w : workers) {
-        if (w.pid == pid && w.alive) watched = &w;
-      }
-      if (watched != nullptr && watched->exit_watch) continue;
-      int status = 0;
-      rusage usage{};
-      if (wait4(pid, &status, WNOHANG, &usage) != pid) continue;
-      if (watched != nullptr) on_exit(*watched, status, usage);
-    }
-    if (in_group) advance();
-  }
-
-  void watch_exit(Worker& w) {
-    const int fd = static_cast<int>(syscall(SYS_pidfd_open, w.pid, 0));
-    if (fd < 0) return;  // an old kernel: SIGCHLD reaps it
-    w.exit_watch = std::make_unique<asio::posix::stream_descriptor>(io, fd);
-    w.exit_watch->async_wait(asio::posix::stream_descriptor::wait_read,
-                             [this, &w](const boost::system::error_code& ec) {
-                               if (ec || !w.alive) return;
-                               int status = 0;
-                               rusage usage{};
-                               pid_t got;
-                               do {
-                                 got = wait4(w.pid, &status, 0, &usage);
-                               } while (got < 0 && errno == EINTR);
-                               if (got == w.pid) on_exit(w, status, usage);
-                               advance();
-                             });
-  }
-
-  void on_exit(Worker& w, int status, const rusage& usage) {
-    w.alive = false;
-    w.record.end_unix_ns = unix_now_ns();
-    w.record.peak_rss_kib = usage.ru_maxrss;
-    if (WIFEXITED(status)) {
-      w.record.status.kind = ExitStatus::Kind::exited;
-      w.record.status.code = WEXITSTATUS(status);
-    } else {
-      w.record.status.kind = ExitStatus::Kind::signaled;
-      w.record.status.code = WTERMSIG(status);
-    }
-    if (w.exit_watch) {
-      w.exit_watch->cancel();
-      w.exit_watch.reset();  // closes the pidfd
-    }
+  // A worker's exit, in its record now: a failure stops the group.
+  void on_exit(Worker& w) {
     const bool fails = observer != nullptr ? observer->on_exit(index_of(w), w.record) : !w.record.status.ok();
     if (fails && !stopping) {
       outcome = Outcome::failed;
@@ -324,7 +247,7 @@ struct Supervisor::Impl {
   void begin_stop() {
     if (stopping) return;
     stopping = true;
-    note_silence();
+    stall.note_silence();
     if (observer != nullptr && observer->on_stop(outcome)) {
       // The observer stops the work (the head tells every agent); flowrun's
       // own processes get the grace plus the observer's margin to end.
@@ -359,72 +282,18 @@ struct Supervisor::Impl {
     for (auto& w : workers) {
       if (w.alive) signal_group(w.pid, SIGKILL);
     }
-    for (pid_t pid : leftovers()) signal_tree(pid, SIGKILL);
+    for (pid_t pid : sweep.find()) LeftoverSweep::signal_tree(pid, SIGKILL);
   }
 
   // --- silence and stalls ------------------------------------------------
 
-  // Whether `pid` or a process under it is in the stopped state (T).
-  static bool tree_suspended(pid_t pid, int depth = 0) {
-    if (process_state(pid) == 'T') return true;
-    if (depth > 32) return false;
-    for (pid_t child : children_of(pid)) {
-      if (tree_suspended(child, depth + 1)) return true;
-    }
-    return false;
-  }
-
-  // Each live worker's silence and state, once per group, before the stop
-  // signals change them.
-  void note_silence() {
-    if (silence_noted) return;
-    silence_noted = true;
-    const std::int64_t now = monotonic_now_ns();
-    for (auto& w : workers) {
-      if (!w.alive) continue;
-      w.record.silent_s = static_cast<double>(now - w.last_output_ns) / 1e9;
-      w.record.suspended = tree_suspended(w.pid);
-    }
-  }
-
-  // stall_timeout is checked on a steady tick (a 50th of it, between 20 ms
-  // and 250 ms), so that workers that went silent together (all of them, in
-  // a hung collective) are named together.
-  void start_stall_watch() {
-    const double every = std::clamp(*options.stall_timeout_s / 50, 0.02, 0.25);
-    stall_timer.expires_after(std::chrono::duration_cast<std::chrono::steady_clock::duration>(
-        std::chrono::duration<double>(every)));
-    wait_stall_tick(every);
-  }
-
-  void wait_stall_tick(double every) {
-    stall_timer.async_wait([this, every](const boost::system::error_code& ec) {
-      if (ec || stopping || done) return;
-      check_stalls();
-      if (stopping) return;
-      stall_timer.expires_at(stall_timer.expiry() +
-                             std::chrono::duration_cast<std::chrono::steady_clock::duration>(
-                                 std::chrono::duration<double>(every)));
-      wait_stall_tick(every);
-    });
-  }
-
   void check_stalls() {
-    if (output_paused) return;  // the workers wait for flowrun, not the other way round
-    const auto limit = static_cast<std::int64_t>(*options.stall_timeout_s * 1e9);
-    std::vector<std::size_t> found;
-    for (auto& w : workers) {
-      if (!w.alive || monotonic_now_ns() - w.last_output_ns < limit) continue;
-      // Output in the pipes that the loop has not read yet is not silence.
-      for (Stream* s : {&w.out, &w.err}) {
-        if (s->open()) drain(w, *s, 1);
-      }
-      if (w.alive && monotonic_now_ns() - w.last_output_ns >= limit) found.push_back(index_of(w));
-    }
+    if (pipes.paused()) return;  // the workers wait for flowrun, not the other way round
+    const std::vector<std::size_t> found = stall.silent(*options.stall_timeout_s);
     schedule_flush();
     if (found.empty() || stopping) return;
     flush_console();  // the workers' lines so far come before flowrun's
-    note_silence();
+    stall.note_silence();
     std::vector<WorkerRecord> stalled;
     for (std::size_t i : found) {
       workers[i].record.stalled = true;
@@ -437,30 +306,11 @@ struct Supervisor::Impl {
     advance();
   }
 
-  // --- leftovers ---------------------------------------------------------
-
-  // Descendants still running after every worker was reaped: they came to
-  // flowrun as the subreaper. The guardian is flowrun's own child.
-  std::vector<pid_t> leftovers() const {
-    std::vector<pid_t> found;
-    for (pid_t pid : children_of(getpid())) {
-      if (pid == guardian) continue;
-      bool worker = false;
-      for (const auto& w : workers) worker = worker || (w.pid == pid && w.alive);
-      if (!worker) found.push_back(pid);
-    }
-    return found;
-  }
-
-  static void signal_tree(pid_t pid, int sig) {
-    for (pid_t child : children_of(pid)) signal_tree(child, sig);
-    if (getpgid(pid) == pid) kill(-pid, sig);
-    kill(pid, sig);
-  }
+  // --- the end and the leftovers --------------------------------------
 
   void advance() {
     if (done || alive_count() > 0) return;
-    const auto left = leftovers();
+    const auto left = sweep.find();
     if (left.empty()) {
       done = finishing;
       return;
@@ -469,13 +319,7 @@ struct Supervisor::Impl {
       sweeping = true;
       if (!stopping) start_grace(options.grace_s);  // a stopping group already has its deadline
     }
-    std::vector<std::string> named;
-    for (pid_t pid : left) {
-      if (!leftovers_seen.insert(pid).second) continue;
-      named.push_back(fmt::format("{} ({})", pid, process_name(pid)));
-      signal_tree(pid, kill_now ? SIGKILL : SIGTERM);
-      if (!kill_now) signal_tree(pid, SIGCONT);
-    }
+    const std::vector<std::string> named = sweep.signal_new(left, kill_now);
     if (!named.empty() && options.note_leftovers) {
       notes.push_back(fmt::format("stopped {} process{} left behind by the step's workers: {}", named.size(),
                                   named.size() == 1 ? "" : "es", join(named, ", ")));
@@ -484,64 +328,12 @@ struct Supervisor::Impl {
 
   // --- output ------------------------------------------------------------
 
-  void start_read(Worker& w, Stream& s) {
-    s.desc->async_wait(asio::posix::stream_descriptor::wait_read,
-                       [this, &w, &s](const boost::system::error_code& ec) {
-                         if (ec || !s.open()) return;
-                         if (!output_paused) {
-                           drain(w, s, kReadsPerWakeup);
-                           schedule_flush();
-                         }
-                         if (!s.open()) return;
-                         if (output_paused) {
-                           s.parked = true;  // resume_output() watches it again
-                         } else {
-                           start_read(w, s);
-                         }
-                       });
-  }
-
-  void pause_output() {
-    if (output_paused) return;
-    output_paused = true;
-    paused_at_ns = monotonic_now_ns();
-  }
-
-  void resume_output() {
-    if (!output_paused) return;
-    output_paused = false;
-    // A worker held back by flowrun was not silent: the pause does not count
-    // towards its stall_timeout.
-    const std::int64_t paused_for = monotonic_now_ns() - paused_at_ns;
-    for (auto& w : workers) w.last_output_ns += paused_for;
-    for (auto& w : workers) {
-      for (Stream* s : {&w.out, &w.err}) {
-        if (!s->parked) continue;
-        s->parked = false;
-        if (s->open()) start_read(w, *s);
-      }
-    }
-  }
-
-  // Reads what is there (at most `reads` chunks, none once output is
-  // paused): raw to the log file, whole prefixed lines to the console buffers.
-  void drain(Worker& w, Stream& s, int reads) {
-    const std::int64_t now = monotonic_now_ns();
-    for (int i = 0; i < reads && s.open() && !output_paused; ++i) {
-      const ssize_t n = read(s.fd, buffer.data(), buffer.size());
-      if (n < 0 && errno == EINTR) continue;
-      if (n < 0) break;  // EAGAIN: nothing more now
-      if (n == 0) {
-        close_stream(w, s);
-        break;
-      }
-      const std::string_view data(buffer.data(), static_cast<std::size_t>(n));
-      w.last_output_ns = now;
-      if (auto error = w.log->keep(s.is_err, data)) log_failed(*error);
-      if (observer != nullptr) observer->on_output(index_of(w), s.is_err, data);
-      w.log->show(s.is_err, data, now);
-      if (static_cast<std::size_t>(n) < buffer.size()) break;
-    }
+  // A read's `data` from `w`: raw to the log file, whole prefixed lines to
+  // the console buffers.
+  void keep_output(Worker& w, bool is_err, std::string_view data, std::int64_t now) {
+    if (auto error = w.log->keep(is_err, data)) log_failed(*error);
+    if (observer != nullptr) observer->on_output(index_of(w), is_err, data);
+    w.log->show(is_err, data, now);
   }
 
   // A log file cannot be written (a full disk): the rank's output is lost
@@ -555,18 +347,6 @@ struct Supervisor::Impl {
       outcome = Outcome::failed;
       begin_stop();
     }
-  }
-
-  void close_stream(Worker& w, Stream& s) {
-    if (!s.open()) return;
-    w.log->close(s.is_err);
-    if (s.desc) {
-      s.desc->cancel();
-      s.desc->release();
-      s.desc.reset();
-    }
-    close(s.fd);
-    s.fd = -1;
   }
 
   void schedule_flush() { batch.schedule(); }
@@ -583,76 +363,13 @@ struct Supervisor::Impl {
 
   // --- the group ---------------------------------------------------------
 
-  // The worker's log files, created now (an error flowrun cannot go on
-  // from), its tail and its console tag.
-  void open_output(Worker& w) {
-    const WorkerLaunch& launch = *w.launch;
-    RankLog::Options o;
-    o.stdout_log = launch.stdout_log;
-    o.stderr_log = launch.stderr_log;
-    o.style = options.style;
-    if (launch.console) {
-      o.prefix = launch.label.empty() ? log_prefix(options.step, launch.rank, options.style.color)
-                                      : log_prefix(launch.label, -1, options.style.color);
-    }
-    o.who = launch.rank >= 0        ? fmt::format("rank {}'s ", launch.rank)
-            : !launch.label.empty() ? launch.label + "'s "
-                                    : std::string("its ");
-    w.log = std::make_unique<RankLog>(std::move(o), batch);
-    w.log->open_files();
-  }
-
-  void open_stream(Stream& s, bool is_err, int* child_end) {
-    int fds[2];
-    if (pipe2(fds, O_CLOEXEC) != 0) throw Error(std::string("cannot create a pipe: ") + std::strerror(errno));
-    fcntl(fds[0], F_SETFL, fcntl(fds[0], F_GETFL) | O_NONBLOCK);
-    fcntl(fds[0], F_SETPIPE_SZ, 1 << 20);  // fewer wakeups when a rank floods; best effort
-    s.fd = fds[0];
-    *child_end = fds[1];
-    s.is_err = is_err;
-    s.desc = std::make_unique<asio::posix::stream_descriptor>(io, s.fd);
-  }
-
-  // A pipe holding `text` and then end-of-file; returns its read end. The
-  // text (a token) is small: it fits the pipe's buffer, so this never blocks.
-  static int stdin_with(const std::string& text) {
-    int fds[2];
-    if (pipe2(fds, O_CLOEXEC) != 0) throw Error(std::string("cannot create a pipe: ") + std::strerror(errno));
-    const bool ok = text.size() <= 4096 && write_all(fds[1], text.data(), text.size());
-    close(fds[1]);
-    if (!ok) {
-      close(fds[0]);
-      throw Error("cannot write a process's standard input");
-    }
-    return fds[0];
-  }
-
   // Spawns in rank order; stops at the first that cannot start, or at an
   // interrupt that arrived meanwhile.
   void spawn_all(const std::vector<WorkerLaunch>& launches) {
     for (std::size_t i = 0; i < launches.size() && !stopping && interrupt == 0; ++i) {
       Worker& w = workers[i];
-      int out_end = -1, err_end = -1;
-      open_output(w);
-      open_stream(w.out, false, &out_end);
-      open_stream(w.err, true, &err_end);
-      SpawnRequest request{launches[i].argv, launches[i].env, launches[i].workdir, out_end, err_end};
-      int in_end = -1;
-      if (!launches[i].stdin_text.empty()) in_end = stdin_with(launches[i].stdin_text);
-      request.stdin_fd = in_end;
-      w.record.start_unix_ns = unix_now_ns();
-      SpawnResult spawned;
-      try {
-        spawned = spawn_process(request);
-      } catch (...) {
-        close(out_end);
-        close(err_end);
-        if (in_end >= 0) close(in_end);
-        throw;
-      }
-      close(out_end);
-      close(err_end);
-      if (in_end >= 0) close(in_end);
+      WorkerPipes::open_log(w, options, batch);
+      const SpawnResult spawned = pipes.spawn(w, launches[i]);
       if (spawned.pid < 0) {
         w.record.end_unix_ns = unix_now_ns();
         w.record.status.kind = ExitStatus::Kind::spawn_failed;
@@ -664,8 +381,8 @@ struct Supervisor::Impl {
           observer->on_output(i, true, line);
           observer->on_exit(i, w.record);
         }
-        close_stream(w, w.out);
-        close_stream(w, w.err);
+        pipes.close_stream(w, w.out);
+        pipes.close_stream(w, w.err);
         outcome = Outcome::failed;
         begin_stop();
         break;
@@ -680,9 +397,9 @@ struct Supervisor::Impl {
       w.last_output_ns = started_mono;
       w.record.status.kind = ExitStatus::Kind::running;
       w.alive = true;
-      watch_exit(w);
-      start_read(w, w.out);
-      start_read(w, w.err);
+      exits.watch(w);
+      pipes.start_read(w, w.out);
+      pipes.start_read(w, w.err);
     }
   }
 
@@ -696,13 +413,14 @@ struct Supervisor::Impl {
     observer = obs;
     observer_stops = false;
     in_group = true;
-    stopping = kill_now = sweeping = finishing = done = grace_expired = silence_noted = false;
+    stopping = kill_now = sweeping = finishing = done = grace_expired = false;
+    stall.reset();
     outcome = Outcome::succeeded;
     write_error.clear();
     workers.clear();
     workers.resize(launches.size());
     stopped.clear();
-    leftovers_seen.clear();
+    sweep.reset();
     notes.clear();
     started_mono = monotonic_now_ns();
     group_start_ns = unix_now_ns();
@@ -718,22 +436,21 @@ struct Supervisor::Impl {
       });
     }
 
-    if (opts.stall_timeout_s && !launches.empty()) start_stall_watch();
-
-    for (std::size_t i = 0; i < launches.size(); ++i) {
-      Worker& w = workers[i];
-      w.launch = &launches[i];
-      w.record.rank = launches[i].rank;
-      w.record.local_rank = launches[i].local_rank;
-      w.record.stdout_log = launches[i].stdout_log;
-      w.record.stderr_log = launches[i].stderr_log;
-      w.record.error_file = launches[i].error_file;
+    if (opts.stall_timeout_s && !launches.empty()) {
+      stall.start(
+          *opts.stall_timeout_s, [this] { return stopping || done; },
+          [this] {
+            check_stalls();
+            return !stopping;
+          });
     }
+
+    for (std::size_t i = 0; i < launches.size(); ++i) workers[i].assign(launches[i]);
     try {
       spawn_all(launches);
     } catch (...) {
       // flowrun cannot go on (a log file it cannot create): stop what runs.
-      stall_timer.cancel();
+      stall.cancel();
       kill_everything();
       finishing = true;
       advance();
@@ -753,21 +470,11 @@ struct Supervisor::Impl {
     advance();
     while (!done) io.run_one();
 
-    // Every worker and leftover has ended: take what is still in the pipes
-    // (paused output first waits for the observer to resume it).
-    for (auto& w : workers) {
-      for (Stream* s : {&w.out, &w.err}) {
-        while (s->open()) {
-          while (output_paused) io.run_one();
-          drain(w, *s, 1 << 20);
-          if (s->open() && !output_paused) close_stream(w, *s);  // EAGAIN with no writer left: done
-        }
-      }
-    }
+    pipes.drain_rest();
     flush_console();
     grace_timer.cancel();
     timeout_timer.cancel();
-    stall_timer.cancel();
+    stall.cancel();
     io.poll();  // run the cancelled handlers
     const std::size_t dropped = screen.take_dropped();
     if (dropped > 0) {
@@ -867,9 +574,9 @@ void Supervisor::set_repeat_signal_kills(bool kills) { impl_->repeat_kills = kil
 
 int Supervisor::interrupt_received() const { return impl_->interrupt; }
 
-void Supervisor::pause_output() { impl_->pause_output(); }
+void Supervisor::pause_output() { impl_->pipes.pause_output(); }
 
-void Supervisor::resume_output() { impl_->resume_output(); }
+void Supervisor::resume_output() { impl_->pipes.resume_output(); }
 
 int Supervisor::interrupt_signal() const {
   impl_->io.poll();  // deliver a signal that arrived between steps

@@ -1,0 +1,41 @@
+// The supervisor's watch on its workers' exits: a pidfd per worker, so that
+// exits arrive in the order they happened, and SIGCHLD's reaping of what no
+// pidfd watches (orphans that came to flowrun as the subreaper, a worker
+// whose pidfd could not be opened). Each exit is written into the worker's
+// record before the supervisor hears of it.
+#pragma once
+
+#include <functional>
+#include <sys/resource.h>
+#include <sys/types.h>
+#include <vector>
+
+#include "worker_pipes.h"
+
+namespace boost::asio {
+class io_context;
+}
+
+namespace flowrun {
+
+class ExitWatch {
+ public:
+  // `ended` hears of each worker's exit; `after` runs after each pidfd's.
+  // `guardian` is flowrun's own child, never reaped here.
+  ExitWatch(boost::asio::io_context& io, pid_t guardian, std::vector<Worker>& workers,
+            std::function<void(Worker&)> ended, std::function<void()> after);
+
+  void watch(Worker& w);
+  void reap();
+
+ private:
+  void on_exit(Worker& w, int status, const rusage& usage);
+
+  boost::asio::io_context& io_;
+  pid_t guardian_;
+  std::vector<Worker>& workers_;
+  std::function<void(Worker&)> ended_;
+  std::function<void()> after_;
+};
+
+}  // namespace flowrun

@@ -1,0 +1,67 @@
+#include "stall_watch.h"
+
+#include <algorithm>
+#include <chrono>
+
+#include "flowrun/process.h"
+
+namespace flowrun {
+
+StallWatch::StallWatch(boost::asio::io_context& io, std::vector<Worker>& workers, WorkerPipes& pipes)
+    : timer_(io), workers_(workers), pipes_(pipes) {}
+
+bool StallWatch::tree_suspended(pid_t pid, int depth) {
+  if (process_state(pid) == 'T') return true;
+  if (depth > 32) return false;
+  for (pid_t child : children_of(pid)) {
+    if (tree_suspended(child, depth + 1)) return true;
+  }
+  return false;
+}
+
+void StallWatch::note_silence() {
+  if (noted_) return;
+  noted_ = true;
+  const std::int64_t now = monotonic_now_ns();
+  for (auto& w : workers_) {
+    if (!w.alive) continue;
+    w.record.silent_s = static_cast<double>(now - w.last_output_ns) / 1e9;
+    w.record.suspended = tree_suspended(w.pid);
+  }
+}
+
+void StallWatch::start(double stall_timeout_s, std::function<bool()> ended, std::function<bool()> check) {
+  ended_ = std::move(ended);
+  check_ = std::move(check);
+  const double every = std::clamp(stall_timeout_s / 50, 0.02, 0.25);
+  timer_.expires_after(
+      std::chrono::duration_cast<std::chrono::steady_clock::duration>(std::chrono::duration<double>(every)));
+  wait_tick(every);
+}
+
+void StallWatch::wait_tick(double every) {
+  timer_.async_wait([this, every](const boost::system::error_code& ec) {
+    if (ec || ended_()) return;
+    if (!check_()) return;
+    timer_.expires_at(timer_.expiry() + std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+                                            std::chrono::duration<double>(every)));
+    wait_tick(every);
+  });
+}
+
+std::vector<std::size_t> StallWatch::silent(double limit_s) {
+  const auto limit = static_cast<std::int64_t>(limit_s * 1e9);
+  std::vector<std::size_t> found;
+  for (auto& w : workers_) {
+    if (!w.alive || monotonic_now_ns() - w.last_output_ns < limit) continue;
+    // Output in the pipes that the loop has not read yet is not silence.
+    for (Stream* s : {&w.out, &w.err}) {
+      if (s->open()) pipes_.drain(w, *s, 1);
+    }
+    if (w.alive && monotonic_now_ns() - w.last_output_ns >= limit)
+      found.push_back(static_cast<std::size_t>(&w - workers_.data()));
+  }
+  return found;
+}
+
+}  // namespace flowrun

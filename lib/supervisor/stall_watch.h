@@ -1,0 +1,49 @@
+// The supervisor's watch on its workers' silence: stall_timeout checked on
+// a steady tick, the workers silent past it, and each live worker's silence
+// and state noted once per group for the record.
+#pragma once
+
+#include <boost/asio/steady_timer.hpp>
+#include <cstddef>
+#include <functional>
+#include <sys/types.h>
+#include <vector>
+
+#include "worker_pipes.h"
+
+namespace flowrun {
+
+class StallWatch {
+ public:
+  StallWatch(boost::asio::io_context& io, std::vector<Worker>& workers, WorkerPipes& pipes);
+
+  // stall_timeout is checked on a steady tick (a 50th of it, between 20 ms
+  // and 250 ms), so that workers that went silent together (all of them, in
+  // a hung collective) are named together. Each tick runs `check` unless
+  // `ended`; the ticks go on while `check` returns true.
+  void start(double stall_timeout_s, std::function<bool()> ended, std::function<bool()> check);
+  void cancel() { timer_.cancel(); }
+
+  // The live workers silent for `limit_s` or more, by index; output in the
+  // pipes that the loop has not read yet is not silence.
+  std::vector<std::size_t> silent(double limit_s);
+
+  // Each live worker's silence and state, once per group (until reset()),
+  // before the stop signals change them.
+  void note_silence();
+  void reset() { noted_ = false; }
+
+ private:
+  // Whether `pid` or a process under it is in the stopped state (T).
+  static bool tree_suspended(pid_t pid, int depth = 0);
+  void wait_tick(double every);
+
+  boost::asio::steady_timer timer_;
+  std::vector<Worker>& workers_;
+  WorkerPipes& pipes_;
+  std::function<bool()> ended_;
+  std::function<bool()> check_;
+  bool noted_ = false;
+};
+
+}  // namespace flowrun
