@@ -29,11 +29,14 @@
 
 #include "attempt_news.h"
 #include "connection.h"
+#include "engine_watch.h"
 #include "engines.h"
 #include "listener.h"
+#include "node_orders.h"
 #include "node_preflight.h"
 #include "node_start.h"
 #include "node_table.h"
+#include "rank_table.h"
 #include "upload_receiver.h"
 
 namespace flowrun {
@@ -58,18 +61,6 @@ std::string hostname() {
   char name[256] = {};
   gethostname(name, sizeof name - 1);
   return name;
-}
-
-std::vector<std::string> split_lines(const std::string& text) {
-  std::vector<std::string> lines;
-  std::size_t pos = 0;
-  while (pos < text.size()) {
-    std::size_t end = text.find('\n', pos);
-    if (end == std::string::npos) end = text.size();
-    lines.push_back(text.substr(pos, end - pos));
-    pos = end + 1;
-  }
-  return lines;
 }
 
 // A file only this user can read (the run's token), replacing any old one.
@@ -255,7 +246,6 @@ class Head : public GroupObserver {
             [this](int node, const std::string& what) { upload_error(nodes_[std::size_t(node)], what); }),
         preflight_(console_, plan_, job_.ctx.layout.step_dir(plan_.step) + "/preflight.txt",
                    preflight_links()) {
-    ranks_.resize(static_cast<std::size_t>(plan_.world_size));
   }
 
   // Listens, starts the engine's processes (srun, ssh) that bring up the
@@ -279,9 +269,7 @@ class Head : public GroupObserver {
     if (auto file = say_how_to_join(console_, job_, nodes_.size(), agent, token_); !file.empty())
       token_file_ = file;
     for (const auto& e : engines) {
-      engine_node_.push_back(e.node);
-      engine_what_.push_back(e.what);
-      engine_tail_.emplace_back(20, 4096);
+      engines_.add(e);
       launches_.push_back(engine_worker(e, job_, token_));
     }
 
@@ -356,7 +344,7 @@ class Head : public GroupObserver {
     heartbeat_timer_.cancel();
     join_timer_.cancel();
     flush_timer_.cancel();
-    for (auto& r : ranks_) close_rank_files(r);
+    ranks_.close_files();
     flush_console();
     io_.poll();
     unlink(marker_path_.c_str());
@@ -373,36 +361,22 @@ class Head : public GroupObserver {
 
   void on_output(std::size_t index, bool is_err, std::string_view data) override {
     (void)is_err;
-    engine_tail_[index].feed(data);
     // srun waiting for resources: the join timeout counts from the grant.
-    if (data.find("queued and waiting for resources") != std::string_view::npos) {
-      join_timer_.cancel();
-      waiting_for_grant_ = true;
-    } else if (waiting_for_grant_ && data.find("has been allocated resources") != std::string_view::npos) {
-      waiting_for_grant_ = false;
-      if (phase_ == Phase::joining) start_join_timer(cluster_.join_timeout_s);
-    }
+    const auto grant = engines_.feed(index, data);
+    if (grant == cluster::EngineWatch::Grant::queued) join_timer_.cancel();
+    if (grant == cluster::EngineWatch::Grant::granted && phase_ == Phase::joining)
+      start_join_timer(cluster_.join_timeout_s);
   }
 
   bool on_exit(std::size_t index, const WorkerRecord& record) override {
     if (phase_ == Phase::finished) return false;
-    const int node = engine_node_[index];
-    std::string tail = engine_tail_[index].text();
-    while (!tail.empty() && tail.back() == '\n') tail.pop_back();
-    const std::string what = fmt::format("{} {}", engine_what_[index], record.status.describe());
+    const int node = engines_.node(index);
     if (phase_ == Phase::joining && (node < 0 || !nodes_[static_cast<std::size_t>(node)].joined)) {
-      std::string message =
-          what + " before " + (node < 0 ? std::string("every agent") : std::string("its agent")) + " joined";
-      if (!tail.empty()) {
-        message += "; its last output:";
-        for (const auto& line : split_lines(tail)) message += "\n    " + line;
-      }
-      fail_before_start(message);
+      fail_before_start(engines_.ended_before_join(index, record));
       return false;
     }
-    if (phase_ == Phase::running || phase_ == Phase::assigning || phase_ == Phase::checking) {
-      engine_note_ = what + (tail.empty() ? "" : ": " + split_lines(tail).back());
-    }
+    if (phase_ == Phase::running || phase_ == Phase::assigning || phase_ == Phase::checking)
+      engine_note_ = engines_.ended_note(index, record);
     return false;
   }
 
@@ -453,13 +427,6 @@ class Head : public GroupObserver {
   // and the step runner decides what comes next.
   enum class Phase { joining, assigning, checking, ready, running, between, finished };
 
-  struct RankState {
-    WorkerRecord record;
-    bool stopped = false;
-    bool exited = false;
-    std::unique_ptr<RankLog> log;  // from the attempt's start
-  };
-
   // ---- setup ---------------------------------------------------------------
 
   cluster::NodePreflight::Links preflight_links() {
@@ -478,7 +445,7 @@ class Head : public GroupObserver {
     if (phase_ != Phase::joining)
       return {-1, fmt::format("all {} have joined step '{}'", plural(nodes_.size(), "node", "nodes"),
                               plan_.step)};
-    return nodes_.admit(j, engine_node_);
+    return nodes_.admit(j, engines_.nodes());
   }
 
   void on_joined(int rank, const cluster::Joiner& j, const std::shared_ptr<Connection>& conn) {
@@ -512,25 +479,8 @@ class Head : public GroupObserver {
     for (auto& n : nodes_) {
       n.ready = false;
       n.done = false;
-      Assign m;
-      m.step = plan_.step;
-      m.run_id = job_.ctx.run_id;
-      m.attempt = attempt_;
-      m.node_rank = n.rank;
-      m.nodes = static_cast<int>(nodes_.size());
-      m.workdir = job_.step->workdir;
-      m.marker_path = marker_path_;
-      m.marker_text = marker_text_;
-      m.want_port = n.rank == 0;
-      m.grace_ms = static_cast<std::int64_t>(job_.group.grace_s * 1000);
-      // stall_timeout is enforced by each node's agent, whose supervisor reads
-      // its ranks' pipes: silence is measured where the ranks write, not from
-      // output frames that the network, the connection's queue or a busy head
-      // may hold back, and the agent can tell a stopped (SIGSTOP) rank by its
-      // /proc state. The agent reports the stalled ranks (Stalled) and the
-      // head names them and stops every node.
-      if (job_.group.stall_timeout_s) m.stall_ms = std::llround(*job_.group.stall_timeout_s * 1000);
-      n.conn->send(m);
+      n.conn->send(cluster::assign_of(job_, attempt_, n.rank, static_cast<int>(nodes_.size()), marker_path_,
+                                      marker_text_));
     }
   }
 
@@ -587,31 +537,12 @@ class Head : public GroupObserver {
     ctx.restart_count = attempt_;
     master_port_ = ctx.master_port;
     attempt_start_ns_ = unix_now_ns();
-    for (auto& r : ranks_) {
-      close_rank_files(r);
-      r = RankState{};
-    }
+    ranks_.reset();
     // A restart: the step runner keeps what the attempt before left (logs,
     // traceback, uploads) in attemptN/, now that every node is ready.
     if (keep_previous_) keep_previous_();
     keep_previous_ = nullptr;
-    for (const auto& rp : plan_.ranks) {
-      RankState& r = ranks_[static_cast<std::size_t>(rp.rank)];
-      const Node& n = nodes_[static_cast<std::size_t>(rp.node)];
-      r.record.rank = rp.rank;
-      r.record.local_rank = rp.local_rank;
-      r.record.node = n.name;
-      r.record.status.kind = ExitStatus::Kind::running;
-      r.record.start_unix_ns = attempt_start_ns_;
-      const std::string dir = ctx.layout.rank_dir(plan_.step, rp.rank);
-      // The directories were made before the nodes joined; a restart makes
-      // the output directory the kept attempt took along.
-      if (attempt_ > 0) make_dirs(ctx.layout.output_dir(plan_.step, rp.rank));
-      r.record.stdout_log = dir + "/stdout.log";
-      r.record.stderr_log = dir + "/stderr.log";
-      r.record.error_file = ctx.layout.error_file(plan_.step, rp.rank);
-      open_rank_log(r, n);
-    }
+    ranks_.start(ctx, nodes_, attempt_, attempt_start_ns_);
     if (attempt_ == 0) {
       std::vector<std::string> names;
       for (const auto& n : nodes_) names.push_back(n.name);
@@ -622,14 +553,7 @@ class Head : public GroupObserver {
     // Every node's start message first, then the writes: the nodes start
     // together. Each carries its node's part of the plan; the node's agent
     // makes its ranks' environment from it.
-    std::vector<std::string> frames(nodes_.size());
-    for (const auto& n : nodes_) {
-      Start m = cluster::start_of(node_work(*job_.spec, *job_.step, plan_, n.rank, ctx));
-      m.workdir = job_.step->workdir;
-      m.argv = job_.argv;
-      for (auto& r : m.ranks) r.upload = job_.step->collect == Collect::all || r.rank == 0;
-      frames[static_cast<std::size_t>(n.rank)] = to_wire(encode(m));
-    }
+    std::vector<std::string> frames = cluster::start_frames(job_, nodes_.size(), ctx);
     for (auto& n : nodes_) n.conn->send_frame(std::move(frames[static_cast<std::size_t>(n.rank)]));
   }
 
@@ -686,14 +610,8 @@ class Head : public GroupObserver {
     node_lost(n, what);
   }
 
-  RankState* rank_of(Node& n, int rank) {
-    if (rank < 0 || rank >= plan_.world_size) return nullptr;
-    if (plan_.ranks[static_cast<std::size_t>(rank)].node != n.rank) return nullptr;
-    return &ranks_[static_cast<std::size_t>(rank)];
-  }
-
   void on_rank_output(Node& n, const Output& m) {
-    RankState* r = rank_of(n, m.rank);
+    cluster::RankState* r = ranks_.of(n, m.rank);
     if (r == nullptr || !r->log) return;
     if (auto error = r->log->keep(m.is_stderr, m.data)) log_failed(*error);
     r->log->show(m.is_stderr, m.data, monotonic_now_ns());
@@ -701,7 +619,7 @@ class Head : public GroupObserver {
   }
 
   void on_rank_exited(Node& n, const Exited& m) {
-    RankState* r = rank_of(n, m.rank);
+    cluster::RankState* r = ranks_.of(n, m.rank);
     if (r == nullptr || r->exited) return;
     r->exited = true;
     auto& rec = r->record;
@@ -773,16 +691,7 @@ class Head : public GroupObserver {
     }
     notes_.push_back(text);
     const std::int64_t now = unix_now_ns();
-    for (auto& r : ranks_) {
-      if (r.record.node != n.name || r.exited ||
-          plan_.ranks[static_cast<std::size_t>(r.record.rank)].node != n.rank)
-        continue;
-      r.exited = true;
-      r.record.status.kind = ExitStatus::Kind::lost;
-      r.record.status.spawn_error = why;
-      r.record.end_unix_ns = now;
-      r.stopped = false;  // lost with its node, not stopped by flowrun
-    }
+    ranks_.lose(n, why, now);
     if (!stopping_) stop_nodes(Outcome::failed, text);
     n.done = true;
     maybe_attempt_done();
@@ -793,7 +702,7 @@ class Head : public GroupObserver {
     for (const auto& n : nodes_) {
       if (!n.done && !n.lost) return;
     }
-    for (auto& r : ranks_) close_rank_files(r);
+    ranks_.close_files();
     flush_console();
     last_ = record_attempt();
     phase_ = Phase::between;  // the step runner restarts (run_attempt) or ends the step (end_step)
@@ -819,27 +728,12 @@ class Head : public GroupObserver {
     attempt.master_port = master_port_;
     attempt.start_unix_ns = attempt_start_ns_;
     attempt.end_unix_ns = unix_now_ns();
-    std::vector<int> stopped;
-    bool failed = false;
-    bool signalled = false;
-    for (std::size_t i = 0; i < ranks_.size(); ++i) {
-      auto& r = ranks_[i];
-      // Slurm signals a step's every process, the ranks with their agent: a
-      // rank that died of it on a node whose agent was signalled did not fail.
-      const Node& node = nodes_[static_cast<std::size_t>(plan_.ranks[i].node)];
-      if (node.signalled) {
-        signalled = true;
-        if (r.record.status.kind == ExitStatus::Kind::signaled) r.stopped = true;
-      }
-      if (r.log) r.record.stderr_tail = r.log->tail();
-      if (!r.record.status.ok()) failed = true;
-      if (r.stopped) stopped.push_back(static_cast<int>(i));
-      attempt.workers.push_back(r.record);
-    }
-    if (signalled && outcome_ != Outcome::timed_out) outcome_ = Outcome::interrupted;
-    attempt.outcome = cluster::attempt_outcome(outcome_, failed, !errors_.empty(), !write_error_.empty());
+    const auto ranks = ranks_.record(nodes_, attempt);
+    if (ranks.signalled && outcome_ != Outcome::timed_out) outcome_ = Outcome::interrupted;
+    attempt.outcome =
+        cluster::attempt_outcome(outcome_, ranks.failed, !errors_.empty(), !write_error_.empty());
     attempt.write_error = write_error_;
-    assign_roles(attempt, stopped);
+    assign_roles(attempt, ranks.stopped);
     return attempt;
   }
 
@@ -900,29 +794,6 @@ class Head : public GroupObserver {
 
   void flush_console() { batch_.flush(); }
 
-  // A rank's log files are opened (and emptied) when it first writes, so
-  // that thousands of ranks cost nothing until they print. Reached from the
-  // run directory without following a symlink, as uploads are: a rank on a
-  // node that shares this file system may have put a link in its place (to
-  // a file that O_TRUNC would empty).
-  void open_rank_log(RankState& r, const Node& n) {
-    RankLog::Options o;
-    o.stdout_log = r.record.stdout_log;
-    o.stderr_log = r.record.stderr_log;
-    o.style = job_.group.style;
-    if (job_.shows_rank(r.record.rank))
-      o.prefix = log_prefix(n.name + " " + plan_.step, r.record.rank, job_.group.style.color);
-    o.who = fmt::format("rank {}'s ", r.record.rank);
-    o.open = [run_dir = job_.ctx.layout.run_dir](const std::string& path) {
-      const std::size_t slash = path.rfind('/');
-      const BeneathRoot dir = BeneathRoot::open_under(run_dir, path.substr(0, slash), false);
-      return dir.ok() ? openat(dir.fd(), path.c_str() + slash + 1,
-                               O_WRONLY | O_CREAT | O_TRUNC | O_NOFOLLOW | O_CLOEXEC, 0644)
-                      : (errno = dir.error(), -1);
-    };
-    r.log = std::make_unique<RankLog>(std::move(o), batch_);
-  }
-
   // A rank's log file cannot be written (a full disk): its output is lost
   // from here on, so the step cannot succeed. Said once; the console goes on
   // showing the ranks' lines while the nodes stop.
@@ -933,10 +804,6 @@ class Head : public GroupObserver {
     console_.message(
         log_failed_message(plan_.step, write_error_, stopping_, error.err, job_.ctx.layout.run_dir));
     if (phase_ == Phase::running && !stopping_) stop_nodes(Outcome::failed, write_error_);
-  }
-
-  void close_rank_files(RankState& r) {
-    if (r.log) r.log->close();
   }
 
   Supervisor& sup_;
@@ -954,10 +821,7 @@ class Head : public GroupObserver {
   double timeout_s_, interval_s_;
   Phase phase_ = Phase::joining;
   cluster::NodeTable nodes_{plan_.nodes.size()};
-  std::vector<RankState> ranks_;
-  std::vector<int> engine_node_;
-  std::vector<std::string> engine_what_;  // "srun", "ssh to node2", "node 0's agent"
-  std::vector<TailBuffer> engine_tail_;
+  cluster::EngineWatch engines_;  // srun, ssh
   std::string engine_note_;
   std::string write_error_;  // the first file of the run directory that could not be written, and why
   std::vector<std::string> workdir_errors_;
@@ -967,9 +831,9 @@ class Head : public GroupObserver {
   std::int64_t attempt_start_ns_ = 0;
   bool stopping_ = false;
   bool attempt_started_ = false, attempt_recorded_ = false;
-  bool waiting_for_grant_ = false;
   Outcome outcome_ = Outcome::succeeded;
   ConsoleBatch batch_{io_, [this](std::string& out, std::string& err) { sup_.write_console(out, err); }};
+  cluster::RankTable ranks_{job_, batch_};
   cluster::News news_;  // the notes and errors, handed to the step runner each once
   std::vector<std::string>& notes_ = news_.notes;
   std::vector<std::string>& errors_ = news_.errors;
