@@ -31,6 +31,7 @@
 #include "connection.h"
 #include "engine_watch.h"
 #include "engines.h"
+#include "head_launch.h"
 #include "listener.h"
 #include "node_orders.h"
 #include "node_preflight.h"
@@ -51,133 +52,6 @@ using Clock = std::chrono::steady_clock;
 
 Clock::duration seconds_of(double s) {
   return std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(s));
-}
-
-std::string plural(std::size_t n, std::string_view one, std::string_view many) {
-  return fmt::format("{} {}", n, n == 1 ? one : many);
-}
-
-std::string hostname() {
-  char name[256] = {};
-  gethostname(name, sizeof name - 1);
-  return name;
-}
-
-// A file only this user can read (the run's token), replacing any old one.
-void write_private_file(const std::string& path, const std::string& text) {
-  const auto slash = path.rfind('/');
-  if (slash != std::string::npos && slash > 0) {
-    make_dirs(path.substr(0, slash));
-    chmod(path.substr(0, slash).c_str(), 0700);
-  }
-  unlink(path.c_str());
-  const int fd = open(path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0600);
-  if (fd < 0) throw Error("cannot write " + path + ": " + std::strerror(errno));
-  const bool ok = write_all(fd, text.data(), text.size());
-  close(fd);
-  if (!ok) throw Error("cannot write " + path + ": " + std::strerror(errno));
-}
-
-// The command that reaches the nodes: cluster.ssh_command, else FLOWRUN_SSH, else ssh.
-std::vector<std::string> ssh_command(const ClusterSpec& cluster, const EnvMap& env) {
-  std::vector<std::string> ssh{"ssh"};
-  if (auto value = env_get(env, "FLOWRUN_SSH"); value && !value->empty()) {
-    std::string error;
-    auto words = split_shell_words(*value, &error);
-    if (!words || words->empty())
-      throw Error("FLOWRUN_SSH='" + *value + "': " + (error.empty() ? "no command" : error), kExitUsage);
-    ssh = std::move(*words);
-  }
-  if (!cluster.ssh_command.empty()) ssh = cluster.ssh_command;
-  return ssh;
-}
-
-std::uint16_t rendezvous_port(const std::string& rendezvous) {
-  const auto colon = rendezvous.rfind(':');
-  return static_cast<std::uint16_t>(std::stoi(rendezvous.substr(colon + 1)));
-}
-
-// Listens where the agents dial; returns the console's "ADDRESS:PORT
-// (why)". flowrun run's rendezvous: the token goes where the other nodes'
-// flowrun run looks for it (`token_file`), before anyone can connect.
-std::string listen(cluster::Listener& listener, const ClusterSpec& cluster,
-                   const std::optional<SlurmJob>& slurm_job, const std::vector<std::string>& ssh,
-                   const std::string& token, std::string& token_file) {
-  if (cluster.rendezvous.empty()) {
-    listener.listen_on_candidates(cluster::choose_head_addresses(cluster, slurm_job, hostname(), ssh));
-    return cluster::describe_head_addresses(
-        listener.candidates(), listener.port(),
-        [](const std::string& address) { return cluster::interface_of(address).value_or(""); });
-  }
-  write_private_file(cluster.rendezvous_token_file, token + "\n");
-  token_file = cluster.rendezvous_token_file;
-  const cluster::HeadAddress address{
-      cluster.address.value_or("0.0.0.0"),
-      cluster.address ? "--local-addr" : "every address of this host, as torchrun's store"};
-  listener.listen(address.address, rendezvous_port(cluster.rendezvous));
-  listener.set_endpoint(cluster.rendezvous);
-  return cluster.rendezvous + " (" + address.why + ")";
-}
-
-// The process of one of the engine's launches: flowrun's environment, the
-// token on its stdin, its output in the step's directory.
-WorkerLaunch engine_worker(const cluster::EngineLaunch& e, const NodeStep& job, const std::string& token) {
-  WorkerLaunch launch;
-  launch.argv = e.argv;
-  EnvMap env = job.ctx.parent_env;
-  env["FLOWRUN_RUN_ID"] = job.ctx.run_id;  // spawn_process adds the guardian's mark
-  for (const auto& [k, v] : env) launch.env.push_back(k + "=" + v);
-  launch.workdir = job.step->workdir;
-  launch.label = e.label;
-  launch.stdin_text = token + "\n";
-  const std::string base = job.ctx.layout.step_dir(job.plan->step) + "/" +
-                           (job.spec->cluster->engine == Engine::manual ? fmt::format("agent-node{}", e.node)
-                            : e.node >= 0                               ? fmt::format("ssh-node{}", e.node)
-                                                                        : "srun");
-  launch.stdout_log = base + ".stdout.log";
-  launch.stderr_log = base + ".stderr.log";
-  return launch;
-}
-
-// The marker every agent must read at the same path (docs/multinode.md):
-// its path and text.
-std::pair<std::string, std::string> write_marker(const NodeStep& job) {
-  const std::string path =
-      job.step->workdir + "/.flowrun/node-check-" + job.ctx.run_id + "-" + job.plan->step;
-  const std::string text = make_nonce();
-  make_dirs(job.step->workdir + "/.flowrun");
-  const int fd = open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd < 0) throw Error("cannot write " + path + ": " + std::strerror(errno));
-  write_all(fd, text.data(), text.size());
-  close(fd);
-  return {path, text};
-}
-
-// What the user does for the agents to join: flowrun run's other nodes,
-// or, by hand, the agent's command with the token file it writes (returned).
-std::string say_how_to_join(const Console& console, const NodeStep& job, std::size_t nodes,
-                            const cluster::AgentCommand& agent, const std::string& token) {
-  const ClusterSpec& cluster = *job.spec->cluster;
-  if (!cluster.rendezvous.empty()) {
-    console.message(fmt::format(
-        "flowrun: this host is node 0; waiting for {} more: run the same `flowrun run` command on {} "
-        "({}), from this directory on the shared filesystem",
-        plural(nodes - 1, "node", "nodes"), nodes == 2 ? "it" : "each",
-        nodes == 2 ? std::string("--node-rank 1") : fmt::format("--node-rank 1 to {}", nodes - 1)));
-  } else if (cluster.engine == Engine::manual) {
-    const std::string token_file = job.ctx.layout.step_dir(job.plan->step) + "/agent.token";
-    write_private_file(token_file, token + "\n");
-    std::string command;
-    for (const auto& word : cluster::agent_argv(agent, -1))
-      command += (command.empty() ? "" : " ") + shell_quote(word);
-    command += " --token-file " + shell_quote(token_file);
-    console.message(
-        fmt::format("flowrun: waiting for {}; on each node run (add --node-rank N to choose its rank):\n"
-                    "flowrun:   {}",
-                    plural(nodes, "agent", "agents"), command));
-    return token_file;
-  }
-  return {};
 }
 
 // A node that does not see the step's workdir as this host does.
@@ -252,29 +126,12 @@ class Head : public GroupObserver {
   // agents, and returns: the agents join while the loop runs (preflight,
   // run_attempt).
   void begin() {
-    std::string slurm_error;
-    const auto slurm_job =
-        cluster_.engine == Engine::slurm ? read_slurm_job(job_.ctx.parent_env, &slurm_error) : std::nullopt;
-    if (!slurm_error.empty()) throw Error(slurm_error);
-    const auto ssh = ssh_command(cluster_, job_.ctx.parent_env);
-    const std::string listening = listen(listener_, cluster_, slurm_job, ssh, token_, token_file_);
-    std::tie(marker_path_, marker_text_) = write_marker(job_);
-
-    cluster::AgentCommand agent{job_.flowrun_path, listener_.endpoint(), job_.fake_gpus};
-    const auto engines = job_.start_agents ? std::vector<cluster::EngineLaunch>{}
-                                           : cluster::engine_launches(cluster_, plan_, slurm_job, agent, ssh);
-    console_.message(fmt::format("flowrun: step '{}': {} workers on {} (engine: {}); the head listens on {}",
-                                 plan_.step, plan_.world_size, plural(nodes_.size(), "node", "nodes"),
-                                 engine_name(cluster_.engine), listening));
-    if (auto file = say_how_to_join(console_, job_, nodes_.size(), agent, token_); !file.empty())
-      token_file_ = file;
-    for (const auto& e : engines) {
-      engines_.add(e);
-      launches_.push_back(engine_worker(e, job_, token_));
-    }
-
-    // Every rank's directory now, while the engine brings the agents up.
-    for (const auto& rp : plan_.ranks) make_dirs(job_.ctx.layout.output_dir(plan_.step, rp.rank));
+    auto launch = cluster::prepare_launch(console_, job_, listener_, token_, nodes_.size());
+    token_file_ = std::move(launch.token_file);
+    marker_path_ = std::move(launch.marker_path);
+    marker_text_ = std::move(launch.marker_text);
+    for (const auto& e : launch.engines) engines_.add(e);
+    launches_ = std::move(launch.launches);
 
     listener_.start([this](const cluster::Joiner& j) { return admit(j); },
                     [this](int rank, const cluster::Joiner& j, const std::shared_ptr<Connection>& conn) {
@@ -284,14 +141,7 @@ class Head : public GroupObserver {
     start_join_timer(cluster_.join_timeout_s);
     tick_heartbeats();
 
-    GroupOptions group = job_.group;
-    group.master_port = 0;
-    group.note_leftovers = false;   // srun's own helper process outlives it for a moment
-    group.stall_timeout_s.reset();  // the ranks' silence counts (on their nodes), not srun's or ssh's
-    // A stop: the agents stop their ranks with the grace and report, and may
-    // be a heartbeat late; srun and ssh are killed only after that.
-    group.observer_margin_s = 5 + timeout_s_;
-    sup_.start_group(launches_, group, this);
+    sup_.start_group(launches_, cluster::engine_group(job_, timeout_s_), this);
   }
 
   // Every node joined and is ready (then true), or the step ended first.
@@ -355,7 +205,7 @@ class Head : public GroupObserver {
   }
 
   int interrupt_signal() const { return sup_.interrupt_received(); }
-  std::string placement() const { return plural(nodes_.size(), "node", "nodes"); }
+  std::string placement() const { return cluster::plural(nodes_.size(), "node", "nodes"); }
 
   // ---- GroupObserver ------------------------------------------------------
 
@@ -443,7 +293,7 @@ class Head : public GroupObserver {
   // An agent that proved the token: the node rank it gets, or why not.
   cluster::Admission admit(const cluster::Joiner& j) {
     if (phase_ != Phase::joining)
-      return {-1, fmt::format("all {} have joined step '{}'", plural(nodes_.size(), "node", "nodes"),
+      return {-1, fmt::format("all {} have joined step '{}'", cluster::plural(nodes_.size(), "node", "nodes"),
                               plan_.step)};
     return nodes_.admit(j, engines_.nodes());
   }
@@ -547,7 +397,7 @@ class Head : public GroupObserver {
       std::vector<std::string> names;
       for (const auto& n : nodes_) names.push_back(n.name);
       console_.message(fmt::format("flowrun: step '{}': {} joined ({}); MASTER_ADDR {}, MASTER_PORT {}",
-                                   plan_.step, plural(nodes_.size(), "node", "nodes"), fmt::join(names, ", "),
+                                   plan_.step, cluster::plural(nodes_.size(), "node", "nodes"), fmt::join(names, ", "),
                                    master_addr(plan_, ctx), ctx.master_port));
     }
     // Every node's start message first, then the writes: the nodes start
