@@ -34,6 +34,7 @@
 #include "head_launch.h"
 #include "listener.h"
 #include "node_orders.h"
+#include "node_gathering.h"
 #include "node_preflight.h"
 #include "node_start.h"
 #include "node_table.h"
@@ -45,6 +46,7 @@ namespace flowrun {
 namespace asio = boost::asio;
 using cluster::Connection;
 using cluster::Node;
+using cluster::Phase;
 
 namespace {
 
@@ -52,15 +54,6 @@ using Clock = std::chrono::steady_clock;
 
 Clock::duration seconds_of(double s) {
   return std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(s));
-}
-
-// A node that does not see the step's workdir as this host does.
-std::string workdir_not_shared(const std::string& node, const std::string& workdir,
-                               const std::string& error) {
-  return fmt::format(
-      "node {} does not see the step's workdir {} as this host does ({}); ranks on every node run in the "
-      "same workdir, so it must be a directory every node shares (NFS, Lustre, ...) at the same path",
-      node, workdir, printable(error));
 }
 
 // A rank's end, as its agent reported it.
@@ -110,17 +103,13 @@ class Head : public GroupObserver {
         cluster_(*job.spec->cluster),
         io_(supervisor.io()),
         heartbeat_timer_(io_),
-        join_timer_(io_),
         flush_timer_(io_),
         timeout_s_(cluster_.heartbeat_timeout_s),
         interval_s_(std::clamp(timeout_s_ / 4, 0.05, 5.0)),
         listener_(io_, console_, plan_.step, token_, interval_s_, timeout_s_),
         uploads_(
             plan_, job_.ctx.layout, write_error_,
-            [this](int node, const std::string& what) { upload_error(nodes_[std::size_t(node)], what); }),
-        preflight_(console_, plan_, job_.ctx.layout.step_dir(plan_.step) + "/preflight.txt",
-                   preflight_links()) {
-  }
+            [this](int node, const std::string& what) { upload_error(nodes_[std::size_t(node)], what); }) {}
 
   // Listens, starts the engine's processes (srun, ssh) that bring up the
   // agents, and returns: the agents join while the loop runs (preflight,
@@ -133,12 +122,12 @@ class Head : public GroupObserver {
     for (const auto& e : launch.engines) engines_.add(e);
     launches_ = std::move(launch.launches);
 
-    listener_.start([this](const cluster::Joiner& j) { return admit(j); },
+    listener_.start([this](const cluster::Joiner& j) { return gathering_.admit(j); },
                     [this](int rank, const cluster::Joiner& j, const std::shared_ptr<Connection>& conn) {
-                      on_joined(rank, j, conn);
+                      gathering_.on_joined(rank, j, conn);
                     });
     if (job_.start_agents) job_.start_agents(listener_.endpoint(), token_);
-    start_join_timer(cluster_.join_timeout_s);
+    gathering_.start_join_timer(cluster_.join_timeout_s);
     tick_heartbeats();
 
     sup_.start_group(launches_, cluster::engine_group(job_, timeout_s_), this);
@@ -153,7 +142,7 @@ class Head : public GroupObserver {
   // preflight: true: once every node is ready, the NCCL check across them.
   std::optional<AttemptResult> preflight() {
     if (wait_ready()) {
-      start_preflight();
+      gathering_.start_preflight();
       if (wait_ready()) return std::nullopt;
     }
     return not_started();
@@ -164,7 +153,7 @@ class Head : public GroupObserver {
   AttemptResult run_attempt(const Attempt& attempt) {
     if (phase_ == Phase::between) {
       attempt_ = attempt.restart;
-      assign();
+      gathering_.assign();
     }
     if (!wait_ready()) return not_started();
     attempt_ = attempt.restart;
@@ -192,7 +181,7 @@ class Head : public GroupObserver {
     close_acceptors();
     listener_.close_pending();
     heartbeat_timer_.cancel();
-    join_timer_.cancel();
+    gathering_.cancel_join_timer();
     flush_timer_.cancel();
     ranks_.close_files();
     flush_console();
@@ -213,9 +202,9 @@ class Head : public GroupObserver {
     (void)is_err;
     // srun waiting for resources: the join timeout counts from the grant.
     const auto grant = engines_.feed(index, data);
-    if (grant == cluster::EngineWatch::Grant::queued) join_timer_.cancel();
+    if (grant == cluster::EngineWatch::Grant::queued) gathering_.cancel_join_timer();
     if (grant == cluster::EngineWatch::Grant::granted && phase_ == Phase::joining)
-      start_join_timer(cluster_.join_timeout_s);
+      gathering_.start_join_timer(cluster_.join_timeout_s);
   }
 
   bool on_exit(std::size_t index, const WorkerRecord& record) override {
@@ -273,107 +262,6 @@ class Head : public GroupObserver {
   }
 
  private:
-  // ready: every node is ready for an attempt; between: an attempt ended,
-  // and the step runner decides what comes next.
-  enum class Phase { joining, assigning, checking, ready, running, between, finished };
-
-  // ---- setup ---------------------------------------------------------------
-
-  cluster::NodePreflight::Links preflight_links() {
-    return {[this](int node, const Preflight& m) { nodes_[std::size_t(node)].conn->send(m); },
-            [this](int node, const std::string& reason) {
-              const auto& conn = nodes_[std::size_t(node)].conn;
-              if (conn && conn->is_open()) conn->send(Stop{reason});
-            },
-            [this](int node) { return nodes_[std::size_t(node)].lost; }};
-  }
-
-  // ---- joining -------------------------------------------------------------
-
-  // An agent that proved the token: the node rank it gets, or why not.
-  cluster::Admission admit(const cluster::Joiner& j) {
-    if (phase_ != Phase::joining)
-      return {-1, fmt::format("all {} have joined step '{}'", cluster::plural(nodes_.size(), "node", "nodes"),
-                              plan_.step)};
-    return nodes_.admit(j, engines_.nodes());
-  }
-
-  void on_joined(int rank, const cluster::Joiner& j, const std::shared_ptr<Connection>& conn) {
-    const bool all = nodes_.join(rank, j, conn);
-    conn->set_handlers(
-        [this, rank](Frame& frame) { on_node_frame(nodes_[static_cast<std::size_t>(rank)], frame); },
-        [this, rank](const std::string& why) {
-          on_node_closed(nodes_[static_cast<std::size_t>(rank)], why);
-        });
-    if (all) all_joined();
-  }
-
-  // ---- phases --------------------------------------------------------------
-
-  void all_joined() {
-    join_timer_.cancel();
-    listener_.say_fallback_addresses(nodes_.via_names());
-    // Nodes that do not have the GPUs the plan gave them are refused.
-    if (const std::string wrong = plan_.cpu ? "" : nodes_.gpu_mismatches(plan_); !wrong.empty()) {
-      fail_before_start(wrong +
-                        " (cluster.gpus_per_node, or this host's count); nodes with different GPU counts are "
-                        "not supported");
-      return;
-    }
-    assign();
-  }
-
-  void assign() {
-    phase_ = Phase::assigning;
-    ready_ = 0;
-    for (auto& n : nodes_) {
-      n.ready = false;
-      n.done = false;
-      n.conn->send(cluster::assign_of(job_, attempt_, n.rank, static_cast<int>(nodes_.size()), marker_path_,
-                                      marker_text_));
-    }
-  }
-
-  void on_ready(Node& n, const Ready& m) {
-    if (phase_ != Phase::assigning || n.ready) return;
-    n.ready = true;
-    if (!m.workdir_ok) {
-      workdir_errors_.push_back(workdir_not_shared(n.name, job_.step->workdir, m.workdir_error));
-    }
-    if (n.rank == 0) {
-      n.address = m.address;
-      n.port = m.port;
-    }
-    if (++ready_ < static_cast<int>(nodes_.size())) return;
-    if (!workdir_errors_.empty()) {
-      for (const auto& e : workdir_errors_) fail_before_start(e);
-      return;
-    }
-    phase_ = Phase::ready;
-  }
-
-  // ---- preflight: true (node_preflight.h) -----------------------------------
-
-  void start_preflight() {
-    phase_ = Phase::checking;
-    preflight_.start(nodes_.names());
-  }
-
-  void on_preflight_id(Node& n, const PreflightId& m) {
-    if (phase_ == Phase::checking && !preflight_.on_id(n.rank, m))
-      protocol_error(n, "malformed preflight_id");
-  }
-
-  void on_preflight_done(Node& n, const PreflightDone& m) {
-    if (phase_ != Phase::checking) return;
-    const auto state = preflight_.on_done(n.rank, m);
-    if (state == cluster::NodePreflight::State::failed)
-      fail_before_start(
-          "the preflight check of its GPUs across the nodes failed (the report above); fix what it names, "
-          "or set preflight: false");
-    if (state == cluster::NodePreflight::State::passed) phase_ = Phase::ready;
-  }
-
   void start_attempt() {
     phase_ = Phase::running;
     stopping_ = false;
@@ -433,15 +321,15 @@ class Head : public GroupObserver {
   }
   void on_node_message(Node&, const Heartbeat&) {}
   void on_node_message(Node&, const Bye&) {}
-  void on_node_message(Node& n, const Ready& m) { on_ready(n, m); }
+  void on_node_message(Node& n, const Ready& m) { gathering_.on_ready(n, m); }
   void on_node_message(Node& n, const Output& m) { on_rank_output(n, m); }
   void on_node_message(Node& n, const Exited& m) { on_rank_exited(n, m); }
   void on_node_message(Node& n, const UploadBegin& m) { uploads_.begin(n.rank, m); }
   void on_node_message(Node& n, const UploadChunk& m) { uploads_.data(n.rank, m.data); }
   void on_node_message(Node& n, const UploadEnd& m) { uploads_.end(n.rank, m); }
   void on_node_message(Node& n, const Done& m) { on_done(n, m); }
-  void on_node_message(Node& n, const PreflightId& m) { on_preflight_id(n, m); }
-  void on_node_message(Node& n, const PreflightDone& m) { on_preflight_done(n, m); }
+  void on_node_message(Node& n, const PreflightId& m) { gathering_.on_preflight_id(n, m); }
+  void on_node_message(Node& n, const PreflightDone& m) { gathering_.on_preflight_done(n, m); }
   void on_node_message(Node& n, const Stalled& m) { on_node_stalled(n, m); }
 
   // Its agent got a signal.
@@ -600,7 +488,7 @@ class Head : public GroupObserver {
   void finish() {
     if (phase_ == Phase::finished) return;
     phase_ = Phase::finished;
-    join_timer_.cancel();
+    gathering_.cancel_join_timer();
     heartbeat_timer_.cancel();
     close_acceptors();
     for (auto& n : nodes_) {
@@ -615,15 +503,6 @@ class Head : public GroupObserver {
   }
 
   // ---- timers --------------------------------------------------------------
-
-  void start_join_timer(double seconds) {
-    join_timer_.expires_after(seconds_of(seconds));
-    join_timer_.async_wait([this, seconds](const boost::system::error_code& ec) {
-      if (ec || phase_ != Phase::joining) return;
-      fail_before_start(nodes_.join_timeout(plan_, seconds, listener_.endpoint()) +
-                        listener_.strangers_note());
-    });
-  }
 
   void tick_heartbeats() {
     heartbeat_timer_.expires_after(seconds_of(interval_s_));
@@ -663,7 +542,6 @@ class Head : public GroupObserver {
   const ClusterSpec& cluster_;
   asio::io_context& io_;
   asio::steady_timer heartbeat_timer_;
-  asio::steady_timer join_timer_;
   asio::steady_timer flush_timer_;
   std::string token_ = make_token();
   std::string token_file_;
@@ -674,8 +552,7 @@ class Head : public GroupObserver {
   cluster::EngineWatch engines_;  // srun, ssh
   std::string engine_note_;
   std::string write_error_;  // the first file of the run directory that could not be written, and why
-  std::vector<std::string> workdir_errors_;
-  int ready_ = 0, done_ = 0;
+  int done_ = 0;
   int attempt_ = 0;
   int master_port_ = 0;
   std::int64_t attempt_start_ns_ = 0;
@@ -694,7 +571,24 @@ class Head : public GroupObserver {
   AttemptRecord last_;                   // the attempt that ended
   cluster::Listener listener_;           // the agents' connections until they join
   cluster::UploadReceiver uploads_;      // the nodes' uploads into the ranks' directories
-  cluster::NodePreflight preflight_;     // preflight: true
+  cluster::NodeGathering gathering_{
+      io_,
+      console_,
+      job_,
+      nodes_,
+      listener_,
+      engines_,
+      phase_,
+      attempt_,
+      marker_path_,
+      marker_text_,
+      {[this](int rank, const std::shared_ptr<Connection>& conn) {
+         conn->set_handlers(
+             [this, rank](Frame& frame) { on_node_frame(nodes_[static_cast<std::size_t>(rank)], frame); },
+             [this, rank](const std::string& why) { on_node_closed(nodes_[static_cast<std::size_t>(rank)], why); });
+       },
+       [this](const std::string& why) { fail_before_start(why); },
+       [this](Node& n, const std::string& what) { protocol_error(n, what); }}};  // joining to ready
 };
 
 }  // namespace
