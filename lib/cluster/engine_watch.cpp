@@ -48,7 +48,8 @@ std::string EngineWatch::tail(std::size_t index) const {
 std::string EngineWatch::ended_before_join(std::size_t index, const WorkerRecord& record) const {
   const std::string tail = this->tail(index);
   std::string message = fmt::format("{} {}", what_[index], record.status.describe()) + " before " +
-                        (nodes_[index] < 0 ? std::string("every agent") : std::string("its agent")) + " joined";
+                        (nodes_[index] < 0 ? std::string("every agent") : std::string("its agent")) +
+                        " joined";
   if (!tail.empty()) {
     message += "; its last output:";
     for (const auto& line : split_lines(tail)) message += "\n    " + line;

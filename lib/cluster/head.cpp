@@ -33,8 +33,9 @@
 #include "engines.h"
 #include "head_launch.h"
 #include "listener.h"
-#include "node_orders.h"
 #include "node_gathering.h"
+#include "node_inbox.h"
+#include "node_orders.h"
 #include "node_preflight.h"
 #include "node_start.h"
 #include "node_table.h"
@@ -56,25 +57,6 @@ Clock::duration seconds_of(double s) {
   return std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(s));
 }
 
-// A rank's end, as its agent reported it.
-void record_exit(WorkerRecord& rec, const Exited& m) {
-  rec.status.kind = m.kind == Exited::Kind::signaled       ? ExitStatus::Kind::signaled
-                    : m.kind == Exited::Kind::spawn_failed ? ExitStatus::Kind::spawn_failed
-                                                           : ExitStatus::Kind::exited;
-  rec.status.code = m.code;
-  rec.status.spawn_error = m.spawn_error;
-  rec.pid = m.pid;
-  rec.start_unix_ns = m.start_ns;
-  rec.end_unix_ns = m.end_ns;
-  rec.peak_rss_kib = m.rss_kib;
-  if (m.silent_ms) rec.silent_s = static_cast<double>(*m.silent_ms) / 1000;
-  rec.suspended = m.suspended;
-  rec.stalled = m.stalled;
-  rec.command = m.command;
-  rec.program = m.program;
-  rec.path_python = m.path_python;
-}
-
 // The ranks of node `n` that its agent reported stalled (and runs).
 std::vector<WorkerRecord> stalled_ranks(const StepPlan& plan, const Node& n, const Stalled& m) {
   std::vector<WorkerRecord> stalled;
@@ -93,7 +75,7 @@ std::vector<WorkerRecord> stalled_ranks(const StepPlan& plan, const Node& n, con
   return stalled;
 }
 
-class Head : public GroupObserver {
+class Head : public GroupObserver, public cluster::NodeInbox {
  public:
   Head(Supervisor& supervisor, const Console& console, const NodeStep& job)
       : sup_(supervisor),
@@ -103,13 +85,12 @@ class Head : public GroupObserver {
         cluster_(*job.spec->cluster),
         io_(supervisor.io()),
         heartbeat_timer_(io_),
-        flush_timer_(io_),
         timeout_s_(cluster_.heartbeat_timeout_s),
         interval_s_(std::clamp(timeout_s_ / 4, 0.05, 5.0)),
         listener_(io_, console_, plan_.step, token_, interval_s_, timeout_s_),
-        uploads_(
-            plan_, job_.ctx.layout, write_error_,
-            [this](int node, const std::string& what) { upload_error(nodes_[std::size_t(node)], what); }) {}
+        uploads_(plan_, job_.ctx.layout, write_error_, [this](int node, const std::string& what) {
+          upload_error(nodes_[std::size_t(node)], what);
+        }) {}
 
   // Listens, starts the engine's processes (srun, ssh) that bring up the
   // agents, and returns: the agents join while the loop runs (preflight,
@@ -162,7 +143,7 @@ class Head : public GroupObserver {
     sup_.run_until([this] { return phase_ != Phase::running; });
     AttemptResult result;
     result.record = attempt_recorded_ ? std::move(last_) : record_attempt();
-    result.node_gone = node_gone();
+    result.node_gone = nodes_.any_gone();
     take_news(result);
     return result;
   }
@@ -172,19 +153,17 @@ class Head : public GroupObserver {
   AttemptResult end_step() {
     if (phase_ != Phase::finished) {
       finish();
-      if (node_gone()) sup_.stop_group(Outcome::failed);  // srun or ssh of a lost node may hang: stop them
+      if (nodes_.any_gone())
+        sup_.stop_group(Outcome::failed);  // srun or ssh of a lost node may hang: stop them
     }
     sup_.finish_group();
-    for (auto& n : nodes_) {
-      if (n.conn) n.conn->close();
-    }
-    close_acceptors();
+    nodes_.close_all();
+    listener_.close_acceptors();
     listener_.close_pending();
     heartbeat_timer_.cancel();
     gathering_.cancel_join_timer();
-    flush_timer_.cancel();
     ranks_.close_files();
-    flush_console();
+    batch_.flush();
     io_.poll();
     unlink(marker_path_.c_str());
     if (!token_file_.empty()) unlink(token_file_.c_str());
@@ -198,24 +177,12 @@ class Head : public GroupObserver {
 
   // ---- GroupObserver ------------------------------------------------------
 
-  void on_output(std::size_t index, bool is_err, std::string_view data) override {
-    (void)is_err;
-    // srun waiting for resources: the join timeout counts from the grant.
-    const auto grant = engines_.feed(index, data);
-    if (grant == cluster::EngineWatch::Grant::queued) gathering_.cancel_join_timer();
-    if (grant == cluster::EngineWatch::Grant::granted && phase_ == Phase::joining)
-      gathering_.start_join_timer(cluster_.join_timeout_s);
+  void on_output(std::size_t index, bool, std::string_view data) override {
+    gathering_.on_engine_output(index, data);
   }
 
   bool on_exit(std::size_t index, const WorkerRecord& record) override {
-    if (phase_ == Phase::finished) return false;
-    const int node = engines_.node(index);
-    if (phase_ == Phase::joining && (node < 0 || !nodes_[static_cast<std::size_t>(node)].joined)) {
-      fail_before_start(engines_.ended_before_join(index, record));
-      return false;
-    }
-    if (phase_ == Phase::running || phase_ == Phase::assigning || phase_ == Phase::checking)
-      engine_note_ = engines_.ended_note(index, record);
+    if (auto note = gathering_.on_engine_exit(index, record)) engine_note_ = std::move(*note);
     return false;
   }
 
@@ -224,10 +191,7 @@ class Head : public GroupObserver {
       if (!stopping_) {
         stopping_ = true;
         outcome_ = why;
-        for (auto& n : nodes_) {
-          if (n.conn && n.conn->is_open())
-            n.conn->send(Stop{why == Outcome::timed_out ? "timeout" : "interrupted"});
-        }
+        nodes_.tell(Stop{why == Outcome::timed_out ? "timeout" : "interrupted"}, false);
       }
       return true;
     }
@@ -244,20 +208,14 @@ class Head : public GroupObserver {
     return false;
   }
 
-  void on_kill() override {
-    for (auto& n : nodes_) {
-      if (n.conn && n.conn->is_open()) n.conn->send(Stop{"killed", true});
-    }
-  }
+  void on_kill() override { nodes_.tell(Stop{"killed", true}, false); }
 
   // SIGUSR1, SIGUSR2: every agent gives it to its ranks. srun and ssh, the
   // head's own processes, never get it (srun would pass it on a second time;
   // ssh would die of it).
   bool on_signal(int sig) override {
     if (phase_ != Phase::running) return true;  // no rank runs yet
-    for (auto& n : nodes_) {
-      if (n.conn && n.conn->is_open() && !n.lost) n.conn->send(Signal{signal_name(sig)});
-    }
+    nodes_.tell(Signal{signal_name(sig)}, true);
     return true;
   }
 
@@ -268,7 +226,6 @@ class Head : public GroupObserver {
     outcome_ = Outcome::succeeded;
     attempt_started_ = true;
     attempt_recorded_ = false;
-    done_ = 0;
     LaunchContext ctx = job_.ctx;
     ctx.node0_address = nodes_[0].address;
     ctx.master_port = nodes_[0].port;
@@ -281,13 +238,7 @@ class Head : public GroupObserver {
     if (keep_previous_) keep_previous_();
     keep_previous_ = nullptr;
     ranks_.start(ctx, nodes_, attempt_, attempt_start_ns_);
-    if (attempt_ == 0) {
-      std::vector<std::string> names;
-      for (const auto& n : nodes_) names.push_back(n.name);
-      console_.message(fmt::format("flowrun: step '{}': {} joined ({}); MASTER_ADDR {}, MASTER_PORT {}",
-                                   plan_.step, cluster::plural(nodes_.size(), "node", "nodes"), fmt::join(names, ", "),
-                                   master_addr(plan_, ctx), ctx.master_port));
-    }
+    if (attempt_ == 0) console_.message(cluster::joined_message(plan_, nodes_.names(), ctx));
     // Every node's start message first, then the writes: the nodes start
     // together. Each carries its node's part of the plan; the node's agent
     // makes its ranks' environment from it.
@@ -295,45 +246,23 @@ class Head : public GroupObserver {
     for (auto& n : nodes_) n.conn->send_frame(std::move(frames[static_cast<std::size_t>(n.rank)]));
   }
 
-  // ---- messages from a node ------------------------------------------------
-
-  void on_node_frame(Node& n, Frame& frame) {
-    if (frame.type == MessageType::upload_chunk) {
-      // Bulk data: read in place, not copied into a message.
-      if (auto data = upload_chunk_data(frame.payload)) {
-        uploads_.data(n.rank, *data);
-        return;
-      }
-    }
-    std::string error;
-    auto message = decode_message(frame, &error);
-    if (!message) {
-      protocol_error(n, fmt::format("malformed {}: {}", message_type_name(frame.type), error));
-      return;
-    }
-    std::visit([this, &n](const auto& m) { on_node_message(n, m); }, *message);
+  // A node that joined: what it sends comes here; the step fails before
+  // its ranks start.
+  cluster::NodeGathering::Links gathering_links() {
+    return {[this](int rank, const std::shared_ptr<Connection>& conn) {
+              conn->set_handlers(
+                  [this, rank](Frame& frame) {
+                    cluster::take_node_frame(nodes_[std::size_t(rank)], frame, *this, gathering_, uploads_);
+                  },
+                  [this, rank](const std::string& why) { on_node_closed(nodes_[std::size_t(rank)], why); });
+            },
+            [this](const std::string& why) { fail_before_start(why); },
+            [this](Node& n, const std::string& what) { protocol_error(n, what); }};
   }
 
-  // What a node sends, by message; anything else is a protocol error.
-  template <class M>
-  void on_node_message(Node& n, const M&) {
-    protocol_error(n, fmt::format("unexpected {}", message_type_name(M::kType)));
-  }
-  void on_node_message(Node&, const Heartbeat&) {}
-  void on_node_message(Node&, const Bye&) {}
-  void on_node_message(Node& n, const Ready& m) { gathering_.on_ready(n, m); }
-  void on_node_message(Node& n, const Output& m) { on_rank_output(n, m); }
-  void on_node_message(Node& n, const Exited& m) { on_rank_exited(n, m); }
-  void on_node_message(Node& n, const UploadBegin& m) { uploads_.begin(n.rank, m); }
-  void on_node_message(Node& n, const UploadChunk& m) { uploads_.data(n.rank, m.data); }
-  void on_node_message(Node& n, const UploadEnd& m) { uploads_.end(n.rank, m); }
-  void on_node_message(Node& n, const Done& m) { on_done(n, m); }
-  void on_node_message(Node& n, const PreflightId& m) { gathering_.on_preflight_id(n, m); }
-  void on_node_message(Node& n, const PreflightDone& m) { gathering_.on_preflight_done(n, m); }
-  void on_node_message(Node& n, const Stalled& m) { on_node_stalled(n, m); }
+  // ---- messages from a node (node_inbox.h) ----------------------------------
 
-  // Its agent got a signal.
-  void on_node_message(Node& n, const Stop& m) {
+  void on_node_signalled(Node& n, const Stop& m) override {
     const std::string reason = printable(m.reason);
     n.signalled = true;
     notes_.push_back(fmt::format("node {}: {}", n.name, reason));
@@ -342,43 +271,34 @@ class Head : public GroupObserver {
       stop_nodes(Outcome::interrupted, "node " + n.name + ": " + reason);
   }
 
-  void protocol_error(Node& n, const std::string& what) {
+  void protocol_error(Node& n, const std::string& what) override {
     errors_.push_back(fmt::format("node {}: {}", n.name, what));
     n.conn->close();
     node_lost(n, what);
   }
 
-  void on_rank_output(Node& n, const Output& m) {
-    cluster::RankState* r = ranks_.of(n, m.rank);
-    if (r == nullptr || !r->log) return;
-    if (auto error = r->log->keep(m.is_stderr, m.data)) log_failed(*error);
-    r->log->show(m.is_stderr, m.data, monotonic_now_ns());
-    schedule_flush();
+  void on_rank_output(Node& n, const Output& m) override {
+    if (ranks_.output(n, m, [this](const RankLog::WriteError& error) { log_failed(error); }))
+      batch_.schedule();
   }
 
-  void on_rank_exited(Node& n, const Exited& m) {
-    cluster::RankState* r = ranks_.of(n, m.rank);
-    if (r == nullptr || r->exited) return;
-    r->exited = true;
-    auto& rec = r->record;
-    record_exit(rec, m);
-    r->stopped = m.stopped;
-    if (!rec.status.ok() && !r->stopped && !stopping_) {
-      stop_nodes(Outcome::failed, fmt::format("rank {} on {} {}", rec.rank, n.name, rec.status.describe()));
-    }
+  void on_rank_exited(Node& n, const Exited& m) override {
+    const WorkerRecord* rec = ranks_.exited(n, m);
+    if (rec != nullptr && !rec->status.ok() && !m.stopped && !stopping_)
+      stop_nodes(Outcome::failed, fmt::format("rank {} on {} {}", rec->rank, n.name, rec->status.describe()));
   }
 
   // Ranks of `n` wrote nothing for the step's stall_timeout; its agent is
   // stopping them.
-  void on_node_stalled(Node& n, const Stalled& m) {
+  void on_node_stalled(Node& n, const Stalled& m) override {
     const std::vector<WorkerRecord> stalled = stalled_ranks(plan_, n, m);
     if (stalled.empty() || phase_ != Phase::running || !job_.group.stall_timeout_s) return;
-    flush_console();  // the ranks' lines so far come before flowrun's
+    batch_.flush();  // the ranks' lines so far come before flowrun's
     console_.message(format_stall_message(plan_.step, stalled, *job_.group.stall_timeout_s));
     stop_nodes(Outcome::stalled, "stalled");
   }
 
-  void on_done(Node& n, const Done& m) {
+  void on_done(Node& n, const Done& m) override {
     if (n.done) return;
     n.done = true;
     for (const auto& e : m.errors) {
@@ -401,9 +321,7 @@ class Head : public GroupObserver {
     if (stopping_) return;
     stopping_ = true;
     if (outcome_ == Outcome::succeeded) outcome_ = why;
-    for (auto& n : nodes_) {
-      if (n.conn && n.conn->is_open() && !n.lost) n.conn->send(Stop{reason});
-    }
+    nodes_.tell(Stop{reason}, true);
   }
 
   void on_node_closed(Node& n, const std::string& why) {
@@ -428,8 +346,7 @@ class Head : public GroupObserver {
       return;
     }
     notes_.push_back(text);
-    const std::int64_t now = unix_now_ns();
-    ranks_.lose(n, why, now);
+    ranks_.lose(n, why, unix_now_ns());
     if (!stopping_) stop_nodes(Outcome::failed, text);
     n.done = true;
     maybe_attempt_done();
@@ -441,13 +358,10 @@ class Head : public GroupObserver {
       if (!n.done && !n.lost) return;
     }
     ranks_.close_files();
-    flush_console();
+    batch_.flush();
     last_ = record_attempt();
     phase_ = Phase::between;  // the step runner restarts (run_attempt) or ends the step (end_step)
   }
-
-  // A node can take no further attempt.
-  bool node_gone() const { return nodes_.any_gone(); }
 
   // What stands for an attempt whose ranks never started.
   AttemptResult not_started() {
@@ -483,22 +397,14 @@ class Head : public GroupObserver {
     asio::post(io_, [this] { sup_.stop_group(Outcome::failed); });
   }
 
-  void close_acceptors() { listener_.close_acceptors(); }
-
   void finish() {
     if (phase_ == Phase::finished) return;
     phase_ = Phase::finished;
     gathering_.cancel_join_timer();
     heartbeat_timer_.cancel();
-    close_acceptors();
-    for (auto& n : nodes_) {
-      if (n.conn && n.conn->is_open()) {
-        // How the step ended, for agents that report it (flowrun run's).
-        const bool ok = outcome_ == Outcome::succeeded && errors_.empty() && attempt_started_;
-        n.conn->send(Bye{ok});
-        n.conn->close_after_send();
-      }
-    }
+    listener_.close_acceptors();
+    // How the step ended, for agents that report it (flowrun run's).
+    nodes_.say_bye(outcome_ == Outcome::succeeded && errors_.empty() && attempt_started_);
     if (!engine_note_.empty()) notes_.push_back(engine_note_);
   }
 
@@ -519,17 +425,13 @@ class Head : public GroupObserver {
 
   // ---- console -------------------------------------------------------------
 
-  void schedule_flush() { batch_.schedule(); }
-
-  void flush_console() { batch_.flush(); }
-
   // A rank's log file cannot be written (a full disk): its output is lost
   // from here on, so the step cannot succeed. Said once; the console goes on
   // showing the ranks' lines while the nodes stop.
   void log_failed(const RankLog::WriteError& error) {
     if (!write_error_.empty()) return;
     write_error_ = error.text;
-    flush_console();
+    batch_.flush();
     console_.message(
         log_failed_message(plan_.step, write_error_, stopping_, error.err, job_.ctx.layout.run_dir));
     if (phase_ == Phase::running && !stopping_) stop_nodes(Outcome::failed, write_error_);
@@ -542,7 +444,6 @@ class Head : public GroupObserver {
   const ClusterSpec& cluster_;
   asio::io_context& io_;
   asio::steady_timer heartbeat_timer_;
-  asio::steady_timer flush_timer_;
   std::string token_ = make_token();
   std::string token_file_;
   std::string marker_path_, marker_text_;
@@ -552,7 +453,6 @@ class Head : public GroupObserver {
   cluster::EngineWatch engines_;  // srun, ssh
   std::string engine_note_;
   std::string write_error_;  // the first file of the run directory that could not be written, and why
-  int done_ = 0;
   int attempt_ = 0;
   int master_port_ = 0;
   std::int64_t attempt_start_ns_ = 0;
@@ -572,23 +472,8 @@ class Head : public GroupObserver {
   cluster::Listener listener_;           // the agents' connections until they join
   cluster::UploadReceiver uploads_;      // the nodes' uploads into the ranks' directories
   cluster::NodeGathering gathering_{
-      io_,
-      console_,
-      job_,
-      nodes_,
-      listener_,
-      engines_,
-      phase_,
-      attempt_,
-      marker_path_,
-      marker_text_,
-      {[this](int rank, const std::shared_ptr<Connection>& conn) {
-         conn->set_handlers(
-             [this, rank](Frame& frame) { on_node_frame(nodes_[static_cast<std::size_t>(rank)], frame); },
-             [this, rank](const std::string& why) { on_node_closed(nodes_[static_cast<std::size_t>(rank)], why); });
-       },
-       [this](const std::string& why) { fail_before_start(why); },
-       [this](Node& n, const std::string& what) { protocol_error(n, what); }}};  // joining to ready
+      io_,    console_, job_,         nodes_,       listener_,        engines_,
+      phase_, attempt_, marker_path_, marker_text_, gathering_links()};  // joining to ready
 };
 
 }  // namespace

@@ -21,7 +21,6 @@ std::string plural(std::size_t n, std::string_view one, std::string_view many) {
 
 namespace {
 
-
 std::string hostname() {
   char name[256] = {};
   gethostname(name, sizeof name - 1);
@@ -65,14 +64,13 @@ std::uint16_t rendezvous_port(const std::string& rendezvous) {
 // Listens where the agents dial; returns the console's "ADDRESS:PORT
 // (why)". flowrun run's rendezvous: the token goes where the other nodes'
 // flowrun run looks for it (`token_file`), before anyone can connect.
-std::string listen(Listener& listener, const ClusterSpec& cluster,
-                   const std::optional<SlurmJob>& slurm_job, const std::vector<std::string>& ssh,
-                   const std::string& token, std::string& token_file) {
+std::string listen(Listener& listener, const ClusterSpec& cluster, const std::optional<SlurmJob>& slurm_job,
+                   const std::vector<std::string>& ssh, const std::string& token, std::string& token_file) {
   if (cluster.rendezvous.empty()) {
     listener.listen_on_candidates(choose_head_addresses(cluster, slurm_job, hostname(), ssh));
-    return describe_head_addresses(
-        listener.candidates(), listener.port(),
-        [](const std::string& address) { return interface_of(address).value_or(""); });
+    return describe_head_addresses(listener.candidates(), listener.port(), [](const std::string& address) {
+      return interface_of(address).value_or("");
+    });
   }
   write_private_file(cluster.rendezvous_token_file, token + "\n");
   token_file = cluster.rendezvous_token_file;

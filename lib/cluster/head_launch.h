@@ -23,7 +23,7 @@ std::string plural(std::size_t n, std::string_view one, std::string_view many);
 struct HeadLaunch {
   std::string token_file;  // written for the agents to read (empty: none); removed at the step's end
   std::string marker_path, marker_text;
-  std::vector<EngineLaunch> engines;  // what brings up the agents
+  std::vector<EngineLaunch> engines;   // what brings up the agents
   std::vector<WorkerLaunch> launches;  // the engines', for the supervisor's group
 };
 

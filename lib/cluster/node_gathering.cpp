@@ -24,9 +24,9 @@ std::string workdir_not_shared(const std::string& node, const std::string& workd
 }  // namespace
 
 NodeGathering::NodeGathering(boost::asio::io_context& io, const Console& console, const NodeStep& job,
-                             NodeTable& nodes, Listener& listener, const EngineWatch& engines, Phase& phase,
-                             const int& attempt, const std::string& marker_path, const std::string& marker_text,
-                             Links links)
+                             NodeTable& nodes, Listener& listener, EngineWatch& engines, Phase& phase,
+                             const int& attempt, const std::string& marker_path,
+                             const std::string& marker_text, Links links)
     : job_(job),
       plan_(*job.plan),
       nodes_(nodes),
@@ -38,7 +38,8 @@ NodeGathering::NodeGathering(boost::asio::io_context& io, const Console& console
       marker_text_(marker_text),
       links_(std::move(links)),
       join_timer_(io),
-      preflight_(console, plan_, job_.ctx.layout.step_dir(plan_.step) + "/preflight.txt", preflight_links()) {}
+      preflight_(console, plan_, job_.ctx.layout.step_dir(plan_.step) + "/preflight.txt", preflight_links()) {
+}
 
 NodePreflight::Links NodeGathering::preflight_links() {
   return {[this](int node, const Preflight& m) { nodes_[std::size_t(node)].conn->send(m); },
@@ -51,7 +52,8 @@ NodePreflight::Links NodeGathering::preflight_links() {
 
 Admission NodeGathering::admit(const Joiner& j) {
   if (phase_ != Phase::joining)
-    return {-1, fmt::format("all {} have joined step '{}'", plural(nodes_.size(), "node", "nodes"), plan_.step)};
+    return {-1,
+            fmt::format("all {} have joined step '{}'", plural(nodes_.size(), "node", "nodes"), plan_.step)};
   return nodes_.admit(j, engines_.nodes());
 }
 
@@ -62,12 +64,31 @@ void NodeGathering::on_joined(int rank, const Joiner& j, const std::shared_ptr<C
 }
 
 void NodeGathering::start_join_timer(double seconds) {
-  join_timer_.expires_after(
-      std::chrono::duration_cast<std::chrono::steady_clock::duration>(std::chrono::duration<double>(seconds)));
+  join_timer_.expires_after(std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+      std::chrono::duration<double>(seconds)));
   join_timer_.async_wait([this, seconds](const boost::system::error_code& ec) {
     if (ec || phase_ != Phase::joining) return;
     links_.fail(nodes_.join_timeout(plan_, seconds, listener_.endpoint()) + listener_.strangers_note());
   });
+}
+
+void NodeGathering::on_engine_output(std::size_t index, std::string_view data) {
+  const auto grant = engines_.feed(index, data);
+  if (grant == EngineWatch::Grant::queued) join_timer_.cancel();
+  if (grant == EngineWatch::Grant::granted && phase_ == Phase::joining)
+    start_join_timer(job_.spec->cluster->join_timeout_s);
+}
+
+std::optional<std::string> NodeGathering::on_engine_exit(std::size_t index, const WorkerRecord& record) {
+  if (phase_ == Phase::finished) return std::nullopt;
+  const int node = engines_.node(index);
+  if (phase_ == Phase::joining && (node < 0 || !nodes_[static_cast<std::size_t>(node)].joined)) {
+    links_.fail(engines_.ended_before_join(index, record));
+    return std::nullopt;
+  }
+  if (phase_ == Phase::running || phase_ == Phase::assigning || phase_ == Phase::checking)
+    return engines_.ended_note(index, record);
+  return std::nullopt;
 }
 
 void NodeGathering::all_joined() {
@@ -118,7 +139,8 @@ void NodeGathering::start_preflight() {
 }
 
 void NodeGathering::on_preflight_id(Node& n, const PreflightId& m) {
-  if (phase_ == Phase::checking && !preflight_.on_id(n.rank, m)) links_.protocol_error(n, "malformed preflight_id");
+  if (phase_ == Phase::checking && !preflight_.on_id(n.rank, m))
+    links_.protocol_error(n, "malformed preflight_id");
 }
 
 void NodeGathering::on_preflight_done(Node& n, const PreflightDone& m) {

@@ -9,7 +9,9 @@
 #include <boost/asio/steady_timer.hpp>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "flowrun/cluster.h"
@@ -39,7 +41,7 @@ class NodeGathering {
   // `phase` is the head's, which this moves on from joining to ready;
   // `attempt` and the marker are the head's too, read at each assign.
   NodeGathering(boost::asio::io_context& io, const Console& console, const NodeStep& job, NodeTable& nodes,
-                Listener& listener, const EngineWatch& engines, Phase& phase, const int& attempt,
+                Listener& listener, EngineWatch& engines, Phase& phase, const int& attempt,
                 const std::string& marker_path, const std::string& marker_text, Links links);
 
   // An agent that proved the token: the node rank it gets, or why not.
@@ -49,6 +51,13 @@ class NodeGathering {
   // The join timeout: the step fails when not every node joined within `seconds`.
   void start_join_timer(double seconds);
   void cancel_join_timer() { join_timer_.cancel(); }
+  // Output of the engine's process `index`: srun waiting for resources
+  // stops the join timeout, which counts from the grant.
+  void on_engine_output(std::size_t index, std::string_view data);
+  // The engine's process `index` ended as `record` says: before the agents
+  // it serves joined, the step fails; while the nodes take the attempt or
+  // run it, the note the head keeps; nothing once the step finished.
+  std::optional<std::string> on_engine_exit(std::size_t index, const WorkerRecord& record);
 
   // Every node again, for the attempt the head is at.
   void assign();
@@ -67,7 +76,7 @@ class NodeGathering {
   const StepPlan& plan_;
   NodeTable& nodes_;
   Listener& listener_;
-  const EngineWatch& engines_;
+  EngineWatch& engines_;
   Phase& phase_;
   const int& attempt_;
   const std::string& marker_path_;

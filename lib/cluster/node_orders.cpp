@@ -1,10 +1,13 @@
 #include "node_orders.h"
 
 #include <cmath>
+#include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include "flowrun/protocol.h"
 #include "flowrun/worker_env.h"
 
+#include "head_launch.h"
 #include "node_start.h"
 
 namespace flowrun::cluster {
@@ -42,6 +45,13 @@ std::vector<std::string> start_frames(const NodeStep& job, std::size_t nodes, co
     frames[rank] = to_wire(encode(m));
   }
   return frames;
+}
+
+std::string joined_message(const StepPlan& plan, const std::vector<std::string>& names,
+                           const LaunchContext& ctx) {
+  return fmt::format("flowrun: step '{}': {} joined ({}); MASTER_ADDR {}, MASTER_PORT {}", plan.step,
+                     plural(names.size(), "node", "nodes"), fmt::join(names, ", "), master_addr(plan, ctx),
+                     ctx.master_port);
 }
 
 }  // namespace flowrun::cluster

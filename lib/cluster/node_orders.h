@@ -22,4 +22,9 @@ Assign assign_of(const NodeStep& job, int attempt, int node_rank, int nodes, con
 // part of the plan launched with `ctx`.
 std::vector<std::string> start_frames(const NodeStep& job, std::size_t nodes, const LaunchContext& ctx);
 
+// The console's line once every node joined, before the first attempt:
+// the nodes (`names`) and the rendezvous of `ctx`.
+std::string joined_message(const StepPlan& plan, const std::vector<std::string>& names,
+                           const LaunchContext& ctx);
+
 }  // namespace flowrun::cluster

@@ -10,6 +10,29 @@
 
 namespace flowrun::cluster {
 
+namespace {
+
+// A rank's end, as its agent reported it.
+void record_exit(WorkerRecord& rec, const Exited& m) {
+  rec.status.kind = m.kind == Exited::Kind::signaled       ? ExitStatus::Kind::signaled
+                    : m.kind == Exited::Kind::spawn_failed ? ExitStatus::Kind::spawn_failed
+                                                           : ExitStatus::Kind::exited;
+  rec.status.code = m.code;
+  rec.status.spawn_error = m.spawn_error;
+  rec.pid = m.pid;
+  rec.start_unix_ns = m.start_ns;
+  rec.end_unix_ns = m.end_ns;
+  rec.peak_rss_kib = m.rss_kib;
+  if (m.silent_ms) rec.silent_s = static_cast<double>(*m.silent_ms) / 1000;
+  rec.suspended = m.suspended;
+  rec.stalled = m.stalled;
+  rec.command = m.command;
+  rec.program = m.program;
+  rec.path_python = m.path_python;
+}
+
+}  // namespace
+
 RankTable::RankTable(const NodeStep& job, ConsoleBatch& batch)
     : job_(job), plan_(*job.plan), batch_(batch), ranks_(static_cast<std::size_t>(plan_.world_size)) {}
 
@@ -17,6 +40,24 @@ RankState* RankTable::of(const Node& n, int rank) {
   if (rank < 0 || rank >= plan_.world_size) return nullptr;
   if (plan_.ranks[static_cast<std::size_t>(rank)].node != n.rank) return nullptr;
   return &ranks_[static_cast<std::size_t>(rank)];
+}
+
+bool RankTable::output(const Node& n, const Output& m,
+                       const std::function<void(const RankLog::WriteError&)>& failed) {
+  RankState* r = of(n, m.rank);
+  if (r == nullptr || !r->log) return false;
+  if (auto error = r->log->keep(m.is_stderr, m.data)) failed(*error);
+  r->log->show(m.is_stderr, m.data, monotonic_now_ns());
+  return true;
+}
+
+const WorkerRecord* RankTable::exited(const Node& n, const Exited& m) {
+  RankState* r = of(n, m.rank);
+  if (r == nullptr || r->exited) return nullptr;
+  r->exited = true;
+  record_exit(r->record, m);
+  r->stopped = m.stopped;
+  return &r->record;
 }
 
 void RankTable::reset() {
@@ -54,7 +95,8 @@ void RankTable::close_files() {
 
 void RankTable::lose(const Node& n, const std::string& why, std::int64_t now_ns) {
   for (auto& r : ranks_) {
-    if (r.record.node != n.name || r.exited || plan_.ranks[static_cast<std::size_t>(r.record.rank)].node != n.rank)
+    if (r.record.node != n.name || r.exited ||
+        plan_.ranks[static_cast<std::size_t>(r.record.rank)].node != n.rank)
       continue;
     r.exited = true;
     r.record.status.kind = ExitStatus::Kind::lost;

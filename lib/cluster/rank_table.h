@@ -5,11 +5,13 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
 
 #include "flowrun/cluster.h"
+#include "flowrun/messages.h"
 #include "flowrun/rank_output.h"
 #include "flowrun/result.h"
 
@@ -31,6 +33,13 @@ class RankTable {
   // Rank `rank` if node `node` runs it, else null (a node's report of a rank
   // not its own).
   RankState* of(const Node& node, int rank);
+
+  // Output `m` of a rank of `n`: kept in its log (`failed` when the file
+  // cannot be written) and shown; false when no such rank writes.
+  bool output(const Node& n, const Output& m, const std::function<void(const RankLog::WriteError&)>& failed);
+  // A rank of `n` ended as `m` says: its record, or null for no such rank
+  // or one that had ended.
+  const WorkerRecord* exited(const Node& n, const Exited& m);
 
   // Closes the last attempt's files and forgets its ranks.
   void reset();
