@@ -29,11 +29,17 @@
 
 #include "attempt_news.h"
 #include "connection.h"
+#include "engine_watch.h"
 #include "engines.h"
+#include "head_launch.h"
 #include "listener.h"
+#include "node_gathering.h"
+#include "node_inbox.h"
+#include "node_orders.h"
 #include "node_preflight.h"
 #include "node_start.h"
 #include "node_table.h"
+#include "rank_table.h"
 #include "upload_receiver.h"
 
 namespace flowrun {
@@ -41,6 +47,7 @@ namespace flowrun {
 namespace asio = boost::asio;
 using cluster::Connection;
 using cluster::Node;
+using cluster::Phase;
 
 namespace {
 
@@ -48,173 +55,6 @@ using Clock = std::chrono::steady_clock;
 
 Clock::duration seconds_of(double s) {
   return std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(s));
-}
-
-std::string plural(std::size_t n, std::string_view one, std::string_view many) {
-  return fmt::format("{} {}", n, n == 1 ? one : many);
-}
-
-std::string hostname() {
-  char name[256] = {};
-  gethostname(name, sizeof name - 1);
-  return name;
-}
-
-std::vector<std::string> split_lines(const std::string& text) {
-  std::vector<std::string> lines;
-  std::size_t pos = 0;
-  while (pos < text.size()) {
-    std::size_t end = text.find('\n', pos);
-    if (end == std::string::npos) end = text.size();
-    lines.push_back(text.substr(pos, end - pos));
-    pos = end + 1;
-  }
-  return lines;
-}
-
-// A file only this user can read (the run's token), replacing any old one.
-void write_private_file(const std::string& path, const std::string& text) {
-  const auto slash = path.rfind('/');
-  if (slash != std::string::npos && slash > 0) {
-    make_dirs(path.substr(0, slash));
-    chmod(path.substr(0, slash).c_str(), 0700);
-  }
-  unlink(path.c_str());
-  const int fd = open(path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0600);
-  if (fd < 0) throw Error("cannot write " + path + ": " + std::strerror(errno));
-  const bool ok = write_all(fd, text.data(), text.size());
-  close(fd);
-  if (!ok) throw Error("cannot write " + path + ": " + std::strerror(errno));
-}
-
-// The command that reaches the nodes: cluster.ssh_command, else FLOWRUN_SSH, else ssh.
-std::vector<std::string> ssh_command(const ClusterSpec& cluster, const EnvMap& env) {
-  std::vector<std::string> ssh{"ssh"};
-  if (auto value = env_get(env, "FLOWRUN_SSH"); value && !value->empty()) {
-    std::string error;
-    auto words = split_shell_words(*value, &error);
-    if (!words || words->empty())
-      throw Error("FLOWRUN_SSH='" + *value + "': " + (error.empty() ? "no command" : error), kExitUsage);
-    ssh = std::move(*words);
-  }
-  if (!cluster.ssh_command.empty()) ssh = cluster.ssh_command;
-  return ssh;
-}
-
-std::uint16_t rendezvous_port(const std::string& rendezvous) {
-  const auto colon = rendezvous.rfind(':');
-  return static_cast<std::uint16_t>(std::stoi(rendezvous.substr(colon + 1)));
-}
-
-// Listens where the agents dial; returns the console's "ADDRESS:PORT
-// (why)". flowrun run's rendezvous: the token goes where the other nodes'
-// flowrun run looks for it (`token_file`), before anyone can connect.
-std::string listen(cluster::Listener& listener, const ClusterSpec& cluster,
-                   const std::optional<SlurmJob>& slurm_job, const std::vector<std::string>& ssh,
-                   const std::string& token, std::string& token_file) {
-  if (cluster.rendezvous.empty()) {
-    listener.listen_on_candidates(cluster::choose_head_addresses(cluster, slurm_job, hostname(), ssh));
-    return cluster::describe_head_addresses(
-        listener.candidates(), listener.port(),
-        [](const std::string& address) { return cluster::interface_of(address).value_or(""); });
-  }
-  write_private_file(cluster.rendezvous_token_file, token + "\n");
-  token_file = cluster.rendezvous_token_file;
-  const cluster::HeadAddress address{
-      cluster.address.value_or("0.0.0.0"),
-      cluster.address ? "--local-addr" : "every address of this host, as torchrun's store"};
-  listener.listen(address.address, rendezvous_port(cluster.rendezvous));
-  listener.set_endpoint(cluster.rendezvous);
-  return cluster.rendezvous + " (" + address.why + ")";
-}
-
-// The process of one of the engine's launches: flowrun's environment, the
-// token on its stdin, its output in the step's directory.
-WorkerLaunch engine_worker(const cluster::EngineLaunch& e, const NodeStep& job, const std::string& token) {
-  WorkerLaunch launch;
-  launch.argv = e.argv;
-  EnvMap env = job.ctx.parent_env;
-  env["FLOWRUN_RUN_ID"] = job.ctx.run_id;  // spawn_process adds the guardian's mark
-  for (const auto& [k, v] : env) launch.env.push_back(k + "=" + v);
-  launch.workdir = job.step->workdir;
-  launch.label = e.label;
-  launch.stdin_text = token + "\n";
-  const std::string base = job.ctx.layout.step_dir(job.plan->step) + "/" +
-                           (job.spec->cluster->engine == Engine::manual ? fmt::format("agent-node{}", e.node)
-                            : e.node >= 0                               ? fmt::format("ssh-node{}", e.node)
-                                                                        : "srun");
-  launch.stdout_log = base + ".stdout.log";
-  launch.stderr_log = base + ".stderr.log";
-  return launch;
-}
-
-// The marker every agent must read at the same path (docs/multinode.md):
-// its path and text.
-std::pair<std::string, std::string> write_marker(const NodeStep& job) {
-  const std::string path =
-      job.step->workdir + "/.flowrun/node-check-" + job.ctx.run_id + "-" + job.plan->step;
-  const std::string text = make_nonce();
-  make_dirs(job.step->workdir + "/.flowrun");
-  const int fd = open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd < 0) throw Error("cannot write " + path + ": " + std::strerror(errno));
-  write_all(fd, text.data(), text.size());
-  close(fd);
-  return {path, text};
-}
-
-// What the user does for the agents to join: flowrun run's other nodes,
-// or, by hand, the agent's command with the token file it writes (returned).
-std::string say_how_to_join(const Console& console, const NodeStep& job, std::size_t nodes,
-                            const cluster::AgentCommand& agent, const std::string& token) {
-  const ClusterSpec& cluster = *job.spec->cluster;
-  if (!cluster.rendezvous.empty()) {
-    console.message(fmt::format(
-        "flowrun: this host is node 0; waiting for {} more: run the same `flowrun run` command on {} "
-        "({}), from this directory on the shared filesystem",
-        plural(nodes - 1, "node", "nodes"), nodes == 2 ? "it" : "each",
-        nodes == 2 ? std::string("--node-rank 1") : fmt::format("--node-rank 1 to {}", nodes - 1)));
-  } else if (cluster.engine == Engine::manual) {
-    const std::string token_file = job.ctx.layout.step_dir(job.plan->step) + "/agent.token";
-    write_private_file(token_file, token + "\n");
-    std::string command;
-    for (const auto& word : cluster::agent_argv(agent, -1))
-      command += (command.empty() ? "" : " ") + shell_quote(word);
-    command += " --token-file " + shell_quote(token_file);
-    console.message(
-        fmt::format("flowrun: waiting for {}; on each node run (add --node-rank N to choose its rank):\n"
-                    "flowrun:   {}",
-                    plural(nodes, "agent", "agents"), command));
-    return token_file;
-  }
-  return {};
-}
-
-// A node that does not see the step's workdir as this host does.
-std::string workdir_not_shared(const std::string& node, const std::string& workdir,
-                               const std::string& error) {
-  return fmt::format(
-      "node {} does not see the step's workdir {} as this host does ({}); ranks on every node run in the "
-      "same workdir, so it must be a directory every node shares (NFS, Lustre, ...) at the same path",
-      node, workdir, printable(error));
-}
-
-// A rank's end, as its agent reported it.
-void record_exit(WorkerRecord& rec, const Exited& m) {
-  rec.status.kind = m.kind == Exited::Kind::signaled       ? ExitStatus::Kind::signaled
-                    : m.kind == Exited::Kind::spawn_failed ? ExitStatus::Kind::spawn_failed
-                                                           : ExitStatus::Kind::exited;
-  rec.status.code = m.code;
-  rec.status.spawn_error = m.spawn_error;
-  rec.pid = m.pid;
-  rec.start_unix_ns = m.start_ns;
-  rec.end_unix_ns = m.end_ns;
-  rec.peak_rss_kib = m.rss_kib;
-  if (m.silent_ms) rec.silent_s = static_cast<double>(*m.silent_ms) / 1000;
-  rec.suspended = m.suspended;
-  rec.stalled = m.stalled;
-  rec.command = m.command;
-  rec.program = m.program;
-  rec.path_python = m.path_python;
 }
 
 // The ranks of node `n` that its agent reported stalled (and runs).
@@ -235,7 +75,7 @@ std::vector<WorkerRecord> stalled_ranks(const StepPlan& plan, const Node& n, con
   return stalled;
 }
 
-class Head : public GroupObserver {
+class Head : public GroupObserver, public cluster::NodeInbox {
  public:
   Head(Supervisor& supervisor, const Console& console, const NodeStep& job)
       : sup_(supervisor),
@@ -245,65 +85,33 @@ class Head : public GroupObserver {
         cluster_(*job.spec->cluster),
         io_(supervisor.io()),
         heartbeat_timer_(io_),
-        join_timer_(io_),
-        flush_timer_(io_),
         timeout_s_(cluster_.heartbeat_timeout_s),
         interval_s_(std::clamp(timeout_s_ / 4, 0.05, 5.0)),
         listener_(io_, console_, plan_.step, token_, interval_s_, timeout_s_),
-        uploads_(
-            plan_, job_.ctx.layout, write_error_,
-            [this](int node, const std::string& what) { upload_error(nodes_[std::size_t(node)], what); }),
-        preflight_(console_, plan_, job_.ctx.layout.step_dir(plan_.step) + "/preflight.txt",
-                   preflight_links()) {
-    ranks_.resize(static_cast<std::size_t>(plan_.world_size));
-  }
+        uploads_(plan_, job_.ctx.layout, write_error_, [this](int node, const std::string& what) {
+          upload_error(nodes_[std::size_t(node)], what);
+        }) {}
 
   // Listens, starts the engine's processes (srun, ssh) that bring up the
   // agents, and returns: the agents join while the loop runs (preflight,
   // run_attempt).
   void begin() {
-    std::string slurm_error;
-    const auto slurm_job =
-        cluster_.engine == Engine::slurm ? read_slurm_job(job_.ctx.parent_env, &slurm_error) : std::nullopt;
-    if (!slurm_error.empty()) throw Error(slurm_error);
-    const auto ssh = ssh_command(cluster_, job_.ctx.parent_env);
-    const std::string listening = listen(listener_, cluster_, slurm_job, ssh, token_, token_file_);
-    std::tie(marker_path_, marker_text_) = write_marker(job_);
+    auto launch = cluster::prepare_launch(console_, job_, listener_, token_, nodes_.size());
+    token_file_ = std::move(launch.token_file);
+    marker_path_ = std::move(launch.marker_path);
+    marker_text_ = std::move(launch.marker_text);
+    for (const auto& e : launch.engines) engines_.add(e);
+    launches_ = std::move(launch.launches);
 
-    cluster::AgentCommand agent{job_.flowrun_path, listener_.endpoint(), job_.fake_gpus};
-    const auto engines = job_.start_agents ? std::vector<cluster::EngineLaunch>{}
-                                           : cluster::engine_launches(cluster_, plan_, slurm_job, agent, ssh);
-    console_.message(fmt::format("flowrun: step '{}': {} workers on {} (engine: {}); the head listens on {}",
-                                 plan_.step, plan_.world_size, plural(nodes_.size(), "node", "nodes"),
-                                 engine_name(cluster_.engine), listening));
-    if (auto file = say_how_to_join(console_, job_, nodes_.size(), agent, token_); !file.empty())
-      token_file_ = file;
-    for (const auto& e : engines) {
-      engine_node_.push_back(e.node);
-      engine_what_.push_back(e.what);
-      engine_tail_.emplace_back(20, 4096);
-      launches_.push_back(engine_worker(e, job_, token_));
-    }
-
-    // Every rank's directory now, while the engine brings the agents up.
-    for (const auto& rp : plan_.ranks) make_dirs(job_.ctx.layout.output_dir(plan_.step, rp.rank));
-
-    listener_.start([this](const cluster::Joiner& j) { return admit(j); },
+    listener_.start([this](const cluster::Joiner& j) { return gathering_.admit(j); },
                     [this](int rank, const cluster::Joiner& j, const std::shared_ptr<Connection>& conn) {
-                      on_joined(rank, j, conn);
+                      gathering_.on_joined(rank, j, conn);
                     });
     if (job_.start_agents) job_.start_agents(listener_.endpoint(), token_);
-    start_join_timer(cluster_.join_timeout_s);
+    gathering_.start_join_timer(cluster_.join_timeout_s);
     tick_heartbeats();
 
-    GroupOptions group = job_.group;
-    group.master_port = 0;
-    group.note_leftovers = false;   // srun's own helper process outlives it for a moment
-    group.stall_timeout_s.reset();  // the ranks' silence counts (on their nodes), not srun's or ssh's
-    // A stop: the agents stop their ranks with the grace and report, and may
-    // be a heartbeat late; srun and ssh are killed only after that.
-    group.observer_margin_s = 5 + timeout_s_;
-    sup_.start_group(launches_, group, this);
+    sup_.start_group(launches_, cluster::engine_group(job_, timeout_s_), this);
   }
 
   // Every node joined and is ready (then true), or the step ended first.
@@ -315,7 +123,7 @@ class Head : public GroupObserver {
   // preflight: true: once every node is ready, the NCCL check across them.
   std::optional<AttemptResult> preflight() {
     if (wait_ready()) {
-      start_preflight();
+      gathering_.start_preflight();
       if (wait_ready()) return std::nullopt;
     }
     return not_started();
@@ -326,7 +134,7 @@ class Head : public GroupObserver {
   AttemptResult run_attempt(const Attempt& attempt) {
     if (phase_ == Phase::between) {
       attempt_ = attempt.restart;
-      assign();
+      gathering_.assign();
     }
     if (!wait_ready()) return not_started();
     attempt_ = attempt.restart;
@@ -335,7 +143,7 @@ class Head : public GroupObserver {
     sup_.run_until([this] { return phase_ != Phase::running; });
     AttemptResult result;
     result.record = attempt_recorded_ ? std::move(last_) : record_attempt();
-    result.node_gone = node_gone();
+    result.node_gone = nodes_.any_gone();
     take_news(result);
     return result;
   }
@@ -345,19 +153,17 @@ class Head : public GroupObserver {
   AttemptResult end_step() {
     if (phase_ != Phase::finished) {
       finish();
-      if (node_gone()) sup_.stop_group(Outcome::failed);  // srun or ssh of a lost node may hang: stop them
+      if (nodes_.any_gone())
+        sup_.stop_group(Outcome::failed);  // srun or ssh of a lost node may hang: stop them
     }
     sup_.finish_group();
-    for (auto& n : nodes_) {
-      if (n.conn) n.conn->close();
-    }
-    close_acceptors();
+    nodes_.close_all();
+    listener_.close_acceptors();
     listener_.close_pending();
     heartbeat_timer_.cancel();
-    join_timer_.cancel();
-    flush_timer_.cancel();
-    for (auto& r : ranks_) close_rank_files(r);
-    flush_console();
+    gathering_.cancel_join_timer();
+    ranks_.close_files();
+    batch_.flush();
     io_.poll();
     unlink(marker_path_.c_str());
     if (!token_file_.empty()) unlink(token_file_.c_str());
@@ -367,42 +173,16 @@ class Head : public GroupObserver {
   }
 
   int interrupt_signal() const { return sup_.interrupt_received(); }
-  std::string placement() const { return plural(nodes_.size(), "node", "nodes"); }
+  std::string placement() const { return cluster::plural(nodes_.size(), "node", "nodes"); }
 
   // ---- GroupObserver ------------------------------------------------------
 
-  void on_output(std::size_t index, bool is_err, std::string_view data) override {
-    (void)is_err;
-    engine_tail_[index].feed(data);
-    // srun waiting for resources: the join timeout counts from the grant.
-    if (data.find("queued and waiting for resources") != std::string_view::npos) {
-      join_timer_.cancel();
-      waiting_for_grant_ = true;
-    } else if (waiting_for_grant_ && data.find("has been allocated resources") != std::string_view::npos) {
-      waiting_for_grant_ = false;
-      if (phase_ == Phase::joining) start_join_timer(cluster_.join_timeout_s);
-    }
+  void on_output(std::size_t index, bool, std::string_view data) override {
+    gathering_.on_engine_output(index, data);
   }
 
   bool on_exit(std::size_t index, const WorkerRecord& record) override {
-    if (phase_ == Phase::finished) return false;
-    const int node = engine_node_[index];
-    std::string tail = engine_tail_[index].text();
-    while (!tail.empty() && tail.back() == '\n') tail.pop_back();
-    const std::string what = fmt::format("{} {}", engine_what_[index], record.status.describe());
-    if (phase_ == Phase::joining && (node < 0 || !nodes_[static_cast<std::size_t>(node)].joined)) {
-      std::string message =
-          what + " before " + (node < 0 ? std::string("every agent") : std::string("its agent")) + " joined";
-      if (!tail.empty()) {
-        message += "; its last output:";
-        for (const auto& line : split_lines(tail)) message += "\n    " + line;
-      }
-      fail_before_start(message);
-      return false;
-    }
-    if (phase_ == Phase::running || phase_ == Phase::assigning || phase_ == Phase::checking) {
-      engine_note_ = what + (tail.empty() ? "" : ": " + split_lines(tail).back());
-    }
+    if (auto note = gathering_.on_engine_exit(index, record)) engine_note_ = std::move(*note);
     return false;
   }
 
@@ -411,10 +191,7 @@ class Head : public GroupObserver {
       if (!stopping_) {
         stopping_ = true;
         outcome_ = why;
-        for (auto& n : nodes_) {
-          if (n.conn && n.conn->is_open())
-            n.conn->send(Stop{why == Outcome::timed_out ? "timeout" : "interrupted"});
-        }
+        nodes_.tell(Stop{why == Outcome::timed_out ? "timeout" : "interrupted"}, false);
       }
       return true;
     }
@@ -431,247 +208,61 @@ class Head : public GroupObserver {
     return false;
   }
 
-  void on_kill() override {
-    for (auto& n : nodes_) {
-      if (n.conn && n.conn->is_open()) n.conn->send(Stop{"killed", true});
-    }
-  }
+  void on_kill() override { nodes_.tell(Stop{"killed", true}, false); }
 
   // SIGUSR1, SIGUSR2: every agent gives it to its ranks. srun and ssh, the
   // head's own processes, never get it (srun would pass it on a second time;
   // ssh would die of it).
   bool on_signal(int sig) override {
     if (phase_ != Phase::running) return true;  // no rank runs yet
-    for (auto& n : nodes_) {
-      if (n.conn && n.conn->is_open() && !n.lost) n.conn->send(Signal{signal_name(sig)});
-    }
+    nodes_.tell(Signal{signal_name(sig)}, true);
     return true;
   }
 
  private:
-  // ready: every node is ready for an attempt; between: an attempt ended,
-  // and the step runner decides what comes next.
-  enum class Phase { joining, assigning, checking, ready, running, between, finished };
-
-  struct RankState {
-    WorkerRecord record;
-    bool stopped = false;
-    bool exited = false;
-    std::unique_ptr<RankLog> log;  // from the attempt's start
-  };
-
-  // ---- setup ---------------------------------------------------------------
-
-  cluster::NodePreflight::Links preflight_links() {
-    return {[this](int node, const Preflight& m) { nodes_[std::size_t(node)].conn->send(m); },
-            [this](int node, const std::string& reason) {
-              const auto& conn = nodes_[std::size_t(node)].conn;
-              if (conn && conn->is_open()) conn->send(Stop{reason});
-            },
-            [this](int node) { return nodes_[std::size_t(node)].lost; }};
-  }
-
-  // ---- joining -------------------------------------------------------------
-
-  // An agent that proved the token: the node rank it gets, or why not.
-  cluster::Admission admit(const cluster::Joiner& j) {
-    if (phase_ != Phase::joining)
-      return {-1, fmt::format("all {} have joined step '{}'", plural(nodes_.size(), "node", "nodes"),
-                              plan_.step)};
-    return nodes_.admit(j, engine_node_);
-  }
-
-  void on_joined(int rank, const cluster::Joiner& j, const std::shared_ptr<Connection>& conn) {
-    const bool all = nodes_.join(rank, j, conn);
-    conn->set_handlers(
-        [this, rank](Frame& frame) { on_node_frame(nodes_[static_cast<std::size_t>(rank)], frame); },
-        [this, rank](const std::string& why) {
-          on_node_closed(nodes_[static_cast<std::size_t>(rank)], why);
-        });
-    if (all) all_joined();
-  }
-
-  // ---- phases --------------------------------------------------------------
-
-  void all_joined() {
-    join_timer_.cancel();
-    listener_.say_fallback_addresses(nodes_.via_names());
-    // Nodes that do not have the GPUs the plan gave them are refused.
-    if (const std::string wrong = plan_.cpu ? "" : nodes_.gpu_mismatches(plan_); !wrong.empty()) {
-      fail_before_start(wrong +
-                        " (cluster.gpus_per_node, or this host's count); nodes with different GPU counts are "
-                        "not supported");
-      return;
-    }
-    assign();
-  }
-
-  void assign() {
-    phase_ = Phase::assigning;
-    ready_ = 0;
-    for (auto& n : nodes_) {
-      n.ready = false;
-      n.done = false;
-      Assign m;
-      m.step = plan_.step;
-      m.run_id = job_.ctx.run_id;
-      m.attempt = attempt_;
-      m.node_rank = n.rank;
-      m.nodes = static_cast<int>(nodes_.size());
-      m.workdir = job_.step->workdir;
-      m.marker_path = marker_path_;
-      m.marker_text = marker_text_;
-      m.want_port = n.rank == 0;
-      m.grace_ms = static_cast<std::int64_t>(job_.group.grace_s * 1000);
-      // stall_timeout is enforced by each node's agent, whose supervisor reads
-      // its ranks' pipes: silence is measured where the ranks write, not from
-      // output frames that the network, the connection's queue or a busy head
-      // may hold back, and the agent can tell a stopped (SIGSTOP) rank by its
-      // /proc state. The agent reports the stalled ranks (Stalled) and the
-      // head names them and stops every node.
-      if (job_.group.stall_timeout_s) m.stall_ms = std::llround(*job_.group.stall_timeout_s * 1000);
-      n.conn->send(m);
-    }
-  }
-
-  void on_ready(Node& n, const Ready& m) {
-    if (phase_ != Phase::assigning || n.ready) return;
-    n.ready = true;
-    if (!m.workdir_ok) {
-      workdir_errors_.push_back(workdir_not_shared(n.name, job_.step->workdir, m.workdir_error));
-    }
-    if (n.rank == 0) {
-      n.address = m.address;
-      n.port = m.port;
-    }
-    if (++ready_ < static_cast<int>(nodes_.size())) return;
-    if (!workdir_errors_.empty()) {
-      for (const auto& e : workdir_errors_) fail_before_start(e);
-      return;
-    }
-    phase_ = Phase::ready;
-  }
-
-  // ---- preflight: true (node_preflight.h) -----------------------------------
-
-  void start_preflight() {
-    phase_ = Phase::checking;
-    preflight_.start(nodes_.names());
-  }
-
-  void on_preflight_id(Node& n, const PreflightId& m) {
-    if (phase_ == Phase::checking && !preflight_.on_id(n.rank, m))
-      protocol_error(n, "malformed preflight_id");
-  }
-
-  void on_preflight_done(Node& n, const PreflightDone& m) {
-    if (phase_ != Phase::checking) return;
-    const auto state = preflight_.on_done(n.rank, m);
-    if (state == cluster::NodePreflight::State::failed)
-      fail_before_start(
-          "the preflight check of its GPUs across the nodes failed (the report above); fix what it names, "
-          "or set preflight: false");
-    if (state == cluster::NodePreflight::State::passed) phase_ = Phase::ready;
-  }
-
   void start_attempt() {
     phase_ = Phase::running;
     stopping_ = false;
     outcome_ = Outcome::succeeded;
     attempt_started_ = true;
     attempt_recorded_ = false;
-    done_ = 0;
     LaunchContext ctx = job_.ctx;
     ctx.node0_address = nodes_[0].address;
     ctx.master_port = nodes_[0].port;
     ctx.restart_count = attempt_;
     master_port_ = ctx.master_port;
     attempt_start_ns_ = unix_now_ns();
-    for (auto& r : ranks_) {
-      close_rank_files(r);
-      r = RankState{};
-    }
+    ranks_.reset();
     // A restart: the step runner keeps what the attempt before left (logs,
     // traceback, uploads) in attemptN/, now that every node is ready.
     if (keep_previous_) keep_previous_();
     keep_previous_ = nullptr;
-    for (const auto& rp : plan_.ranks) {
-      RankState& r = ranks_[static_cast<std::size_t>(rp.rank)];
-      const Node& n = nodes_[static_cast<std::size_t>(rp.node)];
-      r.record.rank = rp.rank;
-      r.record.local_rank = rp.local_rank;
-      r.record.node = n.name;
-      r.record.status.kind = ExitStatus::Kind::running;
-      r.record.start_unix_ns = attempt_start_ns_;
-      const std::string dir = ctx.layout.rank_dir(plan_.step, rp.rank);
-      // The directories were made before the nodes joined; a restart makes
-      // the output directory the kept attempt took along.
-      if (attempt_ > 0) make_dirs(ctx.layout.output_dir(plan_.step, rp.rank));
-      r.record.stdout_log = dir + "/stdout.log";
-      r.record.stderr_log = dir + "/stderr.log";
-      r.record.error_file = ctx.layout.error_file(plan_.step, rp.rank);
-      open_rank_log(r, n);
-    }
-    if (attempt_ == 0) {
-      std::vector<std::string> names;
-      for (const auto& n : nodes_) names.push_back(n.name);
-      console_.message(fmt::format("flowrun: step '{}': {} joined ({}); MASTER_ADDR {}, MASTER_PORT {}",
-                                   plan_.step, plural(nodes_.size(), "node", "nodes"), fmt::join(names, ", "),
-                                   master_addr(plan_, ctx), ctx.master_port));
-    }
+    ranks_.start(ctx, nodes_, attempt_, attempt_start_ns_);
+    if (attempt_ == 0) console_.message(cluster::joined_message(plan_, nodes_.names(), ctx));
     // Every node's start message first, then the writes: the nodes start
     // together. Each carries its node's part of the plan; the node's agent
     // makes its ranks' environment from it.
-    std::vector<std::string> frames(nodes_.size());
-    for (const auto& n : nodes_) {
-      Start m = cluster::start_of(node_work(*job_.spec, *job_.step, plan_, n.rank, ctx));
-      m.workdir = job_.step->workdir;
-      m.argv = job_.argv;
-      for (auto& r : m.ranks) r.upload = job_.step->collect == Collect::all || r.rank == 0;
-      frames[static_cast<std::size_t>(n.rank)] = to_wire(encode(m));
-    }
+    std::vector<std::string> frames = cluster::start_frames(job_, nodes_.size(), ctx);
     for (auto& n : nodes_) n.conn->send_frame(std::move(frames[static_cast<std::size_t>(n.rank)]));
   }
 
-  // ---- messages from a node ------------------------------------------------
-
-  void on_node_frame(Node& n, Frame& frame) {
-    if (frame.type == MessageType::upload_chunk) {
-      // Bulk data: read in place, not copied into a message.
-      if (auto data = upload_chunk_data(frame.payload)) {
-        uploads_.data(n.rank, *data);
-        return;
-      }
-    }
-    std::string error;
-    auto message = decode_message(frame, &error);
-    if (!message) {
-      protocol_error(n, fmt::format("malformed {}: {}", message_type_name(frame.type), error));
-      return;
-    }
-    std::visit([this, &n](const auto& m) { on_node_message(n, m); }, *message);
+  // A node that joined: what it sends comes here; the step fails before
+  // its ranks start.
+  cluster::NodeGathering::Links gathering_links() {
+    return {[this](int rank, const std::shared_ptr<Connection>& conn) {
+              conn->set_handlers(
+                  [this, rank](Frame& frame) {
+                    cluster::take_node_frame(nodes_[std::size_t(rank)], frame, *this, gathering_, uploads_);
+                  },
+                  [this, rank](const std::string& why) { on_node_closed(nodes_[std::size_t(rank)], why); });
+            },
+            [this](const std::string& why) { fail_before_start(why); },
+            [this](Node& n, const std::string& what) { protocol_error(n, what); }};
   }
 
-  // What a node sends, by message; anything else is a protocol error.
-  template <class M>
-  void on_node_message(Node& n, const M&) {
-    protocol_error(n, fmt::format("unexpected {}", message_type_name(M::kType)));
-  }
-  void on_node_message(Node&, const Heartbeat&) {}
-  void on_node_message(Node&, const Bye&) {}
-  void on_node_message(Node& n, const Ready& m) { on_ready(n, m); }
-  void on_node_message(Node& n, const Output& m) { on_rank_output(n, m); }
-  void on_node_message(Node& n, const Exited& m) { on_rank_exited(n, m); }
-  void on_node_message(Node& n, const UploadBegin& m) { uploads_.begin(n.rank, m); }
-  void on_node_message(Node& n, const UploadChunk& m) { uploads_.data(n.rank, m.data); }
-  void on_node_message(Node& n, const UploadEnd& m) { uploads_.end(n.rank, m); }
-  void on_node_message(Node& n, const Done& m) { on_done(n, m); }
-  void on_node_message(Node& n, const PreflightId& m) { on_preflight_id(n, m); }
-  void on_node_message(Node& n, const PreflightDone& m) { on_preflight_done(n, m); }
-  void on_node_message(Node& n, const Stalled& m) { on_node_stalled(n, m); }
+  // ---- messages from a node (node_inbox.h) ----------------------------------
 
-  // Its agent got a signal.
-  void on_node_message(Node& n, const Stop& m) {
+  void on_node_signalled(Node& n, const Stop& m) override {
     const std::string reason = printable(m.reason);
     n.signalled = true;
     notes_.push_back(fmt::format("node {}: {}", n.name, reason));
@@ -680,49 +271,34 @@ class Head : public GroupObserver {
       stop_nodes(Outcome::interrupted, "node " + n.name + ": " + reason);
   }
 
-  void protocol_error(Node& n, const std::string& what) {
+  void protocol_error(Node& n, const std::string& what) override {
     errors_.push_back(fmt::format("node {}: {}", n.name, what));
     n.conn->close();
     node_lost(n, what);
   }
 
-  RankState* rank_of(Node& n, int rank) {
-    if (rank < 0 || rank >= plan_.world_size) return nullptr;
-    if (plan_.ranks[static_cast<std::size_t>(rank)].node != n.rank) return nullptr;
-    return &ranks_[static_cast<std::size_t>(rank)];
+  void on_rank_output(Node& n, const Output& m) override {
+    if (ranks_.output(n, m, [this](const RankLog::WriteError& error) { log_failed(error); }))
+      batch_.schedule();
   }
 
-  void on_rank_output(Node& n, const Output& m) {
-    RankState* r = rank_of(n, m.rank);
-    if (r == nullptr || !r->log) return;
-    if (auto error = r->log->keep(m.is_stderr, m.data)) log_failed(*error);
-    r->log->show(m.is_stderr, m.data, monotonic_now_ns());
-    schedule_flush();
-  }
-
-  void on_rank_exited(Node& n, const Exited& m) {
-    RankState* r = rank_of(n, m.rank);
-    if (r == nullptr || r->exited) return;
-    r->exited = true;
-    auto& rec = r->record;
-    record_exit(rec, m);
-    r->stopped = m.stopped;
-    if (!rec.status.ok() && !r->stopped && !stopping_) {
-      stop_nodes(Outcome::failed, fmt::format("rank {} on {} {}", rec.rank, n.name, rec.status.describe()));
-    }
+  void on_rank_exited(Node& n, const Exited& m) override {
+    const WorkerRecord* rec = ranks_.exited(n, m);
+    if (rec != nullptr && !rec->status.ok() && !m.stopped && !stopping_)
+      stop_nodes(Outcome::failed, fmt::format("rank {} on {} {}", rec->rank, n.name, rec->status.describe()));
   }
 
   // Ranks of `n` wrote nothing for the step's stall_timeout; its agent is
   // stopping them.
-  void on_node_stalled(Node& n, const Stalled& m) {
+  void on_node_stalled(Node& n, const Stalled& m) override {
     const std::vector<WorkerRecord> stalled = stalled_ranks(plan_, n, m);
     if (stalled.empty() || phase_ != Phase::running || !job_.group.stall_timeout_s) return;
-    flush_console();  // the ranks' lines so far come before flowrun's
+    batch_.flush();  // the ranks' lines so far come before flowrun's
     console_.message(format_stall_message(plan_.step, stalled, *job_.group.stall_timeout_s));
     stop_nodes(Outcome::stalled, "stalled");
   }
 
-  void on_done(Node& n, const Done& m) {
+  void on_done(Node& n, const Done& m) override {
     if (n.done) return;
     n.done = true;
     for (const auto& e : m.errors) {
@@ -745,9 +321,7 @@ class Head : public GroupObserver {
     if (stopping_) return;
     stopping_ = true;
     if (outcome_ == Outcome::succeeded) outcome_ = why;
-    for (auto& n : nodes_) {
-      if (n.conn && n.conn->is_open() && !n.lost) n.conn->send(Stop{reason});
-    }
+    nodes_.tell(Stop{reason}, true);
   }
 
   void on_node_closed(Node& n, const std::string& why) {
@@ -772,17 +346,7 @@ class Head : public GroupObserver {
       return;
     }
     notes_.push_back(text);
-    const std::int64_t now = unix_now_ns();
-    for (auto& r : ranks_) {
-      if (r.record.node != n.name || r.exited ||
-          plan_.ranks[static_cast<std::size_t>(r.record.rank)].node != n.rank)
-        continue;
-      r.exited = true;
-      r.record.status.kind = ExitStatus::Kind::lost;
-      r.record.status.spawn_error = why;
-      r.record.end_unix_ns = now;
-      r.stopped = false;  // lost with its node, not stopped by flowrun
-    }
+    ranks_.lose(n, why, unix_now_ns());
     if (!stopping_) stop_nodes(Outcome::failed, text);
     n.done = true;
     maybe_attempt_done();
@@ -793,14 +357,11 @@ class Head : public GroupObserver {
     for (const auto& n : nodes_) {
       if (!n.done && !n.lost) return;
     }
-    for (auto& r : ranks_) close_rank_files(r);
-    flush_console();
+    ranks_.close_files();
+    batch_.flush();
     last_ = record_attempt();
     phase_ = Phase::between;  // the step runner restarts (run_attempt) or ends the step (end_step)
   }
-
-  // A node can take no further attempt.
-  bool node_gone() const { return nodes_.any_gone(); }
 
   // What stands for an attempt whose ranks never started.
   AttemptResult not_started() {
@@ -819,27 +380,12 @@ class Head : public GroupObserver {
     attempt.master_port = master_port_;
     attempt.start_unix_ns = attempt_start_ns_;
     attempt.end_unix_ns = unix_now_ns();
-    std::vector<int> stopped;
-    bool failed = false;
-    bool signalled = false;
-    for (std::size_t i = 0; i < ranks_.size(); ++i) {
-      auto& r = ranks_[i];
-      // Slurm signals a step's every process, the ranks with their agent: a
-      // rank that died of it on a node whose agent was signalled did not fail.
-      const Node& node = nodes_[static_cast<std::size_t>(plan_.ranks[i].node)];
-      if (node.signalled) {
-        signalled = true;
-        if (r.record.status.kind == ExitStatus::Kind::signaled) r.stopped = true;
-      }
-      if (r.log) r.record.stderr_tail = r.log->tail();
-      if (!r.record.status.ok()) failed = true;
-      if (r.stopped) stopped.push_back(static_cast<int>(i));
-      attempt.workers.push_back(r.record);
-    }
-    if (signalled && outcome_ != Outcome::timed_out) outcome_ = Outcome::interrupted;
-    attempt.outcome = cluster::attempt_outcome(outcome_, failed, !errors_.empty(), !write_error_.empty());
+    const auto ranks = ranks_.record(nodes_, attempt);
+    if (ranks.signalled && outcome_ != Outcome::timed_out) outcome_ = Outcome::interrupted;
+    attempt.outcome =
+        cluster::attempt_outcome(outcome_, ranks.failed, !errors_.empty(), !write_error_.empty());
     attempt.write_error = write_error_;
-    assign_roles(attempt, stopped);
+    assign_roles(attempt, ranks.stopped);
     return attempt;
   }
 
@@ -851,35 +397,18 @@ class Head : public GroupObserver {
     asio::post(io_, [this] { sup_.stop_group(Outcome::failed); });
   }
 
-  void close_acceptors() { listener_.close_acceptors(); }
-
   void finish() {
     if (phase_ == Phase::finished) return;
     phase_ = Phase::finished;
-    join_timer_.cancel();
+    gathering_.cancel_join_timer();
     heartbeat_timer_.cancel();
-    close_acceptors();
-    for (auto& n : nodes_) {
-      if (n.conn && n.conn->is_open()) {
-        // How the step ended, for agents that report it (flowrun run's).
-        const bool ok = outcome_ == Outcome::succeeded && errors_.empty() && attempt_started_;
-        n.conn->send(Bye{ok});
-        n.conn->close_after_send();
-      }
-    }
+    listener_.close_acceptors();
+    // How the step ended, for agents that report it (flowrun run's).
+    nodes_.say_bye(outcome_ == Outcome::succeeded && errors_.empty() && attempt_started_);
     if (!engine_note_.empty()) notes_.push_back(engine_note_);
   }
 
   // ---- timers --------------------------------------------------------------
-
-  void start_join_timer(double seconds) {
-    join_timer_.expires_after(seconds_of(seconds));
-    join_timer_.async_wait([this, seconds](const boost::system::error_code& ec) {
-      if (ec || phase_ != Phase::joining) return;
-      fail_before_start(nodes_.join_timeout(plan_, seconds, listener_.endpoint()) +
-                        listener_.strangers_note());
-    });
-  }
 
   void tick_heartbeats() {
     heartbeat_timer_.expires_after(seconds_of(interval_s_));
@@ -896,47 +425,16 @@ class Head : public GroupObserver {
 
   // ---- console -------------------------------------------------------------
 
-  void schedule_flush() { batch_.schedule(); }
-
-  void flush_console() { batch_.flush(); }
-
-  // A rank's log files are opened (and emptied) when it first writes, so
-  // that thousands of ranks cost nothing until they print. Reached from the
-  // run directory without following a symlink, as uploads are: a rank on a
-  // node that shares this file system may have put a link in its place (to
-  // a file that O_TRUNC would empty).
-  void open_rank_log(RankState& r, const Node& n) {
-    RankLog::Options o;
-    o.stdout_log = r.record.stdout_log;
-    o.stderr_log = r.record.stderr_log;
-    o.style = job_.group.style;
-    if (job_.shows_rank(r.record.rank))
-      o.prefix = log_prefix(n.name + " " + plan_.step, r.record.rank, job_.group.style.color);
-    o.who = fmt::format("rank {}'s ", r.record.rank);
-    o.open = [run_dir = job_.ctx.layout.run_dir](const std::string& path) {
-      const std::size_t slash = path.rfind('/');
-      const BeneathRoot dir = BeneathRoot::open_under(run_dir, path.substr(0, slash), false);
-      return dir.ok() ? openat(dir.fd(), path.c_str() + slash + 1,
-                               O_WRONLY | O_CREAT | O_TRUNC | O_NOFOLLOW | O_CLOEXEC, 0644)
-                      : (errno = dir.error(), -1);
-    };
-    r.log = std::make_unique<RankLog>(std::move(o), batch_);
-  }
-
   // A rank's log file cannot be written (a full disk): its output is lost
   // from here on, so the step cannot succeed. Said once; the console goes on
   // showing the ranks' lines while the nodes stop.
   void log_failed(const RankLog::WriteError& error) {
     if (!write_error_.empty()) return;
     write_error_ = error.text;
-    flush_console();
+    batch_.flush();
     console_.message(
         log_failed_message(plan_.step, write_error_, stopping_, error.err, job_.ctx.layout.run_dir));
     if (phase_ == Phase::running && !stopping_) stop_nodes(Outcome::failed, write_error_);
-  }
-
-  void close_rank_files(RankState& r) {
-    if (r.log) r.log->close();
   }
 
   Supervisor& sup_;
@@ -946,30 +444,23 @@ class Head : public GroupObserver {
   const ClusterSpec& cluster_;
   asio::io_context& io_;
   asio::steady_timer heartbeat_timer_;
-  asio::steady_timer join_timer_;
-  asio::steady_timer flush_timer_;
   std::string token_ = make_token();
   std::string token_file_;
   std::string marker_path_, marker_text_;
   double timeout_s_, interval_s_;
   Phase phase_ = Phase::joining;
   cluster::NodeTable nodes_{plan_.nodes.size()};
-  std::vector<RankState> ranks_;
-  std::vector<int> engine_node_;
-  std::vector<std::string> engine_what_;  // "srun", "ssh to node2", "node 0's agent"
-  std::vector<TailBuffer> engine_tail_;
+  cluster::EngineWatch engines_;  // srun, ssh
   std::string engine_note_;
   std::string write_error_;  // the first file of the run directory that could not be written, and why
-  std::vector<std::string> workdir_errors_;
-  int ready_ = 0, done_ = 0;
   int attempt_ = 0;
   int master_port_ = 0;
   std::int64_t attempt_start_ns_ = 0;
   bool stopping_ = false;
   bool attempt_started_ = false, attempt_recorded_ = false;
-  bool waiting_for_grant_ = false;
   Outcome outcome_ = Outcome::succeeded;
   ConsoleBatch batch_{io_, [this](std::string& out, std::string& err) { sup_.write_console(out, err); }};
+  cluster::RankTable ranks_{job_, batch_};
   cluster::News news_;  // the notes and errors, handed to the step runner each once
   std::vector<std::string>& notes_ = news_.notes;
   std::vector<std::string>& errors_ = news_.errors;
@@ -980,7 +471,9 @@ class Head : public GroupObserver {
   AttemptRecord last_;                   // the attempt that ended
   cluster::Listener listener_;           // the agents' connections until they join
   cluster::UploadReceiver uploads_;      // the nodes' uploads into the ranks' directories
-  cluster::NodePreflight preflight_;     // preflight: true
+  cluster::NodeGathering gathering_{
+      io_,    console_, job_,         nodes_,       listener_,        engines_,
+      phase_, attempt_, marker_path_, marker_text_, gathering_links()};  // joining to ready
 };
 
 }  // namespace

@@ -51,6 +51,21 @@ bool NodeTable::join(int rank, const Joiner& j, std::shared_ptr<Connection> conn
   return ++joined_ == nodes_.size();
 }
 
+void NodeTable::say_bye(bool ok) {
+  for (auto& n : nodes_) {
+    if (n.conn && n.conn->is_open()) {
+      n.conn->send(Bye{ok});
+      n.conn->close_after_send();
+    }
+  }
+}
+
+void NodeTable::close_all() {
+  for (auto& n : nodes_) {
+    if (n.conn) n.conn->close();
+  }
+}
+
 std::vector<std::string> NodeTable::names() const {
   std::vector<std::string> names;
   for (const auto& n : nodes_) names.push_back(n.name);

@@ -82,6 +82,19 @@ class NodeTable {
   // A node can take no further attempt: lost, closed after its done, or signalled.
   bool any_gone() const;
 
+  // Bye{ok} to every node whose connection is open, which then closes.
+  void say_bye(bool ok);
+  // Closes every node's connection.
+  void close_all();
+  // `m` to every node whose connection is open, but for the lost ones with
+  // `skip_lost`.
+  template <class M>
+  void tell(const M& m, bool skip_lost) {
+    for (auto& n : nodes_) {
+      if (n.conn && n.conn->is_open() && !(skip_lost && n.lost)) n.conn->send(m);
+    }
+  }
+
   // One heartbeat tick at `now_ns`: every joined node whose connection is
   // open gets a heartbeat when nothing else waits to go to it, and one
   // silent past `timeout_s` goes to `lost` with the reason instead (the

@@ -1,0 +1,186 @@
+#include "head_launch.h"
+
+#include <cerrno>
+#include <cstring>
+#include <fcntl.h>
+#include <fmt/format.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "flowrun/error.h"
+#include "flowrun/files.h"
+#include "flowrun/process.h"
+#include "flowrun/slurm.h"
+#include "flowrun/util.h"
+
+namespace flowrun::cluster {
+
+std::string plural(std::size_t n, std::string_view one, std::string_view many) {
+  return fmt::format("{} {}", n, n == 1 ? one : many);
+}
+
+namespace {
+
+std::string hostname() {
+  char name[256] = {};
+  gethostname(name, sizeof name - 1);
+  return name;
+}
+
+// A file only this user can read (the run's token), replacing any old one.
+void write_private_file(const std::string& path, const std::string& text) {
+  const auto slash = path.rfind('/');
+  if (slash != std::string::npos && slash > 0) {
+    make_dirs(path.substr(0, slash));
+    chmod(path.substr(0, slash).c_str(), 0700);
+  }
+  unlink(path.c_str());
+  const int fd = open(path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0600);
+  if (fd < 0) throw Error("cannot write " + path + ": " + std::strerror(errno));
+  const bool ok = write_all(fd, text.data(), text.size());
+  close(fd);
+  if (!ok) throw Error("cannot write " + path + ": " + std::strerror(errno));
+}
+
+// The command that reaches the nodes: cluster.ssh_command, else FLOWRUN_SSH, else ssh.
+std::vector<std::string> ssh_command(const ClusterSpec& cluster, const EnvMap& env) {
+  std::vector<std::string> ssh{"ssh"};
+  if (auto value = env_get(env, "FLOWRUN_SSH"); value && !value->empty()) {
+    std::string error;
+    auto words = split_shell_words(*value, &error);
+    if (!words || words->empty())
+      throw Error("FLOWRUN_SSH='" + *value + "': " + (error.empty() ? "no command" : error), kExitUsage);
+    ssh = std::move(*words);
+  }
+  if (!cluster.ssh_command.empty()) ssh = cluster.ssh_command;
+  return ssh;
+}
+
+std::uint16_t rendezvous_port(const std::string& rendezvous) {
+  const auto colon = rendezvous.rfind(':');
+  return static_cast<std::uint16_t>(std::stoi(rendezvous.substr(colon + 1)));
+}
+
+// Listens where the agents dial; returns the console's "ADDRESS:PORT
+// (why)". flowrun run's rendezvous: the token goes where the other nodes'
+// flowrun run looks for it (`token_file`), before anyone can connect.
+std::string listen(Listener& listener, const ClusterSpec& cluster, const std::optional<SlurmJob>& slurm_job,
+                   const std::vector<std::string>& ssh, const std::string& token, std::string& token_file) {
+  if (cluster.rendezvous.empty()) {
+    listener.listen_on_candidates(choose_head_addresses(cluster, slurm_job, hostname(), ssh));
+    return describe_head_addresses(listener.candidates(), listener.port(), [](const std::string& address) {
+      return interface_of(address).value_or("");
+    });
+  }
+  write_private_file(cluster.rendezvous_token_file, token + "\n");
+  token_file = cluster.rendezvous_token_file;
+  const HeadAddress address{
+      cluster.address.value_or("0.0.0.0"),
+      cluster.address ? "--local-addr" : "every address of this host, as torchrun's store"};
+  listener.listen(address.address, rendezvous_port(cluster.rendezvous));
+  listener.set_endpoint(cluster.rendezvous);
+  return cluster.rendezvous + " (" + address.why + ")";
+}
+
+// The process of one of the engine's launches: flowrun's environment, the
+// token on its stdin, its output in the step's directory.
+WorkerLaunch engine_worker(const EngineLaunch& e, const NodeStep& job, const std::string& token) {
+  WorkerLaunch launch;
+  launch.argv = e.argv;
+  EnvMap env = job.ctx.parent_env;
+  env["FLOWRUN_RUN_ID"] = job.ctx.run_id;  // spawn_process adds the guardian's mark
+  for (const auto& [k, v] : env) launch.env.push_back(k + "=" + v);
+  launch.workdir = job.step->workdir;
+  launch.label = e.label;
+  launch.stdin_text = token + "\n";
+  const std::string base = job.ctx.layout.step_dir(job.plan->step) + "/" +
+                           (job.spec->cluster->engine == Engine::manual ? fmt::format("agent-node{}", e.node)
+                            : e.node >= 0                               ? fmt::format("ssh-node{}", e.node)
+                                                                        : "srun");
+  launch.stdout_log = base + ".stdout.log";
+  launch.stderr_log = base + ".stderr.log";
+  return launch;
+}
+
+// The marker every agent must read at the same path (docs/multinode.md):
+// its path and text.
+std::pair<std::string, std::string> write_marker(const NodeStep& job) {
+  const std::string path =
+      job.step->workdir + "/.flowrun/node-check-" + job.ctx.run_id + "-" + job.plan->step;
+  const std::string text = make_nonce();
+  make_dirs(job.step->workdir + "/.flowrun");
+  const int fd = open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd < 0) throw Error("cannot write " + path + ": " + std::strerror(errno));
+  write_all(fd, text.data(), text.size());
+  close(fd);
+  return {path, text};
+}
+
+// What the user does for the agents to join: flowrun run's other nodes,
+// or, by hand, the agent's command with the token file it writes (returned).
+std::string say_how_to_join(const Console& console, const NodeStep& job, std::size_t nodes,
+                            const AgentCommand& agent, const std::string& token) {
+  const ClusterSpec& cluster = *job.spec->cluster;
+  if (!cluster.rendezvous.empty()) {
+    console.message(fmt::format(
+        "flowrun: this host is node 0; waiting for {} more: run the same `flowrun run` command on {} "
+        "({}), from this directory on the shared filesystem",
+        plural(nodes - 1, "node", "nodes"), nodes == 2 ? "it" : "each",
+        nodes == 2 ? std::string("--node-rank 1") : fmt::format("--node-rank 1 to {}", nodes - 1)));
+  } else if (cluster.engine == Engine::manual) {
+    const std::string token_file = job.ctx.layout.step_dir(job.plan->step) + "/agent.token";
+    write_private_file(token_file, token + "\n");
+    std::string command;
+    for (const auto& word : agent_argv(agent, -1))
+      command += (command.empty() ? "" : " ") + shell_quote(word);
+    command += " --token-file " + shell_quote(token_file);
+    console.message(
+        fmt::format("flowrun: waiting for {}; on each node run (add --node-rank N to choose its rank):\n"
+                    "flowrun:   {}",
+                    plural(nodes, "agent", "agents"), command));
+    return token_file;
+  }
+  return {};
+}
+
+}  // namespace
+
+HeadLaunch prepare_launch(const Console& console, const NodeStep& job, Listener& listener,
+                          const std::string& token, std::size_t nodes) {
+  const ClusterSpec& cluster = *job.spec->cluster;
+  const StepPlan& plan = *job.plan;
+  HeadLaunch launch;
+  std::string slurm_error;
+  const auto slurm_job =
+      cluster.engine == Engine::slurm ? read_slurm_job(job.ctx.parent_env, &slurm_error) : std::nullopt;
+  if (!slurm_error.empty()) throw Error(slurm_error);
+  const auto ssh = ssh_command(cluster, job.ctx.parent_env);
+  const std::string listening = listen(listener, cluster, slurm_job, ssh, token, launch.token_file);
+  std::tie(launch.marker_path, launch.marker_text) = write_marker(job);
+
+  AgentCommand agent{job.flowrun_path, listener.endpoint(), job.fake_gpus};
+  launch.engines =
+      job.start_agents ? std::vector<EngineLaunch>{} : engine_launches(cluster, plan, slurm_job, agent, ssh);
+  console.message(fmt::format("flowrun: step '{}': {} workers on {} (engine: {}); the head listens on {}",
+                              plan.step, plan.world_size, plural(nodes, "node", "nodes"),
+                              engine_name(cluster.engine), listening));
+  if (auto file = say_how_to_join(console, job, nodes, agent, token); !file.empty()) launch.token_file = file;
+  for (const auto& e : launch.engines) launch.launches.push_back(engine_worker(e, job, token));
+
+  // Every rank's directory now, while the engine brings the agents up.
+  for (const auto& rp : plan.ranks) make_dirs(job.ctx.layout.output_dir(plan.step, rp.rank));
+  return launch;
+}
+
+GroupOptions engine_group(const NodeStep& job, double heartbeat_timeout_s) {
+  GroupOptions group = job.group;
+  group.master_port = 0;
+  group.note_leftovers = false;   // srun's own helper process outlives it for a moment
+  group.stall_timeout_s.reset();  // the ranks' silence counts (on their nodes), not srun's or ssh's
+  // A stop: the agents stop their ranks with the grace and report, and may
+  // be a heartbeat late; srun and ssh are killed only after that.
+  group.observer_margin_s = 5 + heartbeat_timeout_s;
+  return group;
+}
+
+}  // namespace flowrun::cluster

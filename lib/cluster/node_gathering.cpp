@@ -1,0 +1,156 @@
+#include "node_gathering.h"
+
+#include <chrono>
+#include <fmt/format.h>
+
+#include "flowrun/util.h"
+
+#include "head_launch.h"
+#include "node_orders.h"
+
+namespace flowrun::cluster {
+
+namespace {
+
+// A node that does not see the step's workdir as this host does.
+std::string workdir_not_shared(const std::string& node, const std::string& workdir,
+                               const std::string& error) {
+  return fmt::format(
+      "node {} does not see the step's workdir {} as this host does ({}); ranks on every node run in the "
+      "same workdir, so it must be a directory every node shares (NFS, Lustre, ...) at the same path",
+      node, workdir, printable(error));
+}
+
+}  // namespace
+
+NodeGathering::NodeGathering(boost::asio::io_context& io, const Console& console, const NodeStep& job,
+                             NodeTable& nodes, Listener& listener, EngineWatch& engines, Phase& phase,
+                             const int& attempt, const std::string& marker_path,
+                             const std::string& marker_text, Links links)
+    : job_(job),
+      plan_(*job.plan),
+      nodes_(nodes),
+      listener_(listener),
+      engines_(engines),
+      phase_(phase),
+      attempt_(attempt),
+      marker_path_(marker_path),
+      marker_text_(marker_text),
+      links_(std::move(links)),
+      join_timer_(io),
+      preflight_(console, plan_, job_.ctx.layout.step_dir(plan_.step) + "/preflight.txt", preflight_links()) {
+}
+
+NodePreflight::Links NodeGathering::preflight_links() {
+  return {[this](int node, const Preflight& m) { nodes_[std::size_t(node)].conn->send(m); },
+          [this](int node, const std::string& reason) {
+            const auto& conn = nodes_[std::size_t(node)].conn;
+            if (conn && conn->is_open()) conn->send(Stop{reason});
+          },
+          [this](int node) { return nodes_[std::size_t(node)].lost; }};
+}
+
+Admission NodeGathering::admit(const Joiner& j) {
+  if (phase_ != Phase::joining)
+    return {-1,
+            fmt::format("all {} have joined step '{}'", plural(nodes_.size(), "node", "nodes"), plan_.step)};
+  return nodes_.admit(j, engines_.nodes());
+}
+
+void NodeGathering::on_joined(int rank, const Joiner& j, const std::shared_ptr<Connection>& conn) {
+  const bool all = nodes_.join(rank, j, conn);
+  links_.joined(rank, conn);
+  if (all) all_joined();
+}
+
+void NodeGathering::start_join_timer(double seconds) {
+  join_timer_.expires_after(std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+      std::chrono::duration<double>(seconds)));
+  join_timer_.async_wait([this, seconds](const boost::system::error_code& ec) {
+    if (ec || phase_ != Phase::joining) return;
+    links_.fail(nodes_.join_timeout(plan_, seconds, listener_.endpoint()) + listener_.strangers_note());
+  });
+}
+
+void NodeGathering::on_engine_output(std::size_t index, std::string_view data) {
+  const auto grant = engines_.feed(index, data);
+  if (grant == EngineWatch::Grant::queued) join_timer_.cancel();
+  if (grant == EngineWatch::Grant::granted && phase_ == Phase::joining)
+    start_join_timer(job_.spec->cluster->join_timeout_s);
+}
+
+std::optional<std::string> NodeGathering::on_engine_exit(std::size_t index, const WorkerRecord& record) {
+  if (phase_ == Phase::finished) return std::nullopt;
+  const int node = engines_.node(index);
+  if (phase_ == Phase::joining && (node < 0 || !nodes_[static_cast<std::size_t>(node)].joined)) {
+    links_.fail(engines_.ended_before_join(index, record));
+    return std::nullopt;
+  }
+  if (phase_ == Phase::running || phase_ == Phase::assigning || phase_ == Phase::checking)
+    return engines_.ended_note(index, record);
+  return std::nullopt;
+}
+
+void NodeGathering::all_joined() {
+  join_timer_.cancel();
+  listener_.say_fallback_addresses(nodes_.via_names());
+  // Nodes that do not have the GPUs the plan gave them are refused.
+  if (const std::string wrong = plan_.cpu ? "" : nodes_.gpu_mismatches(plan_); !wrong.empty()) {
+    links_.fail(wrong +
+                " (cluster.gpus_per_node, or this host's count); nodes with different GPU counts are "
+                "not supported");
+    return;
+  }
+  assign();
+}
+
+void NodeGathering::assign() {
+  phase_ = Phase::assigning;
+  ready_ = 0;
+  for (auto& n : nodes_) {
+    n.ready = false;
+    n.done = false;
+    n.conn->send(
+        assign_of(job_, attempt_, n.rank, static_cast<int>(nodes_.size()), marker_path_, marker_text_));
+  }
+}
+
+void NodeGathering::on_ready(Node& n, const Ready& m) {
+  if (phase_ != Phase::assigning || n.ready) return;
+  n.ready = true;
+  if (!m.workdir_ok) {
+    workdir_errors_.push_back(workdir_not_shared(n.name, job_.step->workdir, m.workdir_error));
+  }
+  if (n.rank == 0) {
+    n.address = m.address;
+    n.port = m.port;
+  }
+  if (++ready_ < static_cast<int>(nodes_.size())) return;
+  if (!workdir_errors_.empty()) {
+    for (const auto& e : workdir_errors_) links_.fail(e);
+    return;
+  }
+  phase_ = Phase::ready;
+}
+
+void NodeGathering::start_preflight() {
+  phase_ = Phase::checking;
+  preflight_.start(nodes_.names());
+}
+
+void NodeGathering::on_preflight_id(Node& n, const PreflightId& m) {
+  if (phase_ == Phase::checking && !preflight_.on_id(n.rank, m))
+    links_.protocol_error(n, "malformed preflight_id");
+}
+
+void NodeGathering::on_preflight_done(Node& n, const PreflightDone& m) {
+  if (phase_ != Phase::checking) return;
+  const auto state = preflight_.on_done(n.rank, m);
+  if (state == NodePreflight::State::failed)
+    links_.fail(
+        "the preflight check of its GPUs across the nodes failed (the report above); fix what it names, "
+        "or set preflight: false");
+  if (state == NodePreflight::State::passed) phase_ = Phase::ready;
+}
+
+}  // namespace flowrun::cluster
