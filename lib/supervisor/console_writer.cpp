@@ -4,9 +4,11 @@
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/posix/stream_descriptor.hpp>
 #include <cerrno>
+#include <chrono>
 #include <csignal>
 #include <fcntl.h>
 #include <fmt/format.h>
+#include <poll.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -19,6 +21,10 @@ namespace {
 // What waits for a console reader that does not keep up; past it, the
 // workers' lines are dropped (and counted) until the reader takes some.
 constexpr std::size_t kConsoleBacklog = 4 << 20;
+
+// How long the end of the run waits for a console reader that takes none
+// of what is still in the backlog.
+constexpr std::chrono::milliseconds kIdleWait{1000};
 
 // A descriptor for writing to `fd` without blocking, or -1 to write to `fd`
 // itself: a pipe or a terminal is opened again through /proc, so that
@@ -67,7 +73,7 @@ struct ConsoleWriter::Stream {
   }
 };
 
-ConsoleWriter::ConsoleWriter(asio::io_context& io, const Console& console) {
+ConsoleWriter::ConsoleWriter(asio::io_context& io, const Console& console) : err_fd_(console.err_fd) {
   // A console reader that went away (`flowrun f.yaml | head`) must not
   // kill flowrun with its workers running: writes fail with EPIPE instead.
   signal(SIGPIPE, SIG_IGN);
@@ -90,11 +96,43 @@ ConsoleWriter::ConsoleWriter(asio::io_context& io, const Console& console) {
 }
 
 ConsoleWriter::~ConsoleWriter() {
-  // What the console has not taken by now is not waited for: the run is
-  // over, and the log files have it.
+  // The run is over: what the console has not taken yet is written while
+  // its reader takes it, so one that lags (a busy `| tee`) still gets every
+  // line. A reader that takes nothing for kIdleWait (a paused pager, a pipe
+  // nobody reads) does not hold flowrun up; what it missed is counted on
+  // stderr, never dropped unsaid (the log files have every line).
+  std::size_t missed = 0;
   for (auto& cs : streams_) {
-    if (cs->nonblocking()) cs->write_some();
+    if (cs->nonblocking()) {
+      std::size_t left = cs->backlog.size();
+      while (!cs->write_some()) {
+        if (cs->backlog.size() < left) {
+          left = cs->backlog.size();  // it took some: wait again
+        }
+        pollfd p{cs->fd, POLLOUT, 0};
+        const int ready = poll(&p, 1, static_cast<int>(kIdleWait.count()));
+        if (ready == 0 && cs->backlog.size() >= left) break;  // nothing taken for kIdleWait
+        if (ready < 0 && errno != EINTR) break;
+      }
+      missed += static_cast<std::size_t>(std::count(cs->backlog.begin(), cs->backlog.end(), '\n'));
+      missed += cs->dropped_lines;
+    }
     if (cs->watch) cs->watch.reset();
+  }
+  if (missed > 0) {
+    const std::string line = fmt::format(
+        "flowrun: {} line{} of the workers' output not shown here: the console did not take {} in time "
+        "(the log files have every line)\n",
+        missed, missed == 1 ? "" : "s", missed == 1 ? "it" : "them");
+    // Never blocks on a stderr reader that takes nothing either.
+    if (streams_[1]->nonblocking()) {
+      const ssize_t written = ::write(streams_[1]->fd, line.data(), line.size());
+      (void)written;
+    } else {
+      write_all(err_fd_, line.data(), line.size());
+    }
+  }
+  for (auto& cs : streams_) {
     if (cs->own_fd >= 0) close(cs->own_fd);
   }
 }

@@ -23,7 +23,7 @@ class ConsoleWriter {
   // Ignores SIGPIPE (a reader that went away fails writes with EPIPE
   // instead of killing flowrun) and opens the non-blocking descriptors.
   ConsoleWriter(boost::asio::io_context& io, const Console& console);
-  ~ConsoleWriter();  // writes what the console takes now; the rest is not waited for
+  ~ConsoleWriter();  // writes the rest while the console takes it; says on stderr what it did not
   ConsoleWriter(const ConsoleWriter&) = delete;
   ConsoleWriter& operator=(const ConsoleWriter&) = delete;
 
@@ -37,6 +37,7 @@ class ConsoleWriter {
   std::size_t take_dropped();
 
  private:
+  int err_fd_ = 2;  // where the end of the run says what the console did not take
   struct Stream;
   void wait_for_room(int i);
 

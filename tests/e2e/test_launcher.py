@@ -890,6 +890,33 @@ steps:
             want = "\n".join(f"rank {k} line {i} " + "x" * (i % 173) for i in range(n))
             self.check(text == want, f"flood: rank {k}'s stdout.log is exactly what it wrote", text[-200:])
 
+    def test_console_reader_lags(self):
+        """The console's reader takes nothing until flowrun has said its last line: what is still waiting
+        then (more than the pipe holds) reaches it before flowrun exits, every line, none dropped unsaid."""
+        n = 12000
+        d, spec, run_dir = self.workspace("console_lag", f"""name: lag
+steps:
+  - name: flood
+    run: {argv_yaml("flood", str(n))}
+    parallel:
+      cpus: 2
+""")
+        p = self.start(spec, run_dir)
+        err = b""
+        while b"succeeded: 1 step in " not in err and b"failed after " not in err:
+            line = p.stderr.readline()
+            if not line:
+                break
+            err += line
+        out = p.stdout.read().decode(errors="replace")  # only now
+        r = self.finish("console lag", p, run_dir, time.monotonic())
+        err = err.decode(errors="replace") + r.stderr
+        self.check(r.rc == 0, "console lag: the step succeeds", err)
+        shown = {k: sum(1 for x in out.split("\n") if x.startswith(f"[flood r{k}] rank {k} line ")) for k in (0, 1)}
+        self.check(shown == {0: n, 1: n} and "not shown here" not in err,
+                   f"console lag: all {n} lines of each rank reach a console that read nothing until the end",
+                   f"shown {shown}; {len(out)} bytes\n{err[-600:]}")
+
     def test_console_ranks(self):
         d, spec, run_dir = self.workspace("console_ranks", f"""name: ranks
 steps:
