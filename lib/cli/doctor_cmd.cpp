@@ -26,9 +26,7 @@ struct DoctorCommand {
   std::string devices;
   int driver_cuda = 0;
   bool memcpy = false;
-  int nccl_ranks = 0;
-  int nccl_first_rank = 0;
-  std::string nccl_id;
+  NcclPart nccl_part;
 };
 
 // "MIN:MAX" or "MIN:MAX:FACTOR" with sizes such as 8, 64K, 1M, 1G.
@@ -55,9 +53,9 @@ void parse_sizes(const std::string& text, DoctorOptions& options) {
       throw bad("FACTOR is a whole number of 2 or more");
     factor = std::stoi(f);
   }
-  options.min_bytes = min;
-  options.max_bytes = max;
-  options.factor = factor;
+  options.sweep.min_bytes = min;
+  options.sweep.max_bytes = max;
+  options.sweep.factor = factor;
 }
 
 std::vector<int> parse_devices(const std::string& text) {
@@ -75,25 +73,19 @@ std::vector<int> parse_devices(const std::string& text) {
 int run_check_child(const DoctorCommand& command) {
   GpuCheckRequest request;
   request.devices = parse_devices(command.devices);
-  request.min_bytes = command.options.min_bytes;
-  request.max_bytes = command.options.max_bytes;
-  request.factor = command.options.factor;
-  request.warmup = command.options.warmup;
-  request.iters = command.options.iters;
-  request.timeout_s = command.options.timeout_s;
+  request.sweep = command.options.sweep;
   request.nccl = command.options.nccl;
   request.memcpy = command.memcpy;
   request.driver_cuda_major = command.driver_cuda;
-  request.nranks = command.nccl_ranks;
-  request.first_rank = command.nccl_first_rank;
-  request.nccl_id = command.nccl_id;
-  if (request.nranks > 0 && request.nccl_id != "make" &&
-      (request.nccl_id.size() != kNcclIdHexChars ||
-       request.nccl_id.find_first_not_of("0123456789abcdef") != std::string::npos))
+  request.part = command.nccl_part;
+  if (request.part.nranks > 0 && request.part.nccl_id != "make" &&
+      (request.part.nccl_id.size() != kNcclIdHexChars ||
+       request.part.nccl_id.find_first_not_of("0123456789abcdef") != std::string::npos))
     throw Error("--nccl-id: expected 'make' or " + std::to_string(kNcclIdHexChars) + " hex digits",
                 kExitUsage);
-  if (request.nranks > 0 && (request.first_rank < 0 ||
-                             request.first_rank + static_cast<int>(request.devices.size()) > request.nranks))
+  if (request.part.nranks > 0 &&
+      (request.part.first_rank < 0 ||
+       request.part.first_rank + static_cast<int>(request.devices.size()) > request.part.nranks))
     throw Error("--nccl-first-rank: this node's ranks do not fit in --nccl-ranks", kExitUsage);
   // The findings go to the parent on stdout; whatever CUDA or NCCL print
   // themselves goes to stderr, which the parent shares with its user.
@@ -141,13 +133,13 @@ int cmd_doctor(int argc, char** argv) {
          "--sizes", command.sizes,
          "All-reduce message sizes per GPU, MIN:MAX[:FACTOR] (default 8:1G:2, as nccl-tests' -b -e -f)")
       ->type_name("MIN:MAX");
-  app.add_option("--iters", command.options.iters, "Timed iterations of each size (default 20)")
+  app.add_option("--iters", command.options.sweep.iters, "Timed iterations of each size (default 20)")
       ->check(CLI::Range(1, 10000))
       ->type_name("N");
-  app.add_option("--warmup", command.options.warmup, "Untimed iterations before them (default 5)")
+  app.add_option("--warmup", command.options.sweep.warmup, "Untimed iterations before them (default 5)")
       ->check(CLI::Range(0, 1000))
       ->type_name("N");
-  app.add_option("--timeout", command.options.timeout_s,
+  app.add_option("--timeout", command.options.sweep.timeout_s,
                  "Seconds one step of the check may take before it counts as hung (default 60)")
       ->check(CLI::Range(1, 3600))
       ->type_name("SECONDS");
@@ -160,9 +152,9 @@ int cmd_doctor(int argc, char** argv) {
   app.add_option("--devices", command.devices)->group("");
   app.add_option("--driver-cuda", command.driver_cuda)->group("");
   app.add_flag("--memcpy", command.memcpy)->group("");
-  app.add_option("--nccl-ranks", command.nccl_ranks)->group("")->check(CLI::Range(1, 1 << 20));
-  app.add_option("--nccl-first-rank", command.nccl_first_rank)->group("");
-  app.add_option("--nccl-id", command.nccl_id)->group("");
+  app.add_option("--nccl-ranks", command.nccl_part.nranks)->group("")->check(CLI::Range(1, 1 << 20));
+  app.add_option("--nccl-first-rank", command.nccl_part.first_rank)->group("");
+  app.add_option("--nccl-id", command.nccl_part.nccl_id)->group("");
   app.footer(
       "Exit codes: 0 healthy, 1 a check failed (each problem is said with what to do), 2 bad command line.\n"
       "CUDA and NCCL are loaded at run time: FLOWRUN_CUDART_LIBRARY and FLOWRUN_NCCL_LIBRARY name them\n"

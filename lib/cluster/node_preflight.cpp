@@ -8,6 +8,8 @@
 #include "flowrun/error.h"
 #include "flowrun/files.h"
 
+#include "preflight_wire.h"
+
 namespace flowrun::cluster {
 
 namespace {
@@ -52,19 +54,11 @@ std::string NodePreflight::devices(int node_rank) const {
 }
 
 void NodePreflight::send(int node_rank, const std::string& nccl_id) {
-  const DoctorOptions sweep = preflight_options();
   started_[static_cast<std::size_t>(node_rank)] = true;
-  Preflight m;
-  for (const Gpu& gpu : plan_.nodes[static_cast<std::size_t>(node_rank)].gpus) m.devices.push_back(gpu.index);
-  m.nranks = facts_.ranks;
-  m.first_rank = facts_.nodes[static_cast<std::size_t>(node_rank)].first_rank;
-  m.nccl_id = nccl_id;
-  m.min_bytes = sweep.min_bytes;
-  m.max_bytes = sweep.max_bytes;
-  m.factor = sweep.factor;
-  m.warmup = sweep.warmup;
-  m.iters = sweep.iters;
-  m.timeout_s = sweep.timeout_s;
+  std::vector<int> devices;
+  for (const Gpu& gpu : plan_.nodes[static_cast<std::size_t>(node_rank)].gpus) devices.push_back(gpu.index);
+  const NcclPart part{facts_.ranks, facts_.nodes[static_cast<std::size_t>(node_rank)].first_rank, nccl_id};
+  const Preflight m = preflight_message(std::move(devices), preflight_sweep(), part);
   links_.send(node_rank, m);
 }
 

@@ -7,6 +7,8 @@
 #include "flowrun/doctor.h"
 #include "flowrun/gpu.h"
 
+#include "preflight_wire.h"
+
 namespace flowrun::cluster {
 
 namespace asio = boost::asio;
@@ -17,15 +19,8 @@ void PreflightCheck::start(const Preflight& p, int fake_gpus, const EnvMap& env,
   const std::vector<int> devices = p.devices;
   DoctorOptions options;
   options.fake_gpus = fake_gpus;
-  options.min_bytes = p.min_bytes;
-  options.max_bytes = p.max_bytes;
-  options.factor = p.factor;
-  options.warmup = p.warmup;
-  options.iters = p.iters;
-  options.timeout_s = p.timeout_s;
-  options.nranks = p.nranks;
-  options.first_rank = p.first_rank;
-  options.nccl_id = p.nccl_id;
+  options.sweep = sweep_of(p);
+  options.part = part_of(p);
   options.on_line = [this, on_id = std::move(on_id)](std::string_view line) {
     if (!line.starts_with("nccl_id\t")) return;
     asio::post(io_, [on_id, id = std::string(line.substr(8))] { on_id(id); });

@@ -389,9 +389,9 @@ class Check {
 
   // Buffers and streams on every GPU; false (after reporting) when that fails.
   bool prepare() {
-    dog_.arm("allocating GPU memory", rq_.timeout_s);
+    dog_.arm("allocating GPU memory", rq_.sweep.timeout_s);
     const std::size_t n = rq_.devices.size();
-    max_bytes_ = rq_.max_bytes / 4 * 4;
+    max_bytes_ = rq_.sweep.max_bytes / 4 * 4;
     for (std::size_t i = 0; i < n; ++i) {
       if (!cuda_ok(cu_.set_device(rq_.devices[i]), "cudaSetDevice")) return false;
       std::size_t free_bytes = 0, total = 0;
@@ -440,25 +440,25 @@ class Check {
   bool memcpy_bandwidth() {
     const std::uint64_t bytes = std::min(max_bytes_, kMemcpyMaxBytes);
     if (bytes == 0) return true;
-    dog_.arm("timing cudaMemcpy on GPU " + std::to_string(rq_.devices[0]), rq_.timeout_s);
+    dog_.arm("timing cudaMemcpy on GPU " + std::to_string(rq_.devices[0]), rq_.sweep.timeout_s);
     if (!cuda_ok(cu_.set_device(rq_.devices[0]), "cudaSetDevice")) return false;
     auto copy = [&] {
       return cuda_ok(
           cu_.memcpy_async(gpu_.recv[0], gpu_.send[0], bytes, cudaMemcpyDeviceToDevice, gpu_.streams[0]),
           "cudaMemcpyAsync");
     };
-    const auto deadline = Clock::now() + std::chrono::seconds(rq_.timeout_s);
+    const auto deadline = Clock::now() + std::chrono::seconds(rq_.sweep.timeout_s);
     for (int i = 0; i < 2; ++i) {
       if (!copy()) return false;
     }
     if (!wait_streams(deadline, "cudaMemcpy")) return false;
     const auto start = Clock::now();
-    for (int i = 0; i < rq_.iters; ++i) {
+    for (int i = 0; i < rq_.sweep.iters; ++i) {
       if (!copy()) return false;
     }
     if (!wait_streams(deadline, "cudaMemcpy")) return false;
     const auto elapsed = std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now() - start).count();
-    out_.line({"memcpy", std::to_string(bytes), std::to_string(elapsed / std::max(1, rq_.iters))});
+    out_.line({"memcpy", std::to_string(bytes), std::to_string(elapsed / std::max(1, rq_.sweep.iters))});
     dog_.disarm();
     return true;
   }
@@ -478,42 +478,43 @@ class Check {
       }
     }
     const std::vector<std::uint64_t> sizes =
-        doctor_detail::sweep_sizes(rq_.min_bytes, max_bytes_, rq_.factor);
+        doctor_detail::sweep_sizes(rq_.sweep.min_bytes, max_bytes_, rq_.sweep.factor);
     for (std::size_t s = 0; s < sizes.size(); ++s) {
       const std::uint64_t bytes = sizes[s];
       const std::string what = "the all-reduce of " + doctor_detail::format_size(bytes);
-      dog_.arm(what, rq_.timeout_s);
-      const auto deadline = Clock::now() + std::chrono::seconds(rq_.timeout_s);
-      for (int i = 0; i < rq_.warmup; ++i) {
+      dog_.arm(what, rq_.sweep.timeout_s);
+      const auto deadline = Clock::now() + std::chrono::seconds(rq_.sweep.timeout_s);
+      for (int i = 0; i < rq_.sweep.warmup; ++i) {
         if (!launch(bytes / 4)) return;
       }
       if (!wait_streams(deadline, what)) return;
       const auto start = Clock::now();
-      for (int i = 0; i < rq_.iters; ++i) {
+      for (int i = 0; i < rq_.sweep.iters; ++i) {
         if (!launch(bytes / 4)) return;
       }
       if (!wait_streams(deadline, what)) return;
       const std::int64_t per_iteration =
           std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now() - start).count() /
-          std::max(1, rq_.iters);
+          std::max(1, rq_.sweep.iters);
       std::uint64_t wrong = 0;
       if (!verify(bytes / 4, wrong)) return;
       out_.line({"row", std::to_string(bytes), std::to_string(per_iteration), std::to_string(wrong)});
       // Stop before a size that would outlast the time limit (a slow link
       // is reported, not called a hang); across nodes, every node stops if one would.
-      const double next_s = static_cast<double>(per_iteration) * rq_.factor * (rq_.warmup + rq_.iters) / 1e9;
-      std::uint64_t stop = s + 1 < sizes.size() && next_s > rq_.timeout_s * 0.5 ? 1 : 0;
+      const double next_s =
+          static_cast<double>(per_iteration) * rq_.sweep.factor * (rq_.sweep.warmup + rq_.sweep.iters) / 1e9;
+      std::uint64_t stop = s + 1 < sizes.size() && next_s > rq_.sweep.timeout_s * 0.5 ? 1 : 0;
       if (s + 1 < sizes.size() && across_nodes() && !vote(stop, ncclMax, "agreeing on the next size", stop))
         return;
       if (stop != 0) {
         out_.line({"slow"});
         out_.line({"note", "sizes above " + doctor_detail::format_size(bytes) +
                                " left out: at this speed they would take over " +
-                               std::to_string(rq_.timeout_s / 2) + " s each"});
+                               std::to_string(rq_.sweep.timeout_s / 2) + " s each"});
         break;
       }
     }
-    dog_.arm("destroying NCCL communicators", rq_.timeout_s);
+    dog_.arm("destroying NCCL communicators", rq_.sweep.timeout_s);
     for (ncclComm_t comm : gpu_.comms) {
       if (const ncclResult_t result = nc.destroy(comm); result != ncclSuccess) {
         gpu_.comms.clear();
@@ -527,11 +528,13 @@ class Check {
   }
 
  private:
-  bool across_nodes() const { return rq_.nranks > 0; }
+  bool across_nodes() const { return rq_.part.nranks > 0; }
   // The communicator's rank of the i-th local GPU, and how many ranks it has.
-  int rank_of(std::size_t i) const { return (across_nodes() ? rq_.first_rank : 0) + static_cast<int>(i); }
+  int rank_of(std::size_t i) const {
+    return (across_nodes() ? rq_.part.first_rank : 0) + static_cast<int>(i);
+  }
   std::size_t total_ranks() const {
-    return across_nodes() ? static_cast<std::size_t>(rq_.nranks) : rq_.devices.size();
+    return across_nodes() ? static_cast<std::size_t>(rq_.part.nranks) : rq_.devices.size();
   }
 
   // One communicator per local GPU: ncclCommInitAll in one process, or this
@@ -540,7 +543,7 @@ class Check {
     const Nccl& nc = *nccl_;
     gpu_.comms.assign(rq_.devices.size(), nullptr);
     if (!across_nodes()) {
-      dog_.arm("setting up NCCL communicators (ncclCommInitAll)", rq_.timeout_s);
+      dog_.arm("setting up NCCL communicators (ncclCommInitAll)", rq_.sweep.timeout_s);
       const ncclResult_t result =
           nc.init_all(gpu_.comms.data(), static_cast<int>(rq_.devices.size()), rq_.devices.data());
       if (result != ncclSuccess) {
@@ -550,9 +553,10 @@ class Check {
       }
       return true;
     }
-    dog_.arm(fmt_ranks("setting up the NCCL communicator across nodes (ncclCommInitRank"), rq_.timeout_s);
+    dog_.arm(fmt_ranks("setting up the NCCL communicator across nodes (ncclCommInitRank"),
+             rq_.sweep.timeout_s);
     ncclUniqueId id{};
-    if (!id_from_hex(rq_.nccl_id, id)) {
+    if (!id_from_hex(rq_.part.nccl_id, id)) {
       gpu_.comms.clear();
       fail("the NCCL unique id from the head is malformed");
       return false;
@@ -564,7 +568,7 @@ class Check {
         gpu_.comms.clear();
         return false;
       }
-      result = nc.init_rank(&gpu_.comms[i], rq_.nranks, id, rank_of(i));
+      result = nc.init_rank(&gpu_.comms[i], rq_.part.nranks, id, rank_of(i));
     }
     const ncclResult_t ended = nc.group_end();
     if (result == ncclSuccess) result = ended;
@@ -579,16 +583,16 @@ class Check {
   // "... (ncclCommInitRank, ranks 2-3 of 4)"
   std::string fmt_ranks(const std::string& what) const {
     const int last = rank_of(rq_.devices.size()) - 1;
-    return what + ", rank" + (last > rq_.first_rank ? "s " : " ") + std::to_string(rq_.first_rank) +
-           (last > rq_.first_rank ? "-" + std::to_string(last) : "") + " of " + std::to_string(rq_.nranks) +
-           ")";
+    return what + ", rank" + (last > rq_.part.first_rank ? "s " : " ") + std::to_string(rq_.part.first_rank) +
+           (last > rq_.part.first_rank ? "-" + std::to_string(last) : "") + " of " +
+           std::to_string(rq_.part.nranks) + ")";
   }
 
   // Every rank's `mine` reduced with `op` across all nodes, in `agreed`.
   bool vote(std::uint64_t mine, ncclRedOp_t op, const std::string& what, std::uint64_t& agreed) {
     const Nccl& nc = *nccl_;
-    dog_.arm(what, rq_.timeout_s);
-    const auto deadline = Clock::now() + std::chrono::seconds(rq_.timeout_s);
+    dog_.arm(what, rq_.sweep.timeout_s);
+    const auto deadline = Clock::now() + std::chrono::seconds(rq_.sweep.timeout_s);
     for (std::size_t i = 0; i < gpu_.vote.size(); ++i) {
       if (!cuda_ok(cu_.set_device(rq_.devices[i]), "cudaSetDevice") ||
           !cuda_ok(cu_.memcpy(gpu_.vote[i], &mine, sizeof mine, cudaMemcpyHostToDevice), "cudaMemcpy"))
@@ -625,7 +629,7 @@ class Check {
 
   void abort_comms() {
     if (gpu_.comms.empty() || nccl_ == nullptr) return;
-    dog_.arm("aborting NCCL", rq_.timeout_s);
+    dog_.arm("aborting NCCL", rq_.sweep.timeout_s);
     for (ncclComm_t comm : gpu_.comms) nccl_->abort(comm);
     gpu_.comms.clear();
     gpu_.aborted = true;
@@ -682,9 +686,9 @@ class Check {
         }
       }
       if (remaining > 0 && Clock::now() > deadline) {
-        out_.line(
-            {"allreduce", "hung",
-             what + " did not finish within " + std::to_string(rq_.timeout_s) + " s; flowrun aborted NCCL"});
+        out_.line({"allreduce", "hung",
+                   what + " did not finish within " + std::to_string(rq_.sweep.timeout_s) +
+                       " s; flowrun aborted NCCL"});
         abort_comms();
         return false;
       }
@@ -784,16 +788,16 @@ int run_gpu_check_child(const GpuCheckRequest& asked, int out_fd) {
 
   // Node 0 of a check across nodes makes the communicator's id first, so the
   // head can hand it to the other nodes while this one allocates.
-  if (request.nranks > 0 && request.nccl_id == "make" && cuda_usable && nccl_usable && request.nccl &&
-      !request.devices.empty()) {
+  if (request.part.nranks > 0 && request.part.nccl_id == "make" && cuda_usable && nccl_usable &&
+      request.nccl && !request.devices.empty()) {
     ncclUniqueId id{};
     const ncclResult_t result = nccl.get_unique_id(&id);
     if (result != ncclSuccess) {
       out.line({"allreduce", "failed", "ncclGetUniqueId: " + nccl.describe(result)});
       cuda_usable = false;
     } else {
-      request.nccl_id = id_to_hex(id);
-      out.line({"nccl_id", request.nccl_id});
+      request.part.nccl_id = id_to_hex(id);
+      out.line({"nccl_id", request.part.nccl_id});
     }
   }
 

@@ -343,23 +343,23 @@ std::vector<std::string> check_child_argv(const std::string& self_exe, const Gpu
                                    "--devices",
                                    devices.empty() ? std::string("none") : join(devices, ","),
                                    "--sizes",
-                                   std::to_string(request.min_bytes) + ":" +
-                                       std::to_string(request.max_bytes) + ":" +
-                                       std::to_string(request.factor),
+                                   std::to_string(request.sweep.min_bytes) + ":" +
+                                       std::to_string(request.sweep.max_bytes) + ":" +
+                                       std::to_string(request.sweep.factor),
                                    "--warmup",
-                                   std::to_string(request.warmup),
+                                   std::to_string(request.sweep.warmup),
                                    "--iters",
-                                   std::to_string(request.iters),
+                                   std::to_string(request.sweep.iters),
                                    "--timeout",
-                                   std::to_string(request.timeout_s),
+                                   std::to_string(request.sweep.timeout_s),
                                    "--driver-cuda",
                                    std::to_string(request.driver_cuda_major)};
   if (!request.nccl) argv.push_back("--no-nccl");
   if (request.memcpy) argv.push_back("--memcpy");
-  if (request.nranks > 0) {
+  if (request.part.nranks > 0) {
     for (std::string arg :
-         {std::string("--nccl-ranks"), std::to_string(request.nranks), std::string("--nccl-first-rank"),
-          std::to_string(request.first_rank), std::string("--nccl-id"), request.nccl_id})
+         {std::string("--nccl-ranks"), std::to_string(request.part.nranks), std::string("--nccl-first-rank"),
+          std::to_string(request.part.first_rank), std::string("--nccl-id"), request.part.nccl_id})
       argv.push_back(std::move(arg));
   }
   return argv;
@@ -375,17 +375,10 @@ GpuCheckRequest request_for(const Inventory& inventory, const std::vector<int>& 
                             const DoctorOptions& options) {
   GpuCheckRequest request;
   request.devices = gpus;
-  request.min_bytes = options.min_bytes;
-  request.max_bytes = options.max_bytes;
-  request.factor = options.factor;
-  request.warmup = options.warmup;
-  request.iters = options.iters;
-  request.timeout_s = options.timeout_s;
+  request.sweep = options.sweep;
   request.nccl = options.nccl;
-  request.memcpy = gpus.size() == 1 && options.nranks == 0;
-  request.nranks = options.nranks;
-  request.first_rank = options.first_rank;
-  request.nccl_id = options.nccl_id;
+  request.memcpy = gpus.size() == 1 && options.part.nranks == 0;
+  request.part = options.part;
   int major = 0;
   const std::string& version = inventory.cuda_driver_version;
   std::from_chars(version.data(), version.data() + version.size(), major);
@@ -403,17 +396,17 @@ void run_checks(DoctorFacts& facts, const std::vector<int>& gpus, const DoctorOp
     return;
   }
   const GpuCheckRequest request = request_for(facts.inventory, gpus, options);
-  GpuCheckOutcome outcome =
-      doctor_detail::run_check_process(doctor_detail::check_child_argv(options.self_exe, request),
-                                       request.timeout_s + kSilenceGraceS, options.on_line, options.cancel);
+  GpuCheckOutcome outcome = doctor_detail::run_check_process(
+      doctor_detail::check_child_argv(options.self_exe, request), request.sweep.timeout_s + kSilenceGraceS,
+      options.on_line, options.cancel);
   facts.cuda = std::move(outcome.cuda);
   facts.nccl = std::move(outcome.nccl);
   facts.allreduce = std::move(outcome.allreduce);
   facts.memcpy = outcome.memcpy;
   facts.allreduce.gpus = static_cast<int>(gpus.size());
-  facts.allreduce.warmup = request.warmup;
-  facts.allreduce.iters = request.iters;
-  facts.allreduce.timeout_s = request.timeout_s;
+  facts.allreduce.warmup = request.sweep.warmup;
+  facts.allreduce.iters = request.sweep.iters;
+  facts.allreduce.timeout_s = request.sweep.timeout_s;
 }
 
 }  // namespace
@@ -430,8 +423,8 @@ DoctorFacts collect_doctor_facts(const DoctorOptions& options, const EnvMap& env
   return facts;
 }
 
-DoctorOptions preflight_options() {
-  DoctorOptions quick;
+AllReduceSweep preflight_sweep() {
+  AllReduceSweep quick;
   quick.min_bytes = 1ull << 20;
   quick.max_bytes = kLargeMessageBytes;
   quick.factor = 4;

@@ -124,7 +124,9 @@ bool preflight_passes(const Console& console, const LaunchContext& ctx, const Ho
         select_gpus(make_probe(ctx.parent_env, fake_gpus, /*topology=*/true)->probe(), ctx.parent_env);
     if (with_links.gpus.size() == inventory.gpus.size()) inventory = std::move(with_links);
   }
-  const PreflightResult pre = run_preflight(inventory, gpus, preflight_options(), host.hostname);
+  DoctorOptions quick;
+  quick.sweep = preflight_sweep();
+  const PreflightResult pre = run_preflight(inventory, gpus, quick, host.hostname);
   // The whole report stays with the run, passed or not (the console shows it on failure).
   const std::string path = ctx.layout.step_dir(step.name) + "/preflight.txt";
   make_dirs(ctx.layout.step_dir(step.name));

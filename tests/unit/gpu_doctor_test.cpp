@@ -708,10 +708,10 @@ TEST_CASE("doctor: the check child's all-reduce on stand-in CUDA and NCCL", "[do
   }
   GpuCheckRequest request;
   request.devices = {0, 1};
-  request.max_bytes = 64 << 10;  // 8 B to 64 KiB: 14 sizes
-  request.warmup = 1;
-  request.iters = 3;
-  request.timeout_s = 1;
+  request.sweep.max_bytes = 64 << 10;  // 8 B to 64 KiB: 14 sizes
+  request.sweep.warmup = 1;
+  request.sweep.iters = 3;
+  request.sweep.timeout_s = 1;
   EnvMap env = {{"FLOWRUN_CUDART_LIBRARY", FLOWRUN_FAKE_CUDART},
                 {"FLOWRUN_NCCL_LIBRARY", FLOWRUN_FAKE_NCCL},
                 {"NCCL_DEBUG", ""},

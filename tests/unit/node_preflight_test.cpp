@@ -8,12 +8,15 @@
 #include <fcntl.h>
 #include <filesystem>
 #include <fstream>
+#include <optional>
 #include <sstream>
 #include <string>
 #include <unistd.h>
 #include <utility>
+#include <variant>
 #include <vector>
 
+#include "preflight_wire.h"
 #include "testing.h"
 
 using namespace flowrun;
@@ -83,6 +86,8 @@ TEST_CASE("node preflight: node 0 makes the id, the others join it at their firs
   CHECK(p.sent[0].second.devices == std::vector<int>{0, 1});
   CHECK(p.sent[0].second.nranks == 6);
   CHECK(p.sent[0].second.first_rank == 0);
+  CHECK(sweep_of(p.sent[0].second) == preflight_sweep());  // the quicker sweep, not doctor's default
+  CHECK(preflight_sweep() != AllReduceSweep{});
   p.lost[2] = true;
   const std::string id(kNcclIdHexChars, 'a');
   CHECK(p.preflight().on_id(1, PreflightId{id}));  // only node 0's id counts
@@ -94,6 +99,24 @@ TEST_CASE("node preflight: node 0 makes the id, the others join it at their firs
   CHECK(p.sent[1].second.first_rank == 2);
   CHECK(p.preflight().on_id(0, PreflightId{id}));  // a second id is ignored
   CHECK(p.sent.size() == 2);
+}
+
+TEST_CASE("node preflight: the sweep and the communicator part cross the wire whole", "[node_preflight]") {
+  // Every field differs from its default and from the others, so a field
+  // left out or swapped either way shows.
+  const AllReduceSweep sweep{1 << 10, 1 << 24, 3, 7, 11, 13};
+  const NcclPart part{17, 5, std::string(kNcclIdHexChars, 'c')};
+  const Preflight m = preflight_message({4, 6}, sweep, part);
+  CHECK(m.devices == std::vector<int>{4, 6});
+  CHECK(sweep_of(m) == sweep);
+  CHECK(part_of(m) == part);
+  std::string why;
+  const std::optional<Message> decoded = decode_message(encode(m), &why);
+  REQUIRE(decoded);
+  const auto* back = std::get_if<Preflight>(&*decoded);
+  REQUIRE(back != nullptr);
+  CHECK(sweep_of(*back) == sweep);
+  CHECK(part_of(*back) == part);
 }
 
 TEST_CASE("node preflight: an id that is not 256 hex characters is node 0's protocol error",

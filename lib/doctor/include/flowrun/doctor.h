@@ -179,22 +179,40 @@ std::string format_cluster_doctor_text(const ClusterDoctorFacts& facts, const Do
 // time and every node's wrong elements; empty when the nodes' sizes differ.
 AllReduceFacts combine_node_allreduce(const ClusterDoctorFacts& facts);
 
-struct DoctorOptions {
-  int fake_gpus = -1;  // --fake-gpus: simulate the inventory; CUDA and NCCL are not checked
+// The all-reduce sweep: its sizes and pace. `flowrun doctor`'s flags set it,
+// a multi-node step's preflight runs a quicker one (preflight_sweep), and a
+// check child is asked to run it.
+struct AllReduceSweep {
   std::uint64_t min_bytes = 8;
   std::uint64_t max_bytes = 1ull << 30;
   int factor = 2;  // sizes grow by this factor, as nccl-tests' -f
   int warmup = 5;
   int iters = 20;
-  bool nccl = true;    // --no-nccl: CUDA and the libraries only, no all-reduce
   int timeout_s = 60;  // one phase (communicator set-up, one size) may take this long
-  // The binary that runs `doctor --check-child`; empty: /proc/self/exe.
-  std::string self_exe;
-  // Across nodes: this node's part of one communicator (GpuCheckRequest's
-  // fields of the same names); nranks 0 is one host alone.
+  friend bool operator==(const AllReduceSweep&, const AllReduceSweep&) = default;
+};
+
+// Across nodes (a multi-node step's preflight): a check child's devices are
+// ranks first_rank, first_rank + 1, ... of one communicator of `nranks` that
+// every node's check child joins with ncclCommInitRank. nranks 0: one host
+// alone, with ncclCommInitAll.
+struct NcclPart {
   int nranks = 0;
   int first_rank = 0;
+  // The communicator's ncclUniqueId as hex (kNcclIdHexChars), or "make":
+  // ncclGetUniqueId here (node 0) and report it (an "nccl_id" line) for the
+  // head to hand to the other nodes.
   std::string nccl_id;
+  friend bool operator==(const NcclPart&, const NcclPart&) = default;
+};
+
+struct DoctorOptions {
+  int fake_gpus = -1;  // --fake-gpus: simulate the inventory; CUDA and NCCL are not checked
+  AllReduceSweep sweep;
+  bool nccl = true;  // --no-nccl: CUDA and the libraries only, no all-reduce
+  // The binary that runs `doctor --check-child`; empty: /proc/self/exe.
+  std::string self_exe;
+  NcclPart part;
   // Sees the check child's lines as they come (node 0 forwards its "nccl_id").
   std::function<void(std::string_view line)> on_line;
   // Set by another thread: kill the check child and report it stopped.
@@ -204,25 +222,11 @@ struct DoctorOptions {
 // What a check child is asked to do (`flowrun doctor --check-child`).
 struct GpuCheckRequest {
   std::vector<int> devices;  // CUDA ordinals as this process sees them
-  std::uint64_t min_bytes = 8;
-  std::uint64_t max_bytes = 1ull << 30;
-  int factor = 2;
-  int warmup = 5;
-  int iters = 20;
-  int timeout_s = 60;
+  AllReduceSweep sweep;
   bool nccl = true;
   bool memcpy = false;        // also time cudaMemcpy device to device on devices[0]
   int driver_cuda_major = 0;  // the driver's CUDA major version from NVML (0 unknown)
-  // Across nodes (a multi-node step's preflight): `devices` are ranks
-  // first_rank, first_rank + 1, ... of one communicator of `nranks` that
-  // every node's check child joins with ncclCommInitRank. 0: this process
-  // alone, with ncclCommInitAll.
-  int nranks = 0;
-  int first_rank = 0;
-  // The communicator's ncclUniqueId as hex (kNcclIdHexChars), or "make":
-  // ncclGetUniqueId here (node 0) and report it (an "nccl_id" line) for the
-  // head to hand to the other nodes.
-  std::string nccl_id;
+  NcclPart part;
 };
 
 // The reason of a check child stopped by run_check_process's `cancel`.
@@ -262,7 +266,7 @@ std::string preflight_summary(const DoctorReport& report);
 
 // The preflight's sweep: 1 MiB to 256 MiB (the smallest size the bandwidth
 // verdict judges), fewer iterations than flowrun doctor's.
-DoctorOptions preflight_options();
+AllReduceSweep preflight_sweep();
 
 PreflightResult run_preflight(const Inventory& inventory, const std::vector<int>& gpus,
                               const DoctorOptions& options = {}, const std::string& hostname = {});

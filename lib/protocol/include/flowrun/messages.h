@@ -14,7 +14,7 @@
 //   optional   an integer or "" for none (Assign::stall_ms, Exited::silent_ms)
 //   lists      items joined by NUL ('\0'); "" is the empty list, so a list
 //              of one empty item cannot be sent (none of the lists needs one)
-// Types that other modules own (ExitStatus, DoctorOptions) are mirrored here
+// Types that other modules own (ExitStatus, AllReduceSweep, NcclPart) are mirrored here
 // as plain fields and converted by the head and the agent, so this module
 // links nothing above flowrun_base.
 #pragma once
@@ -261,7 +261,7 @@ struct Done {
 // ---- A multi-node step's preflight (between Ready and Start) ---------------
 
 // head -> agent: run flowrun doctor's NCCL check on these GPUs as ranks
-// first_rank.. of nranks; the sweep's sizes are DoctorOptions'. A Stop while
+// first_rank.. of nranks (NcclPart), with the sizes of AllReduceSweep. A Stop while
 // it runs kills the check.
 struct Preflight {
   static constexpr MessageType kType = MessageType::preflight;
