@@ -4,6 +4,7 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 #include <map>
+#include <utility>
 
 #include "flowrun/error.h"
 #include "flowrun/files.h"
@@ -46,14 +47,16 @@ Admission claim_node_rank(int claim, const std::vector<bool>& joined, const std:
 }
 
 Room make_room(const std::vector<HandshakeSlot>& slots, const std::string& ip, std::size_t max_total,
-               std::size_t max_per_source, const std::function<bool(std::size_t)>& spoke) {
+               std::size_t max_per_source, std::int64_t silent_since_ns,
+               const std::function<bool(std::size_t)>& spoke) {
   Room room;
   room.from_ip = static_cast<std::size_t>(
       std::count_if(slots.begin(), slots.end(), [&](const HandshakeSlot& s) { return s.ip == ip; }));
   if (room.from_ip < max_per_source && slots.size() < max_total) return room;
   room.full = true;
   room.source = ip;
-  if (room.from_ip < max_per_source) {
+  const bool over_source = room.from_ip >= max_per_source;
+  if (!over_source) {
     std::map<std::string, std::size_t> count;
     for (const auto& s : slots) ++count[s.ip];
     room.source = std::max_element(count.begin(), count.end(), [](const auto& a, const auto& b) {
@@ -64,7 +67,8 @@ Room make_room(const std::vector<HandshakeSlot>& slots, const std::string& ip, s
     // Only one that has not even said hello: an agent in the middle of
     // its handshake is never dropped for a newcomer.
     if (slots[i].ip != room.source || slots[i].said_hello) continue;
-    if (spoke(i)) continue;  // it has spoken since
+    if (!over_source && slots[i].last_heard_ns > silent_since_ns) continue;  // its hello may be on its way
+    if (spoke(i)) continue;                                                  // it has spoken since
     if (!room.drop || slots[i].last_heard_ns < slots[*room.drop].last_heard_ns) room.drop = i;
   }
   return room;
@@ -179,6 +183,14 @@ void Listener::close_acceptors() {
 }
 
 void Listener::accept_next(asio::ip::tcp::acceptor& acceptor) {
+  if (!room_for_newcomer()) {
+    // Full of handshakes under way, none of which would give way: a
+    // newcomer accepted now would only be closed, so the kernel's queue
+    // holds it until one of them ends or gives way (after_settle).
+    parked_.push_back(&acceptor);
+    wait_for_room();
+    return;
+  }
   acceptor.async_accept([this, &acceptor](const boost::system::error_code& ec, asio::ip::tcp::socket socket) {
     if (ec == asio::error::operation_aborted || !acceptor.is_open()) return;
     if (!ec) on_accept(std::move(socket));
@@ -193,20 +205,22 @@ void Listener::on_accept(asio::ip::tcp::socket socket) {
   const auto local = socket.local_endpoint(ec);
   const std::string via = ec ? std::string() : local.address().to_string();
   std::erase_if(pending_, [](const std::shared_ptr<Pending>& p) { return p->settled; });
-  std::vector<HandshakeSlot> slots;
-  slots.reserve(pending_.size());
-  for (const auto& p : pending_) slots.push_back({p->ip, !p->head_nonce.empty(), p->conn->last_heard_ns()});
-  const Room room = make_room(slots, ip, kMaxPending, kMaxPendingPerSource, [this](std::size_t i) {
-    boost::system::error_code unread_ec;
-    return pending_[i]->conn->socket().available(unread_ec) > 0 || unread_ec;
-  });
+  const Room room = room_for(ip);
+  if (room.full && !room.drop && room.from_ip < max_pending_per_source_) {
+    // Over the total with every handshake under way: it waits, unread, for
+    // one of them to end (after_settle), and the acceptors stop meanwhile.
+    waiting_.push_back(std::move(socket));
+    wait_for_room();
+    return;
+  }
   if (room.full) {
     // Full: the connection silent longest makes room, so that one that
     // holds connections open without a word cannot keep the agents out
     // (they answer within a round trip; an agent dropped anyway tries
-    // again within its connect timeout).
+    // again within its connect timeout). Over the per-source cap with
+    // none silent, the newcomer itself is closed.
     if (!said_too_many_pending_) {
-      const std::string who = room.from_ip >= kMaxPendingPerSource
+      const std::string who = room.from_ip >= max_pending_per_source_
                                   ? fmt::format("{} connections from {}", room.from_ip, ip)
                                   : fmt::format("{} connections", pending_.size());
       console_.message(
@@ -240,26 +254,103 @@ void Listener::on_accept(asio::ip::tcp::socket socket) {
     if (error || pending->settled) return;
     refuse(*pending, ip,
            fmt::format("it did not authenticate within {:g} s (cluster.heartbeat_timeout)", timeout_s_));
+    after_settle();
   });
   pending_.push_back(pending);
-  conn->start([this, pending, ip](Frame& frame) { on_handshake(*pending, ip, frame); },
-              [this, pending, ip](const std::string& why) {
-                if (pending->settled) return;
-                settle(*pending);
-                // A port scan opens and closes; only a peer that sent bytes
-                // flowrun could not read is worth a line.
-                note_stranger(ip);
-                if (why != "the connection closed" && why.rfind("the connection failed", 0) != 0)
-                  console_.message(
-                      fmt::format("flowrun: step '{}': dropped a connection from {} before it "
-                                  "authenticated: {}",
-                                  step_, ip, why));
-              });
+  conn->start(
+      [this, pending, ip](Frame& frame) {
+        on_handshake(*pending, ip, frame);
+        if (pending->settled) after_settle();
+      },
+      [this, pending, ip](const std::string& why) {
+        if (pending->settled) return;
+        settle(*pending);
+        after_settle();
+        // A port scan opens and closes; only a peer that sent bytes
+        // flowrun could not read is worth a line.
+        note_stranger(ip);
+        if (why != "the connection closed" && why.rfind("the connection failed", 0) != 0)
+          console_.message(
+              fmt::format("flowrun: step '{}': dropped a connection from {} before it "
+                          "authenticated: {}",
+                          step_, ip, why));
+      });
+}
+
+Room Listener::room_for(const std::string& ip) const {
+  // Settled connections may wait in pending_ for the next accept to erase
+  // them (one may be on the caller's stack), so they are skipped here.
+  std::vector<HandshakeSlot> slots;
+  std::vector<const Pending*> of_slot;
+  slots.reserve(pending_.size());
+  of_slot.reserve(pending_.size());
+  for (const auto& p : pending_) {
+    if (p->settled) continue;
+    slots.push_back({p->ip, !p->head_nonce.empty(), p->conn->last_heard_ns()});
+    of_slot.push_back(p.get());
+  }
+  const auto grace_ns = static_cast<std::int64_t>(silent_grace_s_ * 1e9);
+  Room room = make_room(slots, ip, max_pending_, max_pending_per_source_, monotonic_now_ns() - grace_ns,
+                        [&](std::size_t i) {
+                          boost::system::error_code unread_ec;
+                          return of_slot[i]->conn->socket().available(unread_ec) > 0 || unread_ec;
+                        });
+  if (room.drop) {
+    // make_room counts among the unsettled; the caller indexes pending_.
+    const Pending* dropped = of_slot[*room.drop];
+    room.drop = static_cast<std::size_t>(
+        std::find_if(pending_.begin(), pending_.end(), [&](const auto& p) { return p.get() == dropped; }) -
+        pending_.begin());
+  }
+  return room;
+}
+
+bool Listener::room_for_newcomer() const {
+  if (pending_.size() < max_pending_) return true;  // settled ones included: fewer are under way
+  // One from an address not among them: over the total only.
+  const Room room = room_for(std::string());
+  return !room.full || room.drop.has_value();
 }
 
 void Listener::settle(Pending& p) {
   p.settled = true;
   if (p.deadline) p.deadline->cancel();
+}
+
+void Listener::after_settle() {
+  while (!waiting_.empty() && room_for_newcomer()) {
+    asio::ip::tcp::socket socket = std::move(waiting_.front());
+    waiting_.pop_front();
+    on_accept(std::move(socket));
+  }
+  if (!waiting_.empty()) {
+    wait_for_room();
+    return;
+  }
+  if (parked_.empty() || !room_for_newcomer()) return;
+  const std::vector<asio::ip::tcp::acceptor*> parked = std::exchange(parked_, {});
+  for (auto* acceptor : parked)
+    if (acceptor->is_open()) accept_next(*acceptor);
+}
+
+void Listener::wait_for_room() {
+  std::int64_t first_ns = 0;
+  bool any = false;
+  for (const auto& p : pending_) {
+    if (p->settled || !p->head_nonce.empty()) continue;
+    if (!any || p->conn->last_heard_ns() < first_ns) first_ns = p->conn->last_heard_ns();
+    any = true;
+  }
+  if (!any) return;  // every one is in its handshake: one ending wakes it
+  if (!room_timer_) room_timer_ = std::make_unique<asio::steady_timer>(io_);
+  const auto grace_ns = static_cast<std::int64_t>(silent_grace_s_ * 1e9);
+  const std::int64_t wait_ns =
+      std::max<std::int64_t>(0, first_ns + grace_ns - monotonic_now_ns()) + 1'000'000;
+  room_timer_->expires_after(std::chrono::nanoseconds(wait_ns));
+  // Cancelled by close_pending before the listener goes away.
+  room_timer_->async_wait([this](const boost::system::error_code& error) {
+    if (!error) after_settle();
+  });
 }
 
 void Listener::close_pending() {
@@ -269,6 +360,9 @@ void Listener::close_pending() {
     p->conn->close();
   }
   pending_.clear();
+  waiting_.clear();  // closes them
+  parked_.clear();
+  if (room_timer_) room_timer_->cancel();
 }
 
 void Listener::refuse(Pending& p, const std::string& ip, const std::string& reason) {

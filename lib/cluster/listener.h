@@ -12,6 +12,7 @@
 #include <boost/asio/ip/tcp.hpp>
 #include <boost/asio/steady_timer.hpp>
 #include <cstdint>
+#include <deque>
 #include <functional>
 #include <memory>
 #include <optional>
@@ -64,10 +65,13 @@ struct Room {
 };
 // Full: the connection silent longest (no hello yet, nothing unread) of the
 // source that gives way makes room: over the per-source cap, `ip` itself;
-// over the total, the address that holds the most. One in the middle of its
-// handshake is never dropped. Pure.
+// over the total, the address that holds the most, and there only one that
+// has been silent since `silent_since_ns` at least (one that connected only
+// just, its hello perhaps on its way, is kept: the newcomer waits). One in
+// the middle of its handshake is never dropped. Pure.
 Room make_room(const std::vector<HandshakeSlot>& slots, const std::string& ip, std::size_t max_total,
-               std::size_t max_per_source, const std::function<bool(std::size_t)>& spoke);
+               std::size_t max_per_source, std::int64_t silent_since_ns,
+               const std::function<bool(std::size_t)>& spoke);
 
 class Listener {
  public:
@@ -80,8 +84,12 @@ class Listener {
   // timer each), and from one address (1024 agents on one host, or behind one
   // NAT, dial at once: the rendezvous benchmark; a flowrun agent refused
   // for want of room tries again, rdzv_clients does not).
+  // Full of handshakes none of which may give way, it accepts no more until
+  // one ends or a silent one has been silent for kSilentGraceS: the
+  // kernel's listen queue holds the newcomers meanwhile.
   static constexpr std::size_t kMaxPending = 2048;
   static constexpr std::size_t kMaxPendingPerSource = 1024;
+  static constexpr double kSilentGraceS = 1.0;
 
   // `timeout_s` (cluster.heartbeat_timeout) is the time a connection has to
   // authenticate; the welcome gives the agents it and `interval_s`.
@@ -98,6 +106,12 @@ class Listener {
 
   // Accepts connections from now on.
   void start(Admit admit, Joined joined);
+  // Other caps than kMaxPending, kMaxPendingPerSource and kSilentGraceS (tests).
+  void set_pending_limits(std::size_t total, std::size_t per_source, double silent_grace_s) {
+    max_pending_ = total;
+    max_pending_per_source_ = per_source;
+    silent_grace_s_ = silent_grace_s;
+  }
   // Accepts no more; the handshakes under way go on.
   void close_acceptors();
   // Ends every handshake under way.
@@ -142,7 +156,19 @@ class Listener {
                                                                    boost::system::error_code& ec);
   void accept_next(boost::asio::ip::tcp::acceptor& acceptor);
   void on_accept(boost::asio::ip::tcp::socket socket);
+  // Where a newcomer from `ip` finds the handshakes under way (make_room;
+  // `drop` indexes pending_).
+  Room room_for(const std::string& ip) const;
+  // A newcomer from a new address would be kept (not closed at once).
+  bool room_for_newcomer() const;
   void settle(Pending& p);
+  // A handshake ended (call where a handler settled one), or a silent one
+  // may give way now: the newcomers that waited for room get it, and the
+  // acceptors that stopped resume; else wait_for_room.
+  void after_settle();
+  // No room: after_settle again once the first silent connection has been
+  // silent for the grace (nothing to wait for if none is silent).
+  void wait_for_room();
   void refuse(Pending& p, const std::string& ip, const std::string& reason);
   void on_handshake(Pending& p, const std::string& ip, Frame& frame);
   void note_stranger(const std::string& ip);
@@ -160,6 +186,11 @@ class Listener {
   std::uint16_t port_ = 0;               // the port it listens on, on each of them
   std::string endpoint_;
   std::vector<std::shared_ptr<Pending>> pending_;  // connections still in their handshake
+  std::size_t max_pending_ = kMaxPending, max_pending_per_source_ = kMaxPendingPerSource;
+  double silent_grace_s_ = kSilentGraceS;
+  std::unique_ptr<boost::asio::steady_timer> room_timer_;  // wait_for_room's
+  std::vector<boost::asio::ip::tcp::acceptor*> parked_;    // not accepting until a handshake ends
+  std::deque<boost::asio::ip::tcp::socket> waiting_;       // accepted when full, not read yet
   bool said_too_many_pending_ = false;
   static constexpr int kSilentRefusalLines = 10;
   int silent_refused_ = 0;                     // refused connections that never said hello

@@ -10,8 +10,10 @@
 #include <chrono>
 #include <fcntl.h>
 #include <memory>
+#include <optional>
 #include <string>
 #include <unistd.h>
+#include <variant>
 #include <vector>
 
 #include "flowrun/version.h"
@@ -50,12 +52,14 @@ HandshakeSlot slot(const std::string& ip, std::int64_t last_heard_ns, bool said_
 }
 
 const auto kNoneSpoke = [](std::size_t) { return false; };
+// Every slot of these tests has been silent long enough to give way.
+constexpr std::int64_t kLongAgo = 1000;
 
 }  // namespace
 
 TEST_CASE("make_room: room left, nothing gives way", "[listener]") {
   const std::vector<HandshakeSlot> slots{slot("10.0.0.1", 1), slot("10.0.0.2", 2)};
-  const Room room = make_room(slots, "10.0.0.1", 3, 2, kNoneSpoke);
+  const Room room = make_room(slots, "10.0.0.1", 3, 2, kLongAgo, kNoneSpoke);
   CHECK_FALSE(room.full);
   CHECK(room.from_ip == 1);
   CHECK_FALSE(room.drop);
@@ -67,7 +71,7 @@ TEST_CASE("make_room: over the per-source cap, that source's longest silent conn
                                          slot("10.0.0.1", 2, true), slot("10.0.0.1", 4)};
   // Slot 3 said hello (it is in its handshake) and slot 2 has spoken since:
   // neither gives way, so the idlest left of 10.0.0.1 is slot 4.
-  const Room room = make_room(slots, "10.0.0.1", 100, 4, [](std::size_t i) { return i == 2; });
+  const Room room = make_room(slots, "10.0.0.1", 100, 4, kLongAgo, [](std::size_t i) { return i == 2; });
   CHECK(room.full);
   CHECK(room.from_ip == 4);
   CHECK(room.source == "10.0.0.1");
@@ -77,7 +81,7 @@ TEST_CASE("make_room: over the per-source cap, that source's longest silent conn
 
 TEST_CASE("make_room: over the total, the source that holds the most gives way", "[listener]") {
   const std::vector<HandshakeSlot> slots{slot("10.0.0.2", 9), slot("10.0.0.3", 1), slot("10.0.0.2", 7)};
-  const Room room = make_room(slots, "10.0.0.1", 3, 3, kNoneSpoke);
+  const Room room = make_room(slots, "10.0.0.1", 3, 3, kLongAgo, kNoneSpoke);
   CHECK(room.full);
   CHECK(room.from_ip == 0);
   CHECK(room.source == "10.0.0.2");
@@ -87,9 +91,25 @@ TEST_CASE("make_room: over the total, the source that holds the most gives way",
 
 TEST_CASE("make_room: full of handshakes under way, none gives way", "[listener]") {
   const std::vector<HandshakeSlot> slots{slot("10.0.0.1", 1, true), slot("10.0.0.1", 2, true)};
-  const Room room = make_room(slots, "10.0.0.1", 10, 2, kNoneSpoke);
+  const Room room = make_room(slots, "10.0.0.1", 10, 2, kLongAgo, kNoneSpoke);
   CHECK(room.full);
   CHECK_FALSE(room.drop);
+}
+
+TEST_CASE("make_room: over the total, one that connected only just does not give way", "[listener]") {
+  // Slot 0 has been silent since 5, slot 1 only since 2000: with the grace
+  // ending at 1000, only slot 0 may give way; once it is gone, none.
+  const std::vector<HandshakeSlot> slots{slot("10.0.0.2", 5), slot("10.0.0.2", 2000)};
+  Room room = make_room(slots, "10.0.0.1", 2, 8, kLongAgo, kNoneSpoke);
+  REQUIRE(room.drop);
+  CHECK(*room.drop == 0);
+  room = make_room({slot("10.0.0.2", 2000), slot("10.0.0.2", 3000)}, "10.0.0.1", 2, 8, kLongAgo, kNoneSpoke);
+  CHECK(room.full);
+  CHECK_FALSE(room.drop);
+  // Over one address's cap that address is the crowd: its silent ones go at once.
+  room = make_room({slot("10.0.0.2", 2000), slot("10.0.0.2", 3000)}, "10.0.0.2", 8, 2, kLongAgo, kNoneSpoke);
+  REQUIRE(room.drop);
+  CHECK(*room.drop == 0);
 }
 
 namespace {
@@ -246,4 +266,136 @@ TEST_CASE("listener: the head's refusal of an authenticated agent reaches it", "
   REQUIRE(h.asked_);
   CHECK_FALSE(h.joined_);
   CHECK(h.listener().strangers_note().empty());  // it proved the token
+}
+
+namespace {
+
+// Agents' sides of the handshake against a listener with small caps, all on
+// one loop: each says hello at once and proves the token when told to.
+class Crowd {
+ public:
+  struct Agent {
+    std::shared_ptr<Connection> conn;
+    std::string node;
+    std::string challenge;  // the head's nonce, once challenged
+    std::optional<Message> last;
+    bool closed = false;
+  };
+
+  Crowd(std::size_t total, std::size_t per_source, double silent_grace_s)
+      : console_fd_(
+            open((dir_.path() + "/console.txt").c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644)) {
+    REQUIRE(console_fd_ >= 0);
+    listener_.set_pending_limits(total, per_source, silent_grace_s);
+    listener_.listen("127.0.0.1", 0);
+    listener_.start(
+        [this](const Joiner&) {
+          return Admission{next_rank_++, {}};
+        },
+        [this](int, const Joiner& j, const std::shared_ptr<Connection>& conn) {
+          joined_.push_back(j.node);
+          handed_over_.push_back(conn);
+        });
+  }
+  ~Crowd() {
+    listener_.close_acceptors();
+    listener_.close_pending();
+    for (auto& a : agents_) a->conn->close();
+    for (auto& c : handed_over_) c->close();
+    for (int fd : silent_) close(fd);
+    io_.poll();
+    close(console_fd_);
+  }
+  Crowd(const Crowd&) = delete;
+  Crowd& operator=(const Crowd&) = delete;
+
+  Agent& dial(const std::string& node) {
+    asio::ip::tcp::socket socket(io_);
+    socket.connect({asio::ip::make_address("127.0.0.1"), listener_.port()});
+    auto agent = std::make_unique<Agent>();
+    Agent* a = agent.get();
+    a->node = node;
+    a->conn = std::make_shared<Connection>(std::move(socket), "the head");
+    a->conn->start(
+        [a](Frame& frame) {
+          std::string error;
+          auto message = decode_message(frame, &error);
+          REQUIRE(message);
+          if (const auto* challenge = std::get_if<Challenge>(&*message))
+            a->challenge = challenge->nonce;
+          else
+            a->last = std::move(message);
+        },
+        [a](const std::string&) { a->closed = true; });
+    a->conn->send(Hello{node, FLOWRUN_VERSION, make_nonce(), -1, 1, 0});
+    agents_.push_back(std::move(agent));
+    return *a;
+  }
+  // A connection that says nothing.
+  void dial_silent() {
+    asio::ip::tcp::socket socket(io_);
+    socket.connect({asio::ip::make_address("127.0.0.1"), listener_.port()});
+    silent_.push_back(socket.release());
+  }
+  void prove(Agent& a) { a.conn->send(Auth{auth_proof(kToken, a.challenge, "agent:" + a.node)}); }
+
+  // Runs the loop until `done`; bounded only so that a broken handshake
+  // fails instead of hanging.
+  template <class Done>
+  bool run_until(Done done) {
+    const auto give_up = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+    while (!done() && std::chrono::steady_clock::now() < give_up)
+      io_.run_one_for(std::chrono::milliseconds(100));
+    return done();
+  }
+  void poll() { io_.poll(); }
+
+  std::vector<std::string> joined_;
+
+ private:
+  static constexpr const char* kToken = "0123456789abcdef0123456789abcdef";
+  testing::ScopedTempDir dir_{"listener"};
+  int console_fd_;
+  asio::io_context io_;
+  Console console_{console_fd_, console_fd_};
+  Listener listener_{io_, console_, "train", kToken, 0.5, 30.0};
+  int next_rank_ = 0;
+  std::vector<std::unique_ptr<Agent>> agents_;
+  std::vector<std::shared_ptr<Connection>> handed_over_;
+  std::vector<int> silent_;
+};
+
+bool welcomed(const Crowd::Agent& a) { return a.last && std::holds_alternative<Welcome>(*a.last); }
+
+}  // namespace
+
+TEST_CASE("listener: full of handshakes under way, a newcomer waits its turn instead of being closed",
+          "[listener]") {
+  // Room for two at once (from any address), and a grace longer than the test: neither of the
+  // first two may give way, so the third must wait for one to end.
+  Crowd crowd(2, 8, 600.0);
+  Crowd::Agent& a = crowd.dial("node-a");
+  Crowd::Agent& b = crowd.dial("node-b");
+  REQUIRE(crowd.run_until([&] { return !a.challenge.empty() && !b.challenge.empty(); }));
+  Crowd::Agent& c = crowd.dial("node-c");
+  crowd.poll();  // what the head does with it at once: it used to close it here
+  crowd.prove(a);
+  REQUIRE(crowd.run_until([&] { return welcomed(a) && (!c.challenge.empty() || c.closed); }));
+  CHECK_FALSE(c.closed);
+  crowd.prove(c);
+  crowd.prove(b);
+  REQUIRE(crowd.run_until([&] { return (welcomed(b) && welcomed(c)) || c.closed || b.closed; }));
+  CHECK(crowd.joined_.size() == 3);
+}
+
+TEST_CASE("listener: connections that say nothing give way to agents once their grace is over",
+          "[listener]") {
+  Crowd crowd(2, 8, 0.05);
+  crowd.dial_silent();
+  crowd.dial_silent();
+  Crowd::Agent& a = crowd.dial("node-a");
+  REQUIRE(crowd.run_until([&] { return !a.challenge.empty() || a.closed; }));
+  crowd.prove(a);
+  REQUIRE(crowd.run_until([&] { return welcomed(a) || a.closed; }));
+  CHECK(crowd.joined_ == std::vector<std::string>{"node-a"});
 }
