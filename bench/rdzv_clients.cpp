@@ -13,6 +13,8 @@
 //   <- bye            close
 //
 // but it runs no worker. One thread, one epoll set, non-blocking sockets.
+// On loopback every agent dials from its own address (127.1.0.1 + i), as
+// agents on N hosts would.
 //
 //   rdzv_clients --nodes N --endpoint HOST:PORT --token-file FILE [--window W] [--timeout S]
 //   rdzv_clients --nodes N --bare [--window W] [--timeout S]
@@ -310,6 +312,16 @@ class Clients {
     a.conn.fd = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
     if (a.conn.fd < 0) die(std::string("socket: ") + std::strerror(errno));
     set_nodelay(a.conn.fd);
+    // Every agent from its own address, as on real nodes: all of 127/8 is
+    // this host's, so agent i dials from 127.1.0.1 + i. From one address
+    // the head would admit only Listener::kMaxPendingPerSource at once.
+    if ((ntohl(head_.sin_addr.s_addr) >> 24) == 127) {
+      sockaddr_in source{};
+      source.sin_family = AF_INET;
+      source.sin_addr.s_addr = htonl((127u << 24 | 1u << 16 | 1u) + static_cast<std::uint32_t>(tag));
+      if (bind(a.conn.fd, reinterpret_cast<const sockaddr*>(&source), sizeof source) != 0)
+        die(std::string("bind to a loopback source address: ") + std::strerror(errno));
+    }
     if (connect(a.conn.fd, reinterpret_cast<const sockaddr*>(&head_), sizeof head_) != 0 &&
         errno != EINPROGRESS)
       die(std::string("connect: ") + std::strerror(errno));
@@ -424,34 +436,7 @@ class BareServer {
         nodes_(static_cast<std::size_t>(nodes)),
         token_(std::move(token)),
         marker_path_(std::move(marker_path)),
-        marker_text_(std::move(marker_text)) {
-    // A worker environment of the size the head sends (about 25 variables).
-    for (const char* name : {"LOCAL_RANK",
-                             "RANK",
-                             "GROUP_RANK",
-                             "ROLE_RANK",
-                             "ROLE_NAME",
-                             "LOCAL_WORLD_SIZE",
-                             "WORLD_SIZE",
-                             "GROUP_WORLD_SIZE",
-                             "ROLE_WORLD_SIZE",
-                             "MASTER_ADDR",
-                             "MASTER_PORT",
-                             "TORCHELASTIC_RESTART_COUNT",
-                             "TORCHELASTIC_MAX_RESTARTS",
-                             "TORCHELASTIC_RUN_ID",
-                             "TORCHELASTIC_USE_AGENT_STORE",
-                             "TORCH_NCCL_ASYNC_ERROR_HANDLING",
-                             "NCCL_ASYNC_ERROR_HANDLING",
-                             "CUDA_VISIBLE_DEVICES",
-                             "FLOWRUN_RUN_ID",
-                             "FLOWRUN_STEP",
-                             "FLOWRUN_NODES",
-                             "FLOWRUN_NODE_RANK",
-                             "FLOWRUN_RUN_DIR"}) {
-      env_.push_back(std::string(name) + "=rdzv-bench-value");
-    }
-  }
+        marker_text_(std::move(marker_text)) {}
 
   void run() {
     loop_.add(listener_, EPOLLIN, kListener);
@@ -557,12 +542,25 @@ class BareServer {
     }
   }
 
+  // What the head sends for bench/nodes.yaml: the node's share of the plan
+  // (one /bin/true rank, no env of the spec's); the agent makes the rank's
+  // environment from it.
   void start_all() {
     for (std::uint64_t t : by_rank_) {
       Peer& p = *peers_[t];
-      loop_.send(p.conn, t,
-                 encode(flowrun::Start{
-                     0, "127.0.0.1", master_port_, "/tmp", {"/bin/true"}, {{p.rank, 0, env_, false}}}));
+      flowrun::Start start;
+      start.step = "work";
+      start.run_id = "rdzv-bench";
+      start.run_dir = "/tmp";
+      start.world_size = static_cast<int>(nodes_);
+      start.nodes = static_cast<int>(nodes_);
+      start.node_rank = p.rank;
+      start.master_addr = "127.0.0.1";
+      start.master_port = master_port_;
+      start.workdir = "/tmp";
+      start.argv = {"/bin/true"};
+      start.ranks = {{p.rank, 0, "", false}};
+      loop_.send(p.conn, t, encode(start));
     }
   }
 
@@ -570,7 +568,6 @@ class BareServer {
   int listener_;
   std::size_t nodes_;
   std::string token_, marker_path_, marker_text_;
-  std::vector<std::string> env_;
   int master_port_ = 0;
   std::vector<std::unique_ptr<Peer>> peers_;
   std::vector<std::uint64_t> by_rank_;
