@@ -257,6 +257,8 @@ void Listener::on_accept(asio::ip::tcp::socket socket) {
     after_settle();
   });
   pending_.push_back(pending);
+  ++under_way_;
+  ++under_way_from_[ip];
   conn->start(
       [this, pending, ip](Frame& frame) {
         on_handshake(*pending, ip, frame);
@@ -265,7 +267,6 @@ void Listener::on_accept(asio::ip::tcp::socket socket) {
       [this, pending, ip](const std::string& why) {
         if (pending->settled) return;
         settle(*pending);
-        after_settle();
         // A port scan opens and closes; only a peer that sent bytes
         // flowrun could not read is worth a line.
         note_stranger(ip);
@@ -274,10 +275,19 @@ void Listener::on_accept(asio::ip::tcp::socket socket) {
               fmt::format("flowrun: step '{}': dropped a connection from {} before it "
                           "authenticated: {}",
                           step_, ip, why));
+        after_settle();
       });
 }
 
 Room Listener::room_for(const std::string& ip) const {
+  // The usual case, room under both caps, without a look at each one.
+  const auto from = under_way_from_.find(ip);
+  const std::size_t from_ip = from == under_way_from_.end() ? 0 : from->second;
+  if (under_way_ < max_pending_ && from_ip < max_pending_per_source_) {
+    Room room;
+    room.from_ip = from_ip;
+    return room;
+  }
   // Settled connections may wait in pending_ for the next accept to erase
   // them (one may be on the caller's stack), so they are skipped here.
   std::vector<HandshakeSlot> slots;
@@ -306,19 +316,33 @@ Room Listener::room_for(const std::string& ip) const {
 }
 
 bool Listener::room_for_newcomer() const {
-  if (pending_.size() < max_pending_) return true;  // settled ones included: fewer are under way
+  if (under_way_ < max_pending_) return true;
+  // Only one silent past its grace may give way: when there is none (a
+  // burst of agents whose hellos are on their way), say so without the
+  // whole rule, which counts every address.
+  const std::int64_t silent_since = monotonic_now_ns() - static_cast<std::int64_t>(silent_grace_s_ * 1e9);
+  if (std::none_of(pending_.begin(), pending_.end(), [&](const auto& p) {
+        return !p->settled && p->head_nonce.empty() && p->conn->last_heard_ns() <= silent_since;
+      }))
+    return false;
   // One from an address not among them: over the total only.
   const Room room = room_for(std::string());
   return !room.full || room.drop.has_value();
 }
 
 void Listener::settle(Pending& p) {
+  if (!p.settled && under_way_ > 0) {
+    --under_way_;
+    const auto from = under_way_from_.find(p.ip);
+    if (from != under_way_from_.end() && --from->second == 0) under_way_from_.erase(from);
+  }
   p.settled = true;
   if (p.deadline) p.deadline->cancel();
 }
 
 void Listener::after_settle() {
-  while (!waiting_.empty() && room_for_newcomer()) {
+  // Each of those waiting at most once: on_accept may queue it again.
+  for (std::size_t n = waiting_.size(); n > 0 && !waiting_.empty() && room_for_newcomer(); --n) {
     asio::ip::tcp::socket socket = std::move(waiting_.front());
     waiting_.pop_front();
     on_accept(std::move(socket));
@@ -334,18 +358,21 @@ void Listener::after_settle() {
 }
 
 void Listener::wait_for_room() {
+  // The first silent one whose grace is still running: once it is over, it
+  // may give way. One past its grace that did not (another address holds
+  // more) waits like the rest for a handshake to end.
+  const auto grace_ns = static_cast<std::int64_t>(silent_grace_s_ * 1e9);
+  const std::int64_t now = monotonic_now_ns();
   std::int64_t first_ns = 0;
   bool any = false;
   for (const auto& p : pending_) {
-    if (p->settled || !p->head_nonce.empty()) continue;
+    if (p->settled || !p->head_nonce.empty() || p->conn->last_heard_ns() + grace_ns <= now) continue;
     if (!any || p->conn->last_heard_ns() < first_ns) first_ns = p->conn->last_heard_ns();
     any = true;
   }
-  if (!any) return;  // every one is in its handshake: one ending wakes it
+  if (!any) return;  // a handshake ending wakes it
   if (!room_timer_) room_timer_ = std::make_unique<asio::steady_timer>(io_);
-  const auto grace_ns = static_cast<std::int64_t>(silent_grace_s_ * 1e9);
-  const std::int64_t wait_ns =
-      std::max<std::int64_t>(0, first_ns + grace_ns - monotonic_now_ns()) + 1'000'000;
+  const std::int64_t wait_ns = first_ns + grace_ns - now + 1'000'000;
   room_timer_->expires_after(std::chrono::nanoseconds(wait_ns));
   // Cancelled by close_pending before the listener goes away.
   room_timer_->async_wait([this](const boost::system::error_code& error) {
@@ -360,6 +387,8 @@ void Listener::close_pending() {
     p->conn->close();
   }
   pending_.clear();
+  under_way_ = 0;
+  under_way_from_.clear();
   waiting_.clear();  // closes them
   parked_.clear();
   if (room_timer_) room_timer_->cancel();

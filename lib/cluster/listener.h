@@ -17,6 +17,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 #include "flowrun/supervisor.h"
@@ -185,7 +186,9 @@ class Listener {
   std::vector<HeadAddress> candidates_;  // where the agents dial, best first (not flowrun run's)
   std::uint16_t port_ = 0;               // the port it listens on, on each of them
   std::string endpoint_;
-  std::vector<std::shared_ptr<Pending>> pending_;  // connections still in their handshake
+  std::vector<std::shared_ptr<Pending>> pending_;                // connections still in their handshake
+  std::size_t under_way_ = 0;                                    // of them, not settled
+  std::unordered_map<std::string, std::size_t> under_way_from_;  // by address
   std::size_t max_pending_ = kMaxPending, max_pending_per_source_ = kMaxPendingPerSource;
   double silent_grace_s_ = kSilentGraceS;
   std::unique_ptr<boost::asio::steady_timer> room_timer_;  // wait_for_room's
