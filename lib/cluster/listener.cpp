@@ -32,15 +32,14 @@ void raise_fd_limit() { raise_open_file_limit(); }
 
 }  // namespace
 
-Admission claim_node_rank(int claim, const std::vector<bool>& joined, const std::vector<std::string>& names,
-                          const std::vector<int>& started) {
+Admission claim_node_rank(int claim, const std::vector<bool>& joined,
+                          const std::function<std::string(int)>& name_of, const std::vector<int>& started) {
   int rank = claim;
   if (rank >= static_cast<int>(joined.size()))
     return {-1, fmt::format("it asks for node rank {}, but the step has {}", rank,
                             plural(joined.size(), "node", "nodes"))};
   if (rank >= 0 && joined[static_cast<std::size_t>(rank)])
-    return {-1, fmt::format("node rank {} has already joined (from {})", rank,
-                            names[static_cast<std::size_t>(rank)])};
+    return {-1, fmt::format("node rank {} has already joined (from {})", rank, name_of(rank))};
   if (rank < 0) rank = free_node_rank(joined, started);
   if (rank < 0) return {-1, "no node rank is left for it"};
   return {rank, {}};

@@ -43,10 +43,10 @@ struct Admission {
 };
 
 // The node rank for a joiner that claims `claim` (-1: any) among nodes of
-// which `joined[i]` have joined (as `names[i]`), keeping the ranks that
+// which `joined[i]` have joined (node i as `name_of(i)`), keeping the ranks that
 // `started` holds for the engine's agents (free_node_rank). Pure.
-Admission claim_node_rank(int claim, const std::vector<bool>& joined, const std::vector<std::string>& names,
-                          const std::vector<int>& started);
+Admission claim_node_rank(int claim, const std::vector<bool>& joined,
+                          const std::function<std::string(int)>& name_of, const std::vector<int>& started);
 
 // A connection in its handshake, as the rule that makes room sees it.
 struct HandshakeSlot {

@@ -30,19 +30,21 @@ std::string connection_lost(bool failed_authentication, const std::string& why) 
          (why == "the connection closed" ? std::string() : " (" + why + ")");
 }
 
-NodeTable::NodeTable(std::size_t count) : nodes_(count) {
+NodeTable::NodeTable(std::size_t count) : nodes_(count), joined_flags_(count, false) {
   for (std::size_t i = 0; i < nodes_.size(); ++i) nodes_[i].rank = static_cast<int>(i);
 }
 
 Admission NodeTable::admit(const Joiner& j, const std::vector<int>& engine_nodes) const {
-  std::vector<bool> joined;
-  for (const auto& n : nodes_) joined.push_back(n.joined);
-  return claim_node_rank(j.claim, joined, names(), engine_nodes);
+  // Asked once per joiner: nothing here may copy every node (4096 of them).
+  return claim_node_rank(
+      j.claim, joined_flags_, [this](int rank) { return nodes_[static_cast<std::size_t>(rank)].name; },
+      engine_nodes);
 }
 
 bool NodeTable::join(int rank, const Joiner& j, std::shared_ptr<Connection> conn) {
   Node& n = nodes_[static_cast<std::size_t>(rank)];
   n.joined = true;
+  joined_flags_[static_cast<std::size_t>(rank)] = true;
   n.name = printable(j.node);  // it is printed, and in the report
   n.peer_ip = j.ip;
   n.via = j.via;
@@ -68,6 +70,7 @@ void NodeTable::close_all() {
 
 std::vector<std::string> NodeTable::names() const {
   std::vector<std::string> names;
+  names.reserve(nodes_.size());
   for (const auto& n : nodes_) names.push_back(n.name);
   return names;
 }

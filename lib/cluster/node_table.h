@@ -105,6 +105,7 @@ class NodeTable {
 
  private:
   std::vector<Node> nodes_;
+  std::vector<bool> joined_flags_;  // nodes_[i].joined, as claim_node_rank takes it
   std::size_t joined_ = 0;
 };
 

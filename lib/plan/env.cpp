@@ -1,4 +1,5 @@
 #include <algorithm>
+#include <span>
 
 #include "flowrun/worker_env.h"
 
@@ -61,7 +62,18 @@ NodeWork node_work(const Spec& spec, const Step& step, const StepPlan& plan, int
   work.master_addr = master_addr(plan, ctx);
   work.master_port = ctx.master_port;
   work.devices = device_rule(plan, n);
-  for (const auto& rank : plan.ranks) {
+  // The node's ranks are plan.ranks[first_rank, first_rank + procs) as the
+  // planner lays them out; asked for every node (4096 of them), so this
+  // looks at those alone when they are.
+  std::span<const RankPlan> ranks(plan.ranks);
+  if (n.first_rank >= 0 && n.procs >= 0 &&
+      static_cast<std::size_t>(n.first_rank) + static_cast<std::size_t>(n.procs) <= plan.ranks.size()) {
+    const auto mine =
+        ranks.subspan(static_cast<std::size_t>(n.first_rank), static_cast<std::size_t>(n.procs));
+    if (std::all_of(mine.begin(), mine.end(), [&](const RankPlan& r) { return r.node == node; }))
+      ranks = mine;
+  }
+  for (const auto& rank : ranks) {
     if (rank.node != node) continue;
     work.ranks.push_back({rank.rank, rank.local_rank,
                           work.devices == DeviceRule::leave ? std::string() : devices_of(plan, n, rank)});

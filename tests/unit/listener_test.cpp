@@ -26,7 +26,8 @@ namespace asio = boost::asio;
 
 TEST_CASE("claim_node_rank: the claimed rank, or the lowest free one the engine does not hold",
           "[listener]") {
-  const std::vector<std::string> names{"a", "b", "", ""};
+  const std::vector<std::string> node_names{"a", "b", "", ""};
+  const auto names = [&](int rank) { return node_names.at(static_cast<std::size_t>(rank)); };
   const std::vector<bool> joined{true, true, false, false};
   CHECK(claim_node_rank(2, joined, names, {}).rank == 2);
   CHECK(claim_node_rank(-1, joined, names, {}).rank == 2);
@@ -36,7 +37,8 @@ TEST_CASE("claim_node_rank: the claimed rank, or the lowest free one the engine 
 }
 
 TEST_CASE("claim_node_rank: a rank out of range, one taken, or none left is refused", "[listener]") {
-  const std::vector<std::string> names{"a", "b"};
+  const std::vector<std::string> node_names{"a", "b"};
+  const auto names = [&](int rank) { return node_names.at(static_cast<std::size_t>(rank)); };
   CHECK(claim_node_rank(2, {true, false}, names, {}).refusal ==
         "it asks for node rank 2, but the step has 2 nodes");
   CHECK(claim_node_rank(2, {true, false}, names, {}).rank == -1);
