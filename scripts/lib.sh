@@ -23,6 +23,8 @@ FLOWRUN_PACKAGES=(
   catch2 python3 python3-torch
   # The end-to-end tests run under pytest (tests/conftest.py), each with a time limit.
   python3-pytest python3-pytest-timeout
+  # tests/test_schema.py checks every example spec against specs/schema.
+  python3-jsonschema
   # tests/e2e/helpers/fake_agent.py seals its frames (AES-256-GCM) as the agents do.
   python3-cryptography
   clang clang-14 libclang-rt-14-dev clang-format
