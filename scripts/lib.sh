@@ -5,9 +5,10 @@
 FLOWRUN_ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 export FLOWRUN_ROOT
 
-# Debian packages needed to build flowrun itself (scripts/demo) ...
+# Debian packages needed to build flowrun itself (scripts/demo; python3 makes
+# the manual page and completions, scripts/cli-docs) ...
 FLOWRUN_BUILD_PACKAGES=(
-  g++ cmake ninja-build pkg-config
+  g++ cmake ninja-build pkg-config python3
   libcli11-dev libyaml-cpp-dev libfmt-dev libboost-dev libssl-dev
 )
 # The test cluster of scripts/test's cluster phase (tests/cluster/cluster.sh):
@@ -23,6 +24,11 @@ FLOWRUN_PACKAGES=(
   catch2 python3 python3-torch
   # The end-to-end tests run under pytest (tests/conftest.py), each with a time limit.
   python3-pytest python3-pytest-timeout
+  # tests/test_schema.py checks every example spec against specs/schema.
+  python3-jsonschema
+  # scripts/test's package phase: cpack's Depends (dpkg-shlibdeps), `man -w`;
+  # tests/test_install.py runs the zsh and fish completions.
+  dpkg-dev man-db zsh fish
   # tests/e2e/helpers/fake_agent.py seals its frames (AES-256-GCM) as the agents do.
   python3-cryptography
   clang clang-14 libclang-rt-14-dev clang-format

@@ -36,6 +36,8 @@ MARKERS = {
     "docs": "the examples in README.md and docs/*.md, run",
     "doctor": "flowrun doctor on the stand-in NVIDIA libraries",
     "cli": "the command line: options, init, errors",
+    "install": "the manual page and shell completions cover flowrun --help",
+    "schema": "specs/schema accepts every example spec",
     "launcher": "flowrun SPEC with real worker processes",
     "torch": "real PyTorch flows on CPU workers",
     "nodes_local": "multi-node steps on one host over 127.0.0.1",
