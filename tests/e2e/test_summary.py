@@ -115,6 +115,13 @@ class TestSummary(E2E):
         self.check("rank 0 says hello" in r.stderr and "hello" not in r.stdout,
                    "ok: with --json the workers' output goes to stderr", r.detail())
 
+    def test_unwritable_summary(self):
+        d = self.workspace("unwritable")
+        r = self.call("unwritable", d, "flow.yaml", "--fake-gpus", "2", "--summary-json", "no/such/dir/s.json",
+                      summary=None)
+        self.check(r.rc == 1 and "flowrun: error: cannot write the summary no/such/dir/s.json: " in r.stderr,
+                   "unwritable: a run that succeeded but whose summary cannot be written exits 1", r.detail())
+
     # --- a failing rank ----------------------------------------------------------
 
     def test_failing_rank(self):
@@ -159,6 +166,10 @@ class TestSummary(E2E):
                    "bad spec: a spec error is a usage error too", r.detail())
         self.check("bad.yaml:4:5" in (s.get("error") or ""), "bad spec: the summary's error names the place",
                    json.dumps(s))
+        r = self.call("plan", d, "plan", "flow.yaml", "--fake-gpus", "2", "--summary-json", "summary.json",
+                      summary=None)
+        self.check(r.rc == 2 and "--summary-json: only a run has a summary" in r.stderr,
+                   "plan: --summary-json is refused, not ignored", r.detail())
         # The same exit code from a worker: the summary tells them apart.
         r = self.call("worker 2", d, "flow.yaml", "--fake-gpus", "2", "--summary-json", "summary.json",
                       env=clean_env(TRAIN_CODE="2"))
