@@ -44,6 +44,7 @@ MARKERS = {
     "faults": "fault injection, each fault a row of docs/reliability.md",
     "torchrun": "flowrun run (torchrun's command line) and flowrun init",
     "resume": "flowrun resume",
+    "summary": "the run summary for CI (--json, --summary-json), validate --json, format keys",
     "frameworks": "Lightning and fastai scripts in build/venv",
     "multinode": "multi-node runs on the test cluster (tests/cluster/cluster.sh)",
     # what a test needs

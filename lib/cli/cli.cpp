@@ -21,6 +21,7 @@
 #include "flowrun/version.h"
 
 #include "commands.h"
+#include "summary.h"
 
 namespace flowrun {
 
@@ -81,22 +82,30 @@ int fake_gpus_from_env(int fake_gpus, const EnvMap& env) {
   return -1;
 }
 
-int report_errors(const std::function<int()>& command) {
+int report_errors(const std::function<int()>& command, std::string* message) {
+  std::string said;
+  int code = kExitFailure;
   try {
     return command();
   } catch (const DiagnosticError& e) {
     std::cout.flush();
-    for (const auto& diagnostic : e.diagnostics()) std::cerr << diagnostic.to_string() << "\n";
-    return e.exit_code();
+    for (const auto& diagnostic : e.diagnostics()) {
+      std::cerr << diagnostic.to_string() << "\n";
+      said += (said.empty() ? "" : "\n") + diagnostic.to_string();
+    }
+    code = e.exit_code();
   } catch (const Error& e) {
     std::cout.flush();
     std::cerr << "flowrun: error: " << e.what() << "\n";
-    return e.exit_code();
+    said = e.what();
+    code = e.exit_code();
   } catch (const std::exception& e) {
     std::cout.flush();
     std::cerr << "flowrun: error: internal error: " << e.what() << "\n";
-    return kExitFailure;
+    said = std::string("internal error: ") + e.what();
   }
+  if (message != nullptr) *message = std::move(said);
+  return code;
 }
 
 namespace {
@@ -119,14 +128,27 @@ struct Options {
   std::string ranks = "all";
   double grace_s = 10;
   std::string color = "auto";
-  std::string python;  // --python: overrides the spec's `python:`
+  std::string python;        // --python: overrides the spec's `python:`
+  std::string summary_file;  // --summary-json
   AgentOptions agent;
 };
 
 int cmd_validate(const Options& options) {
-  Spec spec = load_or_throw(options.spec_path);
-  std::cout << format_validate_ok(spec);
-  return kExitOk;
+  if (!options.json) {
+    Spec spec = load_or_throw(options.spec_path);
+    std::cout << format_validate_ok(spec);
+    return kExitOk;
+  }
+  // The findings on stdout, and for people on stderr as without --json.
+  SpecParse parsed = load_spec(options.spec_path);
+  std::vector<std::string> steps;
+  if (parsed.spec) {
+    for (std::size_t index : parsed.spec->order) steps.push_back(parsed.spec->steps[index].name);
+  }
+  std::cout << format_validate_json(options.spec_path, parsed.diagnostics, steps);
+  std::cout.flush();
+  for (const auto& diagnostic : parsed.diagnostics) std::cerr << diagnostic.to_string() << "\n";
+  return parsed.diagnostics.empty() ? kExitOk : kExitUsage;
 }
 
 // What `flowrun plan` shows and `flowrun SPEC` runs: the spec, this host and
@@ -167,7 +189,7 @@ int cmd_gpus(const Options& options) {
   return kExitOk;
 }
 
-int cmd_run(const Options& options) {
+int cmd_run(const Options& options, SummaryTarget& target) {
   RunOptions run;
   run.args = options.args;
   run.run_id = options.run_id;
@@ -181,6 +203,9 @@ int cmd_run(const Options& options) {
   // Recorded in run.json, so that `flowrun resume` plans the same way.
   if (options.cpus > 0) run.cpus = options.cpus;
   if (!options.python.empty()) run.python = python_path(options.python, current_directory());
+  // Made here rather than by the runner, so that the summary finds the run.
+  if (run.run_id.empty()) run.run_id = make_run_id(p.spec.name);
+  target.run_dir = run_dir_for(p.spec, run.run_id, run.run_dir);
   return run_flow(p.spec, p.host, p.plans, p.env, run);
 }
 
@@ -212,8 +237,10 @@ const char* kFooter = R"(Examples:
   flowrun validate train.yaml        check the spec; every problem as FILE:LINE:COL
   flowrun gpus                       the GPUs this host may use (CUDA_VISIBLE_DEVICES, Slurm)
   flowrun plan train.yaml --cpus 2   plan on 2 CPU workers, for a host without GPUs
+  flowrun train.yaml --summary-json summary.json   for CI: how the run ended, the culprit rank, its log
 
-Exit codes: 0 ok, 2 bad command line, bad spec or a plan this host cannot run (docs/cli.md).
+Exit codes: 0 ok, 2 bad command line, bad spec or a plan this host cannot run; a failed step passes
+on its culprit's code, which may be 2 as well: the summary's state tells which (docs/cli.md, For CI).
 Docs: docs/quickstart.md, docs/spec.md (the spec), docs/plan.md (how flowrun decides), docs/cli.md.)";
 
 }  // namespace
@@ -263,9 +290,17 @@ int run_cli(int argc, char** argv) {
       ->type_name("ID");
   app.add_option("--run-dir", options.run_dir, "Run directory (default: WORKDIR/.flowrun/runs/RUN_ID)")
       ->type_name("DIR");
+  app.add_flag("--json", options.json,
+               "Print the run's summary as JSON on stdout (the console's lines all go to stderr); "
+               "docs/cli.md, For CI");
+  app.add_option("--summary-json", options.summary_file,
+                 "Write the run's summary as JSON to FILE when flowrun ends, also when the run fails, is "
+                 "interrupted or never starts")
+      ->type_name("FILE");
 
   auto* validate = app.add_subcommand("validate", "Check a spec and report every problem at once");
   validate->add_option("spec", options.spec_path, "The flow spec")->required()->type_name("SPEC");
+  validate->add_flag("--json", options.json, "Print the findings as JSON (file, line, column, message)");
 
   auto* plan = app.add_subcommand("plan", "Show where every rank of every step runs, and why");
   plan->add_option("spec", options.spec_path, "The flow spec")->required()->type_name("SPEC");
@@ -318,7 +353,8 @@ int run_cli(int argc, char** argv) {
   gpus->add_flag("--json", options.json, "Print the inventory as JSON");
 
   validate->footer(
-      "Exit codes: 0 valid; 2 with every problem printed as FILE:LINE:COL: key: message.\n"
+      "Exit codes: 0 valid; 2 with every problem printed as FILE:LINE:COL: key: message (with --json,\n"
+      "also on stdout as JSON).\n"
       "The format: docs/spec.md.");
   plan->footer(
       "flowrun's own options work here too: --fake-gpus N (simulate N GPUs), --cpus N (CPU workers).\n"
@@ -332,6 +368,16 @@ int run_cli(int argc, char** argv) {
   // flowrun, so it is split off before parsing.
   int ours = argc;
   if (auto after = args_after_dashes(argc, argv, &ours)) options.args = std::move(*after);
+  // A usage error of `flowrun SPEC` still gets its summary: the options that
+  // ask for one, found before CLI11 has parsed them (none for a subcommand).
+  const std::vector<std::string> words(argv + 1, argv + ours);
+  SummaryRequest early = scan_summary_request(words);
+  for (const auto& word : words) {
+    if (word == "validate" || word == "plan" || word == "gpus" || word == "agent") early = {};
+  }
+  auto usage = [&](const std::string& message) {
+    return report_with_summary(early, [&](SummaryTarget&) -> int { throw Error(message, kExitUsage); });
+  };
   try {
     app.parse(ours, argv);
   } catch (const CLI::CallForHelp& e) {
@@ -344,29 +390,28 @@ int run_cli(int argc, char** argv) {
     const auto extras = app.remaining();
     const std::string first = extras.empty() ? "" : extras.front();
     if (first.rfind('-', 0) == 0)
-      std::cerr << "flowrun: error: unknown option '" << first << "'\nRun 'flowrun --help' for usage.\n";
-    else
-      std::cerr << "flowrun: error: unexpected argument '" << first << "'\n"
-                << "Arguments for the steps go after --: flowrun SPEC -- ARGS (they replace ${args}).\n";
-    return kExitUsage;
+      return usage("unknown option '" + first + "'\nRun 'flowrun --help' for usage.");
+    return usage("unexpected argument '" + first + "'\n" +
+                 "Arguments for the steps go after --: flowrun SPEC -- ARGS (they replace ${args}).");
   } catch (const CLI::ParseError& e) {
-    std::cerr << "flowrun: error: " << e.what() << "\n"
-              << "Run 'flowrun --help' for usage.\n";
-    return kExitUsage;
+    return usage(std::string(e.what()) + "\nRun 'flowrun --help' for usage.");
   }
 
+  if (!validate->parsed() && !plan->parsed() && !gpus->parsed() && !agent->parsed()) {
+    const SummaryRequest request{options.json, options.summary_file};
+    if (options.spec_path.empty())
+      return usage(
+          "no spec given\nUsage: flowrun SPEC [-- ARGS], flowrun run SCRIPT.py, or flowrun "
+          "validate|plan|gpus|...; run 'flowrun --help'.");
+    return report_with_summary(request, [&](SummaryTarget& target) { return cmd_run(options, target); });
+  }
+  if (!options.summary_file.empty())
+    return usage("--summary-json: only a run has a summary (flowrun SPEC, flowrun run, flowrun resume)");
   return report_errors([&]() -> int {
     if (validate->parsed()) return cmd_validate(options);
     if (plan->parsed()) return cmd_plan(options);
     if (gpus->parsed()) return cmd_gpus(options);
-    if (agent->parsed()) return cmd_agent(options);
-    if (options.spec_path.empty()) {
-      std::cerr << "flowrun: error: no spec given\n"
-                << "Usage: flowrun SPEC [-- ARGS], flowrun run SCRIPT.py, or flowrun validate|plan|gpus|...; "
-                   "run 'flowrun --help'.\n";
-      return kExitUsage;
-    }
-    return cmd_run(options);
+    return cmd_agent(options);
   });
 }
 

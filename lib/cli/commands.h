@@ -47,7 +47,9 @@ std::optional<std::vector<std::string>> args_after_dashes(int argc, char** argv,
 Spec load_or_throw(const std::string& path);
 
 // Runs `command` and turns what it throws into flowrun's messages on stderr
-// ("flowrun: error: ..." or FILE:LINE:COL diagnostics) and exit code.
-int report_errors(const std::function<int()>& command);
+// ("flowrun: error: ..." or FILE:LINE:COL diagnostics) and exit code. The
+// message (without "flowrun: error: "; diagnostics one a line) goes to
+// `message` too, when given, for the summary.
+int report_errors(const std::function<int()>& command, std::string* message = nullptr);
 
 }  // namespace flowrun

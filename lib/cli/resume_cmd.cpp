@@ -10,6 +10,7 @@
 #include "flowrun/flow.h"
 
 #include "commands.h"
+#include "summary.h"
 
 namespace flowrun {
 
@@ -33,6 +34,8 @@ struct ResumeOptions {
   double grace_s = 10;
   std::string color = "auto";
   std::string python;
+  bool json = false;         // --json
+  std::string summary_file;  // --summary-json
 };
 
 const char* kResumeFooter =
@@ -178,7 +181,7 @@ RunOptions inherited_run_options(const ResumeOptions& options, const RunRecord& 
   return run;
 }
 
-int resume(const ResumeOptions& options) {
+int resume(const ResumeOptions& options, SummaryTarget& target) {
   const EnvMap env = read_environ();
   const std::string cwd = current_directory();
   const std::string old_dir = find_run_dir(options.run, cwd);
@@ -212,6 +215,9 @@ int resume(const ResumeOptions& options) {
   if (!inherited.empty()) line += " with its " + join(inherited, " ");
   std::cerr << line << "\n";
   std::cerr.flush();
+  // Made here rather than by the runner, so that the summary finds the run.
+  if (run.run_id.empty()) run.run_id = make_run_id(now.name);
+  target.run_dir = run_dir_for(now, run.run_id, run.run_dir);
   return run_flow(now, host, plans, env, run);
 }
 
@@ -254,10 +260,20 @@ int cmd_resume(int argc, char** argv) {
   app.add_option("--run-dir", options.run_dir,
                  "The new run's directory (default: WORKDIR/.flowrun/runs/RUN_ID)")
       ->type_name("DIR");
+  app.add_flag("--json", options.json,
+               "Print the new run's summary as JSON on stdout (the console's lines all go to stderr)");
+  app.add_option("--summary-json", options.summary_file,
+                 "Write the new run's summary as JSON to FILE when flowrun ends, whatever the outcome")
+      ->type_name("FILE");
 
   // After `--`: the steps' ${args}, replacing RUN's.
   int ours = argc;
   options.args = args_after_dashes(argc, argv, &ours);
+  // A usage error gets its summary too (docs/cli.md, For CI).
+  const SummaryRequest early = scan_summary_request(std::vector<std::string>(argv + 1, argv + ours));
+  auto usage = [&](const std::string& message) {
+    return report_with_summary(early, [&](SummaryTarget&) -> int { throw Error(message, kExitUsage); });
+  };
   try {
     app.parse(ours, argv);
   } catch (const CLI::CallForHelp& e) {
@@ -266,18 +282,15 @@ int cmd_resume(int argc, char** argv) {
     const auto extras = app.remaining();
     const std::string first = extras.empty() ? "" : extras.front();
     if (first.rfind('-', 0) == 0)
-      std::cerr << "flowrun: error: unknown option '" << first
-                << "'\nRun 'flowrun resume --help' for usage.\n";
-    else
-      std::cerr
-          << "flowrun: error: unexpected argument '" << first << "'\n"
-          << "Arguments for the steps go after --: flowrun resume RUN -- ARGS (they replace ${args}).\n";
-    return kExitUsage;
+      return usage("unknown option '" + first + "'\nRun 'flowrun resume --help' for usage.");
+    return usage(
+        "unexpected argument '" + first +
+        "'\nArguments for the steps go after --: flowrun resume RUN -- ARGS (they replace ${args}).");
   } catch (const CLI::ParseError& e) {
-    std::cerr << "flowrun: error: " << e.what() << "\nRun 'flowrun resume --help' for usage.\n";
-    return kExitUsage;
+    return usage(std::string(e.what()) + "\nRun 'flowrun resume --help' for usage.");
   }
-  return report_errors([&]() { return resume(options); });
+  const SummaryRequest request{options.json, options.summary_file};
+  return report_with_summary(request, [&](SummaryTarget& target) { return resume(options, target); });
 }
 
 }  // namespace flowrun

@@ -35,6 +35,7 @@
 #include "flowrun/supervisor.h"
 
 #include "commands.h"
+#include "summary.h"
 
 namespace flowrun {
 
@@ -131,6 +132,10 @@ constexpr OptionDef kOptions[] = {
      false},
     {"python", Arg::value, "PY", "The Python to run the script with (default: python3 on PATH)"},
     {"dry-run", Arg::flag, "", "Show the plan (where every rank runs, and why) and run nothing", false},
+    {"json", Arg::flag, "", "Print the run's summary as JSON on stdout; the console's lines all go to stderr",
+     false},
+    {"summary-json", Arg::value, "FILE",
+     "Write the run's summary as JSON to FILE when flowrun ends, whatever the outcome (docs/cli.md)", false},
     {"grace", Arg::value, "SECONDS", "Between SIGTERM and SIGKILL when workers are stopped (default 10)",
      false},
     {"timeout", Arg::value, "DURATION",
@@ -238,6 +243,10 @@ void set_option(Request& r, const std::string& command, const OptionDef& def, co
     r.python = value;
   } else if (name == "dry-run") {
     r.dry_run = true;
+  } else if (name == "json" || name == "summary-json") {
+    // Read before the command line is parsed (summary_request), so that a
+    // usage error gets its summary too.
+    if (name == "summary-json" && value.empty()) usage_error(command, "--summary-json needs a FILE");
   } else if (name == "grace") {
     char* end = nullptr;
     const double g = std::strtod(value.c_str(), &end);
@@ -812,7 +821,29 @@ int show_dry_run(const Spec& spec, const HostFacts& host, const std::vector<Step
   return kExitOk;
 }
 
-int run_request(Request& r) {
+// --json and --summary-json among flowrun run's options, read as
+// parse_request reads them but without its refusals; none with --help.
+SummaryRequest summary_request(int argc, char** argv) {
+  SummaryRequest request;
+  for (int i = 1; i < argc; ++i) {
+    const std::string arg = argv[i];
+    if (arg == "-h" || arg == "--help") return {};
+    if (arg == "--" || arg.size() < 3 || arg.rfind("--", 0) != 0) break;
+    std::string name = arg.substr(2);
+    const std::size_t eq = name.find('=');
+    std::string value = eq == std::string::npos ? "" : name.substr(eq + 1);
+    if (eq != std::string::npos) name.resize(eq);
+    std::replace(name.begin(), name.end(), '_', '-');
+    const OptionDef* def = find_option(name);
+    if (eq == std::string::npos && def != nullptr && def->arg == Arg::value && i + 1 < argc)
+      value = argv[++i];
+    if (name == "json") request.json = true;
+    if (name == "summary-json" && !value.empty()) request.file = value;
+  }
+  return request;
+}
+
+int run_request(Request& r, SummaryTarget& target) {
   const EnvMap env = read_environ();
   const int fake = fake_gpus_from_env(r.fake_gpus, env);
   HostFacts host = probe_host(fake, env);
@@ -860,8 +891,11 @@ int run_request(Request& r) {
     rethrow_for_options(e, spec_text);
   }
 
-  const RunOptions run = run_options(r, spec, cwd, fake, args, spec_text);
+  RunOptions run = run_options(r, spec, cwd, fake, args, spec_text);
   if (r.dry_run) return show_dry_run(spec, host, plans, env, run, spec_text);
+  // Made here rather than by the runner, so that the summary finds the run.
+  if (run.run_id.empty()) run.run_id = make_run_id(spec.name);
+  target.run_dir = run_dir_for(spec, run.run_id, run.run_dir);
   return run_flow(spec, host, plans, env, run);
 }
 
@@ -912,13 +946,13 @@ int init_request(Request& r) {
 }  // namespace
 
 int cmd_torchrun(int argc, char** argv) {
-  return report_errors([&]() -> int {
+  return report_with_summary(summary_request(argc, argv), [&](SummaryTarget& target) -> int {
     auto request = parse_request(argc, argv, "run");
     if (!request) {
       std::cout << help_text("run");
       return kExitOk;
     }
-    return run_request(*request);
+    return run_request(*request, target);
   });
 }
 

@@ -200,6 +200,7 @@ class Reader {
 std::string format_doctor_json(const DoctorFacts& facts, const DoctorReport& report) {
   JsonWriter json;
   json.begin_object();
+  json.key("format").value("flowrun.doctor/1");
   json.key("facts");
   write_facts(json, facts);
   json.key("checks").begin_array();

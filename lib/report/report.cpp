@@ -220,6 +220,7 @@ std::string format_plan_json(const PlanView& view) {
   const Spec& spec = view.spec;
   JsonWriter json;
   json.begin_object();
+  json.key("format").value("flowrun.plan/1");
   json.key("spec").value(spec.file);
   json.key("name").value(spec.name);
   json.key("run_id").value(view.ctx.run_id);
@@ -329,6 +330,7 @@ std::string format_gpus_text(const Inventory& inventory, const std::string& host
 std::string format_gpus_json(const Inventory& inventory, const std::string& hostname) {
   JsonWriter json;
   json.begin_object();
+  json.key("format").value("flowrun.gpus/1");
   json.key("hostname").value(hostname);
   json.key("source").value(inventory.source);
   json.key("count").value(static_cast<int>(inventory.gpus.size()));

@@ -143,8 +143,9 @@ double busbw_gbps(std::uint64_t bytes, std::int64_t time_ns, int gpus);
 // The checks and their verdict. Pure.
 DoctorReport evaluate_doctor(const DoctorFacts& facts);
 
-// The report for people, and for machines: {"facts": ..., "checks": ...,
-// "verdict": ...}; `--facts` reads the latter back.
+// The report for people, and for machines: {"format": "flowrun.doctor/1",
+// "facts": ..., "checks": ..., "verdict": ...}; `--facts` reads the latter
+// back, with or without "format" (reports of older flowruns have none).
 std::string format_doctor_text(const DoctorFacts& facts, const DoctorReport& report);
 std::string format_doctor_json(const DoctorFacts& facts, const DoctorReport& report);
 

@@ -21,10 +21,13 @@ struct PlanView {
 // `flowrun plan`: where every rank runs and why, in plain words and tables.
 std::string format_plan_text(const PlanView& view);
 
-// `flowrun plan --json`: the same, with every worker's environment.
+// `flowrun plan --json` (and a run's plan.json): the same, with every
+// worker's environment. The first key is "format": "flowrun.plan/1"; later
+// versions only add keys.
 std::string format_plan_json(const PlanView& view);
 
-// `flowrun gpus` and `flowrun gpus --json`.
+// `flowrun gpus` and `flowrun gpus --json` (its first key "format":
+// "flowrun.gpus/1").
 std::string format_gpus_text(const Inventory& inventory, const std::string& hostname);
 std::string format_gpus_json(const Inventory& inventory, const std::string& hostname);
 

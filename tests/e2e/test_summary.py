@@ -1,0 +1,298 @@
+"""End-to-end tests of flowrun's output for CI: the run summary (`--json` on stdout,
+`--summary-json FILE`) of `flowrun SPEC`, `flowrun run` and `flowrun resume`, parsed after a
+success, a failing rank, a usage error, a worker that exits 2, SIGTERM mid-run and a resume;
+`flowrun validate --json`; and the "format" key of every JSON document flowrun writes.
+Small shell steps on simulated GPUs; a few seconds in all.
+
+  python3 -m pytest tests/e2e/test_summary.py [--flowrun PATH] [--sanitized] [-k NAME]
+"""
+import json
+import os
+import re
+import signal
+import subprocess
+import time
+
+import pytest
+
+from flowrun_testlib import clean_env
+from flowrun_testlib.suite import E2E, path_of
+
+pytestmark = pytest.mark.summary
+
+SANITIZER_REPORT = re.compile(r"(WARNING|ERROR): (ThreadSanitizer|AddressSanitizer|LeakSanitizer)|runtime error: ")
+
+# prepare -> train (2 ranks; rank 1 exits with $TRAIN_CODE unless it is 0) -> evaluate (the join).
+FLOW = """name: ci
+steps:
+  - name: prepare
+    shell: true
+    run: echo prepared
+  - name: train
+    shell: true
+    run: |
+      echo "rank $RANK says hello"
+      if [ "$RANK" = 1 ] && [ "${TRAIN_CODE:-0}" != 0 ]; then echo "rank 1 broke" >&2; exit $TRAIN_CODE; fi
+      echo "w$RANK" > "$FLOWRUN_OUTPUT_DIR/w.txt"
+    parallel: {}
+  - name: evaluate
+    join: train
+    shell: true
+    run: cat ${steps.train.outputs}/w.txt
+"""
+
+# One step that says it started, then waits to be stopped.
+SLOW = """name: slow
+steps:
+  - name: wait
+    shell: true
+    run: |
+      touch started
+      exec sleep 60
+"""
+
+
+class Result:
+    def __init__(self, rc, stdout, stderr, summary_path=None):
+        self.rc, self.stdout, self.stderr = rc, stdout, stderr
+        self.file = None
+        if summary_path and os.path.exists(summary_path):
+            with open(summary_path) as f:
+                self.file = json.load(f)
+
+    def stdout_json(self):
+        try:
+            return json.loads(self.stdout)
+        except ValueError:
+            return None
+
+    def detail(self):
+        return f"exit {self.rc}\n--- stdout\n{self.stdout[-3000:]}\n--- stderr\n{self.stderr[-4000:]}"
+
+
+class TestSummary(E2E):
+    def workspace(self, name, text=FLOW):
+        d = os.path.join(self.scratch, name)
+        os.makedirs(d)
+        with open(os.path.join(d, "flow.yaml"), "w") as f:
+            f.write(text)
+        return d
+
+    def call(self, label, cwd, *argv, env=None, summary="summary.json"):
+        p = subprocess.run([self.flowrun, *argv], cwd=cwd, env=env or clean_env(), capture_output=True,
+                           text=True, timeout=60 * self.slack)
+        m = SANITIZER_REPORT.search(p.stderr)
+        self.check(m is None, f"{label}: no sanitizer report", p.stderr[max(0, m.start() - 200):][:4000] if m else "")
+        return Result(p.returncode, p.stdout, p.stderr, os.path.join(cwd, summary) if summary else None)
+
+    def both(self, label, r):
+        """The summary on stdout (--json) and in the file (--summary-json): the same document."""
+        doc = r.stdout_json()
+        self.check(doc is not None and doc == r.file, f"{label}: stdout is the summary, as in the file",
+                   r.detail())
+        return r.file or doc or {}
+
+    def equal(self, expected, actual, label, detail=""):
+        return self.check(expected == actual, label, f"expected: {expected!r}\nactual:   {actual!r}\n{detail}")
+
+    # --- success -------------------------------------------------------------
+
+    def test_success(self):
+        d = self.workspace("ok")
+        r = self.call("ok", d, "flow.yaml", "--fake-gpus", "2", "--json", "--summary-json", "summary.json")
+        s = self.both("ok", r)
+        self.equal(0, r.rc, "ok: exit 0", r.detail())
+        self.equal(("flowrun.summary/1", "ci", "succeeded", 0, None, None),
+                   (s.get("format"), s.get("flow"), s.get("state"), s.get("exit_code"), s.get("culprit"),
+                    s.get("error")), "ok: format, flow, state, exit code, no culprit")
+        self.equal([("prepare", "succeeded", "succeeded", 0, 1), ("train", "succeeded", "succeeded", 0, 1),
+                    ("evaluate", "succeeded", "succeeded", 0, 1)],
+                   [(x["name"], x["state"], x["outcome"], x["exit_code"], x["attempts"]) for x in s.get("steps", [])],
+                   "ok: every step's outcome")
+        run_dir = s.get("run_dir") or ""
+        self.check(os.path.isfile(os.path.join(run_dir, "run.json")) and os.path.basename(run_dir) == s.get("run_id"),
+                   "ok: run_dir is the run's directory, named by its run id", run_dir)
+        self.check("rank 0 says hello" in r.stderr and "hello" not in r.stdout,
+                   "ok: with --json the workers' output goes to stderr", r.detail())
+
+    def test_unwritable_summary(self):
+        d = self.workspace("unwritable")
+        r = self.call("unwritable", d, "flow.yaml", "--fake-gpus", "2", "--summary-json", "no/such/dir/s.json",
+                      summary=None)
+        self.check(r.rc == 1 and "flowrun: error: cannot write the summary no/such/dir/s.json: " in r.stderr,
+                   "unwritable: a run that succeeded but whose summary cannot be written exits 1", r.detail())
+
+    # --- a failing rank ----------------------------------------------------------
+
+    def test_failing_rank(self):
+        d = self.workspace("fail")
+        r = self.call("fail", d, "flow.yaml", "--fake-gpus", "2", "--summary-json", "summary.json",
+                      env=clean_env(TRAIN_CODE="3"))
+        s = r.file or {}
+        self.equal(3, r.rc, "fail: exit 3, the culprit's code", r.detail())
+        self.check(r.stdout_json() is None and "rank 0 says hello" in r.stdout,
+                   "fail: without --json stdout is the console as always", r.detail())
+        self.equal(("failed", 3), (s.get("state"), s.get("exit_code")), "fail: state and exit code")
+        steps = {x["name"]: x for x in s.get("steps", [])}
+        self.equal(("failed", "failed", 3, [1]),
+                   tuple(steps.get("train", {}).get(k) for k in ("state", "outcome", "exit_code", "failed_ranks")),
+                   "fail: train failed, rank 1 failed")
+        self.equal(("skipped", None), (steps.get("evaluate", {}).get("state"), steps.get("evaluate", {}).get("outcome")),
+                   "fail: evaluate was skipped")
+        c = s.get("culprit") or {}
+        self.equal(("train", "failed", 3, 1, "exited", 3, None, 3),
+                   tuple(c.get(k) for k in ("step", "outcome", "step_exit_code", "rank", "status", "exit_code",
+                                            "signal", "shell_code")), "fail: the culprit is train's rank 1")
+        log = c.get("stderr_log") or ""
+        self.check(log == os.path.join(s.get("run_dir", ""), "train", "rank1", "stderr.log") and os.path.isfile(log)
+                   and "rank 1 broke" in open(log).read(), "fail: the culprit's stderr.log holds what it said", log)
+
+    # --- a usage error, and a worker that exits 2 ---------------------------------
+
+    def test_usage_error(self):
+        d = self.workspace("usage")
+        r = self.call("usage", d, "flow.yaml", "--bogus", "--json", "--summary-json", "summary.json")
+        s = self.both("usage", r)
+        self.equal((2, "usage_error", 2, None, None, [], None),
+                   (r.rc, s.get("state"), s.get("exit_code"), s.get("run_id"), s.get("culprit"), s.get("steps"),
+                    s.get("run_dir")), "usage: exit 2, state usage_error, no run", r.detail())
+        self.check("unknown option '--bogus'" in (s.get("error") or "") and "unknown option '--bogus'" in r.stderr,
+                   "usage: the error, in the summary and on stderr", r.detail())
+        with open(os.path.join(d, "bad.yaml"), "w") as f:
+            f.write("name: bad\nsteps:\n  - name: a\n    rn: true\n")
+        r = self.call("bad spec", d, "bad.yaml", "--summary-json=summary.json")
+        s = r.file or {}
+        self.equal((2, "usage_error", None), (r.rc, s.get("state"), s.get("run_id")),
+                   "bad spec: a spec error is a usage error too", r.detail())
+        self.check("bad.yaml:4:5" in (s.get("error") or ""), "bad spec: the summary's error names the place",
+                   json.dumps(s))
+        r = self.call("plan", d, "plan", "flow.yaml", "--fake-gpus", "2", "--summary-json", "summary.json",
+                      summary=None)
+        self.check(r.rc == 2 and "--summary-json: only a run has a summary" in r.stderr,
+                   "plan: --summary-json is refused, not ignored", r.detail())
+        # The same exit code from a worker: the summary tells them apart.
+        r = self.call("worker 2", d, "flow.yaml", "--fake-gpus", "2", "--summary-json", "summary.json",
+                      env=clean_env(TRAIN_CODE="2"))
+        s = r.file or {}
+        c = s.get("culprit") or {}
+        self.equal((2, "failed", "train", 1, 2),
+                   (r.rc, s.get("state"), c.get("step"), c.get("rank"), c.get("exit_code")),
+                   "worker 2: exit 2 too, but state failed and the culprit exited 2", r.detail())
+
+    # --- SIGTERM mid-run -------------------------------------------------------
+
+    def test_sigterm(self):
+        d = self.workspace("term", SLOW)
+        p = subprocess.Popen([self.flowrun, "flow.yaml", "--grace", "5", "--json", "--summary-json", "summary.json"],
+                             cwd=d, env=clean_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        deadline = time.monotonic() + 30 * self.slack
+        while not os.path.exists(os.path.join(d, "started")) and p.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.02)
+        p.send_signal(signal.SIGTERM)
+        out, err = p.communicate(timeout=60 * self.slack)
+        r = Result(p.returncode, out, err, os.path.join(d, "summary.json"))
+        s = self.both("term", r)
+        self.equal((143, "interrupted", 143), (r.rc, s.get("state"), s.get("exit_code")),
+                   "term: exit 143, state interrupted", r.detail())
+        self.equal([("wait", "failed", "interrupted")],
+                   [(x["name"], x["state"], x["outcome"]) for x in s.get("steps", [])],
+                   "term: the step was interrupted")
+        c = s.get("culprit") or {}
+        self.equal(("wait", "interrupted", None), (c.get("step"), c.get("outcome"), c.get("exit_code")),
+                   "term: the stopped step, with no culprit rank")
+
+    # --- resume ----------------------------------------------------------------
+
+    def test_resume(self):
+        d = self.workspace("resume")
+        first = self.call("resume first", d, "flow.yaml", "--fake-gpus", "2", "--summary-json", "first.json",
+                          env=clean_env(TRAIN_CODE="5"), summary="first.json")
+        old = first.file or {}
+        self.equal((5, "failed"), (first.rc, old.get("state")), "resume: the first run fails", first.detail())
+        if not old.get("run_id"):
+            return
+        r = self.call("resume", d, "resume", old["run_id"], "--json", "--summary-json", "summary.json")
+        s = self.both("resume", r)
+        self.equal((0, "succeeded", old["run_id"]), (r.rc, s.get("state"), s.get("resumed_from")),
+                   "resume: the new run succeeds and names the run it resumed", r.detail())
+        self.check(s.get("run_id") not in (None, old["run_id"]), "resume: a run of its own", json.dumps(s))
+        self.equal([("prepare", "reused"), ("train", "succeeded"), ("evaluate", "succeeded")],
+                   [(x["name"], x["state"]) for x in s.get("steps", [])], "resume: prepare reused, the rest ran")
+        r = self.call("resume usage", d, "resume", "--json", "--bogus", summary=None)
+        self.equal((2, "usage_error"), (r.rc, (r.stdout_json() or {}).get("state")),
+                   "resume: a usage error has its summary", r.detail())
+
+    # --- flowrun run -------------------------------------------------------------
+
+    def test_flowrun_run(self):
+        d = self.workspace("run")
+        r = self.call("run", d, "run", "--fake-gpus", "0", "--cpus", "2", "--json", "--summary-json",
+                      "summary.json", "--no-python", "/bin/sh", "-c",
+                      'echo "rank $RANK"; test "$RANK" != 1 || { echo no >&2; exit 6; }', "--json")
+        s = self.both("run", r)
+        c = s.get("culprit") or {}
+        self.equal((6, "failed", 1, 6), (r.rc, s.get("state"), c.get("rank"), c.get("exit_code")),
+                   "run: exit 6, rank 1 the culprit", r.detail())
+        self.check(os.path.isfile(c.get("stderr_log") or ""), "run: the culprit's stderr.log", json.dumps(c))
+        r = self.call("run usage", d, "run", "--json", "--nproc-per-node", "2", "--bogus", "x.py", summary=None)
+        self.equal((2, "usage_error"), (r.rc, (r.stdout_json() or {}).get("state")),
+                   "run: a usage error has its summary", r.detail())
+        # After the script, --json is the script's.
+        r = self.call("run script's", d, "run", "--fake-gpus", "0", "--cpus", "1", "--no-python", "/bin/echo",
+                      "--json", summary=None)
+        self.check(r.rc == 0 and r.stdout_json() is None and "--json" in r.stdout,
+                   "run: --json after the program is the program's", r.detail())
+
+    # --- validate --json ----------------------------------------------------------
+
+    def test_validate_json(self):
+        d = self.workspace("validate")
+        r = self.call("valid", d, "validate", "flow.yaml", "--json", summary=None)
+        v = r.stdout_json() or {}
+        self.equal((0, "flowrun.validate/1", True, ["prepare", "train", "evaluate"], [], []),
+                   (r.rc, v.get("format"), v.get("valid"), v.get("steps"), v.get("errors"), v.get("warnings")),
+                   "validate: a valid spec", r.detail())
+        with open(os.path.join(d, "bad.yaml"), "w") as f:
+            f.write("name: bad\nsteps:\n  - name: train\n    run: x\n    parallel:\n      gpu: 2\n")
+        r = self.call("invalid", d, "validate", "bad.yaml", "--json", summary=None)
+        v = r.stdout_json() or {}
+        errors = v.get("errors") or [{}]
+        self.equal((2, False, "bad.yaml", 6, 7, "steps.train.parallel"),
+                   (r.rc, v.get("valid"), errors[0].get("file"), errors[0].get("line"), errors[0].get("column"),
+                    errors[0].get("path")), "validate: the finding with file, line and column", r.detail())
+        self.check("unknown key 'gpu'" in errors[0].get("message", "") and errors[0].get("text", "") in r.stderr,
+                   "validate: the message, and the same line on stderr", r.detail())
+
+    # --- the format key -------------------------------------------------------------
+
+    def test_every_document_has_format(self):
+        d = self.workspace("format")
+        r = self.call("format", d, "flow.yaml", "--fake-gpus", "2", "--summary-json", "summary.json",
+                      env=clean_env(TRAIN_CODE="4"))
+        s = r.file or {}
+        run_dir = s.get("run_dir") or ""
+        docs = {"summary.json": s}
+        for root, _, files in os.walk(run_dir):
+            for name in files:
+                # error.json is the worker's (TORCHELASTIC_ERROR_FILE), outputs/ the steps'.
+                if name.endswith(".json") and name != "error.json" and "/outputs" not in root:
+                    with open(os.path.join(root, name)) as f:
+                        docs[os.path.relpath(os.path.join(root, name), run_dir)] = json.load(f)
+        self.check({"run.json", "plan.json", "prepare/results.json", "train/results.json"} <= set(docs),
+                   "format: the run wrote its documents", sorted(docs))
+        for argv in (["plan", "flow.yaml", "--fake-gpus", "2", "--json"], ["gpus", "--fake-gpus", "2", "--json"],
+                     # A facts file of an older flowrun has no "format": it is read all the same.
+                     ["doctor", "--facts", path_of("fixtures", "gpu", "h200x1.json"), "--json"]):
+            out = self.call(" ".join(argv[:1]), d, *argv, summary=None)
+            try:
+                docs["flowrun " + argv[0]] = json.loads(out.stdout)
+            except ValueError:
+                self.check(False, f"format: flowrun {argv[0]} prints JSON", out.detail())
+        missing = [name for name, doc in docs.items() if "format" not in doc or list(doc)[0] != "format"]
+        self.equal([], missing, "format: every document's first key is format")
+        self.equal({"summary.json": "flowrun.summary/1", "run.json": 1, "plan.json": "flowrun.plan/1",
+                    "flowrun plan": "flowrun.plan/1", "flowrun gpus": "flowrun.gpus/1",
+                    "flowrun doctor": "flowrun.doctor/1"},
+                   {k: docs[k].get("format") for k in ("summary.json", "run.json", "plan.json", "flowrun plan",
+                                                          "flowrun gpus", "flowrun doctor") if k in docs},
+                   "format: the formats")
