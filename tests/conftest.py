@@ -42,6 +42,7 @@ MARKERS = {
     "faults": "fault injection, each fault a row of docs/reliability.md",
     "torchrun": "flowrun run (torchrun's command line) and flowrun init",
     "resume": "flowrun resume",
+    "runs": "flowrun runs, logs and status; .flowrun/runs/latest",
     "frameworks": "Lightning and fastai scripts in build/venv",
     "multinode": "multi-node runs on the test cluster (tests/cluster/cluster.sh)",
     # what a test needs
