@@ -45,6 +45,7 @@ MARKERS = {
     "torchrun": "flowrun run (torchrun's command line) and flowrun init",
     "resume": "flowrun resume",
     "summary": "the run summary for CI (--json, --summary-json), validate --json, format keys",
+    "runs": "flowrun runs, logs and status; .flowrun/runs/latest",
     "frameworks": "Lightning and fastai scripts in build/venv",
     "multinode": "multi-node runs on the test cluster (tests/cluster/cluster.sh)",
     # what a test needs

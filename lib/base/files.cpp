@@ -161,6 +161,16 @@ int try_write_file(const std::string& path, const std::string& text) {
   return err;
 }
 
+int replace_symlink(const std::string& path, const std::string& target) {
+  const std::string tmp = path + ".tmp-" + std::to_string(getpid());
+  unlink(tmp.c_str());  // one a killed flowrun of this pid left
+  if (symlink(target.c_str(), tmp.c_str()) != 0) return errno;
+  if (rename(tmp.c_str(), path.c_str()) == 0) return 0;
+  const int err = errno;
+  unlink(tmp.c_str());
+  return err;
+}
+
 void write_file(const std::string& path, const std::string& text) {
   if (const int err = try_write_file(path, text); err != 0)
     throw Error("cannot write " + path + ": " + std::strerror(err));

@@ -231,6 +231,9 @@ const char* kFooter = R"(Examples:
   flowrun run --nproc-per-node 4 train.py   torchrun's command line (flowrun run --help)
   flowrun init train.py              write a starter spec for a script
   flowrun resume RUN_ID              re-run a failed flow from its failed step
+  flowrun runs                       the runs kept here, newest last
+  flowrun logs latest -f             follow the newest run's logs; RUN may be an id or a prefix of one
+  flowrun status latest              each step's and rank's state, from another terminal
   flowrun doctor                     check the GPUs, driver, CUDA and NCCL
   flowrun plan train.yaml            where every rank of every step runs, and why
   flowrun plan train.yaml --json     the same for machines (world_size, nodes, ranks, env)
@@ -255,6 +258,9 @@ int run_cli(int argc, char** argv) {
     if (command == "init") return cmd_init(argc - 1, argv + 1);
     if (command == "resume") return cmd_resume(argc - 1, argv + 1);
     if (command == "doctor") return cmd_doctor(argc - 1, argv + 1);
+    if (command == "runs") return cmd_runs(argc - 1, argv + 1);
+    if (command == "logs") return cmd_logs(argc - 1, argv + 1);
+    if (command == "status") return cmd_status(argc - 1, argv + 1);
   }
   Options options;
   CLI::App app{
@@ -350,6 +356,10 @@ int run_cli(int argc, char** argv) {
   app.add_subcommand("init", "Write a starter spec for a script: flowrun init SCRIPT.py [torchrun options]");
   app.add_subcommand("resume", "Re-run a failed flow from its failed step, reusing what completed");
   app.add_subcommand("doctor", "Check this host's GPUs, driver, CUDA and NCCL before a job spends GPU time");
+  app.add_subcommand("runs", "List the runs kept in .flowrun/runs: id, flow, state, exit, start, duration");
+  app.add_subcommand("logs", "Print (or follow, -f) a run's logs: flowrun logs latest --rank 1");
+  app.add_subcommand("status",
+                     "Each step's and rank's state of a run, live or finished: flowrun status latest");
   gpus->add_flag("--json", options.json, "Print the inventory as JSON");
 
   validate->footer(

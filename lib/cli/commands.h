@@ -1,5 +1,5 @@
 // The subcommands that parse their own command line (`flowrun run` takes
-// torchrun's options, `init`, `resume`, `doctor`), and the helpers every
+// torchrun's options, `init`, `resume`, `doctor`, `runs`, `logs`, `status`), and the helpers every
 // subcommand shares. run_cli() hands such a subcommand argv from its name on
 // (argv[0] is "run", "init", ...); each returns flowrun's exit code
 // (docs/cli.md) and reports its errors through report_errors().
@@ -21,6 +21,9 @@ int cmd_torchrun(int argc, char** argv);  // flowrun run   (lib/cli/run_cmd.cpp)
 int cmd_init(int argc, char** argv);      // flowrun init  (lib/cli/run_cmd.cpp)
 int cmd_resume(int argc, char** argv);    // flowrun resume (lib/cli/resume_cmd.cpp)
 int cmd_doctor(int argc, char** argv);    // flowrun doctor (lib/cli/doctor_cmd.cpp)
+int cmd_runs(int argc, char** argv);      // flowrun runs   (lib/cli/runs_cmd.cpp)
+int cmd_logs(int argc, char** argv);      // flowrun logs   (lib/cli/logs_cmd.cpp)
+int cmd_status(int argc, char** argv);    // flowrun status (lib/cli/status_cmd.cpp)
 
 // The name this host goes by in plans: FLOWRUN_HOSTNAME when set (a stable
 // name for scripts and tests, or one other nodes know it by), else gethostname().

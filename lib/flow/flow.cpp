@@ -5,6 +5,7 @@
 #include <cstring>
 #include <dirent.h>
 #include <fcntl.h>
+#include <filesystem>
 #include <fmt/format.h>
 #include <map>
 #include <set>
@@ -169,6 +170,16 @@ RunRecord first_record(const Spec& spec, const HostFacts& host, const RunOptions
   return record;
 }
 
+// <workdir>/.flowrun/runs/latest, at the run that starts now: only in the
+// default place, where every run of the workdir lives (a --run-dir may be
+// anywhere). A link that cannot be made is said, and the run goes on.
+void point_latest(const RunOptions& options, const LaunchContext& ctx, const Console& console) {
+  if (!options.run_dir.empty()) return;
+  const std::string link = std::filesystem::path(ctx.layout.run_dir).parent_path().string() + "/latest";
+  if (const int err = replace_symlink(link, ctx.run_id); err != 0)
+    console.message(fmt::format("flowrun: note: cannot point {} at this run: {}", link, std::strerror(err)));
+}
+
 // The step's time left, since `start_mono`; nullopt without a timeout.
 std::optional<double> time_left(const Step& step, std::int64_t start_mono) {
   if (!step.timeout_s) return std::nullopt;
@@ -205,6 +216,7 @@ class FlowRunner {
     const RunLock lock = RunLock::create(ctx_.layout.run_dir, ctx_.run_id, host_.hostname);
     record_.start_unix_ns = unix_now_ns();
     write_record();
+    point_latest(options_, ctx_, console_);
     // From here on, however flowrun leaves (an error it cannot go on after,
     // a resource it runs out of), run.json is closed first: a record left
     // "running" would say that the run might still be going.

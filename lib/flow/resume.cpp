@@ -465,6 +465,21 @@ bool run_in_progress(const std::string& run_dir) { return lock_is_held(run_dir +
 
 // --- finding a run --------------------------------------------------------
 
+namespace {
+
+// `dir` with a last component that is a link (.flowrun/runs/latest) replaced
+// by the run directory it points at: the new run then names, reuses from and
+// links to the run itself, which `latest` stops being once the new run starts.
+std::string past_link(const fs::path& dir) {
+  std::error_code ec;
+  if (!fs::is_symlink(dir, ec)) return dir.string();
+  const fs::path target = fs::read_symlink(dir, ec);
+  if (ec) return dir.string();
+  return (target.is_absolute() ? target : dir.parent_path() / target).lexically_normal().string();
+}
+
+}  // namespace
+
 std::string find_run_dir(const std::string& run, const std::string& cwd) {
   std::error_code ec;
   if (run.empty()) throw Error("no run given: name a run id or a run directory", kExitUsage);
@@ -474,12 +489,12 @@ std::string find_run_dir(const std::string& run, const std::string& cwd) {
       throw Error("no run directory " + as_path.lexically_normal().string(), kExitUsage);
     std::string dir = as_path.lexically_normal().string();
     if (dir.size() > 1 && dir.back() == '/') dir.pop_back();
-    return dir;
+    return past_link(dir);
   }
   fs::path first_runs;  // the nearest .flowrun/runs, for a suggestion
   for (fs::path dir = fs::path(cwd).lexically_normal();; dir = dir.parent_path()) {
     const fs::path runs = dir / ".flowrun" / "runs";
-    if (fs::is_directory(runs / run, ec)) return (runs / run).string();
+    if (fs::is_directory(runs / run, ec)) return past_link(runs / run);
     if (first_runs.empty() && fs::is_directory(runs, ec)) first_runs = runs;
     if (dir == dir.parent_path() || dir.empty()) break;
   }

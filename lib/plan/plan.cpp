@@ -497,6 +497,8 @@ std::string make_run_id(const std::string& flow_name) {
 }
 
 std::optional<std::string> run_id_problem(const std::string& id) {
+  // `latest` is the link to the newest run beside the runs.
+  if (id == "latest") return "'latest': names the link to the newest run; choose another run id";
   const NameCheck check = check_name(id);
   if (check == NameCheck::ok) return std::nullopt;
   const std::string shown = "'" + json_escape(id.substr(0, 40)) + (id.size() > 40 ? "...'" : "'");

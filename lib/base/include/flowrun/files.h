@@ -37,6 +37,12 @@ int try_write_file(const std::string& path, const std::string& text);
 // try_write_file, throwing Error "cannot write PATH: why" when it fails.
 void write_file(const std::string& path, const std::string& text);
 
+// Makes `path` a symbolic link to `target`, replacing the link there: made
+// under a temporary name beside it (with this process's pid) and renamed
+// over it, so that a reader finds the old link or the new one, never none.
+// Returns 0, or the errno of what failed; the temporary link is then gone.
+int replace_symlink(const std::string& path, const std::string& target);
+
 // Where flowrun keeps private scratch outside the workdir: `tmpdir` ($TMPDIR)
 // when it is an absolute path, else /tmp.
 std::string scratch_parent(const char* tmpdir);

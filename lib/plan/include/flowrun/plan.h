@@ -105,7 +105,8 @@ std::string make_run_id(const std::string& flow_name);
 // Why `id` cannot be a run id, or nullopt when it can: a run id names the
 // run directory and files of its own elsewhere (an agent's scratch directory,
 // the workdir's node-check marker), so it follows check_name's rule:
-// "'a/b': expected a run id of letters, digits, ...".
+// "'a/b': expected a run id of letters, digits, ...". Nor is it `latest`,
+// the link to the newest run in .flowrun/runs.
 std::optional<std::string> run_id_problem(const std::string& id);
 
 // The run directory: `chosen` (--run-dir) made absolute against the current

@@ -1,0 +1,167 @@
+// flowrun status RUN: each step's and rank's state, the node it runs on and
+// how long since it last wrote, read from the run directory while the run goes
+// on (from another terminal) or after it ended. Nothing is asked of the
+// flowrun that runs it: run.json says each step's state (rewritten as each
+// step starts and ends), plan.json each rank's node, the log files' times the
+// last output, a step's results.json how each rank ended.
+#include <CLI/CLI.hpp>
+#include <algorithm>
+#include <fmt/format.h>
+#include <iostream>
+#include <map>
+
+#include "flowrun/error.h"
+#include "flowrun/files.h"
+#include "flowrun/flow.h"
+#include "flowrun/json_read.h"
+#include "flowrun/util.h"
+
+#include "commands.h"
+#include "runs.h"
+
+namespace flowrun {
+
+namespace {
+
+struct StatusRow {
+  std::string step, rank, state, node, last;
+};
+
+// How a rank ended, as a step's results.json says it: "exited 0",
+// "exited 3", "SIGKILL", "lost", ...; each by its rank.
+struct RankEnd {
+  std::string state, node;
+};
+std::map<int, RankEnd> rank_ends(const std::string& step_dir) {
+  std::map<int, RankEnd> ends;
+  const auto text = try_read_file(step_dir + "/results.json", 16 << 20);
+  const auto doc = text ? parse_json(*text) : std::nullopt;
+  const JsonValue* ranks = doc ? doc->find("ranks") : nullptr;
+  if (ranks == nullptr || !ranks->is_array()) return ends;
+  for (const auto& w : ranks->array) {
+    const JsonValue* rank = w.find("rank");
+    const std::string* status = w.find_string("status");
+    const int r =
+        rank != nullptr && rank->type == JsonValue::Type::number ? static_cast<int>(rank->number) : -1;
+    RankEnd end;
+    end.state = status != nullptr ? *status : "?";
+    if (end.state == "exited") {
+      const JsonValue* code = w.find("exit_code");
+      end.state = code != nullptr && code->type == JsonValue::Type::number
+                      ? fmt::format("exited {}", static_cast<int>(code->number))
+                      : "exited";
+    } else if (end.state == "signaled") {
+      if (const std::string* sig = w.find_string("signal")) end.state = *sig;
+    }
+    if (const std::string* node = w.find_string("node")) end.node = *node;
+    ends[r] = end;
+  }
+  return ends;
+}
+
+// "0.4s ago" since the later of the two logs in `dir` last changed; "-"
+// when neither exists yet.
+std::string last_output(const std::string& dir, std::int64_t now) {
+  const std::int64_t t = std::max(mtime_unix_ns(dir + "/stdout.log"), mtime_unix_ns(dir + "/stderr.log"));
+  return t == 0 ? "-" : format_span(std::max<std::int64_t>(now - t, 0)) + " ago";
+}
+
+std::vector<StatusRow> status_rows(const std::string& run_dir, const RunRecord& record, std::int64_t now) {
+  std::vector<StatusRow> rows;
+  for (const auto& [step, state] : record.steps) {
+    const std::string step_dir = run_dir + "/" + step;
+    const bool ran = state == "running" || state == "succeeded" || state == "failed";
+    const PlannedStep planned = ran ? planned_step(run_dir, step) : PlannedStep{};
+    if (!ran || !planned.parallel) {
+      rows.push_back({step, "-", state, ran ? record.host : "-", ran ? last_output(step_dir, now) : "-"});
+      continue;
+    }
+    const auto ends = state == "running" ? std::map<int, RankEnd>{} : rank_ends(step_dir);
+    for (std::size_t i = 0; i < planned.ranks.size(); ++i) {
+      const int rank = planned.ranks[i];
+      const std::string dir = fmt::format("{}/rank{}", step_dir, rank);
+      StatusRow row{step, std::to_string(rank), "", planned.hosts[i], last_output(dir, now)};
+      if (row.node.empty()) row.node = planned.nodes[i] >= 0 ? fmt::format("node{}", planned.nodes[i]) : "-";
+      if (auto end = ends.find(rank); end != ends.end()) {
+        row.state = end->second.state;
+        if (!end->second.node.empty()) row.node = end->second.node;
+      } else {
+        // Live: what it has done so far is in its log files.
+        row.state = state == "running" ? (row.last == "-" ? "starting" : "running") : state;
+      }
+      rows.push_back(std::move(row));
+    }
+  }
+  return rows;
+}
+
+std::string format_status(const std::string& run_dir, const RunRecord& record, std::int64_t now) {
+  const RunRow run = read_run_row(run_dir);
+  std::string head = fmt::format("run {} (flow {}): {}", record.run_id, record.flow, run.state);
+  if (record.exit_code) head += fmt::format(", exit {}", *record.exit_code);
+  if (run.state == "running") head += fmt::format(", flowrun pid {} on {}", record.pid, record.host);
+  if (run.state == "killed")
+    head += fmt::format(" (flowrun pid {} on {} ended without closing run.json)", record.pid, record.host);
+  const std::int64_t end = record.end_unix_ns > 0 ? record.end_unix_ns : now;
+  if (record.start_unix_ns > 0)
+    head += fmt::format(", {} since it started", format_span(end - record.start_unix_ns));
+  if (!record.error.empty()) head += "\nflowrun: error: " + record.error;
+  std::vector<StatusRow> rows = status_rows(run_dir, record, now);
+  rows.insert(rows.begin(), StatusRow{"step", "rank", "state", "node", "last output"});
+  std::size_t w[4] = {0, 0, 0, 0};
+  for (const auto& r : rows) {
+    w[0] = std::max(w[0], r.step.size());
+    w[1] = std::max(w[1], r.rank.size());
+    w[2] = std::max(w[2], r.state.size());
+    w[3] = std::max(w[3], r.node.size());
+  }
+  std::string out = head + "\n";
+  for (const auto& r : rows)
+    out += fmt::format("  {:<{}}  {:<{}}  {:<{}}  {:<{}}  {}\n", printable(r.step), w[0], r.rank, w[1],
+                       r.state, w[2], printable(r.node), w[3], r.last);
+  return out;
+}
+
+const char* kStatusFooter =
+    R"(RUN: a run id, a unique prefix of one, latest (the newest run), or a run directory.
+For a run in progress, from any terminal: each step's state; each rank of a parallel step that
+runs, "starting" until it first writes, then "running", with the node it runs on and how long
+since it last wrote to its logs (a rank silent for long may be stuck: flowrun logs RUN --rank R).
+How each rank ended (exited N, SIGNAME, lost) shows once its step has ended.
+After the run: the final states.
+
+Example:
+  flowrun status latest
+  run quick-20261202-063308-3fa2c1 (flow quick): running, flowrun pid 4242 on host-a, 12s since it started
+    step   rank  state      node    last output
+    train  0     running    host-a  0.4s ago
+    train  1     running    host-a  3.1s ago
+    eval   -     pending    -       -
+
+Exit codes: 0 shown, 2 no such run. See docs/cli.md.)";
+
+}  // namespace
+
+int cmd_status(int argc, char** argv) {
+  std::string run;
+  CLI::App app{"Show a run's steps and ranks: state, node, last output; live or finished", "flowrun status"};
+  app.add_option("run", run, "The run: an id, a unique prefix of one, latest, or a run directory")
+      ->required()
+      ->type_name("RUN");
+  app.footer(kStatusFooter);
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::CallForHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::ParseError& e) {
+    std::cerr << "flowrun: error: status: " << e.what() << "\nRun 'flowrun status --help' for usage.\n";
+    return kExitUsage;
+  }
+  return report_errors([&]() -> int {
+    const std::string run_dir = locate_run(run, current_directory());
+    std::cout << format_status(run_dir, read_record_of(run_dir), now_unix_ns());
+    return kExitOk;
+  });
+}
+
+}  // namespace flowrun
