@@ -21,11 +21,10 @@ import time
 import pytest
 
 from flowrun_testlib import clean_env
+from flowrun_testlib.launcher import SANITIZER_REPORT
 from flowrun_testlib.suite import E2E
 
 pytestmark = pytest.mark.resume
-
-SANITIZER_REPORT = re.compile(r"(WARNING|ERROR): (ThreadSanitizer|AddressSanitizer|LeakSanitizer)|runtime error: ")
 
 # prepare -> train (2 ranks; rank 1 fails with 3 until train.ok exists, once
 # rank 0 has counted itself: failing first could stop rank 0 before it did) ->

@@ -12,11 +12,10 @@ import time
 import pytest
 
 from flowrun_testlib import clean_env
+from flowrun_testlib.launcher import SANITIZER_REPORT
 from flowrun_testlib.suite import E2E
 
 pytestmark = pytest.mark.runs
-
-SANITIZER_REPORT = re.compile(r"(WARNING|ERROR): (ThreadSanitizer|AddressSanitizer|LeakSanitizer)|runtime error: ")
 
 # prepare -> train (2 ranks; rank 1 exits 3 when fail.flag exists). Each rank
 # says which it is on stdout and on stderr.

@@ -8,7 +8,6 @@ Small shell steps on simulated GPUs; a few seconds in all.
 """
 import json
 import os
-import re
 import signal
 import subprocess
 import time
@@ -16,11 +15,10 @@ import time
 import pytest
 
 from flowrun_testlib import clean_env
+from flowrun_testlib.launcher import SANITIZER_REPORT
 from flowrun_testlib.suite import E2E, path_of
 
 pytestmark = pytest.mark.summary
-
-SANITIZER_REPORT = re.compile(r"(WARNING|ERROR): (ThreadSanitizer|AddressSanitizer|LeakSanitizer)|runtime error: ")
 
 # prepare -> train (2 ranks; rank 1 exits with $TRAIN_CODE unless it is 0) -> evaluate (the join).
 FLOW = """name: ci

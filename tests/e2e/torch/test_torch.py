@@ -18,14 +18,13 @@ import time
 import pytest
 
 from flowrun_testlib import clean_env
+from flowrun_testlib.launcher import SANITIZER_REPORT
 from flowrun_testlib.suite import E2E
 
 pytestmark = pytest.mark.torch
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 PYTHON = "/usr/bin/python3"
-SANITIZER_REPORT = re.compile(r"(WARNING|ERROR): (ThreadSanitizer|AddressSanitizer|LeakSanitizer)|runtime error: ")
-
 
 def torch_env():
     env = clean_env()
