@@ -82,6 +82,19 @@ int fake_gpus_from_env(int fake_gpus, const EnvMap& env) {
   return -1;
 }
 
+std::optional<int> parse_subcommand(CLI::App& app, const std::string& name, int argc, char** argv) {
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::CallForHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::ParseError& e) {
+    std::cerr << "flowrun: error: " << name << ": " << e.what() << "\nRun 'flowrun " << name
+              << " --help' for usage.\n";
+    return kExitUsage;
+  }
+  return std::nullopt;
+}
+
 int report_errors(const std::function<int()>& command, std::string* message) {
   std::string said;
   int code = kExitFailure;

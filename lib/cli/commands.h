@@ -15,6 +15,10 @@
 #include "flowrun/spec.h"
 #include "flowrun/util.h"
 
+namespace CLI {
+class App;
+}
+
 namespace flowrun {
 
 int cmd_torchrun(int argc, char** argv);  // flowrun run   (lib/cli/run_cmd.cpp)
@@ -54,5 +58,10 @@ Spec load_or_throw(const std::string& path);
 // message (without "flowrun: error: "; diagnostics one a line) goes to
 // `message` too, when given, for the summary.
 int report_errors(const std::function<int()>& command, std::string* message = nullptr);
+
+// Parses subcommand `name`'s own command line with `app`: --help prints it
+// (exit 0); a mistake says "flowrun: error: NAME: ..." and points at
+// `flowrun NAME --help` (exit 2). nullopt: parsed, the command goes on.
+std::optional<int> parse_subcommand(CLI::App& app, const std::string& name, int argc, char** argv);
 
 }  // namespace flowrun

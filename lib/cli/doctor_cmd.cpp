@@ -161,14 +161,7 @@ int cmd_doctor(int argc, char** argv) {
       "explicitly. What each check means and the bandwidth ceilings: docs/gpu.md.\n"
       "This checks the host it runs on. To check every node of a multi-node step, across the nodes, before\n"
       "its ranks start: preflight: true under the step's parallel: (docs/gpu.md#across-nodes).");
-  try {
-    app.parse(argc, argv);
-  } catch (const CLI::CallForHelp& e) {
-    return app.exit(e);
-  } catch (const CLI::ParseError& e) {
-    std::cerr << "flowrun: error: doctor: " << e.what() << "\nRun 'flowrun doctor --help' for usage.\n";
-    return kExitUsage;
-  }
+  if (const auto done = parse_subcommand(app, "doctor", argc, argv)) return *done;
   return report_errors([&]() -> int {
     command.options.nccl = !no_nccl;
     if (!command.sizes.empty()) parse_sizes(command.sizes, command.options);

@@ -156,14 +156,7 @@ int cmd_logs(int argc, char** argv) {
       ->type_name("R");
   app.add_flag("-f,--follow", follow_run, "Follow the logs until the run ends");
   app.footer(kLogsFooter);
-  try {
-    app.parse(argc, argv);
-  } catch (const CLI::CallForHelp& e) {
-    return app.exit(e);
-  } catch (const CLI::ParseError& e) {
-    std::cerr << "flowrun: error: logs: " << e.what() << "\nRun 'flowrun logs --help' for usage.\n";
-    return kExitUsage;
-  }
+  if (const auto done = parse_subcommand(app, "logs", argc, argv)) return *done;
   return report_errors([&]() -> int {
     const std::string run_dir = locate_run(run, current_directory());
     const RunRecord record = read_record_of(run_dir);

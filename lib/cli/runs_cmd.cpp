@@ -250,14 +250,7 @@ int cmd_runs(int argc, char** argv) {
   CLI::App app{"List past and running flows, from each run's run.json", "flowrun runs"};
   app.add_option("dir", dir, "Where the runs are (default: the nearest .flowrun/runs)")->type_name("DIR");
   app.footer(kRunsFooter);
-  try {
-    app.parse(argc, argv);
-  } catch (const CLI::CallForHelp& e) {
-    return app.exit(e);
-  } catch (const CLI::ParseError& e) {
-    std::cerr << "flowrun: error: runs: " << e.what() << "\nRun 'flowrun runs --help' for usage.\n";
-    return kExitUsage;
-  }
+  if (const auto done = parse_subcommand(app, "runs", argc, argv)) return *done;
   return report_errors([&]() -> int {
     const std::string cwd = current_directory();
     std::string runs;

@@ -149,14 +149,7 @@ int cmd_status(int argc, char** argv) {
       ->required()
       ->type_name("RUN");
   app.footer(kStatusFooter);
-  try {
-    app.parse(argc, argv);
-  } catch (const CLI::CallForHelp& e) {
-    return app.exit(e);
-  } catch (const CLI::ParseError& e) {
-    std::cerr << "flowrun: error: status: " << e.what() << "\nRun 'flowrun status --help' for usage.\n";
-    return kExitUsage;
-  }
+  if (const auto done = parse_subcommand(app, "status", argc, argv)) return *done;
   return report_errors([&]() -> int {
     const std::string run_dir = locate_run(run, current_directory());
     std::cout << format_status(run_dir, read_record_of(run_dir), now_unix_ns());
