@@ -9,7 +9,7 @@ export FLOWRUN_ROOT
 # the manual page and completions, scripts/cli-docs) ...
 FLOWRUN_BUILD_PACKAGES=(
   g++ cmake ninja-build pkg-config python3
-  libcli11-dev libyaml-cpp-dev libfmt-dev libboost-dev libssl-dev
+  libcli11-dev libyaml-cpp-dev libfmt-dev libboost-dev libssl-dev nlohmann-json3-dev
 )
 # The test cluster of scripts/test's cluster phase (tests/cluster/cluster.sh):
 # real Slurm and sshd in network namespaces; it starts every daemon itself.
