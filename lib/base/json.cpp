@@ -1,107 +1,138 @@
 #include "flowrun/json.h"
 
-#include "flowrun/util.h"
+#include <algorithm>
+#include <cstdint>
+#include <limits>
 
 namespace flowrun {
 
-void JsonWriter::before_value() {
-  if (after_key_) {
-    after_key_ = false;
-    return;
+namespace {
+
+// The length of the UTF-8 sequence at the start of `s` (the byte ranges of
+// RFC 3629, as nlohmann checks them), 0 when it is not one.
+std::size_t utf8_length(std::string_view s) {
+  auto byte = [&](std::size_t i) { return i < s.size() ? static_cast<unsigned char>(s[i]) : 0u; };
+  auto in = [&](std::size_t i, unsigned lo, unsigned hi) { return byte(i) >= lo && byte(i) <= hi; };
+  const unsigned b = byte(0);
+  if (b >= 0xC2 && b <= 0xDF) return in(1, 0x80, 0xBF) ? 2 : 0;
+  unsigned lo = 0x80, hi = 0xBF;
+  if (b == 0xE0) lo = 0xA0;
+  if (b == 0xED) hi = 0x9F;
+  if (b >= 0xE0 && b <= 0xEF) return in(1, lo, hi) && in(2, 0x80, 0xBF) ? 3 : 0;
+  if (b == 0xF0) lo = 0x90;
+  if (b == 0xF4) hi = 0x8F;
+  if (b >= 0xF0 && b <= 0xF4) return in(1, lo, hi) && in(2, 0x80, 0xBF) && in(3, 0x80, 0xBF) ? 4 : 0;
+  return 0;
+}
+
+// The four hex digits after "\u" at `s`, or -1.
+long hex4(std::string_view s) {
+  if (s.size() < 6 || s[0] != '\\' || s[1] != 'u') return -1;
+  long cp = 0;
+  for (char c : s.substr(2, 4)) {
+    const int digit = c >= '0' && c <= '9'   ? c - '0'
+                      : c >= 'a' && c <= 'f' ? c - 'a' + 10
+                      : c >= 'A' && c <= 'F' ? c - 'A' + 10
+                                             : -1;
+    if (digit < 0) return -1;
+    cp = cp * 16 + digit;
   }
-  if (stack_.empty()) return;
-  if (!stack_.back().empty) out_ += ',';
-  stack_.back().empty = false;
-  out_ += '\n';
-  out_.append(stack_.size() * 2, ' ');
+  return cp;
 }
 
-JsonWriter& JsonWriter::begin_object() {
-  before_value();
-  out_ += '{';
-  stack_.push_back({true, true});
-  return *this;
-}
+bool is_high(long cp) { return cp >= 0xD800 && cp <= 0xDBFF; }
+bool is_low(long cp) { return cp >= 0xDC00 && cp <= 0xDFFF; }
 
-JsonWriter& JsonWriter::begin_array() {
-  before_value();
-  out_ += '[';
-  stack_.push_back({true, false});
-  return *this;
-}
-
-void JsonWriter::close(char bracket) {
-  bool empty = stack_.back().empty;
-  stack_.pop_back();
-  if (!empty) {
-    out_ += '\n';
-    out_.append(stack_.size() * 2, ' ');
+// nlohmann refuses what Python writes and reads: lone surrogates in \u
+// escapes and raw bytes that are not UTF-8. Inside strings both become
+// U+FFFD here; everything else is left for nlohmann to judge.
+std::string repair_strings(std::string_view text) {
+  std::string out;
+  out.reserve(text.size());
+  bool in_string = false;
+  std::size_t i = 0;
+  while (i < text.size()) {
+    const char c = text[i];
+    if (!in_string || (c != '\\' && static_cast<unsigned char>(c) < 0x80)) {
+      if (c == '"') in_string = !in_string;
+      out += c;
+      ++i;
+      continue;
+    }
+    if (c != '\\') {
+      const std::size_t n = utf8_length(text.substr(i));
+      out.append(n > 0 ? text.substr(i, n) : "\xEF\xBF\xBD");
+      i += n > 0 ? n : 1;
+      continue;
+    }
+    const long cp = hex4(text.substr(i));
+    std::size_t n = std::min<std::size_t>(2, text.size() - i);  // "\n", "\"", or a bad escape
+    if (is_high(cp) && is_low(hex4(text.substr(i + 6)))) {
+      n = 12;  // a pair is one code point
+    } else if (is_high(cp) || is_low(cp)) {
+      out += "\\ufffd";
+      i += 6;
+      continue;
+    } else if (cp >= 0) {
+      n = 6;
+    }
+    out.append(text.substr(i, n));
+    i += n;
   }
-  out_ += bracket;
+  return out;
 }
 
-JsonWriter& JsonWriter::end_object() {
-  close('}');
-  return *this;
+}  // namespace
+
+std::optional<Json> parse_json(std::string_view text) {
+  if (text.substr(0, 3) == "\xEF\xBB\xBF") text.remove_prefix(3);
+  // A raw NUL is JSON nowhere, but nlohmann's lexer takes it for the end of
+  // the input and would read "1\0junk" as 1.
+  if (text.find('\0') != std::string_view::npos) return std::nullopt;
+  const std::string repaired = repair_strings(text);
+  // nlohmann's parser keeps its own stack, so depth costs memory, not the
+  // call stack; the limit keeps what readers walk recursively shallow.
+  bool too_deep = false;
+  auto refuse_deep = [&](int depth, Json::parse_event_t event, Json&) {
+    if ((event == Json::parse_event_t::object_start || event == Json::parse_event_t::array_start) &&
+        depth >= kMaxJsonDepth)
+      too_deep = true;
+    return !too_deep;
+  };
+  try {
+    Json doc = Json::parse(repaired, refuse_deep, /*allow_exceptions=*/false);
+    if (too_deep || doc.is_discarded()) return std::nullopt;
+    return doc;
+  } catch (const Json::exception&) {
+    return std::nullopt;
+  }
 }
 
-JsonWriter& JsonWriter::end_array() {
-  close(']');
-  return *this;
+std::string to_document(const Json& doc) {
+  return doc.dump(2, ' ', /*ensure_ascii=*/false, Json::error_handler_t::replace) + "\n";
 }
 
-JsonWriter& JsonWriter::key(std::string_view name) {
-  before_value();
-  out_ += '"' + json_escape(name) + "\": ";
-  after_key_ = true;
-  return *this;
+const Json* find(const Json& object, std::string_view key) {
+  if (!object.is_object()) return nullptr;
+  const auto it = object.find(key);
+  return it != object.end() ? &*it : nullptr;
 }
 
-JsonWriter& JsonWriter::value(std::string_view text) {
-  before_value();
-  out_ += '"' + json_escape(text) + '"';
-  return *this;
+const std::string* find_string(const Json& object, std::string_view key) {
+  const Json* value = find(object, key);
+  return value != nullptr ? value->get_ptr<const std::string*>() : nullptr;
 }
 
-JsonWriter& JsonWriter::value(std::int64_t number) {
-  before_value();
-  out_ += std::to_string(number);
-  return *this;
-}
-
-JsonWriter& JsonWriter::value(std::uint64_t number) {
-  before_value();
-  out_ += std::to_string(number);
-  return *this;
-}
-
-JsonWriter& JsonWriter::value(bool flag) {
-  before_value();
-  out_ += flag ? "true" : "false";
-  return *this;
-}
-
-JsonWriter& JsonWriter::null() {
-  before_value();
-  out_ += "null";
-  return *this;
-}
-
-// Short arrays of scalars stay on one line: "gpus": [0, 1].
-JsonWriter& JsonWriter::strings(const std::vector<std::string>& items) {
-  before_value();
-  out_ += '[';
-  for (std::size_t i = 0; i < items.size(); ++i) out_ += (i ? ", \"" : "\"") + json_escape(items[i]) + '"';
-  out_ += ']';
-  return *this;
-}
-
-JsonWriter& JsonWriter::ints(const std::vector<int>& items) {
-  before_value();
-  out_ += '[';
-  for (std::size_t i = 0; i < items.size(); ++i) out_ += (i ? ", " : "") + std::to_string(items[i]);
-  out_ += ']';
-  return *this;
+std::optional<int> find_int(const Json& object, std::string_view key) {
+  const Json* value = find(object, key);
+  if (value == nullptr || !value->is_number_integer()) return std::nullopt;
+  if (value->is_number_unsigned())
+    return value->get<std::uint64_t>() <= std::numeric_limits<int>::max() ? std::optional(value->get<int>())
+                                                                          : std::nullopt;
+  const auto number = value->get<std::int64_t>();
+  if (number < std::numeric_limits<int>::min() || number > std::numeric_limits<int>::max())
+    return std::nullopt;
+  return static_cast<int>(number);
 }
 
 }  // namespace flowrun

@@ -29,7 +29,6 @@
 #include "flowrun/cluster.h"
 #include "flowrun/error.h"
 #include "flowrun/flow.h"
-#include "flowrun/json.h"
 #include "flowrun/report.h"
 #include "flowrun/slurm.h"
 #include "flowrun/supervisor.h"

@@ -13,7 +13,7 @@
 #include "flowrun/error.h"
 #include "flowrun/files.h"
 #include "flowrun/flow.h"
-#include "flowrun/json_read.h"
+#include "flowrun/json.h"
 #include "flowrun/util.h"
 
 #include "commands.h"
@@ -174,28 +174,25 @@ PlannedStep planned_step(const std::string& run_dir, const std::string& step) {
   planned.name = step;
   const auto text = try_read_file(run_dir + "/plan.json", kMaxRunFile);
   const auto doc = text ? parse_json(*text) : std::nullopt;
-  const JsonValue* steps = doc ? doc->find("steps") : nullptr;
-  for (const auto& s : steps && steps->is_array() ? steps->array : std::vector<JsonValue>{}) {
-    const std::string* name = s.find_string("name");
+  const Json* steps = doc ? find(*doc, "steps") : nullptr;
+  for (const auto& s : steps && steps->is_array() ? *steps : Json::array()) {
+    const std::string* name = find_string(s, "name");
     if (name == nullptr || *name != step) continue;
-    const std::string* kind = s.find_string("kind");
+    const std::string* kind = find_string(s, "kind");
     planned.parallel = kind != nullptr && *kind == "parallel";
-    const JsonValue* nodes = s.find("nodes");
-    const JsonValue* ranks = s.find("ranks");
+    const Json* nodes = find(s, "nodes");
+    const Json* ranks = find(s, "ranks");
     if (ranks == nullptr || !ranks->is_array()) break;
-    for (const auto& r : ranks->array) {
-      const JsonValue* rank = r.find("rank");
-      const JsonValue* node = r.find("node");
-      if (rank == nullptr || rank->type != JsonValue::Type::number) continue;
-      planned.ranks.push_back(static_cast<int>(rank->number));
-      const int n =
-          node != nullptr && node->type == JsonValue::Type::number ? static_cast<int>(node->number) : -1;
+    for (const auto& r : *ranks) {
+      const auto rank = find_int(r, "rank");
+      if (!rank) continue;
+      planned.ranks.push_back(*rank);
+      const int n = find_int(r, "node").value_or(-1);
       planned.nodes.push_back(n);
-      const JsonValue* host = nullptr;
-      if (nodes != nullptr && nodes->is_array() && n >= 0 &&
-          static_cast<std::size_t>(n) < nodes->array.size())
-        host = nodes->array[static_cast<std::size_t>(n)].find("host");
-      planned.hosts.push_back(host != nullptr && host->is_string() ? host->string : "");
+      const std::string* host = nullptr;
+      if (nodes != nullptr && nodes->is_array() && n >= 0 && static_cast<std::size_t>(n) < nodes->size())
+        host = find_string((*nodes)[static_cast<std::size_t>(n)], "host");
+      planned.hosts.push_back(host != nullptr ? *host : "");
     }
     return planned;
   }

@@ -13,7 +13,7 @@
 #include "flowrun/error.h"
 #include "flowrun/files.h"
 #include "flowrun/flow.h"
-#include "flowrun/json_read.h"
+#include "flowrun/json.h"
 #include "flowrun/util.h"
 
 #include "commands.h"
@@ -36,24 +36,20 @@ std::map<int, RankEnd> rank_ends(const std::string& step_dir) {
   std::map<int, RankEnd> ends;
   const auto text = try_read_file(step_dir + "/results.json", 16 << 20);
   const auto doc = text ? parse_json(*text) : std::nullopt;
-  const JsonValue* ranks = doc ? doc->find("ranks") : nullptr;
+  const Json* ranks = doc ? find(*doc, "ranks") : nullptr;
   if (ranks == nullptr || !ranks->is_array()) return ends;
-  for (const auto& w : ranks->array) {
-    const JsonValue* rank = w.find("rank");
-    const std::string* status = w.find_string("status");
-    const int r =
-        rank != nullptr && rank->type == JsonValue::Type::number ? static_cast<int>(rank->number) : -1;
+  for (const auto& w : *ranks) {
+    const std::string* status = find_string(w, "status");
+    const int r = find_int(w, "rank").value_or(-1);
     RankEnd end;
     end.state = status != nullptr ? *status : "?";
     if (end.state == "exited") {
-      const JsonValue* code = w.find("exit_code");
-      end.state = code != nullptr && code->type == JsonValue::Type::number
-                      ? fmt::format("exited {}", static_cast<int>(code->number))
-                      : "exited";
+      const auto code = find_int(w, "exit_code");
+      end.state = code ? fmt::format("exited {}", *code) : "exited";
     } else if (end.state == "signaled") {
-      if (const std::string* sig = w.find_string("signal")) end.state = *sig;
+      if (const std::string* sig = find_string(w, "signal")) end.state = *sig;
     }
-    if (const std::string* node = w.find_string("node")) end.node = *node;
+    if (const std::string* node = find_string(w, "node")) end.node = *node;
     ends[r] = end;
   }
   return ends;

@@ -13,7 +13,6 @@
 #include "flowrun/files.h"
 #include "flowrun/flow.h"
 #include "flowrun/json.h"
-#include "flowrun/json_read.h"
 #include "flowrun/supervisor.h"
 
 #include "commands.h"
@@ -26,7 +25,7 @@ namespace {
 // make results.json large.
 constexpr std::size_t kMaxRecordBytes = 16 << 20;
 
-std::optional<JsonValue> read_json(const std::string& path) {
+std::optional<Json> read_json(const std::string& path) {
   const auto text = try_read_file(path, kMaxRecordBytes);
   if (!text) return std::nullopt;
   return parse_json(*text);
@@ -38,7 +37,7 @@ std::optional<JsonValue> read_json(const std::string& path) {
 // it, and as it is, for what the summary copies.
 struct OwnRecord {
   RunRecord record;
-  JsonValue doc;
+  Json doc;
 };
 
 std::optional<OwnRecord> own_record(const std::string& run_dir, std::int64_t since_unix_ns) {
@@ -56,74 +55,54 @@ std::optional<OwnRecord> own_record(const std::string& run_dir, std::int64_t sin
   }
 }
 
-void copy_value(JsonWriter& json, const JsonValue* value) {
-  if (value == nullptr || value->is_null()) {
-    json.null();
-  } else if (value->is_string()) {
-    json.value(value->string);
-  } else if (value->type == JsonValue::Type::number) {
-    json.value(static_cast<std::int64_t>(value->number));
-  } else if (value->type == JsonValue::Type::boolean) {
-    json.value(value->boolean);
-  } else {
-    json.null();  // not a value the summary copies
-  }
-}
+// Scalars as they are; anything else is not a value the summary copies.
+Json copy_of(const Json* value) { return value != nullptr && value->is_primitive() ? *value : Json(); }
 
-void copy_key(JsonWriter& json, const JsonValue& from, std::string_view key) {
-  json.key(key);
-  copy_value(json, from.find(key));
-}
-
-const JsonValue* workers_of(const JsonValue* results) {
-  const JsonValue* ranks = results != nullptr ? results->find("ranks") : nullptr;
+const Json* workers_of(const Json* results) {
+  const Json* ranks = results != nullptr ? find(*results, "ranks") : nullptr;
   return ranks != nullptr && ranks->is_array() ? ranks : nullptr;
 }
 
 // The worker of the last attempt that caused the step's failure.
-const JsonValue* culprit_worker(const JsonValue* results) {
-  if (const JsonValue* workers = workers_of(results)) {
-    for (const auto& w : workers->array) {
-      if (const auto* role = w.find_string("role"); role && *role == "culprit") return &w;
+const Json* culprit_worker(const Json* results) {
+  if (const Json* workers = workers_of(results)) {
+    for (const auto& w : *workers) {
+      if (const auto* role = find_string(w, "role"); role && *role == "culprit") return &w;
     }
   }
   return nullptr;
 }
 
 // A step as the summary has it: run.json's state, results.json's outcome.
-void write_step(JsonWriter& json, const std::string& name, const std::string& state,
-                const std::string& results_path, const JsonValue* results) {
-  json.begin_object();
-  json.key("name").value(name);
-  json.key("state").value(state);
+Json step_json(const std::string& name, const std::string& state, const std::string& results_path,
+               const Json* results) {
+  Json json;
+  json["name"] = name;
+  json["state"] = state;
   if (results == nullptr) {
-    json.key("outcome").null();
-    json.key("exit_code").null();
-    json.key("attempts").value(0);
-    json.key("failed_ranks").begin_array().end_array();
-    json.key("results").null();
-    json.end_object();
-    return;
+    json["outcome"] = nullptr;
+    json["exit_code"] = nullptr;
+    json["attempts"] = 0;
+    json["failed_ranks"] = Json::array();
+    json["results"] = nullptr;
+    return json;
   }
-  copy_key(json, *results, "outcome");
-  copy_key(json, *results, "exit_code");
-  const JsonValue* attempts = results->find("attempts");
-  json.key("attempts").value(attempts && attempts->is_array() ? static_cast<int>(attempts->array.size()) : 0);
+  json["outcome"] = copy_of(find(*results, "outcome"));
+  json["exit_code"] = copy_of(find(*results, "exit_code"));
+  const Json* attempts = find(*results, "attempts");
+  json["attempts"] = attempts && attempts->is_array() ? static_cast<int>(attempts->size()) : 0;
   // The ranks that failed by themselves: the culprit and those that failed
   // after it (not the ones flowrun stopped).
-  json.key("failed_ranks").begin_array();
-  if (const JsonValue* workers = workers_of(results)) {
-    for (const auto& w : workers->array) {
-      const auto* role = w.find_string("role");
-      const JsonValue* rank = w.find("rank");
-      if (role && (*role == "culprit" || *role == "failed_after") && rank &&
-          rank->type == JsonValue::Type::number)
-        json.value(static_cast<std::int64_t>(rank->number));
+  Json& failed = json["failed_ranks"] = Json::array();
+  if (const Json* workers = workers_of(results)) {
+    for (const auto& w : *workers) {
+      const auto* role = find_string(w, "role");
+      const auto rank = find_int(w, "rank");
+      if (role && (*role == "culprit" || *role == "failed_after") && rank) failed.push_back(*rank);
     }
   }
-  json.end_array();
-  json.key("results").value(results_path);
-  json.end_object();
+  json["results"] = results_path;
+  return json;
 }
 
 bool file_exists(const std::string& path) {
@@ -132,36 +111,30 @@ bool file_exists(const std::string& path) {
 }
 
 // The step that made the run fail, and its culprit rank when it had one.
-void write_culprit(JsonWriter& json, const std::string& step, const JsonValue* results) {
-  json.begin_object();
-  json.key("step").value(step);
+Json culprit_json(const std::string& step, const Json* results) {
+  Json json;
+  json["step"] = step;
   if (results == nullptr) {
     for (const char* key : {"outcome", "step_exit_code", "rank", "node", "status", "exit_code", "signal",
                             "shell_code", "stderr_log", "error_file"})
-      json.key(key).null();
-    json.end_object();
-    return;
+      json[key] = nullptr;
+    return json;
   }
-  copy_key(json, *results, "outcome");
-  json.key("step_exit_code");
-  copy_value(json, results->find("exit_code"));
-  const JsonValue* w = culprit_worker(results);
-  static const JsonValue none;
-  const JsonValue& worker = w != nullptr ? *w : none;
+  json["outcome"] = copy_of(find(*results, "outcome"));
+  json["step_exit_code"] = copy_of(find(*results, "exit_code"));
+  static const Json none;
+  const Json* w = culprit_worker(results);
+  const Json& worker = w != nullptr ? *w : none;
   for (const char* key : {"rank", "node", "status", "exit_code", "signal", "shell_code", "stderr_log"})
-    copy_key(json, worker, key);
+    json[key] = copy_of(find(worker, key));
   // Only when the worker wrote one.
-  const std::string* error_file = worker.find_string("error_file");
-  json.key("error_file");
-  if (error_file != nullptr && file_exists(*error_file))
-    json.value(*error_file);
-  else
-    json.null();
-  json.end_object();
+  const std::string* error_file = find_string(worker, "error_file");
+  json["error_file"] = error_file != nullptr && file_exists(*error_file) ? Json(*error_file) : Json();
+  return json;
 }
 
 std::string run_state(const RunRecord& record, int exit_code,
-                      const std::vector<std::optional<JsonValue>>& results) {
+                      const std::vector<std::optional<Json>>& results) {
   if (!record.error.empty()) return "error";
   if (exit_code == 0) return "succeeded";
   bool not_run = false;
@@ -169,20 +142,14 @@ std::string run_state(const RunRecord& record, int exit_code,
     if (record.steps[i].second == "not_run") not_run = true;
     const auto& r = results[i];
     if (r && r->is_object()) {
-      if (const auto* outcome = r->find_string("outcome"); outcome && *outcome == "interrupted")
+      if (const auto* outcome = find_string(*r, "outcome"); outcome && *outcome == "interrupted")
         return "interrupted";
     }
   }
   return exit_code > 128 && not_run ? "interrupted" : "failed";
 }
 
-void null_or(JsonWriter& json, std::string_view key, const std::string& text) {
-  json.key(key);
-  if (text.empty())
-    json.null();
-  else
-    json.value(text);
-}
+Json null_or(const std::string& text) { return text.empty() ? Json() : Json(text); }
 
 }  // namespace
 
@@ -205,89 +172,71 @@ std::string format_summary_json(const SummaryTarget& target, int exit_code, cons
   const std::string& run_dir = target.run_dir;
   const std::optional<OwnRecord> own = own_record(run_dir, target.since_unix_ns);
   const RunRecord* record = own ? &own->record : nullptr;
-  JsonWriter json;
-  json.begin_object();
-  json.key("format").value(kSummaryFormat);
+  Json json;
+  json["format"] = kSummaryFormat;
   if (!record) {
-    json.key("run_id").null();
-    json.key("run_dir").null();
-    json.key("flow").null();
-    json.key("state").value(exit_code == 0 ? "succeeded" : exit_code == kExitUsage ? "usage_error" : "error");
-    json.key("exit_code").value(exit_code);
-    null_or(json, "error", error);
-    json.key("resumed_from").null();
-    json.key("start").null();
-    json.key("end").null();
-    json.key("steps").begin_array().end_array();
-    json.key("culprit").null();
-    json.end_object();
-    return json.str();
+    json["run_id"] = nullptr;
+    json["run_dir"] = nullptr;
+    json["flow"] = nullptr;
+    json["state"] = exit_code == 0 ? "succeeded" : exit_code == kExitUsage ? "usage_error" : "error";
+    json["exit_code"] = exit_code;
+    json["error"] = null_or(error);
+    json["resumed_from"] = nullptr;
+    json["start"] = nullptr;
+    json["end"] = nullptr;
+    json["steps"] = Json::array();
+    json["culprit"] = nullptr;
+    return to_document(json);
   }
-  std::vector<std::optional<JsonValue>> results;
+  std::vector<std::optional<Json>> results;
   for (const auto& step : record->steps) {
     auto doc = read_json(run_dir + "/" + step.first + "/results.json");
     if (doc && !doc->is_object()) doc.reset();
     results.push_back(std::move(doc));
   }
-  json.key("run_id").value(record->run_id);
-  json.key("run_dir").value(run_dir);
-  json.key("flow").value(record->flow);
-  json.key("state").value(run_state(*record, exit_code, results));
-  json.key("exit_code").value(exit_code);
-  null_or(json, "error", !record->error.empty() ? record->error : error);
-  null_or(json, "resumed_from", record->resumed_from_id);
-  copy_key(json, own->doc, "start");
-  copy_key(json, own->doc, "end");
-  json.key("steps").begin_array();
+  json["run_id"] = record->run_id;
+  json["run_dir"] = run_dir;
+  json["flow"] = record->flow;
+  json["state"] = run_state(*record, exit_code, results);
+  json["exit_code"] = exit_code;
+  json["error"] = null_or(!record->error.empty() ? record->error : error);
+  json["resumed_from"] = null_or(record->resumed_from_id);
+  json["start"] = copy_of(find(own->doc, "start"));
+  json["end"] = copy_of(find(own->doc, "end"));
+  Json& steps = json["steps"] = Json::array();
   std::optional<std::size_t> culprit;
   for (std::size_t i = 0; i < record->steps.size(); ++i) {
     const auto& [name, state] = record->steps[i];
     if (!culprit && state == "failed") culprit = i;
-    write_step(json, name, state, run_dir + "/" + name + "/results.json",
-               results[i] ? &*results[i] : nullptr);
+    steps.push_back(
+        step_json(name, state, run_dir + "/" + name + "/results.json", results[i] ? &*results[i] : nullptr));
   }
-  json.end_array();
-  json.key("culprit");
-  if (culprit && exit_code != 0)
-    write_culprit(json, record->steps[*culprit].first, results[*culprit] ? &*results[*culprit] : nullptr);
-  else
-    json.null();
-  json.end_object();
-  return json.str();
+  json["culprit"] =
+      culprit && exit_code != 0
+          ? culprit_json(record->steps[*culprit].first, results[*culprit] ? &*results[*culprit] : nullptr)
+          : Json();
+  return to_document(json);
 }
 
 std::string format_validate_json(const std::string& spec_path, const std::vector<Diagnostic>& errors,
                                  const std::vector<std::string>& steps) {
-  JsonWriter json;
-  json.begin_object();
-  json.key("format").value(kValidateFormat);
-  json.key("spec").value(spec_path);
-  json.key("valid").value(errors.empty());
-  json.key("steps").strings(steps);
-  json.key("errors").begin_array();
+  Json json;
+  json["format"] = kValidateFormat;
+  json["spec"] = spec_path;
+  json["valid"] = errors.empty();
+  json["steps"] = steps;
+  Json& list = json["errors"] = Json::array();
   for (const auto& d : errors) {
-    json.begin_object();
-    json.key("file").value(d.file);
-    json.key("line");
-    if (d.loc.line > 0)
-      json.value(d.loc.line);
-    else
-      json.null();
-    json.key("column");
-    if (d.loc.column > 0)
-      json.value(d.loc.column);
-    else
-      json.null();
-    null_or(json, "path", d.path);
-    json.key("message").value(d.message);
-    json.key("text").value(d.to_string());
-    json.end_object();
+    list.push_back({{"file", d.file},
+                    {"line", d.loc.line > 0 ? Json(d.loc.line) : Json()},
+                    {"column", d.loc.column > 0 ? Json(d.loc.column) : Json()},
+                    {"path", null_or(d.path)},
+                    {"message", d.message},
+                    {"text", d.to_string()}});
   }
-  json.end_array();
   // Nothing in a spec is only a warning today; the key is there for when it is.
-  json.key("warnings").begin_array().end_array();
-  json.end_object();
-  return json.str();
+  json["warnings"] = Json::array();
+  return to_document(json);
 }
 
 int report_with_summary(const SummaryRequest& request, const std::function<int(SummaryTarget&)>& command) {

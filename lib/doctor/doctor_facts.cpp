@@ -9,7 +9,6 @@
 #include "flowrun/doctor.h"
 #include "flowrun/error.h"
 #include "flowrun/json.h"
-#include "flowrun/json_read.h"
 
 namespace flowrun {
 
@@ -17,98 +16,75 @@ namespace {
 
 constexpr int kFactsVersion = 1;
 
-void write_library(JsonWriter& json, const LibraryFacts& library) {
-  json.begin_object();
-  json.key("found").value(library.found);
-  json.key("path").value(library.path);
-  json.key("error").value(library.error);
-  json.key("tried").strings(library.tried);
-  json.end_object();
+Json library_json(const LibraryFacts& library) {
+  return {
+      {"found", library.found}, {"path", library.path}, {"error", library.error}, {"tried", library.tried}};
 }
 
-void write_facts(JsonWriter& json, const DoctorFacts& facts) {
+Json facts_json(const DoctorFacts& facts) {
   const Inventory& inv = facts.inventory;
-  json.begin_object();
-  json.key("flowrun_doctor_facts").value(kFactsVersion);
-  json.key("hostname").value(facts.hostname);
-  json.key("gpu_support").value(facts.gpu_support);
-  json.key("runtime_skipped").value(facts.runtime_skipped);
-  json.key("inventory").begin_object();
-  json.key("source").value(inv.source);
-  json.key("driver_version").value(inv.driver_version);
-  json.key("cuda_driver_version").value(inv.cuda_driver_version);
-  json.key("system_count").value(static_cast<std::uint64_t>(inv.system_count));
-  json.key("selected_by").value(inv.selected_by);
-  json.key("unavailable_reason").value(inv.unavailable_reason);
-  json.key("notes").strings(inv.notes);
-  json.key("nvswitch").value(inv.nvswitch);
-  json.key("gpus").begin_array();
+  Json json;
+  json["flowrun_doctor_facts"] = kFactsVersion;
+  json["hostname"] = facts.hostname;
+  json["gpu_support"] = facts.gpu_support;
+  json["runtime_skipped"] = facts.runtime_skipped;
+  Json inventory;
+  inventory["source"] = inv.source;
+  inventory["driver_version"] = inv.driver_version;
+  inventory["cuda_driver_version"] = inv.cuda_driver_version;
+  inventory["system_count"] = static_cast<std::uint64_t>(inv.system_count);
+  inventory["selected_by"] = inv.selected_by;
+  inventory["unavailable_reason"] = inv.unavailable_reason;
+  inventory["notes"] = inv.notes;
+  inventory["nvswitch"] = inv.nvswitch;
+  Json& gpus = inventory["gpus"] = Json::array();
   for (const Gpu& gpu : inv.gpus) {
-    json.begin_object();
-    write_gpu_identity(json, gpu);
-    json.key("compute_capability").value(gpu.details.compute_capability);
-    json.key("pcie_gen_max").value(gpu.details.pcie_gen_max);
-    json.key("pcie_width_max").value(gpu.details.pcie_width_max);
-    json.key("pcie_width").value(gpu.details.pcie_width);
-    json.key("nvlinks").value(gpu.details.nvlinks);
-    json.key("nvswitch_links").value(gpu.details.nvswitch_links);
-    json.end_object();
+    Json g = gpu_identity(gpu);
+    g["compute_capability"] = gpu.details.compute_capability;
+    g["pcie_gen_max"] = gpu.details.pcie_gen_max;
+    g["pcie_width_max"] = gpu.details.pcie_width_max;
+    g["pcie_width"] = gpu.details.pcie_width;
+    g["nvlinks"] = gpu.details.nvlinks;
+    g["nvswitch_links"] = gpu.details.nvswitch_links;
+    gpus.push_back(std::move(g));
   }
-  json.end_array();
-  json.key("links").begin_array();
+  Json& links = inventory["links"] = Json::array();
   for (const auto& row : inv.links) {
-    std::vector<std::string> names;
+    Json& names = links.emplace_back(Json::array());
     for (const GpuLink& link : row) names.push_back(gpu_link_name(link));
-    json.strings(names);
   }
-  json.end_array();
-  json.end_object();
+  json["inventory"] = std::move(inventory);
 
-  json.key("cuda").begin_object();
-  json.key("library");
-  write_library(json, facts.cuda.library);
-  json.key("runtime_version").value(facts.cuda.runtime_version);
-  json.key("driver_version").value(facts.cuda.driver_version);
-  json.key("device_count").value(facts.cuda.device_count);
-  json.key("error").value(facts.cuda.error);
-  json.end_object();
-
-  json.key("nccl").begin_object();
-  json.key("library");
-  write_library(json, facts.nccl.library);
-  json.key("version").value(facts.nccl.version);
-  json.end_object();
+  json["cuda"] = {{"library", library_json(facts.cuda.library)},
+                  {"runtime_version", facts.cuda.runtime_version},
+                  {"driver_version", facts.cuda.driver_version},
+                  {"device_count", facts.cuda.device_count},
+                  {"error", facts.cuda.error}};
+  json["nccl"] = {{"library", library_json(facts.nccl.library)}, {"version", facts.nccl.version}};
 
   const AllReduceFacts& ar = facts.allreduce;
-  json.key("allreduce").begin_object();
-  json.key("status").value(ar.status);
-  json.key("reason").value(ar.reason);
-  json.key("gpus").value(ar.gpus);
-  json.key("warmup").value(ar.warmup);
-  json.key("iters").value(ar.iters);
-  json.key("timeout_s").value(ar.timeout_s);
-  json.key("notes").strings(ar.notes);
-  json.key("warnings").strings(ar.warnings);
-  if (!ar.network.empty()) json.key("network").value(ar.network);
-  if (ar.stopped_slow) json.key("stopped_slow").value(true);
-  json.key("rows").begin_array();
+  Json allreduce;
+  allreduce["status"] = ar.status;
+  allreduce["reason"] = ar.reason;
+  allreduce["gpus"] = ar.gpus;
+  allreduce["warmup"] = ar.warmup;
+  allreduce["iters"] = ar.iters;
+  allreduce["timeout_s"] = ar.timeout_s;
+  allreduce["notes"] = ar.notes;
+  allreduce["warnings"] = ar.warnings;
+  if (!ar.network.empty()) allreduce["network"] = ar.network;
+  if (ar.stopped_slow) allreduce["stopped_slow"] = true;
+  Json& rows = allreduce["rows"] = Json::array();
   for (const AllReduceRow& row : ar.rows) {
-    json.begin_object();
-    json.key("bytes").value(row.bytes);
-    json.key("time_ns").value(row.time_ns);
-    json.key("algorithm").value(row.algorithm);
-    json.key("protocol").value(row.protocol);
-    json.key("wrong").value(row.wrong);
-    json.end_object();
+    rows.push_back({{"bytes", row.bytes},
+                    {"time_ns", row.time_ns},
+                    {"algorithm", row.algorithm},
+                    {"protocol", row.protocol},
+                    {"wrong", row.wrong}});
   }
-  json.end_array();
-  json.end_object();
-
-  json.key("memcpy").begin_object();
-  json.key("bytes").value(facts.memcpy.bytes);
-  json.key("time_ns").value(facts.memcpy.time_ns);
-  json.end_object();
-  json.end_object();
+  json["allreduce"] = std::move(allreduce);
+  json["memcpy"] = {{"bytes", facts.memcpy.bytes}, {"time_ns", facts.memcpy.time_ns}};
+  return json;
 }
 
 std::int64_t mb_per_s(double gbps) { return static_cast<std::int64_t>(std::llround(gbps * 1000)); }
@@ -135,53 +111,54 @@ class Reader {
                 kExitUsage);
   }
 
-  const JsonValue& member(const JsonValue& object, const std::string& path, const char* name) const {
-    const JsonValue* value = object.find(name);
+  const Json& member(const Json& object, const std::string& path, const char* name) const {
+    const Json* value = find(object, name);
     if (value == nullptr) fail(path + "." + name, "missing");
     return *value;
   }
-  const JsonValue& object(const JsonValue& parent, const std::string& path, const char* name) const {
-    const JsonValue& value = member(parent, path, name);
+  const Json& object(const Json& parent, const std::string& path, const char* name) const {
+    const Json& value = member(parent, path, name);
     if (!value.is_object()) fail(path + "." + name, "expected an object");
     return value;
   }
-  std::string string(const JsonValue& parent, const std::string& path, const char* name) const {
-    const JsonValue& value = member(parent, path, name);
+  std::string string(const Json& parent, const std::string& path, const char* name) const {
+    const Json& value = member(parent, path, name);
     if (!value.is_string()) fail(path + "." + name, "expected a string");
-    return value.string;
+    return value.get<std::string>();
   }
-  bool boolean(const JsonValue& parent, const std::string& path, const char* name) const {
-    const JsonValue& value = member(parent, path, name);
-    if (value.type != JsonValue::Type::boolean) fail(path + "." + name, "expected true or false");
-    return value.boolean;
+  bool boolean(const Json& parent, const std::string& path, const char* name) const {
+    const Json& value = member(parent, path, name);
+    if (!value.is_boolean()) fail(path + "." + name, "expected true or false");
+    return value.get<bool>();
   }
-  std::int64_t integer(const JsonValue& parent, const std::string& path, const char* name,
+  // A whole number written as one ("12", not "12.0"), `min` or more.
+  std::int64_t integer(const Json& parent, const std::string& path, const char* name,
                        std::int64_t min) const {
-    const JsonValue& value = member(parent, path, name);
-    if (value.type != JsonValue::Type::number || value.number != std::floor(value.number) ||
-        value.number < static_cast<double>(min) || value.number > 9.0e18)
+    const Json& value = member(parent, path, name);
+    if (!value.is_number_integer() ||
+        (value.is_number_unsigned() && value.get<std::uint64_t>() > INT64_MAX) ||
+        value.get<std::int64_t>() < min)
       fail(path + "." + name, "expected a whole number" + (min == 0 ? std::string(" >= 0") : std::string()));
-    return static_cast<std::int64_t>(value.number);
+    return value.get<std::int64_t>();
   }
-  std::vector<std::string> strings(const JsonValue& parent, const std::string& path, const char* name) const {
-    const JsonValue& value = member(parent, path, name);
+  std::vector<std::string> strings(const Json& parent, const std::string& path, const char* name) const {
+    const Json& value = member(parent, path, name);
     if (!value.is_array()) fail(path + "." + name, "expected an array of strings");
     std::vector<std::string> out;
-    for (const JsonValue& item : value.array) {
+    for (const Json& item : value) {
       if (!item.is_string()) fail(path + "." + name, "expected an array of strings");
-      out.push_back(item.string);
+      out.push_back(item.get<std::string>());
     }
     return out;
   }
-  const std::vector<JsonValue>& array(const JsonValue& parent, const std::string& path,
-                                      const char* name) const {
-    const JsonValue& value = member(parent, path, name);
+  const Json& array(const Json& parent, const std::string& path, const char* name) const {
+    const Json& value = member(parent, path, name);
     if (!value.is_array()) fail(path + "." + name, "expected an array");
-    return value.array;
+    return value;
   }
 
-  LibraryFacts library(const JsonValue& parent, const std::string& path) const {
-    const JsonValue& value = object(parent, path, "library");
+  LibraryFacts library(const Json& parent, const std::string& path) const {
+    const Json& value = object(parent, path, "library");
     const std::string where = path + ".library";
     LibraryFacts library;
     library.found = boolean(value, where, "found");
@@ -198,56 +175,45 @@ class Reader {
 }  // namespace
 
 std::string format_doctor_json(const DoctorFacts& facts, const DoctorReport& report) {
-  JsonWriter json;
-  json.begin_object();
-  json.key("format").value("flowrun.doctor/1");
-  json.key("facts");
-  write_facts(json, facts);
-  json.key("checks").begin_array();
+  Json json;
+  json["format"] = "flowrun.doctor/1";
+  json["facts"] = facts_json(facts);
+  Json& checks = json["checks"] = Json::array();
   for (const DoctorCheck& check : report.checks) {
-    json.begin_object();
-    json.key("name").value(check.name);
-    json.key("status").value(status_name(check.status));
-    json.key("message").value(check.message);
-    json.key("advice").value(check.advice);
-    json.end_object();
+    checks.push_back({{"name", check.name},
+                      {"status", status_name(check.status)},
+                      {"message", check.message},
+                      {"advice", check.advice}});
   }
-  json.end_array();
   // The sweep with its derived figures, nccl-tests' columns, bandwidths in MB/s.
-  json.key("allreduce").begin_array();
+  Json& allreduce = json["allreduce"] = Json::array();
   for (const AllReduceRow& row : facts.allreduce.rows) {
-    json.begin_object();
-    json.key("bytes").value(row.bytes);
-    json.key("time_ns").value(row.time_ns);
-    json.key("algbw_mb_s").value(mb_per_s(algbw_gbps(row.bytes, row.time_ns)));
-    json.key("busbw_mb_s").value(mb_per_s(busbw_gbps(row.bytes, row.time_ns, facts.allreduce.gpus)));
-    json.end_object();
+    allreduce.push_back({{"bytes", row.bytes},
+                         {"time_ns", row.time_ns},
+                         {"algbw_mb_s", mb_per_s(algbw_gbps(row.bytes, row.time_ns))},
+                         {"busbw_mb_s", mb_per_s(busbw_gbps(row.bytes, row.time_ns, facts.allreduce.gpus))}});
   }
-  json.end_array();
-  json.key("large_busbw_mb_s").value(mb_per_s(report.large_busbw_gbps));
+  json["large_busbw_mb_s"] = mb_per_s(report.large_busbw_gbps);
   if (report.ceiling) {
-    json.key("ceiling").begin_object();
-    json.key("id").value(report.ceiling->id);
-    json.key("link").value(report.ceiling->link);
-    json.key("busbw_mb_s").value(mb_per_s(report.ceiling->busbw_gbps));
-    json.key("source").value(report.ceiling->source);
-    json.end_object();
+    json["ceiling"] = {{"id", report.ceiling->id},
+                       {"link", report.ceiling->link},
+                       {"busbw_mb_s", mb_per_s(report.ceiling->busbw_gbps)},
+                       {"source", report.ceiling->source}};
   } else {
-    json.key("ceiling").null();
+    json["ceiling"] = nullptr;
   }
-  json.key("healthy").value(report.exit_code == 0);
-  json.key("exit_code").value(report.exit_code);
-  json.end_object();
-  return json.str();
+  json["healthy"] = report.exit_code == 0;
+  json["exit_code"] = report.exit_code;
+  return to_document(json);
 }
 
 DoctorFacts parse_doctor_facts(std::string_view text, const std::string& file) {
   Reader r(file);
-  std::optional<JsonValue> document = parse_json(text);
+  std::optional<Json> document = parse_json(text);
   if (!document) throw Error(file + ": not valid JSON", kExitUsage);
-  const JsonValue* root = &*document;
-  if (root->is_object() && root->find("facts") != nullptr) root = root->find("facts");
-  if (!root->is_object() || root->find("flowrun_doctor_facts") == nullptr)
+  const Json* root = &*document;
+  if (const Json* facts = find(*root, "facts")) root = facts;
+  if (find(*root, "flowrun_doctor_facts") == nullptr)
     r.fail("flowrun_doctor_facts", "missing: not a facts file");
   const std::string top = "facts";
   if (r.integer(*root, top, "flowrun_doctor_facts", 0) != kFactsVersion)
@@ -258,7 +224,7 @@ DoctorFacts parse_doctor_facts(std::string_view text, const std::string& file) {
   facts.gpu_support = r.boolean(*root, top, "gpu_support");
   facts.runtime_skipped = r.string(*root, top, "runtime_skipped");
 
-  const JsonValue& inv_json = r.object(*root, top, "inventory");
+  const Json& inv_json = r.object(*root, top, "inventory");
   const std::string ip = top + ".inventory";
   Inventory& inv = facts.inventory;
   inv.source = r.string(inv_json, ip, "source");
@@ -293,29 +259,29 @@ DoctorFacts parse_doctor_facts(std::string_view text, const std::string& file) {
     r.fail(ip + ".links", "expected one row for each of the " + std::to_string(inv.gpus.size()) + " GPUs");
   for (std::size_t i = 0; i < links.size(); ++i) {
     const std::string lp = ip + ".links[" + std::to_string(i) + "]";
-    if (!links[i].is_array() || links[i].array.size() != inv.gpus.size())
+    if (!links[i].is_array() || links[i].size() != inv.gpus.size())
       r.fail(lp, "expected " + std::to_string(inv.gpus.size()) + " names such as \"NV18\" or \"SYS\"");
     std::vector<GpuLink> row;
-    for (const JsonValue& name : links[i].array) {
-      std::optional<GpuLink> link = name.is_string() ? parse_gpu_link(name.string) : std::nullopt;
+    for (const Json& name : links[i]) {
+      std::optional<GpuLink> link = name.is_string() ? parse_gpu_link(name.get<std::string>()) : std::nullopt;
       if (!link) r.fail(lp, "expected X, NV<count>, PIX, PXB, PHB, NODE, SYS or ?");
       row.push_back(*link);
     }
     inv.links.push_back(std::move(row));
   }
 
-  const JsonValue& cuda = r.object(*root, top, "cuda");
+  const Json& cuda = r.object(*root, top, "cuda");
   facts.cuda.library = r.library(cuda, top + ".cuda");
   facts.cuda.runtime_version = static_cast<int>(r.integer(cuda, top + ".cuda", "runtime_version", 0));
   facts.cuda.driver_version = static_cast<int>(r.integer(cuda, top + ".cuda", "driver_version", 0));
   facts.cuda.device_count = static_cast<int>(r.integer(cuda, top + ".cuda", "device_count", -1));
   facts.cuda.error = r.string(cuda, top + ".cuda", "error");
 
-  const JsonValue& nccl = r.object(*root, top, "nccl");
+  const Json& nccl = r.object(*root, top, "nccl");
   facts.nccl.library = r.library(nccl, top + ".nccl");
   facts.nccl.version = static_cast<int>(r.integer(nccl, top + ".nccl", "version", 0));
 
-  const JsonValue& ar_json = r.object(*root, top, "allreduce");
+  const Json& ar_json = r.object(*root, top, "allreduce");
   const std::string ap = top + ".allreduce";
   AllReduceFacts& ar = facts.allreduce;
   ar.status = r.string(ar_json, ap, "status");
@@ -329,8 +295,9 @@ DoctorFacts parse_doctor_facts(std::string_view text, const std::string& file) {
   ar.timeout_s = static_cast<int>(r.integer(ar_json, ap, "timeout_s", 0));
   ar.notes = r.strings(ar_json, ap, "notes");
   ar.warnings = r.strings(ar_json, ap, "warnings");
-  if (ar_json.find("network") != nullptr) ar.network = r.string(ar_json, ap, "network");  // across nodes only
-  if (ar_json.find("stopped_slow") != nullptr) ar.stopped_slow = r.boolean(ar_json, ap, "stopped_slow");
+  if (find(ar_json, "network") != nullptr)
+    ar.network = r.string(ar_json, ap, "network");  // across nodes only
+  if (find(ar_json, "stopped_slow") != nullptr) ar.stopped_slow = r.boolean(ar_json, ap, "stopped_slow");
   const auto& rows = r.array(ar_json, ap, "rows");
   for (std::size_t i = 0; i < rows.size(); ++i) {
     const std::string rp = ap + ".rows[" + std::to_string(i) + "]";
@@ -344,7 +311,7 @@ DoctorFacts parse_doctor_facts(std::string_view text, const std::string& file) {
     ar.rows.push_back(std::move(row));
   }
 
-  const JsonValue& memcpy_json = r.object(*root, top, "memcpy");
+  const Json& memcpy_json = r.object(*root, top, "memcpy");
   facts.memcpy.bytes = static_cast<std::uint64_t>(r.integer(memcpy_json, top + ".memcpy", "bytes", 0));
   facts.memcpy.time_ns = r.integer(memcpy_json, top + ".memcpy", "time_ns", 0);
   return facts;

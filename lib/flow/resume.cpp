@@ -16,7 +16,6 @@
 #include "flowrun/files.h"
 #include "flowrun/flow.h"
 #include "flowrun/json.h"
-#include "flowrun/json_read.h"
 
 namespace flowrun {
 
@@ -47,12 +46,6 @@ std::int64_t parse_iso_time(const std::string& text) {
 
 // What flowrun reads of a record of an earlier run (run.json, results.json).
 constexpr std::size_t kMaxRecordBytes = 16 << 20;
-
-std::optional<int> int_or_null(const JsonValue* value) {
-  if (value == nullptr || value->type != JsonValue::Type::number) return std::nullopt;
-  if (value->number != std::floor(value->number) || std::fabs(value->number) > 1e9) return std::nullopt;
-  return static_cast<int>(value->number);
-}
 
 std::string quoted(const std::string& name) { return "'" + name + "'"; }
 
@@ -132,64 +125,32 @@ std::size_t link_tree(const fs::path& from, const fs::path& to) {
 // --- run.json -------------------------------------------------------------
 
 std::string format_run_json(const RunRecord& record) {
-  JsonWriter json;
-  auto int_or_null_value = [&](const std::optional<int>& value) {
-    if (value)
-      json.value(*value);
-    else
-      json.null();
-  };
-  json.begin_object();
-  json.key("format").value(kRunFormat);
-  json.key("run_id").value(record.run_id);
-  json.key("run_dir").value(record.run_dir);
-  json.key("flow").value(record.flow);
-  json.key("spec");
-  if (record.spec_file.empty())
-    json.null();
-  else
-    json.value(record.spec_file);
-  json.key("spec_dir").value(record.spec_dir);
-  json.key("args").strings(record.args);
-  json.key("cpus");
-  int_or_null_value(record.cpus);
-  json.key("fake_gpus");
-  int_or_null_value(record.fake_gpus);
-  json.key("python");
-  if (record.python.empty())
-    json.null();
-  else
-    json.value(record.python);
-  json.key("host").value(record.host);
-  json.key("pid").value(record.pid);
-  json.key("state").value(record.finished ? "finished" : "running");
-  json.key("exit_code");
-  int_or_null_value(record.exit_code);
-  json.key("start").value(iso_time(record.start_unix_ns));
-  json.key("end");
-  if (record.end_unix_ns > 0)
-    json.value(iso_time(record.end_unix_ns));
-  else
-    json.null();
-  json.key("steps").begin_object();
-  for (const auto& [name, state] : record.steps) json.key(name).value(state);
-  json.end_object();
-  json.key("resumed_from");
-  if (record.resumed_from_id.empty()) {
-    json.null();
-  } else {
-    json.begin_object();
-    json.key("run_id").value(record.resumed_from_id);
-    json.key("run_dir").value(record.resumed_from_dir);
-    json.end_object();
-  }
-  json.key("error");
-  if (record.error.empty())
-    json.null();
-  else
-    json.value(record.error);
-  json.end_object();
-  return json.str();
+  auto optional_int = [](const std::optional<int>& value) { return value ? Json(*value) : Json(); };
+  auto string_or_null = [](const std::string& text) { return text.empty() ? Json() : Json(text); };
+  Json json;
+  json["format"] = kRunFormat;
+  json["run_id"] = record.run_id;
+  json["run_dir"] = record.run_dir;
+  json["flow"] = record.flow;
+  json["spec"] = string_or_null(record.spec_file);
+  json["spec_dir"] = record.spec_dir;
+  json["args"] = record.args;
+  json["cpus"] = optional_int(record.cpus);
+  json["fake_gpus"] = optional_int(record.fake_gpus);
+  json["python"] = string_or_null(record.python);
+  json["host"] = record.host;
+  json["pid"] = record.pid;
+  json["state"] = record.finished ? "finished" : "running";
+  json["exit_code"] = optional_int(record.exit_code);
+  json["start"] = iso_time(record.start_unix_ns);
+  json["end"] = record.end_unix_ns > 0 ? Json(iso_time(record.end_unix_ns)) : Json();
+  Json& steps = json["steps"] = Json::object();
+  for (const auto& [name, state] : record.steps) steps[name] = state;
+  json["resumed_from"] = record.resumed_from_id.empty()
+                             ? Json()
+                             : Json{{"run_id", record.resumed_from_id}, {"run_dir", record.resumed_from_dir}};
+  json["error"] = string_or_null(record.error);
+  return to_document(json);
 }
 
 RunRecord parse_run_json(const std::string& text, const std::string& path) {
@@ -198,7 +159,7 @@ RunRecord parse_run_json(const std::string& text, const std::string& path) {
     return Error(path + ": " + why + "; it cannot be resumed (run the spec again instead)", kExitUsage);
   };
   if (!doc || !doc->is_object()) throw refuse("not a run record (not a JSON object)");
-  const auto format = int_or_null(doc->find("format"));
+  const auto format = find_int(*doc, "format");
   if (!format) throw refuse("not a run record (no \"format\")");
   if (*format > kRunFormat)
     throw Error(fmt::format("{}: written by a newer flowrun (run format {}; this flowrun reads format {}); "
@@ -209,39 +170,39 @@ RunRecord parse_run_json(const std::string& text, const std::string& path) {
     throw refuse(fmt::format("written by an older flowrun (run format {}; this flowrun reads format {})",
                              *format, kRunFormat));
   RunRecord record;
-  const std::string* id = doc->find_string("run_id");
-  const std::string* dir = doc->find_string("run_dir");
+  const std::string* id = find_string(*doc, "run_id");
+  const std::string* dir = find_string(*doc, "run_dir");
   if (id == nullptr || id->empty() || dir == nullptr)
     throw refuse("not a run record (no \"run_id\" or \"run_dir\")");
   record.run_id = *id;
   record.run_dir = *dir;
-  if (const auto* flow = doc->find_string("flow")) record.flow = *flow;
-  if (const auto* spec = doc->find_string("spec")) record.spec_file = *spec;
-  if (const auto* spec_dir = doc->find_string("spec_dir")) record.spec_dir = *spec_dir;
-  if (const JsonValue* args = doc->find("args"); args && args->is_array()) {
-    for (const auto& arg : args->array) {
+  if (const auto* flow = find_string(*doc, "flow")) record.flow = *flow;
+  if (const auto* spec = find_string(*doc, "spec")) record.spec_file = *spec;
+  if (const auto* spec_dir = find_string(*doc, "spec_dir")) record.spec_dir = *spec_dir;
+  if (const Json* args = find(*doc, "args"); args && args->is_array()) {
+    for (const auto& arg : *args) {
       if (!arg.is_string()) throw refuse("\"args\" holds something other than strings");
-      record.args.push_back(arg.string);
+      record.args.push_back(arg.get<std::string>());
     }
   }
-  record.cpus = int_or_null(doc->find("cpus"));
-  record.fake_gpus = int_or_null(doc->find("fake_gpus"));
-  if (const auto* python = doc->find_string("python")) record.python = *python;
-  if (const auto* host = doc->find_string("host")) record.host = *host;
-  record.pid = int_or_null(doc->find("pid")).value_or(0);
-  if (const auto* state = doc->find_string("state")) record.finished = *state == "finished";
-  record.exit_code = int_or_null(doc->find("exit_code"));
-  if (const auto* start = doc->find_string("start")) record.start_unix_ns = parse_iso_time(*start);
-  if (const auto* end = doc->find_string("end")) record.end_unix_ns = parse_iso_time(*end);
-  if (const JsonValue* steps = doc->find("steps"); steps && steps->is_object()) {
-    for (const auto& member : steps->object)
-      record.steps.emplace_back(member.key, member.value.is_string() ? member.value.string : "");
+  record.cpus = find_int(*doc, "cpus");
+  record.fake_gpus = find_int(*doc, "fake_gpus");
+  if (const auto* python = find_string(*doc, "python")) record.python = *python;
+  if (const auto* host = find_string(*doc, "host")) record.host = *host;
+  record.pid = find_int(*doc, "pid").value_or(0);
+  if (const auto* state = find_string(*doc, "state")) record.finished = *state == "finished";
+  record.exit_code = find_int(*doc, "exit_code");
+  if (const auto* start = find_string(*doc, "start")) record.start_unix_ns = parse_iso_time(*start);
+  if (const auto* end = find_string(*doc, "end")) record.end_unix_ns = parse_iso_time(*end);
+  if (const Json* steps = find(*doc, "steps"); steps && steps->is_object()) {
+    for (const auto& [name, state] : steps->items())
+      record.steps.emplace_back(name, state.is_string() ? state.get<std::string>() : "");
   }
-  if (const JsonValue* from = doc->find("resumed_from"); from && from->is_object()) {
-    if (const auto* from_id = from->find_string("run_id")) record.resumed_from_id = *from_id;
-    if (const auto* from_dir = from->find_string("run_dir")) record.resumed_from_dir = *from_dir;
+  if (const Json* from = find(*doc, "resumed_from")) {
+    if (const auto* from_id = find_string(*from, "run_id")) record.resumed_from_id = *from_id;
+    if (const auto* from_dir = find_string(*from, "run_dir")) record.resumed_from_dir = *from_dir;
   }
-  if (const auto* error = doc->find_string("error")) record.error = *error;
+  if (const auto* error = find_string(*doc, "error")) record.error = *error;
   return record;
 }
 
@@ -526,16 +487,16 @@ std::map<std::string, PriorStep> read_prior_steps(const RunRecord& record,
     const auto text = try_read_file(dir + "/results.json", kMaxRecordBytes, &err);
     if (!text) continue;  // it did not run (or flowrun was killed while it ran)
     const auto doc = parse_json(*text);
-    const std::string* outcome = doc && doc->is_object() ? doc->find_string("outcome") : nullptr;
+    const std::string* outcome = doc ? find_string(*doc, "outcome") : nullptr;
     if (outcome == nullptr) {
       step.outcome = "unreadable";
       continue;
     }
     step.outcome = *outcome;
-    if (const auto* end = doc->find_string("end")) step.end = *end;
+    if (const auto* end = find_string(*doc, "end")) step.end = *end;
     step.ran_in = record.run_id;
-    if (const JsonValue* from = doc->find("reused_from"); from && from->is_object()) {
-      if (const auto* id = from->find_string("run_id")) step.ran_in = *id;
+    if (const Json* from = find(*doc, "reused_from")) {
+      if (const auto* id = find_string(*from, "run_id")) step.ran_in = *id;
     }
   }
   return prior;
@@ -620,43 +581,24 @@ std::string reuse_step(const Step& step, const ResumeFrom& from, const RunLayout
   if (ec) throw Error("cannot create the directory " + new_dir + ": " + ec.message());
 
   const std::string results_path = old_dir + "/results.json";
-  std::string text = read_file(results_path, kMaxRecordBytes);
-  const auto doc = parse_json(text);
-  const std::size_t close = text.rfind('}');
-  if (!doc || !doc->is_object() || close == std::string::npos)
-    throw Error(results_path + ": not a step's results (not a JSON object)");
+  auto doc = parse_json(read_file(results_path, kMaxRecordBytes));
+  if (!doc || !doc->is_object()) throw Error(results_path + ": not a step's results (not a JSON object)");
   std::string ran_in = from.run_id;
-  const JsonValue* mark = doc->find("reused_from");
-  if (mark != nullptr && mark->is_object()) {
+  if (const Json* mark = find(*doc, "reused_from"); mark != nullptr && mark->is_object()) {
     // Taken again: it keeps naming the run that ran it.
-    if (const auto* id = mark->find_string("run_id")) ran_in = *id;
+    if (const auto* id = find_string(*mark, "run_id")) ran_in = *id;
   } else {
     // Later results formats only add keys, so one more at the end is safe.
-    std::size_t body_end = text.find_last_not_of(" \t\r\n", close - 1);
-    const bool empty_object = body_end == std::string::npos || text[body_end] == '{';
-    JsonWriter json;
-    json.begin_object();
-    json.key("run_id").value(from.run_id);
-    json.key("run_dir").value(from.run_dir);
-    json.end_object();
-    std::string value = json.str();
-    value.pop_back();  // its newline
-    std::string indented;
-    for (char c : value) {
-      indented += c;
-      if (c == '\n') indented += "  ";
-    }
-    text = text.substr(0, body_end + 1) + (empty_object ? "" : ",") + "\n  \"reused_from\": " + indented +
-           "\n}\n";
+    (*doc)["reused_from"] = {{"run_id", from.run_id}, {"run_dir", from.run_dir}};
   }
-  write_file(new_dir + "/results.json", text);
+  write_file(new_dir + "/results.json", to_document(*doc));
 
   std::string files;
   if (step.is_parallel() && fs::is_directory(old_dir + "/outputs", ec)) {
     const std::size_t count = link_tree(old_dir + "/outputs", layout.inputs_dir(step.name));
     files = fmt::format("; {} output file{}", count, count == 1 ? "" : "s");
   }
-  const std::string* end = doc->find_string("end");
+  const std::string* end = find_string(*doc, "end");
   std::string when = end != nullptr ? "succeeded at " + *end : "succeeded";
   if (ran_in != from.run_id) when += " in run " + ran_in;
   return fmt::format("flowrun: step '{}' reused from run {} ({}{})", step.name, from.run_id, when, files);

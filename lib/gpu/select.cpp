@@ -364,12 +364,12 @@ std::unique_ptr<GpuProbe> make_probe(const EnvMap& env, int fake_gpus, bool topo
   return make_nvml_probe(topology);
 }
 
-void write_gpu_identity(JsonWriter& json, const Gpu& gpu) {
-  json.key("index").value(gpu.index);
-  json.key("name").value(gpu.name);
-  json.key("uuid").value(gpu.uuid);
-  json.key("memory_bytes").value(static_cast<std::uint64_t>(gpu.memory_bytes));
-  json.key("pci_bus_id").value(gpu.pci_bus_id);
+Json gpu_identity(const Gpu& gpu) {
+  return {{"index", gpu.index},
+          {"name", gpu.name},
+          {"uuid", gpu.uuid},
+          {"memory_bytes", static_cast<std::uint64_t>(gpu.memory_bytes)},
+          {"pci_bus_id", gpu.pci_bus_id}};
 }
 
 }  // namespace flowrun

@@ -218,88 +218,69 @@ std::string format_plan_text(const PlanView& view) {
 
 std::string format_plan_json(const PlanView& view) {
   const Spec& spec = view.spec;
-  JsonWriter json;
-  json.begin_object();
-  json.key("format").value("flowrun.plan/1");
-  json.key("spec").value(spec.file);
-  json.key("name").value(spec.name);
-  json.key("run_id").value(view.ctx.run_id);
-  json.key("run_dir").value(view.ctx.layout.run_dir);
-  json.key("host").begin_object();
-  json.key("hostname").value(view.host.hostname);
-  json.key("gpus").value(static_cast<int>(view.host.inventory.gpus.size()));
-  json.key("summary").value(view.host.inventory.summary());
-  json.end_object();
-  json.key("steps").begin_array();
+  Json json;
+  json["format"] = "flowrun.plan/1";
+  json["spec"] = spec.file;
+  json["name"] = spec.name;
+  json["run_id"] = view.ctx.run_id;
+  json["run_dir"] = view.ctx.layout.run_dir;
+  json["host"] = {{"hostname", view.host.hostname},
+                  {"gpus", static_cast<int>(view.host.inventory.gpus.size())},
+                  {"summary", view.host.inventory.summary()}};
+  Json& steps = json["steps"] = Json::array();
   for (std::size_t index : spec.order) {
     const Step& step = spec.steps[index];
     const StepPlan* plan = plan_of(view.plans, step.name);
-    json.begin_object();
-    json.key("name").value(step.name);
-    json.key("kind").value(plan ? "parallel" : !step.join.empty() ? "join" : "single");
-    json.key("needs").strings(step.needs);
-    if (step.shell) {
-      json.key("script").value(step.script);
-    } else {
-      json.key("argv").strings(step.argv);
-    }
-    json.key("workdir").value(step.workdir);
+    Json s;
+    s["name"] = step.name;
+    s["kind"] = plan ? "parallel" : !step.join.empty() ? "join" : "single";
+    s["needs"] = step.needs;
+    if (step.shell)
+      s["script"] = step.script;
+    else
+      s["argv"] = step.argv;
+    s["workdir"] = step.workdir;
     if (!plan) {
-      json.key("runs_on").value(view.host.hostname);
+      s["runs_on"] = view.host.hostname;
       if (!step.join.empty()) {
-        json.key("join").value(step.join);
-        json.key("inputs").value(view.ctx.layout.inputs_dir(step.join));
+        s["join"] = step.join;
+        s["inputs"] = view.ctx.layout.inputs_dir(step.join);
       }
-      json.end_object();
+      steps.push_back(std::move(s));
       continue;
     }
-    json.key("mode").value(plan->mode == PlanMode::single_node ? "single_node" : "multi_node");
-    json.key("cpu").value(plan->cpu);
-    json.key("world_size").value(plan->world_size);
-    json.key("gpus_per_proc").value(plan->gpus_per_proc);
-    if (plan->engine)
-      json.key("engine").value(engine_name(*plan->engine));
-    else
-      json.key("engine").null();
-    json.key("why").strings(plan->why);
-    json.key("outputs").strings(step.outputs);
-    json.key("collect").value(step.collect == Collect::all ? "all" : "rank0");
-    json.key("nodes").begin_array();
+    s["mode"] = plan->mode == PlanMode::single_node ? "single_node" : "multi_node";
+    s["cpu"] = plan->cpu;
+    s["world_size"] = plan->world_size;
+    s["gpus_per_proc"] = plan->gpus_per_proc;
+    s["engine"] = plan->engine ? Json(engine_name(*plan->engine)) : Json();
+    s["why"] = plan->why;
+    s["outputs"] = step.outputs;
+    s["collect"] = step.collect == Collect::all ? "all" : "rank0";
+    Json& nodes = s["nodes"] = Json::array();
     for (const auto& node : plan->nodes) {
-      json.begin_object();
-      json.key("node_rank").value(node.node_rank);
-      if (node.host.empty())
-        json.key("host").null();
-      else
-        json.key("host").value(node.host);
-      json.key("local").value(node.is_local);
-      json.key("gpus").ints(gpu_labels(node, all_positions(node)));
-      json.key("procs").value(node.procs);
-      json.key("first_rank").value(node.first_rank);
-      json.end_object();
+      nodes.push_back({{"node_rank", node.node_rank},
+                       {"host", node.host.empty() ? Json() : Json(node.host)},
+                       {"local", node.is_local},
+                       {"gpus", gpu_labels(node, all_positions(node))},
+                       {"procs", node.procs},
+                       {"first_rank", node.first_rank}});
     }
-    json.end_array();
     const std::vector<EnvList> envs = rank_envs(spec, step, *plan, view.ctx);
-    json.key("ranks").begin_array();
+    Json& ranks = s["ranks"] = Json::array();
     for (const auto& rank : plan->ranks) {
       const auto& node = plan->nodes[static_cast<std::size_t>(rank.node)];
-      json.begin_object();
-      json.key("rank").value(rank.rank);
-      json.key("node").value(rank.node);
-      json.key("local_rank").value(rank.local_rank);
-      json.key("gpus").ints(gpu_labels(node, rank.gpus));
-      json.key("env").begin_object();
-      for (const auto& [key, value] : envs.at(static_cast<std::size_t>(rank.rank)))
-        json.key(key).value(value);
-      json.end_object();
-      json.end_object();
+      Json env = Json::object();
+      for (const auto& [key, value] : envs.at(static_cast<std::size_t>(rank.rank))) env[key] = value;
+      ranks.push_back({{"rank", rank.rank},
+                       {"node", rank.node},
+                       {"local_rank", rank.local_rank},
+                       {"gpus", gpu_labels(node, rank.gpus)},
+                       {"env", std::move(env)}});
     }
-    json.end_array();
-    json.end_object();
+    steps.push_back(std::move(s));
   }
-  json.end_array();
-  json.end_object();
-  return json.str();
+  return to_document(json);
 }
 
 std::string format_gpus_text(const Inventory& inventory, const std::string& hostname) {
@@ -328,28 +309,24 @@ std::string format_gpus_text(const Inventory& inventory, const std::string& host
 }
 
 std::string format_gpus_json(const Inventory& inventory, const std::string& hostname) {
-  JsonWriter json;
-  json.begin_object();
-  json.key("format").value("flowrun.gpus/1");
-  json.key("hostname").value(hostname);
-  json.key("source").value(inventory.source);
-  json.key("count").value(static_cast<int>(inventory.gpus.size()));
-  json.key("system_count").value(static_cast<std::uint64_t>(inventory.system_count));
-  json.key("driver_version").value(inventory.driver_version);
-  json.key("cuda_driver_version").value(inventory.cuda_driver_version);
-  json.key("selected_by").value(inventory.selected_by);
-  json.key("unavailable_reason").value(inventory.unavailable_reason);
-  json.key("notes").strings(inventory.notes);
-  json.key("gpus").begin_array();
+  Json json;
+  json["format"] = "flowrun.gpus/1";
+  json["hostname"] = hostname;
+  json["source"] = inventory.source;
+  json["count"] = static_cast<int>(inventory.gpus.size());
+  json["system_count"] = static_cast<std::uint64_t>(inventory.system_count);
+  json["driver_version"] = inventory.driver_version;
+  json["cuda_driver_version"] = inventory.cuda_driver_version;
+  json["selected_by"] = inventory.selected_by;
+  json["unavailable_reason"] = inventory.unavailable_reason;
+  json["notes"] = inventory.notes;
+  Json& gpus = json["gpus"] = Json::array();
   for (const auto& gpu : inventory.gpus) {
-    json.begin_object();
-    write_gpu_identity(json, gpu);
-    json.key("select_token").value(gpu.select_token);
-    json.end_object();
+    Json g = gpu_identity(gpu);
+    g["select_token"] = gpu.select_token;
+    gpus.push_back(std::move(g));
   }
-  json.end_array();
-  json.end_object();
-  return json.str();
+  return to_document(json);
 }
 
 std::string format_validate_ok(const Spec& spec) {

@@ -8,7 +8,6 @@
 #include <map>
 
 #include "flowrun/json.h"
-#include "flowrun/json_read.h"
 #include "flowrun/util.h"
 
 namespace flowrun {
@@ -67,35 +66,15 @@ std::string iso_time(std::int64_t unix_ns) {
                      tm.tm_mday, tm.tm_hour, tm.tm_min, tm.tm_sec, ms % 1000);
 }
 
-void time_or_null(JsonWriter& json, std::int64_t unix_ns) {
-  if (unix_ns > 0) {
-    json.value(iso_time(unix_ns));
-  } else {
-    json.null();
-  }
+Json time_or_null(std::int64_t unix_ns) { return unix_ns > 0 ? Json(iso_time(unix_ns)) : Json(); }
+
+void span(Json& json, std::int64_t start_ns, std::int64_t end_ns) {
+  json["start"] = time_or_null(start_ns);
+  json["end"] = time_or_null(end_ns);
+  json["duration_ms"] = start_ns > 0 && end_ns >= start_ns ? Json((end_ns - start_ns) / 1'000'000) : Json();
 }
 
-void span(JsonWriter& json, std::int64_t start_ns, std::int64_t end_ns) {
-  json.key("start");
-  time_or_null(json, start_ns);
-  json.key("end");
-  time_or_null(json, end_ns);
-  json.key("duration_ms");
-  if (start_ns > 0 && end_ns >= start_ns) {
-    json.value((end_ns - start_ns) / 1'000'000);
-  } else {
-    json.null();
-  }
-}
-
-void string_or_null(JsonWriter& json, std::string_view key, const std::string& text) {
-  json.key(key);
-  if (text.empty()) {
-    json.null();
-  } else {
-    json.value(text);
-  }
-}
+Json string_or_null(const std::string& text) { return text.empty() ? Json() : Json(text); }
 
 std::optional<int> culprit_rank(const AttemptRecord& attempt) {
   if (!attempt.culprit) return std::nullopt;
@@ -104,58 +83,36 @@ std::optional<int> culprit_rank(const AttemptRecord& attempt) {
   return rank;
 }
 
-void optional_int(JsonWriter& json, std::string_view key, std::optional<int> number) {
-  json.key(key);
-  if (number) {
-    json.value(*number);
-  } else {
-    json.null();
-  }
-}
+Json int_or_null(std::optional<int> number) { return number ? Json(*number) : Json(); }
 
-void write_worker(JsonWriter& json, const WorkerRecord& w) {
+Json worker_json(const WorkerRecord& w) {
   const ExitStatus& s = w.status;
-  json.begin_object();
-  optional_int(json, "rank", w.rank >= 0 ? std::optional<int>(w.rank) : std::nullopt);
-  json.key("local_rank").value(w.local_rank);
-  optional_int(json, "pid", w.pid > 0 ? std::optional<int>(w.pid) : std::nullopt);
-  json.key("status").value(kind_name(s.kind));
-  optional_int(json, "exit_code", s.kind == Kind::exited ? std::optional<int>(s.code) : std::nullopt);
-  json.key("signal");
-  if (s.kind == Kind::signaled) {
-    json.value(signal_name(s.code));
-  } else {
-    json.null();
-  }
-  json.key("spawn_error");
-  if (s.kind == Kind::spawn_failed || s.kind == Kind::lost) {
-    json.value(s.spawn_error);
-  } else {
-    json.null();
-  }
-  json.key("shell_code").value(s.shell_code());
-  json.key("role").value(role_name(w.role));
+  Json json;
+  json["rank"] = w.rank >= 0 ? Json(w.rank) : Json();
+  json["local_rank"] = w.local_rank;
+  json["pid"] = w.pid > 0 ? Json(w.pid) : Json();
+  json["status"] = kind_name(s.kind);
+  json["exit_code"] = s.kind == Kind::exited ? Json(s.code) : Json();
+  json["signal"] = s.kind == Kind::signaled ? Json(signal_name(s.code)) : Json();
+  json["spawn_error"] = s.kind == Kind::spawn_failed || s.kind == Kind::lost ? Json(s.spawn_error) : Json();
+  json["shell_code"] = s.shell_code();
+  json["role"] = role_name(w.role);
   span(json, w.start_unix_ns, w.end_unix_ns);
-  json.key("peak_rss_kib").value(w.peak_rss_kib);
-  string_or_null(json, "stdout_log", w.stdout_log);
-  string_or_null(json, "stderr_log", w.stderr_log);
-  string_or_null(json, "error_file", w.error_file);
-  string_or_null(json, "node", w.node);
-  json.key("silent_ms");
-  if (w.silent_s) {
-    json.value(static_cast<std::int64_t>(std::llround(*w.silent_s * 1000)));
-  } else {
-    json.null();
-  }
-  json.key("suspended").value(w.suspended);
-  json.key("stalled").value(w.stalled);
-  json.end_object();
+  json["peak_rss_kib"] = w.peak_rss_kib;
+  json["stdout_log"] = string_or_null(w.stdout_log);
+  json["stderr_log"] = string_or_null(w.stderr_log);
+  json["error_file"] = string_or_null(w.error_file);
+  json["node"] = string_or_null(w.node);
+  json["silent_ms"] = w.silent_s ? Json(static_cast<std::int64_t>(std::llround(*w.silent_s * 1000))) : Json();
+  json["suspended"] = w.suspended;
+  json["stalled"] = w.stalled;
+  return json;
 }
 
-void write_workers(JsonWriter& json, const std::vector<WorkerRecord>& workers) {
-  json.begin_array();
-  for (const auto& w : workers) write_worker(json, w);
-  json.end_array();
+Json workers_json(const std::vector<WorkerRecord>& workers) {
+  Json json = Json::array();
+  for (const auto& w : workers) json.push_back(worker_json(w));
+  return json;
 }
 
 // --- the report -----------------------------------------------------------
@@ -526,45 +483,34 @@ void assign_roles(AttemptRecord& attempt, const std::vector<int>& stopped) {
 }
 
 std::string format_results_json(const StepRecord& record) {
-  JsonWriter json;
-  json.begin_object();
-  json.key("format").value(1);
-  json.key("step").value(record.step);
-  json.key("parallel").value(record.parallel);
-  json.key("outcome").value(outcome_name(record.outcome));
-  json.key("exit_code").value(record.exit_code);
+  Json json;
+  json["format"] = 1;
+  json["step"] = record.step;
+  json["parallel"] = record.parallel;
+  json["outcome"] = outcome_name(record.outcome);
+  json["exit_code"] = record.exit_code;
   for (auto [key, seconds] :
-       {std::pair{"timeout_ms", record.timeout_s}, {"stall_timeout_ms", record.stall_timeout_s}}) {
-    json.key(key);
-    if (seconds) {
-      json.value(static_cast<std::int64_t>(std::llround(*seconds * 1000)));
-    } else {
-      json.null();
-    }
-  }
+       {std::pair{"timeout_ms", record.timeout_s}, {"stall_timeout_ms", record.stall_timeout_s}})
+    json[key] = seconds ? Json(static_cast<std::int64_t>(std::llround(*seconds * 1000))) : Json();
   const AttemptRecord* first = record.attempts.empty() ? nullptr : &record.attempts.front();
   const AttemptRecord* last = record.attempts.empty() ? nullptr : &record.attempts.back();
   span(json, first ? first->start_unix_ns : 0, last ? last->end_unix_ns : 0);
-  json.key("restarts").value(std::max(0, static_cast<int>(record.attempts.size()) - 1));
-  optional_int(json, "culprit_rank", last ? culprit_rank(*last) : std::nullopt);
-  json.key("notes").strings(record.notes);
-  json.key("ranks");
-  write_workers(json, last ? last->workers : std::vector<WorkerRecord>{});
-  json.key("attempts").begin_array();
+  json["restarts"] = std::max(0, static_cast<int>(record.attempts.size()) - 1);
+  json["culprit_rank"] = int_or_null(last ? culprit_rank(*last) : std::nullopt);
+  json["notes"] = record.notes;
+  json["ranks"] = workers_json(last ? last->workers : std::vector<WorkerRecord>{});
+  Json& attempts = json["attempts"] = Json::array();
   for (const auto& a : record.attempts) {
-    json.begin_object();
-    json.key("restart_count").value(a.restart_count);
-    json.key("master_port").value(a.master_port);
-    json.key("outcome").value(outcome_name(a.outcome));
-    optional_int(json, "culprit_rank", culprit_rank(a));
-    span(json, a.start_unix_ns, a.end_unix_ns);
-    json.key("workers");
-    write_workers(json, a.workers);
-    json.end_object();
+    Json attempt;
+    attempt["restart_count"] = a.restart_count;
+    attempt["master_port"] = a.master_port;
+    attempt["outcome"] = outcome_name(a.outcome);
+    attempt["culprit_rank"] = int_or_null(culprit_rank(a));
+    span(attempt, a.start_unix_ns, a.end_unix_ns);
+    attempt["workers"] = workers_json(a.workers);
+    attempts.push_back(std::move(attempt));
   }
-  json.end_array();
-  json.end_object();
-  return json.str();
+  return to_document(json);
 }
 
 std::string format_failure_report(const StepRecord& record, const std::string& error_file_text) {
@@ -679,17 +625,17 @@ std::optional<std::string> lightning_devices_hint(std::string_view text,
 std::optional<std::string> parse_error_file(const std::string& text) {
   auto root = parse_json(text);
   if (!root) return std::nullopt;
-  const JsonValue* message = root->find("message");
+  const Json* message = find(*root, "message");
   if (!message) return std::nullopt;
-  if (message->is_string()) {
-    if (message->string.empty()) return std::nullopt;
-    return message->string;
+  if (const auto* plain = message->get_ptr<const std::string*>()) {
+    if (plain->empty()) return std::nullopt;
+    return *plain;
   }
-  if (const JsonValue* extra = message->find("extraInfo")) {
-    const std::string* stack = extra->find_string("py_callstack");
+  if (const Json* extra = find(*message, "extraInfo")) {
+    const std::string* stack = find_string(*extra, "py_callstack");
     if (stack && !stack->empty()) return *stack;
   }
-  const std::string* inner = message->find_string("message");
+  const std::string* inner = find_string(*message, "message");
   if (inner && !inner->empty()) return *inner;
   return std::nullopt;
 }

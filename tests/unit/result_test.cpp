@@ -4,7 +4,7 @@
 
 #include <catch2/catch.hpp>
 
-#include "flowrun/json_read.h"
+#include "flowrun/json.h"
 
 using namespace flowrun;
 
@@ -437,17 +437,17 @@ TEST_CASE("result: a stalled step names its stalled ranks, on the console and in
 
   auto doc = parse_json(format_results_json(s));
   REQUIRE(doc.has_value());
-  CHECK(*doc->find_string("outcome") == "stalled");
-  CHECK(doc->find("stall_timeout_ms")->number == 5000);
-  CHECK(doc->find("timeout_ms")->is_null());
-  const auto& ranks = doc->find("ranks")->array;
+  CHECK(doc->at("outcome") == "stalled");
+  CHECK(doc->at("stall_timeout_ms") == 5000);
+  CHECK(doc->at("timeout_ms").is_null());
+  const auto& ranks = doc->at("ranks");
   REQUIRE(ranks.size() == 4);
-  CHECK(ranks[0].find("stalled")->boolean == false);
-  CHECK(ranks[0].find("silent_ms")->number == 300);
-  CHECK(ranks[1].find("stalled")->boolean == true);
-  CHECK(ranks[1].find("suspended")->boolean == true);
-  CHECK(ranks[1].find("silent_ms")->number == 5040);
-  CHECK(ranks[2].find("suspended")->boolean == false);
+  CHECK(ranks[0].at("stalled") == false);
+  CHECK(ranks[0].at("silent_ms") == 300);
+  CHECK(ranks[1].at("stalled") == true);
+  CHECK(ranks[1].at("suspended") == true);
+  CHECK(ranks[1].at("silent_ms") == 5040);
+  CHECK(ranks[2].at("suspended") == false);
 }
 
 TEST_CASE("result: a step flowrun stopped because it could not write a log says so", "[result]") {
@@ -611,7 +611,9 @@ TEST_CASE("result: results.json of a failed parallel step", "[result]") {
   "duration_ms": 1338,
   "restarts": 0,
   "culprit_rank": 1,
-  "notes": ["a \"quoted\" note"],
+  "notes": [
+    "a \"quoted\" note"
+  ],
   "ranks": [
     )" + worker0 + ",\n    " + worker1 +
                                R"(
@@ -652,35 +654,35 @@ TEST_CASE("result: results.json of a plain step, a spawn failure and restarts", 
 
   auto doc = parse_json(format_results_json(s));
   REQUIRE(doc.has_value());
-  CHECK(doc->find("parallel")->boolean == false);
-  CHECK(doc->find("timeout_ms")->is_null());
-  CHECK(doc->find("start")->is_null());
-  CHECK(doc->find("duration_ms")->is_null());
-  CHECK(doc->find("restarts")->number == 1);
-  CHECK(doc->find("culprit_rank")->is_null());
-  CHECK(doc->find("notes")->array.empty());
-  REQUIRE(doc->find("attempts")->array.size() == 2);
-  CHECK(doc->find("attempts")->array[1].find("restart_count")->number == 1);
-  REQUIRE(doc->find("ranks")->array.size() == 1);
-  const JsonValue& r = doc->find("ranks")->array[0];
-  CHECK(r.find("rank")->is_null());
-  CHECK(r.find("pid")->is_null());
-  CHECK(*r.find_string("status") == "spawn_failed");
-  CHECK(r.find("exit_code")->is_null());
-  CHECK(r.find("signal")->is_null());
-  CHECK(*r.find_string("spawn_error") == "python4: No such file or directory");
-  CHECK(r.find("shell_code")->number == 127);
-  CHECK(*r.find_string("role") == "culprit");
-  CHECK(r.find("end")->is_null());
-  CHECK(r.find("stdout_log")->is_null());
-  CHECK(r.find("error_file")->is_null());
+  CHECK(doc->at("parallel") == false);
+  CHECK(doc->at("timeout_ms").is_null());
+  CHECK(doc->at("start").is_null());
+  CHECK(doc->at("duration_ms").is_null());
+  CHECK(doc->at("restarts") == 1);
+  CHECK(doc->at("culprit_rank").is_null());
+  CHECK(doc->at("notes").empty());
+  REQUIRE(doc->at("attempts").size() == 2);
+  CHECK(doc->at("attempts")[1].at("restart_count") == 1);
+  REQUIRE(doc->at("ranks").size() == 1);
+  const Json& r = doc->at("ranks")[0];
+  CHECK(r.at("rank").is_null());
+  CHECK(r.at("pid").is_null());
+  CHECK(r.at("status") == "spawn_failed");
+  CHECK(r.at("exit_code").is_null());
+  CHECK(r.at("signal").is_null());
+  CHECK(r.at("spawn_error") == "python4: No such file or directory");
+  CHECK(r.at("shell_code") == 127);
+  CHECK(r.at("role") == "culprit");
+  CHECK(r.at("end").is_null());
+  CHECK(r.at("stdout_log").is_null());
+  CHECK(r.at("error_file").is_null());
 
   StepRecord empty;
   empty.step = "x";
   auto none = parse_json(format_results_json(empty));
   REQUIRE(none.has_value());
-  CHECK(none->find("ranks")->array.empty());
-  CHECK(none->find("restarts")->number == 0);
+  CHECK(none->at("ranks").empty());
+  CHECK(none->at("restarts") == 0);
 }
 
 TEST_CASE("result: error files from torch's @record", "[result]") {

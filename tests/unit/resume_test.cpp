@@ -237,7 +237,10 @@ TEST_CASE("run.json is written in a fixed shape and read back", "[resume]") {
   "flow": "flow",
   "spec": "/w/flow.yaml",
   "spec_dir": "/w",
-  "args": ["--lr", "0.1"],
+  "args": [
+    "--lr",
+    "0.1"
+  ],
   "cpus": 2,
   "fake_gpus": null,
   "python": null,
@@ -352,7 +355,7 @@ TEST_CASE("reuse_step copies results.json with a mark and hard-links the outputs
   CHECK(reuse_step(*s.find_step("prepare"), from, layout) ==
         "flowrun: step 'prepare' reused from run old (succeeded at 2026-11-29T17:10:50.000Z)");
   CHECK(read(layout.run_dir + "/prepare/results.json") ==
-        "{\"end\": \"2026-11-29T17:10:50.000Z\",\n  \"reused_from\": {\n    \"run_id\": \"old\",\n"
+        "{\n  \"end\": \"2026-11-29T17:10:50.000Z\",\n  \"reused_from\": {\n    \"run_id\": \"old\",\n"
         "    \"run_dir\": \"" +
             old_dir + "\"\n  }\n}\n");
   CHECK_FALSE(fs::exists(layout.run_dir + "/prepare/outputs"));

@@ -1,45 +1,49 @@
-// A small streaming JSON writer: two-space indentation, keys in the order
-// written. Enough for flowrun's reports; not a general JSON library.
+// flowrun's JSON house rules on top of nlohmann::ordered_json: how every
+// document flowrun writes is laid out, and how files other programs wrote
+// (torch's error files) or an older flowrun wrote are read.
 #pragma once
 
-#include <cstdint>
+#include <nlohmann/json.hpp>
+#include <optional>
 #include <string>
 #include <string_view>
-#include <vector>
 
 namespace flowrun {
 
-class JsonWriter {
- public:
-  JsonWriter& begin_object();
-  JsonWriter& end_object();
-  JsonWriter& begin_array();
-  JsonWriter& end_array();
-  JsonWriter& key(std::string_view name);
-  JsonWriter& value(std::string_view text);
-  JsonWriter& value(const char* text) { return value(std::string_view(text)); }
-  JsonWriter& value(std::int64_t number);
-  JsonWriter& value(int number) { return value(static_cast<std::int64_t>(number)); }
-  JsonWriter& value(std::uint64_t number);
-  JsonWriter& value(bool flag);
-  JsonWriter& null();
-  // An array of strings or of ints on one call.
-  JsonWriter& strings(const std::vector<std::string>& items);
-  JsonWriter& ints(const std::vector<int>& items);
+// Objects keep their keys in the order they were added or read.
+using Json = nlohmann::ordered_json;
 
-  // The document, ending in a newline.
-  std::string str() const { return out_ + "\n"; }
+// Arrays and objects nested deeper than this are refused ("[[[...]]]").
+inline constexpr int kMaxJsonDepth = 64;
 
- private:
-  void before_value();
-  void close(char bracket);
-  struct Level {
-    bool empty = true;
-    bool is_object = false;
-  };
-  std::string out_;
-  std::vector<Level> stack_;
-  bool after_key_ = false;
-};
+// Parses one JSON document (surrounding whitespace allowed, a leading UTF-8
+// byte order mark skipped). RFC 8259 and nothing looser: no comments, no
+// trailing commas, no NaN/Infinity. Bad input of any kind gives nullopt,
+// never an exception and never a crash; nesting deeper than kMaxJsonDepth is
+// refused.
+// - Duplicate keys: the last one wins, as in Python's json module (at the
+//   place of the first).
+// - Strings are UTF-8: a lone surrogate in a \u escape (which Python writes
+//   for undecodable bytes) and a raw byte that is not UTF-8 become U+FFFD.
+// - Integers that fit 64 bits stay integers (signed, or unsigned above
+//   INT64_MAX); others are doubles, losing precision beyond 2^53. A number
+//   too large for a double is refused (Python writes those as Infinity,
+//   which is not JSON either); one too small becomes 0.
+std::optional<Json> parse_json(std::string_view text);
+
+// The document as flowrun writes every JSON file: two-space indentation, one
+// array element or object member a line, ending in a newline. Strings that
+// are not valid UTF-8 (a worker's output can be anything) get U+FFFD for the
+// bad bytes instead of an exception.
+std::string to_document(const Json& doc);
+
+// The member `key` of `object`; nullptr when `object` is not an object or has
+// no such member.
+const Json* find(const Json& object, std::string_view key);
+// The member `key` when it is a string, else nullptr.
+const std::string* find_string(const Json& object, std::string_view key);
+// The member `key` when it is an integer within an int's range ("3", not
+// "3.0"), else nullopt.
+std::optional<int> find_int(const Json& object, std::string_view key);
 
 }  // namespace flowrun

@@ -13,6 +13,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <nlohmann/json_fwd.hpp>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -21,8 +22,6 @@
 #include "flowrun/util.h"
 
 namespace flowrun {
-
-class JsonWriter;
 
 // What NVML says about a GPU beyond its identity, asked only by the topology
 // probe (`flowrun doctor`); zero or empty when not asked or not reported.
@@ -150,10 +149,10 @@ std::unique_ptr<GpuProbe> make_probe(const EnvMap& env, int fake_gpus, bool topo
 // "X", "NV18", "PIX", "PXB", "PHB", "NODE", "SYS" as nvidia-smi prints them; "?" unknown.
 std::string gpu_link_name(const GpuLink& link);
 
-// Writes the fields that name a GPU, in every JSON flowrun prints about one
+// The fields that name a GPU, in every JSON flowrun prints about one
 // (`flowrun gpus --json`, the doctor's facts): index, name, uuid,
-// memory_bytes, pci_bus_id. The object is open; the caller adds its own.
-void write_gpu_identity(JsonWriter& json, const Gpu& gpu);
+// memory_bytes, pci_bus_id. An object the caller adds its own to.
+nlohmann::ordered_json gpu_identity(const Gpu& gpu);
 
 // The inverse of gpu_link_name(); nullopt for anything else.
 std::optional<GpuLink> parse_gpu_link(std::string_view name);
