@@ -127,7 +127,7 @@ std::string keep_attempt(const std::string& rank_dir, int attempt) {
     fail(rank_dir);
   }
   UniqueFd into;
-  for (const char* entry : {"stdout.log", "stderr.log", "error.json", "out"}) {
+  for (const char* entry : {"stdout.log", "stderr.log", "error.json", "end.json", "out"}) {
     struct stat st {};
     if (fstatat(dir.get(), entry, &st, AT_SYMLINK_NOFOLLOW) != 0) continue;
     if (!into) {

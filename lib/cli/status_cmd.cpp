@@ -3,7 +3,9 @@
 // on (from another terminal) or after it ended. Nothing is asked of the
 // flowrun that runs it: run.json says each step's state (rewritten as each
 // step starts and ends), plan.json each rank's node, the log files' times the
-// last output, a step's results.json how each rank ended.
+// last output, a rank's end.json how it ended (written the moment flowrun
+// learns it, while its peers may still run), a step's results.json how each
+// rank ended once the step did.
 #include <CLI/CLI.hpp>
 #include <algorithm>
 #include <fmt/format.h>
@@ -27,11 +29,28 @@ struct StatusRow {
   std::string step, rank, state, node, last;
 };
 
-// How a rank ended, as a step's results.json says it: "exited 0",
-// "exited 3", "SIGKILL", "lost", ...; each by its rank.
+// How a rank ended, as a worker of results.json or end.json says it:
+// "exited 0", "exited 3", "SIGKILL", "lost", ...
 struct RankEnd {
+  int rank = -1;
   std::string state, node;
 };
+RankEnd rank_end(const Json& w) {
+  const std::string* status = find_string(w, "status");
+  RankEnd end;
+  end.rank = find_int(w, "rank").value_or(-1);
+  end.state = status != nullptr ? *status : "?";
+  if (end.state == "exited") {
+    const auto code = find_int(w, "exit_code");
+    end.state = code ? fmt::format("exited {}", *code) : "exited";
+  } else if (end.state == "signaled") {
+    if (const std::string* sig = find_string(w, "signal")) end.state = *sig;
+  }
+  if (const std::string* node = find_string(w, "node")) end.node = *node;
+  return end;
+}
+
+// Each rank's end, by rank, from a finished step's results.json.
 std::map<int, RankEnd> rank_ends(const std::string& step_dir) {
   std::map<int, RankEnd> ends;
   const auto text = try_read_file(step_dir + "/results.json", 16 << 20);
@@ -39,20 +58,22 @@ std::map<int, RankEnd> rank_ends(const std::string& step_dir) {
   const Json* ranks = doc ? find(*doc, "ranks") : nullptr;
   if (ranks == nullptr || !ranks->is_array()) return ends;
   for (const auto& w : *ranks) {
-    const std::string* status = find_string(w, "status");
-    const int r = find_int(w, "rank").value_or(-1);
-    RankEnd end;
-    end.state = status != nullptr ? *status : "?";
-    if (end.state == "exited") {
-      const auto code = find_int(w, "exit_code");
-      end.state = code ? fmt::format("exited {}", *code) : "exited";
-    } else if (end.state == "signaled") {
-      if (const std::string* sig = find_string(w, "signal")) end.state = *sig;
-    }
-    if (const std::string* node = find_string(w, "node")) end.node = *node;
-    ends[r] = end;
+    RankEnd end = rank_end(w);
+    ends[end.rank] = std::move(end);
   }
   return ends;
+}
+
+// The end of a rank of a running step, from its end.json; nullopt while it
+// runs (or when the file is not one flowrun wrote for this rank).
+std::optional<RankEnd> live_rank_end(const std::string& rank_dir, int rank) {
+  const auto text = try_read_file(rank_dir + "/end.json", 1 << 20);
+  const auto doc = text ? parse_json(*text) : std::nullopt;
+  const Json* worker = doc ? find(*doc, "worker") : nullptr;
+  if (worker == nullptr || !worker->is_object()) return std::nullopt;
+  RankEnd end = rank_end(*worker);
+  if (end.rank != rank) return std::nullopt;
+  return end;
 }
 
 // "0.4s ago" since the later of the two logs in `dir` last changed; "-"
@@ -78,9 +99,15 @@ std::vector<StatusRow> status_rows(const std::string& run_dir, const RunRecord& 
       const std::string dir = fmt::format("{}/rank{}", step_dir, rank);
       StatusRow row{step, std::to_string(rank), "", planned.hosts[i], last_output(dir, now)};
       if (row.node.empty()) row.node = planned.nodes[i] >= 0 ? fmt::format("node{}", planned.nodes[i]) : "-";
-      if (auto end = ends.find(rank); end != ends.end()) {
-        row.state = end->second.state;
-        if (!end->second.node.empty()) row.node = end->second.node;
+      std::optional<RankEnd> end;
+      if (auto found = ends.find(rank); found != ends.end()) {
+        end = found->second;
+      } else if (state == "running") {
+        end = live_rank_end(dir, rank);
+      }
+      if (end) {
+        row.state = end->state;
+        if (!end->node.empty()) row.node = end->node;
       } else {
         // Live: what it has done so far is in its log files.
         row.state = state == "running" ? (row.last == "-" ? "starting" : "running") : state;
@@ -123,7 +150,7 @@ const char* kStatusFooter =
 For a run in progress, from any terminal: each step's state; each rank of a parallel step that
 runs, "starting" until it first writes, then "running", with the node it runs on and how long
 since it last wrote to its logs (a rank silent for long may be stuck: flowrun logs RUN --rank R).
-How each rank ended (exited N, SIGNAME, lost) shows once its step has ended.
+How a rank ended (exited N, SIGNAME, lost) shows as soon as it ends, while its peers still run.
 After the run: the final states.
 
 Example:

@@ -3,6 +3,7 @@
 #include <cerrno>
 #include <fcntl.h>
 #include <fmt/format.h>
+#include <unistd.h>
 
 #include "flowrun/beneath.h"
 #include "flowrun/files.h"
@@ -31,6 +32,11 @@ void record_exit(WorkerRecord& rec, const Exited& m) {
   rec.path_python = m.path_python;
 }
 
+// For `flowrun status`, as the head learns it (see Supervisor's note_end).
+void note_end(const RankState& r) {
+  if (!r.end_file.empty()) (void)try_write_file(r.end_file, format_rank_end_json(r.record));
+}
+
 }  // namespace
 
 RankTable::RankTable(const NodeStep& job, ConsoleBatch& batch)
@@ -57,6 +63,7 @@ const WorkerRecord* RankTable::exited(const Node& n, const Exited& m) {
   r->exited = true;
   record_exit(r->record, m);
   r->stopped = m.stopped;
+  note_end(*r);
   return &r->record;
 }
 
@@ -83,6 +90,8 @@ void RankTable::start(const LaunchContext& ctx, const NodeTable& nodes, int atte
     r.record.stdout_log = dir + "/stdout.log";
     r.record.stderr_log = dir + "/stderr.log";
     r.record.error_file = ctx.layout.error_file(plan_.step, rp.rank);
+    r.end_file = ctx.layout.end_file(plan_.step, rp.rank);
+    unlink(r.end_file.c_str());  // an earlier attempt's
     open_log(r, n);
   }
 }
@@ -103,6 +112,7 @@ void RankTable::lose(const Node& n, const std::string& why, std::int64_t now_ns)
     r.record.status.spawn_error = why;
     r.record.end_unix_ns = now_ns;
     r.stopped = false;  // lost with its node, not stopped by flowrun
+    note_end(r);
   }
 }
 

@@ -24,6 +24,7 @@ struct RankState {
   bool stopped = false;
   bool exited = false;
   std::unique_ptr<RankLog> log;  // from the attempt's start
+  std::string end_file;          // its end.json, written when it ends (RunLayout::end_file)
 };
 
 class RankTable {

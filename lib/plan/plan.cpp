@@ -470,6 +470,10 @@ std::string RunLayout::output_dir(const std::string& step, int rank) const {
 std::string RunLayout::error_file(const std::string& step, int rank) const {
   return rank_dir(step, rank) + "/error.json";
 }
+
+std::string RunLayout::end_file(const std::string& step, int rank) const {
+  return rank_dir(step, rank) + "/end.json";
+}
 std::string RunLayout::inputs_dir(const std::string& step) const { return step_dir(step) + "/outputs"; }
 
 std::string make_run_id(const std::string& flow_name) {

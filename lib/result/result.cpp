@@ -482,6 +482,13 @@ void assign_roles(AttemptRecord& attempt, const std::vector<int>& stopped) {
   }
 }
 
+std::string format_rank_end_json(const WorkerRecord& w) {
+  Json doc;
+  doc["format"] = 1;
+  doc["worker"] = worker_json(w);
+  return to_document(doc);
+}
+
 std::string format_results_json(const StepRecord& record) {
   Json json;
   json["format"] = 1;

@@ -66,6 +66,8 @@ AttemptResult LocalGroup::run_attempt(const Attempt& attempt) {
     launch.stderr_log = rank_dir + "/stderr.log";
     launch.error_file = ctx.layout.error_file(step.name, rank.rank);
     unlink(launch.error_file.c_str());  // a traceback from an earlier attempt is not this one's
+    launch.end_file = ctx.layout.end_file(step.name, rank.rank);
+    unlink(launch.end_file.c_str());  // nor an end
     launch.console = !job_.shows_rank || job_.shows_rank(rank.rank);
     launches.push_back(std::move(launch));
   }

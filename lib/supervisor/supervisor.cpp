@@ -16,6 +16,7 @@
 #include <unistd.h>
 
 #include "flowrun/error.h"
+#include "flowrun/files.h"
 #include "flowrun/process.h"
 #include "flowrun/rank_output.h"
 #include "flowrun/util.h"
@@ -228,11 +229,19 @@ struct Supervisor::Impl {
 
   // A worker's exit, in its record now: a failure stops the group.
   void on_exit(Worker& w) {
+    note_end(w);
     const bool fails = observer != nullptr ? observer->on_exit(index_of(w), w.record) : !w.record.status.ok();
     if (fails && !stopping) {
       outcome = Outcome::failed;
       begin_stop();
     }
+  }
+
+  // For `flowrun status`, as it happens. A file that cannot be written costs
+  // only that live view: results.json, written at the step's end, has it too.
+  static void note_end(const Worker& w) {
+    if (w.launch != nullptr && !w.launch->end_file.empty())
+      (void)try_write_file(w.launch->end_file, format_rank_end_json(w.record));
   }
 
   std::size_t index_of(const Worker& w) const { return static_cast<std::size_t>(&w - workers.data()); }
@@ -377,6 +386,7 @@ struct Supervisor::Impl {
         w.record.status.spawn_error = spawned.error;
         const std::string line = "flowrun: cannot start: " + spawned.error + "\n";
         w.log->keep(true, line);
+        note_end(w);
         if (observer != nullptr) {
           observer->on_output(i, true, line);
           observer->on_exit(i, w.record);

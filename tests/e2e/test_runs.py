@@ -34,7 +34,8 @@ steps:
 """
 
 # One 2-rank step that waits: each rank writes, marks that it started, and
-# waits for go.flag (at most a minute) before it writes once more.
+# waits for go.flag, or go.RANK for it alone (at most a minute), before it
+# writes once more.
 LIVE = """name: live
 steps:
   - name: train
@@ -42,7 +43,7 @@ steps:
     run: |
       echo "hello from rank $RANK"
       touch "started-$RANK"
-      for i in $(seq 3000); do test -f go.flag && break; sleep 0.02; done
+      for i in $(seq 3000); do test -f go.flag -o -f "go.$RANK" && break; sleep 0.02; done
       echo "bye from rank $RANK"
     parallel: {}
 """
@@ -213,6 +214,15 @@ class TestRuns(E2E):
             for r in (0, 1):
                 self.check(re.search(rf"^  train\s+{r}\s+running\s+host-a\s+\d+(\.\d)?s ago$", p.stdout, re.M),
                            f"status live: rank {r} running on host-a, with its last output", p.stdout)
+            # Rank 1 ends first: status says so while rank 0 still runs.
+            open(os.path.join(d, "go.1"), "w").close()
+            if not self.wait_for("live: rank 1's end recorded", [os.path.join(runs, "latest", "train", "rank1",
+                                                                              "end.json")], flow):
+                return
+            p = self.call("status one ended", d, "status", "latest")
+            self.check(re.search(r"^  train\s+1\s+exited 0\s+host-a\s", p.stdout, re.M)
+                       and re.search(r"^  train\s+0\s+running\s+host-a\s", p.stdout, re.M),
+                       "status live: rank 1 exited 0 while rank 0 still runs", p.stdout)
             follower = subprocess.Popen([self.flowrun, "logs", "latest", "--rank", "1", "-f"], cwd=d, env=env,
                                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
             open(os.path.join(d, "go.flag"), "w").close()
@@ -236,7 +246,7 @@ class TestRuns(E2E):
         from flowrun_testlib.nodes import HOST, Nodes, sh_yaml, spec_text
         spec = spec_text("status-nodes", sh_yaml(
             'echo "hello from rank $RANK"; touch "started.$RANK"; '
-            'for i in $(seq 3000); do test -f go.flag && break; sleep 0.02; done'))
+            'for i in $(seq 3000); do test -f go.flag -o -f "go.$RANK" && break; sleep 0.02; done'))
         n = Nodes(self, "nodes", spec)
         self.open.append(n)
         if not n.begin("two nodes"):
@@ -254,6 +264,15 @@ class TestRuns(E2E):
         for r in range(4):
             self.check(re.search(rf"^  train\s+{r}\s+running\s+node{r // 2}\s+\d+(\.\d)?s ago$", p.stdout, re.M),
                        f"two nodes: rank {r} running on node {r // 2} (as planned), with its last output", p.stdout)
+        # Rank 3 (node 1) ends first: its end shows while the others run.
+        open(os.path.join(n.dir, "go.3"), "w").close()
+        if not self.wait_for("two nodes: rank 3's end recorded by the head",
+                             [os.path.join(n.run_dir, "train", "rank3", "end.json")], n.head):
+            return
+        p = self.call("status two nodes, rank 3 ended", n.dir, "status", n.run_dir)
+        self.check(re.search(rf"^  train\s+3\s+exited 0\s+{re.escape(HOST)}\s", p.stdout, re.M)
+                   and re.search(r"^  train\s+0\s+running\s+node0\s", p.stdout, re.M),
+                   "two nodes: rank 3's exit shows as soon as the head learns it, rank 0 still runs", p.stdout)
         open(os.path.join(n.dir, "go.flag"), "w").close()
         rc = n.finish("two nodes")
         self.check(rc == 0, "two nodes: the flow succeeds", n.detail())

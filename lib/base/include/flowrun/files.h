@@ -14,7 +14,7 @@ namespace flowrun {
 void make_dirs(const std::string& path, mode_t mode = 0755);
 
 // Before a restart: moves what the failed attempt left in a rank's directory
-// (stdout.log, stderr.log, error.json and out/) into <rank_dir>/attemptN/, so
+// (stdout.log, stderr.log, error.json, end.json and out/) into <rank_dir>/attemptN/, so
 // that the next attempt starts with an empty FLOWRUN_OUTPUT_DIR (nothing of the
 // failed attempt is collected) and nothing of the failed attempt is lost.
 // Returns the directory it made (empty when there was nothing to keep); throws

@@ -61,6 +61,9 @@ struct WorkerLaunch {
   std::string stdout_log;  // raw copies of everything it writes
   std::string stderr_log;
   std::string error_file;  // TORCHELASTIC_ERROR_FILE, for the report
+  // Where its end is written as it ends (format_rank_end_json), for `flowrun
+  // status` while the others run; empty: nowhere.
+  std::string end_file;
   bool console = true;     // shown on flowrun's console (logs always go to files)
   std::string label;       // console tag instead of "<step> r<rank>" ("node2 agent"); empty: default
   std::string stdin_text;  // written to its stdin, which is then closed; empty: /dev/null
