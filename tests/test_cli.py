@@ -5,6 +5,7 @@ options in every position, the environment variables it reads.
 """
 import json
 import os
+import re
 import shutil
 
 import pytest
@@ -41,9 +42,25 @@ def test_hostname(fr, check, quickstart):
             "without FLOWRUN_HOSTNAME the host is named by gethostname()", r.stdout)
 
 
-def test_version(fr, check):
-    r = fr("--version")
-    check(r.returncode == 0 and r.stdout == "flowrun 0.1.0\n", "--version", r.stdout + r.stderr)
+def test_version(fr, check, repo_root):
+    with open(os.path.join(repo_root, "lib", "protocol", "include", "flowrun", "protocol.h")) as f:
+        protocol = re.search(r"kProtocolVersion = (\d+);", f.read()).group(1)
+    for args in (["--version"], ["run", "--version"]):
+        r = fr(*args)
+        check(r.returncode == 0 and re.fullmatch(rf"flowrun 0\.1\.0 \(commit ([\w.-]+), protocol {protocol}\)\n", r.stdout),
+              f"{' '.join(args)}: the version, the commit and the protocol", r.stdout + r.stderr)
+
+
+# Every --help, and the width none of their lines may pass (lib/cli/commands.h, kHelpWidth).
+HELPS = ["", "run", "init", "resume", "doctor", "runs", "logs", "status", "validate", "plan", "gpus", "agent"]
+
+
+def test_help_width(fr, check):
+    for sub in HELPS:
+        r = fr(*([sub] if sub else []), "--help")
+        wide = [line for line in r.stdout.splitlines() if len(line) > 100]
+        check(r.returncode == 0 and r.stdout and not wide, f"flowrun {sub + ' ' if sub else ''}--help: at most 100 columns",
+              "\n".join(wide) or r.stdout + r.stderr)
 
 
 def test_help(fr, check):

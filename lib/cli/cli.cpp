@@ -18,7 +18,6 @@
 #include "flowrun/report.h"
 #include "flowrun/slurm.h"
 #include "flowrun/spec.h"
-#include "flowrun/version.h"
 
 #include "commands.h"
 #include "summary.h"
@@ -83,6 +82,7 @@ int fake_gpus_from_env(int fake_gpus, const EnvMap& env) {
 }
 
 std::optional<int> parse_subcommand(CLI::App& app, const std::string& name, int argc, char** argv) {
+  use_help_format(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& e) {
@@ -281,8 +281,9 @@ int run_cli(int argc, char** argv) {
       "GPUs or, when a step needs more, across nodes. Workers get torchrun's environment, so scripts\n"
       "run unchanged.",
       "flowrun"};
+  use_help_format(app);
   app.footer(kFooter);
-  app.set_version_flag("--version", std::string("flowrun ") + FLOWRUN_VERSION);
+  app.set_version_flag("--version", version_line());
   app.require_subcommand(0, 1);
   app.fallthrough();
   add_host_options(app, options);

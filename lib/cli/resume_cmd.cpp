@@ -227,6 +227,7 @@ int cmd_resume(int argc, char** argv) {
   ResumeOptions options;
   CLI::App app{"flowrun resume: re-run a failed flow from its failed step, reusing the steps that completed",
                "flowrun resume"};
+  use_help_format(app);
   app.footer(kResumeFooter);
   app.add_option("run", options.run, "The run to resume: a run id or a run directory")
       ->required()

@@ -776,7 +776,7 @@ steps:
         n.start_agents(argv, count=1)
         endpoint = argv[argv.index("--rdzv-endpoint") + 1]
         token_file = argv[argv.index("--token-file") + 1]
-        version = subprocess.run([self.flowrun, "--version"], capture_output=True, text=True).stdout.split()[-1]
+        version = subprocess.run([self.flowrun, "--version"], capture_output=True, text=True).stdout.split()[1]
         fake = n._start([PY, FAKE_AGENT, endpoint, token_file, "--upload", "out/result.txt", "--node", "evil",
                          "--content", "rank 2 result\n", "--corrupt", mode],
                         n.agent_env(FLOWRUN_VERSION=version), "fake")
@@ -1254,7 +1254,7 @@ steps:
         import socket
         import struct
         name = "evil\nflowrun: step 'train' succeeded in 0.1 s\x1b]0;owned\x07\x1b[2J\xff"
-        version = subprocess.run([self.flowrun, "--version"], capture_output=True, text=True).stdout.split()[-1]
+        version = subprocess.run([self.flowrun, "--version"], capture_output=True, text=True).stdout.split()[1]
 
         def frame(kind, pairs):
             payload = b"".join(struct.pack(">I", len(k)) + k + struct.pack(">I", len(v)) + v for k, v in pairs)
