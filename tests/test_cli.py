@@ -63,6 +63,24 @@ def test_help_width(fr, check):
               "\n".join(wide) or r.stdout + r.stderr)
 
 
+def test_mistyped_command(fr, check, scratch):
+    for args, word, meant in ((["rnu", "train.py"], "rnu", "run"), (["stauts", "latest"], "stauts", "status"),
+                              (["--cpus", "2", "vaildate", "x.yaml"], "vaildate", "validate")):
+        r = fr(*args, "--summary-json", "summary.json")
+        with open(os.path.join(scratch, "summary.json")) as f:
+            summary = json.load(f)
+        check(r.returncode == 2 and r.stderr.startswith(
+            f"flowrun: error: unknown command '{word}'; did you mean '{meant}'?\n"),
+            f"flowrun {' '.join(args)}: did you mean '{meant}'", r.stderr)
+        check(summary["state"] == "usage_error" and summary["error"].startswith(f"unknown command '{word}'"),
+              f"flowrun {' '.join(args)}: the summary says so", json.dumps(summary))
+    # A file of that name, or a word that names a spec, is a spec.
+    open(os.path.join(scratch, "rnu"), "w").close()
+    for word in ("rnu", "rnu.yaml", "./stauts"):
+        r = fr(word)
+        check(r.returncode == 2 and "did you mean" not in r.stderr, f"flowrun {word}: read as a spec", r.stderr)
+
+
 def test_help(fr, check):
     r = fr("--help")
     check(r.returncode == 0 and all(w in r.stdout for w in ("validate", "plan", "gpus", "Examples:",

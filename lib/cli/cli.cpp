@@ -239,6 +239,33 @@ void add_host_options(CLI::App& app, Options& options) {
       ->type_name("N");
 }
 
+// The first word of `words` that is not an option or an option's value.
+std::string first_word(const std::vector<std::string>& words, const CLI::App& app) {
+  for (std::size_t i = 0; i < words.size(); ++i) {
+    const std::string& word = words[i];
+    if (word.empty() || word[0] != '-') return word;
+    const CLI::Option* option = word.find('=') == std::string::npos ? app.get_option_no_throw(word) : nullptr;
+    if (option != nullptr && option->get_expected_min() > 0) ++i;  // its value
+  }
+  return {};
+}
+
+// The subcommand that the command line's first word is likely a typo of
+// (flowrun rnu train.py), when that word cannot be the spec it would
+// otherwise be read as: no file of that name, no '/', no .yaml or .yml.
+std::optional<std::string> mistyped_command(const std::vector<std::string>& words, const CLI::App& app) {
+  const std::string word = first_word(words, app);
+  if (word.empty() || word.find('/') != std::string::npos || word.ends_with(".yaml") ||
+      word.ends_with(".yml") || access(word.c_str(), F_OK) == 0)
+    return std::nullopt;
+  std::vector<std::string> names;
+  for (const auto* sub : app.get_subcommands({})) names.push_back(sub->get_name());
+  if (std::find(names.begin(), names.end(), word) != names.end()) return std::nullopt;
+  auto close = closest_match(word, names);
+  if (close) *close = "unknown command '" + word + "'; did you mean '" + *close + "'?";
+  return close;
+}
+
 const char* kFooter = R"(Examples:
   flowrun train.yaml                 run the flow: every step, the parallel ones on every GPU, then the join
   flowrun run --nproc-per-node 4 train.py   torchrun's command line (flowrun run --help)
@@ -402,6 +429,8 @@ int run_cli(int argc, char** argv) {
   auto usage = [&](const std::string& message) {
     return report_with_summary(early, [&](SummaryTarget&) -> int { throw Error(message, kExitUsage); });
   };
+  if (auto mistyped = mistyped_command(words, app))
+    return usage(*mistyped + "\nRun 'flowrun --help' for usage.");
   try {
     app.parse(ours, argv);
   } catch (const CLI::CallForHelp& e) {
