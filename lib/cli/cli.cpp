@@ -280,10 +280,11 @@ const char* kFooter = R"(Examples:
   flowrun validate train.yaml        check the spec; every problem as FILE:LINE:COL
   flowrun gpus                       the GPUs this host may use (CUDA_VISIBLE_DEVICES, Slurm)
   flowrun plan train.yaml --cpus 2   plan on 2 CPU workers, for a host without GPUs
-  flowrun train.yaml --summary-json summary.json   for CI: how the run ended, the culprit rank, its log
+  flowrun train.yaml --summary-json s.json   for CI: how the run ended, the culprit rank, its log
 
 Exit codes: 0 ok, 2 bad command line, bad spec or a plan this host cannot run; a failed step passes
-on its culprit's code, which may be 2 as well: the summary's state tells which (docs/cli.md, For CI).
+on its culprit's code, which may be 2 as well: the summary's state tells which (docs/cli.md,
+For CI).
 Docs: docs/quickstart.md, docs/spec.md (the spec), docs/plan.md (how flowrun decides), docs/cli.md.)";
 
 }  // namespace
