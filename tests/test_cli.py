@@ -5,6 +5,7 @@ options in every position, the environment variables it reads.
 """
 import json
 import os
+import re
 import shutil
 
 import pytest
@@ -41,9 +42,43 @@ def test_hostname(fr, check, quickstart):
             "without FLOWRUN_HOSTNAME the host is named by gethostname()", r.stdout)
 
 
-def test_version(fr, check):
-    r = fr("--version")
-    check(r.returncode == 0 and r.stdout == "flowrun 0.1.0\n", "--version", r.stdout + r.stderr)
+def test_version(fr, check, repo_root):
+    with open(os.path.join(repo_root, "lib", "protocol", "include", "flowrun", "protocol.h")) as f:
+        protocol = re.search(r"kProtocolVersion = (\d+);", f.read()).group(1)
+    for args in (["--version"], ["run", "--version"]):
+        r = fr(*args)
+        check(r.returncode == 0 and re.fullmatch(rf"flowrun 0\.1\.0 \(commit ([\w.-]+), protocol {protocol}\)\n", r.stdout),
+              f"{' '.join(args)}: the version, the commit and the protocol", r.stdout + r.stderr)
+
+
+# Every --help, and the width none of their lines may pass (lib/cli/commands.h, kHelpWidth).
+HELPS = ["", "run", "init", "resume", "doctor", "runs", "logs", "status", "validate", "plan", "gpus", "agent"]
+
+
+def test_help_width(fr, check):
+    for sub in HELPS:
+        r = fr(*([sub] if sub else []), "--help")
+        wide = [line for line in r.stdout.splitlines() if len(line) > 100]
+        check(r.returncode == 0 and r.stdout and not wide, f"flowrun {sub + ' ' if sub else ''}--help: at most 100 columns",
+              "\n".join(wide) or r.stdout + r.stderr)
+
+
+def test_mistyped_command(fr, check, scratch):
+    for args, word, meant in ((["rnu", "train.py"], "rnu", "run"), (["stauts", "latest"], "stauts", "status"),
+                              (["--cpus", "2", "vaildate", "x.yaml"], "vaildate", "validate")):
+        r = fr(*args, "--summary-json", "summary.json")
+        with open(os.path.join(scratch, "summary.json")) as f:
+            summary = json.load(f)
+        check(r.returncode == 2 and r.stderr.startswith(
+            f"flowrun: error: unknown command '{word}'; did you mean '{meant}'?\n"),
+            f"flowrun {' '.join(args)}: did you mean '{meant}'", r.stderr)
+        check(summary["state"] == "usage_error" and summary["error"].startswith(f"unknown command '{word}'"),
+              f"flowrun {' '.join(args)}: the summary says so", json.dumps(summary))
+    # A file of that name, or a word that names a spec, is a spec.
+    open(os.path.join(scratch, "rnu"), "w").close()
+    for word in ("rnu", "rnu.yaml", "./stauts"):
+        r = fr(word)
+        check(r.returncode == 2 and "did you mean" not in r.stderr, f"flowrun {word}: read as a spec", r.stderr)
 
 
 def test_help(fr, check):

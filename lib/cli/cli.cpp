@@ -18,7 +18,6 @@
 #include "flowrun/report.h"
 #include "flowrun/slurm.h"
 #include "flowrun/spec.h"
-#include "flowrun/version.h"
 
 #include "commands.h"
 #include "summary.h"
@@ -83,6 +82,7 @@ int fake_gpus_from_env(int fake_gpus, const EnvMap& env) {
 }
 
 std::optional<int> parse_subcommand(CLI::App& app, const std::string& name, int argc, char** argv) {
+  use_help_format(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& e) {
@@ -239,6 +239,33 @@ void add_host_options(CLI::App& app, Options& options) {
       ->type_name("N");
 }
 
+// The first word of `words` that is not an option or an option's value.
+std::string first_word(const std::vector<std::string>& words, const CLI::App& app) {
+  for (std::size_t i = 0; i < words.size(); ++i) {
+    const std::string& word = words[i];
+    if (word.empty() || word[0] != '-') return word;
+    const CLI::Option* option = word.find('=') == std::string::npos ? app.get_option_no_throw(word) : nullptr;
+    if (option != nullptr && option->get_expected_min() > 0) ++i;  // its value
+  }
+  return {};
+}
+
+// The subcommand that the command line's first word is likely a typo of
+// (flowrun rnu train.py), when that word cannot be the spec it would
+// otherwise be read as: no file of that name, no '/', no .yaml or .yml.
+std::optional<std::string> mistyped_command(const std::vector<std::string>& words, const CLI::App& app) {
+  const std::string word = first_word(words, app);
+  if (word.empty() || word.find('/') != std::string::npos || word.ends_with(".yaml") ||
+      word.ends_with(".yml") || access(word.c_str(), F_OK) == 0)
+    return std::nullopt;
+  std::vector<std::string> names;
+  for (const auto* sub : app.get_subcommands({})) names.push_back(sub->get_name());
+  if (std::find(names.begin(), names.end(), word) != names.end()) return std::nullopt;
+  auto close = closest_match(word, names);
+  if (close) *close = "unknown command '" + word + "'; did you mean '" + *close + "'?";
+  return close;
+}
+
 const char* kFooter = R"(Examples:
   flowrun train.yaml                 run the flow: every step, the parallel ones on every GPU, then the join
   flowrun run --nproc-per-node 4 train.py   torchrun's command line (flowrun run --help)
@@ -253,10 +280,11 @@ const char* kFooter = R"(Examples:
   flowrun validate train.yaml        check the spec; every problem as FILE:LINE:COL
   flowrun gpus                       the GPUs this host may use (CUDA_VISIBLE_DEVICES, Slurm)
   flowrun plan train.yaml --cpus 2   plan on 2 CPU workers, for a host without GPUs
-  flowrun train.yaml --summary-json summary.json   for CI: how the run ended, the culprit rank, its log
+  flowrun train.yaml --summary-json s.json   for CI: how the run ended, the culprit rank, its log
 
 Exit codes: 0 ok, 2 bad command line, bad spec or a plan this host cannot run; a failed step passes
-on its culprit's code, which may be 2 as well: the summary's state tells which (docs/cli.md, For CI).
+on its culprit's code, which may be 2 as well: the summary's state tells which (docs/cli.md,
+For CI).
 Docs: docs/quickstart.md, docs/spec.md (the spec), docs/plan.md (how flowrun decides), docs/cli.md.)";
 
 }  // namespace
@@ -281,8 +309,9 @@ int run_cli(int argc, char** argv) {
       "GPUs or, when a step needs more, across nodes. Workers get torchrun's environment, so scripts\n"
       "run unchanged.",
       "flowrun"};
+  use_help_format(app);
   app.footer(kFooter);
-  app.set_version_flag("--version", std::string("flowrun ") + FLOWRUN_VERSION);
+  app.set_version_flag("--version", version_line());
   app.require_subcommand(0, 1);
   app.fallthrough();
   add_host_options(app, options);
@@ -401,6 +430,8 @@ int run_cli(int argc, char** argv) {
   auto usage = [&](const std::string& message) {
     return report_with_summary(early, [&](SummaryTarget&) -> int { throw Error(message, kExitUsage); });
   };
+  if (auto mistyped = mistyped_command(words, app))
+    return usage(*mistyped + "\nRun 'flowrun --help' for usage.");
   try {
     app.parse(ours, argv);
   } catch (const CLI::CallForHelp& e) {

@@ -5,6 +5,7 @@
 // (docs/cli.md) and reports its errors through report_errors().
 #pragma once
 
+#include <cstddef>
 #include <functional>
 #include <optional>
 #include <string>
@@ -63,5 +64,18 @@ int report_errors(const std::function<int()>& command, std::string* message = nu
 // (exit 0); a mistake says "flowrun: error: NAME: ..." and points at
 // `flowrun NAME --help` (exit 2). nullopt: parsed, the command goes on.
 std::optional<int> parse_subcommand(CLI::App& app, const std::string& name, int argc, char** argv);
+
+// The widest line of any --help (tests/test_cli.py checks every one).
+inline constexpr std::size_t kHelpWidth = 100;
+
+// Gives `app` (and the subcommands added to it afterwards) flowrun's --help
+// layout (lib/cli/help.cpp): CLI11's sections, every line wrapped at
+// kHelpWidth, one spelling of each option. `usage`, when given, replaces
+// CLI11's one-line "Usage: ..." (flowrun run has four forms).
+void use_help_format(CLI::App& app, std::string usage = {});
+
+// What --version prints: "flowrun 0.1.0 (commit 1a2b3c4, protocol 5)"
+// (lib/cli/version.cpp); "commit unknown" in a build from outside a git checkout.
+std::string version_line();
 
 }  // namespace flowrun

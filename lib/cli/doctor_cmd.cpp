@@ -118,11 +118,9 @@ int run_doctor(const DoctorCommand& command) {
 int cmd_doctor(int argc, char** argv) {
   DoctorCommand command;
   CLI::App app{
-      "Check this host's GPUs, driver, CUDA runtime and NCCL before a job spends GPU time: the inventory and "
-      "how\n"
-      "the GPUs are linked (NVML), then an NCCL all-reduce across them timed as nccl-tests does, judged "
-      "against\n"
-      "what such links reach.",
+      "Check this host's GPUs, driver, CUDA runtime and NCCL before a job spends GPU time: the inventory\n"
+      "and how the GPUs are linked (NVML), then an NCCL all-reduce across them timed as nccl-tests does,\n"
+      "judged against what such links reach.",
       "flowrun doctor"};
   app.add_flag("--json", command.json, "Print the facts and the verdict as JSON");
   app.add_option("--fake-gpus", command.options.fake_gpus,

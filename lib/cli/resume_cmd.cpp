@@ -40,11 +40,11 @@ struct ResumeOptions {
 
 const char* kResumeFooter =
     R"(RUN is a run id (looked up in ./.flowrun/runs and the same place in the directories above),
-latest (the newest run there) or a run directory. The new run has its own id and directory. A step is taken from RUN, not run,
-when it succeeded there, its definition in the spec is unchanged, and every step it needs is
-taken too; the others run. The spec is the file RUN ran, as it is now (so a fix to it counts), or
-the copy saved in RUN's directory when that file is gone. Without -- ARGS, ${args} are RUN's.
---cpus and --fake-gpus default to what RUN used.
+latest (the newest run there) or a run directory. The new run has its own id and directory. A
+step is taken from RUN, not run, when it succeeded there, its definition in the spec is unchanged,
+and every step it needs is taken too; the others run. The spec is the file RUN ran, as it is now
+(so a fix to it counts), or the copy saved in RUN's directory when that file is gone. Without
+-- ARGS, ${args} are RUN's. --cpus and --fake-gpus default to what RUN used.
 
 Exit codes: as for flowrun SPEC; 2 when RUN cannot be resumed (not found, still running, of
 another format, nothing left to run, an unknown --from step). See docs/cli.md.)";
@@ -227,6 +227,7 @@ int cmd_resume(int argc, char** argv) {
   ResumeOptions options;
   CLI::App app{"flowrun resume: re-run a failed flow from its failed step, reusing the steps that completed",
                "flowrun resume"};
+  use_help_format(app);
   app.footer(kResumeFooter);
   app.add_option("run", options.run, "The run to resume: a run id or a run directory")
       ->required()

@@ -12,6 +12,7 @@
 // flowrun starts the other nodes itself (srun); with --rdzv-endpoint or
 // --master-addr every node runs the same command, node 0's flowrun is the head
 // and the others join it as agents (docs/migrating.md).
+#include <CLI/CLI.hpp>
 #include <algorithm>
 #include <cerrno>
 #include <charconv>
@@ -87,12 +88,19 @@ struct Request {
 
 enum class Arg { value, flag };
 
+// Which of the two commands take an option.
+enum class For { both, run, init };
+
+// One row per option: run_app() declares them to CLI11 in this order (the
+// order of --help), every long name also in torchrun's underscore spelling;
+// set_option() applies what was given.
 struct OptionDef {
   std::string_view name;  // with dashes: "nproc-per-node"
   Arg arg;
   std::string_view meta;
   std::string_view help;
-  bool init = true;  // also an option of `flowrun init`
+  For where = For::both;
+  char short_name = 0;  // 'm' for -m
 };
 
 // The order is --help's.
@@ -119,7 +127,7 @@ constexpr OptionDef kOptions[] = {
     {"redirects", Arg::value, "N",
      "1, 2 or 3: keep workers' output off the console (logs keep it); 0: show it"},
     {"local-ranks-filter", Arg::value, "LIST", "Show only these ranks on the console (0,2 or 0-3)"},
-    {"module", Arg::flag, "", "-m: run the script as a Python module (python -m MODULE)"},
+    {"module", Arg::flag, "", "Run the script as a Python module (python -m MODULE)", For::both, 'm'},
     {"no-python", Arg::flag, "", "Run the program itself, not through Python"},
     {"local-addr", Arg::value, "ADDR", "The address node 0 listens on (default: every address)"},
     {"monitor-interval", Arg::value, "S", "Accepted: flowrun learns of every exit at once, it does not poll"},
@@ -128,29 +136,34 @@ constexpr OptionDef kOptions[] = {
     {"signals-to-handle", Arg::value, "LIST",
      "Stop signals flowrun handles (default SIGTERM,SIGINT,SIGHUP,SIGQUIT); one left out is ignored. "
      "SIGUSR1 and SIGUSR2 always go on to the workers",
-     false},
+     For::run},
     {"python", Arg::value, "PY", "The Python to run the script with (default: python3 on PATH)"},
-    {"dry-run", Arg::flag, "", "Show the plan (where every rank runs, and why) and run nothing", false},
+    {"dry-run", Arg::flag, "", "Show the plan (where every rank runs, and why) and run nothing", For::run},
     {"json", Arg::flag, "", "Print the run's summary as JSON on stdout; the console's lines all go to stderr",
-     false},
+     For::run},
     {"summary-json", Arg::value, "FILE",
-     "Write the run's summary as JSON to FILE when flowrun ends, whatever the outcome (docs/cli.md)", false},
+     "Write the run's summary as JSON to FILE when flowrun ends, whatever the outcome (docs/cli.md)",
+     For::run},
     {"grace", Arg::value, "SECONDS", "Between SIGTERM and SIGKILL when workers are stopped (default 10)",
-     false},
+     For::run},
     {"timeout", Arg::value, "DURATION",
      "Stop the workers when the step runs longer than this (90, 90s, 30m, 1h30m); exit 124"},
     {"stall-timeout", Arg::value, "DURATION",
      "Stop the workers when a rank has written nothing for this long (a hang); the report names the "
      "silent ranks; exit 124"},
-    {"ranks", Arg::value, "LIST", "Ranks shown on the console (all, 0, 0,2, 0-3)", false},
-    {"color", Arg::value, "WHEN", "auto, always or never", false},
-    {"run-id", Arg::value, "ID", "Use this run id", false},
-    {"run-dir", Arg::value, "DIR", "Run directory (default: .flowrun/runs/RUN_ID)", false},
+    {"ranks", Arg::value, "LIST", "Ranks shown on the console (all, 0, 0,2, 0-3)", For::run},
+    {"color", Arg::value, "WHEN", "auto, always or never", For::run},
+    {"run-id", Arg::value, "ID", "Use this run id", For::run},
+    {"run-dir", Arg::value, "DIR", "Run directory (default: .flowrun/runs/RUN_ID)", For::run},
     {"fake-gpus", Arg::value, "N", "Pretend this host has N GPUs (dry runs, tests)"},
     {"cpus", Arg::value, "N", "N CPU workers in total instead of GPU workers"},
-    {"output", Arg::value, "FILE", "-o: the spec to write (default: SCRIPT's name with .yaml)"},
-    {"force", Arg::flag, "", "Overwrite the spec if it exists"},
+    {"output", Arg::value, "FILE", "The spec to write (default: SCRIPT's name with .yaml)", For::init, 'o'},
+    {"force", Arg::flag, "", "Overwrite the spec if it exists", For::init},
 };
+
+bool takes(const OptionDef& def, bool init) {
+  return def.where == For::both || (def.where == For::init) == init;
+}
 
 const OptionDef* find_option(std::string_view name) {
   for (const auto& def : kOptions) {
@@ -303,126 +316,167 @@ void refuse_step_options(const Request& r, const std::string& spec_path) {
   usage_error("run", message);
 }
 
+const char* kRunUsage = R"(Usage:
+  flowrun run [OPTIONS] SCRIPT.py [ARGS]      python3 SCRIPT.py ARGS on every worker
+  flowrun run [OPTIONS] -m MODULE [ARGS]      python3 -m MODULE ARGS
+  flowrun run [OPTIONS] --no-python PROG ARGS any program; also: flowrun run [OPTIONS] -- PROG ARGS
+  flowrun run [OPTIONS] SPEC.yaml [-- ARGS]   a flow spec, as `flowrun SPEC` runs it
+
+Every option has both spellings: --nproc-per-node and --nproc_per_node; --opt VALUE or --opt=VALUE.
+Options come before the script; everything after it is the script's.)";
+
+const char* kRunFooter = R"(Several nodes (--nnodes N):
+  inside a Slurm allocation (salloc, sbatch): run it once; flowrun starts the other nodes with srun.
+  anywhere else: run the same command on every node with --rdzv-endpoint HOST:PORT (or --master-addr
+  and --master-port) and --node-rank; node 0 (or the node that owns HOST) is the head. The run
+  directory must be on a filesystem that every node shares: the other nodes read the run's token
+  from it.
+
+Examples:
+  flowrun run --nproc-per-node 4 train.py --epochs 3
+  flowrun run --nproc_per_node=gpu -m mypkg.train
+  flowrun run --dry-run --nnodes 2 train.py        the plan, inside salloc -N2
+  flowrun init train.py                            the same as a spec, to add steps and a join
+
+Exit codes: as `flowrun SPEC`: 0, the failing worker's code, 124 timeout, 130/143 interrupted,
+2 bad command line (docs/cli.md). How it maps to torchrun: docs/migrating.md.)";
+
+const char* kInitUsage = R"(Usage: flowrun init [OPTIONS] SCRIPT.py [ARGS]
+
+Writes SCRIPT.yaml (or -o FILE): the one-step flow that `flowrun run` with the same options would
+run, with a join step to fill in. Refuses to overwrite a file unless --force. Every option has both
+spellings: --nproc-per-node and --nproc_per_node; --opt VALUE or --opt=VALUE.)";
+
+// CLI11's parser of `flowrun run` or `flowrun init`, from kOptions. A prefix
+// command: parsing stops at the first word that is not an option (the script,
+// -m's module, --no-python's program, `--`, a spec), and that word and the
+// rest are left in remaining(), untouched.
+struct Parser {
+  explicit Parser(bool init)
+      : app(init ? "flowrun init: write a starter spec for a script."
+                 : "flowrun run: torchrun's command line. Replace `torchrun` by `flowrun run` and keep the "
+                   "rest.",
+            init ? "flowrun init" : "flowrun run"),
+        values(std::size(kOptions)),
+        options(std::size(kOptions), nullptr) {
+    use_help_format(app, init ? kInitUsage : kRunUsage);
+    app.prefix_command();
+    app.set_version_flag("--version", version_line());
+    if (!init) app.footer(kRunFooter);
+    for (std::size_t i = 0; i < std::size(kOptions); ++i) {
+      const OptionDef& def = kOptions[i];
+      if (!takes(def, init)) continue;
+      std::string names = def.short_name ? std::string("-") + def.short_name + "," : std::string();
+      names += "--" + std::string(def.name);
+      if (def.name.find('-') != std::string_view::npos) {
+        std::string underscored(def.name);
+        std::replace(underscored.begin(), underscored.end(), '-', '_');
+        names += ",--" + underscored;
+      }
+      if (def.arg == Arg::flag) {
+        options[i] = app.add_flag(names)->description(std::string(def.help))->disable_flag_override();
+      } else {
+        options[i] = app.add_option(names, values[i], std::string(def.help))
+                         ->type_name(std::string(def.meta))
+                         ->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
+      }
+    }
+  }
+
+  CLI::App app;
+  std::vector<std::string> values;    // kOptions' values, by index
+  std::vector<CLI::Option*> options;  // kOptions' by index; nullptr for another command's
+};
+
+// CLI11's ArgumentMismatch said as flowrun says it: "--nproc-per-node needs
+// a value (...)" for a value option that ends the command line (where CLI11
+// finds one missing), "--standalone takes no value" for --flag=VALUE.
+[[noreturn]] void mismatch(const std::string& command, int argc, char** argv, const std::string& said) {
+  auto named = [](const OptionDef& def, std::string word) {
+    if (word.size() == 2 && word[0] == '-') return word[1] == def.short_name;
+    if (word.rfind("--", 0) != 0) return false;
+    word = word.substr(2, word.find('=') - 2);
+    std::replace(word.begin(), word.end(), '_', '-');
+    return word == def.name;
+  };
+  const std::string last = argv[argc - 1];
+  for (const auto& def : kOptions) {
+    if (def.arg == Arg::value && last.find('=') == std::string::npos && named(def, last))
+      usage_error(command, "--" + std::string(def.name) + " needs a value (" + std::string(def.meta) + ")");
+  }
+  for (int i = 1; i < argc; ++i) {
+    const std::string word = argv[i];
+    for (const auto& def : kOptions) {
+      if (def.arg == Arg::flag && word.find('=') != std::string::npos && named(def, word))
+        usage_error(command, "--" + std::string(def.name) + " takes no value");
+    }
+  }
+  usage_error(command, said);
+}
+
+// The first of the words CLI11 left, when it is an option it does not know
+// (CLI11 goes on past one): refused, with the closest of this command's.
+void refuse_unknown_option(const std::string& command, bool init, const std::string& word) {
+  if (word == "--" || word.size() < 2 || word[0] != '-') return;
+  if (word[1] != '-') usage_error(command, "unknown option '" + word + "'");
+  std::string name = word.substr(2, word.find('=') - 2);
+  std::replace(name.begin(), name.end(), '_', '-');  // torchrun's two spellings
+  std::vector<std::string> names;
+  for (const auto& def : kOptions) {
+    if (takes(def, init)) names.emplace_back(def.name);
+  }
+  std::string message = "unknown option '--" + name + "'";
+  if (auto close = closest_match(name, names)) message += "; did you mean --" + *close + "?";
+  usage_error(command, message);
+}
+
 // Reads options up to the first word that is not one; that word and
 // everything after it are what to run (or a spec and its ${args}).
-// Returns nullopt when --help was asked for.
+// Returns nullopt when --help or --version was asked for (and printed).
 std::optional<Request> parse_request(int argc, char** argv, const std::string& command) {
-  Request r;
   const bool init = command == "init";
-  int i = 1;
-  for (; i < argc; ++i) {
-    std::string arg = argv[i];
-    if (arg == "-h" || arg == "--help") return std::nullopt;
-    if (arg == "--") {
-      ++i;
-      r.no_python = true;
-      break;
-    }
-    if (arg == "-m") arg = "--module";
-    if (arg == "-o") arg = "--output";
-    if (arg.size() < 2 || arg[0] != '-') break;
-    if (arg[1] != '-') usage_error(command, "unknown option '" + arg + "'");
-    std::string name = arg.substr(2);
-    std::optional<std::string> value;
-    if (const auto eq = name.find('='); eq != std::string::npos) {
-      value = name.substr(eq + 1);
-      name.resize(eq);
-    }
-    std::replace(name.begin(), name.end(), '_', '-');  // torchrun's two spellings
-    const OptionDef* def = find_option(name);
-    if (def == nullptr || (init && !def->init)) {
-      std::vector<std::string> names;
-      for (const auto& d : kOptions) {
-        if (!init || d.init) names.emplace_back(d.name);
-      }
-      std::string message = "unknown option '--" + name + "'";
-      if (auto close = closest_match(name, names)) message += "; did you mean --" + *close + "?";
-      usage_error(command, message);
-    }
-    if (def->arg == Arg::flag) {
-      if (value) usage_error(command, "--" + name + " takes no value");
-      set_option(r, command, *def, "");
-      continue;
-    }
-    if (!value) {
-      if (i + 1 >= argc)
-        usage_error(command, "--" + name + " needs a value (" + std::string(def->meta) + ")");
-      value = argv[++i];
-    }
-    set_option(r, command, *def, *value);
+  Parser parser(init);
+  try {
+    parser.app.parse(argc, argv);
+  } catch (const CLI::CallForHelp&) {
+    std::cout << parser.app.help();
+    return std::nullopt;
+  } catch (const CLI::CallForVersion&) {
+    std::cout << version_line() << "\n";
+    return std::nullopt;
+  } catch (const CLI::ArgumentMismatch& e) {
+    mismatch(command, argc, argv, e.what());
+  } catch (const CLI::ParseError& e) {
+    usage_error(command, e.what());
   }
-  if (i >= argc)
+  std::vector<std::string> rest = parser.app.remaining();
+  if (!rest.empty()) refuse_unknown_option(command, init, rest.front());
+  Request r;
+  for (std::size_t i = 0; i < std::size(kOptions); ++i) {
+    if (parser.options[i] != nullptr && parser.options[i]->count() > 0)
+      set_option(r, command, kOptions[i], parser.values[i]);
+  }
+  if (!rest.empty() && rest.front() == "--") {
+    r.no_python = true;
+    rest.erase(rest.begin());
+  }
+  if (rest.empty())
     usage_error(command, init ? "no script given: flowrun init SCRIPT.py [torchrun options]"
                               : "nothing to run: flowrun run [options] SCRIPT.py [ARGS], -m MODULE, "
                                 "--no-python PROGRAM, -- PROGRAM, or a spec (flowrun run train.yaml)");
-  const std::string first = argv[i];
+  const std::string first = rest.front();
   if (!init && !r.module && !r.no_python && is_spec_file(first)) {
     refuse_step_options(r, first);
     r.spec_path = first;
-    for (int j = i + 1; j < argc; ++j) {
-      if (std::string_view(argv[j]) == "--" && j == i + 1) continue;
-      r.spec_args.emplace_back(argv[j]);
+    for (std::size_t j = 1; j < rest.size(); ++j) {
+      if (rest[j] == "--" && j == 1) continue;
+      r.spec_args.push_back(rest[j]);
     }
     return r;
   }
-  r.command.assign(argv + i, argv + argc);
+  r.command = std::move(rest);
   if (r.module && r.no_python) usage_error(command, "-m and --no-python do not go together");
   return r;
-}
-
-std::string help_text(const std::string& command) {
-  const bool init = command == "init";
-  std::string out;
-  if (init) {
-    out +=
-        "flowrun init: write a starter spec for a script.\n\n"
-        "Usage: flowrun init [torchrun options] SCRIPT.py [ARGS]\n\n"
-        "Writes SCRIPT.yaml (or -o FILE): the one-step flow that `flowrun run` with the same options would "
-        "run,\n"
-        "with a join step to fill in. Refuses to overwrite a file unless --force.\n\nOptions:\n";
-  } else {
-    out +=
-        "flowrun run: torchrun's command line. Replace `torchrun` by `flowrun run` and keep the rest.\n\n"
-        "Usage:\n"
-        "  flowrun run [options] SCRIPT.py [ARGS]      python3 SCRIPT.py ARGS on every worker\n"
-        "  flowrun run [options] -m MODULE [ARGS]      python3 -m MODULE ARGS\n"
-        "  flowrun run [options] --no-python PROG ARGS any program (also: flowrun run [options] -- PROG "
-        "ARGS)\n"
-        "  flowrun run [flowrun options] SPEC.yaml [-- ARGS]   a flow spec, as `flowrun SPEC` runs it\n\n"
-        "Every option has both spellings: --nproc-per-node and --nproc_per_node; --opt VALUE or "
-        "--opt=VALUE.\n"
-        "Options come before the script; everything after it is the script's.\n\nOptions:\n";
-  }
-  for (const auto& def : kOptions) {
-    if (init && !def.init) continue;
-    if (!init && (def.name == "output" || def.name == "force")) continue;
-    std::string left = "  --" + std::string(def.name);
-    if (!def.meta.empty()) left += " " + std::string(def.meta);
-    if (left.size() < 34)
-      left.resize(34, ' ');
-    else
-      left += "\n" + std::string(34, ' ');
-    out += left + std::string(def.help) + "\n";
-  }
-  if (!init) {
-    out +=
-        "\nSeveral nodes (--nnodes N):\n"
-        "  inside a Slurm allocation (salloc, sbatch): run it once; flowrun starts the other nodes with "
-        "srun.\n"
-        "  anywhere else: run the same command on every node with --rdzv-endpoint HOST:PORT (or "
-        "--master-addr\n"
-        "  and --master-port) and --node-rank; node 0 (or the node that owns HOST) is the head. The run "
-        "directory\n"
-        "  must be on a filesystem every node shares (the other nodes read the run's token from it).\n\n"
-        "Examples:\n"
-        "  flowrun run --nproc-per-node 4 train.py --epochs 3\n"
-        "  flowrun run --nproc_per_node=gpu -m mypkg.train\n"
-        "  flowrun run --dry-run --nnodes 2 train.py        the plan, inside salloc -N2\n"
-        "  flowrun init train.py                            the same as a spec, to add steps and a join\n\n"
-        "Exit codes: as `flowrun SPEC`: 0, the failing worker's code, 124 timeout, 130/143 interrupted,\n"
-        "2 bad command line (docs/cli.md). How it maps to torchrun: docs/migrating.md.\n";
-  }
-  return out;
 }
 
 // --- from a request to a spec --------------------------------------------------
@@ -947,22 +1001,14 @@ int init_request(Request& r) {
 int cmd_torchrun(int argc, char** argv) {
   return report_with_summary(summary_request(argc, argv), [&](SummaryTarget& target) -> int {
     auto request = parse_request(argc, argv, "run");
-    if (!request) {
-      std::cout << help_text("run");
-      return kExitOk;
-    }
-    return run_request(*request, target);
+    return request ? run_request(*request, target) : kExitOk;
   });
 }
 
 int cmd_init(int argc, char** argv) {
   return report_errors([&]() -> int {
     auto request = parse_request(argc, argv, "init");
-    if (!request) {
-      std::cout << help_text("init");
-      return kExitOk;
-    }
-    return init_request(*request);
+    return request ? init_request(*request) : kExitOk;
   });
 }
 

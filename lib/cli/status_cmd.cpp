@@ -155,7 +155,7 @@ After the run: the final states.
 
 Example:
   flowrun status latest
-  run quick-20261202-063308-3fa2c1 (flow quick): running, flowrun pid 4242 on host-a, 12s since it started
+  run q-20261202-063308-3fa2c1 (flow q): running, flowrun pid 4242 on host-a, 12s since it started
     step   rank  state      node    last output
     train  0     running    host-a  0.4s ago
     train  1     running    host-a  3.1s ago

@@ -60,12 +60,10 @@ bool Connection::dispatch() {
   }
   if (!open_) return false;
   if (reader_.failed()) {
-    if (refuse_other_versions_ && reader_.other_version() && !seal_) {
-      // One small write on a connection that has sent nothing: the socket's
-      // buffer takes it whole, or it is not worth waiting for.
-      const std::string refused = to_wire(encode(Refused{reader_.error()}));
-      boost::system::error_code ignored;
-      socket_.write_some(asio::buffer(refused), ignored);
+    if (on_other_version_ && reader_.other_version() && !seal_) {
+      const auto handler = on_other_version_;
+      handler(*reader_.other_version());
+      return false;
     }
     fail(reader_.error());
     return false;

@@ -39,11 +39,14 @@ class Connection : public std::enable_shared_from_this<Connection> {
   // frame goes to the new one.
   void set_handlers(FrameHandler on_frame, CloseHandler on_close);
 
-  // A peer whose frames are of another protocol version gets a refused
-  // frame of this one before the connection closes, so that its own reader
-  // refuses this side naming both versions (for the head's connections
-  // that have not shaken hands: the agent speaks first).
-  void refuse_other_versions() { refuse_other_versions_ = true; }
+  // A peer whose frames are of another protocol version goes to `handler`
+  // (with what its first frame says, FrameReader::other_version) instead of
+  // the close handler, before ciphers are set: the head's connections that
+  // have not shaken hands, where the agent speaks first. Nothing more is
+  // read; the handler answers (send_frame(refused_frame_in(...))) and closes.
+  void on_other_version(std::function<void(const OtherVersion&)> handler) {
+    on_other_version_ = std::move(handler);
+  }
 
   // The largest frame accepted from now on (see FrameReader::set_max_frame).
   void set_max_frame(std::size_t max_frame) { reader_.set_max_frame(max_frame); }
@@ -100,7 +103,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
   bool open_ = true;
   bool closing_ = false;
   bool failed_authentication_ = false;
-  bool refuse_other_versions_ = false;
+  std::function<void(const OtherVersion&)> on_other_version_;
   std::int64_t last_heard_ns_ = 0;
   std::shared_ptr<FrameHandler> on_frame_;
   std::shared_ptr<CloseHandler> on_close_;

@@ -58,7 +58,7 @@ class Dialer {
           std::this_thread::sleep_for(std::chrono::milliseconds(100));
         token_ = read_token(options_);
       }
-      reader = FrameReader("head");
+      reader = FrameReader("the head at " + head_at_);
       const Handshake outcome = handshake(*socket, reader);
       if (outcome.kind == Handshake::joined) break;
       if (outcome.kind == Handshake::refused) return std::nullopt;
@@ -263,7 +263,13 @@ class Dialer {
                         error);
           return std::move(*message);
         }
-        if (reader.failed()) throw Error(reader.error());
+        if (reader.failed()) {
+          // A head of another protocol that refused this agent in its own.
+          if (const auto& other = reader.other_version(); other && !other->reason.empty())
+            console_.message("flowrun agent: the head at " + head_at_ +
+                             " refused this agent: " + printable(other->reason));
+          throw Error(reader.error());
+        }
         const ssize_t n = ::read(socket.native_handle(), buf, sizeof buf);
         if (n < 0 && errno == EINTR) continue;
         if (n < 0) throw boost::system::system_error(errno, boost::system::system_category());

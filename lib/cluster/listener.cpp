@@ -240,8 +240,19 @@ void Listener::on_accept(asio::ip::tcp::socket socket) {
   }
   auto conn = std::make_shared<Connection>(std::move(socket), "agent at " + ip);
   conn->set_max_frame(kMaxHandshakeFrame);
-  conn->refuse_other_versions();
   auto pending = std::make_shared<Pending>();
+  conn->on_other_version([this, pending, ip](const OtherVersion& other) {
+    if (pending->settled) return;
+    pending->node = other.node;
+    refuse(*pending, ip,
+           fmt::format("it speaks protocol {}{}, the head speaks protocol {} (flowrun {}): run the same "
+                       "flowrun version on every node",
+                       other.protocol,
+                       other.flowrun.empty() ? "" : " (flowrun " + printable(other.flowrun) + ")",
+                       kProtocolVersion, FLOWRUN_VERSION),
+           static_cast<std::uint8_t>(other.protocol));
+    after_settle();
+  });
   pending->conn = conn;
   pending->ip = ip;
   pending->via = via;
@@ -393,7 +404,8 @@ void Listener::close_pending() {
   if (room_timer_) room_timer_->cancel();
 }
 
-void Listener::refuse(Pending& p, const std::string& ip, const std::string& reason) {
+void Listener::refuse(Pending& p, const std::string& ip, const std::string& reason,
+                      std::optional<std::uint8_t> version) {
   settle(p);
   if (!p.authenticated) note_stranger(ip);
   // A peer that never said hello gets a line, up to a point: one that
@@ -408,7 +420,10 @@ void Listener::refuse(Pending& p, const std::string& ip, const std::string& reas
     console_.message(fmt::format("flowrun: step '{}': refused an agent from {}{}: {}", step_, ip,
                                  p.node.empty() ? "" : " (" + printable(p.node) + ")", printable(reason)));
   }
-  p.conn->send(Refused{reason});
+  if (version)
+    p.conn->send_frame(refused_frame_in(*version, reason));  // a peer of another protocol reads it
+  else
+    p.conn->send(Refused{reason});
   p.conn->close_after_send();
 }
 

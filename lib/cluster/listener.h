@@ -170,7 +170,10 @@ class Listener {
   // No room: after_settle again once the first silent connection has been
   // silent for the grace (nothing to wait for if none is silent).
   void wait_for_room();
-  void refuse(Pending& p, const std::string& ip, const std::string& reason);
+  // Says why on the console and to the peer, then closes; `version`: the
+  // peer speaks that protocol, and gets the refusal in it.
+  void refuse(Pending& p, const std::string& ip, const std::string& reason,
+              std::optional<std::uint8_t> version = std::nullopt);
   void on_handshake(Pending& p, const std::string& ip, Frame& frame);
   void note_stranger(const std::string& ip);
   void admit(Pending& p, const std::string& ip);

@@ -101,6 +101,41 @@ std::optional<std::string_view> one_field_view(std::string_view payload, std::st
   return payload.substr(at + 4);
 }
 
+namespace {
+
+// `frame` (from its header on, maybe cut short) of another version, read
+// through the parts every version keeps.
+OtherVersion read_other_version(std::string_view frame) {
+  OtherVersion other;
+  other.protocol = static_cast<unsigned char>(frame[4]);
+  if (frame.size() < kFrameHeaderBytes) return other;
+  const std::size_t length = get_u32(frame, 0);
+  if (length < 2 || length > kMaxHandshakeFrame || frame.size() < 4 + length) return other;
+  std::string ignored;
+  const auto fields = decode_fields(frame.substr(kFrameHeaderBytes, length - 2), &ignored);
+  if (!fields) return other;
+  auto field = [&](std::string_view key) {
+    const std::string* value = find_field(*fields, key);
+    return value ? *value : std::string();
+  };
+  const auto type = static_cast<unsigned char>(frame[5]);
+  if (type == static_cast<unsigned char>(MessageType::hello)) {
+    other.node = field("node");
+    other.flowrun = field("flowrun");
+  } else if (type == static_cast<unsigned char>(MessageType::refused)) {
+    other.reason = field("reason");
+  }
+  return other;
+}
+
+}  // namespace
+
+std::string refused_frame_in(std::uint8_t version, std::string_view reason) {
+  std::string frame = encode_frame(MessageType::refused, encode_fields({{"reason", std::string(reason)}}));
+  frame[4] = static_cast<char>(version);
+  return frame;
+}
+
 FrameReader::FrameReader(std::string peer, std::size_t max_frame)
     : peer_(std::move(peer)), max_frame_(std::max<std::size_t>(max_frame, 2)) {}
 
@@ -119,7 +154,7 @@ bool FrameReader::check_header(std::size_t at) {
   if (error_.empty() && have >= 5) {
     auto version = static_cast<unsigned char>(buffer_[at + 4]);
     if (version != kProtocolVersion) {
-      other_version_ = true;
+      other_version_ = read_other_version(std::string_view(buffer_).substr(at));
       error_ = peer_ + " speaks protocol " + std::to_string(version) + ", this flowrun speaks " +
                std::to_string(kProtocolVersion) + ": run the same flowrun version on every node";
     }

@@ -776,7 +776,7 @@ steps:
         n.start_agents(argv, count=1)
         endpoint = argv[argv.index("--rdzv-endpoint") + 1]
         token_file = argv[argv.index("--token-file") + 1]
-        version = subprocess.run([self.flowrun, "--version"], capture_output=True, text=True).stdout.split()[-1]
+        version = subprocess.run([self.flowrun, "--version"], capture_output=True, text=True).stdout.split()[1]
         fake = n._start([PY, FAKE_AGENT, endpoint, token_file, "--upload", "out/result.txt", "--node", "evil",
                          "--content", "rank 2 result\n", "--corrupt", mode],
                         n.agent_env(FLOWRUN_VERSION=version), "fake")
@@ -1254,7 +1254,7 @@ steps:
         import socket
         import struct
         name = "evil\nflowrun: step 'train' succeeded in 0.1 s\x1b]0;owned\x07\x1b[2J\xff"
-        version = subprocess.run([self.flowrun, "--version"], capture_output=True, text=True).stdout.split()[-1]
+        version = subprocess.run([self.flowrun, "--version"], capture_output=True, text=True).stdout.split()[1]
 
         def frame(kind, pairs):
             payload = b"".join(struct.pack(">I", len(k)) + k + struct.pack(">I", len(v)) + v for k, v in pairs)
@@ -1289,8 +1289,8 @@ steps:
 
     def test_protocol_version(self):
         """An agent of the protocol before this one says hello."""
-        r = self.row("protocol_version", "the head answers in its own protocol version (so the old agent's "
-                     "reader names both versions) and says which versions met; the real agents join")
+        r = self.row("protocol_version", "the head refuses the agent by name, in the agent's own protocol "
+                     "version (so the old agent reads why), naming both versions; the real agents join")
         got = self.stranger_nodes("protocol_version")
         if not got:
             return
@@ -1321,12 +1321,16 @@ steps:
         err = n.head_err()
         self.check(rc == 0, "protocol_version: the step succeeds with its two real agents", n.detail())
         header = struct.unpack(">IBB", answer[:6]) if len(answer) >= 6 else None
-        self.check(header is not None and header[1:] == (PROTOCOL, 5) and len(answer) == 4 + header[0],
-                   f"protocol_version: the old agent gets one refused frame of protocol {PROTOCOL}, then EOF",
+        self.check(header is not None and header[1:] == (old, 5) and len(answer) == 4 + header[0],
+                   f"protocol_version: the old agent gets one refused frame of its protocol {old}, then EOF",
                    repr(answer[:200]))
-        want = (rf"dropped a connection from 127\.0\.0\.1 before it authenticated: agent at 127\.0\.0\.1 speaks "
-                rf"protocol {old}, this flowrun speaks {PROTOCOL}: run the same flowrun version on every node")
-        self.check(re.search(want, err) is not None, "protocol_version: the head names both versions", err)
+        reason = (rf"it speaks protocol {old} \(flowrun 0\.1\.0\), the head speaks protocol {PROTOCOL} "
+                  r"\(flowrun [^)]+\): run the same flowrun version on every node")
+        self.check(re.search(reason.encode(), answer) is not None, "protocol_version: the refusal says why",
+                   repr(answer[:300]))
+        want = rf"refused an agent from 127\.0\.0\.1 \(old\): {reason}"
+        self.check(re.search(want, err) is not None, "protocol_version: the head names the agent and both versions",
+                   err)
         n.check_nothing_left("protocol_version")
         self.finish_row(r, "protocol_version", took, 30.0, len(n.leftovers()), 0, 0, n.detail())
 

@@ -532,7 +532,7 @@ class TestNodesLocal(E2E):
         n.start_agents(argv, count=1)
         endpoint = argv[argv.index("--rdzv-endpoint") + 1]
         token_file = argv[argv.index("--token-file") + 1]
-        version = subprocess.run([self.flowrun, "--version"], capture_output=True, text=True).stdout.split()[-1]
+        version = subprocess.run([self.flowrun, "--version"], capture_output=True, text=True).stdout.split()[1]
         fake = n._start([sys.executable, FAKE_AGENT, endpoint, token_file, "--upload", "../../x", "--node", "evil"],
                         n.agent_env(FLOWRUN_VERSION=version), "fake")
         n.agents.append(fake)

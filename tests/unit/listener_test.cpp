@@ -2,22 +2,31 @@
 // gets, which connection in its handshake gives way when they are too
 // many, and the handshake itself over loopback: an agent that proves the
 // token is welcomed and handed over; one with the wrong token, another
-// flowrun or a rank the head refuses gets a refused frame saying why.
+// flowrun or a rank the head refuses gets a refused frame saying why; so
+// does an agent of another protocol, in its own (and the agent's side of that,
+// join_head against a head of another protocol).
 #include "listener.h"
 
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/ip/tcp.hpp>
+#include <boost/asio/write.hpp>
 #include <chrono>
 #include <fcntl.h>
+#include <fmt/format.h>
 #include <memory>
 #include <optional>
 #include <string>
+#include <sys/socket.h>
+#include <thread>
 #include <unistd.h>
 #include <variant>
 #include <vector>
 
+#include "flowrun/error.h"
+#include "flowrun/protocol.h"
 #include "flowrun/version.h"
 
+#include "dialer.h"
 #include "testing.h"
 
 using namespace flowrun;
@@ -171,6 +180,32 @@ class Handshake {
     return *last;
   }
 
+  // A peer of protocol `version` says `hello` (in that version's frame);
+  // returns every byte the head sent it before it closed.
+  std::string run_other_version(const Hello& hello, std::uint8_t version) {
+    listener_.start(
+        [&](const Joiner& j) {
+          asked_ = j;
+          return Admission{1, {}};
+        },
+        [](int, const Joiner&, const std::shared_ptr<Connection>&) {});
+    asio::ip::tcp::socket socket(io_);
+    socket.connect({asio::ip::make_address("127.0.0.1"), listener_.port()});
+    std::string frame = to_wire(encode(hello));
+    frame[4] = static_cast<char>(version);
+    asio::write(socket, asio::buffer(frame));
+    std::string got;
+    const auto give_up = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+    while (std::chrono::steady_clock::now() < give_up) {
+      io_.run_one_for(std::chrono::milliseconds(20));
+      char buf[4096];
+      const ssize_t n = recv(socket.native_handle(), buf, sizeof buf, MSG_DONTWAIT);
+      if (n == 0) break;  // the head closed
+      if (n > 0) got.append(buf, static_cast<std::size_t>(n));
+    }
+    return got;
+  }
+
   std::string console_text() const {
     std::string text;
     char buf[4096];
@@ -246,6 +281,81 @@ TEST_CASE("listener: another flowrun version is refused before its token is aske
   CHECK(refused->reason == std::string("it runs flowrun 0.0.1, the head runs ") + FLOWRUN_VERSION +
                                ": run the same flowrun on every node");
   CHECK_FALSE(h.asked_);
+}
+
+TEST_CASE("listener: an agent of another protocol is refused by name, in its own protocol", "[listener]") {
+  Handshake h;
+  Hello hello = hello_from("node-b");
+  hello.flowrun = "0.9.0";
+  const std::uint8_t other = kProtocolVersion + 1;
+  const std::string reply = h.run_other_version(hello, other);
+  const std::string reason = fmt::format(
+      "it speaks protocol {} (flowrun 0.9.0), the head speaks protocol {} (flowrun {}): run the same flowrun "
+      "version on every node",
+      other, kProtocolVersion, FLOWRUN_VERSION);
+  // The head's console names the agent, its address and both protocols.
+  CHECK(h.console_text() ==
+        "flowrun: step 'train': refused an agent from 127.0.0.1 (node-b): " + reason + "\n");
+  CHECK_FALSE(h.asked_);
+  // The agent reads the refusal: a frame of its own version, with the reason.
+  FrameReader agent("the head");
+  std::string bytes = reply;
+  bytes[4] = static_cast<char>(kProtocolVersion);  // read as that agent would
+  agent.feed(bytes);
+  const auto frame = agent.next();
+  REQUIRE(frame);
+  CHECK(static_cast<unsigned char>(reply[4]) == other);
+  std::string error;
+  const auto message = decode_message(*frame, &error);
+  REQUIRE(message);
+  const auto* refused = std::get_if<Refused>(&*message);
+  REQUIRE(refused);
+  CHECK(refused->reason == reason);
+}
+
+TEST_CASE("dialer: a head of another protocol refuses this agent: the agent says why, naming both versions",
+          "[listener]") {
+  testing::ScopedTempDir dir{"dialer"};
+  const std::string console_path = dir.path() + "/console.txt";
+  const int fd = open(console_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  REQUIRE(fd >= 0);
+  asio::io_context head_io;
+  asio::ip::tcp::acceptor acceptor(head_io, {asio::ip::make_address("127.0.0.1"), 0});
+  const std::string endpoint = "127.0.0.1:" + std::to_string(acceptor.local_endpoint().port());
+  const std::uint8_t old = kProtocolVersion - 1;
+  // The head of the protocol before this one: it refuses in its own version.
+  std::thread head([&] {
+    auto socket = acceptor.accept();
+    char buf[4096];
+    boost::system::error_code ec;
+    socket.read_some(asio::buffer(buf), ec);  // the hello
+    asio::write(socket, asio::buffer(refused_frame_in(old, "it speaks a newer protocol")), ec);
+  });
+  asio::io_context io;
+  Console console{fd, fd};
+  AgentOptions options;
+  options.endpoint = endpoint;
+  options.connect_timeout_s = 10;
+  const std::function<int()> not_interrupted = [] { return 0; };
+  std::string error;
+  try {
+    join_head(io, console, options, AgentHello{"node-a", -1, 0}, "token", not_interrupted);
+  } catch (const Error& e) {
+    error = e.what();
+  }
+  head.join();
+  close(fd);
+  CHECK(error ==
+        fmt::format("the head at {} speaks protocol {}, this flowrun speaks {}: run the same flowrun "
+                    "version on every node",
+                    endpoint, old, kProtocolVersion));
+  std::string said;
+  char buf[4096];
+  const int in = open(console_path.c_str(), O_RDONLY | O_CLOEXEC);
+  for (ssize_t n; (n = read(in, buf, sizeof buf)) > 0;) said.append(buf, static_cast<std::size_t>(n));
+  close(in);
+  CHECK(said ==
+        "flowrun agent: the head at " + endpoint + " refused this agent: it speaks a newer protocol\n");
 }
 
 TEST_CASE("listener: a hello without a nonce is refused", "[listener]") {

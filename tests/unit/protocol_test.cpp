@@ -158,6 +158,33 @@ TEST_CASE("a frame from another protocol version is refused with what to do", "[
         "agent speaks protocol 1, this flowrun speaks 5: run the same flowrun version on every node");
 }
 
+TEST_CASE("a peer of another protocol is named from the parts every version keeps", "[protocol]") {
+  // A hello of a later protocol, with fields this one does not have.
+  std::string hello = encode_frame(MessageType::hello,
+                                   encode_fields({{"node", "node-b"}, {"flowrun", "0.9.0"}, {"new", "x"}}));
+  hello[4] = static_cast<char>(kProtocolVersion + 1);
+  FrameReader reader("agent");
+  reader.feed(hello);
+  REQUIRE(reader.other_version());
+  CHECK(reader.other_version()->protocol == kProtocolVersion + 1);
+  CHECK(reader.other_version()->node == "node-b");
+  CHECK(reader.other_version()->flowrun == "0.9.0");
+  // A refused frame of another version: its reason.
+  FrameReader head("the head at h:1");
+  head.feed(refused_frame_in(kProtocolVersion - 1, "it speaks protocol 5, the head speaks protocol 4"));
+  REQUIRE(head.other_version());
+  CHECK(head.other_version()->protocol == kProtocolVersion - 1);
+  CHECK(head.other_version()->reason == "it speaks protocol 5, the head speaks protocol 4");
+  CHECK(head.error() == "the head at h:1 speaks protocol " + std::to_string(kProtocolVersion - 1) +
+                            ", this flowrun speaks " + std::to_string(kProtocolVersion) +
+                            ": run the same flowrun version on every node");
+  // Only a header: the version, nothing else.
+  FrameReader cut("agent");
+  cut.feed(hello.substr(0, 5));
+  REQUIRE(cut.other_version());
+  CHECK(cut.other_version()->node.empty());
+}
+
 TEST_CASE("unknown types and frames too short for their header are refused", "[protocol]") {
   FrameReader unknown("agent");
   unknown.feed(raw_header(2, kProtocolVersion, 99));

@@ -69,8 +69,8 @@ struct Welcome {
 };
 
 // head -> agent: not accepted (shown to the user); the head then closes. Also
-// what the head answers a peer of another protocol version with, in its own
-// version: that peer's FrameReader refuses it naming both versions.
+// what the head answers a peer of another protocol version with, in that
+// peer's version (refused_frame_in): its fields must never change.
 struct Refused {
   static constexpr MessageType kType = MessageType::refused;
   std::string reason;

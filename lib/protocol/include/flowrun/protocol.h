@@ -17,8 +17,12 @@
 //
 // Both sides must run the same flowrun version: a frame with another
 // protocol version is refused with a message saying so, never guessed at.
-// The head answers a peer that speaks another version with a refused frame
-// in its own version, so that peer's reader says so too, naming both.
+// What a refusal needs is the same in every version, and must stay so: the
+// frame header, the field encoding, the numbers of hello (1) and refused (5),
+// hello's fields "node" and "flowrun" and refused's field "reason". From
+// those the head names a peer of another version (FrameReader's
+// other_version()), and answers it with a refused frame in the peer's
+// version (refused_frame_in), which that peer reads and shows.
 //
 // Handshake (the agent connects to the head; the token is a secret the head
 // makes per run and hands the agent on its stdin or in a private file; it
@@ -165,6 +169,18 @@ std::string encode_frame(MessageType type, std::string_view payload, std::size_t
 // After an error the reader stays failed: it ignores further bytes, and next()
 // returns only the whole frames that came before the bad one, then nullopt.
 // The caller should then close the connection.
+// A peer's first frame of another protocol version, read through the parts
+// every version keeps (see the top of this file); what it lacks stays empty.
+struct OtherVersion {
+  int protocol = 0;
+  std::string node, flowrun;  // a hello's
+  std::string reason;         // a refused's
+};
+
+// The refused frame, `reason` its reason, as a peer speaking protocol
+// `version` reads it (wire bytes, unsealed).
+std::string refused_frame_in(std::uint8_t version, std::string_view reason);
+
 class FrameReader {
  public:
   // `peer` names the other side in errors ("agent", "head").
@@ -181,8 +197,10 @@ class FrameReader {
 
   bool failed() const { return !error_.empty(); }
   const std::string& error() const { return error_; }
-  // Whether it failed because the peer speaks another protocol version.
-  bool other_version() const { return other_version_; }
+  // Set when it failed because the peer speaks another protocol version:
+  // that version, and who the peer said it is, when the frame arrived whole
+  // in the bytes fed with its header.
+  const std::optional<OtherVersion>& other_version() const { return other_version_; }
 
   // Bytes held and not yet returned by next() (for tests and diagnostics).
   std::size_t buffered() const { return buffer_.size() - start_; }
@@ -198,7 +216,7 @@ class FrameReader {
   std::size_t start_ = 0;    // first byte not yet returned
   std::size_t checked_ = 0;  // offset of the first frame whose header is not fully checked
   std::string error_;
-  bool other_version_ = false;
+  std::optional<OtherVersion> other_version_;
 };
 
 // ---- Payload fields -------------------------------------------------------
