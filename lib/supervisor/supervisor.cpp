@@ -108,6 +108,18 @@ void Console::message(const std::string& text) const {
   }
 }
 
+namespace {
+
+// A worker's end, for `flowrun status`, as it happens. A file that cannot be
+// written costs only that live view: results.json, written at the step's end,
+// has it too.
+void note_end(const Worker& w) {
+  if (w.launch != nullptr && !w.launch->end_file.empty())
+    (void)try_write_file(w.launch->end_file, format_rank_end_json(w.record));
+}
+
+}  // namespace
+
 struct Supervisor::Impl {
   asio::io_context io;
   asio::signal_set child_signals{io, SIGCHLD};
@@ -235,13 +247,6 @@ struct Supervisor::Impl {
       outcome = Outcome::failed;
       begin_stop();
     }
-  }
-
-  // For `flowrun status`, as it happens. A file that cannot be written costs
-  // only that live view: results.json, written at the step's end, has it too.
-  static void note_end(const Worker& w) {
-    if (w.launch != nullptr && !w.launch->end_file.empty())
-      (void)try_write_file(w.launch->end_file, format_rank_end_json(w.record));
   }
 
   std::size_t index_of(const Worker& w) const { return static_cast<std::size_t>(&w - workers.data()); }
