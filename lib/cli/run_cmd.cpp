@@ -388,32 +388,6 @@ struct Parser {
   std::vector<CLI::Option*> options;  // kOptions' by index; nullptr for another command's
 };
 
-// CLI11's ArgumentMismatch said as flowrun says it: "--nproc-per-node needs
-// a value (...)" for a value option that ends the command line (where CLI11
-// finds one missing), "--standalone takes no value" for --flag=VALUE.
-[[noreturn]] void mismatch(const std::string& command, int argc, char** argv, const std::string& said) {
-  auto named = [](const OptionDef& def, std::string word) {
-    if (word.size() == 2 && word[0] == '-') return word[1] == def.short_name;
-    if (word.rfind("--", 0) != 0) return false;
-    word = word.substr(2, word.find('=') - 2);
-    std::replace(word.begin(), word.end(), '_', '-');
-    return word == def.name;
-  };
-  const std::string last = argv[argc - 1];
-  for (const auto& def : kOptions) {
-    if (def.arg == Arg::value && last.find('=') == std::string::npos && named(def, last))
-      usage_error(command, "--" + std::string(def.name) + " needs a value (" + std::string(def.meta) + ")");
-  }
-  for (int i = 1; i < argc; ++i) {
-    const std::string word = argv[i];
-    for (const auto& def : kOptions) {
-      if (def.arg == Arg::flag && word.find('=') != std::string::npos && named(def, word))
-        usage_error(command, "--" + std::string(def.name) + " takes no value");
-    }
-  }
-  usage_error(command, said);
-}
-
 // The first of the words CLI11 left, when it is an option it does not know
 // (CLI11 goes on past one): refused, with the closest of this command's.
 void refuse_unknown_option(const std::string& command, bool init, const std::string& word) {
@@ -430,11 +404,76 @@ void refuse_unknown_option(const std::string& command, bool init, const std::str
   usage_error(command, message);
 }
 
+// The option of kOptions that `word` names ("--nproc_per_node=2", "-m"), or
+// nullptr.
+const OptionDef* named_option(std::string_view word) {
+  if (word.size() == 2 && word[0] == '-') {
+    for (const auto& def : kOptions) {
+      if (def.short_name == word[1]) return &def;
+    }
+    return nullptr;
+  }
+  if (word.substr(0, 2) != "--") return nullptr;
+  std::string name(word.substr(2, word.find('=') - 2));
+  std::replace(name.begin(), name.end(), '_', '-');
+  for (const auto& def : kOptions) {
+    if (def.name == name) return &def;
+  }
+  return nullptr;
+}
+
+// CLI11's ArgumentMismatch said as flowrun says it: "--nproc-per-node needs
+// a value (...)" for a value option that ends the command line (where CLI11
+// finds one missing), "--standalone takes no value" for --flag=VALUE.
+[[noreturn]] void mismatch(const std::string& command, int argc, char** argv, const std::string& said) {
+  auto named = [](const OptionDef& def, const std::string& word) { return named_option(word) == &def; };
+  const std::string last = argv[argc - 1];
+  for (const auto& def : kOptions) {
+    if (def.arg == Arg::value && last.find('=') == std::string::npos && named(def, last))
+      usage_error(command, "--" + std::string(def.name) + " needs a value (" + std::string(def.meta) + ")");
+  }
+  for (int i = 1; i < argc; ++i) {
+    const std::string word = argv[i];
+    for (const auto& def : kOptions) {
+      if (def.arg == Arg::flag && word.find('=') != std::string::npos && named(def, word))
+        usage_error(command, "--" + std::string(def.name) + " takes no value");
+    }
+  }
+  usage_error(command, said);
+}
+
+// The command line as CLI11 should see it: `--opt=` (an empty value, which
+// argparse gives torchrun as "") becomes `--opt ""`, since CLI11 would take
+// the next word, the script, as its value. Only up to the script.
+std::vector<std::string> empty_values_spelled_out(int argc, char** argv) {
+  std::vector<std::string> words(argv, argv + argc);
+  for (std::size_t i = 1; i < words.size(); ++i) {
+    const std::string word = words[i];
+    if (word == "--" || word.empty() || word[0] != '-') break;
+    const OptionDef* def = named_option(word);
+    if (def == nullptr) break;  // CLI11 refuses it
+    if (def->arg == Arg::flag) continue;
+    if (word.find('=') == std::string::npos) {
+      ++i;  // its value, whatever it looks like
+    } else if (word.back() == '=') {
+      words[i].pop_back();
+      words.insert(words.begin() + static_cast<std::ptrdiff_t>(i) + 1, std::string());
+      ++i;
+    }
+  }
+  return words;
+}
+
 // Reads options up to the first word that is not one; that word and
 // everything after it are what to run (or a spec and its ${args}).
 // Returns nullopt when --help or --version was asked for (and printed).
-std::optional<Request> parse_request(int argc, char** argv, const std::string& command) {
+std::optional<Request> parse_request(int original_argc, char** original_argv, const std::string& command) {
   const bool init = command == "init";
+  std::vector<std::string> words = empty_values_spelled_out(original_argc, original_argv);
+  std::vector<char*> pointers;
+  for (auto& word : words) pointers.push_back(word.data());
+  const int argc = static_cast<int>(pointers.size());
+  char** argv = pointers.data();
   Parser parser(init);
   try {
     parser.app.parse(argc, argv);

@@ -143,6 +143,11 @@ class TestTorchrun(E2E):
             self.check(spec_line in out, f"{label}: the spec says {spec_line}", out)
             self.check(f"WORLD_SIZE={workers}." in out, f"{label}: WORLD_SIZE={workers}", out)
         self.check(not os.path.exists(os.path.join(d, "env-0.json")), "--dry-run runs nothing")
+        # `--opt=` is an empty value, as argparse reads it; never the next word.
+        rc, out, err = self.run_flowrun(d, "run", "--fake-gpus", "8", "--dry-run", "--rdzv_conf=", "--log-dir=",
+                                        "--nproc-per-node=2", "train.py")
+        self.check(rc == 0 and "train.py" in out and "WORLD_SIZE=2." in out,
+                   "--rdzv_conf= --log-dir=: empty values; the script and --nproc-per-node stay theirs", out + err)
         rc, out, err = self.run_flowrun(d, "run", "--fake-gpus", "8", "--nproc-per-node", "9", "train.py")
         self.check(rc == 2, "9 workers on 8 GPUs: exit 2", err)
         self.check("flowrun: error: --nproc-per-node 9: this host has 8 GPUs; ask for at most 8, or use --cpus 9 "
