@@ -58,7 +58,10 @@ std::int64_t now_unix_ns();
 std::int64_t mtime_unix_ns(const std::string& path);
 
 // The runs directories a command run in `cwd` looks in: .flowrun/runs of
-// `cwd` and of each directory above it that has one, nearest first.
+// `cwd` and of each directory above it that has one, nearest first; only
+// this user's (another user's /tmp/.flowrun/runs is passed over), and not
+// above a directory FLOWRUN_CEILING_DIRS names (colon-separated, as git's
+// GIT_CEILING_DIRECTORIES).
 std::vector<std::string> runs_dirs_above(const std::string& cwd);
 
 // The run ids in the runs directory `runs_dir`: its subdirectories, not

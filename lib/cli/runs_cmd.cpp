@@ -4,11 +4,13 @@
 #include <algorithm>
 #include <cerrno>
 #include <chrono>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <fmt/format.h>
 #include <iostream>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include "flowrun/error.h"
 #include "flowrun/files.h"
@@ -56,13 +58,46 @@ std::int64_t mtime_unix_ns(const std::string& path) {
   return static_cast<std::int64_t>(st.st_mtim.tv_sec) * 1'000'000'000 + st.st_mtim.tv_nsec;
 }
 
+namespace {
+
+// Whether `path` and what it leads to are this user's: another user's
+// .flowrun/runs above the working directory (/tmp/.flowrun/runs on a shared
+// host) is not one of this user's run directories, and its `latest` could
+// point anywhere. Git refuses another owner's repository for the same reason.
+bool owned_by_me(const fs::path& path) {
+  struct stat link {
+  }, target{};
+  return lstat(path.c_str(), &link) == 0 && stat(path.c_str(), &target) == 0 && link.st_uid == geteuid() &&
+         target.st_uid == geteuid();
+}
+
+// FLOWRUN_CEILING_DIRS: directories, colon-separated, above which the search
+// stops (git's GIT_CEILING_DIRECTORIES): the search looks in them but not
+// in their parents.
+std::vector<fs::path> ceilings() {
+  std::vector<fs::path> dirs;
+  const char* env = std::getenv("FLOWRUN_CEILING_DIRS");
+  std::string_view rest = env != nullptr ? env : "";
+  while (!rest.empty()) {
+    const std::size_t colon = std::min(rest.find(':'), rest.size());
+    if (colon > 0) dirs.push_back(fs::path(rest.substr(0, colon)).lexically_normal());
+    rest.remove_prefix(std::min(colon + 1, rest.size()));
+  }
+  return dirs;
+}
+
+}  // namespace
+
 std::vector<std::string> runs_dirs_above(const std::string& cwd) {
   std::vector<std::string> dirs;
   std::error_code ec;
+  const std::vector<fs::path> stops = ceilings();
   for (fs::path dir = fs::path(cwd).lexically_normal();; dir = dir.parent_path()) {
     const fs::path runs = dir / ".flowrun" / "runs";
-    if (fs::is_directory(runs, ec)) dirs.push_back(runs.string());
+    if (fs::is_directory(runs, ec) && owned_by_me(dir / ".flowrun") && owned_by_me(runs))
+      dirs.push_back(runs.string());
     if (dir == dir.parent_path() || dir.empty()) break;
+    if (std::find(stops.begin(), stops.end(), dir) != stops.end()) break;
   }
   return dirs;
 }

@@ -63,11 +63,18 @@ class TestRuns(E2E):
         return d
 
     def call(self, label, cwd, *argv, timeout=60):
-        p = subprocess.run([self.flowrun, *argv], cwd=cwd, env=clean_env(), capture_output=True, text=True,
+        # No .flowrun/runs above the test's own directory counts (/tmp may have one).
+        p = subprocess.run([self.flowrun, *argv], cwd=cwd, env=clean_env(FLOWRUN_CEILING_DIRS=self.scratch),
+                           capture_output=True, text=True,
                            timeout=timeout * self.slack)
         m = SANITIZER_REPORT.search(p.stderr)
         self.check(m is None, f"{label}: no sanitizer report", p.stderr[max(0, m.start() - 200):][:4000] if m else "")
         return p
+
+    def run_flowrun_in(self, cwd, **env):
+        """`flowrun runs` in `cwd` with `env` on top of the clean environment."""
+        return subprocess.run([self.flowrun, "runs"], cwd=cwd, env=clean_env(**env), capture_output=True, text=True,
+                              timeout=60 * self.slack)
 
     def run_flow(self, label, d, rc):
         p = self.call(label, d, "flow.yaml", "--fake-gpus", "2")
@@ -106,6 +113,22 @@ class TestRuns(E2E):
         self.equal((2, f"flowrun: error: no run 'latest': no .flowrun/runs/latest in {empty}/.flowrun/runs nor in a "
                        "directory above it (flowrun makes it when a run starts in the default run directory)\n"),
                    (p.returncode, p.stderr), "status latest without runs says where it looked")
+        # Runs above that are not this user's, or above FLOWRUN_CEILING_DIRS, are not looked at.
+        above = os.path.join(self.scratch, "above")
+        inner = os.path.join(above, "inner")
+        os.makedirs(os.path.join(above, ".flowrun", "runs", "x-20261202-112028-287555"))
+        os.makedirs(inner)
+        p = self.run_flowrun_in(inner, FLOWRUN_CEILING_DIRS=inner)
+        self.check(p.returncode == 0 and p.stdout == "" and "no runs" in p.stderr,
+                   "runs: not above a directory of FLOWRUN_CEILING_DIRS", p.stdout + p.stderr)
+        p = self.run_flowrun_in(inner, FLOWRUN_CEILING_DIRS=self.scratch)
+        self.check(p.returncode == 0 and "x-20261202-112028-287555" in p.stdout,
+                   "runs: the nearest .flowrun/runs above, below the ceiling", p.stdout + p.stderr)
+        if os.geteuid() == 0:  # only root may give a directory to another user
+            os.chown(os.path.join(above, ".flowrun"), 65534, 65534)
+            p = self.run_flowrun_in(inner, FLOWRUN_CEILING_DIRS=self.scratch)
+            self.check(p.returncode == 0 and p.stdout == "" and "no runs" in p.stderr,
+                       "runs: another user's .flowrun above is passed over", p.stdout + p.stderr)
         p = self.call("run id latest", empty, "plan", "--run-id", "latest", os.path.join(self.root, "specs", "examples",
                                                                                          "cpu.yaml"))
         self.check(p.returncode == 2 and "'latest': names the link to the newest run" in p.stderr,
