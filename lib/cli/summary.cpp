@@ -151,6 +151,69 @@ std::string run_state(const RunRecord& record, int exit_code,
 
 Json null_or(const std::string& text) { return text.empty() ? Json() : Json(text); }
 
+// A stop signal before the run holds them (spec read from a slow or blocked
+// file, the GPU inventory, planning) would end flowrun by its default action,
+// with no summary at all. Until then this handler writes one made beforehand,
+// "interrupted" with no run, and exits as the signal would have made a run
+// exit (128 + N). Only async-signal-safe calls: open, write, rename, _exit.
+struct EarlySummary {
+  std::string file, tmp;  // --summary-json FILE and its temporary name; empty: none
+  int json_fd = -1;       // --json: the stdout set aside
+  pid_t owner = 0;        // flowrun itself: a child between fork and exec takes the default action
+  std::string texts[NSIG];
+};
+EarlySummary* early_summary = nullptr;
+
+void write_all_raw(int fd, const std::string& text) {
+  for (std::size_t done = 0; done < text.size();) {
+    const ssize_t n = write(fd, text.data() + done, text.size() - done);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) return;
+    done += static_cast<std::size_t>(n);
+  }
+}
+
+extern "C" void stop_before_run(int sig) {
+  const EarlySummary* early = early_summary;
+  if (early != nullptr && early->owner != getpid()) {
+    signal(sig, SIG_DFL);
+    raise(sig);
+    return;
+  }
+  if (early != nullptr && sig > 0 && sig < NSIG) {
+    const std::string& text = early->texts[sig];
+    if (!early->file.empty()) {
+      const int fd = open(early->tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+      if (fd >= 0) {
+        write_all_raw(fd, text);
+        if (close(fd) == 0) rename(early->tmp.c_str(), early->file.c_str());
+      }
+    }
+    if (early->json_fd >= 0) write_all_raw(early->json_fd, text);
+  }
+  _exit(128 + sig);
+}
+
+// Installs stop_before_run for the stop signals whose action is still the
+// default (one flowrun's caller ignored stays ignored).
+void hold_early_summary(EarlySummary& early, const SummaryTarget& target) {
+  for (int sig : kStopSignals) {
+    early.texts[sig] = format_summary_json(target, 128 + sig,
+                                           "interrupted by " + signal_name(sig) + " before the run started");
+  }
+  early.owner = getpid();
+  early_summary = &early;
+  for (int sig : kStopSignals) {
+    struct sigaction old {};
+    if (sigaction(sig, nullptr, &old) != 0 || old.sa_handler != SIG_DFL) continue;
+    struct sigaction sa {};
+    sa.sa_handler = stop_before_run;
+    sigemptyset(&sa.sa_mask);
+    for (int other : kStopSignals) sigaddset(&sa.sa_mask, other);  // one summary, whole
+    sigaction(sig, &sa, nullptr);
+  }
+}
+
 }  // namespace
 
 SummaryRequest scan_summary_request(const std::vector<std::string>& words) {
@@ -178,7 +241,10 @@ std::string format_summary_json(const SummaryTarget& target, int exit_code, cons
     json["run_id"] = nullptr;
     json["run_dir"] = nullptr;
     json["flow"] = nullptr;
-    json["state"] = exit_code == 0 ? "succeeded" : exit_code == kExitUsage ? "usage_error" : "error";
+    json["state"] = exit_code == 0                                              ? "succeeded"
+                    : exit_code == kExitUsage                                   ? "usage_error"
+                    : exit_code > 128 && error.rfind("interrupted by ", 0) == 0 ? "interrupted"
+                                                                                : "error";
     json["exit_code"] = exit_code;
     json["error"] = null_or(error);
     json["resumed_from"] = nullptr;
@@ -255,6 +321,13 @@ int report_with_summary(const SummaryRequest& request, const std::function<int(S
       return kExitFailure;
     }
   }
+  EarlySummary early;
+  if (!request.file.empty()) {
+    early.file = request.file;
+    early.tmp = request.file + ".tmp";  // try_write_file's
+  }
+  early.json_fd = summary_fd;
+  hold_early_summary(early, target);
   std::string error;
   int code = report_errors([&] { return command(target); }, &error);
   std::cout.flush();
@@ -266,6 +339,7 @@ int report_with_summary(const SummaryRequest& request, const std::function<int(S
   sigemptyset(&held);
   for (int sig : {SIGINT, SIGTERM, SIGHUP, SIGQUIT}) sigaddset(&held, sig);
   sigprocmask(SIG_BLOCK, &held, nullptr);
+  early_summary = nullptr;
 
   const std::string text = format_summary_json(target, code, error);
   if (!request.file.empty()) {

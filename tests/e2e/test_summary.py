@@ -199,6 +199,47 @@ class TestSummary(E2E):
         self.equal(("wait", "interrupted", None), (c.get("step"), c.get("outcome"), c.get("exit_code")),
                    "term: the stopped step, with no culprit rank")
 
+    def test_signal_before_the_run(self):
+        """A stop signal before the run holds them (here: the spec is a FIFO nobody has written yet)."""
+        for sig, argv in ((signal.SIGTERM, ["--json", "--summary-json", "summary.json"]),
+                          (signal.SIGINT, ["--summary-json", "summary.json"]),
+                          (signal.SIGHUP, ["--json"])):
+            name = signal.Signals(sig).name
+            d = os.path.join(self.scratch, f"early-{name}")
+            os.makedirs(d)
+            fifo = os.path.join(d, "flow.yaml")
+            os.mkfifo(fifo)
+            p = subprocess.Popen([self.flowrun, "flow.yaml", *argv], cwd=d, env=clean_env(), stdout=subprocess.PIPE,
+                                 stderr=subprocess.PIPE, text=True)
+            writer = None
+            try:
+                # Opening the write end succeeds once flowrun has opened the spec to read it.
+                deadline = time.monotonic() + 30 * self.slack
+                while writer is None and p.poll() is None and time.monotonic() < deadline:
+                    try:
+                        writer = os.open(fifo, os.O_WRONLY | os.O_NONBLOCK)
+                    except OSError:
+                        time.sleep(0.01)
+                if not self.check(writer is not None, f"{name}: flowrun reads the spec", ""):
+                    continue
+                p.send_signal(sig)
+                out, err = p.communicate(timeout=60 * self.slack)
+            finally:
+                if writer is not None:
+                    os.close(writer)
+                if p.poll() is None:
+                    p.kill()
+                    p.communicate()
+            r = Result(p.returncode, out, err, os.path.join(d, "summary.json"))
+            docs = [doc for doc in (r.file, r.stdout_json() if "--json" in argv else None) if doc is not None]
+            self.equal(len(argv) - (1 if "--summary-json" in argv else 0), len(docs),
+                       f"{name}: a summary wherever one was asked for", r.detail())
+            for doc in docs:
+                self.equal((128 + sig, "interrupted", 128 + sig, None,
+                            f"interrupted by {name} before the run started"),
+                           (r.rc, doc.get("state"), doc.get("exit_code"), doc.get("run_id"), doc.get("error")),
+                           f"{name}: exit {128 + sig}, state interrupted, no run", r.detail())
+
     # --- resume ----------------------------------------------------------------
 
     def test_resume(self):
