@@ -161,10 +161,11 @@ void Connection::close() {
   socket_.close(ignored);
   out_.clear();
   queued_bytes_ = 0;
-  // The handlers may hold what holds this connection: let both go.
+  // The handlers may hold what holds this connection: let them all go.
   on_frame_.reset();
   on_close_.reset();
   on_sent_ = nullptr;
+  on_other_version_ = nullptr;
 }
 
 void Connection::fail(const std::string& why) {

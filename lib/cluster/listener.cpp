@@ -348,6 +348,9 @@ void Listener::settle(Pending& p) {
   }
   p.settled = true;
   if (p.deadline) p.deadline->cancel();
+  // Its handler holds `p`, which holds the connection: let it go, the
+  // handshake is over either way.
+  if (p.conn) p.conn->on_other_version(nullptr);
 }
 
 void Listener::after_settle() {
