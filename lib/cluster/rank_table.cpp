@@ -32,11 +32,6 @@ void record_exit(WorkerRecord& rec, const Exited& m) {
   rec.path_python = m.path_python;
 }
 
-// For `flowrun status`, as the head learns it (see Supervisor's note_end).
-void note_end(const RankState& r) {
-  if (!r.end_file.empty()) (void)try_write_file(r.end_file, format_rank_end_json(r.record));
-}
-
 }  // namespace
 
 RankTable::RankTable(const NodeStep& job, ConsoleBatch& batch)
@@ -63,7 +58,7 @@ const WorkerRecord* RankTable::exited(const Node& n, const Exited& m) {
   r->exited = true;
   record_exit(r->record, m);
   r->stopped = m.stopped;
-  note_end(*r);
+  write_rank_end(r->end_file, r->record);  // for flowrun status, at once
   return &r->record;
 }
 
@@ -112,7 +107,7 @@ void RankTable::lose(const Node& n, const std::string& why, std::int64_t now_ns)
     r.record.status.spawn_error = why;
     r.record.end_unix_ns = now_ns;
     r.stopped = false;  // lost with its node, not stopped by flowrun
-    note_end(r);
+    write_rank_end(r.end_file, r.record);
   }
 }
 

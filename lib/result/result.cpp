@@ -7,6 +7,7 @@
 #include <fmt/format.h>
 #include <map>
 
+#include "flowrun/files.h"
 #include "flowrun/json.h"
 #include "flowrun/util.h"
 
@@ -482,11 +483,12 @@ void assign_roles(AttemptRecord& attempt, const std::vector<int>& stopped) {
   }
 }
 
-std::string format_rank_end_json(const WorkerRecord& w) {
+void write_rank_end(const std::string& path, const WorkerRecord& w) {
+  if (path.empty()) return;
   Json doc;
   doc["format"] = 1;
   doc["worker"] = worker_json(w);
-  return to_document(doc);
+  (void)try_write_file(path, to_document(doc));
 }
 
 std::string format_results_json(const StepRecord& record) {

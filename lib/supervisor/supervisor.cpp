@@ -16,7 +16,6 @@
 #include <unistd.h>
 
 #include "flowrun/error.h"
-#include "flowrun/files.h"
 #include "flowrun/process.h"
 #include "flowrun/rank_output.h"
 #include "flowrun/util.h"
@@ -107,18 +106,6 @@ void Console::message(const std::string& text) const {
     write_all(err_fd, line.data(), line.size());
   }
 }
-
-namespace {
-
-// A worker's end, for `flowrun status`, as it happens. A file that cannot be
-// written costs only that live view: results.json, written at the step's end,
-// has it too.
-void note_end(const Worker& w) {
-  if (w.launch != nullptr && !w.launch->end_file.empty())
-    (void)try_write_file(w.launch->end_file, format_rank_end_json(w.record));
-}
-
-}  // namespace
 
 struct Supervisor::Impl {
   asio::io_context io;
@@ -241,7 +228,7 @@ struct Supervisor::Impl {
 
   // A worker's exit, in its record now: a failure stops the group.
   void on_exit(Worker& w) {
-    note_end(w);
+    write_rank_end(w.launch != nullptr ? w.launch->end_file : std::string(), w.record);
     const bool fails = observer != nullptr ? observer->on_exit(index_of(w), w.record) : !w.record.status.ok();
     if (fails && !stopping) {
       outcome = Outcome::failed;
@@ -391,7 +378,7 @@ struct Supervisor::Impl {
         w.record.status.spawn_error = spawned.error;
         const std::string line = "flowrun: cannot start: " + spawned.error + "\n";
         w.log->keep(true, line);
-        note_end(w);
+        write_rank_end(launches[i].end_file, w.record);
         if (observer != nullptr) {
           observer->on_output(i, true, line);
           observer->on_exit(i, w.record);

@@ -97,7 +97,7 @@ struct RunLayout {
   std::string output_dir(const std::string& step, int rank) const;  // <rank_dir>/out
   std::string error_file(const std::string& step, int rank) const;  // <rank_dir>/error.json
   // <rank_dir>/end.json: how the rank ended, written the moment flowrun
-  // learns of it (format_rank_end_json), for `flowrun status` while the
+  // learns of it (write_rank_end), for `flowrun status` while the
   // step's other ranks still run.
   std::string end_file(const std::string& step, int rank) const;
   std::string inputs_dir(const std::string& step) const;  // <run_dir>/<step>/outputs

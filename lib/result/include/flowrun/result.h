@@ -182,11 +182,13 @@ void assign_roles(AttemptRecord& attempt, const std::vector<int>& stopped);
 // connection closed, or it went silent); "spawn_error" then says how.
 std::string format_results_json(const StepRecord& record);
 
-// A rank's end.json, written the moment flowrun learns the rank ended (the
-// step's other ranks may still run): {"format": 1, "worker": {...}}, the
-// worker as results.json has it, but its "role" is not decided yet (only the
-// step's end does): always "ok". `flowrun status` reads it.
-std::string format_rank_end_json(const WorkerRecord& w);
+// A rank's end.json, written to `path` the moment flowrun learns the rank
+// ended (the step's other ranks may still run): {"format": 1, "worker":
+// {...}}, the worker as results.json has it, but its "role" is not decided
+// yet (only the step's end does): always "ok". `flowrun status` reads it.
+// Nothing when `path` is empty. A file that cannot be written costs only that
+// live view (results.json, written at the step's end, has it too): no error.
+void write_rank_end(const std::string& path, const WorkerRecord& w);
 
 // The root-cause report printed when a step did not succeed; "" for a step
 // that succeeded. Plain text, no colour; every line starts with "flowrun:" or

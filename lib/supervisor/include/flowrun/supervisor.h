@@ -61,7 +61,7 @@ struct WorkerLaunch {
   std::string stdout_log;  // raw copies of everything it writes
   std::string stderr_log;
   std::string error_file;  // TORCHELASTIC_ERROR_FILE, for the report
-  // Where its end is written as it ends (format_rank_end_json), for `flowrun
+  // Where its end is written as it ends (write_rank_end), for `flowrun
   // status` while the others run; empty: nowhere.
   std::string end_file;
   bool console = true;     // shown on flowrun's console (logs always go to files)
