@@ -163,6 +163,7 @@ std::size_t ConsoleWriter::take_dropped() {
   for (auto& cs : streams_) {
     dropped += cs->dropped_total;
     cs->dropped_total = 0;
+    cs->dropped_lines = 0;  // the caller says them: the console does not say them again
   }
   return dropped;
 }

@@ -23,7 +23,7 @@ class ConsoleWriter {
   // Ignores SIGPIPE (a reader that went away fails writes with EPIPE
   // instead of killing flowrun) and opens the non-blocking descriptors.
   ConsoleWriter(boost::asio::io_context& io, const Console& console);
-  ~ConsoleWriter();  // writes the rest while the console takes it; says on stderr what it did not
+  ~ConsoleWriter();  // writes the rest while the console takes it; says on stderr what it did not take
   ConsoleWriter(const ConsoleWriter&) = delete;
   ConsoleWriter& operator=(const ConsoleWriter&) = delete;
 
@@ -33,7 +33,9 @@ class ConsoleWriter {
   // flowrun's own lines are never dropped. Clears `text`.
   void write(int i, std::string& text, bool droppable);
 
-  // The workers' lines dropped since the last call.
+  // The workers' lines dropped since the last call. The caller says how
+  // many (a group's report does), so neither the console, once its reader
+  // takes output again, nor the end of the run says them a second time.
   std::size_t take_dropped();
 
  private:

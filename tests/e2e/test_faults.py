@@ -1678,6 +1678,7 @@ steps:
             if rc is None:
                 p.kill()
                 p.wait()
+            shown = p.stdout.read().decode(errors="replace") if rc is not None else ""  # what the pipe holds
         finally:
             p.stdout.close()
         err = read(err_path)
@@ -1692,6 +1693,19 @@ steps:
         notes = " ".join(res.get("notes", []))
         self.check("the console did not keep up" in notes, "console unread: results.json notes the lines not shown",
                    json.dumps(res, indent=1)[:3000])
+        # Every line is shown (what the pipe holds), or counted once: in the step's report (dropped during
+        # the run), or after the run's last line (still waiting when the reader took none for a second).
+        told = re.findall(r"^flowrun:   the console did not keep up: (\d+) lines? of the workers' output were not "
+                          r"shown \(the log files have them\)$", err, re.M)
+        after = re.findall(r"^flowrun: (\d+) lines? of the workers' output not shown here: the console did not "
+                           r"take (?:it|them) in time \(the log files have every line\)$", err, re.M)
+        summary = re.search(r"^flowrun: run \S+ failed after [0-9.]+ s \(exit code 124\): failed 'train'$", err, re.M)
+        shown_lines = shown.count("\n")
+        self.check(len(told) == 1 and len(after) <= 1 and summary is not None
+                   and shown_lines + sum(int(x) for x in told + after) == lines
+                   and (not after or err.index(after[0]) > summary.start()),
+                   f"console unread: each of the {lines} lines is shown or counted once (the report, then what "
+                   "was left at the end)", f"shown {shown_lines}, told {told}, after the end {after}\n{err[-1500:]}")
         self.record_closed("console unread", d, rc)
         self.finish_row(r, "console unread", end - t0, 2.0 + 3.0, self.count_left(run_id), 0, 0, err)
 
