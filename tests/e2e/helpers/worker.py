@@ -110,6 +110,12 @@ def cmd_store(a):
         server.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         server.bind((addr, port))
         server.listen(8)
+        if a.together:  # hold the port until every run's rank 0 holds its own
+            folder, count = a.together[0], int(a.together[1])
+            open(os.path.join(folder, f"{port}-{os.getpid()}"), "w").close()
+            deadline = time.time() + 60
+            while len(os.listdir(folder)) < count and time.time() < deadline:
+                time.sleep(0.01)
         server.settimeout(30)
         conn, _ = server.accept()
         got = conn.recv(256)
@@ -244,7 +250,8 @@ def main():
     s = sub.add_parser("restart")
     s.add_argument("--need", type=int, required=True)
     s.add_argument("--code", type=int, required=True)
-    sub.add_parser("store")
+    s = sub.add_parser("store")
+    s.add_argument("--together", nargs=2, metavar=("DIR", "N"), help="rank 0 listens until N files are in DIR")
     s = sub.add_parser("bigline")
     s.add_argument("mib", type=int)
     s.add_argument("--hold", type=float, default=0.5)
