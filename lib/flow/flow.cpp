@@ -248,8 +248,7 @@ class FlowRunner {
 
   int run_steps() {
     write_file(ctx_.layout.run_dir + "/spec.yaml",
-               options_.spec_text.empty() ? try_read_file(spec_.file, kMaxSpecBytes + 1).value_or("")
-                                          : options_.spec_text);
+               options_.spec_text.empty() ? spec_.text : options_.spec_text);
     PlanView view{spec_, host_, plans_, ctx_, false};
     write_file(ctx_.layout.run_dir + "/plan.json", format_plan_json(view));
     started_ = true;  // from here on a file that cannot be written fails the step, not flowrun at once

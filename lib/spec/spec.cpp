@@ -1390,7 +1390,9 @@ void use_python(Spec& spec, const std::string& python) {
 }
 
 SpecParse parse_spec(std::string_view text, const std::string& file, const std::string& dir) {
-  return Checker(file, dir).run(text);
+  SpecParse parse = Checker(file, dir).run(text);
+  if (parse.spec) parse.spec->text = std::string(text);
+  return parse;
 }
 
 namespace {

@@ -141,6 +141,10 @@ struct Spec {
   std::vector<Step> steps;         // in file order
   std::vector<std::size_t> order;  // indices into `steps`, dependencies first
   std::optional<ClusterSpec> cluster;
+  // The text it was parsed from: what the run keeps as its spec.yaml. The
+  // file is read once (it may be a FIFO, `flowrun <(make-spec)`, or change
+  // on disk while the run goes on).
+  std::string text;
 
   const Step* find_step(std::string_view name) const;
 };
