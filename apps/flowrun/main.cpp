@@ -15,5 +15,8 @@ int main(int argc, char** argv) {
     n = write(STDERR_FILENO, "\n", 1);
     return 1;
   }
+  // SIGUSR1 and SIGUSR2 are for the workers: before any runs (a Slurm
+  // --signal notice while flowrun reads its spec) they must not end flowrun.
+  flowrun::hold_forward_signals();
   return flowrun::run_cli(argc, argv);
 }

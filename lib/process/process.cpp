@@ -184,6 +184,26 @@ SpawnResult spawn_process(const SpawnRequest& request) {
   return result;
 }
 
+namespace {
+volatile sig_atomic_t held_forward_signal = 0;
+extern "C" void note_forward_signal(int sig) { held_forward_signal = sig; }
+}  // namespace
+
+void hold_forward_signals() {
+  struct sigaction action {};
+  action.sa_handler = note_forward_signal;
+  sigemptyset(&action.sa_mask);
+  action.sa_flags = SA_RESTART;
+  sigaction(SIGUSR1, &action, nullptr);
+  sigaction(SIGUSR2, &action, nullptr);
+}
+
+int take_held_forward_signal() {
+  const int sig = held_forward_signal;
+  held_forward_signal = 0;
+  return sig;
+}
+
 void signal_group(pid_t pgid, int signal) {
   if (pgid > 0) kill(-pgid, signal);
 }

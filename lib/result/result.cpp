@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cctype>
 #include <cmath>
+#include <csignal>
 #include <ctime>
 #include <fmt/format.h>
 #include <map>
@@ -42,6 +43,19 @@ const char* role_name(Role role) {
     case Role::failed_after: return "failed_after";
   }
   return "unknown";
+}
+
+// How a rank that flowrun stopped ended: "exited" by itself inside its
+// grace (its SIGTERM handler saved and returned: the teardown's success,
+// whatever its code), "signaled" by the stop signal's default action (or
+// another signal) inside its grace, "killed" by SIGKILL (the grace ran out,
+// or a second Ctrl-C). nullptr for a rank flowrun did not stop, or one that
+// never ran.
+const char* teardown_name(const WorkerRecord& w) {
+  if (w.role != Role::victim) return nullptr;
+  if (w.status.kind == Kind::exited) return "exited";
+  if (w.status.kind != Kind::signaled) return nullptr;
+  return w.status.code == SIGKILL ? "killed" : "signaled";
 }
 
 const char* outcome_name(Outcome outcome) {
@@ -98,6 +112,8 @@ Json worker_json(const WorkerRecord& w) {
   json["spawn_error"] = s.kind == Kind::spawn_failed || s.kind == Kind::lost ? Json(s.spawn_error) : Json();
   json["shell_code"] = s.shell_code();
   json["role"] = role_name(w.role);
+  const char* teardown = teardown_name(w);
+  json["teardown"] = teardown != nullptr ? Json(teardown) : Json();
   span(json, w.start_unix_ns, w.end_unix_ns);
   json["peak_rss_kib"] = w.peak_rss_kib;
   json["stdout_log"] = string_or_null(w.stdout_log);
@@ -352,6 +368,7 @@ std::string workers_text(int n) { return fmt::format("{} worker{}", n, n == 1 ? 
 
 struct Groups {
   std::vector<int> victims;
+  std::vector<int> killed;  // victims that only SIGKILL ended
   std::vector<int> succeeded;
   std::map<std::string, std::vector<int>> failed_after;  // by short status
 };
@@ -360,7 +377,11 @@ Groups group_ranks(const AttemptRecord& attempt) {
   Groups g;
   for (const auto& w : attempt.workers) {
     switch (w.role) {
-      case Role::victim: g.victims.push_back(w.rank); break;
+      case Role::victim:
+        g.victims.push_back(w.rank);
+        if (const char* t = teardown_name(w); t != nullptr && std::string_view(t) == "killed")
+          g.killed.push_back(w.rank);
+        break;
       case Role::ok: g.succeeded.push_back(w.rank); break;
       case Role::failed_after: g.failed_after[short_status(w.status)].push_back(w.rank); break;
       case Role::culprit: break;
@@ -373,6 +394,8 @@ Groups group_ranks(const AttemptRecord& attempt) {
 void other_ranks(std::string& out, const Groups& g, bool list_victims) {
   if (list_victims && !g.victims.empty())
     out += "flowrun:   stopped by flowrun: " + rank_list(g.victims) + "\n";
+  if (list_victims && !g.killed.empty())
+    out += "flowrun:   killed, SIGTERM did not end them in time: " + rank_list(g.killed) + "\n";
   if (!g.failed_after.empty()) {
     // Ordered by each group's lowest rank.
     std::vector<std::pair<std::vector<int>, std::string>> groups;

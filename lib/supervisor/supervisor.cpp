@@ -107,6 +107,41 @@ void Console::message(const std::string& text) const {
   }
 }
 
+namespace {
+
+// The first step of a group's teardown: each live rank's main process gets
+// SIGTERM, and joins `stopped`. What it started (DataLoader workers, a
+// shell's program) keeps running while it saves its checkpoint; the rest of
+// its group is told when the main has ended (terminate_group), or killed
+// with it when the grace runs out.
+void terminate_mains(const std::vector<Worker>& workers, std::vector<int>& stopped) {
+  for (std::size_t i = 0; i < workers.size(); ++i) {
+    if (!workers[i].alive) continue;
+    kill(workers[i].pid, SIGTERM);
+    // A stopped process (SIGSTOP, Ctrl-Z) keeps the SIGTERM pending until
+    // it is continued: continue it, so it ends now and not at the SIGKILL.
+    signal_group(workers[i].pid, SIGCONT);
+    stopped.push_back(static_cast<int>(i));
+  }
+}
+
+// What is left of a rank's process group once its main has ended (nothing,
+// when the main took its children with it).
+void terminate_group(pid_t pgid) {
+  signal_group(pgid, SIGTERM);
+  signal_group(pgid, SIGCONT);
+}
+
+// A SIGUSR1 or SIGUSR2 that no worker was there to take.
+void say_unforwarded(const Console& console, int sig, const char* when) {
+  console.message(
+      fmt::format("flowrun: {} received {}: no worker to pass it on to (flowrun passes SIGUSR1 and "
+                  "SIGUSR2 on to running workers)",
+                  signal_name(sig), when));
+}
+
+}  // namespace
+
 struct Supervisor::Impl {
   asio::io_context io;
   asio::signal_set child_signals{io, SIGCHLD};
@@ -213,9 +248,10 @@ struct Supervisor::Impl {
 
   // SIGUSR1, SIGUSR2: for the workers, not for flowrun.
   void on_forward_signal(int sig) {
-    if (!in_group || done) return;
-    if (observer != nullptr && observer->on_signal(sig)) return;
-    signal_workers(sig);
+    if (!in_group || done)
+      say_unforwarded(console, sig, "between steps");
+    else if (observer == nullptr || !observer->on_signal(sig))
+      signal_workers(sig);
   }
 
   void signal_workers(int sig) {
@@ -228,6 +264,7 @@ struct Supervisor::Impl {
 
   // A worker's exit, in its record now: a failure stops the group.
   void on_exit(Worker& w) {
+    end_of_main(w);
     write_rank_end(w.launch != nullptr ? w.launch->end_file : std::string(), w.record);
     const bool fails = observer != nullptr ? observer->on_exit(index_of(w), w.record) : !w.record.status.ok();
     if (fails && !stopping) {
@@ -256,15 +293,14 @@ struct Supervisor::Impl {
       start_grace(options.grace_s + options.observer_margin_s);
       return;
     }
-    for (std::size_t i = 0; i < workers.size(); ++i) {
-      if (!workers[i].alive) continue;
-      signal_group(workers[i].pid, SIGTERM);
-      // A stopped process (SIGSTOP, Ctrl-Z) keeps the SIGTERM pending until
-      // it is continued: continue it, so it ends now and not at the SIGKILL.
-      signal_group(workers[i].pid, SIGCONT);
-      stopped.push_back(static_cast<int>(i));
-    }
+    terminate_mains(workers, stopped);
     start_grace(options.grace_s);
+  }
+
+  // A rank's main process ended while the group stops: the rest of its
+  // process group gets SIGTERM now, inside the same grace.
+  void end_of_main(const Worker& w) {
+    if (stopping && !kill_now && !observer_stops) terminate_group(w.pid);
   }
 
   void start_grace(double seconds) {
@@ -507,9 +543,15 @@ struct Supervisor::Impl {
 };
 
 Supervisor::Supervisor(Console console, int guardian_pid, const std::vector<int>& stop_signals)
-    : impl_(std::make_unique<Impl>(console, static_cast<pid_t>(guardian_pid), stop_signals)) {}
+    : impl_(std::make_unique<Impl>(console, static_cast<pid_t>(guardian_pid), stop_signals)) {
+  if (const int sig = take_held_forward_signal(); sig != 0)
+    say_unforwarded(console, sig, "before any worker started");
+}
 
-Supervisor::~Supervisor() = default;
+Supervisor::~Supervisor() {
+  impl_.reset();  // its signal sets give SIGUSR1 and SIGUSR2 their default action back
+  hold_forward_signals();
+}
 
 AttemptRecord Supervisor::run_group(const std::vector<WorkerLaunch>& workers, const GroupOptions& options,
                                     GroupObserver* observer) {

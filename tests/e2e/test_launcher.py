@@ -222,6 +222,10 @@ steps:
                                                     for w in victims),
                    "grace: workers that ignore SIGTERM are SIGKILLed and reported as victims",
                    json.dumps(res["ranks"])[:2000])
+        self.check(all(w["teardown"] == "killed" for w in victims) and res["ranks"][2]["teardown"] is None
+                   and "\nflowrun:   stopped by flowrun: ranks 0, 1, 3\n"
+                       "flowrun:   killed, SIGTERM did not end them in time: ranks 0, 1, 3\n" in r.stderr,
+                   "grace: results.json and the report say SIGKILL ended them", r.detail())
         if self.check(os.path.exists(stamp), "grace: the culprit wrote its time"):
             after = ended - float(open(stamp).read())
             self.check(1.9 <= after <= 2 + 1.5 * self.slack,
@@ -702,11 +706,13 @@ steps:
 
     def test_concurrent(self):
         runs = []
+        listening = os.path.join(self.scratch, "concurrent-listening")
+        os.makedirs(listening)  # every rank 0 holds its MASTER_PORT until all ten do: the runs overlap
         for k in range(10):
             d, spec, run_dir = self.workspace(f"concurrent{k}", f"""name: store
 steps:
   - name: train
-    run: {argv_yaml("store")}
+    run: {argv_yaml("store", "--together", listening, "10")}
     parallel:
       cpus: 2
 """)

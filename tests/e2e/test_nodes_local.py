@@ -240,6 +240,7 @@ class TestNodesLocal(E2E):
             f"flowrun:   last line of its stderr ({n.run_dir}/train/rank3/stderr.log):",
             "    rank 3 fails",
             "flowrun:   stopped by flowrun: ranks 0-2",
+            "flowrun:   killed, SIGTERM did not end them in time: ranks 0-2",
             f"flowrun:   logs: {n.run_dir}/train",
             f"flowrun: run {n.run_id} failed after <secs> (exit code 3): failed 'train'"]
         self.check(rc == 3, "worker fails: flowrun exits with the failed rank's code 3", n.detail())

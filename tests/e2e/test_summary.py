@@ -6,6 +6,7 @@ Small shell steps on simulated GPUs; a few seconds in all.
 
   python3 -m pytest tests/e2e/test_summary.py [--flowrun PATH] [--sanitized] [-k NAME]
 """
+import glob
 import json
 import os
 import signal
@@ -239,6 +240,51 @@ class TestSummary(E2E):
                             f"interrupted by {name} before the run started"),
                            (r.rc, doc.get("state"), doc.get("exit_code"), doc.get("run_id"), doc.get("error")),
                            f"{name}: exit {128 + sig}, state interrupted, no run", r.detail())
+
+    def test_usr_signal_before_the_run(self):
+        """SIGUSR1 and SIGUSR2 before any worker runs (a Slurm --signal notice while flowrun reads its spec)
+        neither end flowrun nor stop the run: flowrun says nobody was there to take it, and runs the flow.
+        The spec is a FIFO, read once: the run keeps what was read as its spec.yaml (a second read hung)."""
+        for sig in (signal.SIGUSR1, signal.SIGUSR2):
+            name = signal.Signals(sig).name
+            d = os.path.join(self.scratch, f"early-{name}")
+            os.makedirs(d)
+            fifo = os.path.join(d, "flow.yaml")
+            os.mkfifo(fifo)
+            p = subprocess.Popen([self.flowrun, "flow.yaml", "--json"], cwd=d, env=clean_env(),
+                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+            writer = None
+            try:
+                deadline = time.monotonic() + 30 * self.slack
+                while writer is None and p.poll() is None and time.monotonic() < deadline:
+                    try:
+                        writer = os.open(fifo, os.O_WRONLY | os.O_NONBLOCK)
+                    except OSError:
+                        time.sleep(0.01)
+                if not self.check(writer is not None, f"{name}: flowrun reads the spec", ""):
+                    continue
+                p.send_signal(sig)
+                os.set_blocking(writer, True)
+                os.write(writer, b"name: early\nsteps:\n  - name: hello\n    run: echo hello\n")
+                os.close(writer)
+                writer = None
+                out, err = p.communicate(timeout=60 * self.slack)
+            finally:
+                if writer is not None:
+                    os.close(writer)
+                if p.poll() is None:
+                    p.kill()
+                    p.communicate()
+            r = Result(p.returncode, out, err, None)
+            doc = r.stdout_json() or {}
+            self.equal((0, "succeeded"), (r.rc, doc.get("state")), f"{name}: the run goes on and succeeds",
+                       r.detail())
+            self.check(f"flowrun: {name} received before any worker started: no worker to pass it on to" in err
+                       and "[hello] hello" in err, f"{name}: flowrun says nobody took it, then runs the step",
+                       r.detail())
+            saved = glob.glob(os.path.join(d, ".flowrun", "runs", "early-*", "spec.yaml"))
+            self.check(len(saved) == 1 and open(saved[0]).read().startswith("name: early\n"),
+                       f"{name}: the run's spec.yaml is the text flowrun read", str(saved))
 
     # --- resume ----------------------------------------------------------------
 

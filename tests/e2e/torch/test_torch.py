@@ -114,6 +114,42 @@ steps:
             self.check(abs(w - 3) < 0.25 and abs(b + 1) < 0.25, "example: the model learned y = 3x - 1",
                          m.group(0))
 
+    def test_emergency_checkpoint(self):
+        """Drain-aware teardown: a stopped rank's main process gets SIGTERM first and its DataLoader workers
+        (same process group) keep running until it has saved; the clean exit is the teardown's success."""
+        script = os.path.join(HERE, "dataloader_checkpoint.py")
+        ready = os.path.join(self.scratch, "emergency-ready")
+        os.makedirs(ready)  # also where the checkpoints go, as to a shared file system
+        d, spec, run_dir = self.workspace("emergency", f"""name: emergency
+steps:
+  - name: train
+    run: python3 {script}
+    env:
+      READY_DIR: {ready}
+      CKPT_DIR: {ready}
+      FAIL_RANK: "1"
+    parallel:
+      cpus: 3
+""")
+        rc, out, err, detail = self.flowrun_run(spec, run_dir, "--grace", "60")
+        self.check(rc == 3 and "flowrun: step 'train' failed: rank 1 exited with code 3 after" in err,
+                   "emergency: rank 1's exit 3 fails the step", detail)
+        saved = [r for r in (0, 2) if f"[train r{r}] rank {r}: saved an emergency checkpoint at step " in out
+                 and os.path.exists(os.path.join(ready, f"emergency-{r}.pt"))]
+        self.check(saved == [0, 2], "emergency: ranks 0 and 2 took one more batch from their DataLoader's "
+                   "workers after SIGTERM, and saved", detail)
+        try:
+            with open(os.path.join(run_dir, "train", "results.json")) as f:
+                ranks = {w["rank"]: w for w in json.load(f)["ranks"]}
+        except (OSError, ValueError, KeyError) as e:
+            ranks = {"error": str(e)}
+        self.check(all(ranks.get(r, {}).get("role") == "victim" and ranks[r].get("teardown") == "exited"
+                       and ranks[r].get("exit_code") == 0 for r in (0, 2))
+                   and ranks.get(1, {}).get("teardown") is None,
+                   "emergency: results.json says the stopped ranks exited by themselves in their grace (teardown: "
+                   "exited), and gives the culprit none", json.dumps(ranks)[:2000])
+        self.check("killed, SIGTERM did not end them" not in err, "emergency: nobody was killed", detail)
+
     @pytest.mark.slow
     def test_culprit_in_collective(self):
         script = os.path.join(HERE, "collective_fail.py")

@@ -58,6 +58,17 @@ std::string find_program(const std::string& name, const std::vector<std::string>
 // command could not start. Throws Error when fork itself fails.
 SpawnResult spawn_process(const SpawnRequest& request);
 
+// SIGUSR1 and SIGUSR2 while no Supervisor passes them on to workers (flowrun
+// starting, reading its spec, planning, writing its summary): noted, never
+// fatal, and blocking calls go on (SA_RESTART). flowrun's main installs it
+// first thing; the Supervisor takes the signals over while it lives and
+// installs it again when it goes. Workers start with the default action
+// (exec resets a handler).
+void hold_forward_signals();
+
+// The last SIGUSR1 or SIGUSR2 noted since the last call, or 0.
+int take_held_forward_signal();
+
 // Sends `signal` to a process group; ESRCH (already gone) is not an error.
 void signal_group(pid_t pgid, int signal);
 
