@@ -602,3 +602,11 @@ class TestTorchrun(E2E):
                 f"(pid {os.getpid()}), not by a flowrun run to join; choose another port, or stop it\n")
         self.check((rc, err) == (1, want), "a port another program holds: exit 1, naming it", f"rc={rc}\n{err}")
         self.check(not self.envs(d), "no worker ran")
+        with socket.socket() as bound:  # bound without SO_REUSEADDR, not listening: nothing to join
+            bound.bind(("127.0.0.1", 0))
+            port = bound.getsockname()[1]
+            rc, out, err = self.run_flowrun(d, "run", "--nnodes", "2", "--nproc-per-node", "1", "--rdzv-endpoint",
+                                            f"127.0.0.1:{port}", "train.py", timeout=30)
+        want = (f"flowrun: error: --rdzv-endpoint 127.0.0.1:{port}: port {port} of this host is in use by a socket "
+                "that does not listen (a connection, or a port held by another program); choose another port\n")
+        self.check((rc, err) == (1, want), "a port bound but not listened on: exit 1, saying so", f"rc={rc}\n{err}")
