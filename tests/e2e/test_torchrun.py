@@ -543,7 +543,8 @@ class TestTorchrun(E2E):
 
     def rendezvous_without_node_rank(self, nodes):
         """`nodes` identical torchrun commands, without --node-rank, on one host: the first to bind the port is
-        node 0, the others join it in turn; a real torch all_reduce (gloo) across them sums every rank."""
+        node 0, the others join it in turn (a stale token file left behind); a real torch all_reduce (gloo)
+        across them sums every rank."""
         have = subprocess.run(["/usr/bin/python3", "-c", "import torch.distributed as d; assert d.is_available()"],
                               capture_output=True, env=self.env())
         if have.returncode != 0:
@@ -555,6 +556,11 @@ class TestTorchrun(E2E):
         mark = f"rdzv-{nodes}-{os.getpid()}-{port}"
         argv = ["run", "--nnodes", str(nodes), "--nproc-per-node", "1", "--rdzv-backend", "c10d", "--rdzv-endpoint",
                 f"127.0.0.1:{port}", "--rdzv-id", f"job{nodes}", "allreduce.py"]
+        token = os.path.join(d, ".flowrun", "rendezvous", f"127.0.0.1_{port}.token")
+        os.makedirs(os.path.dirname(token), mode=0o700)
+        with open(token, "w") as f:  # what a SIGKILLed head would leave: a joiner must not read it
+            f.write("0" * 64 + "\n")
+        os.chmod(token, 0o600)
         copies = self.start_copies(d, argv, nodes, mark)
         ended = [p.communicate(timeout=120) for p in copies]
         label = f"{nodes} copies without --node-rank"
@@ -577,6 +583,7 @@ class TestTorchrun(E2E):
         wait_for(lambda: not processes_with(f"FLOWRUN_TEST_MARK={mark}"), 10 * self.slack)
         left = processes_with(f"FLOWRUN_TEST_MARK={mark}")
         self.check(not left, f"{label}: nothing is left running", str(left))
+        self.check(not os.path.exists(token), f"{label}: the token file is gone after the run", token)
 
     def test_rendezvous_two_without_node_rank(self):
         """Two torchrun commands on one host, neither with --node-rank."""
