@@ -617,3 +617,25 @@ class TestTorchrun(E2E):
         want = (f"flowrun: error: --rdzv-endpoint 127.0.0.1:{port}: port {port} of this host is in use by a socket "
                 "that does not listen (a connection, or a port held by another program); choose another port\n")
         self.check((rc, err) == (1, want), "a port bound but not listened on: exit 1, saying so", f"rc={rc}\n{err}")
+
+    def test_rendezvous_joiner_before_the_head(self):
+        """A node that joins before node 0 exists keeps trying for join_timeout: node 0, started once it said it
+        joins (here without --node-rank: it binds the port), takes it in; with no node 0 it gives up."""
+        d = self.workdir("early")
+        port = self.free_port()
+        common = ["run", "--nnodes", "2", "--nproc-per-node", "1", "--rdzv-endpoint", f"127.0.0.1:{port}"]
+        joiner = subprocess.Popen([self.binary, *common, "--node-rank", "1", "train.py"], cwd=d, env=self.env(),
+                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        first = joiner.stderr.readline().decode(errors="replace")
+        self.check(first.startswith(f"flowrun run: joining node 0 at 127.0.0.1:{port} as node 1"),
+                   "the early node says it joins", first)
+        rc, out, err = self.run_flowrun(d, *common, "train.py")
+        _, j_err = joiner.communicate(timeout=60)
+        self.check(rc == 0 and joiner.returncode == 0, "node 0, started later, takes it in: both exit 0",
+                   f"rc={rc} {joiner.returncode}\n{err}\n{j_err.decode(errors='replace')}")
+        self.check(sorted(self.envs(d)) == [0, 1], "both ranks ran")
+        rc, out, err = self.run_flowrun(d, *common, "--node-rank", "1", "--rdzv-conf", "join_timeout=1", "train.py",
+                                        timeout=30)
+        self.check(rc == 1 and err.endswith(f"flowrun: error: cannot reach the head at 127.0.0.1:{port}: Connection "
+                                            "refused\n"),
+                   "no node 0 within join_timeout: exit 1, saying so", f"rc={rc}\n{err}")
