@@ -333,9 +333,9 @@ Options come before the script; everything after it is the script's.)";
 const char* kRunFooter = R"(Several nodes (--nnodes N):
   inside a Slurm allocation (salloc, sbatch): run it once; flowrun starts the other nodes with srun.
   anywhere else: run the same command on every node with --rdzv-endpoint HOST:PORT (or --master-addr
-  and --master-port); node 0 is the head: with --node-rank 0, or else the first on HOST to bind PORT,
-  and the others take node ranks as they join. The run directory must be on a filesystem that
-  every node shares: the other nodes read the run's token from it.
+  and --master-port); node 0 is the head: with --node-rank 0, or else the first on HOST to bind
+  PORT, and the others take node ranks as they join. The run directory must be on a filesystem
+  that every node shares: the other nodes read the run's token from it.
 
 Examples:
   flowrun run --nproc-per-node 4 train.py --epochs 3
