@@ -11,9 +11,11 @@
 // Several nodes meet the way torchrun's do: inside a Slurm allocation this
 // flowrun starts the other nodes itself (srun); with --rdzv-endpoint or
 // --master-addr every node runs the same command, node 0's flowrun is the head
-// and the others join it as agents (docs/migrating.md).
+// (--node-rank 0, or the first on the endpoint's host to bind its port) and
+// the others join it as agents (docs/migrating.md).
 #include <CLI/CLI.hpp>
 #include <algorithm>
+#include <arpa/inet.h>
 #include <cerrno>
 #include <charconv>
 #include <cstring>
@@ -30,6 +32,7 @@
 #include "flowrun/cluster.h"
 #include "flowrun/error.h"
 #include "flowrun/flow.h"
+#include "flowrun/process.h"
 #include "flowrun/report.h"
 #include "flowrun/slurm.h"
 #include "flowrun/supervisor.h"
@@ -110,7 +113,9 @@ constexpr OptionDef kOptions[] = {
      "GPUs, else cpu). Default: one per GPU of this node, or 1 on a host without GPUs"},
     {"nnodes", Arg::value, "N", "Nodes (N, or N:N; elastic ranges are not supported). Default 1"},
     {"node-rank", Arg::value, "N",
-     "This node's rank, with --master-addr or --rdzv-endpoint (0 runs the head)"},
+     "This node's rank, with --master-addr or --rdzv-endpoint (0 runs the head). Without it, the first "
+     "flowrun run on the endpoint's host to bind its port is node 0, and the others take the next free "
+     "rank as they join (several on one host too)"},
     {"master-addr", Arg::value, "HOST",
      "Node 0's address, where the other nodes meet it (static rendezvous)"},
     {"master-port", Arg::value, "PORT", "The port node 0 listens on for the other nodes (default 29500)"},
@@ -328,9 +333,9 @@ Options come before the script; everything after it is the script's.)";
 const char* kRunFooter = R"(Several nodes (--nnodes N):
   inside a Slurm allocation (salloc, sbatch): run it once; flowrun starts the other nodes with srun.
   anywhere else: run the same command on every node with --rdzv-endpoint HOST:PORT (or --master-addr
-  and --master-port) and --node-rank; node 0 (or the node that owns HOST) is the head. The run
-  directory must be on a filesystem that every node shares: the other nodes read the run's token
-  from it.
+  and --master-port); node 0 is the head: with --node-rank 0, or else the first on HOST to bind
+  PORT, and the others take node ranks as they join. The run directory must be on a filesystem
+  that every node shares: the other nodes read the run's token from it.
 
 Examples:
   flowrun run --nproc-per-node 4 train.py --epochs 3
@@ -714,8 +719,53 @@ Shape shape_for(const Request& r, const HostFacts& host, const std::string& comm
 struct Meeting {
   enum class Kind { one_node, slurm, head, agent } kind = Kind::one_node;
   std::string endpoint;  // HOST:PORT (head, agent)
-  int node_rank = 0;
+  int node_rank = 0;     // agent: -1, the next free one
+  int listen_fd = -1;    // head: the rendezvous port, bound by claim_rendezvous
+  std::string joins;     // agent: why, when another flowrun run holds the port
 };
+
+// No --node-rank on the endpoint's host: the first flowrun run to bind the
+// port is the head, as the first torchrun to host the c10d store is; one
+// that finds it taken by another flowrun run (of this user) joins that
+// one. Anything else holding the port is an error, said at once: joining it
+// would only wait out the join timeout.
+void claim_rendezvous(Meeting& m, const Request& r, int port) {
+  const std::string where = "--rdzv-endpoint " + m.endpoint;
+  for (int round = 0;; ++round) {
+    int err = 0;
+    m.listen_fd = listen_on_port(r.local_addr, port, &err);
+    if (m.listen_fd >= 0) {
+      m.kind = Meeting::Kind::head;
+      return;
+    }
+    if (err != EADDRINUSE)
+      throw Error(fmt::format("{}: cannot listen on {}:{}: {}", where,
+                              r.local_addr.empty() ? "0.0.0.0" : r.local_addr, port, std::strerror(err)));
+    const auto holder = port_listener(port);
+    if (!holder && round < 3) continue;  // it closed meanwhile: try again
+    if (!holder)
+      throw Error(
+          fmt::format("{}: port {} of this host is in use by a socket that does not listen (a "
+                      "connection, or a port held by another program); choose another port",
+                      where, port));
+    if (holder->uid != getuid())
+      throw Error(
+          fmt::format("{}: port {} of this host is taken by a process of another user (uid {}), "
+                      "not by a flowrun run to join; choose another port",
+                      where, port, holder->uid));
+    if (holder->pid != 0 && holder->name != process_name(getpid()))
+      throw Error(
+          fmt::format("{}: port {} of this host is taken by {} (pid {}), not by a flowrun run to "
+                      "join; choose another port, or stop it",
+                      where, port, holder->name.empty() ? "a process" : holder->name, holder->pid));
+    m.kind = Meeting::Kind::agent;
+    m.node_rank = -1;
+    m.joins = holder->pid != 0
+                  ? fmt::format("port {} of this host is held by flowrun (pid {})", port, holder->pid)
+                  : fmt::format("port {} of this host is taken", port);
+    return;
+  }
+}
 
 Meeting meeting_for(Request& r, const Shape& shape, const EnvMap& env, const std::string& command) {
   Meeting m;
@@ -751,7 +801,13 @@ Meeting meeting_for(Request& r, const Shape& shape, const EnvMap& env, const std
   if (rank >= shape.nodes)
     usage_error(command, fmt::format("--node-rank {}: --nnodes {} has node ranks 0 to {}", rank, shape.nodes,
                                      shape.nodes - 1));
-  const bool head = rank == 0 || (rank < 0 && is_this_host(host, env));
+  const bool here = rank < 0 && is_this_host(host, env);
+  in_addr ipv4{};
+  if (here && !r.dry_run && (r.local_addr.empty() || inet_pton(AF_INET, r.local_addr.c_str(), &ipv4) == 1)) {
+    claim_rendezvous(m, r, std::stoi(endpoint.substr(endpoint.rfind(':') + 1)));
+    return m;
+  }
+  const bool head = rank == 0 || here;
   m.kind = head ? Meeting::Kind::head : Meeting::Kind::agent;
   m.node_rank = head ? 0 : rank;
   return m;
@@ -849,7 +905,10 @@ void note(const Request& r) {
 
 // This host joins node 0's flowrun (`flowrun run` on a node other than 0),
 // which runs the command it was given.
-int join_node0(const Request& r, const Built& built, const std::string& cwd, int fake, const EnvMap& env) {
+// It keeps trying to reach node 0 for the cluster's join_timeout: node 0 may
+// start later.
+int join_node0(const Request& r, const Built& built, const ClusterSpec& cluster, const std::string& cwd,
+               int fake, const EnvMap& env) {
   AgentOptions agent;
   agent.endpoint = built.meeting.endpoint;
   if (built.meeting.node_rank > 0) agent.node_rank = built.meeting.node_rank;
@@ -857,7 +916,10 @@ int join_node0(const Request& r, const Built& built, const std::string& cwd, int
   agent.token_after_connect = true;
   agent.exit_with_step = true;
   agent.fake_gpus = fake;
-  std::cerr << "flowrun run: joining node 0 at " << agent.endpoint << " as node "
+  agent.connect_timeout_s = cluster.join_timeout_s;
+  const std::string& joins = built.meeting.joins;
+  std::cerr << "flowrun run: " << (joins.empty() ? "" : joins + "; ") << "joining node 0 at "
+            << agent.endpoint << " as node "
             << (agent.node_rank ? std::to_string(*agent.node_rank) : std::string("(the next free rank)"))
             << "; node 0 runs the command it was given\n";
   if (r.dry_run) {
@@ -958,17 +1020,17 @@ int run_request(Request& r, SummaryTarget& target) {
     built = build_spec(r, host, env, "run", false);
     spec_text = built.text;
     note(r);
-    if (built.meeting.kind == Meeting::Kind::agent) {
-      return join_node0(r, built, cwd, fake, env);
-    }
     SpecParse parsed = parse_spec(spec_text, "flowrun run", cwd);
     if (!parsed.diagnostics.empty())
       rethrow_for_options(DiagnosticError(std::move(parsed.diagnostics)), spec_text);
     spec = std::move(*parsed.spec);
+    if (built.meeting.kind == Meeting::Kind::agent)
+      return join_node0(r, built, *spec.cluster, cwd, fake, env);
     if (built.meeting.kind == Meeting::Kind::head) {
       ClusterSpec& cluster = *spec.cluster;
       cluster.rendezvous = built.meeting.endpoint;
       cluster.rendezvous_token_file = token_path(cwd, built.meeting.endpoint);
+      cluster.rendezvous_fd = built.meeting.listen_fd;
     }
   }
   if (!r.python.empty() && !r.spec_path.empty()) use_python(spec, python_path(r.python, cwd));

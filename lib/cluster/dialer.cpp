@@ -49,15 +49,6 @@ class Dialer {
     FrameReader reader("head");
     for (int attempt = 1;; ++attempt) {
       socket.emplace(connect(io_, give_up));
-      if (options_.token_after_connect && token_.empty()) {
-        // The head wrote the token before it began to listen; a shared
-        // filesystem may show the file a moment later.
-        const auto token_deadline = Clock::now() + std::chrono::seconds(10);
-        struct stat st {};
-        while (stat(options_.token_file.c_str(), &st) != 0 && Clock::now() < token_deadline)
-          std::this_thread::sleep_for(std::chrono::milliseconds(100));
-        token_ = read_token(options_);
-      }
       reader = FrameReader("the head at " + head_at_);
       const Handshake outcome = handshake(*socket, reader);
       if (outcome.kind == Handshake::joined) break;
@@ -289,6 +280,17 @@ class Dialer {
       throw Error("the head sent " + std::string(message_type_name(type_of(first))) +
                   " instead of a challenge");
     head_nonce_ = challenge->nonce;
+    if (options_.token_after_connect && token_.empty()) {
+      // The head wrote the token before it accepted this connection (its
+      // socket may listen earlier: flowrun run binds it to become the head),
+      // so a token file left by an earlier head is gone by now; a shared
+      // filesystem may show the new one a moment later.
+      const auto token_deadline = Clock::now() + std::chrono::seconds(10);
+      struct stat st {};
+      while (stat(options_.token_file.c_str(), &st) != 0 && Clock::now() < token_deadline)
+        std::this_thread::sleep_for(std::chrono::milliseconds(100));
+      token_ = read_token(options_);
+    }
     send(encode(Auth{auth_proof(token_, head_nonce_, "agent:" + hello_.node)}));
     const Message second = receive();
     if (const auto* refused = std::get_if<Refused>(&second)) {

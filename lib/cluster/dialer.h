@@ -43,7 +43,7 @@ struct HeadLink {
 // A connection the head drops before either (it was full of connections
 // that never authenticated, and dropped the idlest, or the network cut it)
 // is tried again until options.connect_timeout_s. `token` is read_token's,
-// or empty under token_after_connect (then read once connected).
+// or empty under token_after_connect (then read once the head challenged).
 // `interrupted` is the agent's first stop signal (0: none). Returns nullopt
 // when the head refused the agent (the console says why); throws Error when
 // it cannot be reached or its frames make no sense.

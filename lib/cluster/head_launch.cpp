@@ -63,7 +63,9 @@ std::uint16_t rendezvous_port(const std::string& rendezvous) {
 
 // Listens where the agents dial; returns the console's "ADDRESS:PORT
 // (why)". flowrun run's rendezvous: the token goes where the other nodes'
-// flowrun run looks for it (`token_file`), before anyone can connect.
+// flowrun run looks for it (`token_file`), before any connection is
+// accepted (the socket flowrun run bound may listen already: the agents'
+// connections wait in its queue).
 std::string listen(Listener& listener, const ClusterSpec& cluster, const std::optional<SlurmJob>& slurm_job,
                    const std::vector<std::string>& ssh, const std::string& token, std::string& token_file) {
   if (cluster.rendezvous.empty()) {
@@ -77,7 +79,10 @@ std::string listen(Listener& listener, const ClusterSpec& cluster, const std::op
   const HeadAddress address{
       cluster.address.value_or("0.0.0.0"),
       cluster.address ? "--local-addr" : "every address of this host, as torchrun's store"};
-  listener.listen(address.address, rendezvous_port(cluster.rendezvous));
+  if (cluster.rendezvous_fd >= 0)
+    listener.adopt(cluster.rendezvous_fd);
+  else
+    listener.listen(address.address, rendezvous_port(cluster.rendezvous));
   listener.set_endpoint(cluster.rendezvous);
   return cluster.rendezvous + " (" + address.why + ")";
 }
@@ -124,7 +129,7 @@ std::string say_how_to_join(const Console& console, const NodeStep& job, std::si
   if (!cluster.rendezvous.empty()) {
     console.message(fmt::format(
         "flowrun: this host is node 0; waiting for {} more: run the same `flowrun run` command on {} "
-        "({}), from this directory on the shared filesystem",
+        "({}, or none: ranks in the order they join), from this directory on the shared filesystem",
         plural(nodes - 1, "node", "nodes"), nodes == 2 ? "it" : "each",
         nodes == 2 ? std::string("--node-rank 1") : fmt::format("--node-rank 1 to {}", nodes - 1)));
   } else if (cluster.engine == Engine::manual) {

@@ -4,6 +4,8 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 #include <map>
+#include <sys/socket.h>
+#include <unistd.h>
 #include <utility>
 
 #include "flowrun/error.h"
@@ -107,6 +109,27 @@ void Listener::open_acceptor(const asio::ip::address& ip, std::uint16_t port) {
                 (port ? " (is another job using that port? choose another)" : " (set cluster.address)"));
   port_ = acceptor->local_endpoint().port();
   endpoint_ = (ip.is_v6() ? "[" + ip.to_string() + "]" : ip.to_string()) + ":" + std::to_string(port_);
+  acceptors_.push_back(std::move(acceptor));
+}
+
+void Listener::adopt(int fd) {
+  raise_fd_limit();
+  sockaddr_storage where{};
+  socklen_t size = sizeof where;
+  boost::system::error_code ec;
+  auto acceptor = std::make_unique<asio::ip::tcp::acceptor>(io_);
+  if (getsockname(fd, reinterpret_cast<sockaddr*>(&where), &size) != 0) {
+    ec = boost::system::error_code(errno, boost::system::system_category());
+  } else {
+    acceptor->assign(where.ss_family == AF_INET6 ? asio::ip::tcp::v6() : asio::ip::tcp::v4(), fd, ec);
+  }
+  if (ec) {
+    ::close(fd);
+    throw Error("cannot use the rendezvous port's socket: " + ec.message());
+  }
+  const auto local = acceptor->local_endpoint();
+  port_ = local.port();
+  endpoint_ = local.address().to_string() + ":" + std::to_string(port_);
   acceptors_.push_back(std::move(acceptor));
 }
 

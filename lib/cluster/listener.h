@@ -100,6 +100,9 @@ class Listener {
   // Listens on `address` (an IP address or a host name) and `port` (0: any
   // free one). Throws Error when it cannot.
   void listen(const std::string& address, std::uint16_t port);
+  // Takes over `fd`, a socket that listens already (flowrun run's rendezvous
+  // port, which the command line bound to decide that this host is the head).
+  void adopt(int fd);
   // One port on every candidate address (a single one may be a host name,
   // replaced by its address), dropping those that are not this host's.
   // Throws Error when there is none left.

@@ -15,6 +15,7 @@ import time
 import pytest
 
 from flowrun_testlib import GAPS_RANK, clean_env
+from flowrun_testlib.launcher import processes_with, wait_for
 from flowrun_testlib.suite import E2E
 
 pytestmark = pytest.mark.torchrun
@@ -40,6 +41,19 @@ print(f"worker {rank} of {os.environ.get('WORLD_SIZE')} args {sys.argv[1:]}", fl
 if rank == os.environ.get("FAIL_RANK") and int(os.environ["TORCHELASTIC_RESTART_COUNT"]) < int(os.environ.get("FAIL_UNTIL", "99")):
     print("failing on purpose", file=sys.stderr, flush=True)
     sys.exit(3)
+'''
+
+
+# A torch worker: an all_reduce of RANK + 1 over gloo, printed with RANK,
+# WORLD_SIZE and GROUP_RANK.
+ALL_REDUCE = r'''
+import os, torch, torch.distributed as dist
+dist.init_process_group("gloo")
+t = torch.tensor([float(os.environ["RANK"]) + 1])
+dist.all_reduce(t)
+print(f"rank {os.environ['RANK']} world {os.environ['WORLD_SIZE']} group {os.environ['GROUP_RANK']} "
+      f"sum {int(t.item())}", flush=True)
+dist.destroy_process_group()
 '''
 
 
@@ -519,3 +533,109 @@ class TestTorchrun(E2E):
                    "a failing rank on node 1: node 0 exits 3 and names it", f"rc={rc}\n{err}")
         self.check(agent.returncode == 1, "a failing rank on node 1: node 1's flowrun run exits 1",
                    f"rc={agent.returncode}")
+
+    def start_copies(self, d, argv, count, mark):
+        """`count` copies of one `flowrun run` command, started together: each its own host name, all with
+        `mark` in their environment (and so their workers')."""
+        return [subprocess.Popen([self.binary, *argv], cwd=d, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                 env=self.env(FLOWRUN_HOSTNAME=f"copy{i}", FLOWRUN_TEST_MARK=mark))
+                for i in range(count)]
+
+    def rendezvous_without_node_rank(self, nodes):
+        """`nodes` identical torchrun commands, without --node-rank, on one host: the first to bind the port is
+        node 0, the others join it in turn (a stale token file left behind); a real torch all_reduce (gloo)
+        across them sums every rank."""
+        have = subprocess.run(["/usr/bin/python3", "-c", "import torch.distributed as d; assert d.is_available()"],
+                              capture_output=True, env=self.env())
+        if have.returncode != 0:
+            pytest.skip("/usr/bin/python3 cannot import torch.distributed (Debian's python3-torch)")
+        d = self.workdir(f"rdzv{nodes}")
+        with open(os.path.join(d, "allreduce.py"), "w") as f:
+            f.write(ALL_REDUCE)
+        port = self.free_port()
+        mark = f"rdzv-{nodes}-{os.getpid()}-{port}"
+        argv = ["run", "--nnodes", str(nodes), "--nproc-per-node", "1", "--rdzv-backend", "c10d", "--rdzv-endpoint",
+                f"127.0.0.1:{port}", "--rdzv-id", f"job{nodes}", "allreduce.py"]
+        token = os.path.join(d, ".flowrun", "rendezvous", f"127.0.0.1_{port}.token")
+        os.makedirs(os.path.dirname(token), mode=0o700)
+        with open(token, "w") as f:  # what a SIGKILLed head would leave: a joiner must not read it
+            f.write("0" * 64 + "\n")
+        os.chmod(token, 0o600)
+        copies = self.start_copies(d, argv, nodes, mark)
+        ended = [p.communicate(timeout=120) for p in copies]
+        label = f"{nodes} copies without --node-rank"
+        outs = [o.decode(errors="replace") for o, _ in ended]
+        errs = [e.decode(errors="replace") for _, e in ended]
+        everything = "\n".join(f"--- copy {i} rc={p.returncode}\n{e}" for i, (p, e) in enumerate(zip(copies, errs)))
+        self.check([p.returncode for p in copies] == [0] * nodes, f"{label}: every copy exits 0", everything)
+        heads = [i for i, e in enumerate(errs) if "flowrun: this host is node 0; waiting for" in e]
+        joiners = [i for i, e in enumerate(errs) if re.search(
+            rf"^flowrun run: port {port} of this host is held by flowrun \(pid \d+\); joining node 0 at "
+            rf"127\.0\.0\.1:{port} as node \(the next free rank\)", e, re.M)]
+        self.check(len(heads) == 1 and sorted(heads + joiners) == list(range(nodes)),
+                   f"{label}: one is the head, the others say whose port they found and join it",
+                   f"heads {heads} joiners {joiners}\n{everything}")
+        seen = [tuple(int(x) for x in m) for m in
+                re.findall(r"rank (\d+) world (\d+) group (\d+) sum (\d+)$", "\n".join(outs), re.M)]
+        want = [(r, nodes, r, nodes * (nodes + 1) // 2) for r in range(nodes)]
+        self.check(sorted(seen) == want, f"{label}: ranks 0..{nodes - 1} once each, GROUP_RANK = RANK, the right sum",
+                   f"{sorted(seen)}\n" + "\n".join(outs))
+        wait_for(lambda: not processes_with(f"FLOWRUN_TEST_MARK={mark}"), 10 * self.slack)
+        left = processes_with(f"FLOWRUN_TEST_MARK={mark}")
+        self.check(not left, f"{label}: nothing is left running", str(left))
+        self.check(not os.path.exists(token), f"{label}: the token file is gone after the run", token)
+
+    def test_rendezvous_two_without_node_rank(self):
+        """Two torchrun commands on one host, neither with --node-rank."""
+        self.rendezvous_without_node_rank(2)
+
+    def test_rendezvous_three_without_node_rank(self):
+        """Three torchrun commands on one host, none with --node-rank."""
+        self.rendezvous_without_node_rank(3)
+
+    def test_rendezvous_port_held_by_another_program(self):
+        """Without --node-rank, a rendezvous port another program listens on: a clear error at once, no wait."""
+        import socket
+        d = self.workdir("held")
+        with socket.socket() as held:
+            held.bind(("127.0.0.1", 0))
+            held.listen()
+            port = held.getsockname()[1]
+            rc, out, err = self.run_flowrun(d, "run", "--nnodes", "2", "--nproc-per-node", "1", "--rdzv-endpoint",
+                                            f"127.0.0.1:{port}", "train.py", timeout=30)
+            with open("/proc/self/comm") as f:
+                me = f.read().strip()
+        want = (f"flowrun: error: --rdzv-endpoint 127.0.0.1:{port}: port {port} of this host is taken by {me} "
+                f"(pid {os.getpid()}), not by a flowrun run to join; choose another port, or stop it\n")
+        self.check((rc, err) == (1, want), "a port another program holds: exit 1, naming it", f"rc={rc}\n{err}")
+        self.check(not self.envs(d), "no worker ran")
+        with socket.socket() as bound:  # bound without SO_REUSEADDR, not listening: nothing to join
+            bound.bind(("127.0.0.1", 0))
+            port = bound.getsockname()[1]
+            rc, out, err = self.run_flowrun(d, "run", "--nnodes", "2", "--nproc-per-node", "1", "--rdzv-endpoint",
+                                            f"127.0.0.1:{port}", "train.py", timeout=30)
+        want = (f"flowrun: error: --rdzv-endpoint 127.0.0.1:{port}: port {port} of this host is in use by a socket "
+                "that does not listen (a connection, or a port held by another program); choose another port\n")
+        self.check((rc, err) == (1, want), "a port bound but not listened on: exit 1, saying so", f"rc={rc}\n{err}")
+
+    def test_rendezvous_joiner_before_the_head(self):
+        """A node that joins before node 0 exists keeps trying for join_timeout: node 0, started once it said it
+        joins (here without --node-rank: it binds the port), takes it in; with no node 0 it gives up."""
+        d = self.workdir("early")
+        port = self.free_port()
+        common = ["run", "--nnodes", "2", "--nproc-per-node", "1", "--rdzv-endpoint", f"127.0.0.1:{port}"]
+        joiner = subprocess.Popen([self.binary, *common, "--node-rank", "1", "train.py"], cwd=d, env=self.env(),
+                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        first = joiner.stderr.readline().decode(errors="replace")
+        self.check(first.startswith(f"flowrun run: joining node 0 at 127.0.0.1:{port} as node 1"),
+                   "the early node says it joins", first)
+        rc, out, err = self.run_flowrun(d, *common, "train.py")
+        _, j_err = joiner.communicate(timeout=60)
+        self.check(rc == 0 and joiner.returncode == 0, "node 0, started later, takes it in: both exit 0",
+                   f"rc={rc} {joiner.returncode}\n{err}\n{j_err.decode(errors='replace')}")
+        self.check(sorted(self.envs(d)) == [0, 1], "both ranks ran")
+        rc, out, err = self.run_flowrun(d, *common, "--node-rank", "1", "--rdzv-conf", "join_timeout=1", "train.py",
+                                        timeout=30)
+        self.check(rc == 1 and err.endswith(f"flowrun: error: cannot reach the head at 127.0.0.1:{port}: Connection "
+                                            "refused\n"),
+                   "no node 0 within join_timeout: exit 1, saying so", f"rc={rc}\n{err}")

@@ -511,3 +511,76 @@ TEST_CASE("listener: connections that say nothing give way to agents once their 
   REQUIRE(crowd.run_until([&] { return welcomed(a) || a.closed; }));
   CHECK(crowd.joined_ == std::vector<std::string>{"node-a"});
 }
+
+namespace {
+
+// A private token file, as the head writes it.
+void write_token(const std::string& path, const std::string& token) {
+  unlink(path.c_str());
+  const int fd = open(path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+  REQUIRE(fd >= 0);
+  const std::string line = token + "\n";
+  REQUIRE(write(fd, line.data(), line.size()) == static_cast<ssize_t>(line.size()));
+  close(fd);
+}
+
+// The next message the peer of `socket` sends.
+std::optional<Message> next_message(asio::ip::tcp::socket& socket, FrameReader& reader) {
+  char buf[4096];
+  while (true) {
+    if (auto frame = reader.next()) {
+      std::string error;
+      return decode_message(*frame, &error);
+    }
+    boost::system::error_code ec;
+    const std::size_t n = socket.read_some(asio::buffer(buf), ec);
+    if (ec) return std::nullopt;
+    reader.feed(std::string_view(buf, n));
+  }
+}
+
+}  // namespace
+
+TEST_CASE("dialer: flowrun run's agent reads the token file after the head's challenge, not a stale one",
+          "[listener]") {
+  // The head's socket may listen before the head writes the token (flowrun
+  // run binds it to become the head), with a file a killed head left: the
+  // agent connects at once, and must prove the token written before the
+  // head accepted, not the one that was there when it connected.
+  testing::ScopedTempDir dir{"dialer"};
+  const std::string token_file = dir.path() + "/rdzv.token";
+  write_token(token_file, std::string(64, '0'));
+  const int console_fd = open((dir.path() + "/console.txt").c_str(), O_WRONLY | O_CREAT | O_CLOEXEC, 0644);
+  REQUIRE(console_fd >= 0);
+  const std::string token = "0123456789abcdef0123456789abcdef";
+  asio::io_context head_io;
+  asio::ip::tcp::acceptor acceptor(head_io, {asio::ip::make_address("127.0.0.1"), 0});
+  const std::string endpoint = "127.0.0.1:" + std::to_string(acceptor.local_endpoint().port());
+  bool proved = false;
+  std::thread head([&] {
+    auto socket = acceptor.accept();
+    FrameReader reader("agent");
+    const auto hello = next_message(socket, reader);  // the agent is connected: now the head writes its token
+    write_token(token_file, token);
+    const std::string nonce = make_nonce();
+    boost::system::error_code ec;
+    asio::write(socket, asio::buffer(to_wire(encode(Challenge{nonce}))), ec);
+    const auto auth = next_message(socket, reader);
+    const auto* a = auth ? std::get_if<Auth>(&*auth) : nullptr;
+    proved = hello && a && proofs_equal(a->proof, auth_proof(token, nonce, "agent:node-a"));
+    asio::write(socket, asio::buffer(to_wire(encode(Refused{"the test ends here"}))), ec);
+  });
+  asio::io_context io;
+  Console console{console_fd, console_fd};
+  AgentOptions options;
+  options.endpoint = endpoint;
+  options.token_file = token_file;
+  options.token_after_connect = true;
+  options.connect_timeout_s = 10;
+  const std::function<int()> not_interrupted = [] { return 0; };
+  const auto link = join_head(io, console, options, AgentHello{"node-a", -1, 0}, "", not_interrupted);
+  head.join();
+  close(console_fd);
+  CHECK_FALSE(link);  // refused, as the head said
+  CHECK(proved);
+}

@@ -73,6 +73,49 @@ TEST_CASE("a held port refuses a plain bind until it is released", "[process]") 
   CHECK(can_bind_plainly(port));
 }
 
+TEST_CASE("of two that listen on one port, the second finds it in use and sees who holds it", "[process]") {
+  HeldPort free = hold_free_port("127.0.0.1");
+  const int port = free.port;
+  free.release();
+  int err = 0;
+  const int first = listen_on_port("", port, &err);
+  REQUIRE(first >= 0);
+  CHECK((fcntl(first, F_GETFD) & FD_CLOEXEC) != 0);  // no worker inherits it
+  CHECK(listen_on_port("", port, &err) == -1);
+  CHECK(err == EADDRINUSE);
+  CHECK(listen_on_port("127.0.0.1", port, &err) == -1);  // one address of every address
+  CHECK(err == EADDRINUSE);
+  const auto holder = port_listener(port);
+  REQUIRE(holder);
+  CHECK(holder->uid == getuid());
+  CHECK(holder->pid == getpid());
+  CHECK(holder->name == process_name(getpid()));
+  close(first);
+  CHECK_FALSE(port_listener(port));
+  const int again = listen_on_port("127.0.0.1", port, &err);
+  CHECK(again >= 0);
+  close(again);
+  CHECK(listen_on_port("not-an-address", port, &err) == -1);
+  CHECK(err == EADDRNOTAVAIL);
+}
+
+TEST_CASE("listening_sockets reads /proc/net/tcp's listening sockets on a port", "[process]") {
+  const std::string text =
+      "  sl  local_address rem_address   st tx_queue rx_queue tr tm->when retrnsmt   uid  timeout inode\n"
+      "   0: 00000000:1F90 00000000:0000 0A 00000000:00000000 00:00000000 00000000  1000        0 4242 1 0\n"
+      "   1: 0100007F:1F90 0100007F:A0B2 01 00000000:00000000 00:00000000 00000000  1000        0 77 1 0\n"
+      "   2: 0100007F:0050 00000000:0000 0A 00000000:00000000 00:00000000 00000000     0        0 99 1 0\n"
+      "   3: 00000000000000000000000000000000:1F90 00000000000000000000000000000000:0000 0A "
+      "00000000:00000000 "
+      "00:00000000 00000000  1001        0 5151 1 0\n"
+      "   4: garbage\n";
+  using Found = std::vector<std::pair<unsigned long, unsigned>>;
+  CHECK(listening_sockets(text, 8080) == Found{{4242, 1000}, {5151, 1001}});  // not the connection (01)
+  CHECK(listening_sockets(text, 80) == Found{{99, 0}});
+  CHECK(listening_sockets(text, 81).empty());
+  CHECK(listening_sockets("", 80).empty());
+}
+
 TEST_CASE("find_program looks a name up on the PATH of the given environment", "[process]") {
   CHECK(find_program("sh", {"PATH=/nonexistent:/bin"}) == "/bin/sh");
   CHECK(find_program("/bin/sh", {"PATH=/nonexistent"}) == "/bin/sh");

@@ -88,8 +88,9 @@ struct AgentOptions {
   std::string endpoint;          // HOST:PORT of the head, or several comma-separated (tried in turn)
   std::optional<int> node_rank;  // --node-rank; else SLURM_NODEID under srun; else the head decides
   std::string token_file;        // --token-file; else the first line of stdin
-  // Read token_file once connected, waiting for it to appear: `flowrun run`'s
-  // rendezvous, where the head writes it before it listens.
+  // Read token_file once the head's challenge came, waiting for it to
+  // appear: `flowrun run`'s rendezvous, where the head writes it before it
+  // accepts a connection.
   bool token_after_connect = false;
   // Exit 1 when the step failed, not only when the agent did (flowrun run's
   // nodes other than 0, as torchrun's agents do).

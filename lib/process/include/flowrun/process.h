@@ -22,8 +22,11 @@
 // mark of the guardian of this process, whatever environment it is given.
 #pragma once
 
+#include <optional>
 #include <string>
+#include <string_view>
 #include <sys/types.h>
+#include <utility>
 #include <vector>
 
 namespace flowrun {
@@ -124,6 +127,28 @@ struct HeldPort {
   void release();
 };
 HeldPort hold_free_port(const std::string& addr);
+
+// flowrun run's rendezvous: a listening socket on `addr`:`port` (an IPv4
+// address; empty: every address), bound with SO_REUSEADDR as the head's
+// listener binds, close-on-exec. The bind and the listen are the decision:
+// of several processes trying at once, one gets the socket and the others
+// find the port in use. Returns the socket, or -1 with `*err` the errno
+// (EADDRINUSE: something listens there, or holds the port without
+// SO_REUSEADDR).
+int listen_on_port(const std::string& addr, int port, int* err);
+
+// What listens on a TCP port of this host (its network namespace).
+struct PortListener {
+  unsigned uid = 0;  // the socket's owner
+  pid_t pid = 0;     // a process that holds it; 0: none found (another user's, another pid namespace)
+  std::string name;  // that process's command name ("python3")
+};
+// The first listening socket on `port` in /proc/net/tcp and /proc/net/tcp6,
+// and a process of this user that holds it; nullopt when none listens.
+std::optional<PortListener> port_listener(int port);
+// The listening sockets on `port` in the text of /proc/net/tcp (or tcp6):
+// {inode, uid} of each. Pure.
+std::vector<std::pair<unsigned long, unsigned>> listening_sockets(std::string_view proc_net_tcp, int port);
 
 // The guardian: a forked process that outlives flowrun, however flowrun
 // ends, just long enough to kill every process carrying its mark and remove

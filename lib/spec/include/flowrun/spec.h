@@ -124,6 +124,11 @@ struct ClusterSpec {
   // `rendezvous_token_file` (under the shared workdir) for the others.
   std::string rendezvous;
   std::string rendezvous_token_file;
+  // A socket that listens on the port of `rendezvous` already, or -1: flowrun
+  // run without --node-rank bound it, and became the head by getting it
+  // (another flowrun there first makes this one join instead). The head's
+  // listener takes it over.
+  int rendezvous_fd = -1;
   Location loc;        // of the `cluster:` key
   Location hosts_loc;  // of the `hosts:` or `hostfile:` value, else of `cluster:`
 };

@@ -1,0 +1,128 @@
+// The rendezvous port: listening on it, and what listens when it is taken.
+#include <arpa/inet.h>
+#include <cerrno>
+#include <charconv>
+#include <dirent.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include "flowrun/files.h"
+#include "flowrun/process.h"
+
+namespace flowrun {
+
+namespace {
+
+// The whitespace-separated words of `line`.
+std::vector<std::string_view> words_of(std::string_view line) {
+  std::vector<std::string_view> words;
+  std::size_t pos = 0;
+  while (pos < line.size()) {
+    while (pos < line.size() && (line[pos] == ' ' || line[pos] == '\t')) ++pos;
+    const std::size_t start = pos;
+    while (pos < line.size() && line[pos] != ' ' && line[pos] != '\t') ++pos;
+    if (pos > start) words.push_back(line.substr(start, pos - start));
+  }
+  return words;
+}
+
+template <typename T>
+bool number(std::string_view text, T& value, int base) {
+  const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), value, base);
+  return ec == std::errc() && end == text.data() + text.size();
+}
+
+// A process of this user with `inode` among its descriptors (socket:[INODE]); 0: none.
+pid_t holder_of(unsigned long inode) {
+  const std::string want = "socket:[" + std::to_string(inode) + "]";
+  DIR* proc = opendir("/proc");
+  if (proc == nullptr) return 0;
+  pid_t found = 0;
+  while (dirent* entry = readdir(proc)) {
+    pid_t pid = 0;
+    if (!number(std::string_view(entry->d_name), pid, 10) || pid <= 0) continue;
+    const std::string fd_dir = "/proc/" + std::to_string(pid) + "/fd";
+    DIR* fds = opendir(fd_dir.c_str());  // another user's: not readable
+    if (fds == nullptr) continue;
+    while (dirent* fd = readdir(fds)) {
+      char target[64] = {};
+      const std::string link = fd_dir + "/" + fd->d_name;
+      const ssize_t n = readlink(link.c_str(), target, sizeof target - 1);
+      if (n > 0 && std::string_view(target, static_cast<std::size_t>(n)) == want) {
+        found = pid;
+        break;
+      }
+    }
+    closedir(fds);
+    if (found != 0) break;
+  }
+  closedir(proc);
+  return found;
+}
+
+}  // namespace
+
+int listen_on_port(const std::string& addr, int port, int* err) {
+  const int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) {
+    *err = errno;
+    return -1;
+  }
+  int one = 1;
+  setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+  sockaddr_in sa{};
+  sa.sin_family = AF_INET;
+  sa.sin_port = htons(static_cast<std::uint16_t>(port));
+  sa.sin_addr.s_addr = htonl(INADDR_ANY);
+  if (!addr.empty() && inet_pton(AF_INET, addr.c_str(), &sa.sin_addr) != 1) {
+    close(fd);
+    *err = EADDRNOTAVAIL;
+    return -1;
+  }
+  // Two that bind at once both may (SO_REUSEADDR, neither listens yet);
+  // then only one listen succeeds.
+  if (bind(fd, reinterpret_cast<sockaddr*>(&sa), sizeof sa) != 0 || listen(fd, 4096) != 0) {
+    *err = errno;
+    close(fd);
+    return -1;
+  }
+  return fd;
+}
+
+std::vector<std::pair<unsigned long, unsigned>> listening_sockets(std::string_view proc_net_tcp, int port) {
+  std::vector<std::pair<unsigned long, unsigned>> found;
+  std::size_t pos = proc_net_tcp.find('\n');  // the header
+  while (pos != std::string_view::npos && pos < proc_net_tcp.size()) {
+    const std::size_t end = std::min(proc_net_tcp.find('\n', pos + 1), proc_net_tcp.size());
+    const auto words = words_of(proc_net_tcp.substr(pos + 1, end - pos - 1));
+    pos = end;
+    if (words.size() < 10 || words[3] != "0A") continue;  // TCP_LISTEN
+    const std::string_view local = words[1];
+    const std::size_t colon = local.rfind(':');
+    int local_port = 0;
+    unsigned uid = 0;
+    unsigned long inode = 0;
+    if (colon == std::string_view::npos || !number(local.substr(colon + 1), local_port, 16) ||
+        local_port != port || !number(words[7], uid, 10) || !number(words[9], inode, 10))
+      continue;
+    found.emplace_back(inode, uid);
+  }
+  return found;
+}
+
+std::optional<PortListener> port_listener(int port) {
+  for (const char* table : {"/proc/net/tcp", "/proc/net/tcp6"}) {
+    const std::string text = try_read_file(table, 64 << 20).value_or("");
+    for (const auto& [inode, uid] : listening_sockets(text, port)) {
+      PortListener listener;
+      listener.uid = uid;
+      listener.pid = inode != 0 ? holder_of(inode) : 0;
+      if (listener.pid != 0) listener.name = process_name(listener.pid);
+      return listener;
+    }
+  }
+  return std::nullopt;
+}
+
+}  // namespace flowrun
