@@ -56,6 +56,7 @@ struct Request {
   std::optional<int> master_port;
   std::string rdzv_endpoint;
   std::string rdzv_id;
+  std::string role;  // empty: not given (torchrun's "default")
   std::string rdzv_backend;
   std::string rdzv_conf;
   std::optional<int> max_restarts;
@@ -68,6 +69,7 @@ struct Request {
   std::string local_ranks_filter;
   bool module = false;
   bool no_python = false;
+  bool run_path = false;
   std::string python;
   std::string local_addr;
   std::optional<std::vector<int>> stop_signals;  // --signals-to-handle
@@ -86,7 +88,8 @@ struct Request {
   std::vector<std::string> command;
   std::string spec_path;
   std::vector<std::string> spec_args;
-  std::vector<std::string> notes;  // options accepted with no effect, said once on stderr
+  std::vector<std::string> notes;     // options accepted with no effect, said once on stderr
+  std::vector<std::string> from_env;  // the options whose value came from a PET_ variable
 };
 
 enum class Arg { value, flag };
@@ -94,9 +97,15 @@ enum class Arg { value, flag };
 // Which of the two commands take an option.
 enum class For { both, run, init };
 
-// One row per option: run_app() declares them to CLI11 in this order (the
+// Whose option it is: torchrun's read a PET_<NAME> variable when the command
+// line leaves them out, as torchrun's `env` and `check_env` argparse actions
+// do (PET_NPROC_PER_NODE, PET_NO_PYTHON=1); flowrun's own read none.
+enum class Own { torchrun, flowrun };
+
+// One row per option: Parser declares them to CLI11 in this order (the
 // order of --help), every long name also in torchrun's underscore spelling;
-// set_option() applies what was given.
+// set_option() applies what was given. tests/e2e/test_torchrun.py checks that
+// every option of torchrun's parser is here.
 struct OptionDef {
   std::string_view name;  // with dashes: "nproc-per-node"
   Arg arg;
@@ -104,6 +113,7 @@ struct OptionDef {
   std::string_view help;
   For where = For::both;
   char short_name = 0;  // 'm' for -m
+  Own own = Own::torchrun;
 };
 
 // The order is --help's.
@@ -121,49 +131,70 @@ constexpr OptionDef kOptions[] = {
     {"master-port", Arg::value, "PORT", "The port node 0 listens on for the other nodes (default 29500)"},
     {"rdzv-endpoint", Arg::value, "HOST[:PORT]",
      "Where the nodes meet: node 0's HOST:PORT (default port 29500)"},
-    {"rdzv-id", Arg::value, "ID", "The job's id; flowrun's run id is made from it"},
+    {"rdzv-id", Arg::value, "ID",
+     "The job's id: every worker's TORCHELASTIC_RUN_ID (flowrun's own run id, FLOWRUN_RUN_ID, is made "
+     "from it)"},
     {"rdzv-backend", Arg::value, "c10d|static",
      "Accepted for torchrun's sake; flowrun has its own rendezvous"},
     {"rdzv-conf", Arg::value, "K=V,...", "join_timeout=SECONDS is used; other keys are not"},
     {"max-restarts", Arg::value, "N", "Restart every worker this many times at most when one fails"},
     {"standalone", Arg::flag, "", "One node, rendezvous on this host (the default for one node)"},
     {"log-dir", Arg::value, "DIR", "Put the run directory (every rank's logs, results.json) under DIR"},
-    {"tee", Arg::value, "N", "Accepted: flowrun always shows output and writes every rank's log files"},
+    {"tee", Arg::value, "N", "Accepted: flowrun always shows output and writes every rank's log files",
+     For::both, 't'},
     {"redirects", Arg::value, "N",
-     "1, 2 or 3: keep workers' output off the console (logs keep it); 0: show it"},
+     "1, 2 or 3: keep workers' output off the console (logs keep it); 0: show it", For::both, 'r'},
     {"local-ranks-filter", Arg::value, "LIST", "Show only these ranks on the console (0,2 or 0-3)"},
     {"module", Arg::flag, "", "Run the script as a Python module (python -m MODULE)", For::both, 'm'},
     {"no-python", Arg::flag, "", "Run the program itself, not through Python"},
+    {"run-path", Arg::flag, "",
+     "Run the script through Python (torchrun: runpy.run_path in its own interpreter); wins over -m and "
+     "--no-python"},
     {"local-addr", Arg::value, "ADDR", "The address node 0 listens on (default: every address)"},
     {"monitor-interval", Arg::value, "S", "Accepted: flowrun learns of every exit at once, it does not poll"},
     {"start-method", Arg::value, "M", "Accepted: workers are always new processes (fork and exec)"},
-    {"role", Arg::value, "R", "Accepted: no effect"},
+    {"event-log-handler", Arg::value, "NAME",
+     "Accepted: flowrun records every rank's start and end in the run directory, not as torchelastic events"},
+    {"logs-specs", Arg::value, "NAME",
+     "Accepted: every rank's logs go to the run directory; torchrun's LogsSpecs plugins are not loaded"},
+    {"role", Arg::value, "R", "The workers' role: their ROLE_NAME (default: default)"},
     {"signals-to-handle", Arg::value, "LIST",
      "Stop signals flowrun handles (default SIGTERM,SIGINT,SIGHUP,SIGQUIT); one left out is ignored. "
      "SIGUSR1 and SIGUSR2 always go on to the workers",
      For::run},
-    {"python", Arg::value, "PY", "The Python to run the script with (default: python3 on PATH)"},
-    {"dry-run", Arg::flag, "", "Show the plan (where every rank runs, and why) and run nothing", For::run},
-    {"json", Arg::flag, "", "Print the run's summary as JSON on stdout; the console's lines all go to stderr",
+    {"shutdown-timeout", Arg::value, "SECONDS",
+     "torchrun's name for --grace (its default is 30; TORCH_ELASTIC_SHUTDOWN_TIMEOUT is read as well)",
      For::run},
+    {"python", Arg::value, "PY",
+     "The Python to run the script with (default: PYTHON_EXEC, else python3 on PATH)", For::both, 0,
+     Own::flowrun},
+    {"dry-run", Arg::flag, "", "Show the plan (where every rank runs, and why) and run nothing", For::run, 0,
+     Own::flowrun},
+    {"json", Arg::flag, "", "Print the run's summary as JSON on stdout; the console's lines all go to stderr",
+     For::run, 0, Own::flowrun},
     {"summary-json", Arg::value, "FILE",
      "Write the run's summary as JSON to FILE when flowrun ends, whatever the outcome (docs/cli.md)",
-     For::run},
+     For::run, 0, Own::flowrun},
     {"grace", Arg::value, "SECONDS", "Between SIGTERM and SIGKILL when workers are stopped (default 10)",
-     For::run},
+     For::run, 0, Own::flowrun},
     {"timeout", Arg::value, "DURATION",
-     "Stop the workers when the step runs longer than this (90, 90s, 30m, 1h30m); exit 124"},
+     "Stop the workers when the step runs longer than this (90, 90s, 30m, 1h30m); exit 124", For::both, 0,
+     Own::flowrun},
     {"stall-timeout", Arg::value, "DURATION",
      "Stop the workers when a rank has written nothing for this long (a hang); the report names the "
-     "silent ranks; exit 124"},
-    {"ranks", Arg::value, "LIST", "Ranks shown on the console (all, 0, 0,2, 0-3)", For::run},
-    {"color", Arg::value, "WHEN", "auto, always or never", For::run},
-    {"run-id", Arg::value, "ID", "Use this run id", For::run},
-    {"run-dir", Arg::value, "DIR", "Run directory (default: .flowrun/runs/RUN_ID)", For::run},
-    {"fake-gpus", Arg::value, "N", "Pretend this host has N GPUs (dry runs, tests)"},
-    {"cpus", Arg::value, "N", "N CPU workers in total instead of GPU workers"},
-    {"output", Arg::value, "FILE", "The spec to write (default: SCRIPT's name with .yaml)", For::init, 'o'},
-    {"force", Arg::flag, "", "Overwrite the spec if it exists", For::init},
+     "silent ranks; exit 124",
+     For::both, 0, Own::flowrun},
+    {"ranks", Arg::value, "LIST", "Ranks shown on the console (all, 0, 0,2, 0-3)", For::run, 0, Own::flowrun},
+    {"color", Arg::value, "WHEN", "auto, always or never", For::run, 0, Own::flowrun},
+    {"run-id", Arg::value, "ID", "Use this run id", For::run, 0, Own::flowrun},
+    {"run-dir", Arg::value, "DIR", "Run directory (default: .flowrun/runs/RUN_ID)", For::run, 0,
+     Own::flowrun},
+    {"fake-gpus", Arg::value, "N", "Pretend this host has N GPUs (dry runs, tests)", For::both, 0,
+     Own::flowrun},
+    {"cpus", Arg::value, "N", "N CPU workers in total instead of GPU workers", For::both, 0, Own::flowrun},
+    {"output", Arg::value, "FILE", "The spec to write (default: SCRIPT's name with .yaml)", For::init, 'o',
+     Own::flowrun},
+    {"force", Arg::flag, "", "Overwrite the spec if it exists", For::init, 0, Own::flowrun},
 };
 
 bool takes(const OptionDef& def, bool init) {
@@ -181,13 +212,18 @@ const OptionDef* find_option(std::string_view name) {
   throw Error(message + "\nRun 'flowrun " + command + " --help' for usage.", kExitUsage);
 }
 
-int parse_int(const std::string& command, const std::string& option, const std::string& text, int lo,
-              int hi) {
+// `said` is how the value was given ("--node-rank x", "PET_NODE_RANK=x").
+int whole(const std::string& command, const std::string& said, const std::string& text, int lo, int hi) {
   int value = 0;
   const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), value);
   if (ec != std::errc() || end != text.data() + text.size() || value < lo || value > hi)
-    usage_error(command, fmt::format("--{} {}: expected a whole number from {} to {}", option, text, lo, hi));
+    usage_error(command, fmt::format("{}: expected a whole number from {} to {}", said, lo, hi));
   return value;
+}
+
+int parse_int(const std::string& command, const std::string& option, const std::string& text, int lo,
+              int hi) {
+  return whole(command, "--" + option + " " + text, text, lo, hi);
 }
 
 bool is_spec_file(const std::string& path) {
@@ -198,66 +234,15 @@ bool is_spec_file(const std::string& path) {
   return ends(".yaml") || ends(".yml");
 }
 
-void set_option(Request& r, const std::string& command, const OptionDef& def, const std::string& value) {
-  const std::string name(def.name);
-  if (name == "nproc-per-node") {
-    r.nproc = value;
-  } else if (name == "nnodes") {
-    r.nnodes = value;
-  } else if (name == "node-rank") {
-    r.node_rank = parse_int(command, name, value, 0, 65535);
-  } else if (name == "master-addr") {
-    r.master_addr = value;
-  } else if (name == "master-port") {
-    r.master_port = parse_int(command, name, value, 1, 65535);
-  } else if (name == "rdzv-endpoint") {
-    r.rdzv_endpoint = value;
-  } else if (name == "rdzv-id") {
-    r.rdzv_id = value;
-  } else if (name == "rdzv-backend") {
-    if (value != "c10d" && value != "static")
-      usage_error(command, "--rdzv-backend " + value +
-                               ": flowrun meets the nodes itself, as torchrun's c10d and static backends do; "
-                               "use c10d or static (or leave it out)");
-    r.rdzv_backend = value;
-  } else if (name == "rdzv-conf") {
-    r.rdzv_conf = value;
-  } else if (name == "max-restarts") {
-    r.max_restarts = parse_int(command, name, value, 0, 1000);
+// flowrun's own options (Own::flowrun), which no PET_ variable gives.
+void set_own_option(Request& r, const std::string& command, const std::string& name,
+                    const std::string& value) {
+  if (name == "python") {
+    r.python = value;
   } else if (name == "timeout") {
     r.timeout = value;
   } else if (name == "stall-timeout") {
     r.stall_timeout = value;
-  } else if (name == "standalone") {
-    r.standalone = true;
-  } else if (name == "log-dir") {
-    r.log_dir = value;
-  } else if (name == "tee") {
-    r.notes.push_back(
-        "--tee has no effect: flowrun always shows the workers' output and writes every rank's "
-        "log files");
-  } else if (name == "redirects") {
-    r.redirects = value;
-  } else if (name == "local-ranks-filter") {
-    r.local_ranks_filter = value;
-  } else if (name == "module") {
-    r.module = true;
-  } else if (name == "no-python") {
-    r.no_python = true;
-  } else if (name == "local-addr") {
-    r.local_addr = value;
-  } else if (name == "monitor-interval") {
-    r.notes.push_back("--monitor-interval has no effect: flowrun learns of every worker's exit at once");
-  } else if (name == "start-method") {
-    r.notes.push_back("--start-method has no effect: every worker is a new process (fork and exec)");
-  } else if (name == "role") {
-    r.notes.push_back("--role has no effect");
-  } else if (name == "signals-to-handle") {
-    std::string error;
-    r.stop_signals = parse_signals_to_handle(value, &error);
-    if (!r.stop_signals) usage_error(command, "--signals-to-handle " + value + ": " + error);
-  } else if (name == "python") {
-    r.python = value;
   } else if (name == "dry-run") {
     r.dry_run = true;
   } else if (name == "json" || name == "summary-json") {
@@ -292,29 +277,176 @@ void set_option(Request& r, const std::string& command, const OptionDef& def, co
   }
 }
 
+// Where a value came from: the command line, or a PET_ variable (a torchrun
+// option's default).
+struct Given {
+  const OptionDef& def;
+  std::string value;
+  bool from_env = false;
+  // How the user gave it, for messages: "--node-rank x" or "PET_NODE_RANK=x".
+  std::string said() const;
+};
+
+// torchrun's variable for an option: PET_ and argparse's dest in upper case.
+std::string pet_name(const OptionDef& def) {
+  std::string name = "PET_" + std::string(def.name);
+  for (char& c : name) c = c == '-' ? '_' : static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
+  return name;
+}
+
+std::string Given::said() const {
+  if (from_env) return pet_name(def) + "=" + value;
+  return "--" + std::string(def.name) + (def.arg == Arg::value ? " " + value : std::string());
+}
+
+void set_option(Request& r, const std::string& command, const Given& given) {
+  const OptionDef& def = given.def;
+  const std::string& value = given.value;
+  const std::string name(def.name);
+  const std::string said = given.said();
+  // An option with no effect says so when typed, not when a PET_ variable
+  // of the environment sets it on every run.
+  auto note = [&](const std::string& text) {
+    if (!given.from_env) r.notes.push_back(text);
+  };
+  if (given.from_env) r.from_env.push_back(name);
+  if (name == "nproc-per-node") {
+    r.nproc = value;
+  } else if (name == "nnodes") {
+    r.nnodes = value;
+  } else if (name == "node-rank") {
+    r.node_rank = whole(command, said, value, 0, 65535);
+  } else if (name == "master-addr") {
+    r.master_addr = value;
+  } else if (name == "master-port") {
+    r.master_port = whole(command, said, value, 1, 65535);
+  } else if (name == "rdzv-endpoint") {
+    r.rdzv_endpoint = value;
+  } else if (name == "rdzv-id") {
+    r.rdzv_id = value;
+  } else if (name == "rdzv-backend") {
+    if (value != "c10d" && value != "static")
+      usage_error(command, said +
+                               ": flowrun meets the nodes itself, as torchrun's c10d and static backends do; "
+                               "use c10d or static (or leave it out)");
+    r.rdzv_backend = value;
+  } else if (name == "rdzv-conf") {
+    r.rdzv_conf = value;
+  } else if (name == "max-restarts") {
+    r.max_restarts = whole(command, said, value, 0, 1000);
+  } else if (name == "standalone") {
+    r.standalone = true;
+  } else if (name == "log-dir") {
+    r.log_dir = value;
+  } else if (name == "tee") {
+    note(
+        "--tee has no effect: flowrun always shows the workers' output and writes every rank's "
+        "log files");
+  } else if (name == "redirects") {
+    r.redirects = value;
+  } else if (name == "local-ranks-filter") {
+    r.local_ranks_filter = value;
+  } else if (name == "module") {
+    r.module = true;
+  } else if (name == "no-python") {
+    r.no_python = true;
+  } else if (name == "run-path") {
+    r.run_path = true;
+  } else if (name == "local-addr") {
+    r.local_addr = value;
+  } else if (name == "monitor-interval") {
+    note("--monitor-interval has no effect: flowrun learns of every worker's exit at once");
+  } else if (name == "start-method") {
+    if (value != "spawn" && value != "fork" && value != "forkserver")
+      usage_error(command, said + ": torchrun's start methods are spawn, fork and forkserver");
+    note("--start-method has no effect: every worker is a new process (fork and exec)");
+  } else if (name == "event-log-handler") {
+    note(
+        "--event-log-handler has no effect: flowrun records every rank's start and end in the run "
+        "directory (results.json), not as torchelastic events");
+  } else if (name == "logs-specs") {
+    note(
+        "--logs-specs has no effect: every rank's logs go to the run directory (rankR/stdout.log, "
+        "stderr.log); torchrun's LogsSpecs plugins are not loaded");
+  } else if (name == "role") {
+    if (value.empty() || value.find('\n') != std::string::npos)
+      usage_error(command, said + ": expected a name on one line (the workers' ROLE_NAME)");
+    r.role = value;
+  } else if (name == "signals-to-handle") {
+    std::string error;
+    r.stop_signals = parse_signals_to_handle(value, &error);
+    if (!r.stop_signals) usage_error(command, said + ": " + error);
+  } else if (name == "shutdown-timeout") {
+    r.grace_s = whole(command, said, value, 0, 3600);
+  } else {
+    set_own_option(r, command, name, value);
+  }
+}
+
+// The PET_ variables of torchrun's options that the command line left out,
+// as torchrun's argparse actions read them: a value option's is its value
+// (empty: not set); a flag's is a number, set unless 0 (or true / false).
+std::vector<Given> environment_defaults(const std::vector<const OptionDef*>& typed, bool init,
+                                        const std::string& command) {
+  std::vector<Given> out;
+  for (const auto& def : kOptions) {
+    if (def.own != Own::torchrun || !takes(def, init)) continue;
+    if (std::find(typed.begin(), typed.end(), &def) != typed.end()) continue;
+    const std::string var = pet_name(def);
+    const char* raw = std::getenv(var.c_str());
+    if (raw == nullptr || *raw == '\0') continue;
+    std::string value = raw;
+    if (def.arg == Arg::flag) {
+      std::string lower = value;
+      for (char& c : lower) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+      long number = 0;
+      const auto [end, ec] = std::from_chars(value.data(), value.data() + value.size(), number);
+      const bool numeric = ec == std::errc() && end == value.data() + value.size();
+      if (!numeric && lower != "true" && lower != "false")
+        usage_error(command, var + "=" + value + ": expected 1 (set --" + std::string(def.name) +
+                                 ") or 0, as torchrun reads it; true and false work too");
+      if ((numeric && number == 0) || lower == "false") continue;
+    }
+    out.push_back({def, value, true});
+  }
+  return out;
+}
+
 // A spec decides its own steps: an option that would shape the step is
-// refused rather than ignored, with where the spec says the same.
-void refuse_step_options(const Request& r, const std::string& spec_path) {
+// refused rather than ignored, with where the spec says the same. One that a
+// PET_ variable of the environment gives is passed over, said in a note.
+void refuse_step_options(Request& r, const std::string& spec_path) {
   std::vector<std::pair<std::string, std::string>> given;  // option, where the spec has it
   auto cluster = [](const std::string& key) {
     return "the spec's cluster: (" + (key.empty() ? "" : key + ", ") + "docs/multinode.md)";
   };
-  if (!r.nproc.empty()) given.emplace_back("--nproc-per-node", "the step's parallel: (gpus:, cpus:)");
-  if (!r.nnodes.empty()) given.emplace_back("--nnodes", "the step's parallel: (nodes:)");
-  if (r.node_rank) given.emplace_back("--node-rank", cluster(""));
-  if (!r.master_addr.empty()) given.emplace_back("--master-addr", cluster(""));
-  if (r.master_port) given.emplace_back("--master-port", cluster(""));
-  if (!r.rdzv_endpoint.empty()) given.emplace_back("--rdzv-endpoint", cluster(""));
-  if (!r.rdzv_backend.empty()) given.emplace_back("--rdzv-backend", cluster(""));
-  if (!r.rdzv_conf.empty()) given.emplace_back("--rdzv-conf", cluster("join_timeout:"));
-  if (r.standalone) given.emplace_back("--standalone", "the step's parallel: (one node unless nodes:)");
-  if (!r.local_addr.empty()) given.emplace_back("--local-addr", cluster("address:"));
-  if (r.max_restarts) given.emplace_back("--max-restarts", "the step's parallel: (max_restarts:)");
-  if (!r.timeout.empty()) given.emplace_back("--timeout", "the step's timeout:");
-  if (!r.stall_timeout.empty()) given.emplace_back("--stall-timeout", "the step's stall_timeout:");
-  if (given.empty()) return;
-  std::string message = spec_path + " is a spec, and a spec shapes its own steps:";
-  for (const auto& [option, where] : given) message += "\n  " + option + ": write it in " + where;
+  if (!r.nproc.empty()) given.emplace_back("nproc-per-node", "the step's parallel: (gpus:, cpus:)");
+  if (!r.nnodes.empty()) given.emplace_back("nnodes", "the step's parallel: (nodes:)");
+  if (r.node_rank) given.emplace_back("node-rank", cluster(""));
+  if (!r.master_addr.empty()) given.emplace_back("master-addr", cluster(""));
+  if (r.master_port) given.emplace_back("master-port", cluster(""));
+  if (!r.rdzv_endpoint.empty()) given.emplace_back("rdzv-endpoint", cluster(""));
+  if (!r.rdzv_backend.empty()) given.emplace_back("rdzv-backend", cluster(""));
+  if (!r.rdzv_conf.empty()) given.emplace_back("rdzv-conf", cluster("join_timeout:"));
+  if (!r.rdzv_id.empty()) given.emplace_back("rdzv-id", "the step's parallel: (job_id:)");
+  if (r.standalone) given.emplace_back("standalone", "the step's parallel: (one node unless nodes:)");
+  if (!r.local_addr.empty()) given.emplace_back("local-addr", cluster("address:"));
+  if (r.max_restarts) given.emplace_back("max-restarts", "the step's parallel: (max_restarts:)");
+  if (!r.role.empty()) given.emplace_back("role", "the step's parallel: (role:)");
+  if (!r.timeout.empty()) given.emplace_back("timeout", "the step's timeout:");
+  if (!r.stall_timeout.empty()) given.emplace_back("stall-timeout", "the step's stall_timeout:");
+  std::string message;
+  for (const auto& [option, where] : given) {
+    const OptionDef& def = *find_option(option);
+    if (std::find(r.from_env.begin(), r.from_env.end(), option) != r.from_env.end()) {
+      r.notes.push_back(pet_name(def) + " is passed over: " + spec_path + " shapes its own steps (" + where +
+                        ")");
+      continue;
+    }
+    message += "\n  --" + option + ": write it in " + where;
+  }
+  if (message.empty()) return;
+  message = spec_path + " is a spec, and a spec shapes its own steps:" + message;
   message +=
       "\nWith a spec, flowrun run takes flowrun's own options (--python, --cpus, --fake-gpus, --grace, "
       "--run-id, --run-dir, --log-dir, --ranks, --signals-to-handle, --dry-run); docs/spec.md has every key.";
@@ -327,7 +459,9 @@ const char* kRunUsage = R"(Usage:
   flowrun run [OPTIONS] --no-python PROG ARGS any program; also: flowrun run [OPTIONS] -- PROG ARGS
   flowrun run [OPTIONS] SPEC.yaml [-- ARGS]   a flow spec, as `flowrun SPEC` runs it
 
-Every option has both spellings: --nproc-per-node and --nproc_per_node; --opt VALUE or --opt=VALUE.
+Every option has both spellings: --nproc-per-node and --nproc_per_node; --opt VALUE or --opt=VALUE;
+and, as torchrun's argparse, any unambiguous prefix (--nproc 2). A torchrun option left out is read
+from PET_<NAME> (PET_NPROC_PER_NODE=2, PET_NO_PYTHON=1), as torchrun does; the command line wins.
 Options come before the script; everything after it is the script's.)";
 
 const char* kRunFooter = R"(Several nodes (--nnodes N):
@@ -350,7 +484,8 @@ const char* kInitUsage = R"(Usage: flowrun init [OPTIONS] SCRIPT.py [ARGS]
 
 Writes SCRIPT.yaml (or -o FILE): the one-step flow that `flowrun run` with the same options would
 run, with a join step to fill in. Refuses to overwrite a file unless --force. Every option has both
-spellings: --nproc-per-node and --nproc_per_node; --opt VALUE or --opt=VALUE.)";
+spellings: --nproc-per-node and --nproc_per_node; --opt VALUE or --opt=VALUE; any unambiguous prefix.
+A torchrun option left out is read from PET_<NAME>, as torchrun does.)";
 
 // CLI11's parser of `flowrun run` or `flowrun init`, from kOptions. A prefix
 // command: parsing stops at the first word that is not an option (the script,
@@ -409,10 +544,11 @@ void refuse_unknown_option(const std::string& command, bool init, const std::str
   usage_error(command, message);
 }
 
-// The option of kOptions that `word` names ("--nproc_per_node=2", "-m"), or
-// nullptr.
+// The option of kOptions that `word` names ("--nproc_per_node=2", "-m",
+// "-r3"), or nullptr; a long name only in full (canonical_words() has made
+// the prefixes whole).
 const OptionDef* named_option(std::string_view word) {
-  if (word.size() == 2 && word[0] == '-') {
+  if (word.size() >= 2 && word[0] == '-' && word[1] != '-') {
     for (const auto& def : kOptions) {
       if (def.short_name == word[1]) return &def;
     }
@@ -421,10 +557,34 @@ const OptionDef* named_option(std::string_view word) {
   if (word.substr(0, 2) != "--") return nullptr;
   std::string name(word.substr(2, word.find('=') - 2));
   std::replace(name.begin(), name.end(), '_', '-');
+  return find_option(name);
+}
+
+// What a long option's name (without "--" and "=VALUE", either spelling)
+// names among this command's options: itself, or as argparse reads a
+// prefix, the one option it begins; "help" and "version" too. Several: an
+// error that names them, as argparse's "ambiguous option". None: nullopt.
+std::vector<std::string> long_candidates(std::string name, bool init) {
+  std::replace(name.begin(), name.end(), '_', '-');
+  std::vector<std::string> names = {"help", "version"};
   for (const auto& def : kOptions) {
-    if (def.name == name) return &def;
+    if (takes(def, init)) names.emplace_back(def.name);
   }
-  return nullptr;
+  if (std::find(names.begin(), names.end(), name) != names.end()) return {name};
+  std::vector<std::string> candidates;
+  for (const auto& candidate : names) {
+    if (!name.empty() && candidate.rfind(name, 0) == 0) candidates.push_back(candidate);
+  }
+  return candidates;
+}
+
+std::optional<std::string> resolve_long(const std::string& name, bool init, const std::string& command) {
+  const std::vector<std::string> candidates = long_candidates(name, init);
+  if (candidates.empty()) return std::nullopt;
+  if (candidates.size() == 1) return candidates.front();
+  std::string list;
+  for (const auto& c : candidates) list += (list.empty() ? "--" : ", --") + c;
+  usage_error(command, "ambiguous option '--" + name + "': it could be " + list);
 }
 
 // CLI11's ArgumentMismatch said as flowrun says it: "--nproc-per-node needs
@@ -447,22 +607,42 @@ const OptionDef* named_option(std::string_view word) {
   usage_error(command, said);
 }
 
-// The command line as CLI11 should see it: `--opt=` (an empty value, which
-// argparse gives torchrun as "") becomes `--opt ""`, since CLI11 would take
-// the next word, the script, as its value. Only up to the script.
-std::vector<std::string> empty_values_spelled_out(int argc, char** argv) {
+// The command line as CLI11 should see it, up to the script: every long
+// option by its whole name (argparse's prefixes: --nproc 2 is
+// --nproc-per-node 2); a short option's value a word of its own (-r3 and
+// -r=3 are -r 3, as argparse reads them); and `--opt=` (an empty value,
+// which argparse gives torchrun as "") as `--opt ""`, since CLI11 would take
+// the next word, the script, as its value.
+std::vector<std::string> canonical_words(int argc, char** argv, bool init, const std::string& command) {
   std::vector<std::string> words(argv, argv + argc);
   for (std::size_t i = 1; i < words.size(); ++i) {
     const std::string word = words[i];
-    if (word == "--" || word.empty() || word[0] != '-') break;
-    const OptionDef* def = named_option(word);
-    if (def == nullptr) break;  // CLI11 refuses it
-    if (def->arg == Arg::flag) continue;
-    if (word.find('=') == std::string::npos) {
-      ++i;  // its value, whatever it looks like
-    } else if (word.back() == '=') {
+    if (word == "--" || word.size() < 2 || word[0] != '-') break;
+    const auto at = static_cast<std::ptrdiff_t>(i);
+    if (word[1] != '-') {
+      const OptionDef* def = named_option(word);
+      if (def == nullptr || !takes(*def, init)) break;  // CLI11 refuses it, or -h
+      if (def->arg == Arg::flag) continue;
+      if (word.size() == 2) {
+        ++i;  // its value, whatever it looks like
+        continue;
+      }
+      words[i] = word.substr(0, 2);
+      words.insert(words.begin() + at + 1, word.substr(word[2] == '=' ? 3 : 2));
+      ++i;
+      continue;
+    }
+    const std::size_t eq = word.find('=');
+    const auto name = resolve_long(word.substr(2, eq - 2), init, command);
+    if (!name) break;  // refuse_unknown_option says so
+    words[i] = "--" + *name + (eq == std::string::npos ? "" : word.substr(eq));
+    const OptionDef* def = find_option(*name);
+    if (def == nullptr || def->arg == Arg::flag) continue;
+    if (eq == std::string::npos) {
+      ++i;
+    } else if (eq + 1 == word.size()) {
       words[i].pop_back();
-      words.insert(words.begin() + static_cast<std::ptrdiff_t>(i) + 1, std::string());
+      words.insert(words.begin() + at + 1, std::string());
       ++i;
     }
   }
@@ -474,7 +654,7 @@ std::vector<std::string> empty_values_spelled_out(int argc, char** argv) {
 // Returns nullopt when --help or --version was asked for (and printed).
 std::optional<Request> parse_request(int original_argc, char** original_argv, const std::string& command) {
   const bool init = command == "init";
-  std::vector<std::string> words = empty_values_spelled_out(original_argc, original_argv);
+  std::vector<std::string> words = canonical_words(original_argc, original_argv, init, command);
   std::vector<char*> pointers;
   for (auto& word : words) pointers.push_back(word.data());
   const int argc = static_cast<int>(pointers.size());
@@ -495,11 +675,29 @@ std::optional<Request> parse_request(int original_argc, char** original_argv, co
   }
   std::vector<std::string> rest = parser.app.remaining();
   if (!rest.empty()) refuse_unknown_option(command, init, rest.front());
-  Request r;
+  std::vector<const OptionDef*> typed;
   for (std::size_t i = 0; i < std::size(kOptions); ++i) {
-    if (parser.options[i] != nullptr && parser.options[i]->count() > 0)
-      set_option(r, command, kOptions[i], parser.values[i]);
+    if (parser.options[i] != nullptr && parser.options[i]->count() > 0) typed.push_back(&kOptions[i]);
   }
+  auto was_typed = [&](std::string_view name) {
+    return std::any_of(typed.begin(), typed.end(), [&](const OptionDef* def) { return def->name == name; });
+  };
+  if (was_typed("grace") && was_typed("shutdown-timeout"))
+    usage_error(
+        command,
+        "--grace and --shutdown-timeout are one setting (seconds between SIGTERM and SIGKILL); give one");
+  // The environment's defaults first, then the command line over them.
+  Request r;
+  for (const Given& given : environment_defaults(typed, init, command)) set_option(r, command, given);
+  for (const OptionDef* def : typed)
+    set_option(r, command, Given{*def, parser.values[static_cast<std::size_t>(def - kOptions)]});
+  // torchrun's shutdown timeout when neither option nor PET_ gives one.
+  if (const char* shutdown = std::getenv("TORCH_ELASTIC_SHUTDOWN_TIMEOUT");
+      !init && !r.grace_s && shutdown != nullptr && *shutdown != '\0')
+    r.grace_s = whole(command, std::string("TORCH_ELASTIC_SHUTDOWN_TIMEOUT=") + shutdown, shutdown, 0, 3600);
+  // torchrun's --run-path runs the script with Python whatever -m and
+  // --no-python say.
+  if (r.run_path) r.module = r.no_python = false;
   if (!rest.empty() && rest.front() == "--") {
     r.no_python = true;
     rest.erase(rest.begin());
@@ -563,21 +761,32 @@ bool on_path(const std::string& name, const EnvMap& env) {
   return false;
 }
 
+// --python, else torchrun's PYTHON_EXEC (not with --run-path: torchrun then
+// runs the script in its own interpreter), else what PATH has.
 std::string python_for(const Request& r, const EnvMap& env) {
   if (!r.python.empty()) return r.python;
+  if (auto exec = env_get(env, "PYTHON_EXEC"); exec && !exec->empty() && !r.run_path) return *exec;
   if (on_path("python3", env)) return "python3";
   if (on_path("python", env)) return "python";
   throw Error("no python3 or python on PATH: activate the environment that has torch, or give --python PATH",
               kExitUsage);
 }
 
-std::vector<std::string> worker_argv(const Request& r, const EnvMap& env) {
+std::vector<std::string> worker_argv(Request& r, const EnvMap& env) {
   std::vector<std::string> argv;
   if (!r.no_python) {
     argv.push_back(python_for(r, env));
     if (r.module) argv.emplace_back("-m");
   }
   argv.insert(argv.end(), r.command.begin(), r.command.end());
+  // A program named without a directory is looked up on PATH, where torchrun
+  // would not find one in the working directory either; flowrun runs that one.
+  std::string& program = argv.front();
+  if (r.no_python && program.find('/') == std::string::npos && !on_path(program, env) &&
+      access(program.c_str(), X_OK) == 0) {
+    r.notes.push_back(program + " is not on PATH: running ./" + program + " from the working directory");
+    program = "./" + program;
+  }
   return argv;
 }
 
@@ -836,6 +1045,15 @@ Built build_spec(Request& r, const HostFacts& host, const EnvMap& env, const std
   Built b;
   b.shape = shape_for(r, host, command);
   if (!for_init) b.meeting = meeting_for(r, b.shape, env, command);
+  // torchrun's --role and --rdzv-id reach the workers as ROLE_NAME and
+  // TORCHELASTIC_RUN_ID; with --standalone torchrun makes up a run id
+  // whatever --rdzv-id says, and flowrun's is that.
+  if (!r.role.empty()) b.shape.parallel.emplace_back("role", yaml_string(r.role));
+  if (!r.rdzv_id.empty() && r.standalone &&
+      std::find(r.from_env.begin(), r.from_env.end(), "rdzv-id") == r.from_env.end())
+    r.notes.push_back(
+        "--rdzv-id is passed over with --standalone, as torchrun does: TORCHELASTIC_RUN_ID is the run id");
+  if (!r.rdzv_id.empty() && !r.standalone) b.shape.parallel.emplace_back("job_id", yaml_string(r.rdzv_id));
   const std::string name = step_name(r);
   std::vector<std::string> argv = worker_argv(r, env);
   std::string run;
@@ -982,12 +1200,19 @@ SummaryRequest summary_request(int argc, char** argv) {
   for (int i = 1; i < argc; ++i) {
     const std::string arg = argv[i];
     if (arg == "-h" || arg == "--help") return {};
+    if (arg.size() >= 2 && arg[0] == '-' && arg[1] != '-') {  // -m, -r 3, -r3
+      const OptionDef* def = named_option(arg);
+      if (def == nullptr) break;
+      if (def->arg == Arg::value && arg.size() == 2) ++i;
+      continue;
+    }
     if (arg == "--" || arg.size() < 3 || arg.rfind("--", 0) != 0) break;
     std::string name = arg.substr(2);
     const std::size_t eq = name.find('=');
     std::string value = eq == std::string::npos ? "" : name.substr(eq + 1);
     if (eq != std::string::npos) name.resize(eq);
-    std::replace(name.begin(), name.end(), '_', '-');
+    if (const auto candidates = long_candidates(name, false); candidates.size() == 1)
+      name = candidates.front();
     const OptionDef* def = find_option(name);
     if (eq == std::string::npos && def != nullptr && def->arg == Arg::value && i + 1 < argc)
       value = argv[++i];
@@ -1016,6 +1241,7 @@ int run_request(Request& r, SummaryTarget& target) {
   if (!r.spec_path.empty()) {
     spec = load_or_throw(r.spec_path);
     args = r.spec_args;
+    note(r);
   } else {
     built = build_spec(r, host, env, "run", false);
     spec_text = built.text;

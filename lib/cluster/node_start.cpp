@@ -29,6 +29,8 @@ Start start_of(const NodeWork& work) {
   m.attempt = work.restart_count;
   m.step = work.step;
   m.run_id = work.run_id;
+  m.job_id = work.job_id;
+  m.role = work.role;
   m.run_dir = work.run_dir;
   for (const auto& [name, value] : work.env) m.env.push_back(name + "=" + value);
   m.world_size = work.world_size;
@@ -51,6 +53,8 @@ NodeWork node_work_of(const Start& start) {
   NodeWork work;
   work.step = start.step;
   work.run_id = start.run_id;
+  work.job_id = start.job_id;
+  work.role = start.role;
   work.run_dir = start.run_dir;
   for (const auto& entry : start.env) {
     const auto eq = entry.find('=');

@@ -51,6 +51,8 @@ NodeWork node_work(const Spec& spec, const Step& step, const StepPlan& plan, int
   NodeWork work;
   work.step = plan.step;
   work.run_id = ctx.run_id;
+  work.job_id = plan.job_id.empty() ? ctx.run_id : plan.job_id;
+  work.role = plan.role;
   work.run_dir = ctx.layout.run_dir;
   work.env = spec.env;
   work.env.insert(work.env.end(), step.env.begin(), step.env.end());
@@ -101,7 +103,7 @@ EnvList worker_env(const NodeWork& work, const RankWork& rank, const NodeSite& s
   set("RANK", std::to_string(rank.rank));
   set("GROUP_RANK", std::to_string(work.node_rank));
   set("ROLE_RANK", std::to_string(rank.rank));
-  set("ROLE_NAME", "default");
+  set("ROLE_NAME", work.role);
   set("LOCAL_WORLD_SIZE", local_world);
   set("WORLD_SIZE", world);
   set("GROUP_WORLD_SIZE", std::to_string(work.nodes));
@@ -111,7 +113,7 @@ EnvList worker_env(const NodeWork& work, const RankWork& rank, const NodeSite& s
       work.master_port > 0 ? std::to_string(work.master_port) : "<free port chosen at launch>");
   set("TORCHELASTIC_RESTART_COUNT", std::to_string(work.restart_count));
   set("TORCHELASTIC_MAX_RESTARTS", std::to_string(work.max_restarts));
-  set("TORCHELASTIC_RUN_ID", work.run_id);
+  set("TORCHELASTIC_RUN_ID", work.job_id);
   set("TORCHELASTIC_USE_AGENT_STORE", "False");
   set_default("TORCH_NCCL_ASYNC_ERROR_HANDLING", "1");
   set_default("NCCL_ASYNC_ERROR_HANDLING", "1");

@@ -376,6 +376,8 @@ PlanResult Planner::finish(StepPlan plan, int nodes, int gpus_per_node, std::vec
   plan.step = step.name;
   plan.max_restarts = p.max_restarts;
   plan.visible_devices = p.visible_devices;
+  plan.role = p.role;
+  plan.job_id = p.job_id;
   if (!plan.cpu) {
     int procs = gpus_per_node;
     if (p.procs_per_node.value) {

@@ -272,6 +272,8 @@ void write(Writer& w, const Start& m) {
   w.put("attempt", m.attempt);
   w.put("step", m.step);
   w.put("run_id", m.run_id);
+  w.put("job_id", m.job_id);
+  w.put("role", m.role);
   w.put("run_dir", m.run_dir);
   w.put("env", m.env);
   w.put("world_size", m.world_size);
@@ -294,6 +296,8 @@ void read(Reader& r, Start& m) {
   m.attempt = r.integer<int>("attempt");
   m.step = r.str("step");
   m.run_id = r.str("run_id");
+  m.job_id = r.str("job_id");
+  m.role = r.str("role");
   m.run_dir = r.str("run_dir");
   m.env = r.list("env");
   for (const auto& entry : m.env) {

@@ -167,7 +167,7 @@ void describe_parallel(std::string& out, const PlanView& view, const Step& step,
     out += "   Workers get MASTER_ADDR=" + node0.master_addr + ", " +
            (ctx.master_port > 0 ? "MASTER_PORT=" + std::to_string(ctx.master_port)
                                 : "a free MASTER_PORT picked at launch") +
-           " and TORCHELASTIC_RUN_ID=" + ctx.run_id + ";\n   " + devices +
+           " and TORCHELASTIC_RUN_ID=" + node0.job_id + ";\n   " + devices +
            ".\n   'flowrun plan --env' lists every variable.\n";
   }
   if (!step.outputs.empty() || step.collect == Collect::all) {

@@ -251,8 +251,9 @@ constexpr std::string_view kTopKeys[] = {"name", "env", "workdir", "python", "st
 constexpr std::string_view kStepKeys[] = {"name",    "run",     "shell",         "env",      "workdir",
                                           "needs",   "timeout", "stall_timeout", "parallel", "outputs",
                                           "collect", "join",    "logs"};
-constexpr std::string_view kParallelKeys[] = {"gpus",         "nodes",           "procs_per_node", "cpus",
-                                              "max_restarts", "visible_devices", "preflight"};
+constexpr std::string_view kParallelKeys[] = {"gpus",      "nodes",        "procs_per_node",
+                                              "cpus",      "max_restarts", "visible_devices",
+                                              "preflight", "role",         "job_id"};
 constexpr std::string_view kLogsKeys[] = {"console"};
 constexpr std::string_view kClusterKeys[] = {"engine",      "hosts",     "hostfile", "gpus_per_node",
                                              "ssh_command", "srun_args", "address",  "heartbeat_timeout",
@@ -290,6 +291,8 @@ constexpr Elsewhere kStepElsewhere[] = {
     {"max_restarts", "under 'parallel:'"},
     {"visible_devices", "under 'parallel:'"},
     {"preflight", "under 'parallel:'"},
+    {"role", "under 'parallel:'"},
+    {"job_id", "under 'parallel:'"},
     {"engine", "under the top-level 'cluster:'"},
     {"hosts", "under the top-level 'cluster:'"},
     {"gpus_per_node", "under the top-level 'cluster:'"},
@@ -721,6 +724,8 @@ EnvList Checker::env(const Entry& e) {
       std::string instead = "remove it from env";
       if (var.key == "CUDA_VISIBLE_DEVICES") instead = "select GPUs with parallel.gpus";
       if (var.key == "TORCHELASTIC_MAX_RESTARTS") instead = "set parallel.max_restarts";
+      if (var.key == "ROLE_NAME") instead = "set parallel.role";
+      if (var.key == "TORCHELASTIC_RUN_ID") instead = "set parallel.job_id";
       error(var.key_loc, var.path, "flowrun sets " + var.key + " for every worker; " + instead);
       continue;
     }
@@ -1095,6 +1100,20 @@ void Checker::step_parallel(const Entry& e, Step& s) {
     static constexpr std::string_view kNames[] = {"node", "process"};
     static constexpr Visibility kValues[] = {Visibility::node, Visibility::process};
     p.visible_devices = choice<Visibility>(*v, kNames, kValues).value_or(Visibility::node);
+  }
+  for (auto [key, target] : {std::pair{"role", &p.role}, std::pair{"job_id", &p.job_id}}) {
+    const Entry* n = find(keys, key);
+    if (!n) continue;
+    // A variable's value (ROLE_NAME, TORCHELASTIC_RUN_ID), on one line.
+    const std::string name = std::string(key) == "role" ? "ROLE_NAME" : "TORCHELASTIC_RUN_ID";
+    auto value = string(*n, "a name (it becomes every worker's " + name + ")");
+    if (!value) continue;
+    if (value->empty() || value->size() > 1000 ||
+        value->find_first_of(std::string_view("\0\n", 2)) != std::string::npos) {
+      expected(*n, "a name of 1 to 1000 characters on one line (it becomes every worker's " + name + ")");
+      continue;
+    }
+    *target = *value;
   }
   if (const Entry* f = find(keys, "preflight")) {
     p.preflight = boolean(*f).value_or(false);

@@ -274,8 +274,9 @@ class TestTorchrun(E2E):
         """Bad command lines: exit 2 with what to do."""
         d = self.workdir("errors")
         cases = [
-            (["run", "--nproc-per-nod", "2", "train.py"],
-             "flowrun: error: unknown option '--nproc-per-nod'; did you mean --nproc-per-node?"),
+            # --nproc-per-nod is a prefix, as argparse reads it (test_prefixes_and_environment); a typo is not.
+            (["run", "--nproc-per-mode", "2", "train.py"],
+             "flowrun: error: unknown option '--nproc-per-mode'; did you mean --nproc-per-node?"),
             (["run", "--nnodes", "1:4", "train.py"],
              "flowrun: error: --nnodes 1:4: elastic node counts are not supported; give one count (--nnodes 4)"),
             (["run", "--nnodes", "2", "train.py"], "flowrun: error: --nnodes 2 needs a way to reach the other nodes"),
@@ -491,7 +492,7 @@ class TestTorchrun(E2E):
         d = self.workdir("rdzv")
         port = self.free_port()
         common = ["run", "--nnodes", "2", "--nproc-per-node", "2", "--master-addr", "127.0.0.1", "--master-port",
-                  str(port)]
+                  str(port), "--role", "trainer", "--rdzv-id", "exp-9"]
         token = os.path.join(d, ".flowrun", "rendezvous", f"127.0.0.1_{port}.token")
         os.makedirs(os.path.dirname(token), mode=0o700)
         with open(token, "w") as f:  # what a SIGKILLed head would leave
@@ -506,6 +507,11 @@ class TestTorchrun(E2E):
         a_out, a_err = agent.communicate(timeout=60)
         a_err = a_err.decode(errors="replace")
         self.check(rc == 0, "node 0: exit 0", err)
+        with open(os.path.join(d, "env-3.json")) as f:
+            remote = json.load(f)["env"]
+        self.check(remote.get("ROLE_NAME") == "trainer" and remote.get("TORCHELASTIC_RUN_ID") == "exp-9",
+                   "--role and --rdzv-id reach node 1's ranks (ROLE_NAME, TORCHELASTIC_RUN_ID)",
+                   str({k: remote.get(k) for k in ("ROLE_NAME", "TORCHELASTIC_RUN_ID")}))
         self.check(agent.returncode == 0, "node 1: exit 0", a_err)
         self.check(f"flowrun run: joining node 0 at 127.0.0.1:{port} as node 1" in a_err, "node 1 says it joins",
                    a_err)
@@ -639,3 +645,198 @@ class TestTorchrun(E2E):
         self.check(rc == 1 and err.endswith(f"flowrun: error: cannot reach the head at 127.0.0.1:{port}: Connection "
                                             "refused\n"),
                    "no node 0 within join_timeout: exit 1, saying so", f"rc={rc}\n{err}")
+
+    # --- torchrun's whole command line ---------------------------------------
+
+    def torchrun_options(self):
+        """Every option of the installed torch's torchrun parser, then of tests/data/torchrun_2x_options.txt:
+        (spellings, takes a value, argparse's dest, whether torchrun reads PET_<DEST>, choices)."""
+        dump = ("import json, torch.distributed.run as run\n"
+                "print(json.dumps([[a.option_strings, a.nargs != 0, a.dest, type(a).__name__ in ('env', 'check_env'),"
+                " list(a.choices or [])] for a in run.get_args_parser()._actions if a.option_strings]))")
+        p = subprocess.run(["/usr/bin/python3", "-c", dump], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                           timeout=120)
+        self.check(p.returncode == 0, "the installed torch lists its torchrun options", p.stderr.decode()[-2000:])
+        installed = [tuple(o) for o in json.loads(p.stdout or b"[]")]
+        listed = []
+        with open(os.path.join(self.root, "tests", "data", "torchrun_2x_options.txt")) as f:
+            for line in f:
+                words = line.split()
+                if not words or words[0].startswith("#"):
+                    continue
+                spellings, kind = words[:-1], words[-1]
+                dest = next(s for s in spellings if s.startswith("--"))[2:].replace("-", "_")
+                listed.append((spellings, kind == "value", dest, dest != "help", []))
+        return installed, listed
+
+    # A value flowrun accepts on one node for each torchrun option that takes one, by argparse's dest;
+    # a new option gets its first choice, else "1".
+    SAMPLES = {"nnodes": "1", "nproc_per_node": "2", "rdzv_backend": "c10d", "rdzv_endpoint": "127.0.0.1:29500",
+               "rdzv_id": "job-7", "rdzv_conf": "join_timeout=5", "max_restarts": "1", "monitor_interval": "0.5",
+               "start_method": "spawn", "event_log_handler": "null", "role": "trainer", "log_dir": "logs",
+               "redirects": "3", "tee": "3", "local_ranks_filter": "0", "duplicate_stdout_filters": "loss,acc",
+               "duplicate_stderr_filters": "error", "node_rank": "0", "master_addr": "127.0.0.1",
+               "master_port": "29500", "local_addr": "127.0.0.1", "logs_specs": "default", "numa_binding": "node",
+               "signals_to_handle": "SIGTERM,SIGINT", "shutdown_timeout": "5"}
+
+    def test_every_torchrun_option(self):
+        """Every option of torchrun's parser (the installed torch's, and torch 2.x's from the checked-in list), in
+        every spelling, is taken by `flowrun run --dry-run`; each one torchrun reads from PET_<DEST> is read from
+        there too; and docs/migrating.md's table has every one."""
+        d = self.workdir("every-option")
+        installed, listed = self.torchrun_options()
+        failed = []
+        for source, options in (("torch " + "installed", installed), ("torch 2.x list", listed)):
+            for spellings, takes_value, dest, _, choices in options:
+                sample = self.SAMPLES.get(dest, choices[0] if choices else "1")
+                for spelling in spellings:
+                    given = [spelling, sample] if takes_value else [spelling]
+                    rc, out, err = self.run_flowrun(d, "run", "--dry-run", "--fake-gpus", "0", *given, "train.py")
+                    if rc != 0:
+                        failed.append(f"{source}: {' '.join(given)}: exit {rc}: {err.strip()[:300]}")
+        self.check(not failed, "flowrun run takes every torchrun option in every spelling", "\n".join(failed))
+        failed = []
+        for spellings, takes_value, dest, reads_env, choices in installed + listed:
+            if not reads_env:
+                continue
+            value = self.SAMPLES.get(dest, choices[0] if choices else "1") if takes_value else "1"
+            var = "PET_" + dest.upper()
+            rc, out, err = self.run_flowrun(d, "run", "--dry-run", "--fake-gpus", "0", "train.py",
+                                            env=self.env(**{var: value}))
+            if rc != 0:
+                failed.append(f"{var}={value}: exit {rc}: {err.strip()[:300]}")
+        self.check(not failed, "flowrun run reads every PET_ variable torchrun reads", "\n".join(failed))
+        with open(os.path.join(self.root, "docs", "migrating.md")) as f:
+            text = f.read()
+        table = re.search(r"^### Every torchrun option\n(.*?)(?=^#)", text, re.M | re.S)
+        rows = set()  # the options named in the first column
+        for cell in re.findall(r"^\| (.*?) \| ", table.group(1) if table else "", re.M):
+            rows.update(re.findall(r"`(-[-\w]+)", cell))
+        missing = sorted({next(s for s in spellings if s.startswith("--")).replace("_", "-")
+                          for spellings, *_ in installed + listed} - rows)
+        self.check(table is not None and not missing,
+                   "docs/migrating.md's 'Every torchrun option' table has a row for every torchrun option",
+                   f"missing: {missing}")
+
+    def test_prefixes_and_environment(self):
+        """argparse's prefixes, -r3, PET_ defaults under the command line, and what is refused, in dry runs."""
+        d = self.workdir("prefixes")
+        cases = [  # (argv, env, what the dry run's output has)
+            (["--nproc", "3"], {}, "WORLD_SIZE=3."),
+            (["--nproc_per=3"], {}, "WORLD_SIZE=3."),
+            (["--no-py", "--nproc", "2"], {}, 'run: ["train.py"]'),
+            ([], {"PET_NPROC_PER_NODE": "3"}, "WORLD_SIZE=3."),
+            (["--nproc-per-node", "2"], {"PET_NPROC_PER_NODE": "3"}, "WORLD_SIZE=2."),
+            ([], {"PET_NO_PYTHON": "1", "PET_NPROC_PER_NODE": "2"}, 'run: ["train.py"]'),
+            ([], {"PET_NO_PYTHON": "true"}, 'run: ["train.py"]'),
+            ([], {"PET_NO_PYTHON": "0"}, 'run: ["python3", "train.py"]'),
+            (["--role", "trainer", "--rdzv_id=exp-42"], {}, 'role: "trainer"\n      job_id: "exp-42"\n'),
+            (["--rdzv-id", "exp-42"], {}, "TORCHELASTIC_RUN_ID=exp-42;"),
+            ([], {"PET_ROLE": "critic"}, 'role: "critic"'),
+            (["--standalone", "--rdzv-id", "exp-42"], {}, "TORCHELASTIC_RUN_ID=<run-id>;"),
+            (["-r3", "-t=3", "--run-path", "-m"], {}, 'run: ["python3", "train.py"]'),
+            ([], {"PYTHON_EXEC": "/opt/py/bin/python3"}, 'run: ["/opt/py/bin/python3", "train.py"]'),
+            (["--python", "/usr/bin/python3"], {"PYTHON_EXEC": "/opt/py/bin/python3"},
+             'run: ["/usr/bin/python3", "train.py"]'),
+            (["--run-path"], {"PYTHON_EXEC": "/opt/py/bin/python3"}, 'run: ["python3", "train.py"]'),
+        ]
+        for argv, env, want in cases:
+            label = " ".join([f"{k}={v}" for k, v in env.items()] + argv)
+            rc, out, err = self.run_flowrun(d, "run", "--dry-run", "--fake-gpus", "0", *argv, "train.py",
+                                            env=self.env(**env))
+            shown = re.sub(r"TORCHELASTIC_RUN_ID=[\w.-]+-\d{8}-\d{6}-\w+;", "TORCHELASTIC_RUN_ID=<run-id>;", out)
+            self.check(rc == 0 and want in shown, f"{label}: the dry run has {want!r}", f"rc={rc}\n{err}\n{out}")
+        rc, out, err = self.run_flowrun(d, "run", "--dry-run", "--fake-gpus", "0", "--tee", "3", "--logs-specs", "x",
+                                        "--event-log-handler", "null", "train.py",
+                                        env=self.env(PET_MONITOR_INTERVAL="1"))
+        self.check(rc == 0 and "flowrun run: --logs-specs has no effect" in err and
+                   "flowrun run: --event-log-handler has no effect" in err and "monitor" not in err,
+                   "options with no effect say so when typed, not when a PET_ variable gives them", err)
+        errors = [
+            (["--ma", "1"], {}, "flowrun: error: ambiguous option '--ma': it could be --master-addr, --master-port, "
+                                "--max-restarts\n"),
+            (["--r", "1"], {}, "flowrun: error: ambiguous option '--r': it could be --rdzv-endpoint, --rdzv-id, "
+                               "--rdzv-backend, --rdzv-conf, --redirects, --run-path, --role, --ranks, --run-id, "
+                               "--run-dir\n"),
+            ([], {"PET_NODE_RANK": "x"}, "flowrun: error: PET_NODE_RANK=x: expected a whole number from 0 to 65535\n"),
+            ([], {"PET_STANDALONE": "yes"},
+             "flowrun: error: PET_STANDALONE=yes: expected 1 (set --standalone) or 0, as torchrun reads it; true and "
+             "false work too\n"),
+            (["--start-method", "thread"], {},
+             "flowrun: error: --start-method thread: torchrun's start methods are spawn, fork and forkserver\n"),
+            (["--grace", "1", "--shutdown-timeout", "2"], {},
+             "flowrun: error: --grace and --shutdown-timeout are one setting (seconds between SIGTERM and SIGKILL); "
+             "give one\n"),
+            (["--shutdown-timeout", "1.5"], {},
+             "flowrun: error: --shutdown-timeout 1.5: expected a whole number from 0 to 3600\n"),
+            ([], {"TORCH_ELASTIC_SHUTDOWN_TIMEOUT": "soon"},
+             "flowrun: error: TORCH_ELASTIC_SHUTDOWN_TIMEOUT=soon: expected a whole number from 0 to 3600\n"),
+        ]
+        for argv, env, want in errors:
+            label = " ".join([f"{k}={v}" for k, v in env.items()] + argv)
+            rc, out, err = self.run_flowrun(d, "run", "--dry-run", "--fake-gpus", "0", *argv, "train.py",
+                                            env=self.env(**env))
+            self.check(rc == 2 and want in err, f"{label}: exit 2, {want.strip()!r}", f"rc={rc}\n{err}")
+        # A spec shapes its own step: typed, --role and --rdzv-id are refused; from PET_, passed over.
+        with open(os.path.join(d, "flow.yaml"), "w") as f:
+            f.write("steps:\n  - name: train\n    run: python3 train.py\n    parallel: {cpus: 2}\n")
+        rc, out, err = self.run_flowrun(d, "run", "--dry-run", "--role", "x", "--rdzv-id", "y", "flow.yaml")
+        self.check(rc == 2 and "  --rdzv-id: write it in the step's parallel: (job_id:)\n" in err and
+                   "  --role: write it in the step's parallel: (role:)\n" in err,
+                   "a spec with --role and --rdzv-id: refused, with the keys to write", err)
+        rc, out, err = self.run_flowrun(d, "run", "--dry-run", "flow.yaml", env=self.env(PET_NPROC_PER_NODE="4"))
+        self.check(rc == 0 and "WORLD_SIZE=2." in out and "flowrun run: PET_NPROC_PER_NODE is passed over: flow.yaml "
+                   "shapes its own steps (the step's parallel: (gpus:, cpus:))" in err,
+                   "a spec with PET_NPROC_PER_NODE in the environment: the spec's 2 workers, and a note", err + out)
+
+    def test_torchrun_environment_and_spellings(self):
+        """PET_NPROC_PER_NODE=2 PET_NO_PYTHON=1 runs a shell script on 2 workers; --nproc 2 -r 3 -t 3 --role
+        --rdzv-id give torch workers ROLE_NAME and TORCHELASTIC_RUN_ID; PYTHON_EXEC, --python and --run-path
+        choose the interpreter."""
+        d = self.workdir("pet")
+        with open(os.path.join(d, "test_script.sh"), "w") as f:
+            f.write('#!/bin/sh\necho "rank $RANK of $WORLD_SIZE"\n')
+        os.chmod(os.path.join(d, "test_script.sh"), 0o755)
+        rc, out, err = self.run_flowrun(d, "run", "test_script.sh",
+                                        env=self.env(PET_NPROC_PER_NODE="2", PET_NO_PYTHON="1"))
+        self.check(rc == 0 and "[test_script r0] rank 0 of 2\n" in out and "[test_script r1] rank 1 of 2\n" in out,
+                   "PET_NPROC_PER_NODE=2 PET_NO_PYTHON=1: 2 workers run test_script.sh itself", f"rc={rc}\n{err}\n{out}")
+        with open(os.path.join(d, "dist.py"), "w") as f:
+            f.write(WORKER + "import torch.distributed as dist\ndist.init_process_group('gloo')\n"
+                    "t = __import__('torch').ones(1)\ndist.all_reduce(t)\nprint('sum', int(t.item()), flush=True)\n")
+        rc, out, err = self.run_flowrun(d, "run", "--nproc", "2", "-r", "3", "-t", "3", "--role", "trainer",
+                                        "--rdzv-id", "exp-42", "dist.py")
+        got = self.envs(d)
+        envs = [got.get(r, {}).get("env", {}) for r in (0, 1)]
+        self.check(rc == 0 and sorted(got) == [0, 1], "--nproc 2 -r 3 -t 3: 2 torch workers meet and end", err)
+        self.check("worker" not in out and "sum" not in out, "-r 3: no worker output on the console", out)
+        self.check("flowrun run: --tee has no effect" in err, "-t 3: taken as --tee", err)
+        self.check([e.get("ROLE_NAME") for e in envs] == ["trainer", "trainer"], "--role trainer: ROLE_NAME=trainer",
+                   str(envs))
+        # envs() shows rank 0's TORCHELASTIC_RUN_ID as <run-id> wherever it appears; seen_env has it as is.
+        self.check([e.get("TORCHELASTIC_RUN_ID") for e in envs] == ["<run-id>", "<run-id>"] and
+                   self.seen_env.get("TORCHELASTIC_RUN_ID") == "exp-42" and
+                   "exp-42" in self.seen_env.get("FLOWRUN_RUN_ID", "") and
+                   self.seen_env.get("FLOWRUN_RUN_ID") != "exp-42",
+                   "--rdzv-id exp-42: TORCHELASTIC_RUN_ID=exp-42; FLOWRUN_RUN_ID stays flowrun's run id (made from it)",
+                   str(envs) + " " + self.seen_env.get("FLOWRUN_RUN_ID", ""))
+        logs = []
+        for root, _, files in os.walk(os.path.join(d, ".flowrun")):
+            logs += [os.path.join(root, f) for f in files if f == "stdout.log"]
+        self.check(sum(open(p).read().count("sum 2\n") for p in logs) == 2, "both ranks' all_reduce gave 2",
+                   str(logs))
+        other = os.path.join(self.scratch, "execbin")
+        os.makedirs(other)
+        wrapper = os.path.join(other, "python3")
+        with open(wrapper, "w") as f:
+            f.write("#!/bin/sh\nWRAPPED=1 exec /usr/bin/python3 \"$@\"\n")
+        os.chmod(wrapper, 0o755)
+        for argv, wrapped, label in ((["train.py"], "1", "PYTHON_EXEC runs the workers"),
+                                     (["--python", "/usr/bin/python3", "train.py"], None, "--python beats PYTHON_EXEC"),
+                                     (["--run-path", "--no-python", os.path.join(d, "train.py")], None,
+                                      "--run-path: Python from PATH, over --no-python and PYTHON_EXEC")):
+            rc, out, err = self.run_flowrun(d, "run", "--nproc", "1", *argv, env=self.env(PYTHON_EXEC=wrapper))
+            self.envs(d)
+            self.check(rc == 0 and self.seen_env.get("WRAPPED") == wrapped and
+                       self.seen_env.get("ROLE_NAME") == "default", f"{label} (ROLE_NAME=default)",
+                       f"rc={rc}\n{err}\nWRAPPED={self.seen_env.get('WRAPPED')}")

@@ -57,7 +57,17 @@ def start_4_to_5(payload):
     return encode_fields(new)
 
 
-REWRITE = {(4, START): start_4_to_5}
+def start_5_to_6(payload):
+    """A protocol 5 start with the role and the job id of protocol 6, after run_id."""
+    new = []
+    for key, value in decode_fields(payload):
+        new.append((key, value))
+        if key == b"run_id":
+            new += [(b"job_id", value), (b"role", b"default")]
+    return encode_fields(new)
+
+
+REWRITE = {(4, START): start_4_to_5, (5, START): start_5_to_6}
 
 
 def bump(frames):

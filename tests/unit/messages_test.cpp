@@ -57,6 +57,8 @@ std::vector<Message> samples() {
   start.attempt = 1;
   start.step = "train";
   start.run_id = "20261201-120000-ab12";
+  start.job_id = "exp-42";
+  start.role = "trainer";
   start.run_dir = "/shared/work/.flowrun/runs/20261201-120000-ab12";
   start.env = {"DATA=/data", "EMPTY=", "EQ=a=b"};
   start.world_size = 8;
@@ -195,6 +197,8 @@ TEST_CASE("a message's fields are on the wire under their names, in order", "[me
   Start s;
   s.step = "train";
   s.run_id = "r1";
+  s.job_id = "r1";
+  s.role = "default";
   s.run_dir = "/w/.flowrun/runs/r1";
   s.env = {"A=1", "B="};
   s.world_size = 4;
@@ -211,6 +215,8 @@ TEST_CASE("a message's fields are on the wire under their names, in order", "[me
       Fields{{"attempt", "0"},
              {"step", "train"},
              {"run_id", "r1"},
+             {"job_id", "r1"},
+             {"role", "default"},
              {"run_dir", "/w/.flowrun/runs/r1"},
              {"env", "A=1\0B="s},
              {"world_size", "4"},
@@ -224,7 +230,7 @@ TEST_CASE("a message's fields are on the wire under their names, in order", "[me
              {"argv", "a\0b"s},
              {"ranks", "1"},
              {"r0", encode_fields({{"rank", "2"}, {"local_rank", "0"}, {"devices", ""}, {"upload", "1"}})}});
-  CHECK(fields_of(Start{})[11] == std::pair<std::string, std::string>{"devices", "leave"});
+  CHECK(fields_of(Start{})[13] == std::pair<std::string, std::string>{"devices", "leave"});
   Preflight p;
   p.devices = {0, 3};
   CHECK(fields_of(p)[0] == std::pair<std::string, std::string>{"devices", "0,3"});

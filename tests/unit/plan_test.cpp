@@ -545,6 +545,17 @@ TEST_CASE("worker_env sets torchrun's contract for every rank", "[env]") {
   CHECK(env == expected);
 }
 
+TEST_CASE("worker_env: parallel.role is ROLE_NAME, parallel.job_id TORCHELASTIC_RUN_ID", "[env]") {
+  Step step = make_step();
+  step.parallel->role = "trainer";
+  step.parallel->job_id = "exp-42";
+  StepPlan plan = must_plan(step, host_with(2));
+  EnvList env = worker_env(Spec{}, step, plan, plan.ranks[1], context());
+  CHECK(env_value(env, "ROLE_NAME") == "trainer");
+  CHECK(env_value(env, "TORCHELASTIC_RUN_ID") == "exp-42");
+  CHECK(env_value(env, "FLOWRUN_RUN_ID") == "train-20261129-120000-abcdef");
+}
+
 TEST_CASE("worker_env keeps the user's and the parent's overridable values", "[env]") {
   StepPlan plan = must_plan(make_step(), host_with(2));
   Step step = make_step();

@@ -508,7 +508,7 @@ TEST_CASE("unknown keys get a suggestion or the list of keys", "[spec]") {
           "'cluster:'",
           "flow.yaml:16:7: steps.a.parallel: unknown key 'foo'; expected one of: gpus, nodes, "
           "procs_per_node, "
-          "cpus, max_restarts, visible_devices, preflight",
+          "cpus, max_restarts, visible_devices, preflight, role, job_id",
           "flow.yaml:19:3: cluster: key 'nodes' does not belong here; put it under a step's 'parallel:'",
           "flow.yaml:20:3: cluster: unknown key 'host'; did you mean 'hosts'?",
           "flow.yaml:21:1: unknown key 'settings'; expected one of: name, env, workdir, python, steps, "
@@ -783,6 +783,35 @@ TEST_CASE("parallel: defaults, and where each value came from", "[spec]") {
   CHECK(p.visible_devices == Visibility::process);
   CHECK(c.outputs == std::vector<std::string>{"checkpoints/*.pt"});
   CHECK(c.collect == Collect::all);
+}
+
+TEST_CASE("parallel.role and parallel.job_id: names on one line, ROLE_NAME and TORCHELASTIC_RUN_ID",
+          "[spec]") {
+  const ParallelSpec p =
+      *valid("steps: [{name: a, run: x, parallel: {role: trainer, job_id: exp-42}}]").steps[0].parallel;
+  CHECK(p.role == "trainer");
+  CHECK(p.job_id == "exp-42");
+  const ParallelSpec defaults = *valid("steps: [{name: a, run: x, parallel: {}}]").steps[0].parallel;
+  CHECK(defaults.role == "default");
+  CHECK(defaults.job_id.empty());
+  CHECK(
+      errors(R"(
+    steps:
+      - name: a
+        run: x
+        parallel: {role: "", job_id: [1]}
+        env: {ROLE_NAME: x, TORCHELASTIC_RUN_ID: y}
+  )") ==
+      std::vector<std::string>{
+          "flow.yaml:4:22: steps.a.parallel.role: expected a name of 1 to 1000 characters on one line (it "
+          "becomes every worker's ROLE_NAME), got an empty string",
+          "flow.yaml:4:34: steps.a.parallel.job_id: expected a name (it becomes every worker's "
+          "TORCHELASTIC_RUN_ID), got a sequence",
+          "flow.yaml:5:11: steps.a.env.ROLE_NAME: flowrun sets ROLE_NAME for every worker; set parallel.role",
+          "flow.yaml:5:25: steps.a.env.TORCHELASTIC_RUN_ID: flowrun sets TORCHELASTIC_RUN_ID for every "
+          "worker; "
+          "set parallel.job_id",
+      });
 }
 
 TEST_CASE("parallel.gpus: all, a count or a list of ids", "[spec]") {
@@ -1358,7 +1387,7 @@ TEST_CASE("hostile YAML never hangs or crashes", "[spec]") {
   CHECK(errors("&m {steps: [{name: a, run: x, env: *m, parallel: *m}]}\n") ==
         Lines{"flow.yaml:1:5: steps.a.parallel: unknown key 'steps'; expected one of: gpus, nodes, "
               "procs_per_node, "
-              "cpus, max_restarts, visible_devices, preflight",
+              "cpus, max_restarts, visible_devices, preflight, role, job_id",
               "flow.yaml:1:12: steps.a.env.steps: expected a value (a string, number or boolean), got a "
               "sequence"});
   // Billion laughs: aliases share nodes, nothing is expanded.

@@ -45,7 +45,9 @@ struct RankWork {
 // plan and the launch, for the ranks of one node.
 struct NodeWork {
   std::string step;
-  std::string run_id;
+  std::string run_id;   // FLOWRUN_RUN_ID
+  std::string job_id;   // TORCHELASTIC_RUN_ID: parallel.job_id, else the run id
+  std::string role;     // ROLE_NAME: parallel.role
   std::string run_dir;  // FLOWRUN_RUN_DIR: the run's directory (on the head)
   EnvList env;          // the spec's env, then the step's
   int world_size = 0;

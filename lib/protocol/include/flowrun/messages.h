@@ -136,6 +136,8 @@ struct Start {
   int attempt = 0;  // 0, then one more per restart (TORCHELASTIC_RESTART_COUNT)
   std::string step;
   std::string run_id;
+  std::string job_id;            // TORCHELASTIC_RUN_ID
+  std::string role;              // ROLE_NAME
   std::string run_dir;           // FLOWRUN_RUN_DIR
   std::vector<std::string> env;  // "NAME=value" entries: the spec's env, then the step's
   int world_size = 0;

@@ -67,7 +67,8 @@ namespace flowrun {
 // 4: messages are structs (messages.h): every field always sent and
 // checked, the stall report its own message. 5: start carries the node's
 // part of the plan, and the agent makes its ranks' environment from it.
-inline constexpr std::uint8_t kProtocolVersion = 5;
+// 6: start carries the role (ROLE_NAME) and the job id (TORCHELASTIC_RUN_ID).
+inline constexpr std::uint8_t kProtocolVersion = 6;
 
 // length:u32 + version:u8 + type:u8.
 inline constexpr std::size_t kFrameHeaderBytes = 6;

@@ -57,6 +57,10 @@ struct ParallelSpec {
   // `preflight: true`: before the workers start, flowrun doctor's NCCL check
   // runs on the step's GPUs, and a failure refuses the step (docs/gpu.md).
   bool preflight = false;
+  // torchrun's --role and --rdzv-id: the workers' ROLE_NAME (default
+  // "default") and TORCHELASTIC_RUN_ID (empty: the run id).
+  std::string role = "default";
+  std::string job_id;
   Location loc;  // of the `parallel:` key
 };
 
