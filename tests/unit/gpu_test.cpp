@@ -5,11 +5,15 @@
 #include <catch2/catch.hpp>
 #include <cerrno>
 #include <dlfcn.h>
+#include <filesystem>
+#include <fstream>
 #include <string>
 #include <sys/wait.h>
 #include <vector>
 
 #include "flowrun/error.h"
+
+#include "testing.h"
 
 using namespace flowrun;
 
@@ -538,4 +542,42 @@ TEST_CASE("NVML probe helpers", "[gpu]") {
       parse_cuda_order(d[1].uuid + "\n" + d[1].uuid + "\n" + d[0].uuid + "\n" + d[2].uuid + "\n", d).empty());
   CHECK(parse_cuda_order("GPU-x\n" + d[3].uuid + "\n" + d[0].uuid + "\n" + d[2].uuid + "\n", d).empty());
   CHECK(parse_cuda_order("", d).empty());
+}
+
+TEST_CASE("numa: a GPU's NUMA node and its CPUs from sysfs", "[gpu]") {
+  testing::ScopedTempDir sys("sysfs");
+  auto write = [&](const std::string& path, const std::string& text) {
+    std::filesystem::create_directories(std::filesystem::path(sys.path() + path).parent_path());
+    std::ofstream(sys.path() + path) << text;
+  };
+  write("/bus/pci/devices/0000:9a:00.0/numa_node", "1\n");
+  write("/bus/pci/devices/0000:18:00.0/numa_node", "-1\n");  // a host of one node
+  write("/devices/system/node/node0/cpulist", "0-3,8\n");
+  write("/devices/system/node/node1/cpulist", "4-7,9-10\n");
+  NumaNode far = gpu_numa_node("00000000:9A:00.0", sys.path());
+  CHECK(far.node == 1);
+  CHECK(far.cpus == std::vector<int>{4, 5, 6, 7, 9, 10});
+  NumaNode one = gpu_numa_node("00000000:18:00.0", sys.path());
+  CHECK(one.node == 0);
+  CHECK(one.cpus == std::vector<int>{0, 1, 2, 3, 8});
+  CHECK_THROWS_WITH(
+      gpu_numa_node("00000000:28:00.0", sys.path()),
+      "cannot read " + sys.path() +
+          "/bus/pci/devices/0000:28:00.0/numa_node (the GPU's NUMA node): No such file or directory");
+  write("/bus/pci/devices/0000:28:00.0/numa_node", "2\n");
+  CHECK_THROWS_WITH(
+      gpu_numa_node("00000000:28:00.0", sys.path()),
+      "cannot read " + sys.path() +
+          "/devices/system/node/node2/cpulist (the CPUs of NUMA node 2): No such file or directory");
+  CHECK(sysfs_root({}) == "/sys");
+  CHECK(sysfs_root({{"FLOWRUN_FAKE_SYSFS", "/tmp/s"}}) == "/tmp/s");
+}
+
+TEST_CASE("numa: kernel CPU lists both ways", "[gpu]") {
+  CHECK(parse_cpu_list("0-3,8,10-11\n") == std::vector<int>{0, 1, 2, 3, 8, 10, 11});
+  CHECK(parse_cpu_list("") == std::vector<int>{});
+  for (const char* bad : {"a", "3-1", "1,,2", "-1", "0-"}) CHECK_FALSE(parse_cpu_list(bad));
+  CHECK(cpu_list_text({0, 1, 2, 3, 8, 10, 11}) == "0-3,8,10-11");
+  CHECK(cpu_list_text({5}) == "5");
+  CHECK(sysfs_pci_address("00000000:9A:00.0") == "0000:9a:00.0");
 }
