@@ -210,6 +210,30 @@ bool is_spec_file(const std::string& path) {
   return ends(".yaml") || ends(".yml");
 }
 
+// torchrun's --duplicate-stdout-filters copies the console's matching lines
+// to one file under its log directory; flowrun's log files have every line.
+std::string duplicate_filters_note(const std::string& name) {
+  const std::string stream = name == "duplicate-stdout-filters" ? "stdout" : "stderr";
+  return "--" + name + " has no effect: every rank's " + stream +
+         " is whole in its own log file; grep them (grep -h WORD RUN_DIR/STEP/rank*/" + stream + ".log)";
+}
+
+// torchrun's --numa-binding policies: flowrun implements node.
+std::string numa_binding(const std::string& command, const std::string& value) {
+  if (value == "socket" || value == "exclusive" || value == "core-complex")
+    usage_error(command,
+                "--numa-binding " + value +
+                    ": flowrun binds a worker to the CPUs of its GPU's NUMA node only (--numa-binding "
+                    "node); " +
+                    value + " is not implemented");
+  if (value != "node")
+    usage_error(command,
+                "--numa-binding " + value +
+                    ": expected node (socket, exclusive and core-complex are torchrun's others, which "
+                    "flowrun does not implement)");
+  return value;
+}
+
 void set_option(Request& r, const std::string& command, const OptionDef& def, const std::string& value) {
   const std::string name(def.name);
   if (name == "nproc-per-node") {
@@ -251,22 +275,9 @@ void set_option(Request& r, const std::string& command, const OptionDef& def, co
   } else if (name == "local-ranks-filter") {
     r.local_ranks_filter = value;
   } else if (name == "duplicate-stdout-filters" || name == "duplicate-stderr-filters") {
-    const std::string stream = name == "duplicate-stdout-filters" ? "stdout" : "stderr";
-    if (!value.empty())
-      r.notes.push_back("--" + name + " has no effect: every rank's " + stream +
-                        " is whole in its own log file; grep them (grep -h WORD RUN_DIR/STEP/rank*/" +
-                        stream + ".log)");
+    if (!value.empty()) r.notes.push_back(duplicate_filters_note(name));
   } else if (name == "numa-binding") {
-    if (value == "socket" || value == "exclusive" || value == "core-complex")
-      usage_error(command, "--numa-binding " + value +
-                               ": flowrun binds a worker to the CPUs of its GPU's NUMA node only "
-                               "(--numa-binding node); " +
-                               value + " is not implemented");
-    if (value != "node")
-      usage_error(command, "--numa-binding " + value +
-                               ": expected node (socket, exclusive and core-complex "
-                               "are torchrun's others, which flowrun does not implement)");
-    r.numa_binding = value;
+    r.numa_binding = numa_binding(command, value);
   } else if (name == "virtual-local-rank") {
     r.virtual_local_rank = true;
   } else if (name == "module") {
