@@ -1073,6 +1073,10 @@ int run_request(Request& r, SummaryTarget& target) {
   } else {
     built = build_spec(r, host, env, "run", false);
     spec_text = built.text;
+    if ((!r.numa_binding.empty() || r.virtual_local_rank) && built.shape.nodes > 1)
+      usage_error("run", std::string(r.virtual_local_rank ? "--virtual-local-rank" : "--numa-binding") +
+                             " is not supported with --nnodes above 1 yet: flowrun applies it to one node's "
+                             "workers");
     note(r);
     if (built.meeting.kind == Meeting::Kind::agent) {
       return join_node0(r, built, cwd, fake, env);
@@ -1100,10 +1104,6 @@ int run_request(Request& r, SummaryTarget& target) {
   }
 
   RunOptions run = run_options(r, spec, cwd, fake, args, spec_text);
-  if ((!r.numa_binding.empty() || r.virtual_local_rank) && built.shape.nodes > 1)
-    usage_error("run",
-                std::string(r.virtual_local_rank ? "--virtual-local-rank" : "--numa-binding") +
-                    " is not supported with --nnodes above 1 yet: flowrun applies it to one node's workers");
   std::vector<std::string> numa_lines;
   if (!r.numa_binding.empty()) run.worker_cpus = numa_cpus(plans.front(), env, numa_lines);
   for (const auto& line : numa_lines)
@@ -1119,6 +1119,15 @@ int init_request(Request& r) {
   const EnvMap env = read_environ();
   const HostFacts host = probe_host(fake_gpus_from_env(r.fake_gpus, env), env);
   Built built = build_spec(r, host, env, "init", true);
+  for (auto [given, option] :
+       {std::pair{!r.redirects.empty(), "--redirects"}, std::pair{!r.tee.empty(), "--tee"},
+        std::pair{!r.local_ranks_filter.empty(), "--local-ranks-filter"},
+        std::pair{!r.numa_binding.empty(), "--numa-binding"},
+        std::pair{r.virtual_local_rank, "--virtual-local-rank"}}) {
+    if (given)
+      r.notes.push_back(std::string(option) +
+                        " is not written to the spec (a spec has no key for it); give it to flowrun run");
+  }
   note(r);
   const std::string name = step_name(r);
   std::string text = built.text;

@@ -308,6 +308,13 @@ class TestTorchrun(E2E):
                 for r, e in got.items()}
         self.check(rc == 0 and seen == {0: ("0", "0", "2"), 1: ("0", "1", "2")},
                    "LOCAL_RANK=0 and CUDA_VISIBLE_DEVICES its own GPU; LOCAL_WORLD_SIZE stays 2", f"{seen}\n{err}")
+        rc, out, err = self.run_flowrun(d, "run", "--nnodes", "2", "--node-rank", "1", "--rdzv-endpoint",
+                                        "localhost:1", "--virtual-local-rank", "train.py")
+        self.check(rc == 2 and "flowrun: error: --virtual-local-rank is not supported with --nnodes above 1 yet" in err,
+                   "--virtual-local-rank across nodes: refused before joining", err)
+        rc, out, err = self.run_flowrun(d, "init", "--virtual-local-rank", "train.py")
+        self.check(rc == 0 and "--virtual-local-rank is not written to the spec (a spec has no key for it); give it "
+                   "to flowrun run" in err, "init --virtual-local-rank: says it is not in the spec", err)
 
     def test_numa_binding(self):
         """--numa-binding node: each worker runs on the CPUs of its GPU's NUMA node, learned from sysfs (a fake one,
