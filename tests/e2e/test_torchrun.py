@@ -612,3 +612,13 @@ class TestTorchrun(E2E):
                    "a failing rank on node 1: node 0 exits 3 and names it", f"rc={rc}\n{err}")
         self.check(agent.returncode == 1, "a failing rank on node 1: node 1's flowrun run exits 1",
                    f"rc={agent.returncode}")
+        # --local-ranks-filter means local ranks, on every node (as torchrun's on each); --tee and
+        # --redirects apply to the other nodes' ranks by their local rank too.
+        agent = subprocess.Popen([self.binary, *common, "--node-rank", "1", "train.py"], cwd=d, env=self.env(),
+                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        rc, out, err = self.run_flowrun(d, *common, "--node-rank", "0", "--local-ranks-filter", "1", "train.py")
+        agent.communicate(timeout=60)
+        self.envs(d)
+        shown = sorted(set(re.findall(r"\] worker (\d) of 4", out)))
+        self.check(rc == 0 and shown == ["1", "3"], "--local-ranks-filter 1 on 2 nodes: ranks 1 and 3 shown",
+                   f"rc={rc} shown={shown}\n{out}{err}")
