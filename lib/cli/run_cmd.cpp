@@ -140,8 +140,9 @@ constexpr OptionDef kOptions[] = {
      "Accepted: grep the ranks' stdout.log in the run directory instead"},
     {"duplicate-stderr-filters", Arg::value, "S,...",
      "Accepted: grep the ranks' stderr.log in the run directory instead"},
-    {"numa-binding", Arg::value, "node",
-     "Bind each worker to the CPUs of its GPU's NUMA node (node; socket, exclusive, core-complex: refused)"},
+    {"numa-binding", Arg::value, "MODE",
+     "Bind each worker to CPUs near its GPU: node (its NUMA node's), socket, exclusive (cores split per "
+     "GPU)"},
     {"virtual-local-rank", Arg::flag, "",
      "Every worker sees its own GPU alone, as cuda:0, with LOCAL_RANK=0 (one node)"},
     {"module", Arg::flag, "", "Run the script as a Python module (python -m MODULE)", For::both, 'm'},
@@ -218,19 +219,17 @@ std::string duplicate_filters_note(const std::string& name) {
          " is whole in its own log file; grep them (grep -h WORD RUN_DIR/STEP/rank*/" + stream + ".log)";
 }
 
-// torchrun's --numa-binding policies: flowrun implements node.
+// torchrun's --numa-binding policies: flowrun implements all but core-complex.
 std::string numa_binding(const std::string& command, const std::string& value) {
-  if (value == "socket" || value == "exclusive" || value == "core-complex")
+  if (value == "core-complex")
     usage_error(command,
-                "--numa-binding " + value +
-                    ": flowrun binds a worker to the CPUs of its GPU's NUMA node only (--numa-binding "
-                    "node); " +
-                    value + " is not implemented");
-  if (value != "node")
-    usage_error(command,
-                "--numa-binding " + value +
-                    ": expected node (socket, exclusive and core-complex are torchrun's others, which "
-                    "flowrun does not implement)");
+                "--numa-binding core-complex: flowrun does not read the CPUs' cache topology, which it "
+                "needs (torchrun binds each worker to a group of cores sharing an L3 cache); use node, "
+                "socket or exclusive");
+  if (value != "node" && value != "socket" && value != "exclusive")
+    usage_error(command, "--numa-binding " + value +
+                             ": expected node, socket or exclusive (torchrun's core-complex "
+                             "is not implemented)");
   return value;
 }
 
@@ -947,42 +946,45 @@ std::optional<ConsoleStreams> console_streams(const Request& r) {
 // --numa-binding node: each local rank's CPUs, those of the NUMA node of the
 // GPU torchrun gives it (cuda:LOCAL_RANK of this host's), that flowrun may
 // itself run on; `why` gets a line per worker for the console.
-std::vector<std::vector<int>> numa_cpus(const StepPlan& plan, const EnvMap& env,
+std::vector<std::vector<int>> numa_cpus(const std::string& policy, const StepPlan& plan,
+                                        const HostFacts& host, const EnvMap& env,
                                         std::vector<std::string>& why) {
+  const std::string option = "--numa-binding " + policy;
   if (plan.cpu)
-    usage_error("run",
-                "--numa-binding node binds GPU workers to their GPU's NUMA node; these are CPU workers");
-  const NodePlan& node = plan.nodes.front();
+    usage_error("run", option + " binds GPU workers to CPUs near their GPU; these are CPU workers");
+  const NumaPolicy mode = policy == "socket"      ? NumaPolicy::socket
+                          : policy == "exclusive" ? NumaPolicy::exclusive
+                                                  : NumaPolicy::node;
+  // The GPUs as torch numbers them in the launcher, which binds local rank
+  // R to cuda:R's node.
+  std::vector<std::string> gpus;
+  for (const Gpu& gpu : host.inventory.gpus) gpus.push_back(gpu.pci_bus_id);
   const std::string sysfs = sysfs_root(env);
   const std::vector<int> allowed = allowed_cpus();
   std::vector<std::vector<int>> cpus;
   for (const RankPlan& rank : plan.ranks) {
     if (rank.node != 0) continue;
-    if (static_cast<std::size_t>(rank.local_rank) >= node.gpus.size())
-      usage_error("run", fmt::format("--numa-binding node: local rank {} has no GPU of its own (cuda:{})",
-                                     rank.local_rank, rank.local_rank));
-    const Gpu& gpu = node.gpus[static_cast<std::size_t>(rank.local_rank)];
-    NumaNode numa;
-    try {
-      numa = gpu_numa_node(gpu.pci_bus_id, sysfs);
-    } catch (const Error& e) {
-      throw Error(
-          fmt::format("--numa-binding node: GPU {} ({}): {}", gpu.select_token, gpu.pci_bus_id, e.what()),
-          kExitUsage);
-    }
-    std::vector<int> mine;
-    std::set_intersection(numa.cpus.begin(), numa.cpus.end(), allowed.begin(), allowed.end(),
-                          std::back_inserter(mine));
-    if (mine.empty())
+    const auto local = static_cast<std::size_t>(rank.local_rank);
+    if (local >= gpus.size())
       usage_error("run",
-                  fmt::format("--numa-binding node: NUMA node {} of GPU {} has no CPU that flowrun may run "
-                              "on (its affinity: {})",
-                              numa.node, gpu.select_token, cpu_list_text(allowed)));
-    if (static_cast<std::size_t>(rank.local_rank) >= cpus.size())
-      cpus.resize(static_cast<std::size_t>(rank.local_rank) + 1);
-    why.push_back(fmt::format("local rank {}: GPU {} on NUMA node {}: CPUs {}", rank.local_rank,
-                              gpu.select_token, numa.node, cpu_list_text(mine)));
-    cpus[static_cast<std::size_t>(rank.local_rank)] = std::move(mine);
+                  fmt::format("{}: local rank {} has no GPU of its own (cuda:{})", option, local, local));
+    const Gpu& gpu = host.inventory.gpus[local];
+    int node = 0;
+    std::vector<int> mine;
+    try {
+      mine = numa_binding_cpus(mode, gpus, local, allowed, sysfs, &node);
+    } catch (const Error& e) {
+      throw Error(fmt::format("{}: GPU {} ({}): {}", option, gpu.select_token, gpu.pci_bus_id, e.what()),
+                  kExitUsage);
+    }
+    if (mine.empty())
+      usage_error("run", fmt::format("{}: NUMA node {} of GPU {} has no CPU that flowrun may run on (its "
+                                     "affinity: {})",
+                                     option, node, gpu.select_token, cpu_list_text(allowed)));
+    if (local >= cpus.size()) cpus.resize(local + 1);
+    why.push_back(fmt::format("local rank {}: GPU {} on NUMA node {}: CPUs {}", local, gpu.select_token, node,
+                              cpu_list_text(mine)));
+    cpus[local] = std::move(mine);
   }
   return cpus;
 }
@@ -1105,9 +1107,11 @@ int run_request(Request& r, SummaryTarget& target) {
 
   RunOptions run = run_options(r, spec, cwd, fake, args, spec_text);
   std::vector<std::string> numa_lines;
-  if (!r.numa_binding.empty()) run.worker_cpus = numa_cpus(plans.front(), env, numa_lines);
+  if (!r.numa_binding.empty())
+    run.worker_cpus = numa_cpus(r.numa_binding, plans.front(), host, env, numa_lines);
   for (const auto& line : numa_lines)
-    (r.dry_run ? std::cout : std::cerr) << "flowrun run: --numa-binding node: " << line << "\n";
+    (r.dry_run ? std::cout : std::cerr)
+        << "flowrun run: --numa-binding " << r.numa_binding << ": " << line << "\n";
   if (r.dry_run) return show_dry_run(spec, host, plans, env, run, spec_text);
   // Made here rather than by the runner, so that the summary finds the run.
   if (run.run_id.empty()) run.run_id = make_run_id(spec.name);

@@ -6,6 +6,8 @@
 #include <cerrno>
 #include <charconv>
 #include <cstring>
+#include <iterator>
+#include <map>
 #include <sched.h>
 
 #include "flowrun/error.h"
@@ -100,6 +102,101 @@ NumaNode gpu_numa_node(const std::string& pci_bus_id, const std::string& sysfs) 
   if (!cpus) throw Error(cpulist + ": expected a CPU list such as 0-15,32-47, not '" + cpus_text + "'");
   numa.cpus = std::move(*cpus);
   return numa;
+}
+
+namespace {
+
+std::vector<int> cpu_list_file(const std::string& path, const std::string& what) {
+  const std::string text = read_sysfs(path, what);
+  auto cpus = parse_cpu_list(text);
+  if (!cpus) throw Error(path + ": expected a CPU list such as 0-15,32-47, not '" + text + "'");
+  return *cpus;
+}
+
+std::vector<int> intersect(const std::vector<int>& a, const std::vector<int>& b) {
+  std::vector<int> both;
+  std::set_intersection(a.begin(), a.end(), b.begin(), b.end(), std::back_inserter(both));
+  return both;
+}
+
+std::string cpu_dir(const std::string& sysfs, int cpu) {
+  return sysfs + "/devices/system/cpu/cpu" + std::to_string(cpu) + "/topology/";
+}
+
+int package_of(const std::string& sysfs, int cpu) {
+  const std::string path = cpu_dir(sysfs, cpu) + "physical_package_id";
+  const std::string text = read_sysfs(path, "the socket of CPU " + std::to_string(cpu));
+  int id = 0;
+  const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), id);
+  if (ec != std::errc() || end != text.data() + text.size())
+    throw Error(path + ": expected a number, not '" + text + "'");
+  return id;
+}
+
+// socket: the CPUs of every NUMA node on the GPU's node's socket (a node's
+// socket is that of its lowest allowed CPU; a node without one, memory only,
+// is on none).
+std::vector<int> socket_cpus(const NumaNode& numa, const std::vector<int>& allowed,
+                             const std::string& sysfs) {
+  const std::vector<int> mine = intersect(numa.cpus, allowed);
+  if (mine.empty()) return mine;
+  const int socket = package_of(sysfs, mine.front());
+  std::vector<int> cpus;
+  for (int node : cpu_list_file(sysfs + "/devices/system/node/possible", "the NUMA nodes")) {
+    const std::string name = std::to_string(node);
+    const std::vector<int> theirs =
+        intersect(cpu_list_file(sysfs + "/devices/system/node/node" + name + "/cpulist",
+                                "the CPUs of NUMA node " + name),
+                  allowed);
+    if (!theirs.empty() && package_of(sysfs, theirs.front()) == socket)
+      cpus.insert(cpus.end(), theirs.begin(), theirs.end());
+  }
+  std::sort(cpus.begin(), cpus.end());
+  return cpus;
+}
+
+// exclusive: the node's physical cores (a core named by its lowest
+// hyperthread) split in order among the node's GPUs, the lowest GPUs one
+// core more when they do not divide evenly.
+std::vector<int> exclusive_cpus(const NumaNode& numa, const std::vector<std::string>& gpus, std::size_t gpu,
+                                const std::vector<int>& allowed, const std::string& sysfs) {
+  std::size_t position = 0, sharing = 0;
+  for (std::size_t g = 0; g < gpus.size(); ++g) {
+    if (g != gpu && gpu_numa_node(gpus[g], sysfs).node != numa.node) continue;
+    if (g < gpu) ++position;
+    ++sharing;
+  }
+  std::map<int, std::vector<int>> cores;  // lowest sibling -> the core's allowed CPUs
+  for (int cpu : intersect(numa.cpus, allowed)) {
+    const std::vector<int> siblings = cpu_list_file(cpu_dir(sysfs, cpu) + "thread_siblings_list",
+                                                    "the hyperthreads of CPU " + std::to_string(cpu));
+    cores[siblings.empty() ? cpu : siblings.front()].push_back(cpu);
+  }
+  const std::size_t each = cores.size() / sharing, extra = cores.size() % sharing;
+  if (each == 0)
+    throw Error("NUMA node " + std::to_string(numa.node) + " has " + std::to_string(cores.size()) +
+                " physical cores for its " + std::to_string(sharing) + " GPUs: fewer than one each");
+  const std::size_t start = position * each + std::min(position, extra);
+  const std::size_t count = each + (position < extra ? 1 : 0);
+  std::vector<int> cpus;
+  auto it = std::next(cores.begin(), static_cast<std::ptrdiff_t>(start));
+  for (std::size_t i = 0; i < count; ++i, ++it) cpus.insert(cpus.end(), it->second.begin(), it->second.end());
+  std::sort(cpus.begin(), cpus.end());
+  return cpus;
+}
+
+}  // namespace
+
+std::vector<int> numa_binding_cpus(NumaPolicy policy, const std::vector<std::string>& gpus, std::size_t gpu,
+                                   const std::vector<int>& allowed, const std::string& sysfs, int* node) {
+  const NumaNode numa = gpu_numa_node(gpus.at(gpu), sysfs);
+  if (node) *node = numa.node;
+  switch (policy) {
+    case NumaPolicy::socket: return socket_cpus(numa, allowed, sysfs);
+    case NumaPolicy::exclusive: return exclusive_cpus(numa, gpus, gpu, allowed, sysfs);
+    case NumaPolicy::node: break;
+  }
+  return intersect(numa.cpus, allowed);
 }
 
 std::vector<int> allowed_cpus() {

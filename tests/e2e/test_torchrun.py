@@ -341,13 +341,30 @@ class TestTorchrun(E2E):
                    f"want {nodes} seen {seen}\n{out}{err}")
         self.check(f"flowrun run: --numa-binding node: local rank 1: GPU 1 on NUMA node 1: CPUs" in err,
                    "the console says where each worker is bound", err)
+        # exclusive: both GPUs on node 0, whose cores (one thread each here) they split in halves.
+        for gpu, bus in enumerate(("18", "28")):
+            with open(os.path.join(sysfs, "bus", "pci", "devices", f"0000:{bus}:00.0", "numa_node"), "w") as f:
+                f.write("0\n")
+        with open(os.path.join(sysfs, "devices", "system", "node", "node0", "cpulist"), "w") as f:
+            f.write(",".join(map(str, allowed)) + "\n")
+        for cpu in allowed:
+            os.makedirs(os.path.join(sysfs, "devices", "system", "cpu", f"cpu{cpu}", "topology"))
+            with open(os.path.join(sysfs, "devices", "system", "cpu", f"cpu{cpu}", "topology",
+                                   "thread_siblings_list"), "w") as f:
+                f.write(f"{cpu}\n")
+        rc, out, err = self.run_flowrun(d, "run", "--fake-gpus", "2", "--numa-binding", "exclusive", "cpus.py",
+                                        env=self.env(FLOWRUN_FAKE_SYSFS=sysfs))
+        seen = {int(m[0]): list(map(int, m[1].split())) for m in re.findall(r"\] cpus (\d) ([\d ]+)$", out, re.M)}
+        half = (len(allowed) + 1) // 2  # the lower GPU gets the odd core
+        self.check(rc == 0 and seen == {0: allowed[:half], 1: allowed[half:]},
+                   "--numa-binding exclusive: the node's cores split between its two GPUs", f"seen {seen}\n{out}{err}")
         rc, out, err = self.run_flowrun(d, "run", "--fake-gpus", "2", "--numa-binding", "node", "cpus.py")
         self.check(rc == 2 and "flowrun: error: --numa-binding node: GPU 0 (00000000:18:00.0): cannot read "
                    "/sys/bus/pci/devices/0000:18:00.0/numa_node" in err,
                    "a GPU without a NUMA node in sysfs: refused, naming the file", err)
-        rc, out, err = self.run_flowrun(d, "run", "--fake-gpus", "2", "--numa-binding", "socket", "cpus.py")
-        self.check(rc == 2 and "flowrun: error: --numa-binding socket: flowrun binds a worker to the CPUs of its "
-                   "GPU's NUMA node only" in err, "--numa-binding socket: refused, saying why", err)
+        rc, out, err = self.run_flowrun(d, "run", "--fake-gpus", "2", "--numa-binding", "core-complex", "cpus.py")
+        self.check(rc == 2 and "flowrun: error: --numa-binding core-complex: flowrun does not read the CPUs' cache "
+                   "topology" in err, "--numa-binding core-complex: refused, saying why", err)
 
     def test_errors(self):
         """Bad command lines: exit 2 with what to do."""

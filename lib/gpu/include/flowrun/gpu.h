@@ -174,6 +174,22 @@ struct NumaNode {
 };
 NumaNode gpu_numa_node(const std::string& pci_bus_id, const std::string& sysfs);
 
+// torchrun's --numa-binding policies that flowrun implements (its
+// core-complex, which reads the CPUs' cache topology, it does not).
+enum class NumaPolicy {
+  node,       // the CPUs of the GPU's NUMA node
+  socket,     // the CPUs of every NUMA node on that node's socket
+  exclusive,  // the node's physical cores split among the GPUs on the node, the lowest GPUs one more
+};
+
+// The CPUs that `policy` gives the worker of GPU `gpu` among `gpus` (every GPU
+// this process sees, by PCI bus id, in CUDA's order), within `allowed` (this
+// process's CPUs), as torch/numa/binding.py computes them; `node` (when
+// given) gets the GPU's NUMA node. Throws Error naming what it could not read.
+std::vector<int> numa_binding_cpus(NumaPolicy policy, const std::vector<std::string>& gpus, std::size_t gpu,
+                                   const std::vector<int>& allowed, const std::string& sysfs,
+                                   int* node = nullptr);
+
 // sysfs's root: FLOWRUN_FAKE_SYSFS when set (a directory laid out like /sys,
 // giving simulated GPUs their NUMA nodes in tests), else "/sys".
 std::string sysfs_root(const EnvMap& env);
