@@ -358,9 +358,12 @@ class TestTorchrun(E2E):
         half = (len(allowed) + 1) // 2  # the lower GPU gets the odd core
         self.check(rc == 0 and seen == {0: allowed[:half], 1: allowed[half:]},
                    "--numa-binding exclusive: the node's cores split between its two GPUs", f"seen {seen}\n{out}{err}")
-        rc, out, err = self.run_flowrun(d, "run", "--fake-gpus", "2", "--numa-binding", "node", "cpus.py")
+        empty = os.path.join(self.scratch, "nosys")  # not /sys, where a real device may have that PCI id
+        os.makedirs(empty)
+        rc, out, err = self.run_flowrun(d, "run", "--fake-gpus", "2", "--numa-binding", "node", "cpus.py",
+                                        env=self.env(FLOWRUN_FAKE_SYSFS=empty))
         self.check(rc == 2 and "flowrun: error: --numa-binding node: GPU 0 (00000000:18:00.0): cannot read "
-                   "/sys/bus/pci/devices/0000:18:00.0/numa_node" in err,
+                   f"{empty}/bus/pci/devices/0000:18:00.0/numa_node (the GPU's NUMA node)" in err,
                    "a GPU without a NUMA node in sysfs: refused, naming the file", err)
         rc, out, err = self.run_flowrun(d, "run", "--fake-gpus", "2", "--numa-binding", "core-complex", "cpus.py")
         self.check(rc == 2 and "flowrun: error: --numa-binding core-complex: flowrun does not read the CPUs' cache "
