@@ -26,12 +26,15 @@
 #include <netdb.h>
 #include <netinet/in.h>
 #include <optional>
+#include <set>
 #include <sys/stat.h>
+#include <tuple>
 #include <unistd.h>
 
 #include "flowrun/cluster.h"
 #include "flowrun/error.h"
 #include "flowrun/flow.h"
+#include "flowrun/gpu.h"
 #include "flowrun/process.h"
 #include "flowrun/report.h"
 #include "flowrun/slurm.h"
@@ -65,8 +68,11 @@ struct Request {
   std::string stall_timeout;
   bool standalone = false;
   std::string log_dir;
-  std::string redirects;
+  std::string redirects;  // torchrun's Std values or maps ("3", "0:1,1:2")
+  std::string tee;
   std::string local_ranks_filter;
+  std::string numa_binding;  // empty: none
+  bool virtual_local_rank = false;
   bool module = false;
   bool no_python = false;
   bool run_path = false;
@@ -140,11 +146,24 @@ constexpr OptionDef kOptions[] = {
     {"max-restarts", Arg::value, "N", "Restart every worker this many times at most when one fails"},
     {"standalone", Arg::flag, "", "One node, rendezvous on this host (the default for one node)"},
     {"log-dir", Arg::value, "DIR", "Put the run directory (every rank's logs, results.json) under DIR"},
-    {"tee", Arg::value, "N", "Accepted: flowrun always shows output and writes every rank's log files",
+    {"tee", Arg::value, "N|MAP",
+     "Show these streams on the console although redirected: 1 stdout, 2 stderr, 3 both; per local rank "
+     "0:3,1:2",
      For::both, 't'},
-    {"redirects", Arg::value, "N",
-     "1, 2 or 3: keep workers' output off the console (logs keep it); 0: show it", For::both, 'r'},
-    {"local-ranks-filter", Arg::value, "LIST", "Show only these ranks on the console (0,2 or 0-3)"},
+    {"redirects", Arg::value, "N|MAP",
+     "Keep these streams off the console (the log files always have both): 0 none, 1 stdout, 2 stderr, "
+     "3 both; per local rank 0:1,1:2",
+     For::both, 'r'},
+    {"local-ranks-filter", Arg::value, "LIST", "Show only these local ranks on the console (0,2 or 0-3)"},
+    {"duplicate-stdout-filters", Arg::value, "S,...",
+     "Accepted: grep the ranks' stdout.log in the run directory instead"},
+    {"duplicate-stderr-filters", Arg::value, "S,...",
+     "Accepted: grep the ranks' stderr.log in the run directory instead"},
+    {"numa-binding", Arg::value, "MODE",
+     "Bind each worker to CPUs near its GPU: node (its NUMA node's), socket, exclusive (cores split per "
+     "GPU)"},
+    {"virtual-local-rank", Arg::flag, "",
+     "Every worker sees its own GPU alone, as cuda:0, with LOCAL_RANK=0 (one node)"},
     {"module", Arg::flag, "", "Run the script as a Python module (python -m MODULE)", For::both, 'm'},
     {"no-python", Arg::flag, "", "Run the program itself, not through Python"},
     {"run-path", Arg::flag, "",
@@ -232,6 +251,28 @@ bool is_spec_file(const std::string& path) {
            path.compare(path.size() - suffix.size(), suffix.size(), suffix) == 0;
   };
   return ends(".yaml") || ends(".yml");
+}
+
+// torchrun's --duplicate-stdout-filters copies the console's matching lines
+// to one file under its log directory; flowrun's log files have every line.
+std::string duplicate_filters_note(const std::string& name) {
+  const std::string stream = name == "duplicate-stdout-filters" ? "stdout" : "stderr";
+  return "--" + name + " has no effect: every rank's " + stream +
+         " is whole in its own log file; grep them (grep -h WORD RUN_DIR/STEP/rank*/" + stream + ".log)";
+}
+
+// torchrun's --numa-binding policies: flowrun implements all but core-complex.
+std::string numa_binding(const std::string& command, const std::string& value) {
+  if (value == "core-complex")
+    usage_error(command,
+                "--numa-binding core-complex: flowrun does not read the CPUs' cache topology, which it "
+                "needs (torchrun binds each worker to a group of cores sharing an L3 cache); use node, "
+                "socket or exclusive");
+  if (value != "node" && value != "socket" && value != "exclusive")
+    usage_error(command, "--numa-binding " + value +
+                             ": expected node, socket or exclusive (torchrun's core-complex "
+                             "is not implemented)");
+  return value;
 }
 
 // flowrun's own options (Own::flowrun), which no PET_ variable gives.
@@ -339,13 +380,17 @@ void set_option(Request& r, const std::string& command, const Given& given) {
   } else if (name == "log-dir") {
     r.log_dir = value;
   } else if (name == "tee") {
-    note(
-        "--tee has no effect: flowrun always shows the workers' output and writes every rank's "
-        "log files");
+    r.tee = value;
   } else if (name == "redirects") {
     r.redirects = value;
   } else if (name == "local-ranks-filter") {
     r.local_ranks_filter = value;
+  } else if (name == "duplicate-stdout-filters" || name == "duplicate-stderr-filters") {
+    if (!value.empty()) note(duplicate_filters_note(name));
+  } else if (name == "numa-binding") {
+    r.numa_binding = numa_binding(command, value);
+  } else if (name == "virtual-local-rank") {
+    r.virtual_local_rank = true;
   } else if (name == "module") {
     r.module = true;
   } else if (name == "no-python") {
@@ -435,6 +480,10 @@ void refuse_step_options(Request& r, const std::string& spec_path) {
   if (!r.role.empty()) given.emplace_back("role", "the step's parallel: (role:)");
   if (!r.timeout.empty()) given.emplace_back("timeout", "the step's timeout:");
   if (!r.stall_timeout.empty()) given.emplace_back("stall-timeout", "the step's stall_timeout:");
+  if (!r.numa_binding.empty() || r.virtual_local_rank)
+    usage_error("run", std::string(r.virtual_local_rank ? "--virtual-local-rank" : "--numa-binding") +
+                           " shapes the workers of a step that flowrun run builds; a spec (" + spec_path +
+                           ") has no key for it yet: run the script itself with flowrun run");
   std::string message;
   for (const auto& [option, where] : given) {
     const OptionDef& def = *find_option(option);
@@ -1148,6 +1197,79 @@ int join_node0(const Request& r, const Built& built, const ClusterSpec& cluster,
   return run_agent(agent, env);
 }
 
+// --redirects, --tee and --local-ranks-filter as torchrun reads them;
+// nullopt when none is given (every stream of every rank is shown).
+std::optional<ConsoleStreams> console_streams(const Request& r) {
+  if (r.redirects.empty() && r.tee.empty() && r.local_ranks_filter.empty()) return std::nullopt;
+  ConsoleStreams streams;
+  std::string error;
+  for (auto [option, text, map] : {std::tuple{"--redirects", &r.redirects, &streams.redirects},
+                                   std::tuple{"--tee", &r.tee, &streams.tee}}) {
+    if (text->empty()) continue;
+    auto parsed = parse_std_map(*text, &error);
+    if (!parsed) usage_error("run", std::string(option) + " " + *text + ": " + error);
+    *map = std::move(*parsed);
+  }
+  if (r.local_ranks_filter == "none") {
+    streams.local_ranks = std::set<int>{};
+  } else if (!r.local_ranks_filter.empty()) {
+    try {
+      if (auto ranks = parse_rank_list(r.local_ranks_filter))
+        streams.local_ranks.emplace(ranks->begin(), ranks->end());
+    } catch (const Error&) {
+      usage_error("run", "--local-ranks-filter " + r.local_ranks_filter +
+                             ": expected local ranks such as 0, 0,2 or 0-3 (or all, none)");
+    }
+  }
+  return streams;
+}
+
+// --numa-binding node: each local rank's CPUs, those of the NUMA node of the
+// GPU torchrun gives it (cuda:LOCAL_RANK of this host's), that flowrun may
+// itself run on; `why` gets a line per worker for the console.
+std::vector<std::vector<int>> numa_cpus(const std::string& policy, const StepPlan& plan,
+                                        const HostFacts& host, const EnvMap& env,
+                                        std::vector<std::string>& why) {
+  const std::string option = "--numa-binding " + policy;
+  if (plan.cpu)
+    usage_error("run", option + " binds GPU workers to CPUs near their GPU; these are CPU workers");
+  const NumaPolicy mode = policy == "socket"      ? NumaPolicy::socket
+                          : policy == "exclusive" ? NumaPolicy::exclusive
+                                                  : NumaPolicy::node;
+  // The GPUs as torch numbers them in the launcher, which binds local rank
+  // R to cuda:R's node.
+  std::vector<std::string> gpus;
+  for (const Gpu& gpu : host.inventory.gpus) gpus.push_back(gpu.pci_bus_id);
+  const std::string sysfs = sysfs_root(env);
+  const std::vector<int> allowed = allowed_cpus();
+  std::vector<std::vector<int>> cpus;
+  for (const RankPlan& rank : plan.ranks) {
+    if (rank.node != 0) continue;
+    const auto local = static_cast<std::size_t>(rank.local_rank);
+    if (local >= gpus.size())
+      usage_error("run",
+                  fmt::format("{}: local rank {} has no GPU of its own (cuda:{})", option, local, local));
+    const Gpu& gpu = host.inventory.gpus[local];
+    int node = 0;
+    std::vector<int> mine;
+    try {
+      mine = numa_binding_cpus(mode, gpus, local, allowed, sysfs, &node);
+    } catch (const Error& e) {
+      throw Error(fmt::format("{}: GPU {} ({}): {}", option, gpu.select_token, gpu.pci_bus_id, e.what()),
+                  kExitUsage);
+    }
+    if (mine.empty())
+      usage_error("run", fmt::format("{}: NUMA node {} of GPU {} has no CPU that flowrun may run on (its "
+                                     "affinity: {})",
+                                     option, node, gpu.select_token, cpu_list_text(allowed)));
+    if (local >= cpus.size()) cpus.resize(local + 1);
+    why.push_back(fmt::format("local rank {}: GPU {} on NUMA node {}: CPUs {}", local, gpu.select_token, node,
+                              cpu_list_text(mine)));
+    cpus[local] = std::move(mine);
+  }
+  return cpus;
+}
+
 // The run's options from the command line.
 RunOptions run_options(const Request& r, const Spec& spec, const std::string& cwd, int fake,
                        const std::vector<std::string>& args, const std::string& spec_text) {
@@ -1160,12 +1282,13 @@ RunOptions run_options(const Request& r, const Spec& spec, const std::string& cw
     if (run.run_id.empty()) run.run_id = make_run_id(spec.name);
     run.run_dir = (r.log_dir.front() == '/' ? r.log_dir : cwd + "/" + r.log_dir) + "/" + run.run_id;
   }
-  std::string ranks = !r.local_ranks_filter.empty() ? r.local_ranks_filter : r.ranks;
-  if (ranks == "none") {
+  if (r.ranks == "none") {
     run.console_ranks = std::vector<int>{};
-  } else if (!ranks.empty()) {
-    run.console_ranks = parse_rank_list(ranks);
+  } else if (!r.ranks.empty()) {
+    run.console_ranks = parse_rank_list(r.ranks);
   }
+  run.console_streams = console_streams(r);
+  run.virtual_local_rank = r.virtual_local_rank;
   if (r.grace_s) run.grace_s = *r.grace_s;
   run.stop_signals = r.stop_signals;
   run.color = color_choice(r.color);
@@ -1185,6 +1308,7 @@ int show_dry_run(const Spec& spec, const HostFacts& host, const std::vector<Step
   ctx.run_id = run.run_id.empty() ? make_run_id(spec.name) : run.run_id;
   ctx.layout.run_dir = run_dir_for(spec, ctx.run_id, run.run_dir);
   ctx.parent_env = env;
+  ctx.virtual_local_rank = run.virtual_local_rank;
   PlanView view{spec, host, plans, ctx, false};
   if (!spec_text.empty())
     std::cout << "flowrun run runs this one-step spec (flowrun init writes it to a file):\n\n"
@@ -1226,12 +1350,7 @@ int run_request(Request& r, SummaryTarget& target) {
   const EnvMap env = read_environ();
   const int fake = fake_gpus_from_env(r.fake_gpus, env);
   HostFacts host = probe_host(fake, env);
-  if (!r.redirects.empty() && r.redirects != "0") {
-    if (r.redirects.find_first_not_of("0123") != std::string::npos)
-      usage_error("run", "--redirects " + r.redirects +
-                             ": flowrun takes 0 (show) or 1, 2, 3 (keep off the console) for every rank");
-    if (r.ranks.empty() && r.local_ranks_filter.empty()) r.ranks = "none";
-  }
+  console_streams(r);  // its usage errors before anything runs
 
   const std::string cwd = current_directory();
   Spec spec;
@@ -1245,6 +1364,10 @@ int run_request(Request& r, SummaryTarget& target) {
   } else {
     built = build_spec(r, host, env, "run", false);
     spec_text = built.text;
+    if ((!r.numa_binding.empty() || r.virtual_local_rank) && built.shape.nodes > 1)
+      usage_error("run", std::string(r.virtual_local_rank ? "--virtual-local-rank" : "--numa-binding") +
+                             " is not supported with --nnodes above 1 yet: flowrun applies it to one node's "
+                             "workers");
     note(r);
     SpecParse parsed = parse_spec(spec_text, "flowrun run", cwd);
     if (!parsed.diagnostics.empty())
@@ -1272,6 +1395,12 @@ int run_request(Request& r, SummaryTarget& target) {
   }
 
   RunOptions run = run_options(r, spec, cwd, fake, args, spec_text);
+  std::vector<std::string> numa_lines;
+  if (!r.numa_binding.empty())
+    run.worker_cpus = numa_cpus(r.numa_binding, plans.front(), host, env, numa_lines);
+  for (const auto& line : numa_lines)
+    (r.dry_run ? std::cout : std::cerr)
+        << "flowrun run: --numa-binding " << r.numa_binding << ": " << line << "\n";
   if (r.dry_run) return show_dry_run(spec, host, plans, env, run, spec_text);
   // Made here rather than by the runner, so that the summary finds the run.
   if (run.run_id.empty()) run.run_id = make_run_id(spec.name);
@@ -1283,6 +1412,15 @@ int init_request(Request& r) {
   const EnvMap env = read_environ();
   const HostFacts host = probe_host(fake_gpus_from_env(r.fake_gpus, env), env);
   Built built = build_spec(r, host, env, "init", true);
+  for (auto [given, option] :
+       {std::pair{!r.redirects.empty(), "--redirects"}, std::pair{!r.tee.empty(), "--tee"},
+        std::pair{!r.local_ranks_filter.empty(), "--local-ranks-filter"},
+        std::pair{!r.numa_binding.empty(), "--numa-binding"},
+        std::pair{r.virtual_local_rank, "--virtual-local-rank"}}) {
+    if (given)
+      r.notes.push_back(std::string(option) +
+                        " is not written to the spec (a spec has no key for it); give it to flowrun run");
+  }
   note(r);
   const std::string name = step_name(r);
   std::string text = built.text;

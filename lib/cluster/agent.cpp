@@ -484,7 +484,7 @@ class Agent : public GroupObserver {
       launch.env = full_env(base, worker_env(work, rank, site));
       launch.workdir = start_.workdir;
       launch.error_file = site.layout.error_file(step_, r.rank);
-      launch.console = false;
+      launch.console = ConsoleShows::none();
       launches.push_back(std::move(launch));
       ranks_.push_back(std::move(r));
     }

@@ -140,8 +140,8 @@ void RankTable::open_log(RankState& r, const Node& n) {
   o.stdout_log = r.record.stdout_log;
   o.stderr_log = r.record.stderr_log;
   o.style = job_.group.style;
-  if (job_.shows_rank(r.record.rank))
-    o.prefix = log_prefix(n.name + " " + plan_.step, r.record.rank, job_.group.style.color);
+  o.shows = job_.shows ? job_.shows(r.record.rank, r.record.local_rank) : ConsoleShows{};
+  if (o.shows.any()) o.prefix = log_prefix(n.name + " " + plan_.step, r.record.rank, job_.group.style.color);
   o.who = fmt::format("rank {}'s ", r.record.rank);
   o.open = [run_dir = job_.ctx.layout.run_dir](const std::string& path) {
     const std::size_t slash = path.rfind('/');

@@ -194,6 +194,8 @@ class FlowRunner {
     ctx_.run_id = options.run_id.empty() ? make_run_id(spec.name) : options.run_id;
     ctx_.layout.run_dir = run_dir_for(spec, ctx_.run_id, options.run_dir);
     ctx_.parent_env = env;
+    ctx_.virtual_local_rank = options.virtual_local_rank;
+    ctx_.cpus = options.worker_cpus;
     const bool tty = isatty(STDOUT_FILENO) == 1;
     const auto no_color = env_get(env, "NO_COLOR");
     style_.color = options.color == RunOptions::Color::always ||
@@ -361,11 +363,16 @@ class FlowRunner {
     write_record();
   }
 
-  bool shows_rank(const Step& step, int rank) const {
+  // A rank's streams on the console: none for a rank --ranks (or the step's
+  // logs.console) leaves out, else what torchrun's --redirects, --tee and
+  // --local-ranks-filter say for its local rank.
+  ConsoleShows shows(const Step& step, int rank, int local_rank) const {
     const auto& chosen = options_.console_ranks ? options_.console_ranks : step.console_ranks;
-    if (!chosen) return true;
-    const auto& ranks = *chosen;
-    return std::find(ranks.begin(), ranks.end(), rank) != ranks.end();
+    if (chosen && std::find(chosen->begin(), chosen->end(), rank) == chosen->end())
+      return ConsoleShows::none();
+    if (!options_.console_streams) return {};
+    const unsigned shown = options_.console_streams->shown(local_rank);
+    return {(shown & kStdOut) != 0, (shown & kStdErr) != 0};
   }
 
   const StepPlan& plan_of(const Step& step) const {
@@ -504,7 +511,7 @@ class FlowRunner {
     job.ctx = ctx_;
     job.argv = expand_command(step, ctx_.layout, options_.args);
     job.group = group_options(step);
-    job.shows_rank = [this, &step](int rank) { return shows_rank(step, rank); };
+    job.shows = [this, &step](int rank, int local_rank) { return shows(step, rank, local_rank); };
     job.preflight = [this, &step, &plan](std::vector<std::string>& errors) {
       return preflight_passes(console_, ctx_, host_, options_.fake_gpus, step, plan, errors);
     };
@@ -523,7 +530,7 @@ class FlowRunner {
     job.argv = expand_command(step, ctx_.layout, options_.args);
     job.group = group_options(step);
     job.group.timeout_s = time_left(step, start_mono);
-    job.shows_rank = [this, &step](int rank) { return shows_rank(step, rank); };
+    job.shows = [this, &step](int rank, int local_rank) { return shows(step, rank, local_rank); };
     job.fake_gpus = options_.fake_gpus;
     char self[4096] = {};
     const ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);

@@ -64,6 +64,10 @@ NodeWork node_work(const Spec& spec, const Step& step, const StepPlan& plan, int
   work.master_addr = master_addr(plan, ctx);
   work.master_port = ctx.master_port;
   work.devices = device_rule(plan, n);
+  work.virtual_local_rank = ctx.virtual_local_rank;
+  // torchrun's virtual local rank: each worker sees only the GPU torchrun
+  // gives it, cuda:LOCAL_RANK of the node's, as its cuda:0.
+  if (ctx.virtual_local_rank && !plan.cpu) work.devices = DeviceRule::set;
   // The node's ranks are plan.ranks[first_rank, first_rank + procs) as the
   // planner lays them out; asked for every node (4096 of them), so this
   // looks at those alone when they are.
@@ -77,8 +81,10 @@ NodeWork node_work(const Spec& spec, const Step& step, const StepPlan& plan, int
   }
   for (const auto& rank : ranks) {
     if (rank.node != node) continue;
-    work.ranks.push_back({rank.rank, rank.local_rank,
-                          work.devices == DeviceRule::leave ? std::string() : devices_of(plan, n, rank)});
+    std::string devices = work.devices == DeviceRule::leave ? std::string() : devices_of(plan, n, rank);
+    if (work.virtual_local_rank && !plan.cpu && static_cast<std::size_t>(rank.local_rank) < n.gpus.size())
+      devices = tokens_of(n, {rank.local_rank});
+    work.ranks.push_back({rank.rank, rank.local_rank, std::move(devices)});
   }
   return work;
 }
@@ -99,7 +105,7 @@ EnvList worker_env(const NodeWork& work, const RankWork& rank, const NodeSite& s
 
   const std::string world = std::to_string(work.world_size);
   const std::string local_world = std::to_string(work.ranks.size());
-  set("LOCAL_RANK", std::to_string(rank.local_rank));
+  set("LOCAL_RANK", work.virtual_local_rank ? "0" : std::to_string(rank.local_rank));
   set("RANK", std::to_string(rank.rank));
   set("GROUP_RANK", std::to_string(work.node_rank));
   set("ROLE_RANK", std::to_string(rank.rank));

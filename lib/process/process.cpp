@@ -6,7 +6,9 @@
 #include <cstring>
 #include <dirent.h>
 #include <fcntl.h>
+#include <memory>
 #include <netinet/in.h>
+#include <sched.h>
 #include <signal.h>
 #include <string_view>
 #include <sys/prctl.h>
@@ -35,7 +37,7 @@ bool g_nofile_raised = false;
 
 // What the child reports through the exec-error pipe.
 struct ChildFailure {
-  int stage;  // 0 chdir, 1 exec, 2 setup
+  int stage;  // 0 chdir, 1 exec, 2 setup, 3 CPU affinity
   int err;
 };
 
@@ -124,6 +126,18 @@ SpawnResult spawn_process(const SpawnRequest& request) {
   argv.push_back(nullptr);
   std::vector<char*> envp = process_detail::marked_envp(request.env);
 
+  // Made before fork: the child may only make async-signal-safe calls.
+  std::unique_ptr<cpu_set_t, void (*)(cpu_set_t*)> cpus(nullptr, [](cpu_set_t* set) { CPU_FREE(set); });
+  std::size_t cpus_size = 0;
+  if (!request.cpus.empty()) {
+    const int count = *std::max_element(request.cpus.begin(), request.cpus.end()) + 1;
+    cpus.reset(CPU_ALLOC(count));
+    if (!cpus) throw Error("cannot allocate a CPU set of " + std::to_string(count) + " CPUs");
+    cpus_size = CPU_ALLOC_SIZE(count);
+    CPU_ZERO_S(cpus_size, cpus.get());
+    for (int cpu : request.cpus) CPU_SET_S(static_cast<std::size_t>(cpu), cpus_size, cpus.get());
+  }
+
   int devnull = open("/dev/null", O_RDONLY | O_CLOEXEC);
   if (devnull < 0) throw Error("cannot open /dev/null: " + errno_text(errno));
   int report[2];
@@ -150,6 +164,7 @@ SpawnResult spawn_process(const SpawnRequest& request) {
     if (setpgid(0, 0) != 0) child_fail(report[1], 2);
     if (prctl(PR_SET_PDEATHSIG, SIGKILL) != 0) child_fail(report[1], 2);
     if (getppid() != parent) _exit(127);  // flowrun died before the line above
+    if (cpus && sched_setaffinity(0, cpus_size, cpus.get()) != 0) child_fail(report[1], 3);
     if (dup2(request.stdin_fd >= 0 ? request.stdin_fd : devnull, STDIN_FILENO) < 0) child_fail(report[1], 2);
     if (request.stdout_fd >= 0 && dup2(request.stdout_fd, STDOUT_FILENO) < 0) child_fail(report[1], 2);
     if (request.stderr_fd >= 0 && dup2(request.stderr_fd, STDERR_FILENO) < 0) child_fail(report[1], 2);
@@ -175,6 +190,7 @@ SpawnResult spawn_process(const SpawnRequest& request) {
         result.error = "cannot enter its workdir " + request.workdir + ": " + errno_text(failure.err);
         break;
       case 1: result.error = request.argv[0] + ": " + errno_text(failure.err); break;
+      case 3: result.error = "cannot set its CPU affinity: " + errno_text(failure.err); break;
       default: result.error = "cannot set up the process: " + errno_text(failure.err); break;
     }
     // As a shell reports it: 126 found but cannot be run, 127 not found.

@@ -156,6 +156,10 @@ void describe_parallel(std::string& out, const PlanView& view, const Step& step,
     std::string devices;
     if (plan.cpu)
       devices = "CUDA_VISIBLE_DEVICES is empty, so workers see no GPU";
+    else if (ctx.virtual_local_rank)
+      devices =
+          "each worker's CUDA_VISIBLE_DEVICES names its own GPU alone, its cuda:0, and LOCAL_RANK=0 "
+          "(--virtual-local-rank)";
     else if (plan.visible_devices == Visibility::process)
       devices = "CUDA_VISIBLE_DEVICES narrowed to each worker's own GPUs (visible_devices: process)";
     else if (!has_key(env0, "CUDA_VISIBLE_DEVICES"))

@@ -68,7 +68,9 @@ AttemptResult LocalGroup::run_attempt(const Attempt& attempt) {
     unlink(launch.error_file.c_str());  // a traceback from an earlier attempt is not this one's
     launch.end_file = ctx.layout.end_file(step.name, rank.rank);
     unlink(launch.end_file.c_str());  // nor an end
-    launch.console = !job_.shows_rank || job_.shows_rank(rank.rank);
+    if (job_.shows) launch.console = job_.shows(rank.rank, rank.local_rank);
+    if (static_cast<std::size_t>(rank.local_rank) < ctx.cpus.size())
+      launch.cpus = ctx.cpus[static_cast<std::size_t>(rank.local_rank)];
     launches.push_back(std::move(launch));
   }
   GroupOptions group = job_.group;

@@ -57,10 +57,8 @@ RankLog::RankLog(Options options, ConsoleBatch& console)
   err_->path = &options_.stderr_log;
   out_->console = &console_.out;
   err_->console = &console_.err;
-  if (!options_.prefix.empty()) {
-    out_->splitter.emplace(options_.prefix, options_.style);
-    err_->splitter.emplace(options_.prefix, options_.style);
-  }
+  if (!options_.prefix.empty() && options_.shows.out) out_->splitter.emplace(options_.prefix, options_.style);
+  if (!options_.prefix.empty() && options_.shows.err) err_->splitter.emplace(options_.prefix, options_.style);
 }
 
 RankLog::~RankLog() {

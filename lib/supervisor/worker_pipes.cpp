@@ -58,7 +58,8 @@ void WorkerPipes::open_log(Worker& w, const GroupOptions& options, ConsoleBatch&
   o.stdout_log = launch.stdout_log;
   o.stderr_log = launch.stderr_log;
   o.style = options.style;
-  if (launch.console) {
+  o.shows = launch.console;
+  if (launch.console.any()) {
     o.prefix = launch.label.empty() ? log_prefix(options.step, launch.rank, options.style.color)
                                     : log_prefix(launch.label, -1, options.style.color);
   }
@@ -73,7 +74,13 @@ SpawnResult WorkerPipes::spawn(Worker& w, const WorkerLaunch& launch) {
   int out_end = -1, err_end = -1;
   open_stream(w.out, false, &out_end);
   open_stream(w.err, true, &err_end);
-  SpawnRequest request{launch.argv, launch.env, launch.workdir, out_end, err_end};
+  SpawnRequest request;
+  request.argv = launch.argv;
+  request.env = launch.env;
+  request.workdir = launch.workdir;
+  request.stdout_fd = out_end;
+  request.stderr_fd = err_end;
+  request.cpus = launch.cpus;
   int in_end = -1;
   if (!launch.stdin_text.empty()) in_end = stdin_with(launch.stdin_text);
   request.stdin_fd = in_end;

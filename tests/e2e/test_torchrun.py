@@ -244,7 +244,7 @@ class TestTorchrun(E2E):
                    str(got.get(0)))
 
     def test_logs_and_console(self):
-        """--log-dir, --redirects, --local-ranks-filter, --tee."""
+        """--log-dir, --redirects, --local-ranks-filter (local ranks), --tee."""
         d = self.workdir("logs")
         rc, out, err = self.run_flowrun(d, "run", "--nproc-per-node", "2", "--log-dir", "mylogs", "--tee", "3",
                                     "train.py")
@@ -253,7 +253,7 @@ class TestTorchrun(E2E):
         runs = os.listdir(os.path.join(d, "mylogs")) if os.path.isdir(os.path.join(d, "mylogs")) else []
         self.check(len(runs) == 1 and os.path.isfile(os.path.join(d, "mylogs", runs[0], "train", "results.json")),
                    "--log-dir: the run directory is under it", str(runs))
-        self.check("flowrun run: --tee has no effect" in err, "--tee: said once that it has no effect", err)
+        self.check("--tee" not in err, "--tee: no note, it has its effect", err)
         self.check("[train r0] worker 0 of 2" in out and "[train r1] worker 1 of 2" in out,
                    "without --redirects every rank is on the console", out)
         rc, out, err = self.run_flowrun(d, "run", "--nproc-per-node", "2", "--redirects", "3", "train.py")
@@ -269,6 +269,119 @@ class TestTorchrun(E2E):
         self.envs(d)
         self.check(rc == 0 and "worker 1 of 2" in out and "worker 0 of 2" not in out,
                    "--local-ranks-filter 1: only rank 1 on the console", out)
+
+    def test_redirects_and_tee(self):
+        """torchrun's --redirects and --tee per stream and per local rank: a redirected stream is off the console,
+        a teed one on it (tee wins when both name it), every rank's log files have both streams."""
+        d = self.workdir("streams")
+        with open(os.path.join(d, "both.py"), "w") as f:
+            f.write("import os, sys\nr = os.environ['RANK']\nprint(f'out-{r}', flush=True)\n"
+                    "print(f'err-{r}', file=sys.stderr, flush=True)\n")
+        every = {f"{s}-{r}" for s in ("out", "err") for r in (0, 1)}
+        cases = [
+            # options, the lines the console shows (flowrun's own stdout and stderr together)
+            (["--log-dir", "logs", "--redirects", "3", "--tee", "3"], every),
+            (["--redirects", "0:1,1:2"], {"err-0", "out-1"}),
+            (["--redirects", "3", "--tee", "0:2,1:1"], {"err-0", "out-1"}),
+            (["--redirects", "1", "--tee", "2", "--local-ranks-filter", "1"], {"err-1"}),
+        ]
+        for options, want in cases:
+            label = " ".join(options)
+            shutil.rmtree(os.path.join(d, "logs"), ignore_errors=True)
+            self.clear_runs(d)
+            rc, out, err = self.run_flowrun(d, "run", "--nproc-per-node", "2", *options, "both.py")
+            shown = set(re.findall(r"^\[both r\d\] ((?:out|err)-\d)$", out + err, re.M))
+            self.check(rc == 0 and shown == want, f"{label}: the console shows {sorted(want)}",
+                       f"rc={rc} shown={sorted(shown)}\n{out}{err}")
+            if "out-0" in want:
+                self.check(re.search(r"^\[both r0\] out-0$", out, re.M) is not None,
+                           f"{label}: a rank's stdout stays on flowrun's stdout", out)
+            root = os.path.join(d, "logs") if "--log-dir" in options else os.path.join(d, ".flowrun", "runs")
+            files = {}
+            for where, _, names in os.walk(root):
+                for name in names:
+                    if name in ("stdout.log", "stderr.log"):
+                        files[os.path.join(os.path.basename(where), name)] = open(os.path.join(where, name)).read()
+            self.check(files == {"rank0/stdout.log": "out-0\n", "rank0/stderr.log": "err-0\n",
+                                 "rank1/stdout.log": "out-1\n", "rank1/stderr.log": "err-1\n"},
+                       f"{label}: every rank's log files have both its streams", str(files))
+        rc, out, err = self.run_flowrun(d, "run", "--duplicate-stdout-filters", "out,err", "both.py")
+        self.check(rc == 0 and "flowrun run: --duplicate-stdout-filters has no effect: every rank's stdout is whole "
+                   "in its own log file; grep them (grep -h WORD RUN_DIR/STEP/rank*/stdout.log)" in err,
+                   "--duplicate-stdout-filters: accepted, with what to do instead", err)
+        rc, out, err = self.run_flowrun(d, "run", "--redirects", "0:4", "both.py")
+        self.check(rc == 2 and "flowrun: error: --redirects 0:4: expected 0, 1, 2 or 3" in err,
+                   "--redirects 0:4: refused, saying what is expected", err)
+
+    def test_virtual_local_rank(self):
+        """--virtual-local-rank: every worker sees its own GPU alone, with LOCAL_RANK=0; the rest is the contract."""
+        d = self.workdir("virtual")
+        rc, out, err = self.run_flowrun(d, "run", "--fake-gpus", "2", "--virtual-local-rank", "train.py")
+        got = self.envs(d)
+        seen = {r: (e["env"]["LOCAL_RANK"], e["env"]["CUDA_VISIBLE_DEVICES"], e["env"]["LOCAL_WORLD_SIZE"])
+                for r, e in got.items()}
+        self.check(rc == 0 and seen == {0: ("0", "0", "2"), 1: ("0", "1", "2")},
+                   "LOCAL_RANK=0 and CUDA_VISIBLE_DEVICES its own GPU; LOCAL_WORLD_SIZE stays 2", f"{seen}\n{err}")
+        rc, out, err = self.run_flowrun(d, "run", "--nnodes", "2", "--node-rank", "1", "--rdzv-endpoint",
+                                        "localhost:1", "--virtual-local-rank", "train.py")
+        self.check(rc == 2 and "flowrun: error: --virtual-local-rank is not supported with --nnodes above 1 yet" in err,
+                   "--virtual-local-rank across nodes: refused before joining", err)
+        rc, out, err = self.run_flowrun(d, "init", "--virtual-local-rank", "train.py")
+        self.check(rc == 0 and "--virtual-local-rank is not written to the spec (a spec has no key for it); give it "
+                   "to flowrun run" in err, "init --virtual-local-rank: says it is not in the spec", err)
+
+    def test_numa_binding(self):
+        """--numa-binding node: each worker runs on the CPUs of its GPU's NUMA node, learned from sysfs (a fake one,
+        FLOWRUN_FAKE_SYSFS, with the simulated GPUs on two nodes)."""
+        allowed = sorted(os.sched_getaffinity(0))
+        if len(allowed) < 2:
+            pytest.skip("two NUMA nodes are simulated over this process's CPUs; it may use only one")
+        d = self.workdir("numa")
+        sysfs = os.path.join(self.scratch, "sys")
+        nodes = [allowed[:len(allowed) // 2], allowed[len(allowed) // 2:]]
+        for gpu, bus in enumerate(("18", "28")):  # the fake GPUs' PCI ids, 00000000:18:00.0 and :28:
+            os.makedirs(os.path.join(sysfs, "bus", "pci", "devices", f"0000:{bus}:00.0"))
+            with open(os.path.join(sysfs, "bus", "pci", "devices", f"0000:{bus}:00.0", "numa_node"), "w") as f:
+                f.write(f"{gpu}\n")
+            os.makedirs(os.path.join(sysfs, "devices", "system", "node", f"node{gpu}"))
+            with open(os.path.join(sysfs, "devices", "system", "node", f"node{gpu}", "cpulist"), "w") as f:
+                f.write(",".join(map(str, nodes[gpu])) + "\n")
+        with open(os.path.join(d, "cpus.py"), "w") as f:
+            f.write("import os\nprint('cpus', os.environ['RANK'], *sorted(os.sched_getaffinity(0)), flush=True)\n")
+        rc, out, err = self.run_flowrun(d, "run", "--fake-gpus", "2", "--numa-binding", "node", "cpus.py",
+                                        env=self.env(FLOWRUN_FAKE_SYSFS=sysfs))
+        seen = {int(m[0]): list(map(int, m[1].split())) for m in re.findall(r"\] cpus (\d) ([\d ]+)$", out, re.M)}
+        self.check(rc == 0 and seen == {0: nodes[0], 1: nodes[1]}, "each worker on its GPU's NUMA node's CPUs",
+                   f"want {nodes} seen {seen}\n{out}{err}")
+        self.check(f"flowrun run: --numa-binding node: local rank 1: GPU 1 on NUMA node 1: CPUs" in err,
+                   "the console says where each worker is bound", err)
+        # exclusive: both GPUs on node 0, whose cores (one thread each here) they split in halves.
+        for gpu, bus in enumerate(("18", "28")):
+            with open(os.path.join(sysfs, "bus", "pci", "devices", f"0000:{bus}:00.0", "numa_node"), "w") as f:
+                f.write("0\n")
+        with open(os.path.join(sysfs, "devices", "system", "node", "node0", "cpulist"), "w") as f:
+            f.write(",".join(map(str, allowed)) + "\n")
+        for cpu in allowed:
+            os.makedirs(os.path.join(sysfs, "devices", "system", "cpu", f"cpu{cpu}", "topology"))
+            with open(os.path.join(sysfs, "devices", "system", "cpu", f"cpu{cpu}", "topology",
+                                   "thread_siblings_list"), "w") as f:
+                f.write(f"{cpu}\n")
+        rc, out, err = self.run_flowrun(d, "run", "--fake-gpus", "2", "--numa-binding", "exclusive", "cpus.py",
+                                        env=self.env(FLOWRUN_FAKE_SYSFS=sysfs))
+        seen = {int(m[0]): list(map(int, m[1].split())) for m in re.findall(r"\] cpus (\d) ([\d ]+)$", out, re.M)}
+        half = (len(allowed) + 1) // 2  # the lower GPU gets the odd core
+        self.check(rc == 0 and seen == {0: allowed[:half], 1: allowed[half:]},
+                   "--numa-binding exclusive: the node's cores split between its two GPUs", f"seen {seen}\n{out}{err}")
+        empty = os.path.join(self.scratch, "nosys")  # not /sys, where a real device may have that PCI id
+        os.makedirs(empty)
+        rc, out, err = self.run_flowrun(d, "run", "--fake-gpus", "2", "--numa-binding", "node", "cpus.py",
+                                        env=self.env(FLOWRUN_FAKE_SYSFS=empty))
+        self.check(rc == 2 and "flowrun: error: --numa-binding node: GPU 0 (00000000:18:00.0): cannot read "
+                   f"{empty}/bus/pci/devices/0000:18:00.0/numa_node (the GPU's NUMA node)" in err,
+                   "a GPU without a NUMA node in sysfs: refused, naming the file", err)
+        rc, out, err = self.run_flowrun(d, "run", "--fake-gpus", "2", "--numa-binding", "core-complex", "cpus.py")
+        self.check(rc == 2 and "flowrun: error: --numa-binding core-complex: flowrun does not read the CPUs' cache "
+                   "topology" in err, "--numa-binding core-complex: refused, saying why", err)
 
     def test_errors(self):
         """Bad command lines: exit 2 with what to do."""
@@ -539,6 +652,16 @@ class TestTorchrun(E2E):
                    "a failing rank on node 1: node 0 exits 3 and names it", f"rc={rc}\n{err}")
         self.check(agent.returncode == 1, "a failing rank on node 1: node 1's flowrun run exits 1",
                    f"rc={agent.returncode}")
+        # --local-ranks-filter means local ranks, on every node (as torchrun's on each); --tee and
+        # --redirects apply to the other nodes' ranks by their local rank too.
+        agent = subprocess.Popen([self.binary, *common, "--node-rank", "1", "train.py"], cwd=d, env=self.env(),
+                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        rc, out, err = self.run_flowrun(d, *common, "--node-rank", "0", "--local-ranks-filter", "1", "train.py")
+        agent.communicate(timeout=60)
+        self.envs(d)
+        shown = sorted(set(re.findall(r"\] worker (\d) of 4", out)))
+        self.check(rc == 0 and shown == ["1", "3"], "--local-ranks-filter 1 on 2 nodes: ranks 1 and 3 shown",
+                   f"rc={rc} shown={shown}\n{out}{err}")
 
     def start_copies(self, d, argv, count, mark):
         """`count` copies of one `flowrun run` command, started together: each its own host name, all with
@@ -685,13 +808,26 @@ class TestTorchrun(E2E):
         there too; and docs/migrating.md's table has every one."""
         d = self.workdir("every-option")
         installed, listed = self.torchrun_options()
+        # --numa-binding binds GPU workers: two simulated GPUs, both on NUMA node 0 of a fake sysfs.
+        sysfs = os.path.join(self.scratch, "every-option-sys")
+        for bus in ("18", "28"):  # the fake GPUs' PCI ids
+            os.makedirs(os.path.join(sysfs, "bus", "pci", "devices", f"0000:{bus}:00.0"))
+            with open(os.path.join(sysfs, "bus", "pci", "devices", f"0000:{bus}:00.0", "numa_node"), "w") as f:
+                f.write("0\n")
+        os.makedirs(os.path.join(sysfs, "devices", "system", "node", "node0"))
+        with open(os.path.join(sysfs, "devices", "system", "node", "node0", "cpulist"), "w") as f:
+            f.write(",".join(map(str, sorted(os.sched_getaffinity(0)))) + "\n")
+
+        def gpus(dest):  # the simulated GPUs an option needs
+            return "2" if dest == "numa_binding" else "0"
         failed = []
         for source, options in (("torch " + "installed", installed), ("torch 2.x list", listed)):
             for spellings, takes_value, dest, _, choices in options:
                 sample = self.SAMPLES.get(dest, choices[0] if choices else "1")
                 for spelling in spellings:
                     given = [spelling, sample] if takes_value else [spelling]
-                    rc, out, err = self.run_flowrun(d, "run", "--dry-run", "--fake-gpus", "0", *given, "train.py")
+                    rc, out, err = self.run_flowrun(d, "run", "--dry-run", "--fake-gpus", gpus(dest), *given,
+                                                    "train.py", env=self.env(FLOWRUN_FAKE_SYSFS=sysfs))
                     if rc != 0:
                         failed.append(f"{source}: {' '.join(given)}: exit {rc}: {err.strip()[:300]}")
         self.check(not failed, "flowrun run takes every torchrun option in every spelling", "\n".join(failed))
@@ -701,8 +837,8 @@ class TestTorchrun(E2E):
                 continue
             value = self.SAMPLES.get(dest, choices[0] if choices else "1") if takes_value else "1"
             var = "PET_" + dest.upper()
-            rc, out, err = self.run_flowrun(d, "run", "--dry-run", "--fake-gpus", "0", "train.py",
-                                            env=self.env(**{var: value}))
+            rc, out, err = self.run_flowrun(d, "run", "--dry-run", "--fake-gpus", gpus(dest), "train.py",
+                                            env=self.env(FLOWRUN_FAKE_SYSFS=sysfs, **{var: value}))
             if rc != 0:
                 failed.append(f"{var}={value}: exit {rc}: {err.strip()[:300]}")
         self.check(not failed, "flowrun run reads every PET_ variable torchrun reads", "\n".join(failed))
@@ -809,8 +945,8 @@ class TestTorchrun(E2E):
         got = self.envs(d)
         envs = [got.get(r, {}).get("env", {}) for r in (0, 1)]
         self.check(rc == 0 and sorted(got) == [0, 1], "--nproc 2 -r 3 -t 3: 2 torch workers meet and end", err)
-        self.check("worker" not in out and "sum" not in out, "-r 3: no worker output on the console", out)
-        self.check("flowrun run: --tee has no effect" in err, "-t 3: taken as --tee", err)
+        self.check("[dist r0] sum 2\n" in out and "[dist r1] sum 2\n" in out,
+                   "-r 3 -t 3: taken as --redirects 3 --tee 3, and tee wins: the output is shown", out)
         self.check([e.get("ROLE_NAME") for e in envs] == ["trainer", "trainer"], "--role trainer: ROLE_NAME=trainer",
                    str(envs))
         # envs() shows rank 0's TORCHELASTIC_RUN_ID as <run-id> wherever it appears; seen_env has it as is.
@@ -825,6 +961,10 @@ class TestTorchrun(E2E):
             logs += [os.path.join(root, f) for f in files if f == "stdout.log"]
         self.check(sum(open(p).read().count("sum 2\n") for p in logs) == 2, "both ranks' all_reduce gave 2",
                    str(logs))
+        rc, out, err = self.run_flowrun(d, "run", "--nproc", "2", "-r", "3", "dist.py")
+        self.envs(d)
+        self.check(rc == 0 and "worker" not in out and "sum" not in out, "-r 3 alone: no worker output on the console",
+                   out)
         other = os.path.join(self.scratch, "execbin")
         os.makedirs(other)
         wrapper = os.path.join(other, "python3")

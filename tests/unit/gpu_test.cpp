@@ -5,11 +5,15 @@
 #include <catch2/catch.hpp>
 #include <cerrno>
 #include <dlfcn.h>
+#include <filesystem>
+#include <fstream>
 #include <string>
 #include <sys/wait.h>
 #include <vector>
 
 #include "flowrun/error.h"
+
+#include "testing.h"
 
 using namespace flowrun;
 
@@ -538,4 +542,92 @@ TEST_CASE("NVML probe helpers", "[gpu]") {
       parse_cuda_order(d[1].uuid + "\n" + d[1].uuid + "\n" + d[0].uuid + "\n" + d[2].uuid + "\n", d).empty());
   CHECK(parse_cuda_order("GPU-x\n" + d[3].uuid + "\n" + d[0].uuid + "\n" + d[2].uuid + "\n", d).empty());
   CHECK(parse_cuda_order("", d).empty());
+}
+
+TEST_CASE("numa: a GPU's NUMA node and its CPUs from sysfs", "[gpu]") {
+  testing::ScopedTempDir sys("sysfs");
+  auto write = [&](const std::string& path, const std::string& text) {
+    std::filesystem::create_directories(std::filesystem::path(sys.path() + path).parent_path());
+    std::ofstream(sys.path() + path) << text;
+  };
+  write("/bus/pci/devices/0000:9a:00.0/numa_node", "1\n");
+  write("/bus/pci/devices/0000:18:00.0/numa_node", "-1\n");  // a host of one node
+  write("/devices/system/node/node0/cpulist", "0-3,8\n");
+  write("/devices/system/node/node1/cpulist", "4-7,9-10\n");
+  NumaNode far = gpu_numa_node("00000000:9A:00.0", sys.path());
+  CHECK(far.node == 1);
+  CHECK(far.cpus == std::vector<int>{4, 5, 6, 7, 9, 10});
+  NumaNode one = gpu_numa_node("00000000:18:00.0", sys.path());
+  CHECK(one.node == 0);
+  CHECK(one.cpus == std::vector<int>{0, 1, 2, 3, 8});
+  CHECK_THROWS_WITH(
+      gpu_numa_node("00000000:28:00.0", sys.path()),
+      "cannot read " + sys.path() +
+          "/bus/pci/devices/0000:28:00.0/numa_node (the GPU's NUMA node): No such file or directory");
+  write("/bus/pci/devices/0000:28:00.0/numa_node", "2\n");
+  CHECK_THROWS_WITH(
+      gpu_numa_node("00000000:28:00.0", sys.path()),
+      "cannot read " + sys.path() +
+          "/devices/system/node/node2/cpulist (the CPUs of NUMA node 2): No such file or directory");
+  CHECK(sysfs_root({}) == "/sys");
+  CHECK(sysfs_root({{"FLOWRUN_FAKE_SYSFS", "/tmp/s"}}) == "/tmp/s");
+}
+
+TEST_CASE("numa: kernel CPU lists both ways", "[gpu]") {
+  CHECK(parse_cpu_list("0-3,8,10-11\n") == std::vector<int>{0, 1, 2, 3, 8, 10, 11});
+  CHECK(parse_cpu_list("") == std::vector<int>{});
+  for (const char* bad : {"a", "3-1", "1,,2", "-1", "0-"}) CHECK_FALSE(parse_cpu_list(bad));
+  CHECK(cpu_list_text({0, 1, 2, 3, 8, 10, 11}) == "0-3,8,10-11");
+  CHECK(cpu_list_text({5}) == "5");
+  CHECK(sysfs_pci_address("00000000:9A:00.0") == "0000:9a:00.0");
+}
+
+TEST_CASE("numa: node, socket and exclusive bindings as torch computes them", "[gpu]") {
+  // Two sockets, each of two NUMA nodes of two cores with two hyperthreads
+  // (cpu c and c+8 are siblings); GPUs 0, 1 and 2 on node 0, GPU 3 on node 2.
+  testing::ScopedTempDir sys("sysfs");
+  auto write = [&](const std::string& path, const std::string& text) {
+    std::filesystem::create_directories(std::filesystem::path(sys.path() + path).parent_path());
+    std::ofstream(sys.path() + path) << text << "\n";
+  };
+  const std::vector<std::string> gpus = {"00000000:18:00.0", "00000000:28:00.0", "00000000:38:00.0",
+                                         "00000000:48:00.0"};
+  for (int g = 0; g < 4; ++g)
+    write("/bus/pci/devices/" + sysfs_pci_address(gpus[static_cast<std::size_t>(g)]) + "/numa_node",
+          g < 3 ? "0" : "2");
+  write("/devices/system/node/possible", "0-3");
+  for (int node = 0; node < 4; ++node) {
+    const int first = 2 * node;
+    write("/devices/system/node/node" + std::to_string(node) + "/cpulist",
+          std::to_string(first) + "-" + std::to_string(first + 1) + "," + std::to_string(first + 8) + "-" +
+              std::to_string(first + 9));
+  }
+  for (int cpu = 0; cpu < 16; ++cpu) {
+    const std::string dir = "/devices/system/cpu/cpu" + std::to_string(cpu) + "/topology/";
+    write(dir + "physical_package_id", cpu % 8 < 4 ? "0" : "1");
+    write(dir + "thread_siblings_list", std::to_string(cpu % 8) + "," + std::to_string(cpu % 8 + 8));
+  }
+  std::vector<int> all(16);
+  for (int cpu = 0; cpu < 16; ++cpu) all[static_cast<std::size_t>(cpu)] = cpu;
+  int node = -1;
+  CHECK(numa_binding_cpus(NumaPolicy::node, gpus, 3, all, sys.path(), &node) ==
+        std::vector<int>{4, 5, 12, 13});
+  CHECK(node == 2);
+  CHECK(numa_binding_cpus(NumaPolicy::node, gpus, 0, {0, 8, 10}, sys.path()) == std::vector<int>{0, 8});
+  CHECK(numa_binding_cpus(NumaPolicy::socket, gpus, 3, all, sys.path()) ==
+        std::vector<int>{4, 5, 6, 7, 12, 13, 14, 15});
+  // node 0's two cores for its three GPUs: fewer than one each.
+  CHECK_THROWS_WITH(numa_binding_cpus(NumaPolicy::exclusive, gpus, 0, all, sys.path()),
+                    "NUMA node 0 has 2 physical cores for its 3 GPUs: fewer than one each");
+  // Without GPU 2: GPU 0 takes core 0 (cpus 0 and 8), GPU 1 core 1.
+  const std::vector<std::string> two(gpus.begin(), gpus.begin() + 2);
+  CHECK(numa_binding_cpus(NumaPolicy::exclusive, two, 0, all, sys.path()) == std::vector<int>{0, 8});
+  CHECK(numa_binding_cpus(NumaPolicy::exclusive, two, 1, all, sys.path()) == std::vector<int>{1, 9});
+  // Five cores of one node for two GPUs: the lower GPU gets the odd one.
+  write("/devices/system/node/node0/cpulist", "0-4");
+  for (int cpu = 0; cpu < 5; ++cpu)
+    write("/devices/system/cpu/cpu" + std::to_string(cpu) + "/topology/thread_siblings_list",
+          std::to_string(cpu));
+  CHECK(numa_binding_cpus(NumaPolicy::exclusive, two, 0, all, sys.path()) == std::vector<int>{0, 1, 2});
+  CHECK(numa_binding_cpus(NumaPolicy::exclusive, two, 1, all, sys.path()) == std::vector<int>{3, 4});
 }

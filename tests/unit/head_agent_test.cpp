@@ -195,7 +195,7 @@ class Cluster {
     job_.argv = job_.step->argv;
     job_.group.step = "train";
     job_.group.grace_s = 1;
-    job_.shows_rank = [](int) { return false; };
+    job_.shows = [](int, int) { return ConsoleShows::none(); };
     job_.fake_gpus = 0;
     job_.start_agents = [this](const std::string& endpoint, const std::string& token) {
       start_agents(endpoint, token);

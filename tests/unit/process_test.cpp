@@ -8,6 +8,7 @@
 #include <cerrno>
 #include <fcntl.h>
 #include <netinet/in.h>
+#include <sched.h>
 #include <set>
 #include <signal.h>
 #include <sys/socket.h>
@@ -175,6 +176,33 @@ TEST_CASE("a spawned process runs in its own group with the given environment", 
   signal_group(r.pid, SIGKILL);
   reap(r.pid);
   CHECK(processes_with_env("FLOWRUN_RUN_ID=process-test-marker").empty());
+}
+
+TEST_CASE("a spawned process runs on the CPUs it was given", "[process]") {
+  cpu_set_t mine;
+  CPU_ZERO(&mine);
+  REQUIRE(sched_getaffinity(0, sizeof mine, &mine) == 0);
+  int last = -1;
+  for (int cpu = 0; cpu < CPU_SETSIZE; ++cpu) {
+    if (CPU_ISSET(cpu, &mine)) last = cpu;
+  }
+  SpawnRequest request;
+  request.argv = {"sleep", "30"};
+  request.env = {"PATH=/usr/bin:/bin"};
+  request.cpus = {last};
+  SpawnResult r = spawn_process(request);
+  REQUIRE(r.pid > 0);
+  cpu_set_t theirs;
+  CPU_ZERO(&theirs);
+  CHECK(sched_getaffinity(r.pid, sizeof theirs, &theirs) == 0);
+  CHECK(CPU_COUNT(&theirs) == 1);
+  CHECK(CPU_ISSET(last, &theirs));
+  signal_group(r.pid, SIGKILL);
+  reap(r.pid);
+  request.cpus = {CPU_SETSIZE + 7};  // no such CPU: the kernel refuses the set
+  r = spawn_process(request);
+  CHECK(r.pid == -1);
+  CHECK(r.error == "cannot set its CPU affinity: Invalid argument");
 }
 
 TEST_CASE("the guardian kills the run's processes when its owner dies, and nothing when disarmed",

@@ -63,6 +63,22 @@ TEST_CASE("a rank's lines split across chunks reach the console whole, its bytes
   CHECK(read_file(f.dir.path() + "/stderr.log").empty());  // every rank has both files
 }
 
+TEST_CASE("a rank's stream the console does not show still reaches its file", "[rank_output]") {
+  LogFixture f;
+  RankLog::Options o = f.options();
+  o.shows.out = false;
+  RankLog log(std::move(o), f.batch);
+  for (bool is_err : {false, true}) {
+    CHECK_FALSE(log.keep(is_err, is_err ? "e\n" : "o\n"));
+    log.show(is_err, is_err ? "e\n" : "o\n", 0);
+  }
+  log.close();
+  CHECK(f.batch.out.empty());
+  CHECK(f.batch.err == "[train r0] e\n");
+  CHECK(read_file(f.dir.path() + "/stdout.log") == "o\n");
+  CHECK(read_file(f.dir.path() + "/stderr.log") == "e\n");
+}
+
 TEST_CASE("a rank's torn last line is shown at close, once", "[rank_output]") {
   LogFixture f;
   RankLog log(f.options(), f.batch);

@@ -38,12 +38,12 @@ struct NodeStep {
   const Spec* spec = nullptr;
   const Step* step = nullptr;
   const StepPlan* plan = nullptr;
-  LaunchContext ctx;                         // run id, layout, flowrun's environment
-  std::vector<std::string> argv;             // the step's command, templates filled in
-  GroupOptions group;                        // step name, grace, style, time left
-  std::function<bool(int rank)> shows_rank;  // on the console
-  int fake_gpus = -1;                        // --fake-gpus, passed on to every agent
-  std::string flowrun_path;                  // this binary, the same path on every node
+  LaunchContext ctx;                                            // run id, layout, flowrun's environment
+  std::vector<std::string> argv;                                // the step's command, templates filled in
+  GroupOptions group;                                           // step name, grace, style, time left
+  std::function<ConsoleShows(int rank, int local_rank)> shows;  // a rank's streams on the console
+  int fake_gpus = -1;                                           // --fake-gpus, passed on to every agent
+  std::string flowrun_path;                                     // this binary, the same path on every node
   // Starts the agents in place of the engine's processes (srun, ssh; none
   // for manual): a test's agents in this process. Called once the head
   // listens, with the --rdzv-endpoint they dial and the run's token.

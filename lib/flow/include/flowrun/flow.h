@@ -18,6 +18,7 @@
 #include <utility>
 #include <vector>
 
+#include "flowrun/console_streams.h"
 #include "flowrun/plan.h"
 
 namespace flowrun {
@@ -41,7 +42,12 @@ struct RunOptions {
   std::string run_id;                             // empty: a new one
   std::string run_dir;                            // empty: <workdir>/.flowrun/runs/<run-id>
   std::optional<std::vector<int>> console_ranks;  // --ranks: ranks shown on the console
-  double grace_s = 10;                            // --grace: SIGTERM .. SIGKILL
+  // flowrun run's --redirects, --tee, --local-ranks-filter: which streams of
+  // the ranks --ranks shows the console shows; nullopt: both.
+  std::optional<ConsoleStreams> console_streams;
+  bool virtual_local_rank = false;            // --virtual-local-rank (LaunchContext's)
+  std::vector<std::vector<int>> worker_cpus;  // --numa-binding: each local rank's CPUs (LaunchContext's)
+  double grace_s = 10;                        // --grace: SIGTERM .. SIGKILL
   enum class Color { automatic, always, never } color = Color::automatic;
   int fake_gpus = -1;       // --fake-gpus (or FLOWRUN_FAKE_GPUS): every node's agent simulates as many
   std::optional<int> cpus;  // --cpus, recorded in run.json so that a resume plans the same way

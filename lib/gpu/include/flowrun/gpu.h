@@ -161,6 +161,51 @@ std::optional<GpuLink> parse_gpu_link(std::string_view name);
 // and Turing 2, Ampere 3, Hopper 4, Blackwell 5); 0 when unknown or none.
 int nvlink_generation(const std::string& compute_capability);
 
+// --- NUMA (torchrun's --numa-binding) ---------------------------------------
+
+// The NUMA node a GPU is attached to and that node's CPUs, from sysfs as
+// torchrun reads them: <sysfs>/bus/pci/devices/<PCI id>/numa_node (-1, which
+// a host of one node reports, counts as node 0), then
+// <sysfs>/devices/system/node/node<N>/cpulist. Throws Error naming the file
+// that could not be read or parsed.
+struct NumaNode {
+  int node = 0;
+  std::vector<int> cpus;  // ascending
+};
+NumaNode gpu_numa_node(const std::string& pci_bus_id, const std::string& sysfs);
+
+// torchrun's --numa-binding policies that flowrun implements (its
+// core-complex, which reads the CPUs' cache topology, it does not).
+enum class NumaPolicy {
+  node,       // the CPUs of the GPU's NUMA node
+  socket,     // the CPUs of every NUMA node on that node's socket
+  exclusive,  // the node's physical cores split among the GPUs on the node, the lowest GPUs one more
+};
+
+// The CPUs that `policy` gives the worker of GPU `gpu` among `gpus` (every GPU
+// this process sees, by PCI bus id, in CUDA's order), within `allowed` (this
+// process's CPUs), as torch/numa/binding.py computes them; `node` (when
+// given) gets the GPU's NUMA node. Throws Error naming what it could not read.
+std::vector<int> numa_binding_cpus(NumaPolicy policy, const std::vector<std::string>& gpus, std::size_t gpu,
+                                   const std::vector<int>& allowed, const std::string& sysfs,
+                                   int* node = nullptr);
+
+// sysfs's root: FLOWRUN_FAKE_SYSFS when set (a directory laid out like /sys,
+// giving simulated GPUs their NUMA nodes in tests), else "/sys".
+std::string sysfs_root(const EnvMap& env);
+
+// NVML's PCI bus id as sysfs names the device: "00000000:18:00.0" -> "0000:18:00.0".
+std::string sysfs_pci_address(std::string_view bus_id);
+
+// A kernel CPU list ("0-3,8,10-11\n") as ascending CPUs; nullopt when malformed.
+std::optional<std::vector<int>> parse_cpu_list(std::string_view text);
+
+// Ascending CPUs as a kernel CPU list: {0,1,2,3,8} -> "0-3,8".
+std::string cpu_list_text(const std::vector<int>& cpus);
+
+// The CPUs this process may run on (sched_getaffinity), ascending.
+std::vector<int> allowed_cpus();
+
 // The pure parts of the NVML probe, exposed for unit tests (the probe itself
 // needs a driver, which test hosts rarely have).
 namespace gpu_detail {

@@ -140,6 +140,12 @@ struct LaunchContext {
   RunLayout layout;
   int restart_count = 0;
   EnvMap parent_env;  // the environment flowrun itself was started with
+  // torchrun's --virtual-local-rank (one node): every worker gets LOCAL_RANK=0
+  // and CUDA_VISIBLE_DEVICES naming its own GPU alone.
+  bool virtual_local_rank = false;
+  // torchrun's --numa-binding (one node): the CPUs each local rank may run
+  // on, by local rank; empty: no binding.
+  std::vector<std::vector<int>> cpus;
 };
 
 // The variables flowrun sets for a plain (not parallel) step: the spec's env,

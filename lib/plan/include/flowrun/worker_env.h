@@ -58,7 +58,8 @@ struct NodeWork {
   std::string master_addr;
   int master_port = 0;  // 0: not chosen yet (plan output says so)
   DeviceRule devices = DeviceRule::leave;
-  std::vector<RankWork> ranks;  // the node's ranks by local rank; their count is LOCAL_WORLD_SIZE
+  bool virtual_local_rank = false;  // LOCAL_RANK=0 for every rank (LaunchContext's)
+  std::vector<RankWork> ranks;      // the node's ranks by local rank; their count is LOCAL_WORLD_SIZE
   friend bool operator==(const NodeWork&, const NodeWork&) = default;
 };
 

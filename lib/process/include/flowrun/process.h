@@ -38,6 +38,9 @@ struct SpawnRequest {
   int stdout_fd = -1;  // write ends; dup2'ed in the child, closed by the caller after spawn
   int stderr_fd = -1;
   int stdin_fd = -1;  // read end for its stdin; -1: /dev/null
+  // The CPUs it may run on, set in the child before exec (sched_setaffinity;
+  // a failure is a setup error); empty: this process's own.
+  std::vector<int> cpus;
 };
 
 struct SpawnResult {

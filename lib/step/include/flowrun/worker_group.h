@@ -76,10 +76,11 @@ struct LocalStep {
   const Spec* spec = nullptr;
   const Step* step = nullptr;
   const StepPlan* plan = nullptr;
-  LaunchContext ctx;                         // run id, layout, flowrun's environment
-  std::vector<std::string> argv;             // the step's command, templates filled in
-  GroupOptions group;                        // step name, grace, stall timeout, style
-  std::function<bool(int rank)> shows_rank;  // on the console
+  LaunchContext ctx;              // run id, layout, flowrun's environment
+  std::vector<std::string> argv;  // the step's command, templates filled in
+  GroupOptions group;             // step name, grace, stall timeout, style
+  // Which streams of a rank (by rank and local rank) the console shows; empty: both of every rank's.
+  std::function<ConsoleShows(int rank, int local_rank)> shows;
   // The preflight (flowrun doctor's NCCL check on the plan's GPUs); empty:
   // the step has none.
   std::function<bool(std::vector<std::string>& errors)> preflight;

@@ -20,6 +20,15 @@ class io_context;
 
 namespace flowrun {
 
+// Which of a worker's two streams flowrun's console shows (its log files
+// keep both either way).
+struct ConsoleShows {
+  bool out = true;
+  bool err = true;
+  bool any() const { return out || err; }
+  static ConsoleShows none() { return {false, false}; }
+};
+
 // The ranks' whole prefixed lines on their way to the console. Lines are
 // appended to `out` and `err`; schedule() writes them once the loop has
 // handled what is ready now (one write for many ranks' lines), or at once
@@ -51,6 +60,7 @@ class RankLog {
   struct Options {
     std::string stdout_log, stderr_log;  // empty: no files (an agent's ranks: their output goes to the head)
     std::string prefix;                  // its console tag ("[train r0] "); empty: not shown on the console
+    ConsoleShows shows;                  // with a prefix: which of its streams the console shows
     LogStyle style;
     std::string who;  // read before a file's name in a write error ("rank 0's ", "its ")
     // Creates (or empties) a log file for writing: its descriptor, or -1

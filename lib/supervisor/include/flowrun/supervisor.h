@@ -43,6 +43,7 @@
 #include <vector>
 
 #include "flowrun/logmux.h"
+#include "flowrun/rank_output.h"
 #include "flowrun/result.h"
 
 namespace boost::asio {
@@ -64,7 +65,9 @@ struct WorkerLaunch {
   // Where its end is written as it ends (write_rank_end), for `flowrun
   // status` while the others run; empty: nowhere.
   std::string end_file;
-  bool console = true;     // shown on flowrun's console (logs always go to files)
+  ConsoleShows console;  // its streams shown on flowrun's console (logs always keep both)
+  // The CPUs it may run on (sched_setaffinity before exec); empty: flowrun's own.
+  std::vector<int> cpus;
   std::string label;       // console tag instead of "<step> r<rank>" ("node2 agent"); empty: default
   std::string stdin_text;  // written to its stdin, which is then closed; empty: /dev/null
 };
