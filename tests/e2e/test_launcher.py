@@ -15,6 +15,7 @@ import re
 import shutil
 import signal
 import subprocess
+import tempfile
 import threading
 import time
 
@@ -550,6 +551,47 @@ steps:
         left = subprocess.run(["pgrep", "-f", sleep], capture_output=True, text=True).stdout.split()
         self.check(not left, "slow py-spy: the py-spy processes were killed", " ".join(left))
         self.no_process_left("slow py-spy", run_id)
+
+    def test_stacks_under_yama(self):
+        # Under Yama's ptrace_scope 1 only an ancestor may trace; py-spy is the rank's
+        # sibling, allowed because each rank names flowrun its tracer (PR_SET_PTRACER).
+        # Run as a user without CAP_SYS_PTRACE: nobody, when this runs as root.
+        scope_file = "/proc/sys/kernel/yama/ptrace_scope"
+        if not os.path.exists(scope_file):
+            pytest.skip(f"no {scope_file}: this kernel has no Yama, nothing restricts ptrace")
+        with open(scope_file) as f:
+            scope = f.read().strip()
+        if scope != "1":
+            pytest.skip(f"kernel.yama.ptrace_scope is {scope}: only 1 lets a named tracer attach")
+        py_spy = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "build", "py-spy", "bin", "py-spy")
+        if not os.access(py_spy, os.X_OK):
+            pytest.skip("no build/py-spy/bin/py-spy (scripts/test --phase deps installs it)")
+        prefix = []
+        if os.geteuid() == 0:
+            if shutil.which("runuser") is None:
+                pytest.skip("root without runuser: cannot run flowrun as a user without CAP_SYS_PTRACE")
+            prefix = ["runuser", "-u", "nobody", "--"]
+        d = tempfile.mkdtemp(prefix="flowrun-yama-")
+        os.chmod(d, 0o777)
+        spec = os.path.join(d, "spec.yaml")
+        with open(spec, "w") as f:
+            f.write("name: yama\nsteps:\n  - name: train\n    run: \"python3 -c 'while True: pass'\"\n"
+                    "    stall_timeout: 1\n    parallel:\n      cpus: 2\n")
+        os.chmod(spec, 0o644)
+        env = clean_env(FLOWRUN_PY_SPY=py_spy, HOME=d)
+        p = subprocess.run(prefix + [self.flowrun, spec, "--run-dir", os.path.join(d, "run")], cwd=d, env=env,
+                           capture_output=True, text=True, timeout=60)
+        try:
+            with open(os.path.join(d, "run", "train", "results.json")) as f:
+                stacks = json.load(f)["stacks"]
+        except (OSError, ValueError) as e:
+            stacks = str(e)
+        shutil.rmtree(d, ignore_errors=True)
+        self.check(p.returncode == 124 and isinstance(stacks, dict) and stacks["source"] == "py-spy"
+                   and sorted(r for g in stacks["groups"] for r in g["ranks"]) == [0, 1]
+                   and all(g["where"].startswith("<module> (<string>:") for g in stacks["groups"]),
+                   f"yama: py-spy took both ranks' stacks under ptrace_scope 1 as {prefix[2] if prefix else 'this user'}",
+                   f"{json.dumps(stacks)}\n{p.stderr[-3000:]}")
 
     def test_stall_timeout(self):
         # Rank 1 stops itself (SIGSTOP) and rank 2 sleeps, both without a word;
