@@ -275,7 +275,7 @@ bool StackTaker::start(const std::vector<Worker>& workers, double timeout_s,
         Job* raw = job.get();
         job->watch->async_wait(asio::posix::stream_descriptor::wait_read,
                                [this, raw](const boost::system::error_code& ec) {
-                                 if (!ec) finish_one(*raw, false);
+                                 if (!ec) finish_one(*raw, nullptr);
                                });
       }
     }
@@ -289,16 +289,17 @@ bool StackTaker::start(const std::vector<Worker>& workers, double timeout_s,
   deadline_.async_wait([this](const boost::system::error_code& ec) {
     if (ec) return;
     for (auto& job : jobs_) {
-      if (!job->finished) finish_one(*job, true);
+      if (!job->finished) finish_one(*job, "");
     }
   });
   asio::post(io_, [this] { maybe_done(); });
   return true;
 }
 
-void StackTaker::finish_one(Job& job, bool timed_out) {
+void StackTaker::finish_one(Job& job, const char* cut_short) {
   if (job.finished) return;
   job.finished = true;
+  const bool timed_out = cut_short != nullptr;
   if (timed_out) kill(job.pid, SIGKILL);
   int status = 0;
   const bool reaped = waitpid(job.pid, &status, 0) == job.pid;  // ECHILD: the exit watch reaped it
@@ -307,7 +308,8 @@ void StackTaker::finish_one(Job& job, bool timed_out) {
   const std::string err = read_small(job.err_path);
   unlink(job.err_path.c_str());
   if (timed_out) {
-    job.found.missing = fmt::format("py-spy did not finish within {:g} s", timeout_s_);
+    job.found.missing = *cut_short != '\0' ? std::string(cut_short)
+                                           : fmt::format("py-spy did not finish within {:g} s", timeout_s_);
   } else if (auto stack = parse_py_spy_dump(out)) {
     job.found.stack = std::move(stack);
   } else {
@@ -342,7 +344,7 @@ std::optional<StackReport> StackTaker::take() {
   if (running_) {  // the group ended meanwhile: what is missing stays missing
     done_ = nullptr;
     for (auto& job : jobs_) {
-      if (!job->finished) finish_one(*job, true);
+      if (!job->finished) finish_one(*job, "the step ended before py-spy did");
     }
   }
   auto report = std::move(report_);

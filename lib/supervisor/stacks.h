@@ -81,7 +81,9 @@ class StackTaker {
 
  private:
   struct Job;
-  void finish_one(Job& job, bool timed_out);
+  // `cut_short`: nullptr when py-spy ended; else it is killed, and the
+  // stack is missing for that reason ("": the time ran out).
+  void finish_one(Job& job, const char* cut_short);
   void maybe_done();
 
   boost::asio::io_context& io_;
