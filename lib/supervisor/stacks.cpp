@@ -103,6 +103,10 @@ std::string stack_file(const Worker& w) {
   return slash == std::string::npos ? std::string() : log.substr(0, slash + 1) + "stack.txt";
 }
 
+bool is_wrapper(std::string_view function) {
+  return function == "wrapper" || function == "inner" || function == "_fn" || function == "decorate_context";
+}
+
 bool warned_missing = false;  // once per flowrun process: once per run
 
 }  // namespace
@@ -142,7 +146,12 @@ std::string where_in(const ParsedStack& stack) {
   if (frames.empty()) return "no frames";
   for (std::size_t i = 0; i < frames.size(); ++i) {
     if (is_library_file(frames[i].file)) continue;
-    const std::string& name = i > 0 ? frames[i - 1].function : frames[i].function;
+    // The call it made, past a decorator's frame (torch 2's collectives are
+    // wrapped: all_reduce runs inside c10d_logger's `wrapper`).
+    std::size_t callee = i;
+    if (callee > 0) --callee;
+    while (callee > 0 && is_wrapper(frames[callee].function)) --callee;
+    const std::string& name = frames[callee].function;
     return fmt::format("{} ({}:{})", name, base_name(frames[i].file), frames[i].line);
   }
   const StackFrame& top = frames.front();

@@ -58,6 +58,12 @@ TEST_CASE("py-spy's dump: threads, frames innermost first, the MainThread found"
 TEST_CASE("the innermost user frame, named by the library call it waits in") {
   CHECK(where_in(*parse_py_spy_dump(dump(1, kWaiting))) == "all_reduce (train.py:88)");
   CHECK(where_in(*parse_py_spy_dump(dump(1, kLoading))) == "load_batch (data.py:41)");
+  // torch 2 wraps its collectives: the name is the wrapped call's.
+  CHECK(where_in(*parse_py_spy_dump(dump(
+            1,
+            "    all_reduce (/venv/lib/python3.11/site-packages/torch/distributed/distributed_c10d.py:2501)\n"
+            "    wrapper (/venv/lib/python3.11/site-packages/torch/distributed/c10d_logger.py:83)\n"
+            "    step (/work/proj/train.py:88)\n"))) == "all_reduce (train.py:88)");
   // Only library frames: the innermost one.
   CHECK(where_in(*parse_py_spy_dump(dump(1, "    wait (/usr/lib/python3.11/threading.py:320)\n"))) ==
         "wait (threading.py:320)");
