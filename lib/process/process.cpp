@@ -165,6 +165,12 @@ SpawnResult spawn_process(const SpawnRequest& request) {
     if (prctl(PR_SET_PDEATHSIG, SIGKILL) != 0) child_fail(report[1], 2);
     if (getppid() != parent) _exit(127);  // flowrun died before the line above
     if (cpus && sched_setaffinity(0, cpus_size, cpus.get()) != 0) child_fail(report[1], 3);
+    // Under Yama's ptrace_scope 1 only an ancestor may trace: name flowrun,
+    // so that the py-spy it starts (its child, the rank's sibling) may take
+    // the rank's stack before a stall's or a timeout's signals. The relation
+    // outlives execve (Yama drops it when the process ends); without Yama
+    // the call fails (EINVAL) and nothing is needed.
+    prctl(PR_SET_PTRACER, static_cast<unsigned long>(parent), 0, 0, 0);
     if (dup2(request.stdin_fd >= 0 ? request.stdin_fd : devnull, STDIN_FILENO) < 0) child_fail(report[1], 2);
     if (request.stdout_fd >= 0 && dup2(request.stdout_fd, STDOUT_FILENO) < 0) child_fail(report[1], 2);
     if (request.stderr_fd >= 0 && dup2(request.stderr_fd, STDERR_FILENO) < 0) child_fail(report[1], 2);

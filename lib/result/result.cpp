@@ -132,6 +132,21 @@ Json workers_json(const std::vector<WorkerRecord>& workers) {
   return json;
 }
 
+Json stacks_json(const std::optional<StackReport>& stacks) {
+  if (!stacks) return Json();
+  Json json;
+  json["source"] = stacks->source;
+  Json& groups = json["groups"] = Json::array();
+  for (const auto& g : stacks->groups) {
+    Json group;
+    group["ranks"] = g.ranks;
+    group["where"] = string_or_null(g.where);
+    group["missing"] = string_or_null(g.missing);
+    groups.push_back(std::move(group));
+  }
+  return json;
+}
+
 // --- the report -----------------------------------------------------------
 
 // Same rounding as the rest of flowrun's messages: "0.31 s", "42 s".
@@ -531,6 +546,7 @@ std::string format_results_json(const StepRecord& record) {
   json["culprit_rank"] = int_or_null(last ? culprit_rank(*last) : std::nullopt);
   json["notes"] = record.notes;
   json["ranks"] = workers_json(last ? last->workers : std::vector<WorkerRecord>{});
+  json["stacks"] = stacks_json(last ? last->stacks : std::nullopt);
   Json& attempts = json["attempts"] = Json::array();
   for (const auto& a : record.attempts) {
     Json attempt;
@@ -540,6 +556,7 @@ std::string format_results_json(const StepRecord& record) {
     attempt["culprit_rank"] = int_or_null(culprit_rank(a));
     span(attempt, a.start_unix_ns, a.end_unix_ns);
     attempt["workers"] = workers_json(a.workers);
+    attempt["stacks"] = stacks_json(a.stacks);
     attempts.push_back(std::move(attempt));
   }
   return to_document(json);
@@ -601,11 +618,28 @@ std::string format_failure_report(const StepRecord& record, const std::string& e
   // Said in the headline of a failure without a culprit; else here.
   if (!attempt.write_error.empty() && (culprit || record.outcome != Outcome::failed))
     out += "flowrun:   also: " + attempt.write_error + "\n";
+  if (attempt.stacks && !attempt.stacks->groups.empty()) out += format_stacks_line(*attempt.stacks) + "\n";
   earlier_attempts(out, record);
   for (const auto& note : record.notes) out += "flowrun:   " + note + "\n";
   std::string logs = log_dir(record, attempt);
   if (!logs.empty()) out += "flowrun:   logs: " + logs + "\n";
   return out;
+}
+
+std::string format_stacks_line(const StackReport& stacks) {
+  std::vector<std::string> parts;
+  for (const auto& g : stacks.groups) {
+    std::string who = rank_list(g.ranks);
+    if (&g == &stacks.groups.front() && stacks.groups.size() > 1)
+      who += fmt::format(" ({} of {})", g.ranks.size(), stacks.ranks);
+    const bool many = g.ranks.size() > 1;
+    if (!g.missing.empty()) {
+      parts.push_back(fmt::format("{}: no stack ({})", who, g.missing));
+    } else {
+      parts.push_back(fmt::format("{} {} in {}", who, many ? "are" : "is", g.where));
+    }
+  }
+  return "flowrun:   " + join(parts, "; ");
 }
 
 std::string format_stall_message(const std::string& step, const std::vector<WorkerRecord>& stalled,

@@ -23,6 +23,7 @@
 #include "console_writer.h"
 #include "exit_watch.h"
 #include "leftover_sweep.h"
+#include "stacks.h"
 #include "stall_watch.h"
 #include "worker_pipes.h"
 
@@ -140,6 +141,24 @@ void say_unforwarded(const Console& console, int sig, const char* when) {
                   signal_name(sig), when));
 }
 
+// Worker `i` (`w`) could not start: its record, log and end file say why.
+void record_spawn_failure(Worker& w, std::size_t i, const SpawnResult& spawned, WorkerPipes& pipes,
+                          GroupObserver* observer) {
+  w.record.end_unix_ns = unix_now_ns();
+  w.record.status.kind = ExitStatus::Kind::spawn_failed;
+  w.record.status.code = spawned.exit_code;
+  w.record.status.spawn_error = spawned.error;
+  const std::string line = "flowrun: cannot start: " + spawned.error + "\n";
+  w.log->keep(true, line);
+  write_rank_end(w.launch->end_file, w.record);
+  if (observer != nullptr) {
+    observer->on_output(i, true, line);
+    observer->on_exit(i, w.record);
+  }
+  pipes.close_stream(w, w.out);
+  pipes.close_stream(w, w.err);
+}
+
 }  // namespace
 
 struct Supervisor::Impl {
@@ -187,6 +206,7 @@ struct Supervisor::Impl {
   StallWatch stall{io, workers, pipes};
   LeftoverSweep sweep{guardian, workers};
   ExitWatch exits{io, guardian, workers, [this](Worker& w) { on_exit(w); }, [this] { advance(); }};
+  StackTaker stacks{io};
 
   Impl(Console c, pid_t g, const std::vector<int>& handled) : console(c), guardian(g) {
     for (int sig : kStopSignals) {
@@ -282,10 +302,19 @@ struct Supervisor::Impl {
 
   // --- stopping ----------------------------------------------------------
 
+  // A stall, a timeout or a failure: the live ranks' stacks first (rank
+  // groups of this host only), then the signals.
   void begin_stop() {
     if (stopping) return;
     stopping = true;
     stall.note_silence();
+    const auto say_it = [this](const std::string& text) { say(text); };
+    if (observer != nullptr || outcome == Outcome::interrupted ||
+        !stacks.start(workers, options.forensics_timeout_s, say_it, [this] { stop_workers(); }))
+      stop_workers();
+  }
+
+  void stop_workers() {
     if (observer != nullptr && observer->on_stop(outcome)) {
       // The observer stops the work (the head tells every agent); flowrun's
       // own processes get the grace plus the observer's margin to end.
@@ -408,19 +437,7 @@ struct Supervisor::Impl {
       WorkerPipes::open_log(w, options, batch);
       const SpawnResult spawned = pipes.spawn(w, launches[i]);
       if (spawned.pid < 0) {
-        w.record.end_unix_ns = unix_now_ns();
-        w.record.status.kind = ExitStatus::Kind::spawn_failed;
-        w.record.status.code = spawned.exit_code;
-        w.record.status.spawn_error = spawned.error;
-        const std::string line = "flowrun: cannot start: " + spawned.error + "\n";
-        w.log->keep(true, line);
-        write_rank_end(launches[i].end_file, w.record);
-        if (observer != nullptr) {
-          observer->on_output(i, true, line);
-          observer->on_exit(i, w.record);
-        }
-        pipes.close_stream(w, w.out);
-        pipes.close_stream(w, w.err);
+        record_spawn_failure(w, i, spawned, pipes, observer);
         outcome = Outcome::failed;
         begin_stop();
         break;
@@ -529,6 +546,7 @@ struct Supervisor::Impl {
     attempt.end_unix_ns = unix_now_ns();
     attempt.outcome = outcome;
     attempt.write_error = write_error;
+    attempt.stacks = stacks.take();
     for (auto& w : workers) {
       if (w.log) w.record.stderr_tail = w.log->tail();
       attempt.workers.push_back(std::move(w.record));

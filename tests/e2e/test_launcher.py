@@ -15,6 +15,7 @@ import re
 import shutil
 import signal
 import subprocess
+import tempfile
 import threading
 import time
 
@@ -31,6 +32,12 @@ TORCHRUN_VARS = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "GROUP_
                  "TORCHELASTIC_RESTART_COUNT", "TORCHELASTIC_MAX_RESTARTS", "TORCHELASTIC_USE_AGENT_STORE",
                  "TORCHELASTIC_ERROR_FILE", "FLOWRUN_RUN_ID", "FLOWRUN_STEP", "FLOWRUN_NODES", "FLOWRUN_NODE_RANK",
                  "FLOWRUN_RUN_DIR", "FLOWRUN_OUTPUT_DIR")
+# The report's line of where the live ranks were before flowrun stopped them
+# (without py-spy here: the kernel's states): the stopped rank 1 in do_signal_stop.
+STOPPED_RANK_1 = r"flowrun:   [^\n]*\brank 1 is in do_signal_stop \(state T[^)\n]*\)[^\n]*\n"
+# After a failure: the victims 0, 2, 3 named there, then in the stacks' line.
+STOPPED_RANKS_STACKS = re.compile(r"^flowrun:   stopped by flowrun: ranks 0, 2, 3\n"
+                                  r"flowrun:   (?:ranks? [0-9, ]+(?: \(\d of 3\))? (?:is|are) in [^\n]*(?:; |$))+\n", re.M)
 PREFIX = re.compile(r"^\[([A-Za-z0-9_-]+)(?: r(\d+))?\] ")
 
 
@@ -189,7 +196,7 @@ steps:
         expected_tail = re.compile(rf"^flowrun:   last \d+ lines of its stderr \({re.escape(rd)}/train/rank1/"
                                    r"stderr\.log\):\n    Traceback \(most recent call last\):\n", re.M)
         self.check(expected_tail.search(r.stderr) is not None and "\n    ValueError: boom from rank 1\n" in r.stderr
-                   and f"flowrun:   stopped by flowrun: ranks 0, 2, 3\nflowrun:   logs: {rd}/train\n" in r.stderr,
+                   and STOPPED_RANKS_STACKS.search(r.stderr) is not None and f"\nflowrun:   logs: {rd}/train\n" in r.stderr,
                    "culprit: the report shows the culprit's stderr tail with its traceback, the victims and the logs",
                    r.stderr)
         self.check(r.stderr.rstrip("\n").splitlines()[-1].startswith(
@@ -511,6 +518,81 @@ steps:
         self.check(left is True, f"{label}: no process of the run is left",
                    "" if left is True else ", ".join(f"{p} ({proc_name(p)})" for p in left))
 
+    def test_stacks_py_spy_too_slow(self):
+        # A py-spy that never ends (FLOWRUN_PY_SPY): flowrun waits its 3 s for the
+        # stacks, kills it, records both stacks as missing and stops the ranks.
+        fake = os.path.join(self.scratch, "slow-py-spy")
+        sleep = f"sleep 61.{os.getpid()}"  # the fake's command line once it has exec'ed, unique
+        with open(fake, "w") as f:
+            f.write(f"#!/bin/sh\nexec {sleep}\n")
+        os.chmod(fake, 0o755)
+        run_id = f"slowspy-{os.getpid()}"
+        d, spec, run_dir = self.workspace("slowspy", """name: slowspy
+steps:
+  - name: train
+    run: sleep 60
+    stall_timeout: 1
+    parallel:
+      cpus: 2
+""")
+        r = self.flowrun_run("slow py-spy", spec, run_dir, "--run-id", run_id, env={"FLOWRUN_PY_SPY": fake})
+        self.check(r.rc == 124 and 4.0 <= r.elapsed < 4 + 1.5 * self.slack,
+                   "slow py-spy: the stall stops the step once the 3 s for the stacks are up", r.detail())
+        stacks = r.results("train")["stacks"]
+        self.check(stacks == {"source": "py-spy", "groups": [
+            {"ranks": [0, 1], "where": None, "missing": "py-spy did not finish within 3 s"}]},
+            "slow py-spy: results.json: both stacks missing, and why", json.dumps(stacks))
+        self.check("flowrun:   ranks 0, 1: no stack (py-spy did not finish within 3 s)\n" in r.stderr,
+                   "slow py-spy: the report says so", r.stderr)
+        with open(os.path.join(run_dir, "train", "rank1", "stack.txt")) as f:
+            text = f.read()
+        self.check(text == "(no stack: py-spy did not finish within 3 s)\n", "slow py-spy: rank 1's stack.txt says why",
+                   text)
+        left = subprocess.run(["pgrep", "-f", sleep], capture_output=True, text=True).stdout.split()
+        self.check(not left, "slow py-spy: the py-spy processes were killed", " ".join(left))
+        self.no_process_left("slow py-spy", run_id)
+
+    def test_stacks_under_yama(self):
+        # Under Yama's ptrace_scope 1 only an ancestor may trace; py-spy is the rank's
+        # sibling, allowed because each rank names flowrun its tracer (PR_SET_PTRACER).
+        # Run as a user without CAP_SYS_PTRACE: nobody, when this runs as root.
+        scope_file = "/proc/sys/kernel/yama/ptrace_scope"
+        if not os.path.exists(scope_file):
+            pytest.skip(f"no {scope_file}: this kernel has no Yama, nothing restricts ptrace")
+        with open(scope_file) as f:
+            scope = f.read().strip()
+        if scope != "1":
+            pytest.skip(f"kernel.yama.ptrace_scope is {scope}: only 1 lets a named tracer attach")
+        py_spy = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "build", "py-spy", "bin", "py-spy")
+        if not os.access(py_spy, os.X_OK):
+            pytest.skip("no build/py-spy/bin/py-spy (scripts/test --phase deps installs it)")
+        prefix = []
+        if os.geteuid() == 0:
+            if shutil.which("runuser") is None:
+                pytest.skip("root without runuser: cannot run flowrun as a user without CAP_SYS_PTRACE")
+            prefix = ["runuser", "-u", "nobody", "--"]
+        d = tempfile.mkdtemp(prefix="flowrun-yama-")
+        os.chmod(d, 0o777)
+        spec = os.path.join(d, "spec.yaml")
+        with open(spec, "w") as f:
+            f.write("name: yama\nsteps:\n  - name: train\n    run: \"python3 -c 'while True: pass'\"\n"
+                    "    stall_timeout: 1\n    parallel:\n      cpus: 2\n")
+        os.chmod(spec, 0o644)
+        env = clean_env(FLOWRUN_PY_SPY=py_spy, HOME=d)
+        p = subprocess.run(prefix + [self.flowrun, spec, "--run-dir", os.path.join(d, "run")], cwd=d, env=env,
+                           capture_output=True, text=True, timeout=60)
+        try:
+            with open(os.path.join(d, "run", "train", "results.json")) as f:
+                stacks = json.load(f)["stacks"]
+        except (OSError, ValueError) as e:
+            stacks = str(e)
+        shutil.rmtree(d, ignore_errors=True)
+        self.check(p.returncode == 124 and isinstance(stacks, dict) and stacks["source"] == "py-spy"
+                   and sorted(r for g in stacks["groups"] for r in g["ranks"]) == [0, 1]
+                   and all(g["where"].startswith("<module> (<string>:") for g in stacks["groups"]),
+                   f"yama: py-spy took both ranks' stacks under ptrace_scope 1 as {prefix[2] if prefix else 'this user'}",
+                   f"{json.dumps(stacks)}\n{p.stderr[-3000:]}")
+
     def test_stall_timeout(self):
         # Rank 1 stops itself (SIGSTOP) and rank 2 sleeps, both without a word;
         # rank 0 writes a line every 0.1 s. The grace is long: only the SIGCONT
@@ -540,7 +622,7 @@ steps:
                    "stall: one console line names both silent ranks, how long, and that rank 1 is stopped", r.stderr)
         report = re.compile(r"^flowrun: step 'train' stalled: rank 1 \(stopped\) wrote nothing for ([0-9]\.[0-9]) s, "
                             r"rank 2 for \1 s \(stall_timeout: 2s\); flowrun stopped ranks 0-2\n"
-                            rf"flowrun:   logs: {re.escape(run_dir)}/train\n"
+                            + STOPPED_RANK_1 + rf"flowrun:   logs: {re.escape(run_dir)}/train\n"
                             r"flowrun: step 'check' skipped: it needs 'train', which did not succeed\n"
                             rf"flowrun: run {re.escape(run_id)} failed after [0-9.]+ s \(exit code 124\): failed "
                             r"'train'; not run 'check'\n\Z", re.M)
@@ -579,7 +661,7 @@ steps:
         # the machine's load); rank 0 wrote one a moment ago.
         expected = re.compile(r"^flowrun: step 'train' timed out after 3s; flowrun stopped ranks 0, 1\n"
                               r"flowrun:   rank 1 \(stopped\) wrote nothing for the last [0-9]\.[0-9] s\n"
-                              rf"flowrun:   logs: {re.escape(run_dir)}/train\n", re.M)
+                              + STOPPED_RANK_1 + rf"flowrun:   logs: {re.escape(run_dir)}/train\n", re.M)
         self.check(expected.search(r.stderr) is not None,
                    "timeout hung: the report names the stopped rank and how long it was silent, not rank 0",
                    r.stderr)

@@ -620,6 +620,7 @@ TEST_CASE("result: results.json of a failed parallel step", "[result]") {
     )" + worker0 + ",\n    " + worker1 +
                                R"(
   ],
+  "stacks": null,
   "attempts": [
     {
       "restart_count": 0,
@@ -632,12 +633,38 @@ TEST_CASE("result: results.json of a failed parallel step", "[result]") {
       "workers": [
         )" + indent(worker0) + ",\n        " +
                                indent(worker1) + R"(
-      ]
+      ],
+      "stacks": null
     }
   ]
 }
 )";
   CHECK(format_results_json(s) == expected);
+
+  // Where the live ranks were when flowrun stopped them.
+  s.attempts.back().stacks = StackReport{
+      "py-spy", {{{0, 2}, "all_reduce (train.py:88)", ""}, {{3}, "", "py-spy did not finish within 3 s"}}, 3};
+  const std::string with = format_results_json(s);
+  CHECK(with.find(R"J("stacks": {
+    "source": "py-spy",
+    "groups": [
+      {
+        "ranks": [
+          0,
+          2
+        ],
+        "where": "all_reduce (train.py:88)",
+        "missing": null
+      },
+      {
+        "ranks": [
+          3
+        ],
+        "where": null,
+        "missing": "py-spy did not finish within 3 s"
+      }
+    ]
+  },)J") != std::string::npos);
 }
 
 TEST_CASE("result: results.json of a plain step, a spawn failure and restarts", "[result]") {

@@ -65,10 +65,10 @@ class TestTorch(E2E):
             f.write(spec_text)
         return d, os.path.join(d, "spec.yaml"), os.path.join(d, "run")
 
-    def flowrun_run(self, spec, run_dir, *options, timeout=300):
+    def flowrun_run(self, spec, run_dir, *options, timeout=300, env=None):
         start = time.monotonic()
         p = subprocess.run([self.flowrun, spec, "--run-dir", run_dir, *options], cwd=os.path.dirname(spec),
-                           env=torch_env(), capture_output=True, text=True, timeout=timeout)
+                           env=env or torch_env(), capture_output=True, text=True, timeout=timeout)
         m = SANITIZER_REPORT.search(p.stderr)
         self.check(m is None, "no sanitizer report", p.stderr[max(0, m.start() - 200):][:4000] if m else "")
         detail = f"exit {p.returncode} after {time.monotonic() - start:.1f} s\n--- stdout\n{p.stdout[-3000:]}\n" \
@@ -181,3 +181,65 @@ steps:
                      "\n".join(wrong[:2]))
         print(f"collective: {self.repeat} runs in {time.monotonic() - start:.1f} s", flush=True)
 
+
+    # rank_stuck.py's loop: py-spy gives its `while` or its `pass` line.
+    LOAD_BATCH = re.compile(r"load_batch \(rank_stuck\.py:2[45]\)")
+
+    def stuck_run(self, name, env):
+        script = os.path.join(HERE, "rank_stuck.py")
+        d, spec, run_dir = self.workspace(name, f"""name: stuck
+steps:
+  - name: train
+    run: python3 {script}
+    stall_timeout: 3s
+    parallel:
+      cpus: 4
+""")
+        start = time.monotonic()
+        rc, out, err, detail = self.flowrun_run(spec, run_dir, "--grace", "3", timeout=120, env=env)
+        print(f"{name}: {time.monotonic() - start:.1f} s", flush=True)
+        with open(os.path.join(run_dir, "train", "results.json")) as f:
+            res = json.load(f)
+        stacks = []
+        for r in range(4):
+            path = os.path.join(run_dir, "train", f"rank{r}", "stack.txt")
+            self.check(os.path.isfile(path), f"{name}: rank {r}'s stack.txt", detail)
+            with open(path) as f:
+                stacks.append(f.read())
+        left = subprocess.run(["pgrep", "-f", script], capture_output=True, text=True).stdout.split()
+        self.check(not left, f"{name}: no rank left running", " ".join(left))
+        self.check(rc == 124 and res["outcome"] == "stalled", f"{name}: the step stalled (exit 124)", detail)
+        return res, err, stacks, detail
+
+    def test_stacks_name_the_odd_rank(self):
+        # scripts/test --phase deps puts it in build/py-spy.
+        built = os.path.join(HERE, "..", "..", "..", "build", "py-spy", "bin", "py-spy")
+        py_spy = os.environ.get("FLOWRUN_PY_SPY") or shutil.which("py-spy") or (built if os.access(built, os.X_OK)
+                                                                                else None)
+        if not py_spy:
+            pytest.skip("no py-spy (pip install py-spy, or scripts/test --phase deps)")
+        env = torch_env()
+        env["FLOWRUN_PY_SPY"] = py_spy
+        res, err, stacks, detail = self.stuck_run("stacks", env)
+        groups = [(g["ranks"], g["where"]) for g in res["stacks"]["groups"]]
+        self.check(res["stacks"]["source"] == "py-spy" and len(groups) == 2 and groups[0][0] == [0, 1, 3]
+                   and groups[0][1].startswith("all_reduce (rank_stuck.py:")
+                   and groups[1][0] == [2] and self.LOAD_BATCH.fullmatch(groups[1][1]) is not None,
+                   "results.json's stacks: ranks 0, 1, 3 in all_reduce, rank 2 in load_batch", json.dumps(res["stacks"]))
+        self.check(re.search(r"^flowrun:   ranks 0, 1, 3 \(3 of 4\) are in all_reduce \(rank_stuck\.py:\d+\); "
+                             r"rank 2 is in load_batch \(rank_stuck\.py:2[45]\)$", err, re.M) is not None,
+                   "the report names rank 2 at its file:line and the others in all_reduce", detail)
+        self.check(all("Thread " in s for s in stacks) and "load_batch" in stacks[2], "four whole stacks", stacks[2])
+
+    def test_stacks_without_py_spy(self):
+        env = torch_env()
+        env["FLOWRUN_PY_SPY"] = os.path.join(self.scratch, "no-such-py-spy")
+        res, err, stacks, detail = self.stuck_run("kernel", env)
+        said = err.count("flowrun: cannot take the ranks' Python stacks: FLOWRUN_PY_SPY=")
+        self.check(said == 1 and "(install it: pip install py-spy)" in err, "the missing py-spy said once, with the "
+                   "command that installs it", detail)
+        groups = res["stacks"]["groups"]
+        self.check(res["stacks"]["source"] == "kernel" and [2] in [g["ranks"] for g in groups]
+                   and any(g["ranks"] == [2] and g["where"].startswith("running (state R") for g in groups),
+                   "the kernel's states, rank 2 running apart", json.dumps(res["stacks"]))
+        self.check(all("kernel: " in s for s in stacks), "four stack.txt with the kernel's words", stacks[0])

@@ -76,6 +76,25 @@ struct WorkerRecord {
   bool stalled = false;  // silent for the step's stall_timeout: why flowrun stopped the step
 };
 
+// Where the step's live ranks were when flowrun stopped them (a stall, a
+// timeout, a failure that stopped the others): their stacks, taken before any
+// signal, grouped by identical frames. `where` names a group by its innermost
+// frame of user code, "all_reduce (train.py:88)" (the call it waits in, at the
+// user's line), or by what the kernel tells when py-spy is missing
+// ("futex_wait_queue (state S, syscall 202)"); `missing` says why a rank's
+// stack could not be taken (then `where` is empty).
+struct StackGroup {
+  std::vector<int> ranks;
+  std::string where;
+  std::string missing;
+};
+
+struct StackReport {
+  std::string source;              // "py-spy" or "kernel"
+  std::vector<StackGroup> groups;  // the largest first, then by lowest rank
+  int ranks = 0;                   // how many ranks were taken
+};
+
 struct AttemptRecord {
   int restart_count = 0;  // TORCHELASTIC_RESTART_COUNT of this attempt
   int master_port = 0;
@@ -88,6 +107,7 @@ struct AttemptRecord {
   // stopped the attempt: what it could not write and why, "cannot write rank
   // 0's stdout.log in DIR: No space left on device". Empty otherwise.
   std::string write_error;
+  std::optional<StackReport> stacks;  // when flowrun took the live ranks' stacks
 };
 
 struct StepRecord {
@@ -249,6 +269,10 @@ std::string format_failure_report(const StepRecord& record, const std::string& e
 //   flowrun: step 'train' stalled: rank 1 (stopped) wrote nothing for 5.0 s, ranks 2, 3 on node2
 //   for 5.1 s (stall_timeout: 5s); stopping the step
 // (one line; "it" for a plain step's process).
+// "flowrun:   ranks 0, 1, 3 (3 of 4) are in all_reduce (train.py:88); rank 2
+// is in load_batch (data.py:41)": the stack groups, the largest first.
+std::string format_stacks_line(const StackReport& stacks);
+
 std::string format_stall_message(const std::string& step, const std::vector<WorkerRecord>& stalled,
                                  double stall_timeout_s);
 

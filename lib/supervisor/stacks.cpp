@@ -1,0 +1,364 @@
+#include "stacks.h"
+
+#include <algorithm>
+#include <boost/asio/posix/stream_descriptor.hpp>
+#include <boost/asio/post.hpp>
+#include <cerrno>
+#include <chrono>
+#include <cstdlib>
+#include <cstring>
+#include <fcntl.h>
+#include <fmt/format.h>
+#include <fstream>
+#include <map>
+#include <signal.h>
+#include <spawn.h>
+#include <sstream>
+#include <sys/syscall.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "flowrun/process.h"
+#include "flowrun/util.h"
+
+#include "worker_pipes.h"
+
+extern char** environ;
+
+namespace flowrun {
+
+namespace asio = boost::asio;
+
+namespace {
+
+bool blank(char c) { return c == ' ' || c == '\t' || c == '\r' || c == '\n'; }
+
+std::string_view trim(std::string_view s) {
+  while (!s.empty() && blank(s.front())) s.remove_prefix(1);
+  while (!s.empty() && blank(s.back())) s.remove_suffix(1);
+  return s;
+}
+
+// "    load_batch (/work/data.py:41)" -> the frame; a line without the
+// "(file:line)" end (a local variable with --locals) is none.
+std::optional<StackFrame> parse_frame(std::string_view line) {
+  line = trim(line);
+  if (line.size() < 4 || line.back() != ')') return std::nullopt;
+  const std::size_t open = line.rfind(" (");
+  if (open == std::string_view::npos || open == 0) return std::nullopt;
+  std::string_view where = line.substr(open + 2, line.size() - open - 3);
+  StackFrame frame;
+  frame.function = std::string(line.substr(0, open));
+  const std::size_t colon = where.rfind(':');
+  if (colon != std::string_view::npos && colon + 1 < where.size() &&
+      std::all_of(where.begin() + static_cast<std::ptrdiff_t>(colon) + 1, where.end(),
+                  [](char c) { return c >= '0' && c <= '9'; })) {
+    frame.file = std::string(where.substr(0, colon));
+    frame.line = std::atoi(std::string(where.substr(colon + 1)).c_str());
+  } else {
+    frame.file = std::string(where);
+  }
+  return frame;
+}
+
+std::string base_name(std::string_view file) {
+  const std::size_t slash = file.rfind('/');
+  return std::string(slash == std::string_view::npos ? file : file.substr(slash + 1));
+}
+
+std::string read_small(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream text;
+  text << in.rdbuf();
+  return std::string(trim(text.str()));
+}
+
+bool executable(const std::string& path) { return !path.empty() && access(path.c_str(), X_OK) == 0; }
+
+// FLOWRUN_PY_SPY when set (nothing else then), else py-spy on flowrun's
+// PATH, on the rank's PATH, or beside the step's python3.
+std::string find_py_spy(const std::vector<Worker>& workers, std::string* looked) {
+  if (const char* chosen = std::getenv("FLOWRUN_PY_SPY"); chosen != nullptr && *chosen != '\0') {
+    *looked = fmt::format("FLOWRUN_PY_SPY={} is not an executable file", chosen);
+    return executable(chosen) ? std::string(chosen) : std::string();
+  }
+  *looked = "no py-spy on PATH or beside the step's python3";
+  std::vector<std::string> own;
+  if (const char* path = std::getenv("PATH")) own.push_back(std::string("PATH=") + path);
+  if (std::string found = find_program("py-spy", own); executable(found)) return found;
+  for (const auto& w : workers) {
+    if (w.launch == nullptr) continue;
+    if (std::string found = find_program("py-spy", w.launch->env); executable(found)) return found;
+    const std::string& python = w.record.path_python;
+    if (const std::size_t slash = python.rfind('/'); slash != std::string::npos) {
+      if (std::string beside = python.substr(0, slash + 1) + "py-spy"; executable(beside)) return beside;
+    }
+  }
+  return {};
+}
+
+std::string stack_file(const Worker& w) {
+  const std::string& log = w.record.stdout_log;
+  const std::size_t slash = log.rfind('/');
+  return slash == std::string::npos ? std::string() : log.substr(0, slash + 1) + "stack.txt";
+}
+
+bool is_wrapper(std::string_view function) {
+  return function == "wrapper" || function == "inner" || function == "_fn" || function == "decorate_context";
+}
+
+bool warned_missing = false;  // once per flowrun process: once per run
+
+}  // namespace
+
+std::optional<ParsedStack> parse_py_spy_dump(std::string_view text) {
+  ParsedStack stack;
+  bool in_thread = false;
+  while (!text.empty()) {
+    const std::size_t end = std::min(text.find('\n'), text.size());
+    std::string_view line = text.substr(0, end);
+    text.remove_prefix(std::min(end + 1, text.size()));
+    if (line.rfind("Thread ", 0) == 0) {
+      if (line.find("\"MainThread\"") != std::string_view::npos) stack.main = stack.threads.size();
+      stack.threads.emplace_back();
+      in_thread = true;
+    } else if (in_thread && !line.empty() && (line.front() == ' ' || line.front() == '\t')) {
+      if (auto frame = parse_frame(line)) stack.threads.back().push_back(std::move(*frame));
+    } else if (!trim(line).empty()) {
+      in_thread = false;
+    }
+  }
+  if (stack.threads.empty()) return std::nullopt;
+  return stack;
+}
+
+bool is_library_file(std::string_view file) {
+  if (file.empty() || file.front() == '<') return true;
+  for (std::string_view part : {"/site-packages/", "/dist-packages/", "/lib/python"}) {
+    if (file.find(part) != std::string_view::npos) return true;
+  }
+  return false;
+}
+
+std::string where_in(const ParsedStack& stack) {
+  if (stack.threads.empty()) return "no frames";
+  const auto& frames = stack.threads[std::min(stack.main, stack.threads.size() - 1)];
+  if (frames.empty()) return "no frames";
+  for (std::size_t i = 0; i < frames.size(); ++i) {
+    if (is_library_file(frames[i].file)) continue;
+    // The call it made, past a decorator's frame (torch 2's collectives are
+    // wrapped: all_reduce runs inside c10d_logger's `wrapper`).
+    std::size_t callee = i;
+    if (callee > 0) --callee;
+    while (callee > 0 && is_wrapper(frames[callee].function)) --callee;
+    const std::string& name = frames[callee].function;
+    return fmt::format("{} ({}:{})", name, base_name(frames[i].file), frames[i].line);
+  }
+  const StackFrame& top = frames.front();
+  return fmt::format("{} ({}:{})", top.function, base_name(top.file), top.line);
+}
+
+StackReport group_stacks(const std::vector<RankStack>& ranks, const std::string& source) {
+  struct Key {
+    std::vector<std::vector<StackFrame>> frames;
+    std::string kernel, missing;
+    bool operator==(const Key&) const = default;
+  };
+  std::vector<std::pair<Key, StackGroup>> groups;
+  for (const auto& r : ranks) {
+    Key key{r.stack ? r.stack->threads : std::vector<std::vector<StackFrame>>{}, r.kernel, r.missing};
+    auto same = std::find_if(groups.begin(), groups.end(), [&](const auto& g) { return g.first == key; });
+    if (same == groups.end()) {
+      StackGroup g;
+      g.where = !r.missing.empty() ? std::string() : r.stack ? where_in(*r.stack) : r.kernel;
+      g.missing = r.missing;
+      groups.emplace_back(std::move(key), std::move(g));
+      same = groups.end() - 1;
+    }
+    same->second.ranks.push_back(r.rank);
+  }
+  std::stable_sort(groups.begin(), groups.end(), [](const auto& a, const auto& b) {
+    const bool a_missing = !a.second.missing.empty(), b_missing = !b.second.missing.empty();
+    if (a_missing != b_missing) return b_missing;
+    if (a.second.ranks.size() != b.second.ranks.size()) return a.second.ranks.size() > b.second.ranks.size();
+    return a.second.ranks.front() < b.second.ranks.front();
+  });
+  StackReport report;
+  report.source = source;
+  report.ranks = static_cast<int>(ranks.size());
+  for (auto& g : groups) report.groups.push_back(std::move(g.second));
+  return report;
+}
+
+std::string kernel_state(pid_t pid) {
+  const std::string dir = fmt::format("/proc/{}/", pid);
+  const std::string stat = read_small(dir + "stat");
+  const std::size_t paren = stat.rfind(')');
+  if (paren == std::string::npos || paren + 2 >= stat.size()) return {};
+  const char state = stat[paren + 2];
+  std::string wchan = read_small(dir + "wchan");
+  if (wchan.empty() || wchan == "0") wchan = state == 'R' ? "running" : "unknown";
+  const std::string syscall = read_small(dir + "syscall");
+  std::string number = syscall.substr(0, syscall.find(' '));
+  std::string where = fmt::format("{} (state {}", wchan, state);
+  if (!number.empty() && number != "running" && number.front() != '-') where += ", syscall " + number;
+  return where + ")";
+}
+
+// --- taking them ----------------------------------------------------------
+
+struct StackTaker::Job {
+  int rank = -1;
+  pid_t rank_pid = -1;
+  pid_t pid = -1;  // py-spy's
+  std::string out_path, err_path;
+  std::unique_ptr<asio::posix::stream_descriptor> watch;
+  bool finished = false;
+  RankStack found;
+};
+
+StackTaker::StackTaker(asio::io_context& io) : io_(io), deadline_(io) {}
+
+StackTaker::~StackTaker() {
+  for (auto& job : jobs_) {
+    if (!job->finished && job->pid > 0) {
+      kill(job->pid, SIGKILL);
+      waitpid(job->pid, nullptr, 0);
+    }
+  }
+}
+
+bool StackTaker::start(const std::vector<Worker>& workers, double timeout_s,
+                       std::function<void(const std::string&)> say, std::function<void()> done) {
+  if (std::none_of(workers.begin(), workers.end(),
+                   [](const Worker& w) { return w.alive && w.record.rank >= 0; }))
+    return false;
+  jobs_.clear();
+  report_.reset();
+  std::string looked;
+  const std::string py_spy = find_py_spy(workers, &looked);
+  source_ = py_spy.empty() ? "kernel" : "py-spy";
+  timeout_s_ = timeout_s;
+  if (py_spy.empty() && !warned_missing) {
+    warned_missing = true;
+    say(
+        fmt::format("flowrun: cannot take the ranks' Python stacks: {} (install it: pip install py-spy); "
+                    "saying what the kernel tells instead",
+                    looked));
+  }
+  for (const auto& w : workers) {
+    if (!w.alive || w.pid <= 0 || w.record.rank < 0) continue;
+    auto job = std::make_unique<Job>();
+    job->rank = w.record.rank;
+    job->rank_pid = w.pid;
+    job->found.rank = w.record.rank;
+    job->out_path = stack_file(w);
+    if (py_spy.empty()) {
+      job->found.kernel = kernel_state(w.pid);
+      if (job->found.kernel.empty()) job->found.missing = "it had ended";
+      job->finished = true;
+      std::ofstream(job->out_path) << "(py-spy missing: " << looked << ")\nkernel: " << job->found.kernel
+                                   << "\n";
+      jobs_.push_back(std::move(job));
+      continue;
+    }
+    job->err_path = job->out_path + ".err";
+    posix_spawn_file_actions_t actions;
+    posix_spawn_file_actions_init(&actions);
+    posix_spawn_file_actions_addopen(&actions, 0, "/dev/null", O_RDONLY, 0);
+    posix_spawn_file_actions_addopen(&actions, 1, job->out_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    posix_spawn_file_actions_addopen(&actions, 2, job->err_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    const std::string pid_text = std::to_string(w.pid);
+    std::vector<char*> argv{const_cast<char*>(py_spy.c_str()),     const_cast<char*>("dump"),
+                            const_cast<char*>("--full-filenames"), const_cast<char*>("--pid"),
+                            const_cast<char*>(pid_text.c_str()),   nullptr};
+    const int err = posix_spawn(&job->pid, py_spy.c_str(), &actions, nullptr, argv.data(), environ);
+    posix_spawn_file_actions_destroy(&actions);
+    if (err != 0) {
+      job->found.missing = fmt::format("cannot start {}: {}", py_spy, std::strerror(err));
+      job->finished = true;
+    } else {
+      const int fd = static_cast<int>(syscall(SYS_pidfd_open, job->pid, 0));
+      if (fd >= 0) {
+        job->watch = std::make_unique<asio::posix::stream_descriptor>(io_, fd);
+        Job* raw = job.get();
+        job->watch->async_wait(asio::posix::stream_descriptor::wait_read,
+                               [this, raw](const boost::system::error_code& ec) {
+                                 if (!ec) finish_one(*raw, nullptr);
+                               });
+      }
+    }
+    jobs_.push_back(std::move(job));
+  }
+  if (jobs_.empty()) return false;
+  done_ = std::move(done);
+  running_ = true;
+  deadline_.expires_after(std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+      std::chrono::duration<double>(timeout_s)));
+  deadline_.async_wait([this](const boost::system::error_code& ec) {
+    if (ec) return;
+    for (auto& job : jobs_) {
+      if (!job->finished) finish_one(*job, "");
+    }
+  });
+  asio::post(io_, [this] { maybe_done(); });
+  return true;
+}
+
+void StackTaker::finish_one(Job& job, const char* cut_short) {
+  if (job.finished) return;
+  job.finished = true;
+  const bool timed_out = cut_short != nullptr;
+  if (timed_out) kill(job.pid, SIGKILL);
+  int status = 0;
+  const bool reaped = waitpid(job.pid, &status, 0) == job.pid;  // ECHILD: the exit watch reaped it
+  if (job.watch) job.watch->close();
+  const std::string out = read_small(job.out_path);
+  const std::string err = read_small(job.err_path);
+  unlink(job.err_path.c_str());
+  if (timed_out) {
+    job.found.missing = *cut_short != '\0' ? std::string(cut_short)
+                                           : fmt::format("py-spy did not finish within {:g} s", timeout_s_);
+  } else if (auto stack = parse_py_spy_dump(out)) {
+    job.found.stack = std::move(stack);
+  } else {
+    std::string why = err.substr(0, err.find('\n'));
+    if (why.empty())
+      why = reaped ? fmt::format("py-spy ended with status {}", status) : "py-spy printed no stack";
+    job.found.missing = "py-spy: " + why;
+  }
+  if (!job.found.missing.empty())
+    std::ofstream(job.out_path, std::ios::app) << "(no stack: " << job.found.missing << ")\n";
+  maybe_done();
+}
+
+void StackTaker::maybe_done() {
+  if (!running_) return;
+  if (!std::all_of(jobs_.begin(), jobs_.end(), [](const auto& job) { return job->finished; })) return;
+  running_ = false;
+  deadline_.cancel();
+  std::vector<RankStack> found;
+  for (auto& job : jobs_) found.push_back(std::move(job->found));
+  std::sort(found.begin(), found.end(),
+            [](const RankStack& a, const RankStack& b) { return a.rank < b.rank; });
+  report_ = group_stacks(found, source_);
+  if (done_) {
+    auto done = std::move(done_);
+    done_ = nullptr;
+    done();
+  }
+}
+
+std::optional<StackReport> StackTaker::take() {
+  if (running_) {  // the group ended meanwhile: what is missing stays missing
+    done_ = nullptr;
+    for (auto& job : jobs_) {
+      if (!job->finished) finish_one(*job, "the step ended before py-spy did");
+    }
+  }
+  auto report = std::move(report_);
+  report_.reset();
+  return report;
+}
+
+}  // namespace flowrun
