@@ -200,27 +200,32 @@ class TestSummary(E2E):
         self.equal(("wait", "interrupted", None), (c.get("step"), c.get("outcome"), c.get("exit_code")),
                    "term: the stopped step, with no culprit rank")
 
+    def start_on_fifo(self, name, argv):
+        """`flowrun flow.yaml ARGV` in a fresh directory where flow.yaml is a FIFO nobody has written yet; returns
+        (the directory, the process, the FIFO's write end once flowrun has opened it to read, or None)."""
+        d = os.path.join(self.scratch, f"early-{name}")
+        os.makedirs(d)
+        fifo = os.path.join(d, "flow.yaml")
+        os.mkfifo(fifo)
+        p = subprocess.Popen([self.flowrun, "flow.yaml", *argv], cwd=d, env=clean_env(), stdout=subprocess.PIPE,
+                             stderr=subprocess.PIPE, text=True)
+        # Opening the write end succeeds once flowrun has opened the spec to read it.
+        writer, deadline = None, time.monotonic() + 30 * self.slack
+        while writer is None and p.poll() is None and time.monotonic() < deadline:
+            try:
+                writer = os.open(fifo, os.O_WRONLY | os.O_NONBLOCK)
+            except OSError:
+                time.sleep(0.01)
+        return d, p, writer
+
     def test_signal_before_the_run(self):
         """A stop signal before the run holds them (here: the spec is a FIFO nobody has written yet)."""
         for sig, argv in ((signal.SIGTERM, ["--json", "--summary-json", "summary.json"]),
                           (signal.SIGINT, ["--summary-json", "summary.json"]),
                           (signal.SIGHUP, ["--json"])):
             name = signal.Signals(sig).name
-            d = os.path.join(self.scratch, f"early-{name}")
-            os.makedirs(d)
-            fifo = os.path.join(d, "flow.yaml")
-            os.mkfifo(fifo)
-            p = subprocess.Popen([self.flowrun, "flow.yaml", *argv], cwd=d, env=clean_env(), stdout=subprocess.PIPE,
-                                 stderr=subprocess.PIPE, text=True)
-            writer = None
+            d, p, writer = self.start_on_fifo(name, argv)
             try:
-                # Opening the write end succeeds once flowrun has opened the spec to read it.
-                deadline = time.monotonic() + 30 * self.slack
-                while writer is None and p.poll() is None and time.monotonic() < deadline:
-                    try:
-                        writer = os.open(fifo, os.O_WRONLY | os.O_NONBLOCK)
-                    except OSError:
-                        time.sleep(0.01)
                 if not self.check(writer is not None, f"{name}: flowrun reads the spec", ""):
                     continue
                 p.send_signal(sig)
@@ -247,20 +252,8 @@ class TestSummary(E2E):
         The spec is a FIFO, read once: the run keeps what was read as its spec.yaml (a second read hung)."""
         for sig in (signal.SIGUSR1, signal.SIGUSR2):
             name = signal.Signals(sig).name
-            d = os.path.join(self.scratch, f"early-{name}")
-            os.makedirs(d)
-            fifo = os.path.join(d, "flow.yaml")
-            os.mkfifo(fifo)
-            p = subprocess.Popen([self.flowrun, "flow.yaml", "--json"], cwd=d, env=clean_env(),
-                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-            writer = None
+            d, p, writer = self.start_on_fifo(name, ["--json"])
             try:
-                deadline = time.monotonic() + 30 * self.slack
-                while writer is None and p.poll() is None and time.monotonic() < deadline:
-                    try:
-                        writer = os.open(fifo, os.O_WRONLY | os.O_NONBLOCK)
-                    except OSError:
-                        time.sleep(0.01)
                 if not self.check(writer is not None, f"{name}: flowrun reads the spec", ""):
                     continue
                 p.send_signal(sig)
