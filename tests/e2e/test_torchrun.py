@@ -198,6 +198,17 @@ class TestTorchrun(E2E):
         self.check(rc == 0 and got.get(1, {}).get("argv") == ["p", "q"], "a spec: runs it, -- ARGS fill ${args}",
                    err + str(got))
 
+    def python_wrapper(self, name):
+        """A directory NAME in the scratch space holding `python3`, a wrapper of /usr/bin/python3 that sets
+        WRAPPED=1 in the environment it runs in (so a worker tells which python3 started it)."""
+        other = os.path.join(self.scratch, name)
+        os.makedirs(other)
+        wrapper = os.path.join(other, "python3")
+        with open(wrapper, "w") as f:
+            f.write("#!/bin/sh\nWRAPPED=1 exec /usr/bin/python3 \"$@\"\n")
+        os.chmod(wrapper, 0o755)
+        return other
+
     def test_python_choice(self):
         """The python3 first on PATH, or --python."""
         d = self.workdir("python")
@@ -206,12 +217,8 @@ class TestTorchrun(E2E):
         self.check(rc == 0 and got.get(0, {}).get("exe") in (os.path.join(self.bin, "python3"), "/usr/bin/python3"),
                    "the python3 first on PATH", err + str(got.get(0, {}).get("exe")))
         # A PATH whose python3 is a wrapper that marks the environment.
-        other = os.path.join(self.scratch, "otherbin")
-        os.makedirs(other)
+        other = self.python_wrapper("otherbin")
         wrapper = os.path.join(other, "python3")
-        with open(wrapper, "w") as f:
-            f.write("#!/bin/sh\nWRAPPED=1 exec /usr/bin/python3 \"$@\"\n")
-        os.chmod(wrapper, 0o755)
         env = self.env()
         env["PATH"] = other + ":" + env["PATH"]
         rc, out, err = self.run_flowrun(d, "run", "--nproc-per-node", "1", "train.py", env=env)
@@ -965,12 +972,8 @@ class TestTorchrun(E2E):
         self.envs(d)
         self.check(rc == 0 and "worker" not in out and "sum" not in out, "-r 3 alone: no worker output on the console",
                    out)
-        other = os.path.join(self.scratch, "execbin")
-        os.makedirs(other)
+        other = self.python_wrapper("execbin")
         wrapper = os.path.join(other, "python3")
-        with open(wrapper, "w") as f:
-            f.write("#!/bin/sh\nWRAPPED=1 exec /usr/bin/python3 \"$@\"\n")
-        os.chmod(wrapper, 0o755)
         for argv, wrapped, label in ((["train.py"], "1", "PYTHON_EXEC runs the workers"),
                                      (["--python", "/usr/bin/python3", "train.py"], None, "--python beats PYTHON_EXEC"),
                                      (["--run-path", "--no-python", os.path.join(d, "train.py")], None,
