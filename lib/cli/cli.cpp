@@ -302,6 +302,7 @@ int run_cli(int argc, char** argv) {
     if (command == "runs") return cmd_runs(argc - 1, argv + 1);
     if (command == "logs") return cmd_logs(argc - 1, argv + 1);
     if (command == "status") return cmd_status(argc - 1, argv + 1);
+    if (command == "stacks") return cmd_stacks(argc - 1, argv + 1);
   }
   Options options;
   CLI::App app{
@@ -402,6 +403,8 @@ int run_cli(int argc, char** argv) {
   app.add_subcommand("logs", "Print (or follow, -f) a run's logs: flowrun logs latest --rank 1");
   app.add_subcommand("status",
                      "Each step's and rank's state of a run, live or finished: flowrun status latest");
+  app.add_subcommand("stacks",
+                     "Where every rank of a running step is, its Python stack: flowrun stacks latest");
   gpus->add_flag("--json", options.json, "Print the inventory as JSON");
 
   validate->footer(

@@ -29,6 +29,7 @@ int cmd_doctor(int argc, char** argv);    // flowrun doctor (lib/cli/doctor_cmd.
 int cmd_runs(int argc, char** argv);      // flowrun runs   (lib/cli/runs_cmd.cpp)
 int cmd_logs(int argc, char** argv);      // flowrun logs   (lib/cli/logs_cmd.cpp)
 int cmd_status(int argc, char** argv);    // flowrun status (lib/cli/status_cmd.cpp)
+int cmd_stacks(int argc, char** argv);    // flowrun stacks (lib/cli/stacks_cmd.cpp)
 
 // The name this host goes by in plans: FLOWRUN_HOSTNAME when set (a stable
 // name for scripts and tests, or one other nodes know it by), else gethostname().
@@ -74,7 +75,7 @@ inline constexpr std::size_t kHelpWidth = 100;
 // CLI11's one-line "Usage: ..." (flowrun run has four forms).
 void use_help_format(CLI::App& app, std::string usage = {});
 
-// What --version prints: "flowrun 0.1.0 (commit 1a2b3c4, protocol 6)"
+// What --version prints: "flowrun 0.1.0 (commit 1a2b3c4, protocol 7)"
 // (lib/cli/version.cpp); "commit unknown" in a build from outside a git checkout.
 std::string version_line();
 

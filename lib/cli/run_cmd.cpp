@@ -178,8 +178,9 @@ constexpr OptionDef kOptions[] = {
      "Accepted: every rank's logs go to the run directory; torchrun's LogsSpecs plugins are not loaded"},
     {"role", Arg::value, "R", "The workers' role: their ROLE_NAME (default: default)"},
     {"signals-to-handle", Arg::value, "LIST",
-     "Stop signals flowrun handles (default SIGTERM,SIGINT,SIGHUP,SIGQUIT); one left out is ignored. "
-     "SIGUSR1 and SIGUSR2 always go on to the workers",
+     "Stop signals flowrun handles (default SIGTERM,SIGINT,SIGHUP); one left out is ignored. SIGQUIT "
+     "stops too when listed; unlisted, it takes every rank's stack (flowrun stacks). SIGUSR1 and SIGUSR2 "
+     "always go on to the workers",
      For::run},
     {"shutdown-timeout", Arg::value, "SECONDS",
      "torchrun's name for --grace (its default is 30; TORCH_ELASTIC_SHUTDOWN_TIMEOUT is read as well)",

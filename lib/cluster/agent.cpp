@@ -1,3 +1,4 @@
+#include <algorithm>
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/ip/tcp.hpp>
 #include <boost/asio/steady_timer.hpp>
@@ -198,6 +199,18 @@ class Agent : public GroupObserver {
     return true;
   }
 
+  // This node's ranks' stacks, for the head: before a stop's signals, or
+  // for its TakeStacks. A SIGQUIT to the agent itself is answered on its
+  // own console, by the supervisor.
+  bool on_stacks(int request, const std::vector<RankStack>& found, const std::string& source) override {
+    if (request == kStacksOnSignal) return false;
+    if (lost_head_ || !conn_->is_open()) return true;
+    Stacks m{request, source, {}};
+    for (const RankStack& r : found) m.ranks.push_back({r.rank, r.dump, r.kernel, r.missing});
+    conn_->send(m);
+    return true;
+  }
+
   bool on_stop(Outcome why) override {
     if (why == Outcome::interrupted && !stop_from_head_ && !lost_head_ && sup_->interrupt_received() != 0) {
       const int sig = sup_->interrupt_received();
@@ -293,7 +306,7 @@ class Agent : public GroupObserver {
                                  in_group_ ? "; stopping this node's workers" : ""));
     exit_code_ = 1;
     if (in_group_) {
-      sup_->stop_group(Outcome::interrupted);
+      sup_->stop_group(Outcome::interrupted, false);
     } else {
       finished_ = true;
     }
@@ -324,9 +337,18 @@ class Agent : public GroupObserver {
     stop_from_head_ = true;
     check_->cancel();
     if (in_group_) {
-      sup_->stop_group(Outcome::interrupted);
+      sup_->stop_group(Outcome::interrupted, m.stacks);
       if (m.kill) sup_->kill_group();
     }
+  }
+
+  // flowrun stacks (or SIGQUIT) at the head: this node's ranks' stacks.
+  void on_message(const TakeStacks& m) {
+    if (m.request <= 0) return;  // the head's requests count from 1
+    if (in_group_)
+      sup_->take_stacks(m.request);
+    else
+      conn_->send(Stacks{m.request, "", {}});
   }
 
   // The head got SIGUSR1 or SIGUSR2: this node's ranks get it too.
@@ -339,7 +361,7 @@ class Agent : public GroupObserver {
     finished_ = true;
     check_->cancel();
     if (options_.exit_with_step && !m.succeeded) exit_code_ = 1;
-    if (in_group_) sup_->stop_group(Outcome::interrupted);
+    if (in_group_) sup_->stop_group(Outcome::interrupted, false);
   }
 
   void on_assign(const Assign& a) {
@@ -358,7 +380,8 @@ class Agent : public GroupObserver {
     attempt_ = a.attempt;
     node_rank_ = a.node_rank;
     grace_s_ = static_cast<double>(a.grace_ms) / 1000.0;
-    stall_s_ = static_cast<double>(a.stall_ms.value_or(0)) / 1000;  // 0: none
+    stall_s_ = static_cast<double>(a.stall_ms.value_or(0)) / 1000;                         // 0: none
+    forensics_s_ = static_cast<double>(std::max<std::int64_t>(a.forensics_ms, 0)) / 1000;  // 0: no stacks
     stop_from_head_ = false;
     local_failure_ = false;
     Ready ready;
@@ -427,6 +450,8 @@ class Agent : public GroupObserver {
     group.step = step_;
     group.grace_s = grace_s_;
     if (stall_s_ > 0) group.stall_timeout_s = stall_s_;
+    group.forensics_stacks = forensics_s_ > 0;
+    group.forensics_timeout_s = forensics_s_;
     group.restart_count = attempt_;
     in_group_ = true;
     held_port_.release();  // node 0's MASTER_PORT, for rank 0 to bind (as on one host)
@@ -518,7 +543,7 @@ class Agent : public GroupObserver {
   std::string gloo_ifname_;  // set for the workers when the host name is a loopback address
   std::string head_at_;      // the --rdzv-endpoint entry it reached the head at
   int node_rank_claim_ = -1, node_rank_ = 0, gpus_ = 0, attempt_ = 0;
-  double interval_s_ = 2.5, timeout_s_ = 10, grace_s_ = 10, stall_s_ = 0;
+  double interval_s_ = 2.5, timeout_s_ = 10, grace_s_ = 10, stall_s_ = 0, forensics_s_ = 0;
   HeldPort held_port_;
   Start start_;
   std::vector<LocalRank> ranks_;

@@ -10,6 +10,7 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 #include <malloc.h>
+#include <set>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -37,6 +38,7 @@
 #include "node_inbox.h"
 #include "node_orders.h"
 #include "node_preflight.h"
+#include "node_stacks.h"
 #include "node_start.h"
 #include "node_table.h"
 #include "rank_table.h"
@@ -85,6 +87,7 @@ class Head : public GroupObserver, public cluster::NodeInbox {
         cluster_(*job.spec->cluster),
         io_(supervisor.io()),
         heartbeat_timer_(io_),
+        stacks_timer_(io_),
         timeout_s_(cluster_.heartbeat_timeout_s),
         interval_s_(std::clamp(timeout_s_ / 4, 0.05, 5.0)),
         listener_(io_, console_, plan_.step, token_, interval_s_, timeout_s_),
@@ -161,6 +164,7 @@ class Head : public GroupObserver, public cluster::NodeInbox {
     listener_.close_acceptors();
     listener_.close_pending();
     heartbeat_timer_.cancel();
+    stacks_timer_.cancel();
     gathering_.cancel_join_timer();
     ranks_.close_files();
     batch_.flush();
@@ -191,7 +195,9 @@ class Head : public GroupObserver, public cluster::NodeInbox {
       if (!stopping_) {
         stopping_ = true;
         outcome_ = why;
-        nodes_.tell(Stop{why == Outcome::timed_out ? "timeout" : "interrupted"}, false);
+        nodes_.tell(
+            Stop{why == Outcome::timed_out ? "timeout" : "interrupted", false, stacks_before_stop(why)},
+            false);
       }
       return true;
     }
@@ -208,7 +214,28 @@ class Head : public GroupObserver, public cluster::NodeInbox {
     return false;
   }
 
-  void on_kill() override { nodes_.tell(Stop{"killed", true}, false); }
+  void on_kill() override { nodes_.tell(Stop{"killed", true, false}, false); }
+
+  // SIGQUIT (flowrun stacks): every node's agent takes its ranks' stacks,
+  // all at once; the head groups them when the last answers (or is lost, or
+  // the time is up). A request while one is out is answered by it.
+  bool on_stacks_request() override {
+    if (phase_ != Phase::running || stopping_) return false;
+    if (stacks_.pending()) return true;
+    std::set<int> asked;
+    for (const auto& n : nodes_) {
+      if (!n.done && !n.lost && !n.closed) asked.insert(n.rank);
+    }
+    if (asked.empty()) return false;
+    const int request = stacks_.begin_request(asked, unix_now_ns());
+    for (int rank : asked) nodes_[static_cast<std::size_t>(rank)].conn->send(TakeStacks{request});
+    // Each agent has the forensics time; its answer may be a heartbeat late.
+    stacks_timer_.expires_after(seconds_of(job_.group.forensics_timeout_s + timeout_s_));
+    stacks_timer_.async_wait([this](const boost::system::error_code& ec) {
+      if (!ec && stacks_.pending()) publish_stacks_taken("its node did not answer in time");
+    });
+    return true;
+  }
 
   // SIGUSR1, SIGUSR2: every agent gives it to its ranks. srun and ssh, the
   // head's own processes, never get it (srun would pass it on a second time;
@@ -233,6 +260,7 @@ class Head : public GroupObserver, public cluster::NodeInbox {
     master_port_ = ctx.master_port;
     attempt_start_ns_ = unix_now_ns();
     ranks_.reset();
+    stacks_.reset_stop();
     // A restart: the step runner keeps what the attempt before left (logs,
     // traceback, uploads) in attemptN/, now that every node is ready.
     if (keep_previous_) keep_previous_();
@@ -298,6 +326,22 @@ class Head : public GroupObserver, public cluster::NodeInbox {
     stop_nodes(Outcome::stalled, "stalled");
   }
 
+  void on_node_stacks(Node& n, const Stacks& m) override {
+    if (auto wrong = stacks_.take(n.rank, n.name, m)) {
+      protocol_error(n, *wrong);
+      return;
+    }
+    if (m.request != 0 && stacks_.complete()) publish_stacks_taken("");
+  }
+
+  void publish_stacks_taken(const std::string& why) {
+    stacks_timer_.cancel();
+    const std::int64_t requested = stacks_.requested_ns();
+    const StackReport report = stacks_.finish_request(why);
+    batch_.flush();  // the ranks' lines so far come before flowrun's
+    console_.message(publish_stacks(plan_.step, report, job_.group.stacks_file, requested));
+  }
+
   void on_done(Node& n, const Done& m) override {
     if (n.done) return;
     n.done = true;
@@ -321,7 +365,14 @@ class Head : public GroupObserver, public cluster::NodeInbox {
     if (stopping_) return;
     stopping_ = true;
     if (outcome_ == Outcome::succeeded) outcome_ = why;
-    nodes_.tell(Stop{reason}, true);
+    nodes_.tell(Stop{reason, false, stacks_before_stop(why)}, true);
+  }
+
+  // Whether the agents take their ranks' stacks before a stop's signals: for
+  // a failure, a stall or a timeout (the ranks left are where the hang is),
+  // not for an interrupt.
+  bool stacks_before_stop(Outcome why) const {
+    return job_.group.forensics_stacks && why != Outcome::interrupted;
   }
 
   void on_node_closed(Node& n, const std::string& why) {
@@ -347,6 +398,7 @@ class Head : public GroupObserver, public cluster::NodeInbox {
     }
     notes_.push_back(text);
     ranks_.lose(n, why, unix_now_ns());
+    if (stacks_.forget(n.rank, "its node was lost")) publish_stacks_taken("");
     if (!stopping_) stop_nodes(Outcome::failed, text);
     n.done = true;
     maybe_attempt_done();
@@ -385,6 +437,7 @@ class Head : public GroupObserver, public cluster::NodeInbox {
     attempt.outcome =
         cluster::attempt_outcome(outcome_, ranks.failed, !errors_.empty(), !write_error_.empty());
     attempt.write_error = write_error_;
+    attempt.stacks = stacks_.stop_report();
     assign_roles(attempt, ranks.stopped);
     return attempt;
   }
@@ -444,6 +497,7 @@ class Head : public GroupObserver, public cluster::NodeInbox {
   const ClusterSpec& cluster_;
   asio::io_context& io_;
   asio::steady_timer heartbeat_timer_;
+  asio::steady_timer stacks_timer_;  // a request for stacks given up on
   std::string token_ = make_token();
   std::string token_file_;
   std::string marker_path_, marker_text_;
@@ -461,6 +515,7 @@ class Head : public GroupObserver, public cluster::NodeInbox {
   Outcome outcome_ = Outcome::succeeded;
   ConsoleBatch batch_{io_, [this](std::string& out, std::string& err) { sup_.write_console(out, err); }};
   cluster::RankTable ranks_{job_, batch_};
+  cluster::NodeStacks stacks_{plan_, job_.ctx.layout};
   cluster::News news_;  // the notes and errors, handed to the step runner each once
   std::vector<std::string>& notes_ = news_.notes;
   std::vector<std::string>& errors_ = news_.errors;

@@ -185,6 +185,8 @@ GroupOptions engine_group(const NodeStep& job, double heartbeat_timeout_s) {
   // A stop: the agents stop their ranks with the grace and report, and may
   // be a heartbeat late; srun and ssh are killed only after that.
   group.observer_margin_s = 5 + heartbeat_timeout_s;
+  // ... after their ranks' stacks, which come before the grace.
+  if (group.forensics_stacks) group.observer_margin_s += group.forensics_timeout_s;
   return group;
 }
 

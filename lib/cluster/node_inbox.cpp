@@ -31,6 +31,7 @@ struct Takers {
   void operator()(const PreflightDone& m) const { gathering.on_preflight_done(n, m); }
   void operator()(const Stalled& m) const { inbox.on_node_stalled(n, m); }
   void operator()(const Stop& m) const { inbox.on_node_signalled(n, m); }
+  void operator()(const Stacks& m) const { inbox.on_node_stacks(n, m); }
 };
 
 }  // namespace

@@ -24,6 +24,8 @@ class NodeInbox {
   virtual void on_done(Node& n, const Done& m) = 0;
   // Ranks of `n` wrote nothing for the step's stall_timeout.
   virtual void on_node_stalled(Node& n, const Stalled& m) = 0;
+  // The stacks of its live ranks: before its stop's signals, or on demand.
+  virtual void on_node_stacks(Node& n, const Stacks& m) = 0;
   // Its agent got a signal.
   virtual void on_node_signalled(Node& n, const Stop& m) = 0;
   virtual void protocol_error(Node& n, const std::string& what) = 0;

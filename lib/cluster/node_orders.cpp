@@ -1,5 +1,6 @@
 #include "node_orders.h"
 
+#include <algorithm>
 #include <cmath>
 #include <fmt/format.h>
 #include <fmt/ranges.h>
@@ -32,6 +33,8 @@ Assign assign_of(const NodeStep& job, int attempt, int node_rank, int nodes, con
   // /proc state. The agent reports the stalled ranks (Stalled) and the
   // head names them and stops every node.
   if (job.group.stall_timeout_s) m.stall_ms = std::llround(*job.group.stall_timeout_s * 1000);
+  if (job.group.forensics_stacks)
+    m.forensics_ms = std::max<std::int64_t>(1, std::llround(job.group.forensics_timeout_s * 1000));
   return m;
 }
 

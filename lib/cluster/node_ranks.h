@@ -33,8 +33,10 @@ class NodeRanks {
   // As Supervisor's: the attempt's ranks, run until every one has ended.
   virtual AttemptRecord run_group(const std::vector<WorkerLaunch>& launches, const GroupOptions& options,
                                   GroupObserver* observer) = 0;
-  virtual void stop_group(Outcome why) = 0;
+  virtual void stop_group(Outcome why, bool stacks_first) = 0;
   virtual void kill_group() = 0;
+  // The live ranks' stacks, now: the observer's on_stacks gets them.
+  virtual void take_stacks(int request) = 0;
   virtual void signal_workers(int sig) = 0;
   virtual void pause_output() = 0;
   virtual void resume_output() = 0;
@@ -58,8 +60,9 @@ class SupervisedRanks : public NodeRanks {
                           GroupObserver* observer) override {
     return supervisor_->run_group(launches, options, observer);
   }
-  void stop_group(Outcome why) override { supervisor_->stop_group(why); }
+  void stop_group(Outcome why, bool stacks_first) override { supervisor_->stop_group(why, stacks_first); }
   void kill_group() override { supervisor_->kill_group(); }
+  void take_stacks(int request) override { supervisor_->take_stacks(request); }
   void signal_workers(int sig) override { supervisor_->signal_workers(sig); }
   void pause_output() override { supervisor_->pause_output(); }
   void resume_output() override { supervisor_->resume_output(); }

@@ -388,6 +388,7 @@ class FlowRunner {
     group.grace_s = options_.grace_s;
     group.stall_timeout_s = step.stall_timeout_s;
     group.run_dir = ctx_.layout.run_dir;
+    group.stacks_file = ctx_.layout.step_dir(step.name) + "/stacks.json";
     group.style = style_;
     return group;
   }

@@ -216,6 +216,7 @@ void write(Writer& w, const Assign& m) {
   w.put("want_port", m.want_port);
   w.put("grace_ms", m.grace_ms);
   w.put("stall_ms", m.stall_ms);
+  w.put("forensics_ms", m.forensics_ms);
 }
 void read(Reader& r, Assign& m) {
   m.step = r.str("step");
@@ -229,6 +230,7 @@ void read(Reader& r, Assign& m) {
   m.want_port = r.boolean("want_port");
   m.grace_ms = r.integer<std::int64_t>("grace_ms");
   m.stall_ms = r.optional_integer("stall_ms");
+  m.forensics_ms = r.integer<std::int64_t>("forensics_ms");
 }
 
 void write(Writer& w, const Ready& m) {
@@ -244,6 +246,49 @@ void read(Reader& r, Ready& m) {
   m.address = r.str("address");
   m.port = r.integer<int>("port");
   m.gpus = r.integer<int>("gpus");
+}
+
+void write(Writer& w, const StackEntry& m);
+void read(Reader& r, StackEntry& m);
+
+// A list of structs (Start's ranks, Stacks' ranks): the field "ranks" (their
+// count), then one field "r0", "r1", ... each, the encode_fields of one item.
+template <class Item>
+void write_items(Writer& w, const std::vector<Item>& items) {
+  w.put("ranks", items.size());
+  for (std::size_t i = 0; i < items.size(); ++i) {
+    Writer item;
+    write(item, items[i]);
+    w.put("r" + std::to_string(i), std::string_view(item.take()));
+  }
+}
+
+// `message` names it in an error: "start field 'r0': field 'devices' is missing".
+template <class Item>
+void read_items(Reader& r, const char* message, std::vector<Item>& items) {
+  const auto count = r.integer<std::size_t>("ranks");
+  if (count >= kMaxStartFields) {
+    r.fail("field 'ranks' is " + std::to_string(count) + ", more ranks than a " + message + " can hold");
+    return;
+  }
+  for (std::size_t i = 0; i < count; ++i) {
+    const std::string key = "r" + std::to_string(i);
+    const std::string* value = r.raw(key);
+    if (!value) return;
+    std::string error;
+    auto fields = decode_fields(*value, &error);
+    Item item;
+    if (fields) {
+      Reader sub(*fields, &error);
+      read(sub, item);
+      if (sub.finish()) {
+        items.push_back(std::move(item));
+        continue;
+      }
+    }
+    r.fail(std::string(message) + " field '" + key + "': " + error);
+    return;
+  }
 }
 
 void write(Writer& w, const StartRank& m) {
@@ -285,12 +330,7 @@ void write(Writer& w, const Start& m) {
   w.put("devices", devices_name(m.devices));
   w.put("workdir", m.workdir);
   w.put("argv", m.argv);
-  w.put("ranks", m.ranks.size());
-  for (std::size_t i = 0; i < m.ranks.size(); ++i) {
-    Writer rank;
-    write(rank, m.ranks[i]);
-    w.put("r" + std::to_string(i), std::string_view(rank.take()));
-  }
+  write_items(w, m.ranks);
 }
 void read(Reader& r, Start& m) {
   m.attempt = r.integer<int>("attempt");
@@ -322,29 +362,7 @@ void read(Reader& r, Start& m) {
     r.fail("field 'devices' is '" + shown(devices) + "', not leave, set or if_inherited");
   m.workdir = r.str("workdir");
   m.argv = r.list("argv");
-  const auto count = r.integer<std::size_t>("ranks");
-  if (count >= kMaxStartFields) {
-    r.fail("field 'ranks' is " + std::to_string(count) + ", more ranks than a start can hold");
-    return;
-  }
-  for (std::size_t i = 0; i < count; ++i) {
-    const std::string key = "r" + std::to_string(i);
-    const std::string* value = r.raw(key);
-    if (!value) return;
-    std::string error;
-    auto fields = decode_fields(*value, &error);
-    StartRank rank;
-    if (fields) {
-      Reader sub(*fields, &error);
-      read(sub, rank);
-      if (sub.finish()) {
-        m.ranks.push_back(std::move(rank));
-        continue;
-      }
-    }
-    r.fail("start field '" + key + "': " + error);
-    return;
-  }
+  read_items(r, "start", m.ranks);
 }
 
 void write(Writer& w, const Output& m) {
@@ -420,10 +438,39 @@ void read(Reader&, Heartbeat&) {}
 void write(Writer& w, const Stop& m) {
   w.put("reason", m.reason);
   w.put("kill", m.kill);
+  w.put("stacks", m.stacks);
 }
 void read(Reader& r, Stop& m) {
   m.reason = r.str("reason");
   m.kill = r.boolean("kill");
+  m.stacks = r.boolean("stacks");
+}
+
+void write(Writer& w, const TakeStacks& m) { w.put("request", m.request); }
+void read(Reader& r, TakeStacks& m) { m.request = r.integer<int>("request"); }
+
+void write(Writer& w, const StackEntry& m) {
+  w.put("rank", m.rank);
+  w.put("dump", m.dump);
+  w.put("kernel", m.kernel);
+  w.put("missing", m.missing);
+}
+void read(Reader& r, StackEntry& m) {
+  m.rank = r.integer<int>("rank");
+  m.dump = r.str("dump");
+  m.kernel = r.str("kernel");
+  m.missing = r.str("missing");
+}
+
+void write(Writer& w, const Stacks& m) {
+  w.put("request", m.request);
+  w.put("source", m.source);
+  write_items(w, m.ranks);
+}
+void read(Reader& r, Stacks& m) {
+  m.request = r.integer<int>("request");
+  m.source = r.str("source");
+  read_items(r, "stacks", m.ranks);
 }
 
 void write(Writer& w, const Stalled& m) {
@@ -553,7 +600,8 @@ Frame encode_one(const M& m) {
 
 template <class M>
 std::optional<Message> decode_one(const Frame& frame, std::string* why) {
-  const std::size_t max_fields = std::is_same_v<M, Start> ? kMaxStartFields : kMaxFields;
+  const std::size_t max_fields =
+      std::is_same_v<M, Start> || std::is_same_v<M, Stacks> ? kMaxStartFields : kMaxFields;
   auto fields = decode_fields(frame.payload, why, max_fields);
   if (!fields) return std::nullopt;
   M m;
@@ -594,6 +642,8 @@ Frame encode(const Output& m) { return encode_one(m); }
 Frame encode(const Exited& m) { return encode_one(m); }
 Frame encode(const Heartbeat& m) { return encode_one(m); }
 Frame encode(const Stop& m) { return encode_one(m); }
+Frame encode(const TakeStacks& m) { return encode_one(m); }
+Frame encode(const Stacks& m) { return encode_one(m); }
 Frame encode(const Stalled& m) { return encode_one(m); }
 Frame encode(const UploadBegin& m) { return encode_one(m); }
 Frame encode(const UploadChunk& m) { return encode_one(m); }

@@ -642,6 +642,25 @@ std::string format_stacks_line(const StackReport& stacks) {
   return "flowrun:   " + join(parts, "; ");
 }
 
+std::string stacks_headline(const std::string& step, const StackReport& stacks) {
+  if (stacks.ranks == 0) return fmt::format("flowrun: stacks of step '{}': no rank is running", step);
+  return fmt::format("flowrun: stacks of step '{}' ({} rank{}, by {}); nothing was stopped", step,
+                     stacks.ranks, stacks.ranks == 1 ? "" : "s", stacks.source);
+}
+
+std::string stacks_document(const std::string& step, const StackReport& stacks,
+                            std::int64_t requested_unix_ns, std::int64_t taken_unix_ns) {
+  Json json;
+  json["step"] = step;
+  json["requested_unix_ns"] = requested_unix_ns;
+  json["taken_unix_ns"] = taken_unix_ns;
+  json["ranks"] = stacks.ranks;
+  Json grouped = stacks_json(stacks);
+  json["source"] = std::move(grouped["source"]);
+  json["groups"] = std::move(grouped["groups"]);
+  return to_document(json);
+}
+
 std::string format_stall_message(const std::string& step, const std::vector<WorkerRecord>& stalled,
                                  double stall_timeout_s) {
   std::vector<const WorkerRecord*> workers;

@@ -1,5 +1,3 @@
-#include "stacks.h"
-
 #include <algorithm>
 #include <boost/asio/posix/stream_descriptor.hpp>
 #include <boost/asio/post.hpp>
@@ -21,6 +19,7 @@
 #include "flowrun/process.h"
 #include "flowrun/util.h"
 
+#include "stack_taker.h"
 #include "worker_pipes.h"
 
 extern char** environ;
@@ -207,9 +206,25 @@ std::string kernel_state(pid_t pid) {
 
 // --- taking them ----------------------------------------------------------
 
+std::string cap_stack_dump(std::string text) {
+  if (text.size() <= kMaxStackDumpBytes) return text;
+  std::size_t cut = text.rfind('\n', kMaxStackDumpBytes - 64);
+  if (cut == std::string::npos) cut = kMaxStackDumpBytes - 64;
+  const std::size_t more = text.size() - cut;
+  text.resize(cut);
+  text += fmt::format("\n(cut: {} bytes more)\n", more);
+  return text;
+}
+
+std::string stack_file_text(const RankStack& found, const std::string& looked) {
+  std::string text = found.dump;
+  if (!looked.empty()) text = fmt::format("(py-spy missing: {})\nkernel: {}\n", looked, found.kernel);
+  if (!text.empty() && text.back() != '\n') text += '\n';
+  if (!found.missing.empty()) text += "(no stack: " + found.missing + ")\n";
+  return text;
+}
+
 struct StackTaker::Job {
-  int rank = -1;
-  pid_t rank_pid = -1;
   pid_t pid = -1;  // py-spy's
   std::string out_path, err_path;
   std::unique_ptr<asio::posix::stream_descriptor> watch;
@@ -230,13 +245,13 @@ StackTaker::~StackTaker() {
 
 bool StackTaker::start(const std::vector<Worker>& workers, double timeout_s,
                        std::function<void(const std::string&)> say, std::function<void()> done) {
-  if (std::none_of(workers.begin(), workers.end(),
-                   [](const Worker& w) { return w.alive && w.record.rank >= 0; }))
+  if (running_ || std::none_of(workers.begin(), workers.end(),
+                               [](const Worker& w) { return w.alive && w.record.rank >= 0; }))
     return false;
   jobs_.clear();
-  report_.reset();
-  std::string looked;
-  const std::string py_spy = find_py_spy(workers, &looked);
+  found_.clear();
+  const std::string py_spy = find_py_spy(workers, &looked_);
+  if (!py_spy.empty()) looked_.clear();
   source_ = py_spy.empty() ? "kernel" : "py-spy";
   timeout_s_ = timeout_s;
   if (py_spy.empty() && !warned_missing) {
@@ -244,21 +259,18 @@ bool StackTaker::start(const std::vector<Worker>& workers, double timeout_s,
     say(
         fmt::format("flowrun: cannot take the ranks' Python stacks: {} (install it: pip install py-spy); "
                     "saying what the kernel tells instead",
-                    looked));
+                    looked_));
   }
   for (const auto& w : workers) {
     if (!w.alive || w.pid <= 0 || w.record.rank < 0) continue;
     auto job = std::make_unique<Job>();
-    job->rank = w.record.rank;
-    job->rank_pid = w.pid;
     job->found.rank = w.record.rank;
     job->out_path = stack_file(w);
     if (py_spy.empty()) {
       job->found.kernel = kernel_state(w.pid);
       if (job->found.kernel.empty()) job->found.missing = "it had ended";
       job->finished = true;
-      std::ofstream(job->out_path) << "(py-spy missing: " << looked << ")\nkernel: " << job->found.kernel
-                                   << "\n";
+      std::ofstream(job->out_path) << stack_file_text(job->found, looked_);
       jobs_.push_back(std::move(job));
       continue;
     }
@@ -313,7 +325,7 @@ void StackTaker::finish_one(Job& job, const char* cut_short) {
   int status = 0;
   const bool reaped = waitpid(job.pid, &status, 0) == job.pid;  // ECHILD: the exit watch reaped it
   if (job.watch) job.watch->close();
-  const std::string out = read_small(job.out_path);
+  std::string out = read_small(job.out_path);
   const std::string err = read_small(job.err_path);
   unlink(job.err_path.c_str());
   if (timed_out) {
@@ -321,6 +333,7 @@ void StackTaker::finish_one(Job& job, const char* cut_short) {
                                            : fmt::format("py-spy did not finish within {:g} s", timeout_s_);
   } else if (auto stack = parse_py_spy_dump(out)) {
     job.found.stack = std::move(stack);
+    job.found.dump = cap_stack_dump(std::move(out));
   } else {
     std::string why = err.substr(0, err.find('\n'));
     if (why.empty())
@@ -337,11 +350,10 @@ void StackTaker::maybe_done() {
   if (!std::all_of(jobs_.begin(), jobs_.end(), [](const auto& job) { return job->finished; })) return;
   running_ = false;
   deadline_.cancel();
-  std::vector<RankStack> found;
-  for (auto& job : jobs_) found.push_back(std::move(job->found));
-  std::sort(found.begin(), found.end(),
+  found_.clear();
+  for (auto& job : jobs_) found_.push_back(std::move(job->found));
+  std::sort(found_.begin(), found_.end(),
             [](const RankStack& a, const RankStack& b) { return a.rank < b.rank; });
-  report_ = group_stacks(found, source_);
   if (done_) {
     auto done = std::move(done_);
     done_ = nullptr;
@@ -349,16 +361,12 @@ void StackTaker::maybe_done() {
   }
 }
 
-std::optional<StackReport> StackTaker::take() {
-  if (running_) {  // the group ended meanwhile: what is missing stays missing
-    done_ = nullptr;
-    for (auto& job : jobs_) {
-      if (!job->finished) finish_one(*job, "the step ended before py-spy did");
-    }
+void StackTaker::cut_short() {
+  if (!running_) return;
+  done_ = nullptr;
+  for (auto& job : jobs_) {
+    if (!job->finished) finish_one(*job, "the step ended before py-spy did");
   }
-  auto report = std::move(report_);
-  report_.reset();
-  return report;
 }
 
 }  // namespace flowrun

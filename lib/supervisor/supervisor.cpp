@@ -14,8 +14,10 @@
 #include <signal.h>
 #include <time.h>
 #include <unistd.h>
+#include <utility>
 
 #include "flowrun/error.h"
+#include "flowrun/files.h"
 #include "flowrun/process.h"
 #include "flowrun/rank_output.h"
 #include "flowrun/util.h"
@@ -23,7 +25,7 @@
 #include "console_writer.h"
 #include "exit_watch.h"
 #include "leftover_sweep.h"
-#include "stacks.h"
+#include "stack_taker.h"
 #include "stall_watch.h"
 #include "worker_pipes.h"
 
@@ -98,6 +100,21 @@ std::string write_failure_hint(int err, const std::string& run_dir) {
                      err == ENOSPC || err == EDQUOT ? "free space there" : "fix that", run_dir);
 }
 
+std::string publish_stacks(const std::string& step, const StackReport& report, const std::string& stacks_file,
+                           std::int64_t requested_unix_ns) {
+  std::string text = stacks_headline(step, report);
+  if (!report.groups.empty()) text += "\n" + format_stacks_line(report);
+  if (stacks_file.empty()) return text;
+  const std::string dir = stacks_file.substr(0, stacks_file.rfind('/') + 1);
+  if (report.ranks > 0) text += fmt::format("\nflowrun:   whole stacks: {}rank*/stack.txt", dir);
+  try {
+    write_file(stacks_file, stacks_document(step, report, requested_unix_ns, unix_now_ns()));
+  } catch (const Error& e) {
+    text += fmt::format("\nflowrun:   {}", e.what());
+  }
+  return text;
+}
+
 void Console::message(const std::string& text) const {
   if (text.empty()) return;
   if (text.back() == '\n') {
@@ -166,6 +183,7 @@ struct Supervisor::Impl {
   asio::signal_set child_signals{io, SIGCHLD};
   asio::signal_set stop_signals{io};
   asio::signal_set forward_signals{io, SIGUSR1, SIGUSR2};
+  asio::signal_set stacks_signal{io};  // SIGQUIT, when it is no stop signal
   asio::steady_timer grace_timer{io};
   asio::steady_timer timeout_timer{io};
   Console console;
@@ -207,11 +225,20 @@ struct Supervisor::Impl {
   LeftoverSweep sweep{guardian, workers};
   ExitWatch exits{io, guardian, workers, [this](Worker& w) { on_exit(w); }, [this] { advance(); }};
   StackTaker stacks{io};
+  // Who waits for the stacks being taken: requests on demand (take_stacks,
+  // kStacksOnSignal), and the stop, which signals once they are in.
+  std::vector<int> stack_requests;
+  bool stop_after_stacks = false;
+  bool force_stacks = false;               // stop_group's stacks_first
+  std::optional<StackReport> stop_stacks;  // the attempt's, taken before its stop
+  std::int64_t stacks_requested_ns = 0;    // the first waiting request's arrival
 
   Impl(Console c, pid_t g, const std::vector<int>& handled) : console(c), guardian(g) {
-    for (int sig : kStopSignals) {
+    for (int sig : {SIGTERM, SIGINT, SIGHUP, SIGQUIT}) {
       if (std::find(handled.begin(), handled.end(), sig) != handled.end()) {
         stop_signals.add(sig);
+      } else if (sig == SIGQUIT) {
+        stacks_signal.add(sig);
       } else {
         signal(sig, SIG_IGN);  // --signals-to-handle left it out
       }
@@ -219,6 +246,7 @@ struct Supervisor::Impl {
     wait_child();
     wait_stop();
     wait_forward();
+    wait_stacks_signal();
   }
 
   void wait_child() {
@@ -243,6 +271,14 @@ struct Supervisor::Impl {
       if (ec) return;
       on_forward_signal(sig);
       wait_forward();
+    });
+  }
+
+  void wait_stacks_signal() {
+    stacks_signal.async_wait([this](const boost::system::error_code& ec, int) {
+      if (ec) return;
+      on_stacks_signal();
+      wait_stacks_signal();
     });
   }
 
@@ -280,6 +316,60 @@ struct Supervisor::Impl {
     }
   }
 
+  // --- stacks on demand ------------------------------------------------
+
+  // SIGQUIT: every rank's stack now; nothing stops.
+  void on_stacks_signal() {
+    if (!in_group || done || stopping) {
+      console.message(
+          fmt::format("flowrun: SIGQUIT received {}: no running rank to take the stack of (SIGQUIT takes "
+                      "every running rank's stack and stops nothing)",
+                      in_group && stopping ? "while the step stops" : "between steps"));
+      return;
+    }
+    if (observer != nullptr && observer->on_stacks_request()) return;
+    take_stacks(kStacksOnSignal);
+  }
+
+  void take_stacks(int request) {
+    if (stack_requests.empty() && !stop_after_stacks) stacks_requested_ns = unix_now_ns();
+    stack_requests.push_back(request);
+    if (stacks.running()) return;
+    // No rank is alive, or they are being stopped: an empty answer, at once.
+    if ((stopping && !stop_after_stacks) || !start_stacks()) answer_stacks({}, "");
+  }
+
+  // Starts taking the live ranks' stacks, unless a taking runs already
+  // (whose stacks then serve every request: they are seconds old).
+  bool start_stacks() {
+    if (stacks.running()) return true;
+    const auto say_it = [this](const std::string& text) { say(text); };
+    return stacks.start(workers, options.forensics_timeout_s, say_it, [this] { stacks_taken(); });
+  }
+
+  // The stacks are in: to those who asked, then the stop goes on.
+  void stacks_taken() {
+    answer_stacks(stacks.found(), stacks.source());
+    if (!stop_after_stacks) return;
+    stop_after_stacks = false;
+    if (observer == nullptr || !observer->on_stacks(kStacksBeforeStop, stacks.found(), stacks.source()))
+      stop_stacks = group_stacks(stacks.found(), stacks.source());
+    stop_workers();
+  }
+
+  void answer_stacks(const std::vector<RankStack>& found, const std::string& source) {
+    const std::vector<int> requests = std::exchange(stack_requests, {});
+    for (int request : requests) {
+      if (observer != nullptr && observer->on_stacks(request, found, source)) continue;
+      report_stacks(group_stacks(found, source), stacks_requested_ns);
+    }
+  }
+
+  // Stacks taken on demand, on the console and in the step's stacks.json.
+  void report_stacks(const StackReport& report, std::int64_t requested_ns) {
+    say(publish_stacks(options.step, report, options.stacks_file, requested_ns));
+  }
+
   // --- exits -------------------------------------------------------------
 
   // A worker's exit, in its record now: a failure stops the group.
@@ -302,16 +392,19 @@ struct Supervisor::Impl {
 
   // --- stopping ----------------------------------------------------------
 
-  // A stall, a timeout or a failure: the live ranks' stacks first (rank
-  // groups of this host only), then the signals.
+  // A stall, a timeout or a failure (or a stop with stacks_first): the live
+  // ranks' stacks first, then the signals.
   void begin_stop() {
     if (stopping) return;
     stopping = true;
     stall.note_silence();
-    const auto say_it = [this](const std::string& text) { say(text); };
-    if (observer != nullptr || outcome == Outcome::interrupted ||
-        !stacks.start(workers, options.forensics_timeout_s, say_it, [this] { stop_workers(); }))
-      stop_workers();
+    const bool wanted = options.forensics_stacks && (outcome != Outcome::interrupted || force_stacks);
+    if (wanted && start_stacks()) {
+      if (stack_requests.empty()) stacks_requested_ns = unix_now_ns();
+      stop_after_stacks = true;
+      return;
+    }
+    stop_workers();
   }
 
   void stop_workers() {
@@ -469,6 +562,9 @@ struct Supervisor::Impl {
     observer_stops = false;
     in_group = true;
     stopping = kill_now = sweeping = finishing = done = grace_expired = false;
+    force_stacks = stop_after_stacks = false;
+    stack_requests.clear();
+    stop_stacks.reset();
     stall.reset();
     outcome = Outcome::succeeded;
     write_error.clear();
@@ -546,7 +642,15 @@ struct Supervisor::Impl {
     attempt.end_unix_ns = unix_now_ns();
     attempt.outcome = outcome;
     attempt.write_error = write_error;
-    attempt.stacks = stacks.take();
+    // The group ended while py-spy ran: what is missing stays missing.
+    if (stacks.running()) {
+      stacks.cut_short();
+      if (stop_after_stacks) stop_stacks = group_stacks(stacks.found(), stacks.source());
+    }
+    stop_after_stacks = false;
+    stack_requests.clear();
+    attempt.stacks = std::move(stop_stacks);
+    stop_stacks.reset();
     for (auto& w : workers) {
       if (w.log) w.record.stderr_tail = w.log->tail();
       attempt.workers.push_back(std::move(w.record));
@@ -590,11 +694,20 @@ AttemptRecord Supervisor::finish_group() { return impl_->finish(); }
 
 boost::asio::io_context& Supervisor::io() { return impl_->io; }
 
-void Supervisor::stop_group(Outcome why) {
+void Supervisor::stop_group(Outcome why, bool stacks_first) {
   if (!impl_->in_group || impl_->stopping) return;
   impl_->outcome = why;
+  impl_->force_stacks = stacks_first;
   impl_->begin_stop();
   impl_->advance();
+}
+
+void Supervisor::take_stacks(int request) {
+  if (!impl_->in_group || impl_->done) {
+    if (impl_->observer != nullptr) impl_->observer->on_stacks(request, {}, "py-spy");
+    return;
+  }
+  impl_->take_stacks(request);
 }
 
 void Supervisor::kill_group() {

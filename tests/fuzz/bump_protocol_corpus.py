@@ -19,7 +19,9 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 CORPUS = os.path.join(ROOT, "tests", "fuzz", "corpus", "protocol")
 with open(os.path.join(ROOT, "lib", "protocol", "include", "flowrun", "protocol.h")) as header:
     VERSION = int(re.search(r"kProtocolVersion = (\d+);", header.read()).group(1))
+ASSIGN = 6
 START = 7
+STOP = 11
 
 
 def decode_fields(payload):
@@ -67,7 +69,22 @@ def start_5_to_6(payload):
     return encode_fields(new)
 
 
-REWRITE = {(4, START): start_4_to_5, (5, START): start_5_to_6}
+def after(key, added):
+    """A rewrite that puts the fields `added` after the field `key`."""
+    def rewrite(payload):
+        new = []
+        for k, value in decode_fields(payload):
+            new.append((k, value))
+            if k == key:
+                new += added
+        return encode_fields(new)
+    return rewrite
+
+
+REWRITE = {(4, START): start_4_to_5, (5, START): start_5_to_6,
+           # protocol 7: the forensics time in assign, stacks before a stop's signals
+           (6, ASSIGN): after(b"stall_ms", [(b"forensics_ms", b"3000")]),
+           (6, STOP): after(b"kill", [(b"stacks", b"1")])}
 
 
 def bump(frames):

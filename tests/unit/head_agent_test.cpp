@@ -29,6 +29,7 @@
 #include "flowrun/gpu.h"
 #include "flowrun/plan.h"
 #include "flowrun/spec.h"
+#include "flowrun/stacks.h"
 #include "flowrun/supervisor.h"
 
 #include "node_ranks.h"
@@ -46,7 +47,15 @@ struct Play {
   std::string out, err;     // what it writes
   std::string output_file;  // a file it leaves in FLOWRUN_OUTPUT_DIR
   std::string error_json;   // what it writes to TORCHELASTIC_ERROR_FILE
+  std::string stack;        // while it runs, its stack as py-spy prints it
 };
+
+// py-spy's dump of a process in `function` at train.py:`line`, called from <module>.
+std::string py_spy_dump(const std::string& function, int line) {
+  return "Process 4242: python3 train.py\nPython v3.11.2 (/usr/bin/python3.11)\n\n"
+         "Thread 4242 (idle): \"MainThread\"\n    " +
+         function + " (/work/train.py:" + std::to_string(line) + ")\n    <module> (/work/train.py:90)\n";
+}
 
 // The agent died (Play::crashes): thrown out of run_group through the agent.
 struct AgentCrash {};
@@ -93,8 +102,11 @@ class FakeRanks : public cluster::NodeRanks {
     in_group_ = true;
     stopping_ = false;
     outcome_ = Outcome::succeeded;
-    std::vector<bool> ended(launches.size(), false);
-    std::vector<Play> plays;
+    std::vector<bool>& ended = ended_;
+    std::vector<Play>& plays = plays_;
+    ended.assign(launches.size(), false);
+    plays.clear();
+    launches_ = &launches;
     for (const auto& launch : launches) plays.push_back(play_(options.restart_count, launch.rank));
     AttemptRecord record;
     record.restart_count = options.restart_count;
@@ -106,7 +118,7 @@ class FakeRanks : public cluster::NodeRanks {
       w.start_unix_ns = w.end_unix_ns = unix_now_ns();
       ended[i] = true;
       record.workers.push_back(w);
-      if (observer_->on_exit(i, w) && !stopping_) stop_group(Outcome::failed);
+      if (observer_->on_exit(i, w) && !stopping_) stop_group(Outcome::failed, false);
       io_.poll();
     };
     for (std::size_t i = 0; i < launches.size(); ++i) {
@@ -136,13 +148,19 @@ class FakeRanks : public cluster::NodeRanks {
     return record;
   }
 
-  void stop_group(Outcome why) override {
+  void stop_group(Outcome why, bool stacks_first) override {
     if (!in_group_ || stopping_) return;
     stopping_ = true;
     outcome_ = why;
+    // As the supervisor: the live ranks' stacks before the signals.
+    if (why != Outcome::interrupted || stacks_first)
+      observer_->on_stacks(kStacksBeforeStop, stacks(), "py-spy");
     observer_->on_stop(why);
   }
-  void kill_group() override { stop_group(Outcome::interrupted); }
+  void kill_group() override { stop_group(Outcome::interrupted, false); }
+  void take_stacks(int request) override {
+    observer_->on_stacks(request, in_group_ ? stacks() : std::vector<RankStack>{}, "py-spy");
+  }
   void signal_workers(int) override {}
   void pause_output() override {}
   void resume_output() override {}
@@ -161,6 +179,27 @@ class FakeRanks : public cluster::NodeRanks {
   bool in_group_ = false, stopping_ = false;
   Outcome outcome_ = Outcome::succeeded;
   std::vector<std::string> remove_;
+  const std::vector<WorkerLaunch>* launches_ = nullptr;
+  std::vector<Play> plays_;
+  std::vector<bool> ended_;
+
+  // The stacks of the ranks still running, as the supervisor takes them.
+  std::vector<RankStack> stacks() const {
+    std::vector<RankStack> found;
+    for (std::size_t i = 0; i < plays_.size(); ++i) {
+      if (ended_[i]) continue;
+      RankStack r;
+      r.rank = (*launches_)[i].rank;
+      if (plays_[i].stack.empty()) {
+        r.missing = "py-spy: Permission denied";
+      } else {
+        r.dump = plays_[i].stack;
+        r.stack = parse_py_spy_dump(r.dump);
+      }
+      found.push_back(std::move(r));
+    }
+    return found;
+  }
 };
 
 const char* kSpec =
@@ -419,4 +458,34 @@ TEST_CASE("head and agents: a restart assigns every node again and starts the se
   c.close();
   CHECK(c.attempts(0) == std::vector<int>{0, 1});
   CHECK(c.attempts(1) == std::vector<int>{0, 1});
+}
+
+TEST_CASE("head and agents: a failure's stacks come from every node, grouped across them", "[cluster]") {
+  // Rank 1 fails; ranks 0 and 3 wait in all_reduce, rank 2 in load_batch:
+  // each agent takes its own live ranks' stacks before its stop's signals.
+  Cluster c([](int, int rank) {
+    Play p;
+    if (rank == 1) {
+      p.code = 3;
+      return p;
+    }
+    p.waits = true;
+    p.stack = rank == 2 ? py_spy_dump("load_batch", 41) : py_spy_dump("all_reduce", 88);
+    return p;
+  });
+  const AttemptResult result = c.attempt(0);
+  CHECK(result.record.outcome == Outcome::failed);
+  REQUIRE(result.record.stacks.has_value());
+  const StackReport& stacks = *result.record.stacks;
+  CHECK(stacks.source == "py-spy");
+  CHECK(stacks.ranks == 3);
+  REQUIRE(stacks.groups.size() == 2);
+  CHECK(stacks.groups[0].ranks == std::vector<int>{0, 3});
+  CHECK(stacks.groups[0].where == "all_reduce (train.py:88)");
+  CHECK(stacks.groups[1].ranks == std::vector<int>{2});
+  CHECK(stacks.groups[1].where == "load_batch (train.py:41)");
+  // Each rank's whole stack is in its rank directory at the head.
+  CHECK(read_text(c.layout().rank_dir("train", 2) + "/stack.txt") == py_spy_dump("load_batch", 41));
+  CHECK(read_text(c.layout().rank_dir("train", 3) + "/stack.txt") == py_spy_dump("all_reduce", 88));
+  c.close();
 }

@@ -104,8 +104,9 @@ std::vector<Message> samples() {
       exited,
       spawn_failed,
       Heartbeat{},
-      Stop{"its agent received SIGTERM", false},
-      Stop{"killed", true},
+      Stop{"its agent received SIGTERM", false, false},
+      Stop{"killed", true, false},
+      Stop{"rank 1 on node-a exited with code 3", false, true},
       Stalled{{{0, 61'000, false}, {1, 3'600'000'000, true}}},
       Stalled{},
       UploadBegin{2, "out/result.txt", 5'000'000'000},
@@ -119,6 +120,13 @@ std::vector<Message> samples() {
       PreflightId{std::string(256, 'f')},
       PreflightDone{R"({"hostname": "node-a"})"},
       Signal{"SIGUSR1"},
+      TakeStacks{3},
+      Stacks{0,
+             "py-spy",
+             {{2, "Thread 7 (idle): \"MainThread\"\n    f (/w/t.py:1)\n", "", ""},
+              {3, "", "", "py-spy: Permission denied"}}},
+      Stacks{4, "kernel", {{1, "", "futex_wait_queue (state S, syscall 202)", ""}}},
+      Stacks{5, "", {}},
   };
 }
 
@@ -178,8 +186,13 @@ TEST_CASE("every message comes back from the wire as it was sent", "[messages]")
 }
 
 TEST_CASE("a message's fields are on the wire under their names, in order", "[messages]") {
-  CHECK(encode(Stop{"killed", true}) ==
-        Frame{MessageType::stop, encode_fields({{"reason", "killed"}, {"kill", "1"}})});
+  CHECK(encode(Stop{"killed", true, false}) ==
+        Frame{MessageType::stop, encode_fields({{"reason", "killed"}, {"kill", "1"}, {"stacks", "0"}})});
+  CHECK(fields_of(Stacks{2, "py-spy", {{1, "d", "", ""}}}) ==
+        Fields{{"request", "2"},
+               {"source", "py-spy"},
+               {"ranks", "1"},
+               {"r0", encode_fields({{"rank", "1"}, {"dump", "d"}, {"kernel", ""}, {"missing", ""}})}});
   CHECK(encode(Heartbeat{}) == Frame{MessageType::heartbeat, ""});
   CHECK(encode(Stalled{{{3, 1500, true}, {4, 0, false}}}).payload ==
         encode_fields({{"ranks", "3 1500 1\n4 0 0\n"}}));
@@ -323,6 +336,15 @@ TEST_CASE("a start's ranks are checked one by one", "[messages]") {
         "start field 'r1': field 'local_rank' is missing");
   CHECK(refusal(MessageType::start, with(fields, "r0", "\0"s)) ==
         "start field 'r0': truncated payload at byte 0: a length needs 4 bytes, 1 are left");
+}
+
+TEST_CASE("a stacks message's ranks are checked one by one", "[messages]") {
+  const Fields fields = fields_of(Stacks{0, "py-spy", {{0, "x", "", ""}, {1, "", "", "gone"}}});
+  CHECK(refusal(MessageType::stacks, with(fields, "ranks", "3")) == "field 'r2' is missing");
+  CHECK(refusal(MessageType::stacks, with(fields, "ranks", "65536")) ==
+        "field 'ranks' is 65536, more ranks than a stacks can hold");
+  CHECK(refusal(MessageType::stacks, with(fields, "r1", encode_fields({{"rank", "1"}}))) ==
+        "stacks field 'r1': field 'dump' is missing");
 }
 
 TEST_CASE("a stall report's lines are checked", "[messages]") {

@@ -1,11 +1,11 @@
 // Hang forensics (lib/supervisor/stacks.cpp): reading py-spy's dump, the
 // innermost frame of user code, grouping the ranks by identical stacks and
 // the report's line.
-#include "stacks.h"
-
 #include <catch2/catch.hpp>
 #include <string>
 #include <unistd.h>
+
+#include "stack_taker.h"
 
 using namespace flowrun;
 
@@ -91,8 +91,8 @@ TEST_CASE("ranks grouped by identical frames, ignoring pids and thread ids; the 
     CHECK(group_stacks(ranks, "py-spy").groups.size() == 3);
   }
   SECTION("missing stacks come last, grouped by reason") {
-    ranks[1] = RankStack{1, std::nullopt, "", "py-spy did not finish within 3 s"};
-    ranks[3] = RankStack{3, std::nullopt, "", "py-spy did not finish within 3 s"};
+    ranks[1] = RankStack{1, std::nullopt, "", "py-spy did not finish within 3 s", ""};
+    ranks[3] = RankStack{3, std::nullopt, "", "py-spy did not finish within 3 s", ""};
     const StackReport r = group_stacks(ranks, "py-spy");
     REQUIRE(r.groups.size() == 3);
     CHECK(r.groups[2].ranks == std::vector<int>{1, 3});
@@ -102,9 +102,9 @@ TEST_CASE("ranks grouped by identical frames, ignoring pids and thread ids; the 
           "1, 3: no stack (py-spy did not finish within 3 s)");
   }
   SECTION("the kernel's words group the same way") {
-    std::vector<RankStack> kernel{{0, std::nullopt, "futex_wait_queue (state S, syscall 202)", ""},
-                                  {1, std::nullopt, "running (state R)", ""},
-                                  {2, std::nullopt, "futex_wait_queue (state S, syscall 202)", ""}};
+    std::vector<RankStack> kernel{{0, std::nullopt, "futex_wait_queue (state S, syscall 202)", "", ""},
+                                  {1, std::nullopt, "running (state R)", "", ""},
+                                  {2, std::nullopt, "futex_wait_queue (state S, syscall 202)", "", ""}};
     const StackReport r = group_stacks(kernel, "kernel");
     REQUIRE(r.groups.size() == 2);
     CHECK(r.groups[0].ranks == std::vector<int>{0, 2});
@@ -115,4 +115,19 @@ TEST_CASE("ranks grouped by identical frames, ignoring pids and thread ids; the 
 TEST_CASE("the kernel's state of a live process and of none") {
   CHECK(kernel_state(getpid()).find("(state R") != std::string::npos);
   CHECK(kernel_state(-5).empty());
+}
+
+TEST_CASE("a rank's stack.txt and the text cut for the wire", "[stacks]") {
+  RankStack r{2, std::nullopt, "futex_wait_queue (state S, syscall 202)", "", ""};
+  CHECK(stack_file_text(r, "no py-spy on PATH") ==
+        "(py-spy missing: no py-spy on PATH)\nkernel: futex_wait_queue (state S, syscall 202)\n");
+  r = RankStack{3, std::nullopt, "", "py-spy: Permission denied", ""};
+  CHECK(stack_file_text(r, "") == "(no stack: py-spy: Permission denied)\n");
+  CHECK(cap_stack_dump("short\n") == "short\n");
+  std::string big;
+  while (big.size() < kMaxStackDumpBytes + 5000) big += "    frame (/w/train.py:1)\n";
+  const std::string cut = cap_stack_dump(big);
+  CHECK(cut.size() <= kMaxStackDumpBytes);
+  CHECK(cut.find("\n(cut: ") != std::string::npos);
+  CHECK(cut.substr(cut.size() - 12) == "bytes more)\n");
 }

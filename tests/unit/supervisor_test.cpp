@@ -379,7 +379,10 @@ TEST_CASE("paused output: the step's timeout still stops the workers", "[supervi
 TEST_CASE("--signals-to-handle names stop signals; SIGUSR1 and SIGUSR2 are always forwarded",
           "[supervisor]") {
   std::string error;
-  CHECK(parse_signals_to_handle("SIGTERM,SIGINT,SIGHUP,SIGQUIT", &error) == kStopSignals);
+  CHECK(parse_signals_to_handle("SIGTERM,SIGINT,SIGHUP", &error) == kStopSignals);
+  // Listed, SIGQUIT stops as in torchrun; unlisted, it takes the ranks' stacks.
+  CHECK(parse_signals_to_handle("SIGTERM,SIGINT,SIGHUP,SIGQUIT", &error) ==
+        std::vector<int>{SIGTERM, SIGINT, SIGHUP, SIGQUIT});
   CHECK(parse_signals_to_handle("term, int,SIGTERM", &error) == std::vector<int>{SIGTERM, SIGINT});
   CHECK(parse_signals_to_handle("SIGTERM,SIGUSR1,SIGUSR2", &error) == std::vector<int>{SIGTERM});
   CHECK(parse_signals_to_handle("", &error) == std::vector<int>{});

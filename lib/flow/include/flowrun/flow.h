@@ -60,7 +60,8 @@ struct RunOptions {
   std::string spec_text;
   std::optional<ResumeFrom> resume;
   // --signals-to-handle: which of SIGTERM, SIGINT, SIGHUP and SIGQUIT stop
-  // the run (the others are ignored); nullopt: all four.
+  // the run (the others are ignored; SIGQUIT unlisted takes the ranks'
+  // stacks); nullopt: kStopSignals, the first three.
   std::optional<std::vector<int>> stop_signals;
 };
 

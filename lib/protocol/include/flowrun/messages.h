@@ -97,6 +97,9 @@ struct Assign {
   // The step's stall_timeout, enforced by the agent, whose supervisor reads
   // its ranks' pipes (it reports them with Stalled).
   std::optional<std::int64_t> stall_ms;
+  // How long the agent may take its live ranks' stacks before a stop's
+  // signals (the step's forensics timeout); 0: it takes none.
+  std::int64_t forensics_ms = 0;
   friend bool operator==(const Assign&, const Assign&) = default;
 };
 
@@ -194,13 +197,46 @@ struct Heartbeat {
   friend bool operator==(const Heartbeat&, const Heartbeat&) = default;
 };
 
-// head -> agent: stop every rank (SIGTERM, grace, SIGKILL); kill: SIGKILL now.
-// agent -> head: the agent got a signal (reason says which); kill is false.
+// head -> agent: stop every rank (SIGTERM, grace, SIGKILL); kill: SIGKILL now;
+// stacks: take the live ranks' stacks first (Stacks, request 0), as for a
+// failure, a stall or a timeout on the node itself (not for an interrupt).
+// agent -> head: the agent got a signal (reason says which); kill and
+// stacks are false.
 struct Stop {
   static constexpr MessageType kType = MessageType::stop;
   std::string reason;
   bool kill = false;
+  bool stacks = false;
   friend bool operator==(const Stop&, const Stop&) = default;
+};
+
+// head -> agent: take the live ranks' stacks now and answer with Stacks of
+// the same request (> 0); nothing stops (flowrun stacks, SIGQUIT).
+struct TakeStacks {
+  static constexpr MessageType kType = MessageType::take_stacks;
+  int request = 0;
+  friend bool operator==(const TakeStacks&, const TakeStacks&) = default;
+};
+
+// One rank of Stacks: py-spy's text (at most kMaxStackDumpBytes of it), or
+// the kernel's words, or why there is none.
+struct StackEntry {
+  int rank = 0;
+  std::string dump;
+  std::string kernel;
+  std::string missing;
+  friend bool operator==(const StackEntry&, const StackEntry&) = default;
+};
+
+// agent -> head: the stacks of the node's live ranks, taken before its stop's
+// signals (request 0) or for TakeStacks (its request). On the wire each rank
+// is one field "r0", "r1", ... after "ranks" (their count), as in Start.
+struct Stacks {
+  static constexpr MessageType kType = MessageType::stacks;
+  int request = 0;
+  std::string source;  // "py-spy" or "kernel"
+  std::vector<StackEntry> ranks;
+  friend bool operator==(const Stacks&, const Stacks&) = default;
 };
 
 // agent -> head: ranks of this node wrote nothing for the step's
@@ -308,7 +344,7 @@ struct Signal {
 // message of type i + 1.
 using Message = std::variant<Hello, Challenge, Auth, Welcome, Refused, Assign, Start, Output, Exited,
                              Heartbeat, Stop, UploadBegin, UploadChunk, UploadEnd, Bye, Ready, Done,
-                             Preflight, PreflightId, PreflightDone, Signal, Stalled>;
+                             Preflight, PreflightId, PreflightDone, Signal, Stalled, TakeStacks, Stacks>;
 
 // The frame of each message. Throws flowrun::Error only where the message
 // cannot be written (a list item with a NUL, a list of one empty item): a
@@ -335,6 +371,8 @@ Frame encode(const Preflight& m);
 Frame encode(const PreflightId& m);
 Frame encode(const PreflightDone& m);
 Frame encode(const Signal& m);
+Frame encode(const TakeStacks& m);
+Frame encode(const Stacks& m);
 Frame encode(const Message& m);
 
 // The message in `frame`, or nullopt with *why set (never a throw), e.g.

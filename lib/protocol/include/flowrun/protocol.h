@@ -68,7 +68,7 @@ namespace flowrun {
 // checked, the stall report its own message. 5: start carries the node's
 // part of the plan, and the agent makes its ranks' environment from it.
 // 6: start carries the role (ROLE_NAME) and the job id (TORCHELASTIC_RUN_ID).
-inline constexpr std::uint8_t kProtocolVersion = 6;
+inline constexpr std::uint8_t kProtocolVersion = 7;
 
 // length:u32 + version:u8 + type:u8.
 inline constexpr std::size_t kFrameHeaderBytes = 6;
@@ -123,11 +123,13 @@ enum class MessageType : std::uint8_t {
   preflight_id = 19,
   preflight_done = 20,
   signal = 21,
-  stalled = 22,  // protocol 4 (before, a stop with a field "stalled")
+  stalled = 22,      // protocol 4 (before, a stop with a field "stalled")
+  take_stacks = 23,  // protocol 7
+  stacks = 24,
 };
 
 inline constexpr std::uint8_t kFirstMessageType = 1;
-inline constexpr std::uint8_t kLastMessageType = 22;
+inline constexpr std::uint8_t kLastMessageType = 24;
 
 // "hello", "upload_chunk", ... as in the enum.
 std::string_view message_type_name(MessageType type);

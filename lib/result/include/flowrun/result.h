@@ -273,6 +273,19 @@ std::string format_failure_report(const StepRecord& record, const std::string& e
 // is in load_batch (data.py:41)": the stack groups, the largest first.
 std::string format_stacks_line(const StackReport& stacks);
 
+// The line before it when stacks are taken on demand (SIGQUIT, flowrun
+// stacks): "flowrun: stacks of step 'train' (4 ranks, by py-spy); nothing
+// was stopped", or "...: no rank is running".
+std::string stacks_headline(const std::string& step, const StackReport& stacks);
+
+// A step's stacks.json: stacks taken on demand, as results.json's "stacks"
+// with the step, when they were asked for and when they were in:
+//   {"step": "train", "requested_unix_ns": 1700000000000000000,
+//    "taken_unix_ns": 1700000000300000000, "source": "py-spy", "ranks": 4,
+//    "groups": [{"ranks": [0, 1, 3], "where": "all_reduce (train.py:88)", "missing": null}, ...]}
+std::string stacks_document(const std::string& step, const StackReport& stacks,
+                            std::int64_t requested_unix_ns, std::int64_t taken_unix_ns);
+
 std::string format_stall_message(const std::string& step, const std::vector<WorkerRecord>& stalled,
                                  double stall_timeout_s);
 

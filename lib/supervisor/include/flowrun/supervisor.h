@@ -7,21 +7,26 @@
 // reaped with wait4 (never polled on an interval); output arrives as pipe
 // readiness; signals to flowrun arrive through the same loop.
 //
-// Signals (docs/cli.md has the table): SIGINT, SIGTERM, SIGHUP and SIGQUIT
-// stop the group (the stop signals; a list given to the constructor may
-// leave some out, which flowrun then ignores). Only a SIGINT while the group
-// is already stopping (a second Ctrl-C) skips the grace: a repeated SIGTERM,
-// SIGHUP or SIGQUIT never does, since GNU timeout and Slurm send SIGTERM
-// twice, to flowrun and then to its process group, and the ranks must get
-// their whole grace to write a checkpoint. SIGUSR1 and SIGUSR2 stop nothing:
-// they are forwarded to every live worker's main process (Slurm's
+// Signals (docs/cli.md has the table): SIGINT, SIGTERM and SIGHUP stop the
+// group (the stop signals; a list given to the constructor may leave some
+// out, which flowrun then ignores, or add SIGQUIT, torchrun's fourth). Only a
+// SIGINT while the group is already stopping (a second Ctrl-C) skips the
+// grace: a repeated SIGTERM or SIGHUP never does, since GNU timeout and Slurm
+// send SIGTERM twice, to flowrun and then to its process group, and the ranks
+// must get their whole grace to write a checkpoint. SIGUSR1 and SIGUSR2 stop
+// nothing: they are forwarded to every live worker's main process (Slurm's
 // --signal=USR1@90, Lightning's auto-requeue), or given to the observer.
+// SIGQUIT, unless it is a stop signal, stops nothing either: it takes every
+// live rank's stack now and reports it (flowrun stacks RUN sends it).
 //
 // One shutdown path, for a failed worker, a step timeout, a stall and an
-// interrupt alike: SIGTERM to every live worker's process group (then
-// SIGCONT, so that a stopped process gets it), one shared grace deadline,
-// SIGKILL to what is left, reap. Before the signals, each live worker's
-// silence and state go into its record (WorkerRecord::silent_s, suspended).
+// interrupt alike: first, for all but an interrupt, every live rank's stack
+// (stack_taker.h, within GroupOptions::forensics_timeout_s); then SIGTERM to
+// each live rank's main process (then SIGCONT, so that a stopped process gets
+// it), to the rest of its process group once the main has ended, one shared
+// grace deadline, SIGKILL to what is left, reap. Before the signals, each
+// live worker's silence and state go into its record (WorkerRecord::silent_s,
+// suspended).
 // After the workers are reaped, descendants they left behind (orphans, which
 // come to flowrun as the subreaper) are stopped the same way, so nothing of
 // the group outlives it.
@@ -45,6 +50,7 @@
 #include "flowrun/logmux.h"
 #include "flowrun/rank_output.h"
 #include "flowrun/result.h"
+#include "flowrun/stacks.h"
 
 namespace boost::asio {
 class io_context;
@@ -82,6 +88,11 @@ struct GroupOptions {
   // How long py-spy may take for the live ranks' stacks (all at once) before
   // a stall's, a timeout's or a failure's signals.
   double forensics_timeout_s = 3;
+  // Whether the live ranks' stacks are taken before those signals at all.
+  bool forensics_stacks = true;
+  // Where stacks taken on demand (SIGQUIT, flowrun stacks) are described
+  // (stacks_document: the step's stacks.json); empty: on the console only.
+  std::string stacks_file;
   // The run directory, named in the message about a log file flowrun cannot
   // write (the resume command); empty: none is named.
   std::string run_dir;
@@ -151,13 +162,34 @@ class GroupObserver {
     (void)sig;
     return false;
   }
+  // flowrun got SIGQUIT while the group runs: every rank's stack, now,
+  // stopping nothing. Return true when the observer takes them (the head
+  // asks every agent); else the supervisor takes its own workers' (request
+  // kStacksOnSignal) and reports them.
+  virtual bool on_stacks_request() { return false; }
+  // The stacks of this host's live ranks were taken (`found`, by rank; from
+  // `source`, "py-spy" or "kernel"): before a stop (request kStacksBeforeStop)
+  // or on demand (a take_stacks request, or kStacksOnSignal). Return true
+  // when the observer reports them (an agent sends them to the head); else
+  // the supervisor does: for a stop in the attempt's record, on demand on the
+  // console and in GroupOptions::stacks_file.
+  virtual bool on_stacks(int request, const std::vector<RankStack>& found, const std::string& source) {
+    (void)request, (void)found, (void)source;
+    return false;
+  }
 };
 
-// The signals that stop a group, in torchrun's order for --signals-to-handle.
-inline const std::vector<int> kStopSignals = {SIGTERM, SIGINT, SIGHUP, SIGQUIT};
+// The requests of GroupObserver::on_stacks that are not a take_stacks call's.
+inline constexpr int kStacksBeforeStop = 0;
+inline constexpr int kStacksOnSignal = -1;
+
+// The signals that stop a group unless --signals-to-handle says otherwise:
+// torchrun's default but SIGQUIT, which takes the ranks' stacks instead.
+inline const std::vector<int> kStopSignals = {SIGTERM, SIGINT, SIGHUP};
 
 // Parses torchrun's --signals-to-handle: a comma list of signal names
-// ("SIGTERM,SIGINT", "TERM", any case). Returns the stop signals it names;
+// ("SIGTERM,SIGINT", "TERM", any case). Returns the stop signals it names,
+// SIGQUIT among them when listed (then it stops the step, as in torchrun);
 // SIGUSR1 and SIGUSR2 may be listed (they are always forwarded). Returns
 // nullopt with *error set for a name that is not a signal or one flowrun
 // cannot handle ("SIGKILL").
@@ -200,8 +232,15 @@ class Supervisor {
 
   // Stops the running group as a failure, timeout or interrupt would
   // (an observer's call, e.g. when another node failed). No-op when it is
-  // already stopping or no group runs.
-  void stop_group(Outcome why);
+  // already stopping or no group runs. The live ranks' stacks are taken
+  // first for every outcome but interrupted, and for that too with
+  // `stacks_first` (an agent told by its head that another node failed).
+  void stop_group(Outcome why, bool stacks_first = false);
+
+  // Takes the live ranks' stacks now, stopping nothing; the observer's
+  // on_stacks gets them with `request` (also at once, with none, when no
+  // rank runs).
+  void take_stacks(int request);
 
   // Kills the running group now (SIGKILL), as a second Ctrl-C does.
   void kill_group();
@@ -263,6 +302,13 @@ bool write_all(int fd, const char* data, std::size_t size);
 // written with errno `err`, as the end of flowrun's message:
 // " (free space there, then: flowrun resume RUN_DIR)".
 std::string write_failure_hint(int err, const std::string& run_dir);
+
+// Stacks taken on demand (SIGQUIT, flowrun stacks), by a supervisor or by
+// the head for every node: writes `stacks_file` (stacks_document; nothing
+// when it is empty) and returns flowrun's lines for the console (the
+// headline, the groups, where the whole stacks are).
+std::string publish_stacks(const std::string& step, const StackReport& report, const std::string& stacks_file,
+                           std::int64_t requested_unix_ns);
 
 // Wall-clock nanoseconds since the epoch; monotonic nanoseconds.
 std::int64_t unix_now_ns();

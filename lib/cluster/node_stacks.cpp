@@ -1,0 +1,108 @@
+#include "node_stacks.h"
+
+#include <fmt/format.h>
+#include <vector>
+
+#include "flowrun/files.h"
+
+namespace flowrun::cluster {
+
+namespace {
+
+// Where the ranks' stacks came from, across nodes: "py-spy", "kernel", or
+// "py-spy and kernel" when nodes differ.
+void add_source(std::string& sources, const std::string& source) {
+  if (source.empty() || sources.find(source) != std::string::npos) return;
+  sources = sources.empty() ? source : sources + " and " + source;
+}
+
+std::vector<RankStack> values(const std::map<int, RankStack>& by_rank) {
+  std::vector<RankStack> ranks;
+  for (const auto& [rank, found] : by_rank) ranks.push_back(found);
+  return ranks;
+}
+
+}  // namespace
+
+std::optional<std::string> NodeStacks::take(int node, const std::string& name, const Stacks& m) {
+  if (m.request < 0 || m.request >= next_request_)
+    return fmt::format("stacks for request {}, which the head never made", m.request);
+  std::set<int> seen;
+  for (const StackEntry& e : m.ranks) {
+    if (e.rank < 0 || e.rank >= plan_.world_size ||
+        plan_.ranks[static_cast<std::size_t>(e.rank)].node != node)
+      return fmt::format("stacks of rank {}, which does not run on node {}", e.rank, node);
+    if (!seen.insert(e.rank).second) return fmt::format("stacks of rank {} twice", e.rank);
+    if (e.dump.size() > kMaxStackDumpBytes + 1024)
+      return fmt::format("a stack of rank {} of {} bytes, over the {} allowed", e.rank, e.dump.size(),
+                         kMaxStackDumpBytes);
+  }
+  if (m.request == 0) {
+    keep(name, m, stop_);
+    add_source(stop_source_, m.source);
+    return std::nullopt;
+  }
+  if (m.request != request_ || waiting_.erase(node) == 0) return std::nullopt;  // given up on, or said
+  keep(name, m, taken_);
+  add_source(taken_source_, m.source);
+  return std::nullopt;
+}
+
+void NodeStacks::keep(const std::string& name, const Stacks& m, std::map<int, RankStack>& into) {
+  for (const StackEntry& e : m.ranks) {
+    RankStack found;
+    found.rank = e.rank;
+    found.kernel = e.kernel;
+    found.missing = e.missing;
+    if (!e.dump.empty()) {
+      found.stack = parse_py_spy_dump(e.dump);
+      if (found.stack)
+        found.dump = e.dump;
+      else if (found.missing.empty())
+        found.missing = "py-spy printed no stack";
+    }
+    const std::string looked = e.dump.empty() && !e.kernel.empty() ? "no py-spy on node " + name : "";
+    try_write_file(layout_.rank_dir(plan_.step, e.rank) + "/stack.txt", stack_file_text(found, looked));
+    into[e.rank] = std::move(found);
+  }
+}
+
+std::optional<StackReport> NodeStacks::stop_report() const {
+  if (stop_.empty()) return std::nullopt;
+  return group_stacks(values(stop_), stop_source_);
+}
+
+int NodeStacks::begin_request(std::set<int> nodes, std::int64_t requested_ns) {
+  request_ = next_request_++;
+  waiting_ = nodes;
+  asked_ = std::move(nodes);
+  taken_.clear();
+  taken_source_.clear();
+  requested_ns_ = requested_ns;
+  return request_;
+}
+
+bool NodeStacks::forget(int node, const std::string& why) {
+  if (request_ == 0 || waiting_.erase(node) == 0) return false;
+  for (const RankPlan& r : plan_.ranks) {
+    if (r.node == node) taken_[r.rank].missing = why;
+  }
+  for (auto& [rank, found] : taken_) found.rank = rank;
+  return waiting_.empty();
+}
+
+StackReport NodeStacks::finish_request(const std::string& why) {
+  for (int node : waiting_) {
+    for (const RankPlan& r : plan_.ranks) {
+      if (r.node == node) {
+        taken_[r.rank].rank = r.rank;
+        taken_[r.rank].missing = why;
+      }
+    }
+  }
+  waiting_.clear();
+  request_ = 0;
+  return group_stacks(values(taken_), taken_source_.empty() ? "py-spy" : taken_source_);
+}
+
+}  // namespace flowrun::cluster
