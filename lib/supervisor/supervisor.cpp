@@ -303,13 +303,14 @@ struct Supervisor::Impl {
   // --- stopping ----------------------------------------------------------
 
   // A stall, a timeout or a failure: the live ranks' stacks first (rank
-  // groups of this host only), then the signals.
+  // groups of this host only, unless the step's forensics turn them off),
+  // then the signals.
   void begin_stop() {
     if (stopping) return;
     stopping = true;
     stall.note_silence();
     const auto say_it = [this](const std::string& text) { say(text); };
-    if (observer != nullptr || outcome == Outcome::interrupted ||
+    if (observer != nullptr || outcome == Outcome::interrupted || !options.forensics_stacks ||
         !stacks.start(workers, options.forensics_timeout_s, say_it, [this] { stop_workers(); }))
       stop_workers();
   }

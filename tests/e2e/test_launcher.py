@@ -593,6 +593,40 @@ steps:
                    f"yama: py-spy took both ranks' stacks under ptrace_scope 1 as {prefix[2] if prefix else 'this user'}",
                    f"{json.dumps(stacks)}\n{p.stderr[-3000:]}")
 
+    def test_forensics_stacks(self):
+        # forensics: {timeout: 1s}: the py-spy that never ends (FLOWRUN_PY_SPY) is killed
+        # after 1 s, not 3; forensics: off: no py-spy at all, the ranks are stopped at once.
+        fake = os.path.join(self.scratch, "slow-py-spy-forensics")
+        sleep = f"sleep 62.{os.getpid()}"
+        with open(fake, "w") as f:
+            f.write(f"#!/bin/sh\nexec {sleep}\n")
+        os.chmod(fake, 0o755)
+        for label, forensics, want in [("forensics timeout", "{timeout: 1s}", "py-spy did not finish within 1 s"),
+                                       ("forensics off", "off", None)]:
+            d, spec, run_dir = self.workspace(label.replace(" ", "_"), f"""name: forensics
+steps:
+  - name: train
+    run: sleep 60
+    stall_timeout: 1
+    forensics: {forensics}
+    parallel:
+      cpus: 2
+""")
+            r = self.flowrun_run(label, spec, run_dir, env={"FLOWRUN_PY_SPY": fake})
+            stacks = r.results("train")["stacks"]
+            if want:
+                self.check(r.rc == 124 and 2.0 <= r.elapsed < 2 + 1.5 * self.slack,
+                           f"{label}: the stall stops the step once its 1 s for the stacks is up", r.detail())
+                self.check(stacks == {"source": "py-spy", "groups": [{"ranks": [0, 1], "where": None, "missing": want}]},
+                           f"{label}: results.json: both stacks missing after 1 s", json.dumps(stacks))
+            else:
+                self.check(r.rc == 124 and r.elapsed < 1 + 1.5 * self.slack,
+                           f"{label}: the stall stops the step at once", r.detail())
+                self.check(stacks is None and "py-spy" not in r.stderr and "no stack" not in r.stderr,
+                           f"{label}: no stacks, no word of them", f"{json.dumps(stacks)}\n{r.stderr}")
+        left = subprocess.run(["pgrep", "-f", sleep], capture_output=True, text=True).stdout.split()
+        self.check(not left, "forensics: no py-spy is left", " ".join(left))
+
     def test_stall_timeout(self):
         # Rank 1 stops itself (SIGSTOP) and rank 2 sleeps, both without a word;
         # rank 0 writes a line every 0.1 s. The grace is long: only the SIGCONT

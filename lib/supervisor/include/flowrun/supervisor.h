@@ -79,8 +79,10 @@ struct GroupOptions {
   // The step's stall_timeout: a worker that writes nothing to stdout or
   // stderr for this long stops the group as a timeout does (outcome stalled).
   std::optional<double> stall_timeout_s;
-  // How long py-spy may take for the live ranks' stacks (all at once) before
-  // a stall's, a timeout's or a failure's signals.
+  // Whether py-spy takes the live ranks' stacks before a stall's, a
+  // timeout's or a failure's signals (a step's forensics.stacks), and how
+  // long it may take for all of them at once.
+  bool forensics_stacks = true;
   double forensics_timeout_s = 3;
   // The run directory, named in the message about a log file flowrun cannot
   // write (the resume command); empty: none is named.
