@@ -74,7 +74,7 @@ inline constexpr std::size_t kHelpWidth = 100;
 // CLI11's one-line "Usage: ..." (flowrun run has four forms).
 void use_help_format(CLI::App& app, std::string usage = {});
 
-// What --version prints: "flowrun 0.1.0 (commit 1a2b3c4, protocol 6)"
+// What --version prints: "flowrun 0.1.0 (commit 1a2b3c4, protocol 7)"
 // (lib/cli/version.cpp); "commit unknown" in a build from outside a git checkout.
 std::string version_line();
 

@@ -283,6 +283,7 @@ void write(Writer& w, const Start& m) {
   w.put("master_addr", m.master_addr);
   w.put("master_port", m.master_port);
   w.put("devices", devices_name(m.devices));
+  w.put("nccl_flight_recorder", m.nccl_flight_recorder);
   w.put("workdir", m.workdir);
   w.put("argv", m.argv);
   w.put("ranks", m.ranks.size());
@@ -320,6 +321,7 @@ void read(Reader& r, Start& m) {
     m.devices = Start::Devices::if_inherited;
   else if (devices != "leave")
     r.fail("field 'devices' is '" + shown(devices) + "', not leave, set or if_inherited");
+  m.nccl_flight_recorder = r.boolean("nccl_flight_recorder");
   m.workdir = r.str("workdir");
   m.argv = r.list("argv");
   const auto count = r.integer<std::size_t>("ranks");

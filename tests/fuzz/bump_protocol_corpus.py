@@ -67,7 +67,17 @@ def start_5_to_6(payload):
     return encode_fields(new)
 
 
-REWRITE = {(4, START): start_4_to_5, (5, START): start_5_to_6}
+def start_6_to_7(payload):
+    """A protocol 6 start with protocol 7's nccl_flight_recorder (off) after devices."""
+    new = []
+    for key, value in decode_fields(payload):
+        new.append((key, value))
+        if key == b"devices":
+            new.append((b"nccl_flight_recorder", b"0"))
+    return encode_fields(new)
+
+
+REWRITE = {(4, START): start_4_to_5, (5, START): start_5_to_6, (6, START): start_6_to_7}
 
 
 def bump(frames):

@@ -21,7 +21,7 @@ import socket
 import struct
 import sys
 
-VERSION = 6
+VERSION = 7
 TYPES = {"hello": 1, "challenge": 2, "auth": 3, "welcome": 4, "refused": 5, "assign": 6, "start": 7,
          "output": 8, "exited": 9, "heartbeat": 10, "stop": 11, "upload_begin": 12, "upload_chunk": 13,
          "upload_end": 14, "bye": 15, "ready": 16, "done": 17,
