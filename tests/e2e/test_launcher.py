@@ -627,6 +627,51 @@ steps:
         left = subprocess.run(["pgrep", "-f", sleep], capture_output=True, text=True).stdout.split()
         self.check(not left, "forensics: no py-spy is left", " ".join(left))
 
+    def test_forensics_nccl(self):
+        # forensics: nccl: each rank gets the flight recorder's variables and "dumps" as
+        # ProcessGroupNCCL's watchdog does on a timeout, to $TORCH_NCCL_DEBUG_INFO_TEMP_FILE$RANK;
+        # then rank 1 fails, in both attempts (max_restarts: 1).
+        ready = os.path.join(self.scratch, "nccl-ready")
+        script = ('env | grep -E "^(TORCH_)?NCCL_" | sort > "$TORCH_NCCL_DEBUG_INFO_TEMP_FILE$RANK"; '
+                  'd="$0/$TORCHELASTIC_RESTART_COUNT"; mkdir -p "$d"; touch "$d/$RANK"; '
+                  'if [ "$RANK" = 1 ]; then while [ "$(ls "$d" | wc -l)" -lt 2 ]; do sleep 0.02; done; exit 3; fi; '
+                  'exec sleep 30')
+        d, spec, run_dir = self.workspace("nccl", f"""name: nccl
+steps:
+  - name: train
+    run: {json.dumps(["/bin/sh", "-c", script, ready])}
+    forensics: nccl
+    parallel:
+      cpus: 2
+      max_restarts: 1
+""")
+        r = self.flowrun_run("nccl", spec, run_dir)
+        self.check(r.rc == 3, "nccl: the step fails with rank 1's code", r.detail())
+        train = os.path.join(run_dir, "train")
+        for rank in (0, 1):
+            for attempt, path in [(0, f"rank{rank}/attempt0/nccl_trace_rank_{rank}"),
+                                  (1, f"rank{rank}/nccl_trace_attempt1_rank_{rank}")]:
+                prefix = os.path.join(train, f"rank{rank}", "nccl_trace_rank_" if attempt == 0 else
+                                      "nccl_trace_attempt1_rank_")
+                want = ["NCCL_ASYNC_ERROR_HANDLING=3", f"TORCH_NCCL_ASYNC_ERROR_HANDLING=3",
+                        f"TORCH_NCCL_DEBUG_INFO_TEMP_FILE={prefix}", "TORCH_NCCL_DUMP_ON_TIMEOUT=1",
+                        "TORCH_NCCL_TRACE_BUFFER_SIZE=2000"]
+                got = r.read("train", *path.split("/")).splitlines() if os.path.isfile(os.path.join(train, path)) \
+                    else None
+                self.check(got == want, f"nccl: rank {rank}'s dump of attempt {attempt} is {path}, made with "
+                           "the flight recorder's variables", str(got))
+        res = r.results("train")
+        self.check([w["nccl_trace"] for w in res["ranks"]] ==
+                   [os.path.join(train, f"rank{k}", f"nccl_trace_attempt1_rank_{k}") for k in (0, 1)]
+                   and [w["nccl_trace"] for w in res["attempts"][0]["workers"]] ==
+                   [os.path.join(train, f"rank{k}", "attempt0", f"nccl_trace_rank_{k}") for k in (0, 1)],
+                   "nccl: results.json names each attempt's dumps, the first one's kept in attempt0/",
+                   json.dumps(res["attempts"])[:3000])
+        line = (f"flowrun:   NCCL flight recorder dumps of ranks 0, 1: {train}/rank*/nccl_trace_attempt1_rank_*; "
+                "read them with: python -m torch.distributed.flight_recorder.fr_trace -p nccl_trace_attempt1_rank_ "
+                f"{train}\n")
+        self.check(line in r.stderr, "nccl: the report names the dumps and fr_trace's command", r.stderr)
+
     def test_stall_timeout(self):
         # Rank 1 stops itself (SIGSTOP) and rank 2 sleeps, both without a word;
         # rank 0 writes a line every 0.1 s. The grace is long: only the SIGCONT
