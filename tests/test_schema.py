@@ -67,6 +67,10 @@ def test_the_schema_rejects_what_flowrun_rejects(validator, check):
         ("an unknown top-level key", {"steps": [{"name": "a", "run": "true"}], "stepz": []}),
         ("a step without run", {"steps": [{"name": "a"}]}),
         ("gpus: some", {"steps": [{"name": "a", "run": "true", "parallel": {"gpus": "some"}}]}),
+        ("forensics: on", {"steps": [{"name": "a", "run": "true", "parallel": {}, "forensics": "on"}]}),
+        ("forensics without parallel", {"steps": [{"name": "a", "run": "true", "forensics": "nccl"}]}),
+        ("forensics with a timeout and no stacks",
+         {"steps": [{"name": "a", "run": "true", "parallel": {}, "forensics": {"stacks": False, "timeout": 5}}]}),
     ]:
         check(any(True for _ in validator.iter_errors(spec)), f"the schema rejects {label}")
 
@@ -79,7 +83,8 @@ def test_the_schema_has_every_key_flowrun_reads(repo_root, validator, check):
              for name, body in re.findall(r"constexpr std::string_view k(\w+)Keys\[\] = \{(.*?)\};", source, re.S)}
     schema, defs = validator.schema, validator.schema["$defs"]
     levels = {"Top": schema, "Step": defs["step"], "Parallel": defs["parallel"],
-              "Logs": defs["step"]["properties"]["logs"], "Cluster": defs["cluster"]}
+              "Logs": defs["step"]["properties"]["logs"], "Cluster": defs["cluster"],
+              "Forensics": defs["step"]["properties"]["forensics"]["oneOf"][1]}
     check(sorted(lists) == sorted(levels), "lib/spec/spec.cpp's key lists are the levels this test knows",
           f"spec.cpp: {sorted(lists)}")
     for name, level in levels.items():

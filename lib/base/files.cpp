@@ -111,7 +111,7 @@ void remove_tree(const std::string& path) {
       16, FTW_DEPTH | FTW_PHYS);
 }
 
-std::string keep_attempt(const std::string& rank_dir, int attempt) {
+std::string keep_attempt(const std::string& rank_dir, int attempt, const std::vector<std::string>& also) {
   // Everything happens relative to the rank's directory, opened without
   // following a symlink, and to attemptN/ made in it: a rank that put a link
   // in either's place cannot make flowrun move its files elsewhere.
@@ -127,7 +127,10 @@ std::string keep_attempt(const std::string& rank_dir, int attempt) {
     fail(rank_dir);
   }
   UniqueFd into;
-  for (const char* entry : {"stdout.log", "stderr.log", "error.json", "end.json", "out"}) {
+  std::vector<std::string> entries = {"stdout.log", "stderr.log", "error.json", "end.json", "out"};
+  entries.insert(entries.end(), also.begin(), also.end());
+  for (const std::string& name_of_entry : entries) {
+    const char* entry = name_of_entry.c_str();
     struct stat st {};
     if (fstatat(dir.get(), entry, &st, AT_SYMLINK_NOFOLLOW) != 0) continue;
     if (!into) {

@@ -49,7 +49,8 @@ struct LocalRank {
   int rank = 0;
   int local_rank = 0;
   bool upload = false;
-  std::string dir;  // node-local: out/ and error.json
+  std::string dir;         // node-local: out/ and error.json
+  std::string nccl_trace;  // its flight-recorder dump's name in `dir` (forensics: nccl); empty: none
 };
 
 // A rank's exit as the head hears of it; `stopped`: the agent was stopping
@@ -472,7 +473,7 @@ class Agent : public GroupObserver {
     cluster::UploadSender uploads(
         *conn_, sup_->io(), [this] { return lost_head_; }, [this] { return upload_stop_reason(); });
     for (const auto& r : ranks_) {
-      uploads.send_rank(r.rank, scratch_, r.dir, all_ok && r.upload, errors);
+      uploads.send_rank(r.rank, scratch_, r.dir, all_ok && r.upload, r.nccl_trace, errors);
       if (lost_head_) break;
     }
     if (lost_head_) {
@@ -500,6 +501,8 @@ class Agent : public GroupObserver {
       r.local_rank = rank.local_rank;
       r.upload = start_.ranks[i].upload;
       r.dir = site.layout.rank_dir(step_, r.rank);
+      if (work.nccl_flight_recorder)
+        r.nccl_trace = nccl_trace_prefix(work.restart_count) + std::to_string(r.rank);
       remove_tree(r.dir);
       make_dirs(r.dir + "/out", 0700);
       WorkerLaunch launch;

@@ -40,6 +40,7 @@ Start start_of(const NodeWork& work) {
   m.master_addr = work.master_addr;
   m.master_port = work.master_port;
   m.devices = wire_devices(work.devices);
+  m.nccl_flight_recorder = work.nccl_flight_recorder;
   for (const auto& rank : work.ranks) {
     StartRank& r = m.ranks.emplace_back();
     r.rank = rank.rank;
@@ -69,6 +70,7 @@ NodeWork node_work_of(const Start& start) {
   work.master_addr = start.master_addr;
   work.master_port = start.master_port;
   work.devices = device_rule(start.devices);
+  work.nccl_flight_recorder = start.nccl_flight_recorder;
   for (const auto& rank : start.ranks) work.ranks.push_back({rank.rank, rank.local_rank, rank.devices});
   return work;
 }

@@ -33,8 +33,11 @@ void UploadReceiver::begin(int node_rank, const UploadBegin& m) {
     error = fmt::format("upload for rank {}, which does not run on this node, refused", up.rank);
   } else if (!safe) {
     error = fmt::format("upload of '{}' refused: {}", printable(up.path), error);
-  } else if (*safe != "error.json" && safe->rfind("out/", 0) != 0) {
-    error = fmt::format("upload of '{}' refused: only error.json and files under out/ are uploaded", *safe);
+  } else if (*safe != "error.json" && safe->rfind("out/", 0) != 0 && !is_nccl_trace_name(*safe, up.rank)) {
+    error = fmt::format(
+        "upload of '{}' refused: only error.json, the rank's flight-recorder dump and files under out/ are "
+        "uploaded",
+        *safe);
   }
   if (error.empty()) {
     // The rank's directory is reached from the run directory, and the file
@@ -46,7 +49,7 @@ void UploadReceiver::begin(int node_rank, const UploadBegin& m) {
       error = fmt::format("upload of '{}' refused: cannot open {} without following a symlink: {}", *safe,
                           root, std::strerror(dir.error()));
     } else {
-      if (*safe == "error.json") unlinkat(dir.fd(), "error.json", 0);
+      if (*safe == "error.json" || safe->find('/') == std::string::npos) unlinkat(dir.fd(), safe->c_str(), 0);
       up.fd.reset(dir.create_file(*safe, 0644, 0755, &up.dir));
       if (!up.fd)
         error = fmt::format("upload of '{}' refused: cannot create it in {} without following a symlink: {}",

@@ -19,14 +19,20 @@ constexpr std::size_t kUploadChunk = 1 << 20;
 }  // namespace
 
 void UploadSender::send_rank(int rank, const std::string& scratch, const std::string& dir, bool outputs,
-                             std::vector<std::string>& errors) {
+                             const std::string& nccl_trace, std::vector<std::string>& errors) {
   // The rank's directory is reached from the scratch directory without
-  // following a symlink, and error.json is read only when it is a
-  // regular file there (a FIFO in its place is not opened).
+  // following a symlink, and error.json and the dump are read only when
+  // each is a regular file there (a FIFO in its place is not opened). A
+  // failed attempt's dump is what the head's report points at, so it goes
+  // up whether or not the attempt succeeded.
   const BeneathRoot root = BeneathRoot::open_under(scratch, dir, false);
-  struct stat st {};
-  if (const int fd = root.open_regular("error.json", Links::none, &st); fd >= 0)
-    upload_file(rank, "error.json", UniqueFd(fd), st, errors);
+  for (const std::string& name : {std::string("error.json"), nccl_trace}) {
+    struct stat st {};
+    if (name.empty()) continue;
+    if (const int fd = root.open_regular(name, Links::none, &st); fd >= 0) {
+      if (!upload_file(rank, name, UniqueFd(fd), st, errors)) return;
+    }
+  }
   if (outputs) upload_tree(rank, scratch, dir, errors);
 }
 

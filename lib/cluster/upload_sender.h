@@ -53,11 +53,12 @@ class UploadSender {
                std::function<std::string()> stop_reason)
       : conn_(conn), io_(io), lost_(std::move(lost)), stop_reason_(std::move(stop_reason)) {}
 
-  // Rank `rank`'s error.json in `dir` (a directory beneath `scratch`),
-  // then, with `outputs`, its out/ tree. What could not be sent goes to
-  // `errors`, in the words the head reports.
+  // Rank `rank`'s error.json in `dir` (a directory beneath `scratch`), and
+  // its flight-recorder dump `nccl_trace` there (a file name; empty: none),
+  // each when it is a regular file, then, with `outputs`, its out/ tree.
+  // What could not be sent goes to `errors`, in the words the head reports.
   void send_rank(int rank, const std::string& scratch, const std::string& dir, bool outputs,
-                 std::vector<std::string>& errors);
+                 const std::string& nccl_trace, std::vector<std::string>& errors);
 
  private:
   void wait_for_queue();

@@ -387,6 +387,8 @@ class FlowRunner {
     group.step = step.name;
     group.grace_s = options_.grace_s;
     group.stall_timeout_s = step.stall_timeout_s;
+    group.forensics_stacks = step.forensics.stacks;
+    group.forensics_timeout_s = step.forensics.timeout_s;
     group.run_dir = ctx_.layout.run_dir;
     group.stacks_file = ctx_.layout.step_dir(step.name) + "/stacks.json";
     group.style = style_;

@@ -1,5 +1,6 @@
 #include <algorithm>
 #include <span>
+#include <tuple>
 
 #include "flowrun/worker_env.h"
 
@@ -65,6 +66,7 @@ NodeWork node_work(const Spec& spec, const Step& step, const StepPlan& plan, int
   work.master_port = ctx.master_port;
   work.devices = device_rule(plan, n);
   work.virtual_local_rank = ctx.virtual_local_rank;
+  work.nccl_flight_recorder = step.forensics.nccl;
   // torchrun's virtual local rank: each worker sees only the GPU torchrun
   // gives it, cuda:LOCAL_RANK of the node's, as its cuda:0.
   if (ctx.virtual_local_rank && !plan.cpu) work.devices = DeviceRule::set;
@@ -121,8 +123,11 @@ EnvList worker_env(const NodeWork& work, const RankWork& rank, const NodeSite& s
   set("TORCHELASTIC_MAX_RESTARTS", std::to_string(work.max_restarts));
   set("TORCHELASTIC_RUN_ID", work.job_id);
   set("TORCHELASTIC_USE_AGENT_STORE", "False");
-  set_default("TORCH_NCCL_ASYNC_ERROR_HANDLING", "1");
-  set_default("NCCL_ASYNC_ERROR_HANDLING", "1");
+  // torchrun's 1 aborts the communicators from the watchdog, which ends the
+  // process before the flight recorder's dump is written; 3 does not.
+  const std::string error_handling = work.nccl_flight_recorder ? "3" : "1";
+  set_default("TORCH_NCCL_ASYNC_ERROR_HANDLING", error_handling);
+  set_default("NCCL_ASYNC_ERROR_HANDLING", error_handling);
   // torchrun starts Python workers with -u; the variable reaches a Python
   // started through a shell or a script's #! line too.
   set_default("PYTHONUNBUFFERED", "1");
@@ -150,6 +155,18 @@ EnvList worker_env(const NodeWork& work, const RankWork& rank, const NodeSite& s
   if (!site.gloo_ifname.empty() && !has(user, "GLOO_SOCKET_IFNAME") &&
       site.env.count("GLOO_SOCKET_IFNAME") == 0)
     set("GLOO_SOCKET_IFNAME", site.gloo_ifname);
+  if (work.nccl_flight_recorder) {
+    const std::string prefix =
+        site.layout.rank_dir(work.step, rank.rank) + "/" + nccl_trace_prefix(work.restart_count);
+    for (const auto& [name, alias, value] :
+         {std::tuple{"TORCH_NCCL_TRACE_BUFFER_SIZE", "TORCH_FR_BUFFER_SIZE", std::string("2000")},
+          std::tuple{"TORCH_NCCL_DUMP_ON_TIMEOUT", "", std::string("1")},
+          std::tuple{"TORCH_NCCL_DEBUG_INFO_TEMP_FILE", "TORCH_FR_DUMP_TEMP_FILE", prefix}}) {
+      if (has(user, name) || (*alias != '\0' && has(user, alias))) continue;
+      set(name, value);
+      if (*alias != '\0' && site.env.count(alias) > 0) set(alias, value);
+    }
+  }
   return env;
 }
 

@@ -477,6 +477,24 @@ std::string RunLayout::end_file(const std::string& step, int rank) const {
   return rank_dir(step, rank) + "/end.json";
 }
 std::string RunLayout::inputs_dir(const std::string& step) const { return step_dir(step) + "/outputs"; }
+std::string RunLayout::nccl_trace(const std::string& step, int rank, int restart) const {
+  return rank_dir(step, rank) + "/" + nccl_trace_prefix(restart) + std::to_string(rank);
+}
+
+std::string nccl_trace_prefix(int restart) {
+  return restart == 0 ? "nccl_trace_rank_" : "nccl_trace_attempt" + std::to_string(restart) + "_rank_";
+}
+
+bool is_nccl_trace_name(std::string_view name, int rank) {
+  const std::string tail = "_rank_" + std::to_string(rank);
+  if (name == "nccl_trace" + tail) return true;
+  constexpr std::string_view kHead = "nccl_trace_attempt";
+  if (name.size() <= kHead.size() + tail.size() || !name.starts_with(kHead) || !name.ends_with(tail))
+    return false;
+  const std::string_view n = name.substr(kHead.size(), name.size() - kHead.size() - tail.size());
+  return n.size() <= 9 && n.front() != '0' &&
+         std::all_of(n.begin(), n.end(), [](char c) { return c >= '0' && c <= '9'; });
+}
 
 std::string make_run_id(const std::string& flow_name) {
   std::string slug;

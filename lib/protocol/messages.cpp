@@ -328,6 +328,7 @@ void write(Writer& w, const Start& m) {
   w.put("master_addr", m.master_addr);
   w.put("master_port", m.master_port);
   w.put("devices", devices_name(m.devices));
+  w.put("nccl_flight_recorder", m.nccl_flight_recorder);
   w.put("workdir", m.workdir);
   w.put("argv", m.argv);
   write_items(w, m.ranks);
@@ -360,6 +361,7 @@ void read(Reader& r, Start& m) {
     m.devices = Start::Devices::if_inherited;
   else if (devices != "leave")
     r.fail("field 'devices' is '" + shown(devices) + "', not leave, set or if_inherited");
+  m.nccl_flight_recorder = r.boolean("nccl_flight_recorder");
   m.workdir = r.str("workdir");
   m.argv = r.list("argv");
   read_items(r, "start", m.ranks);

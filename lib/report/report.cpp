@@ -1,6 +1,7 @@
 #include "flowrun/report.h"
 
 #include <algorithm>
+#include <cmath>
 #include <fmt/format.h>
 
 #include "flowrun/json.h"
@@ -110,6 +111,21 @@ bool has_key(const EnvList& env, const std::string& name) {
   return std::any_of(env.begin(), env.end(), [&](const auto& kv) { return kv.first == name; });
 }
 
+// A step's forensics: when they are not the default, what flowrun gathers
+// before it stops the ranks and what NCCL's flight recorder leaves.
+std::string forensics_text(const Forensics& f) {
+  std::vector<std::string> parts;
+  if (!f.stacks)
+    parts.push_back("no Python stacks before flowrun stops the ranks");
+  else if (f.timeout_s != Forensics{}.timeout_s)
+    parts.push_back(
+        fmt::format("the live ranks' Python stacks before flowrun stops them, within {:g} s", f.timeout_s));
+  if (f.nccl)
+    parts.push_back("NCCL's flight recorder in every rank, dumped on a collective's timeout into rank<R>/" +
+                    nccl_trace_prefix(0) + "<R>");
+  return "   Forensics: " + join(parts, "; ") + ".\n";
+}
+
 void describe_parallel(std::string& out, const PlanView& view, const Step& step, const StepPlan& plan) {
   for (const auto& line : plan.why) out += "   " + line + "\n";
   out += "\n";
@@ -181,6 +197,7 @@ void describe_parallel(std::string& out, const PlanView& view, const Step& step,
         (step.collect == Collect::all ? " from every rank (collect: all)" : " from rank 0 (collect: rank0)") +
         ".\n";
   }
+  if (!step.forensics.is_default()) out += forensics_text(step.forensics);
 }
 
 }  // namespace
@@ -261,6 +278,10 @@ std::string format_plan_json(const PlanView& view) {
     s["why"] = plan->why;
     s["outputs"] = step.outputs;
     s["collect"] = step.collect == Collect::all ? "all" : "rank0";
+    if (!step.forensics.is_default())
+      s["forensics"] = {{"stacks", step.forensics.stacks},
+                        {"timeout_ms", std::llround(step.forensics.timeout_s * 1000)},
+                        {"nccl", step.forensics.nccl}};
     Json& nodes = s["nodes"] = Json::array();
     for (const auto& node : plan->nodes) {
       nodes.push_back({{"node_rank", node.node_rank},

@@ -123,6 +123,7 @@ Json worker_json(const WorkerRecord& w) {
   json["silent_ms"] = w.silent_s ? Json(static_cast<std::int64_t>(std::llround(*w.silent_s * 1000))) : Json();
   json["suspended"] = w.suspended;
   json["stalled"] = w.stalled;
+  json["nccl_trace"] = string_or_null(w.nccl_trace);
   return json;
 }
 
@@ -619,6 +620,7 @@ std::string format_failure_report(const StepRecord& record, const std::string& e
   if (!attempt.write_error.empty() && (culprit || record.outcome != Outcome::failed))
     out += "flowrun:   also: " + attempt.write_error + "\n";
   if (attempt.stacks && !attempt.stacks->groups.empty()) out += format_stacks_line(*attempt.stacks) + "\n";
+  if (auto traces = format_nccl_traces_line(attempt.workers)) out += *traces + "\n";
   earlier_attempts(out, record);
   for (const auto& note : record.notes) out += "flowrun:   " + note + "\n";
   std::string logs = log_dir(record, attempt);
@@ -659,6 +661,29 @@ std::string stacks_document(const std::string& step, const StackReport& stacks,
   json["source"] = std::move(grouped["source"]);
   json["groups"] = std::move(grouped["groups"]);
   return to_document(json);
+}
+
+std::optional<std::string> format_nccl_traces_line(const std::vector<WorkerRecord>& workers) {
+  std::vector<int> ranks;
+  std::string first;
+  for (const auto& w : workers) {
+    if (w.nccl_trace.empty()) continue;
+    ranks.push_back(w.rank);
+    if (first.empty()) first = w.nccl_trace;
+  }
+  if (ranks.empty()) return std::nullopt;
+  // <step dir>/rank<R>/<prefix><R>: the prefix is the name less the rank;
+  // fr_trace walks the step's directory for it.
+  const std::string name = first.substr(first.rfind('/') + 1);
+  const std::string prefix = name.substr(0, name.find_last_not_of("0123456789") + 1);
+  const std::string step_dir = dir_of(dir_of(first));
+  const std::string where = step_dir + "/rank*/" + prefix + "*";
+  std::string who = rank_list(ranks);
+  if (ranks.size() < workers.size()) who += fmt::format(" ({} of {})", ranks.size(), workers.size());
+  return fmt::format(
+      "flowrun:   NCCL flight recorder dumps of {}: {}; read them with: python -m "
+      "torch.distributed.flight_recorder.fr_trace {}-p {} {}",
+      who, where, ranks.size() < workers.size() ? "-j " : "", shell_quote(prefix), shell_quote(step_dir));
 }
 
 std::string format_stall_message(const std::string& step, const std::vector<WorkerRecord>& stalled,

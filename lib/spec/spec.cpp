@@ -250,11 +250,12 @@ struct Elsewhere {
 constexpr std::string_view kTopKeys[] = {"name", "env", "workdir", "python", "steps", "cluster"};
 constexpr std::string_view kStepKeys[] = {"name",    "run",     "shell",         "env",      "workdir",
                                           "needs",   "timeout", "stall_timeout", "parallel", "outputs",
-                                          "collect", "join",    "logs"};
+                                          "collect", "join",    "logs",          "forensics"};
 constexpr std::string_view kParallelKeys[] = {"gpus",      "nodes",        "procs_per_node",
                                               "cpus",      "max_restarts", "visible_devices",
                                               "preflight", "role",         "job_id"};
 constexpr std::string_view kLogsKeys[] = {"console"};
+constexpr std::string_view kForensicsKeys[] = {"stacks", "timeout", "nccl"};
 constexpr std::string_view kClusterKeys[] = {"engine",      "hosts",     "hostfile", "gpus_per_node",
                                              "ssh_command", "srun_args", "address",  "heartbeat_timeout",
                                              "join_timeout"};
@@ -269,6 +270,7 @@ constexpr Elsewhere kTopElsewhere[] = {
     {"outputs", "in a step, under 'steps:'"},
     {"collect", "in a step, under 'steps:'"},
     {"join", "in a step, under 'steps:'"},
+    {"forensics", "in a step, under 'steps:'"},
     {"gpus", "under a step's 'parallel:'"},
     {"nodes", "under a step's 'parallel:'"},
     {"procs_per_node", "under a step's 'parallel:'"},
@@ -305,7 +307,7 @@ constexpr Elsewhere kParallelElsewhere[] = {
     {"timeout", "in the step, next to 'parallel:'"},       {"env", "in the step, next to 'parallel:'"},
     {"stall_timeout", "in the step, next to 'parallel:'"}, {"run", "in the step, next to 'parallel:'"},
     {"gpus_per_node", "under the top-level 'cluster:'"},   {"hosts", "under the top-level 'cluster:'"},
-    {"engine", "under the top-level 'cluster:'"},
+    {"engine", "under the top-level 'cluster:'"},          {"forensics", "in the step, next to 'parallel:'"},
 };
 constexpr Elsewhere kClusterElsewhere[] = {
     {"gpus", "under a step's 'parallel:'"},
@@ -421,6 +423,7 @@ class Checker {
   // at its item. False (and nothing appended) for anything else.
   bool one_or_more(const Entry& e, std::vector<Entry>& out);
   void step_logs(const Entry& e, Step& s);
+  void step_forensics(const Entry& e, Forensics& f);
   std::optional<int> count(const Entry& e, std::string_view what, std::string_view word, bool allow_zero);
   std::optional<bool> boolean(const Entry& e);
   template <class E>
@@ -956,7 +959,7 @@ void Checker::step(const YAML::Node& node, std::size_t index) {
     notes.has_parallel = true;
     step_parallel(*e, s);
   }
-  for (std::string_view key : {"outputs", "collect", "logs"}) {
+  for (std::string_view key : {"outputs", "collect", "logs", "forensics"}) {
     if (const Entry* e = find(keys, key); e && !notes.has_parallel)
       error(e->key_loc, e->path,
             "only parallel steps have " + std::string(key) + "; add 'parallel:' or remove it");
@@ -981,6 +984,7 @@ void Checker::step(const YAML::Node& node, std::size_t index) {
     s.collect = choice<Collect>(*e, kNames, kValues).value_or(Collect::rank0);
   }
   if (const Entry* e = find(keys, "logs"); e && notes.has_parallel) step_logs(*e, s);
+  if (const Entry* e = find(keys, "forensics"); e && notes.has_parallel) step_forensics(*e, s.forensics);
   if (const Entry* e = find(keys, "join")) {
     s.join_loc = e->loc;
     if (auto name = string(*e, "the name of a parallel step")) {
@@ -1016,6 +1020,39 @@ void Checker::step_logs(const Entry& e, Step& s) {
     if (auto rank = count(item, "a rank (a whole number, 0 or more)", "all", true)) ranks.push_back(*rank);
   }
   s.console_ranks = ranks;
+}
+
+// forensics: nccl | off | {stacks: BOOL, timeout: DURATION, nccl: BOOL}.
+void Checker::step_forensics(const Entry& e, Forensics& f) {
+  f.loc = e.loc;
+  if (e.value.IsScalar() && e.value.Scalar() == "nccl") {
+    f.nccl = true;
+    return;
+  }
+  if (e.value.IsScalar() && e.value.Scalar() == "off") {
+    f.stacks = false;
+    return;
+  }
+  if (!e.value.IsMap()) {
+    std::string message =
+        expected_text("'nccl', 'off' or a mapping such as {stacks: true, timeout: 3s, nccl: true}", e.value);
+    if (e.value.IsScalar()) {
+      if (auto match = closest_match(e.value.Scalar(), {"nccl", "off"}))
+        message += "; did you mean '" + *match + "'?";
+    }
+    error(e.loc, e.path, message);
+    return;
+  }
+  auto keys = entries(e.value, e.loc, e.path, kForensicsKeys, {});
+  const Entry* stacks = find(keys, "stacks");
+  const Entry* timeout = find(keys, "timeout");
+  if (stacks) f.stacks = boolean(*stacks).value_or(true);
+  const std::optional<double> seconds = timeout ? duration(*timeout) : std::nullopt;
+  if (seconds) f.timeout_s = *seconds;
+  if (const Entry* nccl = find(keys, "nccl")) f.nccl = boolean(*nccl).value_or(false);
+  if (seconds && !f.stacks)
+    error(timeout->key_loc, timeout->path,
+          "timeout is the time for the ranks' stacks, and stacks: false takes none; remove one of them");
 }
 
 void Checker::step_run(const Entry& e, Step& s, StepNotes& notes, bool shell_known) {

@@ -1,6 +1,7 @@
 #include "flowrun/step_runner.h"
 
 #include <fmt/format.h>
+#include <sys/stat.h>
 
 #include "flowrun/files.h"
 
@@ -41,6 +42,7 @@ StepRun StepRunner::run(WorkerGroup& group) {
       };
     }
     AttemptResult result = group.run_attempt(attempt);
+    if (step_.forensics.nccl) note_nccl_traces(result.record, layout_, step_.name, restart);
     take(result);
     if (!result.started && !run.attempts.empty()) break;  // the attempt before decides
     const bool again = restarts_after(result.record, result.node_gone, run.errors, restart,
@@ -73,13 +75,24 @@ std::string restart_message(const std::string& step, const AttemptRecord& failed
 }
 
 void keep_failed_attempt(AttemptRecord& failed, const std::string& rank_dir, int rank, int attempt) {
-  const std::string kept = keep_attempt(rank_dir, attempt);
+  const std::string dump = nccl_trace_prefix(attempt) + std::to_string(rank);
+  const std::string kept = keep_attempt(rank_dir, attempt, {dump});
   if (kept.empty()) return;
   for (auto& w : failed.workers) {
     if (w.rank != rank) continue;
     w.stdout_log = kept + "/stdout.log";
     w.stderr_log = kept + "/stderr.log";
     w.error_file = kept + "/error.json";
+    if (!w.nccl_trace.empty()) w.nccl_trace = kept + "/" + dump;
+  }
+}
+
+void note_nccl_traces(AttemptRecord& attempt, const RunLayout& layout, const std::string& step, int restart) {
+  for (auto& w : attempt.workers) {
+    if (w.rank < 0) continue;
+    const std::string path = layout.nccl_trace(step, w.rank, restart);
+    struct stat st {};
+    if (lstat(path.c_str(), &st) == 0 && S_ISREG(st.st_mode)) w.nccl_trace = path;
   }
 }
 

@@ -393,7 +393,8 @@ struct Supervisor::Impl {
   // --- stopping ----------------------------------------------------------
 
   // A stall, a timeout or a failure (or a stop with stacks_first): the live
-  // ranks' stacks first, then the signals.
+  // ranks' stacks first, unless the step's forensics turn them off, then the
+  // signals.
   void begin_stop() {
     if (stopping) return;
     stopping = true;

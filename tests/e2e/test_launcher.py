@@ -593,6 +593,85 @@ steps:
                    f"yama: py-spy took both ranks' stacks under ptrace_scope 1 as {prefix[2] if prefix else 'this user'}",
                    f"{json.dumps(stacks)}\n{p.stderr[-3000:]}")
 
+    def test_forensics_stacks(self):
+        # forensics: {timeout: 1s}: the py-spy that never ends (FLOWRUN_PY_SPY) is killed
+        # after 1 s, not 3; forensics: off: no py-spy at all, the ranks are stopped at once.
+        fake = os.path.join(self.scratch, "slow-py-spy-forensics")
+        sleep = f"sleep 62.{os.getpid()}"
+        with open(fake, "w") as f:
+            f.write(f"#!/bin/sh\nexec {sleep}\n")
+        os.chmod(fake, 0o755)
+        for label, forensics, want in [("forensics timeout", "{timeout: 1s}", "py-spy did not finish within 1 s"),
+                                       ("forensics off", "off", None)]:
+            d, spec, run_dir = self.workspace(label.replace(" ", "_"), f"""name: forensics
+steps:
+  - name: train
+    run: sleep 60
+    stall_timeout: 1
+    forensics: {forensics}
+    parallel:
+      cpus: 2
+""")
+            r = self.flowrun_run(label, spec, run_dir, env={"FLOWRUN_PY_SPY": fake})
+            stacks = r.results("train")["stacks"]
+            if want:
+                self.check(r.rc == 124 and 2.0 <= r.elapsed < 2 + 1.5 * self.slack,
+                           f"{label}: the stall stops the step once its 1 s for the stacks is up", r.detail())
+                self.check(stacks == {"source": "py-spy", "groups": [{"ranks": [0, 1], "where": None, "missing": want}]},
+                           f"{label}: results.json: both stacks missing after 1 s", json.dumps(stacks))
+            else:
+                self.check(r.rc == 124 and r.elapsed < 1 + 1.5 * self.slack,
+                           f"{label}: the stall stops the step at once", r.detail())
+                self.check(stacks is None and "py-spy" not in r.stderr and "no stack" not in r.stderr,
+                           f"{label}: no stacks, no word of them", f"{json.dumps(stacks)}\n{r.stderr}")
+        left = subprocess.run(["pgrep", "-f", sleep], capture_output=True, text=True).stdout.split()
+        self.check(not left, "forensics: no py-spy is left", " ".join(left))
+
+    def test_forensics_nccl(self):
+        # forensics: nccl: each rank gets the flight recorder's variables and "dumps" as
+        # ProcessGroupNCCL's watchdog does on a timeout, to $TORCH_NCCL_DEBUG_INFO_TEMP_FILE$RANK;
+        # then rank 1 fails, in both attempts (max_restarts: 1).
+        ready = os.path.join(self.scratch, "nccl-ready")
+        script = ('env | grep -E "^(TORCH_)?NCCL_" | sort > "$TORCH_NCCL_DEBUG_INFO_TEMP_FILE$RANK"; '
+                  'd="$0/$TORCHELASTIC_RESTART_COUNT"; mkdir -p "$d"; touch "$d/$RANK"; '
+                  'if [ "$RANK" = 1 ]; then while [ "$(ls "$d" | wc -l)" -lt 2 ]; do sleep 0.02; done; exit 3; fi; '
+                  'exec sleep 30')
+        d, spec, run_dir = self.workspace("nccl", f"""name: nccl
+steps:
+  - name: train
+    run: {json.dumps(["/bin/sh", "-c", script, ready])}
+    forensics: nccl
+    parallel:
+      cpus: 2
+      max_restarts: 1
+""")
+        r = self.flowrun_run("nccl", spec, run_dir)
+        self.check(r.rc == 3, "nccl: the step fails with rank 1's code", r.detail())
+        train = os.path.join(run_dir, "train")
+        for rank in (0, 1):
+            for attempt, path in [(0, f"rank{rank}/attempt0/nccl_trace_rank_{rank}"),
+                                  (1, f"rank{rank}/nccl_trace_attempt1_rank_{rank}")]:
+                prefix = os.path.join(train, f"rank{rank}", "nccl_trace_rank_" if attempt == 0 else
+                                      "nccl_trace_attempt1_rank_")
+                want = ["NCCL_ASYNC_ERROR_HANDLING=3", f"TORCH_NCCL_ASYNC_ERROR_HANDLING=3",
+                        f"TORCH_NCCL_DEBUG_INFO_TEMP_FILE={prefix}", "TORCH_NCCL_DUMP_ON_TIMEOUT=1",
+                        "TORCH_NCCL_TRACE_BUFFER_SIZE=2000"]
+                got = r.read("train", *path.split("/")).splitlines() if os.path.isfile(os.path.join(train, path)) \
+                    else None
+                self.check(got == want, f"nccl: rank {rank}'s dump of attempt {attempt} is {path}, made with "
+                           "the flight recorder's variables", str(got))
+        res = r.results("train")
+        self.check([w["nccl_trace"] for w in res["ranks"]] ==
+                   [os.path.join(train, f"rank{k}", f"nccl_trace_attempt1_rank_{k}") for k in (0, 1)]
+                   and [w["nccl_trace"] for w in res["attempts"][0]["workers"]] ==
+                   [os.path.join(train, f"rank{k}", "attempt0", f"nccl_trace_rank_{k}") for k in (0, 1)],
+                   "nccl: results.json names each attempt's dumps, the first one's kept in attempt0/",
+                   json.dumps(res["attempts"])[:3000])
+        line = (f"flowrun:   NCCL flight recorder dumps of ranks 0, 1: {train}/rank*/nccl_trace_attempt1_rank_*; "
+                "read them with: python -m torch.distributed.flight_recorder.fr_trace -p nccl_trace_attempt1_rank_ "
+                f"{train}\n")
+        self.check(line in r.stderr, "nccl: the report names the dumps and fr_trace's command", r.stderr)
+
     def test_stall_timeout(self):
         # Rank 1 stops itself (SIGSTOP) and rank 2 sleeps, both without a word;
         # rank 0 writes a line every 0.1 s. The grace is long: only the SIGCONT

@@ -589,6 +589,33 @@ class TestNodesLocal(E2E):
         self.check(agents_quiet(n), "restart: both agents end in order", n.detail())
         n.check_nothing_left("restart")
 
+    def test_nccl_dumps(self):
+        # forensics: nccl: each rank "dumps" into its agent's scratch directory, as
+        # ProcessGroupNCCL's watchdog does on a timeout; rank 3 fails once all have.
+        script = ('echo "$TORCH_NCCL_DEBUG_INFO_TEMP_FILE" > "$TORCH_NCCL_DEBUG_INFO_TEMP_FILE$RANK"; ' + READY +
+                  'if [ "$RANK" = 3 ]; then ' + WAIT_ALL + 'exit 3; fi; exec sleep 30')
+        n = self.nodes("nccl", spec_text("nccl", sh_yaml(script), extra="    forensics: nccl\n"))
+        if not n.begin("nccl"):
+            return
+        rc = n.finish("nccl")
+        err = n.head_err()
+        train = os.path.join(n.run_dir, "train")
+        self.check(rc == 3, "nccl: the step fails with rank 3's code", n.detail())
+        dumps = [os.path.join(train, f"rank{r}", f"nccl_trace_rank_{r}") for r in range(4)]
+        got = [read(p).strip() if os.path.exists(p) else None for p in dumps]
+        tmp = os.path.realpath(n.tmp)
+        self.check(all(g and os.path.realpath(g).startswith(tmp + "/") and g.endswith(f"/train/rank{r}/nccl_trace_rank_")
+                       for r, g in enumerate(got)),
+                   "nccl: every rank's dump, written in its agent's scratch directory, was uploaded to the head",
+                   str(got))
+        self.check([w["nccl_trace"] for w in n.results()["ranks"]] == dumps,
+                   "nccl: results.json names each rank's dump at the head", json.dumps(n.results()["ranks"])[:2000])
+        line = (f"flowrun:   NCCL flight recorder dumps of ranks 0-3: {train}/rank*/nccl_trace_rank_*; read them "
+                f"with: python -m torch.distributed.flight_recorder.fr_trace -p nccl_trace_rank_ {train}")
+        self.check(line in err.splitlines(), "nccl: the head's report names the dumps and fr_trace's command", err)
+        self.check(agents_quiet(n), "nccl: both agents end in order", n.detail())
+        n.check_nothing_left("nccl")
+
     # --- more: the head killed or frozen, joining, the step's timeout ------------------
 
     def test_head_killed(self):

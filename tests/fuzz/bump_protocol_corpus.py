@@ -69,6 +69,16 @@ def start_5_to_6(payload):
     return encode_fields(new)
 
 
+def start_6_to_7(payload):
+    """A protocol 6 start with protocol 7's nccl_flight_recorder (off) after devices."""
+    new = []
+    for key, value in decode_fields(payload):
+        new.append((key, value))
+        if key == b"devices":
+            new.append((b"nccl_flight_recorder", b"0"))
+    return encode_fields(new)
+
+
 def after(key, added):
     """A rewrite that puts the fields `added` after the field `key`."""
     def rewrite(payload):
@@ -81,7 +91,7 @@ def after(key, added):
     return rewrite
 
 
-REWRITE = {(4, START): start_4_to_5, (5, START): start_5_to_6,
+REWRITE = {(4, START): start_4_to_5, (5, START): start_5_to_6, (6, START): start_6_to_7,
            # protocol 7: the forensics time in assign, stacks before a stop's signals
            (6, ASSIGN): after(b"stall_ms", [(b"forensics_ms", b"3000")]),
            (6, STOP): after(b"kill", [(b"stacks", b"1")])}

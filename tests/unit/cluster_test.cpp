@@ -456,6 +456,7 @@ TEST_CASE("a node's work reaches it in its Start as it was made", "[cluster][env
   work.master_port = 29500;
   for (DeviceRule rule : {DeviceRule::leave, DeviceRule::set, DeviceRule::if_inherited}) {
     work.devices = rule;
+    work.nccl_flight_recorder = rule == DeviceRule::set;
     work.ranks = {{6, 0, rule == DeviceRule::leave ? "" : "0"}, {7, 1, rule == DeviceRule::leave ? "" : "1"}};
     Start start = start_of(work);
     start.workdir = "/shared";

@@ -69,6 +69,14 @@ TEST_CASE("keep_attempt moves a failed attempt's logs, traceback and outputs asi
   CHECK_FALSE(exists(rank + "/out"));
   CHECK_FALSE(exists(rank + "/stdout.log"));
 
+  SECTION("the names asked for too, when they are there") {
+    write(rank + "/stdout.log", "attempt 1 out\n");
+    write(rank + "/nccl_trace_attempt1_rank_1", "dump");
+    CHECK(flowrun::keep_attempt(rank, 1, {"nccl_trace_attempt1_rank_1", "absent"}) == rank + "/attempt1");
+    CHECK(slurp(rank + "/attempt1/nccl_trace_attempt1_rank_1") == "dump");
+    CHECK_FALSE(exists(rank + "/nccl_trace_attempt1_rank_1"));
+    CHECK_FALSE(exists(rank + "/attempt1/absent"));
+  }
   SECTION("a second restart keeps its own attempt; nothing to keep makes nothing") {
     write(rank + "/stdout.log", "attempt 1 out\n");
     CHECK(flowrun::keep_attempt(rank, 1) == rank + "/attempt1");

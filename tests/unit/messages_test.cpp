@@ -73,6 +73,7 @@ std::vector<Message> samples() {
   start.ranks = {StartRank{4, 0, "0", true}, StartRank{5, 1, "1", false}};
   Start if_inherited = start;
   if_inherited.devices = Start::Devices::if_inherited;
+  if_inherited.nccl_flight_recorder = true;
   if_inherited.ranks = {StartRank{4, 0, "GPU-1,GPU-2", false}};
   Start no_ranks;
   Preflight preflight;
@@ -239,6 +240,7 @@ TEST_CASE("a message's fields are on the wire under their names, in order", "[me
              {"master_addr", "10.0.0.1"},
              {"master_port", "29500"},
              {"devices", "set"},
+             {"nccl_flight_recorder", "0"},
              {"workdir", "/w"},
              {"argv", "a\0b"s},
              {"ranks", "1"},

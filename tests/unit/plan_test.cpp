@@ -693,6 +693,68 @@ TEST_CASE("worker_env on a remote node: the node's own files, agent and environm
   CHECK(env_value(local, "LOCAL_WORLD_SIZE") == "8");
 }
 
+TEST_CASE("worker_env: forensics nccl sets the flight recorder's variables, its dump in the rank's directory",
+          "[env]") {
+  Step step = make_step();
+  step.forensics.nccl = true;
+  StepPlan plan = must_plan(step, host_with(2));
+  const std::string rank1 = "/work/.flowrun/runs/train-20261129-120000-abcdef/train/rank1";
+  auto added = [](const EnvList& with, const EnvList& without) {
+    EnvList out;
+    for (const auto& kv : with)
+      if (std::find(without.begin(), without.end(), kv) == without.end()) out.push_back(kv);
+    return out;
+  };
+  const EnvList off = worker_env(Spec{}, make_step(), plan, plan.ranks[1], context());
+  const EnvList on = worker_env(Spec{}, step, plan, plan.ranks[1], context());
+  CHECK(added(on, off) == EnvList{
+                              {"TORCH_NCCL_ASYNC_ERROR_HANDLING", "3"},
+                              {"NCCL_ASYNC_ERROR_HANDLING", "3"},
+                              {"TORCH_NCCL_TRACE_BUFFER_SIZE", "2000"},
+                              {"TORCH_NCCL_DUMP_ON_TIMEOUT", "1"},
+                              {"TORCH_NCCL_DEBUG_INFO_TEMP_FILE", rank1 + "/nccl_trace_rank_"},
+                          });
+  CHECK(on.size() == off.size() + 3);
+
+  SECTION("a restart's dumps have a name of their own") {
+    LaunchContext ctx = context();
+    ctx.restart_count = 2;
+    CHECK(env_value(worker_env(Spec{}, step, plan, plan.ranks[1], ctx), "TORCH_NCCL_DEBUG_INFO_TEMP_FILE") ==
+          rank1 + "/nccl_trace_attempt2_rank_");
+    CHECK(RunLayout{"/r"}.nccl_trace("train", 1, 2) == "/r/train/rank1/nccl_trace_attempt2_rank_1");
+    CHECK(is_nccl_trace_name("nccl_trace_attempt2_rank_1", 1));
+    CHECK(is_nccl_trace_name("nccl_trace_rank_1", 1));
+    CHECK_FALSE(is_nccl_trace_name("nccl_trace_rank_1", 11));
+    CHECK_FALSE(is_nccl_trace_name("nccl_trace_attempt_rank_1", 1));
+    CHECK_FALSE(is_nccl_trace_name("nccl_trace_attempt02_rank_1", 1));
+    CHECK_FALSE(is_nccl_trace_name("nccl_trace_attemptx_rank_1", 1));
+  }
+  SECTION("env: wins, under torch's name or the TORCH_FR_ one; the inherited environment does not") {
+    Spec spec;
+    spec.env = {{"TORCH_FR_BUFFER_SIZE", "100"}};
+    step.env = {{"TORCH_NCCL_DUMP_ON_TIMEOUT", "0"}, {"TORCH_NCCL_ASYNC_ERROR_HANDLING", "1"}};
+    const EnvList env = worker_env(spec, step, plan, plan.ranks[1],
+                                   context({{"TORCH_NCCL_DEBUG_INFO_TEMP_FILE", "/tmp/x_"},
+                                            {"TORCH_FR_DUMP_TEMP_FILE", "/tmp/y_"},
+                                            {"NCCL_ASYNC_ERROR_HANDLING", "2"}}));
+    CHECK(env_value(env, "TORCH_FR_BUFFER_SIZE") == "100");
+    CHECK(env_value(env, "TORCH_NCCL_TRACE_BUFFER_SIZE") == "<unset>");
+    CHECK(env_value(env, "TORCH_NCCL_DUMP_ON_TIMEOUT") == "0");
+    CHECK(env_value(env, "TORCH_NCCL_ASYNC_ERROR_HANDLING") == "1");
+    CHECK(env_value(env, "NCCL_ASYNC_ERROR_HANDLING") == "2");
+    // flowrun's prefix, under both names, since recent torch prefers the TORCH_FR_ one.
+    CHECK(env_value(env, "TORCH_NCCL_DEBUG_INFO_TEMP_FILE") == rank1 + "/nccl_trace_rank_");
+    CHECK(env_value(env, "TORCH_FR_DUMP_TEMP_FILE") == rank1 + "/nccl_trace_rank_");
+  }
+  SECTION("on another node, the agent's scratch directory") {
+    const NodeWork work = node_work(Spec{}, step, plan, 0, context());
+    CHECK(work.nccl_flight_recorder);
+    const NodeSite node{{}, RunLayout{"/tmp/flowrun-r-node1-Ab12Cd"}, "agent", ""};
+    CHECK(env_value(worker_env(work, work.ranks[1], node), "TORCH_NCCL_DEBUG_INFO_TEMP_FILE") ==
+          "/tmp/flowrun-r-node1-Ab12Cd/train/rank1/nccl_trace_rank_");
+  }
+}
+
 TEST_CASE("worker_env on a remote node: the defaults read the node's environment, not the head's", "[env]") {
   StepPlan plan = must_plan(with_gpus(make_step(), 16), host_with(8), ssh_cluster({"gpu-a", "gpu-b"}));
   const NodeWork work = node_work(Spec{}, make_step(), plan, 1, context({{"OMP_NUM_THREADS", "9"}}));

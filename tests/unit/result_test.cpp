@@ -544,6 +544,7 @@ TEST_CASE("result: results.json of a failed parallel step", "[result]") {
   a.workers[0].suspended = true;
   a.workers[1].stderr_tail = "not in the JSON\n";
   a.workers[1].node = "node2";
+  a.workers[1].nccl_trace = "/w/.flowrun/runs/demo-20261129-171053-4f1c2a/train/rank1/nccl_trace_rank_1";
   assign_roles(a, {0});
   StepRecord s = parallel_step(a, Outcome::failed);
   s.exit_code = 3;
@@ -570,7 +571,8 @@ TEST_CASE("result: results.json of a failed parallel step", "[result]") {
       "node": null,
       "silent_ms": 1250,
       "suspended": true,
-      "stalled": false
+      "stalled": false,
+      "nccl_trace": null
     })";
   const std::string worker1 = R"({
       "rank": 1,
@@ -593,7 +595,8 @@ TEST_CASE("result: results.json of a failed parallel step", "[result]") {
       "node": "node2",
       "silent_ms": null,
       "suspended": false,
-      "stalled": false
+      "stalled": false,
+      "nccl_trace": "/w/.flowrun/runs/demo-20261129-171053-4f1c2a/train/rank1/nccl_trace_rank_1"
     })";
   auto indent = [](std::string text) {
     for (std::size_t p = text.find('\n'); p != std::string::npos; p = text.find('\n', p + 1))
@@ -831,4 +834,39 @@ TEST_CASE("result: a missing Python module names the Python that ran and how to 
     CHECK(format_failure_report(s, file).find(line) != std::string::npos);
     CHECK(format_failure_report(s, "").find("has no module") == std::string::npos);
   }
+}
+
+TEST_CASE("result: the report names the NCCL flight-recorder dumps and how fr_trace reads them", "[result]") {
+  AttemptRecord a;
+  a.workers = {worker(0, signaled(6), 900), worker(1, signaled(15), 1000), worker(2, signaled(15), 1000)};
+  for (int r : {0, 1})
+    a.workers[static_cast<std::size_t>(r)].nccl_trace =
+        kDir + "/rank" + std::to_string(r) + "/nccl_trace_rank_" + std::to_string(r);
+  CHECK(format_nccl_traces_line(a.workers) ==
+        "flowrun:   NCCL flight recorder dumps of ranks 0, 1 (2 of 3): " + kDir +
+            "/rank*/nccl_trace_rank_*; read them with: python -m torch.distributed.flight_recorder.fr_trace "
+            "-j -p "
+            "nccl_trace_rank_ " +
+            kDir);
+  a.workers[2].nccl_trace = kDir + "/rank2/nccl_trace_rank_2";
+  assign_roles(a, {1, 2});
+  StepRecord s = parallel_step(a, Outcome::failed);
+  const std::string report = format_failure_report(s, "");
+  // Every rank's dump: fr_trace matches the collectives across them (no -j).
+  const std::string line = "flowrun:   NCCL flight recorder dumps of ranks 0-2: " + kDir +
+                           "/rank*/nccl_trace_rank_*; read them with: python -m "
+                           "torch.distributed.flight_recorder.fr_trace -p nccl_trace_rank_ " +
+                           kDir + "\n";
+  CHECK(report.find(line) != std::string::npos);
+  CHECK(report.find(line + "flowrun:   logs: " + kDir + "\n") != std::string::npos);
+
+  // After restarts the last attempt's prefix picks its dumps; a path with a space is quoted.
+  std::vector<WorkerRecord> later = {worker(0, exited(1), 10)};
+  later[0].nccl_trace = "/w w/train/rank0/nccl_trace_attempt2_rank_0";
+  CHECK(
+      format_nccl_traces_line(later) ==
+      "flowrun:   NCCL flight recorder dumps of rank 0: /w w/train/rank*/nccl_trace_attempt2_rank_*; read "
+      "them "
+      "with: python -m torch.distributed.flight_recorder.fr_trace -p nccl_trace_attempt2_rank_ '/w w/train'");
+  CHECK_FALSE(format_nccl_traces_line({worker(0, exited(1), 10)}).has_value());
 }

@@ -500,7 +500,7 @@ TEST_CASE("unknown keys get a suggestion or the list of keys", "[spec]") {
           "flow.yaml:9:5: steps.a: unknown key 'neds'; did you mean 'needs'?",
           "flow.yaml:10:5: steps.a: key 'gpus' does not belong here; put it under 'parallel:'",
           "flow.yaml:11:5: steps.a: unknown key 'command'; expected one of: name, run, shell, env, workdir, "
-          "needs, timeout, stall_timeout, parallel, outputs, collect, join, logs",
+          "needs, timeout, stall_timeout, parallel, outputs, collect, join, logs, forensics",
           "flow.yaml:13:7: steps.a.parallel: unknown key 'gpu'; did you mean 'gpus'?",
           "flow.yaml:14:7: steps.a.parallel: key 'outputs' does not belong here; put it in the step, next to "
           "'parallel:'",
@@ -1579,6 +1579,85 @@ steps:
            "flow.yaml:8:22: steps.b.logs.console: expected 'all' or a rank (a whole number, 0 or more), "
            "got a string 'x'",
            "flow.yaml:8:26: steps.b.logs: unknown key 'files'; expected one of: console",
+       });
+}
+
+TEST_CASE("forensics: nccl, off or a mapping of stacks, timeout and nccl, on a parallel step", "[spec]") {
+  const Spec spec = valid(R"(
+steps:
+  - name: a
+    run: x
+    parallel: {}
+  - name: b
+    run: x
+    parallel: {}
+    forensics: nccl
+  - name: c
+    run: x
+    parallel: {}
+    forensics: off
+  - name: d
+    run: x
+    parallel: {}
+    forensics: {timeout: 1m30s, nccl: true}
+  - name: e
+    run: x
+    parallel: {}
+    forensics: {stacks: false}
+)");
+  const auto& a = spec.steps[0].forensics;
+  CHECK((a.stacks && a.timeout_s == 3 && !a.nccl && a.loc.line == 0 && a.is_default()));
+  const auto& b = spec.steps[1].forensics;
+  CHECK((b.stacks && b.timeout_s == 3 && b.nccl && b.loc.line == 8 && !b.is_default()));
+  const auto& c = spec.steps[2].forensics;
+  CHECK((!c.stacks && c.timeout_s == 3 && !c.nccl));
+  const auto& d = spec.steps[3].forensics;
+  CHECK((d.stacks && d.timeout_s == 90 && d.nccl));
+  const auto& e = spec.steps[4].forensics;
+  CHECK((!e.stacks && !e.nccl));
+
+  CHECK(errors(R"(
+forensics: nccl
+steps:
+  - name: a
+    run: x
+    forensics: nccl
+  - name: b
+    run: x
+    parallel: {forensics: off}
+  - name: c
+    run: x
+    parallel: {}
+    forensics: nccI
+  - name: d
+    run: x
+    parallel: {}
+    forensics: [nccl]
+  - name: e
+    run: x
+    parallel: {}
+    forensics: {stacks: maybe, timeout: 0, nccl: 1, py_spy: true}
+  - name: f
+    run: x
+    parallel: {}
+    forensics: {stacks: false, timeout: 10s}
+)") == Lines{
+           "flow.yaml:1:1: key 'forensics' does not belong here; put it in a step, under 'steps:'",
+           "flow.yaml:5:5: steps.a.forensics: only parallel steps have forensics; add 'parallel:' or remove "
+           "it",
+           "flow.yaml:8:16: steps.b.parallel: key 'forensics' does not belong here; put it in the step, next "
+           "to 'parallel:'",
+           "flow.yaml:12:16: steps.c.forensics: expected 'nccl', 'off' or a mapping such as {stacks: true, "
+           "timeout: 3s, nccl: true}, got a string 'nccI'; did you mean 'nccl'?",
+           "flow.yaml:16:16: steps.d.forensics: expected 'nccl', 'off' or a mapping such as {stacks: true, "
+           "timeout: 3s, nccl: true}, got a sequence",
+           "flow.yaml:20:25: steps.e.forensics.stacks: expected true or false, got a string 'maybe'",
+           "flow.yaml:20:41: steps.e.forensics.timeout: expected a positive duration: seconds (90) or a "
+           "string like '90s', '30m', '1h30m' or '2d', got 0",
+           "flow.yaml:20:50: steps.e.forensics.nccl: expected true or false, got 1",
+           "flow.yaml:20:53: steps.e.forensics: unknown key 'py_spy'; expected one of: stacks, timeout, nccl",
+           "flow.yaml:24:32: steps.f.forensics.timeout: timeout is the time for the ranks' stacks, and "
+           "stacks: false takes none; remove one of them",
        });
 }
 

@@ -2,6 +2,7 @@
 // attempt records, exit codes and what the join gets, with no process.
 #include "flowrun/step_runner.h"
 
+#include <algorithm>
 #include <catch2/catch.hpp>
 #include <csignal>
 #include <cstdlib>
@@ -116,6 +117,9 @@ class FakeWorkerGroup : public WorkerGroup {
       w.stdout_log = dir + "/stdout.log";
       w.stderr_log = dir + "/stderr.log";
       w.error_file = dir + "/error.json";
+      // torch's flight recorder, dumping as a collective times out.
+      if (std::find(dumps.begin(), dumps.end(), std::pair{attempt.restart, w.rank}) != dumps.end())
+        std::ofstream(layout_.nccl_trace(step_, w.rank, attempt.restart)) << "dump";
     }
     if (next_ == interrupt_after) interrupt = SIGINT;
     return result;
@@ -134,6 +138,7 @@ class FakeWorkerGroup : public WorkerGroup {
   int interrupt = 0;
   std::size_t interrupt_after = 0;  // flowrun gets SIGINT as attempt N (1-based) ends; 0: never
   std::string placement_;
+  std::vector<std::pair<int, int>> dumps;  // (attempt, rank): the rank leaves a flight-recorder dump
 
  private:
   const RunLayout& layout_;
@@ -205,6 +210,30 @@ TEST_CASE("rank 1 fails, then the group succeeds: one restart, the failed attemp
   CHECK(f.out.text() ==
         "flowrun: step 'train' failed (rank 1 exited with code 3); restarting all 2 workers (restart 1 of "
         "2)\n");
+}
+
+TEST_CASE("forensics nccl: each attempt's records name its dumps, kept with the attempt", "[step_runner]") {
+  Fixture f(2, 1);
+  FakeWorkerGroup group(f.layout, "train", {attempt_of({0, 3}), attempt_of({1, 0})});
+  group.dumps = {{0, 0}, {0, 1}, {1, 0}};
+  SECTION("without forensics: nccl, nothing is looked for") {
+    const StepRun run = f.run(group);
+    for (const auto& a : run.attempts)
+      for (const auto& w : a.workers) CHECK(w.nccl_trace.empty());
+  }
+  SECTION("with it") {
+    f.step.forensics.nccl = true;
+    const StepRun run = f.run(group);
+    REQUIRE(run.attempts.size() == 2);
+    const std::string rank0 = f.layout.rank_dir("train", 0);
+    const std::string rank1 = f.layout.rank_dir("train", 1);
+    CHECK(run.attempts[0].workers[0].nccl_trace == rank0 + "/attempt0/nccl_trace_rank_0");
+    CHECK(run.attempts[0].workers[1].nccl_trace == rank1 + "/attempt0/nccl_trace_rank_1");
+    CHECK(read_text(rank1 + "/attempt0/nccl_trace_rank_1") == "dump");
+    CHECK(run.attempts[1].workers[0].nccl_trace == rank0 + "/nccl_trace_attempt1_rank_0");
+    CHECK(run.attempts[1].workers[1].nccl_trace.empty());
+    CHECK_FALSE(fs::exists(rank0 + "/nccl_trace_rank_0"));
+  }
 }
 
 TEST_CASE("restarts run out: the last failure decides the exit code", "[step_runner]") {

@@ -87,6 +87,23 @@ TEST_CASE("uploads: error.json and files under out/ land in the rank's directory
   CHECK(Uploads::read(u.rank_file(1, "out/model/weights.bin")) == "weights");
 }
 
+TEST_CASE(
+    "uploads: a rank's flight-recorder dump of any attempt lands beside its error.json, no other rank's",
+    "[uploads]") {
+  Uploads u;
+  u.send(1, 1, "nccl_trace_rank_1", "dump 0");
+  u.send(1, 1, "nccl_trace_attempt2_rank_1", "dump 2");
+  u.send(1, 1, "nccl_trace_rank_1", "again");  // replaces what is there, as error.json does
+  u.send(1, 1, "nccl_trace_rank_0", "forged");
+  u.send(1, 1, "nccl_trace_attempt02_rank_1", "forged");
+  CHECK(Uploads::read(u.rank_file(1, "nccl_trace_rank_1")) == "again");
+  CHECK(Uploads::read(u.rank_file(1, "nccl_trace_attempt2_rank_1")) == "dump 2");
+  REQUIRE(u.errors.size() == 2);
+  CHECK(u.errors[0].second.find("upload of 'nccl_trace_rank_0' refused: only error.json") == 0);
+  CHECK(u.errors[1].second.find("upload of 'nccl_trace_attempt02_rank_1' refused: only error.json") == 0);
+  CHECK_FALSE(fs::exists(u.rank_file(1, "nccl_trace_rank_0")));
+}
+
 TEST_CASE("uploads: a rank of another node, a path outside error.json and out/ or with .. is refused",
           "[uploads]") {
   Uploads u;
@@ -99,7 +116,8 @@ TEST_CASE("uploads: a rank of another node, a path outside error.json and out/ o
         std::pair<int, std::string>(0, "upload for rank 1, which does not run on this node, refused"));
   CHECK(u.errors[1].second == "upload for rank 7, which does not run on this node, refused");
   CHECK(u.errors[2].second ==
-        "upload of 'stdout.log' refused: only error.json and files under out/ are uploaded");
+        "upload of 'stdout.log' refused: only error.json, the rank's flight-recorder dump and files under "
+        "out/ are uploaded");
   CHECK(u.errors[3].second.find("upload of 'out/../../rank1/error.json' refused: upload path") == 0);
   CHECK_FALSE(fs::exists(u.rank_file(1, "error.json")));
   CHECK_FALSE(fs::exists(u.rank_file(0, "stdout.log")));

@@ -5,6 +5,7 @@
 #include <optional>
 #include <string>
 #include <sys/types.h>
+#include <vector>
 
 namespace flowrun {
 
@@ -14,12 +15,13 @@ namespace flowrun {
 void make_dirs(const std::string& path, mode_t mode = 0755);
 
 // Before a restart: moves what the failed attempt left in a rank's directory
-// (stdout.log, stderr.log, error.json, end.json and out/) into <rank_dir>/attemptN/, so
-// that the next attempt starts with an empty FLOWRUN_OUTPUT_DIR (nothing of the
-// failed attempt is collected) and nothing of the failed attempt is lost.
-// Returns the directory it made (empty when there was nothing to keep); throws
-// Error when a rename fails.
-std::string keep_attempt(const std::string& rank_dir, int attempt);
+// (stdout.log, stderr.log, error.json, end.json and out/, and each of `also`,
+// file names in it) into <rank_dir>/attemptN/, so that the next attempt starts
+// with an empty FLOWRUN_OUTPUT_DIR (nothing of the failed attempt is
+// collected) and nothing of the failed attempt is lost. Returns the directory
+// it made (empty when there was nothing to keep); throws Error when a rename
+// fails.
+std::string keep_attempt(const std::string& rank_dir, int attempt, const std::vector<std::string>& also = {});
 
 // At most `limit` bytes of `path`, every read that a signal interrupted
 // retried; nullopt when it cannot be opened or read, `err` (when given) then

@@ -103,7 +103,21 @@ struct RunLayout {
   // step's other ranks still run.
   std::string end_file(const std::string& step, int rank) const;
   std::string inputs_dir(const std::string& step) const;  // <run_dir>/<step>/outputs
+  // <rank_dir>/<nccl_trace_prefix(restart)><R>: where NCCL's flight recorder
+  // dumps rank R's collectives in attempt `restart` (forensics: nccl).
+  std::string nccl_trace(const std::string& step, int rank, int restart) const;
 };
+
+// The name PyTorch's TORCH_NCCL_DEBUG_INFO_TEMP_FILE gets, without its
+// directory: a prefix to which torch appends the rank. "nccl_trace_rank_" for
+// the first attempt, "nccl_trace_attempt<N>_rank_" after restart N, so that
+// fr_trace's --prefix, which matches anywhere in a file name under the
+// directory it walks, picks one attempt's dumps among those kept.
+std::string nccl_trace_prefix(int restart);
+
+// Whether `name` (a file name) is rank `rank`'s flight-recorder dump of some
+// attempt: nccl_trace_prefix(N) followed by the rank.
+bool is_nccl_trace_name(std::string_view name, int rank);
 
 // A new run id: "<name>-<yyyymmdd-hhmmss>-<6 hex>". Reads the clock and random device.
 std::string make_run_id(const std::string& flow_name);

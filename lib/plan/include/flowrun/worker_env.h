@@ -59,7 +59,10 @@ struct NodeWork {
   int master_port = 0;  // 0: not chosen yet (plan output says so)
   DeviceRule devices = DeviceRule::leave;
   bool virtual_local_rank = false;  // LOCAL_RANK=0 for every rank (LaunchContext's)
-  std::vector<RankWork> ranks;      // the node's ranks by local rank; their count is LOCAL_WORLD_SIZE
+  // The step's forensics.nccl: NCCL's flight recorder for every rank, dumping
+  // into the rank's directory (worker_env).
+  bool nccl_flight_recorder = false;
+  std::vector<RankWork> ranks;  // the node's ranks by local rank; their count is LOCAL_WORLD_SIZE
   friend bool operator==(const NodeWork&, const NodeWork&) = default;
 };
 
@@ -98,6 +101,20 @@ NodeSite this_host(const LaunchContext& ctx);
 // (TORCH_NCCL_ASYNC_ERROR_HANDLING, NCCL_ASYNC_ERROR_HANDLING,
 // PYTHONUNBUFFERED=1, OMP_NUM_THREADS) take work.env's value when env: sets
 // one (even to ""), else site.env's, else flowrun's.
+//
+// With work.nccl_flight_recorder, PyTorch's ProcessGroupNCCL (2.2 and later)
+// records its collectives and dumps them when one times out:
+//   TORCH_NCCL_TRACE_BUFFER_SIZE=2000     the entries it keeps (0 turns it off)
+//   TORCH_NCCL_DUMP_ON_TIMEOUT=1          dump on a timeout (and, since 2.4, on an NCCL error)
+//   TORCH_NCCL_DEBUG_INFO_TEMP_FILE=<rank dir>/<nccl_trace_prefix(restart)>
+//                                         the dump's path, to which torch appends the rank
+// and the error-handling defaults become 3 (tear the process down without
+// aborting the communicators: an abort from the watchdog ends the process
+// before the dump is written, pytorch/pytorch#121055). A flight-recorder
+// variable that work.env sets, under its name or the TORCH_FR_* name recent
+// torch prefers (TORCH_FR_BUFFER_SIZE, TORCH_FR_DUMP_TEMP_FILE), keeps
+// work.env's value; site.env's does not count: the spec asked for these. When
+// site.env has the TORCH_FR_* name, it is set to flowrun's value too.
 EnvList worker_env(const NodeWork& work, const RankWork& rank, const NodeSite& site);
 
 }  // namespace flowrun

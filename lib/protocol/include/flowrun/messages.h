@@ -150,6 +150,9 @@ struct Start {
   std::string master_addr;
   int master_port = 0;
   Devices devices = Devices::leave;
+  // The step's forensics.nccl: each rank gets NCCL's flight-recorder
+  // variables, its dumps in the rank's directory, uploaded when they exist.
+  bool nccl_flight_recorder = false;
   std::string workdir;
   std::vector<std::string> argv;
   std::vector<StartRank> ranks;  // the node's ranks, by local rank

@@ -68,6 +68,8 @@ namespace flowrun {
 // checked, the stall report its own message. 5: start carries the node's
 // part of the plan, and the agent makes its ranks' environment from it.
 // 6: start carries the role (ROLE_NAME) and the job id (TORCHELASTIC_RUN_ID).
+// 7: start carries the step's forensics.nccl (NCCL's flight recorder); assign the
+// forensics time; stop whether to take the stacks first; take_stacks and stacks.
 inline constexpr std::uint8_t kProtocolVersion = 7;
 
 // length:u32 + version:u8 + type:u8.

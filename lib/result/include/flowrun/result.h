@@ -74,6 +74,10 @@ struct WorkerRecord {
   std::optional<double> silent_s;
   bool suspended = false;
   bool stalled = false;  // silent for the step's stall_timeout: why flowrun stopped the step
+  // Its NCCL flight-recorder dump (forensics: nccl), absolute, when torch
+  // wrote one in this attempt: <rank dir>/nccl_trace_rank_<R>, under
+  // attemptN/ once a restart kept it. Empty: none.
+  std::string nccl_trace;
 };
 
 // Where the step's live ranks were when flowrun stopped them (a stall, a
@@ -196,7 +200,9 @@ void assign_roles(AttemptRecord& attempt, const std::vector<int>& stopped);
 //     "silent_ms": 4900,           when flowrun began to stop the step with this worker running:
 //                                  how long it had written nothing (silent_s); else null
 //     "suspended": false,          it (or a process under it) was in the stopped state (T) then
-//     "stalled": false             it was silent for the step's stall_timeout, which stopped the step
+//     "stalled": false,            it was silent for the step's stall_timeout, which stopped the step
+//     "nccl_trace": "/abs/.flowrun/runs/ID/train/rank1/nccl_trace_rank_1"
+//                                  its NCCL flight-recorder dump (forensics: nccl), or null
 //   }
 // "status" is also "lost" for a rank whose node was lost (its agent's
 // connection closed, or it went silent); "spawn_error" then says how.
@@ -255,6 +261,8 @@ void write_rank_end(const std::string& path, const WorkerRecord& w);
 //   4.9 s, rank 3 for the last 4.8 s" ("it" for a plain step).
 // - stalled: "flowrun: step 'train' stalled: " + the stalled ranks as
 //   format_stall_message names them + "; flowrun stopped ranks 0-7".
+// - After the stacks' line, the last attempt's NCCL flight-recorder dumps,
+//   when there are any, as format_nccl_traces_line says them.
 // - A failed attempt without a culprit that flowrun stopped because it could
 //   not write the run directory says why in the headline: "failed: cannot
 //   write rank 0's stdout.log in DIR: No space left on device".
@@ -288,6 +296,18 @@ std::string stacks_document(const std::string& step, const StackReport& stacks,
 
 std::string format_stall_message(const std::string& step, const std::vector<WorkerRecord>& stalled,
                                  double stall_timeout_s);
+
+// The failure report's line about the NCCL flight-recorder dumps of
+// `workers` (the last attempt's, in <step dir>/rank<R>/), and how to read
+// them with PyTorch's fr_trace,
+// whose --prefix picks the attempt's dumps in the step's directory:
+//   flowrun:   NCCL flight recorder dumps of ranks 0, 1 (2 of 4): /abs/run/train/rank*/nccl_trace_rank_*;
+//   read them with: python -m torch.distributed.flight_recorder.fr_trace -j -p nccl_trace_rank_
+//   /abs/run/train
+// (one line). -j prints each rank's entries; it is left out when every rank
+// has a dump: then fr_trace matches the collectives across the ranks and
+// names the ones some rank never joined. nullopt when no worker has a dump.
+std::optional<std::string> format_nccl_traces_line(const std::vector<WorkerRecord>& workers);
 
 // The traceback in an error file that torch.distributed.elastic's @record
 // (ErrorHandler.record_exception) writes:

@@ -66,6 +66,21 @@ struct ParallelSpec {
 
 enum class Collect { rank0, all };
 
+// `forensics:` of a parallel step: what flowrun gathers about a hang or a
+// failure for the report. `forensics: nccl` is the defaults with `nccl`,
+// `forensics: off` the defaults without `stacks`.
+struct Forensics {
+  // Every live rank's Python stack (py-spy) before flowrun signals the ranks
+  // on a stall, a timeout or a failure, within `timeout_s` for all of them.
+  bool stacks = true;
+  double timeout_s = 3;
+  // NCCL's flight recorder: ProcessGroupNCCL records its collectives and
+  // dumps them into each rank's directory on a timeout (worker_env).
+  bool nccl = false;
+  Location loc;  // of the value; line 0 when the step has no `forensics:`
+  bool is_default() const { return stacks && timeout_s == 3 && !nccl; }
+};
+
 struct Step {
   std::string name;
   Location loc;  // of the step's list item
@@ -95,6 +110,7 @@ struct Step {
   // logs.console: the ranks whose output the console shows (all when unset);
   // every rank's output always goes to its log files. --ranks overrides it.
   std::optional<std::vector<int>> console_ranks;
+  Forensics forensics;  // parallel steps
 
   std::string join;  // name of the parallel step this step joins; empty if none
   Location join_loc;

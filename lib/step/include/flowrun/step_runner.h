@@ -21,7 +21,8 @@
 // A restart starts every rank afresh: before it, what the failed attempt
 // left in each rank's directory (logs, traceback, outputs) moves to
 // <rank dir>/attemptN/ (keep_attempt), and the failed attempt's records name
-// the files there.
+// the files there. With forensics: nccl, each attempt's records name the
+// flight-recorder dumps its ranks left (note_nccl_traces).
 #pragma once
 
 #include <functional>
@@ -87,9 +88,16 @@ std::string restart_message(const std::string& step, const AttemptRecord& failed
                             const std::string& placement, int restart, int max_restarts);
 
 // Before restart `attempt` + 1: moves what attempt `attempt` left in rank
-// `rank`'s directory to <rank_dir>/attempt<attempt>/ and points that rank's
-// records in `failed` at the files kept there.
+// `rank`'s directory (its flight-recorder dump among it) to
+// <rank_dir>/attempt<attempt>/ and points that rank's records in `failed` at
+// the files kept there.
 void keep_failed_attempt(AttemptRecord& failed, const std::string& rank_dir, int rank, int attempt);
+
+// forensics: nccl: notes in each rank's record of `attempt` (the one that ran
+// with TORCHELASTIC_RESTART_COUNT `restart`) the flight-recorder dump torch
+// wrote in its directory (layout.nccl_trace), when it is a regular file: on
+// this host the rank wrote it there, across nodes its agent uploaded it.
+void note_nccl_traces(AttemptRecord& attempt, const RunLayout& layout, const std::string& step, int restart);
 
 // The exit code of a step whose last attempt was `attempt`: 0 when it
 // succeeded; 124 for a timeout or stall; 128+N for flowrun's stop signal

@@ -85,11 +85,11 @@ struct GroupOptions {
   // The step's stall_timeout: a worker that writes nothing to stdout or
   // stderr for this long stops the group as a timeout does (outcome stalled).
   std::optional<double> stall_timeout_s;
-  // How long py-spy may take for the live ranks' stacks (all at once) before
-  // a stall's, a timeout's or a failure's signals.
-  double forensics_timeout_s = 3;
-  // Whether the live ranks' stacks are taken before those signals at all.
+  // Whether py-spy takes the live ranks' stacks before a stall's, a
+  // timeout's or a failure's signals (a step's forensics.stacks), and how
+  // long it may take for all of them at once.
   bool forensics_stacks = true;
+  double forensics_timeout_s = 3;
   // Where stacks taken on demand (SIGQUIT, flowrun stacks) are described
   // (stacks_document: the step's stacks.json); empty: on the console only.
   std::string stacks_file;
