@@ -126,6 +126,14 @@ Json worker_json(const WorkerRecord& w) {
   return json;
 }
 
+Json exception_json(const std::optional<PythonException>& e) {
+  if (!e) return Json();
+  return {{"type", e->type},
+          {"message", e->message},
+          {"file", string_or_null(e->file)},
+          {"line", e->file.empty() ? Json() : Json(e->line)}};
+}
+
 Json workers_json(const std::vector<WorkerRecord>& workers) {
   Json json = Json::array();
   for (const auto& w : workers) json.push_back(worker_json(w));
@@ -543,6 +551,10 @@ std::string format_results_json(const StepRecord& record) {
     span(attempt, a.start_unix_ns, a.end_unix_ns);
     attempt["workers"] = workers_json(a.workers);
     attempt["stacks"] = stacks_json(a.stacks);
+    attempt["cause"] = a.cause ? Json(failure_cause_name(*a.cause)) : Json();
+    attempt["exception"] = exception_json(a.exception);
+    attempt["restarted"] = a.restarted;
+    attempt["restart_reason"] = string_or_null(a.restart_reason);
     attempts.push_back(std::move(attempt));
   }
   return to_document(json);
@@ -605,6 +617,8 @@ std::string format_failure_report(const StepRecord& record, const std::string& e
   if (!attempt.write_error.empty() && (culprit || record.outcome != Outcome::failed))
     out += "flowrun:   also: " + attempt.write_error + "\n";
   if (attempt.stacks && !attempt.stacks->groups.empty()) out += format_stacks_line(*attempt.stacks) + "\n";
+  if (!attempt.restarted && !attempt.restart_reason.empty())
+    out += "flowrun:   not restarting: " + attempt.restart_reason + "\n";
   earlier_attempts(out, record);
   for (const auto& note : record.notes) out += "flowrun:   " + note + "\n";
   std::string logs = log_dir(record, attempt);
