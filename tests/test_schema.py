@@ -67,6 +67,8 @@ def test_the_schema_rejects_what_flowrun_rejects(validator, check):
         ("an unknown top-level key", {"steps": [{"name": "a", "run": "true"}], "stepz": []}),
         ("a step without run", {"steps": [{"name": "a"}]}),
         ("gpus: some", {"steps": [{"name": "a", "run": "true", "parallel": {"gpus": "some"}}]}),
+        ("restart.causes: node_lost", {"steps": [{"name": "a", "run": "true", "parallel": {
+            "max_restarts": 2, "restart": {"causes": ["node_lost"]}}}]}),
     ]:
         check(any(True for _ in validator.iter_errors(spec)), f"the schema rejects {label}")
 
@@ -79,7 +81,8 @@ def test_the_schema_has_every_key_flowrun_reads(repo_root, validator, check):
              for name, body in re.findall(r"constexpr std::string_view k(\w+)Keys\[\] = \{(.*?)\};", source, re.S)}
     schema, defs = validator.schema, validator.schema["$defs"]
     levels = {"Top": schema, "Step": defs["step"], "Parallel": defs["parallel"],
-              "Logs": defs["step"]["properties"]["logs"], "Cluster": defs["cluster"]}
+              "Logs": defs["step"]["properties"]["logs"], "Cluster": defs["cluster"],
+              "Restart": defs["parallel"]["properties"]["restart"]}
     check(sorted(lists) == sorted(levels), "lib/spec/spec.cpp's key lists are the levels this test knows",
           f"spec.cpp: {sorted(lists)}")
     for name, level in levels.items():
