@@ -38,11 +38,33 @@ FileStamp stamp_of(const std::string& path) {
   return s;
 }
 
-// The culprit's error file (TORCHELASTIC_ERROR_FILE), as classify_failure reads it.
+// The culprit's error file (TORCHELASTIC_ERROR_FILE) of a failed attempt, as
+// classify_failure reads it.
 std::string culprit_error_file(const AttemptRecord& a) {
-  if (!a.culprit) return {};
+  if (a.outcome != Outcome::failed || !a.culprit) return {};
   const std::string& path = a.workers.at(static_cast<std::size_t>(*a.culprit)).error_file;
   return path.empty() ? std::string() : try_read_file(path, kMaxErrorFileBytes).value_or("");
+}
+
+// After an attempt: its root cause and the policy's decision, kept in its
+// record. `run` holds the attempts before it and the step's errors so far.
+void decide_after(AttemptResult& result, const StepRun& run, const StepPlan& plan, int interrupt,
+                  std::optional<bool> progress_file_changed) {
+  AttemptRecord& record = result.record;
+  FailureFacts facts = classify_failure(record, result.node_gone, culprit_error_file(record));
+  record.cause = facts.cause;
+  record.exception = std::move(facts.exception);
+  RestartQuestion question;
+  question.last = &record;
+  question.previous = run.attempts.empty() ? nullptr : &run.attempts.back();
+  question.node_gone = result.node_gone;
+  question.errors = !run.errors.empty();
+  question.interrupt = interrupt;
+  question.max_restarts = plan.max_restarts;
+  question.progress_file_changed = progress_file_changed;
+  const RestartDecision decision = decide_restart(plan.restart, question);
+  record.restarted = decision.restart;
+  record.restart_reason = decision.reason;
 }
 
 }  // namespace
@@ -86,25 +108,14 @@ StepRun StepRunner::run(WorkerGroup& group) {
     AttemptResult result = group.run_attempt(attempt);
     take(result);
     if (!result.started && !run.attempts.empty()) break;  // the attempt before decides
-    AttemptRecord& record = result.record;
-    FailureFacts facts = classify_failure(record, result.node_gone, culprit_error_file(record));
-    record.cause = facts.cause;
-    record.exception = std::move(facts.exception);
-    RestartQuestion question{&record,
-                             run.attempts.empty() ? nullptr : &run.attempts.back(),
-                             result.node_gone,
-                             !run.errors.empty(),
-                             group.interrupt_signal(),
-                             plan_.max_restarts,
-                             std::nullopt};
-    if (!progress_file.empty()) question.progress_file_changed = !(stamp_of(progress_file) == before);
-    const RestartDecision decision = decide_restart(plan_.restart, question);
-    record.restarted = decision.restart;
-    record.restart_reason = decision.reason;
-    run.attempts.push_back(std::move(record));
-    if (!decision.restart) break;
-    console_.message(restart_message(step_.name, run.attempts.back(), plan_.world_size, group.placement(),
-                                     restart + 1, plan_.max_restarts, decision.reason));
+    std::optional<bool> changed;
+    if (!progress_file.empty()) changed = !(stamp_of(progress_file) == before);
+    decide_after(result, run, plan_, group.interrupt_signal(), changed);
+    run.attempts.push_back(std::move(result.record));
+    const AttemptRecord& last = run.attempts.back();
+    if (!last.restarted) break;
+    console_.message(restart_message(step_.name, last, plan_.world_size, group.placement(), restart + 1,
+                                     plan_.max_restarts, last.restart_reason));
   }
   settle_step_run(run, group.interrupt_signal());
   return run;
