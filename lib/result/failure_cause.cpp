@@ -7,6 +7,7 @@
 // exception at the start of a line after the frames' indented lines (the
 // source line, 3.11's carets), which is how it is told from them.
 
+#include <algorithm>
 #include <cctype>
 #include <charconv>
 #include <fmt/format.h>
@@ -82,8 +83,11 @@ const char* failure_cause_name(FailureCause cause) {
 std::string PythonException::describe() const {
   std::string text = type;
   if (!message.empty()) {
-    constexpr std::size_t kMax = 200;
-    text += ": " + (message.size() > kMax ? message.substr(0, kMax) + "..." : message);
+    // At most 200 bytes, cut before a UTF-8 character, not inside one.
+    std::size_t cut = std::min<std::size_t>(message.size(), 200);
+    while (cut < message.size() && cut > 0 && (static_cast<unsigned char>(message[cut]) & 0xC0) == 0x80)
+      --cut;
+    text += ": " + message.substr(0, cut) + (cut < message.size() ? "..." : "");
   }
   if (!file.empty()) {
     const std::size_t slash = file.rfind('/');

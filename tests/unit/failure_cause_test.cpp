@@ -33,6 +33,9 @@ TEST_CASE("a traceback's exception: type, first line of the message, innermost f
   e = parse_python_exception("  File \"a.py\", line 2, in f\n    raise KeyError\nKeyError\n");
   REQUIRE(e);
   CHECK(e->describe() == "KeyError (a.py:2)");
+  // A long message is cut to 200 bytes, before a character of several bytes rather than inside it.
+  PythonException long_one{"ValueError", std::string(199, 'x') + "\xc3\xa9 and more", "a.py", 1};
+  CHECK(long_one.describe() == "ValueError: " + std::string(199, 'x') + "... (a.py:1)");
 
   // Chained: the last traceback's exception.
   e = parse_python_exception(
