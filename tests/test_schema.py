@@ -71,6 +71,8 @@ def test_the_schema_rejects_what_flowrun_rejects(validator, check):
         ("forensics without parallel", {"steps": [{"name": "a", "run": "true", "forensics": "nccl"}]}),
         ("forensics with a timeout and no stacks",
          {"steps": [{"name": "a", "run": "true", "parallel": {}, "forensics": {"stacks": False, "timeout": 5}}]}),
+        ("restart.causes: node_lost", {"steps": [{"name": "a", "run": "true", "parallel": {
+            "max_restarts": 2, "restart": {"causes": ["node_lost"]}}}]}),
     ]:
         check(any(True for _ in validator.iter_errors(spec)), f"the schema rejects {label}")
 
@@ -84,7 +86,8 @@ def test_the_schema_has_every_key_flowrun_reads(repo_root, validator, check):
     schema, defs = validator.schema, validator.schema["$defs"]
     levels = {"Top": schema, "Step": defs["step"], "Parallel": defs["parallel"],
               "Logs": defs["step"]["properties"]["logs"], "Cluster": defs["cluster"],
-              "Forensics": defs["step"]["properties"]["forensics"]["oneOf"][1]}
+              "Forensics": defs["step"]["properties"]["forensics"]["oneOf"][1],
+              "Restart": defs["parallel"]["properties"]["restart"]}
     check(sorted(lists) == sorted(levels), "lib/spec/spec.cpp's key lists are the levels this test knows",
           f"spec.cpp: {sorted(lists)}")
     for name, level in levels.items():

@@ -1,7 +1,10 @@
 #include "flowrun/util.h"
 
 #include <algorithm>
+#include <cmath>
+#include <cstdint>
 #include <cstdio>
+#include <utility>
 
 extern char** environ;
 
@@ -141,6 +144,24 @@ std::string join(const std::vector<std::string>& parts, std::string_view sep) {
   for (std::size_t i = 0; i < parts.size(); ++i) {
     if (i) out += sep;
     out += parts[i];
+  }
+  return out;
+}
+
+std::string format_duration(double s) {
+  char buf[48];
+  if (s != std::floor(s) || s < 1 || s > 1e12) {
+    std::snprintf(buf, sizeof buf, "%gs", s);
+    return buf;
+  }
+  auto left = static_cast<std::int64_t>(s);
+  std::string out;
+  for (auto [unit, size] : {std::pair{'d', 86400}, {'h', 3600}, {'m', 60}, {'s', 1}}) {
+    if (left >= size) {
+      std::snprintf(buf, sizeof buf, "%lld%c", static_cast<long long>(left / size), unit);
+      out += buf;
+      left %= size;
+    }
   }
   return out;
 }

@@ -132,6 +132,50 @@ void send_refusal(Connection& conn, const Start& start, int attempt, const std::
   conn.send(Done{attempt, {why}});
 }
 
+// The start's ranks, each with the environment worker_env makes from the
+// start's part of the plan and what only this node has (`site`): the
+// agent's own environment (the defaults a user may override read it), its
+// private scratch directory for FLOWRUN_OUTPUT_DIR and
+// TORCHELASTIC_ERROR_FILE, its mark and its gloo interface. Makes each
+// rank's directory anew; `ranks` gets each rank as the agent keeps it.
+std::vector<WorkerLaunch> launches_for_start(const Start& start, const NodeSite& site,
+                                             std::vector<LocalRank>& ranks) {
+  const NodeWork work = cluster::node_work_of(start);
+  const EnvMap base = strip_step_variables(site.env);
+  ranks.clear();
+  std::vector<WorkerLaunch> launches;
+  for (std::size_t i = 0; i < work.ranks.size(); ++i) {
+    const RankWork& rank = work.ranks[i];
+    LocalRank r;
+    r.rank = rank.rank;
+    r.local_rank = rank.local_rank;
+    r.upload = start.ranks[i].upload;
+    r.dir = site.layout.rank_dir(start.step, r.rank);
+    if (work.nccl_flight_recorder)
+      r.nccl_trace = nccl_trace_prefix(work.restart_count) + std::to_string(r.rank);
+    remove_tree(r.dir);
+    make_dirs(r.dir + "/out", 0700);
+    WorkerLaunch launch;
+    launch.rank = r.rank;
+    launch.local_rank = r.local_rank;
+    launch.argv = start.argv;
+    launch.env = full_env(base, worker_env(work, rank, site));
+    launch.workdir = start.workdir;
+    launch.error_file = site.layout.error_file(start.step, r.rank);
+    launch.console = ConsoleShows::none();
+    launches.push_back(std::move(launch));
+    ranks.push_back(std::move(r));
+  }
+  return launches;
+}
+
+// The head's Stacks message of `found`, from `source`.
+Stacks stacks_message(int request, const std::vector<RankStack>& found, const std::string& source) {
+  Stacks m{request, source, {}};
+  for (const RankStack& r : found) m.ranks.push_back({r.rank, r.dump, r.kernel, r.missing});
+  return m;
+}
+
 class Agent : public GroupObserver {
  public:
   Agent(const AgentOptions& options, const EnvMap& env, NodeRanks& ranks)
@@ -200,16 +244,12 @@ class Agent : public GroupObserver {
     return true;
   }
 
-  // This node's ranks' stacks, for the head: before a stop's signals, or
-  // for its TakeStacks. A SIGQUIT to the agent itself is answered on its
-  // own console, by the supervisor.
+  // This node's ranks' stacks, for the head (a SIGQUIT to the agent itself
+  // is answered on its own console, by the supervisor).
   bool on_stacks(int request, const std::vector<RankStack>& found, const std::string& source) override {
-    if (request == kStacksOnSignal) return false;
-    if (lost_head_ || !conn_->is_open()) return true;
-    Stacks m{request, source, {}};
-    for (const RankStack& r : found) m.ranks.push_back({r.rank, r.dump, r.kernel, r.missing});
-    conn_->send(m);
-    return true;
+    if (request != kStacksOnSignal && !lost_head_ && conn_->is_open())
+      conn_->send(stacks_message(request, found, source));
+    return request != kStacksOnSignal;
   }
 
   bool on_stop(Outcome why) override {
@@ -345,11 +385,7 @@ class Agent : public GroupObserver {
 
   // flowrun stacks (or SIGQUIT) at the head: this node's ranks' stacks.
   void on_message(const TakeStacks& m) {
-    if (m.request <= 0) return;  // the head's requests count from 1
-    if (in_group_)
-      sup_->take_stacks(m.request);
-    else
-      conn_->send(Stacks{m.request, "", {}});
+    if (m.request > 0) in_group_ ? sup_->take_stacks(m.request) : conn_->send(Stacks{m.request, "", {}});
   }
 
   // The head got SIGUSR1 or SIGUSR2: this node's ranks get it too.
@@ -446,7 +482,8 @@ class Agent : public GroupObserver {
       }
       sup_->remove_on_exit(scratch_);
     }
-    std::vector<WorkerLaunch> launches = launches_for_start();
+    std::vector<WorkerLaunch> launches =
+        launches_for_start(start_, NodeSite{env_, RunLayout{scratch_}, agent_id_, gloo_ifname_}, ranks_);
     GroupOptions group;
     group.step = step_;
     group.grace_s = grace_s_;
@@ -481,42 +518,6 @@ class Agent : public GroupObserver {
       return;
     }
     conn_->send(Done{attempt_, std::move(errors)});
-  }
-
-  // The start's ranks, each with the environment worker_env makes from the
-  // start's part of the plan and what only this node has: the agent's own
-  // environment (the defaults a user may override read it), its private
-  // scratch directory for FLOWRUN_OUTPUT_DIR and TORCHELASTIC_ERROR_FILE,
-  // its mark and its gloo interface. Makes each rank's directory anew.
-  std::vector<WorkerLaunch> launches_for_start() {
-    const NodeWork work = cluster::node_work_of(start_);
-    const NodeSite site{env_, RunLayout{scratch_}, agent_id_, gloo_ifname_};
-    const EnvMap base = strip_step_variables(env_);
-    ranks_.clear();
-    std::vector<WorkerLaunch> launches;
-    for (std::size_t i = 0; i < work.ranks.size(); ++i) {
-      const RankWork& rank = work.ranks[i];
-      LocalRank r;
-      r.rank = rank.rank;
-      r.local_rank = rank.local_rank;
-      r.upload = start_.ranks[i].upload;
-      r.dir = site.layout.rank_dir(step_, r.rank);
-      if (work.nccl_flight_recorder)
-        r.nccl_trace = nccl_trace_prefix(work.restart_count) + std::to_string(r.rank);
-      remove_tree(r.dir);
-      make_dirs(r.dir + "/out", 0700);
-      WorkerLaunch launch;
-      launch.rank = r.rank;
-      launch.local_rank = r.local_rank;
-      launch.argv = start_.argv;
-      launch.env = full_env(base, worker_env(work, rank, site));
-      launch.workdir = start_.workdir;
-      launch.error_file = site.layout.error_file(step_, r.rank);
-      launch.console = ConsoleShows::none();
-      launches.push_back(std::move(launch));
-      ranks_.push_back(std::move(r));
-    }
-    return launches;
   }
 
   // No rank of this attempt can start (the scratch directory cannot be

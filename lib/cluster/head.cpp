@@ -77,6 +77,13 @@ std::vector<WorkerRecord> stalled_ranks(const StepPlan& plan, const Node& n, con
   return stalled;
 }
 
+// Whether the agents take their ranks' stacks before a stop's signals: for
+// a failure, a stall or a timeout (the ranks left are where the hang is),
+// not for an interrupt.
+bool stacks_before_stop(const GroupOptions& group, Outcome why) {
+  return group.forensics_stacks && why != Outcome::interrupted;
+}
+
 class Head : public GroupObserver, public cluster::NodeInbox {
  public:
   Head(Supervisor& supervisor, const Console& console, const NodeStep& job)
@@ -87,7 +94,6 @@ class Head : public GroupObserver, public cluster::NodeInbox {
         cluster_(*job.spec->cluster),
         io_(supervisor.io()),
         heartbeat_timer_(io_),
-        stacks_timer_(io_),
         timeout_s_(cluster_.heartbeat_timeout_s),
         interval_s_(std::clamp(timeout_s_ / 4, 0.05, 5.0)),
         listener_(io_, console_, plan_.step, token_, interval_s_, timeout_s_),
@@ -164,7 +170,7 @@ class Head : public GroupObserver, public cluster::NodeInbox {
     listener_.close_acceptors();
     listener_.close_pending();
     heartbeat_timer_.cancel();
-    stacks_timer_.cancel();
+    stacks_.cancel();
     gathering_.cancel_join_timer();
     ranks_.close_files();
     batch_.flush();
@@ -195,9 +201,9 @@ class Head : public GroupObserver, public cluster::NodeInbox {
       if (!stopping_) {
         stopping_ = true;
         outcome_ = why;
-        nodes_.tell(
-            Stop{why == Outcome::timed_out ? "timeout" : "interrupted", false, stacks_before_stop(why)},
-            false);
+        nodes_.tell(Stop{why == Outcome::timed_out ? "timeout" : "interrupted", false,
+                         stacks_before_stop(job_.group, why)},
+                    false);
       }
       return true;
     }
@@ -217,24 +223,11 @@ class Head : public GroupObserver, public cluster::NodeInbox {
   void on_kill() override { nodes_.tell(Stop{"killed", true, false}, false); }
 
   // SIGQUIT (flowrun stacks): every node's agent takes its ranks' stacks,
-  // all at once; the head groups them when the last answers (or is lost, or
-  // the time is up). A request while one is out is answered by it.
+  // all at once; the head groups them when the last answers (node_stacks.h).
   bool on_stacks_request() override {
     if (phase_ != Phase::running || stopping_) return false;
-    if (stacks_.pending()) return true;
-    std::set<int> asked;
-    for (const auto& n : nodes_) {
-      if (!n.done && !n.lost && !n.closed) asked.insert(n.rank);
-    }
-    if (asked.empty()) return false;
-    const int request = stacks_.begin_request(asked, unix_now_ns());
-    for (int rank : asked) nodes_[static_cast<std::size_t>(rank)].conn->send(TakeStacks{request});
-    // Each agent has the forensics time; its answer may be a heartbeat late.
-    stacks_timer_.expires_after(seconds_of(job_.group.forensics_timeout_s + timeout_s_));
-    stacks_timer_.async_wait([this](const boost::system::error_code& ec) {
-      if (!ec && stacks_.pending()) publish_stacks_taken("its node did not answer in time");
-    });
-    return true;
+    return stacks_.ask(nodes_,
+                       job_.group.forensics_timeout_s + timeout_s_);  // an answer may be a heartbeat late
   }
 
   // SIGUSR1, SIGUSR2: every agent gives it to its ranks. srun and ssh, the
@@ -327,19 +320,7 @@ class Head : public GroupObserver, public cluster::NodeInbox {
   }
 
   void on_node_stacks(Node& n, const Stacks& m) override {
-    if (auto wrong = stacks_.take(n.rank, n.name, m)) {
-      protocol_error(n, *wrong);
-      return;
-    }
-    if (m.request != 0 && stacks_.complete()) publish_stacks_taken("");
-  }
-
-  void publish_stacks_taken(const std::string& why) {
-    stacks_timer_.cancel();
-    const std::int64_t requested = stacks_.requested_ns();
-    const StackReport report = stacks_.finish_request(why);
-    batch_.flush();  // the ranks' lines so far come before flowrun's
-    console_.message(publish_stacks(plan_.step, report, job_.group.stacks_file, requested));
+    if (auto wrong = stacks_.take(n.rank, n.name, m)) protocol_error(n, *wrong);
   }
 
   void on_done(Node& n, const Done& m) override {
@@ -365,14 +346,7 @@ class Head : public GroupObserver, public cluster::NodeInbox {
     if (stopping_) return;
     stopping_ = true;
     if (outcome_ == Outcome::succeeded) outcome_ = why;
-    nodes_.tell(Stop{reason, false, stacks_before_stop(why)}, true);
-  }
-
-  // Whether the agents take their ranks' stacks before a stop's signals: for
-  // a failure, a stall or a timeout (the ranks left are where the hang is),
-  // not for an interrupt.
-  bool stacks_before_stop(Outcome why) const {
-    return job_.group.forensics_stacks && why != Outcome::interrupted;
+    nodes_.tell(Stop{reason, false, stacks_before_stop(job_.group, why)}, true);
   }
 
   void on_node_closed(Node& n, const std::string& why) {
@@ -398,7 +372,7 @@ class Head : public GroupObserver, public cluster::NodeInbox {
     }
     notes_.push_back(text);
     ranks_.lose(n, why, unix_now_ns());
-    if (stacks_.forget(n.rank, "its node was lost")) publish_stacks_taken("");
+    stacks_.forget(n.rank, "its node was lost");
     if (!stopping_) stop_nodes(Outcome::failed, text);
     n.done = true;
     maybe_attempt_done();
@@ -497,7 +471,6 @@ class Head : public GroupObserver, public cluster::NodeInbox {
   const ClusterSpec& cluster_;
   asio::io_context& io_;
   asio::steady_timer heartbeat_timer_;
-  asio::steady_timer stacks_timer_;  // a request for stacks given up on
   std::string token_ = make_token();
   std::string token_file_;
   std::string marker_path_, marker_text_;
@@ -515,7 +488,11 @@ class Head : public GroupObserver, public cluster::NodeInbox {
   Outcome outcome_ = Outcome::succeeded;
   ConsoleBatch batch_{io_, [this](std::string& out, std::string& err) { sup_.write_console(out, err); }};
   cluster::RankTable ranks_{job_, batch_};
-  cluster::NodeStacks stacks_{plan_, job_.ctx.layout};
+  cluster::NodeStacks stacks_{
+      io_, plan_, job_.ctx.layout, [this](const StackReport& report, std::int64_t asked) {
+        batch_.flush();  // the ranks' lines so far come before flowrun's
+        console_.message(publish_stacks(plan_.step, report, job_.group.stacks_file, asked));
+      }};
   cluster::News news_;  // the notes and errors, handed to the step runner each once
   std::vector<std::string>& notes_ = news_.notes;
   std::vector<std::string>& errors_ = news_.errors;

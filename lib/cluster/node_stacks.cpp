@@ -1,9 +1,11 @@
 #include "node_stacks.h"
 
+#include <chrono>
 #include <fmt/format.h>
 #include <vector>
 
 #include "flowrun/files.h"
+#include "flowrun/supervisor.h"
 
 namespace flowrun::cluster {
 
@@ -45,7 +47,29 @@ std::optional<std::string> NodeStacks::take(int node, const std::string& name, c
   if (m.request != request_ || waiting_.erase(node) == 0) return std::nullopt;  // given up on, or said
   keep(name, m, taken_);
   add_source(taken_source_, m.source);
+  if (waiting_.empty()) finish_request("");
   return std::nullopt;
+}
+
+bool NodeStacks::ask(NodeTable& nodes, double wait_s) {
+  if (request_ > 0) return true;
+  std::set<int> asked;
+  for (const auto& n : nodes) {
+    if (!n.done && !n.lost && !n.closed) asked.insert(n.rank);
+  }
+  if (asked.empty()) return false;
+  request_ = next_request_++;
+  waiting_ = asked;
+  taken_.clear();
+  taken_source_.clear();
+  requested_ns_ = unix_now_ns();
+  for (int rank : asked) nodes[static_cast<std::size_t>(rank)].conn->send(TakeStacks{request_});
+  timer_.expires_after(
+      std::chrono::duration_cast<std::chrono::steady_clock::duration>(std::chrono::duration<double>(wait_s)));
+  timer_.async_wait([this](const boost::system::error_code& ec) {
+    if (!ec && request_ > 0) finish_request("its node did not answer in time");
+  });
+  return true;
 }
 
 void NodeStacks::keep(const std::string& name, const Stacks& m, std::map<int, RankStack>& into) {
@@ -72,26 +96,19 @@ std::optional<StackReport> NodeStacks::stop_report() const {
   return group_stacks(values(stop_), stop_source_);
 }
 
-int NodeStacks::begin_request(std::set<int> nodes, std::int64_t requested_ns) {
-  request_ = next_request_++;
-  waiting_ = nodes;
-  asked_ = std::move(nodes);
-  taken_.clear();
-  taken_source_.clear();
-  requested_ns_ = requested_ns;
-  return request_;
-}
-
-bool NodeStacks::forget(int node, const std::string& why) {
-  if (request_ == 0 || waiting_.erase(node) == 0) return false;
+void NodeStacks::forget(int node, const std::string& why) {
+  if (request_ == 0 || waiting_.erase(node) == 0) return;
   for (const RankPlan& r : plan_.ranks) {
-    if (r.node == node) taken_[r.rank].missing = why;
+    if (r.node == node) {
+      taken_[r.rank].rank = r.rank;
+      taken_[r.rank].missing = why;
+    }
   }
-  for (auto& [rank, found] : taken_) found.rank = rank;
-  return waiting_.empty();
+  if (waiting_.empty()) finish_request("");
 }
 
-StackReport NodeStacks::finish_request(const std::string& why) {
+void NodeStacks::finish_request(const std::string& why) {
+  timer_.cancel();
   for (int node : waiting_) {
     for (const RankPlan& r : plan_.ranks) {
       if (r.node == node) {
@@ -102,7 +119,7 @@ StackReport NodeStacks::finish_request(const std::string& why) {
   }
   waiting_.clear();
   request_ = 0;
-  return group_stacks(values(taken_), taken_source_.empty() ? "py-spy" : taken_source_);
+  publish_(group_stacks(values(taken_), taken_source_.empty() ? "py-spy" : taken_source_), requested_ns_);
 }
 
 }  // namespace flowrun::cluster

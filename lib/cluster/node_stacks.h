@@ -7,7 +7,10 @@
 // does. Internal to lib/cluster.
 #pragma once
 
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/steady_timer.hpp>
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <optional>
 #include <set>
@@ -18,14 +21,25 @@
 #include "flowrun/result.h"
 #include "flowrun/stacks.h"
 
+#include "node_table.h"
+
 namespace flowrun::cluster {
 
 class NodeStacks {
  public:
-  NodeStacks(const StepPlan& plan, const RunLayout& layout) : plan_(plan), layout_(layout) {}
+  // `publish`: a request's stacks are in, grouped, asked for at `requested_ns`.
+  using Publish = std::function<void(const StackReport& report, std::int64_t requested_ns)>;
+  NodeStacks(boost::asio::io_context& io, const StepPlan& plan, const RunLayout& layout, Publish publish)
+      : timer_(io), plan_(plan), layout_(layout), publish_(std::move(publish)) {}
 
   // A new attempt: no stop's stacks yet.
   void reset_stop() { stop_.clear(); }
+
+  // On demand: asks every node of `nodes` that has not ended for its ranks'
+  // stacks (TakeStacks) and publishes them once all answered, or after
+  // `wait_s`. A request while one is out is answered by it. False: no node
+  // to ask.
+  bool ask(NodeTable& nodes, double wait_s);
 
   // Node `node` (named `name`) sent `m`. Returns what is wrong with it (a
   // rank that is not the node's, twice, or a request never made): a protocol
@@ -35,31 +49,27 @@ class NodeStacks {
   // The stop's stacks of every node that sent them, grouped; nullopt: none.
   std::optional<StackReport> stop_report() const;
 
-  // On demand: a request to the nodes `nodes` (node ranks), made at
-  // `requested_ns`; returns its number for TakeStacks.
-  int begin_request(std::set<int> nodes, std::int64_t requested_ns);
-  bool pending() const { return request_ > 0 && !waiting_.empty(); }
-  // Node `node` will not answer (lost): true when the request is then complete.
-  bool forget(int node, const std::string& why);
-  // Whether every node asked has answered (or been forgotten).
-  bool complete() const { return request_ > 0 && waiting_.empty(); }
-  // The request's stacks, grouped, with a missing entry for each rank of a
-  // node that did not answer (`why`); the request is over.
-  StackReport finish_request(const std::string& why);
-  std::int64_t requested_ns() const { return requested_ns_; }
+  // Node `node` will not answer (lost): its ranks' stacks are missing, `why`.
+  void forget(int node, const std::string& why);
+  // The step ends: a request still out is given up on.
+  void cancel() { timer_.cancel(); }
 
  private:
+  // The request's stacks, grouped, with a missing entry for each rank of a
+  // node that did not answer (`why`), to `publish`; the request is over.
+  void finish_request(const std::string& why);
   // Writes each rank's stack.txt and keeps its findings in `into`.
   void keep(const std::string& name, const Stacks& m, std::map<int, RankStack>& into);
 
+  boost::asio::steady_timer timer_;  // a request given up on
   const StepPlan& plan_;
   const RunLayout& layout_;
+  Publish publish_;
   std::map<int, RankStack> stop_;  // by rank
   std::string stop_source_;
   int next_request_ = 1;
   int request_ = 0;  // the request in progress, 0: none
   std::set<int> waiting_;
-  std::set<int> asked_;
   std::map<int, RankStack> taken_;
   std::string taken_source_;
   std::int64_t requested_ns_ = 0;

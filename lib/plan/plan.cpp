@@ -375,6 +375,7 @@ PlanResult Planner::plan_gpu() {
 PlanResult Planner::finish(StepPlan plan, int nodes, int gpus_per_node, std::vector<Gpu> local_gpus) {
   plan.step = step.name;
   plan.max_restarts = p.max_restarts;
+  plan.restart = p.restart;
   plan.visible_devices = p.visible_devices;
   plan.role = p.role;
   plan.job_id = p.job_id;

@@ -126,6 +126,59 @@ std::string forensics_text(const Forensics& f) {
   return "   Forensics: " + join(parts, "; ") + ".\n";
 }
 
+// "a, b or c".
+std::string or_list(const std::vector<std::string>& items) {
+  std::string out;
+  for (std::size_t i = 0; i < items.size(); ++i) {
+    if (i) out += i + 1 == items.size() ? " or " : ", ";
+    out += items[i];
+  }
+  return out;
+}
+
+// The step's restart policy in one sentence; empty without restarts.
+std::string restart_text(const StepPlan& plan) {
+  if (plan.max_restarts == 0) return "";
+  const RestartPolicy& p = plan.restart;
+  std::string out = fmt::format("Restarts: up to {} (max_restarts), ", plan.max_restarts);
+  if (!p.is_set) return out + "after any failure, as torchrun's --max-restarts does.";
+  std::vector<std::string> causes, stops;
+  if (p.on_exception) causes.push_back("an exception");
+  if (!p.exit_codes.empty()) {
+    std::vector<std::string> codes;
+    for (int c : p.exit_codes) codes.push_back(std::to_string(c));
+    causes.push_back("exit code " + or_list(codes));
+  } else if (p.on_exit_code) {
+    causes.push_back("a non-zero exit code");
+  }
+  if (p.on_signal) causes.push_back("a signal");
+  if (!p.progress_file.empty()) stops.push_back("progress_file " + p.progress_file_text + " did not change");
+  if (p.min_attempt_s)
+    stops.push_back("it ran less than min_attempt (" + format_duration(*p.min_attempt_s) +
+                    ") and failed as the one before");
+  if (stops.empty() && p.on_exception) stops.push_back("it raised the same exception as the one before");
+  out += "after " + or_list(causes);
+  if (!stops.empty()) out += "; not after an attempt that made no progress: " + or_list(stops);
+  return out + ".";
+}
+
+Json restart_json(const StepPlan& plan) {
+  const RestartPolicy& p = plan.restart;
+  Json causes = Json::array();
+  if (p.on_exception) causes.push_back("exception");
+  if (p.on_exit_code || !p.exit_codes.empty()) causes.push_back("exit_code");
+  if (p.on_signal) causes.push_back("signal");
+  return {
+      {"max_restarts", plan.max_restarts},
+      {"policy", p.is_set},
+      {"causes", std::move(causes)},
+      {"exit_codes", p.exit_codes},
+      {"min_attempt_ms",
+       p.min_attempt_s ? Json(static_cast<std::int64_t>(*p.min_attempt_s * 1000 + 0.5)) : Json()},
+      {"progress_file", p.progress_file.empty() ? Json() : Json(p.progress_file)},
+      {"same_exception_stops", p.is_set && p.on_exception && !p.min_attempt_s && p.progress_file.empty()}};
+}
+
 void describe_parallel(std::string& out, const PlanView& view, const Step& step, const StepPlan& plan) {
   for (const auto& line : plan.why) out += "   " + line + "\n";
   out += "\n";
@@ -198,6 +251,7 @@ void describe_parallel(std::string& out, const PlanView& view, const Step& step,
         ".\n";
   }
   if (!step.forensics.is_default()) out += forensics_text(step.forensics);
+  if (const std::string restarts = restart_text(plan); !restarts.empty()) out += "   " + restarts + "\n";
 }
 
 }  // namespace
@@ -282,6 +336,7 @@ std::string format_plan_json(const PlanView& view) {
       s["forensics"] = {{"stacks", step.forensics.stacks},
                         {"timeout_ms", std::llround(step.forensics.timeout_s * 1000)},
                         {"nccl", step.forensics.nccl}};
+    s["restart"] = restart_json(*plan);
     Json& nodes = s["nodes"] = Json::array();
     for (const auto& node : plan->nodes) {
       nodes.push_back({{"node_rank", node.node_rank},

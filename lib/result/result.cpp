@@ -127,6 +127,14 @@ Json worker_json(const WorkerRecord& w) {
   return json;
 }
 
+Json exception_json(const std::optional<PythonException>& e) {
+  if (!e) return Json();
+  return {{"type", e->type},
+          {"message", e->message},
+          {"file", string_or_null(e->file)},
+          {"line", e->file.empty() ? Json() : Json(e->line)}};
+}
+
 Json workers_json(const std::vector<WorkerRecord>& workers) {
   Json json = Json::array();
   for (const auto& w : workers) json.push_back(worker_json(w));
@@ -156,20 +164,6 @@ std::string seconds_text(double s) {
   return fmt::format("{:.0f} s", s);
 }
 
-// A timeout as a spec writes one: "90s" -> "1m30s", "12h", "1.5s".
-std::string timeout_text(double s) {
-  if (s != std::floor(s) || s < 1 || s > 1e12) return fmt::format("{:g}s", s);
-  auto left = static_cast<std::int64_t>(s);
-  std::string out;
-  for (auto [unit, size] : {std::pair{'d', 86400}, {'h', 3600}, {'m', 60}, {'s', 1}}) {
-    if (left >= size) {
-      out += fmt::format("{}{}", left / size, unit);
-      left %= size;
-    }
-  }
-  return out;
-}
-
 // "rank 5", "ranks 0, 2-7".
 std::string rank_list(std::vector<int> ranks) {
   std::sort(ranks.begin(), ranks.end());
@@ -192,7 +186,7 @@ std::string rank_list(std::vector<int> ranks) {
 // ("1m30s", "3h2m5s").
 std::string silence_text(double s) {
   if (s < 59.95) return fmt::format("{:.1f} s", s);
-  return timeout_text(static_cast<double>(std::llround(s)));
+  return format_duration(static_cast<double>(std::llround(s)));
 }
 
 // "rank 1 (stopped) wrote nothing for 5.0 s, ranks 2, 3 on node2 for 5.1 s":
@@ -558,6 +552,10 @@ std::string format_results_json(const StepRecord& record) {
     span(attempt, a.start_unix_ns, a.end_unix_ns);
     attempt["workers"] = workers_json(a.workers);
     attempt["stacks"] = stacks_json(a.stacks);
+    attempt["cause"] = a.cause ? Json(failure_cause_name(*a.cause)) : Json();
+    attempt["exception"] = exception_json(a.exception);
+    attempt["restarted"] = a.restarted;
+    attempt["restart_reason"] = string_or_null(a.restart_reason);
     attempts.push_back(std::move(attempt));
   }
   return to_document(json);
@@ -592,7 +590,7 @@ std::string format_failure_report(const StepRecord& record, const std::string& e
   } else {
     if (record.outcome == Outcome::timed_out) {
       out = step + " timed out";
-      if (record.timeout_s) out += " after " + timeout_text(*record.timeout_s);
+      if (record.timeout_s) out += " after " + format_duration(*record.timeout_s);
     } else if (record.outcome == Outcome::stalled) {
       out = step + " stalled";
       std::vector<const WorkerRecord*> stalled;
@@ -600,7 +598,7 @@ std::string format_failure_report(const StepRecord& record, const std::string& e
         if (w.stalled) stalled.push_back(&w);
       }
       if (!stalled.empty()) out += ": " + silence_list(stalled, false);
-      if (record.stall_timeout_s) out += " (stall_timeout: " + timeout_text(*record.stall_timeout_s) + ")";
+      if (record.stall_timeout_s) out += " (stall_timeout: " + format_duration(*record.stall_timeout_s) + ")";
     } else {
       out = step + " was interrupted";
     }
@@ -621,6 +619,8 @@ std::string format_failure_report(const StepRecord& record, const std::string& e
     out += "flowrun:   also: " + attempt.write_error + "\n";
   if (attempt.stacks && !attempt.stacks->groups.empty()) out += format_stacks_line(*attempt.stacks) + "\n";
   if (auto traces = format_nccl_traces_line(attempt.workers)) out += *traces + "\n";
+  if (!attempt.restarted && !attempt.restart_reason.empty())
+    out += "flowrun:   not restarting: " + attempt.restart_reason + "\n";
   earlier_attempts(out, record);
   for (const auto& note : record.notes) out += "flowrun:   " + note + "\n";
   std::string logs = log_dir(record, attempt);
@@ -691,7 +691,7 @@ std::string format_stall_message(const std::string& step, const std::vector<Work
   std::vector<const WorkerRecord*> workers;
   for (const auto& w : stalled) workers.push_back(&w);
   return fmt::format("flowrun: step '{}' stalled: {} (stall_timeout: {}); stopping the step", step,
-                     silence_list(workers, false), timeout_text(stall_timeout_s));
+                     silence_list(workers, false), format_duration(stall_timeout_s));
 }
 
 std::optional<std::string> lightning_devices_hint(std::string_view text,

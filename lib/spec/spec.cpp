@@ -251,9 +251,10 @@ constexpr std::string_view kTopKeys[] = {"name", "env", "workdir", "python", "st
 constexpr std::string_view kStepKeys[] = {"name",    "run",     "shell",         "env",      "workdir",
                                           "needs",   "timeout", "stall_timeout", "parallel", "outputs",
                                           "collect", "join",    "logs",          "forensics"};
-constexpr std::string_view kParallelKeys[] = {"gpus",      "nodes",        "procs_per_node",
-                                              "cpus",      "max_restarts", "visible_devices",
-                                              "preflight", "role",         "job_id"};
+constexpr std::string_view kParallelKeys[] = {"gpus",         "nodes",   "procs_per_node",  "cpus",
+                                              "max_restarts", "restart", "visible_devices", "preflight",
+                                              "role",         "job_id"};
+constexpr std::string_view kRestartKeys[] = {"causes", "exit_codes", "min_attempt", "progress_file"};
 constexpr std::string_view kLogsKeys[] = {"console"};
 constexpr std::string_view kForensicsKeys[] = {"stacks", "timeout", "nccl"};
 constexpr std::string_view kClusterKeys[] = {"engine",      "hosts",     "hostfile", "gpus_per_node",
@@ -291,6 +292,7 @@ constexpr Elsewhere kStepElsewhere[] = {
     {"procs_per_node", "under 'parallel:'"},
     {"cpus", "under 'parallel:'"},
     {"max_restarts", "under 'parallel:'"},
+    {"restart", "under 'parallel:'"},
     {"visible_devices", "under 'parallel:'"},
     {"preflight", "under 'parallel:'"},
     {"role", "under 'parallel:'"},
@@ -303,11 +305,23 @@ constexpr Elsewhere kStepElsewhere[] = {
     {"join_timeout", "under the top-level 'cluster:'"},
 };
 constexpr Elsewhere kParallelElsewhere[] = {
-    {"outputs", "in the step, next to 'parallel:'"},       {"collect", "in the step, next to 'parallel:'"},
-    {"timeout", "in the step, next to 'parallel:'"},       {"env", "in the step, next to 'parallel:'"},
-    {"stall_timeout", "in the step, next to 'parallel:'"}, {"run", "in the step, next to 'parallel:'"},
-    {"gpus_per_node", "under the top-level 'cluster:'"},   {"hosts", "under the top-level 'cluster:'"},
-    {"engine", "under the top-level 'cluster:'"},          {"forensics", "in the step, next to 'parallel:'"},
+    {"outputs", "in the step, next to 'parallel:'"},
+    {"collect", "in the step, next to 'parallel:'"},
+    {"timeout", "in the step, next to 'parallel:'"},
+    {"env", "in the step, next to 'parallel:'"},
+    {"stall_timeout", "in the step, next to 'parallel:'"},
+    {"run", "in the step, next to 'parallel:'"},
+    {"gpus_per_node", "under the top-level 'cluster:'"},
+    {"hosts", "under the top-level 'cluster:'"},
+    {"engine", "under the top-level 'cluster:'"},
+    {"forensics", "in the step, next to 'parallel:'"},
+    {"causes", "under 'restart:'"},
+    {"exit_codes", "under 'restart:'"},
+    {"min_attempt", "under 'restart:'"},
+    {"progress_file", "under 'restart:'"},
+};
+constexpr Elsewhere kRestartElsewhere[] = {
+    {"max_restarts", "in 'parallel:', next to 'restart:'"},
 };
 constexpr Elsewhere kClusterElsewhere[] = {
     {"gpus", "under a step's 'parallel:'"},
@@ -437,6 +451,10 @@ class Checker {
   void step(const YAML::Node& node, std::size_t index);
   void step_run(const Entry& e, Step& s, StepNotes& notes, bool shell_known);
   void step_parallel(const Entry& e, Step& s);
+  void restart(const Entry& e, const Step& s, RestartPolicy& policy);
+  void restart_causes(const Entry& e, RestartPolicy& policy);
+  void restart_exit_codes(const Entry& e, RestartPolicy& policy);
+  void progress_file(const Entry& e, const Step& s, RestartPolicy& policy);
   void gpus(const Entry& e, GpuRequest& request);
   void cluster(const Entry& e);
   void graph();
@@ -1130,8 +1148,17 @@ void Checker::step_parallel(const Entry& e, Step& s) {
       error(c->key_loc, c->path,
             "cpus and gpus cannot both be set; choose one: gpus for GPU workers, cpus for CPU workers");
   }
-  if (const Entry* m = find(keys, "max_restarts")) {
-    if (auto value = count(*m, "a whole number of restarts (0 or more)", "", true)) p.max_restarts = *value;
+  const Entry* m = find(keys, "max_restarts");
+  std::optional<int> restarts;
+  if (m) restarts = count(*m, "a whole number of restarts (0 or more)", "", true);
+  p.max_restarts = restarts.value_or(0);
+  if (const Entry* r = find(keys, "restart")) {
+    restart(*r, s, p.restart);
+    if (p.max_restarts == 0 && (!m || restarts))
+      error(r->key_loc, r->path,
+            "restart: chooses which failures restart the step, but max_restarts is " +
+                std::string(m ? "0" : "not set (0)") +
+                "; set max_restarts to how many restarts it may start (torchrun's --max-restarts)");
   }
   if (const Entry* v = find(keys, "visible_devices")) {
     static constexpr std::string_view kNames[] = {"node", "process"};
@@ -1159,6 +1186,88 @@ void Checker::step_parallel(const Entry& e, Step& s) {
           f->key_loc, f->path,
           "preflight checks the step's GPUs, and a step of CPU workers (cpus) has none; remove one of them");
   }
+}
+
+// restart: {causes, exit_codes, min_attempt, progress_file} (docs/spec.md, "restart").
+void Checker::restart(const Entry& e, const Step& s, RestartPolicy& policy) {
+  policy.is_set = true;
+  policy.loc = e.key_loc;
+  if (e.value.IsNull()) return;
+  if (!e.value.IsMap()) {
+    expected(e, "a mapping of restart settings ('restart: {}' for the defaults)");
+    return;
+  }
+  auto keys = entries(e.value, e.loc, e.path, kRestartKeys, kRestartElsewhere);
+  if (const Entry* c = find(keys, "causes")) restart_causes(*c, policy);
+  if (const Entry* c = find(keys, "exit_codes")) restart_exit_codes(*c, policy);
+  if (const Entry* m = find(keys, "min_attempt")) policy.min_attempt_s = duration(*m);
+  if (const Entry* f = find(keys, "progress_file")) progress_file(*f, s, policy);
+  const Entry* c = find(keys, "causes");
+  if (c && c->value.IsSequence() && c->value.size() == 0 && !find(keys, "exit_codes"))
+    error(c->loc, c->path,
+          "no cause and no exit code would restart the step; name the causes that restart it "
+          "(exception, exit_code, signal), or the exit codes under exit_codes");
+}
+
+void Checker::restart_causes(const Entry& e, RestartPolicy& policy) {
+  static constexpr std::string_view kNames[] = {"exception", "exit_code", "signal"};
+  static constexpr int kValues[] = {0, 1, 2};
+  std::vector<Entry> values;
+  if (!one_or_more(e, values)) {
+    expected(e, "a cause or a list of causes (exception, exit_code, signal)");
+    return;
+  }
+  bool* const flags[] = {&policy.on_exception, &policy.on_exit_code, &policy.on_signal};
+  for (bool* flag : flags) *flag = false;
+  std::set<int> seen;
+  for (const Entry& item : values) {
+    if (item.value.IsScalar() && item.value.Scalar() == "node_lost") {
+      error(item.loc, item.path,
+            "node_lost cannot restart a step: a restart runs every rank again on the nodes the step "
+            "started with, and a lost node is not replaced (docs/multinode.md); remove it");
+      continue;
+    }
+    auto which = choice<int>(item, kNames, kValues);
+    if (!which) continue;
+    if (!seen.insert(*which).second) {
+      error(item.loc, item.path, "cause " + quote(item.value.Scalar()) + " is listed twice");
+      continue;
+    }
+    *flags[*which] = true;
+  }
+}
+
+void Checker::restart_exit_codes(const Entry& e, RestartPolicy& policy) {
+  std::vector<Entry> values;
+  if (!one_or_more(e, values) || values.empty()) {
+    expected(e, "an exit code or a list of exit codes (1 to 255)");
+    return;
+  }
+  for (const Entry& item : values) {
+    int code = 0;
+    if (!item.value.IsScalar() || parse_whole(item.value.Scalar(), code) != Whole::ok || code < 1 ||
+        code > 255) {
+      expected(item, "an exit code from 1 to 255");
+      continue;
+    }
+    if (std::find(policy.exit_codes.begin(), policy.exit_codes.end(), code) != policy.exit_codes.end()) {
+      error(item.loc, item.path, "exit code " + std::to_string(code) + " is listed twice");
+      continue;
+    }
+    policy.exit_codes.push_back(code);
+  }
+}
+
+void Checker::progress_file(const Entry& e, const Step& s, RestartPolicy& policy) {
+  auto text = string(e, "a file path");
+  if (!text) return;
+  if (text->empty() || text->find('\0') != std::string::npos || text->find('\n') != std::string::npos ||
+      text->size() >= kMaxPathLength || text->back() == '/') {
+    expected(e, "a file path (relative to the step's workdir, or absolute)");
+    return;
+  }
+  policy.progress_file_text = *text;
+  policy.progress_file = (std::filesystem::path(s.workdir) / *text).lexically_normal().string();
 }
 
 void Checker::gpus(const Entry& e, GpuRequest& request) {

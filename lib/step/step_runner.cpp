@@ -2,10 +2,72 @@
 
 #include <fmt/format.h>
 #include <sys/stat.h>
+#include <tuple>
 
 #include "flowrun/files.h"
+#include "flowrun/restart_policy.h"
 
 namespace flowrun {
+
+namespace {
+
+// What flowrun reads of a worker's error file.
+constexpr std::size_t kMaxErrorFileBytes = 1 << 20;
+
+// A file as stat() sees it, to tell whether it changed: written (its size,
+// its modification time), replaced (another inode) or made or removed.
+struct FileStamp {
+  bool exists = false;
+  dev_t dev = 0;
+  ino_t ino = 0;
+  off_t size = 0;
+  std::int64_t mtime_ns = 0, ctime_ns = 0;
+  bool operator==(const FileStamp&) const = default;
+};
+
+FileStamp stamp_of(const std::string& path) {
+  FileStamp s;
+  struct stat st {};
+  if (path.empty() || stat(path.c_str(), &st) != 0) return s;
+  s = {true,
+       st.st_dev,
+       st.st_ino,
+       st.st_size,
+       st.st_mtim.tv_sec * 1'000'000'000LL + st.st_mtim.tv_nsec,
+       st.st_ctim.tv_sec * 1'000'000'000LL + st.st_ctim.tv_nsec};
+  return s;
+}
+
+// The culprit's error file (TORCHELASTIC_ERROR_FILE) of a failed attempt, as
+// classify_failure reads it.
+std::string culprit_error_file(const AttemptRecord& a) {
+  if (a.outcome != Outcome::failed || !a.culprit) return {};
+  const std::string& path = a.workers.at(static_cast<std::size_t>(*a.culprit)).error_file;
+  return path.empty() ? std::string() : try_read_file(path, kMaxErrorFileBytes).value_or("");
+}
+
+// After an attempt: its root cause and the policy's decision, kept in its
+// record. `run` holds the attempts before it and the step's errors so far.
+void decide_after(AttemptResult& result, const StepRun& run, const StepPlan& plan, int interrupt,
+                  std::optional<bool> progress_file_changed) {
+  AttemptRecord& record = result.record;
+  FailureFacts facts = classify_failure(record, result.node_gone, culprit_error_file(record));
+  record.cause = facts.cause;
+  record.exception = std::move(facts.exception);
+  RestartQuestion question;
+  question.last = &record;
+  question.previous = run.attempts.empty() ? nullptr : &run.attempts.back();
+  question.node_gone = result.node_gone;
+  question.errors = !run.errors.empty();
+  question.interrupt = interrupt;
+  question.max_restarts = plan.max_restarts;
+  question.progress_file_changed = progress_file_changed;
+  const RestartDecision decision = decide_restart(plan.restart, question);
+  record.restarted = decision.restart;
+  record.restart_reason = decision.reason;
+}
+
+}  // namespace
 
 StepRunner::StepRunner(const Step& step, const StepPlan& plan, const RunLayout& layout,
                        const Console& console, bool preflight,
@@ -41,37 +103,37 @@ StepRun StepRunner::run(WorkerGroup& group) {
                               restart - 1);
       };
     }
+    const std::string& progress_file = plan_.restart.progress_file;
+    const FileStamp before = stamp_of(progress_file);
     AttemptResult result = group.run_attempt(attempt);
     if (step_.forensics.nccl) note_nccl_traces(result.record, layout_, step_.name, restart);
     take(result);
     if (!result.started && !run.attempts.empty()) break;  // the attempt before decides
-    const bool again = restarts_after(result.record, result.node_gone, run.errors, restart,
-                                      plan_.max_restarts, group.interrupt_signal());
+    std::optional<bool> changed;
+    if (!progress_file.empty()) changed = !(stamp_of(progress_file) == before);
+    decide_after(result, run, plan_, group.interrupt_signal(), changed);
     run.attempts.push_back(std::move(result.record));
-    if (!again) break;
-    console_.message(restart_message(step_.name, run.attempts.back(), plan_.world_size, group.placement(),
-                                     restart + 1, plan_.max_restarts));
+    const AttemptRecord& last = run.attempts.back();
+    if (!last.restarted) break;
+    console_.message(restart_message(step_.name, last, plan_.world_size, group.placement(), restart + 1,
+                                     plan_.max_restarts, last.restart_reason));
   }
   settle_step_run(run, group.interrupt_signal());
   return run;
 }
 
-bool restarts_after(const AttemptRecord& last, bool node_gone, const std::vector<std::string>& errors,
-                    int restart, int max_restarts, int interrupt) {
-  return last.outcome == Outcome::failed && restart < max_restarts && interrupt == 0 &&
-         last.write_error.empty() && !node_gone && errors.empty();
-}
-
 std::string restart_message(const std::string& step, const AttemptRecord& failed, int world_size,
-                            const std::string& placement, int restart, int max_restarts) {
+                            const std::string& placement, int restart, int max_restarts,
+                            const std::string& reason) {
   std::string why = "a worker failed";
   if (failed.culprit) {
     const auto& w = failed.workers[static_cast<std::size_t>(*failed.culprit)];
     why = placement.empty() ? fmt::format("rank {} {}", w.rank, w.status.describe())
                             : fmt::format("rank {} on {} {}", w.rank, w.node, w.status.describe());
   }
-  return fmt::format("flowrun: step '{}' failed ({}); restarting all {} workers{} (restart {} of {})", step,
-                     why, world_size, placement.empty() ? "" : " on " + placement, restart, max_restarts);
+  return fmt::format("flowrun: step '{}' failed ({}); restarting all {} workers{} (restart {} of {}){}", step,
+                     why, world_size, placement.empty() ? "" : " on " + placement, restart, max_restarts,
+                     reason.empty() ? "" : ": " + reason);
 }
 
 void keep_failed_attempt(AttemptRecord& failed, const std::string& rank_dir, int rank, int attempt) {

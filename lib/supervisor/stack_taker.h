@@ -63,4 +63,44 @@ class StackTaker {
   bool running_ = false;
 };
 
+// Who waits for the stacks being taken: requests on demand (take_stacks,
+// SIGQUIT) and a stop, whose signals go out once the stacks are in. One
+// taking serves every request that came while it ran.
+class StackRounds {
+ public:
+  struct Links {
+    // The observer's on_stacks; false: the supervisor reports them (`report`).
+    std::function<bool(int request, const std::vector<RankStack>& found, const std::string& source)> deliver;
+    std::function<void(const StackReport& report, std::int64_t requested_ns)> report;
+    std::function<void()> stop;  // the stop's signals, once its stacks are in
+    std::function<void(const std::string&)> say;
+  };
+  StackRounds(boost::asio::io_context& io, const std::vector<Worker>& workers, Links links)
+      : taker_(io), workers_(workers), links_(std::move(links)) {}
+
+  // A new group.
+  void reset();
+  // Stacks on demand; answered at once, with none, while the group stops.
+  void request(int request, bool stopping, double timeout_s);
+  // A stop: true when its stacks are being taken (links.stop runs when they
+  // are in); false when no rank is alive (stop now).
+  bool before_stop(double timeout_s);
+  // The group ended: what py-spy had not given stays missing; the stop's
+  // stacks, grouped (nullopt: none were taken before a stop).
+  std::optional<StackReport> end_of_group();
+
+ private:
+  bool start(double timeout_s);
+  void taken();
+  void answer(const std::vector<RankStack>& found, const std::string& source);
+
+  StackTaker taker_;
+  const std::vector<Worker>& workers_;
+  Links links_;
+  std::vector<int> requests_;
+  bool stop_after_ = false;
+  std::optional<StackReport> stop_stacks_;
+  std::int64_t requested_ns_ = 0;  // the first waiting request's arrival
+};
+
 }  // namespace flowrun

@@ -15,8 +15,10 @@
 #include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
+#include <utility>
 
 #include "flowrun/process.h"
+#include "flowrun/supervisor.h"
 #include "flowrun/util.h"
 
 #include "stack_taker.h"
@@ -367,6 +369,60 @@ void StackTaker::cut_short() {
   for (auto& job : jobs_) {
     if (!job->finished) finish_one(*job, "the step ended before py-spy did");
   }
+}
+
+// --- who waits for them ---------------------------------------------------
+
+void StackRounds::reset() {
+  requests_.clear();
+  stop_after_ = false;
+  stop_stacks_.reset();
+}
+
+void StackRounds::request(int request, bool stopping, double timeout_s) {
+  if (requests_.empty() && !stop_after_) requested_ns_ = unix_now_ns();
+  requests_.push_back(request);
+  if (taker_.running()) return;
+  // No rank is alive, or they are being stopped: an empty answer, at once.
+  if ((stopping && !stop_after_) || !start(timeout_s)) answer({}, "");
+}
+
+bool StackRounds::before_stop(double timeout_s) {
+  if (!start(timeout_s)) return false;
+  if (requests_.empty()) requested_ns_ = unix_now_ns();
+  stop_after_ = true;
+  return true;
+}
+
+bool StackRounds::start(double timeout_s) {
+  if (taker_.running()) return true;  // its stacks are seconds old: they serve
+  return taker_.start(workers_, timeout_s, links_.say, [this] { taken(); });
+}
+
+void StackRounds::taken() {
+  answer(taker_.found(), taker_.source());
+  if (!stop_after_) return;
+  stop_after_ = false;
+  if (!links_.deliver(kStacksBeforeStop, taker_.found(), taker_.source()))
+    stop_stacks_ = group_stacks(taker_.found(), taker_.source());
+  links_.stop();
+}
+
+void StackRounds::answer(const std::vector<RankStack>& found, const std::string& source) {
+  const std::vector<int> requests = std::exchange(requests_, {});
+  for (int request : requests) {
+    if (!links_.deliver(request, found, source)) links_.report(group_stacks(found, source), requested_ns_);
+  }
+}
+
+std::optional<StackReport> StackRounds::end_of_group() {
+  if (taker_.running()) {
+    taker_.cut_short();
+    if (stop_after_) stop_stacks_ = group_stacks(taker_.found(), taker_.source());
+  }
+  std::optional<StackReport> stacks = std::move(stop_stacks_);
+  reset();
+  return stacks;
 }
 
 }  // namespace flowrun

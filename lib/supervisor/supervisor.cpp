@@ -10,6 +10,7 @@
 #include <chrono>
 #include <cstring>
 #include <fmt/format.h>
+#include <functional>
 #include <poll.h>
 #include <signal.h>
 #include <time.h>
@@ -158,6 +159,25 @@ void say_unforwarded(const Console& console, int sig, const char* when) {
                   signal_name(sig), when));
 }
 
+// A SIGQUIT with no running rank to take the stack of.
+void say_no_stacks(const Console& console, bool stopping) {
+  console.message(
+      fmt::format("flowrun: SIGQUIT received {}: no running rank to take the stack of (SIGQUIT takes every "
+                  "running rank's "
+                  "stack and stops nothing)",
+                  stopping ? "while the step stops" : "between steps"));
+}
+
+// Hands each signal `set` receives to `handler`, on the loop, until the set
+// is cancelled (with the loop).
+void keep_waiting(asio::signal_set& set, std::function<void(int)> handler) {
+  set.async_wait([&set, handler = std::move(handler)](const boost::system::error_code& ec, int sig) mutable {
+    if (ec) return;
+    handler(sig);
+    keep_waiting(set, std::move(handler));
+  });
+}
+
 // Worker `i` (`w`) could not start: its record, log and end file say why.
 void record_spawn_failure(Worker& w, std::size_t i, const SpawnResult& spawned, WorkerPipes& pipes,
                           GroupObserver* observer) {
@@ -224,14 +244,16 @@ struct Supervisor::Impl {
   StallWatch stall{io, workers, pipes};
   LeftoverSweep sweep{guardian, workers};
   ExitWatch exits{io, guardian, workers, [this](Worker& w) { on_exit(w); }, [this] { advance(); }};
-  StackTaker stacks{io};
-  // Who waits for the stacks being taken: requests on demand (take_stacks,
-  // kStacksOnSignal), and the stop, which signals once they are in.
-  std::vector<int> stack_requests;
-  bool stop_after_stacks = false;
-  bool force_stacks = false;               // stop_group's stacks_first
-  std::optional<StackReport> stop_stacks;  // the attempt's, taken before its stop
-  std::int64_t stacks_requested_ns = 0;    // the first waiting request's arrival
+  bool force_stacks = false;  // stop_group's stacks_first
+  StackRounds stacks{io,
+                     workers,
+                     {[this](int request, const std::vector<RankStack>& found, const std::string& source) {
+                        return observer != nullptr && observer->on_stacks(request, found, source);
+                      },
+                      [this](const StackReport& report, std::int64_t requested_ns) {
+                        say(publish_stacks(options.step, report, options.stacks_file, requested_ns));
+                      },
+                      [this] { stop_workers(); }, [this](const std::string& text) { say(text); }}};
 
   Impl(Console c, pid_t g, const std::vector<int>& handled) : console(c), guardian(g) {
     for (int sig : {SIGTERM, SIGINT, SIGHUP, SIGQUIT}) {
@@ -243,43 +265,13 @@ struct Supervisor::Impl {
         signal(sig, SIG_IGN);  // --signals-to-handle left it out
       }
     }
-    wait_child();
-    wait_stop();
-    wait_forward();
-    wait_stacks_signal();
-  }
-
-  void wait_child() {
-    child_signals.async_wait([this](const boost::system::error_code& ec, int) {
-      if (ec) return;
+    keep_waiting(child_signals, [this](int) {
       exits.reap();
       if (in_group) advance();
-      wait_child();
     });
-  }
-
-  void wait_stop() {
-    stop_signals.async_wait([this](const boost::system::error_code& ec, int sig) {
-      if (ec) return;
-      on_stop_signal(sig);
-      wait_stop();
-    });
-  }
-
-  void wait_forward() {
-    forward_signals.async_wait([this](const boost::system::error_code& ec, int sig) {
-      if (ec) return;
-      on_forward_signal(sig);
-      wait_forward();
-    });
-  }
-
-  void wait_stacks_signal() {
-    stacks_signal.async_wait([this](const boost::system::error_code& ec, int) {
-      if (ec) return;
-      on_stacks_signal();
-      wait_stacks_signal();
-    });
+    keep_waiting(stop_signals, [this](int sig) { on_stop_signal(sig); });
+    keep_waiting(forward_signals, [this](int sig) { on_forward_signal(sig); });
+    keep_waiting(stacks_signal, [this](int) { on_stacks_signal(); });
   }
 
   // SIGINT while stopping is a second Ctrl-C; SIGTERM, SIGHUP and SIGQUIT
@@ -320,54 +312,10 @@ struct Supervisor::Impl {
 
   // SIGQUIT: every rank's stack now; nothing stops.
   void on_stacks_signal() {
-    if (!in_group || done || stopping) {
-      console.message(
-          fmt::format("flowrun: SIGQUIT received {}: no running rank to take the stack of (SIGQUIT takes "
-                      "every running rank's stack and stops nothing)",
-                      in_group && stopping ? "while the step stops" : "between steps"));
-      return;
-    }
-    if (observer != nullptr && observer->on_stacks_request()) return;
-    take_stacks(kStacksOnSignal);
-  }
-
-  void take_stacks(int request) {
-    if (stack_requests.empty() && !stop_after_stacks) stacks_requested_ns = unix_now_ns();
-    stack_requests.push_back(request);
-    if (stacks.running()) return;
-    // No rank is alive, or they are being stopped: an empty answer, at once.
-    if ((stopping && !stop_after_stacks) || !start_stacks()) answer_stacks({}, "");
-  }
-
-  // Starts taking the live ranks' stacks, unless a taking runs already
-  // (whose stacks then serve every request: they are seconds old).
-  bool start_stacks() {
-    if (stacks.running()) return true;
-    const auto say_it = [this](const std::string& text) { say(text); };
-    return stacks.start(workers, options.forensics_timeout_s, say_it, [this] { stacks_taken(); });
-  }
-
-  // The stacks are in: to those who asked, then the stop goes on.
-  void stacks_taken() {
-    answer_stacks(stacks.found(), stacks.source());
-    if (!stop_after_stacks) return;
-    stop_after_stacks = false;
-    if (observer == nullptr || !observer->on_stacks(kStacksBeforeStop, stacks.found(), stacks.source()))
-      stop_stacks = group_stacks(stacks.found(), stacks.source());
-    stop_workers();
-  }
-
-  void answer_stacks(const std::vector<RankStack>& found, const std::string& source) {
-    const std::vector<int> requests = std::exchange(stack_requests, {});
-    for (int request : requests) {
-      if (observer != nullptr && observer->on_stacks(request, found, source)) continue;
-      report_stacks(group_stacks(found, source), stacks_requested_ns);
-    }
-  }
-
-  // Stacks taken on demand, on the console and in the step's stacks.json.
-  void report_stacks(const StackReport& report, std::int64_t requested_ns) {
-    say(publish_stacks(options.step, report, options.stacks_file, requested_ns));
+    if (!in_group || done || stopping)
+      say_no_stacks(console, in_group && stopping);
+    else if (observer == nullptr || !observer->on_stacks_request())
+      stacks.request(kStacksOnSignal, stopping, options.forensics_timeout_s);
   }
 
   // --- exits -------------------------------------------------------------
@@ -400,12 +348,7 @@ struct Supervisor::Impl {
     stopping = true;
     stall.note_silence();
     const bool wanted = options.forensics_stacks && (outcome != Outcome::interrupted || force_stacks);
-    if (wanted && start_stacks()) {
-      if (stack_requests.empty()) stacks_requested_ns = unix_now_ns();
-      stop_after_stacks = true;
-      return;
-    }
-    stop_workers();
+    if (!wanted || !stacks.before_stop(options.forensics_timeout_s)) stop_workers();
   }
 
   void stop_workers() {
@@ -563,9 +506,8 @@ struct Supervisor::Impl {
     observer_stops = false;
     in_group = true;
     stopping = kill_now = sweeping = finishing = done = grace_expired = false;
-    force_stacks = stop_after_stacks = false;
-    stack_requests.clear();
-    stop_stacks.reset();
+    force_stacks = false;
+    stacks.reset();
     stall.reset();
     outcome = Outcome::succeeded;
     write_error.clear();
@@ -643,15 +585,7 @@ struct Supervisor::Impl {
     attempt.end_unix_ns = unix_now_ns();
     attempt.outcome = outcome;
     attempt.write_error = write_error;
-    // The group ended while py-spy ran: what is missing stays missing.
-    if (stacks.running()) {
-      stacks.cut_short();
-      if (stop_after_stacks) stop_stacks = group_stacks(stacks.found(), stacks.source());
-    }
-    stop_after_stacks = false;
-    stack_requests.clear();
-    attempt.stacks = std::move(stop_stacks);
-    stop_stacks.reset();
+    attempt.stacks = stacks.end_of_group();
     for (auto& w : workers) {
       if (w.log) w.record.stderr_tail = w.log->tail();
       attempt.workers.push_back(std::move(w.record));
@@ -708,7 +642,7 @@ void Supervisor::take_stacks(int request) {
     if (impl_->observer != nullptr) impl_->observer->on_stacks(request, {}, "py-spy");
     return;
   }
-  impl_->take_stacks(request);
+  impl_->stacks.request(request, impl_->stopping, impl_->options.forensics_timeout_s);
 }
 
 void Supervisor::kill_group() {

@@ -465,6 +465,92 @@ steps:
         self.check("failed after 1 restart: rank" in r.stderr and "before restart 1: rank" in r.stderr,
                    "restarts: the report tells each attempt", r.stderr)
 
+    # --- 5b. the restart policy: which failures restart, and progress ----
+
+    def policy_run(self, name, ways, policy, max_restarts=2):
+        """Rank 1 of 2 ends each attempt as `ways` says (worker.py policy); returns the Run."""
+        restart = f"      restart: {policy}\n" if policy is not None else ""
+        d, spec, run_dir = self.workspace(name, f"""name: {name}
+steps:
+  - name: train
+    run: {argv_yaml("policy", "--ways", ways)}
+    parallel:
+      cpus: 2
+      max_restarts: {max_restarts}
+{restart}""")
+        return self.flowrun_run(name, spec, run_dir)
+
+    def attempts_said(self, r):
+        """[(cause, restarted, restart_reason)] of results.json's attempts."""
+        return [(a["cause"], a["restarted"], a["restart_reason"]) for a in r.results("train")["attempts"]]
+
+    def test_restart_policy_exception_not_restarted(self):
+        r = self.policy_run("policy_exception", "raise", "{causes: [signal, exit_code]}")
+        label = "restart policy, an exception"
+        self.check(r.rc == 1, f"{label}: exit 1, no restart", r.detail())
+        said = re.search(r"^flowrun:   not restarting: rank 1 raised ValueError: boom \(worker\.py:\d+\), and "
+                         r"restart\.causes leaves out exception$", r.stderr, re.M)
+        self.check(said is not None, f"{label}: the report says why it gave up", r.stderr)
+        attempts = r.results("train")["attempts"]
+        self.check(len(attempts) == 1 and attempts[0]["cause"] == "exception" and not attempts[0]["restarted"]
+                   and attempts[0]["exception"]["type"] == "ValueError"
+                   and attempts[0]["exception"]["message"] == "boom"
+                   and attempts[0]["exception"]["file"] == WORKER
+                   and attempts[0]["restart_reason"].endswith("and restart.causes leaves out exception"),
+                   f"{label}: results.json records the cause, the exception and the decision",
+                   json.dumps(attempts[0])[:1500])
+
+    def test_restart_policy_signal_restarted(self):
+        r = self.policy_run("policy_signal", "kill:9,ok", "{causes: [signal, exit_code]}")
+        label = "restart policy, a signal"
+        self.check(r.rc == 0, f"{label}: SIGKILL restarts, the second attempt succeeds", r.detail())
+        self.check("flowrun: step 'train' failed (rank 1 was killed by signal 9 (SIGKILL)); restarting all 2 "
+                   "workers (restart 1 of 2): a signal restarts\n" in r.stderr,
+                   f"{label}: the restart line says why", r.stderr)
+        self.check(self.attempts_said(r) == [("signal", True, "a signal restarts"), (None, False, None)],
+                   f"{label}: results.json", json.dumps(self.attempts_said(r)))
+
+    def test_restart_policy_exit_codes(self):
+        r = self.policy_run("policy_codes", "exit:75,exit:3", "{causes: [signal], exit_codes: [75]}")
+        label = "restart policy, exit_codes"
+        self.check(r.rc == 3, f"{label}: 75 restarts, 3 does not: exit 3", r.detail())
+        self.check("(restart 1 of 2): exit code 75 is in restart.exit_codes\n" in r.stderr
+                   and "flowrun:   not restarting: rank 1 exited with code 3, which restart.exit_codes (75) leaves "
+                   "out\n" in r.stderr, f"{label}: the console and the report say why", r.stderr)
+        self.check(self.attempts_said(r) == [
+            ("exit_code", True, "exit code 75 is in restart.exit_codes"),
+            ("exit_code", False, "rank 1 exited with code 3, which restart.exit_codes (75) leaves out")],
+            f"{label}: results.json", json.dumps(self.attempts_said(r)))
+
+    def test_restart_policy_progress_file(self):
+        r = self.policy_run("policy_progress", "exit:3+touch,exit:3", "{progress_file: progress.txt}", 3)
+        label = "restart policy, progress_file"
+        self.check(r.rc == 3, f"{label}: exit 3 after one restart", r.detail())
+        self.check(self.attempts_said(r) == [
+            ("exit_code", True, "an exit code restarts"),
+            ("exit_code", False, "progress_file progress.txt did not change during attempt 1: no progress")],
+            f"{label}: the file written restarts, the file left alone stops the loop",
+            json.dumps(self.attempts_said(r)))
+        self.check("flowrun:   not restarting: progress_file progress.txt did not change during attempt 1: no "
+                   "progress\n" in r.stderr, f"{label}: the report says why", r.stderr)
+
+    def test_restart_policy_same_exception(self):
+        r = self.policy_run("policy_same", "raise", "{}", 3)
+        label = "restart policy, the same exception twice"
+        attempts = self.attempts_said(r)
+        self.check(r.rc == 1 and len(attempts) == 2 and attempts[0][:2] == ("exception", True)
+                   and re.fullmatch(r"rank 1 raised ValueError: boom \(worker\.py:\d+\) again, as in attempt 0: no "
+                                    r"progress", attempts[1][2] or "") is not None,
+                   f"{label}: one restart, then no progress", json.dumps(attempts) + "\n" + r.detail())
+        # Without restart:, torchrun's rule: every failure restarts, the same exception too.
+        r = self.policy_run("policy_torchrun", "raise", None, 2)
+        attempts = self.attempts_said(r)
+        self.check(r.rc == 1 and [a[1] for a in attempts] == [True, True, False]
+                   and attempts[0][2] == "every failure restarts"
+                   and attempts[2][2] == "its 2 restarts (max_restarts) have run",
+                   f"{label}: without restart:, every attempt restarts until max_restarts",
+                   json.dumps(attempts) + "\n" + r.detail())
+
     # --- 6. timeouts ------------------------------------------------------
 
     def test_timeouts(self):

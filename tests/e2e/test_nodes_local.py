@@ -566,7 +566,7 @@ class TestNodesLocal(E2E):
             n.joined(),
             f"[{HOST} train r3] rank 3 fails once",
             f"flowrun: step 'train' failed (rank 3 on {HOST} exited with code 3); restarting all 4 "
-            "workers on 2 nodes (restart 1 of 1)",
+            "workers on 2 nodes (restart 1 of 1): every failure restarts",
             "flowrun: step 'train' succeeded in <secs>",
             f"flowrun: run {n.run_id} succeeded: 1 step in <secs>"]
         self.check(rc == 0, "restart: the step succeeds after one restart", n.detail())
@@ -584,8 +584,11 @@ class TestNodesLocal(E2E):
                    "restart: stdout.log holds the last attempt")
         res = n.results()
         self.check(res["outcome"] == "succeeded" and res["restarts"] == 1 and len(res["attempts"]) == 2
-                   and res["attempts"][0]["outcome"] == "failed" and res["attempts"][1]["outcome"] == "succeeded",
-                   "restart: results.json records both attempts", json.dumps(res)[:3000])
+                   and res["attempts"][0]["outcome"] == "failed" and res["attempts"][1]["outcome"] == "succeeded"
+                   and res["attempts"][0]["cause"] == "exit_code" and res["attempts"][0]["restarted"]
+                   and res["attempts"][0]["restart_reason"] == "every failure restarts",
+                   "restart: results.json records both attempts, the first one's cause and the decision",
+                   json.dumps(res)[:3000])
         self.check(agents_quiet(n), "restart: both agents end in order", n.detail())
         n.check_nothing_left("restart")
 

@@ -637,7 +637,11 @@ TEST_CASE("result: results.json of a failed parallel step", "[result]") {
         )" + indent(worker0) + ",\n        " +
                                indent(worker1) + R"(
       ],
-      "stacks": null
+      "stacks": null,
+      "cause": null,
+      "exception": null,
+      "restarted": false,
+      "restart_reason": null
     }
   ]
 }

@@ -189,6 +189,7 @@ TEST_CASE("resume does not count what cannot change a step's results as a change
   const std::vector<std::pair<std::string, std::string>> edits = {
       {"steps:\n", "# a comment\n\nsteps:\n"},                                      // lines moved
       {"{gpus: 2}", "{gpus: 2, max_restarts: 3}"},                                  // restarts
+      {"{gpus: 2}", "{gpus: 2, max_restarts: 3, restart: {causes: signal}}"},       // the restart policy
       {"    parallel: {gpus: 2}\n", "    parallel: {gpus: 2}\n    timeout: 1h\n"},  // timeout
       {"    parallel: {gpus: 2}\n", "    parallel: {gpus: 2}\n    stall_timeout: 10m\n"},
       {"    parallel: {gpus: 2}\n", "    parallel: {gpus: 2}\n    logs: {console: [0]}\n"},

@@ -508,7 +508,7 @@ TEST_CASE("unknown keys get a suggestion or the list of keys", "[spec]") {
           "'cluster:'",
           "flow.yaml:16:7: steps.a.parallel: unknown key 'foo'; expected one of: gpus, nodes, "
           "procs_per_node, "
-          "cpus, max_restarts, visible_devices, preflight, role, job_id",
+          "cpus, max_restarts, restart, visible_devices, preflight, role, job_id",
           "flow.yaml:19:3: cluster: key 'nodes' does not belong here; put it under a step's 'parallel:'",
           "flow.yaml:20:3: cluster: unknown key 'host'; did you mean 'hosts'?",
           "flow.yaml:21:1: unknown key 'settings'; expected one of: name, env, workdir, python, steps, "
@@ -1387,7 +1387,7 @@ TEST_CASE("hostile YAML never hangs or crashes", "[spec]") {
   CHECK(errors("&m {steps: [{name: a, run: x, env: *m, parallel: *m}]}\n") ==
         Lines{"flow.yaml:1:5: steps.a.parallel: unknown key 'steps'; expected one of: gpus, nodes, "
               "procs_per_node, "
-              "cpus, max_restarts, visible_devices, preflight, role, job_id",
+              "cpus, max_restarts, restart, visible_devices, preflight, role, job_id",
               "flow.yaml:1:12: steps.a.env.steps: expected a value (a string, number or boolean), got a "
               "sequence"});
   // Billion laughs: aliases share nodes, nothing is expanded.
@@ -1725,4 +1725,130 @@ TEST_CASE("NUL bytes and overlong strings are refused where a program or variabl
           "flow.yaml:1:10: workdir: the directory path's part 'dddddddddddddddddddddddddddddddddddddddd...' "
           "is 256 bytes long; a file name holds at most 255",
       });
+}
+
+TEST_CASE("parallel.restart: which failures restart, and what counts as progress", "[spec]") {
+  const Spec spec = valid(R"(
+    steps:
+      - name: a
+        run: x
+        workdir: /data/run
+        parallel:
+          max_restarts: 3
+          restart:
+            causes: [signal, exit_code]
+            exit_codes: [75, 3]
+            min_attempt: 10m
+            progress_file: ckpt/last.pt
+      - name: b
+        run: x
+        parallel: {max_restarts: 1, restart: {}}
+      - name: c
+        run: x
+        parallel: {max_restarts: 2, restart: {causes: signal, progress_file: /abs/ckpt.pt}}
+      - name: d
+        run: x
+        parallel: {max_restarts: 2, restart: {causes: [], exit_codes: 75}}
+      - name: e
+        run: x
+        parallel: {max_restarts: 2}
+  )");
+  const RestartPolicy& a = spec.steps[0].parallel->restart;
+  CHECK(a.is_set);
+  CHECK(a.loc == Location{7, 7});
+  CHECK_FALSE(a.on_exception);
+  CHECK(a.on_exit_code);
+  CHECK(a.on_signal);
+  CHECK(a.exit_codes == std::vector<int>{75, 3});
+  CHECK(a.min_attempt_s == 600);
+  CHECK(a.progress_file == "/data/run/ckpt/last.pt");
+  CHECK(a.progress_file_text == "ckpt/last.pt");
+
+  const RestartPolicy& b = spec.steps[1].parallel->restart;
+  CHECK(b.is_set);
+  CHECK((b.on_exception && b.on_exit_code && b.on_signal));
+  CHECK(b.exit_codes.empty());
+  CHECK_FALSE(b.min_attempt_s);
+  CHECK(b.progress_file.empty());
+
+  const RestartPolicy& c = spec.steps[2].parallel->restart;
+  CHECK((!c.on_exception && !c.on_exit_code && c.on_signal));
+  CHECK(c.progress_file == "/abs/ckpt.pt");
+  const RestartPolicy& d = spec.steps[3].parallel->restart;
+  CHECK((!d.on_exception && !d.on_exit_code && !d.on_signal));
+  CHECK(d.exit_codes == std::vector<int>{75});
+  CHECK_FALSE(spec.steps[4].parallel->restart.is_set);
+}
+
+TEST_CASE("parallel.restart problems", "[spec]") {
+  CHECK(errors(R"(
+    steps:
+      - name: a
+        run: x
+        parallel:
+          max_restarts: 2
+          restart:
+            causes: [node_lost, sigkill, signal, signal]
+            exit_codes: [0, 75, 75, 256, x]
+            min_attempt: 0
+            progress_file: ckpt/
+            max_tries: 3
+      - name: b
+        run: x
+        parallel:
+          restart: {causes: []}
+      - name: c
+        run: x
+        parallel:
+          max_restarts: 0
+          restart: [signal]
+      - name: d
+        run: x
+        parallel:
+          max_restarts: -1
+          restart:
+            max_restarts: 2
+      - name: e
+        run: x
+        restart: {}
+        parallel:
+          causes: signal
+  )") ==
+        Lines{
+            "flow.yaml:7:18: steps.a.parallel.restart.causes: node_lost cannot restart a step: a restart runs"
+            " every rank again on the nodes the step started with, and a lost node is not replaced "
+            "(docs/multinode.md); remove it",
+            "flow.yaml:7:29: steps.a.parallel.restart.causes: expected 'exception', 'exit_code' or 'signal', "
+            "got a string 'sigkill'",
+            "flow.yaml:7:46: steps.a.parallel.restart.causes: cause 'signal' is listed twice",
+            "flow.yaml:8:22: steps.a.parallel.restart.exit_codes: expected an exit code from 1 to 255, got 0",
+            "flow.yaml:8:29: steps.a.parallel.restart.exit_codes: exit code 75 is listed twice",
+            "flow.yaml:8:33: steps.a.parallel.restart.exit_codes: expected an exit code from 1 to 255, got "
+            "256",
+            "flow.yaml:8:38: steps.a.parallel.restart.exit_codes: expected an exit code from 1 to 255, got a "
+            "string 'x'",
+            "flow.yaml:9:22: steps.a.parallel.restart.min_attempt: expected a positive duration: seconds (90)"
+            " or a string like '90s', '30m', '1h30m' or '2d', got 0",
+            "flow.yaml:10:24: steps.a.parallel.restart.progress_file: expected a file path (relative to the "
+            "step's workdir, or absolute), got a string 'ckpt/'",
+            "flow.yaml:11:9: steps.a.parallel.restart: unknown key 'max_tries'; expected one of: causes, "
+            "exit_codes, min_attempt, progress_file",
+            "flow.yaml:15:7: steps.b.parallel.restart: restart: chooses which failures restart the step, but "
+            "max_restarts is not set (0); set max_restarts to how many restarts it may start (torchrun's "
+            "--max-restarts)",
+            "flow.yaml:15:25: steps.b.parallel.restart.causes: no cause and no exit code would restart the "
+            "step; name the causes that restart it (exception, exit_code, signal), or the exit codes under "
+            "exit_codes",
+            "flow.yaml:20:7: steps.c.parallel.restart: restart: chooses which failures restart the step, but "
+            "max_restarts is 0; set max_restarts to how many restarts it may start (torchrun's "
+            "--max-restarts)",
+            "flow.yaml:20:16: steps.c.parallel.restart: expected a mapping of restart settings ('restart: {}'"
+            " for the defaults), got a sequence",
+            "flow.yaml:24:21: steps.d.parallel.max_restarts: expected a whole number of restarts (0 or more),"
+            " got -1",
+            "flow.yaml:26:9: steps.d.parallel.restart: key 'max_restarts' does not belong here; put it in "
+            "'parallel:', next to 'restart:'",
+            "flow.yaml:29:5: steps.e: key 'restart' does not belong here; put it under 'parallel:'",
+            "flow.yaml:31:7: steps.e.parallel: key 'causes' does not belong here; put it under 'restart:'",
+        });
 }

@@ -9,6 +9,7 @@
 #include <fcntl.h>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <sstream>
 #include <unistd.h>
 
@@ -121,6 +122,7 @@ class FakeWorkerGroup : public WorkerGroup {
       if (std::find(dumps.begin(), dumps.end(), std::pair{attempt.restart, w.rank}) != dumps.end())
         std::ofstream(layout_.nccl_trace(step_, w.rank, attempt.restart)) << "dump";
     }
+    if (during) during(attempt.restart);
     if (next_ == interrupt_after) interrupt = SIGINT;
     return result;
   }
@@ -138,7 +140,8 @@ class FakeWorkerGroup : public WorkerGroup {
   int interrupt = 0;
   std::size_t interrupt_after = 0;  // flowrun gets SIGINT as attempt N (1-based) ends; 0: never
   std::string placement_;
-  std::vector<std::pair<int, int>> dumps;  // (attempt, rank): the rank leaves a flight-recorder dump
+  std::vector<std::pair<int, int>> dumps;   // (attempt, rank): the rank leaves a flight-recorder dump
+  std::function<void(int restart)> during;  // runs while attempt `restart` runs
 
  private:
   const RunLayout& layout_;
@@ -209,7 +212,7 @@ TEST_CASE("rank 1 fails, then the group succeeds: one restart, the failed attemp
   }
   CHECK(f.out.text() ==
         "flowrun: step 'train' failed (rank 1 exited with code 3); restarting all 2 workers (restart 1 of "
-        "2)\n");
+        "2): every failure restarts\n");
 }
 
 TEST_CASE("forensics nccl: each attempt's records name its dumps, kept with the attempt", "[step_runner]") {
@@ -248,7 +251,7 @@ TEST_CASE("restarts run out: the last failure decides the exit code", "[step_run
   CHECK(run.attempts[0].workers[1].stdout_log == f.layout.rank_dir("train", 1) + "/attempt0/stdout.log");
   CHECK(f.out.text() ==
         "flowrun: step 'train' failed (rank 1 exited with code 3); restarting all 2 workers (restart 1 of "
-        "1)\n");
+        "1): every failure restarts\n");
 }
 
 TEST_CASE("no restart allowed: one attempt", "[step_runner]") {
@@ -396,20 +399,91 @@ TEST_CASE("a refused preflight runs no attempt", "[step_runner]") {
   CHECK(without.preflights == 0);
 }
 
-TEST_CASE("the restart rule and its message across nodes", "[step_runner]") {
-  const AttemptResult failed = attempt_of({0, 3});
-  CHECK(restarts_after(failed.record, false, {}, 0, 1, 0));
-  CHECK_FALSE(restarts_after(failed.record, false, {}, 1, 1, 0));
-  CHECK_FALSE(restarts_after(failed.record, false, {}, 0, 1, SIGTERM));
-  CHECK_FALSE(restarts_after(failed.record, false, {"node node0: an earlier error"}, 0, 1, 0));
-  CHECK_FALSE(restarts_after(failed.record, /*node_gone=*/true, {}, 0, 1, 0));
-  CHECK_FALSE(restarts_after(attempt_of({0, 0}).record, false, {}, 0, 1, 0));
+// Rank 1 of 2 failed: `tail` is its stderr's last lines.
+AttemptResult failed_with_tail(int code, const std::string& tail) {
+  AttemptResult r = attempt_of({0, code});
+  r.record.workers[1].stderr_tail = tail;
+  return r;
+}
 
-  CHECK(restart_message("train", failed.record, 4, "2 nodes", 1, 3) ==
+constexpr const char* kBoom =
+    "Traceback (most recent call last):\n  File \"/w/train.py\", line 3, in <module>\n    raise "
+    "ValueError('boom')\nValueError: boom\n";
+
+TEST_CASE("a policy's decisions reach the console, the records and the report", "[step_runner]") {
+  SECTION("the same exception twice: no progress, no third attempt") {
+    Fixture f(2, 3);
+    f.plan.restart.is_set = true;
+    FakeWorkerGroup group(f.layout, "train", {failed_with_tail(1, kBoom), failed_with_tail(1, kBoom)});
+    const StepRun run = f.run(group);
+    REQUIRE(run.attempts.size() == 2);
+    CHECK(run.attempts[0].cause == FailureCause::exception);
+    CHECK(run.attempts[0].restarted);
+    CHECK(run.attempts[0].restart_reason == "an exception restarts");
+    CHECK_FALSE(run.attempts[1].restarted);
+    CHECK(run.attempts[1].restart_reason ==
+          "rank 1 on node1 raised ValueError: boom (train.py:3) again, as in attempt 0: no progress");
+    CHECK(f.out.text() ==
+          "flowrun: step 'train' failed (rank 1 exited with code 1); restarting all 2 workers (restart 1 of "
+          "3): "
+          "an exception restarts\n");
+    StepRecord record;
+    record.step = "train";
+    record.parallel = true;
+    record.outcome = run.outcome;
+    record.attempts = run.attempts;
+    CHECK_THAT(
+        format_failure_report(record, ""),
+        Catch::Contains("flowrun:   not restarting: rank 1 on node1 raised ValueError: boom (train.py:3) "
+                        "again, as in attempt 0: no progress\n"));
+    CHECK_THAT(
+        format_results_json(record),
+        Catch::Contains("\"cause\": \"exception\",\n      \"exception\": {\n        \"type\": "
+                        "\"ValueError\",\n        \"message\": \"boom\",\n        \"file\": "
+                        "\"/w/train.py\",\n        \"line\": 3\n      },\n      \"restarted\": false,"));
+  }
+  SECTION("the error file is read for the culprit") {
+    Fixture f(2, 1);
+    f.plan.restart = RestartPolicy{};
+    f.plan.restart.is_set = true;
+    f.plan.restart.on_exception = false;
+    FakeWorkerGroup group(f.layout, "train", {attempt_of({0, 1})});
+    group.during = [&](int) {
+      std::ofstream(f.layout.rank_dir("train", 1) + "/error.json")
+          << R"({"message": {"message": "KeyError: 'lr'", "extraInfo": {"py_callstack": "", "timestamp": "1"}}})";
+    };
+    const StepRun run = f.run(group);
+    REQUIRE(run.attempts.size() == 1);
+    CHECK(run.attempts[0].cause == FailureCause::exception);
+    CHECK(run.attempts[0].restart_reason ==
+          "rank 1 on node1 raised KeyError: 'lr', and restart.causes leaves out exception");
+  }
+  SECTION("progress_file: a restart while the script writes it, none once it stops") {
+    Fixture f(2, 3);
+    f.plan.restart.is_set = true;
+    f.plan.restart.progress_file = f.tmp.path() + "/ckpt.pt";
+    f.plan.restart.progress_file_text = "ckpt.pt";
+    FakeWorkerGroup group(f.layout, "train",
+                          {failed_with_tail(1, kBoom), failed_with_tail(1, kBoom), attempt_of({0, 0})});
+    group.during = [&](int restart) {
+      if (restart == 0) std::ofstream(f.tmp.path() + "/ckpt.pt") << "step 100";
+    };
+    const StepRun run = f.run(group);
+    REQUIRE(run.attempts.size() == 2);  // the same exception, but the file changed: a restart
+    CHECK(run.attempts[0].restart_reason == "an exception restarts");
+    CHECK(run.attempts[1].restart_reason ==
+          "progress_file ckpt.pt did not change during attempt 1: no progress");
+    CHECK(run.exit_code == 1);
+  }
+}
+
+TEST_CASE("the restart message across nodes", "[step_runner]") {
+  const AttemptResult failed = attempt_of({0, 3});
+  CHECK(restart_message("train", failed.record, 4, "2 nodes", 1, 3, "an exit code restarts") ==
         "flowrun: step 'train' failed (rank 1 on node1 exited with code 3); restarting all 4 workers on 2 "
-        "nodes (restart 1 of 3)");
+        "nodes (restart 1 of 3): an exit code restarts");
   AttemptRecord no_culprit;
-  CHECK(restart_message("train", no_culprit, 1, "", 2, 2) ==
+  CHECK(restart_message("train", no_culprit, 1, "", 2, 2, "") ==
         "flowrun: step 'train' failed (a worker failed); restarting all 1 workers (restart 2 of 2)");
 }
 

@@ -1,4 +1,4 @@
-// printable(): bytes a peer or a worker named, made safe to print.
+// printable(): bytes a peer or a worker named, made safe to print; format_duration().
 #include "flowrun/util.h"
 
 #include <catch2/catch.hpp>
@@ -34,4 +34,13 @@ TEST_CASE("printable escapes invalid UTF-8 and the C1 controls byte by byte", "[
   CHECK(printable("\xc2\x9b"
                   "31m") == "\\xc2\\x9b31m");  // U+009B, the 8-bit CSI
   CHECK(printable("\xc2\xa0") == "\xc2\xa0");  // U+00A0 is printable
+}
+
+TEST_CASE("format_duration writes a duration as a spec does", "[util]") {
+  CHECK(format_duration(90) == "1m30s");
+  CHECK(format_duration(43200) == "12h");
+  CHECK(format_duration(93784) == "1d2h3m4s");
+  CHECK(format_duration(1.5) == "1.5s");
+  CHECK(format_duration(0.25) == "0.25s");
+  CHECK(format_duration(600) == "10m");
 }

@@ -102,6 +102,33 @@ def cmd_restart(a):
         sys.exit(a.code)
 
 
+def cmd_policy(a):
+    """Rank --rank ends attempt K (TORCHELASTIC_RESTART_COUNT) the K-th way of --ways (the last one
+    for later attempts): raise (the same ValueError each time), exit:N, kill:SIG, or ok; "+touch"
+    first writes --touch. The other ranks end with it: 0 for ok, else they wait to be stopped."""
+    count = int(os.environ["TORCHELASTIC_RESTART_COUNT"])
+    ways = a.ways.split(",")
+    way = ways[min(count, len(ways) - 1)]
+    if way.endswith("+touch"):
+        way = way[:-len("+touch")]
+        if RANK == a.rank:
+            with open(a.touch, "a") as f:
+                f.write(f"attempt {count}\n")
+    print(f"rank {RANK} attempt {count}: {way}", flush=True)
+    if way == "ok":
+        return
+    if RANK != a.rank:
+        time.sleep(60)
+        return
+    if way == "raise":
+        raise ValueError("boom")
+    kind, number = way.split(":")
+    if kind == "kill":
+        os.kill(os.getpid(), int(number))
+        time.sleep(60)
+    sys.exit(int(number))
+
+
 def cmd_store(a):
     addr, port = os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"])
     token = os.environ["FLOWRUN_RUN_ID"].encode()
@@ -250,6 +277,10 @@ def main():
     s = sub.add_parser("restart")
     s.add_argument("--need", type=int, required=True)
     s.add_argument("--code", type=int, required=True)
+    s = sub.add_parser("policy")
+    s.add_argument("--rank", type=int, default=1)
+    s.add_argument("--ways", required=True)
+    s.add_argument("--touch", default="progress.txt")
     s = sub.add_parser("store")
     s.add_argument("--together", nargs=2, metavar=("DIR", "N"), help="rank 0 listens until N files are in DIR")
     s = sub.add_parser("bigline")

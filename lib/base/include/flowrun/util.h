@@ -38,6 +38,9 @@ std::optional<std::string> closest_match(std::string_view word, const std::vecto
 // Joins with a separator.
 std::string join(const std::vector<std::string>& parts, std::string_view sep);
 
+// A duration as a spec writes one: 90 -> "1m30s", 43200 -> "12h", 1.5 -> "1.5s".
+std::string format_duration(double seconds);
+
 // "1.5 GiB", "80 GiB", "512 MiB" for a byte count.
 std::string format_bytes(std::uint64_t bytes);
 

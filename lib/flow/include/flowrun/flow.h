@@ -227,7 +227,7 @@ std::vector<ResumeDecision> decide_resume(const ResumeQuestion& question);
 // "parallel", "outputs", "collect", "${args}" (the arguments after --, for a
 // step whose run uses them). Not compared, since they cannot change what a
 // step that succeeded produced: timeout, stall_timeout, parallel.max_restarts,
-// logs, the cluster section, and the plan (this host's GPUs).
+// parallel.restart, logs, the cluster section, and the plan (this host's GPUs).
 std::vector<std::string> changed_parts(const Spec& now, const Step& step_now,
                                        const std::vector<std::string>& args_now, const Spec& before,
                                        const Step& step_before, const std::vector<std::string>& args_before);

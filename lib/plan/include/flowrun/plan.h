@@ -70,6 +70,7 @@ struct StepPlan {
   std::vector<std::string> why;  // the decision, in plain sentences
   Visibility visible_devices = Visibility::node;
   int max_restarts = 0;
+  RestartPolicy restart;         // parallel.restart: which failures restart, what is progress
   std::string role = "default";  // parallel.role: ROLE_NAME
   std::string job_id;            // parallel.job_id: TORCHELASTIC_RUN_ID; empty: the run id
 };

@@ -99,6 +99,34 @@ struct StackReport {
   int ranks = 0;                   // how many ranks were taken
 };
 
+// The root cause of a failed attempt, as the step's restart policy weighs it
+// (classify_failure): what the culprit, the attempt's first failure, died of.
+enum class FailureCause {
+  exception,  // it exited non-zero and left a Python traceback (error file or stderr)
+  exit_code,  // it exited non-zero without one, or could not start (a shell's 127)
+  signal,     // it was killed by a signal flowrun did not send: SIGKILL (OOM), SIGSEGV, ...
+  node_lost,  // its node was lost (its agent gone or silent), or another node of the step was
+};
+
+// "exception", "exit_code", "signal", "node_lost": the words of a spec's
+// restart.causes and of results.json.
+const char* failure_cause_name(FailureCause cause);
+
+// The exception a Python traceback ends with: its type ("ValueError",
+// "torch.distributed.DistBackendError"), the first line of its message
+// ("boom"; empty for `raise KeyError`), and the innermost frame's file as the
+// traceback names it and line (file empty, line 0 when the text has no frame).
+struct PythonException {
+  std::string type;
+  std::string message;
+  std::string file;
+  int line = 0;
+  bool operator==(const PythonException&) const = default;
+  // "ValueError: boom (train.py:3)": the file's last component; the message
+  // cut to 200 bytes with "...".
+  std::string describe() const;
+};
+
 struct AttemptRecord {
   int restart_count = 0;  // TORCHELASTIC_RESTART_COUNT of this attempt
   int master_port = 0;
@@ -112,6 +140,17 @@ struct AttemptRecord {
   // 0's stdout.log in DIR: No space left on device". Empty otherwise.
   std::string write_error;
   std::optional<StackReport> stacks;  // when flowrun took the live ranks' stacks
+  // A failed attempt's root cause (classify_failure); nullopt for one that
+  // did not fail, or that failed with no rank to blame (a write error).
+  std::optional<FailureCause> cause;
+  std::optional<PythonException> exception;  // cause exception: the culprit's, when readable
+  // What flowrun decided after this attempt (the step runner's restart
+  // policy): whether another attempt followed, and why or why not ("a signal
+  // restarts", "restart.causes leaves out exception"). The reason is empty
+  // for an attempt that succeeded, and for a step without restarts
+  // (max_restarts: 0), where there was nothing to decide.
+  bool restarted = false;
+  std::string restart_reason;
 };
 
 struct StepRecord {
@@ -124,6 +163,33 @@ struct StepRecord {
   std::vector<AttemptRecord> attempts;    // the last one decided the outcome
   std::vector<std::string> notes;         // e.g. "killed 2 leftover processes: 812 (sleep), ..."
 };
+
+// The exception at the end of the last Python traceback in `text` (a
+// stderr tail, an error file's py_callstack): the innermost `  File "F",
+// line N` frame, and the first line after it that is not indented, read as
+// "Type: message" or "Type" (a dotted name). A traceback cut at its head
+// (the 20-line stderr tail) is read from the frames it still has. nullopt
+// when `text` has no such frame followed by such a line.
+std::optional<PythonException> parse_python_exception(std::string_view text);
+
+// The root cause of `attempt`, a failed one whose roles are assigned, and
+// the culprit's exception (for cause exception, when one can be read):
+//   - the culprit was lost with its node, or there is no culprit and
+//     `node_gone` (a node can take no further attempt): node_lost;
+//   - it was killed by a signal: signal;
+//   - it exited non-zero and its error file (`error_file_text`, the content of
+//     TORCHELASTIC_ERROR_FILE as parse_error_file reads it) holds an error, or
+//     it exited with 1 (Python's code for an uncaught exception) and its
+//     stderr tail ends in a traceback: exception;
+//   - it exited non-zero otherwise, or could not start: exit_code.
+// nullopt for an attempt that did not fail, or failed with no culprit and no
+// node gone (flowrun's own write error).
+struct FailureFacts {
+  std::optional<FailureCause> cause;
+  std::optional<PythonException> exception;
+};
+FailureFacts classify_failure(const AttemptRecord& attempt, bool node_gone,
+                              const std::string& error_file_text);
 
 // Marks every worker's role in `attempt` and sets attempt.culprit.
 // `stopped` lists the indices (into attempt.workers) of the workers flowrun
@@ -172,6 +238,17 @@ void assign_roles(AttemptRecord& attempt, const std::vector<int>& stopped);
 //                                  when there was none, and always for a plain step
 //         "start": "...", "end": "...", "duration_ms": 1333,
 //         "workers": [WORKER, ...] in the order flowrun started them
+//         "stacks": {...},         where the live ranks were when flowrun stopped them, or null
+//         "cause": "exception",    a failed attempt's root cause: "exception" | "exit_code" |
+//                                  "signal" | "node_lost"; null when it did not fail, or no rank
+//                                  is to blame
+//         "exception": {"type": "ValueError", "message": "boom", "file": "/abs/train.py",
+//                       "line": 3}  cause exception, when its traceback could be read; else null
+//                                  (file null, line null when the traceback had no frame)
+//         "restarted": false,      whether another attempt followed this one
+//         "restart_reason": "..."  why flowrun restarted or gave up after it ("a signal
+//                                  restarts", "restart.causes leaves out exception"); null
+//                                  when it succeeded or the step has max_restarts 0
 //       }
 //     ]
 //   }
@@ -241,6 +318,8 @@ void write_rank_end(const std::string& path, const WorkerRecord& w);
 //   num_nodes error gets lightning_devices_hint's line after them; one whose
 //   stderr tail or error file holds a ModuleNotFoundError gets
 //   missing_module_hint's line.
+// - A last attempt whose restart_reason says why flowrun gave up gets
+//   "flowrun:   not restarting: REASON" after the ranks (and the stacks).
 // - The stderr tail is the culprit's stderr_tail, each line as a terminal
 //   shows it (after its last '\r'), or "its stderr was empty".
 // - The error file's traceback (`error_file_text` is that file's content, or

@@ -46,6 +46,30 @@ enum class Visibility {
   process,  // only the worker's own GPUs (breaks scripts that index cuda:LOCAL_RANK)
 };
 
+// `restart:` of a parallel step: which failures are worth a restart and what
+// counts as progress (docs/spec.md, "restart"). Without it, torchrun's rule:
+// every failure restarts while max_restarts allows.
+struct RestartPolicy {
+  bool is_set = false;  // the spec has `restart:`
+  // restart.causes: the root causes that restart (result.h's FailureCause by
+  // name; node_lost is refused: a step restarts only on every node it had).
+  bool on_exception = true;
+  bool on_exit_code = true;
+  bool on_signal = true;
+  // restart.exit_codes: these exit codes restart even when causes leaves
+  // exit_code out (1-255, each at most once, in the order written).
+  std::vector<int> exit_codes;
+  // restart.min_attempt: an attempt shorter than this that fails the way the
+  // one before did made no progress.
+  std::optional<double> min_attempt_s;
+  // restart.progress_file: a file the script writes (its checkpoint): an
+  // attempt during which it did not change made no progress. `progress_file`
+  // is absolute (against the step's workdir), `progress_file_text` as written.
+  std::string progress_file;
+  std::string progress_file_text;
+  Location loc;  // of the `restart:` key
+};
+
 struct ParallelSpec {
   GpuRequest gpus;
   AutoCount nodes;
@@ -53,6 +77,7 @@ struct ParallelSpec {
   std::optional<int> cpus;  // CPU workers in total; only when asked for
   Location cpus_loc;
   int max_restarts = 0;
+  RestartPolicy restart;
   Visibility visible_devices = Visibility::node;
   // `preflight: true`: before the workers start, flowrun doctor's NCCL check
   // runs on the step's GPUs, and a failure refuses the step (docs/gpu.md).

@@ -5,18 +5,15 @@
 // step's outcome and exit code; the flow runner then gathers the outputs for
 // the join (join_request) and writes results.json.
 //
-// The restart rule, the one rule for every parallel step: after an attempt,
-// another starts when all of these hold:
-//   - the attempt failed (a rank failed, or flowrun stopped it as failed);
-//     one that timed out, stalled or was interrupted never restarts;
-//   - fewer than the plan's max_restarts restarts have run;
-//   - flowrun received no stop signal (the group's interrupt_signal());
-//   - every file of the run directory could be written (write_error empty);
-//   - no node is gone (AttemptResult::node_gone: lost, closed after its
-//     done, or its agent signalled): a restart needs every node;
-//   - flowrun found nothing wrong itself (AttemptResult::errors empty, in
-//     this attempt or an earlier one).
-// The last two never hold back a group on one host, which reports neither.
+// The restart rule, the one rule for every parallel step, is the plan's
+// restart policy (restart_policy.h's decide_restart): after each attempt
+// the runner classifies its root cause (classify_failure, with the
+// culprit's error file), notes whether the policy's progress_file changed
+// during it (stat before and after), and asks. The attempt's record keeps
+// the cause, the exception and the decision with its reason. Whatever the
+// policy: a timeout, a stall or an interrupt never restarts, nor an attempt
+// after flowrun's own errors or with a node gone (AttemptResult::node_gone,
+// never set by a group on one host), nor once max_restarts restarts ran.
 //
 // A restart starts every rank afresh: before it, what the failed attempt
 // left in each rank's directory (logs, traceback, outputs) moves to
@@ -72,20 +69,14 @@ class StepRunner {
   std::function<std::optional<double>()> time_left_;
 };
 
-// The restart rule above: whether another attempt follows `last`, the
-// attempt that ran with TORCHELASTIC_RESTART_COUNT `restart`. `node_gone`:
-// a node can take no further attempt; `errors`: the step's errors so far,
-// this attempt's included; `interrupt`: the first stop signal flowrun got
-// (0: none).
-bool restarts_after(const AttemptRecord& last, bool node_gone, const std::vector<std::string>& errors,
-                    int restart, int max_restarts, int interrupt);
-
 // The console line for a restart: "flowrun: step 'S' failed (rank 1 exited
-// with code 3); restarting all 4 workers (restart 1 of 2)", with "on NODE"
-// after the rank and "on 2 nodes" after the workers when `placement` is
-// "2 nodes". `restart`: the restart about to run (1 for the first).
+// with code 3); restarting all 4 workers (restart 1 of 2): REASON", with "on
+// NODE" after the rank and "on 2 nodes" after the workers when `placement`
+// is "2 nodes". `restart`: the restart about to run (1 for the first);
+// `reason`: the policy's (decide_restart), ": REASON" left off when empty.
 std::string restart_message(const std::string& step, const AttemptRecord& failed, int world_size,
-                            const std::string& placement, int restart, int max_restarts);
+                            const std::string& placement, int restart, int max_restarts,
+                            const std::string& reason);
 
 // Before restart `attempt` + 1: moves what attempt `attempt` left in rank
 // `rank`'s directory (its flight-recorder dump among it) to
