@@ -7,10 +7,12 @@
 #include <cerrno>
 #include <csignal>
 #include <cstring>
+#include <filesystem>
 #include <fmt/format.h>
 #include <iostream>
 #include <poll.h>
 #include <sys/inotify.h>
+#include <sys/stat.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
@@ -65,6 +67,20 @@ std::optional<StackReport> read_stacks(const std::string& path, std::int64_t ask
   return report;
 }
 
+// Whether process `pid` of this host has `path` open: the run's flowrun
+// holds its run.lock open while it runs. A pid on another host (a shared
+// run directory) is another process here, however its number reads.
+bool holds_open(pid_t pid, const std::string& path) {
+  struct stat want {};
+  if (stat(path.c_str(), &want) != 0) return false;
+  std::error_code ec;
+  for (const auto& fd : std::filesystem::directory_iterator(fmt::format("/proc/{}/fd", pid), ec)) {
+    struct stat got {};
+    if (stat(fd.path().c_str(), &got) == 0 && got.st_dev == want.st_dev && got.st_ino == want.st_ino) return true;
+  }
+  return false;
+}
+
 struct Unique {
   int fd = -1;
   explicit Unique(int f) : fd(f) {}
@@ -87,8 +103,11 @@ std::pair<StackReport, std::string> ask_for_stacks(const std::string& run_dir, c
   // then check the lock, so that the signal cannot reach a process that
   // took the pid after the run ended.
   Unique pidfd(static_cast<int>(syscall(SYS_pidfd_open, record.pid, 0)));
-  if (pidfd.fd < 0 || !run_in_progress(run_dir))
+  if (!run_in_progress(run_dir))
     throw Error(fmt::format("run {} has just ended: no stacks to take", record.run_id));
+  if (pidfd.fd < 0 || !holds_open(record.pid, run_dir + "/run.lock"))
+    throw Error(fmt::format("run {} runs on {} (flowrun pid {}), not on this host: run flowrun stacks there",
+                            record.run_id, record.host.empty() ? "another host" : record.host, record.pid));
   const std::int64_t asked = now_unix_ns();
   if (syscall(SYS_pidfd_send_signal, pidfd.fd, SIGQUIT, nullptr, 0) != 0)
     throw Error(
@@ -159,10 +178,6 @@ int cmd_stacks(int argc, char** argv) {
           fmt::format("run {} is not running ({}): flowrun stacks asks a running step; the stacks "
                       "taken when a step was stopped are in its results.json and rankR/stack.txt",
                       record.run_id, read_run_row(run_dir).state));
-    const std::string here = local_hostname(read_environ());
-    if (!record.host.empty() && record.host != here)
-      throw Error(fmt::format("run {} runs on {} (flowrun pid {}), not on {}: run flowrun stacks there",
-                              record.run_id, record.host, record.pid, here));
     const std::string step = running_step(record);
     if (step.empty()) throw Error(fmt::format("no step of run {} is running now", record.run_id));
     const auto [report, text] = ask_for_stacks(run_dir, record, step, wait_s);

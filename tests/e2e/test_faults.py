@@ -1624,26 +1624,46 @@ steps:
         self.finish_row(r, "sigusr nodes", recover, 3.0, len(n.leftovers()), 0, 0, n.detail())
 
     def test_sigquit(self):
-        """SIGQUIT (Ctrl-\\) stops the step as SIGTERM does: the ranks' handlers run; exit 131."""
-        r = self.row("sigquit", "a stop signal, as torchrun takes it: SIGTERM to every rank, each handler runs; "
-                     "results.json says interrupted; exit 131")
+        """SIGQUIT (Ctrl-\\) takes every running rank's stack and stops nothing; flowrun stacks RUN does the
+        same from another terminal; the step then stops as usual on SIGTERM."""
+        r = self.row("sigquit", "not a stop: SIGQUIT (and flowrun stacks RUN) takes every running rank's stack, "
+                     "on the console and in stacks.json, twice, and the step goes on; SIGTERM then stops it; "
+                     "exit 143")
         run_id = f"quit-{os.getpid()}"
         trap = 'trap \'echo "rank $RANK saved a checkpoint"; exit 143\' TERM; '
         d = self.rank_flow("sigquit", trap=trap, rest=self.WAIT_LOOP)
         self.fix_dir(d)
-        p = self.start(d, run_id, "--grace", "10")
+        env = dict(os.environ, FLOWRUN_PY_SPY=os.path.join(d, "no-py-spy"))  # the kernel's words: no py-spy needed
+        p = self.start(d, run_id, "--grace", "10", env=env)
         pids = self.wait_ready(d, 4, p)
         if not self.check(bool(pids), "sigquit: every rank starts", self.start_detail(d, p)):
             p.kill()
             return
         t0 = time.monotonic()
-        os.killpg(p.pid, signal.SIGQUIT)  # what a terminal sends for Ctrl-\
+        stacks_json = os.path.join(d, "run", "train", "stacks.json")
+        os.kill(p.pid, signal.SIGQUIT)  # what a terminal sends for Ctrl-\
+        wait_for(lambda: os.path.exists(stacks_json) or p.poll() is not None, 20 * self.slack)
+        first = json.loads(read(stacks_json, "{}"))
+        self.check(p.poll() is None and first.get("ranks") == 4 and first.get("source") == "kernel"
+                   and sorted(r for g in first.get("groups", []) for r in g["ranks"]) == [0, 1, 2, 3],
+                   "sigquit: the four ranks' stacks (the kernel's words) in stacks.json, and the step goes on",
+                   json.dumps(first) + "\n" + read(os.path.join(d, "flowrun.err"), ""))
+        asked = subprocess.run([self.flowrun, "stacks", os.path.join(d, "run"), "--wait", str(20 * self.slack)],
+                               capture_output=True, text=True, env=env, timeout=60 * self.slack)
+        self.check(asked.returncode == 0 and asked.stdout.startswith(
+                   "flowrun: stacks of step 'train' (4 ranks, by kernel); nothing was stopped\n")
+                   and "whole stacks: " in asked.stdout and p.poll() is None,
+                   "sigquit: flowrun stacks RUN prints the grouping, and the step still runs",
+                   f"exit {asked.returncode}\n{asked.stdout}{asked.stderr}")
+        os.kill(p.pid, signal.SIGTERM)
         rc, end, err = self.ended("sigquit", p, d, 20)
         res = self.results(d) or {}
         saved = [k for k in range(4) if f"rank {k} saved a checkpoint\n" in
                  read(os.path.join(d, "run", "train", f"rank{k}", "stdout.log"), "")]
-        self.check(rc == 131 and res.get("outcome") == "interrupted" and saved == [0, 1, 2, 3],
-                   "sigquit: exit 131, results.json says interrupted, every rank's handler ran",
+        self.check(err.count("flowrun: stacks of step 'train' (4 ranks, by kernel); nothing was stopped") == 2,
+                   "sigquit: the run's console says each of the two requests' stacks", err)
+        self.check(rc == 143 and res.get("outcome") == "interrupted" and saved == [0, 1, 2, 3],
+                   "sigquit: SIGTERM still stops it: exit 143, every rank's handler ran",
                    f"exit {rc}; saved {saved}\n{err}\n{res}")
         self.record_closed("sigquit", d, rc)
         self.finish_row(r, "sigquit", end - t0, 2.0, self.count_left(run_id), self.lost_results(d, 4),
