@@ -76,7 +76,8 @@ bool holds_open(pid_t pid, const std::string& path) {
   std::error_code ec;
   for (const auto& fd : std::filesystem::directory_iterator(fmt::format("/proc/{}/fd", pid), ec)) {
     struct stat got {};
-    if (stat(fd.path().c_str(), &got) == 0 && got.st_dev == want.st_dev && got.st_ino == want.st_ino) return true;
+    if (stat(fd.path().c_str(), &got) == 0 && got.st_dev == want.st_dev && got.st_ino == want.st_ino)
+      return true;
   }
   return false;
 }

@@ -223,6 +223,31 @@ class TestNodesLocal(E2E):
 
     # --- (b) a worker fails on node 1 -----------------------------------------
 
+    def test_stacks(self):
+        # Rank 3 (node 1) fails once all are ready; ranks 0-2 wait in `sleep` on both nodes. Each agent
+        # takes its own live ranks' stacks before it signals them (no py-spy: the kernel's words), and
+        # the head groups the three together, as one host would.
+        script = (READY + 'if [ "$RANK" = 3 ]; then ' + WAIT_ALL + 'echo "rank 3 fails" >&2; exit 3; fi; '
+                  'exec sleep 30')
+        n = self.nodes("stacks", spec_text("stacks", sh_yaml(script), forensics="{timeout: 5s}"))
+        if not n.begin("stacks"):
+            return
+        rc = n.finish("stacks")
+        err = n.head_err()
+        res = n.results()
+        stacks = res.get("stacks") or {}
+        groups = [g["ranks"] for g in stacks.get("groups", [])]
+        self.check(rc == 3 and stacks.get("source") == "kernel" and groups == [[0, 1, 2]]
+                   and stacks["groups"][0]["where"].startswith("hrtimer_nanosleep (state S"),
+                   "stacks: results.json groups ranks 0-2 of both nodes together", json.dumps(stacks))
+        self.check(re.search(r"^flowrun:   ranks 0-2 are in hrtimer_nanosleep \(state S", err, re.M) is not None,
+                   "stacks: the head's report names where ranks 0-2 were", err)
+        texts = [read(os.path.join(n.run_dir, "train", f"rank{r}", "stack.txt")) if os.path.exists(
+            os.path.join(n.run_dir, "train", f"rank{r}", "stack.txt")) else "" for r in range(3)]
+        self.check(all(t.startswith("(py-spy missing: no py-spy on node ") and "kernel: hrtimer_nanosleep" in t
+                       for t in texts), "stacks: each rank's stack.txt at the head, from its node", "\n".join(texts))
+        n.check_nothing_left("stacks")
+
     def test_worker_fails(self):
         # Every rank ignores SIGTERM, so the others are stopped only by the
         # SIGKILL that follows the grace; rank 3 fails once all are ready.
@@ -597,7 +622,7 @@ class TestNodesLocal(E2E):
         # ProcessGroupNCCL's watchdog does on a timeout; rank 3 fails once all have.
         script = ('echo "$TORCH_NCCL_DEBUG_INFO_TEMP_FILE" > "$TORCH_NCCL_DEBUG_INFO_TEMP_FILE$RANK"; ' + READY +
                   'if [ "$RANK" = 3 ]; then ' + WAIT_ALL + 'exit 3; fi; exec sleep 30')
-        n = self.nodes("nccl", spec_text("nccl", sh_yaml(script), extra="    forensics: nccl\n"))
+        n = self.nodes("nccl", spec_text("nccl", sh_yaml(script), forensics="{stacks: false, nccl: true}"))
         if not n.begin("nccl"):
             return
         rc = n.finish("nccl")

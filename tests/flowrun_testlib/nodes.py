@@ -29,11 +29,12 @@ def sh_yaml(script, *args):
     return "[" + ", ".join(q(w) for w in ("/bin/sh", "-c", script, *args)) + "]"
 
 
-def spec_text(name, run, *, collect=None, extra="", more_steps="", env=""):
-    """A flow with one parallel step `train` of 4 CPU workers on 2 nodes."""
+def spec_text(name, run, *, collect=None, extra="", more_steps="", env="", forensics="off"):
+    """A flow with one parallel step `train` of 4 CPU workers on 2 nodes. The ranks' stacks before a
+    stop (`forensics`) are off unless a test is about them: each would add its line to the report."""
     return (f"name: {name}\n{env}cluster:\n  engine: manual\n  address: 127.0.0.1\n  heartbeat_timeout: 1\n"
-            f"steps:\n  - name: train\n    run: {run}\n    parallel:\n      cpus: 4\n      nodes: 2\n{extra}"
-            + (f"    collect: {collect}\n" if collect else "") + more_steps)
+            f"steps:\n  - name: train\n    run: {run}\n    forensics: {forensics}\n    parallel:\n      cpus: 4\n"
+            f"      nodes: 2\n{extra}" + (f"    collect: {collect}\n" if collect else "") + more_steps)
 
 
 def read(path):
