@@ -10,6 +10,7 @@
 #include <filesystem>
 #include <fmt/format.h>
 #include <iostream>
+#include <optional>
 #include <poll.h>
 #include <sys/inotify.h>
 #include <sys/stat.h>
@@ -70,11 +71,14 @@ std::optional<StackReport> read_stacks(const std::string& path, std::int64_t ask
 // Whether process `pid` of this host has `path` open: the run's flowrun
 // holds its run.lock open while it runs. A pid on another host (a shared
 // run directory) is another process here, however its number reads.
-bool holds_open(pid_t pid, const std::string& path) {
+// nullopt: its open files cannot be read (it runs as another user).
+std::optional<bool> holds_open(pid_t pid, const std::string& path) {
   struct stat want {};
   if (stat(path.c_str(), &want) != 0) return false;
   std::error_code ec;
-  for (const auto& fd : std::filesystem::directory_iterator(fmt::format("/proc/{}/fd", pid), ec)) {
+  std::filesystem::directory_iterator fds(fmt::format("/proc/{}/fd", pid), ec);
+  if (ec) return ec == std::errc::permission_denied ? std::nullopt : std::optional<bool>(false);
+  for (const auto& fd : fds) {
     struct stat got {};
     if (stat(fd.path().c_str(), &got) == 0 && got.st_dev == want.st_dev && got.st_ino == want.st_ino)
       return true;
@@ -106,7 +110,13 @@ std::pair<StackReport, std::string> ask_for_stacks(const std::string& run_dir, c
   Unique pidfd(static_cast<int>(syscall(SYS_pidfd_open, record.pid, 0)));
   if (!run_in_progress(run_dir))
     throw Error(fmt::format("run {} has just ended: no stacks to take", record.run_id));
-  if (pidfd.fd < 0 || !holds_open(record.pid, run_dir + "/run.lock"))
+  const std::optional<bool> holds = pidfd.fd < 0 ? false : holds_open(record.pid, run_dir + "/run.lock");
+  if (!holds)
+    throw Error(
+        fmt::format("cannot tell whether pid {} is run {}'s flowrun: its open files are not this user's "
+                    "to read; run flowrun stacks as the user who started the run",
+                    record.pid, record.run_id));
+  if (!*holds)
     throw Error(fmt::format("run {} runs on {} (flowrun pid {}), not on this host: run flowrun stacks there",
                             record.run_id, record.host.empty() ? "another host" : record.host, record.pid));
   const std::int64_t asked = now_unix_ns();

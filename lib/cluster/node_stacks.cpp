@@ -96,27 +96,24 @@ std::optional<StackReport> NodeStacks::stop_report() const {
   return group_stacks(values(stop_), stop_source_);
 }
 
-void NodeStacks::forget(int node, const std::string& why) {
-  if (request_ == 0 || waiting_.erase(node) == 0) return;
+void NodeStacks::mark_missing(int node, const std::string& why) {
   for (const RankPlan& r : plan_.ranks) {
     if (r.node == node) {
       taken_[r.rank].rank = r.rank;
       taken_[r.rank].missing = why;
     }
   }
+}
+
+void NodeStacks::forget(int node, const std::string& why) {
+  if (request_ == 0 || waiting_.erase(node) == 0) return;
+  mark_missing(node, why);
   if (waiting_.empty()) finish_request("");
 }
 
 void NodeStacks::finish_request(const std::string& why) {
   timer_.cancel();
-  for (int node : waiting_) {
-    for (const RankPlan& r : plan_.ranks) {
-      if (r.node == node) {
-        taken_[r.rank].rank = r.rank;
-        taken_[r.rank].missing = why;
-      }
-    }
-  }
+  for (int node : waiting_) mark_missing(node, why);
   waiting_.clear();
   request_ = 0;
   publish_(group_stacks(values(taken_), taken_source_.empty() ? "py-spy" : taken_source_), requested_ns_);

@@ -58,6 +58,8 @@ class NodeStacks {
   // The request's stacks, grouped, with a missing entry for each rank of a
   // node that did not answer (`why`), to `publish`; the request is over.
   void finish_request(const std::string& why);
+  // Each rank of node `node` has no stack in this request, for `why`.
+  void mark_missing(int node, const std::string& why);
   // Writes each rank's stack.txt and keeps its findings in `into`.
   void keep(const std::string& name, const Stacks& m, std::map<int, RankStack>& into);
 

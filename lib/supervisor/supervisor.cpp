@@ -163,8 +163,7 @@ void say_unforwarded(const Console& console, int sig, const char* when) {
 void say_no_stacks(const Console& console, bool stopping) {
   console.message(
       fmt::format("flowrun: SIGQUIT received {}: no running rank to take the stack of (SIGQUIT takes every "
-                  "running rank's "
-                  "stack and stops nothing)",
+                  "running rank's stack and stops nothing)",
                   stopping ? "while the step stops" : "between steps"));
 }
 
