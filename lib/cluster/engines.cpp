@@ -304,7 +304,12 @@ int free_node_rank(const std::vector<bool>& joined, const std::vector<int>& star
 std::vector<EngineLaunch> engine_launches(const ClusterSpec& cluster, const StepPlan& plan,
                                           const std::optional<SlurmJob>& job, const AgentCommand& agent,
                                           const std::vector<std::string>& ssh_default) {
-  const int nodes = static_cast<int>(plan.nodes.size());
+  // Every node's agent and every spare's (node ranks nodes.size() and up).
+  const int nodes = static_cast<int>(plan.nodes.size() + plan.spares.size());
+  auto host_of = [&plan](int i) -> const std::string& {
+    const auto at = static_cast<std::size_t>(i);
+    return at < plan.nodes.size() ? plan.nodes[at].host : plan.spares[at - plan.nodes.size()].host;
+  };
   std::vector<EngineLaunch> launches;
   switch (cluster.engine) {
     case Engine::manual:
@@ -338,9 +343,16 @@ std::vector<EngineLaunch> engine_launches(const ClusterSpec& cluster, const Step
       srun.argv = {"srun",
                    "--nodes=" + std::to_string(nodes),
                    "--ntasks=" + std::to_string(nodes),
-                   "--ntasks-per-node=1",
-                   "--kill-on-bad-exit=1",
-                   "--input=all"};
+                   "--ntasks-per-node=1"};
+      if (plan.spares.empty()) {
+        srun.argv.emplace_back("--kill-on-bad-exit=1");
+      } else {
+        // A lost node's agent must not take the others with it, nor its
+        // node the job: a spare takes its place.
+        srun.argv.emplace_back("--kill-on-bad-exit=0");
+        srun.argv.emplace_back("--no-kill");
+      }
+      srun.argv.emplace_back("--input=all");
       if (job) {
         // Inside an allocation: the agent gets the node's CPUs to hand to its
         // workers (srun gives a task one CPU unless told).
@@ -363,7 +375,7 @@ std::vector<EngineLaunch> engine_launches(const ClusterSpec& cluster, const Step
     case Engine::ssh: {
       const auto& ssh = cluster.ssh_command.empty() ? ssh_default : cluster.ssh_command;
       for (int i = 0; i < nodes; ++i) {
-        const std::string& host = plan.nodes[static_cast<std::size_t>(i)].host;
+        const std::string& host = host_of(i);
         EngineLaunch launch;
         launch.node = i;
         launch.label = host_part(host) + " ssh";

@@ -143,6 +143,7 @@ class Head : public GroupObserver, public cluster::NodeInbox {
   AttemptResult run_attempt(const Attempt& attempt) {
     if (phase_ == Phase::between) {
       attempt_ = attempt.restart;
+      if (!take_spares()) return not_started();
       gathering_.assign();
     }
     if (!wait_ready()) return not_started();
@@ -153,6 +154,7 @@ class Head : public GroupObserver, public cluster::NodeInbox {
     AttemptResult result;
     result.record = attempt_recorded_ ? std::move(last_) : record_attempt();
     result.node_gone = nodes_.any_gone();
+    result.spare_ready = result.node_gone && spares_cover_losses();
     take_news(result);
     return result;
   }
@@ -267,15 +269,65 @@ class Head : public GroupObserver, public cluster::NodeInbox {
     for (auto& n : nodes_) n.conn->send_frame(std::move(frames[static_cast<std::size_t>(n.rank)]));
   }
 
+  // ---- spares (parallel.spare_nodes) ---------------------------------------
+
+  // The GPUs a spare must have to take a node's place (-1: any).
+  int spare_gpus() const {
+    const int gpus = plan_.nodes.front().gpus_available;
+    return plan_.cpu || gpus <= 0 ? -1 : gpus;
+  }
+
+  // Whether every node that is gone can be replaced by a spare that waits.
+  bool spares_cover_losses() const {
+    if (nodes_.seats() == nodes_.size()) return false;
+    for (const auto& n : nodes_) {
+      if (n.signalled) return false;  // a preemption: the job stops, spares or not
+    }
+    const std::size_t gone = nodes_.replaceable().size();
+    return gone > 0 && gone <= nodes_.spares_waiting(spare_gpus());
+  }
+
+  // Before a restart: a spare takes the place of every node that is gone.
+  // False (the step fails) when one has no spare to take it.
+  bool take_spares() {
+    for (int rank : nodes_.replaceable()) {
+      const std::string lost = nodes_[std::size_t(rank)].name;
+      const int seat = nodes_.replace(rank, spare_gpus());
+      if (seat < 0) {
+        fail_before_start(fmt::format("node {} (node rank {}) is gone and no spare node waits to take its place",
+                                      lost, rank));
+        return false;
+      }
+      bind(rank);  // what the spare sends now speaks for node rank `rank`
+      bind(seat);  // and what the lost node's connection still says, for the retired one
+      const Node& spare = nodes_[std::size_t(rank)];
+      replacements_.push_back({rank, lost, spare.name});
+      const std::string text =
+          fmt::format("spare node {} takes node rank {} of lost node {} ({} left)", spare.name, rank, lost,
+                      cluster::plural(nodes_.spares_waiting(spare_gpus()), "spare", "spares"));
+      notes_.push_back(text);
+      console_.message(fmt::format("flowrun: step '{}': {}", plan_.step, text));
+    }
+    return true;
+  }
+
+  // What node `seat`'s connection sends goes to the node in that seat.
+  void bind(int seat) {
+    nodes_[std::size_t(seat)].conn->set_handlers(
+        [this, seat](Frame& frame) {
+          cluster::take_node_frame(nodes_[std::size_t(seat)], frame, *this, gathering_, uploads_);
+        },
+        [this, seat](const std::string& why) { on_node_closed(nodes_[std::size_t(seat)], why); });
+  }
+
   // A node that joined: what it sends comes here; the step fails before
   // its ranks start.
   cluster::NodeGathering::Links gathering_links() {
-    return {[this](int rank, const std::shared_ptr<Connection>& conn) {
-              conn->set_handlers(
-                  [this, rank](Frame& frame) {
-                    cluster::take_node_frame(nodes_[std::size_t(rank)], frame, *this, gathering_, uploads_);
-                  },
-                  [this, rank](const std::string& why) { on_node_closed(nodes_[std::size_t(rank)], why); });
+    return {[this](int seat, const std::shared_ptr<Connection>&) {
+              bind(seat);
+              if (nodes_.is_spare_seat(seat))
+                console_.message(fmt::format("flowrun: step '{}': spare node {} joined; it waits with no rank",
+                                             plan_.step, nodes_[std::size_t(seat)].name));
             },
             [this](const std::string& why) { fail_before_start(why); },
             [this](Node& n, const std::string& what) { protocol_error(n, what); }};
@@ -359,13 +411,23 @@ class Head : public GroupObserver, public cluster::NodeInbox {
   }
 
   void node_lost(Node& n, const std::string& why) {
-    if (n.lost || phase_ == Phase::finished) return;
+    if (n.lost || n.retired || phase_ == Phase::finished) return;
     n.lost = true;
     if (n.conn) n.conn->close();
+    if (nodes_.is_spare_seat(n.rank)) {  // it had no rank: the step goes on without it
+      const std::string text = nodes_.lost_text(n, why);
+      notes_.push_back(text);
+      console_.message(fmt::format("flowrun: step '{}': {}", plan_.step, text));
+      return;
+    }
     // A file it was sending is cut short: never leave the part that came.
     uploads_.cut_short(n.rank);  // says nothing more than the loss below
     const std::string text = nodes_.lost_text(n, why);
     console_.message(fmt::format("flowrun: step '{}': {}", plan_.step, text));
+    if (phase_ == Phase::between && spares_cover_losses()) {
+      notes_.push_back(text);  // a restart, if one comes, takes a spare for it
+      return;
+    }
     if (phase_ != Phase::running) {
       fail_before_start(text);
       return;
@@ -412,6 +474,8 @@ class Head : public GroupObserver, public cluster::NodeInbox {
         cluster::attempt_outcome(outcome_, ranks.failed, !errors_.empty(), !write_error_.empty());
     attempt.write_error = write_error_;
     attempt.stacks = stacks_.stop_report();
+    attempt.replacements = std::move(replacements_);
+    replacements_.clear();
     assign_roles(attempt, ranks.stopped);
     return attempt;
   }
@@ -476,7 +540,7 @@ class Head : public GroupObserver, public cluster::NodeInbox {
   std::string marker_path_, marker_text_;
   double timeout_s_, interval_s_;
   Phase phase_ = Phase::joining;
-  cluster::NodeTable nodes_{plan_.nodes.size()};
+  cluster::NodeTable nodes_{plan_.nodes.size(), plan_.spares.size()};
   cluster::EngineWatch engines_;  // srun, ssh
   std::string engine_note_;
   std::string write_error_;  // the first file of the run directory that could not be written, and why
@@ -501,6 +565,7 @@ class Head : public GroupObserver, public cluster::NodeInbox {
   std::vector<WorkerLaunch> launches_;   // the engine's, for the supervisor's group
   std::function<void()> keep_previous_;  // the step runner's, for the attempt about to start
   AttemptRecord last_;                   // the attempt that ended
+  std::vector<NodeReplacement> replacements_;  // the spares that took a place for the attempt about to start
   cluster::Listener listener_;           // the agents' connections until they join
   cluster::UploadReceiver uploads_;      // the nodes' uploads into the ranks' directories
   cluster::NodeGathering gathering_{

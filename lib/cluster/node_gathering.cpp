@@ -51,10 +51,12 @@ NodePreflight::Links NodeGathering::preflight_links() {
 }
 
 Admission NodeGathering::admit(const Joiner& j) {
-  if (phase_ != Phase::joining)
+  // A spare may join until the step ends; a node only while they join.
+  const bool spares = nodes_.seats() > nodes_.size() && phase_ != Phase::finished;
+  if (phase_ != Phase::joining && !spares)
     return {-1,
             fmt::format("all {} have joined step '{}'", plural(nodes_.size(), "node", "nodes"), plan_.step)};
-  return nodes_.admit(j, engines_.nodes());
+  return nodes_.admit(j, engines_.nodes(), phase_ != Phase::joining);
 }
 
 void NodeGathering::on_joined(int rank, const Joiner& j, const std::shared_ptr<Connection>& conn) {
@@ -82,6 +84,9 @@ void NodeGathering::on_engine_output(std::size_t index, std::string_view data) {
 std::optional<std::string> NodeGathering::on_engine_exit(std::size_t index, const WorkerRecord& record) {
   if (phase_ == Phase::finished) return std::nullopt;
   const int node = engines_.node(index);
+  // A spare's ssh that ends costs the step nothing but the spare (the loss
+  // of one that joined is the head's to tell).
+  if (node >= 0 && nodes_.is_spare_seat(node)) return engines_.ended_note(index, record);
   if (phase_ == Phase::joining && (node < 0 || !nodes_[static_cast<std::size_t>(node)].joined)) {
     links_.fail(engines_.ended_before_join(index, record));
     return std::nullopt;
@@ -116,7 +121,7 @@ void NodeGathering::assign() {
 }
 
 void NodeGathering::on_ready(Node& n, const Ready& m) {
-  if (phase_ != Phase::assigning || n.ready) return;
+  if (phase_ != Phase::assigning || n.ready || nodes_.is_spare_seat(n.rank)) return;
   n.ready = true;
   if (!m.workdir_ok) {
     workdir_errors_.push_back(workdir_not_shared(n.name, job_.step->workdir, m.workdir_error));

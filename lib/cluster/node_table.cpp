@@ -30,27 +30,71 @@ std::string connection_lost(bool failed_authentication, const std::string& why) 
          (why == "the connection closed" ? std::string() : " (" + why + ")");
 }
 
-NodeTable::NodeTable(std::size_t count) : nodes_(count), joined_flags_(count, false) {
+NodeTable::NodeTable(std::size_t count, std::size_t spares)
+    : nodes_(count + spares), active_(count), joined_flags_(count + spares, false) {
   for (std::size_t i = 0; i < nodes_.size(); ++i) nodes_[i].rank = static_cast<int>(i);
 }
 
-Admission NodeTable::admit(const Joiner& j, const std::vector<int>& engine_nodes) const {
+Admission NodeTable::admit(const Joiner& j, const std::vector<int>& engine_nodes, bool spares_only) const {
   // Asked once per joiner: nothing here may copy every node (4096 of them).
-  return claim_node_rank(
-      j.claim, joined_flags_, [this](int rank) { return nodes_[static_cast<std::size_t>(rank)].name; },
-      engine_nodes);
+  auto name_of = [this](int rank) { return nodes_[static_cast<std::size_t>(rank)].name; };
+  if (!spares_only) return claim_node_rank(j.claim, joined_flags_, name_of, engine_nodes);
+  if (j.claim >= 0 && j.claim < static_cast<int>(active_))
+    return {-1, fmt::format("node rank {} has already joined (from {})", j.claim, name_of(j.claim))};
+  std::vector<bool> taken = joined_flags_;  // flags, not nodes
+  std::fill(taken.begin(), taken.begin() + static_cast<std::ptrdiff_t>(active_), true);
+  return claim_node_rank(j.claim, taken, name_of, engine_nodes);
 }
 
-bool NodeTable::join(int rank, const Joiner& j, std::shared_ptr<Connection> conn) {
-  Node& n = nodes_[static_cast<std::size_t>(rank)];
+bool NodeTable::join(int seat, const Joiner& j, std::shared_ptr<Connection> conn) {
+  Node& n = nodes_[static_cast<std::size_t>(seat)];
   n.joined = true;
-  joined_flags_[static_cast<std::size_t>(rank)] = true;
+  joined_flags_[static_cast<std::size_t>(seat)] = true;
   n.name = printable(j.node);  // it is printed, and in the report
   n.peer_ip = j.ip;
   n.via = j.via;
   n.gpus = j.gpus;
   n.conn = std::move(conn);
-  return ++joined_ == nodes_.size();
+  if (is_spare_seat(seat)) return false;
+  return ++joined_ == active_;
+}
+
+namespace {
+
+bool waits(const Node& n, int gpus) {
+  return n.joined && !n.lost && !n.retired && !n.closed && !n.signalled && n.conn && n.conn->is_open() &&
+         (gpus < 0 || n.gpus == gpus);
+}
+
+}  // namespace
+
+std::size_t NodeTable::spares_waiting(int gpus) const {
+  return static_cast<std::size_t>(std::count_if(nodes_.begin() + static_cast<std::ptrdiff_t>(active_),
+                                                nodes_.end(), [gpus](const Node& n) { return waits(n, gpus); }));
+}
+
+std::vector<int> NodeTable::replaceable() const {
+  std::vector<int> ranks;
+  for (const auto& n : *this) {
+    if ((n.lost || n.closed) && !n.signalled) ranks.push_back(n.rank);
+  }
+  return ranks;
+}
+
+int NodeTable::replace(int rank, int gpus) {
+  for (std::size_t seat = active_; seat < nodes_.size(); ++seat) {
+    if (!waits(nodes_[seat], gpus)) continue;
+    std::swap(nodes_[static_cast<std::size_t>(rank)], nodes_[seat]);
+    Node& spare = nodes_[static_cast<std::size_t>(rank)];
+    spare.rank = rank;
+    spare.ready = spare.done = false;
+    Node& gone = nodes_[seat];
+    gone.rank = static_cast<int>(seat);
+    gone.retired = true;
+    if (gone.conn) gone.conn->close();
+    return static_cast<int>(seat);
+  }
+  return -1;
 }
 
 void NodeTable::say_bye(bool ok) {
@@ -70,20 +114,20 @@ void NodeTable::close_all() {
 
 std::vector<std::string> NodeTable::names() const {
   std::vector<std::string> names;
-  names.reserve(nodes_.size());
-  for (const auto& n : nodes_) names.push_back(n.name);
+  names.reserve(active_);
+  for (const auto& n : *this) names.push_back(n.name);
   return names;
 }
 
 std::vector<std::pair<std::string, std::string>> NodeTable::via_names() const {
   std::vector<std::pair<std::string, std::string>> via_names;
-  for (const auto& n : nodes_) via_names.emplace_back(n.via, n.name);
+  for (const auto& n : *this) via_names.emplace_back(n.via, n.name);
   return via_names;
 }
 
 std::vector<std::string> NodeTable::missing(const StepPlan& plan) const {
   std::vector<std::string> missing;
-  for (const auto& n : nodes_) {
+  for (const auto& n : *this) {
     if (n.joined) continue;
     const auto& host = plan.nodes[static_cast<std::size_t>(n.rank)].host;
     missing.push_back(host.empty() ? fmt::format("node {}", n.rank)
@@ -97,16 +141,17 @@ std::string NodeTable::join_timeout(const StepPlan& plan, double seconds, const 
   return fmt::format(
       "{} of {} did not join within {:g} s: {}; check that 'flowrun agent' can start there and reach {} "
       "(cluster.join_timeout)",
-      missing.size(), plural(nodes_.size(), "node", "nodes"), seconds, fmt::join(missing, ", "), endpoint);
+      missing.size(), plural(active_, "node", "nodes"), seconds, fmt::join(missing, ", "), endpoint);
 }
 
 std::string NodeTable::lost_text(const Node& n, const std::string& why) const {
-  return fmt::format("node {} (node rank {} of {}) lost: {}", n.name, n.rank, nodes_.size(), why);
+  if (is_spare_seat(n.rank)) return fmt::format("spare node {} lost: {}", n.name, why);
+  return fmt::format("node {} (node rank {} of {}) lost: {}", n.name, n.rank, active_, why);
 }
 
 std::string NodeTable::gpu_mismatches(const StepPlan& plan) const {
   std::vector<std::string> wrong;
-  for (const auto& n : nodes_) {
+  for (const auto& n : *this) {
     const int planned = plan.nodes[static_cast<std::size_t>(n.rank)].gpus_available;
     if (planned > 0 && n.gpus != planned)
       wrong.push_back(fmt::format("node {} has {}, the plan gives each node {}", n.name,
@@ -117,8 +162,7 @@ std::string NodeTable::gpu_mismatches(const StepPlan& plan) const {
 }
 
 bool NodeTable::any_gone() const {
-  return std::any_of(nodes_.begin(), nodes_.end(),
-                     [](const Node& n) { return n.lost || n.closed || n.signalled; });
+  return std::any_of(begin(), end(), [](const Node& n) { return n.lost || n.closed || n.signalled; });
 }
 
 bool NodeTable::heartbeat(std::int64_t now_ns, double timeout_s,

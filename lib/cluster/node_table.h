@@ -32,6 +32,7 @@ struct Node {
   bool lost = false;
   bool closed = false;     // its connection ended after its done
   bool signalled = false;  // its agent was told to stop by a signal (Slurm's scancel, preemption)
+  bool retired = false;    // lost, and a spare took its place: never used again in this run
   std::string address;     // node 0: MASTER_ADDR
   int port = 0;            // node 0: MASTER_PORT
   int gpus = -1;
@@ -48,23 +49,46 @@ std::optional<std::string> heartbeat_silence(std::int64_t now_ns, std::int64_t l
 // agent's end did, with `why` unless it is the plain close. Pure.
 std::string connection_lost(bool failed_authentication, const std::string& why);
 
+// The table holds `count` nodes, by node rank, and after them `spares`
+// seats (parallel.spare_nodes): a spare's agent joins there and waits with
+// no rank until replace() moves it to a lost node's rank. Iterating the
+// table, size() and any_gone() see the nodes alone; every seat is indexed
+// by operator[] and gets heartbeats, bye and close.
 class NodeTable {
  public:
-  explicit NodeTable(std::size_t count);
+  explicit NodeTable(std::size_t count, std::size_t spares = 0);
 
-  std::size_t size() const { return nodes_.size(); }
-  Node& operator[](std::size_t rank) { return nodes_[rank]; }
-  const Node& operator[](std::size_t rank) const { return nodes_[rank]; }
+  std::size_t size() const { return active_; }
+  std::size_t seats() const { return nodes_.size(); }  // nodes and spares
+  bool is_spare_seat(int seat) const { return seat >= static_cast<int>(active_); }
+  Node& operator[](std::size_t seat) { return nodes_[seat]; }
+  const Node& operator[](std::size_t seat) const { return nodes_[seat]; }
   std::vector<Node>::iterator begin() { return nodes_.begin(); }
-  std::vector<Node>::iterator end() { return nodes_.end(); }
+  std::vector<Node>::iterator end() { return nodes_.begin() + static_cast<std::ptrdiff_t>(active_); }
   std::vector<Node>::const_iterator begin() const { return nodes_.begin(); }
-  std::vector<Node>::const_iterator end() const { return nodes_.end(); }
+  std::vector<Node>::const_iterator end() const {
+    return nodes_.begin() + static_cast<std::ptrdiff_t>(active_);
+  }
 
-  // The node rank an authenticated joiner gets (claim_node_rank), keeping
-  // the ranks that `engine_nodes` hold for the engine's own agents.
-  Admission admit(const Joiner& j, const std::vector<int>& engine_nodes) const;
-  // Node `rank` joined as `j` over `conn`; true once every node has.
-  bool join(int rank, const Joiner& j, std::shared_ptr<Connection> conn);
+  // The seat an authenticated joiner gets (claim_node_rank), keeping the
+  // seats that `engine_nodes` hold for the engine's own agents. With
+  // `spares_only` (every node has joined), only a spare's seat.
+  Admission admit(const Joiner& j, const std::vector<int>& engine_nodes, bool spares_only = false) const;
+  // Seat `seat` joined as `j` over `conn`; true when it was the last of
+  // the nodes (not the spares) to join.
+  bool join(int seat, const Joiner& j, std::shared_ptr<Connection> conn);
+
+  // The spares that wait, ready to take a lost node's place: joined, not
+  // lost, connected and with `gpus` GPUs (-1: any).
+  std::size_t spares_waiting(int gpus) const;
+  // The nodes that a spare could replace: lost, or closed after their done
+  // (not signalled: a preempted job is not a node's fault).
+  std::vector<int> replaceable() const;
+  // Node rank `rank`'s place taken by the first spare that waits (with
+  // `gpus` GPUs, -1: any): the spare moves to `rank` ready for an attempt,
+  // the node it replaces to the spare's seat, retired. Returns that seat,
+  // or -1 when no spare waits.
+  int replace(int rank, int gpus);
 
   std::vector<std::string> names() const;
   // Each node's (head address it reached, name), for the listener's note on fallbacks.
@@ -86,11 +110,11 @@ class NodeTable {
   void say_bye(bool ok);
   // Closes every node's connection.
   void close_all();
-  // `m` to every node whose connection is open, but for the lost ones with
+  // `m` to every node (not the spares) whose connection is open, but for the lost ones with
   // `skip_lost`.
   template <class M>
   void tell(const M& m, bool skip_lost) {
-    for (auto& n : nodes_) {
+    for (auto& n : *this) {
       if (n.conn && n.conn->is_open() && !(skip_lost && n.lost)) n.conn->send(m);
     }
   }
@@ -104,9 +128,10 @@ class NodeTable {
                  const std::function<bool(Node&, const std::string& why)>& lost);
 
  private:
-  std::vector<Node> nodes_;
+  std::vector<Node> nodes_;         // the nodes, then the spares' seats
+  std::size_t active_ = 0;          // how many of nodes_ are the step's nodes
   std::vector<bool> joined_flags_;  // nodes_[i].joined, as claim_node_rank takes it
-  std::size_t joined_ = 0;
+  std::size_t joined_ = 0;          // of the nodes, not the spares
 };
 
 }  // namespace flowrun::cluster

@@ -95,6 +95,7 @@ struct Planner {
   PlanResult plan_gpu();
   PlanResult finish(StepPlan plan, int nodes, int gpus_per_node, std::vector<Gpu> local_gpus);
   std::optional<Refusal> place_nodes(StepPlan& plan, int nodes);
+  void note_spares(StepPlan& plan) const;
 };
 
 PlanResult Planner::plan() {
@@ -106,6 +107,14 @@ PlanResult Planner::plan() {
 // Gives the plan its nodes: this host alone, or the cluster's hosts.
 std::optional<Refusal> Planner::place_nodes(StepPlan& plan, int nodes) {
   plan.nodes.clear();
+  plan.spares.clear();
+  const int spares = p.spare_nodes;
+  if (spares > 0 && nodes == 1 && plan.mode != PlanMode::multi_node)
+    return refuse(p.spare_nodes_loc, "spare_nodes",
+                  "spare_nodes: " + std::to_string(spares) + " takes the place of a lost node, but step " +
+                      step.name +
+                      " runs on this host alone; spares need a step across nodes (nodes: 2 or more, with a "
+                      "cluster: section)");
   if (nodes == 1 && plan.mode != PlanMode::multi_node) {
     NodePlan node;
     node.host = host.hostname;
@@ -114,29 +123,51 @@ std::optional<Refusal> Planner::place_nodes(StepPlan& plan, int nodes) {
     return std::nullopt;
   }
   plan.engine = cluster->engine;
-  if (cluster->engine == Engine::ssh && static_cast<int>(cluster->hosts.size()) < nodes) {
+  // The nodes, then the spares: the same hosts list or allocation, in order.
+  const int total = nodes + spares;
+  const std::string needs =
+      nodes_word(nodes) + (spares > 0 ? " and " + plural(spares, "spare", "spares") + " (spare_nodes)" : "");
+  if (cluster->engine == Engine::ssh && static_cast<int>(cluster->hosts.size()) < total) {
     return Refusal{cluster->hosts_loc.line > 0 ? cluster->hosts_loc : cluster->loc, "cluster.hosts",
-                   "step " + step.name + " needs " + nodes_word(nodes) + " but cluster.hosts lists " +
-                       std::to_string(cluster->hosts.size()) + " (" + join(cluster->hosts, ", ") +
-                       "); add hosts or ask for fewer GPUs"};
+                   "step " + step.name + " needs " + needs + " but cluster.hosts lists " +
+                       std::to_string(cluster->hosts.size()) + " (" + join(cluster->hosts, ", ") + "); add hosts" +
+                       (spares > 0 ? ", or ask for fewer spares or GPUs" : " or ask for fewer GPUs")};
   }
   const bool in_allocation = cluster->engine == Engine::slurm && !host.allocation.empty();
-  if (in_allocation && static_cast<int>(host.allocation.size()) < nodes) {
+  if (in_allocation && static_cast<int>(host.allocation.size()) < total) {
     return Refusal{cluster->loc, "cluster",
-                   "step " + step.name + " needs " + nodes_word(nodes) + " but this Slurm job has " +
+                   "step " + step.name + " needs " + needs + " but this Slurm job has " +
                        nodes_word(static_cast<int>(host.allocation.size())) + " (" +
                        join(host.allocation, ", ") + "); ask Slurm for more (sbatch --nodes " +
-                       std::to_string(nodes) + ") or for fewer GPUs in the step"};
+                       std::to_string(total) + ") or for fewer " + (spares > 0 ? "spares or " : "") +
+                       "GPUs in the step"};
   }
-  for (int i = 0; i < nodes; ++i) {
+  for (int i = 0; i < total; ++i) {
     NodePlan node;
     node.node_rank = i;
     if (cluster->engine == Engine::ssh) node.host = cluster->hosts[static_cast<std::size_t>(i)];
     if (in_allocation) node.host = host.allocation[static_cast<std::size_t>(i)];
     node.is_local = !node.host.empty() && node.host == host.hostname;
-    plan.nodes.push_back(std::move(node));
+    (i < nodes ? plan.nodes : plan.spares).push_back(std::move(node));
   }
   return std::nullopt;
+}
+
+// The spares, once the nodes have their ranks: their GPUs (as every node's)
+// and the plan's sentence about them.
+void Planner::note_spares(StepPlan& plan) const {
+  if (plan.spares.empty()) return;
+  std::vector<std::string> hosts;
+  for (auto& spare : plan.spares) {
+    spare.gpus_available = plan.nodes.front().gpus_available;
+    hosts.push_back(spare.host.empty() ? "chosen by the engine" : spare.host);
+  }
+  const int spares = static_cast<int>(plan.spares.size());
+  plan.why.push_back(plural(spares, "spare node", "spare nodes") + " (" + join(hosts, ", ") + ") " +
+                     (spares == 1 ? "joins and waits" : "join and wait") +
+                     " with no rank: when a node is lost, a spare takes its node rank and every rank "
+                     "restarts from the script's checkpoint (spare_nodes: " +
+                     std::to_string(spares) + ").");
 }
 
 PlanResult Planner::plan_cpu(int cpus, bool from_flag) {
@@ -433,6 +464,7 @@ PlanResult Planner::finish(StepPlan plan, int nodes, int gpus_per_node, std::vec
     plan.why.push_back(where + ", " + workers_word(plan.world_size) +
                        ", WORLD_SIZE=" + std::to_string(plan.world_size) + ".");
   }
+  note_spares(plan);
   return plan;
 }
 

@@ -191,6 +191,10 @@ void describe_parallel(std::string& out, const PlanView& view, const Step& step,
                       host_label(plan, node) + (node.is_local ? " (this host)" : ""),
                       plan.cpu ? "-" : compact(gpu_labels(node, all_positions(node))), compact(ranks)});
     }
+    for (const auto& spare : plan.spares)
+      rows.push_back({"spare", host_label(plan, spare) + (spare.is_local ? " (this host)" : ""),
+                      plan.cpu ? "-" : compact(gpu_labels(plan.nodes.front(), all_positions(plan.nodes.front()))),
+                      "none: waits"});
     out += table(rows, "   ") + "\n";
   }
   // Across nodes the node table above names the hosts; one node names it here.
@@ -346,6 +350,11 @@ std::string format_plan_json(const PlanView& view) {
                        {"procs", node.procs},
                        {"first_rank", node.first_rank}});
     }
+    Json& spares = s["spares"] = Json::array();
+    for (const auto& spare : plan->spares)
+      spares.push_back({{"node_rank", spare.node_rank},
+                        {"host", spare.host.empty() ? Json() : Json(spare.host)},
+                        {"local", spare.is_local}});
     const std::vector<EnvList> envs = rank_envs(spec, step, *plan, view.ctx);
     Json& ranks = s["ranks"] = Json::array();
     for (const auto& rank : plan->ranks) {

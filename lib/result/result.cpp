@@ -556,6 +556,9 @@ std::string format_results_json(const StepRecord& record) {
     attempt["exception"] = exception_json(a.exception);
     attempt["restarted"] = a.restarted;
     attempt["restart_reason"] = string_or_null(a.restart_reason);
+    Json& replaced = attempt["replaced_nodes"] = Json::array();
+    for (const auto& r : a.replacements)
+      replaced.push_back({{"node_rank", r.node_rank}, {"lost", r.lost}, {"spare", r.spare}});
     attempts.push_back(std::move(attempt));
   }
   return to_document(json);

@@ -253,7 +253,7 @@ constexpr std::string_view kStepKeys[] = {"name",    "run",     "shell",        
                                           "collect", "join",    "logs",          "forensics"};
 constexpr std::string_view kParallelKeys[] = {"gpus",         "nodes",   "procs_per_node",  "cpus",
                                               "max_restarts", "restart", "visible_devices", "preflight",
-                                              "role",         "job_id"};
+                                              "role",         "job_id",  "spare_nodes"};
 constexpr std::string_view kRestartKeys[] = {"causes", "exit_codes", "min_attempt", "progress_file"};
 constexpr std::string_view kLogsKeys[] = {"console"};
 constexpr std::string_view kForensicsKeys[] = {"stacks", "timeout", "nccl"};
@@ -297,6 +297,7 @@ constexpr Elsewhere kStepElsewhere[] = {
     {"preflight", "under 'parallel:'"},
     {"role", "under 'parallel:'"},
     {"job_id", "under 'parallel:'"},
+    {"spare_nodes", "under 'parallel:'"},
     {"engine", "under the top-level 'cluster:'"},
     {"hosts", "under the top-level 'cluster:'"},
     {"gpus_per_node", "under the top-level 'cluster:'"},
@@ -1147,6 +1148,10 @@ void Checker::step_parallel(const Entry& e, Step& s) {
     if (find(keys, "gpus"))
       error(c->key_loc, c->path,
             "cpus and gpus cannot both be set; choose one: gpus for GPU workers, cpus for CPU workers");
+  }
+  if (const Entry* k = find(keys, "spare_nodes")) {
+    p.spare_nodes_loc = k->loc;
+    p.spare_nodes = count(*k, "a whole number of spare nodes (0 or more)", "", true).value_or(0);
   }
   const Entry* m = find(keys, "max_restarts");
   std::optional<int> restarts;

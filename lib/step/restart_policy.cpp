@@ -46,12 +46,13 @@ std::optional<std::string> never_restarts(const RestartQuestion& q) {
   if (q.interrupt != 0) return "flowrun received " + signal_name(q.interrupt);
   if (!a.write_error.empty()) return "flowrun could not write the run directory";
   if (q.errors) return "flowrun's own errors (above) fail the step";
-  if (q.node_gone) {
+  if (q.node_gone && !q.spare_ready) {
     const WorkerRecord* w = culprit_of(a);
     std::string lost = "a node of the step is gone";
     if (w && w->status.kind == ExitStatus::Kind::lost)
       lost = w->node.empty() ? fmt::format("rank {}'s node was lost", w->rank)
                              : fmt::format("rank {}'s node, {}, was lost", w->rank, w->node);
+    if (q.spares_planned) return lost + ", and no spare node is left to take its place";
     return lost + ", and a restart needs every node the step started with";
   }
   return std::nullopt;
@@ -120,9 +121,15 @@ std::optional<std::string> no_progress(const RestartPolicy& p, const RestartQues
 
 RestartDecision decide_restart(const RestartPolicy& policy, const RestartQuestion& q) {
   const AttemptRecord& a = *q.last;
-  if (a.outcome == Outcome::succeeded || q.max_restarts == 0) return {};
+  if (a.outcome == Outcome::succeeded) return {};
+  const bool spare = q.node_gone && q.spare_ready;
+  // With spares, a lost node is worth a word even without max_restarts.
+  if (q.max_restarts == 0 && !spare && !(q.node_gone && q.spares_planned)) return {};
   if (auto never = never_restarts(q)) return {false, *never};
-  if (a.restart_count >= q.max_restarts)
+  // A node was lost and a spare takes its place: whatever its ranks' peers
+  // failed of, the loss is the cause.
+  if (spare) return {true, "a spare node takes the lost node's place"};
+  if (a.restart_count - q.spare_restarts >= q.max_restarts)
     return {false, fmt::format("its {} restart{} (max_restarts) {} run", q.max_restarts,
                                q.max_restarts == 1 ? "" : "s", q.max_restarts == 1 ? "has" : "have")};
   if (!policy.is_set) return {true, "every failure restarts"};

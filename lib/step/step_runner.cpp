@@ -58,6 +58,10 @@ void decide_after(AttemptResult& result, const StepRun& run, const StepPlan& pla
   question.last = &record;
   question.previous = run.attempts.empty() ? nullptr : &run.attempts.back();
   question.node_gone = result.node_gone;
+  question.spare_ready = result.spare_ready;
+  question.spares_planned = !plan.spares.empty();
+  for (const auto& before : run.attempts) question.spare_restarts += before.replacements.empty() ? 0 : 1;
+  question.spare_restarts += record.replacements.empty() ? 0 : 1;
   question.errors = !run.errors.empty();
   question.interrupt = interrupt;
   question.max_restarts = plan.max_restarts;
@@ -116,7 +120,7 @@ StepRun StepRunner::run(WorkerGroup& group) {
     const AttemptRecord& last = run.attempts.back();
     if (!last.restarted) break;
     console_.message(restart_message(step_.name, last, plan_.world_size, group.placement(), restart + 1,
-                                     plan_.max_restarts, last.restart_reason));
+                                     plan_.max_restarts, last.restart_reason, result.spare_ready));
   }
   settle_step_run(run, group.interrupt_signal());
   return run;
@@ -124,16 +128,17 @@ StepRun StepRunner::run(WorkerGroup& group) {
 
 std::string restart_message(const std::string& step, const AttemptRecord& failed, int world_size,
                             const std::string& placement, int restart, int max_restarts,
-                            const std::string& reason) {
+                            const std::string& reason, bool on_spare) {
   std::string why = "a worker failed";
   if (failed.culprit) {
     const auto& w = failed.workers[static_cast<std::size_t>(*failed.culprit)];
     why = placement.empty() ? fmt::format("rank {} {}", w.rank, w.status.describe())
                             : fmt::format("rank {} on {} {}", w.rank, w.node, w.status.describe());
   }
-  return fmt::format("flowrun: step '{}' failed ({}); restarting all {} workers{} (restart {} of {}){}", step,
-                     why, world_size, placement.empty() ? "" : " on " + placement, restart, max_restarts,
-                     reason.empty() ? "" : ": " + reason);
+  const std::string count = on_spare ? fmt::format("restart {}, not counted to max_restarts", restart)
+                                     : fmt::format("restart {} of {}", restart, max_restarts);
+  return fmt::format("flowrun: step '{}' failed ({}); restarting all {} workers{} ({}){}", step, why, world_size,
+                     placement.empty() ? "" : " on " + placement, count, reason.empty() ? "" : ": " + reason);
 }
 
 void keep_failed_attempt(AttemptRecord& failed, const std::string& rank_dir, int rank, int attempt) {

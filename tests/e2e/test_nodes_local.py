@@ -336,6 +336,96 @@ class TestNodesLocal(E2E):
         # The killed agent's workers are stopped by its guardian.
         n.check_nothing_left("agent killed")
 
+    def test_spare_takes_over(self):
+        # spare_nodes: 1 with three agents: the third to join waits with no rank. Attempt 0's ranks wait
+        # to be stopped; the agent of node 1 is SIGKILLed; the spare takes node rank 1 and attempt 1 runs
+        # every rank again, counted by TORCHELASTIC_RESTART_COUNT though max_restarts is 0.
+        script = ('echo "$TORCHELASTIC_RESTART_COUNT" >> "runs.$RANK"; '
+                  'if [ "$TORCHELASTIC_RESTART_COUNT" = 0 ]; then ' + READY + 'exec sleep 30; fi; '
+                  'echo "$FLOWRUN_NODE_RANK $FLOWRUN_AGENT_ID $WORLD_SIZE" > "again.$RANK"')
+        n = self.nodes("spare", spec_text("spare", sh_yaml(script), extra="      spare_nodes: 1\n"))
+        argv = n.command()
+        if not self.check(argv is not None, "spare: the head prints the agent command", n.detail()):
+            return
+        self.check("flowrun: step 'train': 4 workers on 2 nodes, 1 spare waiting (engine: manual)" in n.head_err()
+                   and "flowrun: waiting for 2 agents and 1 spare; on each node run (add --node-rank N to choose "
+                   "its rank, 2 and up for a spare):" in n.head_err(),
+                   "spare: the head says it waits for a spare too", n.head_err())
+        n.start_agents(argv, count=3)
+        joined = f"flowrun: step 'train': spare node {HOST} joined; it waits with no rank"
+        wait_for(lambda: joined in n.head_err() or n.head.poll() is not None, 30 * self.slack)
+        ready = n.wait_ready()
+        if not self.check(len(ready) == 4 and joined in n.head_err(), "spare: every rank starts and the spare joins",
+                          n.detail()):
+            return
+        victim = next(pid for node, pid in ready.values() if node == 1)
+        used = {pid for _, pid in ready.values()}
+        os.kill(victim, signal.SIGKILL)
+        rc = n.finish("spare")
+        err = n.head_err()
+        self.check(rc == 0, "spare: the step succeeds on the spare", n.detail())
+        for line in [f"flowrun: step 'train': node {HOST} (node rank 1 of 2) lost: <agent closed>",
+                     f"flowrun: step 'train': spare node {HOST} takes node rank 1 of lost node {HOST} (0 spares left)",
+                     f"flowrun: step 'train' failed (rank <x> on {HOST} <any>); restarting all 4 workers on 2 nodes "
+                     "(restart 1, not counted to max_restarts): a spare node takes the lost node's place",
+                     "flowrun: step 'train' succeeded in <secs>"]:
+            pattern = line_pattern(line.replace("<x>", "<pid>")).pattern.replace(re.escape("<any>"), ".*")
+            self.check(re.search("^" + pattern + "$", err, re.M) is not None, f"spare: the head says: {line}", err)
+        again = {}
+        for r in range(4):
+            path = os.path.join(n.dir, f"again.{r}")
+            if os.path.exists(path):
+                node, agent, world = read(path).split()
+                again[r] = (int(node), int(agent.rsplit("-", 2)[1]), int(world))
+        spare_pid = next((p.pid for p in n.agents if p.pid not in used), None)
+        self.check(len(again) == 4 and again[2][:2] == again[3][:2] == (1, spare_pid) and
+                   all(w == 4 for _, _, w in again.values()) and
+                   {again[0][1], again[1][1]} == {pid for node, pid in ready.values() if node == 0},
+                   "spare: attempt 1 runs ranks 2 and 3 under the spare's agent as node rank 1, WORLD_SIZE 4",
+                   f"again={again} ready={ready} spare={spare_pid}")
+        runs = [read(os.path.join(n.dir, f"runs.{r}")) for r in range(4)]
+        self.check(runs == ["0\n1\n"] * 4, "spare: every rank ran twice, TORCHELASTIC_RESTART_COUNT 0 then 1",
+                   str(runs))
+        res = n.results()
+        attempts = res["attempts"]
+        self.check(res["outcome"] == "succeeded" and len(attempts) == 2 and attempts[0]["restarted"] and
+                   attempts[0]["restart_reason"] == "a spare node takes the lost node's place" and
+                   attempts[0]["replaced_nodes"] == [] and
+                   attempts[1]["replaced_nodes"] == [{"node_rank": 1, "lost": HOST, "spare": HOST}] and
+                   any(note.startswith(f"node {HOST} (node rank 1 of 2) lost") for note in res["notes"]),
+                   "spare: results.json names the lost node, the spare and both attempts", json.dumps(res)[:3000])
+        n.check_nothing_left("spare")
+
+    def test_spare_lost_then_none(self):
+        # The spare's agent is killed while it waits: the step goes on; then node 1's agent is killed and
+        # no spare is left, so the step fails and says why.
+        n = self.nodes("nospare", spec_text("nospare", sh_yaml(READY + "exec sleep 30"),
+                                            extra="      spare_nodes: 1\n"))
+        argv = n.command()
+        if not self.check(argv is not None, "no spare: the head prints the agent command", n.detail()):
+            return
+        n.start_agents(argv, count=3)
+        joined = f"flowrun: step 'train': spare node {HOST} joined; it waits with no rank"
+        wait_for(lambda: joined in n.head_err() or n.head.poll() is not None, 30 * self.slack)
+        ready = n.wait_ready()
+        if not self.check(len(ready) == 4 and joined in n.head_err(), "no spare: every rank starts, the spare joins",
+                          n.detail()):
+            return
+        used = {pid for _, pid in ready.values()}
+        spare = next(p for p in n.agents if p.pid not in used)
+        spare.kill()
+        spare_lost = f"flowrun: step 'train': spare node {HOST} lost: "
+        wait_for(lambda: spare_lost in n.head_err() or n.head.poll() is not None, 30 * self.slack)
+        self.check(spare_lost in n.head_err() and n.head.poll() is None,
+                   "no spare: a lost spare is said, and the step goes on", n.detail())
+        os.kill(next(pid for node, pid in ready.values() if node == 1), signal.SIGKILL)
+        rc = n.finish("no spare")
+        err = n.head_err()
+        self.check(rc == 1 and re.search(r"not restarting: rank [23]'s node, .*, was lost, and no spare node is "
+                                         r"left to take its place$", err, re.M) is not None,
+                   "no spare: the step fails, and the report says no spare is left", err)
+        n.check_nothing_left("no spare")
+
     # --- (d) a silent node ----------------------------------------------------------
 
     def test_agent_silent(self):

@@ -195,3 +195,70 @@ TEST_CASE("connection_lost: the head's own close, the agent's plain close, or th
   CHECK(connection_lost(false, "the connection failed: reset") ==
         "its agent's connection closed (the connection failed: reset)");
 }
+
+TEST_CASE("NodeTable with spares: a spare's seat after the nodes, admitted until the step ends", "[node_table]") {
+  const StepPlan plan = three_nodes();
+  NodeTable nodes(2, 2);  // 2 nodes, 2 spares' seats
+  CHECK(nodes.size() == 2);
+  CHECK(nodes.seats() == 4);
+  CHECK(nodes.is_spare_seat(2));
+  CHECK_FALSE(nodes.is_spare_seat(1));
+  // A spare that joins first does not complete the nodes.
+  Joiner spare = joiner("s");
+  spare.claim = 3;
+  CHECK(nodes.admit(spare, {}).rank == 3);
+  CHECK_FALSE(nodes.join(3, spare, nullptr));
+  CHECK_FALSE(nodes.join(0, joiner("a"), nullptr));
+  CHECK(nodes.join(1, joiner("b"), nullptr));
+  CHECK(nodes.names() == std::vector<std::string>{"a", "b"});  // the nodes alone
+  CHECK(std::distance(nodes.begin(), nodes.end()) == 2);
+  // Once every node joined, only a spare's seat is left to a joiner.
+  Joiner late = joiner("t");
+  CHECK(nodes.admit(late, {}, true).rank == 2);
+  late.claim = 1;
+  CHECK(nodes.admit(late, {}, true).refusal == "node rank 1 has already joined (from b)");
+  CHECK(nodes.lost_text(nodes[3], "its agent's connection closed") ==
+        "spare node s lost: its agent's connection closed");
+}
+
+TEST_CASE("NodeTable::replace: the first spare that waits takes a lost node's rank; the lost one retires",
+          "[node_table]") {
+  Loopback loopback;
+  NodeTable nodes(2, 2);
+  nodes.join(0, joiner("a"), loopback.connect());
+  nodes.join(1, joiner("b"), loopback.connect());
+  nodes.join(2, joiner("small", 1), loopback.connect());  // too few GPUs to take a place
+  nodes.join(3, joiner("s"), loopback.connect());
+  CHECK(nodes.spares_waiting(2) == 1);
+  CHECK(nodes.spares_waiting(-1) == 2);
+  CHECK(nodes.replaceable().empty());
+
+  NodeTable table(2, 2);
+  table.join(0, joiner("a"), loopback.connect());
+  table.join(1, joiner("b"), loopback.connect());
+  table.join(2, joiner("small", 1), loopback.connect());
+  table.join(3, joiner("s"), loopback.connect());
+  table[1].lost = table[1].done = true;
+  table[0].done = true;
+  CHECK(table.any_gone());
+  CHECK(table.replaceable() == std::vector<int>{1});
+  CHECK(table.replace(1, 2) == 3);
+  CHECK(table[1].name == "s");
+  CHECK(table[1].rank == 1);
+  CHECK_FALSE(table[1].done);
+  CHECK_FALSE(table[1].lost);
+  CHECK(table[3].name == "b");
+  CHECK(table[3].rank == 3);
+  CHECK(table[3].retired);
+  CHECK_FALSE(table[3].conn->is_open());
+  CHECK_FALSE(table.any_gone());
+  CHECK(table.names() == std::vector<std::string>{"a", "s"});
+  // The retired node never waits as a spare; the small one has too few GPUs.
+  CHECK(table.spares_waiting(2) == 0);
+  table[0].lost = true;
+  CHECK(table.replace(0, 2) == -1);
+  CHECK(table.replace(0, -1) == 2);  // a CPU step takes any spare
+  // A signalled node (a preemption) is not a node's fault: no spare replaces it.
+  table[0].signalled = true;
+  CHECK(table.replaceable().empty());
+}

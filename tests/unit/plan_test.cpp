@@ -299,6 +299,36 @@ TEST_CASE("row 11: cpus N with nodes M -> N/M CPU workers on each node", "[plan]
   CHECK(plan.why[1] == "2 nodes (nodes: 2, engine: ssh), 2 workers each, WORLD_SIZE=4.");
 }
 
+TEST_CASE("spare_nodes K: K more hosts of the list, after the nodes, with no rank", "[plan]") {
+  Step step = with_nodes(with_cpus(make_step(), 4), 2);
+  step.parallel->spare_nodes = 1;
+  StepPlan plan = must_plan(step, gpu_less_host(), ssh_cluster({"a", "b", "c", "d"}));
+  REQUIRE(plan.nodes.size() == 2);
+  REQUIRE(plan.spares.size() == 1);
+  CHECK(plan.spares[0].host == "c");
+  CHECK(plan.spares[0].node_rank == 2);
+  CHECK(plan.spares[0].procs == 0);
+  CHECK(plan.world_size == 4);
+  CHECK(plan.why.back() ==
+        "1 spare node (c) joins and waits with no rank: when a node is lost, a spare takes its node rank and "
+        "every rank restarts from the script's checkpoint (spare_nodes: 1).");
+
+  step.parallel->spare_nodes = 3;
+  Refusal short_list = must_refuse(step, gpu_less_host(), ssh_cluster({"a", "b", "c", "d"}));
+  CHECK(short_list.path == "cluster.hosts");
+  CHECK(short_list.message ==
+        "step train needs 2 nodes and 3 spares (spare_nodes) but cluster.hosts lists 4 (a, b, c, d); add "
+        "hosts, or ask for fewer spares or GPUs");
+
+  // One node on this host has no node to lose to a spare.
+  Step local = with_cpus(make_step(), 2);
+  local.parallel->spare_nodes = 1;
+  local.parallel->spare_nodes_loc = {12, 20};
+  Refusal alone = must_refuse(local, gpu_less_host());
+  CHECK(alone.loc.line == 12);
+  CHECK(alone.path == "steps.train.parallel.spare_nodes");
+}
+
 // ---- refusals --------------------------------------------------------------
 
 TEST_CASE("refusal R1: no GPU, no cpus, no cluster says how to run on CPU workers", "[plan]") {

@@ -86,6 +86,48 @@ TEST_CASE("the decision table: flowrun's own rules come before any policy", "[re
         }) == "its 1 restart (max_restarts) has run");
 }
 
+TEST_CASE("the decision table: a spare that waits restarts a step whose node was lost", "[restart]") {
+  const AttemptRecord lost = [] {
+    AttemptRecord a = classified(failed_with(exited(3)));
+    a.workers[1].status = {ExitStatus::Kind::lost, 0, ""};
+    a.workers[1].node = "node2";
+    return a;
+  }();
+  auto decide_spare = [&](auto change) {
+    AttemptRecord a = lost;
+    RestartQuestion q;
+    q.last = &a;
+    q.node_gone = true;
+    q.spares_planned = true;
+    q.spare_ready = true;
+    change(a, q);
+    return decide_restart(policy_of(false, false, false), q);  // no cause restarts, max_restarts 0
+  };
+  // Whatever the cause and max_restarts (0 here): the spare takes the node's place.
+  const RestartDecision d = decide_spare([](AttemptRecord&, RestartQuestion&) {});
+  CHECK(d.restart);
+  CHECK(d.reason == "a spare node takes the lost node's place");
+  // Spares' restarts do not count to max_restarts: 2 restarts so far, one of them a spare's.
+  auto after_two = [&](int spare_restarts) {
+    return decide_spare([spare_restarts](AttemptRecord& a, RestartQuestion& q) {
+      a.restart_count = 2;
+      q.spare_ready = q.node_gone = false;
+      q.spare_restarts = spare_restarts;
+      q.max_restarts = 2;
+    });
+  };
+  CHECK(after_two(0).reason == "its 2 restarts (max_restarts) have run");
+  CHECK(after_two(1).reason != after_two(0).reason);  // the policy decides: one restart is left
+  // Still never after a timeout, an interrupt or flowrun's own errors.
+  CHECK_FALSE(decide_spare([](AttemptRecord& a, RestartQuestion&) { a.outcome = Outcome::timed_out; }).restart);
+  CHECK_FALSE(decide_spare([](AttemptRecord&, RestartQuestion& q) { q.interrupt = SIGTERM; }).restart);
+  CHECK_FALSE(decide_spare([](AttemptRecord&, RestartQuestion& q) { q.errors = true; }).restart);
+  // No spare left: said even with max_restarts 0.
+  const RestartDecision none = decide_spare([](AttemptRecord&, RestartQuestion& q) { q.spare_ready = false; });
+  CHECK_FALSE(none.restart);
+  CHECK(none.reason == "rank 1's node, node2, was lost, and no spare node is left to take its place");
+}
+
 TEST_CASE("the decision table: which causes restart", "[restart]") {
   const AttemptRecord exception = classified(failed_with(exited(1), kTraceback));
   const AttemptRecord code3 = classified(failed_with(exited(3)));

@@ -641,7 +641,8 @@ TEST_CASE("result: results.json of a failed parallel step", "[result]") {
       "cause": null,
       "exception": null,
       "restarted": false,
-      "restart_reason": null
+      "restart_reason": null,
+      "replaced_nodes": []
     }
   ]
 }

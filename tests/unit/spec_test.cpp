@@ -508,7 +508,7 @@ TEST_CASE("unknown keys get a suggestion or the list of keys", "[spec]") {
           "'cluster:'",
           "flow.yaml:16:7: steps.a.parallel: unknown key 'foo'; expected one of: gpus, nodes, "
           "procs_per_node, "
-          "cpus, max_restarts, restart, visible_devices, preflight, role, job_id",
+          "cpus, max_restarts, restart, visible_devices, preflight, role, job_id, spare_nodes",
           "flow.yaml:19:3: cluster: key 'nodes' does not belong here; put it under a step's 'parallel:'",
           "flow.yaml:20:3: cluster: unknown key 'host'; did you mean 'hosts'?",
           "flow.yaml:21:1: unknown key 'settings'; expected one of: name, env, workdir, python, steps, "
@@ -1387,7 +1387,7 @@ TEST_CASE("hostile YAML never hangs or crashes", "[spec]") {
   CHECK(errors("&m {steps: [{name: a, run: x, env: *m, parallel: *m}]}\n") ==
         Lines{"flow.yaml:1:5: steps.a.parallel: unknown key 'steps'; expected one of: gpus, nodes, "
               "procs_per_node, "
-              "cpus, max_restarts, restart, visible_devices, preflight, role, job_id",
+              "cpus, max_restarts, restart, visible_devices, preflight, role, job_id, spare_nodes",
               "flow.yaml:1:12: steps.a.env.steps: expected a value (a string, number or boolean), got a "
               "sequence"});
   // Billion laughs: aliases share nodes, nothing is expanded.

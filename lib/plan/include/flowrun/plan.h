@@ -66,6 +66,9 @@ struct StepPlan {
   int gpus_per_proc = 0;         // 0 for CPU workers
   std::optional<Engine> engine;  // multi_node: how the nodes are reached
   std::vector<NodePlan> nodes;
+  // parallel.spare_nodes: nodes whose agents join and wait with no rank,
+  // node ranks nodes.size() and up, until one takes a lost node's place.
+  std::vector<NodePlan> spares;
   std::vector<RankPlan> ranks;
   std::vector<std::string> why;  // the decision, in plain sentences
   Visibility visible_devices = Visibility::node;

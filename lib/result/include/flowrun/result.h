@@ -127,6 +127,15 @@ struct PythonException {
   std::string describe() const;
 };
 
+// A spare node that took a lost node's place (parallel.spare_nodes) for an
+// attempt: the node rank, and the two nodes' names.
+struct NodeReplacement {
+  int node_rank = 0;
+  std::string lost;
+  std::string spare;
+  friend bool operator==(const NodeReplacement&, const NodeReplacement&) = default;
+};
+
 struct AttemptRecord {
   int restart_count = 0;  // TORCHELASTIC_RESTART_COUNT of this attempt
   int master_port = 0;
@@ -151,6 +160,8 @@ struct AttemptRecord {
   // (max_restarts: 0), where there was nothing to decide.
   bool restarted = false;
   std::string restart_reason;
+  // The spares that took lost nodes' places before this attempt started.
+  std::vector<NodeReplacement> replacements;
 };
 
 struct StepRecord {

@@ -78,6 +78,10 @@ struct ParallelSpec {
   Location cpus_loc;
   int max_restarts = 0;
   RestartPolicy restart;
+  // Nodes beyond `nodes` whose agents join and wait with no rank: one takes
+  // the place of a lost node, and the step restarts on it (docs/recovery.md).
+  int spare_nodes = 0;
+  Location spare_nodes_loc;
   Visibility visible_devices = Visibility::node;
   // `preflight: true`: before the workers start, flowrun doctor's NCCL check
   // runs on the step's GPUs, and a failure refuses the step (docs/gpu.md).

@@ -12,8 +12,11 @@
 //      flowrun received a stop signal, never restarts;
 //   3. nor one after flowrun's own trouble: a run directory it could not
 //      write, its own errors (a node's, an upload's), a node gone (a restart
-//      needs every node the step started with);
-//   4. max_restarts restarts have run;
+//      needs every node the step started with) unless a spare waits for
+//      every node gone (parallel.spare_nodes): then the step restarts,
+//      whatever the cause and max_restarts say, and that restart does not
+//      count to max_restarts (the spares bound it);
+//   4. max_restarts restarts have run (not counting the spares' restarts);
 //   5. without a `restart:` policy, torchrun's rule: every failure restarts;
 //   6. with one, the cause must be one it restarts: restart.causes, or for
 //      an exit code, restart.exit_codes when it lists any;
@@ -40,6 +43,11 @@ struct RestartQuestion {
   const AttemptRecord* last = nullptr;      // the attempt that ended, its cause classified
   const AttemptRecord* previous = nullptr;  // the attempt before it; nullptr for the first
   bool node_gone = false;                   // AttemptResult::node_gone
+  bool spare_ready = false;                 // AttemptResult::spare_ready
+  bool spares_planned = false;              // the step has parallel.spare_nodes
+  // Of the restarts so far (last->restart_count), those that a spare's
+  // taking a lost node's place started: they do not count to max_restarts.
+  int spare_restarts = 0;
   bool errors = false;                      // flowrun's own errors, this attempt's or earlier
   int interrupt = 0;                        // the first stop signal flowrun received (0: none)
   int max_restarts = 0;

@@ -74,9 +74,11 @@ class StepRunner {
 // NODE" after the rank and "on 2 nodes" after the workers when `placement`
 // is "2 nodes". `restart`: the restart about to run (1 for the first);
 // `reason`: the policy's (decide_restart), ": REASON" left off when empty.
+// `on_spare`: a spare took a lost node's place, a restart that max_restarts
+// does not count ("restart 1, not counted to max_restarts").
 std::string restart_message(const std::string& step, const AttemptRecord& failed, int world_size,
                             const std::string& placement, int restart, int max_restarts,
-                            const std::string& reason);
+                            const std::string& reason, bool on_spare = false);
 
 // Before restart `attempt` + 1: moves what attempt `attempt` left in rank
 // `rank`'s directory (its flight-recorder dump among it) to

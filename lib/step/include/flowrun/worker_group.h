@@ -38,6 +38,9 @@ struct AttemptResult {
   // after it said done, or its agent was told to stop by a signal (Slurm's
   // scancel, a preemption). Never set by a group on one host.
   bool node_gone = false;
+  // Every node that is gone has a spare waiting to take its place
+  // (parallel.spare_nodes): a restart takes them (the next run_attempt).
+  bool spare_ready = false;
   // flowrun's own reasons the step failed besides its ranks (a node's
   // workdir, an upload refused), each a sentence; they fail the step.
   std::vector<std::string> errors;
