@@ -340,9 +340,7 @@ std::vector<EngineLaunch> engine_launches(const ClusterSpec& cluster, const Step
       EngineLaunch srun;
       srun.label = "srun";
       srun.what = "srun";
-      srun.argv = {"srun",
-                   "--nodes=" + std::to_string(nodes),
-                   "--ntasks=" + std::to_string(nodes),
+      srun.argv = {"srun", "--nodes=" + std::to_string(nodes), "--ntasks=" + std::to_string(nodes),
                    "--ntasks-per-node=1"};
       if (plan.spares.empty()) {
         srun.argv.emplace_back("--kill-on-bad-exit=1");

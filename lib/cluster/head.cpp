@@ -294,8 +294,8 @@ class Head : public GroupObserver, public cluster::NodeInbox {
       const std::string lost = nodes_[std::size_t(rank)].name;
       const int seat = nodes_.replace(rank, spare_gpus());
       if (seat < 0) {
-        fail_before_start(fmt::format("node {} (node rank {}) is gone and no spare node waits to take its place",
-                                      lost, rank));
+        fail_before_start(fmt::format(
+            "node {} (node rank {}) is gone and no spare node waits to take its place", lost, rank));
         return false;
       }
       bind(rank);  // what the spare sends now speaks for node rank `rank`
@@ -323,14 +323,15 @@ class Head : public GroupObserver, public cluster::NodeInbox {
   // A node that joined: what it sends comes here; the step fails before
   // its ranks start.
   cluster::NodeGathering::Links gathering_links() {
-    return {[this](int seat, const std::shared_ptr<Connection>&) {
-              bind(seat);
-              if (nodes_.is_spare_seat(seat))
-                console_.message(fmt::format("flowrun: step '{}': spare node {} joined; it waits with no rank",
-                                             plan_.step, nodes_[std::size_t(seat)].name));
-            },
-            [this](const std::string& why) { fail_before_start(why); },
-            [this](Node& n, const std::string& what) { protocol_error(n, what); }};
+    return {
+        [this](int seat, const std::shared_ptr<Connection>&) {
+          bind(seat);
+          if (nodes_.is_spare_seat(seat))
+            console_.message(fmt::format("flowrun: step '{}': spare node {} joined; it waits with no rank",
+                                         plan_.step, nodes_[std::size_t(seat)].name));
+        },
+        [this](const std::string& why) { fail_before_start(why); },
+        [this](Node& n, const std::string& what) { protocol_error(n, what); }};
   }
 
   // ---- messages from a node (node_inbox.h) ----------------------------------
@@ -562,12 +563,12 @@ class Head : public GroupObserver, public cluster::NodeInbox {
   std::vector<std::string>& errors_ = news_.errors;
   // How the step ended when no rank started: failed (see errors_), timed_out or interrupted.
   Outcome outcome_before_start_ = Outcome::failed;
-  std::vector<WorkerLaunch> launches_;   // the engine's, for the supervisor's group
-  std::function<void()> keep_previous_;  // the step runner's, for the attempt about to start
-  AttemptRecord last_;                   // the attempt that ended
+  std::vector<WorkerLaunch> launches_;         // the engine's, for the supervisor's group
+  std::function<void()> keep_previous_;        // the step runner's, for the attempt about to start
+  AttemptRecord last_;                         // the attempt that ended
   std::vector<NodeReplacement> replacements_;  // the spares that took a place for the attempt about to start
-  cluster::Listener listener_;           // the agents' connections until they join
-  cluster::UploadReceiver uploads_;      // the nodes' uploads into the ranks' directories
+  cluster::Listener listener_;                 // the agents' connections until they join
+  cluster::UploadReceiver uploads_;            // the nodes' uploads into the ranks' directories
   cluster::NodeGathering gathering_{
       io_,    console_, job_,         nodes_,       listener_,        engines_,
       phase_, attempt_, marker_path_, marker_text_, gathering_links()};  // joining to ready

@@ -140,12 +140,12 @@ std::string say_how_to_join(const Console& console, const NodeStep& job, std::si
       command += (command.empty() ? "" : " ") + shell_quote(word);
     command += " --token-file " + shell_quote(token_file);
     const std::size_t spares = job.plan->spares.size();
-    console.message(fmt::format(
-        "flowrun: waiting for {}{}; on each node run (add --node-rank N to choose its rank{}):\n"
-        "flowrun:   {}",
-        plural(nodes, "agent", "agents"),
-        spares ? fmt::format(" and {}", plural(spares, "spare", "spares")) : std::string(),
-        spares ? fmt::format(", {} and up for a spare", nodes) : std::string(), command));
+    console.message(
+        fmt::format("flowrun: waiting for {}{}; on each node run (add --node-rank N to choose its rank{}):\n"
+                    "flowrun:   {}",
+                    plural(nodes, "agent", "agents"),
+                    spares ? fmt::format(" and {}", plural(spares, "spare", "spares")) : std::string(),
+                    spares ? fmt::format(", {} and up for a spare", nodes) : std::string(), command));
     return token_file;
   }
   return {};
@@ -169,12 +169,12 @@ HeadLaunch prepare_launch(const Console& console, const NodeStep& job, Listener&
   AgentCommand agent{job.flowrun_path, listener.endpoint(), job.fake_gpus};
   launch.engines =
       job.start_agents ? std::vector<EngineLaunch>{} : engine_launches(cluster, plan, slurm_job, agent, ssh);
-  console.message(fmt::format("flowrun: step '{}': {} workers on {}{} (engine: {}); the head listens on {}",
-                              plan.step, plan.world_size, plural(nodes, "node", "nodes"),
-                              plan.spares.empty()
-                                  ? std::string()
-                                  : fmt::format(", {} waiting", plural(plan.spares.size(), "spare", "spares")),
-                              engine_name(cluster.engine), listening));
+  console.message(fmt::format(
+      "flowrun: step '{}': {} workers on {}{} (engine: {}); the head listens on {}", plan.step,
+      plan.world_size, plural(nodes, "node", "nodes"),
+      plan.spares.empty() ? std::string()
+                          : fmt::format(", {} waiting", plural(plan.spares.size(), "spare", "spares")),
+      engine_name(cluster.engine), listening));
   if (auto file = say_how_to_join(console, job, nodes, agent, token); !file.empty()) launch.token_file = file;
   for (const auto& e : launch.engines) launch.launches.push_back(engine_worker(e, job, token));
 

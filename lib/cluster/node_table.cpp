@@ -70,7 +70,8 @@ bool waits(const Node& n, int gpus) {
 
 std::size_t NodeTable::spares_waiting(int gpus) const {
   return static_cast<std::size_t>(std::count_if(nodes_.begin() + static_cast<std::ptrdiff_t>(active_),
-                                                nodes_.end(), [gpus](const Node& n) { return waits(n, gpus); }));
+                                                nodes_.end(),
+                                                [gpus](const Node& n) { return waits(n, gpus); }));
 }
 
 std::vector<int> NodeTable::replaceable() const {

@@ -130,7 +130,8 @@ std::optional<Refusal> Planner::place_nodes(StepPlan& plan, int nodes) {
   if (cluster->engine == Engine::ssh && static_cast<int>(cluster->hosts.size()) < total) {
     return Refusal{cluster->hosts_loc.line > 0 ? cluster->hosts_loc : cluster->loc, "cluster.hosts",
                    "step " + step.name + " needs " + needs + " but cluster.hosts lists " +
-                       std::to_string(cluster->hosts.size()) + " (" + join(cluster->hosts, ", ") + "); add hosts" +
+                       std::to_string(cluster->hosts.size()) + " (" + join(cluster->hosts, ", ") +
+                       "); add hosts" +
                        (spares > 0 ? ", or ask for fewer spares or GPUs" : " or ask for fewer GPUs")};
   }
   const bool in_allocation = cluster->engine == Engine::slurm && !host.allocation.empty();

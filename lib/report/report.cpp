@@ -192,9 +192,10 @@ void describe_parallel(std::string& out, const PlanView& view, const Step& step,
                       plan.cpu ? "-" : compact(gpu_labels(node, all_positions(node))), compact(ranks)});
     }
     for (const auto& spare : plan.spares)
-      rows.push_back({"spare", host_label(plan, spare) + (spare.is_local ? " (this host)" : ""),
-                      plan.cpu ? "-" : compact(gpu_labels(plan.nodes.front(), all_positions(plan.nodes.front()))),
-                      "none: waits"});
+      rows.push_back(
+          {"spare", host_label(plan, spare) + (spare.is_local ? " (this host)" : ""),
+           plan.cpu ? "-" : compact(gpu_labels(plan.nodes.front(), all_positions(plan.nodes.front()))),
+           "none: waits"});
     out += table(rows, "   ") + "\n";
   }
   // Across nodes the node table above names the hosts; one node names it here.

@@ -137,8 +137,9 @@ std::string restart_message(const std::string& step, const AttemptRecord& failed
   }
   const std::string count = on_spare ? fmt::format("restart {}, not counted to max_restarts", restart)
                                      : fmt::format("restart {} of {}", restart, max_restarts);
-  return fmt::format("flowrun: step '{}' failed ({}); restarting all {} workers{} ({}){}", step, why, world_size,
-                     placement.empty() ? "" : " on " + placement, count, reason.empty() ? "" : ": " + reason);
+  return fmt::format("flowrun: step '{}' failed ({}); restarting all {} workers{} ({}){}", step, why,
+                     world_size, placement.empty() ? "" : " on " + placement, count,
+                     reason.empty() ? "" : ": " + reason);
 }
 
 void keep_failed_attempt(AttemptRecord& failed, const std::string& rank_dir, int rank, int attempt) {

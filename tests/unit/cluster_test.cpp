@@ -184,12 +184,12 @@ TEST_CASE("spares: srun starts their agents too and lets one fail alone; ssh rea
   NodePlan spare;
   spare.node_rank = 2;
   plan.spares.push_back(spare);
-  const auto srun = engine_launches(cluster_of(Engine::slurm), plan, job_of({"n1", "n2", "n3"}, {}), agent_of(),
-                                    kSshDefault);
+  const auto srun = engine_launches(cluster_of(Engine::slurm), plan, job_of({"n1", "n2", "n3"}, {}),
+                                    agent_of(), kSshDefault);
   REQUIRE(srun.size() == 1);
-  CHECK(srun[0].argv == Words{"srun", "--nodes=3", "--ntasks=3", "--ntasks-per-node=1", "--kill-on-bad-exit=0",
-                              "--no-kill", "--input=all", "--gpus-per-node=4", kFlowrun, "agent",
-                              "--rdzv-endpoint", kEndpoint});
+  CHECK(srun[0].argv == Words{"srun", "--nodes=3", "--ntasks=3", "--ntasks-per-node=1",
+                              "--kill-on-bad-exit=0", "--no-kill", "--input=all", "--gpus-per-node=4",
+                              kFlowrun, "agent", "--rdzv-endpoint", kEndpoint});
 
   auto cluster = cluster_of(Engine::ssh);
   cluster.hosts = {"a", "b", "c"};
@@ -199,8 +199,9 @@ TEST_CASE("spares: srun starts their agents too and lets one fail alone; ssh rea
   const auto ssh = engine_launches(cluster, over_ssh, std::nullopt, agent_of(), {"ssh"});
   REQUIRE(ssh.size() == 3);
   CHECK(ssh[2].node == 2);
-  CHECK(ssh[2].argv == Words{"ssh", "c", "exec /opt/flowrun/bin/flowrun agent --rdzv-endpoint 10.0.0.1:4000 "
-                                         "--node-rank 2"});
+  CHECK(ssh[2].argv == Words{"ssh", "c",
+                             "exec /opt/flowrun/bin/flowrun agent --rdzv-endpoint 10.0.0.1:4000 "
+                             "--node-rank 2"});
 }
 
 TEST_CASE("ssh: without ssh_command the default (FLOWRUN_SSH or ssh) is used", "[cluster]") {

@@ -196,7 +196,8 @@ TEST_CASE("connection_lost: the head's own close, the agent's plain close, or th
         "its agent's connection closed (the connection failed: reset)");
 }
 
-TEST_CASE("NodeTable with spares: a spare's seat after the nodes, admitted until the step ends", "[node_table]") {
+TEST_CASE("NodeTable with spares: a spare's seat after the nodes, admitted until the step ends",
+          "[node_table]") {
   const StepPlan plan = three_nodes();
   NodeTable nodes(2, 2);  // 2 nodes, 2 spares' seats
   CHECK(nodes.size() == 2);

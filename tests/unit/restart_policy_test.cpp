@@ -119,11 +119,13 @@ TEST_CASE("the decision table: a spare that waits restarts a step whose node was
   CHECK(after_two(0).reason == "its 2 restarts (max_restarts) have run");
   CHECK(after_two(1).reason != after_two(0).reason);  // the policy decides: one restart is left
   // Still never after a timeout, an interrupt or flowrun's own errors.
-  CHECK_FALSE(decide_spare([](AttemptRecord& a, RestartQuestion&) { a.outcome = Outcome::timed_out; }).restart);
+  CHECK_FALSE(
+      decide_spare([](AttemptRecord& a, RestartQuestion&) { a.outcome = Outcome::timed_out; }).restart);
   CHECK_FALSE(decide_spare([](AttemptRecord&, RestartQuestion& q) { q.interrupt = SIGTERM; }).restart);
   CHECK_FALSE(decide_spare([](AttemptRecord&, RestartQuestion& q) { q.errors = true; }).restart);
   // No spare left: said even with max_restarts 0.
-  const RestartDecision none = decide_spare([](AttemptRecord&, RestartQuestion& q) { q.spare_ready = false; });
+  const RestartDecision none =
+      decide_spare([](AttemptRecord&, RestartQuestion& q) { q.spare_ready = false; });
   CHECK_FALSE(none.restart);
   CHECK(none.reason == "rank 1's node, node2, was lost, and no spare node is left to take its place");
 }

@@ -48,8 +48,8 @@ struct RestartQuestion {
   // Of the restarts so far (last->restart_count), those that a spare's
   // taking a lost node's place started: they do not count to max_restarts.
   int spare_restarts = 0;
-  bool errors = false;                      // flowrun's own errors, this attempt's or earlier
-  int interrupt = 0;                        // the first stop signal flowrun received (0: none)
+  bool errors = false;  // flowrun's own errors, this attempt's or earlier
+  int interrupt = 0;    // the first stop signal flowrun received (0: none)
   int max_restarts = 0;
   // Whether restart.progress_file changed during `last`; nullopt without one.
   std::optional<bool> progress_file_changed;
