@@ -12,13 +12,15 @@ import json
 import os
 import re
 import shutil
+import signal
 import subprocess
 import time
 
 import pytest
 
 from flowrun_testlib import clean_env
-from flowrun_testlib.launcher import SANITIZER_REPORT
+from flowrun_testlib.launcher import SANITIZER_REPORT, wait_for
+from flowrun_testlib.nodes import Nodes, q
 from flowrun_testlib.suite import E2E
 
 pytestmark = pytest.mark.torch
@@ -113,6 +115,82 @@ steps:
             w, b = float(m.group(1)), float(m.group(2))
             self.check(abs(w - 3) < 0.25 and abs(b + 1) < 0.25, "example: the model learned y = 3x - 1",
                          m.group(0))
+
+    def spare_flow(self, name, hold_at, spares):
+        """A 2-node DDP step of resume_train.py on this host (agents started here), a join that checks
+        model.pt against a replay; returns the started Nodes."""
+
+        train, check = os.path.join(HERE, "resume_train.py"), os.path.join(HERE, "check_model.py")
+        run = "[" + ", ".join(q(w) for w in (PYTHON, train, "--steps", "10", "--every", "2", "--checkpoint",
+                                             "ckpt.pt", "--hold-at", str(hold_at))) + "]"
+        spec = (f"name: {name}\ncluster:\n  engine: manual\n  address: 127.0.0.1\n  heartbeat_timeout: 1\n"
+                f"steps:\n  - name: train\n    run: {run}\n    forensics: off\n    parallel:\n      cpus: 2\n"
+                f"      nodes: 2\n      spare_nodes: {spares}\n    outputs: model.pt\n"
+                f"  - name: check\n    join: train\n    run: {PYTHON} {check} ${{steps.train.outputs}}/model.pt 2\n")
+        n = Nodes(self, name, spec, head_env={"PYTHONPATH": None, "PATH": torch_env()["PATH"]})
+        self.open.append(n)
+        return n
+
+    def test_spare_node_resumes_from_checkpoint(self):
+        # Node 1's agent is SIGKILLed, or frozen (a node cut off: its heartbeats stop), once the
+        # checkpoint of step 4 of 10 is saved; the spare takes node rank 1 and every rank resumes from
+        # the checkpoint. The final weights equal those of an uninterrupted run, bit for bit.
+        reference = self.spare_flow("uninterrupted", -1, 0)
+        argv = reference.command()
+        if not self.check(argv is not None, "spare: the reference run's head prints the agent command",
+                          reference.detail()):
+            return
+        reference.start_agents(argv, count=2, PYTHONPATH=None)
+        self.check(reference.finish("uninterrupted", timeout=300) == 0, "spare: the uninterrupted run succeeds",
+                   reference.detail())
+        for fault in ("SIGKILL", "SIGSTOP"):
+            n = self.spare_flow(f"spare-{fault.lower()}", 4, 1)
+            argv = n.command()
+            if not self.check(argv is not None, f"spare {fault}: the head prints the agent command", n.detail()):
+                return
+            n.start_agents(argv, count=3, PYTHONPATH=None)
+            held = {}
+
+            def all_held():
+                for r in (0, 1):
+                    path = os.path.join(n.dir, f"held.{r}")
+                    if os.path.exists(path):
+                        node, agent = open(path).read().split()
+                        held[r] = (int(node), int(agent.rsplit("-", 2)[1]))
+                return len(held) == 2 or n.head.poll() is not None
+
+            wait_for(all_held, 240)
+            if not self.check(len(held) == 2, f"spare {fault}: both ranks reach step 4's checkpoint", n.detail()):
+                return
+            victim = next(pid for node, pid in held.values() if node == 1)
+            os.kill(victim, getattr(signal, fault))
+            rc = n.finish(f"spare {fault}", timeout=300)
+            if fault == "SIGSTOP":
+                os.kill(victim, signal.SIGCONT)  # it finds the head gone and stops its rank
+            out, err = n.out("head.out"), n.head_err()
+            self.check(rc == 0, f"spare {fault}: the step finishes on the spare and the join passes", n.detail())
+            self.check("[check] model.pt: 2 workers, 10 steps of SGD, matches the replay" in out,
+                       f"spare {fault}: the join loads the final model, which matches a replay", out[-3000:])
+            self.check(all(f"rank {r}: attempt 1 resumes at step 4" in out for r in (0, 1)),
+                       f"spare {fault}: both ranks of attempt 1 resume from the checkpoint of step 4", out[-3000:])
+            self.check(re.search(r"spare node \S+ takes node rank 1 of lost node \S+ \(0 spares left\)", err)
+                       is not None, f"spare {fault}: the head says the spare takes node rank 1", err)
+            res = n.results()
+            self.check([a["replaced_nodes"] for a in res["attempts"]] ==
+                       [[], [{"node_rank": 1, "lost": res["attempts"][0]["workers"][1]["node"],
+                              "spare": res["attempts"][1]["workers"][1]["node"]}]] and
+                       [a["restart_count"] for a in res["attempts"]] == [0, 1],
+                       f"spare {fault}: results.json names the lost node and the spare, attempt by attempt",
+                       json.dumps(res["attempts"])[:3000])
+            same = subprocess.run(
+                [PYTHON, "-c", "import sys, torch; a, b = (torch.load(p)['model'] for p in sys.argv[1:]); "
+                 "sys.exit(0 if all(torch.equal(a[k], b[k]) for k in a) and a.keys() == b.keys() else 1)",
+                 os.path.join(n.run_dir, "train", "outputs", "model.pt"),
+                 os.path.join(reference.run_dir, "train", "outputs", "model.pt")],
+                env=torch_env(), capture_output=True, text=True)
+            self.check(same.returncode == 0, f"spare {fault}: the final weights equal the uninterrupted run's",
+                       same.stderr)
+            n.check_nothing_left(f"spare {fault}")
 
     def test_emergency_checkpoint(self):
         """Drain-aware teardown: a stopped rank's main process gets SIGTERM first and its DataLoader workers
