@@ -24,6 +24,7 @@ which needs root and builds a cluster; here a "node" is an agent on this host.
 
 --sanitized: the binary is built with a sanitizer: timing bounds are tripled.
 """
+import datetime
 import json
 import os
 import re
@@ -713,6 +714,55 @@ steps:
         n.check_nothing_left("agent sigkill")
         self.finish_row(r, "agent sigkill", recover, 3.0, len(n.leftovers()), 0, self.false_claims(n.dir),
                         n.detail())
+
+    def test_agent_sigkill_spare(self):
+        """With spare_nodes: 1 and a third agent waiting, node 1's agent is killed with SIGKILL: the spare
+        takes node rank 1 and every rank runs again; the step succeeds with the second attempt's results."""
+        r = self.row("agent_sigkill_spare", "the spare takes node rank 1 (spare_nodes: 1) and every rank "
+                     "restarts (TORCHELASTIC_RESTART_COUNT 1); the step succeeds; the join gets the 4 results of "
+                     "the second attempt; results.json names the lost node and the spare (time: to every rank "
+                     "of the new attempt started)")
+        join = '  - name: join\n    join: train\n    run: ' + sh_yaml('touch "$0/join.ran"', "@DIR@") + "\n"
+        first = ('echo "$FLOWRUN_NODE_RANK $FLOWRUN_AGENT_ID" > "agent.$RANK"; ' + self.NODE_RANK)
+        script = f'if [ "$TORCHELASTIC_RESTART_COUNT" = 0 ]; then {first}; fi; {RESULT}'
+        n = self.nodes("agent_sigkill_spare", spec_text("agentspare", sh_yaml(script), collect="all",
+                                                        extra="      spare_nodes: 1\n", more_steps=join))
+        with open(n.spec) as f:
+            text = f.read().replace("@DIR@", n.dir)
+        with open(n.spec, "w") as f:
+            f.write(text)
+        argv = n.command()
+        if not self.check(argv is not None, "agent sigkill spare: the head prints the agent command", n.detail()):
+            return
+        n.start_agents(argv, count=3)
+        joined = "spare node "
+        wait_for(lambda: joined in n.head_err() or n.head.poll() is not None, 30 * self.slack)
+        if not self.check(bool(self.wait_ready(n.dir, 4, n.head)) and joined in n.head_err(),
+                          "agent sigkill spare: every rank starts and the spare joins", n.detail()):
+            return
+        agents = {int(read(os.path.join(n.dir, f"agent.{r}")).split()[0]):
+                  int(read(os.path.join(n.dir, f"agent.{r}")).split()[1].rsplit("-", 2)[1]) for r in range(4)}
+        killed_at = time.time()
+        os.kill(agents[1], signal.SIGKILL)
+        rc = n.wait(n.head, 30)
+        n.finish("agent sigkill spare", 10)
+        res = self.results(n.dir) or {}
+        attempts = res.get("attempts", [])
+        starts = [w["start"] for w in attempts[1]["workers"]] if len(attempts) == 2 else []
+        recover = (max(datetime.datetime.strptime(t, "%Y-%m-%dT%H:%M:%S.%fZ").replace(
+            tzinfo=datetime.timezone.utc).timestamp() for t in starts) + 0.001 - killed_at) if len(starts) == 4 \
+            else "n/a"
+        self.check(rc == 0 and os.path.exists(os.path.join(n.dir, "join.ran")),
+                   "agent sigkill spare: the step succeeds on the spare and the join runs", n.detail())
+        self.check(len(attempts) == 2 and [len(a["replaced_nodes"]) for a in attempts] == [0, 1] and
+                   attempts[1]["replaced_nodes"][0]["node_rank"] == 1,
+                   "agent sigkill spare: results.json names the replacement of node rank 1",
+                   json.dumps(attempts)[:3000])
+        outputs = os.path.join(n.dir, "run", "train", "outputs")
+        got = sorted(os.listdir(outputs)) if os.path.isdir(outputs) else []
+        self.check(len(got) == 4, "agent sigkill spare: the join gets every rank's result", str(got))
+        n.check_nothing_left("agent sigkill spare")
+        self.finish_row(r, "agent sigkill spare", recover, 3.0, len(n.leftovers()), 4 - len(got), 0, n.detail())
 
     def test_stranger(self):
         """Connections that do not hold the token, while a 2-node step waits for its agents: one sends
