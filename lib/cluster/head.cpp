@@ -154,7 +154,7 @@ class Head : public GroupObserver, public cluster::NodeInbox {
     AttemptResult result;
     result.record = attempt_recorded_ ? std::move(last_) : record_attempt();
     result.node_gone = nodes_.any_gone();
-    result.spare_ready = result.node_gone && spares_cover_losses();
+    result.spare_ready = result.node_gone && nodes_.spares_cover(spare_gpus());
     take_news(result);
     return result;
   }
@@ -275,16 +275,6 @@ class Head : public GroupObserver, public cluster::NodeInbox {
   int spare_gpus() const {
     const int gpus = plan_.nodes.front().gpus_available;
     return plan_.cpu || gpus <= 0 ? -1 : gpus;
-  }
-
-  // Whether every node that is gone can be replaced by a spare that waits.
-  bool spares_cover_losses() const {
-    if (nodes_.seats() == nodes_.size()) return false;
-    for (const auto& n : nodes_) {
-      if (n.signalled) return false;  // a preemption: the job stops, spares or not
-    }
-    const std::size_t gone = nodes_.replaceable().size();
-    return gone > 0 && gone <= nodes_.spares_waiting(spare_gpus());
   }
 
   // Before a restart: a spare takes the place of every node that is gone.
@@ -425,7 +415,7 @@ class Head : public GroupObserver, public cluster::NodeInbox {
     uploads_.cut_short(n.rank);  // says nothing more than the loss below
     const std::string text = nodes_.lost_text(n, why);
     console_.message(fmt::format("flowrun: step '{}': {}", plan_.step, text));
-    if (phase_ == Phase::between && spares_cover_losses()) {
+    if (phase_ == Phase::between && nodes_.spares_cover(spare_gpus())) {
       notes_.push_back(text);  // a restart, if one comes, takes a spare for it
       return;
     }

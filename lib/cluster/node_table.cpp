@@ -82,6 +82,13 @@ std::vector<int> NodeTable::replaceable() const {
   return ranks;
 }
 
+bool NodeTable::spares_cover(int gpus) const {
+  if (seats() == size()) return false;
+  if (std::any_of(begin(), end(), [](const Node& n) { return n.signalled; })) return false;
+  const std::size_t gone = replaceable().size();
+  return gone > 0 && gone <= spares_waiting(gpus);
+}
+
 int NodeTable::replace(int rank, int gpus) {
   for (std::size_t seat = active_; seat < nodes_.size(); ++seat) {
     if (!waits(nodes_[seat], gpus)) continue;

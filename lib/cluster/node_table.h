@@ -84,6 +84,10 @@ class NodeTable {
   // The nodes that a spare could replace: lost, or closed after their done
   // (not signalled: a preempted job is not a node's fault).
   std::vector<int> replaceable() const;
+  // Whether a spare (with `gpus` GPUs, -1: any) waits for every node that
+  // is gone, and one is: then a restart can take them. Never when a node
+  // was signalled (a preemption: the job is ending, spares or not).
+  bool spares_cover(int gpus) const;
   // Node rank `rank`'s place taken by the first spare that waits (with
   // `gpus` GPUs, -1: any): the spare moves to `rank` ready for an attempt,
   // the node it replaces to the spare's seat, retired. Returns that seat,

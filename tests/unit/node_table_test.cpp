@@ -243,6 +243,8 @@ TEST_CASE("NodeTable::replace: the first spare that waits takes a lost node's ra
   table[0].done = true;
   CHECK(table.any_gone());
   CHECK(table.replaceable() == std::vector<int>{1});
+  CHECK(table.spares_cover(2));
+  CHECK_FALSE(table.spares_cover(4));  // no spare has 4 GPUs
   CHECK(table.replace(1, 2) == 3);
   CHECK(table[1].name == "s");
   CHECK(table[1].rank == 1);
@@ -259,7 +261,10 @@ TEST_CASE("NodeTable::replace: the first spare that waits takes a lost node's ra
   table[0].lost = true;
   CHECK(table.replace(0, 2) == -1);
   CHECK(table.replace(0, -1) == 2);  // a CPU step takes any spare
-  // A signalled node (a preemption) is not a node's fault: no spare replaces it.
+  // A signalled node (a preemption) is not a node's fault: no spare replaces it, nor any other then.
+  table[1].lost = true;
+  CHECK_FALSE(table.spares_cover(-1));  // both spares have taken a place: none is left
   table[0].signalled = true;
-  CHECK(table.replaceable().empty());
+  CHECK(table.replaceable() == std::vector<int>{1});
+  CHECK_FALSE(table.spares_cover(-1));
 }

@@ -689,6 +689,95 @@ class Multinode:
         print(f"link down: noticed after {delay} s; node2 had stopped everything {cleaned} s after the cut",
               flush=True)
 
+    # --- a lost node replaced by a spare (parallel.spare_nodes) ------------------------
+
+    def spare_run(self, label, cluster, fault):
+        """A 2-node DDP step of resume_train.py (a checkpoint every 2 of 10 steps in the shared workdir) with
+        spare_nodes: 1, and its join's replay. fault: None (an uninterrupted run), "kill" (SIGKILL to the
+        agent of node rank 1 once step 4's checkpoint is saved) or "link" (that node's link cut then, and
+        restored once the run ended). Returns (Run, the lost node's name or None)."""
+        d = self.workspace(label)
+        steps = [
+            {"name": "train", "forensics": "off",
+             "run": [PY, os.path.join(TORCH, "resume_train.py"), "--steps", "10", "--every", "2", "--checkpoint",
+                     "ckpt.pt", "--hold-at", "4" if fault else "-1"],
+             "parallel": {"cpus": 2, "nodes": 2, "spare_nodes": 1}, "outputs": "model.pt"},
+            {"name": "check", "join": "train",
+             "run": [PY, os.path.join(TORCH, "check_model.py"), "${steps.train.outputs}/model.pt", "2"]},
+        ]
+        spec = self.write_spec(d, cluster, steps)
+        run_dir = os.path.join(d, "run")
+        live = self.start([self.flowrun, spec, "--run-dir", run_dir, "--grace", str(GRACE)], "head", d)
+        lost, cut = None, None
+        try:
+            if fault:
+                held = [os.path.join(d, f"held.{r}") for r in (0, 1)]
+                deadline = time.monotonic() + 240
+                while not all(map(os.path.exists, held)) and live.p.poll() is None and time.monotonic() < deadline:
+                    time.sleep(0.05)
+                if not self.check(all(map(os.path.exists, held)), f"{label}: both ranks save step 4's checkpoint",
+                                  "held.0 and held.1", sorted(os.listdir(d)), live.detail()):
+                    live.kill()
+                    live.finish(5)
+                    return Run(live, run_dir), None
+                agent = open(held[1]).read().split()[1]  # FLOWRUN_AGENT_ID: <node>-<pid>-<nonce>
+                lost, pid = agent.rsplit("-", 2)[0], int(agent.rsplit("-", 2)[1])
+                if fault == "kill":
+                    os.kill(pid, signal.SIGKILL)
+                else:
+                    cut = int(lost[len("node"):])
+                    subprocess.run([self.c.script, "link", str(cut), "down"], check=True)
+            live.finish(300)
+        finally:
+            if cut is not None:
+                subprocess.run([self.c.script, "link", str(cut), "up"], check=True)
+        return Run(live, run_dir), lost
+
+    def check_spare_run(self, label, run, lost, reference):
+        self.check(run.rc == 0, f"{label}: the step finishes on the spare and the join passes", 0, run.rc,
+                   run.detail())
+        want = "[check] model.pt: 2 workers, 10 steps of SGD, matches the replay"
+        self.check(want in run.stdout, f"{label}: the join loads the final model, which matches a replay", want,
+                   run.stdout[-2000:])
+        resumed = [r for r in (0, 1) if f"rank {r}: attempt 1 resumes at step 4" in run.stdout]
+        self.check(resumed == [0, 1], f"{label}: every rank of attempt 1 resumes from step 4's checkpoint",
+                   [0, 1], resumed, run.stdout[-3000:])
+        attempts = run.results().get("attempts", [])
+        replaced = [a.get("replaced_nodes") for a in attempts]
+        spare = replaced[1][0].get("spare") if len(replaced) == 2 and replaced[1] else None
+        self.check(len(replaced) == 2 and replaced[0] == [] and replaced[1] == [
+            {"node_rank": 1, "lost": lost, "spare": spare}] and spare not in (None, lost),
+            f"{label}: results.json names the lost node and the spare that took its place, attempt by attempt",
+            f"[[], [{{node_rank: 1, lost: {lost}, spare: <another node>}}]]", replaced)
+        same = subprocess.run(
+            [PY, "-c", "import sys, torch; a, b = (torch.load(p)['model'] for p in sys.argv[1:]); "
+             "sys.exit(0 if a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a) else 1)",
+             os.path.join(run.run_dir, "train", "outputs", "model.pt"),
+             os.path.join(reference.run_dir, "train", "outputs", "model.pt")],
+            env=self.env(), capture_output=True, text=True)
+        self.check(same.returncode == 0, f"{label}: the final weights equal the uninterrupted run's",
+                   "torch.equal for every tensor", same.returncode, same.stderr[-2000:])
+
+    def test_spare(self):
+        """spare_nodes: 1 over ssh (node1, node2, spare node3) and under srun (3 nodes of the 4): node rank 1's
+        agent SIGKILLed, and over ssh its link cut, once step 4's checkpoint is saved: the spare takes its node
+        rank, every rank resumes from the checkpoint and the final weights equal an uninterrupted run's."""
+        ssh = self.ssh_cluster(["node1", "node2", "node3"], heartbeat_timeout=1)
+        reference, _ = self.spare_run("spare_reference", ssh, None)
+        if not self.check(reference.rc == 0, "spare: the uninterrupted run succeeds", 0, reference.rc,
+                          reference.detail()):
+            return
+        for label, cluster, fault in (
+                ("spare_ssh_kill", ssh, "kill"),
+                ("spare_ssh_link", ssh, "link"),
+                ("spare_srun_kill", {"engine": "slurm", "address": self.c.addrs["head"], "heartbeat_timeout": 1},
+                 "kill")):
+            run, lost = self.spare_run(label, cluster, fault)
+            if lost is None:
+                continue
+            self.check_spare_run(label, run, lost, reference)
+            self.assert_nothing_left(label)
+
     def test_head_kill(self):
         """kill -9 of the head: every agent notices its connection closed and stops its ranks;
         nothing is left on any node (over ssh and under srun)."""
@@ -958,7 +1047,7 @@ class Multinode:
 TESTS = ["salloc", "sbatch", "srun", "srun_node1", "login_node_loopback", "ssh_hosts", "ssh_hostfile", "run_cli_salloc",
          "run_cli_rendezvous",
          "torch", "lightning", "culprit",
-         "agent_kill", "link_down", "head_kill", "scancel", "wrong_token", "symlink", "private_workdir", "preflight"]
+         "agent_kill", "link_down", "spare", "head_kill", "scancel", "wrong_token", "symlink", "private_workdir", "preflight"]
 
 
 @pytest.fixture(scope="module")
