@@ -164,8 +164,9 @@ class Head : public GroupObserver, public cluster::NodeInbox {
   AttemptResult end_step() {
     if (phase_ != Phase::finished) {
       finish();
-      if (nodes_.any_gone())
-        sup_.stop_group(Outcome::failed);  // srun or ssh of a lost node may hang: stop them
+      // srun or ssh of a lost node, or of one a spare replaced, may hang (its
+      // link is down): stop them.
+      if (nodes_.any_gone() || nodes_.any_retired()) sup_.stop_group(Outcome::failed);
     }
     sup_.finish_group();
     nodes_.close_all();

@@ -173,6 +173,10 @@ bool NodeTable::any_gone() const {
   return std::any_of(begin(), end(), [](const Node& n) { return n.lost || n.closed || n.signalled; });
 }
 
+bool NodeTable::any_retired() const {
+  return std::any_of(nodes_.begin(), nodes_.end(), [](const Node& n) { return n.retired; });
+}
+
 bool NodeTable::heartbeat(std::int64_t now_ns, double timeout_s,
                           const std::function<bool(Node&, const std::string& why)>& lost) {
   for (auto& n : nodes_) {

@@ -109,6 +109,8 @@ class NodeTable {
   std::string gpu_mismatches(const StepPlan& plan) const;
   // A node can take no further attempt: lost, closed after its done, or signalled.
   bool any_gone() const;
+  // A spare took some node's place: that node is retired.
+  bool any_retired() const;
 
   // Bye{ok} to every node whose connection is open, which then closes.
   void say_bye(bool ok);

@@ -253,6 +253,7 @@ TEST_CASE("NodeTable::replace: the first spare that waits takes a lost node's ra
   CHECK(table[3].name == "b");
   CHECK(table[3].rank == 3);
   CHECK(table[3].retired);
+  CHECK(table.any_retired());
   CHECK_FALSE(table[3].conn->is_open());
   CHECK_FALSE(table.any_gone());
   CHECK(table.names() == std::vector<std::string>{"a", "s"});
