@@ -261,7 +261,7 @@ steps:
 
 
     # rank_stuck.py's loop: py-spy gives its `while` or its `pass` line.
-    LOAD_BATCH = re.compile(r"load_batch \(rank_stuck\.py:2[45]\)")
+    LOAD_BATCH = re.compile(r"load_batch \(rank_stuck\.py:1[78]\)")
 
     def stuck_run(self, name, env):
         script = os.path.join(HERE, "rank_stuck.py")
@@ -305,7 +305,7 @@ steps:
                    and groups[1][0] == [2] and self.LOAD_BATCH.fullmatch(groups[1][1]) is not None,
                    "results.json's stacks: ranks 0, 1, 3 in all_reduce, rank 2 in load_batch", json.dumps(res["stacks"]))
         self.check(re.search(r"^flowrun:   ranks 0, 1, 3 \(3 of 4\) are in all_reduce \(rank_stuck\.py:\d+\); "
-                             r"rank 2 is in load_batch \(rank_stuck\.py:2[45]\)$", err, re.M) is not None,
+                             r"rank 2 is in load_batch \(rank_stuck\.py:1[78]\)$", err, re.M) is not None,
                    "the report names rank 2 at its file:line and the others in all_reduce", detail)
         self.check(all("Thread " in s for s in stacks) and "load_batch" in stacks[2], "four whole stacks", stacks[2])
 
