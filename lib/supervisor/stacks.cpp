@@ -235,6 +235,13 @@ std::string cap_stack_dump(std::string text) {
   return text;
 }
 
+std::string py_spy_missing_line(const std::string& looked) {
+  return fmt::format(
+      "flowrun: cannot take the ranks' Python stacks: {} (install it: pip install py-spy); saying what the "
+      "kernel tells instead",
+      looked);
+}
+
 std::string stack_file_text(const RankStack& found, const std::string& looked) {
   std::string text = found.dump;
   if (!looked.empty()) text = fmt::format("(py-spy missing: {})\nkernel: {}\n", looked, found.kernel);
@@ -286,10 +293,7 @@ bool StackTaker::start(const std::vector<Worker>& workers, double timeout_s,
   timeout_s_ = timeout_s;
   if (py_spy.empty() && !warned_missing) {
     warned_missing = true;
-    say(
-        fmt::format("flowrun: cannot take the ranks' Python stacks: {} (install it: pip install py-spy); "
-                    "saying what the kernel tells instead",
-                    looked_));
+    say(py_spy_missing_line(looked_));
   }
   for (const auto& w : workers) {
     if (!w.alive || w.pid <= 0 || w.record.rank < 0) continue;

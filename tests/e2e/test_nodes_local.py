@@ -225,13 +225,18 @@ class TestNodesLocal(E2E):
 
     def test_stacks(self):
         # Rank 3 (node 1) fails once all are ready; ranks 0-2 wait in `sleep` on both nodes. Each agent
-        # takes its own live ranks' stacks before it signals them (no py-spy: the kernel's words), and
-        # the head groups the three together, as one host would.
+        # takes its own live ranks' stacks before it signals them (no py-spy there: FLOWRUN_PY_SPY names a
+        # file that is not there, so the kernel's words), and the head groups the three together, as one
+        # host would. Each agent says on its own console that py-spy is missing; the head says it once on
+        # its console, naming a node.
         script = (READY + 'if [ "$RANK" = 3 ]; then ' + WAIT_ALL + 'echo "rank 3 fails" >&2; exit 3; fi; '
                   'exec sleep 30')
         n = self.nodes("stacks", spec_text("stacks", sh_yaml(script), forensics="{timeout: 5s}"))
-        if not n.begin("stacks"):
+        argv = n.command()
+        if not self.check(argv is not None, "stacks: the head prints the agent command", n.detail()):
             return
+        missing = os.path.join(n.dir, "no-py-spy")
+        n.start_agents(argv, FLOWRUN_PY_SPY=missing)
         rc = n.finish("stacks")
         err = n.head_err()
         res = n.results()
@@ -240,8 +245,17 @@ class TestNodesLocal(E2E):
         self.check(rc == 3 and stacks.get("source") == "kernel" and groups == [[0, 1, 2]]
                    and stacks["groups"][0]["where"].startswith("hrtimer_nanosleep (state S"),
                    "stacks: results.json groups ranks 0-2 of both nodes together", json.dumps(stacks))
-        self.check(re.search(r"^flowrun:   ranks 0-2 are in hrtimer_nanosleep \(state S", err, re.M) is not None,
-                   "stacks: the head's report names where ranks 0-2 were", err)
+        said = re.findall(r"^flowrun: cannot take the ranks' Python stacks: .*$", err, re.M)
+        report = re.search(r"^flowrun:   ranks 0-2 are in hrtimer_nanosleep \(state S", err, re.M)
+        self.check(said == [f"flowrun: cannot take the ranks' Python stacks: no py-spy on node {HOST} (install it: "
+                            "pip install py-spy); saying what the kernel tells instead"]
+                   and report is not None and err.index(said[0]) < report.start(),
+                   "stacks: the head says once that py-spy is missing on a node, with the command that installs "
+                   "it, before its report names where ranks 0-2 were", err)
+        for name in n.agent_names:
+            self.check(n.out(f"{name}.err") == f"flowrun: cannot take the ranks' Python stacks: FLOWRUN_PY_SPY="
+                       f"{missing} is not an executable file (install it: pip install py-spy); saying what the "
+                       "kernel tells instead\n", f"stacks: {name} says why on its own console, once", n.detail())
         texts = [read(os.path.join(n.run_dir, "train", f"rank{r}", "stack.txt")) if os.path.exists(
             os.path.join(n.run_dir, "train", f"rank{r}", "stack.txt")) else "" for r in range(3)]
         self.check(all(t.startswith("(py-spy missing: no py-spy on node ") and "kernel: hrtimer_nanosleep" in t
