@@ -19,7 +19,7 @@ import time
 import pytest
 
 from flowrun_testlib import clean_env
-from flowrun_testlib.launcher import SANITIZER_REPORT, wait_for
+from flowrun_testlib.launcher import SANITIZER_REPORT, py_spy, wait_for
 from flowrun_testlib.nodes import Nodes, q
 from flowrun_testlib.suite import E2E
 
@@ -290,14 +290,11 @@ steps:
         return res, err, stacks, detail
 
     def test_stacks_name_the_odd_rank(self):
-        # scripts/test --phase deps puts it in build/py-spy.
-        built = os.path.join(HERE, "..", "..", "..", "build", "py-spy", "bin", "py-spy")
-        py_spy = os.environ.get("FLOWRUN_PY_SPY") or shutil.which("py-spy") or (built if os.access(built, os.X_OK)
-                                                                                else None)
-        if not py_spy:
+        found = py_spy()
+        if not found:
             pytest.skip("no py-spy (pip install py-spy, or scripts/test --phase deps)")
         env = torch_env()
-        env["FLOWRUN_PY_SPY"] = py_spy
+        env["FLOWRUN_PY_SPY"] = found
         res, err, stacks, detail = self.stuck_run("stacks", env)
         groups = [(g["ranks"], g["where"]) for g in res["stacks"]["groups"]]
         self.check(res["stacks"]["source"] == "py-spy" and len(groups) == 2 and groups[0][0] == [0, 1, 3]
