@@ -661,6 +661,9 @@ steps:
             if shutil.which("runuser") is None:
                 pytest.skip("root without runuser: cannot run flowrun as a user without CAP_SYS_PTRACE")
             prefix, user = ["runuser", "-u", "nobody", "--"], "nobody"
+            for path in (self.flowrun, found):
+                if subprocess.run(prefix + ["test", "-x", path]).returncode != 0:
+                    pytest.skip(f"nobody cannot run {path}: its directories must be open to other users")
         else:
             with open("/proc/self/status") as f:
                 caps = int(re.search(r"^CapEff:\s*([0-9a-f]+)$", f.read(), re.M).group(1), 16)
