@@ -545,9 +545,14 @@ class Head : public GroupObserver, public cluster::NodeInbox {
   ConsoleBatch batch_{io_, [this](std::string& out, std::string& err) { sup_.write_console(out, err); }};
   cluster::RankTable ranks_{job_, batch_};
   cluster::NodeStacks stacks_{
-      io_, plan_, job_.ctx.layout, [this](const StackReport& report, std::int64_t asked) {
+      io_, plan_, job_.ctx.layout,
+      [this](const StackReport& report, std::int64_t asked) {
         batch_.flush();  // the ranks' lines so far come before flowrun's
         console_.message(publish_stacks(plan_.step, report, job_.group.stacks_file, asked));
+      },
+      [this](const std::string& line) {
+        batch_.flush();
+        console_.message(line);
       }};
   cluster::News news_;  // the notes and errors, handed to the step runner each once
   std::vector<std::string>& notes_ = news_.notes;

@@ -39,6 +39,11 @@ std::optional<std::string> NodeStacks::take(int node, const std::string& name, c
       return fmt::format("a stack of rank {} of {} bytes, over the {} allowed", e.rank, e.dump.size(),
                          kMaxStackDumpBytes);
   }
+  // An agent's stacks come from the kernel when it finds no py-spy.
+  if (m.source == "kernel" && !said_no_py_spy_) {
+    said_no_py_spy_ = true;
+    say_(py_spy_missing_line("no py-spy on node " + name));
+  }
   if (m.request == 0) {
     keep(name, m, stop_);
     add_source(stop_source_, m.source);

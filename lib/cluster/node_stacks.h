@@ -28,9 +28,13 @@ namespace flowrun::cluster {
 class NodeStacks {
  public:
   // `publish`: a request's stacks are in, grouped, asked for at `requested_ns`.
+  // `say`: a line for the console (py-spy missing on a node: its agent said
+  // so on its own console, and the head says it once on its own).
   using Publish = std::function<void(const StackReport& report, std::int64_t requested_ns)>;
-  NodeStacks(boost::asio::io_context& io, const StepPlan& plan, const RunLayout& layout, Publish publish)
-      : timer_(io), plan_(plan), layout_(layout), publish_(std::move(publish)) {}
+  using Say = std::function<void(const std::string& line)>;
+  NodeStacks(boost::asio::io_context& io, const StepPlan& plan, const RunLayout& layout, Publish publish,
+             Say say)
+      : timer_(io), plan_(plan), layout_(layout), publish_(std::move(publish)), say_(std::move(say)) {}
 
   // A new attempt: no stop's stacks yet.
   void reset_stop() { stop_.clear(); }
@@ -67,6 +71,8 @@ class NodeStacks {
   const StepPlan& plan_;
   const RunLayout& layout_;
   Publish publish_;
+  Say say_;
+  bool said_no_py_spy_ = false;
   std::map<int, RankStack> stop_;  // by rank
   std::string stop_source_;
   int next_request_ = 1;

@@ -3,7 +3,8 @@
 // Python stack, all ranks at once, as children whose end the event loop
 // waits for, within a total time; without py-spy the kernel tells
 // (/proc/PID/wchan, /proc/PID/syscall, the state letter of /proc/PID/stat).
-// Each rank's whole stack goes to its stack.txt, beside its logs.
+// Each rank's whole stack goes to its stack.txt, beside its logs (an
+// agent's ranks have none there: the head writes theirs).
 #pragma once
 
 #include <boost/asio/io_context.hpp>

@@ -12,6 +12,7 @@
 #include <signal.h>
 #include <spawn.h>
 #include <sstream>
+#include <sys/mman.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -98,10 +99,26 @@ std::string find_py_spy(const std::vector<Worker>& workers, std::string* looked)
   return {};
 }
 
+// The rank's stack.txt beside its logs; "" for a rank without log files
+// (an agent's: the head writes its stack.txt from the Stacks message).
 std::string stack_file(const Worker& w) {
   const std::string& log = w.record.stdout_log;
   const std::size_t slash = log.rfind('/');
   return slash == std::string::npos ? std::string() : log.substr(0, slash + 1) + "stack.txt";
+}
+
+// What py-spy wrote to a memfd of capture(), trimmed.
+std::string read_back(int fd) {
+  std::string text;
+  char buf[65536];
+  for (off_t at = 0;;) {
+    const ssize_t n = pread(fd, buf, sizeof buf, at);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) break;
+    text.append(buf, static_cast<std::size_t>(n));
+    at += n;
+  }
+  return std::string(trim(text));
 }
 
 bool is_wrapper(std::string_view function) {
@@ -218,6 +235,13 @@ std::string cap_stack_dump(std::string text) {
   return text;
 }
 
+std::string py_spy_missing_line(const std::string& looked) {
+  return fmt::format(
+      "flowrun: cannot take the ranks' Python stacks: {} (install it: pip install py-spy); saying what the "
+      "kernel tells instead",
+      looked);
+}
+
 std::string stack_file_text(const RankStack& found, const std::string& looked) {
   std::string text = found.dump;
   if (!looked.empty()) text = fmt::format("(py-spy missing: {})\nkernel: {}\n", looked, found.kernel);
@@ -226,12 +250,23 @@ std::string stack_file_text(const RankStack& found, const std::string& looked) {
   return text;
 }
 
+// py-spy's stdout and stderr go to memory files, read once it has ended: no
+// file needs a place on the node, and py-spy never waits for a reader.
 struct StackTaker::Job {
-  pid_t pid = -1;  // py-spy's
-  std::string out_path, err_path;
+  pid_t pid = -1;          // py-spy's
+  std::string stack_path;  // the rank's stack.txt; "": none on this host
+  int out = -1, err = -1;  // memfds
   std::unique_ptr<asio::posix::stream_descriptor> watch;
   bool finished = false;
   RankStack found;
+
+  ~Job() {
+    if (out >= 0) close(out);
+    if (err >= 0) close(err);
+  }
+  void write_stack_file(const std::string& looked) const {
+    if (!stack_path.empty()) std::ofstream(stack_path) << stack_file_text(found, looked);
+  }
 };
 
 StackTaker::StackTaker(asio::io_context& io) : io_(io), deadline_(io) {}
@@ -258,39 +293,41 @@ bool StackTaker::start(const std::vector<Worker>& workers, double timeout_s,
   timeout_s_ = timeout_s;
   if (py_spy.empty() && !warned_missing) {
     warned_missing = true;
-    say(
-        fmt::format("flowrun: cannot take the ranks' Python stacks: {} (install it: pip install py-spy); "
-                    "saying what the kernel tells instead",
-                    looked_));
+    say(py_spy_missing_line(looked_));
   }
   for (const auto& w : workers) {
     if (!w.alive || w.pid <= 0 || w.record.rank < 0) continue;
     auto job = std::make_unique<Job>();
     job->found.rank = w.record.rank;
-    job->out_path = stack_file(w);
+    job->stack_path = stack_file(w);
     if (py_spy.empty()) {
       job->found.kernel = kernel_state(w.pid);
       if (job->found.kernel.empty()) job->found.missing = "it had ended";
       job->finished = true;
-      std::ofstream(job->out_path) << stack_file_text(job->found, looked_);
+      job->write_stack_file(looked_);
       jobs_.push_back(std::move(job));
       continue;
     }
-    job->err_path = job->out_path + ".err";
-    posix_spawn_file_actions_t actions;
-    posix_spawn_file_actions_init(&actions);
-    posix_spawn_file_actions_addopen(&actions, 0, "/dev/null", O_RDONLY, 0);
-    posix_spawn_file_actions_addopen(&actions, 1, job->out_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-    posix_spawn_file_actions_addopen(&actions, 2, job->err_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-    const std::string pid_text = std::to_string(w.pid);
-    std::vector<char*> argv{const_cast<char*>(py_spy.c_str()),     const_cast<char*>("dump"),
-                            const_cast<char*>("--full-filenames"), const_cast<char*>("--pid"),
-                            const_cast<char*>(pid_text.c_str()),   nullptr};
-    const int err = posix_spawn(&job->pid, py_spy.c_str(), &actions, nullptr, argv.data(), environ);
-    posix_spawn_file_actions_destroy(&actions);
+    job->out = memfd_create("flowrun-py-spy-out", MFD_CLOEXEC);
+    job->err = memfd_create("flowrun-py-spy-err", MFD_CLOEXEC);
+    int err = job->out < 0 || job->err < 0 ? errno : 0;
+    if (err == 0) {
+      posix_spawn_file_actions_t actions;
+      posix_spawn_file_actions_init(&actions);
+      posix_spawn_file_actions_addopen(&actions, 0, "/dev/null", O_RDONLY, 0);
+      posix_spawn_file_actions_adddup2(&actions, job->out, 1);
+      posix_spawn_file_actions_adddup2(&actions, job->err, 2);
+      const std::string pid_text = std::to_string(w.pid);
+      std::vector<char*> argv{const_cast<char*>(py_spy.c_str()),     const_cast<char*>("dump"),
+                              const_cast<char*>("--full-filenames"), const_cast<char*>("--pid"),
+                              const_cast<char*>(pid_text.c_str()),   nullptr};
+      err = posix_spawn(&job->pid, py_spy.c_str(), &actions, nullptr, argv.data(), environ);
+      posix_spawn_file_actions_destroy(&actions);
+    }
     if (err != 0) {
       job->found.missing = fmt::format("cannot start {}: {}", py_spy, std::strerror(err));
       job->finished = true;
+      job->write_stack_file("");
     } else {
       const int fd = static_cast<int>(syscall(SYS_pidfd_open, job->pid, 0));
       if (fd >= 0) {
@@ -327,9 +364,8 @@ void StackTaker::finish_one(Job& job, const char* cut_short) {
   int status = 0;
   const bool reaped = waitpid(job.pid, &status, 0) == job.pid;  // ECHILD: the exit watch reaped it
   if (job.watch) job.watch->close();
-  std::string out = read_small(job.out_path);
-  const std::string err = read_small(job.err_path);
-  unlink(job.err_path.c_str());
+  std::string out = read_back(job.out);
+  const std::string err = read_back(job.err);
   if (timed_out) {
     job.found.missing = *cut_short != '\0' ? std::string(cut_short)
                                            : fmt::format("py-spy did not finish within {:g} s", timeout_s_);
@@ -342,8 +378,7 @@ void StackTaker::finish_one(Job& job, const char* cut_short) {
       why = reaped ? fmt::format("py-spy ended with status {}", status) : "py-spy printed no stack";
     job.found.missing = "py-spy: " + why;
   }
-  if (!job.found.missing.empty())
-    std::ofstream(job.out_path, std::ios::app) << "(no stack: " << job.found.missing << ")\n";
+  job.write_stack_file("");
   maybe_done();
 }
 

@@ -301,7 +301,8 @@ steps:
         d = self.hang_flow(name, key, limit)
         self.fix_dir(d)
         t0 = time.monotonic()
-        p = self.start(d, run_id, "--grace", "30")
+        env = dict(os.environ, FLOWRUN_PY_SPY=os.path.join(d, "no-py-spy"))  # the kernel's words: no py-spy needed
+        p = self.start(d, run_id, "--grace", "30", env=env)
         # The moment rank 1 stops: its line reaches its log just before.
         log = os.path.join(d, "run", "train", "rank1", "stdout.log")
         wait_for(lambda: "stops itself" in read(log, "") or p.poll() is not None, 30 * self.slack)
@@ -310,6 +311,17 @@ steps:
         self.check(rc == 124, f"{name}: exit 124", f"exit {rc}\n{err}")
         self.check(re.search(want, err, re.M) is not None, f"{name}: the report names the stopped rank 1",
                    f"want /{want}/\n{err}")
+        # Every rank's stack is taken while all four are alive: before the signals (a rank already stopped
+        # would be missing, "it had ended"); rank 1 waits apart, in the stopped state.
+        stacks = (self.results(d) or {}).get("stacks") or {}
+        groups = stacks.get("groups", [])
+        self.check(stacks.get("source") == "kernel" and sorted(r for g in groups for r in g["ranks"]) == [0, 1, 2, 3]
+                   and not any(g["missing"] for g in groups)
+                   and any(g["ranks"] == [1] and g["where"].startswith("do_signal_stop (state T") for g in groups)
+                   and re.search(r"^flowrun:   .*rank 1 is in do_signal_stop \(state T", err, re.M) is not None
+                   and all(os.path.exists(os.path.join(d, "run", "train", f"rank{k}", "stack.txt")) for k in range(4)),
+                   f"{name}: every rank's stack taken before the signals, rank 1 apart in do_signal_stop",
+                   f"{json.dumps(stacks)}\n{err}")
         # The timeout counts from the step's start, the stall from rank 1's last line.
         since = stopped if key == "stall_timeout" else t0
         self.check(ended - since < limit + 2 * self.slack, f"{name}: it ends right after {key} ({limit} s), not "
@@ -321,15 +333,17 @@ steps:
     def test_worker_sigstop_timeout(self):
         """Rank 1 stops itself (SIGSTOP): a hang. The step's timeout ends it, naming rank 1."""
         self.hang_fault("worker_sigstop_timeout", "timeout", 3,
-                        "the step's `timeout` ends it: SIGTERM then SIGCONT to every rank; the report names "
-                        "rank 1 as stopped and silent; exit 124; no join",
+                        "the step's `timeout` ends it: every rank's stack first (here the kernel's words, no "
+                        "py-spy), rank 1 apart in `do_signal_stop`, then SIGTERM and SIGCONT to every rank; the "
+                        "report names rank 1 as stopped and silent; exit 124; no join",
                         r"^flowrun:   rank 1 \(stopped\) wrote nothing for the last [0-9.]+ s$")
 
     def test_worker_sigstop_stall(self):
         """Rank 1 stops itself (SIGSTOP); the others keep printing: stall_timeout ends the step."""
         self.hang_fault("worker_sigstop_stall", "stall_timeout", 2,
-                        "`stall_timeout` sees rank 1 silent, stops the step and names it as stalled; exit 124; "
-                        "no join",
+                        "`stall_timeout` sees rank 1 silent, takes every rank's stack (here the kernel's words, "
+                        "no py-spy), rank 1 apart in `do_signal_stop`, stops the step and names rank 1 as "
+                        "stalled; exit 124; no join",
                         r"^flowrun: step 'train' stalled: rank 1 \(stopped\) wrote nothing for [0-9.]+ s "
                         r"\(stall_timeout: 2s\); stopping the step$")
 

@@ -22,8 +22,8 @@ import time
 import pytest
 
 from flowrun_testlib import clean_env
-from flowrun_testlib.launcher import PY, WORKER, Launcher, argv_yaml, proc_name, processes_with, q, res_culprit, \
-    wait_for
+from flowrun_testlib.launcher import PY, WORKER, Launcher, argv_yaml, proc_name, processes_with, py_spy, q, \
+    res_culprit, wait_for
 
 pytestmark = pytest.mark.launcher
 
@@ -638,46 +638,69 @@ steps:
         self.check(not left, "slow py-spy: the py-spy processes were killed", " ".join(left))
         self.no_process_left("slow py-spy", run_id)
 
-    def test_stacks_under_yama(self):
-        # Under Yama's ptrace_scope 1 only an ancestor may trace; py-spy is the rank's
-        # sibling, allowed because each rank names flowrun its tracer (PR_SET_PTRACER).
-        # Run as a user without CAP_SYS_PTRACE: nobody, when this runs as root.
+    def test_stacks_as_an_ordinary_user(self):
+        """py-spy takes the ranks' stacks for a user without CAP_SYS_PTRACE: nobody when this runs as root
+        (runuser), else this user. py-spy is a sibling of the rank it attaches to: both are flowrun's children.
+        Without Yama (no /proc/sys/kernel/yama/ptrace_scope, as on the machine this test was written on) and
+        under its ptrace_scope 0, the kernel lets a process trace another of its own user that is dumpable, as a
+        rank is. Under ptrace_scope 1 only an ancestor may, or the tracer a process names and its descendants:
+        each rank names flowrun (PR_SET_PTRACER), so py-spy, flowrun's child, may attach. ptrace_scope 2 and 3
+        let no ordinary user attach: skipped."""
         scope_file = "/proc/sys/kernel/yama/ptrace_scope"
-        if not os.path.exists(scope_file):
-            pytest.skip(f"no {scope_file}: this kernel has no Yama, nothing restricts ptrace")
-        with open(scope_file) as f:
-            scope = f.read().strip()
-        if scope != "1":
-            pytest.skip(f"kernel.yama.ptrace_scope is {scope}: only 1 lets a named tracer attach")
-        py_spy = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "build", "py-spy", "bin", "py-spy")
-        if not os.access(py_spy, os.X_OK):
-            pytest.skip("no build/py-spy/bin/py-spy (scripts/test --phase deps installs it)")
-        prefix = []
+        scope = None
+        if os.path.exists(scope_file):
+            with open(scope_file) as f:
+                scope = f.read().strip()
+            if scope not in ("0", "1"):
+                pytest.skip(f"kernel.yama.ptrace_scope is {scope}: no ordinary user may attach")
+        found = py_spy()
+        if found is None:
+            pytest.skip("no py-spy (FLOWRUN_PY_SPY, build/py-spy from scripts/test --phase deps, or PATH)")
+        prefix, user = [], "this user"
         if os.geteuid() == 0:
             if shutil.which("runuser") is None:
                 pytest.skip("root without runuser: cannot run flowrun as a user without CAP_SYS_PTRACE")
-            prefix = ["runuser", "-u", "nobody", "--"]
-        d = tempfile.mkdtemp(prefix="flowrun-yama-")
+            prefix, user = ["runuser", "-u", "nobody", "--"], "nobody"
+            for path in (self.flowrun, found):
+                if subprocess.run(prefix + ["test", "-x", path]).returncode != 0:
+                    pytest.skip(f"nobody cannot run {path}: its directories must be open to other users")
+        else:
+            with open("/proc/self/status") as f:
+                caps = int(re.search(r"^CapEff:\s*([0-9a-f]+)$", f.read(), re.M).group(1), 16)
+            if caps & (1 << 19):
+                pytest.skip("this user has CAP_SYS_PTRACE and is not root: no user without it to run as")
+        d = tempfile.mkdtemp(prefix="flowrun-ptrace-")
         os.chmod(d, 0o777)
         spec = os.path.join(d, "spec.yaml")
         with open(spec, "w") as f:
-            f.write("name: yama\nsteps:\n  - name: train\n    run: \"python3 -c 'while True: pass'\"\n"
+            f.write("name: ptrace\nsteps:\n  - name: train\n    run: \"python3 -c 'while True: pass'\"\n"
                     "    stall_timeout: 1\n    parallel:\n      cpus: 2\n")
         os.chmod(spec, 0o644)
-        env = clean_env(FLOWRUN_PY_SPY=py_spy, HOME=d)
-        p = subprocess.run(prefix + [self.flowrun, spec, "--run-dir", os.path.join(d, "run")], cwd=d, env=env,
+        run_dir = os.path.join(d, "run")
+        env = clean_env(FLOWRUN_PY_SPY=found, HOME=d)
+        p = subprocess.run(prefix + [self.flowrun, spec, "--run-dir", run_dir], cwd=d, env=env,
                            capture_output=True, text=True, timeout=60)
         try:
-            with open(os.path.join(d, "run", "train", "results.json")) as f:
+            owner = os.stat(run_dir).st_uid
+            with open(os.path.join(run_dir, "train", "results.json")) as f:
                 stacks = json.load(f)["stacks"]
+            texts = []
+            for r in range(2):
+                with open(os.path.join(run_dir, "train", f"rank{r}", "stack.txt")) as f:
+                    texts.append(f.read())
         except (OSError, ValueError) as e:
-            stacks = str(e)
+            owner, stacks, texts = None, str(e), []
         shutil.rmtree(d, ignore_errors=True)
+        where = "no Yama" if scope is None else f"ptrace_scope {scope}"
+        self.check(owner == (65534 if prefix else os.geteuid()), f"ptrace: flowrun ran as {user}",
+                   f"run directory owner {owner}")
         self.check(p.returncode == 124 and isinstance(stacks, dict) and stacks["source"] == "py-spy"
                    and sorted(r for g in stacks["groups"] for r in g["ranks"]) == [0, 1]
-                   and all(g["where"].startswith("<module> (<string>:") for g in stacks["groups"]),
-                   f"yama: py-spy took both ranks' stacks under ptrace_scope 1 as {prefix[2] if prefix else 'this user'}",
+                   and all((g["where"] or "").startswith("<module> (<string>:") for g in stacks["groups"]),
+                   f"ptrace: py-spy took both ranks' stacks as {user} ({where})",
                    f"{json.dumps(stacks)}\n{p.stderr[-3000:]}")
+        self.check(len(texts) == 2 and all(t.startswith("Process ") and "\nThread " in t for t in texts),
+                   "ptrace: each rank's stack.txt holds py-spy's dump", "\n".join(texts))
 
     def test_forensics_stacks(self):
         # forensics: {timeout: 1s}: the py-spy that never ends (FLOWRUN_PY_SPY) is killed

@@ -26,7 +26,7 @@ import time
 import pytest
 
 from flowrun_testlib import AGENT_CLOSED, BLOB_RANK, CONNECTION_CLOSED, FLOOD_RANK, PeakMemory, file_crc
-from flowrun_testlib.launcher import PY, SANITIZER_REPORT, WORKER, processes_with, wait_for
+from flowrun_testlib.launcher import PY, SANITIZER_REPORT, WORKER, processes_with, py_spy, wait_for
 from flowrun_testlib.nodes import FAKE_AGENT, GRACE, HOST, MARK, Nodes, q, read, sh_yaml, spec_text
 from flowrun_testlib.suite import E2E
 
@@ -73,6 +73,29 @@ def agents_quiet(n):
 # workdir, once its signal dispositions are in place.
 READY = 'echo "$FLOWRUN_NODE_RANK $FLOWRUN_AGENT_ID" > "ready.$RANK"; '
 WAIT_ALL = 'while [ "$(ls ready.* | wc -l)" -lt 4 ]; do sleep 0.02; done; '
+
+# A Python rank for the stacks: rank 3 spins in spin(), the others wait in wait_here(); each says where it
+# goes first, so that the step's stall_timeout counts from there.
+STUCK_PY = """import os
+import threading
+
+
+def spin():
+    while True:
+        pass
+
+
+def wait_here():
+    threading.Event().wait()
+
+
+print(f"rank {os.environ['RANK']} goes", flush=True)
+if os.environ["RANK"] == "3":
+    spin()
+wait_here()
+"""
+STUCK_SPIN = r"spin \(stuck\.py:[67]\)"  # py-spy names the line of the `while` or of the `pass`
+STUCK_WAIT = r"wait \(stuck\.py:11\)"
 
 # The bound on each process's peak memory while gigabytes flow through it.
 PEAK_LIMIT_MIB = 64
@@ -225,13 +248,18 @@ class TestNodesLocal(E2E):
 
     def test_stacks(self):
         # Rank 3 (node 1) fails once all are ready; ranks 0-2 wait in `sleep` on both nodes. Each agent
-        # takes its own live ranks' stacks before it signals them (no py-spy: the kernel's words), and
-        # the head groups the three together, as one host would.
+        # takes its own live ranks' stacks before it signals them (no py-spy there: FLOWRUN_PY_SPY names a
+        # file that is not there, so the kernel's words), and the head groups the three together, as one
+        # host would. Each agent says on its own console that py-spy is missing; the head says it once on
+        # its console, naming a node.
         script = (READY + 'if [ "$RANK" = 3 ]; then ' + WAIT_ALL + 'echo "rank 3 fails" >&2; exit 3; fi; '
                   'exec sleep 30')
         n = self.nodes("stacks", spec_text("stacks", sh_yaml(script), forensics="{timeout: 5s}"))
-        if not n.begin("stacks"):
+        argv = n.command()
+        if not self.check(argv is not None, "stacks: the head prints the agent command", n.detail()):
             return
+        missing = os.path.join(n.dir, "no-py-spy")
+        n.start_agents(argv, FLOWRUN_PY_SPY=missing)
         rc = n.finish("stacks")
         err = n.head_err()
         res = n.results()
@@ -240,13 +268,57 @@ class TestNodesLocal(E2E):
         self.check(rc == 3 and stacks.get("source") == "kernel" and groups == [[0, 1, 2]]
                    and stacks["groups"][0]["where"].startswith("hrtimer_nanosleep (state S"),
                    "stacks: results.json groups ranks 0-2 of both nodes together", json.dumps(stacks))
-        self.check(re.search(r"^flowrun:   ranks 0-2 are in hrtimer_nanosleep \(state S", err, re.M) is not None,
-                   "stacks: the head's report names where ranks 0-2 were", err)
+        said = re.findall(r"^flowrun: cannot take the ranks' Python stacks: .*$", err, re.M)
+        report = re.search(r"^flowrun:   ranks 0-2 are in hrtimer_nanosleep \(state S", err, re.M)
+        self.check(said == [f"flowrun: cannot take the ranks' Python stacks: no py-spy on node {HOST} (install it: "
+                            "pip install py-spy); saying what the kernel tells instead"]
+                   and report is not None and err.index(said[0]) < report.start(),
+                   "stacks: the head says once that py-spy is missing on a node, with the command that installs "
+                   "it, before its report names where ranks 0-2 were", err)
+        for name in n.agent_names:
+            self.check(n.out(f"{name}.err") == f"flowrun: cannot take the ranks' Python stacks: FLOWRUN_PY_SPY="
+                       f"{missing} is not an executable file (install it: pip install py-spy); saying what the "
+                       "kernel tells instead\n", f"stacks: {name} says why on its own console, once", n.detail())
         texts = [read(os.path.join(n.run_dir, "train", f"rank{r}", "stack.txt")) if os.path.exists(
             os.path.join(n.run_dir, "train", f"rank{r}", "stack.txt")) else "" for r in range(3)]
         self.check(all(t.startswith("(py-spy missing: no py-spy on node ") and "kernel: hrtimer_nanosleep" in t
                        for t in texts), "stacks: each rank's stack.txt at the head, from its node", "\n".join(texts))
         n.check_nothing_left("stacks")
+
+    def test_stacks_py_spy(self):
+        # Python ranks: rank 3 spins in a loop, ranks 0-2 wait on an event, and the step's stall_timeout
+        # stops them. Each agent runs py-spy (FLOWRUN_PY_SPY) on its own ranks; the head writes every rank's
+        # stack.txt with py-spy's dump and names rank 3 apart at its line.
+        found = py_spy()
+        if found is None:
+            pytest.skip("no py-spy (FLOWRUN_PY_SPY, build/py-spy from scripts/test --phase deps, or PATH)")
+        script = os.path.join(self.scratch, "stuck.py")
+        with open(script, "w") as f:
+            f.write(STUCK_PY)
+        spec = spec_text("pyspy", "[" + ", ".join(q(w) for w in (PY, script)) + "]",
+                         forensics="{timeout: 10s}", extra="    stall_timeout: 2\n")
+        n = self.nodes("stacks_py_spy", spec)
+        argv = n.command()
+        if not self.check(argv is not None, "py-spy stacks: the head prints the agent command", n.detail()):
+            return
+        n.start_agents(argv, FLOWRUN_PY_SPY=found)
+        rc = n.finish("py-spy stacks")
+        err = n.head_err()
+        stacks = n.results().get("stacks") or {}
+        groups = [(g["ranks"], g["missing"]) for g in stacks.get("groups", [])]
+        wheres = [g["where"] or "" for g in stacks.get("groups", [])]
+        self.check(rc == 124 and stacks.get("source") == "py-spy" and groups == [([0, 1, 2], None), ([3], None)]
+                   and re.fullmatch(STUCK_WAIT, wheres[0]) and re.fullmatch(STUCK_SPIN, wheres[1]),
+                   "py-spy stacks: results.json: ranks 0-2 of both nodes wait, rank 3 spins, all by py-spy",
+                   f"{json.dumps(stacks)}\n{n.detail()}")
+        self.check(re.search(rf"^flowrun:   ranks 0-2 \(3 of 4\) are in {STUCK_WAIT}; rank 3 is in {STUCK_SPIN}$",
+                             err, re.M) is not None and "cannot take" not in err,
+                   "py-spy stacks: the head's report names rank 3 apart", err)
+        texts = [read(os.path.join(n.run_dir, "train", f"rank{r}", "stack.txt")) for r in range(4)]
+        self.check(all(t.startswith("Process ") and '"MainThread"' in t for t in texts)
+                   and all("wait_here (" in t for t in texts[:3]) and "spin (" in texts[3],
+                   "py-spy stacks: each rank's stack.txt at the head holds py-spy's dump", "\n".join(texts))
+        n.check_nothing_left("py-spy stacks")
 
     def test_worker_fails(self):
         # Every rank ignores SIGTERM, so the others are stopped only by the

@@ -94,6 +94,14 @@ def proc_name(pid):
         return "?"
 
 
+def py_spy():
+    """The py-spy that tests of real stacks give flowrun (FLOWRUN_PY_SPY): this environment's FLOWRUN_PY_SPY, else
+    build/py-spy/bin/py-spy (scripts/test --phase deps installs it), else one on PATH; None without."""
+    built = os.path.join(os.path.dirname(path_of()), "build", "py-spy", "bin", "py-spy")
+    found = os.environ.get("FLOWRUN_PY_SPY") or (built if os.access(built, os.X_OK) else shutil.which("py-spy"))
+    return os.path.abspath(found) if found else None
+
+
 def wait_for(predicate, limit, step=0.02):
     deadline = time.monotonic() + limit
     while True:

@@ -1,11 +1,19 @@
 // Hang forensics (lib/supervisor/stacks.cpp): reading py-spy's dump, the
 // innermost frame of user code, grouping the ranks by identical stacks and
 // the report's line.
+#include <boost/asio/io_context.hpp>
 #include <catch2/catch.hpp>
+#include <fstream>
+#include <sstream>
+#include <stdlib.h>
 #include <string>
+#include <sys/stat.h>
 #include <unistd.h>
+#include <vector>
 
 #include "stack_taker.h"
+#include "testing.h"
+#include "worker_pipes.h"
 
 using namespace flowrun;
 
@@ -130,4 +138,52 @@ TEST_CASE("a rank's stack.txt and the text cut for the wire", "[stacks]") {
   CHECK(cut.size() <= kMaxStackDumpBytes);
   CHECK(cut.find("\n(cut: ") != std::string::npos);
   CHECK(cut.substr(cut.size() - 12) == "bytes more)\n");
+}
+
+namespace {
+
+std::string file_text(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream text;
+  text << in.rdbuf();
+  return text.str();
+}
+
+}  // namespace
+
+TEST_CASE("py-spy's output is read back whether or not the rank has a directory here", "[stacks]") {
+  // A stand-in py-spy (FLOWRUN_PY_SPY) that prints a dump of the pid it is given.
+  testing::ScopedTempDir dir("stacks");
+  const std::string fake = dir.path() + "/py-spy";
+  std::ofstream(fake) << "#!/bin/sh\n"
+                         "printf 'Process %s: python3 train.py\\n\\nThread %s (idle): \"MainThread\"\\n"
+                         "    wait (/w/train.py:7)\\n' \"$4\" \"$4\"\n";
+  REQUIRE(chmod(fake.c_str(), 0755) == 0);
+  setenv("FLOWRUN_PY_SPY", fake.c_str(), 1);
+  // Rank 0 runs here, with its log files in its directory; rank 1 is an
+  // agent's, whose output goes to the head: it has no directory on the node.
+  std::vector<Worker> workers(2);
+  for (int r = 0; r < 2; ++r) {
+    workers[r].record.rank = r;
+    workers[r].pid = getpid();
+    workers[r].alive = true;
+  }
+  workers[0].record.stdout_log = dir.path() + "/stdout.log";
+  boost::asio::io_context io;
+  StackTaker taker(io);
+  bool done = false;
+  REQUIRE(taker.start(
+      workers, 10, [](const std::string&) {}, [&] { done = true; }));
+  io.run();
+  unsetenv("FLOWRUN_PY_SPY");
+  REQUIRE(done);
+  CHECK(taker.source() == "py-spy");
+  REQUIRE(taker.found().size() == 2);
+  for (const RankStack& r : taker.found()) {
+    INFO("rank " << r.rank << ": " << r.missing);
+    CHECK(r.missing.empty());
+    REQUIRE(r.stack);
+    CHECK(where_in(*r.stack) == "wait (train.py:7)");
+  }
+  CHECK(file_text(dir.path() + "/stack.txt") == taker.found()[0].dump + "\n");
 }

@@ -19,7 +19,7 @@ import time
 import pytest
 
 from flowrun_testlib import clean_env
-from flowrun_testlib.launcher import SANITIZER_REPORT, wait_for
+from flowrun_testlib.launcher import SANITIZER_REPORT, py_spy, wait_for
 from flowrun_testlib.nodes import Nodes, q
 from flowrun_testlib.suite import E2E
 
@@ -261,7 +261,7 @@ steps:
 
 
     # rank_stuck.py's loop: py-spy gives its `while` or its `pass` line.
-    LOAD_BATCH = re.compile(r"load_batch \(rank_stuck\.py:2[45]\)")
+    LOAD_BATCH = re.compile(r"load_batch \(rank_stuck\.py:1[78]\)")
 
     def stuck_run(self, name, env):
         script = os.path.join(HERE, "rank_stuck.py")
@@ -290,14 +290,11 @@ steps:
         return res, err, stacks, detail
 
     def test_stacks_name_the_odd_rank(self):
-        # scripts/test --phase deps puts it in build/py-spy.
-        built = os.path.join(HERE, "..", "..", "..", "build", "py-spy", "bin", "py-spy")
-        py_spy = os.environ.get("FLOWRUN_PY_SPY") or shutil.which("py-spy") or (built if os.access(built, os.X_OK)
-                                                                                else None)
-        if not py_spy:
+        found = py_spy()
+        if not found:
             pytest.skip("no py-spy (pip install py-spy, or scripts/test --phase deps)")
         env = torch_env()
-        env["FLOWRUN_PY_SPY"] = py_spy
+        env["FLOWRUN_PY_SPY"] = found
         res, err, stacks, detail = self.stuck_run("stacks", env)
         groups = [(g["ranks"], g["where"]) for g in res["stacks"]["groups"]]
         self.check(res["stacks"]["source"] == "py-spy" and len(groups) == 2 and groups[0][0] == [0, 1, 3]
@@ -305,7 +302,7 @@ steps:
                    and groups[1][0] == [2] and self.LOAD_BATCH.fullmatch(groups[1][1]) is not None,
                    "results.json's stacks: ranks 0, 1, 3 in all_reduce, rank 2 in load_batch", json.dumps(res["stacks"]))
         self.check(re.search(r"^flowrun:   ranks 0, 1, 3 \(3 of 4\) are in all_reduce \(rank_stuck\.py:\d+\); "
-                             r"rank 2 is in load_batch \(rank_stuck\.py:2[45]\)$", err, re.M) is not None,
+                             r"rank 2 is in load_batch \(rank_stuck\.py:1[78]\)$", err, re.M) is not None,
                    "the report names rank 2 at its file:line and the others in all_reduce", detail)
         self.check(all("Thread " in s for s in stacks) and "load_batch" in stacks[2], "four whole stacks", stacks[2])
 

@@ -67,6 +67,13 @@ std::string cap_stack_dump(std::string text);
 // `looked`: why py-spy is missing ("" when it is not).
 std::string stack_file_text(const RankStack& found, const std::string& looked);
 
+// flowrun's line when py-spy is missing (`looked`: why, or where), with the
+// command that installs it: "flowrun: cannot take the ranks' Python stacks:
+// LOOKED (install it: pip install py-spy); saying what the kernel tells
+// instead". Said once: by the host whose ranks they are, and at the head
+// for a node whose stacks came from its kernel.
+std::string py_spy_missing_line(const std::string& looked);
+
 // Groups ranks by identical frames (or kernel state): the largest group
 // first, then by lowest rank; ranks without a stack grouped by reason, last.
 StackReport group_stacks(const std::vector<RankStack>& ranks, const std::string& source);
