@@ -440,6 +440,13 @@ RunLock::~RunLock() {
 
 bool run_in_progress(const std::string& run_dir) { return lock_is_held(run_dir + "/run.lock"); }
 
+std::optional<std::string> run_lock_holder(const std::string& run_dir) {
+  const std::string path = run_dir + "/run.lock";
+  if (!lock_is_held(path)) return std::nullopt;
+  const auto h = read_holder(path);
+  return h ? fmt::format("flowrun pid {} on {}", h->pid, h->host) : std::string("another flowrun");
+}
+
 // --- finding a run --------------------------------------------------------
 
 namespace {

@@ -198,6 +198,11 @@ class RunLock {
 // Whether a flowrun holds <run_dir>/run.lock right now.
 bool run_in_progress(const std::string& run_dir);
 
+// Who holds <run_dir>/run.lock right now, as its line names it: "flowrun pid
+// 4242 on host-a" ("another flowrun" for a lock without its line); nullopt
+// when no flowrun holds it.
+std::optional<std::string> run_lock_holder(const std::string& run_dir);
+
 // The run directory `run` names on the command line of `flowrun resume`: a
 // path (it has a '/', or names a directory under `cwd`), else a run id, looked
 // up as .flowrun/runs/<id> in `cwd` and then in each of its parents (a run
