@@ -99,10 +99,10 @@ class TestRequeue(E2E):
         self.check(m is None, f"{label}: no sanitizer report", p.stderr[max(0, m.start() - 200):][:4000] if m else "")
         return Run(p.returncode, p.stdout, p.stderr)
 
-    def stopped_run(self, label, d, env, count, sig):
+    def stopped_run(self, label, d, env, count, sig, *options):
         """flowrun started in the job and given `sig` once both ranks of train's attempt
         `count` wait for `go`; returns its run directory once its workers are gone."""
-        p = subprocess.Popen([self.flowrun, "flow.yaml"], cwd=d, env=env, stdout=subprocess.DEVNULL,
+        p = subprocess.Popen([self.flowrun, "flow.yaml", *options], cwd=d, env=env, stdout=subprocess.DEVNULL,
                              stderr=subprocess.PIPE, text=True, start_new_session=True)
         try:
             deadline = time.monotonic() + 30 * self.slack
@@ -266,3 +266,17 @@ class TestRequeue(E2E):
                 p.send_signal(signal.SIGTERM)
                 p.wait(timeout=30 * self.slack)
         self.equal(1, self.counter(d)["prepare"], "in progress: the refused run ran nothing")
+
+    def test_run_id(self):
+        """A --run-id (or --run-dir) on the job's command line names the first run; each requeue's
+        run gets it with -requeueN."""
+        d = self.workspace("run_id")
+        a_dir, _ = self.stopped_run("first", d, self.slurm(), 1, signal.SIGTERM, "--run-id", "exp")
+        if a_dir is None:
+            return
+        open(os.path.join(d, "go"), "w").close()
+        r = self.call("requeued", d, self.slurm(1), "--run-id", "exp")
+        self.equal((0, "exp-requeue1", {"run_id": "exp", "run_dir": a_dir, "by": "requeue"}),
+                   (r.rc, r.run_id, r.json("run.json")["resumed_from"] if r.run_id else None),
+                   "run id: the requeued run is exp-requeue1 and resumes exp")
+        self.equal(1, self.counter(d)["prepare"], "run id: prepare ran once")
