@@ -143,6 +143,7 @@ struct Options {
   std::string color = "auto";
   std::string python;        // --python: overrides the spec's `python:`
   std::string summary_file;  // --summary-json
+  bool no_requeue_resume = false;
   AgentOptions agent;
 };
 
@@ -216,6 +217,9 @@ int cmd_run(const Options& options, SummaryTarget& target) {
   // Recorded in run.json, so that `flowrun resume` plans the same way.
   if (options.cpus > 0) run.cpus = options.cpus;
   if (!options.python.empty()) run.python = python_path(options.python, current_directory());
+  if (auto code =
+          resume_requeued_job(p.spec, p.host, p.plans, p.env, run, !options.no_requeue_resume, target))
+    return *code;
   // Made here rather than by the runner, so that the summary finds the run.
   if (run.run_id.empty()) run.run_id = make_run_id(p.spec.name);
   target.run_dir = run_dir_for(p.spec, run.run_id, run.run_dir);
@@ -346,6 +350,10 @@ int run_cli(int argc, char** argv) {
                  "Write the run's summary as JSON to FILE when flowrun ends, also when the run fails, is "
                  "interrupted or never starts")
       ->type_name("FILE");
+  app.add_flag(
+      "--no-requeue-resume", options.no_requeue_resume,
+      "In a requeued Slurm job (SLURM_RESTART_COUNT > 0), start afresh instead of resuming the job's "
+      "earlier run of SPEC");
 
   auto* validate = app.add_subcommand("validate", "Check a spec and report every problem at once");
   validate->add_option("spec", options.spec_path, "The flow spec")->required()->type_name("SPEC");

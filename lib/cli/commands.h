@@ -31,6 +31,23 @@ int cmd_logs(int argc, char** argv);      // flowrun logs   (lib/cli/logs_cmd.cp
 int cmd_status(int argc, char** argv);    // flowrun status (lib/cli/status_cmd.cpp)
 int cmd_stacks(int argc, char** argv);    // flowrun stacks (lib/cli/stacks_cmd.cpp)
 
+struct SummaryTarget;
+
+// `flowrun SPEC` in a Slurm job that was requeued (SLURM_RESTART_COUNT above
+// 0; lib/cli/resume_cmd.cpp): resumes the job's earlier run of the same spec
+// file with the same arguments (pick_requeued_run, in the runs directory the
+// new run goes to) as `flowrun resume` would, each parallel step that did not
+// succeed there continuing its restart count, and returns the exit code: 0,
+// running nothing, when that run succeeded. nullopt when the run starts
+// afresh: not a requeue, no such run, or `enabled` false
+// (--no-requeue-resume); each but the first said on stderr. Throws Error
+// (exit code 2) when that run is still in progress, or SLURM_RESTART_COUNT is
+// not a count. A --run-id or --run-dir in `run` gets "-requeueN" for the new
+// run, since the earlier run has it.
+std::optional<int> resume_requeued_job(const Spec& spec, const HostFacts& host,
+                                       const std::vector<StepPlan>& plans, const EnvMap& env, RunOptions& run,
+                                       bool enabled, SummaryTarget& target);
+
 // The name this host goes by in plans: FLOWRUN_HOSTNAME when set (a stable
 // name for scripts and tests, or one other nodes know it by), else gethostname().
 std::string local_hostname(const EnvMap& env);

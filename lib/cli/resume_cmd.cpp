@@ -1,5 +1,7 @@
 // flowrun resume RUN: a new run of a failed flow that takes the steps the
-// earlier run already did from its run directory and runs the rest.
+// earlier run already did from its run directory and runs the rest; and the
+// same for `flowrun SPEC` in a Slurm job that was requeued, which resumes
+// the job's earlier run of SPEC (resume_requeued_job).
 #include <CLI/CLI.hpp>
 #include <filesystem>
 #include <fmt/format.h>
@@ -8,6 +10,7 @@
 #include "flowrun/error.h"
 #include "flowrun/files.h"
 #include "flowrun/flow.h"
+#include "flowrun/slurm.h"
 
 #include "commands.h"
 #include "summary.h"
@@ -111,6 +114,21 @@ ResumedSpecs load_specs(const ResumeOptions& options, const RunRecord& record, c
   return specs;
 }
 
+// The decisions as the run that resumes `record` takes them.
+ResumeFrom resume_from(const RunRecord& record, const std::string& old_dir,
+                       const std::vector<ResumeDecision>& decisions) {
+  ResumeFrom from;
+  from.run_id = record.run_id;
+  from.run_dir = old_dir;
+  for (const auto& d : decisions) {
+    if (d.reuse)
+      from.reuse.insert(d.step);
+    else
+      from.why[d.step] = d.why;
+  }
+  return from;
+}
+
 // Which steps are reused and why each other one runs again; throws when
 // --from names no step or nothing is left to run.
 ResumeFrom what_to_rerun(const ResumeOptions& options, const RunRecord& record, const std::string& old_dir,
@@ -132,17 +150,7 @@ ResumeFrom what_to_rerun(const ResumeOptions& options, const RunRecord& record, 
   question.args_before = record.args;
   question.args_now = args_now;
   if (!options.from.empty()) question.from = options.from;
-  const std::vector<ResumeDecision> decisions = decide_resume(question);
-
-  ResumeFrom from;
-  from.run_id = record.run_id;
-  from.run_dir = old_dir;
-  for (const auto& d : decisions) {
-    if (d.reuse)
-      from.reuse.insert(d.step);
-    else
-      from.why[d.step] = d.why;
-  }
+  ResumeFrom from = resume_from(record, old_dir, decide_resume(question));
   if (from.why.empty()) {
     const bool all_succeeded = record.finished && record.exit_code == 0;
     throw Error(
@@ -292,6 +300,93 @@ int cmd_resume(int argc, char** argv) {
   }
   const SummaryRequest request{options.json, options.summary_file};
   return report_with_summary(request, [&](SummaryTarget& target) { return resume(options, target); });
+}
+
+}  // namespace flowrun
+
+namespace flowrun {
+
+namespace {
+
+// "Slurm job 4242 was requeued (SLURM_RESTART_COUNT=1)".
+std::string requeued(const SlurmRestart& job) {
+  return fmt::format("Slurm job {} was requeued (SLURM_RESTART_COUNT={})", job.job_id, job.restart_count);
+}
+
+// Where the runs of `spec` are kept, and so the earlier one: the default
+// .flowrun/runs, or the directory --run-dir is in.
+std::string runs_dir_of(const Spec& spec, const RunOptions& run) {
+  if (run.run_dir.empty()) return spec.workdir + "/.flowrun/runs";
+  return std::filesystem::path(run_dir_for(spec, "requeue", run.run_dir)).parent_path().string();
+}
+
+}  // namespace
+
+std::optional<int> resume_requeued_job(const Spec& spec, const HostFacts& host,
+                                       const std::vector<StepPlan>& plans, const EnvMap& env, RunOptions& run,
+                                       bool enabled, SummaryTarget& target) {
+  std::string problem;
+  const auto job = read_slurm_restart(env, &problem);
+  if (!problem.empty()) throw Error(problem, kExitUsage);
+  if (!job || job->restart_count == 0) return std::nullopt;
+  if (!enabled) {
+    std::cerr << "flowrun: " << requeued(*job) << "; --no-requeue-resume: starting afresh\n";
+    return std::nullopt;
+  }
+  RequeueQuestion question{job->job_id, job->restart_count, absolute_spec_file(spec), run.args};
+  const std::string runs_dir = runs_dir_of(spec, run);
+  const std::vector<RunRecord> runs = read_run_records(runs_dir);
+  const RunRecord* found = pick_requeued_run(question, runs);
+  if (found == nullptr) {
+    std::cerr << "flowrun: " << requeued(*job) << ", but " << runs_dir << " has no earlier run of "
+              << (question.spec_file.empty() ? spec.file : question.spec_file)
+              << (run.args.empty() ? "" : " with these arguments") << " in this job; starting afresh\n";
+    return std::nullopt;
+  }
+  const RunRecord& record = *found;
+  if (auto holder = run_lock_holder(record.run_dir))
+    throw Error(
+        fmt::format("{}, but its run {} is still in progress ({}); flowrun does not run it twice: stop "
+                    "that flowrun first, or start afresh with --no-requeue-resume",
+                    requeued(*job), record.run_id, *holder),
+        kExitUsage);
+  // Held until the new run ends, as flowrun resume holds it.
+  const RunLock lock = RunLock::resume(record.run_dir, record.run_id, host.hostname);
+  const std::string done =
+      fmt::format("flowrun: {}: run {} ({}) of this spec", requeued(*job), record.run_id, record.run_dir);
+  if (record.finished && record.exit_code == 0) {
+    std::cerr << done << " succeeded already; nothing to run\n";
+    return kExitOk;
+  }
+
+  std::string saved_text;
+  Spec before = saved_spec(record, record.spec_dir, saved_text);
+  if (!record.python.empty()) use_python(before, record.python);
+  ResumeQuestion ask;
+  ask.now = &spec;
+  ask.before = &before;
+  ask.run_id = record.run_id;
+  ask.run_dir = record.run_dir;
+  ask.prior = read_prior_steps(record, step_names(before));
+  ask.args_now = run.args;
+  ask.args_before = record.args;
+  const std::vector<ResumeDecision> decisions = decide_resume(ask);
+  ResumeFrom from = resume_from(record, record.run_dir, decisions);
+  if (from.why.empty()) {
+    std::cerr << done << ": every step succeeded; nothing to run\n";
+    return kExitOk;
+  }
+  from.requeue = true;
+  from.restart_from = carried_restart_counts(spec, decisions, ask.prior, record);
+  std::cerr << requeue_line(question, record, decisions, ask.prior, from.restart_from) << "\n";
+  std::cerr.flush();
+  run.resume = std::move(from);
+  // A run id or directory given on the command line is the earlier run's.
+  const std::string suffix = fmt::format("-requeue{}", job->restart_count);
+  run.run_id = run.run_id.empty() ? make_run_id(spec.name) : run.run_id + suffix;
+  if (!run.run_dir.empty()) run.run_dir += suffix;
+  target.run_dir = run_dir_for(spec, run.run_id, run.run_dir);
+  return run_flow(spec, host, plans, env, run);
 }
 
 }  // namespace flowrun

@@ -244,6 +244,8 @@ class Head : public GroupObserver, public cluster::NodeInbox {
 
  private:
   void start_attempt() {
+    // The first attempt may have a restart count above 0 (a requeue carried it on).
+    const bool first = !attempt_started_;
     phase_ = Phase::running;
     stopping_ = false;
     outcome_ = Outcome::succeeded;
@@ -262,7 +264,7 @@ class Head : public GroupObserver, public cluster::NodeInbox {
     if (keep_previous_) keep_previous_();
     keep_previous_ = nullptr;
     ranks_.start(ctx, nodes_, attempt_, attempt_start_ns_);
-    if (attempt_ == 0) console_.message(cluster::joined_message(plan_, nodes_.names(), ctx));
+    if (first) console_.message(cluster::joined_message(plan_, nodes_.names(), ctx));
     // Every node's start message first, then the writes: the nodes start
     // together. Each carries its node's part of the plan; the node's agent
     // makes its ranks' environment from it.

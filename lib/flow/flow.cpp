@@ -21,6 +21,7 @@
 #include "flowrun/process.h"
 #include "flowrun/report.h"
 #include "flowrun/result.h"
+#include "flowrun/slurm.h"
 #include "flowrun/step_runner.h"
 #include "flowrun/supervisor.h"
 #include "flowrun/worker_group.h"
@@ -35,19 +36,6 @@ constexpr std::size_t kMaxErrorFileBytes = 1 << 20;
 std::string seconds(double s) {
   if (s < 10) return fmt::format("{:.2f} s", s);
   return fmt::format("{:.0f} s", s);
-}
-
-// The spec file as an absolute path, for run.json (resume reads it again);
-// empty when the spec is not a file.
-std::string absolute_spec_file(const Spec& spec) {
-  if (spec.file.empty()) return {};
-  const std::size_t slash = spec.file.rfind('/');
-  const std::string path =
-      spec.file.front() == '/'
-          ? spec.file
-          : spec.dir + "/" + (slash == std::string::npos ? spec.file : spec.file.substr(slash + 1));
-  struct stat st {};
-  return stat(path.c_str(), &st) == 0 && S_ISREG(st.st_mode) ? path : std::string();
 }
 
 std::string join_quoted(const std::vector<std::string>& names) {
@@ -166,6 +154,14 @@ RunRecord first_record(const Spec& spec, const HostFacts& host, const RunOptions
   if (options.resume) {
     record.resumed_from_id = options.resume->run_id;
     record.resumed_from_dir = options.resume->run_dir;
+    record.resumed_by = options.resume->requeue ? "requeue" : "resume";
+    for (const auto& [step, count] : options.resume->restart_from)
+      record.attempts_started.emplace_back(step, count);
+  }
+  // The job it runs in, by which a requeue of the job finds this run again.
+  if (auto job = read_slurm_restart(ctx.parent_env, nullptr)) {
+    record.slurm_job_id = job->job_id;
+    record.slurm_restart_count = job->restart_count;
   }
   return record;
 }
@@ -184,6 +180,44 @@ void point_latest(const RunOptions& options, const LaunchContext& ctx, const Con
 std::optional<double> time_left(const Step& step, std::int64_t start_mono) {
   if (!step.timeout_s) return std::nullopt;
   return *step.timeout_s - static_cast<double>(monotonic_now_ns() - start_mono) / 1e9;
+}
+
+const StepPlan& plan_for(const std::vector<StepPlan>& plans, const Step& step) {
+  for (const auto& plan : plans) {
+    if (plan.step == step.name) return plan;
+  }
+  throw Error("internal: no plan for step '" + step.name + "'");
+}
+
+GroupOptions group_options_for(const Step& step, const RunOptions& options, const LaunchContext& ctx,
+                               const LogStyle& style) {
+  GroupOptions group;
+  group.step = step.name;
+  group.grace_s = options.grace_s;
+  group.stall_timeout_s = step.stall_timeout_s;
+  group.forensics_stacks = step.forensics.stacks;
+  group.forensics_timeout_s = step.forensics.timeout_s;
+  group.run_dir = ctx.layout.run_dir;
+  group.stacks_file = ctx.layout.step_dir(step.name) + "/stacks.json";
+  group.style = style;
+  return group;
+}
+
+// The restart count a requeue carried on for `step`; 0 for none.
+int carried_count(const RunOptions& options, const std::string& step) {
+  if (!options.resume) return 0;
+  const auto found = options.resume->restart_from.find(step);
+  return found == options.resume->restart_from.end() ? 0 : found->second;
+}
+
+// Notes in run.json's record that `started` attempts of `step` have started.
+void note_attempts(RunRecord& record, const std::string& step, int started) {
+  auto& counts = record.attempts_started;
+  auto found = std::find_if(counts.begin(), counts.end(), [&](const auto& c) { return c.first == step; });
+  if (found == counts.end())
+    counts.emplace_back(step, started);
+  else
+    found->second = started;
 }
 
 class FlowRunner {
@@ -375,24 +409,10 @@ class FlowRunner {
     return {(shown & kStdOut) != 0, (shown & kStdErr) != 0};
   }
 
-  const StepPlan& plan_of(const Step& step) const {
-    for (const auto& plan : plans_) {
-      if (plan.step == step.name) return plan;
-    }
-    throw Error("internal: no plan for step '" + step.name + "'");
-  }
+  const StepPlan& plan_of(const Step& step) const { return plan_for(plans_, step); }
 
   GroupOptions group_options(const Step& step) const {
-    GroupOptions group;
-    group.step = step.name;
-    group.grace_s = options_.grace_s;
-    group.stall_timeout_s = step.stall_timeout_s;
-    group.forensics_stacks = step.forensics.stacks;
-    group.forensics_timeout_s = step.forensics.timeout_s;
-    group.run_dir = ctx_.layout.run_dir;
-    group.stacks_file = ctx_.layout.step_dir(step.name) + "/stacks.json";
-    group.style = style_;
-    return group;
+    return group_options_for(step, options_, ctx_, style_);
   }
 
   // The join's gathering of a step whose workers succeeded: its outputs
@@ -471,6 +491,9 @@ class FlowRunner {
     for (const auto& note : supervisor_->notes()) record.notes.push_back(note);
     record.outcome = run.outcome;
     record.exit_code = run.exit_code;
+    if (const int carried = carried_count(options_, step.name); carried > 0 && step.is_parallel())
+      record.continued_from =
+          StepRecord::ContinuedFrom{options_.resume->run_id, options_.resume->run_dir, carried};
 
     std::string join_errors;
     if (!run.errors.empty()) {
@@ -505,6 +528,17 @@ class FlowRunner {
     return record.outcome == Outcome::succeeded ? 0 : record.exit_code;
   }
 
+  // The step continues a requeue's carried count, and run.json says how many
+  // of its attempts started, as each starts: a requeue after SIGKILL goes on
+  // from there.
+  void count_attempts(StepRunner& runner, const Step& step) {
+    if (const int carried = carried_count(options_, step.name); carried > 0) runner.continue_count(carried);
+    runner.on_attempts([this, name = step.name](int started) {
+      note_attempts(record_, name, started);
+      write_record();
+    });
+  }
+
   StepRun run_parallel(const Step& step, const StepPlan& plan, std::int64_t start_mono) {
     if (plan.mode == PlanMode::multi_node) return run_on_nodes_step(step, plan, start_mono);
     LocalStep job;
@@ -521,6 +555,7 @@ class FlowRunner {
     LocalGroup group(*supervisor_, console_, std::move(job));
     StepRunner runner(step, plan, ctx_.layout, console_, step.parallel->preflight && !plan.cpu,
                       [&step, start_mono] { return time_left(step, start_mono); });
+    count_attempts(runner, step);
     return runner.run(group);
   }
 
@@ -541,6 +576,7 @@ class FlowRunner {
     RemoteGroup group(*supervisor_, console_, job);
     StepRunner runner(step, plan, ctx_.layout, console_, step.parallel->preflight && !plan.cpu,
                       [&step, start_mono] { return time_left(step, start_mono); });
+    count_attempts(runner, step);
     StepRun run = runner.run(group);
     AttemptResult rest = group.close();
     for (auto& note : rest.notes) run.notes.push_back(std::move(note));
@@ -584,6 +620,18 @@ class FlowRunner {
 };
 
 }  // namespace
+
+// The spec file as an absolute path, for run.json (resume reads it again).
+std::string absolute_spec_file(const Spec& spec) {
+  if (spec.file.empty()) return {};
+  const std::size_t slash = spec.file.rfind('/');
+  const std::string path =
+      spec.file.front() == '/'
+          ? spec.file
+          : spec.dir + "/" + (slash == std::string::npos ? spec.file : spec.file.substr(slash + 1));
+  struct stat st {};
+  return stat(path.c_str(), &st) == 0 && S_ISREG(st.st_mode) ? path : std::string();
+}
 
 int run_flow(const Spec& spec, const HostFacts& host, const std::vector<StepPlan>& plans, const EnvMap& env,
              const RunOptions& options) {

@@ -146,10 +146,16 @@ std::string format_run_json(const RunRecord& record) {
   json["end"] = record.end_unix_ns > 0 ? Json(iso_time(record.end_unix_ns)) : Json();
   Json& steps = json["steps"] = Json::object();
   for (const auto& [name, state] : record.steps) steps[name] = state;
-  json["resumed_from"] = record.resumed_from_id.empty()
-                             ? Json()
-                             : Json{{"run_id", record.resumed_from_id}, {"run_dir", record.resumed_from_dir}};
+  json["resumed_from"] = record.resumed_from_id.empty() ? Json()
+                                                        : Json{{"run_id", record.resumed_from_id},
+                                                               {"run_dir", record.resumed_from_dir},
+                                                               {"by", record.resumed_by}};
   json["error"] = string_or_null(record.error);
+  json["slurm"] = record.slurm_job_id.empty()
+                      ? Json()
+                      : Json{{"job_id", record.slurm_job_id}, {"restart_count", record.slurm_restart_count}};
+  Json& attempts = json["attempts_started"] = Json::object();
+  for (const auto& [step, count] : record.attempts_started) attempts[step] = count;
   return to_document(json);
 }
 
@@ -201,8 +207,18 @@ RunRecord parse_run_json(const std::string& text, const std::string& path) {
   if (const Json* from = find(*doc, "resumed_from")) {
     if (const auto* from_id = find_string(*from, "run_id")) record.resumed_from_id = *from_id;
     if (const auto* from_dir = find_string(*from, "run_dir")) record.resumed_from_dir = *from_dir;
+    if (const auto* by = find_string(*from, "by")) record.resumed_by = *by;
   }
   if (const auto* error = find_string(*doc, "error")) record.error = *error;
+  if (const Json* slurm = find(*doc, "slurm")) {
+    if (const auto* job = find_string(*slurm, "job_id")) record.slurm_job_id = *job;
+    record.slurm_restart_count = find_int(*slurm, "restart_count").value_or(0);
+  }
+  if (const Json* attempts = find(*doc, "attempts_started"); attempts && attempts->is_object()) {
+    for (const auto& [step, count] : attempts->items()) {
+      if (count.is_number_integer()) record.attempts_started.emplace_back(step, count.get<int>());
+    }
+  }
   return record;
 }
 
@@ -424,6 +440,13 @@ RunLock::~RunLock() {
 
 bool run_in_progress(const std::string& run_dir) { return lock_is_held(run_dir + "/run.lock"); }
 
+std::optional<std::string> run_lock_holder(const std::string& run_dir) {
+  const std::string path = run_dir + "/run.lock";
+  if (!lock_is_held(path)) return std::nullopt;
+  const auto h = read_holder(path);
+  return h ? fmt::format("flowrun pid {} on {}", h->pid, h->host) : std::string("another flowrun");
+}
+
 // --- finding a run --------------------------------------------------------
 
 namespace {
@@ -480,6 +503,9 @@ std::map<std::string, PriorStep> read_prior_steps(const RunRecord& record,
   std::map<std::string, PriorStep> prior;
   for (const auto& name : names) {
     PriorStep& step = prior[name];
+    for (const auto& [recorded, state] : record.steps) {
+      if (recorded == name) step.state = state;
+    }
     const std::string dir = record.run_dir + "/" + name;
     std::error_code ec;
     step.outputs = fs::is_directory(dir + "/outputs", ec);
@@ -544,7 +570,9 @@ std::vector<ResumeDecision> decide_resume(const ResumeQuestion& q) {
     } else if (old == nullptr) {
       d.why = "it is new since run " + q.run_id;
     } else if (outcome.empty()) {
-      d.why = "it did not run" + in_run;
+      d.why = (prior != q.prior.end() && prior->second.state == "running" ? "it did not finish"
+                                                                          : "it did not run") +
+              in_run;
     } else if (outcome == "unreadable") {
       d.why = "its results.json" + in_run + " is unreadable";
     } else if (outcome != "succeeded") {

@@ -561,6 +561,11 @@ std::string format_results_json(const StepRecord& record) {
       replaced.push_back({{"node_rank", r.node_rank}, {"lost", r.lost}, {"spare", r.spare}});
     attempts.push_back(std::move(attempt));
   }
+  const auto& from = record.continued_from;
+  json["continued_from"] =
+      from
+          ? Json{{"run_id", from->run_id}, {"run_dir", from->run_dir}, {"restart_count", from->restart_count}}
+          : Json();
   return to_document(json);
 }
 

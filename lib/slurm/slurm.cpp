@@ -317,6 +317,26 @@ std::optional<SlurmJob> read_slurm_job(const EnvMap& env, std::string* error) {
   return job;
 }
 
+std::optional<SlurmRestart> read_slurm_restart(const EnvMap& env, std::string* error) {
+  set_error(error, "");
+  auto job_id = env_get(env, "SLURM_JOB_ID");
+  if (!job_id) return std::nullopt;
+  if (job_id->empty()) {
+    set_error(error, "SLURM_JOB_ID is set but empty");
+    return std::nullopt;
+  }
+  SlurmRestart restart{*job_id, 0};
+  if (auto count = env_get(env, "SLURM_RESTART_COUNT")) {
+    auto parsed = parse_decimal(*count);
+    if (!parsed || *parsed > 1'000'000) {
+      set_error(error, "SLURM_RESTART_COUNT=" + quoted(*count) + ": expected a count of restarts");
+      return std::nullopt;
+    }
+    restart.restart_count = static_cast<int>(*parsed);
+  }
+  return restart;
+}
+
 const std::vector<std::string_view>& slurm_step_variables() {
   static const std::vector<std::string_view> names = {
       "SLURM_PROCID",         "SLURM_LOCALID",

@@ -77,7 +77,7 @@ AttemptResult LocalGroup::run_attempt(const Attempt& attempt) {
   group.timeout_s = attempt.timeout_s;
   group.restart_count = attempt.restart;
   group.master_port = port.port;
-  if (attempt.restart == 0) {
+  if (attempt.first) {
     console_.message(fmt::format("flowrun: step '{}': {} worker{} on this host ({}), MASTER_PORT {}",
                                  step.name, plan.world_size, plan.world_size == 1 ? "" : "s",
                                  describe_devices(plan), port.port));

@@ -129,7 +129,7 @@ RestartDecision decide_restart(const RestartPolicy& policy, const RestartQuestio
   // A node was lost and a spare takes its place: whatever its ranks' peers
   // failed of, the loss is the cause.
   if (spare) return {true, "a spare node takes the lost node's place"};
-  if (a.restart_count - q.spare_restarts >= q.max_restarts)
+  if (a.restart_count - q.carried_restarts - q.spare_restarts >= q.max_restarts)
     return {false, fmt::format("its {} restart{} (max_restarts) {} run", q.max_restarts,
                                q.max_restarts == 1 ? "" : "s", q.max_restarts == 1 ? "has" : "have")};
   if (!policy.is_set) return {true, "every failure restarts"};

@@ -49,7 +49,7 @@ std::string culprit_error_file(const AttemptRecord& a) {
 // After an attempt: its root cause and the policy's decision, kept in its
 // record. `run` holds the attempts before it and the step's errors so far.
 void decide_after(AttemptResult& result, const StepRun& run, const StepPlan& plan, int interrupt,
-                  std::optional<bool> progress_file_changed) {
+                  std::optional<bool> progress_file_changed, int carried) {
   AttemptRecord& record = result.record;
   FailureFacts facts = classify_failure(record, result.node_gone, culprit_error_file(record));
   record.cause = facts.cause;
@@ -62,6 +62,7 @@ void decide_after(AttemptResult& result, const StepRun& run, const StepPlan& pla
   question.spares_planned = !plan.spares.empty();
   for (const auto& before : run.attempts) question.spare_restarts += before.replacements.empty() ? 0 : 1;
   question.spare_restarts += record.replacements.empty() ? 0 : 1;
+  question.carried_restarts = carried;
   question.errors = !run.errors.empty();
   question.interrupt = interrupt;
   question.max_restarts = plan.max_restarts;
@@ -98,9 +99,9 @@ StepRun StepRunner::run(WorkerGroup& group) {
       return run;
     }
   }
-  for (int restart = 0;; ++restart) {
-    Attempt attempt{restart, time_left_ ? time_left_() : std::nullopt, {}};
-    if (restart > 0) {
+  for (int restart = first_restart_;; ++restart) {
+    Attempt attempt{restart, time_left_ ? time_left_() : std::nullopt, {}, restart == first_restart_};
+    if (!attempt.first) {
       attempt.keep_previous = [this, &run, restart] {
         for (const auto& rank : plan_.ranks)
           keep_failed_attempt(run.attempts.back(), layout_.rank_dir(step_.name, rank.rank), rank.rank,
@@ -109,18 +110,21 @@ StepRun StepRunner::run(WorkerGroup& group) {
     }
     const std::string& progress_file = plan_.restart.progress_file;
     const FileStamp before = stamp_of(progress_file);
+    if (on_attempts_) on_attempts_(restart + 1);
     AttemptResult result = group.run_attempt(attempt);
+    if (!result.started && on_attempts_) on_attempts_(restart);
     if (step_.forensics.nccl) note_nccl_traces(result.record, layout_, step_.name, restart);
     take(result);
     if (!result.started && !run.attempts.empty()) break;  // the attempt before decides
     std::optional<bool> changed;
     if (!progress_file.empty()) changed = !(stamp_of(progress_file) == before);
-    decide_after(result, run, plan_, group.interrupt_signal(), changed);
+    decide_after(result, run, plan_, group.interrupt_signal(), changed, first_restart_);
     run.attempts.push_back(std::move(result.record));
     const AttemptRecord& last = run.attempts.back();
     if (!last.restarted) break;
     console_.message(restart_message(step_.name, last, plan_.world_size, group.placement(), restart + 1,
-                                     plan_.max_restarts, last.restart_reason, result.spare_ready));
+                                     plan_.max_restarts, last.restart_reason, result.spare_ready,
+                                     first_restart_));
   }
   settle_step_run(run, group.interrupt_signal());
   return run;
@@ -128,15 +132,17 @@ StepRun StepRunner::run(WorkerGroup& group) {
 
 std::string restart_message(const std::string& step, const AttemptRecord& failed, int world_size,
                             const std::string& placement, int restart, int max_restarts,
-                            const std::string& reason, bool on_spare) {
+                            const std::string& reason, bool on_spare, int carried) {
   std::string why = "a worker failed";
   if (failed.culprit) {
     const auto& w = failed.workers[static_cast<std::size_t>(*failed.culprit)];
     why = placement.empty() ? fmt::format("rank {} {}", w.rank, w.status.describe())
                             : fmt::format("rank {} on {} {}", w.rank, w.node, w.status.describe());
   }
-  const std::string count = on_spare ? fmt::format("restart {}, not counted to max_restarts", restart)
-                                     : fmt::format("restart {} of {}", restart, max_restarts);
+  const std::string count = on_spare      ? fmt::format("restart {}, not counted to max_restarts", restart)
+                            : carried > 0 ? fmt::format("restart {}; {} of {} in this run", restart,
+                                                        restart - carried, max_restarts)
+                                          : fmt::format("restart {} of {}", restart, max_restarts);
   return fmt::format("flowrun: step '{}' failed ({}); restarting all {} workers{} ({}){}", step, why,
                      world_size, placement.empty() ? "" : " on " + placement, count,
                      reason.empty() ? "" : ": " + reason);

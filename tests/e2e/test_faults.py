@@ -1687,6 +1687,70 @@ steps:
         n.check_nothing_left("sigusr nodes")
         self.finish_row(r, "sigusr nodes", recover, 3.0, len(n.leftovers()), 0, 0, n.detail())
 
+    def test_slurm_requeue(self):
+        """A node failure kills flowrun (SIGKILL) in train; Slurm requeues the job and its script runs the
+        same `flowrun SPEC` again (the same SLURM_JOB_ID, SLURM_RESTART_COUNT=1): it resumes the killed run."""
+        r = self.row("slurm_requeue", "the requeued job's flowrun (SLURM_RESTART_COUNT=1) resumes the killed run "
+                     "and says so in one line: prepare is kept, not run again; every rank restarts with "
+                     "TORCHELASTIC_RESTART_COUNT 1; the join gets the 4 results; run.json says resumed by requeue")
+        run_id = f"requeue-{os.getpid()}"
+        rank = ('echo "$TORCHELASTIC_RESTART_COUNT" > "count.$RANK"; '
+                'echo $$ > "ready.$RANK.tmp" && mv "ready.$RANK.tmp" "ready.$RANK"; '
+                'while ! test -f go; do sleep 0.05; done; ' + RESULT)
+        d = self.workspace("slurm_requeue", f"""name: requeue
+steps:
+  - name: prepare
+    run: {sh_yaml('echo prepared >> "$0/prepare.count"', "@DIR@")}
+  - name: train
+    run: {sh_yaml(rank)}
+    parallel:
+      cpus: 4
+    collect: all
+  - name: join
+    join: train
+    run: {sh_yaml('test "$(ls "$FLOWRUN_INPUTS" | wc -l)" = 4 && touch "$0/join.ran"', "@DIR@")}
+""")
+        self.fix_dir(d)
+        job = {"SLURM_JOB_ID": "4242", "SLURM_JOB_NODELIST": "host-a", "SLURM_JOB_NUM_NODES": "1"}
+        p = self.start(d, run_id, "--grace", "2", env=job)
+        pids = self.wait_ready(d, 4, p)
+        if not self.check(bool(pids), "slurm requeue: every rank starts", self.start_detail(d, p)):
+            p.kill()
+            return
+        p.kill()  # the node is gone: no word from flowrun, run.json left "running"
+        p.wait()
+        left = self.count_left(run_id)
+        for n in os.listdir(d):
+            if n.startswith("ready.") or n.startswith("count."):
+                os.remove(os.path.join(d, n))
+        open(os.path.join(d, "go"), "w").close()
+        t0 = time.monotonic()
+        p = self.start(d, run_id, "--grace", "2", env={**job, "SLURM_RESTART_COUNT": "1"})
+        rc, end, err = self.ended("slurm requeue", p, d, 30)
+        new = os.path.join(d, "run-requeue1")
+        self.check(rc == 0 and f"flowrun: resuming run {run_id}: Slurm job 4242 was requeued (SLURM_RESTART_COUNT="
+                   f"1); kept 'prepare'; 'train' restarts at TORCHELASTIC_RESTART_COUNT=1" in err.splitlines(),
+                   "slurm requeue: the run resumes, saying which, why, what is kept and where train restarts",
+                   f"exit {rc}\n{err}")
+        counts = [read(os.path.join(d, f"count.{k}"), "").strip() for k in range(4)]
+        self.check(read(os.path.join(d, "prepare.count"), "") == "prepared\n" and counts == ["1"] * 4,
+                   "slurm requeue: prepare ran once; every rank restarted with TORCHELASTIC_RESTART_COUNT 1",
+                   f"prepare.count: {read(os.path.join(d, 'prepare.count'), '')!r}; counts {counts}")
+        record = json.loads(read(os.path.join(new, "run.json"), "{}") or "{}")
+        self.check((record.get("resumed_from") or {}).get("by") == "requeue" and
+                   record.get("steps", {}).get("prepare") == "reused",
+                   "slurm requeue: run.json says resumed by a requeue, prepare reused", json.dumps(record)[:2000])
+        # Lost: a rank's result, or prepare's record, missing from the new run; falsely claimed: the
+        # killed run's train recorded as succeeded, a join run without the 4 results.
+        lost = sum(read(os.path.join(new, "train", f"rank{k}", "out", "result.txt"), "") != f"rank {k} result\n"
+                   for k in range(4))
+        lost += '"outcome": "succeeded"' not in read(os.path.join(new, "prepare", "results.json"), "")
+        false = int(os.path.exists(os.path.join(d, "run", "train", "results.json")))
+        false += int(os.path.exists(os.path.join(d, "join.ran")) and
+                     len(os.listdir(os.path.join(new, "train", "outputs"))) != 4)
+        self.finish_row(r, "slurm requeue", end - t0, 10.0, left + self.count_left(run_id), lost, false, err)
+        r.extra = "time: the requeued flowrun, from its start to its exit"
+
     def test_sigquit(self):
         """SIGQUIT (Ctrl-\\) takes every running rank's stack and stops nothing; flowrun stacks RUN does the
         same from another terminal; the step then stops as usual on SIGTERM."""

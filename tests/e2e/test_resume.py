@@ -169,7 +169,7 @@ class TestResume(E2E):
                        f"join: outputs/{rel} is a hard link of the first run's file", new_file)
         new = r.json("run.json")
         self.equal(("finished", 0, {"prepare": "reused", "train": "reused", "evaluate": "succeeded"},
-                    {"run_id": a, "run_dir": first.run_dir}, ["--lr", "0.1"]),
+                    {"run_id": a, "run_dir": first.run_dir, "by": "resume"}, ["--lr", "0.1"]),
                    (new["state"], new["exit_code"], new["steps"], new["resumed_from"], new["args"]),
                    "join: the new run.json records resumed_from and which steps were reused")
         train_old, train_new = first.json("train", "results.json"), r.json("train", "results.json")
@@ -401,8 +401,8 @@ class TestResume(E2E):
         self.check(r.rc == 0, "in progress: a killed run can be resumed", r.detail())
         self.equal(collections.Counter({"prepare": 1, "train r0": 2, "train r1": 2, "evaluate": 1}),
                    self.counter(d), "in progress: prepare is reused; train, killed while it ran, runs again")
-        self.check(f"flowrun: step 'train' runs (it did not run in run {run_id})" in r.lines(),
-                   "in progress: a step without results ran again", "\n".join(r.lines()))
+        self.check(f"flowrun: step 'train' runs (it did not finish in run {run_id})" in r.lines(),
+                   "in progress: a step that was running when flowrun was killed ran again", "\n".join(r.lines()))
 
     @staticmethod
     def live_workers(run_id):
@@ -452,7 +452,7 @@ class TestResume(E2E):
                    "twice: ${args} carry over two resumes", third.stdout)
         self.equal({"run_id": a, "run_dir": first.run_dir}, third.json("train", "results.json")["reused_from"],
                    "twice: reused_from names the run that ran the step")
-        self.equal({"run_id": b, "run_dir": second.run_dir}, third.json("run.json")["resumed_from"],
+        self.equal({"run_id": b, "run_dir": second.run_dir, "by": "resume"}, third.json("run.json")["resumed_from"],
                    "twice: run.json names the run resumed")
         self.equal(f"{d}/flow.yaml", third.json("run.json")["spec"],
                    "twice: run.json still names the original spec file")

@@ -253,6 +253,7 @@ class Cluster {
   AttemptResult attempt(int restart) {
     Attempt a;
     a.restart = restart;
+    a.first = restart == 0;
     if (restart > 0) a.keep_previous = [this] { ++kept_; };  // as the step runner gives it
     return group_->run_attempt(a);
   }

@@ -84,6 +84,15 @@ TEST_CASE("the decision table: flowrun's own rules come before any policy", "[re
           a.restart_count = 1;
           q.max_restarts = 1;
         }) == "its 1 restart (max_restarts) has run");
+  // A count carried on from an earlier run (a requeued Slurm job) does not count to max_restarts.
+  CHECK(with([](AttemptRecord& a, RestartQuestion& q) {
+          a.restart_count = 3;
+          q.carried_restarts = 2;
+        }).restart);
+  CHECK(reason([](AttemptRecord& a, RestartQuestion& q) {
+          a.restart_count = 4;
+          q.carried_restarts = 2;
+        }) == "its 2 restarts (max_restarts) have run");
 }
 
 TEST_CASE("the decision table: a spare that waits restarts a step whose node was lost", "[restart]") {

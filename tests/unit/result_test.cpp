@@ -644,7 +644,8 @@ TEST_CASE("result: results.json of a failed parallel step", "[result]") {
       "restart_reason": null,
       "replaced_nodes": []
     }
-  ]
+  ],
+  "continued_from": null
 }
 )";
   CHECK(format_results_json(s) == expected);
@@ -696,6 +697,12 @@ TEST_CASE("result: results.json of a plain step, a spawn failure and restarts", 
   CHECK(doc->at("start").is_null());
   CHECK(doc->at("duration_ms").is_null());
   CHECK(doc->at("restarts") == 1);
+  CHECK(doc->at("continued_from").is_null());
+  s.continued_from = StepRecord::ContinuedFrom{"flow-a", "/w/.flowrun/runs/flow-a", 2};
+  const auto continued = parse_json(format_results_json(s));
+  REQUIRE(continued.has_value());
+  CHECK(continued->at("continued_from") ==
+        Json{{"run_id", "flow-a"}, {"run_dir", "/w/.flowrun/runs/flow-a"}, {"restart_count", 2}});
   CHECK(doc->at("culprit_rank").is_null());
   CHECK(doc->at("notes").empty());
   REQUIRE(doc->at("attempts").size() == 2);

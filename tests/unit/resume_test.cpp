@@ -60,7 +60,7 @@ const char* kFlow = R"(steps:
     run: echo done
 )";
 
-PriorStep succeeded() { return {"succeeded", "2026-11-29T17:10:53.123Z", "old", true}; }
+PriorStep succeeded() { return {"succeeded", "2026-11-29T17:10:53.123Z", "old", true, "succeeded"}; }
 
 struct Asked {
   Spec now;
@@ -105,22 +105,25 @@ TEST_CASE("resume reuses the steps that succeeded and runs the rest", "[resume]"
   Asked a(kFlow, kFlow);
   CHECK(a.decide() == Lines{"prepare: reused", "train: reused", "evaluate: reused", "report: reused"});
 
-  a.prior["evaluate"] = {"failed", "", "old", false};
-  a.prior["report"] = {"", "", "", false};
+  a.prior["evaluate"] = {"failed", "", "old", false, ""};
+  a.prior["report"] = {"", "", "", false, ""};
   CHECK(a.decide() == Lines{"prepare: reused", "train: reused", "evaluate: it failed in run old",
                             "report: it did not run in run old"});
 
-  a.prior["train"] = {"timed_out", "", "old", false};
+  a.prior["train"] = {"timed_out", "", "old", false, ""};
   CHECK(a.decide() == Lines{"prepare: reused", "train: it timed out in run old",
                             "evaluate: it failed in run old", "report: it did not run in run old"});
   a.prior["evaluate"] = succeeded();
-  a.prior["train"] = {"interrupted", "", "old", false};
+  a.prior["train"] = {"interrupted", "", "old", false, ""};
   CHECK(a.decide() == Lines{"prepare: reused", "train: it was interrupted in run old",
                             "evaluate: it needs 'train', which runs", "report: it did not run in run old"});
-  a.prior["train"] = {"stalled", "", "old", false};
+  a.prior["train"] = {"stalled", "", "old", false, ""};
   CHECK(a.decide()[1] == "train: it stalled in run old");
-  a.prior["train"] = {"unreadable", "", "", true};
+  a.prior["train"] = {"unreadable", "", "", true, ""};
   CHECK(a.decide()[1] == "train: its results.json in run old is unreadable");
+  // flowrun was killed as it ran (SIGKILL): no results.json, "running" in run.json.
+  a.prior["train"] = {"", "", "", false, "running"};
+  CHECK(a.decide()[1] == "train: it did not finish in run old");
 }
 
 TEST_CASE("resume --from runs the step and every step that needs it", "[resume]") {
@@ -256,7 +259,9 @@ TEST_CASE("run.json is written in a fixed shape and read back", "[resume]") {
     "train": "running"
   },
   "resumed_from": null,
-  "error": null
+  "error": null,
+  "slurm": null,
+  "attempts_started": {}
 }
 )");
   r.finished = true;
@@ -267,12 +272,24 @@ TEST_CASE("run.json is written in a fixed shape and read back", "[resume]") {
   r.spec_file.clear();
   r.resumed_from_id = "flow-x";
   r.resumed_from_dir = "/w/.flowrun/runs/flow-x";
+  r.resumed_by = "requeue";
+  r.slurm_job_id = "4242";
+  r.slurm_restart_count = 1;
+  r.attempts_started = {{"train", 3}};
   const std::string text = format_run_json(r);
   CHECK(text.find(R"(  "resumed_from": {
     "run_id": "flow-x",
-    "run_dir": "/w/.flowrun/runs/flow-x"
+    "run_dir": "/w/.flowrun/runs/flow-x",
+    "by": "requeue"
   },
-  "error": null
+  "error": null,
+  "slurm": {
+    "job_id": "4242",
+    "restart_count": 1
+  },
+  "attempts_started": {
+    "train": 3
+  }
 })") != std::string::npos);
   CHECK(text.find("  \"spec\": null,\n") != std::string::npos);
   CHECK(text.find("  \"python\": \"/usr/bin/python3\",\n") != std::string::npos);
@@ -280,7 +297,7 @@ TEST_CASE("run.json is written in a fixed shape and read back", "[resume]") {
   CHECK(format_run_json(back) == text);
   r.error = "cannot create a pipe: Too many open files";
   const std::string failed = format_run_json(r);
-  CHECK(failed.find("  \"error\": \"cannot create a pipe: Too many open files\"\n}") != std::string::npos);
+  CHECK(failed.find("  \"error\": \"cannot create a pipe: Too many open files\",\n") != std::string::npos);
   CHECK(parse_run_json(failed, "run.json").error == r.error);
 }
 
@@ -325,7 +342,7 @@ TEST_CASE("reuse_step copies results.json with a mark and hard-links the outputs
   write(old_dir + "/train/outputs/model.pt", "weights");
   write(old_dir + "/train/outputs/rank1/metrics.json", "{}");
   Spec s = spec(kFlow);
-  ResumeFrom from{"old", old_dir, {"train"}, {}};
+  ResumeFrom from{"old", old_dir, {"train"}, {}, false, {}};
   RunLayout layout{tmp.path() + "/runs/new"};
 
   CHECK(reuse_step(*s.find_step("train"), from, layout) ==
@@ -343,7 +360,7 @@ TEST_CASE("reuse_step copies results.json with a mark and hard-links the outputs
   CHECK(read(layout.run_dir + "/train/outputs/model.pt") == "weights");
 
   // Taken again from the new run: the mark still names the run that ran it.
-  ResumeFrom again{"new", layout.run_dir, {"train"}, {}};
+  ResumeFrom again{"new", layout.run_dir, {"train"}, {}, false, {}};
   RunLayout third{tmp.path() + "/runs/third"};
   CHECK(
       reuse_step(*s.find_step("train"), again, third) ==
@@ -387,6 +404,9 @@ TEST_CASE("read_prior_steps reads how each step ended", "[resume]") {
   CHECK(show("c") == "succeeded|F|older|outputs");
   CHECK(show("d") == "unreadable|||-");
   CHECK(show("e") == "|||-");
+  // A step flowrun was killed while it ran: no results.json, "running" in run.json.
+  r.steps = {{"e", "running"}};
+  CHECK(read_prior_steps(r, {"e"}).at("e").state == "running");
 }
 
 TEST_CASE("find_run_dir takes a path or looks a run id up here and above", "[resume]") {

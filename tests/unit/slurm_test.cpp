@@ -268,6 +268,36 @@ TEST_CASE("read_slurm_job says which variables are wrong or contradict", "[slurm
   }
 }
 
+TEST_CASE("read_slurm_restart reads a requeued job's restart count", "[slurm]") {
+  std::string error = "stale";
+  auto first = read_slurm_restart(kJobEnv, &error);
+  REQUIRE(first.has_value());
+  CHECK(error.empty());
+  CHECK(first->job_id == "4242");
+  CHECK(first->restart_count == 0);
+  auto again = read_slurm_restart(with(kJobEnv, "SLURM_RESTART_COUNT", "2"), &error);
+  REQUIRE(again.has_value());
+  CHECK(again->restart_count == 2);
+  CHECK(read_slurm_restart(with(kJobEnv, "SLURM_RESTART_COUNT", "0"), nullptr)->restart_count == 0);
+  // Only the job id matters: a job whose node list is wrong still has a restart count.
+  CHECK(read_slurm_restart({{"SLURM_JOB_ID", "7"}, {"SLURM_RESTART_COUNT", "1"}}, nullptr)->job_id == "7");
+
+  SECTION("outside a job: nothing, and no error (a stray SLURM_RESTART_COUNT too)") {
+    error = "stale";
+    CHECK_FALSE(read_slurm_restart({{"SLURM_RESTART_COUNT", "1"}}, &error).has_value());
+    CHECK(error.empty());
+  }
+  SECTION("what is not a count is said") {
+    for (const std::string bad : {"", "-1", "one", "1.0", " 1", "1000001"}) {
+      INFO(bad);
+      CHECK_FALSE(read_slurm_restart(with(kJobEnv, "SLURM_RESTART_COUNT", bad), &error).has_value());
+      CHECK(error == "SLURM_RESTART_COUNT='" + bad + "': expected a count of restarts");
+    }
+    CHECK_FALSE(read_slurm_restart(with(kJobEnv, "SLURM_JOB_ID", ""), &error).has_value());
+    CHECK(error == "SLURM_JOB_ID is set but empty");
+  }
+}
+
 TEST_CASE("strip_step_variables removes the step's and the task's variables only", "[slurm]") {
   const std::vector<std::string> removed = {
       "SLURM_PROCID",           "SLURM_LOCALID",         "SLURM_NODEID",

@@ -107,7 +107,7 @@ class FakeWorkerGroup : public WorkerGroup {
     REQUIRE(next_ < script_.size());
     asked.push_back(attempt);
     AttemptResult result = script_[next_++];
-    CHECK(static_cast<bool>(attempt.keep_previous) == (attempt.restart > 0));
+    CHECK(static_cast<bool>(attempt.keep_previous) == !attempt.first);
     if (!result.started) return result;  // nothing started: nothing is kept
     if (attempt.keep_previous) attempt.keep_previous();
     result.record.restart_count = attempt.restart;
@@ -174,10 +174,13 @@ struct Fixture {
     }
   }
 
-  StepRun run(FakeWorkerGroup& group, bool preflight = false) {
+  StepRun run(FakeWorkerGroup& group, bool preflight = false, int carried = 0) {
     StepRunner runner(step, plan, layout, out.console(), preflight, [this] { return time_left; });
+    if (carried > 0) runner.continue_count(carried);
+    runner.on_attempts([this](int n) { started.push_back(n); });
     return runner.run(group);
   }
+  std::vector<int> started;  // what the runner noted as each attempt started (or did not)
 };
 
 }  // namespace
@@ -475,6 +478,40 @@ TEST_CASE("a policy's decisions reach the console, the records and the report", 
           "progress_file ckpt.pt did not change during attempt 1: no progress");
     CHECK(run.exit_code == 1);
   }
+}
+
+TEST_CASE("a carried count: the first attempt continues it, max_restarts counts from there",
+          "[step_runner]") {
+  Fixture f(2, 1);
+  FakeWorkerGroup group(f.layout, "train", {attempt_of({0, 3}), attempt_of({5, 0})});
+  const StepRun run = f.run(group, false, 2);
+
+  REQUIRE(group.asked.size() == 2);
+  CHECK(group.asked[0].restart == 2);
+  CHECK(group.asked[0].first);
+  CHECK(group.asked[1].restart == 3);
+  CHECK_FALSE(group.asked[1].first);
+  REQUIRE(run.attempts.size() == 2);
+  CHECK(run.attempts[0].restart_count == 2);
+  CHECK(run.attempts[1].restart_count == 3);
+  CHECK(f.started == std::vector<int>{3, 4});
+  // The first attempt here is kept under its own count.
+  CHECK(run.attempts[0].workers[1].stdout_log == f.layout.rank_dir("train", 1) + "/attempt2/stdout.log");
+  CHECK(run.exit_code == 5);
+  CHECK(f.out.text() ==
+        "flowrun: step 'train' failed (rank 1 exited with code 3); restarting all 2 workers (restart 3; 1 "
+        "of 1 in this run): every failure restarts\n");
+  CHECK(run.attempts[1].restart_reason == "its 1 restart (max_restarts) has run");
+}
+
+TEST_CASE("an attempt that never starts is noted as not started", "[step_runner]") {
+  Fixture f(2, 2);
+  AttemptResult never;
+  never.started = false;
+  never.record.outcome = Outcome::failed;
+  FakeWorkerGroup group(f.layout, "train", {attempt_of({0, 3}), never});
+  f.run(group, false, 1);
+  CHECK(f.started == std::vector<int>{2, 3, 2});
 }
 
 TEST_CASE("the restart message across nodes", "[step_runner]") {

@@ -7,7 +7,9 @@
 //
 // `flowrun resume` is a new run that takes the steps an earlier run already
 // did from that run's directory instead of running them again; the second
-// half of this header is what it reads and decides.
+// half of this header is what it reads and decides. `flowrun SPEC` in a Slurm
+// job that was requeued resumes the job's earlier run the same way (the last
+// part: which run that is, and the restart counts it carries on).
 #pragma once
 
 #include <cstdint>
@@ -23,8 +25,8 @@
 
 namespace flowrun {
 
-// Set by `flowrun resume`: the earlier run this one resumes and what happens
-// to each step.
+// Set by `flowrun resume`, and by `flowrun SPEC` in a requeued Slurm job: the
+// earlier run this one resumes and what happens to each step.
 struct ResumeFrom {
   std::string run_id;  // the run resumed
   std::string run_dir;
@@ -35,6 +37,13 @@ struct ResumeFrom {
   std::set<std::string> reuse;
   // For each step that runs, why it runs (again), for the console.
   std::map<std::string, std::string> why;
+  // A resume after the Slurm job was requeued (`flowrun SPEC`), not `flowrun
+  // resume`: run.json's resumed_from says "by": "requeue".
+  bool requeue = false;
+  // A requeue's parallel steps that continue the earlier run's attempts: the
+  // attempts started there, which the first attempt here gets as its
+  // TORCHELASTIC_RESTART_COUNT (carried_restart_counts).
+  std::map<std::string, int> restart_from;
 };
 
 struct RunOptions {
@@ -102,9 +111,17 @@ inline constexpr int kRunFormat = 1;
 //                                    "pending" | "running" | "succeeded" | "reused" |
 //                                    "failed" | "skipped" (a step it needs failed) |
 //                                    "not_run" (flowrun was interrupted first)
-//     "resumed_from": null,          or {"run_id": ..., "run_dir": ...}: the run it resumed
-//     "error": null                  why flowrun itself stopped (an error it could not go on
+//     "resumed_from": null,          or {"run_id": ..., "run_dir": ..., "by": "resume"}: the run it
+//                                    resumed, by `flowrun resume` or after a Slurm "requeue"
+//     "error": null,                 why flowrun itself stopped (an error it could not go on
 //                                    after: the step then reads "failed"), or null
+//     "slurm": null,                 or {"job_id": "4242", "restart_count": 0}: the Slurm job
+//                                    flowrun ran in (SLURM_JOB_ID, SLURM_RESTART_COUNT), by
+//                                    which a requeue of the job finds the run again
+//     "attempts_started": {"train": 2}
+//                                    for each parallel step that started an attempt: how many,
+//                                    counting those of the runs a requeue continued; written as
+//                                    each attempt starts, so that a requeue after SIGKILL knows
 //   }
 //
 // Every way flowrun ends but SIGKILL closes the record: "finished", with the
@@ -132,7 +149,11 @@ struct RunRecord {
   std::vector<std::pair<std::string, std::string>> steps;  // name, state; in run order
   std::string resumed_from_id;                             // empty: resumed_from is null
   std::string resumed_from_dir;
-  std::string error;  // empty: null
+  std::string resumed_by = "resume";  // "resume" or "requeue"
+  std::string error;                  // empty: null
+  std::string slurm_job_id;           // empty: "slurm" is null
+  int slurm_restart_count = 0;
+  std::vector<std::pair<std::string, int>> attempts_started;  // step, attempts; in the order they started
 };
 
 std::string format_run_json(const RunRecord& record);
@@ -177,6 +198,11 @@ class RunLock {
 // Whether a flowrun holds <run_dir>/run.lock right now.
 bool run_in_progress(const std::string& run_dir);
 
+// Who holds <run_dir>/run.lock right now, as its line names it: "flowrun pid
+// 4242 on host-a" ("another flowrun" for a lock without its line); nullopt
+// when no flowrun holds it.
+std::optional<std::string> run_lock_holder(const std::string& run_dir);
+
 // The run directory `run` names on the command line of `flowrun resume`: a
 // path (it has a '/', or names a directory under `cwd`), else a run id, looked
 // up as .flowrun/runs/<id> in `cwd` and then in each of its parents (a run
@@ -187,11 +213,13 @@ std::string find_run_dir(const std::string& run, const std::string& cwd);
 // How one step ended in an earlier run, from <run_dir>/<step>/results.json.
 struct PriorStep {
   // "succeeded", "failed", "timed_out", "interrupted"; "" when there is no
-  // results.json (it did not run); "unreadable" for one that does not parse.
+  // results.json (it did not run, or flowrun was killed while it ran: see
+  // `state`); "unreadable" for one that does not parse.
   std::string outcome;
   std::string end;       // its "end" time, as results.json writes it
   std::string ran_in;    // the run that ran it: its "reused_from" run, else that run
   bool outputs = false;  // <run_dir>/<step>/outputs exists
+  std::string state;     // its state in the run's run.json ("running": flowrun was killed as it ran)
 };
 
 // Reads the results of the steps `names` of the run `record`.
@@ -237,6 +265,52 @@ std::vector<std::string> changed_parts(const Spec& now, const Step& step_now,
 // copied). Returns the console line. Throws Error when the files cannot be
 // read or written.
 std::string reuse_step(const Step& step, const ResumeFrom& from, const RunLayout& layout);
+
+// --- a requeued Slurm job ------------------------------------------------------
+
+// The spec file run.json names for `spec`: its file as an absolute path;
+// empty when the spec is not a file.
+std::string absolute_spec_file(const Spec& spec);
+
+// What `flowrun SPEC` in a requeued Slurm job (SLURM_RESTART_COUNT > 0) asks
+// to find the run it resumes.
+struct RequeueQuestion {
+  std::string job_id;             // SLURM_JOB_ID
+  int restart_count = 0;          // SLURM_RESTART_COUNT
+  std::string spec_file;          // absolute_spec_file of the spec given
+  std::vector<std::string> args;  // the arguments after --
+};
+
+// Pure. Among `runs` (the records of a runs directory), the run of this job
+// that the requeued `flowrun SPEC` resumes: one that ran in the same Slurm
+// job (slurm.job_id) before this restart (its slurm.restart_count below
+// this one), the same spec file with the same arguments after --; of several,
+// the one that started last. nullptr when there is none.
+const RunRecord* pick_requeued_run(const RequeueQuestion& question, const std::vector<RunRecord>& runs);
+
+// The records of the runs in `runs_dir`: each subdirectory's run.json that
+// can be read (`latest`, hidden entries and damaged runs passed over).
+std::vector<RunRecord> read_run_records(const std::string& runs_dir);
+
+// Pure. The restart counts a requeue carries on: for each parallel step of
+// `now` that runs again (not reused in `decisions`) and did not succeed in the
+// earlier run `record` (`prior`), the attempts of it started there
+// (attempts_started), when there were any. A step that succeeded there and runs
+// again for a change starts from 0, as any resume's does.
+std::map<std::string, int> carried_restart_counts(const Spec& now,
+                                                  const std::vector<ResumeDecision>& decisions,
+                                                  const std::map<std::string, PriorStep>& prior,
+                                                  const RunRecord& record);
+
+// The console's line for a requeue that resumes `record`: "flowrun: resuming
+// run A: Slurm job 4242 was requeued (SLURM_RESTART_COUNT=1); kept 'prepare';
+// 'train' restarts at TORCHELASTIC_RESTART_COUNT=2". A step that runs again
+// without a carried count (a plain step) "runs again"; steps the earlier run
+// never reached are not named.
+std::string requeue_line(const RequeueQuestion& question, const RunRecord& record,
+                         const std::vector<ResumeDecision>& decisions,
+                         const std::map<std::string, PriorStep>& prior,
+                         const std::map<std::string, int>& carried);
 
 // Parses --ranks: "0", "0,2", "0-3,6", "all" (nullopt). Throws Error with a
 // message for anything else.

@@ -173,6 +173,14 @@ struct StepRecord {
   std::optional<double> stall_timeout_s;  // likewise
   std::vector<AttemptRecord> attempts;    // the last one decided the outcome
   std::vector<std::string> notes;         // e.g. "killed 2 leftover processes: 812 (sleep), ..."
+  // The earlier run whose attempts of this step the attempts here continue
+  // (a run resumed after its Slurm job was requeued), and the restart count
+  // the first attempt here got from it.
+  struct ContinuedFrom {
+    std::string run_id, run_dir;
+    int restart_count = 0;
+  };
+  std::optional<ContinuedFrom> continued_from;
 };
 
 // The exception at the end of the last Python traceback in `text` (a
@@ -261,7 +269,11 @@ void assign_roles(AttemptRecord& attempt, const std::vector<int>& stopped);
 //                                  restarts", "restart.causes leaves out exception"); null
 //                                  when it succeeded or the step has max_restarts 0
 //       }
-//     ]
+//     ],
+//     "continued_from": null       or {"run_id": ..., "run_dir": ..., "restart_count": 2}: the
+//                                  earlier run whose attempts of the step these continue (a
+//                                  run resumed after its Slurm job was requeued); the first
+//                                  attempt here got that TORCHELASTIC_RESTART_COUNT
 //   }
 //
 // WORKER:

@@ -78,6 +78,22 @@ struct SlurmJob {
 // variable and its value.
 std::optional<SlurmJob> read_slurm_job(const EnvMap& env, std::string* error);
 
+// A job Slurm requeued (`scontrol requeue`, or `sbatch --requeue` after a
+// node failure or a preemption) runs its batch script again with the same
+// SLURM_JOB_ID, and SLURM_RESTART_COUNT says how many times it was
+// restarted (unset, or 0, the first time).
+struct SlurmRestart {
+  std::string job_id;     // SLURM_JOB_ID, as written
+  int restart_count = 0;  // SLURM_RESTART_COUNT; 0 when unset
+};
+
+// Reads them from `env`:
+//  - SLURM_JOB_ID unset: not inside a job; nullopt and *error empty.
+//  - SLURM_JOB_ID empty, or SLURM_RESTART_COUNT set to anything but a count
+//    (decimal digits, at most 1000000): nullopt and an error naming the
+//    variable and its value.
+std::optional<SlurmRestart> read_slurm_restart(const EnvMap& env, std::string* error);
+
 // The Slurm variables that describe one `srun` step or one task of it rather
 // than the job, and that a worker started by an srun-started agent must not
 // inherit. An entry ending in '*' is a prefix; any other is an exact name.

@@ -16,7 +16,8 @@
 //      every node gone (parallel.spare_nodes): then the step restarts,
 //      whatever the cause and max_restarts say, and that restart does not
 //      count to max_restarts (the spares bound it);
-//   4. max_restarts restarts have run (not counting the spares' restarts);
+//   4. max_restarts restarts have run (not counting the spares' restarts,
+//      nor the attempts of an earlier run the count continues);
 //   5. without a `restart:` policy, torchrun's rule: every failure restarts;
 //   6. with one, the cause must be one it restarts: restart.causes, or for
 //      an exit code, restart.exit_codes when it lists any;
@@ -48,6 +49,9 @@ struct RestartQuestion {
   // Of the restarts so far (last->restart_count), those that a spare's
   // taking a lost node's place started: they do not count to max_restarts.
   int spare_restarts = 0;
+  // The count the step's first attempt in this run continued (a requeued
+  // Slurm job's run): those attempts do not count to max_restarts either.
+  int carried_restarts = 0;
   bool errors = false;  // flowrun's own errors, this attempt's or earlier
   int interrupt = 0;    // the first stop signal flowrun received (0: none)
   int max_restarts = 0;

@@ -20,6 +20,11 @@
 // <rank dir>/attemptN/ (keep_attempt), and the failed attempt's records name
 // the files there. With forensics: nccl, each attempt's records name the
 // flight-recorder dumps its ranks left (note_nccl_traces).
+//
+// A step may continue the count of an earlier run's attempts (a run resumed
+// after its Slurm job was requeued, continue_count): its first attempt gets
+// TORCHELASTIC_RESTART_COUNT N instead of 0, and the N attempts before it do
+// not count to max_restarts, which bounds the restarts of each run.
 #pragma once
 
 #include <functional>
@@ -58,6 +63,16 @@ class StepRunner {
   StepRunner(const Step& step, const StepPlan& plan, const RunLayout& layout, const Console& console,
              bool preflight, std::function<std::optional<double>()> time_left);
 
+  // The step's attempts continue the count of `restart_count` attempts of an
+  // earlier run: the first gets TORCHELASTIC_RESTART_COUNT `restart_count`.
+  void continue_count(int restart_count) { first_restart_ = restart_count; }
+
+  // `note` is called with the step's attempts started so far, the carried
+  // ones included, as each attempt is about to start (its restart count + 1),
+  // and again with one less when no rank of it started: what a requeue that
+  // comes while the attempt runs continues from (run.json).
+  void on_attempts(std::function<void(int started)> note) { on_attempts_ = std::move(note); }
+
   StepRun run(WorkerGroup& group);
 
  private:
@@ -67,6 +82,8 @@ class StepRunner {
   Console console_;
   bool preflight_;
   std::function<std::optional<double>()> time_left_;
+  int first_restart_ = 0;
+  std::function<void(int)> on_attempts_;
 };
 
 // The console line for a restart: "flowrun: step 'S' failed (rank 1 exited
@@ -75,10 +92,13 @@ class StepRunner {
 // is "2 nodes". `restart`: the restart about to run (1 for the first);
 // `reason`: the policy's (decide_restart), ": REASON" left off when empty.
 // `on_spare`: a spare took a lost node's place, a restart that max_restarts
-// does not count ("restart 1, not counted to max_restarts").
+// does not count ("restart 1, not counted to max_restarts"). `carried`: the
+// count the step's first attempt continued (StepRunner::continue_count);
+// above 0, the restart is also counted in this run ("restart 3; 1 of 2 in
+// this run").
 std::string restart_message(const std::string& step, const AttemptRecord& failed, int world_size,
                             const std::string& placement, int restart, int max_restarts,
-                            const std::string& reason, bool on_spare = false);
+                            const std::string& reason, bool on_spare = false, int carried = 0);
 
 // Before restart `attempt` + 1: moves what attempt `attempt` left in rank
 // `rank`'s directory (its flight-recorder dump among it) to

@@ -19,11 +19,14 @@ namespace flowrun {
 
 // One attempt to run.
 struct Attempt {
-  int restart = 0;                  // TORCHELASTIC_RESTART_COUNT: 0 for the first attempt
+  // TORCHELASTIC_RESTART_COUNT: 0 for the first attempt, unless the step
+  // continues the count of an earlier run's attempts (a requeued Slurm job).
+  int restart = 0;
   std::optional<double> timeout_s;  // the step's time left; nullopt: none
-  // Keeps what the attempt before left (restart > 0): the group calls it
+  // Keeps what the attempt before left (a restart): the group calls it
   // once, just before this attempt's ranks start, and only if they do.
   std::function<void()> keep_previous;
+  bool first = true;  // the step's first attempt in this run (whatever `restart` is)
 };
 
 // How an attempt ended: its record (every rank's WorkerRecord, with roles
