@@ -176,6 +176,14 @@ class Run:
         return self._detail
 
 
+def read_text(path):
+    try:
+        with open(path, errors="replace") as f:
+            return f.read()
+    except OSError:
+        return ""
+
+
 def proc_read(pid, name, binary=False):
     try:
         with open(f"/proc/{pid}/{name}", "rb") as f:
@@ -833,6 +841,92 @@ class Multinode:
         self.check(took < 5 + GRACE + 3, "scancel: flowrun ends within KillWait (5 s) + the grace + 3 s",
                    f"< {5 + GRACE + 3:g} s", f"{took:.2f} s")
 
+    def slurm(self, *argv):
+        """A Slurm command on the head; its stdout."""
+        return subprocess.run(self.c.on("head", list(argv)), capture_output=True, text=True, env=self.env()).stdout
+
+    def wait_files(self, d, names, job, limit=60):
+        """Whether every file of `names` is in d within `limit` s (False at once once the job is gone)."""
+        deadline = time.monotonic() + limit
+        while time.monotonic() < deadline:
+            if all(os.path.exists(os.path.join(d, n)) for n in names):
+                return True
+            if not self.slurm("squeue", "-h", "-j", job, "-o", "%T").strip():
+                return False
+            time.sleep(0.1)
+        return False
+
+    def test_requeue(self):
+        """sbatch --requeue, then scontrol requeue while train runs on both nodes: the batch script's
+        `flowrun SPEC` runs again (SLURM_RESTART_COUNT=1) and resumes the run: prepare is kept, train
+        restarts on both nodes with TORCHELASTIC_RESTART_COUNT 1, and the join gets every rank's output."""
+        d = self.workspace("requeue")
+        rank = ('echo "$(hostname)" > "$0/count.$RANK.$TORCHELASTIC_RESTART_COUNT"; '
+                'while ! test -f "$0/go"; do sleep 0.1; done; echo "rank $RANK" > "$FLOWRUN_OUTPUT_DIR/w.txt"')
+        steps = [{"name": "prepare", "run": ["/bin/sh", "-c", 'echo prepared >> "$0/prepare.count"', d]},
+                 {"name": "train", "run": ["/bin/sh", "-c", rank, d], "parallel": {"nodes": 2}, "collect": "all"},
+                 {"name": "evaluate", "join": "train", "run": ["/bin/sh", "-c", 'echo inputs: $(ls "$FLOWRUN_INPUTS")']}]
+        spec = self.write_spec(d, {"engine": "slurm", "gpus_per_node": 2}, steps)
+        out = os.path.join(d, "job.out")
+        with open(os.path.join(d, "job.sh"), "w") as f:
+            f.write(f"#!/bin/bash\nexec {shlex.quote(self.flowrun)} {shlex.quote(spec)} --fake-gpus 2 --grace {GRACE}\n")
+        submitted = self.slurm("sbatch", "--requeue", "-N2", "--gpus-per-node=2", "-o", out, "--open-mode=append",
+                               "-D", d, os.path.join(d, "job.sh"))
+        m = re.search(r"Submitted batch job (\d+)", submitted)
+        if not self.check(m is not None, "requeue: sbatch takes the job", "Submitted batch job N", submitted):
+            return
+        job = m.group(1)
+        console = lambda: open(out).read() if os.path.exists(out) else f"<no {out}>"  # noqa: E731
+        try:
+            first = [f"count.{r}.0" for r in range(4)]
+            if not self.check(self.wait_files(d, first, job), "requeue: train's 4 ranks run", first,
+                              sorted(os.listdir(d)), console()):
+                return
+            self.slurm("scontrol", "requeue", job)
+            # Slurm holds a requeued job back for 2 minutes (its BeginTime); start it as soon as it is pending.
+            deadline = time.monotonic() + 30
+            while time.monotonic() < deadline and self.slurm("squeue", "-h", "-j", job, "-o", "%T").strip() != "PENDING":
+                time.sleep(0.1)
+            self.slurm("scontrol", "update", f"JobId={job}", "StartTime=now")
+            again = [f"count.{r}.1" for r in range(4)]
+            if not self.check(self.wait_files(d, again, job), "requeue: train's 4 ranks run again, with "
+                              "TORCHELASTIC_RESTART_COUNT 1", again, sorted(os.listdir(d)), console()):
+                return
+            open(os.path.join(d, "go"), "w").close()
+            deadline = time.monotonic() + 60
+            while time.monotonic() < deadline and self.slurm("squeue", "-h", "-j", job, "-o", "%T").strip():
+                time.sleep(0.2)
+        finally:
+            if self.slurm("squeue", "-h", "-j", job, "-o", "%T").strip():
+                self.slurm("scancel", job)
+        text = console()
+        shown = re.search(r"JobState=(\S+)", self.slurm("scontrol", "show", "job", job))
+        state = shown.group(1) if shown else "not shown"
+        self.check(state.startswith("COMPLETED"), "requeue: the job completes", "COMPLETED", state, text[-6000:])
+        want = (rf"^flowrun: resuming run (\S+): Slurm job {job} was requeued \(SLURM_RESTART_COUNT=1\); kept "
+                r"'prepare'; 'train' restarts at TORCHELASTIC_RESTART_COUNT=1$")
+        said = re.search(want, text, re.M)
+        self.check(said is not None, "requeue: the restarted job's flowrun says which run it resumes and why", want,
+                   "\n".join(line for line in text.splitlines() if line.startswith("flowrun:")), text[-6000:])
+        prepared = read_text(os.path.join(d, "prepare.count"))
+        self.check(prepared == "prepared\n", "requeue: prepare ran once", "prepared", prepared)
+        hosts = sorted(read_text(os.path.join(d, f"count.{r}.1")).strip() for r in range(4))
+        self.check(hosts == ["node1", "node1", "node2", "node2"] and
+                   not any(os.path.exists(os.path.join(d, f"count.{r}.2")) for r in range(4)),
+                   "requeue: train restarted once, 2 ranks on each node", ["node1", "node1", "node2", "node2"], hosts)
+        self.check("[evaluate] inputs: rank0 rank1 rank2 rank3\n" in text, "requeue: the join gets every rank's output",
+                   "[evaluate] inputs: rank0 rank1 rank2 rank3", [l for l in text.splitlines() if "evaluate" in l])
+        if said is None:
+            return
+        runs = os.path.join(d, ".flowrun", "runs")
+        new = [r for r in os.listdir(runs) if r not in ("latest", said.group(1))]
+        record = json.loads(read_text(os.path.join(runs, new[0], "run.json")) or "{}") if len(new) == 1 else {}
+        self.check((record.get("resumed_from") or {}).get("by") == "requeue" and record.get("exit_code") == 0 and
+                   record.get("slurm") == {"job_id": job, "restart_count": 1},
+                   "requeue: the new run.json: resumed after a requeue, in the job's restart 1, succeeded",
+                   f"resumed_from by requeue, exit 0, slurm {{job_id: {job}, restart_count: 1}}",
+                   json.dumps(record)[:2000] or new)
+
     def test_wrong_token(self):
         """Manual engine: an agent with a wrong token is refused, both sides say so; the right ones join."""
         d = self.workspace("wrong_token")
@@ -1047,7 +1141,8 @@ class Multinode:
 TESTS = ["salloc", "sbatch", "srun", "srun_node1", "login_node_loopback", "ssh_hosts", "ssh_hostfile", "run_cli_salloc",
          "run_cli_rendezvous",
          "torch", "lightning", "culprit",
-         "agent_kill", "link_down", "spare", "head_kill", "scancel", "wrong_token", "symlink", "private_workdir", "preflight"]
+         "agent_kill", "link_down", "spare", "head_kill", "scancel", "requeue", "wrong_token", "symlink", "private_workdir",
+         "preflight"]
 
 
 @pytest.fixture(scope="module")
