@@ -257,9 +257,9 @@ constexpr std::string_view kParallelKeys[] = {"gpus",         "nodes",   "procs_
 constexpr std::string_view kRestartKeys[] = {"causes", "exit_codes", "min_attempt", "progress_file"};
 constexpr std::string_view kLogsKeys[] = {"console"};
 constexpr std::string_view kForensicsKeys[] = {"stacks", "timeout", "nccl"};
-constexpr std::string_view kClusterKeys[] = {"engine",      "hosts",     "hostfile", "gpus_per_node",
-                                             "ssh_command", "srun_args", "address",  "heartbeat_timeout",
-                                             "join_timeout"};
+constexpr std::string_view kClusterKeys[] = {
+    "engine",    "hosts",   "hostfile",          "gpus_per_node", "ssh_command",
+    "srun_args", "address", "heartbeat_timeout", "join_timeout",  "last_call_timeout"};
 
 constexpr Elsewhere kTopElsewhere[] = {
     {"run", "in a step, under 'steps:'"},
@@ -285,6 +285,7 @@ constexpr Elsewhere kTopElsewhere[] = {
     {"address", "under 'cluster:'"},
     {"heartbeat_timeout", "under 'cluster:'"},
     {"join_timeout", "under 'cluster:'"},
+    {"last_call_timeout", "under 'cluster:'"},
 };
 constexpr Elsewhere kStepElsewhere[] = {
     {"gpus", "under 'parallel:'"},
@@ -452,6 +453,7 @@ class Checker {
   void step(const YAML::Node& node, std::size_t index);
   void step_run(const Entry& e, Step& s, StepNotes& notes, bool shell_known);
   void step_parallel(const Entry& e, Step& s);
+  void node_range(const Entry& e, ParallelSpec& p);
   void restart(const Entry& e, const Step& s, RestartPolicy& policy);
   void restart_causes(const Entry& e, RestartPolicy& policy);
   void restart_exit_codes(const Entry& e, RestartPolicy& policy);
@@ -1125,6 +1127,27 @@ void Checker::templates_in(std::string_view text, Location loc, const std::strin
   }
 }
 
+// `nodes: "MIN:MAX"`: torchrun's elastic range. "N:N" is the count N.
+void Checker::node_range(const Entry& e, ParallelSpec& p) {
+  const std::string& text = e.value.Scalar();
+  const std::size_t colon = text.find(':');
+  int lo = 0, hi = 0;
+  const bool whole = parse_whole(std::string_view(text).substr(0, colon), lo) == Whole::ok &&
+                     parse_whole(std::string_view(text).substr(colon + 1), hi) == Whole::ok;
+  if (!whole || lo < 1 || hi < 1) {
+    expected(e, "'auto', a positive whole number, or a range \"MIN:MAX\" of them (\"1:4\")");
+    return;
+  }
+  if (lo > hi) {
+    error(e.loc, e.path,
+          "nodes: \"" + text + "\" has its minimum above its maximum; write \"" + std::to_string(hi) + ":" +
+              std::to_string(lo) + "\"");
+    return;
+  }
+  p.nodes.value = hi;
+  if (lo < hi) p.min_nodes = lo;
+}
+
 void Checker::step_parallel(const Entry& e, Step& s) {
   ParallelSpec& p = s.parallel.emplace();
   p.loc = p.gpus.loc = p.nodes.loc = p.procs_per_node.loc = p.cpus_loc = e.key_loc;
@@ -1140,6 +1163,10 @@ void Checker::step_parallel(const Entry& e, Step& s) {
     if (!n) continue;
     target->loc = n->loc;
     if (n->value.IsScalar() && n->value.Scalar() == "auto") continue;
+    if (target == &p.nodes && n->value.IsScalar() && n->value.Scalar().find(':') != std::string::npos) {
+      node_range(*n, p);
+      continue;
+    }
     if (auto value = count(*n, "a positive whole number", "auto", false)) target->value = *value;
   }
   if (const Entry* c = find(keys, "cpus")) {
@@ -1152,6 +1179,13 @@ void Checker::step_parallel(const Entry& e, Step& s) {
   if (const Entry* k = find(keys, "spare_nodes")) {
     p.spare_nodes_loc = k->loc;
     p.spare_nodes = count(*k, "a whole number of spare nodes (0 or more)", "", true).value_or(0);
+    if (p.spare_nodes > 0 && p.min_nodes > 0)
+      error(k->key_loc, k->path,
+            "spare_nodes and an elastic nodes: \"" + std::to_string(p.min_nodes) + ":" +
+                std::to_string(*p.nodes.value) +
+                "\" cannot both be set: the range already takes nodes that join later and goes on without "
+                "a lost one; give nodes: " +
+                std::to_string(*p.nodes.value) + " with spare_nodes, or the range alone");
   }
   const Entry* m = find(keys, "max_restarts");
   std::optional<int> restarts;
@@ -1413,6 +1447,8 @@ void Checker::cluster(const Entry& e) {
   if (const Entry* t = find(keys, "heartbeat_timeout"))
     c.heartbeat_timeout_s = duration(*t).value_or(c.heartbeat_timeout_s);
   if (const Entry* t = find(keys, "join_timeout")) c.join_timeout_s = duration(*t).value_or(c.join_timeout_s);
+  if (const Entry* t = find(keys, "last_call_timeout"))
+    c.last_call_timeout_s = duration(*t).value_or(c.last_call_timeout_s);
 }
 
 // Resolves needs and joins into edges, then reports missing steps, cycles and

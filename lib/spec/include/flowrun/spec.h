@@ -72,7 +72,11 @@ struct RestartPolicy {
 
 struct ParallelSpec {
   GpuRequest gpus;
-  AutoCount nodes;
+  AutoCount nodes;  // with a range (`nodes: "MIN:MAX"`), MAX
+  // `nodes: "MIN:MAX"`, torchrun's elastic --nnodes: the step starts on as
+  // many nodes as join (at most MAX) and goes on after a lost node while
+  // MIN remain (docs/recovery.md). 0: a fixed count.
+  int min_nodes = 0;
   AutoCount procs_per_node;
   std::optional<int> cpus;  // CPU workers in total; only when asked for
   Location cpus_loc;
@@ -166,6 +170,10 @@ struct ClusterSpec {
   std::optional<std::string> address;
   double heartbeat_timeout_s = 10;  // an agent and the head give up on each other after this silence
   double join_timeout_s = 300;      // how long the head waits for every agent to connect
+  // An elastic step (nodes: "MIN:MAX"): once MIN nodes joined, how long the
+  // head waits for more before it starts with those (torchrun's rendezvous
+  // last_call_timeout).
+  double last_call_timeout_s = 30;
   // Set by `flowrun run` for a torchrun-style rendezvous (not a spec key):
   // every node runs the same command and node 0's flowrun is the head. It
   // listens on the port of `rendezvous` (HOST:PORT) on every address, starts
