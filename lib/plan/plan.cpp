@@ -90,12 +90,19 @@ struct Planner {
            std::to_string(host.inventory.gpus.size()) + "; set cluster.gpus_per_node if they differ)";
   }
 
+  // "nodes: 4", or "nodes: \"2:4\"" for a range, as the spec says it.
+  std::string nodes_written() const {
+    const std::string max = std::to_string(p.nodes.value.value_or(1));
+    return p.min_nodes > 0 ? "nodes: \"" + std::to_string(p.min_nodes) + ":" + max + "\"" : "nodes: " + max;
+  }
+
   PlanResult plan();
   PlanResult plan_cpu(int cpus, bool from_flag);
   PlanResult plan_gpu();
   PlanResult finish(StepPlan plan, int nodes, int gpus_per_node, std::vector<Gpu> local_gpus);
   std::optional<Refusal> place_nodes(StepPlan& plan, int nodes);
   void note_spares(StepPlan& plan) const;
+  void note_range(StepPlan& plan) const;
 };
 
 PlanResult Planner::plan() {
@@ -171,6 +178,22 @@ void Planner::note_spares(StepPlan& plan) const {
                      std::to_string(spares) + ").");
 }
 
+// nodes: "MIN:MAX": the plan's sentence about the range and a loss.
+void Planner::note_range(StepPlan& plan) const {
+  if (p.min_nodes == 0) return;
+  plan.min_nodes = p.min_nodes;
+  const int max = static_cast<int>(plan.nodes.size());
+  const int per = plan.nodes.front().procs;
+  plan.why.push_back(
+      "nodes: \"" + std::to_string(p.min_nodes) + ":" + std::to_string(max) +
+      "\" is elastic: the step starts on " + "as many nodes as join (at most " + std::to_string(max) +
+      ", at least " + std::to_string(p.min_nodes) + ", within cluster.join_timeout), WORLD_SIZE = nodes x " +
+      std::to_string(per) + " (the ranks below are for " + nodes_word(max) +
+      "). When a node is lost, every rank restarts from the " +
+      "script's checkpoint on the nodes left while at least " + std::to_string(p.min_nodes) +
+      " remain (not counted to max_restarts); a node that joins later waits for the next restart.");
+}
+
 PlanResult Planner::plan_cpu(int cpus, bool from_flag) {
   const std::string asked = from_flag ? "--cpus " + std::to_string(cpus) : "cpus: " + std::to_string(cpus);
   StepPlan plan;
@@ -205,7 +228,7 @@ PlanResult Planner::plan_cpu(int cpus, bool from_flag) {
     plan.why.push_back("One node (" + host.hostname + "), " + workers_word(cpus) +
                        ", WORLD_SIZE=" + std::to_string(cpus) + ".");
   else
-    plan.why.push_back(nodes_word(nodes) + " (nodes: " + std::to_string(nodes) +
+    plan.why.push_back(nodes_word(nodes) + " (" + nodes_written() +
                        ", engine: " + std::string(engine_name(cluster->engine)) + "), " +
                        workers_word(per_node) + " each, WORLD_SIZE=" + std::to_string(cpus) + ".");
   return finish(std::move(plan), nodes, 0, {});
@@ -304,8 +327,8 @@ PlanResult Planner::plan_gpu() {
       if (want.count % nodes != 0)
         return refuse(want.loc, "gpus",
                       "gpus: " + std::to_string(want.count) + " does not split evenly over " +
-                          nodes_word(nodes) + " (nodes: " + std::to_string(nodes) +
-                          "); ask for a multiple of " + std::to_string(nodes));
+                          nodes_word(nodes) + " (" + nodes_written() + "); ask for a multiple of " +
+                          std::to_string(nodes));
       per_node = want.count / nodes;
       if (per_node > per_node_max)
         return refuse(want.loc, "gpus",
@@ -315,8 +338,8 @@ PlanResult Planner::plan_gpu() {
     }
     plan.mode = PlanMode::multi_node;
     std::string asked = want.kind == GpuRequest::Kind::all ? "all GPUs of" : gpus_word(want.count) + " over";
-    plan.why.push_back("Step " + step.name + " asks for " + asked + " " + nodes_word(nodes) +
-                       " (nodes: " + std::to_string(nodes) + "); " + per_node_source() + ".");
+    plan.why.push_back("Step " + step.name + " asks for " + asked + " " + nodes_word(nodes) + " (" +
+                       nodes_written() + "); " + per_node_source() + ".");
     return finish(std::move(plan), nodes, per_node, {});
   }
 
@@ -458,6 +481,7 @@ PlanResult Planner::finish(StepPlan plan, int nodes, int gpus_per_node, std::vec
     }
   }
   plan.world_size = static_cast<int>(plan.ranks.size());
+  note_range(plan);
   if (!plan.cpu) {
     const int per = plan.nodes.front().procs;
     std::string where = nodes == 1 ? "One node (" + plan.nodes.front().host + ")"
@@ -470,6 +494,15 @@ PlanResult Planner::finish(StepPlan plan, int nodes, int gpus_per_node, std::vec
 }
 
 }  // namespace
+
+StepPlan plan_for_nodes(const StepPlan& plan, int nodes) {
+  StepPlan out = plan;
+  const auto n = static_cast<std::size_t>(std::clamp(nodes, 1, static_cast<int>(plan.nodes.size())));
+  out.nodes.resize(n);
+  std::erase_if(out.ranks, [n](const RankPlan& r) { return static_cast<std::size_t>(r.node) >= n; });
+  out.world_size = static_cast<int>(out.ranks.size());
+  return out;
+}
 
 PlanResult plan_step(const Step& step, const std::optional<ClusterSpec>& cluster, const HostFacts& host,
                      const PlanOptions& options) {

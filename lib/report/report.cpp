@@ -197,6 +197,11 @@ void describe_parallel(std::string& out, const PlanView& view, const Step& step,
            plan.cpu ? "-" : compact(gpu_labels(plan.nodes.front(), all_positions(plan.nodes.front()))),
            "none: waits"});
     out += table(rows, "   ") + "\n";
+    if (plan.min_nodes > 0)
+      out += "   The table is for all " + std::to_string(plan.nodes.size()) + " nodes (nodes: \"" +
+             std::to_string(plan.min_nodes) + ":" + std::to_string(plan.nodes.size()) +
+             "\"); with fewer, the nodes there take node ranks 0 and up in the order they join, and the "
+             "ranks renumber over them.\n\n";
   }
   // Across nodes the node table above names the hosts; one node names it here.
   const bool one_node = plan.nodes.size() == 1;
@@ -351,6 +356,7 @@ std::string format_plan_json(const PlanView& view) {
                        {"procs", node.procs},
                        {"first_rank", node.first_rank}});
     }
+    s["min_nodes"] = plan->min_nodes > 0 ? Json(plan->min_nodes) : Json();
     Json& spares = s["spares"] = Json::array();
     for (const auto& spare : plan->spares)
       spares.push_back({{"node_rank", spare.node_rank},

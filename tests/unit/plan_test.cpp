@@ -329,6 +329,31 @@ TEST_CASE("spare_nodes K: K more hosts of the list, after the nodes, with no ran
   CHECK(alone.path == "steps.train.parallel.spare_nodes");
 }
 
+TEST_CASE("nodes MIN:MAX: planned for MAX nodes, said elastic; an attempt on fewer renumbers the ranks",
+          "[plan]") {
+  Step step = with_nodes(with_cpus(make_step(), 6), 3);
+  step.parallel->min_nodes = 1;
+  StepPlan plan = must_plan(step, gpu_less_host(), ssh_cluster({"a", "b", "c"}));
+  CHECK(plan.min_nodes == 1);
+  CHECK(plan.nodes.size() == 3);
+  CHECK(plan.world_size == 6);
+  CHECK(
+      plan.why.back().rfind("nodes: \"1:3\" is elastic: the step starts on as many nodes as join (at most 3, "
+                            "at least 1, within cluster.join_timeout), WORLD_SIZE = nodes x 2",
+                            0) == 0);
+  const StepPlan two = plan_for_nodes(plan, 2);
+  CHECK(two.nodes.size() == 2);
+  CHECK(two.world_size == 4);
+  CHECK(layout(two) == std::vector<std::string>{"0:0:0:", "1:0:1:", "2:1:0:", "3:1:1:"});
+  CHECK(two.min_nodes == 1);
+  const StepPlan one = plan_for_nodes(plan, 1);
+  CHECK(one.world_size == 2);
+  CHECK(one.nodes.front().procs == 2);
+  // A fixed count says nothing of a range.
+  Step fixed = with_nodes(with_cpus(make_step(), 6), 3);
+  CHECK(must_plan(fixed, gpu_less_host(), ssh_cluster({"a", "b", "c"})).min_nodes == 0);
+}
+
 // ---- refusals --------------------------------------------------------------
 
 TEST_CASE("refusal R1: no GPU, no cpus, no cluster says how to run on CPU workers", "[plan]") {

@@ -69,6 +69,9 @@ struct StepPlan {
   // parallel.spare_nodes: nodes whose agents join and wait with no rank,
   // node ranks nodes.size() and up, until one takes a lost node's place.
   std::vector<NodePlan> spares;
+  // parallel.nodes: "MIN:MAX": MIN (the plan's `nodes` are MAX); 0 for a
+  // fixed count. An attempt runs on plan_for_nodes(plan, n), MIN <= n <= MAX.
+  int min_nodes = 0;
   std::vector<RankPlan> ranks;
   std::vector<std::string> why;  // the decision, in plain sentences
   Visibility visible_devices = Visibility::node;
@@ -90,6 +93,11 @@ using PlanResult = std::variant<StepPlan, Refusal>;
 // Plans one parallel step. `step` must be parallel.
 PlanResult plan_step(const Step& step, const std::optional<ClusterSpec>& cluster, const HostFacts& host,
                      const PlanOptions& options);
+
+// An elastic step's plan for an attempt on its first `nodes` nodes
+// (min_nodes <= nodes <= plan.nodes.size()): the same nodes' workers, the
+// ranks numbered over them, WORLD_SIZE = nodes x procs per node. Pure.
+StepPlan plan_for_nodes(const StepPlan& plan, int nodes);
 
 // Plans every parallel step of a validated spec. Throws DiagnosticError with
 // every refusal, located in `spec.file`.
