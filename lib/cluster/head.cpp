@@ -89,8 +89,9 @@ class Head : public GroupObserver, public cluster::NodeInbox {
   Head(Supervisor& supervisor, const Console& console, const NodeStep& job)
       : sup_(supervisor),
         console_(console),
-        job_(job),
+        full_plan_(*job.plan),
         plan_(*job.plan),
+        job_(with_plan(job, plan_)),
         cluster_(*job.spec->cluster),
         io_(supervisor.io()),
         heartbeat_timer_(io_),
@@ -143,7 +144,7 @@ class Head : public GroupObserver, public cluster::NodeInbox {
   AttemptResult run_attempt(const Attempt& attempt) {
     if (phase_ == Phase::between) {
       attempt_ = attempt.restart;
-      if (!take_spares()) return not_started();
+      if (!(nodes_.elastic() ? reseat_elastic() : take_spares())) return not_started();
       gathering_.assign();
     }
     if (!wait_ready()) return not_started();
@@ -155,6 +156,9 @@ class Head : public GroupObserver, public cluster::NodeInbox {
     result.record = attempt_recorded_ ? std::move(last_) : record_attempt();
     result.node_gone = nodes_.any_gone();
     result.spare_ready = result.node_gone && nodes_.spares_cover(spare_gpus());
+    if (result.node_gone && goes_on_elastic()) result.elastic_nodes = static_cast<int>(nodes_.usable());
+    if (nodes_.elastic())
+      result.next_world_size = static_cast<int>(nodes_.usable()) * full_plan_.nodes.front().procs;
     take_news(result);
     return result;
   }
@@ -186,7 +190,12 @@ class Head : public GroupObserver, public cluster::NodeInbox {
   }
 
   int interrupt_signal() const { return sup_.interrupt_received(); }
-  std::string placement() const { return cluster::plural(nodes_.size(), "node", "nodes"); }
+  // The nodes of the attempt that ran, or between attempts of an elastic
+  // step, of the next one.
+  std::string placement() const {
+    const std::size_t nodes = phase_ == Phase::between && nodes_.elastic() ? nodes_.usable() : nodes_.size();
+    return cluster::plural(nodes, "node", "nodes");
+  }
 
   // ---- GroupObserver ------------------------------------------------------
 
@@ -304,6 +313,69 @@ class Head : public GroupObserver, public cluster::NodeInbox {
     return true;
   }
 
+  // ---- elastic node counts (parallel.nodes: "MIN:MAX") ---------------------
+
+  // Whether an elastic step can go on without the nodes that are gone: MIN
+  // nodes are left (or wait to join), and none was signalled (a preemption
+  // ends the job, nodes or not).
+  bool goes_on_elastic() const {
+    if (!nodes_.elastic()) return false;
+    for (const auto& n : nodes_) {
+      if (n.signalled) return false;
+    }
+    return nodes_.usable() >= static_cast<std::size_t>(nodes_.min_nodes());
+  }
+
+  std::string range_text() const {
+    return fmt::format("nodes: \"{}:{}\"", full_plan_.min_nodes, full_plan_.nodes.size());
+  }
+
+  // The nodes there take node ranks 0 and up; the plan is theirs.
+  void take_usable_nodes() {
+    const auto change = nodes_.reseat();
+    for (std::size_t seat = 0; seat < nodes_.seats(); ++seat) {
+      if (nodes_[seat].conn && nodes_[seat].conn->is_open()) bind(static_cast<int>(seat));
+    }
+    plan_ = plan_for_nodes(full_plan_, static_cast<int>(nodes_.size()));
+    for (const auto& name : change.dropped) dropped_.push_back(name);
+    for (const auto& name : change.added) added_.push_back(name);
+  }
+
+  // Before the first attempt, with fewer nodes than MAX joined.
+  void start_fewer(const std::string& why) {
+    take_usable_nodes();
+    const std::string text = fmt::format("{}: the step starts on {} ({}), WORLD_SIZE {} ({})", why,
+                                         cluster::plural(nodes_.size(), "node", "nodes"),
+                                         fmt::join(nodes_.names(), ", "), plan_.world_size, range_text());
+    notes_.push_back(text);
+    console_.message(fmt::format("flowrun: step '{}': {}", plan_.step, text));
+  }
+
+  // Before a restart: the nodes left and those that joined since. False
+  // (the step fails) when fewer than MIN are there.
+  bool reseat_elastic() {
+    const std::size_t before = nodes_.size();
+    const std::size_t usable = nodes_.usable();
+    if (usable < static_cast<std::size_t>(nodes_.min_nodes())) {
+      fail_before_start(fmt::format("only {} left of the {} the step had, fewer than {} ({})",
+                                    cluster::plural(usable, "node is", "nodes are"), before,
+                                    nodes_.min_nodes(), range_text()));
+      return false;
+    }
+    take_usable_nodes();
+    if (dropped_.empty() && added_.empty()) return true;
+    std::vector<std::string> what;
+    if (!dropped_.empty()) what.push_back(fmt::format("without {}", fmt::join(dropped_, ", ")));
+    if (!added_.empty()) what.push_back(fmt::format("with {}, which joined since", fmt::join(added_, ", ")));
+    const std::string text =
+        fmt::format("the step goes on on {} ({}), {}: WORLD_SIZE {} ({})",
+                    cluster::plural(nodes_.size(), "node", "nodes"), fmt::join(nodes_.names(), ", "),
+                    fmt::join(what, " and "), plan_.world_size, range_text());
+    notes_.push_back(text);
+    console_.message(fmt::format("flowrun: step '{}': {}", plan_.step, text));
+    return true;
+  }
+
   // What node `seat`'s connection sends goes to the node in that seat.
   void bind(int seat) {
     nodes_[std::size_t(seat)].conn->set_handlers(
@@ -316,15 +388,17 @@ class Head : public GroupObserver, public cluster::NodeInbox {
   // A node that joined: what it sends comes here; the step fails before
   // its ranks start.
   cluster::NodeGathering::Links gathering_links() {
-    return {
-        [this](int seat, const std::shared_ptr<Connection>&) {
-          bind(seat);
-          if (nodes_.is_spare_seat(seat))
-            console_.message(fmt::format("flowrun: step '{}': spare node {} joined; it waits with no rank",
-                                         plan_.step, nodes_[std::size_t(seat)].name));
-        },
-        [this](const std::string& why) { fail_before_start(why); },
-        [this](Node& n, const std::string& what) { protocol_error(n, what); }};
+    return {[this](int seat, const std::shared_ptr<Connection>&) {
+              bind(seat);
+              if (nodes_.is_spare_seat(seat))
+                console_.message(fmt::format(
+                    "flowrun: step '{}': {} node {} joined; it waits with no rank{}", plan_.step,
+                    nodes_.elastic() ? "another" : "spare", nodes_[std::size_t(seat)].name,
+                    nodes_.elastic() ? fmt::format(" until the next restart ({})", range_text()) : ""));
+            },
+            [this](const std::string& why) { fail_before_start(why); },
+            [this](Node& n, const std::string& what) { protocol_error(n, what); },
+            [this](const std::string& why) { start_fewer(why); }};
   }
 
   // ---- messages from a node (node_inbox.h) ----------------------------------
@@ -418,8 +492,12 @@ class Head : public GroupObserver, public cluster::NodeInbox {
     uploads_.cut_short(n.rank);  // says nothing more than the loss below
     const std::string text = nodes_.lost_text(n, why);
     console_.message(fmt::format("flowrun: step '{}': {}", plan_.step, text));
-    if (phase_ == Phase::between && nodes_.spares_cover(spare_gpus())) {
-      notes_.push_back(text);  // a restart, if one comes, takes a spare for it
+    if (phase_ == Phase::between && (nodes_.spares_cover(spare_gpus()) || goes_on_elastic())) {
+      notes_.push_back(text);  // a restart, if one comes, takes a spare for it, or goes on without it
+      return;
+    }
+    if (phase_ == Phase::joining && nodes_.elastic()) {
+      notes_.push_back(text);  // the step starts without it, if MIN join
       return;
     }
     if (phase_ != Phase::running) {
@@ -470,6 +548,10 @@ class Head : public GroupObserver, public cluster::NodeInbox {
     attempt.stacks = stacks_.stop_report();
     attempt.replacements = std::move(replacements_);
     replacements_.clear();
+    attempt.dropped_nodes = std::move(dropped_);
+    dropped_.clear();
+    attempt.added_nodes = std::move(added_);
+    added_.clear();
     assign_roles(attempt, ranks.stopped);
     return attempt;
   }
@@ -522,10 +604,20 @@ class Head : public GroupObserver, public cluster::NodeInbox {
     if (phase_ == Phase::running && !stopping_) stop_nodes(Outcome::failed, write_error_);
   }
 
+  // The head's own copy of the step, whose plan is plan_: an elastic
+  // step's attempt runs on plan_for_nodes(full_plan_, its nodes), and every
+  // part below reads plan_ (through job_.plan) as the attempt's.
+  static NodeStep with_plan(const NodeStep& job, const StepPlan& plan) {
+    NodeStep copy = job;
+    copy.plan = &plan;
+    return copy;
+  }
+
   Supervisor& sup_;
   const Console& console_;
-  const NodeStep& job_;
-  const StepPlan& plan_;
+  const StepPlan full_plan_;
+  StepPlan plan_;
+  const NodeStep job_;
   const ClusterSpec& cluster_;
   asio::io_context& io_;
   asio::steady_timer heartbeat_timer_;
@@ -534,7 +626,7 @@ class Head : public GroupObserver, public cluster::NodeInbox {
   std::string marker_path_, marker_text_;
   double timeout_s_, interval_s_;
   Phase phase_ = Phase::joining;
-  cluster::NodeTable nodes_{plan_.nodes.size(), plan_.spares.size()};
+  cluster::NodeTable nodes_{plan_.nodes.size(), plan_.spares.size(), plan_.min_nodes};
   cluster::EngineWatch engines_;  // srun, ssh
   std::string engine_note_;
   std::string write_error_;  // the first file of the run directory that could not be written, and why
@@ -565,6 +657,7 @@ class Head : public GroupObserver, public cluster::NodeInbox {
   std::function<void()> keep_previous_;        // the step runner's, for the attempt about to start
   AttemptRecord last_;                         // the attempt that ended
   std::vector<NodeReplacement> replacements_;  // the spares that took a place for the attempt about to start
+  std::vector<std::string> dropped_, added_;   // an elastic step's nodes left out and taken in, likewise
   cluster::Listener listener_;                 // the agents' connections until they join
   cluster::UploadReceiver uploads_;            // the nodes' uploads into the ranks' directories
   cluster::NodeGathering gathering_{

@@ -170,10 +170,13 @@ HeadLaunch prepare_launch(const Console& console, const NodeStep& job, Listener&
   launch.engines =
       job.start_agents ? std::vector<EngineLaunch>{} : engine_launches(cluster, plan, slurm_job, agent, ssh);
   console.message(fmt::format(
-      "flowrun: step '{}': {} workers on {}{} (engine: {}); the head listens on {}", plan.step,
+      "flowrun: step '{}': {} workers on {}{}{} (engine: {}); the head listens on {}", plan.step,
       plan.world_size, plural(nodes, "node", "nodes"),
       plan.spares.empty() ? std::string()
                           : fmt::format(", {} waiting", plural(plan.spares.size(), "spare", "spares")),
+      plan.min_nodes > 0
+          ? fmt::format(", or on as few as {} (nodes: \"{}:{}\")", plan.min_nodes, plan.min_nodes, nodes)
+          : std::string(),
       engine_name(cluster.engine), listening));
   if (auto file = say_how_to_join(console, job, nodes, agent, token); !file.empty()) launch.token_file = file;
   for (const auto& e : launch.engines) launch.launches.push_back(engine_worker(e, job, token));

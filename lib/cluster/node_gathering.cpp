@@ -38,6 +38,7 @@ NodeGathering::NodeGathering(boost::asio::io_context& io, const Console& console
       marker_text_(marker_text),
       links_(std::move(links)),
       join_timer_(io),
+      last_call_timer_(io),
       preflight_(console, plan_, job_.ctx.layout.step_dir(plan_.step) + "/preflight.txt", preflight_links()) {
 }
 
@@ -62,7 +63,40 @@ Admission NodeGathering::admit(const Joiner& j) {
 void NodeGathering::on_joined(int rank, const Joiner& j, const std::shared_ptr<Connection>& conn) {
   const bool all = nodes_.join(rank, j, conn);
   links_.joined(rank, conn);
-  if (all) all_joined();
+  if (all) {
+    all_joined();
+    return;
+  }
+  maybe_start_fewer();
+}
+
+std::string NodeGathering::joined_of() const {
+  return fmt::format("{} of {} nodes joined", nodes_.joined(), nodes_.size());
+}
+
+void NodeGathering::maybe_start_fewer() {
+  if (!nodes_.elastic() || phase_ != Phase::joining) return;
+  const auto min = static_cast<std::size_t>(nodes_.min_nodes());
+  if (nodes_.usable() < min) return;
+  const double last_call = job_.spec->cluster->last_call_timeout_s;
+  if (nodes_.joined() + not_coming_ >= nodes_.size()) {
+    start_fewer(fmt::format("{}; the others' agents will not come", joined_of()));
+  } else if (!last_call_) {
+    last_call_ = true;
+    last_call_timer_.expires_after(std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+        std::chrono::duration<double>(last_call)));
+    last_call_timer_.async_wait([this, last_call](const boost::system::error_code& ec) {
+      if (ec || phase_ != Phase::joining) return;
+      start_fewer(
+          fmt::format("{}, and no more within cluster.last_call_timeout ({:g} s)", joined_of(), last_call));
+    });
+  }
+}
+
+void NodeGathering::start_fewer(const std::string& why) {
+  cancel_join_timer();
+  links_.start_fewer(why);
+  all_joined();
 }
 
 void NodeGathering::start_join_timer(double seconds) {
@@ -70,6 +104,10 @@ void NodeGathering::start_join_timer(double seconds) {
       std::chrono::duration<double>(seconds)));
   join_timer_.async_wait([this, seconds](const boost::system::error_code& ec) {
     if (ec || phase_ != Phase::joining) return;
+    if (nodes_.elastic() && nodes_.usable() >= static_cast<std::size_t>(nodes_.min_nodes())) {
+      start_fewer(fmt::format("{} within cluster.join_timeout ({:g} s)", joined_of(), seconds));
+      return;
+    }
     links_.fail(nodes_.join_timeout(plan_, seconds, listener_.endpoint()) + listener_.strangers_note());
   });
 }
@@ -88,6 +126,15 @@ std::optional<std::string> NodeGathering::on_engine_exit(std::size_t index, cons
   // of one that joined is the head's to tell).
   if (node >= 0 && nodes_.is_spare_seat(node)) return engines_.ended_note(index, record);
   if (phase_ == Phase::joining && (node < 0 || !nodes_[static_cast<std::size_t>(node)].joined)) {
+    // An elastic step goes on without the nodes that cannot come while MIN can.
+    const std::size_t gone = node < 0 ? nodes_.size() - nodes_.joined() : 1;
+    if (nodes_.elastic() && nodes_.size() - std::min(nodes_.size(), not_coming_ + gone) >=
+                                static_cast<std::size_t>(nodes_.min_nodes())) {
+      not_coming_ += gone;
+      const std::string note = engines_.ended_note(index, record);
+      maybe_start_fewer();
+      return note;
+    }
     links_.fail(engines_.ended_before_join(index, record));
     return std::nullopt;
   }

@@ -37,6 +37,9 @@ class NodeGathering {
     // The step fails before its ranks start, for `why`.
     std::function<void(const std::string& why)> fail;
     std::function<void(Node& n, const std::string& what)> protocol_error;
+    // An elastic step starts with fewer nodes than its MAX, for `why`: the
+    // head gathers them into node ranks 0 and up (NodeTable::reseat).
+    std::function<void(const std::string& why)> start_fewer;
   };
   // `phase` is the head's, which this moves on from joining to ready;
   // `attempt` and the marker are the head's too, read at each assign.
@@ -48,9 +51,13 @@ class NodeGathering {
   Admission admit(const Joiner& j);
   void on_joined(int rank, const Joiner& j, const std::shared_ptr<Connection>& conn);
 
-  // The join timeout: the step fails when not every node joined within `seconds`.
+  // The join timeout: the step fails when not every node joined within
+  // `seconds`; an elastic step starts with those that did, if MIN did.
   void start_join_timer(double seconds);
-  void cancel_join_timer() { join_timer_.cancel(); }
+  void cancel_join_timer() {
+    join_timer_.cancel();
+    last_call_timer_.cancel();
+  }
   // Output of the engine's process `index`: srun waiting for resources
   // stops the join timeout, which counts from the grant.
   void on_engine_output(std::size_t index, std::string_view data);
@@ -70,6 +77,11 @@ class NodeGathering {
 
  private:
   void all_joined();
+  // An elastic step: starts with the nodes that joined when MIN have and no
+  // more can come (`not_coming_`) or the last call ran out.
+  void maybe_start_fewer();
+  void start_fewer(const std::string& why);
+  std::string joined_of() const;
   NodePreflight::Links preflight_links();
 
   const NodeStep& job_;
@@ -83,6 +95,9 @@ class NodeGathering {
   const std::string& marker_text_;
   Links links_;
   boost::asio::steady_timer join_timer_;
+  boost::asio::steady_timer last_call_timer_;  // nodes: "MIN:MAX", once MIN joined
+  bool last_call_ = false;
+  std::size_t not_coming_ = 0;  // nodes whose srun or ssh ended before they joined
   std::vector<std::string> workdir_errors_;
   int ready_ = 0;
   NodePreflight preflight_;  // preflight: true

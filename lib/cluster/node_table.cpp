@@ -30,8 +30,12 @@ std::string connection_lost(bool failed_authentication, const std::string& why) 
          (why == "the connection closed" ? std::string() : " (" + why + ")");
 }
 
-NodeTable::NodeTable(std::size_t count, std::size_t spares)
-    : nodes_(count + spares), active_(count), joined_flags_(count + spares, false) {
+NodeTable::NodeTable(std::size_t count, std::size_t spares, int min_nodes)
+    : nodes_(count + spares),
+      active_(count),
+      joined_flags_(count + spares, false),
+      max_(count),
+      min_(min_nodes) {
   for (std::size_t i = 0; i < nodes_.size(); ++i) nodes_[i].rank = static_cast<int>(i);
 }
 
@@ -39,6 +43,9 @@ Admission NodeTable::admit(const Joiner& j, const std::vector<int>& engine_nodes
   // Asked once per joiner: nothing here may copy every node (4096 of them).
   auto name_of = [this](int rank) { return nodes_[static_cast<std::size_t>(rank)].name; };
   if (!spares_only) return claim_node_rank(j.claim, joined_flags_, name_of, engine_nodes);
+  // An elastic step's node that joins late waits in any free seat: the seats
+  // were renumbered when the step started without it.
+  if (elastic()) return claim_node_rank(-1, joined_flags_, name_of, {});
   if (j.claim >= 0 && j.claim < static_cast<int>(active_))
     return {-1, fmt::format("node rank {} has already joined (from {})", j.claim, name_of(j.claim))};
   std::vector<bool> taken = joined_flags_;  // flags, not nodes
@@ -48,6 +55,8 @@ Admission NodeTable::admit(const Joiner& j, const std::vector<int>& engine_nodes
 
 bool NodeTable::join(int seat, const Joiner& j, std::shared_ptr<Connection> conn) {
   Node& n = nodes_[static_cast<std::size_t>(seat)];
+  n = Node{};  // a seat reseat() freed may have held a retired node
+  n.rank = seat;
   n.joined = true;
   joined_flags_[static_cast<std::size_t>(seat)] = true;
   n.name = printable(j.node);  // it is printed, and in the report
@@ -105,6 +114,52 @@ int NodeTable::replace(int rank, int gpus) {
   return -1;
 }
 
+namespace {
+
+bool gone(const Node& n) { return !n.joined || n.lost || n.closed || n.signalled || n.retired; }
+
+}  // namespace
+
+std::size_t NodeTable::usable() const {
+  const auto step_nodes =
+      static_cast<std::size_t>(std::count_if(begin(), end(), [](const Node& n) { return !gone(n); }));
+  return std::min(max_, step_nodes + spares_waiting(-1));
+}
+
+NodeTable::Reseated NodeTable::reseat() {
+  Reseated change;
+  std::vector<Node> taken, rest;
+  for (std::size_t seat = 0; seat < nodes_.size(); ++seat) {
+    Node& n = nodes_[seat];
+    const bool step_node = seat < active_;
+    const bool usable = step_node ? !gone(n) : waits(n, -1);
+    if (usable && taken.size() < max_) {
+      if (!step_node) change.added.push_back(n.name);
+      n.ready = n.done = false;
+      taken.push_back(std::move(n));
+      continue;
+    }
+    if (step_node && n.joined) {  // gone: retired, and its seat free for a node that joins later
+      change.dropped.push_back(n.name);
+      n.retired = true;
+      if (n.conn) n.conn->close();  // and its handlers, which name its seat, let go
+      retired_.push_back(std::move(n));
+      rest.emplace_back();
+      continue;
+    }
+    rest.push_back(std::move(n));
+  }
+  active_ = taken.size();
+  joined_ = active_;
+  nodes_ = std::move(taken);
+  for (auto& n : rest) nodes_.push_back(std::move(n));
+  for (std::size_t seat = 0; seat < nodes_.size(); ++seat) {
+    nodes_[seat].rank = static_cast<int>(seat);
+    joined_flags_[seat] = nodes_[seat].joined;
+  }
+  return change;
+}
+
 void NodeTable::say_bye(bool ok) {
   for (auto& n : nodes_) {
     if (n.conn && n.conn->is_open()) {
@@ -153,7 +208,8 @@ std::string NodeTable::join_timeout(const StepPlan& plan, double seconds, const 
 }
 
 std::string NodeTable::lost_text(const Node& n, const std::string& why) const {
-  if (is_spare_seat(n.rank)) return fmt::format("spare node {} lost: {}", n.name, why);
+  if (is_spare_seat(n.rank))
+    return fmt::format("{} node {} lost: {}", elastic() ? "waiting" : "spare", n.name, why);
   return fmt::format("node {} (node rank {} of {}) lost: {}", n.name, n.rank, active_, why);
 }
 
@@ -174,7 +230,8 @@ bool NodeTable::any_gone() const {
 }
 
 bool NodeTable::any_retired() const {
-  return std::any_of(nodes_.begin(), nodes_.end(), [](const Node& n) { return n.retired; });
+  return !retired_.empty() ||
+         std::any_of(nodes_.begin(), nodes_.end(), [](const Node& n) { return n.retired; });
 }
 
 bool NodeTable::heartbeat(std::int64_t now_ns, double timeout_s,

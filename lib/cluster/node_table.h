@@ -54,9 +54,14 @@ std::string connection_lost(bool failed_authentication, const std::string& why);
 // no rank until replace() moves it to a lost node's rank. Iterating the
 // table, size() and any_gone() see the nodes alone; every seat is indexed
 // by operator[] and gets heartbeats, bye and close.
+//
+// An elastic table (parallel.nodes: "MIN:MAX", `min_nodes` > 0) has MAX
+// seats: the step may start with fewer, and after a loss go on with fewer,
+// while MIN remain; reseat() gathers the nodes of the next attempt into
+// seats 0 and up, and the seats after them take nodes that join late.
 class NodeTable {
  public:
-  explicit NodeTable(std::size_t count, std::size_t spares = 0);
+  explicit NodeTable(std::size_t count, std::size_t spares = 0, int min_nodes = 0);
 
   std::size_t size() const { return active_; }
   std::size_t seats() const { return nodes_.size(); }  // nodes and spares
@@ -93,6 +98,24 @@ class NodeTable {
   // the node it replaces to the spare's seat, retired. Returns that seat,
   // or -1 when no spare waits.
   int replace(int rank, int gpus);
+
+  // ---- elastic (min_nodes > 0) ---------------------------------------------
+  bool elastic() const { return min_ > 0; }
+  int min_nodes() const { return min_; }
+  // Nodes of the step that joined (not the spares' seats).
+  std::size_t joined() const { return joined_; }
+  // Nodes an attempt could run on now: those of the step that are not gone,
+  // and the nodes that joined later and wait; at most the table's MAX.
+  std::size_t usable() const;
+  // The next attempt's nodes: the usable ones, in their order (the step's
+  // nodes first, then those that waited), in seats 0 and up; the others
+  // after them (a gone node retired, never used again). Each node's
+  // `rank` becomes its new seat. Returns the names of the step's nodes left
+  // out (gone) and of the waiting nodes taken in.
+  struct Reseated {
+    std::vector<std::string> dropped, added;
+  };
+  Reseated reseat();
 
   std::vector<std::string> names() const;
   // Each node's (head address it reached, name), for the listener's note on fallbacks.
@@ -138,6 +161,9 @@ class NodeTable {
   std::size_t active_ = 0;          // how many of nodes_ are the step's nodes
   std::vector<bool> joined_flags_;  // nodes_[i].joined, as claim_node_rank takes it
   std::size_t joined_ = 0;          // of the nodes, not the spares
+  std::vector<Node> retired_;       // an elastic step's nodes that reseat() left out
+  std::size_t max_ = 0;             // the step's nodes at most: the plan's
+  int min_ = 0;                     // parallel.nodes "MIN:MAX": MIN; 0: a fixed count
 };
 
 }  // namespace flowrun::cluster

@@ -67,6 +67,8 @@ void RankTable::reset() {
     if (r.log) r.log->close();
     r = RankState{};
   }
+  // An elastic step's attempt may have fewer or more ranks than the one before.
+  ranks_.resize(static_cast<std::size_t>(plan_.world_size));
 }
 
 void RankTable::start(const LaunchContext& ctx, const NodeTable& nodes, int attempt, std::int64_t start_ns) {

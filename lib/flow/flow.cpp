@@ -420,7 +420,7 @@ class FlowRunner {
   // incomplete or cannot be gathered (the step then counts as failed).
   std::string gather(const Step& step, StepRecord& record, FileTime started, std::int64_t start_mono) {
     std::string join_errors;
-    JoinRequest request = join_request(step, plan_of(step), ctx_.layout, started);
+    JoinRequest request = join_request(step, plan_of(step), ctx_.layout, started, record.attempts);
     // Gathering counts in the step's time and hears Ctrl-C: a large copy
     // stops at the step's deadline or at an interrupt, as the workers would.
     request.stop = [&]() -> std::string {

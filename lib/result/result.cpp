@@ -559,6 +559,9 @@ std::string format_results_json(const StepRecord& record) {
     Json& replaced = attempt["replaced_nodes"] = Json::array();
     for (const auto& r : a.replacements)
       replaced.push_back({{"node_rank", r.node_rank}, {"lost", r.lost}, {"spare", r.spare}});
+    attempt["world_size"] = a.workers.size();
+    attempt["dropped_nodes"] = a.dropped_nodes;
+    attempt["added_nodes"] = a.added_nodes;
     attempts.push_back(std::move(attempt));
   }
   const auto& from = record.continued_from;

@@ -46,13 +46,16 @@ std::optional<std::string> never_restarts(const RestartQuestion& q) {
   if (q.interrupt != 0) return "flowrun received " + signal_name(q.interrupt);
   if (!a.write_error.empty()) return "flowrun could not write the run directory";
   if (q.errors) return "flowrun's own errors (above) fail the step";
-  if (q.node_gone && !q.spare_ready) {
+  if (q.node_gone && !q.spare_ready && !q.elastic_nodes) {
     const WorkerRecord* w = culprit_of(a);
     std::string lost = "a node of the step is gone";
     if (w && w->status.kind == ExitStatus::Kind::lost)
       lost = w->node.empty() ? fmt::format("rank {}'s node was lost", w->rank)
                              : fmt::format("rank {}'s node, {}, was lost", w->rank, w->node);
     if (q.spares_planned) return lost + ", and no spare node is left to take its place";
+    if (q.min_nodes > 0)
+      return fmt::format("{}, and fewer than {} nodes are left (nodes: \"{}:{}\")", lost, q.min_nodes,
+                         q.min_nodes, q.max_nodes);
     return lost + ", and a restart needs every node the step started with";
   }
   return std::nullopt;
@@ -123,13 +126,20 @@ RestartDecision decide_restart(const RestartPolicy& policy, const RestartQuestio
   const AttemptRecord& a = *q.last;
   if (a.outcome == Outcome::succeeded) return {};
   const bool spare = q.node_gone && q.spare_ready;
-  // With spares, a lost node is worth a word even without max_restarts.
-  if (q.max_restarts == 0 && !spare && !(q.node_gone && q.spares_planned)) return {};
+  const bool elastic = q.node_gone && q.elastic_nodes.has_value();
+  // With spares or a range, a lost node is worth a word even without max_restarts.
+  if (q.max_restarts == 0 && !spare && !elastic && !(q.node_gone && (q.spares_planned || q.min_nodes > 0)))
+    return {};
   if (auto never = never_restarts(q)) return {false, *never};
   // A node was lost and a spare takes its place: whatever its ranks' peers
   // failed of, the loss is the cause.
   if (spare) return {true, "a spare node takes the lost node's place"};
-  if (a.restart_count - q.carried_restarts - q.spare_restarts >= q.max_restarts)
+  if (elastic)
+    return {true, fmt::format(
+                      "the step goes on with the {} left (nodes: \"{}:{}\")",
+                      *q.elastic_nodes == 1 ? std::string("node") : fmt::format("{} nodes", *q.elastic_nodes),
+                      q.min_nodes, q.max_nodes)};
+  if (a.restart_count - q.carried_restarts - q.spare_restarts - q.elastic_restarts >= q.max_restarts)
     return {false, fmt::format("its {} restart{} (max_restarts) {} run", q.max_restarts,
                                q.max_restarts == 1 ? "" : "s", q.max_restarts == 1 ? "has" : "have")};
   if (!policy.is_set) return {true, "every failure restarts"};

@@ -63,6 +63,11 @@ void decide_after(AttemptResult& result, const StepRun& run, const StepPlan& pla
   for (const auto& before : run.attempts) question.spare_restarts += before.replacements.empty() ? 0 : 1;
   question.spare_restarts += record.replacements.empty() ? 0 : 1;
   question.carried_restarts = carried;
+  question.elastic_nodes = result.elastic_nodes;
+  question.min_nodes = plan.min_nodes;
+  question.max_nodes = static_cast<int>(plan.nodes.size());
+  for (const auto& before : run.attempts) question.elastic_restarts += before.dropped_nodes.empty() ? 0 : 1;
+  question.elastic_restarts += record.dropped_nodes.empty() ? 0 : 1;
   question.errors = !run.errors.empty();
   question.interrupt = interrupt;
   question.max_restarts = plan.max_restarts;
@@ -122,9 +127,10 @@ StepRun StepRunner::run(WorkerGroup& group) {
     run.attempts.push_back(std::move(result.record));
     const AttemptRecord& last = run.attempts.back();
     if (!last.restarted) break;
-    console_.message(restart_message(step_.name, last, plan_.world_size, group.placement(), restart + 1,
-                                     plan_.max_restarts, last.restart_reason, result.spare_ready,
-                                     first_restart_));
+    const int world = result.next_world_size > 0 ? result.next_world_size : plan_.world_size;
+    console_.message(restart_message(step_.name, last, world, group.placement(), restart + 1,
+                                     plan_.max_restarts, last.restart_reason,
+                                     result.spare_ready || result.elastic_nodes.has_value(), first_restart_));
   }
   settle_step_run(run, group.interrupt_signal());
   return run;
@@ -198,7 +204,11 @@ void settle_step_run(StepRun& run, int interrupt) {
   if (!run.errors.empty() && run.exit_code == 0) run.exit_code = 1;
 }
 
-JoinRequest join_request(const Step& step, const StepPlan& plan, const RunLayout& layout, FileTime started) {
+JoinRequest join_request(const Step& step, const StepPlan& full, const RunLayout& layout, FileTime started,
+                         const std::vector<AttemptRecord>& ran) {
+  const int ranks = ran.empty() ? 0 : static_cast<int>(ran.back().workers.size());
+  const bool fewer = full.min_nodes > 0 && ranks > 0 && ranks < full.world_size;
+  const StepPlan plan = fewer ? plan_for_nodes(full, ranks / full.nodes.front().procs) : full;
   JoinRequest request;
   request.step = step.name;
   request.workdir = step.workdir;

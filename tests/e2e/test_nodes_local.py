@@ -498,6 +498,95 @@ class TestNodesLocal(E2E):
                    "no spare: the step fails, and the report says no spare is left", err)
         n.check_nothing_left("no spare")
 
+    def test_elastic_goes_on(self):
+        # nodes: "1:2", no spare: node 1's agent is SIGKILLed while attempt 0's ranks wait; the step goes on
+        # with node 0 alone, its two ranks renumbered 0 and 1, WORLD_SIZE 2, though max_restarts is 0.
+        script = ('echo "$TORCHELASTIC_RESTART_COUNT" >> "runs.$RANK"; '
+                  'if [ "$TORCHELASTIC_RESTART_COUNT" = 0 ]; then ' + READY + 'exec sleep 30; fi; '
+                  'echo "$FLOWRUN_NODE_RANK $WORLD_SIZE $LOCAL_WORLD_SIZE" > "again.$RANK"')
+        spec = spec_text("elastic", sh_yaml(script)).replace("      nodes: 2\n", '      nodes: "1:2"\n')
+        n = self.nodes("elastic", spec)
+        if not n.begin("elastic"):
+            return
+        ready = n.wait_ready()
+        if not self.check(len(ready) == 4, "elastic: every rank of attempt 0 starts", n.detail()):
+            return
+        os.kill(next(pid for node, pid in ready.values() if node == 1), signal.SIGKILL)
+        rc = n.finish("elastic")
+        err = n.head_err()
+        self.check(rc == 0, "elastic: the step succeeds on the node left", n.detail())
+        for line in [f"flowrun: step 'train': node {HOST} (node rank 1 of 2) lost: <agent closed>",
+                     f"flowrun: step 'train' failed (rank <x> on {HOST} <any>); restarting all 2 workers on 1 node "
+                     '(restart 1, not counted to max_restarts): the step goes on with the node left (nodes: "1:2")',
+                     f"flowrun: step 'train': the step goes on on 1 node ({HOST}), without {HOST}: WORLD_SIZE 2 "
+                     '(nodes: "1:2")',
+                     "flowrun: step 'train' succeeded in <secs>"]:
+            pattern = line_pattern(line.replace("<x>", "<pid>")).pattern.replace(re.escape("<any>"), ".*")
+            self.check(re.search("^" + pattern + "$", err, re.M) is not None, f"elastic: the head says: {line}", err)
+        again = {r: read(os.path.join(n.dir, f"again.{r}")).split()
+                 for r in range(4) if os.path.exists(os.path.join(n.dir, f"again.{r}"))}
+        self.check(again == {0: ["0", "2", "2"], 1: ["0", "2", "2"]},
+                   "elastic: attempt 1 runs ranks 0 and 1 on node rank 0, WORLD_SIZE 2, and no rank 2 or 3",
+                   str(again))
+        runs = [read(os.path.join(n.dir, f"runs.{r}")) for r in range(4)]
+        self.check(runs == ["0\n1\n", "0\n1\n", "0\n", "0\n"],
+                   "elastic: ranks 0 and 1 ran twice, TORCHELASTIC_RESTART_COUNT 0 then 1; ranks 2 and 3 once",
+                   str(runs))
+        res = n.results()
+        attempts = res["attempts"]
+        self.check(res["outcome"] == "succeeded" and len(attempts) == 2 and attempts[0]["restarted"] and
+                   attempts[0]["restart_reason"] == 'the step goes on with the node left (nodes: "1:2")' and
+                   attempts[0]["world_size"] == 4 and attempts[1]["world_size"] == 2 and
+                   attempts[1]["dropped_nodes"] == [HOST] and attempts[1]["added_nodes"] == [] and
+                   [w["rank"] for w in res["ranks"]] == [0, 1],
+                   "elastic: results.json: attempt 1 on 2 ranks without the lost node", json.dumps(res)[:3000])
+        n.check_nothing_left("elastic")
+
+    def test_elastic_starts_fewer_then_grows(self):
+        # nodes: "1:2" with one agent: once cluster.last_call_timeout passes, the step starts on that node,
+        # WORLD_SIZE 2. A second agent joins while it runs and waits; rank 0 fails, and the restart
+        # (max_restarts: 1) takes the waiting node in: WORLD_SIZE 4 on 2 nodes.
+        script = ('if [ "$TORCHELASTIC_RESTART_COUNT" = 0 ]; then ' + READY +
+                  'if [ "$RANK" = 0 ]; then while ! test -f go; do sleep 0.05; done; exit 3; fi; exec sleep 30; fi; '
+                  'echo "$FLOWRUN_NODE_RANK $WORLD_SIZE" > "again.$RANK"')
+        spec = (spec_text("grow", sh_yaml(script), extra="      max_restarts: 1\n")
+                .replace("      nodes: 2\n", '      nodes: "1:2"\n')
+                .replace("  heartbeat_timeout: 1\n", "  heartbeat_timeout: 1\n  last_call_timeout: 1\n"))
+        n = self.nodes("grow", spec)
+        argv = n.command()
+        if not self.check(argv is not None, "grow: the head prints the agent command", n.detail()):
+            return
+        n.start_agents(argv, count=1)
+        ready = n.wait_ready(count=2)
+        started = ("flowrun: step 'train': 1 of 2 nodes joined, and no more within cluster.last_call_timeout (1 s): "
+                   f'the step starts on 1 node ({HOST}), WORLD_SIZE 2 (nodes: "1:2")')
+        if not self.check(len(ready) == 2 and started in n.head_err(),
+                          "grow: the step starts on the one node there, 2 ranks", n.detail()):
+            return
+        n.start_agents(argv, count=1)
+        waits = (f"flowrun: step 'train': another node {HOST} joined; it waits with no rank until the next restart "
+                 '(nodes: "1:2")')
+        wait_for(lambda: waits in n.head_err() or n.head.poll() is not None, 30 * self.slack)
+        self.check(waits in n.head_err(), "grow: a node that joins late waits", n.head_err())
+        open(os.path.join(n.dir, "go"), "w").close()
+        rc = n.finish("grow")
+        err = n.head_err()
+        self.check(rc == 0, "grow: the step succeeds after the restart", n.detail())
+        grown = (f"flowrun: step 'train': the step goes on on 2 nodes ({HOST}, {HOST}), with {HOST}, which joined "
+                 'since: WORLD_SIZE 4 (nodes: "1:2")')
+        self.check(grown in err and "restarting all 4 workers on 2 nodes (restart 1 of 1)" in err,
+                   "grow: the restart takes the waiting node in", err)
+        again = {r: read(os.path.join(n.dir, f"again.{r}")).split()
+                 for r in range(4) if os.path.exists(os.path.join(n.dir, f"again.{r}"))}
+        self.check(again == {0: ["0", "4"], 1: ["0", "4"], 2: ["1", "4"], 3: ["1", "4"]},
+                   "grow: attempt 1 runs 4 ranks on 2 nodes, WORLD_SIZE 4", str(again))
+        res = n.results()
+        attempts = res["attempts"]
+        self.check(len(attempts) == 2 and attempts[0]["world_size"] == 2 and attempts[1]["world_size"] == 4 and
+                   attempts[1]["added_nodes"] == [HOST] and attempts[1]["dropped_nodes"] == [],
+                   "grow: results.json: 2 ranks, then 4 with the node that joined", json.dumps(attempts)[:3000])
+        n.check_nothing_left("grow")
+
     # --- (d) a silent node ----------------------------------------------------------
 
     def test_agent_silent(self):

@@ -269,3 +269,65 @@ TEST_CASE("NodeTable::replace: the first spare that waits takes a lost node's ra
   CHECK(table.replaceable() == std::vector<int>{1});
   CHECK_FALSE(table.spares_cover(-1));
 }
+
+TEST_CASE("NodeTable, elastic: the nodes there gather into node ranks 0 and up; a lost one retires for good",
+          "[node_table]") {
+  Loopback loopback;
+  NodeTable nodes(3, 0, 2);  // nodes: "2:3"
+  CHECK(nodes.elastic());
+  CHECK(nodes.min_nodes() == 2);
+  CHECK_FALSE(nodes.join(0, joiner("a"), loopback.connect()));
+  CHECK_FALSE(nodes.join(2, joiner("c"), loopback.connect()));  // node rank 1 never joins
+  CHECK(nodes.joined() == 2);
+  CHECK(nodes.usable() == 2);
+  // The step starts with the two there: c takes node rank 1.
+  auto change = nodes.reseat();
+  CHECK(change.dropped.empty());
+  CHECK(change.added.empty());
+  CHECK(nodes.size() == 2);
+  CHECK(nodes.seats() == 3);
+  CHECK(nodes.names() == std::vector<std::string>{"a", "c"});
+  CHECK(nodes[1].rank == 1);
+  CHECK(nodes.is_spare_seat(2));
+  // A node that joins late waits in the free seat, whatever node rank it asks for.
+  Joiner late = joiner("d");
+  late.claim = 0;
+  CHECK(nodes.admit(late, {}, true).rank == 2);
+  CHECK_FALSE(nodes.join(2, late, loopback.connect()));
+  CHECK(nodes.lost_text(nodes[2], "its agent's connection closed") ==
+        "waiting node d lost: its agent's connection closed");
+  CHECK(nodes.usable() == 3);
+  // c is lost: the next attempt has a and d; c's connection is closed and its seat never comes back.
+  nodes[1].lost = true;
+  CHECK(nodes.any_gone());
+  CHECK(nodes.usable() == 2);
+  change = nodes.reseat();
+  CHECK(change.dropped == std::vector<std::string>{"c"});
+  CHECK(change.added == std::vector<std::string>{"d"});
+  CHECK(nodes.names() == std::vector<std::string>{"a", "d"});
+  CHECK(nodes[1].rank == 1);
+  CHECK_FALSE(nodes[1].done);
+  CHECK_FALSE(nodes.any_gone());
+  CHECK(nodes.any_retired());
+  // The retired node's seat is free for the next node that joins late.
+  CHECK_FALSE(nodes[2].joined);
+  CHECK(nodes.admit(joiner("e"), {}, true).rank == 2);
+  // Fewer than MIN left: usable says so; the head then fails the step.
+  nodes[0].lost = true;
+  CHECK(nodes.usable() == 1);
+}
+
+TEST_CASE("NodeTable, elastic: at most MAX nodes are taken, the nodes of the step first", "[node_table]") {
+  Loopback loopback;
+  NodeTable nodes(2, 0, 1);  // nodes: "1:2"
+  nodes.join(0, joiner("a"), loopback.connect());
+  nodes.reseat();  // started with a alone
+  CHECK(nodes.size() == 1);
+  nodes.join(1, joiner("b"), loopback.connect());
+  CHECK(nodes.usable() == 2);
+  const auto change = nodes.reseat();  // a restart: b is taken in
+  CHECK(change.added == std::vector<std::string>{"b"});
+  CHECK(nodes.names() == std::vector<std::string>{"a", "b"});
+  CHECK(nodes.size() == 2);
+  CHECK(nodes.usable() == 2);
+}

@@ -139,6 +139,47 @@ TEST_CASE("the decision table: a spare that waits restarts a step whose node was
   CHECK(none.reason == "rank 1's node, node2, was lost, and no spare node is left to take its place");
 }
 
+TEST_CASE("the decision table: an elastic step goes on with the nodes left while MIN remain", "[restart]") {
+  AttemptRecord lost = classified(failed_with(exited(3)));
+  lost.workers[1].status = {ExitStatus::Kind::lost, 0, ""};
+  lost.workers[1].node = "node2";
+  RestartQuestion q;
+  q.last = &lost;
+  q.node_gone = true;
+  q.min_nodes = 1;
+  q.max_nodes = 2;
+  q.elastic_nodes = 1;
+  // Whatever the causes and max_restarts (0 here) say: the loss is the cause, the range bounds it.
+  RestartDecision d = decide_restart(policy_of(false, false, false), q);
+  CHECK(d.restart);
+  CHECK(d.reason == "the step goes on with the node left (nodes: \"1:2\")");
+  q.elastic_nodes = 3;
+  q.max_nodes = 4;
+  CHECK(decide_restart(policy_of(false, false, false), q).reason ==
+        "the step goes on with the 3 nodes left (nodes: \"1:4\")");
+  // Fewer than MIN left: said even with max_restarts 0.
+  q.elastic_nodes.reset();
+  q.min_nodes = 2;
+  d = decide_restart(policy_of(false, false, false), q);
+  CHECK_FALSE(d.restart);
+  CHECK(d.reason == "rank 1's node, node2, was lost, and fewer than 2 nodes are left (nodes: \"2:4\")");
+  // Never after an interrupt (a preemption ends the job, nodes or not).
+  q.elastic_nodes = 2;
+  q.interrupt = SIGTERM;
+  CHECK_FALSE(decide_restart(policy_of(false, false, false), q).restart);
+  // Its restarts do not count to max_restarts: 2 restarts so far, one of them elastic.
+  AttemptRecord failed = classified(failed_with(exited(3)));
+  failed.restart_count = 2;
+  RestartQuestion later;
+  later.last = &failed;
+  later.max_restarts = 2;
+  later.min_nodes = 1;
+  later.max_nodes = 2;
+  CHECK(decide_restart(RestartPolicy{}, later).reason == "its 2 restarts (max_restarts) have run");
+  later.elastic_restarts = 1;
+  CHECK(decide_restart(RestartPolicy{}, later).reason == "every failure restarts");
+}
+
 TEST_CASE("the decision table: which causes restart", "[restart]") {
   const AttemptRecord exception = classified(failed_with(exited(1), kTraceback));
   const AttemptRecord code3 = classified(failed_with(exited(3)));

@@ -642,7 +642,10 @@ TEST_CASE("result: results.json of a failed parallel step", "[result]") {
       "exception": null,
       "restarted": false,
       "restart_reason": null,
-      "replaced_nodes": []
+      "replaced_nodes": [],
+      "world_size": 2,
+      "dropped_nodes": [],
+      "added_nodes": []
     }
   ],
   "continued_from": null

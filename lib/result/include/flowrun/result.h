@@ -162,6 +162,9 @@ struct AttemptRecord {
   std::string restart_reason;
   // The spares that took lost nodes' places before this attempt started.
   std::vector<NodeReplacement> replacements;
+  // An elastic step's (parallel.nodes: "MIN:MAX"): the nodes it went on
+  // without before this attempt (gone), and those it took in (joined late).
+  std::vector<std::string> dropped_nodes, added_nodes;
 };
 
 struct StepRecord {

@@ -15,7 +15,9 @@
 //      needs every node the step started with) unless a spare waits for
 //      every node gone (parallel.spare_nodes): then the step restarts,
 //      whatever the cause and max_restarts say, and that restart does not
-//      count to max_restarts (the spares bound it);
+//      count to max_restarts (the spares bound it); likewise an elastic
+//      step (parallel.nodes: "MIN:MAX") whose nodes left are at least MIN
+//      goes on with them (the range bounds it);
 //   4. max_restarts restarts have run (not counting the spares' restarts,
 //      nor the attempts of an earlier run the count continues);
 //   5. without a `restart:` policy, torchrun's rule: every failure restarts;
@@ -49,6 +51,12 @@ struct RestartQuestion {
   // Of the restarts so far (last->restart_count), those that a spare's
   // taking a lost node's place started: they do not count to max_restarts.
   int spare_restarts = 0;
+  // An elastic step (parallel.nodes: "MIN:MAX", min_nodes > 0): the nodes
+  // the next attempt gets (AttemptResult::elastic_nodes), and of the
+  // restarts so far those that went on without a node gone (not counted).
+  std::optional<int> elastic_nodes;
+  int min_nodes = 0, max_nodes = 0;
+  int elastic_restarts = 0;
   // The count the step's first attempt in this run continued (a requeued
   // Slurm job's run): those attempts do not count to max_restarts either.
   int carried_restarts = 0;

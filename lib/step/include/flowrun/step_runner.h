@@ -122,6 +122,9 @@ int step_exit_code(const AttemptRecord& attempt, int interrupt);
 // What the join of a parallel step that succeeded gathers: every rank's
 // FLOWRUN_OUTPUT_DIR into the step's outputs directory, files newer than
 // `started`. The caller sets `stop`.
-JoinRequest join_request(const Step& step, const StepPlan& plan, const RunLayout& layout, FileTime started);
+// `ran`: the step's attempts; an elastic step's (nodes: "MIN:MAX") join
+// gets the ranks of its last attempt, which ran on the nodes there.
+JoinRequest join_request(const Step& step, const StepPlan& plan, const RunLayout& layout, FileTime started,
+                         const std::vector<AttemptRecord>& ran = {});
 
 }  // namespace flowrun

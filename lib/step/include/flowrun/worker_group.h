@@ -44,6 +44,11 @@ struct AttemptResult {
   // Every node that is gone has a spare waiting to take its place
   // (parallel.spare_nodes): a restart takes them (the next run_attempt).
   bool spare_ready = false;
+  // An elastic step (parallel.nodes: "MIN:MAX") goes on without the nodes
+  // that are gone: the nodes the next attempt gets (at least MIN).
+  std::optional<int> elastic_nodes;
+  // An elastic step: the workers a restart would start now (0: the plan's).
+  int next_world_size = 0;
   // flowrun's own reasons the step failed besides its ranks (a node's
   // workdir, an upload refused), each a sentence; they fail the step.
   std::vector<std::string> errors;
