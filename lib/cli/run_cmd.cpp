@@ -127,7 +127,9 @@ constexpr OptionDef kOptions[] = {
     {"nproc-per-node", Arg::value, "N|auto|gpu|cpu",
      "Workers per node: a number; gpu (one per GPU), cpu (one per CPU core), auto (gpu when the host has "
      "GPUs, else cpu). Default: one per GPU of this node, or 1 on a host without GPUs"},
-    {"nnodes", Arg::value, "N", "Nodes (N, or N:N; elastic ranges are not supported). Default 1"},
+    {"nnodes", Arg::value, "N|MIN:MAX",
+     "Nodes: N, or an elastic range MIN:MAX (starts with as many as join, goes on after a loss while MIN "
+     "remain). Default 1"},
     {"node-rank", Arg::value, "N",
      "This node's rank, with --master-addr or --rdzv-endpoint (0 runs the head). Without it, the first "
      "flowrun run on the endpoint's host to bind its port is node 0, and the others take the next free "
@@ -142,7 +144,8 @@ constexpr OptionDef kOptions[] = {
      "from it)"},
     {"rdzv-backend", Arg::value, "c10d|static",
      "Accepted for torchrun's sake; flowrun has its own rendezvous"},
-    {"rdzv-conf", Arg::value, "K=V,...", "join_timeout=SECONDS is used; other keys are not"},
+    {"rdzv-conf", Arg::value, "K=V,...",
+     "join_timeout=SECONDS and last_call_timeout=SECONDS are used; other keys are not"},
     {"max-restarts", Arg::value, "N", "Restart every worker this many times at most when one fails"},
     {"standalone", Arg::flag, "", "One node, rendezvous on this host (the default for one node)"},
     {"log-dir", Arg::value, "DIR", "Put the run directory (every rank's logs, results.json) under DIR"},
@@ -897,7 +900,8 @@ int cpu_count() {
 struct Shape {
   std::vector<std::pair<std::string, std::string>> parallel;  // key, value
   std::string why;
-  int nodes = 1;
+  int nodes = 1;      // with --nnodes MIN:MAX, MAX
+  int min_nodes = 0;  // --nnodes MIN:MAX (MIN < MAX): MIN, an elastic step
 };
 
 Shape shape_for(const Request& r, const HostFacts& host, const std::string& command) {
@@ -905,14 +909,18 @@ Shape shape_for(const Request& r, const HostFacts& host, const std::string& comm
   if (!r.nnodes.empty()) {
     std::string text = r.nnodes;
     if (auto colon = text.find(':'); colon != std::string::npos) {
-      const std::string lo = text.substr(0, colon), hi = text.substr(colon + 1);
-      if (lo != hi)
-        usage_error(command, "--nnodes " + r.nnodes +
-                                 ": elastic node counts are not supported; give one count (--nnodes " + hi +
-                                 ")");
-      text = lo;
+      // torchrun's elastic MIN:MAX: the step's nodes: "MIN:MAX" (docs/recovery.md).
+      const int lo = parse_int(command, "nnodes", text.substr(0, colon), 1, 65535);
+      text = text.substr(colon + 1);
+      s.nodes = parse_int(command, "nnodes", text, 1, 65535);
+      if (lo > s.nodes)
+        usage_error(command,
+                    fmt::format("--nnodes {}: the minimum is above the maximum; write --nnodes {}:{}",
+                                r.nnodes, s.nodes, lo));
+      if (lo < s.nodes) s.min_nodes = lo;
+    } else {
+      s.nodes = parse_int(command, "nnodes", text, 1, 65535);
     }
-    s.nodes = parse_int(command, "nnodes", text, 1, 65535);
   }
   if (r.standalone && s.nodes > 1)
     usage_error(command,
@@ -969,7 +977,9 @@ Shape shape_for(const Request& r, const HostFacts& host, const std::string& comm
                               n, gpus, gpus, n * s.nodes));
     }
   }
-  if (s.nodes > 1) s.parallel.emplace_back("nodes", nodes_text);
+  if (s.nodes > 1)
+    s.parallel.emplace_back("nodes",
+                            s.min_nodes > 0 ? fmt::format("\"{}:{}\"", s.min_nodes, s.nodes) : nodes_text);
   if (r.max_restarts) s.parallel.emplace_back("max_restarts", std::to_string(*r.max_restarts));
   return s;
 }
@@ -1141,8 +1151,12 @@ Built build_spec(Request& r, const HostFacts& host, const EnvMap& env, const std
       const std::string item = r.rdzv_conf.substr(start, end - start);
       if (item.rfind("join_timeout=", 0) == 0)
         t += "  join_timeout: " + yaml_string(item.substr(13)) + "\n";
+      else if (item.rfind("last_call_timeout=", 0) == 0)
+        t += "  last_call_timeout: " + yaml_string(item.substr(18)) + "\n";
       else if (!item.empty())
-        r.notes.push_back("--rdzv-conf " + item + " has no effect (only join_timeout=SECONDS is used)");
+        r.notes.push_back(
+            "--rdzv-conf " + item +
+            " has no effect (only join_timeout=SECONDS and last_call_timeout=SECONDS are used)");
       start = end + 1;
     }
   }

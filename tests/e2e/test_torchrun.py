@@ -397,8 +397,9 @@ class TestTorchrun(E2E):
             # --nproc-per-nod is a prefix, as argparse reads it (test_prefixes_and_environment); a typo is not.
             (["run", "--nproc-per-mode", "2", "train.py"],
              "flowrun: error: unknown option '--nproc-per-mode'; did you mean --nproc-per-node?"),
-            (["run", "--nnodes", "1:4", "train.py"],
-             "flowrun: error: --nnodes 1:4: elastic node counts are not supported; give one count (--nnodes 4)"),
+            (["run", "--nnodes", "4:1", "train.py"],
+             "flowrun: error: --nnodes 4:1: the minimum is above the maximum; write --nnodes 1:4"),
+            (["run", "--nnodes", "1:4", "train.py"], "flowrun: error: --nnodes 4 needs a way to reach the other nodes"),
             (["run", "--nnodes", "2", "train.py"], "flowrun: error: --nnodes 2 needs a way to reach the other nodes"),
             (["run", "--rdzv-backend", "etcd", "train.py"], "flowrun: error: --rdzv-backend etcd:"),
             (["run", "--signals-to-handle", "SIGTERM,SIGKILL", "train.py"],
@@ -677,7 +678,7 @@ class TestTorchrun(E2E):
                                  env=self.env(FLOWRUN_HOSTNAME=f"copy{i}", FLOWRUN_TEST_MARK=mark))
                 for i in range(count)]
 
-    def rendezvous_without_node_rank(self, nodes):
+    def rendezvous_without_node_rank(self, nodes, nnodes=None, conf=()):
         """`nodes` identical torchrun commands, without --node-rank, on one host: the first to bind the port is
         node 0, the others join it in turn (a stale token file left behind); a real torch all_reduce (gloo)
         across them sums every rank."""
@@ -685,13 +686,13 @@ class TestTorchrun(E2E):
                               capture_output=True, env=self.env())
         if have.returncode != 0:
             pytest.skip("/usr/bin/python3 cannot import torch.distributed (Debian's python3-torch)")
-        d = self.workdir(f"rdzv{nodes}")
+        d = self.workdir(f"rdzv{nodes}" + ("-" + nnodes.replace(":", "-") if nnodes else ""))
         with open(os.path.join(d, "allreduce.py"), "w") as f:
             f.write(ALL_REDUCE)
         port = self.free_port()
         mark = f"rdzv-{nodes}-{os.getpid()}-{port}"
-        argv = ["run", "--nnodes", str(nodes), "--nproc-per-node", "1", "--rdzv-backend", "c10d", "--rdzv-endpoint",
-                f"127.0.0.1:{port}", "--rdzv-id", f"job{nodes}", "allreduce.py"]
+        argv = ["run", "--nnodes", nnodes or str(nodes), "--nproc-per-node", "1", "--rdzv-backend", "c10d",
+                "--rdzv-endpoint", f"127.0.0.1:{port}", "--rdzv-id", f"job{nodes}", *conf, "allreduce.py"]
         token = os.path.join(d, ".flowrun", "rendezvous", f"127.0.0.1_{port}.token")
         os.makedirs(os.path.dirname(token), mode=0o700)
         with open(token, "w") as f:  # what a SIGKILLed head would leave: a joiner must not read it
@@ -699,7 +700,7 @@ class TestTorchrun(E2E):
         os.chmod(token, 0o600)
         copies = self.start_copies(d, argv, nodes, mark)
         ended = [p.communicate(timeout=120) for p in copies]
-        label = f"{nodes} copies without --node-rank"
+        label = f"{nodes} copies without --node-rank" + (f", --nnodes {nnodes}" if nnodes else "")
         outs = [o.decode(errors="replace") for o, _ in ended]
         errs = [e.decode(errors="replace") for _, e in ended]
         everything = "\n".join(f"--- copy {i} rc={p.returncode}\n{e}" for i, (p, e) in enumerate(zip(copies, errs)))
@@ -728,6 +729,12 @@ class TestTorchrun(E2E):
     def test_rendezvous_three_without_node_rank(self):
         """Three torchrun commands on one host, none with --node-rank."""
         self.rendezvous_without_node_rank(3)
+
+    def test_rendezvous_elastic_range(self):
+        """torchrun's elastic --nnodes 1:2: two commands make WORLD_SIZE 2 at once (MAX joined); one alone
+        starts by itself, WORLD_SIZE 1, once --rdzv-conf last_call_timeout passes with MIN there."""
+        self.rendezvous_without_node_rank(2, "1:2")
+        self.rendezvous_without_node_rank(1, "1:2", ("--rdzv-conf", "last_call_timeout=1"))
 
     def test_rendezvous_port_held_by_another_program(self):
         """Without --node-rank, a rendezvous port another program listens on: a clear error at once, no wait."""
