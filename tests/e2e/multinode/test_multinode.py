@@ -648,8 +648,16 @@ class Multinode:
         steps = [{"name": "train", "run": [PY, os.path.join(TORCH, "rank_stuck.py")], "stall_timeout": "3s",
                   "parallel": {"cpus": 4, "nodes": 2}}]
         spec = self.write_spec(d, cluster, steps)
-        run = self.head(spec, "head", "--grace", str(GRACE), prefix=prefix, limit=240, FLOWRUN_PY_SPY=py_spy_path)
-        print(f"{label}: flowrun ended after {run.elapsed:.1f} s", flush=True)
+        live = self.start([*prefix, self.flowrun, spec, "--run-dir", os.path.join(d, "run"), "--grace", str(GRACE)],
+                          "head", d, FLOWRUN_PY_SPY=py_spy_path)
+        live.finish(240)
+        run = Run(live, os.path.join(d, "run"))
+        # From the stall's first line to the report's groups (the stacks, the stop, the ranks' exits): a figure.
+        stalled, _ = live.wait_line(r"^flowrun: step 'train' stalled: .*; stopping the step$", 0, streams=("err",))
+        grouped, _ = live.wait_line(r"^flowrun:   ranks 0, 1, 3 \(3 of 4\) are in ", 0, streams=("err",))
+        after = None if stalled is None or grouped is None else round(grouped - stalled, 2)
+        print(f"{label}: flowrun ended after {run.elapsed:.1f} s; the stacks' report {after} s after the stall line",
+              flush=True)
         res = run.results()
         self.check(run.rc == 124 and res.get("outcome") == "stalled", f"{label}: the step stalls, flowrun exits 124",
                    "exit 124, outcome stalled", f"exit {run.rc}, outcome {res.get('outcome')}", run.detail())
