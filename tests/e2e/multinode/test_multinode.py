@@ -251,10 +251,11 @@ class Multinode:
         os.makedirs(d)
         return d
 
-    def write_spec(self, d, cluster, steps):
+    def write_spec(self, d, cluster, steps, **top):
+        """d/spec.yaml: the name, `top`'s keys (python: ...), the cluster and the steps."""
         path = os.path.join(d, "spec.yaml")
         with open(path, "w") as f:
-            f.write(to_yaml({"name": self.name, "cluster": cluster, "steps": steps}) + "\n")
+            f.write(to_yaml({"name": self.name, **top, "cluster": cluster, "steps": steps}) + "\n")
         return path
 
     def ssh_cluster(self, hosts=None, **extra):
@@ -617,18 +618,18 @@ class Multinode:
     # rank_stuck.py's loop: py-spy gives its `while` or its `pass` line.
     LOAD_BATCH = r"load_batch \(rank_stuck\.py:1[78]\)"
 
-    def noting_py_spy(self, d):
-        """What FLOWRUN_PY_SPY names at the head in the stacks tests: a py-spy in the shared scratch directory that
-        notes the node it runs on (a file used.NODE in d), then becomes the real one (exec): the agents find
-        no other (the nodes' PATH has none, nor has /usr/bin beside the ranks' python3), and the notes say which
-        nodes ran it. None without a py-spy here."""
+    def noting_py_spy(self, d, path=None):
+        """The py-spy of the stacks tests, at `path` (default d/py-spy, for FLOWRUN_PY_SPY at the head), on the
+        shared file system: it notes the node it runs on (a file used.NODE in d), then becomes the real one (exec).
+        The agents find no other (the nodes' PATH has none, nor has /usr/bin beside /usr/bin/python3), and the
+        notes say which nodes ran it. None without a py-spy here."""
         found = py_spy()
         if found is None:
             return None
         if not os.path.exists(self.py_spy):
             os.makedirs(os.path.dirname(self.py_spy), exist_ok=True)
             shutil.copy2(found, self.py_spy)
-        path = os.path.join(d, "py-spy")
+        path = path or os.path.join(d, "py-spy")
         with open(path, "w") as f:
             f.write(f'#!/bin/sh\ntouch {shlex.quote(d)}/used."$(uname -n)"\nexec {shlex.quote(self.py_spy)} "$@"\n')
         os.chmod(path, 0o755)
@@ -705,6 +706,37 @@ class Multinode:
         """ssh to node1 and node2: the login's environment is not the head's; the head hands the agents its
         FLOWRUN_PY_SPY on their command line."""
         self.stuck_run("stacks_ssh", self.ssh_cluster(["node1", "node2"]))
+
+    def test_stacks_venv(self):
+        """py-spy installed into the step's virtual environment (its bin/, where `pip install py-spy` puts it), the
+        spec's python: naming that venv's python3, and no FLOWRUN_PY_SPY: no ssh login activates the venv, and each
+        agent finds py-spy beside the Python its ranks run. Rank 3 fails on node2; the stacks of ranks 0-2, on both
+        nodes, are py-spy's."""
+        d = self.workspace("stacks_venv")
+        venv = os.path.join(d, ".venv")
+        subprocess.run([PY, "-m", "venv", "--without-pip", venv], check=True)
+        if self.noting_py_spy(d, os.path.join(venv, "bin", "py-spy")) is None:
+            print("stacks_venv: SKIP: no py-spy (FLOWRUN_PY_SPY, build/py-spy from scripts/test --phase deps, or PATH)",
+                  flush=True)
+            return
+        ready = self.ready_dir(d)
+        steps = [{"name": "train", "parallel": {"nodes": 2},
+                  "run": ["python3", WORKER, "fail", "--rank", "3", "--code", "3", "--ready", ready]}]
+        spec = self.write_spec(d, self.ssh_cluster(["node1", "node2"], gpus_per_node=2), steps,
+                               python=".venv/bin/python3")
+        run = self.head(spec, "head", "--fake-gpus", "2", "--grace", str(GRACE))
+        print(f"stacks_venv: flowrun ended after {run.elapsed:.1f} s", flush=True)
+        self.check(run.rc == 3, "stacks_venv: flowrun exits with rank 3's code", 3, run.rc, run.detail())
+        stacks = run.results().get("stacks") or {}
+        groups = [(g.get("ranks"), g.get("where") or "") for g in stacks.get("groups", [])]
+        self.check(stacks.get("source") == "py-spy" and len(groups) == 1 and groups[0][0] == [0, 1, 2]
+                   and groups[0][1].startswith("cmd_fail (node_worker.py:") and "cannot take" not in run.stderr,
+                   "stacks_venv: results.json: ranks 0-2 of both nodes by py-spy, found beside the venv's python3",
+                   "source py-spy; [0, 1, 2] cmd_fail (node_worker.py:N); no 'cannot take' line",
+                   json.dumps(stacks), run.detail())
+        used = sorted(n[len("used."):] for n in os.listdir(d) if n.startswith("used."))
+        self.check(used == ["node1", "node2"], "stacks_venv: each node's agent ran the venv's py-spy",
+                   ["node1", "node2"], used)
 
     def test_stacks_missing(self):
         """py-spy on node1 only: FLOWRUN_PY_SPY at the head names a file in node1's own /tmp (each node has its own),
@@ -1309,7 +1341,7 @@ class Multinode:
 
 TESTS = ["salloc", "sbatch", "srun", "srun_node1", "login_node_loopback", "ssh_hosts", "ssh_hostfile", "run_cli_salloc",
          "run_cli_rendezvous",
-         "torch", "lightning", "culprit", "stacks_srun", "stacks_ssh", "stacks_missing",
+         "torch", "lightning", "culprit", "stacks_srun", "stacks_ssh", "stacks_venv", "stacks_missing",
          "agent_kill", "link_down", "spare", "head_kill", "scancel", "requeue", "wrong_token", "symlink", "private_workdir",
          "preflight"]
 
