@@ -381,7 +381,10 @@ std::vector<EngineLaunch> engine_launches(const ClusterSpec& cluster, const Step
         launch.argv = ssh;
         launch.argv.push_back(host);
         // ssh hands the remote shell one string: every word is quoted for it.
+        // Only the login's environment reaches the agent, so what it needs of
+        // the head's goes on the command line, through env(1).
         std::string remote = "exec";
+        if (!agent.py_spy.empty()) remote += " env " + shell_quote("FLOWRUN_PY_SPY=" + agent.py_spy);
         for (const auto& word : agent_argv(agent, i)) remote += " " + shell_quote(word);
         launch.argv.push_back(remote);
         launches.push_back(std::move(launch));

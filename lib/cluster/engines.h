@@ -108,6 +108,10 @@ struct AgentCommand {
   std::string flowrun;   // absolute path of the flowrun binary
   std::string endpoint;  // HOST:PORT, or several comma-separated (tried in turn)
   int fake_gpus = -1;
+  // The head's FLOWRUN_PY_SPY ("": not set). ssh hands it to each agent, as
+  // srun does with the whole environment, so that every node finds the same
+  // py-spy on the shared file system.
+  std::string py_spy;
 };
 
 // The agent's argv for node `node` (-1: the agent finds its rank itself).

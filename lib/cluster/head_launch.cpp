@@ -166,7 +166,8 @@ HeadLaunch prepare_launch(const Console& console, const NodeStep& job, Listener&
   const std::string listening = listen(listener, cluster, slurm_job, ssh, token, launch.token_file);
   std::tie(launch.marker_path, launch.marker_text) = write_marker(job);
 
-  AgentCommand agent{job.flowrun_path, listener.endpoint(), job.fake_gpus};
+  AgentCommand agent{job.flowrun_path, listener.endpoint(), job.fake_gpus,
+                     env_get(job.ctx.parent_env, "FLOWRUN_PY_SPY").value_or("")};
   launch.engines =
       job.start_agents ? std::vector<EngineLaunch>{} : engine_launches(cluster, plan, slurm_job, agent, ssh);
   console.message(fmt::format(

@@ -77,8 +77,18 @@ std::string read_small(const std::string& path) {
 
 bool executable(const std::string& path) { return !path.empty() && access(path.c_str(), X_OK) == 0; }
 
+// The file `name` in the directory of the absolute path `path`; "" for none.
+std::string beside(const std::string& path, const std::string& name) {
+  const std::size_t slash = path.rfind('/');
+  return path.empty() || path.front() != '/' || slash == std::string::npos ? std::string()
+                                                                           : path.substr(0, slash + 1) + name;
+}
+
 // FLOWRUN_PY_SPY when set (nothing else then), else py-spy on flowrun's
-// PATH, on the rank's PATH, or beside the step's python3.
+// PATH, on the rank's PATH, beside the program the rank runs (the Python of a
+// virtual environment named in the step's run: or python:, which is not on
+// PATH when the environment is not activated, as on a node reached over ssh),
+// or beside python3 on its PATH.
 std::string find_py_spy(const std::vector<Worker>& workers, std::string* looked) {
   if (const char* chosen = std::getenv("FLOWRUN_PY_SPY"); chosen != nullptr && *chosen != '\0') {
     *looked = fmt::format("FLOWRUN_PY_SPY={} is not an executable file", chosen);
@@ -89,11 +99,11 @@ std::string find_py_spy(const std::vector<Worker>& workers, std::string* looked)
   if (const char* path = std::getenv("PATH")) own.push_back(std::string("PATH=") + path);
   if (std::string found = find_program("py-spy", own); executable(found)) return found;
   for (const auto& w : workers) {
-    if (w.launch == nullptr) continue;
-    if (std::string found = find_program("py-spy", w.launch->env); executable(found)) return found;
-    const std::string& python = w.record.path_python;
-    if (const std::size_t slash = python.rfind('/'); slash != std::string::npos) {
-      if (std::string beside = python.substr(0, slash + 1) + "py-spy"; executable(beside)) return beside;
+    if (w.launch != nullptr) {
+      if (std::string found = find_program("py-spy", w.launch->env); executable(found)) return found;
+    }
+    for (const std::string* program : {&w.record.program, &w.record.path_python}) {
+      if (std::string found = beside(*program, "py-spy"); executable(found)) return found;
     }
   }
   return {};

@@ -52,7 +52,7 @@ ClusterSpec cluster_of(Engine engine) {
 }
 
 AgentCommand agent_of(const std::string& flowrun = kFlowrun, int fake_gpus = -1) {
-  return AgentCommand{flowrun, kEndpoint, fake_gpus};
+  return AgentCommand{flowrun, kEndpoint, fake_gpus, ""};
 }
 
 SlurmJob job_of(const Words& nodes, std::vector<int> cpus) {
@@ -227,6 +227,32 @@ TEST_CASE("ssh: a flowrun path with a space reaches the remote shell as one word
   REQUIRE(remote.rfind("exec ", 0) == 0);
   CHECK(shell_words(remote.substr(5)) ==
         Words{flowrun, "agent", "--rdzv-endpoint", "10.0.0.1:4000", "--node-rank", "0"});
+}
+
+TEST_CASE("ssh: the head's FLOWRUN_PY_SPY reaches each agent through env(1), as srun's environment would",
+          "[cluster]") {
+  auto cluster = cluster_of(Engine::ssh);
+  AgentCommand agent = agent_of();
+  agent.py_spy = "/shared/venv/bin/py-spy";
+  auto launches = engine_launches(cluster, node_plan({"n1", "n2"}, 0), std::nullopt, agent, kSshDefault);
+  REQUIRE(launches.size() == 2);
+  CHECK(launches[1].argv.back() ==
+        "exec env FLOWRUN_PY_SPY=/shared/venv/bin/py-spy /opt/flowrun/bin/flowrun agent --rdzv-endpoint "
+        "10.0.0.1:4000 --node-rank 1");
+  // A path the shell would split is one word of env's.
+  agent.py_spy = "/opt/my tools/py-spy";
+  launches = engine_launches(cluster, node_plan({"n1", "n2"}, 0), std::nullopt, agent, kSshDefault);
+  const std::string remote = launches[0].argv.back();
+  REQUIRE(remote.rfind("exec ", 0) == 0);
+  CHECK(shell_words(remote.substr(5)) == Words{"env", "FLOWRUN_PY_SPY=/opt/my tools/py-spy", kFlowrun,
+                                               "agent", "--rdzv-endpoint", kEndpoint, "--node-rank", "0"});
+  // srun passes on the head's environment itself; the manual engine's agents
+  // are started by hand, with the node's own.
+  const auto srun =
+      engine_launches(cluster_of(Engine::slurm), node_plan({"", ""}, 0), std::nullopt, agent, kSshDefault);
+  REQUIRE(srun.size() == 1);
+  CHECK(std::find(srun[0].argv.begin(), srun[0].argv.end(), "env") == srun[0].argv.end());
+  CHECK(agent_argv(agent, -1) == Words{kFlowrun, "agent", "--rdzv-endpoint", kEndpoint});
 }
 
 // ---- manual ------------------------------------------------------------------

@@ -149,16 +149,21 @@ std::string file_text(const std::string& path) {
   return text.str();
 }
 
+// A stand-in py-spy at `path` that prints a dump of the pid it is given.
+void write_fake_py_spy(const std::string& path) {
+  std::ofstream(path) << "#!/bin/sh\n"
+                         "printf 'Process %s: python3 train.py\\n\\nThread %s (idle): \"MainThread\"\\n"
+                         "    wait (/w/train.py:7)\\n' \"$4\" \"$4\"\n";
+  REQUIRE(chmod(path.c_str(), 0755) == 0);
+}
+
 }  // namespace
 
 TEST_CASE("py-spy's output is read back whether or not the rank has a directory here", "[stacks]") {
   // A stand-in py-spy (FLOWRUN_PY_SPY) that prints a dump of the pid it is given.
   testing::ScopedTempDir dir("stacks");
   const std::string fake = dir.path() + "/py-spy";
-  std::ofstream(fake) << "#!/bin/sh\n"
-                         "printf 'Process %s: python3 train.py\\n\\nThread %s (idle): \"MainThread\"\\n"
-                         "    wait (/w/train.py:7)\\n' \"$4\" \"$4\"\n";
-  REQUIRE(chmod(fake.c_str(), 0755) == 0);
+  write_fake_py_spy(fake);
   setenv("FLOWRUN_PY_SPY", fake.c_str(), 1);
   // Rank 0 runs here, with its log files in its directory; rank 1 is an
   // agent's, whose output goes to the head: it has no directory on the node.
@@ -186,4 +191,41 @@ TEST_CASE("py-spy's output is read back whether or not the rank has a directory 
     CHECK(where_in(*r.stack) == "wait (train.py:7)");
   }
   CHECK(file_text(dir.path() + "/stack.txt") == taker.found()[0].dump + "\n");
+}
+
+TEST_CASE("py-spy beside the program a rank runs: a virtual environment's python3 not on any PATH",
+          "[stacks]") {
+  // pip install py-spy into the venv whose python3 the step names (run: or
+  // python:); neither flowrun's PATH nor the rank's has the venv's bin/, as
+  // on a node reached over ssh, where no login activates it.
+  testing::ScopedTempDir dir("stacks-venv");
+  const std::string bin = dir.path() + "/venv/bin", empty = dir.path() + "/empty";
+  REQUIRE(mkdir((dir.path() + "/venv").c_str(), 0755) == 0);
+  REQUIRE(mkdir(bin.c_str(), 0755) == 0);
+  REQUIRE(mkdir(empty.c_str(), 0755) == 0);
+  write_fake_py_spy(bin + "/py-spy");
+  const char* path = std::getenv("PATH");
+  const std::string saved = path != nullptr ? path : "";
+  setenv("PATH", empty.c_str(), 1);
+  unsetenv("FLOWRUN_PY_SPY");
+  std::vector<Worker> workers(1);
+  workers[0].record.rank = 0;
+  workers[0].record.program = bin + "/python3";
+  workers[0].pid = getpid();
+  workers[0].alive = true;
+  boost::asio::io_context io;
+  StackTaker taker(io);
+  bool done = false;
+  std::vector<std::string> said;
+  const bool started = taker.start(
+      workers, 10, [&](const std::string& line) { said.push_back(line); }, [&] { done = true; });
+  if (started) io.run();
+  setenv("PATH", saved.c_str(), 1);
+  REQUIRE(started);
+  REQUIRE(done);
+  CHECK(said.empty());
+  CHECK(taker.source() == "py-spy");
+  REQUIRE(taker.found().size() == 1);
+  REQUIRE(taker.found()[0].stack);
+  CHECK(where_in(*taker.found()[0].stack) == "wait (train.py:7)");
 }

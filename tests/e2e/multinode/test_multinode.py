@@ -29,6 +29,7 @@ import pytest
 
 from flowrun_testlib import AGENT_CLOSED
 from flowrun_testlib.cluster import Cluster, cluster_unavailable, end_on_sigterm
+from flowrun_testlib.launcher import py_spy
 
 pytestmark = [pytest.mark.multinode, pytest.mark.cluster, pytest.mark.root]
 
@@ -225,6 +226,10 @@ class Multinode:
         WORKER, CHECK = os.path.join(scripts, "node_worker.py"), os.path.join(scripts, "check_env.py")
         TORCH = os.path.join(scratch, "torch")
         self.name = f"mn{os.getpid()}"
+        # The py-spies the stacks tests run (a copy in the shared scratch directory; one in node1's /tmp): none
+        # may be left running.
+        self.py_spy = os.path.join(scratch, "py-spy", "py-spy")
+        self.py_spies = [self.py_spy]
         self.soft = None
 
     def check(self, ok, label, expected, got, detail=""):
@@ -246,10 +251,11 @@ class Multinode:
         os.makedirs(d)
         return d
 
-    def write_spec(self, d, cluster, steps):
+    def write_spec(self, d, cluster, steps, **top):
+        """d/spec.yaml: the name, `top`'s keys (python: ...), the cluster and the steps."""
         path = os.path.join(d, "spec.yaml")
         with open(path, "w") as f:
-            f.write(to_yaml({"name": self.name, "cluster": cluster, "steps": steps}) + "\n")
+            f.write(to_yaml({"name": self.name, **top, "cluster": cluster, "steps": steps}) + "\n")
         return path
 
     def ssh_cluster(self, hosts=None, **extra):
@@ -606,6 +612,183 @@ class Multinode:
                    "teardown killed, signal SIGKILL, end after rank 3's for ranks 0, 1, 2", {"teardown": teardown,
                    "seconds after rank 3": after}, json.dumps(res.get("ranks"), indent=1)[:3000])
         print(f"culprit: the other ranks ended {after} s after rank 3", flush=True)
+
+    # --- hang forensics: every rank's stack, across nodes ------------------------------
+
+    # rank_stuck.py's loop: py-spy gives its `while` or its `pass` line.
+    LOAD_BATCH = r"load_batch \(rank_stuck\.py:1[78]\)"
+
+    def noting_py_spy(self, d, path=None):
+        """The py-spy of the stacks tests, at `path` (default d/py-spy, for FLOWRUN_PY_SPY at the head), on the
+        shared file system: it notes the node it runs on (a file used.NODE in d), then becomes the real one (exec).
+        The agents find no other (the nodes' PATH has none, nor has /usr/bin beside /usr/bin/python3), and the
+        notes say which nodes ran it. None without a py-spy here."""
+        found = py_spy()
+        if found is None:
+            return None
+        if not os.path.exists(self.py_spy):
+            os.makedirs(os.path.dirname(self.py_spy), exist_ok=True)
+            shutil.copy2(found, self.py_spy)
+        path = path or os.path.join(d, "py-spy")
+        with open(path, "w") as f:
+            f.write(f'#!/bin/sh\ntouch {shlex.quote(d)}/used."$(uname -n)"\nexec {shlex.quote(self.py_spy)} "$@"\n')
+        os.chmod(path, 0o755)
+        return path
+
+    def stuck_run(self, label, cluster, prefix=()):
+        """Real PyTorch (gloo), 4 ranks on 2 nodes (rank_stuck.py): rank 2 spins in a Python loop before the
+        all_reduce ranks 0, 1 and 3 wait in, and the step's stall_timeout: 3s stops them; the head has
+        FLOWRUN_PY_SPY. Each agent takes its own ranks' stacks before it signals them; the head groups all four,
+        names rank 2 at its file:line, writes four stack.txt and the grouping into results.json."""
+        d = self.workspace(label)
+        py_spy_path = self.noting_py_spy(d)
+        if py_spy_path is None:
+            print(f"{label}: SKIP: no py-spy (FLOWRUN_PY_SPY, build/py-spy from scripts/test --phase deps, or PATH)",
+                  flush=True)
+            return
+        steps = [{"name": "train", "run": [PY, os.path.join(TORCH, "rank_stuck.py")], "stall_timeout": "3s",
+                  "parallel": {"cpus": 4, "nodes": 2}}]
+        spec = self.write_spec(d, cluster, steps)
+        live = self.start([*prefix, self.flowrun, spec, "--run-dir", os.path.join(d, "run"), "--grace", str(GRACE)],
+                          "head", d, FLOWRUN_PY_SPY=py_spy_path)
+        live.finish(240)
+        run = Run(live, os.path.join(d, "run"))
+        # From the stall's first line to the report's groups (the stacks, the stop, the ranks' exits): a figure.
+        stalled, _ = live.wait_line(r"^flowrun: step 'train' stalled: .*; stopping the step$", 0, streams=("err",))
+        grouped, _ = live.wait_line(r"^flowrun:   ranks 0, 1, 3 \(3 of 4\) are in ", 0, streams=("err",))
+        after = None if stalled is None or grouped is None else round(grouped - stalled, 2)
+        print(f"{label}: flowrun ended after {run.elapsed:.1f} s; the stacks' report {after} s after the stall line",
+              flush=True)
+        res = run.results()
+        self.check(run.rc == 124 and res.get("outcome") == "stalled", f"{label}: the step stalls, flowrun exits 124",
+                   "exit 124, outcome stalled", f"exit {run.rc}, outcome {res.get('outcome')}", run.detail())
+        # Slurm may give the allocation any 2 of the cluster's nodes; ranks 0-1 share one, ranks 2-3 the other.
+        nodes = {w.get("rank"): w.get("node") for w in res.get("ranks", [])}
+        self.check(nodes.get(0) == nodes.get(1) != nodes.get(2) == nodes.get(3) and str(nodes.get(0)).startswith(
+            "node"), f"{label}: 2 ranks on each of 2 nodes", "ranks 0, 1 on one node, ranks 2, 3 on the other",
+            nodes, json.dumps(res, indent=1)[:3000])
+        stacks = res.get("stacks") or {}
+        groups = [(g.get("ranks"), g.get("where") or "", g.get("missing")) for g in stacks.get("groups", [])]
+        self.check(stacks.get("source") == "py-spy" and len(groups) == 2 and groups[0][0] == [0, 1, 3]
+                   and groups[0][1].startswith("all_reduce (rank_stuck.py:") and groups[1][0] == [2]
+                   and re.fullmatch(self.LOAD_BATCH, groups[1][1]) is not None and groups[0][2] is None
+                   and groups[1][2] is None,
+                   f"{label}: results.json's stacks, by py-spy on both nodes: ranks 0, 1, 3 in all_reduce, rank 2 "
+                   "in load_batch", "source py-spy; [0, 1, 3] all_reduce (rank_stuck.py:N); [2] load_batch "
+                   "(rank_stuck.py:17 or 18)", json.dumps(stacks), run.detail())
+        report = (r"^flowrun:   ranks 0, 1, 3 \(3 of 4\) are in all_reduce \(rank_stuck\.py:\d+\); "
+                  rf"rank 2 is in {self.LOAD_BATCH}$")
+        said = [line for line in run.stderr.splitlines() if line.startswith("flowrun:")]
+        named = re.search(report, run.stderr, re.M)
+        self.check(named is not None and "cannot take" not in run.stderr,
+                   f"{label}: the report names rank 2 at its file:line and the other three in all_reduce",
+                   report, "\n".join(said), run.detail())
+        print(f"{label}: {named.group(0) if named else 'no report of the stacks'}", flush=True)
+        texts = {}
+        for r in range(4):
+            path = os.path.join(run.run_dir, "train", f"rank{r}", "stack.txt")
+            texts[r] = read_text(path) if os.path.exists(path) else f"<no {path}>"
+        self.check(all(t.startswith("Process ") and '"MainThread"' in t for t in texts.values())
+                   and "load_batch (" in texts[2] and all("all_reduce (" in texts[r] for r in (0, 1, 3)),
+                   f"{label}: four stack.txt at the head, each py-spy's dump from the rank's node",
+                   "rank0..rank3/stack.txt: py-spy's dump; rank 2's in load_batch, the others' in all_reduce",
+                   "\n".join(f"--- rank {r}\n{t[:1500]}" for r, t in texts.items()))
+        used = sorted(n[len("used."):] for n in os.listdir(d) if n.startswith("used."))
+        self.check(used == sorted({nodes.get(0), nodes.get(2)}),
+                   f"{label}: each node's agent ran the py-spy FLOWRUN_PY_SPY names at the head",
+                   sorted({str(nodes.get(0)), str(nodes.get(2))}), used)
+
+    def test_stacks_srun(self):
+        """salloc -N2: srun passes the head's environment, FLOWRUN_PY_SPY with it, on to the agents."""
+        self.stuck_run("stacks_srun", {"engine": "slurm"}, prefix=["salloc", "-N2"])
+
+    def test_stacks_ssh(self):
+        """ssh to node1 and node2: the login's environment is not the head's; the head hands the agents its
+        FLOWRUN_PY_SPY on their command line."""
+        self.stuck_run("stacks_ssh", self.ssh_cluster(["node1", "node2"]))
+
+    def test_stacks_venv(self):
+        """py-spy installed into the step's virtual environment (its bin/, where `pip install py-spy` puts it), the
+        spec's python: naming that venv's python3, and no FLOWRUN_PY_SPY: no ssh login activates the venv, and each
+        agent finds py-spy beside the Python its ranks run. Rank 3 fails on node2; the stacks of ranks 0-2, on both
+        nodes, are py-spy's."""
+        d = self.workspace("stacks_venv")
+        venv = os.path.join(d, ".venv")
+        subprocess.run([PY, "-m", "venv", "--without-pip", venv], check=True)
+        if self.noting_py_spy(d, os.path.join(venv, "bin", "py-spy")) is None:
+            print("stacks_venv: SKIP: no py-spy (FLOWRUN_PY_SPY, build/py-spy from scripts/test --phase deps, or PATH)",
+                  flush=True)
+            return
+        ready = self.ready_dir(d)
+        steps = [{"name": "train", "parallel": {"nodes": 2},
+                  "run": ["python3", WORKER, "fail", "--rank", "3", "--code", "3", "--ready", ready]}]
+        spec = self.write_spec(d, self.ssh_cluster(["node1", "node2"], gpus_per_node=2), steps,
+                               python=".venv/bin/python3")
+        run = self.head(spec, "head", "--fake-gpus", "2", "--grace", str(GRACE))
+        print(f"stacks_venv: flowrun ended after {run.elapsed:.1f} s", flush=True)
+        self.check(run.rc == 3, "stacks_venv: flowrun exits with rank 3's code", 3, run.rc, run.detail())
+        stacks = run.results().get("stacks") or {}
+        groups = [(g.get("ranks"), g.get("where") or "") for g in stacks.get("groups", [])]
+        self.check(stacks.get("source") == "py-spy" and len(groups) == 1 and groups[0][0] == [0, 1, 2]
+                   and groups[0][1].startswith("cmd_fail (node_worker.py:") and "cannot take" not in run.stderr,
+                   "stacks_venv: results.json: ranks 0-2 of both nodes by py-spy, found beside the venv's python3",
+                   "source py-spy; [0, 1, 2] cmd_fail (node_worker.py:N); no 'cannot take' line",
+                   json.dumps(stacks), run.detail())
+        used = sorted(n[len("used."):] for n in os.listdir(d) if n.startswith("used."))
+        self.check(used == ["node1", "node2"], "stacks_venv: each node's agent ran the venv's py-spy",
+                   ["node1", "node2"], used)
+
+    def test_stacks_missing(self):
+        """py-spy on node1 only: FLOWRUN_PY_SPY at the head names a file in node1's own /tmp (each node has its own),
+        which node2 lacks. Rank 3 fails on node2 while the others sleep: each agent takes its live ranks' stacks
+        before the stop's signals, node1's with py-spy, node2's from the kernel. The head says once that node2
+        has no py-spy; node2's agent says why on its console, which ssh brings to the head's; node1's says
+        nothing."""
+        found = py_spy()
+        if found is None:
+            print("stacks_missing: SKIP: no py-spy (FLOWRUN_PY_SPY, build/py-spy from scripts/test --phase deps, "
+                  "or PATH)", flush=True)
+            return
+        d = self.workspace("stacks_missing")
+        ready = self.ready_dir(d)
+        private = f"/tmp/{self.name}-py-spy/py-spy"
+        self.py_spies.append(private)
+        p = subprocess.run(self.c.on(1, ["install", "-D", "-m", "0755", found, private]), capture_output=True,
+                           text=True)
+        if not self.check(p.returncode == 0, "stacks_missing: py-spy copied into node1's /tmp", 0, p.returncode,
+                          p.stderr):
+            return
+        try:
+            steps = [{"name": "train", "parallel": {"nodes": 2},
+                      "run": [PY, WORKER, "fail", "--rank", "3", "--code", "3", "--ready", ready]}]
+            spec = self.write_spec(d, self.ssh_cluster(["node1", "node2"], gpus_per_node=2), steps)
+            run = self.head(spec, "head", "--fake-gpus", "2", "--grace", str(GRACE), FLOWRUN_PY_SPY=private)
+        finally:
+            subprocess.run(self.c.on(1, ["rm", "-rf", os.path.dirname(private)]))
+        print(f"stacks_missing: flowrun ended after {run.elapsed:.1f} s", flush=True)
+        self.check(run.rc == 3, "stacks_missing: flowrun exits with rank 3's code", 3, run.rc, run.detail())
+        stacks = run.results().get("stacks") or {}
+        groups = [(g.get("ranks"), g.get("where") or "") for g in stacks.get("groups", [])]
+        self.check(set(str(stacks.get("source")).split(" and ")) == {"py-spy", "kernel"} and len(groups) == 2
+                   and groups[0][0] == [0, 1] and groups[0][1].startswith("cmd_fail (node_worker.py:")
+                   and groups[1][0] == [2] and "(state " in groups[1][1],
+                   "stacks_missing: results.json: node1's ranks by py-spy, node2's live rank by the kernel",
+                   "source py-spy and kernel; [0, 1] cmd_fail (node_worker.py:N); [2] KERNEL (state S...)",
+                   json.dumps(stacks), run.detail())
+        head_line = ("flowrun: cannot take the ranks' Python stacks: no py-spy on node node2 (install it: pip install "
+                     "py-spy); saying what the kernel tells instead")
+        agent_line = (f"[node2 ssh] flowrun: cannot take the ranks' Python stacks: FLOWRUN_PY_SPY={private} is not an "
+                      "executable file (install it: pip install py-spy); saying what the kernel tells instead")
+        said = [line for line in run.stderr.splitlines() if "cannot take the ranks' Python stacks" in line]
+        self.check(sorted(said) == sorted([head_line, agent_line]),
+                   "stacks_missing: the head says once that node2 has no py-spy; node2's agent says why, node1's "
+                   "nothing", [head_line, agent_line], said, run.detail())
+        texts = {r: read_text(os.path.join(run.run_dir, "train", f"rank{r}", "stack.txt")) for r in range(3)}
+        self.check(texts[0].startswith("Process ") and texts[1].startswith("Process ")
+                   and texts[2].startswith("(py-spy missing: no py-spy on node node2)\nkernel: "),
+                   "stacks_missing: stack.txt: py-spy's dump for ranks 0 and 1, the kernel's words for rank 2",
+                   "Process ... ; Process ... ; (py-spy missing: no py-spy on node node2)",
+                   "\n".join(f"--- rank {r}\n{t[:800]}" for r, t in texts.items()))
 
     def find_agent(self, node):
         for pid in self.c.pids_on(node):
@@ -1097,9 +1280,9 @@ class Multinode:
 
     def flowrun_processes(self):
         """Processes of these tests' flowrun anywhere: its binary (head, agent), a
-        command line naming it (srun, ssh), or a worker (FLOWRUN_RUN_ID of one of
-        its runs in its environment): in each node's namespace (`ip netns pids`)
-        and in this one."""
+        command line naming it (srun, ssh), a worker (FLOWRUN_RUN_ID of one of
+        its runs in its environment), or the py-spy it ran: in each node's
+        namespace (`ip netns pids`) and in this one."""
         where = {}
         for i in range(1, NODES + 1):
             for pid in self.c.pids_on(i):
@@ -1119,6 +1302,7 @@ class Multinode:
                 exe = ""
             environ = b"\0" + proc_read(pid, "environ", binary=True)
             if exe == self.real_flowrun or self.real_flowrun in cmdline or self.flowrun in cmdline \
+                    or exe in self.py_spies or cmdline.split("\0")[0] in self.py_spies \
                     or f"\0FLOWRUN_RUN_ID={self.name}-".encode() in environ:
                 found.append(f"{where.get(pid, 'this namespace')}: pid {pid}: {cmdline.replace(chr(0), ' ')[:160]}")
         return found
@@ -1157,7 +1341,7 @@ class Multinode:
 
 TESTS = ["salloc", "sbatch", "srun", "srun_node1", "login_node_loopback", "ssh_hosts", "ssh_hostfile", "run_cli_salloc",
          "run_cli_rendezvous",
-         "torch", "lightning", "culprit",
+         "torch", "lightning", "culprit", "stacks_srun", "stacks_ssh", "stacks_venv", "stacks_missing",
          "agent_kill", "link_down", "spare", "head_kill", "scancel", "requeue", "wrong_token", "symlink", "private_workdir",
          "preflight"]
 
