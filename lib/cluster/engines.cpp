@@ -342,11 +342,12 @@ std::vector<EngineLaunch> engine_launches(const ClusterSpec& cluster, const Step
       srun.what = "srun";
       srun.argv = {"srun", "--nodes=" + std::to_string(nodes), "--ntasks=" + std::to_string(nodes),
                    "--ntasks-per-node=1"};
-      if (plan.spares.empty()) {
+      if (plan.spares.empty() && plan.min_nodes == 0) {
         srun.argv.emplace_back("--kill-on-bad-exit=1");
       } else {
         // A lost node's agent must not take the others with it, nor its
-        // node the job: a spare takes its place.
+        // node the job: a spare takes its place, or an elastic step goes
+        // on without it.
         srun.argv.emplace_back("--kill-on-bad-exit=0");
         srun.argv.emplace_back("--no-kill");
       }

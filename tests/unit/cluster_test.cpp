@@ -178,6 +178,17 @@ TEST_CASE("ssh: one ssh per node, the agent's words as one remote command with i
               "exec /opt/flowrun/bin/flowrun agent --rdzv-endpoint 10.0.0.1:4000 --node-rank 1"});
 }
 
+TEST_CASE("an elastic step: srun lets a node's agent fail alone, the others go on", "[cluster]") {
+  StepPlan plan = node_plan({"", ""}, 4);
+  plan.min_nodes = 1;
+  const auto srun =
+      engine_launches(cluster_of(Engine::slurm), plan, job_of({"n1", "n2"}, {}), agent_of(), kSshDefault);
+  REQUIRE(srun.size() == 1);
+  CHECK(srun[0].argv == Words{"srun", "--nodes=2", "--ntasks=2", "--ntasks-per-node=1",
+                              "--kill-on-bad-exit=0", "--no-kill", "--input=all", "--gpus-per-node=4",
+                              kFlowrun, "agent", "--rdzv-endpoint", kEndpoint});
+}
+
 TEST_CASE("spares: srun starts their agents too and lets one fail alone; ssh reaches each spare's host",
           "[cluster]") {
   StepPlan plan = node_plan({"", ""}, 4);

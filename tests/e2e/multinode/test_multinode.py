@@ -898,7 +898,7 @@ class Multinode:
 
     # --- a lost node replaced by a spare (parallel.spare_nodes) ------------------------
 
-    def spare_run(self, label, cluster, fault):
+    def spare_run(self, label, cluster, fault, parallel=None, check=("2",)):
         """A 2-node DDP step of resume_train.py (a checkpoint every 2 of 10 steps in the shared workdir) with
         spare_nodes: 1, and its join's replay. fault: None (an uninterrupted run), "kill" (SIGKILL to the
         agent of node rank 1 once step 4's checkpoint is saved) or "link" (that node's link cut then, and
@@ -908,9 +908,9 @@ class Multinode:
             {"name": "train", "forensics": "off",
              "run": [PY, os.path.join(TORCH, "resume_train.py"), "--steps", "10", "--every", "2", "--checkpoint",
                      "ckpt.pt", "--hold-at", "4" if fault else "-1"],
-             "parallel": {"cpus": 2, "nodes": 2, "spare_nodes": 1}, "outputs": "model.pt"},
+             "parallel": parallel or {"cpus": 2, "nodes": 2, "spare_nodes": 1}, "outputs": "model.pt"},
             {"name": "check", "join": "train",
-             "run": [PY, os.path.join(TORCH, "check_model.py"), "${steps.train.outputs}/model.pt", "2"]},
+             "run": [PY, os.path.join(TORCH, "check_model.py"), "${steps.train.outputs}/model.pt", *check]},
         ]
         spec = self.write_spec(d, cluster, steps)
         run_dir = os.path.join(d, "run")
@@ -983,6 +983,42 @@ class Multinode:
             if lost is None:
                 continue
             self.check_spare_run(label, run, lost, reference)
+            self.assert_nothing_left(label)
+
+    def test_elastic(self):
+        """nodes: "1:2" and no spare, over ssh (node1, node2) and under srun: node rank 1's agent SIGKILLed, and
+        over ssh its link cut, once step 4's checkpoint is saved: the step goes on on node rank 0 alone,
+        WORLD_SIZE halved, every rank resuming from the checkpoint; the final weights are those of a replay
+        with 2 workers for steps 0-3 and 1 after."""
+        parallel = {"cpus": 2, "nodes": "1:2"}
+        for label, cluster, fault in (
+                ("elastic_ssh_kill", self.ssh_cluster(["node1", "node2"], heartbeat_timeout=1), "kill"),
+                ("elastic_ssh_link", self.ssh_cluster(["node1", "node2"], heartbeat_timeout=1), "link"),
+                ("elastic_srun_kill", {"engine": "slurm", "address": self.c.addrs["head"], "heartbeat_timeout": 1},
+                 "kill")):
+            run, lost = self.spare_run(label, cluster, fault, parallel, ("1", "4:2"))
+            if lost is None:
+                continue
+            self.check(run.rc == 0, f"{label}: the step goes on with the node left and the join passes", 0, run.rc,
+                       run.detail())
+            want = "[check] model.pt: 2 workers for steps 0-3, then 1 workers, 10 steps of SGD, matches the replay"
+            self.check(want in run.stdout, f"{label}: the join loads the final model: 2 workers to step 4's "
+                       "checkpoint, 1 after", want, run.stdout[-2000:])
+            self.check("rank 0: attempt 1 resumes at step 4" in run.stdout and
+                       "rank 1: attempt 1" not in run.stdout,
+                       f"{label}: attempt 1 has rank 0 alone, and it resumes from step 4's checkpoint",
+                       "rank 0: attempt 1 resumes at step 4", run.stdout[-3000:])
+            gone_on = re.search(r"^flowrun: step 'train': the step goes on on 1 node \((node\d)\), without "
+                                rf"{lost}: WORLD_SIZE 1 \(nodes: \"1:2\"\)$", run.stderr, re.M)
+            self.check(gone_on is not None and gone_on.group(1) != lost,
+                       f"{label}: the head says it goes on without the lost node, WORLD_SIZE halved",
+                       f"... goes on on 1 node (<the other>), without {lost}: WORLD_SIZE 1 ...",
+                       "\n".join(l for l in run.stderr.splitlines() if l.startswith("flowrun")))
+            attempts = run.results().get("attempts", [])
+            got = [(a.get("world_size"), a.get("dropped_nodes"), a.get("restart_reason")) for a in attempts]
+            self.check(got == [(2, [], 'the step goes on with the node left (nodes: "1:2")'), (1, [lost], None)],
+                       f"{label}: results.json: attempt 0 on 2 ranks, attempt 1 on 1 without the lost node",
+                       f"[(2, [], ...goes on...), (1, [{lost}], None)]", got)
             self.assert_nothing_left(label)
 
     def test_head_kill(self):
@@ -1342,7 +1378,7 @@ class Multinode:
 TESTS = ["salloc", "sbatch", "srun", "srun_node1", "login_node_loopback", "ssh_hosts", "ssh_hostfile", "run_cli_salloc",
          "run_cli_rendezvous",
          "torch", "lightning", "culprit", "stacks_srun", "stacks_ssh", "stacks_venv", "stacks_missing",
-         "agent_kill", "link_down", "spare", "head_kill", "scancel", "requeue", "wrong_token", "symlink", "private_workdir",
+         "agent_kill", "link_down", "spare", "elastic", "head_kill", "scancel", "requeue", "wrong_token", "symlink", "private_workdir",
          "preflight"]
 
 
