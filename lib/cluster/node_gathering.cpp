@@ -63,8 +63,12 @@ Admission NodeGathering::admit(const Joiner& j) {
 void NodeGathering::on_joined(int rank, const Joiner& j, const std::shared_ptr<Connection>& conn) {
   const bool all = nodes_.join(rank, j, conn);
   links_.joined(rank, conn);
-  if (all) {
+  if (all && !(nodes_.elastic() && nodes_.usable() < nodes_.size())) {
     all_joined();
+    return;
+  }
+  if (all) {  // an elastic step's node that joined was lost before the start: it starts without it
+    start_fewer(fmt::format("{}, {} of them lost since", joined_of(), nodes_.size() - nodes_.usable()));
     return;
   }
   maybe_start_fewer();
@@ -87,6 +91,10 @@ void NodeGathering::maybe_start_fewer() {
         std::chrono::duration<double>(last_call)));
     last_call_timer_.async_wait([this, last_call](const boost::system::error_code& ec) {
       if (ec || phase_ != Phase::joining) return;
+      if (nodes_.usable() < static_cast<std::size_t>(nodes_.min_nodes())) {
+        last_call_ = false;  // one was lost meanwhile: the next to join calls again
+        return;
+      }
       start_fewer(
           fmt::format("{}, and no more within cluster.last_call_timeout ({:g} s)", joined_of(), last_call));
     });
@@ -95,6 +103,11 @@ void NodeGathering::maybe_start_fewer() {
 
 void NodeGathering::start_fewer(const std::string& why) {
   cancel_join_timer();
+  if (const auto there = nodes_.usable(); there < static_cast<std::size_t>(nodes_.min_nodes())) {
+    links_.fail(fmt::format("{}: {} there, fewer than the {} that nodes: \"{}:{}\" needs", why, there,
+                            nodes_.min_nodes(), nodes_.min_nodes(), nodes_.size()));
+    return;
+  }
   links_.start_fewer(why);
   all_joined();
 }
