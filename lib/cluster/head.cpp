@@ -38,6 +38,7 @@
 #include "node_inbox.h"
 #include "node_orders.h"
 #include "node_preflight.h"
+#include "node_seats.h"
 #include "node_stacks.h"
 #include "node_start.h"
 #include "node_table.h"
@@ -82,6 +83,15 @@ std::vector<WorkerRecord> stalled_ranks(const StepPlan& plan, const Node& n, con
 // not for an interrupt.
 bool stacks_before_stop(const GroupOptions& group, Outcome why) {
   return group.forensics_stacks && why != Outcome::interrupted;
+}
+
+// The head's own copy of the step, whose plan is the head's plan_: an
+// elastic step's attempt runs on plan_for_nodes(full_plan_, its nodes), and
+// every part of the head reads plan_ (through job_.plan) as the attempt's.
+NodeStep with_plan(const NodeStep& job, const StepPlan& plan) {
+  NodeStep copy = job;
+  copy.plan = &plan;
+  return copy;
 }
 
 class Head : public GroupObserver, public cluster::NodeInbox {
@@ -144,7 +154,7 @@ class Head : public GroupObserver, public cluster::NodeInbox {
   AttemptResult run_attempt(const Attempt& attempt) {
     if (phase_ == Phase::between) {
       attempt_ = attempt.restart;
-      if (!(nodes_.elastic() ? reseat_elastic() : take_spares())) return not_started();
+      if (!seats_.before_restart()) return not_started();
       gathering_.assign();
     }
     if (!wait_ready()) return not_started();
@@ -155,8 +165,9 @@ class Head : public GroupObserver, public cluster::NodeInbox {
     AttemptResult result;
     result.record = attempt_recorded_ ? std::move(last_) : record_attempt();
     result.node_gone = nodes_.any_gone();
-    result.spare_ready = result.node_gone && nodes_.spares_cover(spare_gpus());
-    if (result.node_gone && goes_on_elastic()) result.elastic_nodes = static_cast<int>(nodes_.usable());
+    result.spare_ready = result.node_gone && seats_.spares_cover();
+    if (result.node_gone && seats_.goes_on_elastic())
+      result.elastic_nodes = static_cast<int>(nodes_.usable());
     if (nodes_.elastic())
       result.next_world_size = static_cast<int>(nodes_.usable()) * full_plan_.nodes.front().procs;
     take_news(result);
@@ -281,101 +292,6 @@ class Head : public GroupObserver, public cluster::NodeInbox {
     for (auto& n : nodes_) n.conn->send_frame(std::move(frames[static_cast<std::size_t>(n.rank)]));
   }
 
-  // ---- spares (parallel.spare_nodes) ---------------------------------------
-
-  // The GPUs a spare must have to take a node's place (-1: any).
-  int spare_gpus() const {
-    const int gpus = plan_.nodes.front().gpus_available;
-    return plan_.cpu || gpus <= 0 ? -1 : gpus;
-  }
-
-  // Before a restart: a spare takes the place of every node that is gone.
-  // False (the step fails) when one has no spare to take it.
-  bool take_spares() {
-    for (int rank : nodes_.replaceable()) {
-      const std::string lost = nodes_[std::size_t(rank)].name;
-      const int seat = nodes_.replace(rank, spare_gpus());
-      if (seat < 0) {
-        fail_before_start(fmt::format(
-            "node {} (node rank {}) is gone and no spare node waits to take its place", lost, rank));
-        return false;
-      }
-      bind(rank);  // what the spare sends now speaks for node rank `rank`
-      bind(seat);  // and what the lost node's connection still says, for the retired one
-      const Node& spare = nodes_[std::size_t(rank)];
-      replacements_.push_back({rank, lost, spare.name});
-      const std::string text =
-          fmt::format("spare node {} takes node rank {} of lost node {} ({} left)", spare.name, rank, lost,
-                      cluster::plural(nodes_.spares_waiting(spare_gpus()), "spare", "spares"));
-      notes_.push_back(text);
-      console_.message(fmt::format("flowrun: step '{}': {}", plan_.step, text));
-    }
-    return true;
-  }
-
-  // ---- elastic node counts (parallel.nodes: "MIN:MAX") ---------------------
-
-  // Whether an elastic step can go on without the nodes that are gone: MIN
-  // nodes are left (or wait to join), and none was signalled (a preemption
-  // ends the job, nodes or not).
-  bool goes_on_elastic() const {
-    if (!nodes_.elastic()) return false;
-    for (const auto& n : nodes_) {
-      if (n.signalled) return false;
-    }
-    return nodes_.usable() >= static_cast<std::size_t>(nodes_.min_nodes());
-  }
-
-  std::string range_text() const {
-    return fmt::format("nodes: \"{}:{}\"", full_plan_.min_nodes, full_plan_.nodes.size());
-  }
-
-  // The nodes there take node ranks 0 and up; the plan is theirs.
-  void take_usable_nodes() {
-    const auto change = nodes_.reseat();
-    for (std::size_t seat = 0; seat < nodes_.seats(); ++seat) {
-      if (nodes_[seat].conn && nodes_[seat].conn->is_open()) bind(static_cast<int>(seat));
-    }
-    plan_ = plan_for_nodes(full_plan_, static_cast<int>(nodes_.size()));
-    for (const auto& name : change.dropped) dropped_.push_back(name);
-    for (const auto& name : change.added) added_.push_back(name);
-  }
-
-  // Before the first attempt, with fewer nodes than MAX joined.
-  void start_fewer(const std::string& why) {
-    take_usable_nodes();
-    const std::string text = fmt::format("{}: the step starts on {} ({}), WORLD_SIZE {} ({})", why,
-                                         cluster::plural(nodes_.size(), "node", "nodes"),
-                                         fmt::join(nodes_.names(), ", "), plan_.world_size, range_text());
-    notes_.push_back(text);
-    console_.message(fmt::format("flowrun: step '{}': {}", plan_.step, text));
-  }
-
-  // Before a restart: the nodes left and those that joined since. False
-  // (the step fails) when fewer than MIN are there.
-  bool reseat_elastic() {
-    const std::size_t before = nodes_.size();
-    const std::size_t usable = nodes_.usable();
-    if (usable < static_cast<std::size_t>(nodes_.min_nodes())) {
-      fail_before_start(fmt::format("only {} left of the {} the step had, fewer than {} ({})",
-                                    cluster::plural(usable, "node is", "nodes are"), before,
-                                    nodes_.min_nodes(), range_text()));
-      return false;
-    }
-    take_usable_nodes();
-    if (dropped_.empty() && added_.empty()) return true;
-    std::vector<std::string> what;
-    if (!dropped_.empty()) what.push_back(fmt::format("without {}", fmt::join(dropped_, ", ")));
-    if (!added_.empty()) what.push_back(fmt::format("with {}, which joined since", fmt::join(added_, ", ")));
-    const std::string text =
-        fmt::format("the step goes on on {} ({}), {}: WORLD_SIZE {} ({})",
-                    cluster::plural(nodes_.size(), "node", "nodes"), fmt::join(nodes_.names(), ", "),
-                    fmt::join(what, " and "), plan_.world_size, range_text());
-    notes_.push_back(text);
-    console_.message(fmt::format("flowrun: step '{}': {}", plan_.step, text));
-    return true;
-  }
-
   // What node `seat`'s connection sends goes to the node in that seat.
   void bind(int seat) {
     nodes_[std::size_t(seat)].conn->set_handlers(
@@ -388,17 +304,18 @@ class Head : public GroupObserver, public cluster::NodeInbox {
   // A node that joined: what it sends comes here; the step fails before
   // its ranks start.
   cluster::NodeGathering::Links gathering_links() {
-    return {[this](int seat, const std::shared_ptr<Connection>&) {
-              bind(seat);
-              if (nodes_.is_spare_seat(seat))
-                console_.message(fmt::format(
-                    "flowrun: step '{}': {} node {} joined; it waits with no rank{}", plan_.step,
-                    nodes_.elastic() ? "another" : "spare", nodes_[std::size_t(seat)].name,
-                    nodes_.elastic() ? fmt::format(" until the next restart ({})", range_text()) : ""));
-            },
-            [this](const std::string& why) { fail_before_start(why); },
-            [this](Node& n, const std::string& what) { protocol_error(n, what); },
-            [this](const std::string& why) { start_fewer(why); }};
+    return {
+        [this](int seat, const std::shared_ptr<Connection>&) {
+          bind(seat);
+          if (nodes_.is_spare_seat(seat))
+            console_.message(fmt::format(
+                "flowrun: step '{}': {} node {} joined; it waits with no rank{}", plan_.step,
+                nodes_.elastic() ? "another" : "spare", nodes_[std::size_t(seat)].name,
+                nodes_.elastic() ? fmt::format(" until the next restart ({})", seats_.range_text()) : ""));
+        },
+        [this](const std::string& why) { fail_before_start(why); },
+        [this](Node& n, const std::string& what) { protocol_error(n, what); },
+        [this](const std::string& why) { seats_.start_fewer(why); }};
   }
 
   // ---- messages from a node (node_inbox.h) ----------------------------------
@@ -492,7 +409,7 @@ class Head : public GroupObserver, public cluster::NodeInbox {
     uploads_.cut_short(n.rank);  // says nothing more than the loss below
     const std::string text = nodes_.lost_text(n, why);
     console_.message(fmt::format("flowrun: step '{}': {}", plan_.step, text));
-    if (phase_ == Phase::between && (nodes_.spares_cover(spare_gpus()) || goes_on_elastic())) {
+    if (phase_ == Phase::between && (seats_.spares_cover() || seats_.goes_on_elastic())) {
       notes_.push_back(text);  // a restart, if one comes, takes a spare for it, or goes on without it
       return;
     }
@@ -546,12 +463,7 @@ class Head : public GroupObserver, public cluster::NodeInbox {
         cluster::attempt_outcome(outcome_, ranks.failed, !errors_.empty(), !write_error_.empty());
     attempt.write_error = write_error_;
     attempt.stacks = stacks_.stop_report();
-    attempt.replacements = std::move(replacements_);
-    replacements_.clear();
-    attempt.dropped_nodes = std::move(dropped_);
-    dropped_.clear();
-    attempt.added_nodes = std::move(added_);
-    added_.clear();
+    seats_.record(attempt);
     assign_roles(attempt, ranks.stopped);
     return attempt;
   }
@@ -604,20 +516,11 @@ class Head : public GroupObserver, public cluster::NodeInbox {
     if (phase_ == Phase::running && !stopping_) stop_nodes(Outcome::failed, write_error_);
   }
 
-  // The head's own copy of the step, whose plan is plan_: an elastic
-  // step's attempt runs on plan_for_nodes(full_plan_, its nodes), and every
-  // part below reads plan_ (through job_.plan) as the attempt's.
-  static NodeStep with_plan(const NodeStep& job, const StepPlan& plan) {
-    NodeStep copy = job;
-    copy.plan = &plan;
-    return copy;
-  }
-
   Supervisor& sup_;
   const Console& console_;
-  const StepPlan full_plan_;
-  StepPlan plan_;
-  const NodeStep job_;
+  const StepPlan full_plan_;  // the step's plan; for an elastic step, on MAX nodes
+  StepPlan plan_;             // the attempt's (node_seats.h)
+  const NodeStep job_;        // the step, whose plan is plan_ (with_plan)
   const ClusterSpec& cluster_;
   asio::io_context& io_;
   asio::steady_timer heartbeat_timer_;
@@ -653,13 +556,15 @@ class Head : public GroupObserver, public cluster::NodeInbox {
   std::vector<std::string>& errors_ = news_.errors;
   // How the step ended when no rank started: failed (see errors_), timed_out or interrupted.
   Outcome outcome_before_start_ = Outcome::failed;
-  std::vector<WorkerLaunch> launches_;         // the engine's, for the supervisor's group
-  std::function<void()> keep_previous_;        // the step runner's, for the attempt about to start
-  AttemptRecord last_;                         // the attempt that ended
-  std::vector<NodeReplacement> replacements_;  // the spares that took a place for the attempt about to start
-  std::vector<std::string> dropped_, added_;   // an elastic step's nodes left out and taken in, likewise
-  cluster::Listener listener_;                 // the agents' connections until they join
-  cluster::UploadReceiver uploads_;            // the nodes' uploads into the ranks' directories
+  std::vector<WorkerLaunch> launches_;   // the engine's, for the supervisor's group
+  std::function<void()> keep_previous_;  // the step runner's, for the attempt about to start
+  AttemptRecord last_;                   // the attempt that ended
+  cluster::NodeSeats seats_{
+      nodes_, full_plan_,
+      plan_,  console_,
+      notes_, {[this](int seat) { bind(seat); }, [this](const std::string& why) { fail_before_start(why); }}};
+  cluster::Listener listener_;       // the agents' connections until they join
+  cluster::UploadReceiver uploads_;  // the nodes' uploads into the ranks' directories
   cluster::NodeGathering gathering_{
       io_,    console_, job_,         nodes_,       listener_,        engines_,
       phase_, attempt_, marker_path_, marker_text_, gathering_links()};  // joining to ready
