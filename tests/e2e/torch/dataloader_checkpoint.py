@@ -3,7 +3,9 @@ it takes one more batch from its DataLoader (whose worker processes share
 its process group) and saves it with its step. Rank FAIL_RANK fails once
 every rank has its DataLoader running (READY_DIR), which stops the others.
 If the stop reached the DataLoader's workers with the main process, the
-batch cannot come and the checkpoint is never written."""
+batch cannot come and the checkpoint is never written. With FAIL_STAMP set,
+the failing rank writes time.time_ns() there just before it exits (the
+drain case of scripts/bench times the launchers from it)."""
 import os
 import signal
 import sys
@@ -39,6 +41,11 @@ open(os.path.join(ready_dir, str(rank)), "w").close()
 if rank == int(os.environ["FAIL_RANK"]):
     while len(os.listdir(ready_dir)) < world:
         time.sleep(0.01)  # polls for the others' files: an event, not a timing window
+    if os.environ.get("FAIL_STAMP"):
+        stamp = os.environ["FAIL_STAMP"]
+        with open(stamp + ".tmp", "w") as f:
+            f.write(str(time.time_ns()))
+        os.replace(stamp + ".tmp", stamp)
     sys.exit(3)
 while not stop:
     batch = next(loader)
