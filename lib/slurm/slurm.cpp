@@ -241,14 +241,25 @@ std::optional<std::vector<int>> expand_counts(std::string_view list, std::string
   return counts;
 }
 
-std::optional<SlurmJob> read_slurm_job(const EnvMap& env, std::string* error) {
+namespace {
+
+// SLURM_JOB_ID: nullopt outside a job, or when it is set but empty (then
+// `error` says so); `error` is cleared first.
+std::optional<std::string> job_id_of(const EnvMap& env, std::string* error) {
   set_error(error, "");
   auto job_id = env_get(env, "SLURM_JOB_ID");
-  if (!job_id) return std::nullopt;
-  if (job_id->empty()) {
+  if (job_id && job_id->empty()) {
     set_error(error, "SLURM_JOB_ID is set but empty");
     return std::nullopt;
   }
+  return job_id;
+}
+
+}  // namespace
+
+std::optional<SlurmJob> read_slurm_job(const EnvMap& env, std::string* error) {
+  const auto job_id = job_id_of(env, error);
+  if (!job_id) return std::nullopt;
   SlurmJob job;
   job.job_id = *job_id;
 
@@ -318,13 +329,8 @@ std::optional<SlurmJob> read_slurm_job(const EnvMap& env, std::string* error) {
 }
 
 std::optional<SlurmRestart> read_slurm_restart(const EnvMap& env, std::string* error) {
-  set_error(error, "");
-  auto job_id = env_get(env, "SLURM_JOB_ID");
+  const auto job_id = job_id_of(env, error);
   if (!job_id) return std::nullopt;
-  if (job_id->empty()) {
-    set_error(error, "SLURM_JOB_ID is set but empty");
-    return std::nullopt;
-  }
   SlurmRestart restart{*job_id, 0};
   if (auto count = env_get(env, "SLURM_RESTART_COUNT")) {
     auto parsed = parse_decimal(*count);
