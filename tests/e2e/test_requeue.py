@@ -17,7 +17,7 @@ import time
 import pytest
 
 from flowrun_testlib import clean_env
-from flowrun_testlib.launcher import SANITIZER_REPORT
+from flowrun_testlib.launcher import run_named
 from flowrun_testlib.suite import E2E
 
 pytestmark = pytest.mark.resume
@@ -53,26 +53,6 @@ steps:
 """
 
 
-class Run:
-    """One finished flowrun."""
-
-    def __init__(self, rc, stdout, stderr):
-        self.rc, self.stdout, self.stderr = rc, stdout, stderr
-        m = re.search(r"^flowrun: run (\S+): \d+ steps?; logs and results in (.*)$", stderr, re.M)
-        self.run_id, self.run_dir = (m.group(1), m.group(2)) if m else (None, None)
-
-    def lines(self):
-        return [re.sub(r"\b\d+(\.\d+)? s\b", "<t>", line) for line in self.stderr.splitlines()
-                if line.startswith("flowrun:")]
-
-    def json(self, *parts):
-        with open(os.path.join(self.run_dir, *parts)) as f:
-            return json.load(f)
-
-    def detail(self):
-        return f"exit {self.rc}\n--- stdout\n{self.stdout[-3000:]}\n--- stderr\n{self.stderr[-5000:]}"
-
-
 class TestRequeue(E2E):
     def equal(self, expected, actual, label):
         return self.check(expected == actual, label, f"expected: {expected!r}\nactual:   {actual!r}")
@@ -93,11 +73,7 @@ class TestRequeue(E2E):
         return env
 
     def call(self, label, d, env, *options):
-        p = subprocess.run([self.flowrun, "flow.yaml", *options], cwd=d, env=env, capture_output=True, text=True,
-                           timeout=60 * self.slack)
-        m = SANITIZER_REPORT.search(p.stderr)
-        self.check(m is None, f"{label}: no sanitizer report", p.stderr[max(0, m.start() - 200):][:4000] if m else "")
-        return Run(p.returncode, p.stdout, p.stderr)
+        return run_named(self, label, ["flow.yaml", *options], d, env)
 
     def stopped_run(self, label, d, env, count, sig, *options):
         """flowrun started in the job and given `sig` once both ranks of train's attempt

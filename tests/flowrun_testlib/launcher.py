@@ -47,6 +47,36 @@ class Run:
                f"--- stderr\n{self.stderr[-5000:]}"
 
 
+class NamedRun:
+    """One finished flowrun (or flowrun resume) whose run directory its console names."""
+
+    def __init__(self, rc, stdout, stderr):
+        self.rc, self.stdout, self.stderr = rc, stdout, stderr
+        m = re.search(r"^flowrun: run (\S+): \d+ steps?; logs and results in (.*)$", stderr, re.M)
+        self.run_id, self.run_dir = (m.group(1), m.group(2)) if m else (None, None)
+
+    def lines(self):
+        """flowrun's own lines on stderr, durations written as <t>."""
+        return [re.sub(r"\b\d+(\.\d+)? s\b", "<t>", line) for line in self.stderr.splitlines()
+                if line.startswith("flowrun:")]
+
+    def json(self, *parts):
+        with open(os.path.join(self.run_dir, *parts)) as f:
+            return json.load(f)
+
+    def detail(self):
+        return f"exit {self.rc}\n--- stdout\n{self.stdout[-3000:]}\n--- stderr\n{self.stderr[-5000:]}"
+
+
+def run_named(suite, label, argv, cwd, env, timeout=60):
+    """`flowrun ARGV` in `cwd` to its end, as a NamedRun; a check of `suite` that it printed no sanitizer report."""
+    p = subprocess.run([suite.flowrun, *argv], cwd=cwd, env=env, capture_output=True, text=True,
+                       timeout=timeout * suite.slack)
+    m = SANITIZER_REPORT.search(p.stderr)
+    suite.check(m is None, f"{label}: no sanitizer report", p.stderr[max(0, m.start() - 200):][:4000] if m else "")
+    return NamedRun(p.returncode, p.stdout, p.stderr)
+
+
 def read_environ(pid):
     """`pid`'s environment as bytes, or None when it is gone, a zombie or a kernel thread. A process caught
     inside execve() reads as empty for an instant (its new memory has no environment yet): read it again."""
