@@ -80,10 +80,10 @@ void UniqueFd::reset(int fd) {
 
 void set_beneath_walk_only(bool walk_only) { g_walk_only = walk_only; }
 
-BeneathRoot BeneathRoot::open(const std::string& path) {
+BeneathRoot BeneathRoot::open(const std::string& path, bool follow_last) {
   BeneathRoot root;
   root.path_ = path;
-  root.fd_.reset(::open(path.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+  root.fd_.reset(::open(path.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC | (follow_last ? 0 : O_NOFOLLOW)));
   if (!root.fd_) {
     root.error_ = errno;
     return root;

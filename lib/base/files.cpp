@@ -2,12 +2,21 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <chrono>
+#include <cstdint>
 #include <cstdio>
 #include <cstring>
 #include <fcntl.h>
+#include <filesystem>
 #include <ftw.h>
+#include <grp.h>
+#include <memory>
+#include <mutex>
+#include <pwd.h>
+#include <sys/random.h>
 #include <sys/stat.h>
 #include <unistd.h>
+#include <vector>
 
 #include "flowrun/beneath.h"
 #include "flowrun/error.h"
@@ -28,13 +37,59 @@ void make_dirs(const std::string& path, mode_t mode) {
     throw Error("cannot create the directory " + path + ": it exists and is not a directory");
 }
 
-std::optional<std::string> try_read_file(const std::string& path, std::size_t limit, int* err) {
+std::string file_error_text(int err) {
+  return err == kErrNotRegular ? "not a regular file" : std::strerror(err);
+}
+
+namespace {
+
+// `path` opened O_RDONLY | O_NONBLOCK when it is a regular file: looked at
+// through O_PATH first (opening a FIFO or a device can block or act), then
+// opened and checked to be the file looked at. -1 with *err.
+int open_regular_file(const std::string& path, int* err) {
+  int seen_fd;
+  do {
+    seen_fd = open(path.c_str(), O_PATH | O_CLOEXEC);
+  } while (seen_fd < 0 && errno == EINTR);
+  if (seen_fd < 0) {
+    *err = errno;
+    return -1;
+  }
+  const UniqueFd seen(seen_fd);
+  struct stat before {};
+  if (fstat(seen.get(), &before) != 0) {
+    *err = errno;
+    return -1;
+  }
+  if (!S_ISREG(before.st_mode)) {
+    *err = kErrNotRegular;
+    return -1;
+  }
   int fd;
   do {
-    fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
+    fd = open(path.c_str(), O_RDONLY | O_NONBLOCK | O_NOCTTY | O_CLOEXEC);
   } while (fd < 0 && errno == EINTR);
   if (fd < 0) {
-    if (err != nullptr) *err = errno;
+    *err = errno;
+    return -1;
+  }
+  struct stat now {};
+  if (fstat(fd, &now) != 0 || !S_ISREG(now.st_mode) || now.st_dev != before.st_dev ||
+      now.st_ino != before.st_ino) {
+    *err = kErrNotRegular;  // swapped between the look and the open
+    close(fd);
+    return -1;
+  }
+  return fd;
+}
+
+}  // namespace
+
+std::optional<std::string> try_read_file(const std::string& path, std::size_t limit, int* err) {
+  int open_err = 0;
+  const int fd = open_regular_file(path, &open_err);
+  if (fd < 0) {
+    if (err != nullptr) *err = open_err;
     return std::nullopt;
   }
   std::string text;
@@ -57,7 +112,7 @@ std::optional<std::string> try_read_file(const std::string& path, std::size_t li
 std::string read_file(const std::string& path, std::size_t limit) {
   int err = 0;
   auto text = try_read_file(path, limit, &err);
-  if (!text) throw Error("cannot read " + path + ": " + std::strerror(err));
+  if (!text) throw Error("cannot read " + path + ": " + file_error_text(err));
   return std::move(*text);
 }
 
@@ -143,25 +198,202 @@ std::string keep_attempt(const std::string& rank_dir, int attempt, const std::ve
   return into ? kept : std::string();
 }
 
-int try_write_file(const std::string& path, const std::string& text) {
-  const std::string tmp = path + ".tmp";
-  const int fd = open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd < 0) return errno;
-  int err = 0;
-  for (std::size_t done = 0; done < text.size() && err == 0;) {
+namespace {
+
+// The directories anchor_directory() opened, by their normalised path.
+struct Anchor {
+  std::string path;
+  std::shared_ptr<BeneathRoot> root;
+};
+std::mutex anchors_mutex;
+std::vector<Anchor> anchors;
+
+std::string normalised(const std::string& path) {
+  std::string p = std::filesystem::path(path).lexically_normal().string();
+  while (p.size() > 1 && p.back() == '/') p.pop_back();
+  return p;
+}
+
+// The directory that holds `path`'s last component, opened (*leaf: that
+// component): beneath the anchor `path` lies under, with no link followed,
+// else by its path as given. -1 with errno.
+int open_parent_of(const std::string& path, std::string* leaf) {
+  const std::string p = normalised(path);
+  std::shared_ptr<BeneathRoot> root;
+  std::string rel;
+  {
+    const std::lock_guard<std::mutex> lock(anchors_mutex);
+    for (const Anchor& a : anchors) {
+      if (p.size() > a.path.size() + 1 && p.starts_with(a.path) && p[a.path.size()] == '/' &&
+          (!root || a.path.size() > rel.size())) {
+        root = a.root;
+        rel = a.path;
+      }
+    }
+  }
+  if (root) return root->open_parent(std::string_view(p).substr(rel.size() + 1), false, 0755, leaf);
+  const std::size_t slash = p.rfind('/');
+  *leaf = slash == std::string::npos ? p : p.substr(slash + 1);
+  const std::string dir = slash == std::string::npos ? "." : slash == 0 ? "/" : p.substr(0, slash);
+  if (leaf->empty() || *leaf == "." || *leaf == "..") {
+    errno = EINVAL;
+    return -1;
+  }
+  return open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+}
+
+}  // namespace
+
+std::string random_hex() {
+  unsigned char bytes[8];
+  std::size_t got = 0;
+  while (got < sizeof bytes) {
+    const ssize_t n = getrandom(bytes + got, sizeof bytes - got, 0);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) break;
+    got += static_cast<std::size_t>(n);
+  }
+  if (got < sizeof bytes) {  // no getrandom: still unpredictable enough with the clock and pid mixed in
+    const auto mix = static_cast<std::uint64_t>(std::chrono::steady_clock::now().time_since_epoch().count()) ^
+                     (static_cast<std::uint64_t>(getpid()) << 40);
+    std::memcpy(bytes, &mix, sizeof bytes);
+  }
+  static const char digits[] = "0123456789abcdef";
+  std::string hex;
+  for (unsigned char b : bytes) {
+    hex.push_back(digits[b >> 4]);
+    hex.push_back(digits[b & 15]);
+  }
+  return hex;
+}
+
+namespace {
+
+std::string fmt_mode(mode_t mode) {
+  char text[8];
+  std::snprintf(text, sizeof text, "%04o", static_cast<unsigned>(mode & 07777));
+  return text;
+}
+
+std::string group_name(gid_t gid) {
+  const group* g = getgrgid(gid);
+  return g != nullptr ? std::string(g->gr_name) : std::to_string(gid);
+}
+
+// Whether `gid` is `uid`'s private group: named as the user is, with no
+// member listed but the user (Debian's user private groups, umask 002).
+bool private_group(gid_t gid, uid_t uid) {
+  const passwd* pw = getpwuid(uid);
+  if (pw == nullptr) return false;
+  const std::string user = pw->pw_name;
+  if (pw->pw_gid != gid) return false;
+  const group* g = getgrgid(gid);
+  if (g == nullptr || user != g->gr_name) return false;
+  for (char** m = g->gr_mem; *m != nullptr; ++m)
+    if (user != *m) return false;
+  return true;
+}
+
+int write_all_to(int fd, const std::string& text) {
+  for (std::size_t done = 0; done < text.size();) {
     const ssize_t n = write(fd, text.data() + done, text.size() - done);
     if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) {
-      err = n < 0 ? errno : EIO;
-      break;
-    }
+    if (n <= 0) return n < 0 ? errno : EIO;
     done += static_cast<std::size_t>(n);
   }
+  return 0;
+}
+
+}  // namespace
+
+void anchor_directory(const std::string& path) {
+  const std::string p = normalised(path);
+  auto root = std::make_shared<BeneathRoot>(BeneathRoot::open(p, false));
+  if (!root->ok()) throw Error("cannot open the directory " + p + ": " + std::strerror(root->error()));
+  const std::lock_guard<std::mutex> lock(anchors_mutex);
+  std::erase_if(anchors, [&](const Anchor& a) { return a.path == p; });
+  anchors.push_back({p, std::move(root)});
+}
+
+void release_directory(const std::string& path) {
+  const std::string p = normalised(path);
+  const std::lock_guard<std::mutex> lock(anchors_mutex);
+  std::erase_if(anchors, [&](const Anchor& a) { return a.path == p; });
+}
+
+int try_write_file(const std::string& path, const std::string& text) {
+  std::string leaf;
+  const UniqueFd dir(open_parent_of(path, &leaf));
+  if (!dir) return errno;
+  std::string tmp;
+  int fd = -1;
+  for (int tries = 0; fd < 0 && tries < 8; ++tries) {
+    tmp = leaf.substr(0, 200) + ".tmp-" + random_hex();
+    fd = openat(dir.get(), tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644);
+    if (fd < 0 && errno != EEXIST) return errno;
+  }
+  if (fd < 0) return EEXIST;
+  int err = write_all_to(fd, text);
   // A file system may report a full disk only when the file is closed (NFS).
   if (close(fd) != 0 && err == 0) err = errno;
-  if (err == 0 && rename(tmp.c_str(), path.c_str()) != 0) err = errno;
-  if (err != 0) unlink(tmp.c_str());
+  if (err == 0 && renameat(dir.get(), tmp.c_str(), dir.get(), leaf.c_str()) != 0) err = errno;
+  if (err != 0) unlinkat(dir.get(), tmp.c_str(), 0);
   return err;
+}
+
+int open_output_file(const std::string& path, bool append, int* err) {
+  std::string leaf;
+  const UniqueFd dir(open_parent_of(path, &leaf));
+  if (!dir) {
+    *err = errno;
+    return -1;
+  }
+  const int flags =
+      O_WRONLY | O_CREAT | O_NOFOLLOW | O_NONBLOCK | O_NOCTTY | O_CLOEXEC | (append ? O_APPEND : 0);
+  // O_TRUNC only once it is known to be a regular file: truncating is an act.
+  UniqueFd fd(openat(dir.get(), leaf.c_str(), flags, 0644));
+  struct stat st {};
+  if (!fd || fstat(fd.get(), &st) != 0) {
+    *err = errno;
+    // A FIFO with no reader (ENXIO), a socket (ENXIO), a device that is gone:
+    // say what is there rather than the open's errno.
+    if (fstatat(dir.get(), leaf.c_str(), &st, AT_SYMLINK_NOFOLLOW) == 0 && !S_ISREG(st.st_mode) &&
+        !S_ISLNK(st.st_mode))
+      *err = kErrNotRegular;
+    return -1;
+  }
+  if (!S_ISREG(st.st_mode)) {
+    *err = kErrNotRegular;
+    return -1;
+  }
+  if (!append && st.st_size > 0 && ftruncate(fd.get(), 0) != 0) {
+    *err = errno;
+    return -1;
+  }
+  const int fl = fcntl(fd.get(), F_GETFL);
+  if (fl >= 0) fcntl(fd.get(), F_SETFL, fl & ~O_NONBLOCK);
+  return fd.release();
+}
+
+void require_private_directory(int fd, const std::string& path, const std::string& what, bool root_ok,
+                               const std::string& fix) {
+  struct stat st {};
+  if (fstat(fd, &st) != 0)
+    throw Error("cannot look at " + what + " " + path + ": " + std::strerror(errno) + "; " + fix, kExitUsage);
+  const uid_t me = geteuid();
+  if (st.st_uid != me && !(root_ok && st.st_uid == 0))
+    throw Error("refusing " + what + " " + path + ": it belongs to another user (uid " +
+                    std::to_string(st.st_uid) + "), who could put links in it or swap it; " + fix,
+                kExitUsage);
+  if ((st.st_mode & S_ISVTX) != 0 && st.st_uid != me) return;  // /tmp: others cannot touch what is ours
+  if ((st.st_mode & S_IWOTH) != 0 && (st.st_mode & S_ISVTX) == 0)
+    throw Error("refusing " + what + " " + path + ": every user may write it (mode " + fmt_mode(st.st_mode) +
+                    ") and it is not sticky; " + fix,
+                kExitUsage);
+  if ((st.st_mode & S_IWGRP) != 0 && (st.st_mode & S_ISVTX) == 0 && !private_group(st.st_gid, me))
+    throw Error("refusing " + what + " " + path + ": the other members of its group may write it (mode " +
+                    fmt_mode(st.st_mode) + ", group " + group_name(st.st_gid) + "); " + fix,
+                kExitUsage);
 }
 
 int replace_symlink(const std::string& path, const std::string& target) {

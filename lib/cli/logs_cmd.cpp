@@ -15,6 +15,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "flowrun/beneath.h"
 #include "flowrun/error.h"
 #include "flowrun/flow.h"
 #include "flowrun/util.h"
@@ -31,6 +32,7 @@ struct LogFile {
   std::string shown;  // relative to the run directory, for the header
   off_t offset = 0;   // what has been printed
   ino_t inode = 0;    // of the file printed; another (a restart kept the old one in attemptN/) starts again
+  bool damaged = false;  // not a regular file: said once, never read
 };
 
 // The log files of `step` (its rank `rank` only when >= 0), each rank's
@@ -66,10 +68,20 @@ std::vector<LogFile> log_files(const std::string& run_dir, const std::string& st
 // before a file's text when there are several and another was printed last.
 // `whole`: the header even for an empty file (printing, not following).
 bool print_new(LogFile& file, bool headers, const LogFile*& last, bool whole = false) {
-  const int fd = open(file.path.c_str(), O_RDONLY | O_CLOEXEC);
+  // O_NONBLOCK: a FIFO a rank left in its log's place opens at once (and is
+  // then refused) instead of blocking this reader.
+  const int fd = open(file.path.c_str(), O_RDONLY | O_NONBLOCK | O_NOCTTY | O_CLOEXEC);
   if (fd < 0) return false;
   struct stat st {};
-  if (fstat(fd, &st) == 0 && st.st_ino != file.inode) {
+  if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+    close(fd);
+    if (!file.damaged)
+      std::cerr << "flowrun: " << file.shown << " is damaged: " << file_type_name(st.st_mode)
+                << ", not a regular file; skipped\n";
+    file.damaged = true;
+    return false;
+  }
+  if (st.st_ino != file.inode) {
     if (file.inode != 0) last = nullptr;  // say the file again
     file.inode = st.st_ino;
     file.offset = 0;

@@ -163,7 +163,7 @@ RunRow read_run_row(const std::string& run_dir) {
   const auto text = try_read_file(run_dir + "/run.json", kMaxRunFile, &err);
   if (!text) {
     row.problem = err == ENOENT ? "no run.json (not a run, or one of a flowrun before run.json)"
-                                : std::string("cannot read run.json: ") + std::strerror(err);
+                                : std::string("cannot read run.json: ") + file_error_text(err);
     return row;
   }
   if (!parse_json(*text)) {

@@ -7,6 +7,7 @@
 #include <cerrno>
 #include <csignal>
 #include <cstring>
+#include <fcntl.h>
 #include <filesystem>
 #include <fmt/format.h>
 #include <iostream>
@@ -72,9 +73,7 @@ std::optional<StackReport> read_stacks(const std::string& path, std::int64_t ask
 // holds its run.lock open while it runs. A pid on another host (a shared
 // run directory) is another process here, however its number reads.
 // nullopt: its open files cannot be read (it runs as another user).
-std::optional<bool> holds_open(pid_t pid, const std::string& path) {
-  struct stat want {};
-  if (stat(path.c_str(), &want) != 0) return false;
+std::optional<bool> holds_open(pid_t pid, const struct stat& want) {
   std::error_code ec;
   std::filesystem::directory_iterator fds(fmt::format("/proc/{}/fd", pid), ec);
   if (ec) return ec == std::errc::permission_denied ? std::nullopt : std::optional<bool>(false);
@@ -94,6 +93,42 @@ struct Unique {
   }
 };
 
+// The run directory as this command may trust it before it signals anyone:
+// the caller's own, not a link. Another user's could name any pid and hold
+// a run.lock that is a link to /dev/null, held open by whatever holds
+// /dev/null. Throws Error (exit 2) naming what is wrong.
+void trusted_run_dir(const std::string& run_dir) {
+  Unique dir(open(run_dir.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
+  struct stat st {};
+  if (dir.fd < 0 || fstat(dir.fd, &st) != 0)
+    throw Error(fmt::format("cannot open the run directory {}: {}", run_dir, std::strerror(errno)),
+                kExitUsage);
+  if (st.st_uid != geteuid())
+    throw Error(
+        fmt::format("refusing to signal for the run directory {}: it belongs to another user (uid {}); "
+                    "run flowrun stacks as the user who started the run",
+                    run_dir, st.st_uid),
+        kExitUsage);
+}
+
+// The run's run.lock, in a trusted run directory: a regular file (not a
+// link, a FIFO or a device) of the caller's. What it is, for holds_open.
+struct stat trusted_run_lock(const std::string& run_dir) {
+  trusted_run_dir(run_dir);
+  Unique lock(
+      open((run_dir + "/run.lock").c_str(), O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_NOCTTY | O_CLOEXEC));
+  struct stat st {};
+  if (lock.fd < 0 || fstat(lock.fd, &st) != 0)
+    throw Error(fmt::format("cannot open {}/run.lock: {}", run_dir, std::strerror(errno)));
+  if (!S_ISREG(st.st_mode) || st.st_uid != geteuid())
+    throw Error(
+        fmt::format("refusing to signal for the run in {}: its run.lock is {} (expected a regular file "
+                    "of uid {}); the run directory is damaged",
+                    run_dir, S_ISREG(st.st_mode) ? "another user's file" : "not a regular file", geteuid()),
+        kExitUsage);
+  return st;
+}
+
 // Asks the run's flowrun (pid `pid`, holding the run's lock) for the stacks
 // and waits up to `wait_s` for the step's stacks.json that answers. Returns
 // the report and the file's text.
@@ -107,10 +142,11 @@ std::pair<StackReport, std::string> ask_for_stacks(const std::string& run_dir, c
   // The pid is the run's only while the run's lock is held: open it first,
   // then check the lock, so that the signal cannot reach a process that
   // took the pid after the run ended.
+  const struct stat lock = trusted_run_lock(run_dir);
   Unique pidfd(static_cast<int>(syscall(SYS_pidfd_open, record.pid, 0)));
   if (!run_in_progress(run_dir))
     throw Error(fmt::format("run {} has just ended: no stacks to take", record.run_id));
-  const std::optional<bool> holds = pidfd.fd < 0 ? false : holds_open(record.pid, run_dir + "/run.lock");
+  const std::optional<bool> holds = pidfd.fd < 0 ? false : holds_open(record.pid, lock);
   if (!holds)
     throw Error(
         fmt::format("cannot tell whether pid {} is run {}'s flowrun: its open files are not this user's "
@@ -183,6 +219,7 @@ int cmd_stacks(int argc, char** argv) {
   if (const auto done = parse_subcommand(app, "stacks", argc, argv)) return *done;
   return report_errors([&]() -> int {
     const std::string run_dir = locate_run(run, current_directory());
+    trusted_run_dir(run_dir);
     const RunRecord record = read_record_of(run_dir);
     if (!run_in_progress(run_dir))
       throw Error(

@@ -183,7 +183,8 @@ extern "C" void stop_before_run(int sig) {
   if (early != nullptr && sig > 0 && sig < NSIG) {
     const std::string& text = early->texts[sig];
     if (!early->file.empty()) {
-      const int fd = open(early->tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+      // A name no one could plant a link or a FIFO at beforehand, made anew.
+      const int fd = open(early->tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644);
       if (fd >= 0) {
         write_all_raw(fd, text);
         if (close(fd) == 0) rename(early->tmp.c_str(), early->file.c_str());
@@ -324,7 +325,7 @@ int report_with_summary(const SummaryRequest& request, const std::function<int(S
   EarlySummary early;
   if (!request.file.empty()) {
     early.file = request.file;
-    early.tmp = request.file + ".tmp";  // try_write_file's
+    early.tmp = request.file + ".tmp-" + random_hex();  // unguessable, as try_write_file's
   }
   early.json_fd = summary_fd;
   hold_early_summary(early, target);
@@ -344,7 +345,7 @@ int report_with_summary(const SummaryRequest& request, const std::function<int(S
   const std::string text = format_summary_json(target, code, error);
   if (!request.file.empty()) {
     if (const int err = try_write_file(request.file, text); err != 0) {
-      std::cerr << "flowrun: error: cannot write the summary " << request.file << ": " << std::strerror(err)
+      std::cerr << "flowrun: error: cannot write the summary " << request.file << ": " << file_error_text(err)
                 << "\n";
       if (code == 0) code = kExitFailure;
     }

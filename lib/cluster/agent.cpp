@@ -425,7 +425,7 @@ class Agent : public GroupObserver {
     std::string error;
     int err = 0;
     const auto marker = try_read_file(a.marker_path, 64 << 10, &err);
-    if (!marker) error = a.marker_path + ": " + std::strerror(err);
+    if (!marker) error = a.marker_path + ": " + file_error_text(err);
     const bool same = marker && *marker == a.marker_text;
     if (error.empty() && !same) error = a.marker_path + ": its content differs from the head's";
     ready.workdir_ok = same;

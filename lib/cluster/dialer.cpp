@@ -337,7 +337,7 @@ std::string read_token(const AgentOptions& options) {
                   " can be read by other users; it must be private (chmod 600)");
     int err = 0;
     const auto token = try_read_file(options.token_file, 64 << 10, &err);
-    if (!token) throw Error("cannot read the token file " + options.token_file + ": " + std::strerror(err));
+    if (!token) throw Error("cannot read the token file " + options.token_file + ": " + file_error_text(err));
     text = *token;
   } else {
     if (isatty(STDIN_FILENO) == 1)

@@ -114,10 +114,9 @@ std::pair<std::string, std::string> write_marker(const NodeStep& job) {
       job.step->workdir + "/.flowrun/node-check-" + job.ctx.run_id + "-" + job.plan->step;
   const std::string text = make_nonce();
   make_dirs(job.step->workdir + "/.flowrun");
-  const int fd = open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd < 0) throw Error("cannot write " + path + ": " + std::strerror(errno));
-  write_all(fd, text.data(), text.size());
-  close(fd);
+  // A new file renamed into place: never written through a link or FIFO.
+  if (const int err = try_write_file(path, text); err != 0)
+    throw Error("cannot write " + path + ": " + file_error_text(err));
   return {path, text};
 }
 

@@ -249,7 +249,7 @@ class FlowRunner {
     // A run directory holds one run: files left in it by another would be
     // taken for this run's outputs and logs. Held until this returns or
     // flowrun dies: `flowrun resume` tells a live run by it.
-    const RunLock lock = RunLock::create(ctx_.layout.run_dir, ctx_.run_id, host_.hostname);
+    const RunLock lock = RunLock::create(ctx_.layout.run_dir, ctx_.run_id, host_.hostname, spec_.workdir);
     record_.start_unix_ns = unix_now_ns();
     write_record();
     point_latest(options_, ctx_, console_);

@@ -8,10 +8,12 @@
 #include <filesystem>
 #include <fmt/format.h>
 #include <fstream>
+#include <sstream>
 #include <sys/file.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "flowrun/beneath.h"
 #include "flowrun/error.h"
 #include "flowrun/files.h"
 #include "flowrun/flow.h"
@@ -230,7 +232,7 @@ RunRecord read_run_record(const std::string& run_dir) {
     std::error_code ec;
     if (!fs::is_directory(run_dir, ec))
       throw Error(
-          "no run directory " + run_dir + (err == ENOENT ? "" : std::string(": ") + std::strerror(err)),
+          "no run directory " + run_dir + (err == ENOENT ? "" : std::string(": ") + file_error_text(err)),
           kExitUsage);
     if (err == ENOENT) {
       if (fs::exists(run_dir + "/spec.yaml", ec) || fs::exists(run_dir + "/plan.json", ec))
@@ -241,7 +243,7 @@ RunRecord read_run_record(const std::string& run_dir) {
             kExitUsage);
       throw Error(run_dir + " is not a flowrun run directory: it has no run.json", kExitUsage);
     }
-    throw Error("cannot read " + path + ": " + std::strerror(err), kExitUsage);
+    throw Error(path + " is damaged: " + file_error_text(err), kExitUsage);
   }
   RunRecord record = parse_run_json(*text, path);
   // The directory as found wins over the one recorded: a run directory may
@@ -266,15 +268,25 @@ struct Holder {
 // Who run.lock says holds it; nullopt for a lock file without its line (a
 // run of an older flowrun).
 std::optional<Holder> read_holder(const std::string& path) {
-  std::ifstream in(path);
+  // Not a stream that could block: a FIFO planted as run.lock is refused.
+  const auto text = try_read_file(path, 4096);
+  if (!text) return std::nullopt;
+  std::istringstream in(*text);
   Holder h;
   if (!(in >> h.pid >> h.host >> h.command >> h.run_id)) return std::nullopt;
   return h;
 }
 
 bool lock_is_held(const std::string& path) {
-  const int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  // O_NONBLOCK and O_NOFOLLOW: a FIFO or a link in run.lock's place is not
+  // a lock anyone holds, and must not block this reader.
+  const int fd = open(path.c_str(), O_RDONLY | O_NONBLOCK | O_NOFOLLOW | O_NOCTTY | O_CLOEXEC);
   if (fd < 0) return false;
+  struct stat st {};
+  if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+    close(fd);
+    return false;
+  }
   int rc;
   do {
     rc = flock(fd, LOCK_SH | LOCK_NB);
@@ -337,11 +349,52 @@ bool write_all(int fd, const std::string& text) {
   return true;
 }
 
+// Refuses `run_dir` and the directories above it up to `workdir` (see
+// RunLock::create) when another user could change them under the run.
+void require_safe_run_dir(const std::string& run_dir, const std::string& workdir, bool itself) {
+  const std::string fix_own =
+      "give the run a directory of your own (--run-dir DIR, one that does not exist yet or that you made "
+      "empty with mkdir -m 700)";
+  const std::string fix_parent = "another user could swap the run directory for theirs through it; " +
+                                 fix_own + ", or make it yours and not writable by others (chmod go-w)";
+  const fs::path top = fs::path(workdir).lexically_normal();
+  fs::path dir = fs::path(run_dir).lexically_normal();
+  if (!dir.has_filename()) dir = dir.parent_path();  // "runs/x/" is runs/x
+  const bool under_workdir = !workdir.empty() && dir.string().starts_with(top.string() + "/");
+  // The run directory itself never through a link; the directories above it
+  // as the user named them (a workdir under /scratch -> /data).
+  auto check = [&](const fs::path& d, bool first) {
+    const UniqueFd fd(open(d.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC | (first ? O_NOFOLLOW : 0)));
+    if (!fd) {
+      if (first && (errno == ELOOP || errno == ENOTDIR))
+        throw Error("refusing the run directory " + run_dir + ": it is a symbolic link; " + fix_own,
+                    kExitUsage);
+      throw Error("cannot open " + d.string() + ": " + std::strerror(errno), kExitUsage);
+    }
+    require_private_directory(fd.get(), d.string(),
+                              first ? "the run directory" : "the run directory's parent", !first,
+                              first ? fix_own : fix_parent);
+  };
+  if (itself) {
+    check(dir, true);
+    return;
+  }
+  do {
+    const fs::path up = dir.parent_path();
+    if (up == dir) break;
+    dir = up;
+    check(dir, false);
+  } while (under_workdir && dir != top);
+}
+
 }  // namespace
 
-RunLock RunLock::create(const std::string& run_dir, const std::string& run_id, const std::string& host) {
+RunLock RunLock::create(const std::string& run_dir, const std::string& run_id, const std::string& host,
+                        const std::string& workdir) {
   const std::string parent = fs::path(run_dir).parent_path().string();
   if (!parent.empty() && parent != run_dir) make_dirs(parent);
+  // Before anything is made in it: another user's .flowrun/runs gets nothing.
+  require_safe_run_dir(run_dir, workdir, false);
   // mkdir, not make_dirs: of two flowruns making the same directory, one
   // gets EEXIST. An empty directory made beforehand (mktemp -d) is taken too;
   // then run.lock, made by link(), which fails with EEXIST for the second, is
@@ -354,9 +407,18 @@ RunLock RunLock::create(const std::string& run_dir, const std::string& run_id, c
     if (stat(run_dir.c_str(), &st) != 0 || !S_ISDIR(st.st_mode))
       throw Error("the run directory " + run_dir + " exists and is not a directory; choose another --run-dir",
                   kExitUsage);
+    require_safe_run_dir(run_dir, workdir, true);
     std::error_code ec;
     if (!fs::is_empty(run_dir, ec) || ec) throw taken(run_dir);
+  } else {
+    // Made here: no one else's, and not writable by others whatever the
+    // umask allowed (a group's members could plant links in it).
+    struct stat st {};
+    if (stat(run_dir.c_str(), &st) == 0 && (st.st_mode & (S_IWGRP | S_IWOTH)) != 0)
+      chmod(run_dir.c_str(), st.st_mode & 0755);
+    require_safe_run_dir(run_dir, workdir, true);
   }
+  anchor_directory(run_dir);
   const std::string path = run_dir + "/run.lock";
   const std::string tmp = fmt::format("{}/.run.lock.{}", run_dir, getpid());
   const std::string line = lock_line(host, "run", run_id);
@@ -395,6 +457,8 @@ RunLock RunLock::create(const std::string& run_dir, const std::string& run_id, c
 }
 
 RunLock RunLock::resume(const std::string& run_dir, const std::string& run_id, const std::string& host) {
+  require_safe_run_dir(run_dir, "", true);
+  require_safe_run_dir(run_dir, "", false);
   const std::string path = run_dir + "/run.lock";
   bool writable = true;
   int fd = open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);

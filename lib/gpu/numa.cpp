@@ -26,7 +26,7 @@ std::string trimmed(std::string text) {
 std::string read_sysfs(const std::string& path, const std::string& what) {
   int err = 0;
   auto text = try_read_file(path, 1 << 16, &err);
-  if (!text) throw Error("cannot read " + path + " (" + what + "): " + std::strerror(err));
+  if (!text) throw Error("cannot read " + path + " (" + what + "): " + file_error_text(err));
   return trimmed(*text);
 }
 

@@ -1670,7 +1670,7 @@ void read_hostfile(const Spec& spec, ClusterSpec& cluster, std::vector<Diagnosti
   int err = 0;
   const auto read = try_read_file(cluster.hostfile, kMaxSpecBytes + 1, &err);
   if (!read) {
-    at_key("cannot read " + shown + ": " + std::strerror(err));
+    at_key("cannot read " + shown + ": " + file_error_text(err));
     return;
   }
   const std::string& text = *read;
@@ -1700,7 +1700,7 @@ SpecParse load_spec(const std::string& path) {
   const auto text = try_read_file(path, kMaxSpecBytes + 1, &err);
   if (!text) {
     SpecParse result;
-    result.diagnostics.push_back({path, {}, "", std::string("cannot read: ") + std::strerror(err)});
+    result.diagnostics.push_back({path, {}, "", std::string("cannot read: ") + file_error_text(err)});
     return result;
   }
   SpecParse result = parse_spec(*text, path, dir);

@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include "flowrun/error.h"
+#include "flowrun/files.h"
 #include "flowrun/supervisor.h"
 
 namespace flowrun {
@@ -74,15 +75,22 @@ RankLog::Stream& RankLog::stream(bool is_err) { return is_err ? *err_ : *out_; }
 int RankLog::file(Stream& s) {
   if (s.opened || s.path->empty()) return s.fd;
   s.opened = true;
-  s.fd = options_.open ? options_.open(*s.path)
-                       : ::open(s.path->c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (options_.open) {
+    s.fd = options_.open(*s.path);
+    return s.fd;
+  }
+  // Never through a link or into a FIFO a rank left in its directory, and
+  // beneath the anchored run directory (open_output_file).
+  int err = 0;
+  s.fd = open_output_file(*s.path, false, &err);
+  if (s.fd < 0) errno = err;  // kErrNotRegular included: file_error_text says it
   return s.fd;
 }
 
 void RankLog::open_files() {
   for (Stream* s : {out_.get(), err_.get()}) {
     if (!s->opened && !s->path->empty() && file(*s) < 0)
-      throw Error("cannot create the log file " + *s->path + ": " + std::strerror(errno));
+      throw Error("cannot create the log file " + *s->path + ": " + file_error_text(errno));
   }
 }
 
@@ -119,7 +127,7 @@ std::string RankLog::tail() const { return tail_.text(); }
 std::string log_write_error(const std::string& who, const std::string& path, int err) {
   const std::size_t slash = path.rfind('/');
   return fmt::format("cannot write {}{} in {}: {}", who, path.substr(slash + 1), path.substr(0, slash),
-                     std::strerror(err));
+                     file_error_text(err));
 }
 
 std::string log_failed_message(const std::string& step, const std::string& write_error, bool stopping,

@@ -18,6 +18,7 @@
 #include <unistd.h>
 #include <utility>
 
+#include "flowrun/files.h"
 #include "flowrun/process.h"
 #include "flowrun/supervisor.h"
 #include "flowrun/util.h"
@@ -69,10 +70,8 @@ std::string base_name(std::string_view file) {
 }
 
 std::string read_small(const std::string& path) {
-  std::ifstream in(path);
-  std::stringstream text;
-  text << in.rdbuf();
-  return std::string(trim(text.str()));
+  // /proc files are regular files; anything else is not read.
+  return std::string(trim(try_read_file(path, 1 << 16).value_or("")));
 }
 
 bool executable(const std::string& path) { return !path.empty() && access(path.c_str(), X_OK) == 0; }
@@ -275,7 +274,8 @@ struct StackTaker::Job {
     if (err >= 0) close(err);
   }
   void write_stack_file(const std::string& looked) const {
-    if (!stack_path.empty()) std::ofstream(stack_path) << stack_file_text(found, looked);
+    // Whole or not at all, and never through a link or FIFO a rank left.
+    if (!stack_path.empty()) (void)try_write_file(stack_path, stack_file_text(found, looked));
   }
 };
 

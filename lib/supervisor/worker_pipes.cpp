@@ -57,6 +57,7 @@ void WorkerPipes::open_log(Worker& w, const GroupOptions& options, ConsoleBatch&
   RankLog::Options o;
   o.stdout_log = launch.stdout_log;
   o.stderr_log = launch.stderr_log;
+  o.open = options.open_log;
   o.style = options.style;
   o.shows = launch.console;
   if (launch.console.any()) {

@@ -25,6 +25,7 @@ which needs root and builds a cluster; here a "node" is an agent on this host.
 --sanitized: the binary is built with a sanitizer: timing bounds are tripled.
 """
 import datetime
+import fcntl
 import json
 import os
 import re
@@ -2277,6 +2278,243 @@ steps:
                    str(os.listdir(d)))
         self.finish_row(r, "escaped glob", "n/a (refused before the run)", 0, self.count_left(f"escaped-{os.getpid()}"),
                         0, int(os.path.exists(os.path.join(d, "run", "train", "outputs"))), err)
+
+    # --- trust boundaries: another user's directories, what a rank plants, FIFOs -------
+
+    def cmd(self, label, argv, cwd, limit=30, env=None):
+        """A flowrun command run to its end (a hang is a failure, not a wait): (exit, stdout, stderr)."""
+        try:
+            p = subprocess.run([self.flowrun, *argv], cwd=cwd, env=clean_env(**(env or {})), capture_output=True,
+                               text=True, errors="replace", stdin=subprocess.DEVNULL, timeout=limit * self.slack)
+        except subprocess.TimeoutExpired as e:
+            return None, str(e.stdout or ""), f"{label}: still running after {limit * self.slack:g} s"
+        self.sanitizer_check(label, p.stderr)
+        return p.returncode, p.stdout, p.stderr
+
+    def test_foreign_dirs(self):
+        """(Root: another user's files.) User nobody prepares, in a 1777 directory as /tmp is: (a) an
+        empty directory of theirs passed as --run-dir; (b) `.flowrun/runs` of a spec kept there, made
+        before the first run; (c) a link at `x.json.tmp`, the temporary name of --summary-json x.json,
+        to a file of root's; (d) their own run directory whose run.lock is a link to /dev/null, which a
+        process of root's holds open, for `flowrun stacks`."""
+        r = self.row("foreign_dirs", "(a) and (b) refused before anything starts (exit 2: `refusing the run "
+                     "directory ...: it belongs to another user`, `refusing the run directory's parent ...`, each "
+                     "with the fix), nothing written in them; (c) the summary is written through a new file of an "
+                     "unguessable name and renamed, the planted link is never followed; (d) `flowrun stacks` "
+                     "refuses a run directory that is not the caller's (exit 2) and signals nothing")
+        if os.geteuid() != 0:
+            print("foreign dirs: skipped: another user's files need root")
+            r.recover, r.left, r.lost, r.false = "n/a (skipped: needs root)", 0, 0, 0
+            return
+        tmp = tempfile.mkdtemp(prefix="flowrun-faults-shared-")
+        os.chmod(tmp, 0o1777)
+        try:
+            self.foreign_dirs(r, tmp)
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)
+
+    def foreign_dirs(self, r, tmp):
+        spec = "name: foreign\nsteps:\n  - name: train\n    run: [/bin/true]\n    parallel:\n      cpus: 2\n"
+        theirs = os.path.join(tmp, "theirs")
+        victim = os.path.join(self.scratch, "victim.txt")
+        with open(victim, "w") as f:
+            f.write("root's own\n")
+        os.chmod(self.scratch, 0o755)
+        with open(os.path.join(tmp, "spec.yaml"), "w") as f:
+            f.write(spec)
+        os.chmod(os.path.join(tmp, "spec.yaml"), 0o644)
+
+        def prepare():
+            os.mkdir(theirs, 0o777)
+            os.chmod(theirs, 0o777)
+            os.makedirs(os.path.join(tmp, ".flowrun", "runs"))
+            for p in (os.path.join(tmp, ".flowrun"), os.path.join(tmp, ".flowrun", "runs")):
+                os.chmod(p, 0o777)
+            os.symlink(victim, os.path.join(tmp, "x.json.tmp"))
+            return "done"
+        self.check(self.as_stranger(prepare) == "done", "foreign dirs: the stranger prepares")
+        false = 0
+        # (a) an empty --run-dir of theirs.
+        rc, _, err = self.cmd("foreign run dir", [os.path.join(tmp, "spec.yaml"), "--run-dir", theirs, "--run-id",
+                                                  f"foreign-a-{os.getpid()}"], tmp)
+        self.check(rc == 2 and f"refusing the run directory {theirs}: it belongs to another user (uid 65534)" in err
+                   and "--run-dir" in err, "foreign dirs (a): another user's --run-dir is refused with the fix",
+                   f"exit {rc}\n{err}")
+        false += len(os.listdir(theirs))
+        self.check(os.listdir(theirs) == [], "foreign dirs (a): nothing is written in it", str(os.listdir(theirs)))
+        # (b) the spec's default run directory, under their .flowrun/runs.
+        runs = os.path.join(tmp, ".flowrun", "runs")
+        rc, _, err = self.cmd("foreign runs", [os.path.join(tmp, "spec.yaml"), "--run-id", f"foreign-b-{os.getpid()}"],
+                              tmp)
+        self.check(rc == 2 and f"refusing the run directory's parent {runs}: it belongs to another user" in err
+                   and "--run-dir" in err, "foreign dirs (b): a run directory under another user's .flowrun/runs "
+                   "is refused with the fix", f"exit {rc}\n{err}")
+        false += len(os.listdir(runs))
+        self.check(os.listdir(runs) == [], "foreign dirs (b): nothing is written under it", str(os.listdir(runs)))
+        # (c) --summary-json in the shared directory, its old temporary name planted.
+        summary = os.path.join(tmp, "x.json")
+        rc, _, err = self.cmd("foreign summary", [os.path.join(tmp, "spec.yaml"), "--run-dir",
+                                                  os.path.join(self.scratch, "run-c"), "--summary-json", summary],
+                              self.scratch)
+        self.check(read(victim) == "root's own\n", "foreign dirs (c): the planted link's target is untouched",
+                   read(victim))
+        false += read(victim) != "root's own\n"
+        ok = rc == 0 and os.path.isfile(summary) and not os.path.islink(summary) and \
+            json.loads(read(summary, "{}")).get("exit_code") == 0
+        self.check(ok, "foreign dirs (c): the run succeeds and its summary is written", f"exit {rc}\n{err}")
+        # (d) flowrun stacks on their run directory, run.lock -> /dev/null, held open by a process of root's.
+        holder = subprocess.Popen(["sleep", "300"], stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL)
+        devnull = os.open("/dev/null", os.O_RDONLY)
+        fcntl.flock(devnull, fcntl.LOCK_EX)  # so that a lock "is held" through run.lock -> /dev/null
+        fake = os.path.join(tmp, "fake-run")
+        # (c)'s record, made to name the holder as the run's flowrun, still running its step.
+        record = json.loads(read(os.path.join(self.scratch, "run-c", "run.json")))
+        record.update(pid=holder.pid, run_dir=fake, state="running", exit_code=None, end=None)
+        record["steps"] = {name: "running" for name in record.get("steps", {"train": ""})}
+
+        def plant():
+            os.makedirs(os.path.join(fake, "train"))
+            os.symlink("/dev/null", os.path.join(fake, "run.lock"))
+            with open(os.path.join(fake, "run.json"), "w") as f:
+                json.dump(record, f)
+            return "done"
+        self.as_stranger(plant)
+        rc, out, err = self.cmd("foreign stacks", ["stacks", fake, "--wait", "2"], self.scratch)
+        alive = holder.poll() is None
+        os.close(devnull)
+        holder.kill()
+        holder.wait()
+        self.check(alive, "foreign dirs (d): no process is signalled (the holder of /dev/null lives)",
+                   f"exit {rc}\n{err}")
+        self.check(rc == 2 and "belongs to another user" in err, "foreign dirs (d): flowrun stacks refuses "
+                   "another user's run directory", f"exit {rc}\n{out}\n{err}")
+        false += not alive
+        self.finish_row(r, "foreign dirs", "n/a (refused before the run)", 0, 0, 0, false, err)
+
+    def test_planted_records(self):
+        """Each rank plants, under the temporary names flowrun's records had (`end.json.tmp` in its
+        directory, `results.json.tmp` in the step's, `run.json.tmp` in the run's), a link to a file
+        outside the run (first run) or a FIFO (second run), swaps its stdout.log for a link to that
+        file, and exits 0."""
+        r = self.row("planted_records", "every record is written through a new file of an unguessable name "
+                     "(O_EXCL, O_NOFOLLOW) beneath the run directory's descriptor and renamed: the outside file is "
+                     "untouched, no FIFO is opened, both runs succeed with whole records")
+        outside = os.path.join(self.scratch, "outside.txt")
+        plant = ('o="$FLOWRUN_OUTPUT_DIR"; rd="${o%/out}"; sd="${rd%/*}"; run="${sd%/*}"; '
+                 'for f in "$rd/end.json.tmp" "$sd/results.json.tmp" "$run/run.json.tmp" "$rd/stack.txt.tmp"; do '
+                 '  rm -f "$f"; if [ "$MODE" = fifo ]; then mkfifo "$f" 2>/dev/null || true; '
+                 '  else ln -sf "$OUTSIDE" "$f"; fi; done; '
+                 'echo "rank $RANK wrote its result" && echo "rank $RANK result" > "$o/result.txt"')
+        took, false, detail = 0.0, 0, []
+        for mode in ("link", "fifo"):
+            with open(outside, "w") as f:
+                f.write("outside\n")
+            d = self.workspace(f"planted_records_{mode}", f"""name: planted
+steps:
+  - name: train
+    run: {sh_yaml(plant)}
+    parallel:
+      cpus: 4
+    collect: all
+""")
+            run_id = f"planted-{mode}-{os.getpid()}"
+            t0 = time.monotonic()
+            p = self.start(d, run_id, env={"OUTSIDE": outside, "MODE": mode})
+            rc, end, err = self.ended(f"planted records ({mode})", p, d, 60)
+            if rc is None:
+                p.kill()
+                p.wait()
+            took = max(took, end - t0)
+            detail.append(err)
+            self.check(rc == 0, f"planted records ({mode}): the run succeeds", f"exit {rc}\n{err}")
+            self.check(read(outside, "") == "outside\n", f"planted records ({mode}): the outside file is untouched",
+                       read(outside, "")[:2000])
+            false += read(outside, "") != "outside\n"
+            records = [os.path.join(d, "run", "run.json"), os.path.join(d, "run", "train", "results.json")] + \
+                [os.path.join(d, "run", "train", f"rank{k}", "end.json") for k in range(4)]
+            whole = []
+            for path in records:
+                try:
+                    whole.append(os.path.isfile(path) and not os.path.islink(path) and bool(json.loads(read(path))))
+                except ValueError:
+                    whole.append(False)
+            self.check(all(whole), f"planted records ({mode}): every record is a whole JSON file",
+                       str(list(zip(records, whole))))
+            if rc != 0:
+                false += 0 if self.results(d) is None or self.results(d).get("outcome") != "succeeded" else 1
+        self.finish_row(r, "planted records", "n/a (nothing fails)", 0, 0, 0, false, "\n".join(detail))
+        r.recover = f"n/a (nothing fails; {took:.2f} s a run)"
+
+    def test_fifo_records(self):
+        """What a rank or a later step can leave that a reader would block on: (a) rank 0 makes its
+        TORCHELASTIC_ERROR_FILE a FIFO and exits 1; (b) a later step replaces train's results.json with a
+        FIFO before --summary-json is written; (c) then run.json and a stdout.log are made FIFOs and
+        `flowrun runs`, `status`, `resume` and `logs` read the run."""
+        r = self.row("fifo_records", "no FIFO is ever opened: (a) the error file is not read (`not a regular "
+                     "file`), rank 0 is the culprit with its exit 1, exit 1 at once; (b) the summary is written "
+                     "without train's record; (c) each command ends at once and says the file is damaged in one "
+                     "line")
+        fifo = ('if [ "$RANK" = 0 ]; then while [ ! -e ready.1 ] || [ ! -e ready.2 ] || [ ! -e ready.3 ]; do '
+                'sleep 0.02; done; rm -f "$TORCHELASTIC_ERROR_FILE"; mkfifo "$TORCHELASTIC_ERROR_FILE"; exit 1; fi; ')
+        d = self.rank_flow("fifo_records_a", trap=fifo, rest="exec sleep 60")
+        self.fix_dir(d)
+        run_id = f"fifo-a-{os.getpid()}"
+        t0 = time.monotonic()
+        p = self.start(d, run_id)
+        rc, end, err = self.ended("fifo records (a)", p, d, 60)
+        if rc is None:
+            p.kill()
+            p.wait()
+        recover = end - t0
+        res = self.results(d) or {}
+        self.check(rc == 1 and "rank 0" in err, "fifo records (a): the step fails at once, rank 0 named",
+                   f"exit {rc}\n{err}")
+        self.check('"state": "running"' not in read(os.path.join(d, "run", "run.json"), ""),
+                   "fifo records (a): run.json is closed", read(os.path.join(d, "run", "run.json"), ""))
+        culprit = [w for w in res.get("ranks", []) if w.get("role") == "culprit"]
+        self.check([w.get("rank") for w in culprit] == [0], "fifo records (a): results.json names rank 0 as the "
+                   "culprit", json.dumps(res)[:3000])
+        left = self.count_left(run_id)
+        false = self.false_claims(d, failed_ranks=(0,))
+        # (b) and (c): a run in the default run directory, whose second step replaces train's record.
+        run_b = f"fifo-b-{os.getpid()}"
+        record = f".flowrun/runs/{run_b}/train/results.json"
+        b = self.workspace("fifo_records_b", f"""name: fiforec
+steps:
+  - name: train
+    run: [/bin/true]
+    parallel:
+      cpus: 2
+  - name: after
+    run: [sh, -c, {q(f'rm -f {record} && mkfifo {record}')}]
+""")
+        rc, _, err = self.cmd("fifo records (b)", [os.path.join(b, "spec.yaml"), "--run-id", run_b, "--summary-json",
+                                                   os.path.join(b, "summary.json")], b, limit=60)
+        summary = read(os.path.join(b, "summary.json"), "")
+        self.check(rc == 0 and '"exit_code": 0' in summary.replace('"exit_code":0', '"exit_code": 0'),
+                   "fifo records (b): the run ends and its summary is written", f"exit {rc}\n{err}\n{summary[:2000]}")
+        run_dir = os.path.join(b, ".flowrun", "runs", run_b)
+        kept = read(os.path.join(run_dir, "run.json"), "")
+        os.remove(os.path.join(run_dir, "run.json"))
+        os.mkfifo(os.path.join(run_dir, "run.json"))
+        log = os.path.join(run_dir, "train", "rank1", "stdout.log")
+        for label, argv, want in (("runs", ["runs"], "damaged"), ("status", ["status", run_dir], "not a regular file"),
+                                  ("resume", ["resume", run_dir], "not a regular file"),
+                                  ("logs", ["logs", run_b, "--step", "train"], "train/rank1/stdout.log is damaged")):
+            if label == "logs":  # run.json back, the log a FIFO
+                os.remove(os.path.join(run_dir, "run.json"))
+                with open(os.path.join(run_dir, "run.json"), "w") as f:
+                    f.write(kept)
+                os.remove(log)
+                os.mkfifo(log)
+            rc, out, err = self.cmd(f"fifo records (c) {label}", argv, b)
+            self.check(rc is not None and want in out + err, f"fifo records (c): flowrun {label} ends and says "
+                       f"'{want}'", f"exit {rc}\n{out}\n{err}")
+            self.check(rc is None or sum("damaged" in line or "not a regular file" in line
+                                         for line in (out + err).splitlines()) >= 1,
+                       f"fifo records (c): flowrun {label} says it in a line", out + err)
+        self.finish_row(r, "fifo records", recover, 10.0, left, self.lost_results(d, 4, finished=(1, 2, 3)), false,
+                        err)
 
     # --- the table -------------------------------------------------------------------
 

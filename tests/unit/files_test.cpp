@@ -2,16 +2,13 @@
 
 // make_dirs and keep_attempt on real files under /tmp.
 #include <catch2/catch.hpp>
-#include <csignal>
 #include <fcntl.h>
 #include <filesystem>
 #include <fstream>
-#include <pthread.h>
+#include <set>
 #include <sstream>
 #include <string>
 #include <sys/stat.h>
-#include <sys/syscall.h>
-#include <thread>
 #include <unistd.h>
 
 #include "flowrun/error.h"
@@ -127,6 +124,112 @@ TEST_CASE("try_write_file writes a file whole or not at all", "[files]") {
   std::filesystem::remove_all(root);
 }
 
+TEST_CASE("nothing another process can make blocks a reader or a writer", "[files]") {
+  // A FIFO, with no writer, where a record or a log was: opening it for
+  // reading would block forever. Each reader refuses it at once.
+  const std::string root = scratch_dir();
+  REQUIRE(mkfifo((root + "/run.json").c_str(), 0644) == 0);
+  int err = 0;
+  CHECK_FALSE(flowrun::try_read_file(root + "/run.json", 10, &err));
+  CHECK(err == flowrun::kErrNotRegular);
+  CHECK_THROWS_WITH(flowrun::read_file(root + "/run.json", 10),
+                    "cannot read " + root + "/run.json: not a regular file");
+  // Through a link to it, and to a device, the same.
+  std::filesystem::create_symlink(root + "/run.json", root + "/link.json");
+  CHECK_FALSE(flowrun::try_read_file(root + "/link.json", 10, &err));
+  CHECK(err == flowrun::kErrNotRegular);
+  CHECK_FALSE(flowrun::try_read_file("/dev/zero", 10, &err));
+  CHECK(err == flowrun::kErrNotRegular);
+  // A log opened for writing: a FIFO (opening it for writing with no reader
+  // would block) or a link in its place is refused, a regular file truncated.
+  CHECK(flowrun::open_output_file(root + "/run.json", false, &err) < 0);
+  CHECK(err == flowrun::kErrNotRegular);
+  write(root + "/target.txt", "kept\n");
+  std::filesystem::create_symlink(root + "/target.txt", root + "/stdout.log");
+  CHECK(flowrun::open_output_file(root + "/stdout.log", false, &err) < 0);
+  CHECK(err == ELOOP);
+  CHECK(slurp(root + "/target.txt") == "kept\n");
+  write(root + "/stderr.log", "old\n");
+  const int fd = flowrun::open_output_file(root + "/stderr.log", false, &err);
+  REQUIRE(fd >= 0);
+  CHECK((fcntl(fd, F_GETFL) & O_NONBLOCK) == 0);
+  CHECK((fcntl(fd, F_GETFD) & FD_CLOEXEC) != 0);
+  close(fd);
+  CHECK(slurp(root + "/stderr.log").empty());
+  std::filesystem::remove_all(root);
+}
+
+TEST_CASE("try_write_file never writes through a name someone planted", "[files]") {
+  const std::string root = scratch_dir();
+  write(root + "/outside.txt", "outside\n");
+  // The old fixed temporary name, as a link and as a FIFO: neither is used.
+  std::filesystem::create_symlink(root + "/outside.txt", root + "/end.json.tmp");
+  REQUIRE(mkfifo((root + "/results.json.tmp").c_str(), 0644) == 0);
+  CHECK(flowrun::try_write_file(root + "/end.json", "{}\n") == 0);
+  CHECK(flowrun::try_write_file(root + "/results.json", "{}\n") == 0);
+  CHECK(slurp(root + "/outside.txt") == "outside\n");
+  CHECK(slurp(root + "/end.json") == "{}\n");
+  // A link at the file's own name is replaced, its target untouched.
+  std::filesystem::create_symlink(root + "/outside.txt", root + "/run.json");
+  CHECK(flowrun::try_write_file(root + "/run.json", "run\n") == 0);
+  CHECK_FALSE(std::filesystem::is_symlink(root + "/run.json"));
+  CHECK(slurp(root + "/outside.txt") == "outside\n");
+  // Each temporary name is new: two names, and none left behind.
+  std::set<std::string> names;
+  for (int i = 0; i < 2; ++i) names.insert(flowrun::random_hex());
+  CHECK(names.size() == 2);
+  for (const auto& e : std::filesystem::directory_iterator(root))
+    CHECK(e.path().filename().string().find(".tmp-") == std::string::npos);
+  std::filesystem::remove_all(root);
+}
+
+TEST_CASE("under an anchored directory, writes never follow a link a rank put in", "[files]") {
+  const std::string root = scratch_dir();
+  const std::string run = root + "/run";
+  std::filesystem::create_directories(run + "/train/rank0");
+  std::filesystem::create_directories(root + "/elsewhere");
+  flowrun::anchor_directory(run);
+  CHECK(flowrun::try_write_file(run + "/train/rank0/end.json", "ok\n") == 0);
+  // The rank swaps its directory for a link out of the run.
+  std::filesystem::rename(run + "/train/rank0", run + "/train/rank0.moved");
+  std::filesystem::create_directory_symlink(root + "/elsewhere", run + "/train/rank0");
+  CHECK(flowrun::try_write_file(run + "/train/rank0/end.json", "x\n") == ELOOP);
+  int err = 0;
+  CHECK(flowrun::open_output_file(run + "/train/rank0/stdout.log", false, &err) < 0);
+  CHECK(err == ELOOP);
+  CHECK(std::filesystem::is_empty(root + "/elsewhere"));
+  // Not anchored any more: the path is taken as given.
+  flowrun::release_directory(run);
+  CHECK(flowrun::try_write_file(run + "/train/rank0/end.json", "x\n") == 0);
+  CHECK(exists(root + "/elsewhere/end.json"));
+  std::filesystem::remove_all(root);
+}
+
+TEST_CASE("require_private_directory refuses what others may change", "[files]") {
+  const std::string root = scratch_dir();
+  auto verdict = [&](mode_t mode, bool root_ok) -> std::string {
+    chmod(root.c_str(), mode);
+    const int fd = open(root.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    REQUIRE(fd >= 0);
+    std::string what = "ok";
+    try {
+      flowrun::require_private_directory(fd, root, "the run directory", root_ok, "FIX");
+    } catch (const flowrun::Error& e) {
+      what = e.what();
+      CHECK(e.exit_code() == 2);
+    }
+    close(fd);
+    return what;
+  };
+  CHECK(verdict(0755, false) == "ok");
+  CHECK(verdict(0700, false) == "ok");
+  CHECK(verdict(01777, false) == "ok");  // sticky: others cannot move what is ours
+  CHECK(verdict(0757, false) == "refusing the run directory " + root +
+                                    ": every user may write it (mode 0757) and it is not sticky; FIX");
+  chmod(root.c_str(), 0755);
+  std::filesystem::remove_all(root);
+}
+
 TEST_CASE("try_read_file reads at most its limit and says why it cannot", "[files]") {
   const std::string root = scratch_dir();
   const std::string big(200'000, 'x');  // more than one read
@@ -139,49 +242,12 @@ TEST_CASE("try_read_file reads at most its limit and says why it cannot", "[file
   int err = 0;
   CHECK_FALSE(flowrun::try_read_file(root + "/missing.txt", 10, &err));
   CHECK(err == ENOENT);
-  CHECK_FALSE(flowrun::try_read_file(root, 10, &err));  // opens, but read() fails
-  CHECK(err == EISDIR);
+  CHECK_FALSE(flowrun::try_read_file(root, 10, &err));  // not a regular file: never opened
+  CHECK(err == flowrun::kErrNotRegular);
+  CHECK(flowrun::file_error_text(err) == "not a regular file");
   CHECK(flowrun::read_file(root + "/big.txt", 3) == "xxx");
   CHECK_THROWS_WITH(flowrun::read_file(root + "/missing.txt", 10),
                     "cannot read " + root + "/missing.txt: No such file or directory");
-  std::filesystem::remove_all(root);
-}
-
-namespace {
-void ignore_signal(int) {}
-}  // namespace
-
-TEST_CASE("try_read_file retries a read that a signal interrupted", "[files]") {
-  const std::string root = scratch_dir();
-  const std::string fifo = root + "/fifo";
-  REQUIRE(mkfifo(fifo.c_str(), 0600) == 0);
-  struct sigaction action {
-  }, before{};
-  action.sa_handler = ignore_signal;  // no SA_RESTART: a blocked read returns EINTR
-  sigemptyset(&action.sa_mask);
-  sigaction(SIGUSR1, &action, &before);
-  auto* pipe_before = signal(SIGPIPE, SIG_IGN);  // a reader that gave up: EPIPE, not death
-  const pthread_t reader = pthread_self();
-  const std::string in_syscall = "/proc/self/task/" + std::to_string(gettid()) + "/syscall";
-  bool interrupted = false;
-  std::thread writer([&] {
-    const int fd = open(fifo.c_str(), O_WRONLY);  // once the reader opened it
-    // Once the reader waits in read(2), as /proc says: the signal interrupts it.
-    const std::string waiting = std::to_string(SYS_read) + " ";
-    for (int i = 0; i < 10'000 && !interrupted; ++i) {
-      interrupted = slurp(in_syscall).starts_with(waiting);
-      if (!interrupted) usleep(1000);
-    }
-    pthread_kill(reader, SIGUSR1);
-    CHECK(::write(fd, "after the signal", 16) == 16);
-    close(fd);
-  });
-  const auto text = flowrun::try_read_file(fifo, 100);
-  writer.join();
-  sigaction(SIGUSR1, &before, nullptr);
-  signal(SIGPIPE, pipe_before);
-  CHECK(interrupted);
-  CHECK(text == "after the signal");
   std::filesystem::remove_all(root);
 }
 

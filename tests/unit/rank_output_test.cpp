@@ -6,6 +6,7 @@
 #include <boost/asio/io_context.hpp>
 #include <catch2/catch.hpp>
 #include <cerrno>
+#include <fcntl.h>
 #include <fstream>
 #include <sstream>
 #include <sys/stat.h>
@@ -127,7 +128,8 @@ TEST_CASE("a rank's stderr tail is bounded; stdout stays out of it", "[rank_outp
 TEST_CASE("a rank's log file that cannot be written is said once", "[rank_output]") {
   LogFixture f;
   RankLog::Options o = f.options();
-  o.stdout_log = "/dev/full";
+  o.stdout_log = "/dev/full";  // every write fails with ENOSPC; opened as given, not as a log file is
+  o.open = [](const std::string& path) { return ::open(path.c_str(), O_WRONLY | O_CREAT | O_CLOEXEC, 0644); };
   RankLog log(std::move(o), f.batch);
   const auto error = log.keep(false, "a\n");
   REQUIRE(error);

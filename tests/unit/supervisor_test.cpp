@@ -265,6 +265,10 @@ TEST_CASE("a log file that cannot be written stops the group, and the console go
   full.stdout_log = "/dev/full";  // every write fails with ENOSPC
   GroupOptions o = f.options(30);
   o.run_dir = "/r";
+  // Opened as given: as a log file, a device would be refused.
+  o.open_log = [](const std::string& path) {
+    return ::open(path.c_str(), O_WRONLY | O_CREAT | O_CLOEXEC, 0644);
+  };
   auto a = s.run_group({full, f.shell(1, "exec sleep 30")}, o);
   CHECK(a.outcome == Outcome::failed);
   CHECK_FALSE(a.culprit.has_value());

@@ -70,8 +70,10 @@ class BeneathRoot {
   BeneathRoot() = default;  // not open: error() is EBADF
 
   // The directory at `path`, reached as given (its own path is trusted: it
-  // may go through symlinks, as a workdir under /scratch -> /data may).
-  static BeneathRoot open(const std::string& path);
+  // may go through symlinks, as a workdir under /scratch -> /data may);
+  // with `follow_last` false its last component must not be a symlink
+  // (error() ELOOP or ENOTDIR).
+  static BeneathRoot open(const std::string& path, bool follow_last = true);
 
   // The directory `dir` under the directory `anchor` (`dir` starts with
   // anchor + "/"), reached from the anchor with Links::none; with `create`,

@@ -23,18 +23,40 @@ void make_dirs(const std::string& path, mode_t mode = 0755);
 // fails.
 std::string keep_attempt(const std::string& rank_dir, int attempt, const std::vector<std::string>& also = {});
 
+// The code try_read_file and open_output_file set for a path that exists but
+// is not a regular file (a FIFO, a device, a socket, a directory): it was
+// not opened, so a FIFO a rank left can never block a reader. Not an errno;
+// file_error_text() says it in words.
+inline constexpr int kErrNotRegular = -2;
+
+// strerror(err), or "not a regular file" for kErrNotRegular.
+std::string file_error_text(int err);
+
 // At most `limit` bytes of `path`, every read that a signal interrupted
 // retried; nullopt when it cannot be opened or read, `err` (when given) then
-// holding the errno. A caller that must tell a file longer than the limit
-// asks for one byte more.
+// holding the errno or kErrNotRegular. Only a regular file is read: what
+// `path` names is looked at through an O_PATH descriptor first, and the
+// open that follows is O_NONBLOCK and checked to be that same file, so a
+// FIFO, a device or a socket (something a rank or another user may have
+// put there) is refused without being opened, and nothing ever blocks. A
+// caller that must tell a file longer than the limit asks for one byte more.
 std::optional<std::string> try_read_file(const std::string& path, std::size_t limit, int* err = nullptr);
 
 // try_read_file, throwing Error "cannot read PATH: why" when it fails.
 std::string read_file(const std::string& path, std::size_t limit);
 
-// Writes `path` whole or not at all (a temporary file renamed over it).
-// Returns 0, or the errno of what failed; the temporary file is then gone.
+// Writes `path` whole or not at all: a new temporary file beside it, with a
+// name no one can guess (NAME.tmp-<16 random hex digits>), made with
+// O_CREAT | O_EXCL | O_NOFOLLOW (a link or a FIFO planted under any name is
+// never written through), then renamed over `path` (which replaces a link
+// there, never its target). Under an anchored directory (anchor_directory)
+// the directories above `path` are reached beneath its descriptor with no
+// symlink followed. Returns 0, or the errno of what failed; the temporary
+// file is then gone.
 int try_write_file(const std::string& path, const std::string& text);
+
+// 16 hex digits from getrandom(2), for names no one can guess beforehand.
+std::string random_hex();
 
 // try_write_file, throwing Error "cannot write PATH: why" when it fails.
 void write_file(const std::string& path, const std::string& text);
@@ -58,6 +80,38 @@ std::string scratch_parent(const char* tmpdir);
 // or root, and sticky where group or others may write it (/tmp is). Throws
 // Error naming the path, what is wrong and what to do.
 std::string make_private_dir(const std::string& parent, const std::string& name);
+
+// A directory flowrun writes in while processes of the same user (its ranks)
+// may rearrange what is inside it: the run directory. From the call on,
+// try_write_file, write_file and open_output_file reach every path under
+// `path` (a prefix match after lexical normalisation) beneath the
+// descriptor opened here, with no symlink followed on the way, so a rank
+// that swaps its directory for a link cannot send flowrun's writes
+// elsewhere. Throws Error when `path` cannot be opened as a directory
+// (O_NOFOLLOW: the run directory itself is never a link flowrun follows).
+// Anchoring the same path again replaces the descriptor.
+void anchor_directory(const std::string& path);
+
+// Forgets an anchor_directory (the run has ended; tests).
+void release_directory(const std::string& path);
+
+// `path` opened for writing a log (O_WRONLY | O_CREAT | O_TRUNC, and
+// O_APPEND with `append`), its directories reached as try_write_file
+// reaches them, the file itself never through a symlink (ELOOP) and only
+// when it is a regular file: a FIFO or a device there is not opened
+// (O_NONBLOCK, then checked: kErrNotRegular). Returns the fd (O_CLOEXEC,
+// blocking), or -1 with *err set.
+int open_output_file(const std::string& path, bool append, int* err);
+
+// Refuses a directory that someone else could change under flowrun: one
+// another user owns (root aside, when `root_ok`), or one that group or
+// others may write, unless it is sticky (as /tmp is) or the group is the
+// owner's private group (its only member, named after them). `fd` is the
+// directory, opened; `path` and `what` ("the run directory") and `fix`
+// (what to do) make the message: "refusing WHAT PATH: it belongs to
+// another user (uid 65534); FIX". Throws Error (exit 2).
+void require_private_directory(int fd, const std::string& path, const std::string& what, bool root_ok,
+                               const std::string& fix);
 
 // rm -rf PATH: links are removed, never followed; errors are ignored.
 void remove_tree(const std::string& path);

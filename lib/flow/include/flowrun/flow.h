@@ -178,11 +178,19 @@ class RunLock {
   // empty, and run.lock is created exclusively (with its line already in it):
   // of two flowruns given the same directory at once, one gets it. Throws
   // Error (exit code 2) naming the run the directory holds and what to do.
-  static RunLock create(const std::string& run_dir, const std::string& run_id, const std::string& host);
+  // `run_dir`, and each directory above it up to `workdir` (the directory
+  // above it alone when it is not under `workdir`), must be safe from other
+  // users (require_private_directory): the run directory this user's own,
+  // the others this user's or root's, none that another user may write
+  // unless it is sticky. The run directory is then anchored
+  // (anchor_directory): flowrun's writes into it never follow a link.
+  static RunLock create(const std::string& run_dir, const std::string& run_id, const std::string& host,
+                        const std::string& workdir = "");
   // For `flowrun resume`: holds the run.lock of the earlier run in `run_dir`
   // (created when missing), so that no resume of it starts while the run is in
   // progress or another resume of it runs. Throws Error (exit code 2) naming
-  // the flowrun that holds it.
+  // the flowrun that holds it, or refusing a run directory of another user
+  // (as create does).
   static RunLock resume(const std::string& run_dir, const std::string& run_id, const std::string& host);
   RunLock(RunLock&& other) noexcept : fd_(other.fd_) { other.fd_ = -1; }
   ~RunLock();

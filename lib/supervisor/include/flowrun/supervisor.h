@@ -80,6 +80,10 @@ struct WorkerLaunch {
 
 struct GroupOptions {
   std::string step;
+  // How a worker's log file is opened; empty: as a log file always is
+  // (open_output_file: a regular file, never through a link). Tests give a
+  // device here (/dev/full) to make every write fail.
+  std::function<int(const std::string& path)> open_log;
   double grace_s = 10;              // SIGTERM .. SIGKILL
   std::optional<double> timeout_s;  // the group's time left; nullopt = none
   // The step's stall_timeout: a worker that writes nothing to stdout or
