@@ -18,7 +18,8 @@
 
 namespace CLI {
 class App;
-}
+class Validator;
+}  // namespace CLI
 
 namespace flowrun {
 
@@ -82,6 +83,17 @@ int report_errors(const std::function<int()>& command, std::string* message = nu
 // (exit 0); a mistake says "flowrun: error: NAME: ..." and points at
 // `flowrun NAME --help` (exit 2). nullopt: parsed, the command goes on.
 std::optional<int> parse_subcommand(CLI::App& app, const std::string& name, int argc, char** argv);
+
+// A number of seconds from `lo` to `hi` as a command line or a variable gives
+// it ("10", "0.5", "1e3"); nullopt for anything else: NaN, an infinity, a
+// number too large for a double, a sign, spaces or hex among them. The one
+// parser of seconds on flowrun's command lines, so that none lets "nan" through
+// as a comparison that is always false would.
+std::optional<double> parse_seconds(const std::string& text, double lo, double hi);
+
+// CLI11's check of a SECONDS option by parse_seconds: "expected seconds from
+// LO to HI" for what it refuses.
+CLI::Validator seconds_between(double lo, double hi);
 
 // The widest line of any --help (tests/test_cli.py checks every one).
 inline constexpr std::size_t kHelpWidth = 100;
