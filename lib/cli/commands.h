@@ -44,7 +44,9 @@ struct SummaryTarget;
 // (--no-requeue-resume); each but the first said on stderr. Throws Error
 // (exit code 2) when that run is still in progress, or SLURM_RESTART_COUNT is
 // not a count. A --run-id or --run-dir in `run` gets "-requeueN" for the new
-// run, since the earlier run has it.
+// run, since the earlier run has it; when that would pass a run id's
+// kMaxNameLength or a file name's NAME_MAX, the id or the directory's last
+// part is cut and a hash of it put before the suffix.
 std::optional<int> resume_requeued_job(const Spec& spec, const HostFacts& host,
                                        const std::vector<StepPlan>& plans, const EnvMap& env, RunOptions& run,
                                        bool enabled, SummaryTarget& target);
