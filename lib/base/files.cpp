@@ -6,9 +6,9 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
+#include <dirent.h>
 #include <fcntl.h>
 #include <filesystem>
-#include <ftw.h>
 #include <grp.h>
 #include <memory>
 #include <mutex>
@@ -156,15 +156,171 @@ std::string make_private_dir(const std::string& parent, const std::string& name)
   return path;
 }
 
-void remove_tree(const std::string& path) {
-  nftw(
-      path.c_str(),
-      [](const char* p, const struct stat*, int, FTW*) {
-        remove(p);
-        return 0;  // go on: remove what can be removed
-      },
-      16, FTW_DEPTH | FTW_PHYS);
-}
+namespace {
+
+// rm -rf as a walk from one open directory to the next: every call names an
+// entry relative to the directory it is in, so no path is ever longer than a
+// name (nftw's paths end at PATH_MAX, and a rank can build a tree deeper than
+// that), and one descriptor is open at a time (a tree may be deeper than the
+// descriptors a process may hold). Going up is openat(".."), checked against
+// the device and inode seen on the way down: a directory moved meanwhile
+// stops the walk instead of leading it elsewhere.
+class TreeRemoval {
+ public:
+  explicit TreeRemoval(const std::string& root) : root_(root) {}
+
+  std::string run() {
+    UniqueFd fd = open_dir(AT_FDCWD, root_);
+    if (!fd) {
+      if (errno == ENOENT) return {};
+      // A file or a link: removed, never followed.
+      if ((errno != ENOTDIR && errno != ELOOP) || (unlink(root_.c_str()) != 0 && errno != ENOENT))
+        note(root_, std::strerror(errno));
+      return said();
+    }
+    levels_.push_back({});
+    if (const int err = scan(fd.get())) {
+      note(root_, std::strerror(err));
+      return said();
+    }
+    while (levels_.size() > 1 || !levels_.back().subdirs.empty()) {
+      Level& top = levels_.back();
+      if (!top.subdirs.empty()) {
+        std::string name = std::move(top.subdirs.back());
+        top.subdirs.pop_back();
+        UniqueFd child = open_dir(fd.get(), name);
+        if (!child) {
+          if (errno != ENOENT) failed(name, std::strerror(errno));
+          continue;
+        }
+        levels_.push_back({std::move(name), {}, 0, 0, false});
+        if (const int err = scan(child.get())) {
+          name = std::move(levels_.back().name);
+          levels_.pop_back();
+          failed(name, std::strerror(err));
+          continue;
+        }
+        fd = std::move(child);
+        continue;
+      }
+      // Every entry of the top directory is handled: up, and remove it.
+      UniqueFd parent(openat(fd.get(), "..", O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+      struct stat st {};
+      const Level done = std::move(levels_.back());
+      levels_.pop_back();
+      if (!parent || fstat(parent.get(), &st) != 0 || st.st_dev != levels_.back().dev ||
+          st.st_ino != levels_.back().ino) {
+        failed(done.name, "it was moved while it was being removed");
+        return said();
+      }
+      fd = std::move(parent);
+      if (unlinkat(fd.get(), done.name.c_str(), AT_REMOVEDIR) != 0 && errno != ENOENT &&
+          !(done.failed && errno == ENOTEMPTY))
+        failed(done.name, std::strerror(errno));
+    }
+    fd.reset();
+    if (rmdir(root_.c_str()) != 0 && errno != ENOENT && !(levels_.back().failed && errno == ENOTEMPTY))
+      note(root_, std::strerror(errno));
+    return said();
+  }
+
+ private:
+  struct Level {
+    std::string name;                  // in the directory above; "" for the root
+    std::vector<std::string> subdirs;  // its directories still to remove
+    dev_t dev = 0;
+    ino_t ino = 0;
+    bool failed = false;  // something beneath it is left
+  };
+
+  // `name` in `at` as a directory to read, never through a link. One this
+  // user made without read or search permission (chmod 000 in a rank's
+  // outputs) gets u+rwx first, through an O_PATH descriptor, not the name:
+  // a link put in its place is never changed.
+  static UniqueFd open_dir(int at, const std::string& name) {
+    constexpr int kFlags = O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC;
+    UniqueFd fd(openat(at, name.c_str(), kFlags));
+    if (fd || errno != EACCES) return fd;
+    UniqueFd path(openat(at, name.c_str(), O_PATH | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
+    struct stat st {};
+    const std::string proc = "/proc/self/fd/" + std::to_string(path.get());
+    if (!path || fstat(path.get(), &st) != 0 || st.st_uid != geteuid() ||
+        chmod(proc.c_str(), (st.st_mode & 07777) | S_IRWXU) != 0) {
+      errno = EACCES;
+      return fd;
+    }
+    return UniqueFd(openat(at, name.c_str(), kFlags));
+  }
+
+  // Reads the top level's directory `fd` whole, removes every entry that is
+  // not a directory and keeps the directories' names for the walk. Returns 0,
+  // or the errno of what kept it from being read.
+  int scan(int fd) {
+    Level& level = levels_.back();
+    struct stat st {};
+    if (fstat(fd, &st) != 0) return errno;
+    level.dev = st.st_dev;
+    level.ino = st.st_ino;
+    // Its entries cannot be removed without write and search permission.
+    if ((st.st_mode & S_IRWXU) != S_IRWXU && st.st_uid == geteuid())
+      fchmod(fd, (st.st_mode & 07777) | S_IRWXU);
+    const int copy = fcntl(fd, F_DUPFD_CLOEXEC, 0);
+    DIR* dir = copy >= 0 ? fdopendir(copy) : nullptr;
+    if (dir == nullptr) {
+      const int err = errno;
+      if (copy >= 0) close(copy);
+      return err;
+    }
+    std::vector<std::string> others;
+    errno = 0;
+    while (const dirent* entry = readdir(dir)) {
+      const std::string_view name = entry->d_name;
+      if (name != "." && name != "..") (entry->d_type == DT_DIR ? level.subdirs : others).emplace_back(name);
+    }
+    const int err = errno;
+    closedir(dir);
+    if (err != 0) return err;
+    for (const std::string& name : others) {
+      if (unlinkat(fd, name.c_str(), 0) == 0 || errno == ENOENT) continue;
+      if (errno == EISDIR) {
+        level.subdirs.push_back(name);  // a file system that does not fill in d_type
+      } else {
+        failed(name, std::strerror(errno));
+      }
+    }
+    return 0;
+  }
+
+  // `name`, in the top level's directory, is left.
+  void failed(const std::string& name, const std::string& why) {
+    std::string path;
+    for (std::size_t i = 1; i < levels_.size(); ++i) path += "/" + levels_[i].name;
+    path += "/" + name;
+    // One deeper than PATH_MAX is shown by its ends.
+    if (path.size() > 200) path = path.substr(0, 80) + "/.../" + path.substr(path.size() - 80);
+    note(root_ + path, why);
+  }
+
+  void note(const std::string& path, const std::string& why) {
+    for (Level& level : levels_) level.failed = true;
+    if (++count_ == 1) first_ = path + ": " + why;
+  }
+
+  std::string said() const {
+    if (count_ == 0) return {};
+    if (count_ == 1) return "could not remove " + first_;
+    return std::to_string(count_) + " entries under " + root_ + " could not be removed; the first, " + first_;
+  }
+
+  const std::string root_;
+  std::vector<Level> levels_;
+  std::size_t count_ = 0;
+  std::string first_;
+};
+
+}  // namespace
+
+std::string remove_tree(const std::string& path) { return TreeRemoval(path).run(); }
 
 std::string keep_attempt(const std::string& rank_dir, int attempt, const std::vector<std::string>& also) {
   // Everything happens relative to the rank's directory, opened without

@@ -43,10 +43,105 @@ long hex4(std::string_view s) {
 bool is_high(long cp) { return cp >= 0xD800 && cp <= 0xDBFF; }
 bool is_low(long cp) { return cp >= 0xDC00 && cp <= 0xDFFF; }
 
+// Bytes::keep's strings on their way through nlohmann, which holds only
+// UTF-8: a byte that is not UTF-8 travels as kMark and U+0080..U+00FF (the
+// byte's value), a kMark of the text itself as two. U+FDD0 is a
+// noncharacter, Unicode's code point for a program's own use.
+constexpr std::string_view kMark = "\xEF\xB7\x90";
+
+// `byte` (0x80..0xFF) as kMark and its code point's UTF-8.
+void append_marked_byte(std::string& out, unsigned char byte) {
+  out += kMark;
+  out += static_cast<char>(0xC0 | (byte >> 6));
+  out += static_cast<char>(0x80 | (byte & 0x3F));
+}
+
+// The byte after kMark at `s` (kMark, then U+0080..U+00FF), or -1.
+int marked_byte(std::string_view s) {
+  if (s.size() < kMark.size() + 2 || !s.starts_with(kMark)) return -1;
+  const auto lead = static_cast<unsigned char>(s[kMark.size()]);
+  const auto tail = static_cast<unsigned char>(s[kMark.size() + 1]);
+  if ((lead != 0xC2 && lead != 0xC3) || (tail & 0xC0) != 0x80) return -1;
+  return ((lead & 0x03) << 6) | (tail & 0x3F);
+}
+
+// Whether `s` is something Bytes::keep must mark: not UTF-8, or holding kMark.
+bool needs_marks(std::string_view s) {
+  for (std::size_t i = 0; i < s.size();) {
+    if (static_cast<unsigned char>(s[i]) < 0x80) {
+      ++i;
+      continue;
+    }
+    const std::size_t n = utf8_length(s.substr(i));
+    if (n == 0 || s.substr(i, n) == kMark) return true;
+    i += n;
+  }
+  return false;
+}
+
+std::string mark(std::string_view s) {
+  std::string out;
+  for (std::size_t i = 0; i < s.size();) {
+    const std::size_t n = static_cast<unsigned char>(s[i]) < 0x80 ? 1 : utf8_length(s.substr(i));
+    if (n == 0) {
+      append_marked_byte(out, static_cast<unsigned char>(s[i++]));
+      continue;
+    }
+    if (s.substr(i, n) == kMark) out += kMark;
+    out.append(s.substr(i, n));
+    i += n;
+  }
+  return out;
+}
+
+std::string unmark(std::string_view s) {
+  std::string out;
+  for (std::size_t i = 0; i < s.size();) {
+    if (s.substr(i).starts_with(kMark)) {
+      if (const int byte = marked_byte(s.substr(i)); byte >= 0) {
+        out += static_cast<char>(byte);
+        i += kMark.size() + 2;
+        continue;
+      }
+      i += s.substr(i + kMark.size()).starts_with(kMark) ? kMark.size() : 0;  // kMark twice is one
+    }
+    out += s[i++];
+  }
+  return out;
+}
+
+bool any_string(const Json& doc, bool (*test)(std::string_view)) {
+  if (doc.is_string()) return test(doc.get_ref<const std::string&>());
+  if (doc.is_array())
+    return std::any_of(doc.begin(), doc.end(), [&](const Json& v) { return any_string(v, test); });
+  if (!doc.is_object()) return false;
+  for (const auto& [key, value] : doc.items()) {
+    if (test(key) || any_string(value, test)) return true;
+  }
+  return false;
+}
+
+// `doc` with `change` made to every string and key.
+Json map_strings(const Json& doc, std::string (*change)(std::string_view)) {
+  if (doc.is_string()) return change(doc.get_ref<const std::string&>());
+  if (doc.is_array()) {
+    Json out = Json::array();
+    for (const Json& v : doc) out.push_back(map_strings(v, change));
+    return out;
+  }
+  if (!doc.is_object()) return doc;
+  Json out = Json::object();
+  for (const auto& [key, value] : doc.items()) out[change(key)] = map_strings(value, change);
+  return out;
+}
+
 // nlohmann refuses what Python writes and reads: lone surrogates in \u
 // escapes and raw bytes that are not UTF-8. Inside strings both become
-// U+FFFD here; everything else is left for nlohmann to judge.
-std::string repair_strings(std::string_view text) {
+// U+FFFD here, or with Bytes::keep the bytes (Python's surrogateescape
+// writes byte 0xNN as \udcNN) marked as mark() does, `*marked` then set;
+// everything else is left for nlohmann to judge.
+std::string repair_strings(std::string_view text, Bytes bytes, bool* marked) {
+  const bool keep = bytes == Bytes::keep;
   std::string out;
   out.reserve(text.size());
   bool in_string = false;
@@ -61,7 +156,15 @@ std::string repair_strings(std::string_view text) {
     }
     if (c != '\\') {
       const std::size_t n = utf8_length(text.substr(i));
-      out.append(n > 0 ? text.substr(i, n) : "\xEF\xBF\xBD");
+      if (keep && (n == 0 || text.substr(i, n) == kMark)) {
+        *marked = true;
+        if (n == 0)
+          append_marked_byte(out, static_cast<unsigned char>(c));
+        else
+          out.append(kMark).append(kMark);
+      } else {
+        out.append(n > 0 ? text.substr(i, n) : "\xEF\xBF\xBD");
+      }
       i += n > 0 ? n : 1;
       continue;
     }
@@ -69,6 +172,14 @@ std::string repair_strings(std::string_view text) {
     std::size_t n = std::min<std::size_t>(2, text.size() - i);  // "\n", "\"", or a bad escape
     if (is_high(cp) && is_low(hex4(text.substr(i + 6)))) {
       n = 12;  // a pair is one code point
+    } else if (keep && ((cp >= 0xDC80 && cp <= 0xDCFF) || cp == 0xFDD0)) {
+      *marked = true;
+      if (cp == 0xFDD0)
+        out.append(kMark).append(kMark);
+      else
+        append_marked_byte(out, static_cast<unsigned char>(cp - 0xDC00));
+      i += 6;
+      continue;
     } else if (is_high(cp) || is_low(cp)) {
       out += "\\ufffd";
       i += 6;
@@ -84,12 +195,13 @@ std::string repair_strings(std::string_view text) {
 
 }  // namespace
 
-std::optional<Json> parse_json(std::string_view text) {
+std::optional<Json> parse_json(std::string_view text, Bytes bytes) {
   if (text.substr(0, 3) == "\xEF\xBB\xBF") text.remove_prefix(3);
   // A raw NUL is JSON nowhere, but nlohmann's lexer takes it for the end of
   // the input and would read "1\0junk" as 1.
   if (text.find('\0') != std::string_view::npos) return std::nullopt;
-  const std::string repaired = repair_strings(text);
+  bool marked = false;
+  const std::string repaired = repair_strings(text, bytes, &marked);
   // nlohmann's parser keeps its own stack, so depth costs memory, not the
   // call stack; the limit keeps what readers walk recursively shallow.
   bool too_deep = false;
@@ -102,14 +214,38 @@ std::optional<Json> parse_json(std::string_view text) {
   try {
     Json doc = Json::parse(repaired, refuse_deep, /*allow_exceptions=*/false);
     if (too_deep || doc.is_discarded()) return std::nullopt;
-    return doc;
+    return marked ? map_strings(doc, unmark) : doc;
   } catch (const Json::exception&) {
     return std::nullopt;
   }
 }
 
-std::string to_document(const Json& doc) {
-  return doc.dump(2, ' ', /*ensure_ascii=*/false, Json::error_handler_t::replace) + "\n";
+std::string to_document(const Json& doc, Bytes bytes) {
+  auto dump = [](const Json& d) {
+    return d.dump(2, ' ', /*ensure_ascii=*/false, Json::error_handler_t::replace);
+  };
+  if (bytes == Bytes::replace || !any_string(doc, needs_marks)) return dump(doc) + "\n";
+  // Marked, dumped, and each mark in the text turned into its escape: kMark
+  // occurs in the dump only inside strings, and only as mark() put it there.
+  const std::string text = dump(map_strings(doc, mark));
+  std::string out;
+  out.reserve(text.size());
+  for (std::size_t i = 0; i < text.size();) {
+    const std::string_view rest = std::string_view(text).substr(i);
+    if (const int byte = marked_byte(rest); byte >= 0) {
+      static constexpr char kHex[] = "0123456789abcdef";
+      out += "\\udc";
+      out += kHex[byte >> 4];
+      out += kHex[byte & 15];
+      i += kMark.size() + 2;
+    } else if (rest.starts_with(kMark)) {
+      out += kMark;
+      i += 2 * kMark.size();
+    } else {
+      out += text[i++];
+    }
+  }
+  return out + "\n";
 }
 
 const Json* find(const Json& object, std::string_view key) {

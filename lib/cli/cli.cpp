@@ -3,9 +3,12 @@
 #include <CLI/CLI.hpp>
 #include <algorithm>
 #include <cerrno>
+#include <charconv>
 #include <climits>
+#include <cmath>
 #include <cstdio>
 #include <cstring>
+#include <fmt/format.h>
 #include <iostream>
 #include <unistd.h>
 
@@ -59,6 +62,25 @@ std::string current_directory() {
   if (getcwd(cwd, sizeof cwd) == nullptr)
     throw Error(std::string("cannot read the current directory: ") + std::strerror(errno));
   return cwd;
+}
+
+std::optional<double> parse_seconds(const std::string& text, double lo, double hi) {
+  // from_chars, unlike strtod, takes no sign, space or hex; like strtod it
+  // takes "nan" and "inf", which are refused here with what overflows.
+  double value = 0;
+  const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), value);
+  if (ec != std::errc() || end != text.data() + text.size() || !std::isfinite(value)) return std::nullopt;
+  if (value < lo || value > hi) return std::nullopt;
+  return value;
+}
+
+CLI::Validator seconds_between(double lo, double hi) {
+  const std::string expected = fmt::format("expected seconds from {:g} to {:g}", lo, hi);
+  return CLI::Validator(
+      [=](std::string& text) {
+        return parse_seconds(text, lo, hi) ? std::string() : "'" + text + "': " + expected;
+      },
+      "");
 }
 
 Spec load_or_throw(const std::string& path) {
@@ -328,7 +350,7 @@ int run_cli(int argc, char** argv) {
       ->type_name("LIST");
   app.add_option("--grace", options.grace_s,
                  "Seconds a stopped worker gets between SIGTERM and SIGKILL (default 10)")
-      ->check(CLI::Range(0.0, 3600.0))
+      ->check(seconds_between(0, 3600))
       ->type_name("SECONDS");
   app.add_option("--color", options.color,
                  "Colour the rank prefixes: auto (on a terminal, unless NO_COLOR is set), always, never")
@@ -393,7 +415,7 @@ int run_cli(int argc, char** argv) {
   agent
       ->add_option("--connect-timeout", options.agent.connect_timeout_s,
                    "Seconds to keep trying to reach the head (default 60)")
-      ->check(CLI::Range(0.0, 86400.0))
+      ->check(seconds_between(0, 86400))
       ->type_name("SECONDS");
   agent->footer(
       "The head starts agents itself through srun or ssh; with `cluster: {engine: manual}` it prints the\n"

@@ -18,7 +18,8 @@
 
 namespace CLI {
 class App;
-}
+class Validator;
+}  // namespace CLI
 
 namespace flowrun {
 
@@ -43,7 +44,9 @@ struct SummaryTarget;
 // (--no-requeue-resume); each but the first said on stderr. Throws Error
 // (exit code 2) when that run is still in progress, or SLURM_RESTART_COUNT is
 // not a count. A --run-id or --run-dir in `run` gets "-requeueN" for the new
-// run, since the earlier run has it.
+// run, since the earlier run has it; when that would pass a run id's
+// kMaxNameLength or a file name's NAME_MAX, the id or the directory's last
+// part is cut and a hash of it put before the suffix.
 std::optional<int> resume_requeued_job(const Spec& spec, const HostFacts& host,
                                        const std::vector<StepPlan>& plans, const EnvMap& env, RunOptions& run,
                                        bool enabled, SummaryTarget& target);
@@ -82,6 +85,17 @@ int report_errors(const std::function<int()>& command, std::string* message = nu
 // (exit 0); a mistake says "flowrun: error: NAME: ..." and points at
 // `flowrun NAME --help` (exit 2). nullopt: parsed, the command goes on.
 std::optional<int> parse_subcommand(CLI::App& app, const std::string& name, int argc, char** argv);
+
+// A number of seconds from `lo` to `hi` as a command line or a variable gives
+// it ("10", "0.5", "1e3"); nullopt for anything else: NaN, an infinity, a
+// number too large for a double, a sign, spaces or hex among them. The one
+// parser of seconds on flowrun's command lines, so that none lets "nan" through
+// as a comparison that is always false would.
+std::optional<double> parse_seconds(const std::string& text, double lo, double hi);
+
+// CLI11's check of a SECONDS option by parse_seconds: "expected seconds from
+// LO to HI" for what it refuses.
+CLI::Validator seconds_between(double lo, double hi);
 
 // The widest line of any --help (tests/test_cli.py checks every one).
 inline constexpr std::size_t kHelpWidth = 100;

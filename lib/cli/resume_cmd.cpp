@@ -3,6 +3,8 @@
 // same for `flowrun SPEC` in a Slurm job that was requeued, which resumes
 // the job's earlier run of SPEC (resume_requeued_job).
 #include <CLI/CLI.hpp>
+#include <climits>
+#include <cstdint>
 #include <filesystem>
 #include <fmt/format.h>
 #include <iostream>
@@ -255,7 +257,7 @@ int cmd_resume(int argc, char** argv) {
       ->type_name("LIST");
   app.add_option("--grace", options.grace_s,
                  "Seconds a stopped worker gets between SIGTERM and SIGKILL (default 10)")
-      ->check(CLI::Range(0.0, 3600.0))
+      ->check(seconds_between(0, 3600))
       ->type_name("SECONDS");
   app.add_option("--color", options.color, "Colour the rank prefixes: auto, always, never")
       ->check(CLI::IsMember({"auto", "always", "never"}))
@@ -318,6 +320,18 @@ std::string requeued(const SlurmRestart& job) {
 std::string runs_dir_of(const Spec& spec, const RunOptions& run) {
   if (run.run_dir.empty()) return spec.workdir + "/.flowrun/runs";
   return std::filesystem::path(run_dir_for(spec, "requeue", run.run_dir)).parent_path().string();
+}
+
+// `name` + `suffix` within `limit` bytes (a run id's, a file name's): a name
+// too long for that keeps its start and gets 8 hex digits of a hash of the
+// whole name before the suffix, so that two long names alike in their start
+// still derive two names, and the same name always the same one.
+std::string derived_name(const std::string& name, const std::string& suffix, std::size_t limit) {
+  if (name.size() + suffix.size() <= limit) return name + suffix;
+  std::uint32_t hash = 2166136261u;  // FNV-1a
+  for (const char c : name) hash = (hash ^ static_cast<unsigned char>(c)) * 16777619u;
+  const std::string tag = fmt::format("-{:08x}", hash);
+  return name.substr(0, limit - suffix.size() - tag.size()) + tag + suffix;
 }
 
 }  // namespace
@@ -383,8 +397,11 @@ std::optional<int> resume_requeued_job(const Spec& spec, const HostFacts& host,
   run.resume = std::move(from);
   // A run id or directory given on the command line is the earlier run's.
   const std::string suffix = fmt::format("-requeue{}", job->restart_count);
-  run.run_id = run.run_id.empty() ? make_run_id(spec.name) : run.run_id + suffix;
-  if (!run.run_dir.empty()) run.run_dir += suffix;
+  run.run_id = run.run_id.empty() ? make_run_id(spec.name) : derived_name(run.run_id, suffix, kMaxNameLength);
+  if (!run.run_dir.empty()) {
+    const std::filesystem::path dir = run_dir_for(spec, "requeue", run.run_dir);
+    run.run_dir = (dir.parent_path() / derived_name(dir.filename().string(), suffix, NAME_MAX)).string();
+  }
   target.run_dir = run_dir_for(spec, run.run_id, run.run_dir);
   return run_flow(spec, host, plans, env, run);
 }

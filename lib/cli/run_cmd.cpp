@@ -295,11 +295,9 @@ void set_own_option(Request& r, const std::string& command, const std::string& n
     // usage error gets its summary too.
     if (name == "summary-json" && value.empty()) usage_error(command, "--summary-json needs a FILE");
   } else if (name == "grace") {
-    char* end = nullptr;
-    const double g = std::strtod(value.c_str(), &end);
-    if (value.empty() || *end != '\0' || !(g >= 0 && g <= 3600))
-      usage_error(command, "--grace " + value + ": expected seconds from 0 to 3600");
-    r.grace_s = g;
+    const auto g = parse_seconds(value, 0, 3600);
+    if (!g) usage_error(command, "--grace " + value + ": expected seconds from 0 to 3600");
+    r.grace_s = *g;
   } else if (name == "ranks") {
     r.ranks = value;
   } else if (name == "color") {

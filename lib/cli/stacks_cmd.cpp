@@ -213,7 +213,7 @@ int cmd_stacks(int argc, char** argv) {
       ->type_name("RUN");
   app.add_option("--wait", wait_s, "Seconds to wait for the run's answer (default 30)")
       ->type_name("SECONDS")
-      ->check(CLI::PositiveNumber);
+      ->check(seconds_between(0.001, 86400));
   app.add_flag("--json", json, "Print the step's stacks.json instead");
   app.footer(kStacksFooter);
   if (const auto done = parse_subcommand(app, "stacks", argc, argv)) return *done;

@@ -137,7 +137,8 @@ void send_refusal(Connection& conn, const Start& start, int attempt, const std::
 // agent's own environment (the defaults a user may override read it), its
 // private scratch directory for FLOWRUN_OUTPUT_DIR and
 // TORCHELASTIC_ERROR_FILE, its mark and its gloo interface. Makes each
-// rank's directory anew; `ranks` gets each rank as the agent keeps it.
+// rank's directory anew (throws Error when what was there cannot all be
+// removed); `ranks` gets each rank as the agent keeps it.
 std::vector<WorkerLaunch> launches_for_start(const Start& start, const NodeSite& site,
                                              std::vector<LocalRank>& ranks) {
   const NodeWork work = cluster::node_work_of(start);
@@ -153,7 +154,9 @@ std::vector<WorkerLaunch> launches_for_start(const Start& start, const NodeSite&
     r.dir = site.layout.rank_dir(start.step, r.rank);
     if (work.nccl_flight_recorder)
       r.nccl_trace = nccl_trace_prefix(work.restart_count) + std::to_string(r.rank);
-    remove_tree(r.dir);
+    // An earlier attempt's files left in out/ would be taken for this one's.
+    if (const std::string left = remove_tree(r.dir); !left.empty())
+      throw Error("cannot start rank " + std::to_string(r.rank) + " afresh: " + left);
     make_dirs(r.dir + "/out", 0700);
     WorkerLaunch launch;
     launch.rank = r.rank;
@@ -206,7 +209,10 @@ class Agent : public GroupObserver {
     conn_->close();
     heartbeat_timer_->cancel();
     io.poll();
-    if (!scratch_.empty()) remove_tree(scratch_);
+    if (!scratch_.empty()) {
+      if (const std::string left = remove_tree(scratch_); !left.empty())
+        console_.message(fmt::format("flowrun agent: {}: {}", node_, left));
+    }
     // The timer and the socket belong to the loop: they go before it does.
     heartbeat_timer_.reset();
     conn_.reset();
@@ -482,8 +488,14 @@ class Agent : public GroupObserver {
       }
       sup_->remove_on_exit(scratch_);
     }
-    std::vector<WorkerLaunch> launches =
-        launches_for_start(start_, NodeSite{env_, RunLayout{scratch_}, agent_id_, gloo_ifname_}, ranks_);
+    std::vector<WorkerLaunch> launches;
+    try {
+      launches =
+          launches_for_start(start_, NodeSite{env_, RunLayout{scratch_}, agent_id_, gloo_ifname_}, ranks_);
+    } catch (const Error& e) {
+      refuse_attempt(e.what());
+      return;
+    }
     GroupOptions group;
     group.step = step_;
     group.grace_s = grace_s_;

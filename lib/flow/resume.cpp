@@ -158,11 +158,12 @@ std::string format_run_json(const RunRecord& record) {
                       : Json{{"job_id", record.slurm_job_id}, {"restart_count", record.slurm_restart_count}};
   Json& attempts = json["attempts_started"] = Json::object();
   for (const auto& [step, count] : record.attempts_started) attempts[step] = count;
-  return to_document(json);
+  // Paths and arguments are bytes, which resume and a requeue need exactly.
+  return to_document(json, Bytes::keep);
 }
 
 RunRecord parse_run_json(const std::string& text, const std::string& path) {
-  const auto doc = parse_json(text);
+  const auto doc = parse_json(text, Bytes::keep);
   auto refuse = [&](const std::string& why) {
     return Error(path + ": " + why + "; it cannot be resumed (run the spec again instead)", kExitUsage);
   };

@@ -6,6 +6,7 @@
 #include <climits>
 #include <cstdio>
 #include <cstring>
+#include <filesystem>
 #include <random>
 #include <unistd.h>
 
@@ -602,11 +603,18 @@ std::optional<std::string> run_id_problem(const std::string& id) {
 std::string run_dir_for(const Spec& spec, const std::string& run_id, const std::string& chosen) {
   if (auto problem = run_id_problem(run_id)) throw Error("--run-id: " + *problem, kExitUsage);
   if (chosen.empty()) return spec.workdir + "/.flowrun/runs/" + run_id;
-  if (chosen.front() == '/') return chosen;
-  char cwd[PATH_MAX];
-  if (getcwd(cwd, sizeof cwd) == nullptr)
-    throw Error(std::string("cannot read the current directory: ") + std::strerror(errno));
-  return std::string(cwd) + "/" + chosen;
+  std::string dir = chosen;
+  if (chosen.front() != '/') {
+    char cwd[PATH_MAX];
+    if (getcwd(cwd, sizeof cwd) == nullptr)
+      throw Error(std::string("cannot read the current directory: ") + std::strerror(errno));
+    dir = std::string(cwd) + "/" + chosen;
+  }
+  // DIR/, DIR//, DIR/. and DIR/x/.. are DIR: what is derived from its last
+  // part (a requeue's DIR-requeueN) goes beside it, not into it.
+  dir = std::filesystem::path(dir).lexically_normal().string();
+  while (dir.size() > 1 && dir.back() == '/') dir.pop_back();
+  return dir;
 }
 
 }  // namespace flowrun

@@ -2515,6 +2515,249 @@ steps:
                        f"fifo records (c): flowrun {label} says it in a line", out + err)
         self.finish_row(r, "fifo records", recover, 10.0, left, self.lost_results(d, 4, finished=(1, 2, 3)), false,
                         err)
+    # --- what flowrun records and derives, removes, and reads as a number ------------------
+
+    @staticmethod
+    def run_bytes(argv, cwd, env, timeout=60):
+        """argv to its end, its output read as bytes and decoded as Python decodes file names
+        (surrogateescape: a byte that is not UTF-8 becomes \\udcNN): a path flowrun prints may hold any."""
+        p = subprocess.run(argv, cwd=cwd, env=env, stdin=subprocess.DEVNULL, capture_output=True, timeout=timeout)
+        return p.returncode, p.stderr.decode("utf-8", "surrogateescape")
+
+    # A rank that appends to `seen` its VERSION, its TORCHELASTIC_RESTART_COUNT and the bytes of each
+    # of its arguments (hex), then fails until the file `ok` is there.
+    ARGV_RANK = ("import os, sys\n"
+                 "words = [os.environ['VERSION'], os.environ['TORCHELASTIC_RESTART_COUNT']]\n"
+                 "words += [os.fsencode(a).hex() for a in sys.argv[1:]]\n"
+                 "with open('seen', 'a') as f:\n"
+                 "    f.write(' '.join(words) + '\\n')\n"
+                 "sys.exit(0 if os.path.exists('ok') else 1)\n")
+
+    def argv_flow(self, d, version, name="argv"):
+        """A spec of one parallel step of one CPU rank running ARGV_RANK (written in `d`, whose path is
+        UTF-8, as a spec's text is) with ${args}."""
+        script = os.path.join(d, "argv.py")
+        with open(script, "w") as f:
+            f.write(self.ARGV_RANK)
+        return (f"name: {name}\nsteps:\n  - name: train\n    run: [{q(PY)}, {q(script)}, \"${{args}}\"]\n"
+                f"    env: {{VERSION: \"{version}\"}}\n    parallel:\n      cpus: 1\n")
+
+    def test_record_bytes(self):
+        """A spec path, a workdir, a run directory and `--` arguments holding bytes that are not UTF-8
+        (0xff; 0xc3 without the byte that would complete it): flowrun resume, then a Slurm requeue,
+        run the same spec file with the same bytes."""
+        r = self.row("record_bytes", "run.json keeps every byte (one that is not UTF-8 as \\udcNN, as Python "
+                     "writes it): flowrun resume runs the spec file as it is now with the same argument bytes; "
+                     "a requeue finds the run and goes on at TORCHELASTIC_RESTART_COUNT 1")
+        run_id = f"bytes-{os.getpid()}"
+        top = os.path.join(self.scratch, "record_bytes")
+        d = os.path.join(top, "work\udcffdir")
+        os.makedirs(d)
+        spec = os.path.join(d, "sp\udcffec.yaml")
+
+        def write_spec(version):
+            with open(spec, "w") as f:
+                f.write(self.argv_flow(top, version))
+        write_spec(1)
+        args = ["--name=\udcff\udcc3(", "caf\u00e9", "\udc80", "\ufdd0"]
+        want = " ".join(os.fsencode(a).hex() for a in args)
+        env = clean_env(**{MARK: run_id})
+        bad = []
+
+        def seen():
+            return read(os.path.join(d, "seen"), "").splitlines()
+        run_dir = os.path.join(d, "run\udcff")
+        rc, err = self.run_bytes([self.flowrun, spec, "--run-id", run_id, "--run-dir", run_dir, "--", *args], d, env)
+        self.sanitizer_check("record bytes", err)
+        record = json.loads(read(os.path.join(run_dir, "run.json"), "{}") or "{}")
+        if rc != 1 or seen() != [f"1 0 {want}"]:
+            bad.append(f"the first run: exit {rc} (want 1), seen {seen()}\n{err}")
+        if [os.fsencode(record.get(k) or "") for k in ("spec", "spec_dir")] != [os.fsencode(spec), os.fsencode(d)] \
+                or [os.fsencode(a) for a in record.get("args", [])] != [os.fsencode(a) for a in args] or \
+                "\\udcff" not in read(os.path.join(run_dir, "run.json"), ""):
+            bad.append(f"run.json does not give the bytes back to json.load and os.fsencode: {record}")
+        # The spec is fixed (VERSION 2) and the rank will succeed: resume runs the file as it is now.
+        write_spec(2)
+        open(os.path.join(d, "ok"), "w").close()
+        rc, err = self.run_bytes([self.flowrun, "resume", run_dir], d, env)
+        self.sanitizer_check("record bytes", err)
+        if rc != 0 or seen()[1:] != [f"2 0 {want}"] or f"flowrun: spec {spec} (the file as it is now)" not in err:
+            bad.append(f"resume: exit {rc} (want 0), seen {seen()} (want 2 0 {want} last)\n{err}")
+        # A Slurm job's run that fails, then the job requeued: the same file, the same arguments.
+        os.remove(os.path.join(d, "ok"))
+        job = {"SLURM_JOB_ID": "4343", "SLURM_JOB_NODELIST": "host-a", "SLURM_JOB_NUM_NODES": "1"}
+        rq_dir = os.path.join(d, "rq\udcff")
+        argv = [self.flowrun, spec, "--run-id", f"{run_id}-rq", "--run-dir", rq_dir, "--", *args]
+        rc, err = self.run_bytes(argv, d, clean_env(**{MARK: run_id, **job}))
+        if rc != 1 or seen()[2:] != [f"2 0 {want}"]:
+            bad.append(f"the job's run: exit {rc} (want 1), seen {seen()}\n{err}")
+        open(os.path.join(d, "ok"), "w").close()
+        rc, err = self.run_bytes(argv, d, clean_env(**{MARK: run_id, **job, "SLURM_RESTART_COUNT": "1"}))
+        self.sanitizer_check("record bytes", err)
+        if rc != 0 or seen()[3:] != [f"2 1 {want}"] or f"flowrun: resuming run {run_id}-rq: " not in err or \
+                not os.path.isfile(os.path.join(rq_dir + "-requeue1", "run.json")):
+            bad.append(f"the requeue: exit {rc} (want 0), seen {seen()} (want 2 1 {want} last)\n{err}")
+        self.check(not bad, "record bytes: resume and a requeue run the same file with the same bytes",
+                   "\n".join(bad))
+        # Lost: a run whose arguments are not the bytes given; falsely claimed: one that ran the stale copy
+        # of the spec (or a run afresh) as the run it resumes.
+        lines = [line.split(" ", 2) for line in seen()]
+        lost = sum(line[2:] != [want] for line in lines)
+        false = sum(line[:2] != expected for line, expected in zip(lines, [["1", "0"], ["2", "0"], ["2", "0"],
+                                                                            ["2", "1"]]))
+        self.finish_row(r, "record bytes", "n/a (nothing fails)", 0, self.count_left(run_id), lost, false, "")
+
+    def test_derived_names(self):
+        """A requeued job's flowrun derives its run's id and directory from the --run-id and --run-dir
+        the batch script gives again: a run id of 92 to 100 characters, a directory given as DIR/, DIR//,
+        DIR/., DIR/x/.. or with a last part of 250 bytes. Each resumes its run."""
+        r = self.row("derived_names", "each requeue resumes its run at TORCHELASTIC_RESTART_COUNT 1 (exit 0): a "
+                     "derived id or directory name too long for its limit is cut and gets a hash of the whole "
+                     "(ID...-hash-requeue1); DIR/, DIR//, DIR/. and DIR/x/.. are DIR, the new run beside it")
+        run_id = f"derived-{os.getpid()}"
+        cases = [("id100", ["--run-id", "x" * 100]), ("id92", ["--run-id", "y" * 92]),
+                 ("slash", ["--run-dir", "run/"]), ("slashes", ["--run-dir", "run//"]),
+                 ("dot", ["--run-dir", "run/."]), ("dotdot", ["--run-dir", "run/x/.."]),
+                 ("long_dir", ["--run-dir", "r" * 250]),
+                 ("both", ["--run-id", "z" * 100, "--run-dir", "s" * 250 + "/"])]
+        bad, lost = [], 0
+        for n, (name, options) in enumerate(cases):
+            d = os.path.join(self.scratch, "derived_names", name)
+            os.makedirs(d)
+            with open(os.path.join(d, "spec.yaml"), "w") as f:
+                f.write(self.argv_flow(d, 1))
+            job = {MARK: run_id, "SLURM_JOB_ID": str(5000 + n), "SLURM_JOB_NODELIST": "host-a",
+                   "SLURM_JOB_NUM_NODES": "1"}
+            rc, err = self.run_bytes([self.flowrun, "spec.yaml", *options], d, clean_env(**job))
+            self.sanitizer_check("derived names", err)
+            if rc != 1:
+                bad.append(f"{name}: the job's run: exit {rc} (want 1)\n{err}")
+                continue
+            open(os.path.join(d, "ok"), "w").close()
+            t0 = time.monotonic()
+            rc, err = self.run_bytes([self.flowrun, "spec.yaml", *options], d,
+                                     clean_env(**job, SLURM_RESTART_COUNT="1"))
+            self.sanitizer_check("derived names", err)
+            m = re.search(r"^flowrun: run (\S+): 1 step; logs and results in (.+)$", err, re.M)
+            seen = read(os.path.join(d, "seen"), "").splitlines()
+            if rc != 0 or seen != ["1 0", "1 1"] or "flowrun: resuming run " not in err or m is None:
+                bad.append(f"{name}: the requeue: exit {rc} (want 0), seen {seen} (want 1 0, 1 1)\n{err}")
+                lost += seen[1:] != ["1 1"]
+                continue
+            new_id, new_dir = m.group(1), m.group(2)
+            if len(new_id) > 100 or len(os.path.basename(new_dir)) > 255 or not os.path.isfile(
+                    os.path.join(new_dir, "run.json")) or ("--run-id" in options and not new_id.endswith("-requeue1")):
+                bad.append(f"{name}: the new run {new_id} in {new_dir}: over a limit, or no run.json there")
+            if "--run-dir" in options:
+                old = os.path.normpath(os.path.join(d, options[options.index("--run-dir") + 1]))
+                if os.path.dirname(new_dir) != os.path.dirname(old) or not new_dir.endswith("-requeue1") or \
+                        not os.path.basename(new_dir).startswith(os.path.basename(old)[:200]):
+                    bad.append(f"{name}: the new run's directory {new_dir} is not {old}-requeue1 beside it")
+            print(f"derived names: {name}: {new_id} in {new_dir} ({time.monotonic() - t0:.2f} s)")
+        self.check(not bad, "derived names: each requeue resumes its run under a name within its limits",
+                   "\n".join(bad))
+        self.finish_row(r, "derived names", "n/a (nothing fails)", 0, self.count_left(run_id), lost,
+                        len(bad) - lost, "")
+
+    # A rank that builds in its directory on the node (beside out/, which is uploaded: an upload stops
+    # at a path it cannot name), each directory relative to the one above: a chain of 60 directories
+    # of 100-byte names (6000 bytes of path) with a file at the bottom, one of 3000 levels, a
+    # directory without permissions and a read-only one holding a file.
+    DEEP_RANK = """import os
+out = os.path.dirname(os.environ["FLOWRUN_OUTPUT_DIR"])
+def chain(name, depth):
+    fd = os.open(out, os.O_RDONLY)
+    for _ in range(depth):
+        os.mkdir(name, dir_fd=fd)
+        below = os.open(name, os.O_RDONLY, dir_fd=fd)
+        os.close(fd)
+        fd = below
+    return fd
+fd = chain("d" * 100, 60)
+os.close(os.open("result.txt", os.O_WRONLY | os.O_CREAT, 0o600, dir_fd=fd))
+os.close(fd)
+os.close(chain("e", 3000))
+for name in ("locked", "readonly"):
+    os.mkdir(os.path.join(out, name))
+open(os.path.join(out, "readonly", "file"), "w").close()
+os.chmod(os.path.join(out, "locked"), 0)
+os.chmod(os.path.join(out, "readonly"), 0o500)
+"""
+
+    def test_deep_removal(self):
+        """Each rank on an agent leaves in its directory there a tree deeper than PATH_MAX (60 levels
+        of 100-byte names), one with 3000 levels (more than the descriptors a process may hold), a
+        directory with no permissions and a read-only one with a file: the agents' TMPDIR is empty after."""
+        r = self.row("deep_removal", "each agent removes its whole scratch directory, every rank's outputs in "
+                     "it, relative to each directory it walks (no path that PATH_MAX limits): the agents' "
+                     "TMPDIR is empty after the run; what could not be removed would be said in one line")
+        n = self.nodes("deep_removal", spec_text("deep", sh_yaml('"$0" -c "$1" && ' + RESULT + self.OUTDIR, PY,
+                                                                  self.DEEP_RANK)))
+        if not n.begin("deep removal"):
+            return
+        rc = n.finish("deep removal", 120)
+        self.check(all(n.wait(p, 60) is not None for p in n.agents), "deep removal: both agents exit", n.detail())
+        dirs = self.outdirs(n.dir) or {}
+        self.check(rc == 0 and len(dirs) == 4, "deep removal: the step succeeds on both nodes", n.detail())
+        left = []
+        for top, subdirs, files in os.walk(n.tmp):
+            left += [os.path.join(top, x)[:200] for x in subdirs + files]
+            break
+        if not self.check(not left, "deep removal: nothing is left in the agents' TMPDIR", "\n".join(left[:20])):
+            subprocess.run(["rm", "-rf", n.tmp], check=False)  # deeper than pytest's own clean-up recurses
+        said = [line for name in n.agent_names for line in n.out(f"{name}.err").splitlines()
+                if "could not remove" in line]
+        self.check(not said, "deep removal: no agent says something could not be removed", "\n".join(said))
+        n.check_nothing_left("deep removal")
+        self.finish_row(r, "deep removal", "n/a (nothing fails)", 0, len(n.leftovers()), 0, len(left), n.detail())
+
+    # Each value, for each option that takes seconds, and where a spec takes a duration.
+    NONFINITE = ["nan", "NaN", "-nan", "inf", "-inf", "infinity", "1e999", "1" + "0" * 400]
+
+    def test_nonfinite_numbers(self):
+        """NaN, infinities and numbers too large for a double given where flowrun takes seconds: --grace
+        (flowrun SPEC, flowrun resume, flowrun run), --connect-timeout (flowrun agent), --wait (flowrun
+        stacks), TORCH_ELASTIC_SHUTDOWN_TIMEOUT, and a spec's durations (a step's, the cluster's)."""
+        r = self.row("nonfinite_numbers", "each is refused (exit 2) naming the option or the spec's file:line:col "
+                     "and what it takes, before anything starts; none is read as 0 or as forever")
+        run_id = f"nonfinite-{os.getpid()}"
+        d = self.workspace("nonfinite_numbers", "name: nonfinite\nsteps:\n  - name: a\n    run: [/bin/true]\n")
+        env = clean_env(**{MARK: run_id})
+        bad = []
+        for value in self.NONFINITE:
+            cases = [([self.flowrun, "spec.yaml", f"--grace={value}"], "--grace", "expected seconds from 0 to 3600"),
+                     ([self.flowrun, "resume", "nosuch", f"--grace={value}"], "--grace",
+                      "expected seconds from 0 to 3600"),
+                     ([self.flowrun, "run", f"--grace={value}", "--cpus", "1", "--no-python", "/bin/true"], "--grace",
+                      "expected seconds from 0 to 3600"),
+                     ([self.flowrun, "agent", "--rdzv-endpoint", "127.0.0.1:1", f"--connect-timeout={value}"],
+                      "--connect-timeout", "expected seconds from 0 to 86400"),
+                     ([self.flowrun, "stacks", "nosuch", f"--wait={value}"], "--wait",
+                      "expected seconds from 0.001 to 86400")]
+            for argv, option, expected in cases:
+                try:
+                    rc, err = self.run_bytes(argv, d, env, timeout=30 * self.slack)
+                except subprocess.TimeoutExpired:
+                    rc, err = None, "(still running after 30 s: killed)"
+                self.sanitizer_check("nonfinite numbers", err)
+                if rc != 2 or "flowrun: error: " not in err or option not in err or expected not in err:
+                    bad.append(f"{argv[1:]}: exit {rc}\n{err[:600]}")
+            rc, err = self.run_bytes([self.flowrun, "run", "--cpus", "1", "--no-python", "/bin/true"], d,
+                                     {**env, "TORCH_ELASTIC_SHUTDOWN_TIMEOUT": value})
+            if rc != 2 or f"TORCH_ELASTIC_SHUTDOWN_TIMEOUT={value}: expected a whole number" not in err:
+                bad.append(f"TORCH_ELASTIC_SHUTDOWN_TIMEOUT={value}: exit {rc}\n{err[:600]}")
+        spec = path_of("specs", "bad", "nonfinite_durations.yaml")
+        p = subprocess.run([self.flowrun, "validate", spec], capture_output=True, text=True, env=env, cwd=d,
+                           timeout=30 * self.slack)
+        want = read(path_of("specs", "bad", "nonfinite_durations.err"))
+        got = p.stderr.replace(os.path.dirname(spec) + "/", "")
+        if p.returncode != 2 or got != want:
+            bad.append(f"validate {spec}: exit {p.returncode}\nwant {want}\ngot  {got}")
+        made = [x for x in os.listdir(d) if x != "spec.yaml"]
+        self.check(not bad and not made, "nonfinite numbers: each is refused with exit 2, saying where and what "
+                   "it takes; nothing is made", "\n".join(bad + [f"made: {made}"]))
+        self.finish_row(r, "nonfinite numbers", "n/a (refused at start)", 0, self.count_left(run_id), 0,
+                        len(bad) + len(made), "")
 
     # --- the table -------------------------------------------------------------------
 

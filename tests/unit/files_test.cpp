@@ -9,6 +9,9 @@
 #include <sstream>
 #include <string>
 #include <sys/stat.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
+#include <thread>
 #include <unistd.h>
 
 #include "flowrun/error.h"
@@ -275,7 +278,7 @@ TEST_CASE("make_private_dir makes a new directory of this user's, mode 0700, nev
   CHECK(flowrun::scratch_parent(nullptr) == "/tmp");
   CHECK(flowrun::scratch_parent("relative/dir") == "/tmp");
   CHECK(flowrun::scratch_parent("/scratch/me") == "/scratch/me");
-  flowrun::remove_tree(root);
+  CHECK(flowrun::remove_tree(root).empty());
   CHECK_FALSE(exists(root));
 }
 
@@ -301,7 +304,7 @@ TEST_CASE("make_private_dir refuses a parent another user could swap it out of",
   CHECK_THROWS_WITH(flowrun::make_private_dir(root + "/none", "flowrun-x"),
                     "cannot make a private directory in " + root +
                         "/none: No such file or directory (set TMPDIR to a directory of your own)");
-  flowrun::remove_tree(root);
+  CHECK(flowrun::remove_tree(root).empty());
 }
 
 TEST_CASE("remove_tree removes a link, never what it points to", "[files]") {
@@ -310,8 +313,78 @@ TEST_CASE("remove_tree removes a link, never what it points to", "[files]") {
   write(kept + "/precious", "x");
   flowrun::make_dirs(root + "/a/b");
   symlink(kept.c_str(), (root + "/a/b/link").c_str());
-  flowrun::remove_tree(root);
+  CHECK(flowrun::remove_tree(root).empty());
   CHECK_FALSE(exists(root));
   CHECK(slurp(kept + "/precious") == "x");
-  flowrun::remove_tree(kept);
+  CHECK(flowrun::remove_tree(kept).empty());
+}
+
+namespace {
+
+// A chain of `depth` directories named `name` under `root`, made each relative
+// to the one above (a path to the last is longer than PATH_MAX), with a file
+// and a directory without permissions at the bottom.
+void make_deep_tree(const std::string& root, int depth, const std::string& name) {
+  int fd = open(root.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  REQUIRE(fd >= 0);
+  for (int i = 0; i < depth; ++i) {
+    REQUIRE(mkdirat(fd, name.c_str(), 0755) == 0);
+    const int next = openat(fd, name.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    close(fd);
+    REQUIRE(next >= 0);
+    fd = next;
+  }
+  const int file = openat(fd, "result.txt", O_WRONLY | O_CREAT | O_CLOEXEC, 0600);
+  REQUIRE(file >= 0);
+  close(file);
+  REQUIRE(mkdirat(fd, "locked", 0) == 0);
+  close(fd);
+}
+
+}  // namespace
+
+TEST_CASE("remove_tree removes a tree deeper than PATH_MAX and than the descriptors one may hold",
+          "[files]") {
+  const std::string root = scratch_dir();
+  make_deep_tree(root, 60, std::string(100, 'd'));  // 6000 bytes of path
+  make_deep_tree(root, 3000, "e");                  // 3000 levels, over a default limit of 1024 fds
+  CHECK(flowrun::remove_tree(root).empty());
+  CHECK_FALSE(exists(root));
+  CHECK(flowrun::remove_tree(root).empty());  // gone already: nothing to say
+}
+
+TEST_CASE("remove_tree says what it could not remove and goes on past it", "[files]") {
+  // As an ordinary user (uid 65534 when the test runs as root, who may remove
+  // anything): `tree` sits in a directory that user may not write.
+  const std::string root = scratch_dir();
+  chmod(root.c_str(), 0755);
+  const std::string parent = root + "/parent", tree = parent + "/tree";
+  REQUIRE(mkdir(parent.c_str(), 0755) == 0);
+  if (geteuid() == 0) REQUIRE(chown(parent.c_str(), 65534, 65534) == 0);
+  int pipe_fds[2];
+  REQUIRE(pipe(pipe_fds) == 0);
+  const pid_t child = fork();
+  REQUIRE(child >= 0);
+  if (child == 0) {
+    if (geteuid() == 0 && (setgid(65534) != 0 || setuid(65534) != 0)) _exit(3);
+    flowrun::make_dirs(tree + "/a/b");
+    write(tree + "/a/b/file", "x");
+    chmod(parent.c_str(), 0555);
+    const std::string said = flowrun::remove_tree(tree);
+    const bool inside_gone = !exists(tree + "/a");
+    const std::string out = (inside_gone ? "gone\n" : "left\n") + said;
+    _exit(::write(pipe_fds[1], out.data(), out.size()) == static_cast<ssize_t>(out.size()) ? 0 : 4);
+  }
+  close(pipe_fds[1]);
+  int status = 0;
+  REQUIRE(waitpid(child, &status, 0) == child);
+  std::string got;
+  char buf[4096];
+  for (ssize_t n; (n = read(pipe_fds[0], buf, sizeof buf)) > 0;) got.append(buf, static_cast<std::size_t>(n));
+  close(pipe_fds[0]);
+  CHECK(WIFEXITED(status));
+  CHECK(WEXITSTATUS(status) == 0);
+  CHECK(got == "gone\ncould not remove " + tree + ": Permission denied");
+  chmod(parent.c_str(), 0755);
+  CHECK(flowrun::remove_tree(root).empty());
 }

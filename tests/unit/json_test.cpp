@@ -201,3 +201,28 @@ TEST_CASE("json: the layout flowrun writes", "[json]") {
   // What flowrun writes reads back the same.
   CHECK(parse_json(to_document(doc)) == doc);
 }
+
+TEST_CASE("json: Bytes::keep writes bytes that are not UTF-8 as Python does and reads them back", "[json]") {
+  // 0xff and 0x80 alone, 0xc3 without its second byte, U+FDD0 (what the
+  // bytes travel as inside), then U+00E9 and U+20AC as they are.
+  const std::string bytes = "a\xFF/b\x80\xC3(\xEF\xB7\x90\xC3\xA9\xE2\x82\xAC";
+  const Json doc = {{"spec", bytes}, {"args", {bytes, "plain", "\xEF\xB7\x90\xC2\x80"}}, {bytes, 1}};
+  const std::string text = to_document(doc, Bytes::keep);
+  CHECK(text.find("\"a\\udcff/b\\udc80\\udcc3(\xEF\xB7\x90\xC3\xA9\xE2\x82\xAC\"") != std::string::npos);
+  CHECK(text.find("\xEF\xB7\x90\xEF\xB7\x90") == std::string::npos);
+  const auto back = parse_json(text, Bytes::keep);
+  REQUIRE(back.has_value());
+  CHECK(*back == doc);
+  // What Python writes: json.dumps(os.fsdecode(b"\xff\xc3")) and the escape of U+FDD0.
+  CHECK(parse_json(R"("\udcff\udcc3\ufdd0")", Bytes::keep) == Json("\xFF\xC3\xEF\xB7\x90"));
+  // Only bytes 0x80..0xff have an escape (Python's surrogateescape makes no other); a raw byte
+  // that is not UTF-8 is kept as well.
+  CHECK(parse_json(R"("\udc41\ud800")", Bytes::keep) == Json("\xEF\xBF\xBD\xEF\xBF\xBD"));
+  CHECK(parse_json("\"x\xFFy\"", Bytes::keep) == Json("x\xFFy"));
+  // An escaped backslash before "udcff" is text.
+  CHECK(parse_json(R"("\\udcff")", Bytes::keep) == Json("\\udcff"));
+  // Without keep, as before: U+FFFD, and plain UTF-8 is written the same either way.
+  CHECK(to_document(Json(bytes)) ==
+        "\"a\xEF\xBF\xBD/b\xEF\xBF\xBD\xEF\xBF\xBD(\xEF\xB7\x90\xC3\xA9\xE2\x82\xAC\"\n");
+  CHECK(to_document(Json("caf\xC3\xA9"), Bytes::keep) == to_document(Json("caf\xC3\xA9")));
+}

@@ -113,7 +113,12 @@ int open_output_file(const std::string& path, bool append, int* err);
 void require_private_directory(int fd, const std::string& path, const std::string& what, bool root_ok,
                                const std::string& fix);
 
-// rm -rf PATH: links are removed, never followed; errors are ignored.
-void remove_tree(const std::string& path);
+// rm -rf PATH: links are removed, never followed, and a tree of any depth
+// too (one walked relative to each directory, never by a path that PATH_MAX
+// limits); a directory of this user's without permissions gets u+rwx. Goes on
+// past what it cannot remove; returns "" when PATH is gone, else one line
+// for the caller to say: "could not remove PATH/x: why", or "N entries under
+// PATH could not be removed; the first, PATH/x: why".
+[[nodiscard]] std::string remove_tree(const std::string& path);
 
 }  // namespace flowrun

@@ -142,7 +142,8 @@ std::string make_run_id(const std::string& flow_name);
 std::optional<std::string> run_id_problem(const std::string& id);
 
 // The run directory: `chosen` (--run-dir) made absolute against the current
-// directory, since workers run elsewhere; by default <workdir>/.flowrun/runs/<run-id>.
+// directory, since workers run elsewhere, and normal (no '.', '..' or
+// trailing '/'); by default <workdir>/.flowrun/runs/<run-id>.
 // Throws Error (exit code 2) for a run id run_id_problem refuses.
 std::string run_dir_for(const Spec& spec, const std::string& run_id, const std::string& chosen);
 
