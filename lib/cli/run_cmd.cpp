@@ -1092,7 +1092,7 @@ std::string token_path(const std::string& workdir, const std::string& endpoint) 
   return workdir + "/.flowrun/rendezvous/" + key + ".token";
 }
 
-std::string yaml_string(const std::string& text) { return '"' + json_escape(text) + '"'; }
+std::string yaml_string(const std::string& text) { return yaml_quoted(text); }
 
 struct Built {
   std::string text;  // the spec
@@ -1116,15 +1116,20 @@ Built build_spec(Request& r, const HostFacts& host, const EnvMap& env, const std
   if (!r.rdzv_id.empty() && !r.standalone) b.shape.parallel.emplace_back("job_id", yaml_string(r.rdzv_id));
   const std::string name = step_name(r);
   std::vector<std::string> argv = worker_argv(r, env);
+  // Every word as given, byte for byte: its `${` escaped, so that flowrun
+  // reads no template in it (torchrun passes `lr=${args.lr}` to the script
+  // as it is), and quoted, so that YAML reads no null, number or list in it.
   std::string run;
-  for (const auto& word : argv) run += (run.empty() ? "" : ", ") + yaml_string(word);
+  for (const auto& word : argv) run += (run.empty() ? "" : ", ") + spec_word(word);
   std::string& t = b.text;
   std::string line;
   for (const auto& word : argv) line += (line.empty() ? "" : " ") + shell_quote(word);
-  t += "# flowrun run: " + line + "\n";
-  t += "name: " + name + "\n";
+  // A comment ends at a line break: a newline in an argument would start
+  // a line of YAML of its own.
+  t += "# flowrun run: " + printable(line) + "\n";
+  t += "name: " + yaml_string(name) + "\n";
   t += "steps:\n";
-  t += "  - name: " + name + "\n";
+  t += "  - name: " + yaml_string(name) + "\n";
   t += "    run: [" + run + "]\n";
   if (!r.timeout.empty()) t += "    timeout: " + yaml_string(r.timeout) + "\n";
   if (!r.stall_timeout.empty()) t += "    stall_timeout: " + yaml_string(r.stall_timeout) + "\n";
