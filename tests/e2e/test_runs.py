@@ -211,6 +211,55 @@ class TestRuns(E2E):
         self.check(m is not None and os.readlink(os.path.join(runs, "latest")) == m.group(1),
                    "latest then points at the resume's run", p.stderr)
 
+    # --- logs --rank without --step, after the quickstart's shape ---
+
+    def test_logs_rank_without_step(self):
+        """`flowrun logs latest --rank 1` (the example of flowrun --help) after a flow whose last
+        step is a join: the run's parallel step, said on stderr; with two parallel steps, the last
+        that ran; a run without one is refused."""
+        d = self.workspace("rank_step", FLOW + """  - name: evaluate
+    join: train
+    shell: true
+    run: echo evaluated
+""")
+        run_id = self.run_flow("quickstart's shape", d, 0)
+        p = self.call("logs --rank, no step", d, "logs", "latest", "--rank", "1")
+        self.equal((0, "==> train/rank1/stdout.log <==\nout of rank 1\n\n==> train/rank1/stderr.log <==\nerr of rank 1\n",
+                    "flowrun logs: --rank 1 of step 'train', its parallel step\n"), (p.returncode, p.stdout, p.stderr),
+                   "logs latest --rank 1: the run's parallel step, not the join that came last")
+        p = self.call("logs --rank -f, no step", d, "logs", run_id, "--rank", "0", "-f")
+        self.equal((0, "==> train/rank0/stdout.log <==\nout of rank 0\n\n==> train/rank0/stderr.log <==\nerr of rank 0\n"),
+                   (p.returncode, p.stdout), "logs RUN --rank 0 -f: the same step")
+
+        two = self.workspace("two_parallel", FLOW.replace("name: train", "name: first") + """  - name: second
+    shell: true
+    run: |
+      echo "second's rank $RANK"
+      test ! -f fail2.flag
+    parallel: {}
+  - name: evaluate
+    join: second
+    shell: true
+    run: echo evaluated
+""")
+        self.run_flow("two parallel steps", two, 0)
+        p = self.call("logs --rank, two parallel", two, "logs", "latest", "--rank", "1")
+        self.equal((0, "==> second/rank1/stdout.log <==\nsecond's rank 1\n\n==> second/rank1/stderr.log <==\n",
+                    "flowrun logs: --rank 1 of step 'second', the last of its parallel steps that ran\n"),
+                   (p.returncode, p.stdout, p.stderr), "logs --rank with two parallel steps: the last")
+        open(os.path.join(two, "fail.flag"), "w").close()
+        self.run_flow("the first fails", two, 3)
+        p = self.call("logs --rank, second never ran", two, "logs", "latest", "--rank", "1")
+        self.equal((0, "==> first/rank1/stdout.log <==\nout of rank 1\n\n==> first/rank1/stderr.log <==\nerr of rank 1\n",
+                    "flowrun logs: --rank 1 of step 'first', the last of its parallel steps that ran\n"),
+                   (p.returncode, p.stdout, p.stderr), "logs --rank: the parallel step that ran, not one that did not")
+
+        plain = self.workspace("no_parallel", "name: plain\nsteps:\n  - name: only\n    run: [/bin/true]\n")
+        plain_id = self.run_flow("no parallel step", plain, 0)
+        p = self.call("logs --rank, no parallel step", plain, "logs", "latest", "--rank", "0")
+        self.equal((2, f"flowrun: error: --rank 0: run {plain_id} has no parallel step, so no ranks; drop --rank\n"),
+                   (p.returncode, p.stderr), "logs --rank of a run without a parallel step is refused")
+
     # --- a live 2-rank step: status from outside, then logs -f to its end ---
 
     def test_status_live(self):
