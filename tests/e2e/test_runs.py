@@ -211,7 +211,7 @@ class TestRuns(E2E):
         self.check(m is not None and os.readlink(os.path.join(runs, "latest")) == m.group(1),
                    "latest then points at the resume's run", p.stderr)
 
-    # --- logs --rank without --step, after the quickstart's shape ---
+    # --- logs --rank without --step, after the quickstart's shape; runs with a long id ---
 
     def test_logs_rank_without_step(self):
         """`flowrun logs latest --rank 1` (the example of flowrun --help) after a flow whose last
@@ -259,6 +259,28 @@ class TestRuns(E2E):
         p = self.call("logs --rank, no parallel step", plain, "logs", "latest", "--rank", "0")
         self.equal((2, f"flowrun: error: --rank 0: run {plain_id} has no parallel step, so no ranks; drop --rank\n"),
                    (p.returncode, p.stderr), "logs --rank of a run without a parallel step is refused")
+
+    def test_runs_long_ids(self):
+        """`flowrun runs` keeps its columns aligned within 100 columns whatever the ids' lengths: an id
+        too long for its column stands on a line of its own, its row below it."""
+        d = self.workspace("long_ids", FLOW)
+        ids = ["s", "x" * 44, "a-flow-name-that-makes-long-ids-" + "l" * 40]
+        for run_id in ids:
+            p = self.call(f"run {run_id}", d, "flow.yaml", "--fake-gpus", "2", "--run-id", run_id)
+            self.check(p.returncode == 0, f"run with id {run_id}: exit 0", p.stderr)
+        p = self.call("runs", d, "runs")
+        lines = p.stdout.splitlines()
+        flow, state = (lines[0].find("flow"), lines[0].find("state")) if lines else (-1, -1)
+        rows = [line for line in lines[1:] if line not in ids]
+        alone = [line for line in lines[1:] if line in ids]
+        self.check(p.returncode == 0 and len(rows) == 3 and alone == [ids[2]], "runs: three rows, the longest id "
+                   "on a line of its own", p.stdout + p.stderr)
+        self.check(all(len(line) <= 100 for line in lines), "runs: every line within 100 columns", p.stdout)
+        self.check(all(line[flow - 1] == " " and line[flow:].startswith("runs-")
+                       and line[state:].startswith("succeeded") for line in rows),
+                   "runs: the flow and state columns start where the header's do on every row", p.stdout)
+        self.check(lines.index(ids[2]) + 1 < len(lines) and lines[lines.index(ids[2]) + 1].startswith(" " * flow),
+                   "runs: the long id's row follows it, its id cell empty", p.stdout)
 
     # --- a live 2-rank step: status from outside, then logs -f to its end ---
 
