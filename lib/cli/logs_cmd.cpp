@@ -63,6 +63,33 @@ std::vector<LogFile> log_files(const std::string& run_dir, const std::string& st
   return files;
 }
 
+// --rank without --step: the run's parallel step, the only one or the last
+// that ran (the default step, the failed or last one, is often the join,
+// which has no ranks), said on stderr so that the reader knows whose logs.
+std::string rank_step(const std::string& run_dir, const RunRecord& record, int rank) {
+  std::vector<std::pair<std::string, std::string>> parallel;
+  for (const auto& [name, state] : record.steps) {
+    if (planned_step(run_dir, name).parallel) parallel.emplace_back(name, state);
+  }
+  if (parallel.empty())
+    throw Error(
+        fmt::format("--rank {}: run {} has no parallel step, so no ranks; drop --rank", rank, record.run_id),
+        kExitUsage);
+  std::string step = parallel.front().first;
+  std::string why = "its parallel step";
+  if (parallel.size() > 1) {
+    why = "its first parallel step; none has run yet";
+    for (const auto& [name, state] : parallel) {
+      if (state != "pending" && state != "skipped") {
+        step = name;
+        why = "the last of its parallel steps that ran";
+      }
+    }
+  }
+  std::cerr << "flowrun logs: --rank " << rank << " of step '" << step << "', " << why << "\n";
+  return step;
+}
+
 // Prints what `file` holds past its offset; returns whether there was any.
 // A header ("==> train/rank1/stderr.log <==", as tail(1) writes it) goes
 // before a file's text when there are several and another was printed last.
@@ -138,8 +165,9 @@ void follow(const std::string& run_dir, std::vector<LogFile>& files, const LogFi
 
 const char* kLogsFooter =
     R"(RUN: a run id, a unique prefix of one, latest (the newest run), or a run directory.
-Without --step: the step that failed, else the one running, else the last that ran. Without
---rank: every rank of a parallel step, each file under a header (==> train/rank1/stderr.log <==).
+Without --step: the step that failed, else the one running, else the last that ran; with
+--rank, the run's parallel step (the last that ran, when there are several). Without --rank:
+every rank of a parallel step, each file under a header (==> train/rank1/stderr.log <==).
 A rank's stdout.log comes before its stderr.log.
 
 -f follows the run while it lasts, as tail -f does, and returns when flowrun ends.
@@ -174,7 +202,9 @@ int cmd_logs(int argc, char** argv) {
     const RunRecord record = read_record_of(run_dir);
     std::vector<std::string> names;
     for (const auto& [name, state] : record.steps) names.push_back(name);
-    if (step.empty()) {
+    if (step.empty() && rank >= 0) {
+      step = rank_step(run_dir, record, rank);
+    } else if (step.empty()) {
       step = default_step(record.steps);
     } else if (std::find(names.begin(), names.end(), step) == names.end()) {
       std::string message = "--step " + step + ": run " + record.run_id + " has no step '" + step + "'";

@@ -41,6 +41,7 @@
 #include "flowrun/supervisor.h"
 
 #include "commands.h"
+#include "one_step.h"
 #include "summary.h"
 
 namespace flowrun {
@@ -1090,7 +1091,7 @@ std::string token_path(const std::string& workdir, const std::string& endpoint) 
   return workdir + "/.flowrun/rendezvous/" + key + ".token";
 }
 
-std::string yaml_string(const std::string& text) { return '"' + json_escape(text) + '"'; }
+std::string yaml_string(const std::string& text) { return yaml_quoted(text); }
 
 struct Built {
   std::string text;  // the spec
@@ -1112,28 +1113,16 @@ Built build_spec(Request& r, const HostFacts& host, const EnvMap& env, const std
     r.notes.push_back(
         "--rdzv-id is passed over with --standalone, as torchrun does: TORCHELASTIC_RUN_ID is the run id");
   if (!r.rdzv_id.empty() && !r.standalone) b.shape.parallel.emplace_back("job_id", yaml_string(r.rdzv_id));
-  const std::string name = step_name(r);
-  std::vector<std::string> argv = worker_argv(r, env);
-  std::string run;
-  for (const auto& word : argv) run += (run.empty() ? "" : ", ") + yaml_string(word);
+  OneStepSpec one;
+  one.name = step_name(r);
+  one.argv = worker_argv(r, env);
+  one.timeout = r.timeout;
+  one.stall_timeout = r.stall_timeout;
+  one.why = b.shape.why;
+  one.parallel = b.shape.parallel;
+  one.collect_all = !for_init;
   std::string& t = b.text;
-  std::string line;
-  for (const auto& word : argv) line += (line.empty() ? "" : " ") + shell_quote(word);
-  t += "# flowrun run: " + line + "\n";
-  t += "name: " + name + "\n";
-  t += "steps:\n";
-  t += "  - name: " + name + "\n";
-  t += "    run: [" + run + "]\n";
-  if (!r.timeout.empty()) t += "    timeout: " + yaml_string(r.timeout) + "\n";
-  if (!r.stall_timeout.empty()) t += "    stall_timeout: " + yaml_string(r.stall_timeout) + "\n";
-  t += "    # " + b.shape.why + "\n";
-  t += "    parallel:";
-  if (b.shape.parallel.empty()) t += " {}";
-  t += "\n";
-  for (const auto& [key, value] : b.shape.parallel) t += "      " + key + ": " + value + "\n";
-  // No join reads them: every rank's FLOWRUN_OUTPUT_DIR is kept in the run
-  // directory (outputs/rank<R>), from every node.
-  if (!for_init) t += "    collect: all\n";
+  t = one_step_spec_text(one);
   if (b.shape.nodes > 1) {
     t += "cluster:\n";
     if (for_init) {

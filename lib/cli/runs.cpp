@@ -72,16 +72,27 @@ std::string format_runs_table(std::vector<RunRow> rows, std::int64_t now_unix_ns
     return a.sort_ns != b.sort_ns ? a.sort_ns < b.sort_ns : a.id < b.id;
   });
   // The id is never cut (it is what the other commands take); the flow and
-  // the step get what is left of 100 columns, at most 16 each.
-  std::size_t id_width = 2;
-  for (const auto& row : rows) id_width = std::max(id_width, printable(row.id).size());
+  // the step get what is left of 100 columns, 6 to 16 each. An id too long
+  // for the table to fit in 100 columns (the column is at most kMaxId wide)
+  // stands on a line of its own, its row below it with the id's cell empty,
+  // so that the columns stay aligned on a terminal of 100 columns.
+  constexpr std::size_t kWidth = 100, kMinName = 6, kMaxName = 16;
   constexpr std::size_t kFixed = 9 + 1 + 4 + 1 + 16 + 1 + 8 + 1;  // state, exit, start, duration
-  const std::size_t left = 100 > id_width + 1 + kFixed ? 100 - (id_width + 1 + kFixed) : 0;
-  const std::size_t name_width = std::clamp<std::size_t>((left - 1) / 2, 6, 16);
+  constexpr std::size_t kMaxId = kWidth - kFixed - 2 * (kMinName + 1) - 1;
+  std::size_t id_width = 2;
+  for (const auto& row : rows) {
+    if (const std::size_t n = printable(row.id).size(); n <= kMaxId) id_width = std::max(id_width, n);
+  }
+  const std::size_t left = kWidth - (id_width + 1 + kFixed);
+  const std::size_t name_width = std::clamp<std::size_t>((left - 1) / 2, kMinName, kMaxName);
   std::string out = fmt::format("{:<{}} {:<{}} {:<9} {:>4} {:<16} {:>8} {}\n", "id", id_width, "flow",
                                 name_width, "state", "exit", "start", "duration", "step");
   for (const auto& row : rows) {
-    const std::string id = printable(row.id);
+    std::string id = printable(row.id);
+    if (id.size() > id_width) {
+      out += id + "\n";
+      id.clear();
+    }
     if (row.state == "damaged") {
       out += fmt::format("{:<{}} {:<{}} {:<9} {}\n", id, id_width, "-", name_width, "damaged",
                          printable(row.problem));

@@ -11,7 +11,7 @@ constexpr std::string_view kOutputsSuffix = ".outputs}";
 // Replaces flowrun's templates in `text`; `quote` wraps every substituted
 // value (identity for argv words, sh quoting for scripts). The spec has been
 // validated, so every `${steps.` here is a well-formed `${steps.NAME.outputs}`
-// and any other `${...}` is the shell's, left as written.
+// and any other `${...}` is the shell's, left as written; `$${` is a `${`.
 template <typename Quote>
 std::string substitute(std::string_view text, const RunLayout& layout, const std::vector<std::string>& args,
                        Quote quote) {
@@ -20,6 +20,12 @@ std::string substitute(std::string_view text, const RunLayout& layout, const std
   while (i < text.size()) {
     std::size_t open = text.find("${", i);
     if (open == std::string_view::npos) break;
+    if (open > i && text[open - 1] == '$') {  // `$${`: a literal `${` (placeholders.cpp)
+      out.append(text.substr(i, open - 1 - i));
+      out += "${";
+      i = open + 2;
+      continue;
+    }
     out.append(text.substr(i, open - i));
     std::string_view rest = text.substr(open);
     if (rest.substr(0, kArgs.size()) == kArgs) {

@@ -3,8 +3,14 @@
 // Only `${steps.` / `${step.` / `${args` / `${arg}` / `${argv}` are looked at
 // closely: everything else after `${` belongs to the shell (`${HOME}`,
 // `${N:-4}`) and is skipped, but scanning resumes right after its `${`, so a
-// template nested in a shell default (`${X:-${args}}`) is still found. `$${`
-// is not an escape: keeping one rule is easier to explain than two.
+// template nested in a shell default (`${X:-${args}}`) is still found.
+//
+// `$${` is the escape: a literal `${` that starts no template, so that any
+// text can be written as a run word (`flowrun run train.py 'lr=${args.lr}'`
+// writes `lr=$${args.lr}`). escape_templates() is its inverse: every `${`
+// becomes `$${`, and a `$` before one stays a `$` (`$${` -> `$$${`), since
+// the escape is found as a `$` just before a `${` that nothing before it
+// took; lib/plan/command.cpp's substitute() reads it the same way.
 
 #include <cstdio>
 
@@ -83,7 +89,9 @@ std::optional<std::vector<Placeholder>> find_placeholders(std::string_view text,
     return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_' ||
            c == '-' || c == '.';
   };
-  for (std::size_t at = text.find("${"); at != std::string_view::npos; at = text.find("${", at + 2)) {
+  std::size_t at = 0;
+  for (std::size_t from = 0; (at = text.find("${", from)) != std::string_view::npos; from = at + 2) {
+    if (at > from && text[at - 1] == '$') continue;  // `$${`: a literal `${`
     // A template ends at its '}'; any other character ends it too early, so
     // `${steps.a b}` and `${steps.a` are both cut to "${steps.a".
     std::size_t end = at + 2;
@@ -115,6 +123,16 @@ std::optional<std::vector<Placeholder>> find_placeholders(std::string_view text,
     }
   }
   return found;
+}
+
+std::string escape_templates(std::string_view text) {
+  std::string out;
+  out.reserve(text.size());
+  for (std::size_t i = 0; i < text.size(); ++i) {
+    if (text[i] == '$' && i + 1 < text.size() && text[i + 1] == '{') out += '$';
+    out += text[i];
+  }
+  return out;
 }
 
 }  // namespace flowrun

@@ -666,6 +666,17 @@ std::optional<std::vector<std::string>> Checker::words(const Entry& e, std::stri
         Location loc = to_location(item.Mark());
         error(loc.line ? loc : e.loc, e.path, expected_text("a word (a string)", item));
         ok = false;
+      } else if (item.Tag() == "tag:yaml.org,2002:binary") {
+        // A word that is not UTF-8 (a spec is), in base64: what flowrun init
+        // writes for such an argument (spec_word).
+        YAML::Binary bytes;
+        if (YAML::convert<YAML::Binary>::decode(item, bytes)) {
+          out.emplace_back(reinterpret_cast<const char*>(bytes.data()), bytes.size());
+        } else {
+          Location loc = to_location(item.Mark());
+          error(loc.line ? loc : e.loc, e.path, "a !!binary word is not valid base64");
+          ok = false;
+        }
       } else {
         out.push_back(item.Scalar());
       }
@@ -1591,7 +1602,8 @@ std::string python_path(const std::string& python, const std::string& dir) {
 void use_python(Spec& spec, const std::string& python) {
   spec.python = python;
   for (Step& step : spec.steps) {
-    if (step.python_command) step.argv.front() = python;
+    // A path, not a template: a working directory such as /tmp/${x} stays as it is.
+    if (step.python_command) step.argv.front() = escape_templates(python);
   }
 }
 

@@ -208,7 +208,8 @@ struct Supervisor::Impl {
   Console console;
   pid_t guardian = -1;
   int interrupt = 0;
-  bool repeat_kills = true;  // a SIGINT while stopping kills at once
+  bool repeat_kills = true;   // a SIGINT while stopping kills at once
+  bool sigint_stops = false;  // SIGINT is a stop signal (--signals-to-handle)
 
   // The group being run.
   bool in_group = false;
@@ -258,6 +259,7 @@ struct Supervisor::Impl {
     for (int sig : {SIGTERM, SIGINT, SIGHUP, SIGQUIT}) {
       if (std::find(handled.begin(), handled.end(), sig) != handled.end()) {
         stop_signals.add(sig);
+        sigint_stops = sigint_stops || sig == SIGINT;
       } else if (sig == SIGQUIT) {
         stacks_signal.add(sig);
       } else {
@@ -281,16 +283,24 @@ struct Supervisor::Impl {
     if (!in_group) return;
     flush_console();  // the workers' lines so far come before flowrun's
     if (!stopping) {
-      say(
-          fmt::format("flowrun: {} received: stopping step '{}' (SIGTERM, then SIGKILL after {} s; "
-                      "press Ctrl-C again to kill at once)",
-                      signal_name(sig), options.step, options.grace_s));
+      say(fmt::format("flowrun: {} received: stopping step '{}' (SIGTERM, then SIGKILL after {} s{})",
+                      signal_name(sig), options.step, options.grace_s, what_cuts_the_grace(sig)));
       outcome = Outcome::interrupted;
       begin_stop();
     } else if (sig == SIGINT && repeat_kills && !kill_now) {
       say(fmt::format("flowrun: {} again: killing step '{}' now", signal_name(sig), options.step));
       kill_everything();
     }
+  }
+
+  // What the stop line tells the sender of `sig` about a second signal
+  // (docs/cli.md#signals): only a SIGINT kills at once. Whoever sent a
+  // SIGTERM (timeout, Slurm, kill) has no Ctrl-C to press, and its second
+  // SIGTERM leaves the grace as it is; an agent never kills at once.
+  std::string what_cuts_the_grace(int sig) const {
+    if (!repeat_kills || !sigint_stops) return "";
+    if (sig == SIGINT) return "; press Ctrl-C again to kill at once";
+    return fmt::format("; a second {} does not shorten the grace, a SIGINT kills at once", signal_name(sig));
   }
 
   // SIGUSR1, SIGUSR2: for the workers, not for flowrun.

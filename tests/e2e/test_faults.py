@@ -2758,6 +2758,90 @@ os.chmod(os.path.join(out, "readonly"), 0o500)
                    "it takes; nothing is made", "\n".join(bad + [f"made: {made}"]))
         self.finish_row(r, "nonfinite numbers", "n/a (refused at start)", 0, self.count_left(run_id), 0,
                         len(bad) + len(made), "")
+    # --- a command line turned into a spec ----------------------------------------------
+
+    # Arguments YAML or flowrun's templates would read otherwise than as written (bytes: a
+    # command line need not be UTF-8).
+    HOSTILE_ARGS = [b"", b" ", b"  lead", b"trail  ", b"null", b"~", b"true", b"no", b"1e3", b"0o17", b"- x",
+                    b"-", b":", b"a: b", b"#", b"x #y", b"'", b'"', b"\\", b"\\n", b"a\nb", b"\n", b"\t", b"\r\n",
+                    b"[a, b]", b"{a: b}", b"&a", b"*a", b"!!binary", b"%YAML 1.2", b"---", b"|", b">", b"`",
+                    b"${args}", b"y=${args}", b"lr=${args.lr}", b"sched.total=${steps.max}",
+                    b"${steps.show.outputs}", b"${arg}", b"$${args}", b"$$${args}", b"${", b"$", b"${HOME}",
+                    b"$HOME", b"\x01\x1b[31m\x7f", b"\xc2\x85", b"\xe2\x80\xa8", b"\xef\xbb\xbf",
+                    "é漢字🙂".encode(), b"\xff", b"a\xff${args}\xfe", b"\xed\xa0\x80", b"--", b"-m",
+                    b"--nproc-per-node=3"]
+    # Script paths whose name is a YAML null, a number, a comment, a template; one in a
+    # directory with a newline and a byte that is not UTF-8.
+    HOSTILE_SCRIPTS = [b"null.py", b"1e3.py", b"#c a: b ${args} - x.py", b"dir\n${x} $${y}\xff/ lead\t~.py"]
+
+    @staticmethod
+    def is_utf8(word):
+        try:
+            word.decode("utf-8")
+            return True
+        except UnicodeDecodeError:
+            return False
+
+    def test_run_args_verbatim(self):
+        """flowrun run SCRIPT ARGS, and flowrun init's spec run by flowrun SPEC: the script's sys.argv
+        is the script and the arguments as given, byte for byte, whatever YAML or a template would read
+        in them."""
+        r = self.row("run_args_verbatim", "every argument and script name of `flowrun run`, and of the spec "
+                     "`flowrun init` writes, reaches the script byte for byte: `${` is written `$${` (no "
+                     "template), every scalar double-quoted, a word that is not UTF-8 as `!!binary`")
+        d = os.path.join(self.scratch, "run_args")
+        os.makedirs(d)
+        show = ("import json, os, sys\n"
+                "with open(os.environ['ARGV_OUT'], 'w') as f:\n"
+                "    json.dump([os.fsencode(a).hex() for a in sys.argv], f)\n")
+        for script in self.HOSTILE_SCRIPTS:
+            path = os.path.join(os.fsencode(d), script)
+            os.makedirs(os.path.dirname(path), exist_ok=True)
+            with open(path, "w") as f:
+                f.write(show)
+        # In three sets, so that each part of the class shows on its own: words YAML or a template
+        # would read otherwise, line breaks (also YAML 1.1's), bytes that are not UTF-8.
+        breaks = [a for a in self.HOSTILE_ARGS if self.is_utf8(a) and re.search(rb"[\r\n]|\xc2\x85|\xe2\x80\xa8", a)]
+        other = [a for a in self.HOSTILE_ARGS if not self.is_utf8(a)]
+        plain = [a for a in self.HOSTILE_ARGS if a not in breaks and a not in other]
+        cases = [(script, args) for script in self.HOSTILE_SCRIPTS for args in (plain, breaks, other)]
+        ids, failed, wrong = [], [], 0
+        for i, (script, args) in enumerate(cases):
+            want = [script] + args
+            for how in ("run", "init"):
+                run_id = f"args-{os.getpid()}-{how}{i}"
+                ids.append(run_id)
+                out = os.path.join(d, f"argv.{how}{i}.json")
+                env = clean_env(ARGV_OUT=out, **{MARK: run_id})
+                common = ["--run-dir", os.path.join(d, f"run.{how}{i}"), "--run-id", run_id]
+                if how == "run":
+                    steps = [[self.flowrun, "run", "--cpus", "1", "--python", PY, *common, *want]]
+                else:
+                    spec = os.path.join(d, f"spec{i}.yaml")
+                    steps = [[self.flowrun, "init", "--cpus", "1", "--python", PY, "-o", spec, *want],
+                             [self.flowrun, spec, *common]]
+                errors = b""
+                for argv in steps:
+                    p = subprocess.run(argv, cwd=d, env=env, stdin=subprocess.DEVNULL, capture_output=True,
+                                       timeout=60 * self.slack)
+                    errors += p.stdout + p.stderr
+                    self.sanitizer_check(f"run args {how} {script!r}", errors.decode(errors="replace"))
+                    if p.returncode != 0:
+                        break
+                try:
+                    with open(out) as f:
+                        got = [bytes.fromhex(a) for a in json.load(f)]
+                except (OSError, ValueError):
+                    got = None
+                if got != want:
+                    wrong += 1
+                    failed.append(f"flowrun {how} {script!r}: exit {p.returncode}\n"
+                                  f"{errors.decode(errors='replace')[-1500:]}\n" +
+                                  (f"got {got}\nwant {want}" if got else "the script did not run"))
+        self.check(not failed, "run args: the script gets its path and every argument byte for byte, through "
+                   "flowrun run and through flowrun init's spec", "\n\n".join(failed))
+        self.finish_row(r, "run args", "n/a (nothing fails)", 0, sum(self.count_left(i) for i in ids), 0, wrong,
+                        "\n".join(failed))
 
     # --- the table -------------------------------------------------------------------
 

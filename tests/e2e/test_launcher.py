@@ -377,6 +377,43 @@ steps:
         self.check(not os.path.exists(os.path.join(run_dir, "after", "stdout.log")) and "[after]" not in r.stdout,
                    "sigterm: the steps after an interrupt do not run", r.detail())
 
+    def test_stop_line_per_signal(self):
+        """The stop line tells the signal's sender what a second signal does (docs/cli.md#signals):
+        only a SIGINT kills at once, so only a Ctrl-C is told to press Ctrl-C again; a SIGTERM's or a
+        SIGHUP's sender is told that a second one leaves the grace as it is; nothing is promised of a
+        SIGINT that --signals-to-handle leaves out."""
+        d, spec, run_dir = self.workspace("stop_line", f"""name: line
+steps:
+  - name: train
+    run: {argv_yaml("sleep", "300")}
+    parallel:
+      cpus: 2
+""")
+        cases = [
+            (signal.SIGINT, [], "; press Ctrl-C again to kill at once"),
+            (signal.SIGTERM, [], "; a second SIGTERM does not shorten the grace, a SIGINT kills at once"),
+            (signal.SIGHUP, [], "; a second SIGHUP does not shorten the grace, a SIGINT kills at once"),
+            (signal.SIGTERM, ["--signals-to-handle", "SIGTERM"], ""),
+        ]
+        for i, (sig, options, tail) in enumerate(cases):
+            name = signal.Signals(sig).name
+            run_id = f"stop-line-e2e-{i}"
+            label = f"stop line: {name} {' '.join(options)}".strip()
+            start = time.monotonic()
+            own = ["--run-dir", run_dir + str(i), "--run-id", run_id, "--grace", "7"]
+            # --signals-to-handle is flowrun run's (torchrun's option), which takes a spec too.
+            argv = [self.flowrun, "run", *options, *own, spec] if options else [self.flowrun, spec, *own]
+            p = subprocess.Popen(argv, cwd=d, env=clean_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                 start_new_session=True)
+            wait_for(lambda: len(processes_with(f"FLOWRUN_RUN_ID={run_id}")) >= 2 or p.poll() is not None,
+                     20 * self.slack)
+            p.send_signal(sig)
+            r = self.finish(label, p, run_dir + str(i), start)
+            want = f"flowrun: {name} received: stopping step 'train' (SIGTERM, then SIGKILL after 7 s{tail})"
+            lines = [line for line in r.stderr.splitlines() if "received: stopping" in line]
+            self.check(lines == [want] and r.rc == 128 + sig, f"{label}: exit {128 + sig}, the stop line says what a "
+                       "second signal does", f"want {want!r}\n{r.detail()}")
+
     def test_sigkill(self):
         d, spec, run_dir = self._shell_flow("sigkill")
         run_id = "sigkill-e2e-1"

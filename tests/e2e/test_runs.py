@@ -211,6 +211,77 @@ class TestRuns(E2E):
         self.check(m is not None and os.readlink(os.path.join(runs, "latest")) == m.group(1),
                    "latest then points at the resume's run", p.stderr)
 
+    # --- logs --rank without --step, after the quickstart's shape; runs with a long id ---
+
+    def test_logs_rank_without_step(self):
+        """`flowrun logs latest --rank 1` (the example of flowrun --help) after a flow whose last
+        step is a join: the run's parallel step, said on stderr; with two parallel steps, the last
+        that ran; a run without one is refused."""
+        d = self.workspace("rank_step", FLOW + """  - name: evaluate
+    join: train
+    shell: true
+    run: echo evaluated
+""")
+        run_id = self.run_flow("quickstart's shape", d, 0)
+        p = self.call("logs --rank, no step", d, "logs", "latest", "--rank", "1")
+        self.equal((0, "==> train/rank1/stdout.log <==\nout of rank 1\n\n==> train/rank1/stderr.log <==\nerr of rank 1\n",
+                    "flowrun logs: --rank 1 of step 'train', its parallel step\n"), (p.returncode, p.stdout, p.stderr),
+                   "logs latest --rank 1: the run's parallel step, not the join that came last")
+        p = self.call("logs --rank -f, no step", d, "logs", run_id, "--rank", "0", "-f")
+        self.equal((0, "==> train/rank0/stdout.log <==\nout of rank 0\n\n==> train/rank0/stderr.log <==\nerr of rank 0\n"),
+                   (p.returncode, p.stdout), "logs RUN --rank 0 -f: the same step")
+
+        two = self.workspace("two_parallel", FLOW.replace("name: train", "name: first") + """  - name: second
+    shell: true
+    run: |
+      echo "second's rank $RANK"
+      test ! -f fail2.flag
+    parallel: {}
+  - name: evaluate
+    join: second
+    shell: true
+    run: echo evaluated
+""")
+        self.run_flow("two parallel steps", two, 0)
+        p = self.call("logs --rank, two parallel", two, "logs", "latest", "--rank", "1")
+        self.equal((0, "==> second/rank1/stdout.log <==\nsecond's rank 1\n\n==> second/rank1/stderr.log <==\n",
+                    "flowrun logs: --rank 1 of step 'second', the last of its parallel steps that ran\n"),
+                   (p.returncode, p.stdout, p.stderr), "logs --rank with two parallel steps: the last")
+        open(os.path.join(two, "fail.flag"), "w").close()
+        self.run_flow("the first fails", two, 3)
+        p = self.call("logs --rank, second never ran", two, "logs", "latest", "--rank", "1")
+        self.equal((0, "==> first/rank1/stdout.log <==\nout of rank 1\n\n==> first/rank1/stderr.log <==\nerr of rank 1\n",
+                    "flowrun logs: --rank 1 of step 'first', the last of its parallel steps that ran\n"),
+                   (p.returncode, p.stdout, p.stderr), "logs --rank: the parallel step that ran, not one that did not")
+
+        plain = self.workspace("no_parallel", "name: plain\nsteps:\n  - name: only\n    run: [/bin/true]\n")
+        plain_id = self.run_flow("no parallel step", plain, 0)
+        p = self.call("logs --rank, no parallel step", plain, "logs", "latest", "--rank", "0")
+        self.equal((2, f"flowrun: error: --rank 0: run {plain_id} has no parallel step, so no ranks; drop --rank\n"),
+                   (p.returncode, p.stderr), "logs --rank of a run without a parallel step is refused")
+
+    def test_runs_long_ids(self):
+        """`flowrun runs` keeps its columns aligned within 100 columns whatever the ids' lengths: an id
+        too long for its column stands on a line of its own, its row below it."""
+        d = self.workspace("long_ids", FLOW)
+        ids = ["s", "x" * 44, "a-flow-name-that-makes-long-ids-" + "l" * 40]
+        for run_id in ids:
+            p = self.call(f"run {run_id}", d, "flow.yaml", "--fake-gpus", "2", "--run-id", run_id)
+            self.check(p.returncode == 0, f"run with id {run_id}: exit 0", p.stderr)
+        p = self.call("runs", d, "runs")
+        lines = p.stdout.splitlines()
+        flow, state = (lines[0].find("flow"), lines[0].find("state")) if lines else (-1, -1)
+        rows = [line for line in lines[1:] if line not in ids]
+        alone = [line for line in lines[1:] if line in ids]
+        self.check(p.returncode == 0 and len(rows) == 3 and alone == [ids[2]], "runs: three rows, the longest id "
+                   "on a line of its own", p.stdout + p.stderr)
+        self.check(all(len(line) <= 100 for line in lines), "runs: every line within 100 columns", p.stdout)
+        self.check(all(line[flow - 1] == " " and line[flow:].startswith("runs-")
+                       and line[state:].startswith("succeeded") for line in rows),
+                   "runs: the flow and state columns start where the header's do on every row", p.stdout)
+        self.check(lines.index(ids[2]) + 1 < len(lines) and lines[lines.index(ids[2]) + 1].startswith(" " * flow),
+                   "runs: the long id's row follows it, its id cell empty", p.stdout)
+
     # --- a live 2-rank step: status from outside, then logs -f to its end ---
 
     def test_status_live(self):

@@ -1,10 +1,16 @@
 // libFuzzer target for the spec parser: any bytes must give a result or
 // diagnostics, never a crash, hang, leak or exception. Replayed over
 // tests/fuzz/corpus/spec by the fuzz_spec_corpus test.
+//
+// The same bytes as one word of a run list, written by spec_word (as flowrun
+// run and flowrun init write a command line's arguments), must read back as
+// that word with its templates escaped, byte for byte.
 
 #include <cstddef>
 #include <cstdint>
+#include <string>
 #include <string_view>
+#include <vector>
 
 #include "flowrun/spec.h"
 
@@ -18,5 +24,12 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     if (d.message.empty() || d.message.find('\n') != std::string::npos) __builtin_trap();
   }
   if (result.spec && result.spec->order.size() != result.spec->steps.size()) __builtin_trap();
+  if (text.find('\0') == std::string_view::npos) {
+    const std::string spec = "steps:\n  - name: t\n    run: [prog, " + flowrun::spec_word(text) + "]\n";
+    flowrun::SpecParse word = flowrun::parse_spec(spec, "word.yaml", "/tmp");
+    if (!word.spec ||
+        word.spec->steps[0].argv != std::vector<std::string>{"prog", flowrun::escape_templates(text)})
+      __builtin_trap();
+  }
   return 0;
 }

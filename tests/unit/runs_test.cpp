@@ -172,3 +172,40 @@ TEST_CASE("runs are found by prefix and latest from below, and damaged ones are 
   write(runs + "/killed/run.json", run_json("killed", "running", "null", R"("train": "running")"));
   CHECK(read_run_row(runs + "/killed").state == "killed");
 }
+
+TEST_CASE("the runs table keeps its columns aligned within 100 columns whatever the ids' lengths", "[runs]") {
+  const std::string long_id = "a-flow-with-a-long-name-for-its-runs-20261201-100000-aaaaaa";  // 59
+  const std::string longest(200, 'x');
+  for (const std::string& id : {std::string(44, 'y'), std::string(45, 'y'), long_id, longest}) {
+    RunRow short_row{"s", "demo", "succeeded", 0, 100 * kSecond, 112 * kSecond, "", "", 100 * kSecond};
+    RunRow long_row{id, "demo", "failed", 3, 200 * kSecond, 203 * kSecond, "train", "", 200 * kSecond};
+    RunRow damaged{id + "-d", "", "damaged", std::nullopt, 0, 0, "", "no run.json", 300 * kSecond};
+    const std::string table = format_runs_table({short_row, long_row, damaged}, 330 * kSecond);
+    INFO(table);
+    std::vector<std::string> lines;
+    for (std::size_t pos = 0; pos < table.size();) {
+      const std::size_t nl = table.find('\n', pos);
+      lines.push_back(table.substr(pos, nl - pos));
+      pos = nl + 1;
+    }
+    // The flow and state columns start where the header's do, on every row.
+    const std::size_t flow = lines[0].find("flow"), state = lines[0].find("state");
+    std::size_t rows = 0;
+    for (std::size_t i = 1; i < lines.size(); ++i) {
+      if (lines[i] == id || lines[i] == id + "-d") {  // a long id on a line of its own, its row below
+        REQUIRE(i + 1 < lines.size());
+        CHECK(lines[i + 1].find_first_not_of(' ') == flow);
+        continue;
+      }
+      ++rows;
+      CHECK(lines[i].size() <= 100);
+      CHECK(lines[i][flow - 1] == ' ');
+      const std::size_t at = lines[i].find_first_not_of(' ', flow);
+      CHECK(at == flow);
+      CHECK(lines[i].substr(state).starts_with(
+          std::vector<std::string>{"succeeded", "failed", "damaged"}[rows - 1]));
+    }
+    CHECK(rows == 3);
+    CHECK(lines[0].size() <= 100);
+  }
+}

@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "flowrun/plan.h"
 #include "flowrun/util.h"
 
 using namespace flowrun;
@@ -1144,7 +1145,10 @@ TEST_CASE("find_placeholders", "[spec]") {
   CHECK(find("a ${steps.t-1.outputs}/m.pt ${args} ${steps.B_2.outputs}") ==
         V{"outputs:t-1", "args", "outputs:B_2"});
   CHECK(find("${X:-${args}}") == V{"args"});
-  CHECK(find("$${steps.a.outputs}") == V{"outputs:a"});
+  // `$${` is a literal `${`; a `$` before it is a `$`.
+  CHECK(find("$${steps.a.outputs} $${args} $$${args} a$${X:-${args}}") == V{"args"});
+  CHECK(find("$${steps.a} $${step.a.outputs} $${arg} $${args.lr} $${steps") == V{});
+  CHECK(find("$ {args} $$ ${args}") == V{"args"});
   CHECK(find("${steps.a.outputs") == V{"error: unterminated template '${steps.a.outputs'; expected "
                                        "'${steps.NAME.outputs}'"});
   CHECK(find("${steps}") == V{"error: malformed template '${steps}'; expected '${steps.NAME.outputs}'"});
@@ -1851,4 +1855,138 @@ TEST_CASE("parallel.restart problems", "[spec]") {
             "flow.yaml:29:5: steps.e: key 'restart' does not belong here; put it under 'parallel:'",
             "flow.yaml:31:7: steps.e.parallel: key 'causes' does not belong here; put it under 'restart:'",
         });
+}
+
+// ---- writing a spec: spec_word, yaml_quoted, escape_templates ----------------
+
+// Words that YAML or flowrun's templates would read otherwise than as written.
+const std::vector<std::string> kHostileWords = {"",
+                                                " ",
+                                                "  lead",
+                                                "trail  ",
+                                                "null",
+                                                "Null",
+                                                "~",
+                                                "true",
+                                                "no",
+                                                "1e3",
+                                                "0o17",
+                                                ".inf",
+                                                "- x",
+                                                "-",
+                                                ":",
+                                                "a: b",
+                                                "#",
+                                                "x #y",
+                                                "'",
+                                                "\"",
+                                                "\\",
+                                                "\\n",
+                                                "\\x41",
+                                                "a\nb",
+                                                "\n",
+                                                "\n\n",
+                                                "\t",
+                                                "\r",
+                                                "\r\n",
+                                                "[a, b]",
+                                                "{a: b}",
+                                                "&a",
+                                                "*a",
+                                                "!tag",
+                                                "!!binary",
+                                                "%YAML 1.2",
+                                                "---",
+                                                "...",
+                                                "|",
+                                                ">",
+                                                "@",
+                                                "`",
+                                                "?",
+                                                ",",
+                                                "${args}",
+                                                "y=${args}",
+                                                "lr=${args.lr}",
+                                                "sched.total=${steps.max}",
+                                                "${steps.train.outputs}",
+                                                "${step.x.outputs}",
+                                                "${arg}",
+                                                "$${args}",
+                                                "$$${args}",
+                                                "$$$${args}",
+                                                "${",
+                                                "$",
+                                                "$$",
+                                                "${$${",
+                                                "${HOME}",
+                                                "${X:-${args}}",
+                                                "$HOME",
+                                                "\x01\x1b[31m\x7f",
+                                                "\xc2\x85",
+                                                "\xc2\x9f",
+                                                "\xc2\xa0",
+                                                "\xe2\x80\xa8",
+                                                "\xe2\x80\xa9",
+                                                "\xef\xbb\xbf",
+                                                "\xef\xbb\xbfx",
+                                                "\xc3\xa9\xe6\xbc\xa2\xf0\x9f\x99\x82",
+                                                "\xff",
+                                                "a\xff${args}\xfe",
+                                                "\xed\xa0\x80",
+                                                "\xc0\xaf",
+                                                "\xf4\x90\x80\x80",
+                                                "\xe2\x82",
+                                                "--",
+                                                "-m",
+                                                "--nproc-per-node=3",
+                                                std::string(4000, 'x') + "${args}"};
+
+TEST_CASE("spec_word: a run word reads back byte for byte, whatever it holds", "[spec_word]") {
+  const RunLayout layout{"/w/.flowrun/runs/r1"};
+  for (const std::string& word : kHostileWords) {
+    const std::string text = "steps:\n  - name: t\n    run: [prog, " + spec_word(word) + ", \"${args}\"]\n";
+    INFO(text);
+    SpecParse parsed = parse_spec(text, "t.yaml", "/w");
+    REQUIRE(parsed.diagnostics.empty());
+    CHECK(expand_command(parsed.spec->steps[0], layout, {"${args}", "-"}) ==
+          std::vector<std::string>{"prog", word, "${args}", "-"});
+  }
+}
+
+TEST_CASE("yaml_quoted: a name YAML would read as null, a boolean or a number reads back as written",
+          "[spec_word]") {
+  for (const std::string name : {"null", "Null", "true", "no", "on", "1e3", "0o17", "0x1f", "12"}) {
+    const std::string text = "name: " + yaml_quoted(name) + "\nsteps:\n  - name: " + yaml_quoted(name) +
+                             "\n    run: [prog]\n    parallel: {}\n";
+    INFO(text);
+    SpecParse parsed = parse_spec(text, "t.yaml", "/w");
+    REQUIRE(parsed.diagnostics.empty());
+    CHECK(parsed.spec->name == name);
+    CHECK(parsed.spec->steps[0].name == name);
+  }
+}
+
+TEST_CASE("spec_word and yaml_quoted write", "[spec_word]") {
+  CHECK(yaml_quoted("null") == "\"null\"");
+  CHECK(yaml_quoted("") == "\"\"");
+  CHECK(yaml_quoted("a\"b\\c\nd\te\r\x01\x7f") == R"("a\"b\\c\nd\te\r\x01\x7f")");
+  CHECK(yaml_quoted("\xc2\x85|\xe2\x80\xa8|\xef\xbb\xbf|\xc3\xa9") == "\"\\x85|\\u2028|\\ufeff|\xc3\xa9\"");
+  CHECK(escape_templates("y=${args} $${x} $") == "y=$${args} $$${x} $");
+  CHECK(spec_word("lr=${args.lr}") == "\"lr=$${args.lr}\"");
+  CHECK(spec_word("a\xff${") == "!!binary \"Yf8kJHs=\"");
+}
+
+TEST_CASE("a !!binary word that is not base64 is refused", "[spec_word]") {
+  SpecParse parsed = parse_spec("steps:\n  - name: t\n    run: [prog, !!binary \"%%%\"]\n", "t.yaml", "/w");
+  REQUIRE(parsed.diagnostics.size() == 1);
+  CHECK(parsed.diagnostics[0].to_string() == "t.yaml:3:17: steps.t.run: a !!binary word is not valid base64");
+}
+
+TEST_CASE("use_python: the interpreter's path is a path, not a template", "[spec_word]") {
+  SpecParse parsed =
+      parse_spec("steps:\n  - name: t\n    run: [python3, \"$${args}\", \"${args}\"]\n", "t.yaml", "/w");
+  REQUIRE(parsed.diagnostics.empty());
+  use_python(*parsed.spec, "/tmp/${args}/$${x}/bin/python3");
+  CHECK(expand_command(parsed.spec->steps[0], RunLayout{"/w/r"}, {"a"}) ==
+        std::vector<std::string>{"/tmp/${args}/$${x}/bin/python3", "${args}", "a"});
 }

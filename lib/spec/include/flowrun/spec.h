@@ -239,6 +239,21 @@ struct Placeholder {
 // malformed flowrun template such as `${steps.train}`.
 std::optional<std::vector<Placeholder>> find_placeholders(std::string_view text, std::string* error);
 
+// `text` with every `${` written `$${`, the escape for a literal `${`: no
+// template is read in the result, and a run word expands to `text` again.
+std::string escape_templates(std::string_view text);
+
+// Writing a spec that reads back as given (flowrun init, flowrun run):
+// `text`, valid UTF-8, as a YAML double-quoted scalar that yaml-cpp reads
+// back byte for byte, whatever it holds (`null`, `~`, `- x`, `#`, a newline,
+// an empty string, controls).
+std::string yaml_quoted(std::string_view text);
+
+// One word of a `run:` list that parse_spec() and expand_command() make
+// `word` again, byte for byte: its templates escaped, then quoted; a word
+// that is not UTF-8 (a spec is UTF-8 text) as `!!binary` base64.
+std::string spec_word(std::string_view word);
+
 // Makes `python` the interpreter of every step whose run starts with python
 // or python3 (Step::python_command), as `python:` or --python ask.
 void use_python(Spec& spec, const std::string& python);
