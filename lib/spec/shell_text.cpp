@@ -1,0 +1,628 @@
+// Lexing shell text around flowrun's templates (shell_text.h).
+//
+// The lexer follows what decides how a shell reads a character: quotes,
+// backslashes, `$(...)` and backquote bodies, `${...}`, arithmetic, comments
+// and here-documents. It does not parse commands. Where that is not enough to
+// know the context for certain (a `case` inside `$(...)`, whose patterns end
+// in an unmatched `)`; a quote inside `${...}`, which sh and bash read
+// differently; a backquote that closes inside a nested construct), it notes
+// why, and every template after that point is refused rather than guessed at.
+
+#include "flowrun/shell_text.h"
+
+#include <algorithm>
+#include <array>
+
+#include "flowrun/util.h"
+
+namespace flowrun {
+
+namespace spec_detail {
+bool is_step_name(std::string_view name);  // placeholders.cpp
+}
+
+namespace {
+
+constexpr std::size_t npos = std::string_view::npos;
+
+// What the lexer is inside of. `top` is the script itself; `cmd` a `$(...)`,
+// `<(...)` or `>(...)` body; `back` a backquote body without backslashes.
+enum class Frame { top, cmd, back, dq, locale_dq, param, arith, arith_bracket };
+
+struct Open {
+  Frame kind;
+  std::size_t end = npos;   // back: the offset of its closing backquote
+  int depth = 0;            // cmd: '(' open in it; arith: '(' (or '[') open
+  std::size_t word = npos;  // script frames: where the current word started
+};
+
+bool is_name_char(char c) {
+  return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_';
+}
+
+// How to write a refused template instead; %T stands for the template.
+constexpr std::string_view kAssign =
+    "assign it to a variable first, outside any quotes (V=%T), and use \"$V\" there";
+constexpr std::string_view kNumber =
+    "assign it to a variable first, outside any quotes (V=%T), check that it is a number, and use $V there";
+constexpr std::string_view kHereDoc =
+    "assign it to a variable first, outside any quotes (V=%T), and use $V in the body";
+constexpr std::string_view kUnsure =
+    "write that part another way, or assign the value to a variable before it, outside any quotes (V=%T), "
+    "and "
+    "use \"$V\"";
+
+bool is_blank(char c) { return c == ' ' || c == '\t'; }
+
+bool is_operator(char c) { return std::string_view(";&|()<>").find(c) != npos; }
+
+// The length of the flowrun template at `at`, or 0.
+std::size_t template_at(std::string_view s, std::size_t at) {
+  constexpr std::string_view kArgs = "${args}", kSteps = "${steps.", kTail = ".outputs}";
+  const std::string_view rest = s.substr(std::min(at, s.size()));
+  if (rest.starts_with(kArgs)) return kArgs.size();
+  if (!rest.starts_with(kSteps)) return 0;
+  const std::size_t end = rest.find(kTail, kSteps.size());
+  if (end == npos || !spec_detail::is_step_name(rest.substr(kSteps.size(), end - kSteps.size()))) return 0;
+  return end + kTail.size();
+}
+
+// An assignment word so far: NAME= or NAME+= (NAME[...]= too).
+bool is_assignment(std::string_view word) {
+  std::size_t i = 0;
+  if (word.empty() || (word[0] >= '0' && word[0] <= '9')) return false;
+  while (i < word.size() && is_name_char(word[i])) ++i;
+  if (i == 0) return false;
+  if (i < word.size() && word[i] == '[') {
+    const std::size_t close = word.find(']', i);
+    if (close == npos) return false;
+    i = close + 1;
+  }
+  if (i < word.size() && word[i] == '+') ++i;
+  return i < word.size() && word[i] == '=';
+}
+
+// NAME[ with its ']' still to come: an indexed array's subscript, which bash
+// evaluates as arithmetic (a[$(cmd)] runs cmd).
+bool in_subscript(std::string_view word) {
+  std::size_t i = 0;
+  while (i < word.size() && is_name_char(word[i])) ++i;
+  return i > 0 && i < word.size() && word[i] == '[' && word.find(']', i) == npos;
+}
+
+class Lexer {
+ public:
+  explicit Lexer(std::string_view s) : s_(s) { stack_.push_back({Frame::top}); }
+  ShellScan run();
+
+ private:
+  Open& top() { return stack_.back(); }
+  void push(Open frame);
+  void pop();
+  bool script_frame() const {
+    const Frame k = stack_.back().kind;
+    return k == Frame::top || k == Frame::cmd || k == Frame::back;
+  }
+  std::size_t limit() const;  // the innermost backquote body's end, or the text's
+  void unsure(std::string why) {
+    if (!unsure_) unsure_ = std::move(why);
+  }
+  void refuse(std::size_t at, std::string_view reason, std::string_view fix);
+  void start_word() {
+    if (top().word == npos) top().word = i_;
+  }
+  void end_word();
+  void place(std::size_t at, std::size_t length, ShellContext context);
+  void refuse_templates(std::size_t from, std::size_t to, std::string_view reason, std::string_view fix);
+
+  void step();
+  void script_char();
+  void dq_char();
+  void param_char();
+  void arith_char();
+  void dollar();
+  void single_quoted();
+  void backquote();
+  void comment();
+  void here_document();
+  void newline();
+  void close_back();
+
+  std::string_view s_;
+  std::size_t i_ = 0;
+  std::vector<Open> stack_;
+  // Kept as the stack changes, so that neither a character nor a template
+  // looks through the whole stack: the open backquote bodies' ends, and how
+  // many frames of each kind that refuses a template are open.
+  std::vector<std::size_t> back_ends_;
+  int params_ = 0, ariths_ = 0, locales_ = 0;
+  ShellScan scan_;
+  std::optional<std::string> unsure_;  // why the lexer can no longer be sure
+  struct Pending {
+    std::string delimiter;
+    bool strip_tabs;
+    std::size_t frames;  // the stack's size where it was written
+  };
+  std::vector<Pending> here_docs_;
+};
+
+std::size_t Lexer::limit() const { return back_ends_.empty() ? s_.size() : back_ends_.back(); }
+
+int* counter_of(Frame kind, int& params, int& ariths, int& locales) {
+  switch (kind) {
+    case Frame::param: return &params;
+    case Frame::arith:
+    case Frame::arith_bracket: return &ariths;
+    case Frame::locale_dq: return &locales;
+    default: return nullptr;
+  }
+}
+
+void Lexer::push(Open frame) {
+  if (frame.kind == Frame::back) back_ends_.push_back(frame.end);
+  if (int* n = counter_of(frame.kind, params_, ariths_, locales_)) ++*n;
+  stack_.push_back(frame);
+}
+
+void Lexer::pop() {
+  const Frame kind = stack_.back().kind;
+  if (kind == Frame::back) back_ends_.pop_back();
+  if (int* n = counter_of(kind, params_, ariths_, locales_)) --*n;
+  stack_.pop_back();
+}
+
+void Lexer::place(std::size_t at, std::size_t length, ShellContext context) {
+  ShellTemplate t{at, length, context, static_cast<int>(back_ends_.size()), false};
+  if (params_)
+    return refuse(at, "inside the shell's ${...}, whose quoting sh and bash read differently", kAssign);
+  if (ariths_)
+    return refuse(
+        at, "in arithmetic ($((...)), ((...)) or $[...]), where bash runs a value's $(...) as a command",
+        kNumber);
+  if (locales_)
+    return refuse(at, "inside $\"...\", which bash may replace by a translation", "write \"...\" instead");
+  if (unsure_) return refuse(at, *unsure_, kUnsure);
+  if (context == ShellContext::unquoted && top().word != npos) {
+    const std::string_view word = s_.substr(top().word, at - top().word);
+    if (in_subscript(word))
+      return refuse(at, "in an array subscript (NAME[...]), which bash evaluates as arithmetic", kNumber);
+    t.assignment = is_assignment(word);
+  }
+  scan_.templates.push_back(t);
+}
+
+void Lexer::refuse(std::size_t at, std::string_view reason, std::string_view fix) {
+  if (scan_.refusal) return;
+  std::string text = std::string(reason) + "; ";
+  const std::size_t mark = fix.find("%T");
+  text += mark == npos ? std::string(fix)
+                       : std::string(fix.substr(0, mark)) + std::string(s_.substr(at, template_at(s_, at))) +
+                             std::string(fix.substr(mark + 2));
+  scan_.refusal = ShellRefusal{at, std::move(text)};
+}
+
+void Lexer::refuse_templates(std::size_t from, std::size_t to, std::string_view reason,
+                             std::string_view fix) {
+  for (std::size_t at = s_.find("${", from); at != npos && at < to; at = s_.find("${", at + 2)) {
+    if (template_at(s_, at)) return refuse(at, reason, fix);
+  }
+}
+
+void Lexer::end_word() {
+  Open& f = top();
+  if (f.word == npos) return;
+  // A `case` in $(...): its patterns end in a ')' that does not close the
+  // $(...), and telling them apart needs a parser. Everything after is unsure.
+  if (f.kind == Frame::cmd && s_.substr(f.word, i_ - f.word) == "case")
+    unsure("after a 'case' inside $(...), whose patterns' ')' flowrun does not follow");
+  f.word = npos;
+}
+
+ShellScan Lexer::run() {
+  while (i_ < s_.size() && !scan_.refusal) step();
+  // A template the walk did not place (one that follows a '$', say) is one
+  // the shell does not read as written.
+  if (!scan_.refusal) {
+    std::size_t placed = 0;
+    for (std::size_t at = s_.find("${"); at != npos; at = s_.find("${", at + 2)) {
+      if (!template_at(s_, at)) continue;
+      if (placed < scan_.templates.size() && scan_.templates[placed].offset == at) {
+        ++placed;
+        continue;
+      }
+      refuse(at, "where the shell does not read it as written", kAssign);
+      break;
+    }
+  }
+  if (scan_.refusal) scan_.templates.clear();
+  return std::move(scan_);
+}
+
+void Lexer::step() {
+  // A backquote body ends at its backquote, whatever is open inside it.
+  if (i_ == limit()) {
+    if (top().kind != Frame::back) unsure("after backquotes that close inside a nested quote or $(...)");
+    while (top().kind != Frame::back) pop();
+    return close_back();
+  }
+  switch (top().kind) {
+    case Frame::top:
+    case Frame::cmd:
+    case Frame::back: return script_char();
+    case Frame::dq:
+    case Frame::locale_dq: return dq_char();
+    case Frame::param: return param_char();
+    case Frame::arith:
+    case Frame::arith_bracket: return arith_char();
+  }
+}
+
+void Lexer::close_back() {
+  if (!here_docs_.empty()) unsure("after a here-document inside backquotes");
+  pop();
+  ++i_;
+}
+
+void Lexer::script_char() {
+  const char c = s_[i_];
+  const char next = i_ + 1 < s_.size() ? s_[i_ + 1] : '\0';
+  if (c == '\\') {
+    if (template_at(s_, i_ + 1))
+      return refuse(i_ + 1,
+                    "right after a backslash, which makes the shell read its '$' as a plain character",
+                    "remove the backslash: flowrun quotes the value");
+    if (next != '\n') start_word();
+    i_ += 2;
+  } else if (c == '\n') {
+    end_word();
+    newline();
+  } else if (is_blank(c)) {
+    end_word();
+    ++i_;
+  } else if (c == '#' && top().word == npos) {
+    comment();
+  } else if (c == '\'') {
+    start_word();
+    single_quoted();
+  } else if (c == '"') {
+    start_word();
+    push({Frame::dq});
+    ++i_;
+  } else if (c == '`') {
+    start_word();
+    backquote();
+  } else if (c == '$') {
+    start_word();
+    dollar();
+  } else if ((c == '<' || c == '>') && next == '(') {
+    end_word();  // bash's process substitution: a command list, as $(...)
+    push({Frame::cmd});
+    i_ += 2;
+  } else if (c == '<' && next == '<' && s_.substr(i_, 3) != "<<<") {
+    end_word();
+    here_document();
+  } else if (c == '(' && next == '(') {
+    end_word();
+    push({Frame::arith, npos, 2});
+    i_ += 2;
+  } else if (c == '(' || c == ')') {
+    end_word();
+    ++i_;
+    if (top().kind != Frame::cmd) return;
+    if (c == '(') {
+      ++top().depth;
+    } else if (top().depth > 0) {
+      --top().depth;
+    } else {
+      if (!here_docs_.empty() && here_docs_.back().frames == stack_.size())
+        unsure("after a here-document whose $(...) ends on its own line");
+      pop();
+    }
+  } else if (is_operator(c)) {
+    end_word();
+    ++i_;
+  } else {
+    start_word();
+    ++i_;
+  }
+}
+
+void Lexer::dq_char() {
+  const char c = s_[i_];
+  if (c == '"') {
+    pop();
+    ++i_;
+  } else if (c == '\\') {
+    if (template_at(s_, i_ + 1))
+      return refuse(i_ + 1,
+                    "right after a backslash, which makes the shell read its '$' as a plain character",
+                    "remove the backslash: flowrun quotes the value");
+    i_ += 2;
+  } else if (c == '$') {
+    dollar();
+  } else if (c == '`') {
+    backquote();
+  } else {
+    ++i_;
+  }
+}
+
+void Lexer::param_char() {
+  const char c = s_[i_];
+  if (c == '}') {
+    pop();
+    ++i_;
+  } else if (c == '\\') {
+    i_ += 2;
+  } else if (c == '$') {
+    dollar();
+  } else {
+    if (c == '\'' || c == '"' || c == '`')
+      unsure("after a quote inside the shell's ${...}, which sh and bash read differently");
+    ++i_;
+  }
+}
+
+void Lexer::arith_char() {
+  const char c = s_[i_];
+  Open& f = top();
+  const bool bracket = f.kind == Frame::arith_bracket;
+  if (c == (bracket ? '[' : '(')) {
+    ++f.depth;
+    ++i_;
+  } else if (c == (bracket ? ']' : ')')) {
+    ++i_;
+    if (--f.depth == 0) pop();
+  } else if (c == '\\') {
+    i_ += 2;
+  } else if (c == '$') {
+    dollar();
+  } else if (c == '"') {
+    push({Frame::dq});
+    ++i_;
+  } else if (c == '\'') {
+    single_quoted();
+  } else if (c == '`') {
+    backquote();
+  } else {
+    ++i_;
+  }
+}
+
+// At a '$': a template, or what the shell starts there.
+void Lexer::dollar() {
+  const bool script = script_frame();
+  const std::string_view rest = s_.substr(i_);
+  const char next = rest.size() > 1 ? rest[1] : '\0';
+  if (const std::size_t length = template_at(s_, i_)) {
+    const bool quoted = top().kind == Frame::dq || top().kind == Frame::locale_dq;
+    place(i_, length, quoted ? ShellContext::double_quoted : ShellContext::unquoted);
+    i_ += length;
+  } else if (rest.starts_with("$((")) {
+    push({Frame::arith, npos, 2});
+    i_ += 3;
+  } else if (next == '(') {
+    push({Frame::cmd});
+    i_ += 2;
+  } else if (next == '[') {
+    push({Frame::arith_bracket, npos, 1});
+    i_ += 2;
+  } else if (next == '{') {
+    push({Frame::param});
+    i_ += 2;
+  } else if (script && next == '"') {
+    push({Frame::locale_dq});
+    i_ += 2;
+  } else if (script && next == '\'') {
+    // $'...': backslash escapes of its own (\' among them) until its quote.
+    const std::size_t from = i_;
+    std::size_t j = i_ + 2;
+    while (j < limit() && s_[j] != '\'') j += s_[j] == '\\' ? 2 : 1;
+    refuse_templates(from, std::min(j, limit()), "inside $'...', whose backslash escapes no quoting survives",
+                     kAssign);
+    if (j >= limit()) unsure("after an unterminated $'...'");
+    i_ = std::min(j + 1, limit());
+  } else if (next == '$' && template_at(s_, i_ + 1)) {
+    refuse(i_ + 1, "right after a '$': the shell reads '$$' (its process id) and then the rest",
+           "remove the '$' before it");
+  } else if (next != '\0' && std::string_view("$?#@*!-0123456789").find(next) != npos) {
+    i_ += 2;
+  } else {
+    ++i_;
+    while (i_ < s_.size() && is_name_char(s_[i_])) ++i_;
+  }
+}
+
+void Lexer::single_quoted() {
+  const std::size_t end = s_.find('\'', i_ + 1);
+  const std::size_t stop = std::min(end, limit());
+  for (std::size_t at = s_.find("${", i_ + 1); at != npos && at < stop; at = s_.find("${", at + 2)) {
+    if (const std::size_t length = template_at(s_, at)) {
+      place(at, length, ShellContext::single_quoted);
+      at += length - 2;
+    }
+  }
+  if (end == npos || end >= limit()) {
+    unsure("after an unterminated single quote");
+    i_ = stop;
+    return;
+  }
+  i_ = end + 1;
+}
+
+// A backquote body ends at the first backquote without a backslash before
+// it. Inside, the shell first removes the backslash of \\, \` and \$, and
+// then reads the rest as a script: without any backslash the body reads as
+// written (a Frame::back, lexed in place); with one, or inside double
+// quotes (where \" joins in, differently in each shell), it is refused.
+void Lexer::backquote() {
+  std::size_t end = i_ + 1;
+  bool backslash = false;
+  while (end < limit() && s_[end] != '`') {
+    if (s_[end] == '\\') {
+      backslash = true;
+      ++end;
+    }
+    ++end;
+  }
+  if (end >= limit()) {
+    unsure("after an unterminated backquote");
+    ++i_;
+    return;
+  }
+  if (backslash || !script_frame()) {
+    refuse_templates(
+        i_ + 1, end,
+        backslash ? "inside backquotes that hold a backslash" : "inside backquotes within double quotes",
+        "write $(...) instead of the backquotes");
+    i_ = end + 1;
+    return;
+  }
+  push({Frame::back, end});
+  ++i_;
+}
+
+void Lexer::comment() {
+  std::size_t end = std::min(s_.find('\n', i_), limit());
+  refuse_templates(i_, end, "in a comment, which a newline in the value would end",
+                   "take it out of the comment");
+  i_ = end;
+}
+
+// `<<WORD` or `<<-WORD`: the body starts after the end of this line.
+void Lexer::here_document() {
+  i_ += 2;
+  bool strip = false;
+  if (i_ < s_.size() && s_[i_] == '-') {
+    strip = true;
+    ++i_;
+  }
+  while (i_ < limit() && is_blank(s_[i_])) ++i_;
+  std::string delimiter;
+  while (i_ < limit() && !is_blank(s_[i_]) && s_[i_] != '\n' && !is_operator(s_[i_])) {
+    const char c = s_[i_];
+    if (c == '$' || c == '`') {
+      if (template_at(s_, i_))
+        return refuse(i_, "in a here-document's delimiter", "write the delimiter as a word");
+      unsure("after a here-document whose delimiter holds '$' or '`'");
+    }
+    if (c == '\'' || c == '"') {
+      const std::size_t close = s_.find(c, i_ + 1);
+      if (close == npos || close >= limit()) {
+        unsure("after an unterminated here-document delimiter");
+        i_ = limit();
+        return;
+      }
+      delimiter += s_.substr(i_ + 1, close - i_ - 1);
+      i_ = close + 1;
+    } else if (c == '\\' && i_ + 1 < limit()) {
+      delimiter += s_[i_ + 1];
+      i_ += 2;
+    } else {
+      delimiter += c;
+      ++i_;
+    }
+  }
+  if (delimiter.empty()) unsure("after a here-document without a delimiter");
+  here_docs_.push_back({delimiter, strip, stack_.size()});
+}
+
+// A newline in a script frame: here-document bodies waiting for it come now.
+void Lexer::newline() {
+  ++i_;
+  if (here_docs_.empty()) return;
+  std::vector<Pending> docs;
+  docs.swap(here_docs_);
+  for (const Pending& doc : docs) {
+    if (doc.frames != stack_.size()) unsure("after a here-document whose line ends inside another construct");
+    while (i_ < limit()) {
+      std::size_t end = std::min(s_.find('\n', i_), limit());
+      std::string_view line = s_.substr(i_, end - i_);
+      if (doc.strip_tabs) line.remove_prefix(std::min(line.find_first_not_of('\t'), line.size()));
+      refuse_templates(i_, end, "in a here-document, whose body has no quoting", kHereDoc);
+      i_ = end < s_.size() && end < limit() ? end + 1 : end;
+      if (line == doc.delimiter) break;
+    }
+  }
+}
+
+}  // namespace
+
+ShellScan scan_shell_text(std::string_view script) { return Lexer(script).run(); }
+
+namespace {
+
+std::string escaped(std::string_view text, std::string_view special) {
+  std::string out;
+  for (char c : text) {
+    if (special.find(c) != npos) out += '\\';
+    out += c;
+  }
+  return out;
+}
+
+}  // namespace
+
+std::string quote_for_shell(const ShellTemplate& at, const std::vector<std::string>& values) {
+  std::string text;
+  const std::string joined = join(values, " ");
+  switch (at.context) {
+    case ShellContext::unquoted:
+      if (at.assignment || values.size() == 1) {
+        text = shell_quote(joined);
+      } else {
+        std::vector<std::string> words;
+        for (const auto& value : values) words.push_back(shell_quote(value));
+        text = join(words, " ");
+      }
+      break;
+    case ShellContext::single_quoted:
+      for (char c : joined) text += c == '\'' ? std::string("'\\''") : std::string(1, c);
+      break;
+    case ShellContext::double_quoted: text = escaped(joined, "\\$`\""); break;
+  }
+  // Each backquote body's own pass removes one backslash before \ $ and `.
+  for (int k = 0; k < at.backquotes; ++k) text = escaped(text, "\\$`");
+  return text;
+}
+
+std::optional<std::size_t> shell_script_word(const std::vector<std::string>& argv,
+                                             std::string* unquotable_shell) {
+  static constexpr std::array<std::string_view, 12> kPosix = {
+      "sh", "bash", "dash", "zsh", "ksh", "ksh93", "mksh", "lksh", "ash", "yash", "posh", "rbash"};
+  static constexpr std::array<std::string_view, 8> kOther = {"csh",  "tcsh", "fish",   "nu",
+                                                             "pwsh", "rc",   "elvish", "xonsh"};
+  for (std::size_t k = 0; k < argv.size(); ++k) {
+    const std::string& word = argv[k];
+    const std::string_view name = std::string_view(word).substr(word.rfind('/') + 1);
+    const bool posix = std::find(kPosix.begin(), kPosix.end(), name) != kPosix.end();
+    const bool other = std::find(kOther.begin(), kOther.end(), name) != kOther.end();
+    if (!posix && !other) continue;
+    // Its options: -c (alone or among others: -lc, -euc) says the first word
+    // that is not an option is the script; -o and -O take the next word.
+    bool dash_c = false;
+    std::size_t j = k + 1;
+    for (; j < argv.size(); ++j) {
+      const std::string& option = argv[j];
+      if (option == "--" || option == "-") {
+        ++j;
+        break;
+      }
+      if (option.starts_with("--")) {
+        if (option == "--rcfile" || option == "--init-file") ++j;
+        continue;
+      }
+      if (option.size() < 2 || (option[0] != '-' && option[0] != '+')) break;
+      for (char letter : std::string_view(option).substr(1)) {
+        if (letter == 'c' && option[0] == '-') dash_c = true;
+        if (letter == 'o' || letter == 'O') ++j;
+      }
+    }
+    if (!dash_c || j >= argv.size()) continue;
+    if (unquotable_shell) *unquotable_shell = other ? std::string(name) : std::string();
+    return j;
+  }
+  return std::nullopt;
+}
+
+}  // namespace flowrun
