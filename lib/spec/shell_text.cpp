@@ -29,12 +29,71 @@ constexpr std::size_t npos = std::string_view::npos;
 // `<(...)` or `>(...)` body; `back` a backquote body without backslashes.
 enum class Frame { top, cmd, back, dq, locale_dq, param, arith, arith_bracket };
 
+// The words so far of the command a script frame is in, as far as they
+// matter here: a shell it starts whose script is the word being written
+// (`bash -c "..."`, `srun sh -euc '...'`), or a command that hands its words
+// to a shell again (`eval`, `ssh`). There a quoted value would be read a
+// second time, by a shell flowrun does not see.
+struct Command {
+  enum class State { words, shell_options, after_script } state = State::words;
+  bool options_done = false;  // after `--`
+  bool dash_c = false;
+  bool takes_next = false;  // an -o or -O takes the next word
+  std::string rereads;      // "eval", "ssh": that command
+};
+
 struct Open {
+  Open(Frame k, std::size_t e = npos, int d = 0) : kind(k), end(e), depth(d) {}
   Frame kind;
   std::size_t end = npos;   // back: the offset of its closing backquote
   int depth = 0;            // cmd: '(' open in it; arith: '(' (or '[') open
   std::size_t word = npos;  // script frames: where the current word started
+  Command command;          // script frames
 };
+
+bool is_shell_name(std::string_view name) {
+  static constexpr std::string_view kShells[] = {"sh",   "bash", "dash", "zsh",  "ksh",    "ksh93", "mksh",
+                                                 "lksh", "ash",  "yash", "posh", "rbash",  "csh",   "tcsh",
+                                                 "fish", "nu",   "pwsh", "rc",   "elvish", "xonsh"};
+  return std::find(std::begin(kShells), std::end(kShells), name) != std::end(kShells);
+}
+
+// One more word of a command, its quotes and backslashes dropped.
+void note_word(Command& c, std::string_view raw) {
+  std::string word;
+  for (char ch : raw) {
+    if (ch != '\'' && ch != '"' && ch != '\\') word += ch;
+  }
+  const std::string_view name = std::string_view(word).substr(word.rfind('/') + 1);
+  if (c.state == Command::State::words) {
+    if (is_shell_name(name)) c.state = Command::State::shell_options;
+    if (name == "eval" || name == "ssh" || name == "su" || name == "watch") c.rereads = name;
+    return;
+  }
+  if (c.state != Command::State::shell_options) return;
+  if (c.takes_next) {
+    c.takes_next = false;
+    return;
+  }
+  if (!c.options_done) {
+    if (word == "--" || word == "-") {
+      c.options_done = true;
+      return;
+    }
+    if (word.starts_with("--")) {
+      c.takes_next = word == "--rcfile" || word == "--init-file";
+      return;
+    }
+    if (word.size() >= 2 && (word[0] == '-' || word[0] == '+')) {
+      for (char letter : std::string_view(word).substr(1)) {
+        if (letter == 'c' && word[0] == '-') c.dash_c = true;
+        if (letter == 'o' || letter == 'O') c.takes_next = true;
+      }
+      return;
+    }
+  }
+  c.state = Command::State::after_script;
+}
 
 bool is_name_char(char c) {
   return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_';
@@ -112,6 +171,7 @@ class Lexer {
     if (top().word == npos) top().word = i_;
   }
   void end_word();
+  void end_command();  // at ; & | ( ) and newline
   void place(std::size_t at, std::size_t length, ShellContext context);
   void refuse_templates(std::size_t from, std::size_t to, std::string_view reason, std::string_view fix);
 
@@ -182,6 +242,20 @@ void Lexer::place(std::size_t at, std::size_t length, ShellContext context) {
   if (locales_)
     return refuse(at, "inside $\"...\", which bash may replace by a translation", "write \"...\" instead");
   if (unsure_) return refuse(at, *unsure_, kUnsure);
+  // The script frame whose word holds the template (below a "..." frame).
+  auto frame = stack_.rbegin();
+  while (frame->kind == Frame::dq) ++frame;
+  const Command& command = frame->command;
+  if (!command.rereads.empty())
+    return refuse(at,
+                  "in a word of " + command.rereads + ", which hands it to a shell that reads it once more",
+                  "assign it to a variable first, outside any quotes (V=%T), and quote it for that shell "
+                  "yourself (printf %q \"$V\")");
+  if (command.state == Command::State::shell_options && command.dash_c && !command.takes_next)
+    return refuse(
+        at, "in the script of a shell that this script starts (sh -c), which reads it once more",
+        "pass it to that shell after its script, outside any quotes, and use \"$1\" or \"$@\" in the "
+        "script (bash -c '... \"$@\"' bash %T)");
   if (context == ShellContext::unquoted && top().word != npos) {
     const std::string_view word = s_.substr(top().word, at - top().word);
     if (in_subscript(word))
@@ -215,7 +289,13 @@ void Lexer::end_word() {
   // $(...), and telling them apart needs a parser. Everything after is unsure.
   if (f.kind == Frame::cmd && s_.substr(f.word, i_ - f.word) == "case")
     unsure("after a 'case' inside $(...), whose patterns' ')' flowrun does not follow");
+  note_word(f.command, s_.substr(f.word, i_ - f.word));
   f.word = npos;
+}
+
+void Lexer::end_command() {
+  end_word();
+  top().command = {};
 }
 
 ShellScan Lexer::run() {
@@ -274,7 +354,7 @@ void Lexer::script_char() {
     if (next != '\n') start_word();
     i_ += 2;
   } else if (c == '\n') {
-    end_word();
+    end_command();
     newline();
   } else if (is_blank(c)) {
     end_word();
@@ -306,7 +386,7 @@ void Lexer::script_char() {
     push({Frame::arith, npos, 2});
     i_ += 2;
   } else if (c == '(' || c == ')') {
-    end_word();
+    end_command();
     ++i_;
     if (top().kind != Frame::cmd) return;
     if (c == '(') {
@@ -319,7 +399,10 @@ void Lexer::script_char() {
       pop();
     }
   } else if (is_operator(c)) {
-    end_word();
+    if (c == '<' || c == '>')
+      end_word();
+    else
+      end_command();
     ++i_;
   } else {
     start_word();

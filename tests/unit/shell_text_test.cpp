@@ -94,6 +94,7 @@ const Case kCases[] = {
      [](const Words& a) { return Words{"in " + joined(a) + "x"}; }},
     {"v=$(w=`printf '%s' 'q ${args}'; printf x`; printf '%s' \"$w\"); printf '%s\\0' \"$v\"",
      [](const Words& a) { return Words{"q " + joined(a) + "x"}; }},
+    {"bash -c 'printf \"%s\\0\" \"$@\"' bash ${args}", [](const Words& a) { return printed(a); }},
     {"printf '%s\\0' ${steps.train.outputs}/m.pt \"${steps.train.outputs}/m.pt\" '${steps.train.outputs}'",
      [](const Words&) {
        return Words{kOutputs + "/m.pt", kOutputs + "/m.pt", kOutputs};
@@ -160,6 +161,13 @@ TEST_CASE("templates where no quoting is safe are refused, with the reason", "[s
       {"echo ${X:-\"}\"} ${args}", "after a quote inside the shell's ${...}"},
       {"echo `echo 'x` ${args}", "after an unterminated single quote"},
       {"echo `echo \"x` ${args}", "after backquotes that close inside"},
+      {"bash -c \"echo ${args}\"", "in the script of a shell that this script starts"},
+      {"srun -N2 sh -euo pipefail -c 'python x.py ${args}' 2>&1",
+       "in the script of a shell that this script starts"},
+      {"x=$(timeout 9 /bin/bash -lc \"ls '${steps.train.outputs}'\")", "in the script of a shell"},
+      {"eval \"echo ${args}\"", "in a word of eval"},
+      {"eval echo ${args}", "in a word of eval"},
+      {"ssh node1 ls ${steps.train.outputs}", "in a word of ssh"},
   };
   for (const auto& [script, why] : refused) {
     INFO(script);
