@@ -12,6 +12,7 @@
 
 #include <algorithm>
 #include <array>
+#include <cctype>
 
 #include "flowrun/util.h"
 
@@ -40,15 +41,23 @@ struct Command {
   bool dash_c = false;
   bool takes_next = false;  // an -o or -O takes the next word
   std::string rereads;      // "eval", "ssh": that command
+  // A builtin that takes variable names (unset, read, declare, local, let):
+  // bash evaluates a name's subscript, a[$(cmd)], as arithmetic. Only a
+  // declaration's value (local V=...) is safe, unless an option makes it an
+  // integer, a reference or an array (-i, -n, -a, -A).
+  std::string names;
+  bool typed = false;
 };
 
 struct Open {
   Open(Frame k, std::size_t e = npos, int d = 0) : kind(k), end(e), depth(d) {}
   Frame kind;
-  std::size_t end = npos;   // back: the offset of its closing backquote
-  int depth = 0;            // cmd: '(' open in it; arith: '(' (or '[') open
-  std::size_t word = npos;  // script frames: where the current word started
-  Command command;          // script frames
+  std::size_t end = npos;        // back: the offset of its closing backquote
+  int depth = 0;                 // cmd: '(' open in it; arith: '(' (or '[') open
+  std::size_t word = npos;       // script frames: where the current word started
+  bool after_redirect = false;   // the next word is a redirection's target
+  bool word_redirected = false;  // the current word is one
+  Command command;               // script frames
 };
 
 bool is_shell_name(std::string_view name) {
@@ -67,7 +76,15 @@ void note_word(Command& c, std::string_view raw) {
   const std::string_view name = std::string_view(word).substr(word.rfind('/') + 1);
   if (c.state == Command::State::words) {
     if (is_shell_name(name)) c.state = Command::State::shell_options;
-    if (name == "eval" || name == "ssh" || name == "su" || name == "watch") c.rereads = name;
+    if (name == "eval" || name == "ssh" || name == "su" || name == "watch" || name == "alias" ||
+        name == "trap")
+      c.rereads = name;
+    if (name == "unset" || name == "read" || name == "let" || name == "declare" || name == "typeset" ||
+        name == "local" || name == "readonly" || name == "export")
+      c.names = name;
+    if (!c.names.empty() && word.size() >= 2 && (word[0] == '-' || word[0] == '+') &&
+        word.find_first_of("inaA") != std::string::npos)
+      c.typed = true;
     return;
   }
   if (c.state != Command::State::shell_options) return;
@@ -168,7 +185,11 @@ class Lexer {
   }
   void refuse(std::size_t at, std::string_view reason, std::string_view fix);
   void start_word() {
-    if (top().word == npos) top().word = i_;
+    Open& f = top();
+    if (f.word != npos) return;
+    f.word = i_;
+    f.word_redirected = f.after_redirect;
+    f.after_redirect = false;
   }
   void end_word();
   void end_command();  // at ; & | ( ) and newline
@@ -246,6 +267,13 @@ void Lexer::place(std::size_t at, std::size_t length, ShellContext context) {
   auto frame = stack_.rbegin();
   while (frame->kind == Frame::dq) ++frame;
   const Command& command = frame->command;
+  const bool assigned = frame->word != npos && is_assignment(s_.substr(frame->word, at - frame->word));
+  if (!command.names.empty() && (!assigned || command.typed || command.names == "unset" ||
+                                 command.names == "read" || command.names == "let"))
+    return refuse(at,
+                  "in a word of " + command.names +
+                      ", which bash may evaluate as arithmetic (a name's subscript, an integer, a reference)",
+                  kNumber);
   if (!command.rereads.empty())
     return refuse(at,
                   "in a word of " + command.rereads + ", which hands it to a shell that reads it once more",
@@ -260,7 +288,7 @@ void Lexer::place(std::size_t at, std::size_t length, ShellContext context) {
     const std::string_view word = s_.substr(top().word, at - top().word);
     if (in_subscript(word))
       return refuse(at, "in an array subscript (NAME[...]), which bash evaluates as arithmetic", kNumber);
-    t.assignment = is_assignment(word);
+    t.one_word = is_assignment(word) || top().word_redirected;
   }
   scan_.templates.push_back(t);
 }
@@ -296,6 +324,7 @@ void Lexer::end_word() {
 void Lexer::end_command() {
   end_word();
   top().command = {};
+  top().after_redirect = false;
 }
 
 ShellScan Lexer::run() {
@@ -351,6 +380,12 @@ void Lexer::script_char() {
       return refuse(i_ + 1,
                     "right after a backslash, which makes the shell read its '$' as a plain character",
                     "remove the backslash: flowrun quotes the value");
+    // A line continuation is removed before the shell reads anything else,
+    // so one between two characters joins them (`$\<newline>(`, `ca\<newline>se`).
+    if (next == '\n' && i_ > 0 && i_ + 2 < s_.size() &&
+        !std::isspace(static_cast<unsigned char>(s_[i_ - 1])) &&
+        !std::isspace(static_cast<unsigned char>(s_[i_ + 2])))
+      unsure("after a line continuation that joins two words");
     if (next != '\n') start_word();
     i_ += 2;
   } else if (c == '\n') {
@@ -378,7 +413,11 @@ void Lexer::script_char() {
     end_word();  // bash's process substitution: a command list, as $(...)
     push({Frame::cmd});
     i_ += 2;
-  } else if (c == '<' && next == '<' && s_.substr(i_, 3) != "<<<") {
+  } else if (s_.substr(i_, 3) == "<<<") {
+    end_word();  // a here-string: the word after it is one word, as a redirection's
+    top().after_redirect = true;
+    i_ += 3;
+  } else if (c == '<' && next == '<') {
     end_word();
     here_document();
   } else if (c == '(' && next == '(') {
@@ -399,10 +438,12 @@ void Lexer::script_char() {
       pop();
     }
   } else if (is_operator(c)) {
-    if (c == '<' || c == '>')
+    if (c == '<' || c == '>') {
       end_word();
-    else
+      top().after_redirect = true;
+    } else {
       end_command();
+    }
     ++i_;
   } else {
     start_word();
@@ -420,6 +461,8 @@ void Lexer::dq_char() {
       return refuse(i_ + 1,
                     "right after a backslash, which makes the shell read its '$' as a plain character",
                     "remove the backslash: flowrun quotes the value");
+    if (i_ + 1 < s_.size() && s_[i_ + 1] == '\n' && i_ > 0 && s_[i_ - 1] == '$')
+      unsure("after a line continuation that joins two words");
     i_ += 2;
   } else if (c == '$') {
     dollar();
@@ -635,6 +678,14 @@ ShellScan scan_shell_text(std::string_view script) { return Lexer(script).run();
 
 namespace {
 
+// shell_quote, but never a bare word that starts with '=' (zsh's =command).
+std::string quote_word(std::string_view value) {
+  if (!value.starts_with("=")) return shell_quote(value);
+  std::string out = "'";
+  for (char c : value) out += c == '\'' ? std::string("'\\''") : std::string(1, c);
+  return out + "'";
+}
+
 std::string escaped(std::string_view text, std::string_view special) {
   std::string out;
   for (char c : text) {
@@ -651,11 +702,11 @@ std::string quote_for_shell(const ShellTemplate& at, const std::vector<std::stri
   const std::string joined = join(values, " ");
   switch (at.context) {
     case ShellContext::unquoted:
-      if (at.assignment || values.size() == 1) {
-        text = shell_quote(joined);
+      if (at.one_word || values.size() == 1) {
+        text = quote_word(joined);
       } else {
         std::vector<std::string> words;
-        for (const auto& value : values) words.push_back(shell_quote(value));
+        for (const auto& value : values) words.push_back(quote_word(value));
         text = join(words, " ");
       }
       break;

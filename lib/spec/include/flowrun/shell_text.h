@@ -9,7 +9,8 @@
 // template gets the quoting of the place it stands in:
 //
 //   unquoted                  'value' (each of ${args} a word of its own;
-//                             joined by spaces in an assignment, NAME=${args})
+//                             joined by spaces in an assignment, NAME=${args},
+//                             and a redirection's target, <<< ${args})
 //   inside '...'              the ' of the value written '\''
 //   inside "..."              \ $ ` and " escaped with a backslash
 //   in a backquote body       the above, then \ $ and ` escaped once more for
@@ -36,8 +37,10 @@ struct ShellTemplate {
   std::size_t offset = 0;  // of its `${`
   std::size_t length = 0;  // of `${args}` or `${steps.NAME.outputs}`
   ShellContext context = ShellContext::unquoted;
-  int backquotes = 0;       // how many backquote bodies hold it
-  bool assignment = false;  // unquoted in a NAME=... word: the values are one word
+  int backquotes = 0;  // how many backquote bodies hold it
+  // Unquoted in a NAME=... word or a redirection's target (`> ${args}`,
+  // `<<< ${args}`): the arguments are one word, joined by spaces.
+  bool one_word = false;
 };
 
 // A template the shell text cannot hold safely.
