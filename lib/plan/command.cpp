@@ -77,6 +77,12 @@ std::vector<std::string> expand_command(const Step& step, const RunLayout& layou
   if (script && !unquotable.empty() &&
       !find_placeholders(step.argv[*script], nullptr).value_or(std::vector<Placeholder>{}).empty())
     throw Error("a template in a script for " + unquotable + ", whose quoting flowrun does not know");
+  if (const std::optional<std::size_t> program = rereading_program(step.argv)) {
+    for (std::size_t i = *program + 1; i < step.argv.size(); ++i) {
+      if (!find_placeholders(step.argv[i], nullptr).value_or(std::vector<Placeholder>{}).empty())
+        throw Error("a template in a word of " + step.argv[*program] + ", which hands it to a shell");
+    }
+  }
   std::vector<std::string> argv;
   for (std::size_t i = 0; i < step.argv.size(); ++i) {
     const std::string& word = step.argv[i];

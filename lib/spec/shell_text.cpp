@@ -759,4 +759,12 @@ std::optional<std::size_t> shell_script_word(const std::vector<std::string>& arg
   return std::nullopt;
 }
 
+std::optional<std::size_t> rereading_program(const std::vector<std::string>& argv) {
+  for (std::size_t k = 0; k < argv.size(); ++k) {
+    const std::string_view name = std::string_view(argv[k]).substr(argv[k].rfind('/') + 1);
+    if (name == "ssh" || name == "su" || name == "watch") return k;
+  }
+  return std::nullopt;
+}
+
 }  // namespace flowrun

@@ -1124,7 +1124,23 @@ void Checker::step_run(const Entry& e, Step& s, StepNotes& notes, bool shell_kno
   // The script word of a shell run with -c is shell text, as a `shell: true` script is.
   std::string unquotable;
   const std::optional<std::size_t> script = shell_script_word(s.argv, &unquotable);
-  if (!well_formed || !script) return;
+  if (!well_formed) return;
+  if (const std::optional<std::size_t> program = rereading_program(s.argv)) {
+    for (std::size_t i = *program + 1; i < s.argv.size(); ++i) {
+      const std::size_t at = std::min(s.argv[i].find("${args}"), s.argv[i].find("${steps."));
+      if (at == std::string::npos) continue;
+      const std::string_view needle =
+          std::string_view(s.argv[i]).substr(at, s.argv[i].find('}', at) - at + 1);
+      const Location loc = i < nodes.size() ? to_location(nodes[i].Mark()) : e.loc;
+      error(
+          loc.line ? loc : e.loc, e.path,
+          "template " + quote(needle) + " is in a word of " + s.argv[*program] +
+              ", which hands it to a shell that reads it as a script; pass the value another way, such as a "
+              "file or an environment variable");
+      return;
+    }
+  }
+  if (!script) return;
   std::string before;  // the words before it, where its templates' text may appear too
   for (std::size_t i = 0; i < *script; ++i) before += s.argv[i] + "\n";
   if (*script < nodes.size()) {

@@ -231,4 +231,8 @@ TEST_CASE("the script word of a shell program run with -c", "[shell_text]") {
   CHECK(other == "fish");
   CHECK(shell_script_word({"bash", "-c", "x"}, &other) == 2u);
   CHECK(other.empty());
+  CHECK(rereading_program({"ssh", "-p", "22", "node1", "ls"}) == 0u);
+  CHECK(rereading_program({"timeout", "9", "/usr/bin/ssh", "node1", "ls"}) == 2u);
+  CHECK(rereading_program({"su", "-c", "ls", "bob"}) == 0u);
+  CHECK(rereading_program({"python3", "train.py"}) == std::nullopt);
 }

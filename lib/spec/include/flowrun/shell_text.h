@@ -72,4 +72,9 @@ std::string quote_for_shell(const ShellTemplate& at, const std::vector<std::stri
 std::optional<std::size_t> shell_script_word(const std::vector<std::string>& argv,
                                              std::string* unquotable_shell = nullptr);
 
+// For a command run without a shell: the index of a program in it that hands
+// the words after it to a shell of its own (ssh to the remote one, su and
+// watch to sh -c), where no quoting of flowrun's would survive, or nullopt.
+std::optional<std::size_t> rereading_program(const std::vector<std::string>& argv);
+
 }  // namespace flowrun
