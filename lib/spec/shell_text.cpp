@@ -47,6 +47,7 @@ struct Command {
   // integer, a reference or an array (-i, -n, -a, -A).
   std::string names;
   bool typed = false;
+  std::string first;  // the command's first word
 };
 
 struct Open {
@@ -60,7 +61,14 @@ struct Open {
   Command command;               // script frames
 };
 
+// A program's name without a version after it: "bash-5.2" and "zsh5" are shells too.
+std::string_view unversioned(std::string_view name) {
+  const std::size_t end = name.find_last_not_of("0123456789.-");
+  return end == npos ? name : name.substr(0, end + 1);
+}
+
 bool is_shell_name(std::string_view name) {
+  name = unversioned(name);
   static constexpr std::string_view kShells[] = {"sh",   "bash", "dash", "zsh",  "ksh",    "ksh93", "mksh",
                                                  "lksh", "ash",  "yash", "posh", "rbash",  "csh",   "tcsh",
                                                  "fish", "nu",   "pwsh", "rc",   "elvish", "xonsh"};
@@ -74,6 +82,9 @@ void note_word(Command& c, std::string_view raw) {
     if (ch != '\'' && ch != '"' && ch != '\\') word += ch;
   }
   const std::string_view name = std::string_view(word).substr(word.rfind('/') + 1);
+  if (c.first.empty()) c.first = word;
+  if ((c.first == "test" || c.first == "[" || c.first == "[[") && (word == "-v" || word == "-R"))
+    c.names = c.first;
   if (c.state == Command::State::words) {
     if (is_shell_name(name)) c.state = Command::State::shell_options;
     if (name == "eval" || name == "ssh" || name == "su" || name == "watch" || name == "alias" ||
@@ -543,7 +554,13 @@ void Lexer::dollar() {
     // $'...': backslash escapes of its own (\' among them) until its quote.
     const std::size_t from = i_;
     std::size_t j = i_ + 2;
-    while (j < limit() && s_[j] != '\'') j += s_[j] == '\\' ? 2 : 1;
+    bool escaped_quote = false;
+    while (j < limit() && s_[j] != '\'') {
+      escaped_quote = escaped_quote || s_.substr(j, 2) == "\\'";
+      j += s_[j] == '\\' ? 2 : 1;
+    }
+    // dash, the usual /bin/sh, has no $'...': for it a \' ends the quote there.
+    if (escaped_quote) unsure("after a $'...' holding \\', which sh and bash end in different places");
     refuse_templates(from, std::min(j, limit()), "inside $'...', whose backslash escapes no quoting survives",
                      kAssign);
     if (j >= limit()) unsure("after an unterminated $'...'");
@@ -728,7 +745,7 @@ std::optional<std::size_t> shell_script_word(const std::vector<std::string>& arg
                                                              "pwsh", "rc",   "elvish", "xonsh"};
   for (std::size_t k = 0; k < argv.size(); ++k) {
     const std::string& word = argv[k];
-    const std::string_view name = std::string_view(word).substr(word.rfind('/') + 1);
+    const std::string_view name = unversioned(std::string_view(word).substr(word.rfind('/') + 1));
     const bool posix = std::find(kPosix.begin(), kPosix.end(), name) != kPosix.end();
     const bool other = std::find(kOther.begin(), kOther.end(), name) != kOther.end();
     if (!posix && !other) continue;

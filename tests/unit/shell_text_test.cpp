@@ -185,6 +185,10 @@ TEST_CASE("templates where no quoting is safe are refused, with the reason", "[s
       {"unset ${args}", "in a word of unset"},
       {"read -r ${args} < f", "in a word of read"},
       {"let n=${args}", "in a word of let"},
+      {"[[ -v ${args} ]]", "in a word of [["},
+      {"test -v \"${args}\"", "in a word of test"},
+      {"echo $'it\\'s' ${args}", "after a $'...' holding \\'"},
+      {"bash-5.2 -c \"echo ${args}\"", "in the script of a shell"},
       {"declare -i n=${args}", "in a word of declare"},
       {"local -n ref=\"${args}\"", "in a word of local"},
       {"v=$\\\n(( ${args} ))", "in arithmetic"},
@@ -226,6 +230,8 @@ TEST_CASE("the script word of a shell program run with -c", "[shell_text]") {
   CHECK(shell_script_word({"timeout", "60", "zsh", "-c", "--", "x"}) == 5u);
   CHECK(shell_script_word({"bash", "script.sh", "-c", "x"}) == std::nullopt);
   CHECK(shell_script_word({"python3", "-c", "x"}) == std::nullopt);
+  CHECK(shell_script_word({"/opt/bin/bash5.2", "-c", "x"}) == 2u);
+  CHECK(shell_script_word({"zsh-5.9", "-c", "x"}) == 2u);
   CHECK(shell_script_word({"bash", "-c"}) == std::nullopt);
   CHECK(shell_script_word({"fish", "-c", "x"}, &other) == 2u);
   CHECK(other == "fish");
