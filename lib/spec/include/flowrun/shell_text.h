@@ -18,8 +18,10 @@
 //
 // `$(...)` (and bash's `<(...)`, `>(...)`) starts over: a template in it takes
 // the quoting of where it stands inside. Everywhere else no quoting is safe in
-// every shell, or the lexer cannot be sure how the shell reads the text; there
-// the template is refused with the reason (ShellScan::refusal), before the run.
+// every shell (arithmetic, the shell's own `${...}`, a here-document, the
+// script of a shell the text starts, a word of eval or ssh, ...), or the lexer
+// cannot be sure how the shell reads the text; there the template is refused
+// with the reason (ShellScan::refusal), before the run.
 #pragma once
 
 #include <cstddef>
@@ -46,7 +48,10 @@ struct ShellTemplate {
 // A template the shell text cannot hold safely.
 struct ShellRefusal {
   std::size_t offset = 0;  // of the template's `${`
-  std::string reason;      // "inside $((...)), arithmetic"; the fix is the caller's
+  // Where it stands and why that is refused, then how to write it instead:
+  // "in a comment, which a newline in the value would end; take it out of
+  // the comment". The caller puts the template's name and place before it.
+  std::string reason;
 };
 
 struct ShellScan {
