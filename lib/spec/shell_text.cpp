@@ -53,12 +53,15 @@ struct Command {
 struct Open {
   Open(Frame k, std::size_t e = npos, int d = 0) : kind(k), end(e), depth(d) {}
   Frame kind;
-  std::size_t end = npos;        // back: the offset of its closing backquote
-  int depth = 0;                 // cmd: '(' open in it; arith: '(' (or '[') open
-  std::size_t word = npos;       // script frames: where the current word started
-  bool after_redirect = false;   // the next word is a redirection's target
-  bool word_redirected = false;  // the current word is one
-  Command command;               // script frames
+  std::size_t end = npos;   // back: the offset of its closing backquote
+  int depth = 0;            // cmd: '(' open in it; arith: '(' (or '[') open
+  std::size_t word = npos;  // script frames: where the current word started
+  // A redirection's target: the next word's (after_redirect), the current
+  // word's (word_redirect). A here-string's is the command's input.
+  enum class Redirect { none, file, here_string };
+  Redirect after_redirect = Redirect::none;
+  Redirect word_redirect = Redirect::none;
+  Command command;  // script frames
 };
 
 // A program's name without a version after it: "bash-5.2" and "zsh5" are shells too.
@@ -195,12 +198,13 @@ class Lexer {
     if (!unsure_) unsure_ = std::move(why);
   }
   void refuse(std::size_t at, std::string_view reason, std::string_view fix);
+  bool refused_by_command(std::size_t at, const Open& frame);
   void start_word() {
     Open& f = top();
     if (f.word != npos) return;
     f.word = i_;
-    f.word_redirected = f.after_redirect;
-    f.after_redirect = false;
+    f.word_redirect = f.after_redirect;
+    f.after_redirect = Open::Redirect::none;
   }
   void end_word();
   void end_command();  // at ; & | ( ) and newline
@@ -278,30 +282,45 @@ void Lexer::place(std::size_t at, std::size_t length, ShellContext context) {
   auto frame = stack_.rbegin();
   while (frame->kind == Frame::dq) ++frame;
   const Command& command = frame->command;
-  const bool assigned = frame->word != npos && is_assignment(s_.substr(frame->word, at - frame->word));
-  if (!command.names.empty() && (!assigned || command.typed || command.names == "unset" ||
-                                 command.names == "read" || command.names == "let"))
-    return refuse(at,
-                  "in a word of " + command.names +
-                      ", which bash may evaluate as arithmetic (a name's subscript, an integer, a reference)",
-                  kNumber);
-  if (!command.rereads.empty())
-    return refuse(at,
-                  "in a word of " + command.rereads + ", which hands it to a shell that reads it once more",
-                  "assign it to a variable first, outside any quotes (V=%T), and quote it for that shell "
-                  "yourself (printf %q \"$V\")");
-  if (command.state == Command::State::shell_options && command.dash_c && !command.takes_next)
-    return refuse(
-        at, "in the script of a shell that this script starts (sh -c), which reads it once more",
-        "pass it to that shell after its script, outside any quotes, and use \"$1\" or \"$@\" in the "
-        "script (bash -c '... \"$@\"' bash %T)");
+  if (frame->word_redirect == Open::Redirect::here_string &&
+      ((command.state != Command::State::words && !command.dash_c) || !command.rereads.empty()))
+    return refuse(at, "in a here-string that a shell reads as its script",
+                  "pass it to that shell as an argument instead (bash -s %T, and \"$@\" in the script)");
+  // A redirection's target is a file name or input, not one of the command's words.
+  if (frame->word_redirect == Open::Redirect::none && refused_by_command(at, *frame)) return;
   if (context == ShellContext::unquoted && top().word != npos) {
     const std::string_view word = s_.substr(top().word, at - top().word);
     if (in_subscript(word))
       return refuse(at, "in an array subscript (NAME[...]), which bash evaluates as arithmetic", kNumber);
-    t.one_word = is_assignment(word) || top().word_redirected;
+    t.one_word = is_assignment(word) || top().word_redirect != Open::Redirect::none;
   }
   scan_.templates.push_back(t);
+}
+
+// The command the template's word belongs to, when it reads the value again
+// or as a name (Command).
+bool Lexer::refused_by_command(std::size_t at, const Open& frame) {
+  const Command& command = frame.command;
+  const bool assigned = frame.word != npos && is_assignment(s_.substr(frame.word, at - frame.word));
+  if (!command.names.empty() && (!assigned || command.typed || command.names == "unset" ||
+                                 command.names == "read" || command.names == "let")) {
+    refuse(at,
+           "in a word of " + command.names +
+               ", which bash may evaluate as arithmetic (a name's subscript, an integer, a reference)",
+           kNumber);
+  } else if (!command.rereads.empty()) {
+    refuse(at, "in a word of " + command.rereads + ", which hands it to a shell that reads it once more",
+           "assign it to a variable first, outside any quotes (V=%T), and quote it for that shell yourself "
+           "(printf %q \"$V\")");
+  } else if (command.state == Command::State::shell_options && command.dash_c && !command.takes_next) {
+    refuse(
+        at, "in the script of a shell that this script starts (sh -c), which reads it once more",
+        "pass it to that shell after its script, outside any quotes, and use \"$1\" or \"$@\" in the script "
+        "(bash -c '... \"$@\"' bash %T)");
+  } else {
+    return false;
+  }
+  return true;
 }
 
 void Lexer::refuse(std::size_t at, std::string_view reason, std::string_view fix) {
@@ -328,14 +347,14 @@ void Lexer::end_word() {
   // $(...), and telling them apart needs a parser. Everything after is unsure.
   if (f.kind == Frame::cmd && s_.substr(f.word, i_ - f.word) == "case")
     unsure("after a 'case' inside $(...), whose patterns' ')' flowrun does not follow");
-  note_word(f.command, s_.substr(f.word, i_ - f.word));
+  if (f.word_redirect == Open::Redirect::none) note_word(f.command, s_.substr(f.word, i_ - f.word));
   f.word = npos;
 }
 
 void Lexer::end_command() {
   end_word();
   top().command = {};
-  top().after_redirect = false;
+  top().after_redirect = Open::Redirect::none;
 }
 
 ShellScan Lexer::run() {
@@ -426,7 +445,7 @@ void Lexer::script_char() {
     i_ += 2;
   } else if (s_.substr(i_, 3) == "<<<") {
     end_word();  // a here-string: the word after it is one word, as a redirection's
-    top().after_redirect = true;
+    top().after_redirect = Open::Redirect::here_string;
     i_ += 3;
   } else if (c == '<' && next == '<') {
     end_word();
@@ -450,8 +469,12 @@ void Lexer::script_char() {
     }
   } else if (is_operator(c)) {
     if (c == '<' || c == '>') {
+      // `2>`: the digits are the redirection's, not a word of the command.
+      Open& f = top();
+      if (f.word != npos && s_.substr(f.word, i_ - f.word).find_first_not_of("0123456789") == npos)
+        f.word = npos;
       end_word();
-      top().after_redirect = true;
+      f.after_redirect = Open::Redirect::file;
     } else {
       end_command();
     }

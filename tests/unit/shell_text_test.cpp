@@ -100,6 +100,11 @@ const Case kCases[] = {
        return Words{joined(a), joined(a)};
      }},
     {"cat <<<${args}; printf '%s\\0' x", [](const Words& a) { return Words{joined(a) + "\nx"}; }},
+    {"IFS= read -r w <<< ${args}; printf '%s\\0' \"$w\" 2>&1",
+     [](const Words& a) {
+       const std::string j = joined(a);
+       return Words{j.substr(0, j.find('\n'))};  // read stops at the first line
+     }},
     {"printf '%s\\0' ${args} \\\n  ${args}",
      [](const Words& a) {
        Words w = printed(a);
@@ -186,6 +191,10 @@ TEST_CASE("templates where no quoting is safe are refused, with the reason", "[s
       {"read -r ${args} < f", "in a word of read"},
       {"let n=${args}", "in a word of let"},
       {"[[ -v ${args} ]]", "in a word of [["},
+      {"bash <<< \"echo ${args}\"", "in a here-string that a shell reads as its script"},
+      {"ssh node1 <<<${args}", "in a here-string that a shell reads as its script"},
+      {"bash -c 2>/dev/null \"echo ${args}\"", "in the script of a shell"},
+      {"bash -c < in \"echo ${args}\"", "in the script of a shell"},
       {"test -v \"${args}\"", "in a word of test"},
       {"echo $'it\\'s' ${args}", "after a $'...' holding \\'"},
       {"bash-5.2 -c \"echo ${args}\"", "in the script of a shell"},
