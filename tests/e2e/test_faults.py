@@ -26,11 +26,13 @@ which needs root and builds a cluster; here a "node" is an agent on this host.
 """
 import datetime
 import fcntl
+import difflib
 import json
 import os
 import re
 import select
 import resource
+import shlex
 import shutil
 import signal
 import subprocess
@@ -2842,6 +2844,131 @@ os.chmod(os.path.join(out, "readonly"), 0o500)
                    "flowrun run and through flowrun init's spec", "\n\n".join(failed))
         self.finish_row(r, "run args", "n/a (nothing fails)", 0, sum(self.count_left(i) for i in ids), 0, wrong,
                         "\n".join(failed))
+    SHOW = 'import json, sys; print(json.dumps(sys.argv[1:]))'
+
+    def test_shell_template_contexts(self):
+        """${args} and ${steps.NAME.outputs} in every quoting context of shell text (a `shell: true` script,
+        the -c script of bash in a list run, of sh in a string run), with hostile arguments and a run
+        directory whose path has a space, quotes and $(...): each program gets exactly the value. The
+        contexts no quoting makes safe are refused before the run, each at its line and column."""
+        r = self.row("shell_template_contexts", "each template is quoted for where it stands (unquoted, `'...'`, "
+                     "`\"...\"`, `$(...)`, backquotes, an assignment, a `bash -c` script in a list or a string "
+                     "`run`): every argument and a path with a space reach the program unchanged and nothing "
+                     "injected runs; the contexts no quoting makes safe are refused by validate and at start, "
+                     "each at its file:line:col with the fix, and nothing starts")
+        run_id = f"shellctx-{os.getpid()}"
+        d = os.path.join(self.scratch, "shell ctx $(touch INJ0) `touch INJ1` it's")
+        os.makedirs(d)
+        with open(os.path.join(d, "env.sh"), "w") as f:
+            f.write("export FROM_ENV_SH=sourced\n")
+        show = f"{PY} -c {shlex.quote(self.SHOW)}"
+        script = (f"""v=`printf '%s' "bq ${{args}}"`; w=${{args}}\n"""
+                  f"""{show} ${{args}} "dq ${{args}}" 'sq ${{args}}' "$(printf '%s' "in ${{args}}")" """
+                  f"""$(printf '%s' 'cmd ${{args}}' | {PY} -c 'import sys; print(len(sys.stdin.buffer.read()))') """
+                  f""""$v" "$w" ${{steps.train.outputs}}/rank0/result.txt "${{steps.train.outputs}}/rank1"\n"""
+                  f"""cat "${{steps.train.outputs}}/rank1/result.txt" ${{steps.train.outputs}}/rank0/result.txt\n""")
+        string_run = "sh -ec " + shlex.quote(show + " ${args} 'sq ${args}' \"dq ${args}\"")
+        listed = f"""source env.sh && {show} "$FROM_ENV_SH" ${{args}} "dq ${{args}}" 'sq ${{args}}'"""
+        with open(os.path.join(d, "spec.yaml"), "w") as f:
+            f.write(f"""name: shellctx
+steps:
+  - name: train
+    run: {sh_yaml(RESULT)}
+    parallel:
+      cpus: 2
+    collect: all
+  - name: script
+    join: train
+    shell: true
+    run: {q(script)}
+  - name: listed
+    needs: [script]
+    run: {q(["bash", "-euo", "pipefail", "-c", listed])}
+  - name: string
+    needs: [listed]
+    run: {q(string_run)}
+""")
+        args = ["$(touch INJ2)", "`touch INJ3`", "'", '"', "\\", "a\nb", "$HOME", "*", " x  y ", "it's \"$(touch INJ4)\"",
+                "\udcff\udcfe", ""]
+        p = self.start(d, run_id, "--", *args)
+        rc, _, err = self.ended("shell template contexts", p, d, 60)
+        out = read(os.path.join(d, "flowrun.out"))
+        outputs = os.path.join(d, "run", "train", "outputs")
+        joined = " ".join(args)
+        want = {
+            "script": args + ["dq " + joined, "sq " + joined, "in " + joined,
+                              str(len(("cmd " + joined).encode("utf-8", "surrogateescape"))), "bq " + joined, joined,
+                              outputs + "/rank0/result.txt", outputs + "/rank1"],
+            "listed": ["sourced"] + args + ["dq " + joined, "sq " + joined],
+            "string": args + ["sq " + joined, "dq " + joined],
+        }
+        self.check(rc == 0, "shell template contexts: the flow succeeds", f"exit {rc}\n{err}\n{out}")
+        lines = out.splitlines()
+        for step, words in want.items():
+            self.check(f"[{step}] {json.dumps(words)}" in lines, f"shell template contexts: step {step} gets every "
+                       "value unchanged in every context", f"want [{step}] {json.dumps(words)}\n{out}")
+        self.check("[script] rank 1 result" in lines and "[script] rank 0 result" in lines,
+                   "shell template contexts: cat reads both files under a path with a space", out)
+        injected = [n for n in os.listdir(d) + os.listdir(self.scratch) if n.startswith("INJ")]
+        self.check(not injected, "shell template contexts: no injected command ran", str(injected))
+
+        # The contexts no quoting makes safe: refused with file:line:col, by validate and at start.
+        bad = self.workspace("shell_ctx_refused", f"""name: refused
+steps:
+  - name: train
+    run: {sh_yaml(RESULT)}
+    parallel:
+      cpus: 2
+  - name: arith
+    join: train
+    shell: true
+    run: |
+      echo ok
+      echo $(( ${{args}} + 1 ))
+  - name: nested
+    needs: [arith]
+    shell: true
+    run: echo "`ls ${{steps.train.outputs}}`" ${{X:-${{args}}}}
+  - name: heredoc
+    needs: [nested]
+    run: [bash, -c, "cat <<EOF\\n${{args}}\\nEOF"]
+  - name: reread
+    needs: [heredoc]
+    run: bash -c 'srun bash -c "python train.py ${{args}}"'
+  - name: escaped
+    needs: [reread]
+    shell: true
+    run: echo \\${{args}} $'${{args}}'
+""")
+        want_lines = [
+            "spec.yaml:12:16: steps.arith.run: template '${args}' stands in arithmetic ($((...)), ((...)) or "
+            "$[...]), where bash runs a value's $(...) as a command; assign it to a variable first, outside any "
+            "quotes (V=${args}), check that it is a number, and use $V there",
+            "spec.yaml:16:20: steps.nested.run: template '${steps.train.outputs}' stands inside backquotes within "
+            "double quotes; write $(...) instead of the backquotes",
+            "spec.yaml:19:33: steps.heredoc.run: template '${args}' stands in a here-document, whose body has no "
+            "quoting; assign it to a variable first, outside any quotes (V=${args}), and use $V in the body",
+            "spec.yaml:22:49: steps.reread.run: template '${args}' stands in the script of a shell that this script "
+            "starts (sh -c), which reads it once more; pass it to that shell after its script, outside any quotes, "
+            "and use \"$1\" or \"$@\" in the script (bash -c '... \"$@\"' bash ${args})",
+            "spec.yaml:26:16: steps.escaped.run: template '${args}' stands right after a backslash, which makes the "
+            "shell read its '$' as a plain character; remove the backslash: flowrun quotes the value",
+        ]
+        v = subprocess.run([self.flowrun, "validate", "spec.yaml"], cwd=bad, capture_output=True, text=True,
+                           env=clean_env(), timeout=30 * self.slack)
+        got = [line.replace(os.path.join(bad, ""), "") for line in v.stderr.splitlines()]
+        self.check(v.returncode == 2 and got == want_lines, "shell template contexts: flowrun validate refuses "
+                   "each unsafe context at its line and column, with the fix",
+                   f"exit {v.returncode}\n" + "\n".join(difflib.unified_diff(want_lines, got, lineterm="")))
+        p2 = self.start(bad, f"{run_id}-refused")
+        rc2, _, err2 = self.ended("shell template contexts refused", p2, bad, 30)
+        self.check(rc2 == 2 and all(line.split(": ", 1)[1] in err2 for line in want_lines),
+                   "shell template contexts: a run refuses the spec before anything starts", f"exit {rc2}\n{err2}")
+        self.check(not os.path.exists(os.path.join(bad, "run")), "shell template contexts: no run directory is made",
+                   str(os.listdir(bad)))
+        self.finish_row(r, "shell template contexts", "n/a (nothing fails; unsafe contexts refused at validate)", 0,
+                        self.count_left(run_id) + self.count_left(f"{run_id}-refused"), self.lost_results(d, 2),
+                        len(injected), err + err2)
 
     # --- the table -------------------------------------------------------------------
 

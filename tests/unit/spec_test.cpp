@@ -1065,7 +1065,7 @@ TEST_CASE("templates: ${steps.NAME.outputs} must name a parallel step that runs 
         shell: true
         run: |
           ls ${steps.train.outputs} ${HOME} ${args}
-          python eval.py "${X:-${steps.train.outputs}}"
+          python eval.py "${X:-x}" "${steps.train.outputs}"
   )");
   CHECK(spec.steps[2].script.find("${steps.train.outputs}") != std::string::npos);
 

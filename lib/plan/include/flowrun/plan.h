@@ -151,9 +151,12 @@ std::string run_dir_for(const Spec& spec, const std::string& run_id, const std::
 // layout.inputs_dir(NAME) and ${args} the arguments given after `--`.
 // A list or string `run` never passes through a shell: a word that is exactly
 // ${args} becomes one word per argument (none when there are none), and inside
-// a longer word the arguments are joined with spaces. Under `shell: true` the
-// result is {"/bin/sh", "-c", SCRIPT} and every substituted value is quoted
-// for sh, so no path or argument can inject shell syntax.
+// a longer word the arguments are joined with spaces. Shell text (under
+// `shell: true`, {"/bin/sh", "-c", SCRIPT}; the script word of a shell run
+// with -c, shell_script_word) has each value quoted for the place its
+// template stands in (shell_text.h), so no path or argument can inject shell
+// syntax; the spec refused every template no quoting makes safe, and one
+// here all the same throws Error.
 std::vector<std::string> expand_command(const Step& step, const RunLayout& layout,
                                         const std::vector<std::string>& args);
 
