@@ -128,20 +128,64 @@ void Console::message(const std::string& text) const {
 
 namespace {
 
+// The bit of signal `sig` in a mask of /proc/PID/status ("SigCgt:\t...").
+bool has_signal(const std::string& status, const char* field, int sig) {
+  const std::size_t at = status.find(field);
+  if (at == std::string::npos) return false;
+  const std::size_t start = status.find_first_not_of(" \t", at + std::strlen(field));
+  if (start == std::string::npos) return false;
+  std::uint64_t mask = 0;
+  try {
+    mask = std::stoull(status.substr(start, 16), nullptr, 16);
+  } catch (...) {
+    return false;
+  }
+  return (mask >> (sig - 1)) & 1U;
+}
+
+// Whether `pid` runs code of its own on the signals of a stop, SIGTERM and
+// SIGCONT: a handler (SigCgt), or it blocks one (SigBlk: it may take it with
+// sigwait or a signalfd). Then whatever it ends with may be its answer to
+// flowrun's signal. False when it keeps the default action (SIGTERM ends it
+// as SIGTERM, or, ignored, does nothing) or is already gone.
+bool takes_stop_signals(pid_t pid) {
+  const std::string status = try_read_file(fmt::format("/proc/{}/status", pid), 8192).value_or("");
+  for (const char* field : {"SigCgt:", "SigBlk:"}) {
+    if (has_signal(status, field, SIGTERM) || has_signal(status, field, SIGCONT)) return true;
+  }
+  return false;
+}
+
 // The first step of a group's teardown: each live rank's main process gets
-// SIGTERM, and joins `stopped`. What it started (DataLoader workers, a
-// shell's program) keeps running while it saves its checkpoint; the rest of
-// its group is told when the main has ended (terminate_group), or killed
-// with it when the grace runs out.
-void terminate_mains(const std::vector<Worker>& workers, std::vector<int>& stopped) {
-  for (std::size_t i = 0; i < workers.size(); ++i) {
-    if (!workers[i].alive) continue;
-    kill(workers[i].pid, SIGTERM);
+// SIGTERM. What it started (DataLoader workers, a shell's program) keeps
+// running while it saves its checkpoint; the rest of its group is told when
+// the main has ended (terminate_group), or killed with it when the grace runs
+// out. How the main takes SIGTERM is read just before (takes_stop_signals):
+// what it ends with decides whether the end was flowrun's (ended_by_stop).
+void terminate_mains(std::vector<Worker>& workers) {
+  for (auto& w : workers) {
+    if (!w.alive) continue;
+    w.takes_stop = takes_stop_signals(w.pid);
+    w.term_sent = true;
+    kill(w.pid, SIGTERM);
     // A stopped process (SIGSTOP, Ctrl-Z) keeps the SIGTERM pending until
     // it is continued: continue it, so it ends now and not at the SIGKILL.
-    signal_group(workers[i].pid, SIGCONT);
-    stopped.push_back(static_cast<int>(i));
+    signal_group(w.pid, SIGCONT);
   }
+}
+
+// Whether the end of `w` can be flowrun's stop, once it ended: it got
+// flowrun's SIGKILL and died of it; or it got the SIGTERM and either died of
+// it or runs code of its own on it (then any end may be its answer). A rank
+// that keeps SIGTERM's default action and ends otherwise (an exit code, a
+// signal flowrun never sent: SIGSEGV, the kernel's SIGKILL before flowrun's)
+// ended on its own; so did one that ended before flowrun signalled it.
+bool end_was_the_stop(const Worker& w) {
+  const ExitStatus& s = w.record.status;
+  const bool signaled = s.kind == ExitStatus::Kind::signaled;
+  if (w.kill_sent && signaled && s.code == SIGKILL) return true;
+  if (!w.term_sent) return false;
+  return w.takes_stop || (signaled && s.code == SIGTERM);
 }
 
 // What is left of a rank's process group once its main has ended (nothing,
@@ -221,7 +265,6 @@ struct Supervisor::Impl {
   Outcome outcome = Outcome::succeeded;
   std::string write_error;  // the first log file that could not be written, and why
   std::vector<Worker> workers;
-  std::vector<int> stopped;
   std::vector<std::string> notes;      // this group's
   std::vector<std::string> all_notes;  // since Supervisor::notes() was last called
   GroupOptions options;
@@ -321,6 +364,7 @@ struct Supervisor::Impl {
 
   // A worker's exit, in its record now: a failure stops the group.
   void on_exit(Worker& w) {
+    w.stopped = end_was_the_stop(w);
     end_of_main(w);
     write_rank_end(w.launch != nullptr ? w.launch->end_file : std::string(), w.record);
     const bool fails = observer != nullptr ? observer->on_exit(index_of(w), w.record) : !w.record.status.ok();
@@ -345,6 +389,7 @@ struct Supervisor::Impl {
   void begin_stop() {
     if (stopping) return;
     stopping = true;
+    exits.settle();  // a rank that ended on its own meanwhile is neither sampled nor stopped
     stall.note_silence();
     const bool wanted = options.forensics_stacks && (outcome != Outcome::interrupted || force_stacks);
     if (!wanted || !stacks.before_stop(options.forensics_timeout_s)) stop_workers();
@@ -358,7 +403,8 @@ struct Supervisor::Impl {
       start_grace(options.grace_s + options.observer_margin_s);
       return;
     }
-    terminate_mains(workers, stopped);
+    exits.settle();  // the stacks took a while: who ended by then ended before the signal
+    terminate_mains(workers);
     start_grace(options.grace_s);
   }
 
@@ -382,7 +428,9 @@ struct Supervisor::Impl {
     kill_now = true;
     if (observer != nullptr) observer->on_kill();
     for (auto& w : workers) {
-      if (w.alive) signal_group(w.pid, SIGKILL);
+      if (!w.alive) continue;
+      w.kill_sent = true;
+      signal_group(w.pid, SIGKILL);
     }
     for (pid_t pid : sweep.find()) LeftoverSweep::signal_tree(pid, SIGKILL);
   }
@@ -512,7 +560,6 @@ struct Supervisor::Impl {
     write_error.clear();
     workers.clear();
     workers.resize(launches.size());
-    stopped.clear();
     sweep.reset();
     notes.clear();
     started_mono = monotonic_now_ns();
@@ -585,7 +632,9 @@ struct Supervisor::Impl {
     attempt.outcome = outcome;
     attempt.write_error = write_error;
     attempt.stacks = stacks.end_of_group();
+    std::vector<int> stopped;
     for (auto& w : workers) {
+      if (w.stopped) stopped.push_back(static_cast<int>(attempt.workers.size()));
       if (w.log) w.record.stderr_tail = w.log->tail();
       attempt.workers.push_back(std::move(w.record));
     }
@@ -664,6 +713,10 @@ void Supervisor::signal_workers(int sig) {
 }
 
 bool Supervisor::stopping() const { return impl_->stopping; }
+
+bool Supervisor::ended_by_stop(std::size_t index) const {
+  return index < impl_->workers.size() && impl_->workers[index].stopped;
+}
 
 std::vector<std::string> Supervisor::sweep_leftovers(double grace_s) {
   GroupOptions options;
