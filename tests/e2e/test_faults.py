@@ -2308,7 +2308,8 @@ def fail():
         raise
 
 print(f"rank {rank} runs", flush=True)
-if case == "before" and rank in (1, 2) or case == "after" and rank == 1:
+failing = [int(k) for k in sys.argv[2].split(",")] if len(sys.argv) > 2 else [1, 2]
+if case == "before" and rank in failing or case == "after" and rank == 1:
     ready()
     wait_file(f"go.{rank}")
     fail()
@@ -2395,13 +2396,54 @@ steps:
                    f"{label}: rank 2's own lines come before the report", err)
         return end - t0, run_id, d, err
 
+    def failed_before_signal_on_node(self):
+        """failed_before_signal on an agent: ranks 2 and 3 of node 1 fail, rank 2 first, while their agent is
+        held; the agent tells the head that rank 3's end was its own. Returns the time from the agent's SIGCONT
+        to the head's exit (None when the ranks did not start)."""
+        label = "failed after node"
+        n = self.nodes("failed_after_node", spec_text("failedafternode", q([PY, os.path.join(
+            self.scratch, "failed_after_node", "rank.py"), "before", "2,3"])).replace(
+                "heartbeat_timeout: 1", "heartbeat_timeout: 60"))
+        with open(os.path.join(n.dir, "rank.py"), "w") as f:
+            f.write(self.FAILED_AFTER_RANK)
+        if not n.begin(label):
+            return None
+        pids = self.wait_ready(n.dir, 4, n.head)
+        if not self.check(bool(pids), f"{label}: every rank starts", n.detail()):
+            return None
+        stat = read(f"/proc/{pids[2]}/stat", "")
+        agent = int(stat[stat.rfind(")") + 2:].split()[1])  # rank 2's parent: node 1's agent
+        os.kill(agent, signal.SIGSTOP)
+        for k in (2, 3):
+            open(os.path.join(n.dir, f"go.{k}"), "w").close()
+            self.check(wait_for(lambda: self.zombie(pids[k]), 30 * self.slack), f"{label}: rank {k} fails")
+        t0 = time.monotonic()
+        os.kill(agent, signal.SIGCONT)
+        rc = n.finish(label)
+        took = time.monotonic() - t0
+        err = n.head_err()
+        res = n.results()
+        roles = {w["rank"]: (w["role"], w["exit_code"]) for w in res.get("ranks", [])}
+        self.check(rc == 1 and roles[2] == ("culprit", 1) and roles[3] == ("failed_after", 1)
+                   and roles[0][0] == roles[1][0] == "victim",
+                   f"{label}: rank 2 is the culprit, rank 3 on the same node failed after it, ranks 0 and 1 are "
+                   "victims", f"exit {rc}, roles {roles}\n{n.detail()}")
+        self.check(re.search(r"^flowrun:   stopped by flowrun: ranks 0, 1\nflowrun:   failed after it: rank 3 "
+                             r"\(exit code 1\)\nflowrun:   rank 3 on \S+ exited with code 1 after [0-9.]+ s \(pid "
+                             rf"{pids[3]}\); traceback from its error file \(.*\):\n", err, re.M) is not None
+                   and err.rstrip().endswith("failed 'train'"),
+                   f"{label}: the head's report names rank 3 as failed after rank 2, with its error file", err)
+        n.check_nothing_left(label)
+        return took
+
     def test_failed_after(self):
         """Ranks that fail on their own after the culprit are failures, never victims: one that ended before
-        flowrun's signal (flowrun held, so both are dead when it looks), one whose end flowrun's SIGTERM could
-        not cause (it ignores SIGTERM, exits 3 once a rank signalled after it died)."""
-        r = self.row("failed_after", "a rank that ended before flowrun's signal, or ignores SIGTERM and exits 3 "
-                     "after it, is `failed_after` with its code and its error file's traceback, never a victim; "
-                     "one whose SIGTERM handler exits 3 is a victim; a rank that ended is not sampled for a stack")
+        flowrun's signal (flowrun, or the node's agent, held so that both are dead when it looks), one whose end
+        flowrun's SIGTERM could not cause (it ignores SIGTERM, exits 3 once a rank signalled after it died)."""
+        r = self.row("failed_after", "a rank that ended before flowrun's signal (on one node, and on an agent), or "
+                     "ignores SIGTERM and exits 3 after it, is `failed_after` with its code and its error file's "
+                     "traceback, never a victim; one whose SIGTERM handler exits 3 is a victim; a rank that ended is "
+                     "not sampled for a stack")
         lost = false = left = 0
         recover = 0.0
         for label, forensics in (("failed after stacks", ""), ("failed after off", "    forensics: off\n")):
@@ -2417,6 +2459,10 @@ steps:
                 self.check(sorted(k for g in groups for k in g["ranks"]) == [0] and
                            re.search(r"^flowrun:   rank 0 is in ", err, re.M) is not None,
                            "failed after: only the live rank 0's stack is taken", f"{groups}\n{err}")
+        got = self.failed_before_signal_on_node()
+        if got is None:
+            return
+        recover = max(recover, got)
         label = "failed after ignored"
         d, run_id, p, pids = self.failed_after_run(label, "after", 4)
         if not pids:
