@@ -195,6 +195,23 @@ void terminate_group(pid_t pgid) {
   signal_group(pgid, SIGCONT);
 }
 
+// SIGKILL to a live worker's whole process group: the grace ran out, a
+// second Ctrl-C.
+void kill_worker(Worker& w) {
+  if (!w.alive) return;
+  w.kill_sent = true;
+  signal_group(w.pid, SIGKILL);
+}
+
+// The workers whose ends were flowrun's stop, by index, for assign_roles.
+std::vector<int> stopped_workers(const std::vector<Worker>& workers) {
+  std::vector<int> stopped;
+  for (std::size_t i = 0; i < workers.size(); ++i) {
+    if (workers[i].stopped) stopped.push_back(static_cast<int>(i));
+  }
+  return stopped;
+}
+
 // A SIGUSR1 or SIGUSR2 that no worker was there to take.
 void say_unforwarded(const Console& console, int sig, const char* when) {
   console.message(
@@ -427,11 +444,7 @@ struct Supervisor::Impl {
   void kill_everything() {
     kill_now = true;
     if (observer != nullptr) observer->on_kill();
-    for (auto& w : workers) {
-      if (!w.alive) continue;
-      w.kill_sent = true;
-      signal_group(w.pid, SIGKILL);
-    }
+    for (auto& w : workers) kill_worker(w);
     for (pid_t pid : sweep.find()) LeftoverSweep::signal_tree(pid, SIGKILL);
   }
 
@@ -632,9 +645,8 @@ struct Supervisor::Impl {
     attempt.outcome = outcome;
     attempt.write_error = write_error;
     attempt.stacks = stacks.end_of_group();
-    std::vector<int> stopped;
+    const std::vector<int> stopped = stopped_workers(workers);
     for (auto& w : workers) {
-      if (w.stopped) stopped.push_back(static_cast<int>(attempt.workers.size()));
       if (w.log) w.record.stderr_tail = w.log->tail();
       attempt.workers.push_back(std::move(w.record));
     }
