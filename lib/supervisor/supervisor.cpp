@@ -212,6 +212,19 @@ std::vector<int> stopped_workers(const std::vector<Worker>& workers) {
   return stopped;
 }
 
+// assign_roles, and the root cause of a group is a failure that came before
+// flowrun began to stop it (at `stop_ns`): one that came only after (a rank
+// that ignores SIGTERM and failed on its own once a timeout's stop had ended
+// its peers) failed after the stop, and is no culprit.
+void assign_group_roles(AttemptRecord& attempt, const std::vector<int>& stopped, std::int64_t stop_ns) {
+  assign_roles(attempt, stopped);
+  if (!attempt.culprit || stop_ns == 0) return;
+  WorkerRecord& w = attempt.workers[static_cast<std::size_t>(*attempt.culprit)];
+  if (w.end_unix_ns < stop_ns) return;
+  w.role = Role::failed_after;
+  attempt.culprit.reset();
+}
+
 // A SIGUSR1 or SIGUSR2 that no worker was there to take.
 void say_unforwarded(const Console& console, int sig, const char* when) {
   console.message(
@@ -278,7 +291,6 @@ struct Supervisor::Impl {
   bool sweeping = false;
   bool finishing = false;  // finish() waits for the group's end: nothing holds it past its processes
   bool done = false;
-  bool grace_expired = false;
   Outcome outcome = Outcome::succeeded;
   std::string write_error;  // the first log file that could not be written, and why
   std::vector<Worker> workers;
@@ -288,7 +300,7 @@ struct Supervisor::Impl {
   GroupObserver* observer = nullptr;
   bool observer_stops = false;  // the observer took over the stop (on_stop returned true)
   std::int64_t started_mono = 0;
-  std::int64_t group_start_ns = 0;  // wall clock, for the record
+  std::int64_t group_start_ns = 0, stop_ns = 0;  // wall clock: the start (for the record), the stop (0: none)
   // This batch's lines, before they go to the streams.
   ConsoleBatch batch{io, [this](std::string& out, std::string& err) {
                        screen.write(0, out, true);
@@ -406,6 +418,7 @@ struct Supervisor::Impl {
   void begin_stop() {
     if (stopping) return;
     stopping = true;
+    stop_ns = unix_now_ns();
     exits.settle();  // a rank that ended on its own meanwhile is neither sampled nor stopped
     stall.note_silence();
     const bool wanted = options.forensics_stacks && (outcome != Outcome::interrupted || force_stacks);
@@ -436,7 +449,6 @@ struct Supervisor::Impl {
         std::chrono::duration<double>(seconds)));
     grace_timer.async_wait([this](const boost::system::error_code& ec) {
       if (ec) return;
-      grace_expired = true;
       kill_everything();
     });
   }
@@ -565,7 +577,7 @@ struct Supervisor::Impl {
     observer = obs;
     observer_stops = false;
     in_group = true;
-    stopping = kill_now = sweeping = finishing = done = grace_expired = false;
+    stopping = kill_now = sweeping = finishing = done = false;
     force_stacks = false;
     stacks.reset();
     stall.reset();
@@ -577,6 +589,7 @@ struct Supervisor::Impl {
     notes.clear();
     started_mono = monotonic_now_ns();
     group_start_ns = unix_now_ns();
+    stop_ns = 0;
 
     if (opts.timeout_s) {
       timeout_timer.expires_after(std::chrono::duration_cast<std::chrono::steady_clock::duration>(
@@ -650,7 +663,7 @@ struct Supervisor::Impl {
       if (w.log) w.record.stderr_tail = w.log->tail();
       attempt.workers.push_back(std::move(w.record));
     }
-    assign_roles(attempt, stopped);
+    assign_group_roles(attempt, stopped, stop_ns);
     all_notes.insert(all_notes.end(), notes.begin(), notes.end());
     workers.clear();
     in_group = false;
