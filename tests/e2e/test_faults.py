@@ -2516,9 +2516,11 @@ os.rename(f"fds.{rank}.tmp", f"fds.{rank}")
 
     def test_rank_fds(self):
         """Ranks inherit fds 0-2 only: flowrun's console (pipes, as in `$(flowrun ...)` or `| tee`, which flowrun
-        copies for its writer) reaches no rank, on one node or on an agent whose console is a pipe too."""
+        copies for its writer) and a descriptor its caller gave it reach no rank, on one node or on an agent whose
+        console is a pipe too."""
         r = self.row("rank_fds", "each rank's only open descriptors are 0-2, on one node and on each agent, "
-                     "with flowrun's and the agents' consoles pipes; the caller's pipe reaches EOF when flowrun ends")
+                     "with flowrun's and the agents' consoles pipes and a descriptor of flowrun's caller above 2; the "
+                     "caller's pipes reach EOF when flowrun ends")
         run_id = f"rankfds-{os.getpid()}"
         d = self.workspace("rank_fds", f"""name: rankfds
 steps:
@@ -2531,9 +2533,15 @@ steps:
         with open(os.path.join(d, "fds.py"), "w") as f:
             f.write(self.FDS_RANK)
         t0 = time.monotonic()
-        p = subprocess.Popen([self.flowrun, os.path.join(d, "spec.yaml"), "--run-dir", os.path.join(d, "run"),
-                              "--run-id", run_id], cwd=d, env=clean_env(**{MARK: run_id}), stdin=subprocess.DEVNULL,
-                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+        # flowrun also gets a descriptor of its caller's above 2 (`flowrun ... 3>caller.txt`): not for the ranks.
+        caller = os.open(os.path.join(d, "caller.txt"), os.O_WRONLY | os.O_CREAT, 0o644)
+        try:
+            p = subprocess.Popen([self.flowrun, os.path.join(d, "spec.yaml"), "--run-dir", os.path.join(d, "run"),
+                                  "--run-id", run_id], cwd=d, env=clean_env(**{MARK: run_id}),
+                                 stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                 start_new_session=True, pass_fds=(caller,))
+        finally:
+            os.close(caller)
         try:
             out, err = p.communicate(timeout=30 * self.slack)  # both pipes to their end, as $(...) reads
         except subprocess.TimeoutExpired:
