@@ -2,6 +2,7 @@
 #include <CLI/CLI.hpp>
 #include <cstdint>
 #include <cstring>
+#include <fcntl.h>
 #include <iostream>
 #include <sstream>
 #include <unistd.h>
@@ -90,7 +91,7 @@ int run_check_child(const DoctorCommand& command) {
   // The findings go to the parent on stdout; whatever CUDA or NCCL print
   // themselves goes to stderr, which the parent shares with its user.
   std::cout.flush();
-  const int findings = dup(STDOUT_FILENO);
+  const int findings = fcntl(STDOUT_FILENO, F_DUPFD_CLOEXEC, 3);
   if (findings < 0 || dup2(STDERR_FILENO, STDOUT_FILENO) < 0) return kExitFailure;
   const int status = run_gpu_check_child(request, findings);
   close(findings);

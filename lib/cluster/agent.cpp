@@ -53,8 +53,9 @@ struct LocalRank {
   std::string nccl_trace;  // its flight-recorder dump's name in `dir` (forensics: nccl); empty: none
 };
 
-// A rank's exit as the head hears of it; `stopped`: the agent was stopping
-// its ranks (the head's stop, or a signal to the agent).
+// A rank's exit as the head hears of it; `stopped`: its end was the agent's
+// stop (Supervisor::ended_by_stop) or came after a stop signal to the agent,
+// which Slurm sends to the ranks as well.
 Exited exited_message(int rank, const WorkerRecord& rec, bool stopped) {
   Exited m;
   m.rank = rank;
@@ -234,7 +235,8 @@ class Agent : public GroupObserver {
   }
 
   bool on_exit(std::size_t index, const WorkerRecord& rec) override {
-    conn_->send(exited_message(ranks_[index].rank, rec, sup_->stopping() || sup_->interrupt_received() != 0));
+    conn_->send(exited_message(ranks_[index].rank, rec,
+                               sup_->ended_by_stop(index) || sup_->interrupt_received() != 0));
     if (!rec.status.ok()) local_failure_ = true;
     return !rec.status.ok();
   }

@@ -41,6 +41,9 @@ class NodeRanks {
   virtual void pause_output() = 0;
   virtual void resume_output() = 0;
   virtual bool stopping() const = 0;
+  // Whether rank `index`, which has ended, was ended by the stop
+  // (Supervisor::ended_by_stop), not by itself.
+  virtual bool ended_by_stop(std::size_t index) const = 0;
   // The agent's first stop signal (0: none); interrupt_signal() also
   // delivers one that arrived while the loop did not run.
   virtual int interrupt_signal() = 0;
@@ -67,6 +70,7 @@ class SupervisedRanks : public NodeRanks {
   void pause_output() override { supervisor_->pause_output(); }
   void resume_output() override { supervisor_->resume_output(); }
   bool stopping() const override { return supervisor_->stopping(); }
+  bool ended_by_stop(std::size_t index) const override { return supervisor_->ended_by_stop(index); }
   int interrupt_signal() override { return supervisor_->interrupt_signal(); }
   int interrupt_received() const override { return supervisor_->interrupt_received(); }
 

@@ -77,17 +77,24 @@ std::string format_run_end(const std::string& run_id, const RunTally& tally, int
 void report_step_end(const Console& console, const StepRecord& record, const std::string& join_errors,
                      double took) {
   const auto& attempt = record.attempts.back();
-  std::string error_text;  // the culprit's error file
+  std::string error_text;                // the culprit's error file
+  std::vector<std::string> error_texts;  // those of the ranks that failed after it, by index
   if (attempt.culprit && (!join_errors.empty() || record.outcome != Outcome::succeeded)) {
     error_text = try_read_file(attempt.workers[static_cast<std::size_t>(*attempt.culprit)].error_file,
                                kMaxErrorFileBytes)
                      .value_or("");
+    error_texts.resize(attempt.workers.size());
+    for (std::size_t i = 0; i < attempt.workers.size(); ++i) {
+      const WorkerRecord& w = attempt.workers[i];
+      if (w.role == Role::failed_after && !w.error_file.empty())
+        error_texts[i] = try_read_file(w.error_file, kMaxErrorFileBytes).value_or("");
+    }
   }
   if (!join_errors.empty()) {
-    if (attempt.culprit) console.message(format_failure_report(record, error_text));
+    if (attempt.culprit) console.message(format_failure_report(record, error_text, error_texts));
     console.message(join_errors);
   } else if (record.outcome != Outcome::succeeded) {
-    console.message(format_failure_report(record, error_text));
+    console.message(format_failure_report(record, error_text, error_texts));
   } else {
     for (const auto& note : record.notes) {
       if (note.rfind("stopped ", 0) == 0) console.message("flowrun: step '" + record.step + "': " + note);

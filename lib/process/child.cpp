@@ -93,7 +93,7 @@ bool put_at(int fd, int target) {
     }
     _exit(status);
   }
-  close_range(3, ~0U, CLOSE_RANGE_CLOEXEC);  // the report pipe included: exec closes it
+  process_detail::cloexec_above_stdio();  // the report pipe included: exec closes it
   execve(program, argv, envp);
   child_fail(report, 1);
 }

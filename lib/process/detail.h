@@ -20,4 +20,14 @@ std::vector<char*> marked_envp(const std::vector<std::string>& env);
 // (flowrun ignores or handles them).
 inline constexpr int kResetSignals[] = {SIGPIPE, SIGINT, SIGTERM, SIGCHLD, SIGQUIT, SIGHUP, SIGUSR1, SIGUSR2};
 
+// In a child between fork and exec (async-signal-safe): close-on-exec on
+// every descriptor from 3 up, whatever flag it was made with, so that the
+// program gets fds 0-2 and nothing of flowrun's: not the console (a dup()
+// without O_CLOEXEC would hold the caller's `$(flowrun ...)` or `| tee` open
+// for as long as the rank or its children live), not an agent's ssh channel.
+// A report pipe to the parent is closed by the exec, as it should be. Where
+// close_range cannot set the flag (Linux before 5.11), one descriptor at a
+// time up to the open-files limit.
+void cloexec_above_stdio();
+
 }  // namespace flowrun::process_detail

@@ -73,6 +73,15 @@ std::vector<char*> marked_envp(const std::vector<std::string>& env) {
   return envp;
 }
 
+void cloexec_above_stdio() {
+  if (close_range(3, ~0U, CLOSE_RANGE_CLOEXEC) == 0) return;
+  rlimit limit{};
+  int top = 1 << 16;
+  if (getrlimit(RLIMIT_NOFILE, &limit) == 0 && limit.rlim_cur != RLIM_INFINITY)
+    top = static_cast<int>(std::min<rlim_t>(limit.rlim_cur, 1 << 20));
+  for (int fd = 3; fd < top; ++fd) fcntl(fd, F_SETFD, FD_CLOEXEC);
+}
+
 }  // namespace process_detail
 
 // The PATH of the worker's environment, not flowrun's: a step's env may set it.
@@ -160,6 +169,7 @@ SpawnResult spawn_process(const SpawnRequest& request) {
     sigemptyset(&none);
     sigprocmask(SIG_SETMASK, &none, nullptr);
     for (int sig : process_detail::kResetSignals) signal(sig, SIG_DFL);
+    process_detail::cloexec_above_stdio();  // before the limit drops below flowrun's open descriptors
     if (g_nofile_raised) setrlimit(RLIMIT_NOFILE, &g_started_nofile);
     if (setpgid(0, 0) != 0) child_fail(report[1], 2);
     if (prctl(PR_SET_PDEATHSIG, SIGKILL) != 0) child_fail(report[1], 2);

@@ -400,8 +400,31 @@ Groups group_ranks(const AttemptRecord& attempt) {
   return g;
 }
 
-// The lines after a parallel step's culprit: who else ended how.
-void other_ranks(std::string& out, const Groups& g, bool list_victims) {
+// What a rank that failed after the culprit left, as torchrun lists every
+// failed rank: its end, then the traceback of its error file (`error_text`),
+// or else the last line of its stderr. Nothing when it left neither.
+void failed_after_details(std::string& out, const WorkerRecord& w, const std::string& error_text) {
+  std::optional<std::string> traceback = parse_error_file(error_text);
+  const std::string shown = traceback ? trimmed(*traceback) : std::string();
+  if (!shown.empty()) {
+    out += "flowrun:   " + worker_headline(w) + "; traceback from its error file" +
+           (w.error_file.empty() ? "" : " (" + w.error_file + ")") + ":\n";
+    indented(out, display_lines(shown));
+    return;
+  }
+  std::vector<std::string> tail = display_lines(w.stderr_tail);
+  while (!tail.empty() && trimmed(tail.back()).empty()) tail.pop_back();
+  if (tail.empty()) return;
+  out += "flowrun:   " + worker_headline(w) + "; last line of its stderr" +
+         (w.stderr_log.empty() ? "" : " (" + w.stderr_log + ")") + ":\n";
+  indented(out, {tail.back()});
+}
+
+// The lines after a parallel step's culprit: who else ended how, and what
+// each rank that failed after it left (`error_texts`: the workers' error
+// files, by index).
+void other_ranks(std::string& out, const Groups& g, bool list_victims, const AttemptRecord& attempt,
+                 const std::vector<std::string>& error_texts) {
   if (list_victims && !g.victims.empty())
     out += "flowrun:   stopped by flowrun: " + rank_list(g.victims) + "\n";
   if (list_victims && !g.killed.empty())
@@ -417,6 +440,15 @@ void other_ranks(std::string& out, const Groups& g, bool list_victims) {
     std::vector<std::string> parts;
     for (const auto& [ranks, how] : groups) parts.push_back(rank_list(ranks) + " (" + how + ")");
     out += "flowrun:   failed after it: " + join(parts, ", ") + "\n";
+    std::vector<std::size_t> order;
+    for (std::size_t i = 0; i < attempt.workers.size(); ++i) {
+      if (attempt.workers[i].role == Role::failed_after) order.push_back(i);
+    }
+    std::stable_sort(order.begin(), order.end(), [&](std::size_t a, std::size_t b) {
+      return attempt.workers[a].rank < attempt.workers[b].rank;
+    });
+    for (std::size_t i : order)
+      failed_after_details(out, attempt.workers[i], i < error_texts.size() ? error_texts[i] : std::string());
   }
   if (!g.succeeded.empty()) out += "flowrun:   had already succeeded: " + rank_list(g.succeeded) + "\n";
 }
@@ -572,7 +604,8 @@ std::string format_results_json(const StepRecord& record) {
   return to_document(json);
 }
 
-std::string format_failure_report(const StepRecord& record, const std::string& error_file_text) {
+std::string format_failure_report(const StepRecord& record, const std::string& error_file_text,
+                                  const std::vector<std::string>& error_file_texts) {
   if (record.outcome == Outcome::succeeded) return "";
   const std::string step = "flowrun: step '" + record.step + "'";
   if (record.attempts.empty()) return step + " " + outcome_name(record.outcome) + "\n";
@@ -594,7 +627,7 @@ std::string format_failure_report(const StepRecord& record, const std::string& e
     }
     if (culprit) culprit_details(out, *culprit, error_file_text, attempt.workers);
     if (record.parallel) {
-      other_ranks(out, groups, true);
+      other_ranks(out, groups, true, attempt, error_file_texts);
     } else if (!culprit && !attempt.workers.empty()) {
       out += "flowrun:   it " + worker_headline(attempt.workers.front()) + "\n";
     }
@@ -620,7 +653,7 @@ std::string format_failure_report(const StepRecord& record, const std::string& e
     }
     if (culprit) out += "flowrun:   before that, " + worker_headline(*culprit) + "\n";
     if (record.parallel) {
-      other_ranks(out, groups, false);
+      other_ranks(out, groups, false, attempt, error_file_texts);
     } else if (!attempt.workers.empty()) {
       stderr_tail(out, attempt.workers.front(), false);
     }

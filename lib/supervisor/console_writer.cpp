@@ -91,7 +91,9 @@ ConsoleWriter::ConsoleWriter(asio::io_context& io, const Console& console) : err
     const int fd = i == 0 ? console.out_fd : console.err_fd;
     cs.own_fd = nonblocking_twin(fd);
     cs.fd = cs.own_fd >= 0 ? cs.own_fd : fd;
-    if (cs.own_fd >= 0) cs.watch = std::make_unique<asio::posix::stream_descriptor>(io, dup(cs.own_fd));
+    // The loop's own copy, close-on-exec like every descriptor of flowrun's.
+    if (cs.own_fd >= 0)
+      cs.watch = std::make_unique<asio::posix::stream_descriptor>(io, fcntl(cs.own_fd, F_DUPFD_CLOEXEC, 3));
   }
 }
 

@@ -32,6 +32,19 @@ void ExitWatch::reap() {
   }
 }
 
+void ExitWatch::settle() {
+  for (auto& w : workers_) {
+    if (!w.alive || w.pid <= 0) continue;
+    int status = 0;
+    rusage usage{};
+    pid_t got;
+    do {
+      got = wait4(w.pid, &status, WNOHANG, &usage);
+    } while (got < 0 && errno == EINTR);
+    if (got == w.pid) on_exit(w, status, usage);
+  }
+}
+
 void ExitWatch::watch(Worker& w) {
   const int fd = static_cast<int>(syscall(SYS_pidfd_open, w.pid, 0));
   if (fd < 0) return;  // an old kernel: SIGCHLD reaps it

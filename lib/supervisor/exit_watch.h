@@ -27,6 +27,11 @@ class ExitWatch {
 
   void watch(Worker& w);
   void reap();
+  // Reaps, in worker order, every watched worker that has ended by now,
+  // whether or not the loop has heard of it yet: called before flowrun takes
+  // stacks or sends a stop signal, so that a rank that had already ended on
+  // its own is neither sampled nor taken for one that flowrun stopped.
+  void settle();
 
  private:
   void on_exit(Worker& w, int status, const rusage& usage);

@@ -217,6 +217,20 @@ StackReport group_stacks(const std::vector<RankStack>& ranks, const std::string&
   return report;
 }
 
+namespace {
+
+// Whether `pid` still runs: it is there and not a zombie (Z) or dead (X).
+// A rank that ended is not sampled: its stack would say nothing but its end.
+bool still_running(pid_t pid) {
+  const std::string stat = read_small(fmt::format("/proc/{}/stat", pid));
+  const std::size_t paren = stat.rfind(')');
+  if (paren == std::string::npos || paren + 2 >= stat.size()) return false;
+  const char state = stat[paren + 2];
+  return state != 'Z' && state != 'X';
+}
+
+}  // namespace
+
 std::string kernel_state(pid_t pid) {
   const std::string dir = fmt::format("/proc/{}/", pid);
   const std::string stat = read_small(dir + "stat");
@@ -292,9 +306,10 @@ StackTaker::~StackTaker() {
 
 bool StackTaker::start(const std::vector<Worker>& workers, double timeout_s,
                        std::function<void(const std::string&)> say, std::function<void()> done) {
-  if (running_ || std::none_of(workers.begin(), workers.end(),
-                               [](const Worker& w) { return w.alive && w.record.rank >= 0; }))
-    return false;
+  const auto sampled = [](const Worker& w) {
+    return w.alive && w.pid > 0 && w.record.rank >= 0 && still_running(w.pid);
+  };
+  if (running_ || std::none_of(workers.begin(), workers.end(), sampled)) return false;
   jobs_.clear();
   found_.clear();
   const std::string py_spy = find_py_spy(workers, &looked_);
@@ -306,7 +321,7 @@ bool StackTaker::start(const std::vector<Worker>& workers, double timeout_s,
     say(py_spy_missing_line(looked_));
   }
   for (const auto& w : workers) {
-    if (!w.alive || w.pid <= 0 || w.record.rank < 0) continue;
+    if (!sampled(w)) continue;
     auto job = std::make_unique<Job>();
     job->found.rank = w.record.rank;
     job->stack_path = stack_file(w);

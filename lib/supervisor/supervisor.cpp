@@ -128,20 +128,64 @@ void Console::message(const std::string& text) const {
 
 namespace {
 
+// The bit of signal `sig` in a mask of /proc/PID/status ("SigCgt:\t...").
+bool has_signal(const std::string& status, const char* field, int sig) {
+  const std::size_t at = status.find(field);
+  if (at == std::string::npos) return false;
+  const std::size_t start = status.find_first_not_of(" \t", at + std::strlen(field));
+  if (start == std::string::npos) return false;
+  std::uint64_t mask = 0;
+  try {
+    mask = std::stoull(status.substr(start, 16), nullptr, 16);
+  } catch (...) {
+    return false;
+  }
+  return (mask >> (sig - 1)) & 1U;
+}
+
+// Whether `pid` runs code of its own on the signals of a stop, SIGTERM and
+// SIGCONT: a handler (SigCgt), or it blocks one (SigBlk: it may take it with
+// sigwait or a signalfd). Then whatever it ends with may be its answer to
+// flowrun's signal. False when it keeps the default action (SIGTERM ends it
+// as SIGTERM, or, ignored, does nothing) or is already gone.
+bool takes_stop_signals(pid_t pid) {
+  const std::string status = try_read_file(fmt::format("/proc/{}/status", pid), 8192).value_or("");
+  for (const char* field : {"SigCgt:", "SigBlk:"}) {
+    if (has_signal(status, field, SIGTERM) || has_signal(status, field, SIGCONT)) return true;
+  }
+  return false;
+}
+
 // The first step of a group's teardown: each live rank's main process gets
-// SIGTERM, and joins `stopped`. What it started (DataLoader workers, a
-// shell's program) keeps running while it saves its checkpoint; the rest of
-// its group is told when the main has ended (terminate_group), or killed
-// with it when the grace runs out.
-void terminate_mains(const std::vector<Worker>& workers, std::vector<int>& stopped) {
-  for (std::size_t i = 0; i < workers.size(); ++i) {
-    if (!workers[i].alive) continue;
-    kill(workers[i].pid, SIGTERM);
+// SIGTERM. What it started (DataLoader workers, a shell's program) keeps
+// running while it saves its checkpoint; the rest of its group is told when
+// the main has ended (terminate_group), or killed with it when the grace runs
+// out. How the main takes SIGTERM is read just before (takes_stop_signals):
+// what it ends with decides whether the end was flowrun's (ended_by_stop).
+void terminate_mains(std::vector<Worker>& workers) {
+  for (auto& w : workers) {
+    if (!w.alive) continue;
+    w.takes_stop = takes_stop_signals(w.pid);
+    w.term_sent = true;
+    kill(w.pid, SIGTERM);
     // A stopped process (SIGSTOP, Ctrl-Z) keeps the SIGTERM pending until
     // it is continued: continue it, so it ends now and not at the SIGKILL.
-    signal_group(workers[i].pid, SIGCONT);
-    stopped.push_back(static_cast<int>(i));
+    signal_group(w.pid, SIGCONT);
   }
+}
+
+// Whether the end of `w` can be flowrun's stop, once it ended: it got
+// flowrun's SIGKILL and died of it; or it got the SIGTERM and either died of
+// it or runs code of its own on it (then any end may be its answer). A rank
+// that keeps SIGTERM's default action and ends otherwise (an exit code, a
+// signal flowrun never sent: SIGSEGV, the kernel's SIGKILL before flowrun's)
+// ended on its own; so did one that ended before flowrun signalled it.
+bool end_was_the_stop(const Worker& w) {
+  const ExitStatus& s = w.record.status;
+  const bool signaled = s.kind == ExitStatus::Kind::signaled;
+  if (w.kill_sent && signaled && s.code == SIGKILL) return true;
+  if (!w.term_sent) return false;
+  return w.takes_stop || (signaled && s.code == SIGTERM);
 }
 
 // What is left of a rank's process group once its main has ended (nothing,
@@ -149,6 +193,36 @@ void terminate_mains(const std::vector<Worker>& workers, std::vector<int>& stopp
 void terminate_group(pid_t pgid) {
   signal_group(pgid, SIGTERM);
   signal_group(pgid, SIGCONT);
+}
+
+// SIGKILL to a live worker's whole process group: the grace ran out, a
+// second Ctrl-C.
+void kill_worker(Worker& w) {
+  if (!w.alive) return;
+  w.kill_sent = true;
+  signal_group(w.pid, SIGKILL);
+}
+
+// The workers whose ends were flowrun's stop, by index, for assign_roles.
+std::vector<int> stopped_workers(const std::vector<Worker>& workers) {
+  std::vector<int> stopped;
+  for (std::size_t i = 0; i < workers.size(); ++i) {
+    if (workers[i].stopped) stopped.push_back(static_cast<int>(i));
+  }
+  return stopped;
+}
+
+// assign_roles, and the root cause of a group is a failure that came before
+// flowrun began to stop it (at `stop_ns`): one that came only after (a rank
+// that ignores SIGTERM and failed on its own once a timeout's stop had ended
+// its peers) failed after the stop, and is no culprit.
+void assign_group_roles(AttemptRecord& attempt, const std::vector<int>& stopped, std::int64_t stop_ns) {
+  assign_roles(attempt, stopped);
+  if (!attempt.culprit || stop_ns == 0) return;
+  WorkerRecord& w = attempt.workers[static_cast<std::size_t>(*attempt.culprit)];
+  if (w.end_unix_ns < stop_ns) return;
+  w.role = Role::failed_after;
+  attempt.culprit.reset();
 }
 
 // A SIGUSR1 or SIGUSR2 that no worker was there to take.
@@ -218,18 +292,16 @@ struct Supervisor::Impl {
   bool sweeping = false;
   bool finishing = false;  // finish() waits for the group's end: nothing holds it past its processes
   bool done = false;
-  bool grace_expired = false;
   Outcome outcome = Outcome::succeeded;
   std::string write_error;  // the first log file that could not be written, and why
   std::vector<Worker> workers;
-  std::vector<int> stopped;
   std::vector<std::string> notes;      // this group's
   std::vector<std::string> all_notes;  // since Supervisor::notes() was last called
   GroupOptions options;
   GroupObserver* observer = nullptr;
   bool observer_stops = false;  // the observer took over the stop (on_stop returned true)
   std::int64_t started_mono = 0;
-  std::int64_t group_start_ns = 0;  // wall clock, for the record
+  std::int64_t group_start_ns = 0, stop_ns = 0;  // wall clock: the start (for the record), the stop (0: none)
   // This batch's lines, before they go to the streams.
   ConsoleBatch batch{io, [this](std::string& out, std::string& err) {
                        screen.write(0, out, true);
@@ -331,6 +403,7 @@ struct Supervisor::Impl {
 
   // A worker's exit, in its record now: a failure stops the group.
   void on_exit(Worker& w) {
+    w.stopped = end_was_the_stop(w);
     end_of_main(w);
     write_rank_end(w.launch != nullptr ? w.launch->end_file : std::string(), w.record);
     const bool fails = observer != nullptr ? observer->on_exit(index_of(w), w.record) : !w.record.status.ok();
@@ -355,6 +428,8 @@ struct Supervisor::Impl {
   void begin_stop() {
     if (stopping) return;
     stopping = true;
+    stop_ns = unix_now_ns();
+    exits.settle();  // a rank that ended on its own meanwhile is neither sampled nor stopped
     stall.note_silence();
     const bool wanted = options.forensics_stacks && (outcome != Outcome::interrupted || force_stacks);
     if (!wanted || !stacks.before_stop(options.forensics_timeout_s)) stop_workers();
@@ -368,7 +443,8 @@ struct Supervisor::Impl {
       start_grace(options.grace_s + options.observer_margin_s);
       return;
     }
-    terminate_mains(workers, stopped);
+    exits.settle();  // the stacks took a while: who ended by then ended before the signal
+    terminate_mains(workers);
     start_grace(options.grace_s);
   }
 
@@ -383,7 +459,6 @@ struct Supervisor::Impl {
         std::chrono::duration<double>(seconds)));
     grace_timer.async_wait([this](const boost::system::error_code& ec) {
       if (ec) return;
-      grace_expired = true;
       kill_everything();
     });
   }
@@ -391,9 +466,7 @@ struct Supervisor::Impl {
   void kill_everything() {
     kill_now = true;
     if (observer != nullptr) observer->on_kill();
-    for (auto& w : workers) {
-      if (w.alive) signal_group(w.pid, SIGKILL);
-    }
+    for (auto& w : workers) kill_worker(w);
     for (pid_t pid : sweep.find()) LeftoverSweep::signal_tree(pid, SIGKILL);
   }
 
@@ -514,7 +587,7 @@ struct Supervisor::Impl {
     observer = obs;
     observer_stops = false;
     in_group = true;
-    stopping = kill_now = sweeping = finishing = done = grace_expired = false;
+    stopping = kill_now = sweeping = finishing = done = false;
     force_stacks = false;
     stacks.reset();
     stall.reset();
@@ -522,11 +595,11 @@ struct Supervisor::Impl {
     write_error.clear();
     workers.clear();
     workers.resize(launches.size());
-    stopped.clear();
     sweep.reset();
     notes.clear();
     started_mono = monotonic_now_ns();
     group_start_ns = unix_now_ns();
+    stop_ns = 0;
 
     if (opts.timeout_s) {
       timeout_timer.expires_after(std::chrono::duration_cast<std::chrono::steady_clock::duration>(
@@ -595,11 +668,12 @@ struct Supervisor::Impl {
     attempt.outcome = outcome;
     attempt.write_error = write_error;
     attempt.stacks = stacks.end_of_group();
+    const std::vector<int> stopped = stopped_workers(workers);
     for (auto& w : workers) {
       if (w.log) w.record.stderr_tail = w.log->tail();
       attempt.workers.push_back(std::move(w.record));
     }
-    assign_roles(attempt, stopped);
+    assign_group_roles(attempt, stopped, stop_ns);
     all_notes.insert(all_notes.end(), notes.begin(), notes.end());
     workers.clear();
     in_group = false;
@@ -674,6 +748,10 @@ void Supervisor::signal_workers(int sig) {
 }
 
 bool Supervisor::stopping() const { return impl_->stopping; }
+
+bool Supervisor::ended_by_stop(std::size_t index) const {
+  return index < impl_->workers.size() && impl_->workers[index].stopped;
+}
 
 std::vector<std::string> Supervisor::sweep_leftovers(double grace_s) {
   GroupOptions options;

@@ -43,6 +43,15 @@ struct Worker {
   // order they happened (epoll's ready list is first come, first served),
   // which is what names the right culprit when peers die a moment after it.
   std::unique_ptr<boost::asio::posix::stream_descriptor> exit_watch;
+  // flowrun's stop as it reached the worker: SIGTERM to its main process
+  // (term_sent), which then caught or blocked SIGTERM or SIGCONT (takes_stop:
+  // its own code runs on the signal, and may end it any way), SIGKILL to its
+  // group (kill_sent). stopped: once it ended, whether that end can be
+  // flowrun's doing (Supervisor::ended_by_stop says the rule).
+  bool term_sent = false;
+  bool takes_stop = false;
+  bool kill_sent = false;
+  bool stopped = false;
 
   // Becomes `l`'s worker, its record naming its rank and files.
   void assign(const WorkerLaunch& l) {

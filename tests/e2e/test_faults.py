@@ -2969,6 +2969,307 @@ steps:
         self.finish_row(r, "shell template contexts", "n/a (nothing fails; unsafe contexts refused at validate)", 0,
                         self.count_left(run_id) + self.count_left(f"{run_id}-refused"), self.lost_results(d, 2),
                         len(injected), err + err2)
+    # A rank of test_failed_after, by its RANK and the case (argv[1]): it says it is ready (ready.R: its pid),
+    # then waits for the test's go.R, or for another rank's end, as the case has it.
+    FAILED_AFTER_RANK = r"""
+import json, os, select, signal, sys, time, traceback
+rank, case = int(os.environ["RANK"]), sys.argv[1]
+here = os.path.dirname(os.path.abspath(__file__))
+
+def path(name):
+    return os.path.join(here, name)
+
+def ready():
+    with open(path(f"ready.{rank}.tmp"), "w") as f:
+        f.write(f"{os.getpid()}\n")
+    os.rename(path(f"ready.{rank}.tmp"), path(f"ready.{rank}"))
+
+def wait_file(name):
+    while not os.path.exists(path(name)):
+        time.sleep(0.01)
+
+def fail():
+    # An ImportError, with the error file written as torch's @record writes it.
+    try:
+        import nonexistent_mod  # noqa: F401
+    except ImportError as e:
+        with open(os.environ["TORCHELASTIC_ERROR_FILE"], "w") as f:
+            json.dump({"message": {"message": f"{type(e).__name__}: {e}", "extraInfo": {
+                "py_callstack": traceback.format_exc(), "timestamp": str(int(time.time()))}}}, f)
+        raise
+
+print(f"rank {rank} runs", flush=True)
+failing = [int(k) for k in sys.argv[2].split(",")] if len(sys.argv) > 2 else [1, 2]
+if case == "before" and rank in failing or case == "after" and rank == 1:
+    ready()
+    wait_file(f"go.{rank}")
+    fail()
+elif case == "after" and rank == 0:
+    # SIGTERM ignored: flowrun's cannot end it. It ends with its own code once rank 3, which flowrun
+    # signals after it, has died of its SIGTERM: after flowrun's signal, by nothing of flowrun's.
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    wait_file("ready.3")
+    last = os.pidfd_open(int(open(path("ready.3")).read()))
+    ready()
+    select.select([last], [], [])
+    print("rank 0 saw rank 3 end", flush=True)
+    sys.exit(3)
+elif case == "after" and rank == 2:
+    # Its handler ends it with code 3: flowrun's SIGTERM did, whatever the code says.
+    signal.signal(signal.SIGTERM, lambda *_: os._exit(3))
+    ready()
+    time.sleep(60)
+else:
+    ready()
+    time.sleep(60)
+"""
+
+    def failed_after_run(self, label, case, ranks, forensics=""):
+        """A flow of `ranks` FAILED_AFTER_RANKs (the `case`); returns (dir, run id, flowrun, {rank: pid})."""
+        name = label.replace(" ", "_")
+        d = self.workspace(name, f"""name: {name}
+steps:
+  - name: train
+    run: {q([PY, "@DIR@/rank.py", case])}
+{forensics}    parallel:
+      cpus: {ranks}
+  - name: join
+    join: train
+    run: {sh_yaml('touch "$0/join.ran"', "@DIR@")}
+""")
+        self.fix_dir(d)
+        with open(os.path.join(d, "rank.py"), "w") as f:
+            f.write(self.FAILED_AFTER_RANK)
+        run_id = f"{name}-{os.getpid()}"
+        # The kernel's words for the stacks, so that they show a rank that had already ended (state Z).
+        p = self.start(d, run_id, "--grace", "10", env={"FLOWRUN_PY_SPY": os.path.join(d, "no-py-spy")})
+        pids = self.wait_ready(d, ranks, p)
+        self.check(bool(pids), f"{label}: every rank starts", self.start_detail(d, p))
+        return d, run_id, p, pids
+
+    @staticmethod
+    def zombie(pid):
+        """Whether `pid` has ended and waits for its parent to reap it."""
+        stat = read(f"/proc/{pid}/stat", "")
+        return stat[stat.rfind(")") + 2:][:1] == "Z"
+
+    def failed_before_signal(self, label, forensics):
+        """Ranks 1 and 2 fail (an ImportError) while flowrun is held (SIGSTOP), rank 1 first: when flowrun
+        goes on, rank 2 has already ended, before any signal of flowrun's could have reached it."""
+        d, run_id, p, pids = self.failed_after_run(label, "before", 3, forensics)
+        if not pids:
+            p.kill()
+            return None
+        os.kill(p.pid, signal.SIGSTOP)
+        for k in (1, 2):
+            open(os.path.join(d, f"go.{k}"), "w").close()
+            self.check(wait_for(lambda: self.zombie(pids[k]), 30 * self.slack), f"{label}: rank {k} fails")
+        t0 = time.monotonic()
+        os.kill(p.pid, signal.SIGCONT)
+        rc, end, err = self.ended(label, p, d, 20)
+        res = self.results(d) or {}
+        roles = {w["rank"]: (w["role"], w["exit_code"], w["signal"]) for w in res.get("ranks", [])}
+        self.check(rc == 1 and res.get("culprit_rank") == 1 and roles == {
+            1: ("culprit", 1, None), 2: ("failed_after", 1, None), 0: ("victim", None, "SIGTERM")},
+            f"{label}: rank 1 is the culprit, rank 2 failed after it with its own code 1, rank 0 is the victim",
+            f"exit {rc}, roles {roles}\n{err}")
+        error_file = os.path.join(d, "run", "train", "rank2", "error.json")
+        want = [r"^flowrun:   stopped by flowrun: rank 0$", r"^flowrun:   failed after it: rank 2 \(exit code 1\)$",
+                rf"^flowrun:   rank 2 exited with code 1 after [0-9.]+ s \(pid {pids[2]}\); traceback from its "
+                rf"error file \({re.escape(error_file)}\):\n    Traceback \(most recent call last\):\n(    .*\n)*"
+                r"    ModuleNotFoundError: No module named 'nonexistent_mod'$"]
+        for pattern in want:
+            self.check(re.search(pattern, err, re.M) is not None, f"{label}: the report says /{pattern[:60]}.../", err)
+        self.check("stopped by flowrun: ranks" not in err and "state Z" not in err,
+                   f"{label}: rank 2 is neither stopped by flowrun nor sampled for a stack", err)
+        # What rank 2 wrote before it ended is on the console before the report.
+        self.check(-1 < err.find("No module named 'nonexistent_mod'") < err.find("flowrun: step 'train' failed"),
+                   f"{label}: rank 2's own lines come before the report", err)
+        return end - t0, run_id, d, err
+
+    def failed_before_signal_on_node(self):
+        """failed_before_signal on an agent: ranks 2 and 3 of node 1 fail, rank 2 first, while their agent is
+        held; the agent tells the head that rank 3's end was its own. Returns the time from the agent's SIGCONT
+        to the head's exit (None when the ranks did not start)."""
+        label = "failed after node"
+        n = self.nodes("failed_after_node", spec_text("failedafternode", q([PY, os.path.join(
+            self.scratch, "failed_after_node", "rank.py"), "before", "2,3"])).replace(
+                "heartbeat_timeout: 1", "heartbeat_timeout: 60"))
+        with open(os.path.join(n.dir, "rank.py"), "w") as f:
+            f.write(self.FAILED_AFTER_RANK)
+        if not n.begin(label):
+            return None
+        pids = self.wait_ready(n.dir, 4, n.head)
+        if not self.check(bool(pids), f"{label}: every rank starts", n.detail()):
+            return None
+        stat = read(f"/proc/{pids[2]}/stat", "")
+        agent = int(stat[stat.rfind(")") + 2:].split()[1])  # rank 2's parent: node 1's agent
+        os.kill(agent, signal.SIGSTOP)
+        for k in (2, 3):
+            open(os.path.join(n.dir, f"go.{k}"), "w").close()
+            self.check(wait_for(lambda: self.zombie(pids[k]), 30 * self.slack), f"{label}: rank {k} fails")
+        t0 = time.monotonic()
+        os.kill(agent, signal.SIGCONT)
+        rc = n.finish(label)
+        took = time.monotonic() - t0
+        err = n.head_err()
+        res = n.results()
+        roles = {w["rank"]: (w["role"], w["exit_code"]) for w in res.get("ranks", [])}
+        self.check(rc == 1 and roles[2] == ("culprit", 1) and roles[3] == ("failed_after", 1)
+                   and roles[0][0] == roles[1][0] == "victim",
+                   f"{label}: rank 2 is the culprit, rank 3 on the same node failed after it, ranks 0 and 1 are "
+                   "victims", f"exit {rc}, roles {roles}\n{n.detail()}")
+        self.check(re.search(r"^flowrun:   stopped by flowrun: ranks 0, 1\nflowrun:   failed after it: rank 3 "
+                             r"\(exit code 1\)\nflowrun:   rank 3 on \S+ exited with code 1 after [0-9.]+ s \(pid "
+                             rf"{pids[3]}\); traceback from its error file \(.*\):\n", err, re.M) is not None
+                   and err.rstrip().endswith("failed 'train'"),
+                   f"{label}: the head's report names rank 3 as failed after rank 2, with its error file", err)
+        n.check_nothing_left(label)
+        return took
+
+    def test_failed_after(self):
+        """Ranks that fail on their own after the culprit are failures, never victims: one that ended before
+        flowrun's signal (flowrun, or the node's agent, held so that both are dead when it looks), one whose end
+        flowrun's SIGTERM could not cause (it ignores SIGTERM, exits 3 once a rank signalled after it died)."""
+        r = self.row("failed_after", "a rank that ended before flowrun's signal (on one node, and on an agent), or "
+                     "ignores SIGTERM and exits 3 after it, is `failed_after` with its code and its error file's "
+                     "traceback, never a victim; one whose SIGTERM handler exits 3 is a victim; a rank that ended is "
+                     "not sampled for a stack")
+        lost = false = left = 0
+        recover = 0.0
+        for label, forensics in (("failed after stacks", ""), ("failed after off", "    forensics: off\n")):
+            got = self.failed_before_signal(label, forensics)
+            if got is None:
+                return
+            took, run_id, d, err = got
+            recover = max(recover, took)
+            left += self.count_left(run_id)
+            false += self.false_claims(d, failed_ranks=(1, 2))
+            if label == "failed after stacks":
+                groups = ((self.results(d) or {}).get("stacks") or {}).get("groups", [])
+                self.check(sorted(k for g in groups for k in g["ranks"]) == [0] and
+                           re.search(r"^flowrun:   rank 0 is in ", err, re.M) is not None,
+                           "failed after: only the live rank 0's stack is taken", f"{groups}\n{err}")
+        got = self.failed_before_signal_on_node()
+        if got is None:
+            return
+        recover = max(recover, got)
+        label = "failed after ignored"
+        d, run_id, p, pids = self.failed_after_run(label, "after", 4)
+        if not pids:
+            p.kill()
+            return
+        t0 = time.monotonic()
+        open(os.path.join(d, "go.1"), "w").close()
+        rc, end, err = self.ended(label, p, d, 20)
+        res = self.results(d) or {}
+        roles = {w["rank"]: (w["role"], w["exit_code"], w["signal"]) for w in res.get("ranks", [])}
+        self.check(rc == 1 and roles == {1: ("culprit", 1, None), 0: ("failed_after", 3, None),
+                                         2: ("victim", 3, None), 3: ("victim", None, "SIGTERM")},
+                   f"{label}: rank 0 (SIGTERM ignored, exit 3) failed after rank 1; rank 2 (its handler exits 3) and "
+                   "rank 3 are victims", f"exit {rc}, roles {roles}\n{err}")
+        self.check(re.search(r"^flowrun:   stopped by flowrun: ranks 2, 3\nflowrun:   failed after it: rank 0 "
+                             r"\(exit code 3\)$", err, re.M) is not None and
+                   "rank 0 saw rank 3 end" in read(os.path.join(d, "flowrun.out"), ""),
+                   f"{label}: the report names rank 0 as failed after rank 1, and ranks 2, 3 as stopped", err)
+        recover = max(recover, end - t0)
+        left += self.count_left(run_id)
+        false += self.false_claims(d, failed_ranks=(0, 1))
+        self.finish_row(r, "failed after", recover, 2.0, left, lost, false, err)
+
+    # A rank that writes its open descriptors (fds.R: {fd: what it is}) and ends.
+    FDS_RANK = r"""
+import json, os
+fds = {}
+for fd in os.listdir("/proc/self/fd"):
+    try:
+        fds[int(fd)] = os.readlink(f"/proc/self/fd/{fd}")
+    except OSError:
+        pass  # the listing's own, closed by now
+rank = os.environ["RANK"]
+with open(f"fds.{rank}.tmp", "w") as f:
+    json.dump(fds, f)
+os.rename(f"fds.{rank}.tmp", f"fds.{rank}")
+"""
+
+    def rank_fds(self, label, d, ranks):
+        """The ranks' fds.R files: {rank: {fd: target}}; checks each holds only 0-2."""
+        found = {}
+        for k in range(ranks):
+            try:
+                with open(os.path.join(d, f"fds.{k}")) as f:
+                    found[k] = {int(fd): target for fd, target in json.load(f).items()}
+            except (OSError, ValueError):
+                found[k] = None
+        self.check(all(f is not None and sorted(f) == [0, 1, 2] for f in found.values()),
+                   f"{label}: every rank has fds 0-2 open and nothing else of flowrun's", json.dumps(found))
+        return found
+
+    def test_rank_fds(self):
+        """Ranks inherit fds 0-2 only: flowrun's console (pipes, as in `$(flowrun ...)` or `| tee`, which flowrun
+        copies for its writer) and a descriptor its caller gave it reach no rank, on one node or on an agent whose
+        console is a pipe too."""
+        r = self.row("rank_fds", "each rank's only open descriptors are 0-2, on one node and on each agent, "
+                     "with flowrun's and the agents' consoles pipes and a descriptor of flowrun's caller above 2; the "
+                     "caller's pipes reach EOF when flowrun ends")
+        run_id = f"rankfds-{os.getpid()}"
+        d = self.workspace("rank_fds", f"""name: rankfds
+steps:
+  - name: train
+    run: {q([PY, "@DIR@/fds.py"])}
+    parallel:
+      cpus: 2
+""")
+        self.fix_dir(d)
+        with open(os.path.join(d, "fds.py"), "w") as f:
+            f.write(self.FDS_RANK)
+        t0 = time.monotonic()
+        # flowrun also gets a descriptor of its caller's above 2 (`flowrun ... 3>caller.txt`): not for the ranks.
+        caller = os.open(os.path.join(d, "caller.txt"), os.O_WRONLY | os.O_CREAT, 0o644)
+        try:
+            p = subprocess.Popen([self.flowrun, os.path.join(d, "spec.yaml"), "--run-dir", os.path.join(d, "run"),
+                                  "--run-id", run_id], cwd=d, env=clean_env(**{MARK: run_id}),
+                                 stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                 start_new_session=True, pass_fds=(caller,))
+        finally:
+            os.close(caller)
+        try:
+            out, err = p.communicate(timeout=30 * self.slack)  # both pipes to their end, as $(...) reads
+        except subprocess.TimeoutExpired:
+            p.kill()
+            out, err = p.communicate()
+        took = time.monotonic() - t0
+        self.sanitizer_check("rank fds", err)
+        self.check(p.returncode == 0, "rank fds: the step succeeds", f"exit {p.returncode}\n{out}\n{err}")
+        self.rank_fds("rank fds", d, 2)
+        left = self.count_left(run_id)
+
+        n = self.nodes("rank_fds_nodes", spec_text("rankfdsnodes", q([PY, os.path.join(self.scratch, "rank_fds_nodes",
+                                                                                       "fds.py")])))
+        with open(os.path.join(n.dir, "fds.py"), "w") as f:
+            f.write(self.FDS_RANK)
+        argv = n.command()
+        if not self.check(argv is not None, "rank fds nodes: the head prints the agent command", n.detail()):
+            return
+        agents = [subprocess.Popen(argv, cwd=n.dir, env=n.agent_env(), stdin=subprocess.DEVNULL,
+                                   stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True)
+                  for _ in range(2)]
+        n.agents.extend(agents)  # stopped by the suite if the test fails half way
+        said = []
+        for a in agents:
+            try:
+                said.append(a.communicate(timeout=60 * self.slack)[0].decode(errors="replace"))
+            except subprocess.TimeoutExpired:
+                a.kill()
+                said.append(a.communicate()[0].decode(errors="replace"))
+        rc = n.finish("rank fds nodes")
+        self.check(rc == 0 and [a.returncode for a in agents] == [0, 0],
+                   "rank fds nodes: the step succeeds, each agent exits 0", f"head {rc}\n{n.detail()}\n" +
+                   "\n".join(said))
+        self.rank_fds("rank fds nodes", n.dir, 4)
+        n.check_nothing_left("rank fds nodes")
+        r.extra = f"the one-node run took {took:.2f} s"
+        self.finish_row(r, "rank fds", "n/a (nothing fails)", 0, left, 0, 0, err)
 
     # --- the table -------------------------------------------------------------------
 

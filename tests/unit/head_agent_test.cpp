@@ -165,6 +165,8 @@ class FakeRanks : public cluster::NodeRanks {
   void pause_output() override {}
   void resume_output() override {}
   bool stopping() const override { return stopping_; }
+  // The fake's ranks that end while it stops end as its stop makes them.
+  bool ended_by_stop(std::size_t) const override { return stopping_; }
   int interrupt_signal() override { return 0; }
   int interrupt_received() const override { return 0; }
 

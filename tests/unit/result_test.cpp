@@ -253,6 +253,47 @@ TEST_CASE("result: failures after the culprit are grouped by how they ended", "[
             kDir + "\n");
 }
 
+TEST_CASE(
+    "result: each failure after the culprit shows its error file's traceback, else its last stderr line",
+    "[result]") {
+  AttemptRecord a;
+  a.workers = {worker(0, signaled(15), 2000), worker(1, exited(1), 1500), worker(2, exited(1), 1510),
+               worker(3, signaled(11), 1520), worker(4, exited(3), 1530)};
+  a.workers[1].stderr_tail = "ModuleNotFoundError: No module named 'x'\n";
+  a.workers[2].stderr_tail = "Traceback (most recent call last):\nModuleNotFoundError: No module named 'x'\n";
+  a.workers[3].stderr_tail = "Fatal Python error: Segmentation fault\n\n";
+  assign_roles(a, {0});
+  StepRecord s = parallel_step(a, Outcome::failed);
+  const std::string error_file =
+      R"({"message": {"message": "ModuleNotFoundError: x", "extraInfo": {"py_callstack": "Traceback (most recent call last):\n  File \"t.py\", line 1, in <module>\nModuleNotFoundError: No module named 'x'\n", "timestamp": "1"}}})";
+  // By index: rank 2's error file; rank 4 (nothing on stderr) has none.
+  const std::vector<std::string> texts = {"", "", error_file, "not json", ""};
+  CHECK(format_failure_report(s, "", texts) ==
+        "flowrun: step 'train' failed: rank 1 exited with code 1 after 1.50 s (pid 4241)\n"
+        "flowrun:   last line of its stderr (" +
+            kDir +
+            "/rank1/stderr.log):\n"
+            "    ModuleNotFoundError: No module named 'x'\n"
+            "flowrun:   the Python rank 1 ran has no module 'x': choose the Python that has it with --python "
+            "PY "
+            "(flowrun run, flowrun SPEC) or python: PY in the spec\n"
+            "flowrun:   stopped by flowrun: rank 0\n"
+            "flowrun:   failed after it: rank 2 (exit code 1), rank 3 (SIGSEGV), rank 4 (exit code 3)\n"
+            "flowrun:   rank 2 exited with code 1 after 1.51 s (pid 4242); traceback from its error file (" +
+            kDir +
+            "/rank2/error.json):\n"
+            "    Traceback (most recent call last):\n"
+            "      File \"t.py\", line 1, in <module>\n"
+            "    ModuleNotFoundError: No module named 'x'\n"
+            "flowrun:   rank 3 was killed by signal 11 (SIGSEGV) after 1.52 s (pid 4243); last line of its "
+            "stderr (" +
+            kDir +
+            "/rank3/stderr.log):\n"
+            "    Fatal Python error: Segmentation fault\n"
+            "flowrun:   logs: " +
+            kDir + "\n");
+}
+
 TEST_CASE("result: a SIGKILL flowrun did not send points at the OOM killer", "[result]") {
   AttemptRecord a;
   a.workers = {worker(0, signaled(9), 65'000), worker(1, signaled(15), 66'000)};

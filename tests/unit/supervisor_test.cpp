@@ -4,6 +4,7 @@
 // temporary files.
 #include "flowrun/supervisor.h"
 
+#include <boost/asio/post.hpp>
 #include <boost/asio/steady_timer.hpp>
 #include <catch2/catch.hpp>
 #include <fcntl.h>
@@ -122,6 +123,23 @@ class Pauser : public GroupObserver {
   double resume_after_s_;
 };
 
+// Stops the group as a timeout would once `count` workers have said "ready":
+// the stop comes when every worker is where the test wants it, not after a
+// time.
+class StopWhenReady : public GroupObserver {
+ public:
+  StopWhenReady(Supervisor& s, int count) : s_(s), left_(count) {}
+  void on_output(std::size_t, bool, std::string_view data) override {
+    if (data.find("ready") == std::string_view::npos || --left_ != 0) return;
+    boost::asio::post(s_.io(), [this] { s_.stop_group(Outcome::timed_out, false); });
+  }
+  bool on_exit(std::size_t, const WorkerRecord& record) override { return !record.status.ok(); }
+
+ private:
+  Supervisor& s_;
+  int left_;
+};
+
 }  // namespace
 
 TEST_CASE("workers' lines reach the console prefixed and the log files raw", "[supervisor]") {
@@ -172,6 +190,32 @@ TEST_CASE("a worker that ignores SIGTERM is killed when the grace runs out", "[s
   CHECK(a.workers[0].status.kind == ExitStatus::Kind::signaled);
   CHECK(a.workers[0].status.code == SIGKILL);
   CHECK(seconds(a) >= 0.5);
+  CHECK(seconds(a) < 5);
+}
+
+TEST_CASE("an end flowrun's SIGTERM cannot cause is the rank's own; one after the stop began is no culprit",
+          "[supervisor]") {
+  Fixture f;
+  Supervisor s = f.make();
+  StopWhenReady stopper(s, 3);
+  // Worker 0 ignores SIGTERM and exits 3 once worker 2, which flowrun signals
+  // after it, has died of its SIGTERM; worker 1's handler exits 3.
+  auto a =
+      s.run_group({f.shell(0,
+                           "trap '' TERM; while [ ! -s p2 ]; do sleep 0.01; done; p=$(cat p2); echo ready; "
+                           "while kill -0 $p 2>/dev/null; do sleep 0.01; done; exit 3"),
+                   f.shell(1, "trap 'exit 3' TERM; echo ready; while :; do sleep 0.01; done"),
+                   f.shell(2, "echo $$ > p2.tmp && mv p2.tmp p2; echo ready; exec sleep 30")},
+                  f.options(10), &stopper);
+  CHECK(a.outcome == Outcome::timed_out);
+  CHECK_FALSE(a.culprit.has_value());  // worker 0 failed only after the stop began
+  CHECK(a.workers[0].role == Role::failed_after);
+  CHECK(a.workers[0].status.kind == ExitStatus::Kind::exited);
+  CHECK(a.workers[0].status.code == 3);
+  CHECK(a.workers[1].role == Role::victim);  // its own code, but its handler ran on flowrun's signal
+  CHECK(a.workers[1].status.code == 3);
+  CHECK(a.workers[2].role == Role::victim);
+  CHECK(a.workers[2].status.kind == ExitStatus::Kind::signaled);
   CHECK(seconds(a) < 5);
 }
 

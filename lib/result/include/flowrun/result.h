@@ -225,7 +225,9 @@ FailureFacts classify_failure(const AttemptRecord& attempt, bool node_gone,
 //   - in `stopped`: victim, whatever it exited with (a worker that exits 0 on
 //     SIGTERM was still cut short), unless it succeeded no later than the
 //     culprit ended, which means it had finished before the stop: ok;
-//   - not in `stopped` and failed: failed_after (it ended after the culprit);
+//   - not in `stopped` and failed: failed_after (it ended after the culprit,
+//     on its own: flowrun found it ended before it signalled it, or its end is
+//     not one flowrun's signal could cause; Supervisor::ended_by_stop);
 //   - succeeded: ok;
 //   - never started or still running, and not in `stopped`: victim (flowrun
 //     gave up on it because of the others).
@@ -332,6 +334,10 @@ void write_rank_end(const std::string& path, const WorkerRecord& w);
 //       ...
 //   flowrun:   stopped by flowrun: ranks 0, 2-4, 6, 7
 //   flowrun:   failed after it: rank 5 (SIGABRT)
+//   flowrun:   rank 5 was killed by signal 6 (SIGABRT) after 0.32 s (pid 4246); traceback from its
+//   error file (/abs/.flowrun/runs/ID/train/rank5/error.json):
+//       Traceback (most recent call last):
+//       ...
 //   flowrun:   logs: /abs/.flowrun/runs/ID/train
 //
 // - The headline names the culprit; a plain step says "failed: exited with
@@ -352,8 +358,13 @@ void write_rank_end(const std::string& path, const WorkerRecord& w);
 //   empty) is shown when parse_error_file finds one that the stderr tail does
 //   not already hold.
 // - Then the victims, the failures after the culprit grouped by how they
-//   ended ("rank 5 (SIGABRT), ranks 6, 7 (exit code 1)"), the workers that had
-//   already succeeded, each of record.notes, and the log directory.
+//   ended ("rank 5 (SIGABRT), ranks 6, 7 (exit code 1)"), and, as torchrun
+//   lists every failed rank, each of those in rank order with what it left:
+//   its headline (one line, as above), then the traceback of its error file
+//   (`error_file_texts`: the last attempt's workers' error files, by index;
+//   empty where none), or else the last line of its stderr tail; no line for
+//   one that left neither. Then the workers that had already succeeded, each
+//   of record.notes, and the log directory.
 // - timed_out: "flowrun: step 'train' timed out after 30s; flowrun stopped
 //   ranks 0-7" (the timeout written as in a spec: 90s, 1h30m, 1.5s), with no
 //   per-rank output but the log directory. interrupted: "flowrun: step 'train'
@@ -374,7 +385,8 @@ void write_rank_end(const std::string& path, const WorkerRecord& w);
 // Rank lists are sorted, runs of three or more written as "2-7". The log
 // directory is the step's directory, derived from the workers' log paths
 // (<run_dir>/<step>/rank<R>/stderr.log, docs/spec.md "Run directory").
-std::string format_failure_report(const StepRecord& record, const std::string& error_file_text);
+std::string format_failure_report(const StepRecord& record, const std::string& error_file_text,
+                                  const std::vector<std::string>& error_file_texts = {});
 
 // The line flowrun prints when a step's stall_timeout finds ranks that wrote
 // nothing for that long (`stalled`: their records, with silent_s), grouped by

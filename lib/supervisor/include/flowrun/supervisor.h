@@ -261,6 +261,16 @@ class Supervisor {
   // Whether the running group is stopping.
   bool stopping() const;
 
+  // Whether worker `index` of the running group, which has ended, was ended
+  // by flowrun's stop (it is then a victim, not a failure of its own): it
+  // died of flowrun's SIGKILL, or flowrun had sent it SIGTERM and it died of
+  // that, or it ran code of its own on SIGTERM or SIGCONT (a handler, or it
+  // blocked them), so that any end may be its answer. A worker flowrun found
+  // ended before signalling it (checked just before the signals, and before
+  // the stacks) was not stopped, nor was one that kept SIGTERM's default
+  // action and still ended otherwise (its own exit code, SIGSEGV).
+  bool ended_by_stop(std::size_t index) const;
+
   // Stops any leftover descendants now (between steps, or before exit).
   // Returns notes about what had to be stopped.
   std::vector<std::string> sweep_leftovers(double grace_s);
