@@ -26,6 +26,8 @@
 #include "flowrun/supervisor.h"
 #include "flowrun/worker_group.h"
 
+#include "workdir_lock.h"
+
 namespace flowrun {
 
 namespace {
@@ -249,7 +251,12 @@ class FlowRunner {
     // A run directory holds one run: files left in it by another would be
     // taken for this run's outputs and logs. Held until this returns or
     // flowrun dies: `flowrun resume` tells a live run by it.
+    // A workdir a step gathers outputs from by glob holds one live run: see
+    // workdir_lock.h. Taken first, so a refused run leaves no run directory.
+    std::vector<std::string> warnings;
+    const WorkdirLocks workdirs = WorkdirLocks::take(spec_, ctx_.run_id, host_.hostname, &warnings);
     const RunLock lock = RunLock::create(ctx_.layout.run_dir, ctx_.run_id, host_.hostname);
+    for (const auto& warning : warnings) console_.message(warning);
     record_.start_unix_ns = unix_now_ns();
     write_record();
     point_latest(options_, ctx_, console_);
