@@ -8,7 +8,7 @@
 #include <vector>
 
 #include "flowrun/beneath.h"
-#include "flowrun/spec.h"
+#include "flowrun/plan.h"
 
 namespace flowrun {
 
