@@ -37,7 +37,7 @@ void UploadReceiver::begin(int node_rank, const UploadBegin& m) {
     error = fmt::format(
         "upload of '{}' refused: only error.json, the rank's flight-recorder dump and files under out/ are "
         "uploaded",
-        *safe);
+        printable(*safe));
   }
   if (error.empty()) {
     // The rank's directory is reached from the run directory, and the file
@@ -46,17 +46,17 @@ void UploadReceiver::begin(int node_rank, const UploadBegin& m) {
     const std::string root = layout_.rank_dir(plan_.step, up.rank);
     const BeneathRoot dir = BeneathRoot::open_under(layout_.run_dir, root, false);
     if (!dir.ok()) {
-      error = fmt::format("upload of '{}' refused: cannot open {} without following a symlink: {}", *safe,
-                          root, std::strerror(dir.error()));
+      error = fmt::format("upload of '{}' refused: cannot open {} without following a symlink: {}",
+                          printable(*safe), root, std::strerror(dir.error()));
     } else {
       if (*safe == "error.json" || safe->find('/') == std::string::npos) unlinkat(dir.fd(), safe->c_str(), 0);
       up.fd.reset(dir.create_file(*safe, 0644, 0755, &up.dir));
       if (!up.fd)
         error = fmt::format("upload of '{}' refused: cannot create it in {} without following a symlink: {}",
-                            *safe, root, std::strerror(errno));
+                            printable(*safe), root, std::strerror(errno));
       up.leaf = safe->substr(safe->rfind('/') + 1);
     }
-    up.path = *safe;
+    up.path = printable(*safe);  // only said: a rank named it (a newline cannot forge a line)
   }
   if (!error.empty()) {
     up.refused = true;

@@ -54,7 +54,7 @@ class UploadReceiver {
  private:
   struct Upload {
     int rank = -1;
-    std::string path;
+    std::string path;  // printable(), for messages
     UniqueFd fd;
     UniqueFd dir;      // the directory it is made in, to remove it from (unlinkat)
     std::string leaf;  // its name there

@@ -223,3 +223,18 @@ TEST_CASE("uploads: a hole is left a hole, counted in the size and the checksum"
     CHECK_FALSE(fs::exists(u.rank_file(0, "out/none.bin")));
   }
 }
+
+TEST_CASE("uploads: a name a rank made is said escaped", "[uploads]") {
+  Uploads u;
+  u.send(0, 0, "out/x\nflowrun: step 'train' succeeded\x1b[2J", "data", -1, "00000000");
+  u.send(0, 0, "x\n\x1b]0;t\x07", "data");
+  REQUIRE(u.errors.size() == 2);
+  CHECK(u.errors[0].second ==
+        "upload of rank 0's 'out/x\\nflowrun: step 'train' succeeded\\x1b[2J' is corrupt (4 of 4 bytes, "
+        "CRC-32C "
+        "differs); rejected");
+  CHECK(u.errors[1].second ==
+        "upload of 'x\\n\\x1b]0;t\\x07' refused: only error.json, the rank's flight-recorder dump and files "
+        "under "
+        "out/ are uploaded");
+}
