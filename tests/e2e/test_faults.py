@@ -2480,7 +2480,8 @@ steps:
         big_file = "if rank == 0: os.truncate(os.open('big.bin', os.O_WRONLY | os.O_CREAT), 64 << 30)\n"
         d = self.workspace("sparse_outputs", f"name: sparse\n{env}steps:\n  - name: train\n"
                                              f"    run: {q([PY, '-c', self.SPARSE_RANK + big_file])}\n"
-                                             f"    parallel:\n      cpus: 4\n    collect: all\n    outputs: 'big*.bin'\n")
+                                             f"    parallel:\n      cpus: 4\n    collect: all\n"
+                                             f"    outputs: 'big*.bin'\n")
         p = self.start(d, f"sparse-{os.getpid()}")
         rc_one, _, err = self.ended("sparse outputs (one node)", p, d, 60)
         self.check(rc_one == 0, "sparse outputs: the step succeeds on one node", f"exit {rc_one}\n{err}")
