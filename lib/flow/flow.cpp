@@ -248,15 +248,12 @@ class FlowRunner {
     sigemptyset(&held);
     for (int sig : {SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGUSR1, SIGUSR2}) sigaddset(&held, sig);
     sigprocmask(SIG_BLOCK, &held, &mask_before_);
-    // A run directory holds one run: files left in it by another would be
-    // taken for this run's outputs and logs. Held until this returns or
-    // flowrun dies: `flowrun resume` tells a live run by it.
-    // A workdir a step gathers outputs from by glob holds one live run: see
-    // workdir_lock.h. Taken first, so a refused run leaves no run directory.
-    std::vector<std::string> warnings;
-    const WorkdirLocks workdirs = WorkdirLocks::take(spec_, ctx_.run_id, host_.hostname, &warnings);
+    // A run directory holds one run, and so does a workdir for outputs gathered by glob (workdir_lock.h,
+    // taken first: a refused run makes no run directory). Held until this returns or flowrun dies:
+    // `flowrun resume` tells a live run by its run.lock.
+    const WorkdirLocks workdirs = WorkdirLocks::take(spec_, ctx_.run_id, host_.hostname);
     const RunLock lock = RunLock::create(ctx_.layout.run_dir, ctx_.run_id, host_.hostname);
-    for (const auto& warning : warnings) console_.message(warning);
+    for (const auto& warning : workdirs.warnings()) console_.message(warning);
     record_.start_unix_ns = unix_now_ns();
     write_record();
     point_latest(options_, ctx_, console_);

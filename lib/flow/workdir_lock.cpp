@@ -69,8 +69,7 @@ int open_lock(const std::string& workdir, std::string* why) {
 
 }  // namespace
 
-WorkdirLocks WorkdirLocks::take(const Spec& spec, const std::string& run_id, const std::string& host,
-                                std::vector<std::string>* warnings) {
+WorkdirLocks WorkdirLocks::take(const Spec& spec, const std::string& run_id, const std::string& host) {
   std::vector<std::string> workdirs;
   for (const auto& step : spec.steps) {
     if (step.is_parallel() && !step.outputs.empty() &&
@@ -82,7 +81,7 @@ WorkdirLocks WorkdirLocks::take(const Spec& spec, const std::string& run_id, con
     std::string why;
     UniqueFd fd(open_lock(workdir, &why));
     if (!fd) {
-      warnings->push_back(fmt::format(
+      locks.warnings_.push_back(fmt::format(
           "flowrun: warning: {}; another run gathering outputs from {} at the same time would not be "
           "detected",
           why, workdir));
@@ -101,7 +100,7 @@ WorkdirLocks WorkdirLocks::take(const Spec& spec, const std::string& run_id, con
                       workdir, holder_of(fd.get())),
           kExitUsage);
     if (rc != 0) {
-      warnings->push_back(fmt::format(
+      locks.warnings_.push_back(fmt::format(
           "flowrun: warning: cannot lock {}/.flowrun/outputs.lock: {}; another run gathering outputs from "
           "{} at the same time would not be detected",
           workdir, std::strerror(errno), workdir));

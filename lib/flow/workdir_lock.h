@@ -17,13 +17,16 @@ class WorkdirLocks {
   // Takes the lock of every workdir that a parallel step of `spec` gathers
   // `outputs` globs from. Another live run holding one is an Error (exit
   // code 2) that names it and says what to do. A workdir whose lock cannot
-  // be made (read-only, or .flowrun is not a directory of ours) is a
-  // warning in `warnings`, and the run goes on without that lock.
-  static WorkdirLocks take(const Spec& spec, const std::string& run_id, const std::string& host,
-                           std::vector<std::string>* warnings);
+  // be made (read-only, or .flowrun is not a directory) is a warning in
+  // warnings(), and the run goes on without that lock.
+  static WorkdirLocks take(const Spec& spec, const std::string& run_id, const std::string& host);
+
+  // "flowrun: warning: ..." for each workdir left without its lock.
+  const std::vector<std::string>& warnings() const { return warnings_; }
 
  private:
   std::vector<UniqueFd> held_;
+  std::vector<std::string> warnings_;
 };
 
 }  // namespace flowrun
