@@ -26,6 +26,7 @@ struct Takers {
   void operator()(const UploadBegin& m) const { uploads.begin(n.rank, m); }
   void operator()(const UploadChunk& m) const { uploads.data(n.rank, m.data); }
   void operator()(const UploadEnd& m) const { uploads.end(n.rank, m); }
+  void operator()(const UploadHole& m) const { uploads.hole(n.rank, m.bytes); }
   void operator()(const Done& m) const { inbox.on_done(n, m); }
   void operator()(const PreflightId& m) const { gathering.on_preflight_id(n, m); }
   void operator()(const PreflightDone& m) const { gathering.on_preflight_done(n, m); }

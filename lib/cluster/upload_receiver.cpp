@@ -37,7 +37,7 @@ void UploadReceiver::begin(int node_rank, const UploadBegin& m) {
     error = fmt::format(
         "upload of '{}' refused: only error.json, the rank's flight-recorder dump and files under out/ are "
         "uploaded",
-        *safe);
+        printable(*safe));
   }
   if (error.empty()) {
     // The rank's directory is reached from the run directory, and the file
@@ -46,17 +46,17 @@ void UploadReceiver::begin(int node_rank, const UploadBegin& m) {
     const std::string root = layout_.rank_dir(plan_.step, up.rank);
     const BeneathRoot dir = BeneathRoot::open_under(layout_.run_dir, root, false);
     if (!dir.ok()) {
-      error = fmt::format("upload of '{}' refused: cannot open {} without following a symlink: {}", *safe,
-                          root, std::strerror(dir.error()));
+      error = fmt::format("upload of '{}' refused: cannot open {} without following a symlink: {}",
+                          printable(*safe), root, std::strerror(dir.error()));
     } else {
       if (*safe == "error.json" || safe->find('/') == std::string::npos) unlinkat(dir.fd(), safe->c_str(), 0);
       up.fd.reset(dir.create_file(*safe, 0644, 0755, &up.dir));
       if (!up.fd)
         error = fmt::format("upload of '{}' refused: cannot create it in {} without following a symlink: {}",
-                            *safe, root, std::strerror(errno));
+                            printable(*safe), root, std::strerror(errno));
       up.leaf = safe->substr(safe->rfind('/') + 1);
     }
-    up.path = *safe;
+    up.path = printable(*safe);  // only said: a rank named it (a newline cannot forge a line)
   }
   if (!error.empty()) {
     up.refused = true;
@@ -77,15 +77,32 @@ void UploadReceiver::data(int node_rank, std::string_view data) {
     return;
   }
   up.crc.update(data);
-  if (!write_all(up.fd.get(), data.data(), data.size())) {
-    const int err = errno;
-    const std::string what = fmt::format("cannot write rank {}'s {} in {}: {}", up.rank, up.path,
-                                         layout_.rank_dir(plan_.step, up.rank), std::strerror(err));
-    // Said once: the uploads after it fail for the same reason.
-    if (!write_error_.empty()) up.refused = true;
-    if (write_error_.empty()) write_error_ = what;
-    abort(node_rank, what + write_failure_hint(err, layout_.run_dir));
+  if (!write_all(up.fd.get(), data.data(), data.size())) write_failed(node_rank, up, errno);
+}
+
+void UploadReceiver::hole(int node_rank, std::int64_t bytes) {
+  auto& open = open_[static_cast<std::size_t>(node_rank)];
+  if (!open) return;
+  Upload& up = *open;
+  if (up.refused) return;
+  if (bytes <= 0 || bytes > up.size - up.got) {
+    abort(node_rank, bytes <= 0 ? fmt::format("upload of '{}' sent a hole of {} bytes", up.path, bytes)
+                                : fmt::format("upload of '{}' sent more than the {} bytes it announced",
+                                              up.path, up.size));
+    return;
   }
+  up.got += bytes;
+  up.crc.update(upload_hole_crc_bytes(bytes));
+  if (lseek(up.fd.get(), bytes, SEEK_CUR) < 0) write_failed(node_rank, up, errno);
+}
+
+void UploadReceiver::write_failed(int node_rank, Upload& up, int err) {
+  const std::string what = fmt::format("cannot write rank {}'s {} in {}: {}", up.rank, up.path,
+                                       layout_.rank_dir(plan_.step, up.rank), std::strerror(err));
+  // Said once: the uploads after it fail for the same reason.
+  if (!write_error_.empty()) up.refused = true;
+  if (write_error_.empty()) write_error_ = what;
+  abort(node_rank, what + write_failure_hint(err, layout_.run_dir));
 }
 
 void UploadReceiver::end(int node_rank, const UploadEnd& m) {
@@ -94,6 +111,13 @@ void UploadReceiver::end(int node_rank, const UploadEnd& m) {
   Upload up = std::move(*open);
   open.reset();
   if (up.refused) return;
+  // A file that ends in a hole gets its length here: the hole was skipped.
+  if (up.got == up.size && ftruncate(up.fd.get(), up.size) != 0) {
+    const int err = errno;
+    open = std::move(up);
+    write_failed(node_rank, *open, err);
+    return;
+  }
   up.fd.reset();
   const std::string& expected = m.crc32c;
   const std::string got = up.crc.hex();

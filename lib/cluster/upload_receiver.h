@@ -39,6 +39,10 @@ class UploadReceiver {
   void begin(int node_rank, const UploadBegin& m);
   // Its bytes: more than announced aborts it, as a failed write does.
   void data(int node_rank, std::string_view data);
+  // UploadHole: the file's next `bytes` are a hole, left as one (skipped,
+  // and the length set at the end); beyond the size announced, or not
+  // positive, it aborts the upload.
+  void hole(int node_rank, std::int64_t bytes);
   // UploadEnd: a file of the wrong size or checksum is removed and said.
   void end(int node_rank, const UploadEnd& m);
   // Ends the node's open upload, if any, removing the part that came, and
@@ -50,7 +54,7 @@ class UploadReceiver {
  private:
   struct Upload {
     int rank = -1;
-    std::string path;
+    std::string path;  // printable(), for messages
     UniqueFd fd;
     UniqueFd dir;      // the directory it is made in, to remove it from (unlinkat)
     std::string leaf;  // its name there
@@ -65,6 +69,8 @@ class UploadReceiver {
   std::string& write_error_;
   ErrorHandler on_error_;
   std::vector<std::optional<Upload>> open_;  // by node rank
+
+  void write_failed(int node_rank, Upload& up, int err);
 };
 
 }  // namespace flowrun::cluster

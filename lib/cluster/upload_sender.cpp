@@ -42,19 +42,44 @@ void UploadSender::wait_for_queue() {
   while (conn_.is_open() && !lost_() && conn_.queued() >= kQueueHighWater) io_.run_one();
 }
 
-// Sends the open regular file `fd` (`st` its fstat) as rank's `rel`.
+namespace {
+
+// Where the data at or after `at` in `fd` starts and ends, within `size`:
+// {size, size} when only a hole is left. A file system without SEEK_DATA
+// has no holes to tell: the rest is data.
+std::pair<std::int64_t, std::int64_t> next_data(int fd, std::int64_t at, std::int64_t size) {
+  off_t data = lseek(fd, at, SEEK_DATA);
+  if (data < 0) data = errno == ENXIO ? size : at;
+  data = std::min<off_t>(data, size);
+  off_t hole = data < size ? lseek(fd, data, SEEK_HOLE) : size;
+  if (hole <= data || hole > size) hole = size;  // no SEEK_HOLE, or the file changed: read on
+  return {data, hole};
+}
+
+}  // namespace
+
+// Sends the open regular file `fd` (`st` its fstat) as rank's `rel`: its
+// data in chunks, its holes (SEEK_HOLE) as UploadHole, never as zeros.
 // Returns false when the upload stopped (the head is gone).
 bool UploadSender::upload_file(int rank, const std::string& rel, UniqueFd fd, const struct stat& st,
                                std::vector<std::string>& errors) {
   conn_.send(UploadBegin{rank, rel, st.st_size});
   Crc32c crc;
   std::string buf(kUploadChunk, '\0');
-  std::int64_t sent = 0;
+  std::int64_t sent = 0;  // data and holes
   int read_error = 0;
   while (sent < st.st_size) {
     wait_for_queue();  // the next chunk is read only once the queue is below the mark
     if (lost_()) break;
-    const ssize_t n = read(fd.get(), buf.data(), buf.size());
+    const auto [data, hole] = next_data(fd.get(), sent, st.st_size);
+    if (data > sent) {
+      conn_.send(UploadHole{data - sent});
+      crc.update(upload_hole_crc_bytes(data - sent));
+      sent = data;
+      continue;
+    }
+    const auto want = static_cast<std::size_t>(std::min<std::int64_t>(buf.size(), hole - sent));
+    const ssize_t n = pread(fd.get(), buf.data(), want, sent);
     if (n < 0 && errno == EINTR) continue;
     if (n < 0) read_error = errno;  // EAGAIN too: the fd is O_NONBLOCK, a read that would wait is no content
     if (n <= 0) break;

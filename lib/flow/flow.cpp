@@ -26,6 +26,8 @@
 #include "flowrun/supervisor.h"
 #include "flowrun/worker_group.h"
 
+#include "workdir_lock.h"
+
 namespace flowrun {
 
 namespace {
@@ -253,10 +255,12 @@ class FlowRunner {
     sigemptyset(&held);
     for (int sig : {SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGUSR1, SIGUSR2}) sigaddset(&held, sig);
     sigprocmask(SIG_BLOCK, &held, &mask_before_);
-    // A run directory holds one run: files left in it by another would be
-    // taken for this run's outputs and logs. Held until this returns or
-    // flowrun dies: `flowrun resume` tells a live run by it.
+    // A run directory holds one run, and so does a workdir for outputs gathered by glob (workdir_lock.h,
+    // taken first: a refused run makes no run directory). Held until this returns or flowrun dies:
+    // `flowrun resume` tells a live run by its run.lock.
+    const WorkdirLocks workdirs = WorkdirLocks::take(spec_, ctx_.run_id, host_.hostname);
     const RunLock lock = RunLock::create(ctx_.layout.run_dir, ctx_.run_id, host_.hostname, spec_.workdir);
+    for (const auto& warning : workdirs.warnings()) console_.message(warning);
     record_.start_unix_ns = unix_now_ns();
     write_record();
     point_latest(options_, ctx_, console_);

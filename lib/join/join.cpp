@@ -15,10 +15,12 @@
 #include <fcntl.h>
 #include <fmt/format.h>
 #include <limits>
+#include <linux/fs.h>
 #include <map>
 #include <memory>
 #include <optional>
 #include <set>
+#include <sys/ioctl.h>
 #include <sys/stat.h>
 #include <system_error>
 #include <unistd.h>
@@ -26,6 +28,7 @@
 #include "flowrun/beneath.h"
 #include "flowrun/error.h"
 #include "flowrun/files.h"
+#include "flowrun/util.h"
 
 namespace flowrun {
 
@@ -355,7 +358,7 @@ std::string missing_message(const JoinRequest& rq, const std::string& glob, cons
   else
     out += fmt::format(" {} files there predate the step and are not collected; the newest: ", stale.size());
   return out + fmt::format("{} {}; write it again during the step, or correct the glob in outputs.",
-                           newest->abs, written_before(newest->mtime, rq.started));
+                           printable(newest->abs), written_before(newest->mtime, rq.started));
 }
 
 // 'dir/model.pt' -> {'dir/model_rank<RANK>.pt', 'dir/model_rank*.pt'}.
@@ -387,52 +390,90 @@ struct Candidate {
   std::string dest;
 };
 
-std::string describe(const Candidate& c) { return c.file.abs + " (" + c.origin + ")"; }
+// A path or a link's text that a rank named: printable(), as the head
+// shows a node's words, so a name cannot forge a line of flowrun's or drive
+// the terminal, on one node as across nodes.
+std::string describe(const Candidate& c) { return printable(c.file.abs) + " (" + c.origin + ")"; }
 
 enum class Copied { done, read_failed, write_failed, stopped };
 
-// Copies `in` to `out` (both open): copy_file_range while the kernel takes
-// it, read/write from where it stopped otherwise, 64 MiB at a time between
-// two questions to `stop`. On a failure errno says why.
-Copied copy_bytes(int in, int out, const std::function<bool()>& stop) {
-  constexpr std::size_t kStep = 64 << 20;
-  bool plain = false;
+// Copies bytes [from, to) of `in` to the same offsets of `out`:
+// copy_file_range while the kernel takes it, pread/pwrite otherwise, 64 MiB
+// at a time between two questions to `stop`. A file that ends early (it
+// shrank) ends the range. On a failure errno says why.
+Copied copy_range(int in, int out, off_t from, off_t to, bool& plain, const std::function<bool()>& stop) {
+  constexpr off_t kStep = 64 << 20;
   std::vector<char> buf;
-  for (;;) {
+  for (off_t at = from; at < to;) {
     if (stop && stop()) return Copied::stopped;
+    const off_t step_end = std::min(to, at + kStep);
     if (!plain) {
-      ssize_t n = copy_file_range(in, nullptr, out, nullptr, kStep, 0);
-      if (n > 0) continue;
+      loff_t in_off = at, out_off = at;
+      const ssize_t n =
+          copy_file_range(in, &in_off, out, &out_off, static_cast<std::size_t>(step_end - at), 0);
+      if (n > 0) {
+        at += n;
+        continue;
+      }
       if (n == 0) return Copied::done;
       if (errno == EAGAIN) return Copied::read_failed;
       if (errno != EXDEV && errno != EINVAL && errno != ENOSYS && errno != EOPNOTSUPP && errno != EPERM)
         return errno == ENOSPC || errno == EDQUOT || errno == EFBIG ? Copied::write_failed
                                                                     : Copied::read_failed;
       plain = true;
-      buf.resize(1 << 16);
     }
-    for (std::size_t chunk = 0; chunk < kStep;) {
-      ssize_t n = read(in, buf.data(), buf.size());
+    buf.resize(1 << 16);
+    while (at < step_end) {
+      const ssize_t n = pread(in, buf.data(),
+                              std::min<std::size_t>(buf.size(), static_cast<std::size_t>(step_end - at)), at);
       if (n == 0) return Copied::done;
       if (n < 0) {
         if (errno == EINTR) continue;
         return Copied::read_failed;  // EAGAIN too: a read that would block is not a file's content
       }
       for (ssize_t done = 0; done < n;) {
-        ssize_t w = write(out, buf.data() + done, static_cast<std::size_t>(n - done));
+        const ssize_t w = pwrite(out, buf.data() + done, static_cast<std::size_t>(n - done), at + done);
         if (w < 0 && errno != EINTR) return Copied::write_failed;
         if (w > 0) done += w;
       }
-      chunk += static_cast<std::size_t>(n);
+      at += n;
     }
   }
+  return Copied::done;
+}
+
+// Copies the `size` bytes of `in` to the empty `out`, holes kept: only the
+// data that SEEK_DATA and SEEK_HOLE find is copied, and the file's length is
+// set at the end, so a sparse checkpoint (or a rank's `truncate -s 1T`)
+// costs the run directory what it costs the workdir, not its length. A file
+// system without SEEK_DATA reports the whole file as data.
+Copied copy_bytes(int in, int out, off_t size, const std::function<bool()>& stop) {
+  bool plain = false;
+  for (off_t at = 0; at < size;) {
+    off_t data = lseek(in, at, SEEK_DATA);
+    if (data < 0 && errno == ENXIO) break;  // only a hole is left
+    if (data < 0) data = at;
+    if (data >= size) break;
+    off_t hole = lseek(in, data, SEEK_HOLE);
+    if (hole < 0 || hole > size) hole = size;
+    if (hole <= data) hole = std::min(size, data + 1);  // the file changed under us: copy on
+    if (const Copied c = copy_range(in, out, data, hole, plain, stop); c != Copied::done) return c;
+    at = hole;
+  }
+  if (stop && stop()) return Copied::stopped;
+  if (ftruncate(out, size) != 0) return Copied::write_failed;
+  return Copied::done;
 }
 
 enum class Put { done, exists, unreadable, stopped };
 
-// Creates `leaf` in `dir` as a copy of the open file `in` (whose stat is
-// `st`), with its permission bits (never set-user-ID, set-group-ID or
-// sticky: the copy is flowrun's) and mtime.
+// Creates `leaf` in `dir` with the content of the open file `in` (whose stat
+// is `st`), with its permission bits (never set-user-ID, set-group-ID or
+// sticky: the file is flowrun's) and mtime. A reflink (FICLONE) where the
+// file system shares extents (Btrfs, XFS): instant, no space, and a later
+// write to either file leaves the other as it was; else a copy that keeps
+// holes. Either way the file in outputs/ is this run's own: the next run's
+// torch.save rewriting the workdir's model.pt in place cannot change it.
 Put copy_file(int in, const struct stat& st, int dir, const std::string& leaf, const std::string& source,
               const std::string& dest, const std::function<bool()>& stop, int* err) {
   UniqueFd out(openat(dir, leaf.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600));
@@ -440,7 +481,8 @@ Put copy_file(int in, const struct stat& st, int dir, const std::string& leaf, c
     if (errno == EEXIST) return Put::exists;
     throw Error("cannot create " + dest + ": " + errno_text(errno));
   }
-  const Copied copied = copy_bytes(in, out.get(), stop);
+  const Copied copied =
+      ioctl(out.get(), FICLONE, in) == 0 ? Copied::done : copy_bytes(in, out.get(), st.st_size, stop);
   const int e = errno;
   const timespec times[2] = {st.st_atim, st.st_mtim};
   if (copied == Copied::done && fchmod(out.get(), st.st_mode & 0777) == 0 && futimens(out.get(), times) == 0)
@@ -454,15 +496,21 @@ Put copy_file(int in, const struct stat& st, int dir, const std::string& leaf, c
   }
 }
 
-// A hard link when it is safe and the file system allows it, else a copy.
-// Never replaces. Only a file of ours is linked: one that another user owns
-// would stay theirs to change (or to be a hard link to something of ours
-// they could not read) once it sits in outputs/. The link is made from the
+// Into outputs/, never replacing a file there. A glob's match lies in the
+// workdir, which later runs share and rewrite in place (torch.save opens
+// model.pt with O_TRUNC): it is always reflinked or copied, never
+// hard-linked, or every earlier run's outputs would become the new bytes.
+// A file of a rank's own directory (`private_file`), which lies in this run
+// directory and nowhere else, is hard-linked (no copy of a large
+// checkpoint) when it is ours (another user's would stay theirs to change)
+// and has no other name (st_nlink 1: a rank that linked the workdir's
+// model.pt into $FLOWRUN_OUTPUT_DIR gets a copy). The link is made from the
 // open fd, so it is the very file that was checked, not what a name points
 // to by now.
-Put put_file(int in, const struct stat& st, int dir, const std::string& leaf, const std::string& source,
-             const std::string& dest, const std::function<bool()>& stop, int* err) {
-  if (st.st_uid == geteuid()) {
+Put put_file(int in, const struct stat& st, bool private_file, int dir, const std::string& leaf,
+             const std::string& source, const std::string& dest, const std::function<bool()>& stop,
+             int* err) {
+  if (private_file && st.st_uid == geteuid() && st.st_nlink == 1) {
     int rc = linkat(in, "", dir, leaf.c_str(), AT_EMPTY_PATH);
     if (rc != 0 && errno != EEXIST && errno != EXDEV && errno != EMLINK) {
       // AT_EMPTY_PATH needs CAP_DAC_READ_SEARCH on older kernels.
@@ -560,7 +608,8 @@ void add_workdir_matches(Gathering& g, const BeneathRoot& workroot) {
     for (const auto& f : old) g.stale.insert(f.abs);
     for (const auto& e : refused)
       g.result.errors.push_back(fmt::format("step '{}': output '{}': {} {}; refused", rq.step, glob,
-                                            workroot.path_of(e.rel), refusal_text(e, "the workdir")));
+                                            printable(workroot.path_of(e.rel)),
+                                            printable(refusal_text(e, "the workdir"))));
     if (fresh.empty()) {
       if (refused.empty()) g.result.errors.push_back(missing_message(rq, glob, old));
       continue;
@@ -594,7 +643,9 @@ void add_rank_outputs(Gathering& g, std::vector<RankOutput>& rank_outputs) {
     const std::string prefix = rq.collect == Collect::all ? fmt::format("rank{}/", rank) : "";
     RankOutput& ro = rank_outputs.emplace_back(
         scan_rank_output(rank, rq.run_dir, rq.rank_output_dirs[static_cast<std::size_t>(rank)], stop));
-    for (const auto& e : ro.errors) g.result.errors.push_back(fmt::format("step '{}': {}", rq.step, e));
+    // The same words an agent sends, made printable as the head makes them.
+    for (const auto& e : ro.errors)
+      g.result.errors.push_back(fmt::format("step '{}': {}", rq.step, printable(e)));
     for (const auto& e : ro.files) {
       Found f{e.rel, ro.root.path_of(e.rel), mtime_of(e.st), static_cast<std::uint64_t>(e.st.st_size)};
       g.candidates.push_back({&ro.root, std::move(f), rank,
@@ -660,7 +711,7 @@ enum class Collected { done, failed, stopped };
 // Links or copies one candidate to outputs/DEST; says why not when it cannot.
 Collected collect_one(Gathering& g, const BeneathRoot& out, const std::string& dest, const Candidate& c) {
   const JoinRequest& rq = g.rq;
-  const std::string target = rq.outputs_dir + "/" + dest;
+  const std::string target = printable(rq.outputs_dir + "/" + dest);  // for messages
   struct stat st {};
   const int fd = c.root->open_regular(c.file.rel, Links::beneath, &st);
   if (fd == kNotRegular || fd < 0) {
@@ -678,7 +729,8 @@ Collected collect_one(Gathering& g, const BeneathRoot& out, const std::string& d
   UniqueFd dir(out.open_parent(dest, true, 0755, &leaf));
   if (!dir) throw Error("cannot create the directory for " + target + ": " + errno_text(errno));
   int err = 0;
-  switch (put_file(in.get(), st, dir.get(), leaf, c.file.abs, target, g.stop_fn(), &err)) {
+  switch (put_file(in.get(), st, c.rank >= 0, dir.get(), leaf, printable(c.file.abs), target, g.stop_fn(),
+                   &err)) {
     case Put::done: break;
     case Put::stopped: return Collected::stopped;
     case Put::exists: {

@@ -530,6 +530,9 @@ void read(Reader& r, UploadEnd& m) {
   m.crc32c = r.str("crc32c");
 }
 
+void write(Writer& w, const UploadHole& m) { w.put("bytes", m.bytes); }
+void read(Reader& r, UploadHole& m) { m.bytes = r.integer<std::int64_t>("bytes"); }
+
 void write(Writer& w, const Bye& m) { w.put("succeeded", m.succeeded); }
 void read(Reader& r, Bye& m) { m.succeeded = r.boolean("succeeded"); }
 
@@ -650,6 +653,7 @@ Frame encode(const Stalled& m) { return encode_one(m); }
 Frame encode(const UploadBegin& m) { return encode_one(m); }
 Frame encode(const UploadChunk& m) { return encode_one(m); }
 Frame encode(const UploadEnd& m) { return encode_one(m); }
+Frame encode(const UploadHole& m) { return encode_one(m); }
 Frame encode(const Bye& m) { return encode_one(m); }
 Frame encode(const Done& m) { return encode_one(m); }
 Frame encode(const Preflight& m) { return encode_one(m); }
@@ -684,6 +688,13 @@ std::string encode_upload_chunk_frame(std::string_view data) {
 
 std::optional<std::string_view> upload_chunk_data(std::string_view payload) {
   return one_field_view(payload, "data");
+}
+
+std::string upload_hole_crc_bytes(std::int64_t bytes) {
+  std::string out(1, '\0');
+  for (int shift = 56; shift >= 0; shift -= 8)
+    out.push_back(static_cast<char>((static_cast<std::uint64_t>(bytes) >> shift) & 0xff));
+  return out;
 }
 
 std::string to_wire(const Frame& frame) { return encode_frame(frame.type, frame.payload); }

@@ -3270,6 +3270,233 @@ steps:
         n.check_nothing_left("rank fds nodes")
         r.extra = f"the one-node run took {took:.2f} s"
         self.finish_row(r, "rank fds", "n/a (nothing fails)", 0, left, 0, 0, err)
+    # --- a run's outputs are its own; worker-named text; sparse outputs ---------------
+
+    # Rank 0 writes model.pt in the workdir in place (torch.save opens it with O_TRUNC, keeping
+    # the inode), tagged with the run's mark, and links it into its FLOWRUN_OUTPUT_DIR as well;
+    # with WAIT_GO set it then waits for the file `go`.
+    OWN_RANK = ('import os, time\n'
+                'if os.environ["RANK"] == "0":\n'
+                '    tag = os.environ["FAULT_E2E_MARK"]\n'
+                '    with open("model.pt", "r+b" if os.path.exists("model.pt") else "wb") as f:\n'
+                '        f.truncate(0); f.write(("weights of " + tag).encode())\n'
+                '    with open("ckpt.pt", "r+b" if os.path.exists("ckpt.pt") else "wb") as f:\n'
+                '        f.write(("ckpt of " + tag).encode())\n'
+                '    os.link("model.pt", os.path.join(os.environ["FLOWRUN_OUTPUT_DIR"], "linked.pt"))\n'
+                '    open("ready.0.tmp", "w").write(str(os.getpid())); os.rename("ready.0.tmp", "ready.0")\n'
+                '    while os.environ.get("WAIT_GO") and not os.path.exists("go"):\n'
+                '        time.sleep(0.02)\n')
+
+    def own_flow(self, name, flow_name=None):
+        return self.workspace(name, f"name: {flow_name or name}\nsteps:\n  - name: train\n"
+                                    f"    run: {q([PY, '-c', self.OWN_RANK])}\n    parallel:\n      cpus: 2\n"
+                                    f"    outputs: [model.pt, ckpt.pt]\n")
+
+    def start_in(self, d, run_id, tag, env=None):
+        """flowrun on d/spec.yaml with its own run directory d/run-TAG, output in d/TAG.out and d/TAG.err."""
+        with open(os.path.join(d, f"{tag}.out"), "w") as out, open(os.path.join(d, f"{tag}.err"), "w") as err:
+            return subprocess.Popen([self.flowrun, os.path.join(d, "spec.yaml"), "--run-dir",
+                                     os.path.join(d, f"run-{tag}"), "--run-id", run_id], cwd=d,
+                                    env=clean_env(**{MARK: run_id, **(env or {})}), stdin=subprocess.DEVNULL,
+                                    stdout=out, stderr=err, start_new_session=True)
+
+    def kept(self, d, tag, rel):
+        return read(os.path.join(d, f"run-{tag}", "train", "outputs", rel), "")
+
+    def test_outputs_own_run(self):
+        """Two runs of one flow, one after the other, in one workdir: the second rewrites model.pt in
+        place (truncated, and ckpt.pt overwritten without truncation); rank 0 also hard-links
+        model.pt into its FLOWRUN_OUTPUT_DIR. The first run's kept outputs stay its own bytes."""
+        r = self.row("outputs_own_run", "a glob's match is reflinked (FICLONE) or copied into outputs/, never "
+                     "hard-linked, and a rank's file with another name is copied too: the second run's rewrites "
+                     "in place leave every file the first run kept as it was")
+        d = self.own_flow("outputs_own_run")
+        ids = [f"own-{os.getpid()}-{k}" for k in (1, 2)]
+        t0 = time.monotonic()
+        rcs = []
+        for k, run_id in enumerate(ids, 1):
+            p = self.start_in(d, run_id, str(k))
+            rcs.append(self.wait(p, 30))
+            self.sanitizer_check(f"outputs own run {k}", read(os.path.join(d, f"{k}.err")))
+            os.remove(os.path.join(d, "ready.0"))
+        took = time.monotonic() - t0
+        self.check(rcs == [0, 0], "outputs own run: both runs succeed", f"{rcs}\n" + read(os.path.join(d, "1.err")) +
+                   read(os.path.join(d, "2.err")))
+        want = {rel: f"{what} of {ids[0]}" for rel, what in
+                (("model.pt", "weights"), ("ckpt.pt", "ckpt"), ("linked.pt", "weights"))}
+        got = {rel: self.kept(d, "1", rel) for rel in want}
+        self.check(got == want, "outputs own run: the first run's outputs are still its own bytes", f"{got}")
+        second = {rel: self.kept(d, "2", rel) for rel in want}
+        self.check(second == {rel: text.replace(ids[0], ids[1]) for rel, text in want.items()},
+                   "outputs own run: the second run's outputs are its bytes", f"{second}")
+        shared = [rel for rel in want for k in ("1", "2")
+                  if os.stat(os.path.join(d, f"run-{k}", "train", "outputs", rel)).st_ino ==
+                  os.stat(os.path.join(d, "model.pt" if rel == "linked.pt" else rel)).st_ino]
+        self.check(not shared, "outputs own run: no kept output is the workdir's file", str(shared))
+        self.finish_row(r, "outputs own run", "n/a (nothing fails)", 0, self.count_left(ids[0]) +
+                        self.count_left(ids[1]), 0, sum(got[rel] != want[rel] for rel in want), "")
+        r.extra = f"two runs in {took:.1f} s"
+
+    def test_second_live_run(self):
+        """Run A of a flow waits in its step; run B of the same flow, and C, a copy of it under another
+        name, start in the same workdir meanwhile. Both are refused; A then gathers its own model.pt;
+        once A has ended, B's flow runs there again."""
+        r = self.row("second_live_run", "the first run holds WORKDIR/.flowrun/outputs.lock (flock) while it "
+                     "runs; a second run of the flow, or of a copy under another name, gathering outputs from the "
+                     "same workdir is refused at once (exit 2) naming the first run and the fix; the first keeps "
+                     "its own outputs; the lock goes with the run")
+        d = self.own_flow("second_live_run")
+        copy = os.path.join(d, "copy")
+        os.makedirs(copy)
+        with open(os.path.join(d, "spec.yaml")) as f:
+            spec = f.read()
+        with open(os.path.join(copy, "spec.yaml"), "w") as f:
+            f.write(spec.replace("name: second_live_run", f"name: other\nworkdir: {d}"))
+        ids = {tag: f"live-{os.getpid()}-{tag}" for tag in ("a", "b", "c", "d")}
+        a = self.start_in(d, ids["a"], "a", env={"WAIT_GO": "1"})
+        if not self.check(self.wait_ready(d, 1, a) is not None, "second live run: run A's rank is ready",
+                          read(os.path.join(d, "a.err"))):
+            a.kill()
+            return
+        t0 = time.monotonic()
+        b = self.start_in(d, ids["b"], "b")
+        c = self.start_in(copy, ids["c"], "c")
+        rc_b, rc_c = self.wait(b, 30), self.wait(c, 30)
+        refused_in = time.monotonic() - t0
+        err_b, err_c = read(os.path.join(d, "b.err")), read(os.path.join(copy, "c.err"))
+        holder = re.escape(f"run {ids['a']} of flow second_live_run (flowrun pid {a.pid} on ")
+        want = (r"^flowrun: error: the workdir " + re.escape(d) + r" is in use by " + holder +
+                r"\S+\), which gathers its outputs from there too; each run would take the other's files for its "
+                r"own\. Wait until it ends, or give this run a workdir of its own \(the spec's workdir:\), or have "
+                r"the ranks write into \$FLOWRUN_OUTPUT_DIR, which is each run's own$")
+        for tag, rc, err in (("b", rc_b, err_b), ("c", rc_c, err_c)):
+            self.check(rc == 2 and re.search(want, err, re.M) is not None,
+                       f"second live run: run {tag.upper()} is refused (exit 2), naming run A and the fix",
+                       f"exit {rc}\n{err}")
+            self.check(not os.path.exists(os.path.join(d if tag == "b" else copy, f"run-{tag}")),
+                       f"second live run: run {tag.upper()} makes no run directory")
+        open(os.path.join(d, "go"), "w").close()
+        rc_a = self.wait(a, 30)
+        self.sanitizer_check("second live run", read(os.path.join(d, "a.err")))
+        self.check(rc_a == 0, "second live run: run A succeeds", f"exit {rc_a}\n" + read(os.path.join(d, "a.err")))
+        kept = self.kept(d, "a", "model.pt")
+        self.check(kept == f"weights of {ids['a']}", "second live run: run A's model.pt is its own", kept)
+        os.remove(os.path.join(d, "ready.0"))
+        rc_d = self.wait(self.start_in(d, ids["d"], "d"), 30)
+        self.check(rc_d == 0, "second live run: once A ended, the flow runs there again",
+                   f"exit {rc_d}\n" + read(os.path.join(d, "d.err")))
+        self.finish_row(r, "second live run", refused_in, 10.0, sum(self.count_left(i) for i in ids.values()), 0,
+                        int(kept != f"weights of {ids['a']}") + int(rc_b == 0) + int(rc_c == 0),
+                        err_b + err_c)
+
+    def test_worker_names_escaped(self):
+        """Rank 3 names a FIFO and a link out of FLOWRUN_OUTPUT_DIR with a newline, a forged flowrun line,
+        a terminal title and a screen clear (the link's text too), on one node and across nodes; on one
+        node a glob also matches a link out of the workdir named so."""
+        r = self.row("worker_names_escaped", "every name and link text a rank made is printed through the one "
+                     "escaping function (printable: `\\n`, `\\x1b`): the refusal is one line, in the same words "
+                     "on one node and across nodes; no forged line, no escape byte reaches the console")
+        forged = "flowrun: step 'train' succeeded"
+        name = "x\n" + forged + "\x1b]0;owned\x07\x1b[2J"
+        shown = r"x\\n" + re.escape(forged) + r"\\x1b\]0;owned\\x07\\x1b\[2J"
+        evil = (f'    os.mkfifo(os.path.join(out, {name!r})); '
+                f'os.symlink("/etc/\\x1b[31m\\npasswd", os.path.join(out, "link\\r" + {forged!r}))\n')
+        runs = self.confined_runs("worker_names_escaped", evil)
+        self.same_refusal("worker names escaped", runs, r"rank 3: FLOWRUN_OUTPUT_DIR/" + shown +
+                          r" is a FIFO, not a regular file; refused")
+        self.same_refusal("worker names escaped", runs, r"rank 3: FLOWRUN_OUTPUT_DIR/link\\r" + re.escape(forged) +
+                          r" is a symlink to /etc/\\x1b\[31m\\npasswd, outside the output directory; refused")
+        # One node, a glob: the same escaping for a match refused in the workdir.
+        link = "import os; os.symlink('/etc/passwd', " + repr(name + ".pt") + ")"
+        d = self.workspace("worker_names_escaped_glob", f"name: names\nsteps:\n  - name: train\n"
+                                                        f"    run: {q([PY, '-c', link])}\n"
+                                                        f"    parallel:\n      cpus: 1\n    outputs: '*.pt'\n")
+        p = self.start(d, f"names-{os.getpid()}")
+        rc, _, err = self.ended("worker names escaped (glob)", p, d, 30)
+        runs.append(("one node, a glob", rc, err, os.path.join(d, "run"), 0))
+        self.check(rc == 1 and re.search(r"^flowrun:   step 'train': output '\*\.pt': " + re.escape(d) + "/" + shown +
+                                         r"\.pt is a symlink to /etc/passwd, outside the workdir; refused$", err,
+                                         re.M) is not None, "worker names escaped: the glob's refusal is escaped",
+                   f"exit {rc}\n{err}")
+        raw = [(where, line) for where, _, text, _, _ in runs for line in text.splitlines()
+               if line == forged or "\x1b" in line or "\x07" in line or "\r" in line]
+        self.check(not raw, "worker names escaped: no forged line, no escape byte on the console", repr(raw))
+        self.count_left(f"names-{os.getpid()}")
+        self.finish_row(r, "worker names escaped", "n/a (refused when gathered)", 0, 0, self.confined_lost(runs[:2]),
+                        len(raw) + self.confined_false(runs[:2]), "\n".join(run[2] for run in runs))
+
+    # Each rank leaves out/sparse.bin: SPARSE_MIB MiB long, its own words at 0 and at 200 MiB, ranks 2
+    # and 3 a word at the very end, ranks 0 and 1 a hole there.
+    SPARSE_RANK = ('import os; out = os.environ["FLOWRUN_OUTPUT_DIR"]; rank = int(os.environ["RANK"]); '
+                   'size = int(os.environ["SPARSE_MIB"]) << 20\n'
+                   'fd = os.open(os.path.join(out, "sparse.bin"), os.O_WRONLY | os.O_CREAT, 0o644)\n'
+                   'os.pwrite(fd, b"head of %d" % rank, 0); os.pwrite(fd, b"middle of %d" % rank, 200 << 20)\n'
+                   'os.ftruncate(fd, size)\n'
+                   'if rank >= 2: os.pwrite(fd, b"end%d" % rank, size - 4)\n'
+                   'os.close(fd)\n'
+                   'open(os.path.join(out, "result.txt"), "w").write("rank %d result\\n" % rank)\n')
+
+    @staticmethod
+    def sparse_ok(path, rank, size):
+        """Whether `path` is rank's sparse.bin (its size and words) and the bytes it takes on disk."""
+        try:
+            st = os.stat(path)
+            with open(path, "rb") as f:
+                words = f.read(9), f.seek(200 << 20), f.read(11), f.seek(size - 4), f.read(4)
+        except OSError:
+            return False, 0
+        tail = b"end%d" % rank if rank >= 2 else b"\0" * 4
+        return (st.st_size == size and words[0] == b"head of %d" % rank and words[2] == b"middle of %d" % rank
+                and words[4] == tail), st.st_blocks * 512
+
+    def test_sparse_outputs(self):
+        """4 ranks on 2 nodes (agents on this host) each leave a 512 MiB sparse file in FLOWRUN_OUTPUT_DIR,
+        ranks 0 and 1 ending in a hole; on one node the same flow, and a glob matching a 64 GiB sparse
+        file in the workdir."""
+        r = self.row("sparse_outputs", "the agents send each file's holes as their lengths (SEEK_DATA, SEEK_HOLE; "
+                     "upload_hole, protocol 8), the head leaves holes where they were and gathering copies data "
+                     "only: each rank's file is whole, bit for bit where written, and the run directories hold its "
+                     "data, not its length")
+        mib = 512
+        size = mib << 20
+        env = f"env:\n  SPARSE_MIB: '{mib}'\n"
+        n = self.nodes("sparse_outputs_nodes", spec_text("sparse", q([PY, "-c", self.SPARSE_RANK]), collect="all",
+                                                         env=env))
+        t0 = time.monotonic()
+        if not n.begin("sparse outputs (2 nodes)"):
+            return
+        rc = n.finish("sparse outputs (2 nodes)", 120)
+        took = time.monotonic() - t0
+        n.check_nothing_left("sparse outputs (2 nodes)")
+        self.check(rc == 0, "sparse outputs: the step succeeds across nodes", f"exit {rc}\n{n.detail()}")
+        big_file = "if rank == 0: os.truncate(os.open('big.bin', os.O_WRONLY | os.O_CREAT), 64 << 30)\n"
+        d = self.workspace("sparse_outputs", f"name: sparse\n{env}steps:\n  - name: train\n"
+                                             f"    run: {q([PY, '-c', self.SPARSE_RANK + big_file])}\n"
+                                             f"    parallel:\n      cpus: 4\n    collect: all\n"
+                                             f"    outputs: 'big*.bin'\n")
+        p = self.start(d, f"sparse-{os.getpid()}")
+        rc_one, _, err = self.ended("sparse outputs (one node)", p, d, 60)
+        self.check(rc_one == 0, "sparse outputs: the step succeeds on one node", f"exit {rc_one}\n{err}")
+        bad, used = [], 0
+        for where, run_dir in (("2 nodes", n.run_dir), ("one node", os.path.join(d, "run"))):
+            for rank in range(4):
+                for rel in (f"rank{rank}/out/sparse.bin", f"outputs/rank{rank}/sparse.bin"):
+                    ok, disk = self.sparse_ok(os.path.join(run_dir, "train", rel), rank, size)
+                    used += disk
+                    if not ok:
+                        bad.append(f"{where}: {rel}")
+        big = os.path.join(d, "run", "train", "outputs", "big.bin")
+        big_st = os.stat(big) if os.path.exists(big) else None
+        self.check(not bad, "sparse outputs: every rank's file is whole where it was written", str(bad))
+        self.check(big_st is not None and big_st.st_size == 64 << 30 and big_st.st_blocks * 512 <= 1 << 20,
+                   "sparse outputs: the 64 GiB glob match is kept sparse", str(big_st))
+        self.check(used <= 16 << 20, "sparse outputs: the run directories hold the data, not the holes",
+                   f"{used} bytes on disk for 16 files of {mib} MiB")
+        lost = sum(read(os.path.join(run_dir, "train", f"rank{rank}", "out", "result.txt"), "") !=
+                   f"rank {rank} result\n" for run_dir in (n.run_dir, os.path.join(d, "run")) for rank in range(4))
+        self.finish_row(r, "sparse outputs", took, 30.0, self.count_left(f"sparse-{os.getpid()}"), lost, len(bad),
+                        n.detail() + err)
+        r.extra = f"{used >> 10} KiB on disk for 16 files of {mib} MiB"
 
     # --- the table -------------------------------------------------------------------
 

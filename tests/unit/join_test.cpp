@@ -449,15 +449,36 @@ TEST_CASE("with collect: all, a glob match under rank<R>/ collides with rank R's
              Catch::StartsWith("step 'train': two files would be collected as 'rank1/x.pt': "));
 }
 
-TEST_CASE("files are hard-linked on one file system and copied across file systems", "[join]") {
+TEST_CASE("a glob match is copied, a rank's own file hard-linked, across file systems copied", "[join]") {
   Scratch s;
   write(s.work + "/model.pt", "weights");
   chmod((s.work + "/model.pt").c_str(), 0640);
 
-  SECTION("same file system: the same inode") {
+  SECTION("a glob match in the shared workdir: this run's own copy, which a rewrite in place leaves alone") {
     JoinResult result = gather_outputs(s.request({"model.pt"}));
     REQUIRE(result.ok());
-    CHECK(inode(s.outputs + "/model.pt") == inode(s.work + "/model.pt"));
+    CHECK(inode(s.outputs + "/model.pt") != inode(s.work + "/model.pt"));
+    std::ofstream(s.work + "/model.pt", std::ios::trunc) << "the next run's";
+    CHECK(read(s.outputs + "/model.pt") == "weights");
+    struct stat st {};
+    REQUIRE(stat((s.outputs + "/model.pt").c_str(), &st) == 0);
+    CHECK((st.st_mode & 07777) == 0640);
+    CHECK(st.st_mtim.tv_sec == kFresh / kSecond);
+  }
+  SECTION("a rank's own file with no other name: the same inode") {
+    write(s.rank_dir(0) + "/weights.bin", "mine");
+    JoinResult result = gather_outputs(s.request({}));
+    REQUIRE(result.ok());
+    CHECK(inode(s.outputs + "/weights.bin") == inode(s.rank_dir(0) + "/weights.bin"));
+  }
+  SECTION("a rank's file that is also a name in the workdir: a copy") {
+    fs::create_directories(s.rank_dir(0));
+    REQUIRE(link((s.work + "/model.pt").c_str(), (s.rank_dir(0) + "/model.pt").c_str()) == 0);
+    JoinResult result = gather_outputs(s.request({}));
+    REQUIRE(result.ok());
+    CHECK(inode(s.outputs + "/model.pt") != inode(s.work + "/model.pt"));
+    std::ofstream(s.work + "/model.pt", std::ios::trunc) << "the next run's";
+    CHECK(read(s.outputs + "/model.pt") == "weights");
   }
   SECTION("another file system: a copy with the mode and mtime") {
     TempDir shm("/dev/shm");
@@ -484,6 +505,37 @@ TEST_CASE("files are hard-linked on one file system and copied across file syste
   }
 }
 
+TEST_CASE("a copy keeps the holes of a sparse file", "[join]") {
+  Scratch s;
+  constexpr off_t kGiB = off_t{1} << 30;
+  write(s.work + "/sparse.bin", "");
+  {
+    const int fd = open((s.work + "/sparse.bin").c_str(), O_WRONLY | O_CLOEXEC);
+    REQUIRE(fd >= 0);
+    REQUIRE(pwrite(fd, "head", 4, 0) == 4);
+    REQUIRE(pwrite(fd, "middle", 6, 32 * kGiB) == 6);
+    REQUIRE(ftruncate(fd, 64 * kGiB) == 0);  // ends in a hole
+    const timespec times[2] = {{0, UTIME_OMIT}, {kFresh / kSecond, kFresh % kSecond}};
+    REQUIRE(futimens(fd, times) == 0);
+    close(fd);
+  }
+  JoinResult result = gather_outputs(s.request({"sparse.bin"}));
+  REQUIRE(result.ok());
+  const std::string copy = s.outputs + "/sparse.bin";
+  struct stat st {};
+  REQUIRE(stat(copy.c_str(), &st) == 0);
+  CHECK(st.st_size == 64 * kGiB);
+  CHECK(st.st_blocks * 512 <= 1 << 20);
+  CHECK(result.files[0].bytes == static_cast<std::uint64_t>(64 * kGiB));
+  std::ifstream in(copy, std::ios::binary);
+  std::string head(4, '\0'), middle(6, '\0');
+  in.read(head.data(), 4);
+  in.seekg(32 * kGiB);
+  in.read(middle.data(), 6);
+  CHECK(head == "head");
+  CHECK(middle == "middle");
+}
+
 TEST_CASE("a file already in outputs/ is never replaced", "[join]") {
   Scratch s;
   write(s.work + "/model.pt", "new");
@@ -498,11 +550,12 @@ TEST_CASE("a file already in outputs/ is never replaced", "[join]") {
                                    "or gather into an empty directory."});
     CHECK(read(s.outputs + "/model.pt") == "someone else's");
   }
-  SECTION("the same file: gathering again is fine") {
-    REQUIRE(gather_outputs(s.request({"model.pt"})).ok());
-    JoinResult again = gather_outputs(s.request({"model.pt"}));
+  SECTION("the same file (a rank's own, linked): gathering again is fine") {
+    write(s.rank_dir(0) + "/metrics.json", "{}");
+    REQUIRE(gather_outputs(s.request({})).ok());
+    JoinResult again = gather_outputs(s.request({}));
     CHECK(again.ok());
-    CHECK(dests(again) == std::vector<std::string>{"model.pt"});
+    CHECK(dests(again) == std::vector<std::string>{"metrics.json"});
   }
 }
 
@@ -537,7 +590,7 @@ TEST_CASE("symlinks: files count as their targets, directories are followed only
     CHECK(result.errors.empty());
     CHECK(dests(result) == std::vector<std::string>{"real/epoch3.pt", "real/latest.pt"});
     CHECK(result.files[1].source == s.work + "/real/latest.pt");
-    CHECK(inode(s.outputs + "/real/latest.pt") == inode(s.work + "/real/epoch3.pt"));
+    CHECK(read(s.outputs + "/real/latest.pt") == "e3");
     struct stat st {};
     REQUIRE(lstat((s.outputs + "/real/latest.pt").c_str(), &st) == 0);
     CHECK(S_ISREG(st.st_mode));

@@ -113,6 +113,7 @@ std::vector<Message> samples() {
       UploadBegin{2, "out/result.txt", 5'000'000'000},
       UploadChunk{"\0\1\2 binary"s},
       UploadEnd{"out/result.txt", "e3069283"},
+      UploadHole{1LL << 40},
       Bye{true},
       Bye{false},
       Done{1, {"rank 2: cannot read out/x: Permission denied", "two"}},

@@ -2,13 +2,14 @@
 // what lands beneath a rank's directory, and what is refused or removed: a
 // rank of another node, a path outside error.json and out/, a rank
 // directory that is a symlink, more bytes than announced, a wrong checksum,
-// an upload cut short by its node's loss.
+// an upload cut short by its node's loss; holes left holes.
 #include "upload_receiver.h"
 
 #include <filesystem>
 #include <fstream>
 #include <sstream>
 #include <string>
+#include <sys/stat.h>
 #include <utility>
 #include <vector>
 
@@ -167,4 +168,73 @@ TEST_CASE("uploads: one cut short by its node's loss is removed, silently; by a 
   CHECK(u.errors[0].second == "a new upload began before the last one ended");
   CHECK_FALSE(fs::exists(u.rank_file(0, "out/b")));
   CHECK(fs::exists(u.rank_file(0, "out/c")));
+}
+
+TEST_CASE("uploads: a hole is left a hole, counted in the size and the checksum", "[uploads]") {
+  Uploads u;
+  constexpr std::int64_t kGiB = 1LL << 30;
+  Crc32c crc;
+  crc.update("head");
+  crc.update(upload_hole_crc_bytes(kGiB));
+  crc.update("middle");
+  crc.update(upload_hole_crc_bytes(kGiB));
+  const std::int64_t size = 4 + kGiB + 6 + kGiB;  // ends in a hole
+  u.receiver().begin(0, UploadBegin{0, "out/sparse.bin", size});
+  u.receiver().data(0, "head");
+  u.receiver().hole(0, kGiB);
+  u.receiver().data(0, "middle");
+  u.receiver().hole(0, kGiB);
+  u.receiver().end(0, UploadEnd{"out/sparse.bin", crc.hex()});
+  CHECK(u.errors.empty());
+  const std::string path = u.rank_file(0, "out/sparse.bin");
+  struct stat st {};
+  REQUIRE(stat(path.c_str(), &st) == 0);
+  CHECK(st.st_size == size);
+  CHECK(st.st_blocks * 512 <= 1 << 20);  // the holes take no space
+  std::ifstream in(path, std::ios::binary);
+  std::string got(6, '\0');
+  in.seekg(4 + kGiB);
+  in.read(got.data(), 6);
+  CHECK(got == "middle");
+
+  SECTION("a hole where the data was: the checksum differs, the file is rejected") {
+    u.receiver().begin(0, UploadBegin{0, "out/moved.bin", 10});
+    u.receiver().hole(0, 4);
+    u.receiver().data(0, "middle");
+    Crc32c data_first;
+    data_first.update("middle");
+    data_first.update(upload_hole_crc_bytes(4));
+    u.receiver().end(0, UploadEnd{"out/moved.bin", data_first.hex()});
+    REQUIRE(u.errors.size() == 1);
+    CHECK(u.errors[0].second ==
+          "upload of rank 0's 'out/moved.bin' is corrupt (10 of 10 bytes, CRC-32C differs); "
+          "rejected");
+    CHECK_FALSE(fs::exists(u.rank_file(0, "out/moved.bin")));
+  }
+  SECTION("a hole past the size announced, or of no bytes, ends the upload") {
+    u.receiver().begin(0, UploadBegin{0, "out/long.bin", 10});
+    u.receiver().hole(0, 11);
+    u.receiver().begin(0, UploadBegin{0, "out/none.bin", 10});
+    u.receiver().hole(0, 0);
+    REQUIRE(u.errors.size() == 2);
+    CHECK(u.errors[0].second == "upload of 'out/long.bin' sent more than the 10 bytes it announced");
+    CHECK(u.errors[1].second == "upload of 'out/none.bin' sent a hole of 0 bytes");
+    CHECK_FALSE(fs::exists(u.rank_file(0, "out/long.bin")));
+    CHECK_FALSE(fs::exists(u.rank_file(0, "out/none.bin")));
+  }
+}
+
+TEST_CASE("uploads: a name a rank made is said escaped", "[uploads]") {
+  Uploads u;
+  u.send(0, 0, "out/x\nflowrun: step 'train' succeeded\x1b[2J", "data", -1, "00000000");
+  u.send(0, 0, "x\n\x1b]0;t\x07", "data");
+  REQUIRE(u.errors.size() == 2);
+  CHECK(u.errors[0].second ==
+        "upload of rank 0's 'out/x\\nflowrun: step 'train' succeeded\\x1b[2J' is corrupt (4 of 4 bytes, "
+        "CRC-32C "
+        "differs); rejected");
+  CHECK(u.errors[1].second ==
+        "upload of 'x\\n\\x1b]0;t\\x07' refused: only error.json, the rank's flight-recorder dump and files "
+        "under "
+        "out/ are uploaded");
 }

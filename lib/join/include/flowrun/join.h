@@ -46,12 +46,18 @@
 //    like any other.
 //  - `.flowrun/` at the workdir's root is never searched.
 //  - outputs/ is made beneath `run_dir`, and each file in it beneath
-//    outputs/, following no symlink. A file is hard-linked into outputs/
-//    (no copy of a large checkpoint) when it is ours (owned by flowrun's
-//    user) and on the same file system, from the very fd that was checked;
-//    otherwise it is copied (permission bits without set-user-ID,
-//    set-group-ID and sticky; mtime kept). A file already at a destination
-//    is never replaced.
+//    outputs/, following no symlink. A glob's match is reflinked (FICLONE)
+//    where the file system can, else copied, holes kept: the workdir is
+//    shared with later runs, which rewrite its files in place, and a run's
+//    outputs must stay its own. A rank's private file is hard-linked (no
+//    copy of a large checkpoint) when it is ours (owned by flowrun's user),
+//    has no other name (st_nlink 1) and is on the same file system, from
+//    the very fd that was checked; otherwise it is reflinked or copied too
+//    (permission bits without set-user-ID, set-group-ID and sticky; mtime
+//    kept). A file already at a destination is never replaced.
+//  - Every name and link text a rank made is printable() in the messages
+//    (a newline or an escape sequence cannot forge a line or drive the
+//    terminal), as the head shows a node's words.
 //  - `stop` is asked between files and while a file is copied; when it
 //    gives a reason, gathering ends there, and what was not gathered is an
 //    error naming the reason (JoinResult::stopped).

@@ -279,9 +279,25 @@ struct UploadChunk {
 struct UploadEnd {
   static constexpr MessageType kType = MessageType::upload_end;
   std::string path;
-  std::string crc32c;  // Crc32c::hex() of the data
+  std::string crc32c;  // Crc32c::hex() of the data, each hole as upload_hole_crc_bytes
   friend bool operator==(const UploadEnd&, const UploadEnd&) = default;
 };
+
+// agent -> head, between UploadBegin and UploadEnd: the next `bytes` bytes of
+// the file are a hole (zeros the file system does not store), so they are
+// not sent, and the head leaves a hole there too: a rank's sparse file (or
+// its `truncate -s 1T`) costs the head's disk what it cost the node's, and
+// the network nothing. Counted in the size like data.
+struct UploadHole {
+  static constexpr MessageType kType = MessageType::upload_hole;
+  std::int64_t bytes = 0;  // > 0
+  friend bool operator==(const UploadHole&, const UploadHole&) = default;
+};
+
+// What a hole of `bytes` adds to an upload's checksum, on both sides: its
+// length (8 bytes, big-endian) after a NUL, so that where the holes are and
+// how long is checked like the data.
+std::string upload_hole_crc_bytes(std::int64_t bytes);
 
 // Both ways: orderly close; the sender closes after it. From the head:
 // whether the step succeeded (an agent of flowrun run exits with it).
@@ -345,9 +361,10 @@ struct Signal {
 
 // Every message, in MessageType order: the alternative at index i is the
 // message of type i + 1.
-using Message = std::variant<Hello, Challenge, Auth, Welcome, Refused, Assign, Start, Output, Exited,
-                             Heartbeat, Stop, UploadBegin, UploadChunk, UploadEnd, Bye, Ready, Done,
-                             Preflight, PreflightId, PreflightDone, Signal, Stalled, TakeStacks, Stacks>;
+using Message =
+    std::variant<Hello, Challenge, Auth, Welcome, Refused, Assign, Start, Output, Exited, Heartbeat, Stop,
+                 UploadBegin, UploadChunk, UploadEnd, Bye, Ready, Done, Preflight, PreflightId, PreflightDone,
+                 Signal, Stalled, TakeStacks, Stacks, UploadHole>;
 
 // The frame of each message. Throws flowrun::Error only where the message
 // cannot be written (a list item with a NUL, a list of one empty item): a
@@ -368,6 +385,7 @@ Frame encode(const Stalled& m);
 Frame encode(const UploadBegin& m);
 Frame encode(const UploadChunk& m);
 Frame encode(const UploadEnd& m);
+Frame encode(const UploadHole& m);
 Frame encode(const Bye& m);
 Frame encode(const Done& m);
 Frame encode(const Preflight& m);

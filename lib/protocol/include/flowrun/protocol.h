@@ -70,7 +70,8 @@ namespace flowrun {
 // 6: start carries the role (ROLE_NAME) and the job id (TORCHELASTIC_RUN_ID).
 // 7: start carries the step's forensics.nccl (NCCL's flight recorder); assign the
 // forensics time; stop whether to take the stacks first; take_stacks and stacks.
-inline constexpr std::uint8_t kProtocolVersion = 7;
+// 8: upload_hole: an upload's holes are not sent as zeros.
+inline constexpr std::uint8_t kProtocolVersion = 8;
 
 // length:u32 + version:u8 + type:u8.
 inline constexpr std::size_t kFrameHeaderBytes = 6;
@@ -128,10 +129,11 @@ enum class MessageType : std::uint8_t {
   stalled = 22,      // protocol 4 (before, a stop with a field "stalled")
   take_stacks = 23,  // protocol 7
   stacks = 24,
+  upload_hole = 25,  // protocol 8
 };
 
 inline constexpr std::uint8_t kFirstMessageType = 1;
-inline constexpr std::uint8_t kLastMessageType = 24;
+inline constexpr std::uint8_t kLastMessageType = 25;
 
 // "hello", "upload_chunk", ... as in the enum.
 std::string_view message_type_name(MessageType type);
