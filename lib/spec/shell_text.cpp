@@ -677,8 +677,7 @@ void Lexer::here_document() {
   while (i_ < limit() && !is_blank(s_[i_]) && s_[i_] != '\n' && !is_operator(s_[i_])) {
     const char c = s_[i_];
     if (c == '$' || c == '`') {
-      if (tmpl(i_))
-        return refuse(i_, "in a here-document's delimiter", "write the delimiter as a word");
+      if (tmpl(i_)) return refuse(i_, "in a here-document's delimiter", "write the delimiter as a word");
       unsure("after a here-document whose delimiter holds '$' or '`'");
     }
     if (c == '\'' || c == '"') {
@@ -739,8 +738,9 @@ ShellScan scan_shell_text(std::string_view script) {
     source.push_back(i);
   }
   ShellScan scan = Lexer(text, literal).run();
-  if (scan.refusal) scan.refusal->offset = scan.refusal->offset < source.size() ? source[scan.refusal->offset]
-                                                                                  : script.size();
+  if (scan.refusal)
+    scan.refusal->offset =
+        scan.refusal->offset < source.size() ? source[scan.refusal->offset] : script.size();
   scan.text = std::move(text);
   return scan;
 }

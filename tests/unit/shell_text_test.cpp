@@ -173,7 +173,6 @@ TEST_CASE("templates where no quoting is safe are refused, with the reason", "[s
       {"cat <<${args}\nx\n", "in a here-document's delimiter"},
       {"echo \\${args}", "right after a backslash"},
       {"echo \"\\${args}\"", "right after a backslash"},
-      {"echo $${args}", "right after a '$'"},
       {"v=$(case x in x) echo;; esac); echo ${args}", "after a 'case' inside $(...)"},
       {"echo ${X:-\"}\"} ${args}", "after a quote inside the shell's ${...}"},
       {"echo `echo 'x` ${args}", "after an unterminated single quote"},
@@ -222,6 +221,14 @@ TEST_CASE("shell text without templates, or with the shell's own ${...}, is neve
     CHECK_FALSE(scan.refusal.has_value());
     CHECK(scan.templates.empty());
   }
+  // `$${` is flowrun's escape: the shell reads a plain `${`, its own, and no
+  // template starts there; the escape is undone in the text the shell gets.
+  const ShellScan escaped = scan_shell_text("echo $${args} \"$${HOME:-x}\" $$${args} ${args}");
+  REQUIRE_FALSE(escaped.refusal.has_value());
+  CHECK(escaped.text == "echo ${args} \"${HOME:-x}\" $${args} ${args}");
+  REQUIRE(escaped.templates.size() == 1);
+  CHECK(escaped.text.substr(escaped.templates[0].offset) == "${args}");
+  CHECK(escaped.templates[0].context == ShellContext::unquoted);
   // After a here-document's body, and after a comment, the text is a script again.
   const ShellScan after = scan_shell_text("cat <<'EOF' # ${HOME}\n$(\n'\nEOF\necho \"${args}\" ${args}");
   REQUIRE_FALSE(after.refusal.has_value());
