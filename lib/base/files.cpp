@@ -85,13 +85,11 @@ int open_regular_file(const std::string& path, int* err) {
 
 }  // namespace
 
-std::optional<std::string> try_read_file(const std::string& path, std::size_t limit, int* err) {
-  int open_err = 0;
-  const int fd = open_regular_file(path, &open_err);
-  if (fd < 0) {
-    if (err != nullptr) *err = open_err;
-    return std::nullopt;
-  }
+namespace {
+
+// At most `limit` bytes of the open `fd`, closed after; every read that a
+// signal interrupted retried.
+std::optional<std::string> read_to_limit(int fd, std::size_t limit, int* err) {
   std::string text;
   char buf[65536];
   while (text.size() < limit) {
@@ -107,6 +105,30 @@ std::optional<std::string> try_read_file(const std::string& path, std::size_t li
   }
   close(fd);
   return text;
+}
+
+}  // namespace
+
+std::optional<std::string> try_read_file(const std::string& path, std::size_t limit, int* err) {
+  int open_err = 0;
+  const int fd = open_regular_file(path, &open_err);
+  if (fd < 0) {
+    if (err != nullptr) *err = open_err;
+    return std::nullopt;
+  }
+  return read_to_limit(fd, limit, err);
+}
+
+std::optional<std::string> try_read_given_file(const std::string& path, std::size_t limit, int* err) {
+  int fd;
+  do {
+    fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  } while (fd < 0 && errno == EINTR);
+  if (fd < 0) {
+    if (err != nullptr) *err = errno;
+    return std::nullopt;
+  }
+  return read_to_limit(fd, limit, err);
 }
 
 std::string read_file(const std::string& path, std::size_t limit) {

@@ -103,7 +103,7 @@ int run_doctor(const DoctorCommand& command) {
   DoctorFacts facts;
   if (!command.facts_file.empty()) {
     int err = 0;
-    const auto text = try_read_file(command.facts_file, SIZE_MAX, &err);
+    const auto text = try_read_given_file(command.facts_file, SIZE_MAX, &err);
     if (!text) throw Error("cannot read " + command.facts_file + ": " + file_error_text(err), kExitUsage);
     facts = parse_doctor_facts(*text, command.facts_file);
   } else {

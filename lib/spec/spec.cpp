@@ -1765,7 +1765,7 @@ void read_hostfile(const Spec& spec, ClusterSpec& cluster, std::vector<Diagnosti
   };
   // One byte past the limit, to tell a file that is too large.
   int err = 0;
-  const auto read = try_read_file(cluster.hostfile, kMaxSpecBytes + 1, &err);
+  const auto read = try_read_given_file(cluster.hostfile, kMaxSpecBytes + 1, &err);
   if (!read) {
     at_key("cannot read " + shown + ": " + file_error_text(err));
     return;
@@ -1794,7 +1794,7 @@ SpecParse load_spec(const std::string& path) {
 
   // One byte past the limit: parse_spec tells a file that is too large.
   int err = 0;
-  const auto text = try_read_file(path, kMaxSpecBytes + 1, &err);
+  const auto text = try_read_given_file(path, kMaxSpecBytes + 1, &err);
   if (!text) {
     SpecParse result;
     result.diagnostics.push_back({path, {}, "", std::string("cannot read: ") + file_error_text(err)});

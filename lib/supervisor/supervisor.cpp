@@ -271,6 +271,16 @@ void record_spawn_failure(Worker& w, std::size_t i, const SpawnResult& spawned, 
 
 }  // namespace
 
+// What the stop line tells the sender of `sig` about a second signal
+// (docs/cli.md#signals): only a SIGINT kills at once, when `sigint_kills`.
+// Whoever sent a SIGTERM (timeout, Slurm, kill) has no Ctrl-C to press, and
+// its second SIGTERM leaves the grace as it is; an agent never kills at once.
+static std::string what_cuts_the_grace(int sig, bool sigint_kills) {
+  if (!sigint_kills) return "";
+  if (sig == SIGINT) return "; press Ctrl-C again to kill at once";
+  return fmt::format("; a second {} does not shorten the grace, a SIGINT kills at once", signal_name(sig));
+}
+
 struct Supervisor::Impl {
   asio::io_context io;
   asio::signal_set child_signals{io, SIGCHLD};
@@ -356,23 +366,14 @@ struct Supervisor::Impl {
     flush_console();  // the workers' lines so far come before flowrun's
     if (!stopping) {
       say(fmt::format("flowrun: {} received: stopping step '{}' (SIGTERM, then SIGKILL after {} s{})",
-                      signal_name(sig), options.step, options.grace_s, what_cuts_the_grace(sig)));
+                      signal_name(sig), options.step, options.grace_s,
+                      what_cuts_the_grace(sig, repeat_kills && sigint_stops)));
       outcome = Outcome::interrupted;
       begin_stop();
     } else if (sig == SIGINT && repeat_kills && !kill_now) {
       say(fmt::format("flowrun: {} again: killing step '{}' now", signal_name(sig), options.step));
       kill_everything();
     }
-  }
-
-  // What the stop line tells the sender of `sig` about a second signal
-  // (docs/cli.md#signals): only a SIGINT kills at once. Whoever sent a
-  // SIGTERM (timeout, Slurm, kill) has no Ctrl-C to press, and its second
-  // SIGTERM leaves the grace as it is; an agent never kills at once.
-  std::string what_cuts_the_grace(int sig) const {
-    if (!repeat_kills || !sigint_stops) return "";
-    if (sig == SIGINT) return "; press Ctrl-C again to kill at once";
-    return fmt::format("; a second {} does not shorten the grace, a SIGINT kills at once", signal_name(sig));
   }
 
   // SIGUSR1, SIGUSR2: for the workers, not for flowrun.

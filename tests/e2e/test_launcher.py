@@ -707,7 +707,7 @@ steps:
             if caps & (1 << 19):
                 pytest.skip("this user has CAP_SYS_PTRACE and is not root: no user without it to run as")
         d = tempfile.mkdtemp(prefix="flowrun-ptrace-")
-        os.chmod(d, 0o777)
+        os.chmod(d, 0o1777)  # as /tmp is: nobody makes the run directory, no one may swap it
         spec = os.path.join(d, "spec.yaml")
         with open(spec, "w") as f:
             f.write("name: ptrace\nsteps:\n  - name: train\n    run: \"python3 -c 'while True: pass'\"\n"

@@ -1468,7 +1468,7 @@ TEST_CASE("load_spec reads the file and resolves paths against its directory", "
   CHECK(missing.diagnostics[0].to_string() == dir + "/nope.yaml: cannot read: No such file or directory");
   SpecParse directory = load_spec(dir);
   REQUIRE(directory.diagnostics.size() == 1);
-  CHECK(directory.diagnostics[0].to_string() == dir + ": cannot read: not a regular file");
+  CHECK(directory.diagnostics[0].to_string() == dir + ": cannot read: Is a directory");
   std::remove(path.c_str());
   std::remove(dir.c_str());
 }

@@ -42,6 +42,13 @@ std::string file_error_text(int err);
 // caller that must tell a file longer than the limit asks for one byte more.
 std::optional<std::string> try_read_file(const std::string& path, std::size_t limit, int* err = nullptr);
 
+// try_read_file for a file the user named on the command line (a spec, a
+// hostfile): read as given, so a FIFO or /dev/stdin (`flowrun <(make-spec)`)
+// is read to its end, blocking as cat would. Never for a file that a rank
+// or another user could have put in flowrun's way.
+std::optional<std::string> try_read_given_file(const std::string& path, std::size_t limit,
+                                               int* err = nullptr);
+
 // try_read_file, throwing Error "cannot read PATH: why" when it fails.
 std::string read_file(const std::string& path, std::size_t limit);
 
