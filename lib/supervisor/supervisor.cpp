@@ -296,10 +296,7 @@ struct Supervisor::Impl {
   bool sigint_stops = false;  // SIGINT is a stop signal (--signals-to-handle)
 
   // The group being run.
-  bool in_group = false;
-  bool stopping = false;
-  bool kill_now = false;
-  bool sweeping = false;
+  bool in_group = false, stopping = false, kill_now = false, sweeping = false;
   bool finishing = false;  // finish() waits for the group's end: nothing holds it past its processes
   bool done = false;
   Outcome outcome = Outcome::succeeded;
@@ -365,9 +362,9 @@ struct Supervisor::Impl {
     if (!in_group) return;
     flush_console();  // the workers' lines so far come before flowrun's
     if (!stopping) {
+      const std::string cut = what_cuts_the_grace(sig, repeat_kills && sigint_stops);
       say(fmt::format("flowrun: {} received: stopping step '{}' (SIGTERM, then SIGKILL after {} s{})",
-                      signal_name(sig), options.step, options.grace_s,
-                      what_cuts_the_grace(sig, repeat_kills && sigint_stops)));
+                      signal_name(sig), options.step, options.grace_s, cut));
       outcome = Outcome::interrupted;
       begin_stop();
     } else if (sig == SIGINT && repeat_kills && !kill_now) {
