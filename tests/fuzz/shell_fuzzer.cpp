@@ -68,9 +68,12 @@ const Context kContexts[] = {
 void lex(std::string_view text) {
   const flowrun::ShellScan scan = flowrun::scan_shell_text(text);
   if (scan.refusal && (scan.refusal->offset >= text.size() || !scan.templates.empty())) __builtin_trap();
+  // Templates are placed in the text as the shell reads it (`$${` undone).
+  const std::string_view shell = scan.text;
+  if (shell.size() > text.size()) __builtin_trap();
   std::size_t after = 0;
   for (const auto& t : scan.templates) {
-    if (t.offset < after || t.offset + t.length > text.size() || text.substr(t.offset, 2) != "${")
+    if (t.offset < after || t.offset + t.length > shell.size() || shell.substr(t.offset, 2) != "${")
       __builtin_trap();
     after = t.offset + t.length;
   }
@@ -112,7 +115,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   const flowrun::ShellScan scan = flowrun::scan_shell_text(context.script);
   if (scan.refusal || scan.templates.size() != 1) __builtin_trap();
   const flowrun::ShellTemplate& t = scan.templates.front();
-  std::string script(context.script);
+  std::string script(scan.text);
   script.replace(t.offset, t.length, flowrun::quote_for_shell(t, args));
   if (received(shell, script) != context.meant(args)) __builtin_trap();
   return 0;
