@@ -1,5 +1,5 @@
 // The one-step spec `flowrun run` and `flowrun init` make of a torchrun
-// command line (run_cmd.cpp), written by a pure function so that a unit test
+// command line (run_spec.cpp), written by a pure function so that a unit test
 // can read it back: what the workers run must be what the command line gave,
 // byte for byte, whatever YAML or flowrun's templates would read in it.
 #pragma once

@@ -1,0 +1,186 @@
+// What `flowrun run` and `flowrun init` (run_cmd.cpp) share among their
+// files, private to lib/cli: the Request a command line asks for, the table of
+// torchrun's options, and the one-step spec built from a request.
+//   run_options.cpp  the option table, and what each option sets in a Request
+//   run_parse.cpp    the command line read into a Request (CLI11, argparse's ways)
+//   run_spec.cpp     from a Request to the one-step spec: its name, argv, shape
+//   run_meeting.cpp  how several nodes meet: node 0's endpoint, head or agent
+#pragma once
+
+#include <optional>
+#include <span>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include "flowrun/plan.h"
+#include "flowrun/spec.h"
+#include "flowrun/util.h"
+
+#include "summary.h"
+
+namespace flowrun::run_detail {
+
+// What the command line asked for.
+struct Request {
+  // torchrun's options
+  std::string nproc;  // empty: not given
+  std::string nnodes;
+  std::optional<int> node_rank;
+  std::string master_addr;
+  std::optional<int> master_port;
+  std::string rdzv_endpoint;
+  std::string rdzv_id;
+  std::string role;  // empty: not given (torchrun's "default")
+  std::string rdzv_backend;
+  std::string rdzv_conf;
+  std::optional<int> max_restarts;
+  // the step's timeout and stall_timeout (flowrun's own, written into the spec)
+  std::string timeout;
+  std::string stall_timeout;
+  bool standalone = false;
+  std::string log_dir;
+  std::string redirects;  // torchrun's Std values or maps ("3", "0:1,1:2")
+  std::string tee;
+  std::string local_ranks_filter;
+  std::string numa_binding;  // empty: none
+  bool virtual_local_rank = false;
+  bool module = false;
+  bool no_python = false;
+  bool run_path = false;
+  std::string python;
+  std::string local_addr;
+  std::optional<std::vector<int>> stop_signals;  // --signals-to-handle
+  // flowrun's own
+  bool dry_run = false;
+  std::optional<double> grace_s;
+  std::string ranks;
+  std::string color = "auto";
+  std::string run_id;
+  std::string run_dir;
+  int fake_gpus = -1;
+  int cpus = 0;
+  std::string output;  // init: -o
+  bool force = false;  // init: --force
+  // What to run: a script and its arguments, a module, a program, or a spec.
+  std::vector<std::string> command;
+  std::string spec_path;
+  std::vector<std::string> spec_args;
+  std::vector<std::string> notes;     // options accepted with no effect, said once on stderr
+  std::vector<std::string> from_env;  // the options whose value came from a PET_ variable
+};
+
+enum class Arg { value, flag };
+
+// Which of the two commands take an option.
+enum class For { both, run, init };
+
+// Whose option it is: torchrun's read a PET_<NAME> variable when the command
+// line leaves them out, as torchrun's `env` and `check_env` argparse actions
+// do (PET_NPROC_PER_NODE, PET_NO_PYTHON=1); flowrun's own read none.
+enum class Own { torchrun, flowrun };
+
+// One row per option: Parser declares them to CLI11 in this order (the
+// order of --help), every long name also in torchrun's underscore spelling;
+// set_option() applies what was given. tests/e2e/test_torchrun.py checks that
+// every option of torchrun's parser is in the table (run_options.cpp).
+struct OptionDef {
+  std::string_view name;  // with dashes: "nproc-per-node"
+  Arg arg;
+  std::string_view meta;
+  std::string_view help;
+  For where = For::both;
+  char short_name = 0;  // 'm' for -m
+  Own own = Own::torchrun;
+};
+
+// Every option of both commands, in --help's order (run_options.cpp).
+extern const std::span<const OptionDef> kOptions;
+
+bool takes(const OptionDef& def, bool init);
+const OptionDef* find_option(std::string_view name);
+
+// A usage error (exit 2), followed by where --help is.
+[[noreturn]] void usage_error(const std::string& command, const std::string& message);
+// `said` is how the value was given ("--node-rank x", "PET_NODE_RANK=x").
+int whole(const std::string& command, const std::string& said, const std::string& text, int lo, int hi);
+int parse_int(const std::string& command, const std::string& option, const std::string& text, int lo, int hi);
+
+// Where a value came from: the command line, or a PET_ variable (a torchrun
+// option's default).
+struct Given {
+  const OptionDef& def;
+  std::string value;
+  bool from_env = false;
+  // How the user gave it, for messages: "--node-rank x" or "PET_NODE_RANK=x".
+  std::string said() const;
+};
+
+// torchrun's variable for an option: PET_ and argparse's dest in upper case.
+std::string pet_name(const OptionDef& def);
+void set_option(Request& r, const std::string& command, const Given& given);
+
+// The PET_ variables of torchrun's options that the command line left out,
+// as torchrun's argparse actions read them: a value option's is its value
+// (empty: not set); a flag's is a number, set unless 0 (or true / false).
+std::vector<Given> environment_defaults(const std::vector<const OptionDef*>& typed, bool init,
+                                        const std::string& command);
+
+// Reads options up to the first word that is not one; that word and
+// everything after it are what to run (or a spec and its ${args}).
+// Returns nullopt when --help or --version was asked for (and printed).
+std::optional<Request> parse_request(int original_argc, char** original_argv, const std::string& command);
+
+// --json and --summary-json among flowrun run's options, read as
+// parse_request reads them but without its refusals; none with --help.
+SummaryRequest summary_request(int argc, char** argv);
+
+// The shape of the step: what goes under `parallel:`, with a comment saying why.
+struct Shape {
+  std::vector<std::pair<std::string, std::string>> parallel;  // key, value
+  std::string why;
+  int nodes = 1;      // with --nnodes MIN:MAX, MAX
+  int min_nodes = 0;  // --nnodes MIN:MAX (MIN < MAX): MIN, an elastic step
+};
+
+// How the nodes meet.
+struct Meeting {
+  enum class Kind { one_node, slurm, head, agent } kind = Kind::one_node;
+  std::string endpoint;  // HOST:PORT (head, agent)
+  int node_rank = 0;     // agent: -1, the next free one
+  int listen_fd = -1;    // head: the rendezvous port, bound by claim_rendezvous
+  std::string joins;     // agent: why, when another flowrun run holds the port
+};
+
+struct Built {
+  std::string text;  // the spec
+  Shape shape;
+  Meeting meeting;
+};
+
+// A name for files and run ids made of `text`: letters, digits, . _ and -.
+std::string slug(std::string text);
+// The step's name: the script's, the module's or the program's, without directories or suffix.
+std::string step_name(const Request& r);
+
+// The one-step spec of a request, with its shape and (flowrun run) how its
+// nodes meet; the request's notes get what it passes over.
+Built build_spec(Request& r, const HostFacts& host, const EnvMap& env, const std::string& command,
+                 bool for_init);
+
+// How the nodes of the step meet (run_meeting.cpp).
+Meeting meeting_for(Request& r, const Shape& shape, const EnvMap& env, const std::string& command);
+
+// Where the head leaves the run's token for the nodes that join it: in the
+// working directory, which every node must share (docs/multinode.md).
+std::string token_path(const std::string& workdir, const std::string& endpoint);
+
+// This host joins node 0's flowrun (`flowrun run` on a node other than 0),
+// which runs the command it was given.
+// It keeps trying to reach node 0 for the cluster's join_timeout: node 0 may
+// start later.
+int join_node0(const Request& r, const Built& built, const ClusterSpec& cluster, const std::string& cwd,
+               int fake, const EnvMap& env);
+
+}  // namespace flowrun::run_detail
