@@ -1,7 +1,9 @@
 // What the spec's files share, private to lib/spec: the Checker, which walks
 // a spec's YAML key by key and collects every problem, and the helpers more
-// than one of its files needs. spec.cpp walks the format's levels; one value
-// of any level is read in values.cpp.
+// than one of its files needs. spec.cpp runs the walk from the top; each
+// level of the format is read in a file of its own (step_keys.cpp,
+// step_run.cpp, parallel_keys.cpp, restart_keys.cpp, cluster_keys.cpp), one
+// value of any level in values.cpp, and the step graph in step_graph.cpp.
 #pragma once
 
 #include <cstddef>
@@ -78,7 +80,7 @@ struct StepNotes {
   std::vector<std::pair<std::string, Location>> refs;   // ${steps.NAME.outputs}
 };
 
-class Suggester;  // spec.cpp
+class Suggester;  // step_graph.cpp
 
 class Checker {
  public:
