@@ -78,9 +78,9 @@ def test_the_schema_rejects_what_flowrun_rejects(validator, check):
 
 
 def test_the_schema_has_every_key_flowrun_reads(repo_root, validator, check):
-    # lib/spec/spec.cpp lists the keys it accepts at each level (kStepKeys, ...):
+    # lib/spec/spec_keys.h lists the keys the spec accepts at each level (kStepKeys, ...):
     # a key added there and not here would make editors flag valid specs.
-    source = open(os.path.join(repo_root, "lib", "spec", "spec.cpp")).read()
+    source = open(os.path.join(repo_root, "lib", "spec", "spec_keys.h")).read()
     lists = {name: re.findall(r'"([a-z_]+)"', body)
              for name, body in re.findall(r"constexpr std::string_view k(\w+)Keys\[\] = \{(.*?)\};", source, re.S)}
     schema, defs = validator.schema, validator.schema["$defs"]
@@ -88,9 +88,9 @@ def test_the_schema_has_every_key_flowrun_reads(repo_root, validator, check):
               "Logs": defs["step"]["properties"]["logs"], "Cluster": defs["cluster"],
               "Forensics": defs["step"]["properties"]["forensics"]["oneOf"][1],
               "Restart": defs["parallel"]["properties"]["restart"]}
-    check(sorted(lists) == sorted(levels), "lib/spec/spec.cpp's key lists are the levels this test knows",
-          f"spec.cpp: {sorted(lists)}")
+    check(sorted(lists) == sorted(levels), "lib/spec/spec_keys.h's key lists are the levels this test knows",
+          f"spec_keys.h: {sorted(lists)}")
     for name, level in levels.items():
         keys, known = set(lists.get(name, [])), set(level["properties"])
-        check(keys == known, f"the schema's {name.lower()} keys are those lib/spec/spec.cpp reads",
-              f"only in spec.cpp: {sorted(keys - known)}; only in the schema: {sorted(known - keys)}")
+        check(keys == known, f"the schema's {name.lower()} keys are those lib/spec/spec_keys.h lists",
+              f"only in spec_keys.h: {sorted(keys - known)}; only in the schema: {sorted(known - keys)}")

@@ -22,7 +22,7 @@ namespace spec_detail {
 
 // Quotes `text` for a one-line message: 'text', with control characters
 // escaped and anything past 40 bytes cut (at a UTF-8 boundary) as '...'.
-// Shared with spec.cpp.
+// Shared with the spec's checks (spec_detail.h).
 std::string quote(std::string_view text) {
   constexpr std::size_t kMax = 40;
   std::string out = "'";
