@@ -1,7 +1,7 @@
 // The doctor's verdict across the nodes of a multi-node step's preflight:
 // each node's own checks, then one verdict on the all-reduce they ran
-// together, and its text report. One host's verdict, and the preflight's
-// summary of either, are in doctor_report.cpp.
+// together, and its text report. One host's verdict is in doctor_report.cpp,
+// its text and the preflight's summary of either in doctor_text.cpp.
 #include <algorithm>
 #include <cmath>
 #include <fmt/format.h>

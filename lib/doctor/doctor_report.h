@@ -1,5 +1,6 @@
-// What doctor_report.cpp (one host's verdict) lends cluster_doctor.cpp (the
-// verdict across nodes): the words, the all-reduce's figures and the tables
+// What the doctor's reports share: one host's verdict (doctor_report.cpp),
+// its text (doctor_text.cpp) and the verdict across nodes with its text
+// (cluster_doctor.cpp): the words, the all-reduce's figures and the tables
 // both reports print. No other module sees it.
 #pragma once
 
@@ -26,6 +27,8 @@ const AllReduceRow* best_large_row(const AllReduceFacts& allreduce, int gpus);
 
 // "1 MiB (3 elements)" for each size whose sums were wrong.
 std::vector<std::string> wrong_sizes(const AllReduceFacts& allreduce);
+
+// In doctor_text.cpp, the rest in doctor_report.cpp.
 
 // The sweep's table, as nccl-tests prints one.
 std::string allreduce_table(const AllReduceFacts& ar);
