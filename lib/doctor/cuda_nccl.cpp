@@ -5,9 +5,9 @@
 // finish), every call's result checked.
 //
 // The headers give the exact types and signatures (decltype of each
-// function); the libraries are found at run time, so one flowrun binary runs
-// on hosts with and without them. Without the headers at build time this
-// file only says so.
+// function, in cuda_nccl_libs.h); the libraries are found at run time
+// (cuda_nccl_libs.cpp), so one flowrun binary runs on hosts with and without
+// them. Without the headers at build time this file only says so.
 //
 // Hangs are bounded twice in here: waits poll the streams and NCCL's
 // asynchronous error with a deadline and abort the communicators when it
@@ -21,9 +21,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
-#include <dlfcn.h>
 #include <fstream>
-#include <link.h>
 #include <map>
 #include <mutex>
 #include <string>
@@ -34,40 +32,13 @@
 
 #include "flowrun/doctor.h"
 
-#ifdef FLOWRUN_HAVE_CUDA_HEADERS
-#undef CUDA_API_PER_THREAD_DEFAULT_STREAM
-#include <cuda_runtime_api.h>
-#include <nccl.h>
-#endif
+#include "cuda_nccl_libs.h"
 
 namespace flowrun {
 
 namespace {
 
-// Findings to the parent, a line each; the watchdog thread writes too.
-class Out {
- public:
-  explicit Out(int fd) : fd_(fd) {}
-  void line(std::initializer_list<std::string> fields) {
-    std::string text;
-    for (const std::string& f : fields) {
-      if (!text.empty()) text += '\t';
-      for (char c : f) text += (c == '\t' || c == '\n' || c == '\r') ? ' ' : c;
-    }
-    text += '\n';
-    std::lock_guard<std::mutex> lock(mutex_);
-    for (std::size_t done = 0; done < text.size();) {
-      const ssize_t n = write(fd_, text.data() + done, text.size() - done);
-      if (n < 0 && errno == EINTR) continue;
-      if (n <= 0) return;  // the parent is gone; nothing left to tell
-      done += static_cast<std::size_t>(n);
-    }
-  }
-
- private:
-  int fd_;
-  std::mutex mutex_;
-};
+using doctor_detail::Out;
 
 }  // namespace
 
@@ -89,6 +60,12 @@ bool doctor_has_gpu_support() { return true; }
 
 namespace {
 
+using doctor_detail::Cudart;
+using doctor_detail::id_from_hex;
+using doctor_detail::id_to_hex;
+using doctor_detail::load_first;
+using doctor_detail::Nccl;
+
 using Clock = std::chrono::steady_clock;
 
 constexpr int kWatchdogGraceS =
@@ -97,156 +74,6 @@ constexpr std::size_t kChunkFloats = 1 << 20;  // the fill pattern repeats every
 constexpr std::size_t kCheckFloats = 1 << 16;  // elements checked at each end of a result
 constexpr std::uint64_t kMemcpyMaxBytes = 512ull << 20;
 constexpr std::uint64_t kHeadroomBytes = 1ull << 30;  // left free for NCCL's own buffers
-
-std::string id_to_hex(const ncclUniqueId& id) {
-  static constexpr char kDigits[] = "0123456789abcdef";
-  std::string hex;
-  for (char c : id.internal) {
-    const auto byte = static_cast<unsigned char>(c);
-    hex += kDigits[byte >> 4];
-    hex += kDigits[byte & 15];
-  }
-  return hex;
-}
-
-bool id_from_hex(const std::string& hex, ncclUniqueId& id) {
-  static_assert(sizeof id.internal * 2 == kNcclIdHexChars);
-  if (hex.size() != kNcclIdHexChars) return false;
-  auto digit = [](char c) {
-    return c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10 : -1;
-  };
-  for (std::size_t i = 0; i < sizeof id.internal; ++i) {
-    const int high = digit(hex[2 * i]), low = digit(hex[2 * i + 1]);
-    if (high < 0 || low < 0) return false;
-    id.internal[i] = static_cast<char>(high << 4 | low);
-  }
-  return true;
-}
-
-// The path dlopen actually loaded.
-std::string loaded_path(void* handle, const std::string& fallback) {
-  link_map* map = nullptr;
-  if (dlinfo(handle, RTLD_DI_LINKMAP, &map) == 0 && map != nullptr && map->l_name != nullptr &&
-      map->l_name[0] != '\0')
-    return map->l_name;
-  return fallback;
-}
-
-// The first candidate dlopen can load; each one tried is reported.
-void* load_first(const std::vector<std::string>& candidates, const std::string& kind, Out& out) {
-  std::string first_error;
-  for (const std::string& candidate : candidates) {
-    out.line({kind + "_tried", candidate});
-    dlerror();
-    void* handle = dlopen(candidate.c_str(), RTLD_NOW | RTLD_LOCAL);
-    if (handle != nullptr) {
-      out.line({kind, loaded_path(handle, candidate)});
-      return handle;
-    }
-    const char* error = dlerror();
-    if (first_error.empty()) first_error = error != nullptr ? error : candidate + ": cannot be loaded";
-  }
-  out.line({kind + "_missing", first_error});
-  return nullptr;
-}
-
-template <typename F>
-bool bind(void* library, const char* name, F& fn, std::string& missing) {
-  void* symbol = dlsym(library, name);
-  if (symbol == nullptr) {
-    if (!missing.empty()) missing += ", ";
-    missing += name;
-    return false;
-  }
-  fn = reinterpret_cast<F>(symbol);
-  return true;
-}
-
-struct Cudart {
-  decltype(&::cudaGetDeviceCount) get_device_count = nullptr;
-  decltype(&::cudaGetErrorName) error_name = nullptr;
-  decltype(&::cudaGetErrorString) error_string = nullptr;
-  decltype(&::cudaRuntimeGetVersion) runtime_version = nullptr;
-  decltype(&::cudaDriverGetVersion) driver_version = nullptr;
-  decltype(&::cudaSetDevice) set_device = nullptr;
-  decltype(&::cudaMemGetInfo) mem_get_info = nullptr;
-  cudaError_t (*malloc)(void**, std::size_t) = nullptr;  // cudaMalloc (C++ adds a template overload)
-  decltype(&::cudaFree) free = nullptr;
-  decltype(&::cudaMemset) memset = nullptr;
-  decltype(&::cudaMemcpy) memcpy = nullptr;
-  decltype(&::cudaMemcpyAsync) memcpy_async = nullptr;
-  decltype(&::cudaStreamCreateWithFlags) stream_create = nullptr;
-  decltype(&::cudaStreamDestroy) stream_destroy = nullptr;
-  decltype(&::cudaStreamQuery) stream_query = nullptr;
-
-  bool bind_all(void* lib, std::string& missing) {
-    bind(lib, "cudaGetDeviceCount", get_device_count, missing);
-    bind(lib, "cudaGetErrorName", error_name, missing);
-    bind(lib, "cudaGetErrorString", error_string, missing);
-    bind(lib, "cudaRuntimeGetVersion", runtime_version, missing);
-    bind(lib, "cudaDriverGetVersion", driver_version, missing);
-    bind(lib, "cudaSetDevice", set_device, missing);
-    bind(lib, "cudaMemGetInfo", mem_get_info, missing);
-    bind(lib, "cudaMalloc", malloc, missing);
-    bind(lib, "cudaFree", free, missing);
-    bind(lib, "cudaMemset", memset, missing);
-    bind(lib, "cudaMemcpy", memcpy, missing);
-    bind(lib, "cudaMemcpyAsync", memcpy_async, missing);
-    bind(lib, "cudaStreamCreateWithFlags", stream_create, missing);
-    bind(lib, "cudaStreamDestroy", stream_destroy, missing);
-    bind(lib, "cudaStreamQuery", stream_query, missing);
-    return missing.empty();
-  }
-
-  // "cudaErrorInsufficientDriver: CUDA driver version is insufficient for CUDA runtime version"
-  std::string describe(cudaError_t error) const {
-    const char* name = error_name(error);
-    const char* text = error_string(error);
-    return std::string(name != nullptr ? name : "cudaError " + std::to_string(static_cast<int>(error))) +
-           ": " + (text != nullptr ? text : "");
-  }
-};
-
-struct Nccl {
-  decltype(&::ncclGetVersion) get_version = nullptr;
-  decltype(&::ncclCommInitAll) init_all = nullptr;
-  decltype(&::ncclGetUniqueId) get_unique_id = nullptr;
-  decltype(&::ncclCommInitRank) init_rank = nullptr;
-  decltype(&::ncclCommDestroy) destroy = nullptr;
-  decltype(&::ncclCommAbort) abort = nullptr;
-  decltype(&::ncclCommGetAsyncError) async_error = nullptr;
-  decltype(&::ncclGetErrorString) error_string = nullptr;
-  decltype(&::ncclAllReduce) all_reduce = nullptr;
-  decltype(&::ncclGroupStart) group_start = nullptr;
-  decltype(&::ncclGroupEnd) group_end = nullptr;
-  decltype(&::ncclGetLastError) last_error = nullptr;  // NCCL 2.13+; optional
-
-  bool bind_all(void* lib, std::string& missing) {
-    bind(lib, "ncclGetVersion", get_version, missing);
-    bind(lib, "ncclCommInitAll", init_all, missing);
-    bind(lib, "ncclGetUniqueId", get_unique_id, missing);
-    bind(lib, "ncclCommInitRank", init_rank, missing);
-    bind(lib, "ncclCommDestroy", destroy, missing);
-    bind(lib, "ncclCommAbort", abort, missing);
-    bind(lib, "ncclCommGetAsyncError", async_error, missing);
-    bind(lib, "ncclGetErrorString", error_string, missing);
-    bind(lib, "ncclAllReduce", all_reduce, missing);
-    bind(lib, "ncclGroupStart", group_start, missing);
-    bind(lib, "ncclGroupEnd", group_end, missing);
-    const bool all = missing.empty();
-    std::string optional;
-    bind(lib, "ncclGetLastError", last_error, optional);
-    return all;
-  }
-
-  std::string describe(ncclResult_t result, ncclComm_t comm = nullptr) const {
-    const char* text = error_string(result);
-    std::string out = text != nullptr ? text : "NCCL error " + std::to_string(static_cast<int>(result));
-    const char* last = last_error != nullptr ? last_error(comm) : nullptr;
-    if (last != nullptr && last[0] != '\0') out += std::string(" (") + last + ")";
-    return out;
-  }
-};
 
 // Ends the child when a phase outlives its limit inside a call that blocks
 // (the polling waits below catch the ordinary hang first).
