@@ -144,16 +144,17 @@ bool has_signal(const std::string& status, const char* field, int sig) {
 }
 
 // Whether `pid` runs code of its own on the signals of a stop, SIGTERM and
-// SIGCONT: a handler (SigCgt), or it blocks one (SigBlk: it may take it with
-// sigwait or a signalfd). Then whatever it ends with may be its answer to
-// flowrun's signal. False when it keeps the default action (SIGTERM ends it
-// as SIGTERM, or, ignored, does nothing) or is already gone.
+// SIGCONT: a handler for either (SigCgt), or SIGTERM blocked and not ignored
+// (SigBlk: it may take it with sigwait or a signalfd). Then whatever it ends
+// with may be its answer to flowrun's signal. False when SIGTERM keeps its
+// default action (it ends the rank as SIGTERM) or is ignored (it does
+// nothing, blocked or not: a shell blocks every signal for an instant while
+// it forks), and when the rank is already gone.
 bool takes_stop_signals(pid_t pid) {
   const std::string status = try_read_file(fmt::format("/proc/{}/status", pid), 8192).value_or("");
-  for (const char* field : {"SigCgt:", "SigBlk:"}) {
-    if (has_signal(status, field, SIGTERM) || has_signal(status, field, SIGCONT)) return true;
-  }
-  return false;
+  if (has_signal(status, "SigCgt:", SIGTERM) || has_signal(status, "SigCgt:", SIGCONT)) return true;
+  if (has_signal(status, "SigIgn:", SIGTERM)) return false;
+  return has_signal(status, "SigBlk:", SIGTERM);
 }
 
 // The first step of a group's teardown: each live rank's main process gets
