@@ -9,10 +9,12 @@
 #include <cerrno>
 #include <chrono>
 #include <cstring>
+#include <filesystem>
 #include <fmt/format.h>
 #include <functional>
 #include <poll.h>
 #include <signal.h>
+#include <sys/resource.h>
 #include <time.h>
 #include <unistd.h>
 #include <utility>
@@ -271,6 +273,27 @@ void record_spawn_failure(Worker& w, std::size_t i, const SpawnResult& spawned, 
 }
 
 }  // namespace
+
+// Refuses a group whose descriptors would not fit under RLIMIT_NOFILE
+// (flowrun raised its soft limit to the hard one when it started): each
+// worker holds 5 while it runs (the read ends of its stdout and stderr, its
+// two log files, its pidfd), and a spawn needs a few more for an instant.
+// Said before the first worker starts, while there are descriptors left to
+// say it with, instead of half-way through the spawns.
+static void require_descriptors(std::size_t workers) {
+  rlimit limit{};
+  if (workers == 0 || getrlimit(RLIMIT_NOFILE, &limit) != 0 || limit.rlim_cur == RLIM_INFINITY) return;
+  std::size_t open = 0;
+  std::error_code ec;
+  for (std::filesystem::directory_iterator it("/proc/self/fd", ec), end; !ec && it != end; it.increment(ec))
+    ++open;
+  const std::size_t need = open + 5 * workers + 8;
+  if (need <= limit.rlim_cur) return;
+  throw Error(
+      fmt::format("cannot start {} workers: {}: they need about {} open files and RLIMIT_NOFILE is {}; "
+                  "raise it (ulimit -n; the hard limit, ulimit -Hn, as root or in the job's settings)",
+                  workers, std::strerror(EMFILE), need, limit.rlim_cur));
+}
 
 // What the stop line tells the sender of `sig` about a second signal
 // (docs/cli.md#signals): only a SIGINT kills at once, when `sigint_kills`.
@@ -592,6 +615,7 @@ struct Supervisor::Impl {
     stall.reset();
     outcome = Outcome::succeeded;
     write_error.clear();
+    require_descriptors(launches.size());
     workers.clear();
     workers.resize(launches.size());
     sweep.reset();
