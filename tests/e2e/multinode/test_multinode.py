@@ -1121,6 +1121,14 @@ class Multinode:
             deadline = time.monotonic() + 30
             while time.monotonic() < deadline and self.slurm("squeue", "-h", "-j", job, "-o", "%T").strip() != "PENDING":
                 time.sleep(0.1)
+            # slurmd refuses to launch a job whose credential dates from the second in which its last one
+            # was revoked ("Job credential revoked": the job then fails at once), which is why Slurm holds
+            # a requeued job back. Start it once its nodes have finished completing and that second is over.
+            while time.monotonic() < deadline and self.slurm("sinfo", "-h", "-t", "completing", "-o", "%N").strip():
+                time.sleep(0.05)
+            completed = int(time.time())
+            while int(time.time()) <= completed:
+                time.sleep(0.05)
             self.slurm("scontrol", "update", f"JobId={job}", "StartTime=now")
             again = [f"count.{r}.1" for r in range(4)]
             if not self.check(self.wait_files(d, again, job), "requeue: train's 4 ranks run again, with "
