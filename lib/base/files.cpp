@@ -2,7 +2,6 @@
 
 #include <algorithm>
 #include <cerrno>
-#include <chrono>
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
@@ -422,23 +421,19 @@ int open_parent_of(const std::string& path, std::string* leaf) {
 
 }  // namespace
 
-std::string random_hex() {
-  unsigned char bytes[8];
-  std::size_t got = 0;
-  while (got < sizeof bytes) {
-    const ssize_t n = getrandom(bytes + got, sizeof bytes - got, 0);
+std::string random_hex(std::size_t bytes) {
+  std::string raw(bytes, '\0');
+  for (std::size_t got = 0; got < bytes;) {
+    const ssize_t n = getrandom(raw.data() + got, bytes - got, 0);
     if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) break;
+    if (n <= 0)
+      throw Error(std::string("cannot get random bytes from the kernel (getrandom): ") +
+                  std::strerror(errno));
     got += static_cast<std::size_t>(n);
-  }
-  if (got < sizeof bytes) {  // no getrandom: still unpredictable enough with the clock and pid mixed in
-    const auto mix = static_cast<std::uint64_t>(std::chrono::steady_clock::now().time_since_epoch().count()) ^
-                     (static_cast<std::uint64_t>(getpid()) << 40);
-    std::memcpy(bytes, &mix, sizeof bytes);
   }
   static const char digits[] = "0123456789abcdef";
   std::string hex;
-  for (unsigned char b : bytes) {
+  for (unsigned char b : raw) {
     hex.push_back(digits[b >> 4]);
     hex.push_back(digits[b & 15]);
   }
@@ -506,7 +501,7 @@ int try_write_file(const std::string& path, const std::string& text) {
   std::string tmp;
   int fd = -1;
   for (int tries = 0; fd < 0 && tries < 8; ++tries) {
-    tmp = leaf.substr(0, 200) + ".tmp-" + random_hex();
+    tmp = leaf.substr(0, 200) + ".tmp-" + random_hex(8);
     fd = openat(dir.get(), tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644);
     if (fd < 0 && errno != EEXIST) return errno;
   }

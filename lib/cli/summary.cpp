@@ -325,7 +325,7 @@ int report_with_summary(const SummaryRequest& request, const std::function<int(S
   EarlySummary early;
   if (!request.file.empty()) {
     early.file = request.file;
-    early.tmp = request.file + ".tmp-" + random_hex();  // unguessable, as try_write_file's
+    early.tmp = request.file + ".tmp-" + random_hex(8);  // unguessable, as try_write_file's
   }
   early.json_fd = summary_fd;
   hold_early_summary(early, target);

@@ -12,7 +12,6 @@
 #include <signal.h>
 #include <string_view>
 #include <sys/prctl.h>
-#include <sys/random.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
@@ -326,23 +325,7 @@ bool is_guardian(pid_t pid) {
              std::string_view(other, static_cast<std::size_t>(b));
 }
 
-std::string make_secret() {
-  unsigned char bytes[16];
-  std::size_t got = 0;
-  while (got < sizeof bytes) {
-    const ssize_t n = getrandom(bytes + got, sizeof bytes - got, 0);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) throw Error("cannot get random bytes from the kernel (getrandom): " + errno_text(errno));
-    got += static_cast<std::size_t>(n);
-  }
-  constexpr char kDigits[] = "0123456789abcdef";
-  std::string hex;
-  for (unsigned char b : bytes) {
-    hex.push_back(kDigits[b >> 4]);
-    hex.push_back(kDigits[b & 0x0f]);
-  }
-  return hex;
-}
+std::string make_secret() { return random_hex(16); }
 
 bool sanitize_standard_fds() {
   // Only async-signal-safe calls: this runs first thing in main.

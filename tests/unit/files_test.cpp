@@ -179,7 +179,7 @@ TEST_CASE("try_write_file never writes through a name someone planted", "[files]
   CHECK(slurp(root + "/outside.txt") == "outside\n");
   // Each temporary name is new: two names, and none left behind.
   std::set<std::string> names;
-  for (int i = 0; i < 2; ++i) names.insert(flowrun::random_hex());
+  for (int i = 0; i < 2; ++i) names.insert(flowrun::random_hex(8));
   CHECK(names.size() == 2);
   for (const auto& e : std::filesystem::directory_iterator(root))
     CHECK(e.path().filename().string().find(".tmp-") == std::string::npos);

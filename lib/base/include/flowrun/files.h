@@ -62,8 +62,10 @@ std::string read_file(const std::string& path, std::size_t limit);
 // file is then gone.
 int try_write_file(const std::string& path, const std::string& text);
 
-// 16 hex digits from getrandom(2), for names no one can guess beforehand.
-std::string random_hex();
+// `bytes` random bytes from getrandom(2) as 2 * `bytes` hex digits: names
+// and secrets no one can guess beforehand. Throws Error when the kernel
+// gives none.
+std::string random_hex(std::size_t bytes);
 
 // try_write_file, throwing Error "cannot write PATH: why" when it fails.
 void write_file(const std::string& path, const std::string& text);
