@@ -145,13 +145,9 @@ void RankTable::open_log(RankState& r, const Node& n) {
   o.shows = job_.shows ? job_.shows(r.record.rank, r.record.local_rank) : ConsoleShows{};
   if (o.shows.any()) o.prefix = log_prefix(n.name + " " + plan_.step, r.record.rank, job_.group.style.color);
   o.who = fmt::format("rank {}'s ", r.record.rank);
-  o.open = [run_dir = job_.ctx.layout.run_dir](const std::string& path) {
-    const std::size_t slash = path.rfind('/');
-    const BeneathRoot dir = BeneathRoot::open_under(run_dir, path.substr(0, slash), false);
-    return dir.ok() ? openat(dir.fd(), path.c_str() + slash + 1,
-                             O_WRONLY | O_CREAT | O_TRUNC | O_NOFOLLOW | O_CLOEXEC, 0644)
-                    : (errno = dir.error(), -1);
-  };
+  // The default opener, open_output_file: beneath the anchored run directory
+  // with no link followed, and only a regular file (a FIFO a rank left on
+  // the shared file system would block the head).
   r.log = std::make_unique<RankLog>(std::move(o), batch_);
 }
 

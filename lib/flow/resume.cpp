@@ -462,14 +462,25 @@ RunLock RunLock::resume(const std::string& run_dir, const std::string& run_id, c
   require_safe_run_dir(run_dir, "", false);
   const std::string path = run_dir + "/run.lock";
   bool writable = true;
-  int fd = open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+  // Never through a link (it would truncate and write the link's target)
+  // nor into a FIFO or a device: what a rank of the run may have put there.
+  const int flags = O_NOFOLLOW | O_NONBLOCK | O_NOCTTY | O_CLOEXEC;
+  int fd = open(path.c_str(), O_RDWR | O_CREAT | flags, 0644);
   if (fd < 0 && (errno == EACCES || errno == EROFS)) {  // a run directory one may only read
     writable = false;
-    fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
+    fd = open(path.c_str(), O_RDONLY | flags);
+  }
+  struct stat st {};
+  if (fd >= 0 && (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode))) {
+    close(fd);
+    throw Error(fmt::format("{} is damaged: {}; without its lock, run {} could be resumed twice at once: "
+                            "remove it if no flowrun runs or resumes that run",
+                            path, file_error_text(kErrNotRegular), run_id),
+                kExitUsage);
   }
   if (fd < 0)
     throw Error(fmt::format("cannot open {}: {}; without its lock, run {} could be resumed twice at once",
-                            path, std::strerror(errno), run_id),
+                            path, errno == ELOOP ? "it is a symbolic link" : std::strerror(errno), run_id),
                 kExitUsage);
   int rc;
   do {

@@ -2400,7 +2400,8 @@ steps:
         file, and exits 0."""
         r = self.row("planted_records", "every record is written through a new file of an unguessable name "
                      "(O_EXCL, O_NOFOLLOW) beneath the run directory's descriptor and renamed: the outside file is "
-                     "untouched, no FIFO is opened, both runs succeed with whole records")
+                     "untouched, no FIFO is opened, both runs succeed with whole records; `flowrun resume` refuses a "
+                     "run.lock that is a link or a FIFO")
         outside = os.path.join(self.scratch, "outside.txt")
         plant = ('o="$FLOWRUN_OUTPUT_DIR"; rd="${o%/out}"; sd="${rd%/*}"; run="${sd%/*}"; '
                  'for f in "$rd/end.json.tmp" "$sd/results.json.tmp" "$run/run.json.tmp" "$rd/stack.txt.tmp"; do '
@@ -2444,6 +2445,21 @@ steps:
                        str(list(zip(records, whole))))
             if rc != 0:
                 false += 0 if self.results(d) is None or self.results(d).get("outcome") != "succeeded" else 1
+            # The ended run's run.lock, which flowrun resume locks and writes its line into, replaced the
+            # same way.
+            lock = os.path.join(d, "run", "run.lock")
+            os.remove(lock)
+            if mode == "fifo":
+                os.mkfifo(lock)
+            else:
+                os.symlink(outside, lock)
+            rc, _, err = self.cmd(f"planted records ({mode}) resume", ["resume", os.path.join(d, "run")], d)
+            detail.append(err)
+            self.check(rc == 2 and "run.lock" in err, f"planted records ({mode}): flowrun resume refuses the "
+                       "run.lock at once", f"exit {rc}\n{err}")
+            self.check(read(outside, "") == "outside\n", f"planted records ({mode}): resume leaves the outside "
+                       "file untouched", read(outside, "")[:2000])
+            false += read(outside, "") != "outside\n"
         self.finish_row(r, "planted records", "n/a (nothing fails)", 0, 0, 0, false, "\n".join(detail))
         r.recover = f"n/a (nothing fails; {took:.2f} s a run)"
 
