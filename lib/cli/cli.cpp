@@ -12,7 +12,7 @@
 #include <iostream>
 #include <unistd.h>
 
-#include "flowrun/cluster.h"
+#include "flowrun/agent.h"
 #include "flowrun/error.h"
 #include "flowrun/flow.h"
 #include "flowrun/gpu.h"

@@ -4,19 +4,16 @@
 // the head and the others join it as agents. Apart from the spec's text, since
 // it is sockets and ports, not YAML (docs/multinode.md, docs/migrating.md).
 #include <algorithm>
-#include <arpa/inet.h>
 #include <cctype>
 #include <cerrno>
 #include <cstring>
 #include <fmt/format.h>
-#include <ifaddrs.h>
 #include <iostream>
-#include <netdb.h>
-#include <netinet/in.h>
 #include <unistd.h>
 
-#include "flowrun/cluster.h"
+#include "flowrun/agent.h"
 #include "flowrun/error.h"
+#include "flowrun/net_addresses.h"
 #include "flowrun/process.h"
 
 #include "commands.h"
@@ -45,34 +42,6 @@ std::string rendezvous_endpoint(const Request& r, const std::string& command) {
   return host + ":" + std::to_string(port);
 }
 
-// The addresses of this host's interfaces, and its names.
-bool is_this_host(const std::string& host, const EnvMap& env) {
-  if (host == "localhost" || host == local_hostname(env)) return true;
-  addrinfo hints{};
-  hints.ai_family = AF_UNSPEC;
-  hints.ai_socktype = SOCK_STREAM;
-  addrinfo* found = nullptr;
-  if (getaddrinfo(host.c_str(), nullptr, &hints, &found) != 0) return false;
-  ifaddrs* ifs = nullptr;
-  bool local = false;
-  if (getifaddrs(&ifs) == 0) {
-    for (addrinfo* a = found; a && !local; a = a->ai_next) {
-      if (a->ai_family == AF_INET) {
-        const auto want = reinterpret_cast<sockaddr_in*>(a->ai_addr)->sin_addr.s_addr;
-        if ((ntohl(want) >> 24) == 127) local = true;
-        for (ifaddrs* i = ifs; i && !local; i = i->ifa_next) {
-          if (i->ifa_addr && i->ifa_addr->sa_family == AF_INET &&
-              reinterpret_cast<sockaddr_in*>(i->ifa_addr)->sin_addr.s_addr == want)
-            local = true;
-        }
-      }
-    }
-    freeifaddrs(ifs);
-  }
-  freeaddrinfo(found);
-  return local;
-}
-
 // No --node-rank on the endpoint's host: the first flowrun run to bind the
 // port is the head, as the first torchrun to host the c10d store is; one
 // that finds it taken by another flowrun run (of this user) joins that
@@ -82,7 +51,7 @@ void claim_rendezvous(Meeting& m, const Request& r, int port) {
   const std::string where = "--rdzv-endpoint " + m.endpoint;
   for (int round = 0;; ++round) {
     int err = 0;
-    m.listen_fd = listen_on_port(r.local_addr, port, &err);
+    m.listen_fd = cluster::listen_on_port(r.local_addr, port, &err);
     if (m.listen_fd >= 0) {
       m.kind = Meeting::Kind::head;
       return;
@@ -152,7 +121,7 @@ Meeting meeting_for(Request& r, const Shape& shape, const EnvMap& env, const std
   if (rank >= shape.nodes)
     usage_error(command, fmt::format("--node-rank {}: --nnodes {} has node ranks 0 to {}", rank, shape.nodes,
                                      shape.nodes - 1));
-  const bool here = rank < 0 && is_this_host(host, env);
+  const bool here = rank < 0 && cluster::is_this_host(host, local_hostname(env));
   in_addr ipv4{};
   if (here && !r.dry_run && (r.local_addr.empty() || inet_pton(AF_INET, r.local_addr.c_str(), &ipv4) == 1)) {
     claim_rendezvous(m, r, std::stoi(endpoint.substr(endpoint.rfind(':') + 1)));

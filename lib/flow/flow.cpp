@@ -13,12 +13,12 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "flowrun/cluster.h"
 #include "flowrun/doctor.h"
 #include "flowrun/error.h"
 #include "flowrun/files.h"
 #include "flowrun/join.h"
 #include "flowrun/process.h"
+#include "flowrun/remote_group.h"
 #include "flowrun/report.h"
 #include "flowrun/result.h"
 #include "flowrun/slurm.h"

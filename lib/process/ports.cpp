@@ -1,12 +1,16 @@
-// The rendezvous port: listening on it, and what listens when it is taken.
+// The ranks' MASTER_PORT, held bound (never listening, never connecting)
+// until they start; and who listens on a port that is taken. The one file
+// outside lib/control with a socket (tests/layers checks it).
 #include <arpa/inet.h>
 #include <cerrno>
 #include <charconv>
+#include <cstring>
 #include <dirent.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include "flowrun/error.h"
 #include "flowrun/files.h"
 #include "flowrun/process.h"
 
@@ -63,33 +67,6 @@ pid_t holder_of(unsigned long inode) {
 
 }  // namespace
 
-int listen_on_port(const std::string& addr, int port, int* err) {
-  const int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  if (fd < 0) {
-    *err = errno;
-    return -1;
-  }
-  int one = 1;
-  setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
-  sockaddr_in sa{};
-  sa.sin_family = AF_INET;
-  sa.sin_port = htons(static_cast<std::uint16_t>(port));
-  sa.sin_addr.s_addr = htonl(INADDR_ANY);
-  if (!addr.empty() && inet_pton(AF_INET, addr.c_str(), &sa.sin_addr) != 1) {
-    close(fd);
-    *err = EADDRNOTAVAIL;
-    return -1;
-  }
-  // Two that bind at once both may (SO_REUSEADDR, neither listens yet);
-  // then only one listen succeeds.
-  if (bind(fd, reinterpret_cast<sockaddr*>(&sa), sizeof sa) != 0 || listen(fd, 4096) != 0) {
-    *err = errno;
-    close(fd);
-    return -1;
-  }
-  return fd;
-}
-
 std::vector<std::pair<unsigned long, unsigned>> listening_sockets(std::string_view proc_net_tcp, int port) {
   std::vector<std::pair<unsigned long, unsigned>> found;
   std::size_t pos = proc_net_tcp.find('\n');  // the header
@@ -123,6 +100,50 @@ std::optional<PortListener> port_listener(int port) {
     }
   }
   return std::nullopt;
+}
+
+HeldPort::HeldPort(HeldPort&& other) noexcept : port(other.port), fd(other.fd) {
+  other.fd = -1;
+  other.port = 0;
+}
+
+HeldPort& HeldPort::operator=(HeldPort&& other) noexcept {
+  if (this != &other) {
+    release();
+    port = other.port;
+    fd = other.fd;
+    other.fd = -1;
+    other.port = 0;
+  }
+  return *this;
+}
+
+HeldPort::~HeldPort() { release(); }
+
+void HeldPort::release() {
+  if (fd >= 0) close(fd);
+  fd = -1;
+}
+
+HeldPort hold_free_port(const std::string& addr) {
+  HeldPort held;
+  held.fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (held.fd < 0)
+    throw Error("cannot create a socket for MASTER_PORT: " + std::string(std::strerror(errno)));
+  int one = 1;
+  setsockopt(held.fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+  sockaddr_in sa{};
+  sa.sin_family = AF_INET;
+  sa.sin_port = 0;
+  if (inet_pton(AF_INET, addr.c_str(), &sa.sin_addr) != 1) sa.sin_addr.s_addr = htonl(INADDR_ANY);
+  if (bind(held.fd, reinterpret_cast<sockaddr*>(&sa), sizeof sa) != 0)
+    throw Error("cannot find a free port on " + addr +
+                " for MASTER_PORT: " + std::string(std::strerror(errno)));
+  socklen_t len = sizeof sa;
+  if (getsockname(held.fd, reinterpret_cast<sockaddr*>(&sa), &len) != 0)
+    throw Error("cannot read the port chosen for MASTER_PORT: " + std::string(std::strerror(errno)));
+  held.port = ntohs(sa.sin_port);
+  return held;
 }
 
 }  // namespace flowrun

@@ -1,19 +1,16 @@
 #include "flowrun/process.h"
 
 #include <algorithm>
-#include <arpa/inet.h>
 #include <cerrno>
 #include <cstring>
 #include <dirent.h>
 #include <fcntl.h>
 #include <memory>
-#include <netinet/in.h>
 #include <sched.h>
 #include <signal.h>
 #include <string_view>
 #include <sys/prctl.h>
 #include <sys/resource.h>
-#include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -368,48 +365,6 @@ std::string process_name(pid_t pid) {
   std::string name = read_proc_file("/proc/" + std::to_string(pid) + "/comm", 256);
   while (!name.empty() && name.back() == '\n') name.pop_back();
   return name;
-}
-
-HeldPort::HeldPort(HeldPort&& other) noexcept : port(other.port), fd(other.fd) {
-  other.fd = -1;
-  other.port = 0;
-}
-
-HeldPort& HeldPort::operator=(HeldPort&& other) noexcept {
-  if (this != &other) {
-    release();
-    port = other.port;
-    fd = other.fd;
-    other.fd = -1;
-    other.port = 0;
-  }
-  return *this;
-}
-
-HeldPort::~HeldPort() { release(); }
-
-void HeldPort::release() {
-  if (fd >= 0) close(fd);
-  fd = -1;
-}
-
-HeldPort hold_free_port(const std::string& addr) {
-  HeldPort held;
-  held.fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  if (held.fd < 0) throw Error("cannot create a socket for MASTER_PORT: " + errno_text(errno));
-  int one = 1;
-  setsockopt(held.fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
-  sockaddr_in sa{};
-  sa.sin_family = AF_INET;
-  sa.sin_port = 0;
-  if (inet_pton(AF_INET, addr.c_str(), &sa.sin_addr) != 1) sa.sin_addr.s_addr = htonl(INADDR_ANY);
-  if (bind(held.fd, reinterpret_cast<sockaddr*>(&sa), sizeof sa) != 0)
-    throw Error("cannot find a free port on " + addr + " for MASTER_PORT: " + errno_text(errno));
-  socklen_t len = sizeof sa;
-  if (getsockname(held.fd, reinterpret_cast<sockaddr*>(&sa), &len) != 0)
-    throw Error("cannot read the port chosen for MASTER_PORT: " + errno_text(errno));
-  held.port = ntohs(sa.sin_port);
-  return held;
 }
 
 }  // namespace flowrun

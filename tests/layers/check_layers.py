@@ -15,7 +15,11 @@ BUILD_DIR's generator and compiler) with `cmake --graphviz`, and checks:
     (link what you use, use what you link), and nothing in lib/ or apps/
     reaches a header through a relative path;
   * the build enforces it: a source of flowrun_base that includes a header of
-    a higher module does not compile with flowrun_base's own flags.
+    a higher module does not compile with flowrun_base's own flags;
+  * the multi-node wing: the head and the agent never link each other (and a
+    source of either does not compile when it includes the other's header),
+    and only the control layer (lib/control) includes a socket API, but for
+    the one file that holds the ranks' MASTER_PORT (SOCKET_EXCEPTIONS).
 """
 import glob
 import json
@@ -152,6 +156,42 @@ def probe_enforced(build):
     return done.returncode != 0 and "flowrun/plan.h" in done.stderr, done.stderr.strip()[:300]
 
 
+# A socket API: what a source must include to open, bind, accept or connect
+# a socket, or to read this host's interfaces and resolve names to addresses.
+SOCKET_API = re.compile(r"^\s*#\s*include\s*<(boost/asio\.hpp|boost/asio/ip/|boost/asio/local/|sys/socket\.h|"
+                        r"sys/un\.h|netinet/|arpa/inet\.h|netdb\.h|ifaddrs\.h|net/if\.h)")
+# lib/process/ports.cpp: the ranks' MASTER_PORT, bound (never listening, never
+# connecting) until they start, and who listens on a taken port.
+SOCKET_EXCEPTIONS = {"lib/process/ports.cpp"}
+
+
+def socket_users(source):
+    """The files of lib/ and apps/ outside lib/control that include a socket API, as 'file:line: include'."""
+    found = []
+    for f in sorted(glob.glob(f"{source}/lib/**/*.[ch]*", recursive=True) +
+                    glob.glob(f"{source}/apps/**/*.[ch]*", recursive=True)):
+        rel = os.path.relpath(f, source)
+        if rel.startswith("lib/control/") or rel in SOCKET_EXCEPTIONS:
+            continue
+        for n, line in enumerate(open(f, encoding="utf-8"), 1):
+            if SOCKET_API.match(line):
+                found.append(f"{rel}:{n}: {line.strip()}")
+    return found
+
+
+def probe_refused(build, module, header):
+    """(ok, detail): a source of `module` that includes flowrun/`header` does not compile with its flags."""
+    try:
+        commands = json.load(open(os.path.join(build, "compile_commands.json"), encoding="utf-8"))
+    except OSError as e:
+        return False, f"no compile_commands.json in {build}: {e}"
+    own = [c for c in commands if f"/lib/{module}/" in c["file"]]
+    if not own:
+        return False, f"no source of lib/{module} is in compile_commands.json"
+    done = probe_compile(own[0], f'#include "flowrun/{header}"\n')
+    return done.returncode != 0 and f"flowrun/{header}" in done.stderr, done.stderr.strip()[:300]
+
+
 def main():
     if len(sys.argv) != 3:
         sys.exit(__doc__)
@@ -211,6 +251,17 @@ def main():
     ok, detail = probe_enforced(build)
     check(ok, "a flowrun_base source that includes flowrun/plan.h does not compile with flowrun_base's flags",
           detail)
+
+    print("the multi-node wing")
+    for a, b in (("flowrun_head", "flowrun_agent"), ("flowrun_agent", "flowrun_head")):
+        pub, priv = graph.get(a, (set(), set()))
+        check(b not in pub | priv, f"{a} does not link {b}")
+    for module, header in (("head", "agent.h"), ("agent", "remote_group.h")):
+        ok, detail = probe_refused(build, module, header)
+        check(ok, f"a source of lib/{module} that includes flowrun/{header} does not compile with its flags", detail)
+    users = socket_users(source)
+    check(not users, "only lib/control includes a socket API (and " + ", ".join(sorted(SOCKET_EXCEPTIONS)) + ")",
+          "; ".join(users))
 
     print(f"\n{checks - len(failures)} of {checks} checks passed")
     return 1 if failures else 0

@@ -12,9 +12,10 @@
 #include <vector>
 
 #include "flowrun/error.h"
+#include "flowrun/start_wire.h"
 
 #include "engines.h"
-#include "node_start.h"
+#include "node_table.h"
 
 using namespace flowrun;
 using namespace flowrun::cluster;

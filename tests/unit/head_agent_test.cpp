@@ -25,9 +25,10 @@
 #include <thread>
 #include <unistd.h>
 
-#include "flowrun/cluster.h"
+#include "flowrun/agent.h"
 #include "flowrun/gpu.h"
 #include "flowrun/plan.h"
+#include "flowrun/remote_group.h"
 #include "flowrun/spec.h"
 #include "flowrun/stacks.h"
 #include "flowrun/supervisor.h"

@@ -5,7 +5,7 @@
 // flowrun or a rank the head refuses gets a refused frame saying why; so
 // does an agent of another protocol, in its own (and the agent's side of that,
 // join_head against a head of another protocol).
-#include "listener.h"
+#include "flowrun/listener.h"
 
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/ip/tcp.hpp>
@@ -22,39 +22,16 @@
 #include <variant>
 #include <vector>
 
+#include "flowrun/dialer.h"
 #include "flowrun/error.h"
 #include "flowrun/protocol.h"
 #include "flowrun/version.h"
 
-#include "dialer.h"
 #include "testing.h"
 
 using namespace flowrun;
 using namespace flowrun::cluster;
 namespace asio = boost::asio;
-
-TEST_CASE("claim_node_rank: the claimed rank, or the lowest free one the engine does not hold",
-          "[listener]") {
-  const std::vector<std::string> node_names{"a", "b", "", ""};
-  const auto names = [&](int rank) { return node_names.at(static_cast<std::size_t>(rank)); };
-  const std::vector<bool> joined{true, true, false, false};
-  CHECK(claim_node_rank(2, joined, names, {}).rank == 2);
-  CHECK(claim_node_rank(-1, joined, names, {}).rank == 2);
-  CHECK(claim_node_rank(-1, joined, names, {2}).rank ==
-        3);  // node 2's ssh starts an agent with --node-rank 2
-  CHECK(claim_node_rank(-1, joined, names, {}).refusal.empty());
-}
-
-TEST_CASE("claim_node_rank: a rank out of range, one taken, or none left is refused", "[listener]") {
-  const std::vector<std::string> node_names{"a", "b"};
-  const auto names = [&](int rank) { return node_names.at(static_cast<std::size_t>(rank)); };
-  CHECK(claim_node_rank(2, {true, false}, names, {}).refusal ==
-        "it asks for node rank 2, but the step has 2 nodes");
-  CHECK(claim_node_rank(2, {true, false}, names, {}).rank == -1);
-  CHECK(claim_node_rank(0, {true, false}, names, {}).refusal == "node rank 0 has already joined (from a)");
-  CHECK(claim_node_rank(-1, {true, true}, names, {}).refusal == "no node rank is left for it");
-  CHECK(claim_node_rank(-1, {true, false}, names, {1}).refusal == "no node rank is left for it");
-}
 
 namespace {
 
@@ -333,7 +310,7 @@ TEST_CASE("dialer: a head of another protocol refuses this agent: the agent says
   });
   asio::io_context io;
   Console console{fd, fd};
-  AgentOptions options;
+  DialOptions options;
   options.endpoint = endpoint;
   options.connect_timeout_s = 10;
   const std::function<int()> not_interrupted = [] { return 0; };
@@ -572,7 +549,7 @@ TEST_CASE("dialer: flowrun run's agent reads the token file after the head's cha
   });
   asio::io_context io;
   Console console{console_fd, console_fd};
-  AgentOptions options;
+  DialOptions options;
   options.endpoint = endpoint;
   options.token_file = token_file;
   options.token_after_connect = true;

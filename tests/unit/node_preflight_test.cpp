@@ -16,7 +16,8 @@
 #include <variant>
 #include <vector>
 
-#include "preflight_wire.h"
+#include "flowrun/preflight_wire.h"
+
 #include "testing.h"
 
 using namespace flowrun;

@@ -65,6 +65,29 @@ class Loopback {
 
 }  // namespace
 
+TEST_CASE("claim_node_rank: the claimed rank, or the lowest free one the engine does not hold",
+          "[node_table]") {
+  const std::vector<std::string> node_names{"a", "b", "", ""};
+  const auto names = [&](int rank) { return node_names.at(static_cast<std::size_t>(rank)); };
+  const std::vector<bool> joined{true, true, false, false};
+  CHECK(claim_node_rank(2, joined, names, {}).rank == 2);
+  CHECK(claim_node_rank(-1, joined, names, {}).rank == 2);
+  CHECK(claim_node_rank(-1, joined, names, {2}).rank ==
+        3);  // node 2's ssh starts an agent with --node-rank 2
+  CHECK(claim_node_rank(-1, joined, names, {}).refusal.empty());
+}
+
+TEST_CASE("claim_node_rank: a rank out of range, one taken, or none left is refused", "[node_table]") {
+  const std::vector<std::string> node_names{"a", "b"};
+  const auto names = [&](int rank) { return node_names.at(static_cast<std::size_t>(rank)); };
+  CHECK(claim_node_rank(2, {true, false}, names, {}).refusal ==
+        "it asks for node rank 2, but the step has 2 nodes");
+  CHECK(claim_node_rank(2, {true, false}, names, {}).rank == -1);
+  CHECK(claim_node_rank(0, {true, false}, names, {}).refusal == "node rank 0 has already joined (from a)");
+  CHECK(claim_node_rank(-1, {true, true}, names, {}).refusal == "no node rank is left for it");
+  CHECK(claim_node_rank(-1, {true, false}, names, {1}).refusal == "no node rank is left for it");
+}
+
 TEST_CASE("heartbeat_silence: a node is lost once silent past the timeout, not at it", "[node_table]") {
   CHECK_FALSE(heartbeat_silence(5 * kSecond, 4 * kSecond, 2.0));
   CHECK_FALSE(heartbeat_silence(6 * kSecond, 4 * kSecond, 2.0));

@@ -16,6 +16,8 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "flowrun/net_addresses.h"
+
 using namespace flowrun;
 
 namespace {
@@ -79,12 +81,12 @@ TEST_CASE("of two that listen on one port, the second finds it in use and sees w
   const int port = free.port;
   free.release();
   int err = 0;
-  const int first = listen_on_port("", port, &err);
+  const int first = cluster::listen_on_port("", port, &err);
   REQUIRE(first >= 0);
   CHECK((fcntl(first, F_GETFD) & FD_CLOEXEC) != 0);  // no worker inherits it
-  CHECK(listen_on_port("", port, &err) == -1);
+  CHECK(cluster::listen_on_port("", port, &err) == -1);
   CHECK(err == EADDRINUSE);
-  CHECK(listen_on_port("127.0.0.1", port, &err) == -1);  // one address of every address
+  CHECK(cluster::listen_on_port("127.0.0.1", port, &err) == -1);  // one address of every address
   CHECK(err == EADDRINUSE);
   const auto holder = port_listener(port);
   REQUIRE(holder);
@@ -93,10 +95,10 @@ TEST_CASE("of two that listen on one port, the second finds it in use and sees w
   CHECK(holder->name == process_name(getpid()));
   close(first);
   CHECK_FALSE(port_listener(port));
-  const int again = listen_on_port("127.0.0.1", port, &err);
+  const int again = cluster::listen_on_port("127.0.0.1", port, &err);
   CHECK(again >= 0);
   close(again);
-  CHECK(listen_on_port("not-an-address", port, &err) == -1);
+  CHECK(cluster::listen_on_port("not-an-address", port, &err) == -1);
   CHECK(err == EADDRNOTAVAIL);
 }
 

@@ -1,7 +1,7 @@
 // Paths resolved beneath a root directory. Everything that reads the files a
 // rank left, or writes them into the run directory, goes through this: the
 // join on one node (lib/join), an agent's uploads and the head's receiver
-// (lib/cluster). So a symlink, a '..' or a directory a rank replaced by a
+// (lib/head). So a symlink, a '..' or a directory a rank replaced by a
 // link cannot lead outside the directory being gathered or written, and the
 // rules (and the words for what is refused) are the same on one node and
 // across nodes.

@@ -131,15 +131,6 @@ struct HeldPort {
 };
 HeldPort hold_free_port(const std::string& addr);
 
-// flowrun run's rendezvous: a listening socket on `addr`:`port` (an IPv4
-// address; empty: every address), bound with SO_REUSEADDR as the head's
-// listener binds, close-on-exec. The bind and the listen are the decision:
-// of several processes trying at once, one gets the socket and the others
-// find the port in use. Returns the socket, or -1 with `*err` the errno
-// (EADDRINUSE: something listens there, or holds the port without
-// SO_REUSEADDR).
-int listen_on_port(const std::string& addr, int port, int* err);
-
 // What listens on a TCP port of this host (its network namespace).
 struct PortListener {
   unsigned uid = 0;  // the socket's owner

@@ -2,7 +2,7 @@
 // the fields it carries, who sends it and when. encode() turns one into a
 // Frame (its payload is encode_fields of the fields below, in this order,
 // under these names); decode_message() turns a Frame back, or says why it
-// cannot. The head (lib/cluster/head.cpp) and the agent (agent.cpp) use
+// cannot. The head (lib/head/remote_group.cpp) and the agent (lib/agent/agent.cpp) use
 // nothing else, so a field has one name, one type and one meaning.
 //
 // Every field is on the wire in every message (no field is optional), and a

@@ -1,0 +1,40 @@
+// What the head of a multi-node step prepares before the agents can join:
+// where it listens (and the token file flowrun run's other nodes read), the
+// marker every node must read at the same path, how the user brings up the
+// agents, and the engine's processes (srun, ssh) that do. Internal to
+// lib/head.
+#pragma once
+
+#include <cstddef>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "flowrun/listener.h"
+#include "flowrun/remote_group.h"
+
+#include "engines.h"
+
+namespace flowrun::cluster {
+
+// "1 node", "2 nodes".
+std::string plural(std::size_t n, std::string_view one, std::string_view many);
+
+struct HeadLaunch {
+  std::string token_file;  // written for the agents to read (empty: none); removed at the step's end
+  std::string marker_path, marker_text;
+  std::vector<EngineLaunch> engines;   // what brings up the agents
+  std::vector<WorkerLaunch> launches;  // the engines', for the supervisor's group
+};
+
+// Listens (`listener`, for `nodes` nodes with `token`), writes the marker,
+// says how the agents join and makes every rank's directory. Throws Error
+// when the step cannot even begin.
+HeadLaunch prepare_launch(const Console& console, const NodeStep& job, Listener& listener,
+                          const std::string& token, std::size_t nodes);
+
+// The supervisor's options for the engine's processes, whose agents stop
+// the ranks and may be a heartbeat (`heartbeat_timeout_s`) late.
+GroupOptions engine_group(const NodeStep& job, double heartbeat_timeout_s);
+
+}  // namespace flowrun::cluster

@@ -1,0 +1,106 @@
+// The phases of a multi-node step before its ranks start, as the head runs
+// them: the agents join (each gets its node rank), every node is checked
+// (its GPUs) and assigned the attempt, each reports ready (node 0 with the
+// rendezvous port), and with preflight: true the NCCL check runs across
+// them. Internal to lib/head.
+#pragma once
+
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/steady_timer.hpp>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "flowrun/connection.h"
+#include "flowrun/listener.h"
+#include "flowrun/messages.h"
+#include "flowrun/remote_group.h"
+
+#include "engine_watch.h"
+#include "node_preflight.h"
+#include "node_table.h"
+
+namespace flowrun::cluster {
+
+// ready: every node is ready for an attempt; between: an attempt ended,
+// and the step runner decides what comes next.
+enum class Phase { joining, assigning, checking, ready, running, between, finished };
+
+class NodeGathering {
+ public:
+  struct Links {
+    // Node `rank` joined over `conn`: what it sends goes to the head.
+    std::function<void(int rank, const std::shared_ptr<Connection>& conn)> joined;
+    // The step fails before its ranks start, for `why`.
+    std::function<void(const std::string& why)> fail;
+    std::function<void(Node& n, const std::string& what)> protocol_error;
+    // An elastic step starts with fewer nodes than its MAX, for `why`: the
+    // head gathers them into node ranks 0 and up (NodeTable::reseat).
+    std::function<void(const std::string& why)> start_fewer;
+  };
+  // `phase` is the head's, which this moves on from joining to ready;
+  // `attempt` and the marker are the head's too, read at each assign.
+  NodeGathering(boost::asio::io_context& io, const Console& console, const NodeStep& job, NodeTable& nodes,
+                Listener& listener, EngineWatch& engines, Phase& phase, const int& attempt,
+                const std::string& marker_path, const std::string& marker_text, Links links);
+
+  // An agent that proved the token: the node rank it gets, or why not.
+  Admission admit(const Joiner& j);
+  void on_joined(int rank, const Joiner& j, const std::shared_ptr<Connection>& conn);
+
+  // The join timeout: the step fails when not every node joined within
+  // `seconds`; an elastic step starts with those that did, if MIN did.
+  void start_join_timer(double seconds);
+  void cancel_join_timer() {
+    join_timer_.cancel();
+    last_call_timer_.cancel();
+  }
+  // Output of the engine's process `index`: srun waiting for resources
+  // stops the join timeout, which counts from the grant.
+  void on_engine_output(std::size_t index, std::string_view data);
+  // The engine's process `index` ended as `record` says: before the agents
+  // it serves joined, the step fails; while the nodes take the attempt or
+  // run it, the note the head keeps; nothing once the step finished.
+  std::optional<std::string> on_engine_exit(std::size_t index, const WorkerRecord& record);
+
+  // Every node again, for the attempt the head is at.
+  void assign();
+  void on_ready(Node& n, const Ready& m);
+
+  // preflight: true (node_preflight.h), once every node is ready.
+  void start_preflight();
+  void on_preflight_id(Node& n, const PreflightId& m);
+  void on_preflight_done(Node& n, const PreflightDone& m);
+
+ private:
+  void all_joined();
+  // An elastic step: starts with the nodes that joined when MIN have and no
+  // more can come (`not_coming_`) or the last call ran out.
+  void maybe_start_fewer();
+  void start_fewer(const std::string& why);
+  std::string joined_of() const;
+  NodePreflight::Links preflight_links();
+
+  const NodeStep& job_;
+  const StepPlan& plan_;
+  NodeTable& nodes_;
+  Listener& listener_;
+  EngineWatch& engines_;
+  Phase& phase_;
+  const int& attempt_;
+  const std::string& marker_path_;
+  const std::string& marker_text_;
+  Links links_;
+  boost::asio::steady_timer join_timer_;
+  boost::asio::steady_timer last_call_timer_;  // nodes: "MIN:MAX", once MIN joined
+  bool last_call_ = false;
+  std::size_t not_coming_ = 0;  // nodes whose srun or ssh ended before they joined
+  std::vector<std::string> workdir_errors_;
+  int ready_ = 0;
+  NodePreflight preflight_;  // preflight: true
+};
+
+}  // namespace flowrun::cluster
