@@ -37,12 +37,11 @@ import shutil
 import signal
 import subprocess
 import sys
-import tempfile
 import time
 
 import pytest
 
-from flowrun_testlib import AGENT_CLOSED, GAPS_RANK, clean_env, peak_rss_kib, tables, wire
+from flowrun_testlib import AGENT_CLOSED, GAPS_RANK, clean_env, peak_rss_kib, tables, temp_dir, wire
 from flowrun_testlib import run as run_to_end
 from flowrun_testlib.launcher import SANITIZER_REPORT, Launcher, processes_with, wait_for
 from flowrun_testlib.nodes import FAKE_AGENT, Nodes, sh_yaml, spec_text
@@ -974,12 +973,8 @@ steps:
             print("scratch planted: skipped: another user's files need root")
             r.recover, r.left, r.lost, r.false = "n/a (skipped: needs root)", 0, 0, 0
             return
-        tmp = tempfile.mkdtemp(prefix="flowrun-faults-tmp-")
-        os.chmod(tmp, 0o1777)
-        try:
+        with temp_dir("flowrun-faults-tmp-", mode=0o1777) as tmp:
             self.scratch_planted(r, tmp)
-        finally:
-            shutil.rmtree(tmp, ignore_errors=True)
 
     def scratch_planted(self, r, tmp):
         script = self.OUTDIR + 'while [ ! -e go ]; do sleep 0.02; done; ' + RESULT
@@ -2308,12 +2303,8 @@ steps:
             print("foreign dirs: skipped: another user's files need root")
             r.recover, r.left, r.lost, r.false = "n/a (skipped: needs root)", 0, 0, 0
             return
-        tmp = tempfile.mkdtemp(prefix="flowrun-faults-shared-")
-        os.chmod(tmp, 0o1777)
-        try:
+        with temp_dir("flowrun-faults-shared-", mode=0o1777) as tmp:
             self.foreign_dirs(r, tmp)
-        finally:
-            shutil.rmtree(tmp, ignore_errors=True)
 
     def foreign_dirs(self, r, tmp):
         spec = "name: foreign\nsteps:\n  - name: train\n    run: [/bin/true]\n    parallel:\n      cpus: 2\n"

@@ -15,13 +15,12 @@ import re
 import shutil
 import signal
 import subprocess
-import tempfile
 import threading
 import time
 
 import pytest
 
-from flowrun_testlib import clean_env
+from flowrun_testlib import clean_env, temp_dir
 from flowrun_testlib.launcher import PY, WORKER, Launcher, argv_yaml, proc_name, processes_with, py_spy, q, \
     res_culprit, wait_for
 
@@ -706,28 +705,27 @@ steps:
                 caps = int(re.search(r"^CapEff:\s*([0-9a-f]+)$", f.read(), re.M).group(1), 16)
             if caps & (1 << 19):
                 pytest.skip("this user has CAP_SYS_PTRACE and is not root: no user without it to run as")
-        d = tempfile.mkdtemp(prefix="flowrun-ptrace-")
-        os.chmod(d, 0o1777)  # as /tmp is: nobody makes the run directory, no one may swap it
-        spec = os.path.join(d, "spec.yaml")
-        with open(spec, "w") as f:
-            f.write("name: ptrace\nsteps:\n  - name: train\n    run: \"python3 -c 'while True: pass'\"\n"
-                    "    stall_timeout: 1\n    parallel:\n      cpus: 2\n")
-        os.chmod(spec, 0o644)
-        run_dir = os.path.join(d, "run")
-        env = clean_env(FLOWRUN_PY_SPY=found, HOME=d)
-        p = subprocess.run(prefix + [self.flowrun, spec, "--run-dir", run_dir], cwd=d, env=env,
-                           capture_output=True, text=True, timeout=60)
-        try:
-            owner = os.stat(run_dir).st_uid
-            with open(os.path.join(run_dir, "train", "results.json")) as f:
-                stacks = json.load(f)["stacks"]
-            texts = []
-            for r in range(2):
-                with open(os.path.join(run_dir, "train", f"rank{r}", "stack.txt")) as f:
-                    texts.append(f.read())
-        except (OSError, ValueError) as e:
-            owner, stacks, texts = None, str(e), []
-        shutil.rmtree(d, ignore_errors=True)
+        # As /tmp is: nobody makes the run directory, no one may swap it.
+        with temp_dir("flowrun-ptrace-", mode=0o1777) as d:
+            spec = os.path.join(d, "spec.yaml")
+            with open(spec, "w") as f:
+                f.write("name: ptrace\nsteps:\n  - name: train\n    run: \"python3 -c 'while True: pass'\"\n"
+                        "    stall_timeout: 1\n    parallel:\n      cpus: 2\n")
+            os.chmod(spec, 0o644)
+            run_dir = os.path.join(d, "run")
+            env = clean_env(FLOWRUN_PY_SPY=found, HOME=d)
+            p = subprocess.run(prefix + [self.flowrun, spec, "--run-dir", run_dir], cwd=d, env=env,
+                               capture_output=True, text=True, timeout=60)
+            try:
+                owner = os.stat(run_dir).st_uid
+                with open(os.path.join(run_dir, "train", "results.json")) as f:
+                    stacks = json.load(f)["stacks"]
+                texts = []
+                for r in range(2):
+                    with open(os.path.join(run_dir, "train", f"rank{r}", "stack.txt")) as f:
+                        texts.append(f.read())
+            except (OSError, ValueError) as e:
+                owner, stacks, texts = None, str(e), []
         where = "no Yama" if scope is None else f"ptrace_scope {scope}"
         self.check(owner == (65534 if prefix else os.geteuid()), f"ptrace: flowrun ran as {user}",
                    f"run directory owner {owner}")
