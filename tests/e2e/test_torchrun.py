@@ -157,7 +157,8 @@ class TestTorchrun(E2E):
     def test_gpu_shapes(self, options, workers, spec_line, env):
         """--nproc-per-node against 8 simulated GPUs: dividing counts share GPUs, others take the first N."""
         d = self.workdir("shapes")
-        rc, out, err = self.run_flowrun(d, "run", "--fake-gpus", "8", "--dry-run", *options, "train.py")
+        rc, out, err = self.run_flowrun(d, "run", "--fake-gpus", "8", "--dry-run", *options, "train.py",
+                                        env=self.env(**env))
         label = " ".join(options)
         self.check(rc == 0, f"{label}: dry run exits 0", err)
         self.check(spec_line in out, f"{label}: the spec says {spec_line}", out)
@@ -287,41 +288,45 @@ class TestTorchrun(E2E):
         self.check(rc == 0 and "worker 1 of 2" in out and "worker 0 of 2" not in out,
                    "--local-ranks-filter 1: only rank 1 on the console", out)
 
-    def test_redirects_and_tee(self):
-        """torchrun's --redirects and --tee per stream and per local rank: a redirected stream is off the console,
-        a teed one on it (tee wins when both name it), every rank's log files have both streams."""
+    BOTH = ("import os, sys\nr = os.environ['RANK']\nprint(f'out-{r}', flush=True)\n"
+            "print(f'err-{r}', file=sys.stderr, flush=True)\n")
+
+    def streams_workdir(self):
         d = self.workdir("streams")
         with open(os.path.join(d, "both.py"), "w") as f:
-            f.write("import os, sys\nr = os.environ['RANK']\nprint(f'out-{r}', flush=True)\n"
-                    "print(f'err-{r}', file=sys.stderr, flush=True)\n")
-        every = {f"{s}-{r}" for s in ("out", "err") for r in (0, 1)}
-        cases = [
-            # options, the lines the console shows (flowrun's own stdout and stderr together)
-            (["--log-dir", "logs", "--redirects", "3", "--tee", "3"], every),
-            (["--redirects", "0:1,1:2"], {"err-0", "out-1"}),
-            (["--redirects", "3", "--tee", "0:2,1:1"], {"err-0", "out-1"}),
-            (["--redirects", "1", "--tee", "2", "--local-ranks-filter", "1"], {"err-1"}),
-        ]
-        for options, want in cases:
-            label = " ".join(options)
-            shutil.rmtree(os.path.join(d, "logs"), ignore_errors=True)
-            self.clear_runs(d)
-            rc, out, err = self.run_flowrun(d, "run", "--nproc-per-node", "2", *options, "both.py")
-            shown = set(re.findall(r"^\[both r\d\] ((?:out|err)-\d)$", out + err, re.M))
-            self.check(rc == 0 and shown == want, f"{label}: the console shows {sorted(want)}",
-                       f"rc={rc} shown={sorted(shown)}\n{out}{err}")
-            if "out-0" in want:
-                self.check(re.search(r"^\[both r0\] out-0$", out, re.M) is not None,
-                           f"{label}: a rank's stdout stays on flowrun's stdout", out)
-            root = os.path.join(d, "logs") if "--log-dir" in options else os.path.join(d, ".flowrun", "runs")
-            files = {}
-            for where, _, names in os.walk(root):
-                for name in names:
-                    if name in ("stdout.log", "stderr.log"):
-                        files[os.path.join(os.path.basename(where), name)] = open(os.path.join(where, name)).read()
-            self.check(files == {"rank0/stdout.log": "out-0\n", "rank0/stderr.log": "err-0\n",
-                                 "rank1/stdout.log": "out-1\n", "rank1/stderr.log": "err-1\n"},
-                       f"{label}: every rank's log files have both its streams", str(files))
+            f.write(self.BOTH)
+        return d
+
+    @pytest.mark.parametrize("options, want, env", [  # the lines the console shows (its stdout and stderr)
+        case(["--log-dir", "logs", "--redirects", "3", "--tee", "3"], {"out-0", "err-0", "out-1", "err-1"}),
+        case(["--redirects", "0:1,1:2"], {"err-0", "out-1"}),
+        case(["--redirects", "3", "--tee", "0:2,1:1"], {"err-0", "out-1"}),
+        case(["--redirects", "1", "--tee", "2", "--local-ranks-filter", "1"], {"err-1"}),
+    ])
+    def test_redirects_and_tee(self, options, want, env):
+        """torchrun's --redirects and --tee per stream and per local rank: a redirected stream is off the console,
+        a teed one on it (tee wins when both name it), every rank's log files have both streams."""
+        d = self.streams_workdir()
+        label = " ".join(options)
+        rc, out, err = self.run_flowrun(d, "run", "--nproc-per-node", "2", *options, "both.py", env=self.env(**env))
+        shown = set(re.findall(r"^\[both r\d\] ((?:out|err)-\d)$", out + err, re.M))
+        self.check(rc == 0 and shown == want, f"{label}: the console shows {sorted(want)}",
+                   f"rc={rc} shown={sorted(shown)}\n{out}{err}")
+        if "out-0" in want:
+            self.check(re.search(r"^\[both r0\] out-0$", out, re.M) is not None,
+                       f"{label}: a rank's stdout stays on flowrun's stdout", out)
+        root = os.path.join(d, "logs") if "--log-dir" in options else os.path.join(d, ".flowrun", "runs")
+        files = {}
+        for where, _, names in os.walk(root):
+            for name in names:
+                if name in ("stdout.log", "stderr.log"):
+                    files[os.path.join(os.path.basename(where), name)] = open(os.path.join(where, name)).read()
+        self.check(files == {"rank0/stdout.log": "out-0\n", "rank0/stderr.log": "err-0\n",
+                             "rank1/stdout.log": "out-1\n", "rank1/stderr.log": "err-1\n"},
+                   f"{label}: every rank's log files have both its streams", str(files))
+
+    def test_stream_options_refused_or_without_effect(self):
+        d = self.streams_workdir()
         rc, out, err = self.run_flowrun(d, "run", "--duplicate-stdout-filters", "out,err", "both.py")
         self.check(rc == 0 and "flowrun run: --duplicate-stdout-filters has no effect: every rank's stdout is whole "
                    "in its own log file; grep them (grep -h WORD RUN_DIR/STEP/rank*/stdout.log)" in err,
