@@ -116,7 +116,7 @@ def test_wheel_needs_only_glibc_and_libstdcxx(installed):
     assert r.returncode == 0 and not extra, \
         f"the wheel's flowrun needs {' '.join(extra)} at run time; only glibc and libstdc++ may be shared " \
         f"(FLOWRUN_STATIC_DEPS in cmake/Dependencies.cmake links the rest in)\n{r.stdout}"
-    needs = [r.stdout.strip()]
+    needs = [r.stdout.rstrip()]
     if shutil.which("objdump"):  # what it asks of the system, for the record
         symbols = subprocess.run(["objdump", "-T", installed.flowrun], capture_output=True, text=True,
                                  timeout=60).stdout
