@@ -26,8 +26,8 @@ FLOWRUN_PACKAGES=(
   python3-pytest python3-pytest-timeout
   # tests/test_schema.py checks every example spec against specs/schema.
   python3-jsonschema
-  # scripts/test's package phase: cpack's Depends (dpkg-shlibdeps), `man -w`;
-  # tests/test_install.py runs the zsh and fish completions.
+  # scripts/test's package phase: cpack's Depends (dpkg-shlibdeps); `man -w` in
+  # tests/test_installed.py; tests/test_install.py runs the zsh and fish completions.
   dpkg-dev man-db zsh fish
   # tests/e2e/helpers/fake_agent.py seals its frames (AES-256-GCM) as the agents do.
   python3-cryptography

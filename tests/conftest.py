@@ -8,8 +8,9 @@ with a sanitizer: timing bounds are tripled and memory bounds are not checked), 
 --fault-table (write the measured faults table there), --update (rewrite the golden files, the
 bad specs' errors and the docs' console output from real runs: review the diff),
 --cluster-examples (the docs' examples that need a cluster), --repeat (runs of the torch suite's
-culprit test), --keep (keep the multi-node scratch directory), --test-timeout (seconds each test
-may take; tripled with --sanitized and for a test marked slow).
+culprit test), --keep (keep the multi-node scratch directory), --installed and --package (the
+installed package test_installed.py checks), --test-timeout (seconds each test may take; tripled
+with --sanitized and for a test marked slow).
 
 Each ctest entry selects its tests by marker (`-m launcher`), one marker per entry. A test states
 its facts with the `check` fixture (flowrun_testlib/checks.py): every failed label and its detail
@@ -37,6 +38,7 @@ MARKERS = {
     "doctor": "flowrun doctor on the stand-in NVIDIA libraries",
     "cli": "the command line: options, init, errors",
     "install": "the manual page and shell completions cover flowrun --help",
+    "installed": "the installed .deb or wheel (scripts/test's package and wheel phases; test_installed.py)",
     "schema": "specs/schema accepts every example spec",
     "launcher": "flowrun SPEC with real worker processes",
     "torch": "real PyTorch flows on CPU workers",
@@ -52,6 +54,8 @@ MARKERS = {
     "root": "needs root (skipped without it)",
     "cluster": "needs the test cluster: root and network namespaces",
     "slow": "takes minutes (its time limit is tripled)",
+    "deb": "only for an installed .deb (test_installed.py --package FILE.deb)",
+    "wheel": "only for an installed wheel (test_installed.py --package FILE.whl)",
 }
 
 
@@ -75,6 +79,11 @@ def pytest_addoption(parser):
     group.addoption("--update", action="store_true",
                     help="rewrite the expected files (golden plans, bad specs' errors, the docs' console "
                          "output) from real runs")
+    group.addoption("--installed", metavar="PREFIX",
+                    help="where the package under test is installed: /usr for the .deb, the venv for the wheel "
+                         "(test_installed.py)")
+    group.addoption("--package", metavar="FILE",
+                    help="the .deb or .whl installed at --installed: its kind and version (test_installed.py)")
     group.addoption("--test-timeout", type=float, default=300.0,
                     help="seconds a test may take, tripled with --sanitized and for a slow one (default 300)")
 

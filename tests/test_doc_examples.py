@@ -62,6 +62,7 @@ One test per document (-k gpu.md: that one only):
   python3 -m pytest tests/test_doc_examples.py --update                     rewrite the console outputs
                     that do not match from real runs (review the diff!)
 """
+import contextlib
 import functools
 import os
 import re
@@ -73,7 +74,7 @@ import tempfile
 
 import pytest
 
-from flowrun_testlib import clean_env, diff, normalise
+from flowrun_testlib import clean_env, diff, normalise, temp_dir
 from flowrun_testlib.cluster import Cluster, cluster_unavailable, end_on_sigterm
 from flowrun_testlib.suite import path_of
 
@@ -190,35 +191,37 @@ class Context:
                 return f"{where} cannot import {module}"
         return ""
 
+    @contextlib.contextmanager
     def scratch(self):
-        """A new scratch directory with the binary, Python and the repository's examples."""
-        d = tempfile.mkdtemp(prefix="flowrun-doc-", dir="/var/tmp" if self.cluster else None)
-        bindir = os.path.join(d, ".bin")
-        os.makedirs(bindir)
-        if self.cluster:
-            shutil.copy2(self.flowrun, os.path.join(bindir, "flowrun"))
-            with open(os.path.join(bindir, "ssh"), "w") as f:
-                f.write(f"#!/bin/sh\nexec /usr/bin/ssh -F {shlex.quote(self.cluster.ssh_config)} \"$@\"\n")
-            os.chmod(os.path.join(bindir, "ssh"), 0o755)
-        else:
-            os.symlink(self.flowrun, os.path.join(bindir, "flowrun"))
-        for name in ("python3", "python"):
-            os.symlink(DEBIAN_PYTHON, os.path.join(bindir, name))
-        ignore = shutil.ignore_patterns(".flowrun", "__pycache__", "data", "model.pt", "metrics", "summary.txt")
-        for name in COPIED:
-            if os.path.isdir(os.path.join(self.root, name)):
-                shutil.copytree(os.path.join(self.root, name), os.path.join(d, name), ignore=ignore)
-        scripts = os.path.join(self.root, "specs", "examples", "scripts")
-        if os.path.isdir(scripts):
-            shutil.copytree(scripts, os.path.join(d, "scripts"), ignore=ignore)
-        state = os.path.join(d, ".state")
-        os.makedirs(state)
-        with open(os.path.join(state, "cwd"), "w") as f:
-            f.write(d + "\n")
-        open(os.path.join(state, "env"), "w").close()
-        with open(os.path.join(state, "rc"), "w") as f:
-            f.write("0\n")
-        return d
+        """A new scratch directory with the binary, Python and the repository's examples, removed
+        after the block."""
+        with temp_dir("flowrun-doc-", parent="/var/tmp" if self.cluster else None) as d:
+            bindir = os.path.join(d, ".bin")
+            os.makedirs(bindir)
+            if self.cluster:
+                shutil.copy2(self.flowrun, os.path.join(bindir, "flowrun"))
+                with open(os.path.join(bindir, "ssh"), "w") as f:
+                    f.write(f"#!/bin/sh\nexec /usr/bin/ssh -F {shlex.quote(self.cluster.ssh_config)} \"$@\"\n")
+                os.chmod(os.path.join(bindir, "ssh"), 0o755)
+            else:
+                os.symlink(self.flowrun, os.path.join(bindir, "flowrun"))
+            for name in ("python3", "python"):
+                os.symlink(DEBIAN_PYTHON, os.path.join(bindir, name))
+            ignore = shutil.ignore_patterns(".flowrun", "__pycache__", "data", "model.pt", "metrics", "summary.txt")
+            for name in COPIED:
+                if os.path.isdir(os.path.join(self.root, name)):
+                    shutil.copytree(os.path.join(self.root, name), os.path.join(d, name), ignore=ignore)
+            scripts = os.path.join(self.root, "specs", "examples", "scripts")
+            if os.path.isdir(scripts):
+                shutil.copytree(scripts, os.path.join(d, "scripts"), ignore=ignore)
+            state = os.path.join(d, ".state")
+            os.makedirs(state)
+            with open(os.path.join(state, "cwd"), "w") as f:
+                f.write(d + "\n")
+            open(os.path.join(state, "env"), "w").close()
+            with open(os.path.join(state, "rc"), "w") as f:
+                f.write("0\n")
+            yield d
 
     def env(self, scratch, flags=()):
         bindir = os.path.join(scratch, ".bin")
@@ -264,7 +267,8 @@ def check_document(path, ctx, check, update=False):
     found = list(FENCE.finditer(text))
     blocks = [(m.group(1).split(), m.group(2), text[:m.start()].count("\n") + 1) for m in found]
     rewritten = {}
-    scratch = ctx.scratch()
+    made = contextlib.ExitStack()
+    scratch = made.enter_context(ctx.scratch())
     state = os.path.join(scratch, ".state")
     where = os.path.relpath(path, ctx.root)
     cluster_blocks = 0
@@ -342,7 +346,7 @@ def check_document(path, ctx, check, update=False):
                 following = blocks[index + 1] if index + 1 < len(blocks) else None
                 validate(name or "spec.yaml", label, expect_bad=flags == ["bad"], following=following)
     finally:
-        shutil.rmtree(scratch, ignore_errors=True)
+        made.close()
     if cluster_blocks and not ctx.cluster:
         print(f"{where}: {cluster_blocks} ```console cluster blocks are run by --cluster-examples "
               "(scripts/test --phase cluster)")

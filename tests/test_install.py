@@ -5,8 +5,9 @@ option each one's --help lists.
 
   python3 -m pytest tests/test_install.py [--flowrun PATH] [-k NAME]
 
-A failure names what is missing and where to add it. The .deb itself is built,
-installed and removed by scripts/test's package phase (it needs root and apt).
+A failure names what is missing and where to add it. The .deb and the wheel themselves are
+built, installed and removed by scripts/test's package and wheel phases, and what they
+install is checked by tests/test_installed.py.
 """
 import gzip
 import importlib.machinery

@@ -37,12 +37,11 @@ import shutil
 import signal
 import subprocess
 import sys
-import tempfile
 import time
 
 import pytest
 
-from flowrun_testlib import AGENT_CLOSED, GAPS_RANK, clean_env, peak_rss_kib, tables, wire
+from flowrun_testlib import AGENT_CLOSED, GAPS_RANK, clean_env, peak_rss_kib, tables, temp_dir, wire
 from flowrun_testlib import run as run_to_end
 from flowrun_testlib.launcher import SANITIZER_REPORT, Launcher, processes_with, wait_for
 from flowrun_testlib.nodes import FAKE_AGENT, Nodes, sh_yaml, spec_text
@@ -77,6 +76,12 @@ def read(path, default=None):
         return default
 
 
+def fault_cases(names, *cases):
+    """The cases of a test that injects several faults alike, as pytest.mark.parametrize: each case
+    is a fault of its own, a row of the table, whose name (its first value) is also its id."""
+    return pytest.mark.parametrize(names, [pytest.param(*case, id=case[0]) for case in cases])
+
+
 class Row:
     """One line of the table: what was injected, what flowrun did, what it cost."""
 
@@ -104,7 +109,8 @@ class TestFaults(E2E):
         self.check(m is None, f"{label}: no sanitizer report", text[max(0, m.start() - 200):][:4000] if m else "")
 
     def row(self, name, did):
-        r = Row(name, did, f"python3 -m pytest tests/e2e/test_faults.py::TestFaults::test_{name}")
+        test = f"tests/e2e/test_faults.py::TestFaults::{self.test_name}"
+        r = Row(name, did, f"python3 -m pytest {shlex.quote(test)}")
         self.rows.append(r)
         return r
 
@@ -298,7 +304,20 @@ steps:
     run: {sh_yaml('touch "$0/join.ran"', "@DIR@")}
 """)
 
-    def hang_fault(self, name, key, limit, did, want):
+    @fault_cases("name, key, limit, did, want", (
+        "worker_sigstop_timeout", "timeout", 3,
+        "the step's `timeout` ends it: every rank's stack first (here the kernel's words, no py-spy), rank 1 "
+        "apart in `do_signal_stop`, then SIGTERM and SIGCONT to every rank; the report names rank 1 as stopped "
+        "and silent; exit 124; no join",
+        r"^flowrun:   rank 1 \(stopped\) wrote nothing for the last [0-9.]+ s$"), (
+        "worker_sigstop_stall", "stall_timeout", 2,
+        "`stall_timeout` sees rank 1 silent, takes every rank's stack (here the kernel's words, no py-spy), rank 1 "
+        "apart in `do_signal_stop`, stops the step and names rank 1 as stalled; exit 124; no join",
+        r"^flowrun: step 'train' stalled: rank 1 \(stopped\) wrote nothing for [0-9.]+ s "
+        r"\(stall_timeout: 2s\); stopping the step$"))
+    def test_worker_sigstop(self, name, key, limit, did, want):
+        """Rank 1 stops itself (SIGSTOP): a hang. The step's timeout ends it, or, as the others keep
+        printing, its stall_timeout; the report names rank 1."""
         r = self.row(name, did)
         run_id = f"{name}-{os.getpid()}"
         d = self.hang_flow(name, key, limit)
@@ -332,23 +351,6 @@ steps:
         r.extra = f"{key}: {limit} s"
         self.finish_row(r, name, ended - stopped, limit + 2.0, self.count_left(run_id), 0,
                         self.false_claims(d, failed_ranks=(0, 1, 2, 3)), err)
-
-    def test_worker_sigstop_timeout(self):
-        """Rank 1 stops itself (SIGSTOP): a hang. The step's timeout ends it, naming rank 1."""
-        self.hang_fault("worker_sigstop_timeout", "timeout", 3,
-                        "the step's `timeout` ends it: every rank's stack first (here the kernel's words, no "
-                        "py-spy), rank 1 apart in `do_signal_stop`, then SIGTERM and SIGCONT to every rank; the "
-                        "report names rank 1 as stopped and silent; exit 124; no join",
-                        r"^flowrun:   rank 1 \(stopped\) wrote nothing for the last [0-9.]+ s$")
-
-    def test_worker_sigstop_stall(self):
-        """Rank 1 stops itself (SIGSTOP); the others keep printing: stall_timeout ends the step."""
-        self.hang_fault("worker_sigstop_stall", "stall_timeout", 2,
-                        "`stall_timeout` sees rank 1 silent, takes every rank's stack (here the kernel's words, "
-                        "no py-spy), rank 1 apart in `do_signal_stop`, stops the step and names rank 1 as "
-                        "stalled; exit 124; no join",
-                        r"^flowrun: step 'train' stalled: rank 1 \(stopped\) wrote nothing for [0-9.]+ s "
-                        r"\(stall_timeout: 2s\); stopping the step$")
 
     # --- flowrun itself dies or is interrupted --------------------------------------
 
@@ -826,7 +828,12 @@ steps:
         n.check_nothing_left("stranger")
         self.finish_row(r, "stranger", waited, 1 + 2.0, len(n.leftovers()), 0, 0, n.detail())
 
-    def upload_fault(self, name, mode, did, want):
+    @fault_cases("name, mode, did, want", (
+        "corrupt_upload", "crc", "the head checks the CRC-32C, refuses the file and fails the step naming the node; "
+        "nothing is collected; no join", r"upload of rank 2's 'out/result\.txt' is corrupt"), (
+        "truncated_upload", "truncate", "the node's connection drops mid-file: the head removes the partial file, "
+        "reports the node lost; no join", r"node evil \(node rank \d of 2\) lost"))
+    def test_upload(self, name, mode, did, want):
         """A node (a fake agent holding the run's token) sends its rank's result.txt with `mode` corruption."""
         r = self.row(name, did)
         join = '  - name: join\n    join: train\n    run: ' + sh_yaml('touch "$0/join.ran"', "@DIR@") + "\n"
@@ -870,16 +877,6 @@ steps:
         r.extra = "the file is in neither the rank's directory nor outputs/" if not claimed else str(claimed)
         n.check_nothing_left(name)
         self.finish_row(r, name, took, 10.0, len(n.leftovers()), 0, false, n.detail())
-
-    def test_corrupt_upload(self):
-        self.upload_fault("corrupt_upload", "crc", "the head checks the CRC-32C, refuses the file and fails the "
-                          "step naming the node; nothing is collected; no join",
-                          r"upload of rank 2's 'out/result\.txt' is corrupt")
-
-    def test_truncated_upload(self):
-        self.upload_fault("truncated_upload", "truncate", "the node's connection drops mid-file: the head "
-                          "removes the partial file, reports the node lost; no join",
-                          r"node evil \(node rank \d of 2\) lost")
 
     # --- private scratch, and whatever kills flowrun -----------------------------------
 
@@ -974,12 +971,8 @@ steps:
             print("scratch planted: skipped: another user's files need root")
             r.recover, r.left, r.lost, r.false = "n/a (skipped: needs root)", 0, 0, 0
             return
-        tmp = tempfile.mkdtemp(prefix="flowrun-faults-tmp-")
-        os.chmod(tmp, 0o1777)
-        try:
+        with temp_dir("flowrun-faults-tmp-", mode=0o1777) as tmp:
             self.scratch_planted(r, tmp)
-        finally:
-            shutil.rmtree(tmp, ignore_errors=True)
 
     def scratch_planted(self, r, tmp):
         script = self.OUTDIR + 'while [ ! -e go ]; do sleep 0.02; done; ' + RESULT
@@ -1401,7 +1394,16 @@ steps:
         n.check_nothing_left("protocol_version")
         self.finish_row(r, "protocol_version", took, 30.0, len(n.leftovers()), 0, 0, n.detail())
 
-    def tamper_fault(self, name, mode, did, agent_want, head_want):
+    @fault_cases("name, mode, did, agent_want, head_want", (
+        "tampered_frame", "flip", "a proxy between agent and head flips a byte of each sealed start frame: each "
+        "agent closes the connection saying the frame fails authentication; no rank runs, nothing is collected",
+        r"lost the head at 127\.0\.0\.1:\d+ \(the head sent frame \d+ \(start, \d+ bytes\) that fails "
+        r"authentication: it was altered, replayed, reordered or not sealed with this run's token", None), (
+        "replayed_frame", "replay", "a proxy sends each agent's sealed ready frame twice: the head closes that "
+        "node's connection saying the frame fails authentication and fails the step", None,
+        r"lost: the head closed its connection: the agent of node \S+ sent frame \d+ \(ready, \d+ bytes\) that "
+        r"fails authentication"))
+    def test_frame(self, name, mode, did, agent_want, head_want):
         """Both agents reach the head through a proxy that changes sealed frames (wire.Proxy `mode`)."""
         r = self.row(name, did)
         got = self.stranger_nodes(name)
@@ -1434,22 +1436,6 @@ steps:
         false = self.false_claims(n.dir)
         n.check_nothing_left(name)
         self.finish_row(r, name, took, 15.0, len(n.leftovers()), 0, false, n.detail())
-
-    def test_tampered_frame(self):
-        failed = (r"that fails authentication: it was altered, replayed, reordered or not sealed with "
-                  r"this run's token")
-        self.tamper_fault("tampered_frame", "flip", "a proxy between agent and head flips a byte of each sealed "
-                          "start frame: each agent closes the connection saying the frame fails "
-                          "authentication; no rank runs, nothing is collected",
-                          r"lost the head at 127\.0\.0\.1:\d+ \(the head sent frame \d+ \(start, \d+ bytes\) "
-                          + failed, None)
-
-    def test_replayed_frame(self):
-        self.tamper_fault("replayed_frame", "replay", "a proxy sends each agent's sealed ready frame twice: the "
-                          "head closes that node's connection saying the frame fails authentication and fails "
-                          "the step", None,
-                          r"lost: the head closed its connection: the agent of node \S+ sent frame \d+ "
-                          r"\(ready, \d+ bytes\) that fails authentication")
 
     # --- what torchrun's habits give a worker --------------------------------------------
 
@@ -2308,12 +2294,8 @@ steps:
             print("foreign dirs: skipped: another user's files need root")
             r.recover, r.left, r.lost, r.false = "n/a (skipped: needs root)", 0, 0, 0
             return
-        tmp = tempfile.mkdtemp(prefix="flowrun-faults-shared-")
-        os.chmod(tmp, 0o1777)
-        try:
+        with temp_dir("flowrun-faults-shared-", mode=0o1777) as tmp:
             self.foreign_dirs(r, tmp)
-        finally:
-            shutil.rmtree(tmp, ignore_errors=True)
 
     def foreign_dirs(self, r, tmp):
         spec = "name: foreign\nsteps:\n  - name: train\n    run: [/bin/true]\n    parallel:\n      cpus: 2\n"

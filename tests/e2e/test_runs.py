@@ -93,13 +93,17 @@ class TestRuns(E2E):
 
     # --- help that teaches, and a directory without runs ----------------------
 
+    @pytest.mark.parametrize("command, words", [
+        pytest.param("runs", ["DIR", "killed", "damaged", "ls -tr", "Exit codes"], id="runs"),
+        pytest.param("logs", ["--step", "--rank", "-f", "latest", "Examples:", "Exit codes"], id="logs"),
+        pytest.param("status", ["latest", "last output", "Example:", "Exit codes"], id="status"),
+    ])
+    def test_help(self, command, words):
+        p = self.call(f"{command} --help", self.scratch, command, "--help")
+        self.check(p.returncode == 0 and all(w in p.stdout for w in words),
+                   f"{command} --help: {', '.join(words)}", p.stdout)
+
     def test_help_and_no_runs(self):
-        for command, words in (("runs", ["DIR", "killed", "damaged", "ls -tr", "Exit codes"]),
-                               ("logs", ["--step", "--rank", "-f", "latest", "Examples:", "Exit codes"]),
-                               ("status", ["latest", "last output", "Example:", "Exit codes"])):
-            p = self.call(f"{command} --help", self.scratch, command, "--help")
-            self.check(p.returncode == 0 and all(w in p.stdout for w in words),
-                       f"{command} --help: {', '.join(words)}", p.stdout)
         p = self.call("--help", self.scratch, "--help")
         self.check(all(f"flowrun {c} " in p.stdout for c in ("runs", "logs latest", "status latest")),
                    "--help lists the three and shows them in its examples", p.stdout)

@@ -218,66 +218,68 @@ class TestSummary(E2E):
                 time.sleep(0.01)
         return d, p, writer
 
-    def test_signal_before_the_run(self):
+    @pytest.mark.parametrize("sig, argv", [
+        pytest.param(signal.SIGTERM, ["--json", "--summary-json", "summary.json"], id="SIGTERM-json-summary-json"),
+        pytest.param(signal.SIGINT, ["--summary-json", "summary.json"], id="SIGINT-summary-json"),
+        pytest.param(signal.SIGHUP, ["--json"], id="SIGHUP-json"),
+    ])
+    def test_signal_before_the_run(self, sig, argv):
         """A stop signal before the run holds them (here: the spec is a FIFO nobody has written yet)."""
-        for sig, argv in ((signal.SIGTERM, ["--json", "--summary-json", "summary.json"]),
-                          (signal.SIGINT, ["--summary-json", "summary.json"]),
-                          (signal.SIGHUP, ["--json"])):
-            name = signal.Signals(sig).name
-            d, p, writer = self.start_on_fifo(name, argv)
-            try:
-                if not self.check(writer is not None, f"{name}: flowrun reads the spec", ""):
-                    continue
-                p.send_signal(sig)
-                out, err = p.communicate(timeout=60 * self.slack)
-            finally:
-                if writer is not None:
-                    os.close(writer)
-                if p.poll() is None:
-                    p.kill()
-                    p.communicate()
-            r = Result(p.returncode, out, err, os.path.join(d, "summary.json"))
-            docs = [doc for doc in (r.file, r.stdout_json() if "--json" in argv else None) if doc is not None]
-            self.equal(len(argv) - (1 if "--summary-json" in argv else 0), len(docs),
-                       f"{name}: a summary wherever one was asked for", r.detail())
-            for doc in docs:
-                self.equal((128 + sig, "interrupted", 128 + sig, None,
-                            f"interrupted by {name} before the run started"),
-                           (r.rc, doc.get("state"), doc.get("exit_code"), doc.get("run_id"), doc.get("error")),
-                           f"{name}: exit {128 + sig}, state interrupted, no run", r.detail())
+        name = signal.Signals(sig).name
+        d, p, writer = self.start_on_fifo(name, argv)
+        try:
+            if not self.check(writer is not None, f"{name}: flowrun reads the spec", ""):
+                return
+            p.send_signal(sig)
+            out, err = p.communicate(timeout=60 * self.slack)
+        finally:
+            if writer is not None:
+                os.close(writer)
+            if p.poll() is None:
+                p.kill()
+                p.communicate()
+        r = Result(p.returncode, out, err, os.path.join(d, "summary.json"))
+        docs = [doc for doc in (r.file, r.stdout_json() if "--json" in argv else None) if doc is not None]
+        self.equal(len(argv) - (1 if "--summary-json" in argv else 0), len(docs),
+                   f"{name}: a summary wherever one was asked for", r.detail())
+        for doc in docs:
+            self.equal((128 + sig, "interrupted", 128 + sig, None,
+                        f"interrupted by {name} before the run started"),
+                       (r.rc, doc.get("state"), doc.get("exit_code"), doc.get("run_id"), doc.get("error")),
+                       f"{name}: exit {128 + sig}, state interrupted, no run", r.detail())
 
-    def test_usr_signal_before_the_run(self):
+    @pytest.mark.parametrize("sig", [signal.SIGUSR1, signal.SIGUSR2], ids=lambda sig: signal.Signals(sig).name)
+    def test_usr_signal_before_the_run(self, sig):
         """SIGUSR1 and SIGUSR2 before any worker runs (a Slurm --signal notice while flowrun reads its spec)
         neither end flowrun nor stop the run: flowrun says nobody was there to take it, and runs the flow.
         The spec is a FIFO, read once: the run keeps what was read as its spec.yaml (a second read hung)."""
-        for sig in (signal.SIGUSR1, signal.SIGUSR2):
-            name = signal.Signals(sig).name
-            d, p, writer = self.start_on_fifo(name, ["--json"])
-            try:
-                if not self.check(writer is not None, f"{name}: flowrun reads the spec", ""):
-                    continue
-                p.send_signal(sig)
-                os.set_blocking(writer, True)
-                os.write(writer, b"name: early\nsteps:\n  - name: hello\n    run: echo hello\n")
+        name = signal.Signals(sig).name
+        d, p, writer = self.start_on_fifo(name, ["--json"])
+        try:
+            if not self.check(writer is not None, f"{name}: flowrun reads the spec", ""):
+                return
+            p.send_signal(sig)
+            os.set_blocking(writer, True)
+            os.write(writer, b"name: early\nsteps:\n  - name: hello\n    run: echo hello\n")
+            os.close(writer)
+            writer = None
+            out, err = p.communicate(timeout=60 * self.slack)
+        finally:
+            if writer is not None:
                 os.close(writer)
-                writer = None
-                out, err = p.communicate(timeout=60 * self.slack)
-            finally:
-                if writer is not None:
-                    os.close(writer)
-                if p.poll() is None:
-                    p.kill()
-                    p.communicate()
-            r = Result(p.returncode, out, err, None)
-            doc = r.stdout_json() or {}
-            self.equal((0, "succeeded"), (r.rc, doc.get("state")), f"{name}: the run goes on and succeeds",
-                       r.detail())
-            self.check(f"flowrun: {name} received before any worker started: no worker to pass it on to" in err
-                       and "[hello] hello" in err, f"{name}: flowrun says nobody took it, then runs the step",
-                       r.detail())
-            saved = glob.glob(os.path.join(d, ".flowrun", "runs", "early-*", "spec.yaml"))
-            self.check(len(saved) == 1 and open(saved[0]).read().startswith("name: early\n"),
-                       f"{name}: the run's spec.yaml is the text flowrun read", str(saved))
+            if p.poll() is None:
+                p.kill()
+                p.communicate()
+        r = Result(p.returncode, out, err, None)
+        doc = r.stdout_json() or {}
+        self.equal((0, "succeeded"), (r.rc, doc.get("state")), f"{name}: the run goes on and succeeds",
+                   r.detail())
+        self.check(f"flowrun: {name} received before any worker started: no worker to pass it on to" in err
+                   and "[hello] hello" in err, f"{name}: flowrun says nobody took it, then runs the step",
+                   r.detail())
+        saved = glob.glob(os.path.join(d, ".flowrun", "runs", "early-*", "spec.yaml"))
+        self.check(len(saved) == 1 and open(saved[0]).read().startswith("name: early\n"),
+                   f"{name}: the run's spec.yaml is the text flowrun read", str(saved))
 
     # --- resume ----------------------------------------------------------------
 

@@ -57,6 +57,13 @@ dist.destroy_process_group()
 '''
 
 
+def case(argv, *expected, env=None):
+    """A case of a table of command lines, as pytest.param(argv, *expected, env): its id is the
+    command line as typed, the variables first."""
+    env = env or {}
+    return pytest.param(argv, *expected, env, id=" ".join([f"{k}={v}" for k, v in env.items()] + argv))
+
+
 class TestTorchrun(E2E):
     def set_up(self):
         self.binary = self.flowrun
@@ -141,22 +148,26 @@ class TestTorchrun(E2E):
         self.check(rc == 0 and got == want, "run --fake-gpus 4: the spec's contract, CUDA_VISIBLE_DEVICES included",
                    json.dumps({"want": want, "got": got}, indent=1)[:3000])
 
-    def test_gpu_shapes(self):
+    @pytest.mark.parametrize("options, workers, spec_line, env", [
+        case(["--nproc-per-node", "2"], 2, "procs_per_node: 2"),
+        case(["--nproc-per-node", "3"], 3, "gpus: 3"),
+        case(["--nproc-per-node", "gpu"], 8, "parallel: {}"),
+        case(["--nproc-per-node", "auto"], 8, "parallel: {}"),
+    ])
+    def test_gpu_shapes(self, options, workers, spec_line, env):
         """--nproc-per-node against 8 simulated GPUs: dividing counts share GPUs, others take the first N."""
         d = self.workdir("shapes")
-        cases = [
-            (["--nproc-per-node", "2"], 2, "procs_per_node: 2"),
-            (["--nproc-per-node", "3"], 3, "gpus: 3"),
-            (["--nproc-per-node", "gpu"], 8, "parallel: {}"),
-            (["--nproc-per-node", "auto"], 8, "parallel: {}"),
-        ]
-        for options, workers, spec_line in cases:
-            rc, out, err = self.run_flowrun(d, "run", "--fake-gpus", "8", "--dry-run", *options, "train.py")
-            label = " ".join(options)
-            self.check(rc == 0, f"{label}: dry run exits 0", err)
-            self.check(spec_line in out, f"{label}: the spec says {spec_line}", out)
-            self.check(f"WORLD_SIZE={workers}." in out, f"{label}: WORLD_SIZE={workers}", out)
+        rc, out, err = self.run_flowrun(d, "run", "--fake-gpus", "8", "--dry-run", *options, "train.py",
+                                        env=self.env(**env))
+        label = " ".join(options)
+        self.check(rc == 0, f"{label}: dry run exits 0", err)
+        self.check(spec_line in out, f"{label}: the spec says {spec_line}", out)
+        self.check(f"WORLD_SIZE={workers}." in out, f"{label}: WORLD_SIZE={workers}", out)
         self.check(not os.path.exists(os.path.join(d, "env-0.json")), "--dry-run runs nothing")
+
+    def test_gpu_values(self):
+        """--nproc-per-node's values against 8 simulated GPUs, and none."""
+        d = self.workdir("shapes")
         # `--opt=` is an empty value, as argparse reads it; never the next word.
         rc, out, err = self.run_flowrun(d, "run", "--fake-gpus", "8", "--dry-run", "--rdzv_conf=", "--log-dir=",
                                         "--nproc-per-node=2", "train.py")
@@ -277,41 +288,45 @@ class TestTorchrun(E2E):
         self.check(rc == 0 and "worker 1 of 2" in out and "worker 0 of 2" not in out,
                    "--local-ranks-filter 1: only rank 1 on the console", out)
 
-    def test_redirects_and_tee(self):
-        """torchrun's --redirects and --tee per stream and per local rank: a redirected stream is off the console,
-        a teed one on it (tee wins when both name it), every rank's log files have both streams."""
+    BOTH = ("import os, sys\nr = os.environ['RANK']\nprint(f'out-{r}', flush=True)\n"
+            "print(f'err-{r}', file=sys.stderr, flush=True)\n")
+
+    def streams_workdir(self):
         d = self.workdir("streams")
         with open(os.path.join(d, "both.py"), "w") as f:
-            f.write("import os, sys\nr = os.environ['RANK']\nprint(f'out-{r}', flush=True)\n"
-                    "print(f'err-{r}', file=sys.stderr, flush=True)\n")
-        every = {f"{s}-{r}" for s in ("out", "err") for r in (0, 1)}
-        cases = [
-            # options, the lines the console shows (flowrun's own stdout and stderr together)
-            (["--log-dir", "logs", "--redirects", "3", "--tee", "3"], every),
-            (["--redirects", "0:1,1:2"], {"err-0", "out-1"}),
-            (["--redirects", "3", "--tee", "0:2,1:1"], {"err-0", "out-1"}),
-            (["--redirects", "1", "--tee", "2", "--local-ranks-filter", "1"], {"err-1"}),
-        ]
-        for options, want in cases:
-            label = " ".join(options)
-            shutil.rmtree(os.path.join(d, "logs"), ignore_errors=True)
-            self.clear_runs(d)
-            rc, out, err = self.run_flowrun(d, "run", "--nproc-per-node", "2", *options, "both.py")
-            shown = set(re.findall(r"^\[both r\d\] ((?:out|err)-\d)$", out + err, re.M))
-            self.check(rc == 0 and shown == want, f"{label}: the console shows {sorted(want)}",
-                       f"rc={rc} shown={sorted(shown)}\n{out}{err}")
-            if "out-0" in want:
-                self.check(re.search(r"^\[both r0\] out-0$", out, re.M) is not None,
-                           f"{label}: a rank's stdout stays on flowrun's stdout", out)
-            root = os.path.join(d, "logs") if "--log-dir" in options else os.path.join(d, ".flowrun", "runs")
-            files = {}
-            for where, _, names in os.walk(root):
-                for name in names:
-                    if name in ("stdout.log", "stderr.log"):
-                        files[os.path.join(os.path.basename(where), name)] = open(os.path.join(where, name)).read()
-            self.check(files == {"rank0/stdout.log": "out-0\n", "rank0/stderr.log": "err-0\n",
-                                 "rank1/stdout.log": "out-1\n", "rank1/stderr.log": "err-1\n"},
-                       f"{label}: every rank's log files have both its streams", str(files))
+            f.write(self.BOTH)
+        return d
+
+    @pytest.mark.parametrize("options, want, env", [  # the lines the console shows (its stdout and stderr)
+        case(["--log-dir", "logs", "--redirects", "3", "--tee", "3"], {"out-0", "err-0", "out-1", "err-1"}),
+        case(["--redirects", "0:1,1:2"], {"err-0", "out-1"}),
+        case(["--redirects", "3", "--tee", "0:2,1:1"], {"err-0", "out-1"}),
+        case(["--redirects", "1", "--tee", "2", "--local-ranks-filter", "1"], {"err-1"}),
+    ])
+    def test_redirects_and_tee(self, options, want, env):
+        """torchrun's --redirects and --tee per stream and per local rank: a redirected stream is off the console,
+        a teed one on it (tee wins when both name it), every rank's log files have both streams."""
+        d = self.streams_workdir()
+        label = " ".join(options)
+        rc, out, err = self.run_flowrun(d, "run", "--nproc-per-node", "2", *options, "both.py", env=self.env(**env))
+        shown = set(re.findall(r"^\[both r\d\] ((?:out|err)-\d)$", out + err, re.M))
+        self.check(rc == 0 and shown == want, f"{label}: the console shows {sorted(want)}",
+                   f"rc={rc} shown={sorted(shown)}\n{out}{err}")
+        if "out-0" in want:
+            self.check(re.search(r"^\[both r0\] out-0$", out, re.M) is not None,
+                       f"{label}: a rank's stdout stays on flowrun's stdout", out)
+        root = os.path.join(d, "logs") if "--log-dir" in options else os.path.join(d, ".flowrun", "runs")
+        files = {}
+        for where, _, names in os.walk(root):
+            for name in names:
+                if name in ("stdout.log", "stderr.log"):
+                    files[os.path.join(os.path.basename(where), name)] = open(os.path.join(where, name)).read()
+        self.check(files == {"rank0/stdout.log": "out-0\n", "rank0/stderr.log": "err-0\n",
+                             "rank1/stdout.log": "out-1\n", "rank1/stderr.log": "err-1\n"},
+                   f"{label}: every rank's log files have both its streams", str(files))
+
+    def test_stream_options_refused_or_without_effect(self):
+        d = self.streams_workdir()
         rc, out, err = self.run_flowrun(d, "run", "--duplicate-stdout-filters", "out,err", "both.py")
         self.check(rc == 0 and "flowrun run: --duplicate-stdout-filters has no effect: every rank's stdout is whole "
                    "in its own log file; grep them (grep -h WORD RUN_DIR/STEP/rank*/stdout.log)" in err,
@@ -390,46 +405,48 @@ class TestTorchrun(E2E):
         self.check(rc == 2 and "flowrun: error: --numa-binding core-complex: flowrun does not read the CPUs' cache "
                    "topology" in err, "--numa-binding core-complex: refused, saying why", err)
 
-    def test_errors(self):
-        """Bad command lines: exit 2 with what to do."""
-        d = self.workdir("errors")
-        cases = [
-            # --nproc-per-nod is a prefix, as argparse reads it (test_prefixes_and_environment); a typo is not.
-            (["run", "--nproc-per-mode", "2", "train.py"],
+    @pytest.mark.parametrize("argv, expected, env", [
+        # --nproc-per-nod is a prefix, as argparse reads it (test_prefixes_and_environment); a typo is not.
+        case(["run", "--nproc-per-mode", "2", "train.py"],
              "flowrun: error: unknown option '--nproc-per-mode'; did you mean --nproc-per-node?"),
-            (["run", "--nnodes", "4:1", "train.py"],
+        case(["run", "--nnodes", "4:1", "train.py"],
              "flowrun: error: --nnodes 4:1: the minimum is above the maximum; write --nnodes 1:4"),
-            (["run", "--nnodes", "1:4", "train.py"], "flowrun: error: --nnodes 4 needs a way to reach the other nodes"),
-            (["run", "--nnodes", "2", "train.py"], "flowrun: error: --nnodes 2 needs a way to reach the other nodes"),
-            (["run", "--rdzv-backend", "etcd", "train.py"], "flowrun: error: --rdzv-backend etcd:"),
-            (["run", "--signals-to-handle", "SIGTERM,SIGKILL", "train.py"],
+        case(["run", "--nnodes", "1:4", "train.py"], "flowrun: error: --nnodes 4 needs a way to reach the other nodes"),
+        case(["run", "--nnodes", "2", "train.py"], "flowrun: error: --nnodes 2 needs a way to reach the other nodes"),
+        case(["run", "--rdzv-backend", "etcd", "train.py"], "flowrun: error: --rdzv-backend etcd:"),
+        case(["run", "--signals-to-handle", "SIGTERM,SIGKILL", "train.py"],
              "flowrun: error: --signals-to-handle SIGTERM,SIGKILL: 'SIGKILL': flowrun handles SIGTERM, SIGINT, "
              "SIGHUP and SIGQUIT (stop signals) and forwards SIGUSR1 and SIGUSR2"),
-            (["run", "--nproc-per-node"], "flowrun: error: --nproc-per-node needs a value (N|auto|gpu|cpu)"),
-            (["run", "--nproc-per-node", "2"], "flowrun: error: nothing to run"),
-            (["run", "--standalone", "--nnodes", "2", "train.py"], "flowrun: error: --standalone runs on one node"),
-            (["init", "--dry-run", "train.py"], "flowrun: error: unknown option '--dry-run'"),
-            (["run", "--timeout", "soon", "train.py"],
+        case(["run", "--nproc-per-node"], "flowrun: error: --nproc-per-node needs a value (N|auto|gpu|cpu)"),
+        case(["run", "--nproc-per-node", "2"], "flowrun: error: nothing to run"),
+        case(["run", "--standalone", "--nnodes", "2", "train.py"], "flowrun: error: --standalone runs on one node"),
+        case(["init", "--dry-run", "train.py"], "flowrun: error: unknown option '--dry-run'"),
+        case(["run", "--timeout", "soon", "train.py"],
              "flowrun: error: --timeout: expected a positive duration: seconds (90) or a string like '90s'"),
-            (["run", "--stall-timeout", "-5", "train.py"], "flowrun: error: --stall-timeout: expected a positive"),
-            # A spec shapes its own step: options that would are refused, not ignored.
-            (["run", "--nproc-per-node", "4", "--max-restarts", "1", "--timeout", "1h", "flow.yaml"],
+        case(["run", "--stall-timeout", "-5", "train.py"], "flowrun: error: --stall-timeout: expected a positive"),
+        # A spec shapes its own step: options that would are refused, not ignored.
+        case(["run", "--nproc-per-node", "4", "--max-restarts", "1", "--timeout", "1h", "flow.yaml"],
              "flowrun: error: flow.yaml is a spec, and a spec shapes its own steps:\n"
              "  --nproc-per-node: write it in the step's parallel: (gpus:, cpus:)\n"
              "  --max-restarts: write it in the step's parallel: (max_restarts:)\n"
              "  --timeout: write it in the step's timeout:\n"),
-            (["run", "--rdzv-endpoint", "h:1", "flow.yaml"],
+        case(["run", "--rdzv-endpoint", "h:1", "flow.yaml"],
              "  --rdzv-endpoint: write it in the spec's cluster: (docs/multinode.md)\n"),
-            (["run", "--rdzv-conf", "join_timeout=5", "flow.yaml"],
+        case(["run", "--rdzv-conf", "join_timeout=5", "flow.yaml"],
              "  --rdzv-conf: write it in the spec's cluster: (join_timeout:, docs/multinode.md)\n"),
-        ]
+    ])
+    def test_errors(self, argv, expected, env):
+        """Bad command lines: exit 2 with what to do."""
+        d = self.workdir("errors")
         with open(os.path.join(d, "flow.yaml"), "w") as f:
             f.write("steps:\n  - name: train\n    run: python3 train.py\n    parallel: {cpus: 2}\n")
-        for argv, expected in cases:
-            rc, out, err = self.run_flowrun(d, *argv)
-            self.check(rc == 2, f"{' '.join(argv)}: exit 2", f"rc={rc}\n{err}")
-            self.check(expected in err, f"{' '.join(argv)}: says {expected!r}", err)
+        rc, out, err = self.run_flowrun(d, *argv, env=self.env(**env))
+        self.check(rc == 2, f"{' '.join(argv)}: exit 2", f"rc={rc}\n{err}")
+        self.check(expected in err, f"{' '.join(argv)}: says {expected!r}", err)
         self.check(not os.path.exists(os.path.join(d, ".flowrun")), "nothing ran for a bad command line")
+
+    def test_run_help(self):
+        d = self.workdir("errors")
         rc, out, err = self.run_flowrun(d, "run", "--help")
         self.check(rc == 0 and "--nproc-per-node N|auto|gpu|cpu" in out and "--rdzv-endpoint" in out,
                    "--help lists torchrun's options", out)
@@ -868,65 +885,71 @@ class TestTorchrun(E2E):
                    "docs/migrating.md's 'Every torchrun option' table has a row for every torchrun option",
                    f"missing: {missing}")
 
-    def test_prefixes_and_environment(self):
-        """argparse's prefixes, -r3, PET_ defaults under the command line, and what is refused, in dry runs."""
+    @pytest.mark.parametrize("argv, want, env", [  # what the dry run's output has
+        case(["--nproc", "3"], "WORLD_SIZE=3."),
+        case(["--nproc_per=3"], "WORLD_SIZE=3."),
+        case(["--no-py", "--nproc", "2"], 'run: ["train.py"]'),
+        case([], "WORLD_SIZE=3.", env={"PET_NPROC_PER_NODE": "3"}),
+        case(["--nproc-per-node", "2"], "WORLD_SIZE=2.", env={"PET_NPROC_PER_NODE": "3"}),
+        case([], 'run: ["train.py"]', env={"PET_NO_PYTHON": "1", "PET_NPROC_PER_NODE": "2"}),
+        case([], 'run: ["train.py"]', env={"PET_NO_PYTHON": "true"}),
+        case([], 'run: ["python3", "train.py"]', env={"PET_NO_PYTHON": "0"}),
+        case(["--role", "trainer", "--rdzv_id=exp-42"], 'role: "trainer"\n      job_id: "exp-42"\n'),
+        case(["--rdzv-id", "exp-42"], "TORCHELASTIC_RUN_ID=exp-42;"),
+        case([], 'role: "critic"', env={"PET_ROLE": "critic"}),
+        case(["--standalone", "--rdzv-id", "exp-42"], "TORCHELASTIC_RUN_ID=<run-id>;"),
+        case(["-r3", "-t=3", "--run-path", "-m"], 'run: ["python3", "train.py"]'),
+        case([], 'run: ["/opt/py/bin/python3", "train.py"]', env={"PYTHON_EXEC": "/opt/py/bin/python3"}),
+        case(["--python", "/usr/bin/python3"], 'run: ["/usr/bin/python3", "train.py"]',
+             env={"PYTHON_EXEC": "/opt/py/bin/python3"}),
+        case(["--run-path"], 'run: ["python3", "train.py"]', env={"PYTHON_EXEC": "/opt/py/bin/python3"}),
+    ])
+    def test_prefixes_and_environment(self, request, argv, want, env):
+        """argparse's prefixes, -r3, PET_ defaults under the command line, in dry runs."""
         d = self.workdir("prefixes")
-        cases = [  # (argv, env, what the dry run's output has)
-            (["--nproc", "3"], {}, "WORLD_SIZE=3."),
-            (["--nproc_per=3"], {}, "WORLD_SIZE=3."),
-            (["--no-py", "--nproc", "2"], {}, 'run: ["train.py"]'),
-            ([], {"PET_NPROC_PER_NODE": "3"}, "WORLD_SIZE=3."),
-            (["--nproc-per-node", "2"], {"PET_NPROC_PER_NODE": "3"}, "WORLD_SIZE=2."),
-            ([], {"PET_NO_PYTHON": "1", "PET_NPROC_PER_NODE": "2"}, 'run: ["train.py"]'),
-            ([], {"PET_NO_PYTHON": "true"}, 'run: ["train.py"]'),
-            ([], {"PET_NO_PYTHON": "0"}, 'run: ["python3", "train.py"]'),
-            (["--role", "trainer", "--rdzv_id=exp-42"], {}, 'role: "trainer"\n      job_id: "exp-42"\n'),
-            (["--rdzv-id", "exp-42"], {}, "TORCHELASTIC_RUN_ID=exp-42;"),
-            ([], {"PET_ROLE": "critic"}, 'role: "critic"'),
-            (["--standalone", "--rdzv-id", "exp-42"], {}, "TORCHELASTIC_RUN_ID=<run-id>;"),
-            (["-r3", "-t=3", "--run-path", "-m"], {}, 'run: ["python3", "train.py"]'),
-            ([], {"PYTHON_EXEC": "/opt/py/bin/python3"}, 'run: ["/opt/py/bin/python3", "train.py"]'),
-            (["--python", "/usr/bin/python3"], {"PYTHON_EXEC": "/opt/py/bin/python3"},
-             'run: ["/usr/bin/python3", "train.py"]'),
-            (["--run-path"], {"PYTHON_EXEC": "/opt/py/bin/python3"}, 'run: ["python3", "train.py"]'),
-        ]
-        for argv, env, want in cases:
-            label = " ".join([f"{k}={v}" for k, v in env.items()] + argv)
-            rc, out, err = self.run_flowrun(d, "run", "--dry-run", "--fake-gpus", "0", *argv, "train.py",
-                                            env=self.env(**env))
-            shown = re.sub(r"TORCHELASTIC_RUN_ID=[\w.-]+-\d{8}-\d{6}-\w+;", "TORCHELASTIC_RUN_ID=<run-id>;", out)
-            self.check(rc == 0 and want in shown, f"{label}: the dry run has {want!r}", f"rc={rc}\n{err}\n{out}")
+        label = request.node.callspec.id
+        rc, out, err = self.run_flowrun(d, "run", "--dry-run", "--fake-gpus", "0", *argv, "train.py",
+                                        env=self.env(**env))
+        shown = re.sub(r"TORCHELASTIC_RUN_ID=[\w.-]+-\d{8}-\d{6}-\w+;", "TORCHELASTIC_RUN_ID=<run-id>;", out)
+        self.check(rc == 0 and want in shown, f"{label}: the dry run has {want!r}", f"rc={rc}\n{err}\n{out}")
+
+    @pytest.mark.parametrize("argv, want, env", [
+        case(["--ma", "1"], "flowrun: error: ambiguous option '--ma': it could be --master-addr, --master-port, "
+                            "--max-restarts\n"),
+        case(["--r", "1"], "flowrun: error: ambiguous option '--r': it could be --rdzv-endpoint, --rdzv-id, "
+                           "--rdzv-backend, --rdzv-conf, --redirects, --run-path, --role, --ranks, --run-id, "
+                           "--run-dir\n"),
+        case([], "flowrun: error: PET_NODE_RANK=x: expected a whole number from 0 to 65535\n",
+             env={"PET_NODE_RANK": "x"}),
+        case([], "flowrun: error: PET_STANDALONE=yes: expected 1 (set --standalone) or 0, as torchrun reads it; true "
+                 "and false work too\n", env={"PET_STANDALONE": "yes"}),
+        case(["--start-method", "thread"],
+             "flowrun: error: --start-method thread: torchrun's start methods are spawn, fork and forkserver\n"),
+        case(["--grace", "1", "--shutdown-timeout", "2"],
+             "flowrun: error: --grace and --shutdown-timeout are one setting (seconds between SIGTERM and SIGKILL); "
+             "give one\n"),
+        case(["--shutdown-timeout", "1.5"],
+             "flowrun: error: --shutdown-timeout 1.5: expected a whole number from 0 to 3600\n"),
+        case([], "flowrun: error: TORCH_ELASTIC_SHUTDOWN_TIMEOUT=soon: expected a whole number from 0 to 3600\n",
+             env={"TORCH_ELASTIC_SHUTDOWN_TIMEOUT": "soon"}),
+    ])
+    def test_prefixes_and_environment_refused(self, request, argv, want, env):
+        """What is refused of the command line and its PET_ and TORCH_ELASTIC_ defaults, in dry runs."""
+        d = self.workdir("prefixes")
+        label = request.node.callspec.id
+        rc, out, err = self.run_flowrun(d, "run", "--dry-run", "--fake-gpus", "0", *argv, "train.py",
+                                        env=self.env(**env))
+        self.check(rc == 2 and want in err, f"{label}: exit 2, {want.strip()!r}", f"rc={rc}\n{err}")
+
+    def test_options_with_no_effect_and_a_spec(self):
+        """Options with no effect say so when typed; a spec refuses what would shape its step."""
+        d = self.workdir("prefixes")
         rc, out, err = self.run_flowrun(d, "run", "--dry-run", "--fake-gpus", "0", "--tee", "3", "--logs-specs", "x",
                                         "--event-log-handler", "null", "train.py",
                                         env=self.env(PET_MONITOR_INTERVAL="1"))
         self.check(rc == 0 and "flowrun run: --logs-specs has no effect" in err and
                    "flowrun run: --event-log-handler has no effect" in err and "monitor" not in err,
                    "options with no effect say so when typed, not when a PET_ variable gives them", err)
-        errors = [
-            (["--ma", "1"], {}, "flowrun: error: ambiguous option '--ma': it could be --master-addr, --master-port, "
-                                "--max-restarts\n"),
-            (["--r", "1"], {}, "flowrun: error: ambiguous option '--r': it could be --rdzv-endpoint, --rdzv-id, "
-                               "--rdzv-backend, --rdzv-conf, --redirects, --run-path, --role, --ranks, --run-id, "
-                               "--run-dir\n"),
-            ([], {"PET_NODE_RANK": "x"}, "flowrun: error: PET_NODE_RANK=x: expected a whole number from 0 to 65535\n"),
-            ([], {"PET_STANDALONE": "yes"},
-             "flowrun: error: PET_STANDALONE=yes: expected 1 (set --standalone) or 0, as torchrun reads it; true and "
-             "false work too\n"),
-            (["--start-method", "thread"], {},
-             "flowrun: error: --start-method thread: torchrun's start methods are spawn, fork and forkserver\n"),
-            (["--grace", "1", "--shutdown-timeout", "2"], {},
-             "flowrun: error: --grace and --shutdown-timeout are one setting (seconds between SIGTERM and SIGKILL); "
-             "give one\n"),
-            (["--shutdown-timeout", "1.5"], {},
-             "flowrun: error: --shutdown-timeout 1.5: expected a whole number from 0 to 3600\n"),
-            ([], {"TORCH_ELASTIC_SHUTDOWN_TIMEOUT": "soon"},
-             "flowrun: error: TORCH_ELASTIC_SHUTDOWN_TIMEOUT=soon: expected a whole number from 0 to 3600\n"),
-        ]
-        for argv, env, want in errors:
-            label = " ".join([f"{k}={v}" for k, v in env.items()] + argv)
-            rc, out, err = self.run_flowrun(d, "run", "--dry-run", "--fake-gpus", "0", *argv, "train.py",
-                                            env=self.env(**env))
-            self.check(rc == 2 and want in err, f"{label}: exit 2, {want.strip()!r}", f"rc={rc}\n{err}")
         # A spec shapes its own step: typed, --role and --rdzv-id are refused; from PET_, passed over.
         with open(os.path.join(d, "flow.yaml"), "w") as f:
             f.write("steps:\n  - name: train\n    run: python3 train.py\n    parallel: {cpus: 2}\n")

@@ -1,9 +1,12 @@
 """Shared helpers of the end-to-end tests (tests/**/test_*.py, run under pytest; tests/conftest.py
 holds the fixtures): the environment a test starts flowrun in, output normalisation, and the
 small rank programs the suites share."""
+import contextlib
 import os
 import re
+import shutil
 import subprocess
+import tempfile
 
 # Variables that change what flowrun decides; tests start without them.
 _INFLUENTIAL = re.compile(r"^(CUDA_|SLURM_|FLOWRUN_|OMP_NUM_THREADS$|TORCH_NCCL_|NCCL_|NO_COLOR$|PYTHONUNBUFFERED$)")
@@ -23,6 +26,22 @@ def clean_env(**extra):
     env["FLOWRUN_HOSTNAME"] = "host-a"
     env.update(extra)
     return env
+
+
+@contextlib.contextmanager
+def temp_dir(prefix, parent=None, mode=None, keep=False):
+    """A new directory (mkdtemp: PREFIX and a random tail, in `parent`, default TMPDIR or /tmp),
+    removed after the block unless `keep`. For what pytest's own (the `scratch` fixture, 0700
+    under /tmp/pytest-of-USER) does not fit: a path another user must reach, `mode` 0o1777 as
+    /tmp is; or one in a given place, as /tmp, which each node of a cluster has its own of."""
+    path = tempfile.mkdtemp(prefix=prefix, dir=parent)
+    try:
+        if mode is not None:
+            os.chmod(path, mode)
+        yield path
+    finally:
+        if not keep:
+            shutil.rmtree(path, ignore_errors=True)
 
 
 def normalise(text, root=None):

@@ -21,13 +21,12 @@ import shutil
 import signal
 import socket
 import subprocess
-import tempfile
 import threading
 import time
 
 import pytest
 
-from flowrun_testlib import AGENT_CLOSED
+from flowrun_testlib import AGENT_CLOSED, temp_dir
 from flowrun_testlib.cluster import Cluster, cluster_unavailable, end_on_sigterm
 from flowrun_testlib.launcher import py_spy
 
@@ -1254,8 +1253,7 @@ class Multinode:
 
     def test_private_workdir(self):
         """A workdir under /tmp, which every node has its own of: refused before any worker starts."""
-        tmp = tempfile.mkdtemp(prefix="flowrun-mn-", dir="/tmp")
-        try:
+        with temp_dir("flowrun-mn-", parent="/tmp") as tmp:
             started = self.workspace("private_workdir")
             steps = [{"name": "train", "parallel": {"nodes": 2}, "run": [PY, WORKER, "started", started]}]
             spec = self.write_spec(tmp, self.ssh_cluster(["node1", "node2"], gpus_per_node=2), steps)
@@ -1278,8 +1276,6 @@ class Multinode:
                     if name in ("stdout.log", "stderr.log") and os.path.getsize(os.path.join(top, name)):
                         logs[os.path.join(top, name)] = open(os.path.join(top, name), errors="replace").read()[:200]
             self.check(not logs, "private workdir: no rank log has output", "empty or no rank logs", logs)
-        finally:
-            shutil.rmtree(tmp, ignore_errors=True)
 
     # --- preflight: true across nodes ----------------------------------------------
 
@@ -1399,20 +1395,19 @@ def multinode(request, flowrun, repo_root):
         pytest.skip(why)
     end_on_sigterm()
     cluster = Cluster(repo_root, NODES, "--debian-hostname", DEBIAN_NODE)
-    scratch = tempfile.mkdtemp(prefix="flowrun-multinode-", dir="/var/tmp")
-    try:
-        suite = Multinode(flowrun, repo_root, cluster, scratch)
-        if not cluster.up():
-            pytest.fail(f"the test cluster comes up: {cluster.script} up {NODES} failed (above)", pytrace=False)
-        yield suite
-    finally:
-        for live in list(LIVE):
-            live.kill()
-        down_rc = cluster.down() if cluster.is_up else 0
-        if request.config.getoption("keep"):
-            print(f"scratch directory kept: {scratch}")
-        else:
-            shutil.rmtree(scratch, ignore_errors=True)
+    keep = request.config.getoption("keep")
+    with temp_dir("flowrun-multinode-", parent="/var/tmp", keep=keep) as scratch:
+        try:
+            suite = Multinode(flowrun, repo_root, cluster, scratch)
+            if not cluster.up():
+                pytest.fail(f"the test cluster comes up: {cluster.script} up {NODES} failed (above)", pytrace=False)
+            yield suite
+        finally:
+            for live in list(LIVE):
+                live.kill()
+            down_rc = cluster.down() if cluster.is_up else 0
+            if keep:
+                print(f"scratch directory kept: {scratch}")
     assert down_rc == 0, f"the cluster comes down with nothing left: cluster.sh down: exit {down_rc}"
 
 
