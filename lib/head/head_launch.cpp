@@ -1,5 +1,7 @@
 #include "head_launch.h"
 
+#include "node_reach.h"
+
 #include <cerrno>
 #include <cstring>
 #include <fcntl.h>
@@ -197,6 +199,19 @@ GroupOptions engine_group(const NodeStep& job, double heartbeat_timeout_s) {
   // ... after their ranks' stacks, which come before the grace.
   if (group.forensics_stacks) group.observer_margin_s += group.forensics_timeout_s;
   return group;
+}
+
+NodeReach listener_reach(boost::asio::io_context& io, const Console& console) {
+  auto listener = std::make_shared<Listener*>(nullptr);  // door()'s, which launch() listens on
+  return {[&io, &console, listener](const std::string& step, const std::string& token, double interval_s,
+                                    double timeout_s) -> std::unique_ptr<NodeDoor> {
+            auto door = std::make_unique<Listener>(io, console, step, token, interval_s, timeout_s);
+            *listener = door.get();
+            return door;
+          },
+          [&console, listener](const NodeStep& job, const std::string& token, std::size_t nodes) {
+            return prepare_launch(console, job, **listener, token, nodes);
+          }};
 }
 
 }  // namespace flowrun::cluster

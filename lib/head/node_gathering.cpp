@@ -24,13 +24,13 @@ std::string workdir_not_shared(const std::string& node, const std::string& workd
 }  // namespace
 
 NodeGathering::NodeGathering(boost::asio::io_context& io, const Console& console, const NodeStep& job,
-                             NodeTable& nodes, Listener& listener, EngineWatch& engines, Phase& phase,
+                             NodeTable& nodes, NodeDoor& door, EngineWatch& engines, Phase& phase,
                              const int& attempt, const std::string& marker_path,
                              const std::string& marker_text, Links links)
     : job_(job),
       plan_(*job.plan),
       nodes_(nodes),
-      listener_(listener),
+      door_(door),
       engines_(engines),
       phase_(phase),
       attempt_(attempt),
@@ -60,7 +60,7 @@ Admission NodeGathering::admit(const Joiner& j) {
   return nodes_.admit(j, engines_.nodes(), phase_ != Phase::joining);
 }
 
-void NodeGathering::on_joined(int rank, const Joiner& j, const std::shared_ptr<Connection>& conn) {
+void NodeGathering::on_joined(int rank, const Joiner& j, const std::shared_ptr<NodeLink>& conn) {
   const bool all = nodes_.join(rank, j, conn);
   links_.joined(rank, conn);
   if (all && !(nodes_.elastic() && nodes_.usable() < nodes_.size())) {
@@ -121,7 +121,7 @@ void NodeGathering::start_join_timer(double seconds) {
       start_fewer(fmt::format("{} within cluster.join_timeout ({:g} s)", joined_of(), seconds));
       return;
     }
-    links_.fail(nodes_.join_timeout(plan_, seconds, listener_.endpoint()) + listener_.strangers_note());
+    links_.fail(nodes_.join_timeout(plan_, seconds, door_.endpoint()) + door_.strangers_note());
   });
 }
 
@@ -158,7 +158,7 @@ std::optional<std::string> NodeGathering::on_engine_exit(std::size_t index, cons
 
 void NodeGathering::all_joined() {
   join_timer_.cancel();
-  listener_.say_fallback_addresses(nodes_.via_names());
+  door_.say_fallback_addresses(nodes_.via_names());
   // Nodes that do not have the GPUs the plan gave them are refused.
   if (const std::string wrong = plan_.cpu ? "" : nodes_.gpu_mismatches(plan_); !wrong.empty()) {
     links_.fail(wrong +

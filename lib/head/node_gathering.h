@@ -14,8 +14,7 @@
 #include <string_view>
 #include <vector>
 
-#include "flowrun/connection.h"
-#include "flowrun/listener.h"
+#include "flowrun/node_link.h"
 #include "flowrun/messages.h"
 #include "flowrun/remote_group.h"
 
@@ -33,7 +32,7 @@ class NodeGathering {
  public:
   struct Links {
     // Node `rank` joined over `conn`: what it sends goes to the head.
-    std::function<void(int rank, const std::shared_ptr<Connection>& conn)> joined;
+    std::function<void(int rank, const std::shared_ptr<NodeLink>& conn)> joined;
     // The step fails before its ranks start, for `why`.
     std::function<void(const std::string& why)> fail;
     std::function<void(Node& n, const std::string& what)> protocol_error;
@@ -44,12 +43,12 @@ class NodeGathering {
   // `phase` is the head's, which this moves on from joining to ready;
   // `attempt` and the marker are the head's too, read at each assign.
   NodeGathering(boost::asio::io_context& io, const Console& console, const NodeStep& job, NodeTable& nodes,
-                Listener& listener, EngineWatch& engines, Phase& phase, const int& attempt,
+                NodeDoor& door, EngineWatch& engines, Phase& phase, const int& attempt,
                 const std::string& marker_path, const std::string& marker_text, Links links);
 
   // An agent that proved the token: the node rank it gets, or why not.
   Admission admit(const Joiner& j);
-  void on_joined(int rank, const Joiner& j, const std::shared_ptr<Connection>& conn);
+  void on_joined(int rank, const Joiner& j, const std::shared_ptr<NodeLink>& conn);
 
   // The join timeout: the step fails when not every node joined within
   // `seconds`; an elastic step starts with those that did, if MIN did.
@@ -87,7 +86,7 @@ class NodeGathering {
   const NodeStep& job_;
   const StepPlan& plan_;
   NodeTable& nodes_;
-  Listener& listener_;
+  NodeDoor& door_;
   EngineWatch& engines_;
   Phase& phase_;
   const int& attempt_;

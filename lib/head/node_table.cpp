@@ -74,7 +74,7 @@ Admission NodeTable::admit(const Joiner& j, const std::vector<int>& engine_nodes
   return claim_node_rank(j.claim, taken, name_of, engine_nodes);
 }
 
-bool NodeTable::join(int seat, const Joiner& j, std::shared_ptr<Connection> conn) {
+bool NodeTable::join(int seat, const Joiner& j, std::shared_ptr<NodeLink> conn) {
   Node& n = nodes_[static_cast<std::size_t>(seat)];
   n = Node{};  // a seat reseat() freed may have held a retired node
   n.rank = seat;

@@ -12,8 +12,7 @@
 #include <utility>
 #include <vector>
 
-#include "flowrun/connection.h"
-#include "flowrun/listener.h"
+#include "flowrun/node_link.h"
 #include "flowrun/plan.h"
 
 namespace flowrun::cluster {
@@ -33,7 +32,7 @@ Admission claim_node_rank(int claim, const std::vector<bool>& joined,
 // One node of the step, by node rank, as the head sees it.
 struct Node {
   int rank = 0;
-  std::shared_ptr<Connection> conn;
+  std::shared_ptr<NodeLink> conn;
   std::string name;     // the host name its agent reported
   std::string peer_ip;  // where it connected from
   std::string via;      // the head's address it reached (one of the listener's candidates)
@@ -92,7 +91,7 @@ class NodeTable {
   Admission admit(const Joiner& j, const std::vector<int>& engine_nodes, bool spares_only = false) const;
   // Seat `seat` joined as `j` over `conn`; true when it was the last of
   // the nodes (not the spares) to join.
-  bool join(int seat, const Joiner& j, std::shared_ptr<Connection> conn);
+  bool join(int seat, const Joiner& j, std::shared_ptr<NodeLink> conn);
 
   // The spares that wait, ready to take a lost node's place: joined, not
   // lost, connected and with `gpus` GPUs (-1: any).

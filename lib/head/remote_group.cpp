@@ -17,11 +17,9 @@
 #include <unistd.h>
 
 #include "flowrun/beneath.h"
-#include "flowrun/connection.h"
 #include "flowrun/doctor.h"
 #include "flowrun/error.h"
 #include "flowrun/files.h"
-#include "flowrun/listener.h"
 #include "flowrun/logmux.h"
 #include "flowrun/messages.h"
 #include "flowrun/process.h"
@@ -40,6 +38,7 @@
 #include "node_inbox.h"
 #include "node_orders.h"
 #include "node_preflight.h"
+#include "node_reach.h"
 #include "node_seats.h"
 #include "node_stacks.h"
 #include "node_table.h"
@@ -49,7 +48,7 @@
 namespace flowrun {
 
 namespace asio = boost::asio;
-using cluster::Connection;
+using cluster::NodeLink;
 using cluster::Node;
 using cluster::Phase;
 
@@ -97,7 +96,7 @@ NodeStep with_plan(const NodeStep& job, const StepPlan& plan) {
 
 class Head : public GroupObserver, public cluster::NodeInbox {
  public:
-  Head(Supervisor& supervisor, const Console& console, const NodeStep& job)
+  Head(Supervisor& supervisor, const Console& console, const NodeStep& job, cluster::NodeReach reach)
       : sup_(supervisor),
         console_(console),
         full_plan_(*job.plan),
@@ -108,7 +107,8 @@ class Head : public GroupObserver, public cluster::NodeInbox {
         heartbeat_timer_(io_),
         timeout_s_(cluster_.heartbeat_timeout_s),
         interval_s_(std::clamp(timeout_s_ / 4, 0.05, 5.0)),
-        listener_(io_, console_, plan_.step, token_, interval_s_, timeout_s_),
+        reach_(std::move(reach)),
+        door_(reach_.door(plan_.step, token_, interval_s_, timeout_s_)),
         uploads_(plan_, job_.ctx.layout, write_error_, [this](int node, const std::string& what) {
           upload_error(nodes_[std::size_t(node)], what);
         }) {}
@@ -117,18 +117,18 @@ class Head : public GroupObserver, public cluster::NodeInbox {
   // agents, and returns: the agents join while the loop runs (preflight,
   // run_attempt).
   void begin() {
-    auto launch = cluster::prepare_launch(console_, job_, listener_, token_, nodes_.size());
+    auto launch = reach_.launch(job_, token_, nodes_.size());
     token_file_ = std::move(launch.token_file);
     marker_path_ = std::move(launch.marker_path);
     marker_text_ = std::move(launch.marker_text);
     for (const auto& e : launch.engines) engines_.add(e);
     launches_ = std::move(launch.launches);
 
-    listener_.start([this](const cluster::Joiner& j) { return gathering_.admit(j); },
-                    [this](int rank, const cluster::Joiner& j, const std::shared_ptr<Connection>& conn) {
+    door_->start([this](const cluster::Joiner& j) { return gathering_.admit(j); },
+                    [this](int rank, const cluster::Joiner& j, const std::shared_ptr<NodeLink>& conn) {
                       gathering_.on_joined(rank, j, conn);
                     });
-    if (job_.start_agents) job_.start_agents(listener_.endpoint(), token_);
+    if (job_.start_agents) job_.start_agents(door_->endpoint(), token_);
     gathering_.start_join_timer(cluster_.join_timeout_s);
     tick_heartbeats();
 
@@ -186,8 +186,8 @@ class Head : public GroupObserver, public cluster::NodeInbox {
     }
     sup_.finish_group();
     nodes_.close_all();
-    listener_.close_acceptors();
-    listener_.close_pending();
+    door_->close_acceptors();
+    door_->close_pending();
     heartbeat_timer_.cancel();
     stacks_.cancel();
     gathering_.cancel_join_timer();
@@ -306,7 +306,7 @@ class Head : public GroupObserver, public cluster::NodeInbox {
   // its ranks start.
   cluster::NodeGathering::Links gathering_links() {
     return {
-        [this](int seat, const std::shared_ptr<Connection>&) {
+        [this](int seat, const std::shared_ptr<NodeLink>&) {
           bind(seat);
           if (nodes_.is_spare_seat(seat))
             console_.message(fmt::format(
@@ -482,7 +482,7 @@ class Head : public GroupObserver, public cluster::NodeInbox {
     phase_ = Phase::finished;
     gathering_.cancel_join_timer();
     heartbeat_timer_.cancel();
-    listener_.close_acceptors();
+    door_->close_acceptors();
     // How the step ended, for agents that report it (flowrun run's).
     nodes_.say_bye(outcome_ == Outcome::succeeded && errors_.empty() && attempt_started_);
     if (!engine_note_.empty()) notes_.push_back(engine_note_);
@@ -564,27 +564,32 @@ class Head : public GroupObserver, public cluster::NodeInbox {
       nodes_, full_plan_,
       plan_,  console_,
       notes_, {[this](int seat) { bind(seat); }, [this](const std::string& why) { fail_before_start(why); }}};
-  cluster::Listener listener_;       // the agents' connections until they join
+  cluster::NodeReach reach_;
+  std::unique_ptr<cluster::NodeDoor> door_;  // the agents' connections until they join
   cluster::UploadReceiver uploads_;  // the nodes' uploads into the ranks' directories
   cluster::NodeGathering gathering_{
-      io_,    console_, job_,         nodes_,       listener_,        engines_,
+      io_,    console_, job_,         nodes_,       *door_,        engines_,
       phase_, attempt_, marker_path_, marker_text_, gathering_links()};  // joining to ready
 };
 
 }  // namespace
 
 struct RemoteGroup::Impl {
-  Impl(Supervisor& supervisor, const Console& console, const NodeStep& step)
-      : head(supervisor, console, step) {}
+  Impl(Supervisor& supervisor, const Console& console, const NodeStep& step, cluster::NodeReach reach)
+      : head(supervisor, console, step, std::move(reach)) {}
   Head head;
 };
 
-RemoteGroup::RemoteGroup(Supervisor& supervisor, const Console& console, const NodeStep& step) {
+RemoteGroup::RemoteGroup(Supervisor& supervisor, const Console& console, const NodeStep& step)
+    : RemoteGroup(supervisor, console, step, cluster::listener_reach(supervisor.io(), console)) {}
+
+RemoteGroup::RemoteGroup(Supervisor& supervisor, const Console& console, const NodeStep& step,
+                         cluster::NodeReach reach) {
   // Upload chunks arrive as 1 MiB strings made and freed in a loop: keep them
   // on the heap instead of mapping and unmapping pages for each one.
   mallopt(M_MMAP_THRESHOLD, 64 << 20);
   mallopt(M_TRIM_THRESHOLD, 256 << 20);
-  impl_ = std::make_unique<Impl>(supervisor, console, step);
+  impl_ = std::make_unique<Impl>(supervisor, console, step, std::move(reach));
   sup_ = &supervisor;
   impl_->head.begin();
 }

@@ -128,7 +128,7 @@ class Handshake {
           asked_ = j;
           return admission;
         },
-        [&](int rank, const Joiner& j, const std::shared_ptr<Connection>& conn) {
+        [&](int rank, const Joiner& j, const std::shared_ptr<NodeLink>& conn) {
           joined_rank_ = rank;
           joined_ = j;
           joined_conn_ = conn;
@@ -165,7 +165,7 @@ class Handshake {
           asked_ = j;
           return Admission{1, {}};
         },
-        [](int, const Joiner&, const std::shared_ptr<Connection>&) {});
+        [](int, const Joiner&, const std::shared_ptr<NodeLink>&) {});
     asio::ip::tcp::socket socket(io_);
     socket.connect({asio::ip::make_address("127.0.0.1"), listener_.port()});
     std::string frame = to_wire(encode(hello));
@@ -205,7 +205,8 @@ class Handshake {
   asio::io_context io_;
   Console console_{console_fd_, console_fd_};
   Listener listener_{io_, console_, "train", kToken, 0.5, 5.0};
-  std::shared_ptr<Connection> agent_, joined_conn_;
+  std::shared_ptr<Connection> agent_;
+  std::shared_ptr<NodeLink> joined_conn_;
 };
 
 Hello hello_from(const std::string& node, int node_rank = -1) {
@@ -381,7 +382,7 @@ class Crowd {
         [this](const Joiner&) {
           return Admission{next_rank_++, {}};
         },
-        [this](int, const Joiner& j, const std::shared_ptr<Connection>& conn) {
+        [this](int, const Joiner& j, const std::shared_ptr<NodeLink>& conn) {
           joined_.push_back(j.node);
           handed_over_.push_back(conn);
         });
@@ -450,7 +451,7 @@ class Crowd {
   Listener listener_{io_, console_, "train", kToken, 0.5, 30.0};
   int next_rank_ = 0;
   std::vector<std::unique_ptr<Agent>> agents_;
-  std::vector<std::shared_ptr<Connection>> handed_over_;
+  std::vector<std::shared_ptr<NodeLink>> handed_over_;
   std::vector<int> silent_;
 };
 

@@ -1,22 +1,21 @@
-// The head's table of nodes (lib/cluster/node_table.cpp): the heartbeat
+// The head's table of nodes (lib/head/node_table.cpp): the heartbeat
 // rule on a fake clock (the `now` each tick is given), who joined and who
 // is missing, the node rank a joiner gets, the GPU counts the plan wants,
-// and one heartbeat tick over loopback connections that no loop drains (a
-// frame sent stays queued).
+// and one heartbeat tick over fake links that nothing drains (a frame sent
+// stays queued).
 #include "node_table.h"
 
-#include <boost/asio/io_context.hpp>
-#include <boost/asio/ip/tcp.hpp>
 #include <memory>
 #include <string>
 #include <utility>
 #include <vector>
 
+#include "fake_node_link.h"
+#include "flowrun/supervisor.h"
 #include "testing.h"
 
 using namespace flowrun;
 using namespace flowrun::cluster;
-namespace asio = boost::asio;
 
 namespace {
 
@@ -40,27 +39,15 @@ Joiner joiner(const std::string& node, int gpus = 2, const std::string& via = "1
   return j;
 }
 
-// The head's side of a loopback connection, and the agent's socket kept open.
+// Links to nodes that stay open until closed, and keep what is sent to
+// them queued (no loop drains them).
 class Loopback {
  public:
-  std::shared_ptr<Connection> connect() {
-    asio::ip::tcp::socket agent(io_);
-    agent.connect(acceptor_.local_endpoint());
-    agents_.push_back(std::move(agent));
-    auto conn = std::make_shared<Connection>(acceptor_.accept(), "an agent");
-    conns_.push_back(conn);
-    return conn;
+  std::shared_ptr<flowrun::testing::FakeLink> connect() {
+    auto link = std::make_shared<flowrun::testing::FakeLink>();
+    link->heard_at(monotonic_now_ns());
+    return link;
   }
-  ~Loopback() {
-    for (auto& conn : conns_) conn->close();
-    io_.poll();
-  }
-
- private:
-  asio::io_context io_;
-  asio::ip::tcp::acceptor acceptor_{io_, {asio::ip::make_address("127.0.0.1"), 0}};
-  std::vector<asio::ip::tcp::socket> agents_;
-  std::vector<std::shared_ptr<Connection>> conns_;
 };
 
 }  // namespace

@@ -12,14 +12,13 @@
 #include <string>
 
 #include "flowrun/messages.h"
+#include "flowrun/node_link.h"
 #include "flowrun/protocol.h"
 
 namespace flowrun::cluster {
 
-class Connection : public std::enable_shared_from_this<Connection> {
+class Connection : public NodeLink, public std::enable_shared_from_this<Connection> {
  public:
-  using FrameHandler = std::function<void(Frame&)>;
-  using CloseHandler = std::function<void(const std::string& why)>;
   using SentHandler = std::function<void()>;
 
   Connection(boost::asio::ip::tcp::socket socket, std::string peer);
@@ -37,7 +36,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
   // Replaces the handlers (after a handshake); safe to call from inside a
   // handler: the frame being handled finishes with the old one, the next
   // frame goes to the new one.
-  void set_handlers(FrameHandler on_frame, CloseHandler on_close);
+  void set_handlers(FrameHandler on_frame, CloseHandler on_close) override;
 
   // A peer whose frames are of another protocol version goes to `handler`
   // (with what its first frame says, FrameReader::other_version) instead of
@@ -57,31 +56,27 @@ class Connection : public std::enable_shared_from_this<Connection> {
   // call from inside a frame handler: the next frame is opened.
   void set_ciphers(FrameCipher send, FrameCipher receive);
 
-  // Queues a message (never blocks).
-  template <class M>
-  void send(const M& message) {
-    send_frame(to_wire(encode(message)));
-  }
+  using NodeLink::send;
   // `frame` as encode_frame made it; sealed here when ciphers are set.
-  void send_frame(std::string frame);
+  void send_frame(std::string frame) override;
 
   // Bytes queued and not yet written.
-  std::size_t queued() const { return queued_bytes_; }
+  std::size_t queued() const override { return queued_bytes_; }
 
   // Called each time a queued frame has been written (queued() just went
   // down): a producer that stopped at a high-water mark resumes from here.
   void set_sent_handler(SentHandler on_sent) { on_sent_ = std::move(on_sent); }
 
   // Closes now; queued bytes are dropped. Idempotent.
-  void close();
+  void close() override;
   // Closes once every queued byte is written.
-  void close_after_send();
+  void close_after_send() override;
 
-  bool is_open() const { return open_; }
+  bool is_open() const override { return open_; }
   // Whether it closed because a received frame failed to open (tampered,
   // replayed, forged): not the peer's doing, as a plain close would be.
-  bool failed_authentication() const { return failed_authentication_; }
-  std::int64_t last_heard_ns() const { return last_heard_ns_; }
+  bool failed_authentication() const override { return failed_authentication_; }
+  std::int64_t last_heard_ns() const override { return last_heard_ns_; }
   const std::string& peer() const { return peer_; }
   // The address of this end ("10.0.0.2"); empty when the socket has none.
   std::string local_address() const;

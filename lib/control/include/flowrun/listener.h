@@ -22,24 +22,10 @@
 
 #include "flowrun/connection.h"
 #include "flowrun/net_addresses.h"
+#include "flowrun/node_link.h"
 #include "flowrun/supervisor.h"
 
 namespace flowrun::cluster {
-
-// An agent that proved the run's token, as its hello described it.
-struct Joiner {
-  std::string node;  // the host name it reported, as sent
-  int claim = -1;    // the node rank it asks for (--node-rank), -1: any
-  int gpus = -1;
-  std::string ip;   // where it connected from
-  std::string via;  // the head's address it dialed
-};
-
-// The head's answer to a joiner: its node rank, or why it is refused.
-struct Admission {
-  int rank = -1;
-  std::string refusal;  // empty when admitted
-};
 
 // A connection in its handshake, as the rule that makes room sees it.
 struct HandshakeSlot {
@@ -67,13 +53,8 @@ Room make_room(const std::vector<HandshakeSlot>& slots, const std::string& ip, s
                std::size_t max_per_source, std::int64_t silent_since_ns,
                const std::function<bool(std::size_t)>& spoke);
 
-class Listener {
+class Listener : public NodeDoor {
  public:
-  using Admit = std::function<Admission(const Joiner&)>;
-  // The joiner got node rank `rank`; its connection, sealed, is the head's
-  // from now on (set its handlers).
-  using Joined = std::function<void(int rank, const Joiner&, const std::shared_ptr<Connection>&)>;
-
   // Connections in their handshake at once: in all (a few hundred bytes and a
   // timer each), and from one address (1024 agents on one host, or behind one
   // NAT, dial at once: the rendezvous benchmark; a flowrun agent refused
@@ -102,7 +83,7 @@ class Listener {
   void listen_on_candidates(std::vector<HeadAddress> candidates);
 
   // Accepts connections from now on.
-  void start(Admit admit, Joined joined);
+  void start(Admit admit, Joined joined) override;
   // Other caps than kMaxPending, kMaxPendingPerSource and kSilentGraceS (tests).
   void set_pending_limits(std::size_t total, std::size_t per_source, double silent_grace_s) {
     max_pending_ = total;
@@ -110,24 +91,24 @@ class Listener {
     silent_grace_s_ = silent_grace_s;
   }
   // Accepts no more; the handshakes under way go on.
-  void close_acceptors();
+  void close_acceptors() override;
   // Ends every handshake under way.
-  void close_pending();
+  void close_pending() override;
 
   // The candidates listened on, best first.
   const std::vector<HeadAddress>& candidates() const { return candidates_; }
   std::uint16_t port() const { return port_; }
   // What the agents dial: "ADDRESS:PORT[,ADDRESS:PORT...]".
-  const std::string& endpoint() const { return endpoint_; }
+  const std::string& endpoint() const override { return endpoint_; }
   void set_endpoint(std::string endpoint) { endpoint_ = std::move(endpoint); }
 
   // For the join timeout's report: "; meanwhile N connections that did not
   // prove the run's token (from ...) were refused or dropped: ...", or "".
-  std::string strangers_note() const;
+  std::string strangers_note() const override;
   // Agents that could not reach the first candidate and dialed another
   // (`via` and name of each node): the choice was wrong for them, which the
   // console says (nothing when every agent reached the first).
-  void say_fallback_addresses(const std::vector<std::pair<std::string, std::string>>& via_names) const;
+  void say_fallback_addresses(const std::vector<std::pair<std::string, std::string>>& via_names) const override;
 
  private:
   // A connection that has not authenticated yet: it may read at most

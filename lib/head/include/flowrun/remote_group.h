@@ -34,6 +34,10 @@
 
 namespace flowrun {
 
+namespace cluster {
+struct NodeReach;  // lib/head/node_reach.h
+}
+
 struct NodeStep {
   const Spec* spec = nullptr;
   const Step* step = nullptr;
@@ -60,6 +64,9 @@ class RemoteGroup : public WorkerGroup {
   // Throws Error when the step cannot even begin (no address to listen on,
   // the marker cannot be written).
   RemoteGroup(Supervisor& supervisor, const Console& console, const NodeStep& step);
+  // The same over `reach` in place of the sockets and the engine: the
+  // head's tests, whose nodes are scripted links.
+  RemoteGroup(Supervisor& supervisor, const Console& console, const NodeStep& step, cluster::NodeReach reach);
   ~RemoteGroup() override;
   RemoteGroup(const RemoteGroup&) = delete;
   RemoteGroup& operator=(const RemoteGroup&) = delete;
