@@ -38,6 +38,7 @@ MARKERS = {
     "cli": "the command line: options, init, errors",
     "install": "the manual page and shell completions cover flowrun --help",
     "schema": "specs/schema accepts every example spec",
+    "bench": "scripts/bench's renderer: docs/benchmarks.md from bench/results",
     "launcher": "flowrun SPEC with real worker processes",
     "torch": "real PyTorch flows on CPU workers",
     "nodes_local": "multi-node steps on one host over 127.0.0.1",
