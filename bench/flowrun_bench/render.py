@@ -99,12 +99,15 @@ def case_list(cases):
 def apart(w, records, case, only):
     """A paragraph for a case measured in another run than the first case of its part (whose conditions the
     part's machine table shows): when, how and of what it was measured."""
-    cases = [c for c in records]
-    main = records[cases[0]]["conditions"]
+    def run_of(c):
+        cond = records[c]["conditions"]
+        return cond["started"], cond["invocation"]
+
+    cases = list(records)
     cond = records[case]["conditions"]
-    if case == cases[0] or cond["started"] == main["started"]:
+    if run_of(case) == run_of(cases[0]):
         return
-    others = [c for c in cases if c != case and records[c]["conditions"]["started"] == main["started"]]
+    others = [c for c in cases if c != case and run_of(c) == run_of(cases[0])]
     if cond["note"]:
         aside = f" ({cond['note']})"
     elif cond["dirty"]:
