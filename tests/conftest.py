@@ -40,6 +40,7 @@ MARKERS = {
     "install": "the manual page and shell completions cover flowrun --help",
     "installed": "the installed .deb or wheel (scripts/test's package and wheel phases; test_installed.py)",
     "schema": "specs/schema accepts every example spec",
+    "bench": "scripts/bench's renderer: docs/benchmarks.md from bench/results",
     "launcher": "flowrun SPEC with real worker processes",
     "torch": "real PyTorch flows on CPU workers",
     "nodes_local": "multi-node steps on one host over 127.0.0.1",

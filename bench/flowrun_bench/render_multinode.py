@@ -1,0 +1,283 @@
+"""The multi-node part of the page: cases (e) to (h) and (r), every node this host."""
+
+from .render import (GOAL_GATHER_FRACTION, GOAL_RDZV_MS, GOAL_RECOVERY_RATIO, MULTINODE_CASES, apart, cell,
+                     commit_option, failure_notes, machine_table, measured, med, not_measured, remarks, spec_block,
+                     spread, verdict)
+
+
+def rendezvous(w, rec, part):
+    R, F, nodes = rec["rows"], rec["figures"], rec["options"]["rdzv_nodes"]
+    w(f"## (e) Rendezvous of {' and '.join(str(n) for n in nodes)} agents\n")
+    apart(w, part, "e", "multinode")
+    own = (", each from its own loopback address (127.1.0.1 + i, as agents on N hosts would dial; the head takes "
+           "at most 1024 handshakes at once from one address)") if F.get("own_addresses") else ""
+    w("`bench/rdzv_clients.cpp` opens N connections from one single-threaded process (epoll, non-blocking "
+      f"sockets, `RLIMIT_NOFILE` raised){own} and speaks, on each, the protocol as `flowrun agent` does, with "
+      "flowrun's own protocol library: hello (node, version, nonce, pid, GPUs), challenge → auth (HMAC proof), "
+      "welcome (the head's proof checked), assign → ready (the workdir marker file read and compared, the "
+      "local address, a held port from node rank 0), start → `exited` for every rank it names and `done`, "
+      "bye → close. It runs no worker. The head runs one `/bin/true` rank per node (`nodes: N`, `cpus: N`). "
+      "Times are from the clients' first `connect`: **joined** when the last welcome arrived (every agent "
+      "connected and authenticated), **assigned** when the last assign arrived, **started** when the last "
+      "start arrived (the figure the goal is about), **done** when the last bye arrived. The head writes "
+      "each rank's directory and log files in its run directory before it sends start, so it runs twice: "
+      "with the run directory on the root disk (ext4, as a user's workdir would be) and on tmpfs "
+      "(`/dev/shm`): on this host's ext4 disk, creating a file costs from about 0.1 ms to over 1 ms "
+      "depending on what was deleted on the disk shortly before (the kernel's inode allocation, "
+      "`__ext4_new_inode` → `find_inode_bit` → `recently_deleted` in a profile), so the disk row varies "
+      "between runs and the tmpfs row shows the head itself. The floor, `rdzv_clients --bare`, runs the same "
+      "clients against a minimal server forked from the same program: one process, one epoll loop, the same "
+      "messages and proofs, and nothing else (no plan, no files, no report).\n")
+    w("| agents | server | joined | assigned | started, median | min – max | × floor | done | "
+      "head's peak RSS | runs | command |")
+    w("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
+    for n in nodes:
+        for key, label in ((f"disk-{n}", "flowrun, run dir on disk"), (f"tmpfs-{n}", "flowrun, run dir on tmpfs"),
+                           (f"bare-{n}", "floor: `rdzv_clients --bare`")):
+            row = R.get(key)
+            if row is None:
+                continue
+            missing = not_measured(row)
+            if missing:
+                w(f"| {n} | {label} | {missing} | | | | | | | | {cell(row['command'])} |")
+                continue
+            f = row["figures"]
+            start, rng = spread(f["start_ms"], "{:.0f}")
+            times = f"{f['times_floor']:.1f}x" if f.get("times_floor") else "—"
+            rss = f"{f['head_rss_mib']:.0f} MiB" if f.get("head_rss_mib") else "—"
+            w(f"| {n} | {label} | {f['welcome_ms']:.0f} ms | {f['assign_ms']:.0f} ms | **{start} ms** | {rng} ms "
+              f"| {times} | {f['total_ms']:.0f} ms | {rss} | {f['counted']} | {cell(row['command'])} |")
+    w("")
+    for n in nodes:
+        goal = GOAL_RDZV_MS.get(n)
+        for key, where in ((f"disk-{n}", "on disk"), (f"tmpfs-{n}", "on tmpfs")):
+            m = med(R.get(key), "start_ms")
+            if m is None:
+                continue
+            verdict_text = f" (goal: within {goal:.0f} ms): {verdict(m <= goal)}" if goal else ""
+            w(f"- {n} agents, run directory {where}: the last start arrives **{m:.0f} ms** after the "
+              f"first connect{verdict_text}.")
+        floor = med(R.get(f"bare-{n}"), "start_ms")
+        if floor:
+            w(f"- {n} agents against the floor: {floor:.0f} ms.")
+        gaps = [f"{R[key]['figures']['gap_ms']:.0f} ms with the run directory {where}"
+                for key, where in ((f"disk-{n}", "on disk"), (f"tmpfs-{n}", "on tmpfs")) if measured(R.get(key))]
+        if gaps:
+            w(f"- {n} agents: from the last assign to the last start (the agents' ready, then the head "
+              f"creating every rank's directory and log files and sending start): {', '.join(gaps)}.")
+    remarks(w, rec)
+    w("\nThe flowrun spec (`bench/nodes.yaml`; `@NODES@` is the number of agents):\n")
+    w(spec_block(rec, "text"))
+
+
+def agents(w, rec, part):
+    R, F, n_agents = rec["rows"], rec["figures"], rec["options"]["agents"]
+    w(f"## (f) {n_agents} `flowrun agent` processes against one head\n")
+    apart(w, part, "f", "multinode")
+    w(f"The head runs `bench/nodes.yaml` with `nodes: {n_agents}`, `cpus: {n_agents}`: one `/bin/true` "
+      f"rank per node. Once it prints the agent command, `bench/spawn.c` starts {n_agents} real "
+      "`flowrun agent` processes with it (each with its guardian process and its worker), all on this host. "
+      "**Joined** is the time from starting the head to its line `N nodes joined` (every agent started, "
+      "connected and authenticated), **to success** the time to its line `step 'work' succeeded`; **head "
+      "wall** is the head's whole run, from its fork to its exit (`bench/timeit`). torchrun runs 8 agents "
+      "(`--nnodes 8 --nproc_per_node 1 --rdzv_backend c10d`, one `/bin/true` each), all started at "
+      "once; its figure is from starting them to the last one's exit.\n")
+    w("| launcher | agents | joined, median | to success, median | min – max | head wall, median "
+      "| head's peak RSS | runs | command |")
+    w("| --- | --- | --- | --- | --- | --- | --- | --- | --- |")
+    for n in sorted({8, n_agents}):
+        row = R[f"flowrun-{n}"]
+        missing = not_measured(row)
+        if missing:
+            w(f"| flowrun | {n} | | {missing} | | | | | {cell(row['command'])} |")
+            continue
+        f = row["figures"]
+        median, rng = spread(f["success_s"], "{:.3f}")
+        w(f"| flowrun | {n} | {f['joined_s']:.3f} s | **{median} s** | {rng} s | {f['wall_s']:.3f} s "
+          f"| {f['rss_mib']:.1f} MiB | {f['counted']} | {cell(row['command'])} |")
+    row = R["torchrun-8"]
+    missing = not_measured(row)
+    if missing:
+        w(f"| torchrun, c10d | 8 | | {missing} | | | | | {cell(row['command'])} |")
+    else:
+        median, rng = spread(row["figures"]["wall_s"], "{:.3f}")
+        w(f"| torchrun, c10d | 8 | — | {median} s (to the last exit) | {rng} s | — | — "
+          f"| {row['figures']['counted']} | {cell(row['command'])} |")
+    issue = F["torchrun_issue_s"]
+    w(f"| torchrun, c10d, as measured on this machine for the issue | 8 | | {issue} s | | | | | |")
+    w("")
+    big = med(R.get(f"flowrun-{n_agents}"), "success_s")
+    eight = med(R.get("flowrun-8"), "success_s")
+    tr = med(R.get("torchrun-8"), "wall_s")
+    if big:
+        w(f"- {n_agents} flowrun agents are started and done in **{big:.2f} s**; torchrun's c10d "
+          f"rendezvous took {issue} s for 8 agents on this machine" + (f" ({tr:.2f} s in this run)" if tr else "")
+          + ".")
+    if eight and tr:
+        w(f"- With 8 agents each, flowrun is {tr / eight:.0f}x faster than torchrun.")
+    remarks(w, rec)
+    w("")
+
+
+def gather(w, rec, part):
+    R, F, total = rec["rows"], rec["figures"], rec["options"]["gather_bytes"]
+    w(f"## (g) Result gather: {total / (1 << 30):g} GiB from 4 agents to the head\n")
+    apart(w, part, "g", "multinode")
+    w(f"4 real agents, one rank each (`bench/gather.yaml`, `collect: all`); every rank writes "
+      f"{total // 4 // (1 << 20)} MiB of zeros into `FLOWRUN_OUTPUT_DIR` and exits. Each agent "
+      "then uploads its rank's file to the head in 1 MiB `upload_chunk` messages with a SHA-256, and the "
+      "head writes it under `<run-dir>/work/rank<R>/out/`, checking size and SHA-256. **Upload** is the time "
+      "from the last rank's exit to the end of the step's attempt, both from `results.json` (millisecond "
+      "precision; agents and head share this host's clock): it covers reading, hashing, sending, "
+      "receiving, hashing again and writing. The floor, `bench/tcpcopy.c`, copies 4 files of the same size "
+      "(written just before, so in the page cache too) over 4 loopback TCP connections, one sending process "
+      "each, into one receiving process that `poll`s them and writes each to its own file, on the same "
+      "disk: no framing, no checksum. The head's run directory, the agents' scratch directories and the "
+      "floor's files are all on the root disk (ext4).\n")
+    w("| copy | time, median | min – max | GB/s, median | runs | command |")
+    w("| --- | --- | --- | --- | --- | --- |")
+    flow, floor = R["gather"], R["tcpcopy"]
+    for label, row in (("flowrun: upload, last rank's exit → step's end", flow),
+                       ("floor: `bench/tcpcopy.c`, 4 streams", floor)):
+        missing = not_measured(row)
+        if missing:
+            w(f"| {label} | {missing} | | | | {cell(row['command'])} |")
+            continue
+        median, rng = spread(row["figures"]["time_s"], "{:.3f}")
+        w(f"| {label} | **{median} s** | {rng} s | {row['figures']['gbps']:.2f} | {row['figures']['counted']} "
+          f"| {cell(row['command'])} |")
+    w("")
+    if measured(flow):
+        w(f"- The whole flowrun run (head start to exit, the ranks writing their files included) took "
+          f"{flow['figures']['wall_s']:.2f} s; the head used {flow['figures']['head_cpu_s']:.2f} s of CPU.")
+    if F.get("fraction"):
+        w(f"- flowrun gathers at **{F['fraction'] * 100:.0f}%** of the plain copy's rate (goal: at least "
+          f"{GOAL_GATHER_FRACTION * 100:.0f}%): {verdict(F['fraction'] >= GOAL_GATHER_FRACTION)}.")
+    remarks(w, rec)
+    w("\nThe flowrun spec (`bench/gather.yaml`; `@BYTES@` is the bytes per rank):\n")
+    w(spec_block(rec, "text"))
+
+
+def lost(w, rec, part):
+    row, F = rec["rows"]["lost"], rec["figures"]
+    issue = F["torchrun_issue_s"]
+    w("## (h) Notice of a SIGKILLed agent\n")
+    apart(w, part, "h", "multinode")
+    w("2 real agents, 2 sleeping ranks each (`bench/lost.yaml`). Once all 4 workers run (seen in `/proc`), "
+      "one agent gets SIGKILL. **Notice** is the time from the `kill` to the moment the head's line "
+      "`node ... lost: its agent's connection closed` arrives on the pipe from its stderr (read by a thread "
+      "that stamps each line as it arrives). **Head exit** is from the kill to the head's exit (code 1, "
+      "the other node's ranks stopped), **workers gone** from the kill to the moment no worker of the run is "
+      "left on the host (the killed node's are stopped by its agent's guardian; `/proc` polled every 5 ms "
+      "after the head's exit).\n")
+    w("| | median | min – max | runs |")
+    w("| --- | --- | --- | --- |")
+    missing = not_measured(row)
+    if missing:
+        w(f"| flowrun | {missing} | | |")
+    else:
+        for label, key in (("flowrun: kill → the head's \"lost\" line", "notice_ms"),
+                           ("flowrun: kill → head exit", "exit_ms"),
+                           ("flowrun: kill → every worker gone", "gone_ms")):
+            median, rng = spread(row["figures"][key], "{:.1f}")
+            w(f"| {label} | **{median} ms** | {rng} ms | {row['figures']['counted']} |")
+    w(f"| torchrun, c10d, as measured on this machine for the issue | not noticed within {issue} s | | |")
+    w("")
+    if row["command"]:
+        w(f"Command: {cell(row['command'])}, then `kill -9` on one agent.\n")
+    if measured(row):
+        held = " or ".join(str(r) for r in row["figures"]["node_ranks"])
+        w(f"- flowrun notices the killed agent in **{med(row, 'notice_ms'):.1f} ms** (the lost node "
+          f"it names held node rank {held}: ranks go by order of arrival); torchrun did not notice within "
+          f"{issue} s.")
+    remarks(w, rec)
+    w("\nThe flowrun spec (`bench/lost.yaml`; `@SECONDS@` is a duration no other process on the host sleeps):\n")
+    w(spec_block(rec, "text"))
+
+
+def recovery(w, rec, part):
+    R, F = rec["rows"], rec["figures"]
+    w("## (r) Recovery from a lost node: a hot spare against torchrun's elastic agents\n")
+    apart(w, part, "r", "multinode")
+    w("Two nodes of one rank each and a third waiting, all on this host; the ranks are real Python processes "
+      "that import Debian's torch, join a gloo group and all-reduce every 50 ms (`bench/recovery_worker.py`). "
+      "Half a second after both run, node 1 is lost: its agent and its rank get SIGKILL together. **Recovery** "
+      "is the time from that kill to the moment both ranks of the new attempt have started, each read from "
+      "the stamp the worker writes first thing (`time.time()` before any import: the script's own start-up "
+      "is left out). flowrun: `spare_nodes: 1`, `cluster.heartbeat_timeout: 1` (`bench/recovery.yaml`), with "
+      "its default forensics (every surviving rank's stack before the stop) and with `forensics: off`. "
+      "torchrun: three agents, `--nnodes 2 --max_restarts 1 --monitor_interval 0.1`, c10d rendezvous; the "
+      "third starts once the first two run and waits for the next round.\n")
+    w("| | recovery, median | min – max | runs |")
+    w("| --- | --- | --- | --- |")
+    labels = (("recovery", "flowrun, spare_nodes: 1"), ("recovery-noforensics", "flowrun, spare_nodes: 1, "
+              "forensics: off"), ("recovery-torchrun", "torchrun elastic, a third agent waiting"))
+    for key, label in labels:
+        row = R[key]
+        missing = not_measured(row)
+        if missing:
+            w(f"| {label} | {missing} | | |")
+            continue
+        median, rng = spread(row["figures"]["recover_s"], "{:.2f}")
+        w(f"| {label} | **{median} s** | {rng} s | {row['figures']['counted']} |")
+    w("")
+    for key, label in labels:
+        if R[key]["command"]:
+            w(f"- {label}: {cell(R[key]['command'])}")
+    ratio = F.get("torchrun_ratio")
+    if ratio:
+        w(f"\n- flowrun with a hot spare brings every rank back **{ratio:.0f} times** faster than torchrun's "
+          f"elastic agents (goal: at least {GOAL_RECOVERY_RATIO:.0f} times): {verdict(ratio >= GOAL_RECOVERY_RATIO)}. "
+          "flowrun notices the loss when the agent's connection closes, at once; a node that goes silent instead "
+          "is noticed within `heartbeat_timeout` (1 s here). torchrun waits for the surviving rank to fail in its "
+          "collective, then for a new rendezvous round.")
+    if F.get("torchrun_stranded"):
+        w(f"- torchrun brought its ranks back in {R['recovery-torchrun']['figures']['counted']} of "
+          f"{F['torchrun_counted']} counted runs. In {F['torchrun_stranded']} the lost node's agent was the one "
+          "that hosted the c10d rendezvous store (the first to bind the endpoint), and the other agents stopped "
+          "with `RendezvousConnectionError` instead of recovering (the notes below): a torchrun job cannot lose "
+          "that node. flowrun's head is not on a node it can lose to a spare.")
+    remarks(w, rec)
+    w("\nThe flowrun spec (`bench/recovery.yaml`; `@FORENSICS@` is `{stacks: true}` or `off`):\n")
+    w(spec_block(rec, "text"))
+
+
+def multinode_part(records):
+    """The multi-node part of the page (cases e to h and r), as Markdown."""
+    main = next(iter(records.values()))
+    cond, opts = main["conditions"], main["options"]
+    md = []
+    w = md.append
+    w("# Multi-node: the control plane on one host\n")
+    w("Generated by `scripts/bench --only multinode` from one run on the machine below; rerun it to regenerate "
+      "this part (the single-node part above is kept):\n")
+    w("```sh")
+    w("scripts/bench --only multinode   # cases e to h and r; builds build/release (flowrun, bench/rdzv_clients) "
+      "first")
+    w(f"scripts/bench --only multinode --mn-runs {opts['mn_runs']} --mn-slow-runs {opts['mn_slow_runs']} "
+      f"--torchrun-agent-runs {opts['torchrun_agent_runs']} --rdzv-nodes "
+      f"{','.join(str(n) for n in opts['rdzv_nodes'])} --agents {opts['agents']} --gather-bytes "
+      f"{opts['gather_bytes']}" + commit_option(cond) + "   # what made this part")
+    w("```\n")
+    w("## Machine and versions (multi-node)\n")
+    machine_table(w, cond)
+    w("Every node is this host. The head is a real `flowrun` running a spec with `cluster: {engine: manual, "
+      "address: 127.0.0.1}`; the agents connect to it over loopback with the command and token file it prints. "
+      "Head, agents and workers share the machine's cores, so each figure also pays for the other side of "
+      "the connection. Each iteration runs the rows of a case one after the other, in an order that rotates "
+      "between iterations, after one uncounted warm-up iteration; figures are medians (min – max beside them). "
+      "Other work on the machine shows in the load average above.\n")
+    for case, make in (("e", rendezvous), ("f", agents), ("g", gather), ("h", lost), ("r", recovery)):
+        if case in records:
+            make(w, records[case], records)
+    w("## Notes on method (multi-node)\n")
+    w("- `$TMP` in the commands is a scratch directory on the root disk, `$SHM` one on tmpfs (`/dev/shm`), "
+      "`PORT` the port the head chose and printed; "
+      "`A & B` means B runs once A has printed its agent command. The head's stdout goes to `/dev/null` and "
+      "its stderr to the bench, which reads it as it comes.")
+    w("- `bench/rdzv_clients.cpp` is built by CMake with `-DFLOWRUN_BENCH=ON` (it links `flowrun_protocol`); "
+      "`bench/tcpcopy.c` and the other C helpers with `cc -O2`.")
+    w("- The torchrun figures quoted from the issue (8 agents in 6.3 s; a SIGKILLed node not noticed within "
+      "90 s) were measured on this machine with torch 1.13; case (f) also measures the first one again.")
+    failure_notes(w, records, MULTINODE_CASES)
+    return "\n".join(md) + "\n"
