@@ -1053,6 +1053,22 @@ TEST_CASE("a glob's '..' is found after its escapes are read", "[spec]") {
   CHECK(spec.steps[0].outputs.size() == 4);
 }
 
+TEST_CASE("a glob's [...] class lies within one name, as the join's walk reads it", "[spec]") {
+  // The walk matches 'a[b/c]' as the names 'a[b' and 'c]': the check reads the same names.
+  CHECK(errors(R"(
+    steps:
+      - name: b
+        run: x
+        parallel: {}
+        outputs: ['a[b/c]', 'x]/y[']
+  )") == Lines{
+             "flow.yaml:5:15: steps.b.outputs: glob 'a[b/c]' has a '[' without ']'; expected balanced [...] "
+             "character classes",
+             "flow.yaml:5:25: steps.b.outputs: glob 'x]/y[' has a ']' without '['; expected balanced [...] "
+             "character classes",
+         });
+}
+
 TEST_CASE("templates: ${steps.NAME.outputs} must name a parallel step that runs first", "[spec]") {
   Spec spec = valid(R"(
     steps:
