@@ -28,12 +28,6 @@ constexpr FileTime kStarted = 1795972262 * kSecond;  // 2026-11-29 17:11:02 UTC
 constexpr FileTime kFresh = kStarted + kSecond;
 constexpr FileTime kStale = kStarted - 9 * kSecond;  // 17:10:53
 
-// A scratch directory of this file's tests.
-class TempDir : public testing::ScopedTempDir {
- public:
-  explicit TempDir(const char* base = "/tmp") : ScopedTempDir("join", base) {}
-};
-
 // Messages show local times; the tests read them in UTC.
 class UtcZone {
  public:
@@ -67,14 +61,9 @@ void write(const std::string& path, const std::string& text, FileTime mtime = kF
   set_mtime(path, mtime);
 }
 
-std::string read(const std::string& path) {
-  std::ifstream in(path);
-  return std::string(std::istreambuf_iterator<char>(in), {});
-}
-
 struct Scratch {
   UtcZone utc;
-  TempDir tmp;
+  testing::ScopedTempDir tmp{"join"};
   std::string work = tmp.path() + "/work";
   std::string run = tmp.path() + "/work/.flowrun/runs/r1/train";
   std::string outputs = run + "/outputs";
@@ -145,8 +134,8 @@ TEST_CASE("collect: rank0 puts rank 0's private files and the glob matches direc
   CHECK(result.files[2].source == s.rank_dir(0) + "/metrics/loss.json");
   CHECK(result.files[2].rank == 0);
   CHECK(tree(s.outputs) == dests(result));
-  CHECK(read(s.outputs + "/model.pt") == "weights");
-  CHECK(read(s.outputs + "/metrics/loss.json") == "{}");
+  CHECK(testing::read_file(s.outputs + "/model.pt") == "weights");
+  CHECK(testing::read_file(s.outputs + "/metrics/loss.json") == "{}");
 }
 
 TEST_CASE("collect: all puts each rank's private files under rank<R>/ and the node's matches on top",
@@ -168,7 +157,7 @@ TEST_CASE("collect: all puts each rank's private files under rank<R>/ and the no
   CHECK(result.files[2].rank == 0);
   CHECK(result.files[3].rank == 1);
   CHECK(tree(s.outputs) == dests(result));
-  CHECK(read(s.outputs + "/rank1/log.txt") == "log 1");
+  CHECK(testing::read_file(s.outputs + "/rank1/log.txt") == "log 1");
 }
 
 TEST_CASE("an empty private directory and no outputs globs gather nothing, without error", "[join]") {
@@ -395,7 +384,7 @@ TEST_CASE("a glob match is copied, a rank's own file hard-linked, across file sy
     REQUIRE(result.ok());
     CHECK(inode(s.outputs + "/model.pt") != inode(s.work + "/model.pt"));
     std::ofstream(s.work + "/model.pt", std::ios::trunc) << "the next run's";
-    CHECK(read(s.outputs + "/model.pt") == "weights");
+    CHECK(testing::read_file(s.outputs + "/model.pt") == "weights");
     struct stat st {};
     REQUIRE(stat((s.outputs + "/model.pt").c_str(), &st) == 0);
     CHECK((st.st_mode & 07777) == 0640);
@@ -414,10 +403,10 @@ TEST_CASE("a glob match is copied, a rank's own file hard-linked, across file sy
     REQUIRE(result.ok());
     CHECK(inode(s.outputs + "/model.pt") != inode(s.work + "/model.pt"));
     std::ofstream(s.work + "/model.pt", std::ios::trunc) << "the next run's";
-    CHECK(read(s.outputs + "/model.pt") == "weights");
+    CHECK(testing::read_file(s.outputs + "/model.pt") == "weights");
   }
   SECTION("another file system: a copy with the mode and mtime") {
-    TempDir shm("/dev/shm");
+    testing::ScopedTempDir shm("join", "/dev/shm");
     struct stat a {
     }, b{};
     REQUIRE(stat(s.work.c_str(), &a) == 0);
@@ -432,7 +421,7 @@ TEST_CASE("a glob match is copied, a rank's own file hard-linked, across file sy
     JoinResult result = gather_outputs(rq);
     REQUIRE(result.ok());
     const std::string copy = rq.outputs_dir + "/model.pt";
-    CHECK(read(copy) == "weights");
+    CHECK(testing::read_file(copy) == "weights");
     struct stat st {};
     REQUIRE(stat(copy.c_str(), &st) == 0);
     CHECK((st.st_mode & 07777) == 0640);
@@ -484,7 +473,7 @@ TEST_CASE("a file already in outputs/ is never replaced", "[join]") {
                                    "/model.pt (matched by output 'model.pt'): " + s.outputs +
                                    "/model.pt already exists and is not overwritten; remove it, "
                                    "or gather into an empty directory."});
-    CHECK(read(s.outputs + "/model.pt") == "someone else's");
+    CHECK(testing::read_file(s.outputs + "/model.pt") == "someone else's");
   }
   SECTION("the same file (a rank's own, linked): gathering again is fine") {
     write(s.rank_dir(0) + "/metrics.json", "{}");
@@ -526,7 +515,7 @@ TEST_CASE("symlinks: files count as their targets, directories are followed only
     CHECK(result.errors.empty());
     CHECK(dests(result) == std::vector<std::string>{"real/epoch3.pt", "real/latest.pt"});
     CHECK(result.files[1].source == s.work + "/real/latest.pt");
-    CHECK(read(s.outputs + "/real/latest.pt") == "e3");
+    CHECK(testing::read_file(s.outputs + "/real/latest.pt") == "e3");
     struct stat st {};
     REQUIRE(lstat((s.outputs + "/real/latest.pt").c_str(), &st) == 0);
     CHECK(S_ISREG(st.st_mode));
@@ -549,7 +538,7 @@ TEST_CASE("symlinks: files count as their targets, directories are followed only
 }
 
 TEST_CASE("file_clock_now() never runs ahead of a file written after it", "[join]") {
-  TempDir tmp;
+  testing::ScopedTempDir tmp{"join"};
   for (int i = 0; i < 50; ++i) {
     FileTime before = file_clock_now();
     std::string path = tmp.path() + "/f" + std::to_string(i);
@@ -652,7 +641,7 @@ TEST_CASE("a file that is not ours is copied, never hard-linked, and loses set-u
   REQUIRE(result.ok());
   CHECK(inode(s.outputs + "/ours.bin") == inode(s.rank_dir(0) + "/ours.bin"));
   CHECK(inode(s.outputs + "/theirs.bin") != inode(s.rank_dir(0) + "/theirs.bin"));
-  CHECK(read(s.outputs + "/theirs.bin") == "theirs");
+  CHECK(testing::read_file(s.outputs + "/theirs.bin") == "theirs");
   struct stat st {};
   REQUIRE(stat((s.outputs + "/theirs.bin").c_str(), &st) == 0);
   CHECK(st.st_uid == 0);
