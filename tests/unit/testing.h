@@ -1,4 +1,5 @@
-// Helpers shared by the unit tests (as ninja's src/test.h).
+// Helpers shared by the unit tests (as ninja's src/test.h): the one scratch
+// directory and the one file reader every suite uses, rather than its own.
 #pragma once
 
 #include <catch2/catch.hpp>
