@@ -1,7 +1,7 @@
 // A path pattern read once: the one reading of the glob grammar, for the
 // check that refuses a bad pattern and for the walk that matches a good one.
 //
-// The grammar (docs/spec.md, "outputs and collect"):
+// The grammar:
 //  - A pattern is split at every '/' into names; empty names and '.' are
 //    left out ("a//./b" is "a/b"), and so is a run of '**' names after the
 //    first.
