@@ -28,6 +28,7 @@
 #include "flowrun/beneath.h"
 #include "flowrun/error.h"
 #include "flowrun/files.h"
+#include "flowrun/glob.h"
 #include "flowrun/util.h"
 
 namespace flowrun {
@@ -41,126 +42,6 @@ FileTime file_clock_now() {
 namespace {
 
 constexpr std::size_t npos = std::string_view::npos;
-
-// --- matching ---------------------------------------------------------------
-
-// The [...] class that starts at g[i]: the index after its ']' (npos when it
-// is not closed, and then the '[' is an ordinary character), and in *member
-// whether `ch` belongs to it. Same reading as the spec's glob check: '!' or
-// '^' first negates, a ']' right after that is a member, a-z is a range, and
-// a backslash inside is an ordinary character.
-std::size_t match_class(std::string_view g, std::size_t i, char ch, bool* member) {
-  std::size_t j = i + 1;
-  bool negate = false;
-  if (j < g.size() && (g[j] == '!' || g[j] == '^')) {
-    negate = true;
-    ++j;
-  }
-  const auto c = static_cast<unsigned char>(ch);
-  bool in = false;
-  for (bool first = true; j < g.size() && (first || g[j] != ']'); first = false) {
-    const auto lo = static_cast<unsigned char>(g[j]);
-    if (j + 2 < g.size() && g[j + 1] == '-' && g[j + 2] != ']') {
-      if (lo <= c && c <= static_cast<unsigned char>(g[j + 2])) in = true;
-      j += 3;
-    } else {
-      if (lo == c) in = true;
-      ++j;
-    }
-  }
-  if (j >= g.size()) return npos;
-  *member = in != negate;
-  return j + 1;
-}
-
-// The token at g[i] (anything but '*') against one character: the index of
-// the next token when it matches.
-std::optional<std::size_t> match_token(std::string_view g, std::size_t i, char ch) {
-  switch (g[i]) {
-    case '?': return i + 1;
-    case '[': {
-      bool member = false;
-      std::size_t next = match_class(g, i, ch, &member);
-      if (next == npos) return ch == '[' ? std::optional(i + 1) : std::nullopt;
-      return member ? std::optional(next) : std::nullopt;
-    }
-    case '\\':
-      if (i + 1 < g.size()) return g[i + 1] == ch ? std::optional(i + 2) : std::nullopt;
-      break;
-  }
-  return g[i] == ch ? std::optional(i + 1) : std::nullopt;
-}
-
-// One glob component against one name. Every token but '*' takes exactly one
-// character, so backtracking to the last '*' alone is enough.
-bool match_name(std::string_view g, std::string_view s) {
-  std::size_t gi = 0, si = 0, star_g = npos, star_s = 0;
-  while (si < s.size()) {
-    if (gi < g.size() && g[gi] == '*') {
-      star_g = ++gi;
-      star_s = si;
-      continue;
-    }
-    if (gi < g.size()) {
-      if (auto next = match_token(g, gi, s[si])) {
-        gi = *next;
-        ++si;
-        continue;
-      }
-    }
-    if (star_g == npos) return false;
-    gi = star_g;
-    si = ++star_s;
-  }
-  while (gi < g.size() && g[gi] == '*') ++gi;
-  return gi == g.size();
-}
-
-// Path components, without empty ones and '.', with runs of '**' as one.
-std::vector<std::string_view> split_path(std::string_view path) {
-  std::vector<std::string_view> parts;
-  while (!path.empty()) {
-    std::size_t slash = std::min(path.find('/'), path.size());
-    std::string_view part = path.substr(0, slash);
-    path.remove_prefix(std::min(slash + 1, path.size()));
-    if (part.empty() || part == ".") continue;
-    if (part == "**" && !parts.empty() && parts.back() == "**") continue;
-    parts.push_back(part);
-  }
-  return parts;
-}
-
-bool match_parts(const std::vector<std::string_view>& g, std::size_t gi,
-                 const std::vector<std::string_view>& p, std::size_t pi) {
-  for (; gi < g.size(); ++gi, ++pi) {
-    if (g[gi] == "**") {
-      for (std::size_t k = pi; k <= p.size(); ++k)
-        if (match_parts(g, gi + 1, p, k)) return true;
-      return false;
-    }
-    if (pi == p.size() || !match_name(g[gi], p[pi])) return false;
-  }
-  return pi == p.size();
-}
-
-bool has_wildcard(std::string_view component) {
-  for (std::size_t i = 0; i < component.size(); ++i) {
-    if (component[i] == '\\')
-      ++i;
-    else if (component[i] == '*' || component[i] == '?' || component[i] == '[')
-      return true;
-  }
-  return false;
-}
-
-std::string unescape(std::string_view component) {
-  std::string out;
-  for (std::size_t i = 0; i < component.size(); ++i) {
-    if (component[i] == '\\' && i + 1 < component.size()) ++i;
-    out += component[i];
-  }
-  return out;
-}
 
 // --- walking ----------------------------------------------------------------
 
@@ -197,14 +78,13 @@ class Walker {
 
   // Files matched by `glob`, or under a directory it matches, sorted by rel;
   // what it matched that is refused goes to *refused.
-  std::vector<Found> glob(std::string_view glob, std::vector<TreeEntry>* refused) {
+  std::vector<Found> glob(const Glob& glob, std::vector<TreeEntry>* refused) {
     found_.clear();
     refused_.clear();
-    auto parts = split_path(glob);
-    if (parts.empty())
+    if (glob.names().empty())
       take_all("");
     else
-      expand("", parts, 0);
+      expand("", glob.names(), 0);
     for (auto& [rel, e] : refused_) refused->push_back(std::move(e));
     return sorted();
   }
@@ -267,8 +147,8 @@ class Walker {
     }
   }
 
-  void expand(const std::string& dir, const std::vector<std::string_view>& parts, std::size_t i) {
-    const std::string_view part = parts[i];
+  void expand(const std::string& dir, const std::vector<GlobName>& parts, std::size_t i) {
+    const GlobName& part = parts[i];
     const bool last = i + 1 == parts.size();
     auto descend = [&](const std::string& rel, const struct stat& st) {
       if (S_ISREG(st.st_mode)) {
@@ -280,7 +160,7 @@ class Walker {
           expand(rel, parts, i + 1);
       }
     };
-    if (part == "**") {
+    if (part.kind == GlobName::Kind::any_depth) {
       if (last) return take_all(dir);
       expand(dir, parts, i + 1);
       for (const auto& name : list(dir)) {
@@ -288,8 +168,8 @@ class Walker {
         struct stat st {};
         if (classify(rel, &st, false) == Kind::dir) expand(rel, parts, i);
       }
-    } else if (!has_wildcard(part)) {
-      std::string name = unescape(part);
+    } else if (part.kind == GlobName::Kind::literal) {
+      const std::string& name = part.text;
       if (name == "..") return;  // never above the root (the spec refuses it; the resolution would too)
       if (name == ".") {
         if (last) return take_all(dir);
@@ -301,7 +181,7 @@ class Walker {
       if (resolve(rel, &st) == 0) descend(rel, st);
     } else {
       for (const auto& name : list(dir)) {
-        if (!match_name(part, name)) continue;
+        if (!part.matches(name)) continue;
         std::string rel = join_path(dir, name);
         struct stat st {};
         if (classify(rel, &st, last) != Kind::none) descend(rel, st);
@@ -553,10 +433,6 @@ std::string output_dir_problem(int rank, const std::string& dir, int err) {
 
 }  // namespace
 
-bool glob_match(std::string_view glob, std::string_view path) {
-  return match_parts(split_path(glob), 0, split_path(path), 0);
-}
-
 RankOutput scan_rank_output(int rank, const std::string& anchor, const std::string& dir,
                             const std::function<bool()>& stop) {
   RankOutput out;
@@ -603,7 +479,8 @@ void add_workdir_matches(Gathering& g, const BeneathRoot& workroot) {
   for (const auto& glob : rq.outputs) {
     std::vector<Found> fresh, old;
     std::vector<TreeEntry> refused;
-    for (auto& f : workdir.glob(glob, &refused))
+    const Glob parsed = Glob::parse(glob);
+    for (auto& f : workdir.glob(parsed, &refused))
       (f.mtime >= rq.started ? fresh : old).push_back(std::move(f));
     for (const auto& f : old) g.stale.insert(f.abs);
     for (const auto& e : refused)
@@ -614,10 +491,12 @@ void add_workdir_matches(Gathering& g, const BeneathRoot& workroot) {
       if (refused.empty()) g.result.errors.push_back(missing_message(rq, glob, old));
       continue;
     }
-    const auto parts = split_path(glob);
-    const bool literal = std::none_of(parts.begin(), parts.end(), has_wildcard);
-    if (literal && rq.collect == Collect::all && rq.ranks_on_node > 1 && fresh.size() == 1 &&
-        split_path(fresh[0].rel).size() == parts.size()) {  // the glob names the file itself
+    // The glob names the file itself when it has as many names as the path found (which has no
+    // empty or '.' ones).
+    const std::size_t found_names =
+        static_cast<std::size_t>(std::count(fresh[0].rel.begin(), fresh[0].rel.end(), '/')) + 1;
+    if (parsed.literal() && rq.collect == Collect::all && rq.ranks_on_node > 1 && fresh.size() == 1 &&
+        found_names == parsed.names().size()) {
       g.result.errors.push_back(shared_file_message(rq, glob));
       continue;
     }

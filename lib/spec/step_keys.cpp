@@ -3,7 +3,7 @@
 // them, with outputs:, logs: and forensics:. A step's run: is read in
 // step_run.cpp, its parallel: in parallel_keys.cpp.
 
-#include <algorithm>
+#include "flowrun/glob.h"
 
 #include "spec_detail.h"
 
@@ -11,42 +11,24 @@ namespace flowrun::spec_detail {
 
 namespace {
 
-// A relative glob that stays inside the workdir, with balanced [...] classes.
+// A relative glob that stays inside the workdir, with balanced [...] classes,
+// read as the join's walk reads it (flowrun/glob.h).
 std::optional<std::string> glob_problem(std::string_view glob) {
-  if (glob.empty())
-    return "empty glob; expected a path pattern relative to the workdir, like 'checkpoints/*.pt'";
-  if (glob.find('\0') != std::string_view::npos || glob.find('\n') != std::string_view::npos)
-    return "glob " + quote(glob) + " contains a NUL or newline; expected a path pattern on one line";
-  if (glob.front() == '/')
-    return "glob " + quote(glob) + " is absolute; expected a pattern relative to the step's workdir";
-  // Each component as the walk looks it up: '\x' is x, so '\.\.' is '..'
-  // too. (A component with a wildcard is matched against directory entries,
-  // which never include '..'.)
-  for (std::size_t start = 0; start <= glob.size();) {
-    std::size_t end = std::min(glob.find('/', start), glob.size());
-    std::string name;
-    for (std::size_t i = start; i < end; ++i) {
-      if (glob[i] == '\\' && i + 1 < end) ++i;
-      name += glob[i];
-    }
-    if (name == "..")
-      return "glob " + quote(glob) + " leaves the workdir with '..'; expected a pattern inside it";
-    start = end + 1;
-  }
-  for (std::size_t i = 0; i < glob.size(); ++i) {
-    if (glob[i] == '\\') {
-      ++i;
-    } else if (glob[i] == ']') {
-      return "glob " + quote(glob) + " has a ']' without '['; expected balanced [...] character classes";
-    } else if (glob[i] == '[') {
-      std::size_t j = i + 1;
-      if (j < glob.size() && (glob[j] == '!' || glob[j] == '^')) ++j;
-      if (j < glob.size() && glob[j] == ']') ++j;  // a leading ']' is a member
-      while (j < glob.size() && glob[j] != ']') ++j;
-      if (j >= glob.size())
-        return "glob " + quote(glob) + " has a '[' without ']'; expected balanced [...] character classes";
-      i = j;
-    }
+  const auto problem = Glob::parse(glob).problem();
+  if (!problem) return std::nullopt;
+  const std::string quoted = "glob " + quote(glob);
+  switch (*problem) {
+    case GlobProblem::empty:
+      return "empty glob; expected a path pattern relative to the workdir, like 'checkpoints/*.pt'";
+    case GlobProblem::nul_or_newline:
+      return quoted + " contains a NUL or newline; expected a path pattern on one line";
+    case GlobProblem::absolute:
+      return quoted + " is absolute; expected a pattern relative to the step's workdir";
+    case GlobProblem::dot_dot: return quoted + " leaves the workdir with '..'; expected a pattern inside it";
+    case GlobProblem::unclosed_class:
+      return quoted + " has a '[' without ']'; expected balanced [...] character classes";
+    case GlobProblem::stray_close:
+      return quoted + " has a ']' without '['; expected balanced [...] character classes";
   }
   return std::nullopt;
 }

@@ -14,6 +14,8 @@
 #include <sys/sysmacros.h>
 #include <unistd.h>
 
+#include "testing.h"
+
 using namespace flowrun;
 
 namespace {
@@ -23,27 +25,20 @@ namespace fs = std::filesystem;
 class Tree {
  public:
   Tree() {
-    std::string pattern = "/tmp/flowrun-beneath-XXXXXX";
-    REQUIRE(mkdtemp(pattern.data()) != nullptr);
-    base_ = pattern;
     fs::create_directories(root() + "/sub/deep");
     put(root() + "/top.txt", "top");
     put(root() + "/sub/deep/file.txt", "deep");
-    put(base_ + "/secret.txt", "secret");
+    put(base() + "/secret.txt", "secret");
   }
-  ~Tree() {
-    std::error_code ignored;
-    fs::remove_all(base_, ignored);
-    set_beneath_walk_only(false);
-  }
+  ~Tree() { set_beneath_walk_only(false); }
   Tree(const Tree&) = delete;
   Tree& operator=(const Tree&) = delete;
-  std::string root() const { return base_ + "/root"; }
-  const std::string& base() const { return base_; }
+  std::string root() const { return base() + "/root"; }
+  const std::string& base() const { return base_.path(); }
   static void put(const std::string& path, const std::string& text) { std::ofstream(path) << text; }
 
  private:
-  std::string base_;
+  testing::ScopedTempDir base_{"beneath"};
 };
 
 std::string read_fd(int fd) {
@@ -193,8 +188,7 @@ TEST_CASE("beneath: files are created beneath the root, never through a link", "
   CHECK(root.create_file("../escape.txt", 0644, 0755) == -1);
   CHECK(errno == EINVAL);
   CHECK(!fs::exists(t.base() + "/escape.txt"));
-  std::ifstream secret(t.base() + "/secret.txt");
-  CHECK(std::string(std::istreambuf_iterator<char>(secret), {}) == "secret");
+  CHECK(testing::read_file(t.base() + "/secret.txt") == "secret");
 }
 
 TEST_CASE("scan_tree: files, and each thing refused with its reason", "[beneath]") {

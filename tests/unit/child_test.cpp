@@ -9,11 +9,14 @@
 #include <csignal>
 #include <cstdlib>
 #include <fcntl.h>
+#include <fstream>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include "flowrun/process.h"
+
+#include "testing.h"
 
 using namespace flowrun;
 using namespace std::chrono_literals;
@@ -78,18 +81,15 @@ TEST_CASE("a helper that cannot start is a value that says why", "[child]") {
   CHECK(outcome.error == "flowrun-no-such-helper: command not found");
 
   // Found and executable, but execve refuses it: the child says so.
-  char path[] = "/tmp/flowrun-not-a-helper-XXXXXX";
-  const int fd = mkstemp(path);
-  REQUIRE(fd >= 0);
-  REQUIRE(write(fd, "\x01\x02", 2) == 2);
-  close(fd);
-  chmod(path, 0755);
+  testing::ScopedTempDir dir("child");
+  const std::string path = dir.path() + "/not-a-helper";
+  std::ofstream(path) << "\x01\x02";
+  REQUIRE(chmod(path.c_str(), 0755) == 0);
   request.argv = {path};
   outcome = run_helper(request);
-  unlink(path);
   CHECK(outcome.end == HelperEnd::not_started);
   CHECK(outcome.exec_failed);
-  CHECK(outcome.error == std::string(path) + ": Exec format error");
+  CHECK(outcome.error == path + ": Exec format error");
 
   request.argv = {};
   CHECK(run_helper(request).end == HelperEnd::not_started);

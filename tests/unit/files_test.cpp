@@ -6,7 +6,6 @@
 #include <filesystem>
 #include <fstream>
 #include <set>
-#include <sstream>
 #include <string>
 #include <sys/stat.h>
 #include <sys/syscall.h>
@@ -16,22 +15,14 @@
 
 #include "flowrun/error.h"
 
+#include "testing.h"
+
 namespace {
 
-std::string scratch_dir() {
-  char tmpl[] = "/tmp/flowrun-files-test-XXXXXX";
-  REQUIRE(mkdtemp(tmpl) != nullptr);
-  return tmpl;
-}
+using flowrun::testing::read_file;
+using flowrun::testing::ScopedTempDir;
 
 void write(const std::string& path, const std::string& text) { std::ofstream(path) << text; }
-
-std::string slurp(const std::string& path) {
-  std::ifstream in(path);
-  std::stringstream s;
-  s << in.rdbuf();
-  return s.str();
-}
 
 bool exists(const std::string& path) {
   struct stat st {};
@@ -41,7 +32,8 @@ bool exists(const std::string& path) {
 }  // namespace
 
 TEST_CASE("make_dirs makes every missing directory and accepts existing ones", "[files]") {
-  const std::string root = scratch_dir();
+  const ScopedTempDir tmp("files-test");
+  const std::string& root = tmp.path();
   flowrun::make_dirs(root + "/a/b/c");
   CHECK(exists(root + "/a/b/c"));
   flowrun::make_dirs(root + "/a/b/c");  // again: no error
@@ -49,11 +41,11 @@ TEST_CASE("make_dirs makes every missing directory and accepts existing ones", "
   CHECK_THROWS_AS(flowrun::make_dirs(root + "/file/sub"), flowrun::Error);
   CHECK_THROWS_WITH(flowrun::make_dirs(root + "/file"),
                     "cannot create the directory " + root + "/file: it exists and is not a directory");
-  std::filesystem::remove_all(root);
 }
 
 TEST_CASE("keep_attempt moves a failed attempt's logs, traceback and outputs aside", "[files]") {
-  const std::string root = scratch_dir();
+  const ScopedTempDir tmp("files-test");
+  const std::string& root = tmp.path();
   const std::string rank = root + "/rank1";
   flowrun::make_dirs(rank + "/out/sub");
   write(rank + "/stdout.log", "attempt 0 out\n");
@@ -62,10 +54,10 @@ TEST_CASE("keep_attempt moves a failed attempt's logs, traceback and outputs asi
   write(rank + "/out/sub/partial.pt", "partial");
 
   CHECK(flowrun::keep_attempt(rank, 0) == rank + "/attempt0");
-  CHECK(slurp(rank + "/attempt0/stdout.log") == "attempt 0 out\n");
-  CHECK(slurp(rank + "/attempt0/stderr.log") == "Traceback\n");
-  CHECK(slurp(rank + "/attempt0/error.json") == "{}");
-  CHECK(slurp(rank + "/attempt0/out/sub/partial.pt") == "partial");
+  CHECK(read_file(rank + "/attempt0/stdout.log") == "attempt 0 out\n");
+  CHECK(read_file(rank + "/attempt0/stderr.log") == "Traceback\n");
+  CHECK(read_file(rank + "/attempt0/error.json") == "{}");
+  CHECK(read_file(rank + "/attempt0/out/sub/partial.pt") == "partial");
   CHECK_FALSE(exists(rank + "/out"));
   CHECK_FALSE(exists(rank + "/stdout.log"));
 
@@ -73,23 +65,23 @@ TEST_CASE("keep_attempt moves a failed attempt's logs, traceback and outputs asi
     write(rank + "/stdout.log", "attempt 1 out\n");
     write(rank + "/nccl_trace_attempt1_rank_1", "dump");
     CHECK(flowrun::keep_attempt(rank, 1, {"nccl_trace_attempt1_rank_1", "absent"}) == rank + "/attempt1");
-    CHECK(slurp(rank + "/attempt1/nccl_trace_attempt1_rank_1") == "dump");
+    CHECK(read_file(rank + "/attempt1/nccl_trace_attempt1_rank_1") == "dump");
     CHECK_FALSE(exists(rank + "/nccl_trace_attempt1_rank_1"));
     CHECK_FALSE(exists(rank + "/attempt1/absent"));
   }
   SECTION("a second restart keeps its own attempt; nothing to keep makes nothing") {
     write(rank + "/stdout.log", "attempt 1 out\n");
     CHECK(flowrun::keep_attempt(rank, 1) == rank + "/attempt1");
-    CHECK(slurp(rank + "/attempt1/stdout.log") == "attempt 1 out\n");
-    CHECK(slurp(rank + "/attempt0/stdout.log") == "attempt 0 out\n");
+    CHECK(read_file(rank + "/attempt1/stdout.log") == "attempt 1 out\n");
+    CHECK(read_file(rank + "/attempt0/stdout.log") == "attempt 0 out\n");
     CHECK(flowrun::keep_attempt(rank, 2).empty());
     CHECK_FALSE(exists(rank + "/attempt2"));
   }
-  std::filesystem::remove_all(root);
 }
 
 TEST_CASE("keep_attempt moves nothing through a link a rank put in place", "[files]") {
-  const std::string root = scratch_dir();
+  const ScopedTempDir tmp("files-test");
+  const std::string& root = tmp.path();
   const std::string rank = root + "/rank1";
   flowrun::make_dirs(root + "/elsewhere");
   flowrun::make_dirs(rank + "/out");
@@ -100,7 +92,7 @@ TEST_CASE("keep_attempt moves nothing through a link a rank put in place", "[fil
     CHECK_THROWS_WITH(
         flowrun::keep_attempt(rank, 0),
         Catch::Contains("cannot keep attempt 0's " + rank + "/stdout.log in " + rank + "/attempt0"));
-    CHECK(slurp(rank + "/stdout.log") == "attempt 0 out\n");
+    CHECK(read_file(rank + "/stdout.log") == "attempt 0 out\n");
   }
   SECTION("the rank's directory is a link: refused") {
     std::filesystem::rename(rank, root + "/real");
@@ -110,27 +102,27 @@ TEST_CASE("keep_attempt moves nothing through a link a rank put in place", "[fil
     CHECK(exists(root + "/real/stdout.log"));
   }
   CHECK(std::filesystem::is_empty(root + "/elsewhere"));
-  std::filesystem::remove_all(root);
 }
 
 TEST_CASE("try_write_file writes a file whole or not at all", "[files]") {
-  const std::string root = scratch_dir();
+  const ScopedTempDir tmp("files-test");
+  const std::string& root = tmp.path();
   CHECK(flowrun::try_write_file(root + "/report.txt", "first\n") == 0);
   CHECK(flowrun::try_write_file(root + "/report.txt", "second, longer\n") == 0);
-  CHECK(slurp(root + "/report.txt") == "second, longer\n");
+  CHECK(read_file(root + "/report.txt") == "second, longer\n");
   CHECK_FALSE(exists(root + "/report.txt.tmp"));
   // A directory that is not there: the errno, nothing written, no temporary file left.
   CHECK(flowrun::try_write_file(root + "/missing/report.txt", "x") == ENOENT);
   CHECK_FALSE(exists(root + "/missing"));
   CHECK_THROWS_WITH(flowrun::write_file(root + "/missing/report.txt", "x"),
                     "cannot write " + root + "/missing/report.txt: No such file or directory");
-  std::filesystem::remove_all(root);
 }
 
 TEST_CASE("nothing another process can make blocks a reader or a writer", "[files]") {
   // A FIFO, with no writer, where a record or a log was: opening it for
   // reading would block forever. Each reader refuses it at once.
-  const std::string root = scratch_dir();
+  const ScopedTempDir tmp("files-test");
+  const std::string& root = tmp.path();
   REQUIRE(mkfifo((root + "/run.json").c_str(), 0644) == 0);
   int err = 0;
   CHECK_FALSE(flowrun::try_read_file(root + "/run.json", 10, &err));
@@ -151,43 +143,43 @@ TEST_CASE("nothing another process can make blocks a reader or a writer", "[file
   std::filesystem::create_symlink(root + "/target.txt", root + "/stdout.log");
   CHECK(flowrun::open_output_file(root + "/stdout.log", false, &err) < 0);
   CHECK(err == ELOOP);
-  CHECK(slurp(root + "/target.txt") == "kept\n");
+  CHECK(read_file(root + "/target.txt") == "kept\n");
   write(root + "/stderr.log", "old\n");
   const int fd = flowrun::open_output_file(root + "/stderr.log", false, &err);
   REQUIRE(fd >= 0);
   CHECK((fcntl(fd, F_GETFL) & O_NONBLOCK) == 0);
   CHECK((fcntl(fd, F_GETFD) & FD_CLOEXEC) != 0);
   close(fd);
-  CHECK(slurp(root + "/stderr.log").empty());
-  std::filesystem::remove_all(root);
+  CHECK(read_file(root + "/stderr.log").empty());
 }
 
 TEST_CASE("try_write_file never writes through a name someone planted", "[files]") {
-  const std::string root = scratch_dir();
+  const ScopedTempDir tmp("files-test");
+  const std::string& root = tmp.path();
   write(root + "/outside.txt", "outside\n");
   // The old fixed temporary name, as a link and as a FIFO: neither is used.
   std::filesystem::create_symlink(root + "/outside.txt", root + "/end.json.tmp");
   REQUIRE(mkfifo((root + "/results.json.tmp").c_str(), 0644) == 0);
   CHECK(flowrun::try_write_file(root + "/end.json", "{}\n") == 0);
   CHECK(flowrun::try_write_file(root + "/results.json", "{}\n") == 0);
-  CHECK(slurp(root + "/outside.txt") == "outside\n");
-  CHECK(slurp(root + "/end.json") == "{}\n");
+  CHECK(read_file(root + "/outside.txt") == "outside\n");
+  CHECK(read_file(root + "/end.json") == "{}\n");
   // A link at the file's own name is replaced, its target untouched.
   std::filesystem::create_symlink(root + "/outside.txt", root + "/run.json");
   CHECK(flowrun::try_write_file(root + "/run.json", "run\n") == 0);
   CHECK_FALSE(std::filesystem::is_symlink(root + "/run.json"));
-  CHECK(slurp(root + "/outside.txt") == "outside\n");
+  CHECK(read_file(root + "/outside.txt") == "outside\n");
   // Each temporary name is new: two names, and none left behind.
   std::set<std::string> names;
   for (int i = 0; i < 2; ++i) names.insert(flowrun::random_hex(8));
   CHECK(names.size() == 2);
   for (const auto& e : std::filesystem::directory_iterator(root))
     CHECK(e.path().filename().string().find(".tmp-") == std::string::npos);
-  std::filesystem::remove_all(root);
 }
 
 TEST_CASE("under an anchored directory, writes never follow a link a rank put in", "[files]") {
-  const std::string root = scratch_dir();
+  const ScopedTempDir tmp("files-test");
+  const std::string& root = tmp.path();
   const std::string run = root + "/run";
   std::filesystem::create_directories(run + "/train/rank0");
   std::filesystem::create_directories(root + "/elsewhere");
@@ -205,11 +197,11 @@ TEST_CASE("under an anchored directory, writes never follow a link a rank put in
   flowrun::release_directory(run);
   CHECK(flowrun::try_write_file(run + "/train/rank0/end.json", "x\n") == 0);
   CHECK(exists(root + "/elsewhere/end.json"));
-  std::filesystem::remove_all(root);
 }
 
 TEST_CASE("require_private_directory refuses what others may change", "[files]") {
-  const std::string root = scratch_dir();
+  const ScopedTempDir tmp("files-test");
+  const std::string& root = tmp.path();
   auto verdict = [&](mode_t mode, bool root_ok) -> std::string {
     chmod(root.c_str(), mode);
     const int fd = open(root.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
@@ -230,11 +222,11 @@ TEST_CASE("require_private_directory refuses what others may change", "[files]")
   CHECK(verdict(0757, false) == "refusing the run directory " + root +
                                     ": every user may write it (mode 0757) and it is not sticky; FIX");
   chmod(root.c_str(), 0755);
-  std::filesystem::remove_all(root);
 }
 
 TEST_CASE("try_read_file reads at most its limit and says why it cannot", "[files]") {
-  const std::string root = scratch_dir();
+  const ScopedTempDir tmp("files-test");
+  const std::string& root = tmp.path();
   const std::string big(200'000, 'x');  // more than one read
   write(root + "/big.txt", big);
   CHECK(flowrun::try_read_file(root + "/big.txt", 1 << 20) == big);
@@ -251,12 +243,12 @@ TEST_CASE("try_read_file reads at most its limit and says why it cannot", "[file
   CHECK(flowrun::read_file(root + "/big.txt", 3) == "xxx");
   CHECK_THROWS_WITH(flowrun::read_file(root + "/missing.txt", 10),
                     "cannot read " + root + "/missing.txt: No such file or directory");
-  std::filesystem::remove_all(root);
 }
 
 TEST_CASE("make_private_dir makes a new directory of this user's, mode 0700, never one made before",
           "[files]") {
-  const std::string root = scratch_dir();
+  const ScopedTempDir tmp("files-test");
+  const std::string& root = tmp.path();
   // Someone made the name a run would have had, and planted a link to their own.
   mkdir((root + "/flowrun-run-1-node0").c_str(), 0777);
   symlink((root + "/flowrun-run-1-node0").c_str(), (root + "/flowrun-run-1-node1").c_str());
@@ -283,7 +275,8 @@ TEST_CASE("make_private_dir makes a new directory of this user's, mode 0700, nev
 }
 
 TEST_CASE("make_private_dir refuses a parent another user could swap it out of", "[files]") {
-  const std::string root = scratch_dir();
+  const ScopedTempDir tmp("files-test");
+  const std::string& root = tmp.path();
   const std::string open_dir = root + "/open";
   REQUIRE(mkdir(open_dir.c_str(), 0700) == 0);
   chmod(open_dir.c_str(), 0777);  // writable by all, not sticky
@@ -308,14 +301,16 @@ TEST_CASE("make_private_dir refuses a parent another user could swap it out of",
 }
 
 TEST_CASE("remove_tree removes a link, never what it points to", "[files]") {
-  const std::string root = scratch_dir();
-  const std::string kept = scratch_dir();
+  const ScopedTempDir tmp("files-test");
+  const std::string& root = tmp.path();
+  const ScopedTempDir kept_tmp("files-test");
+  const std::string& kept = kept_tmp.path();
   write(kept + "/precious", "x");
   flowrun::make_dirs(root + "/a/b");
   symlink(kept.c_str(), (root + "/a/b/link").c_str());
   CHECK(flowrun::remove_tree(root).empty());
   CHECK_FALSE(exists(root));
-  CHECK(slurp(kept + "/precious") == "x");
+  CHECK(read_file(kept + "/precious") == "x");
   CHECK(flowrun::remove_tree(kept).empty());
 }
 
@@ -345,7 +340,8 @@ void make_deep_tree(const std::string& root, int depth, const std::string& name)
 
 TEST_CASE("remove_tree removes a tree deeper than PATH_MAX and than the descriptors one may hold",
           "[files]") {
-  const std::string root = scratch_dir();
+  const ScopedTempDir tmp("files-test");
+  const std::string& root = tmp.path();
   make_deep_tree(root, 60, std::string(100, 'd'));  // 6000 bytes of path
   make_deep_tree(root, 3000, "e");                  // 3000 levels, over a default limit of 1024 fds
   CHECK(flowrun::remove_tree(root).empty());
@@ -356,7 +352,8 @@ TEST_CASE("remove_tree removes a tree deeper than PATH_MAX and than the descript
 TEST_CASE("remove_tree says what it could not remove and goes on past it", "[files]") {
   // As an ordinary user (uid 65534 when the test runs as root, who may remove
   // anything): `tree` sits in a directory that user may not write.
-  const std::string root = scratch_dir();
+  const ScopedTempDir tmp("files-test");
+  const std::string& root = tmp.path();
   chmod(root.c_str(), 0755);
   const std::string parent = root + "/parent", tree = parent + "/tree";
   REQUIRE(mkdir(parent.c_str(), 0755) == 0);

@@ -2,22 +2,20 @@
 // each node's recorded facts (tests/fixtures/gpu/), so every verdict is tested
 // without a GPU or a second node.
 #include <catch2/catch.hpp>
-#include <fstream>
-#include <sstream>
 #include <string>
 
 #include "flowrun/doctor.h"
+
+#include "testing.h"
 
 using namespace flowrun;
 
 namespace {
 
 DoctorFacts load(const std::string& name) {
-  std::ifstream in(std::string(FLOWRUN_SOURCE_DIR) + "/tests/fixtures/gpu/" + name + ".json");
-  REQUIRE(in.good());
-  std::stringstream text;
-  text << in.rdbuf();
-  return parse_doctor_facts(text.str(), name + ".json");
+  return parse_doctor_facts(
+      testing::read_file(std::string(FLOWRUN_SOURCE_DIR) + "/tests/fixtures/gpu/" + name + ".json"),
+      name + ".json");
 }
 
 // Two 8-GPU nodes whose sides of one 16-rank communicator are `a` and `b`.

@@ -26,6 +26,8 @@
 #include "flowrun/gpu.h"
 #include "flowrun/spec.h"
 
+#include "testing.h"
+
 using namespace flowrun;
 
 namespace {
@@ -34,16 +36,8 @@ std::string fixture_path(const std::string& name) {
   return std::string(FLOWRUN_SOURCE_DIR) + "/tests/fixtures/gpu/" + name;
 }
 
-std::string read_file(const std::string& path) {
-  std::ifstream in(path);
-  REQUIRE(in.good());
-  std::stringstream text;
-  text << in.rdbuf();
-  return text.str();
-}
-
 DoctorFacts load(const std::string& name) {
-  return parse_doctor_facts(read_file(fixture_path(name + ".json")), name + ".json");
+  return parse_doctor_facts(testing::read_file(fixture_path(name + ".json")), name + ".json");
 }
 
 const DoctorCheck* find_check(const DoctorReport& report, const std::string& name) {
@@ -131,7 +125,7 @@ TEST_CASE("doctor: every fixture's report is exactly its recorded text", "[docto
     const DoctorFacts facts = load(name);
     const DoctorReport report = evaluate_doctor(facts);
     CHECK(report.exit_code == exit_code);
-    CHECK(format_doctor_text(facts, report) == read_file(fixture_path(std::string(name) + ".txt")));
+    CHECK(format_doctor_text(facts, report) == testing::read_file(fixture_path(std::string(name) + ".txt")));
   }
 }
 
@@ -316,7 +310,7 @@ TEST_CASE("doctor: facts files that are wrong say where", "[doctor]") {
       message("{\"facts\": {}}") ==
       "f.json: flowrun_doctor_facts: missing: not a facts file (a facts file is what 'flowrun doctor --json' "
       "writes; see docs/gpu.md)");
-  std::string text = read_file(fixture_path("h200x8-nvlink-healthy.json"));
+  std::string text = testing::read_file(fixture_path("h200x8-nvlink-healthy.json"));
   const std::string row = "\"time_ns\": 17840";
   REQUIRE(text.find(row) != std::string::npos);
   text.replace(text.find(row), row.size(), "\"time_ns\": \"fast\"");
@@ -436,11 +430,12 @@ TEST_CASE("doctor: where the CUDA runtime and NCCL are looked for", "[doctor]") 
     CHECK(doctor_detail::nccl_candidates({{"FLOWRUN_NCCL_LIBRARY", "/opt/nccl/libnccl.so.2"}}) ==
           std::vector<std::string>{"/opt/nccl/libnccl.so.2"});
   }
-  char dir_template[] = "/tmp/flowrun-doctor-test-XXXXXX";
-  const std::string venv = mkdtemp(dir_template);
+  const testing::ScopedTempDir scratch("doctor-test");
+  const std::string& venv = scratch.path();
   const std::string nccl_dir = venv + "/lib/python3.11/site-packages/nvidia/nccl/lib";
   const std::string cudart_dir = venv + "/lib/python3.11/site-packages/nvidia/cuda_runtime/lib";
-  REQUIRE(std::system(("mkdir -p " + nccl_dir + " " + cudart_dir).c_str()) == 0);
+  REQUIRE(std::filesystem::create_directories(nccl_dir));
+  REQUIRE(std::filesystem::create_directories(cudart_dir));
   std::ofstream(nccl_dir + "/libnccl.so.2") << "";
   std::ofstream(cudart_dir + "/libcudart.so.12") << "";
   const EnvMap env = {{"VIRTUAL_ENV", venv}, {"CUDA_HOME", "/opt/cuda-12.8"}, {"HOME", "/nonexistent"}};
@@ -465,7 +460,6 @@ TEST_CASE("doctor: where the CUDA runtime and NCCL are looked for", "[doctor]") 
     }
     CHECK(doctor_detail::cudart_candidates(env, 0).front() == "libcudart.so.13");
   }
-  REQUIRE(std::system(("rm -rf " + venv).c_str()) == 0);
 }
 
 TEST_CASE("doctor: NCCL's tuning lines", "[doctor]") {
@@ -1036,26 +1030,21 @@ std::vector<std::string> dir_entries(const std::string& dir) {
 class ScratchTmpdir {
  public:
   ScratchTmpdir() {
-    std::string pattern = "/tmp/flowrun-fake-nccl-test-XXXXXX";
-    REQUIRE(mkdtemp(pattern.data()) != nullptr);
-    path_ = pattern;
     if (const char* old = std::getenv("TMPDIR")) old_ = old;
-    setenv("TMPDIR", path_.c_str(), 1);
+    setenv("TMPDIR", path().c_str(), 1);
   }
   ~ScratchTmpdir() {
     if (old_)
       setenv("TMPDIR", old_->c_str(), 1);
     else
       unsetenv("TMPDIR");
-    std::error_code ignored;
-    std::filesystem::remove_all(path_, ignored);
   }
   ScratchTmpdir(const ScratchTmpdir&) = delete;
   ScratchTmpdir& operator=(const ScratchTmpdir&) = delete;
-  const std::string& path() const { return path_; }
+  const std::string& path() const { return dir_.path(); }
 
  private:
-  std::string path_;
+  testing::ScopedTempDir dir_{"fake-nccl-test"};
   std::optional<std::string> old_;
 };
 

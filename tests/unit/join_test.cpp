@@ -13,6 +13,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "flowrun/glob.h"
+
 #include "testing.h"
 
 using namespace flowrun;
@@ -25,12 +27,6 @@ constexpr FileTime kSecond = 1'000'000'000;
 constexpr FileTime kStarted = 1795972262 * kSecond;  // 2026-11-29 17:11:02 UTC
 constexpr FileTime kFresh = kStarted + kSecond;
 constexpr FileTime kStale = kStarted - 9 * kSecond;  // 17:10:53
-
-// A scratch directory of this file's tests.
-class TempDir : public testing::ScopedTempDir {
- public:
-  explicit TempDir(const char* base = "/tmp") : ScopedTempDir("join", base) {}
-};
 
 // Messages show local times; the tests read them in UTC.
 class UtcZone {
@@ -65,14 +61,9 @@ void write(const std::string& path, const std::string& text, FileTime mtime = kF
   set_mtime(path, mtime);
 }
 
-std::string read(const std::string& path) {
-  std::ifstream in(path);
-  return std::string(std::istreambuf_iterator<char>(in), {});
-}
-
 struct Scratch {
   UtcZone utc;
-  TempDir tmp;
+  testing::ScopedTempDir tmp{"join"};
   std::string work = tmp.path() + "/work";
   std::string run = tmp.path() + "/work/.flowrun/runs/r1/train";
   std::string outputs = run + "/outputs";
@@ -121,72 +112,6 @@ ino_t inode(const std::string& path) {
 
 }  // namespace
 
-TEST_CASE("glob_match: names, classes and **", "[join]") {
-  struct Row {
-    const char* glob;
-    const char* path;
-    bool match;
-  };
-  const Row rows[] = {
-      {"model.pt", "model.pt", true},
-      {"model.pt", "model.pth", false},
-      {"model.pt", "sub/model.pt", false},
-      {"*.pt", "a.pt", true},
-      {"*.pt", ".pt", true},
-      {"*.pt", ".hidden.pt", true},  // no leading-dot rule
-      {"*.pt", "dir/a.pt", false},   // * stays in one component
-      {"*", "", false},
-      {"a*b*c", "abc", true},
-      {"a*b*c", "axxbyyc", true},
-      {"a*b*c", "axxbyy", false},
-      {"a*c", "acbc", true},
-      {"?.pt", "a.pt", true},
-      {"?.pt", "ab.pt", false},
-      {"?", "", false},
-      {"[abc].pt", "b.pt", true},
-      {"[abc].pt", "d.pt", false},
-      {"[!abc].pt", "d.pt", true},
-      {"[!abc].pt", "a.pt", false},
-      {"[^abc].pt", "a.pt", false},
-      {"epoch[0-9].pt", "epoch7.pt", true},
-      {"epoch[0-9].pt", "epochx.pt", false},
-      {"epoch[0-9][0-9].pt", "epoch42.pt", true},
-      {"[]]", "]", true},  // a ']' first is a member
-      {"[!]]", "]", false},
-      {"[!]]", "x", true},
-      {"[a-]", "-", true},  // a '-' last is a member
-      {"[[]", "[", true},
-      {"a[b", "a[b", true},  // unclosed '[': an ordinary character
-      {"a[b", "ab", false},
-      {"\\*.pt", "*.pt", true},
-      {"\\*.pt", "a.pt", false},
-      {"a\\?", "a?", true},
-      {"**", "a", true},
-      {"**", "a/b/c.pt", true},
-      {"**/*.pt", "a.pt", true},  // ** is zero or more directories
-      {"**/*.pt", "a/b/c.pt", true},
-      {"**/*.pt", "a/b/c.txt", false},
-      {"a/**/b.pt", "a/b.pt", true},
-      {"a/**/b.pt", "a/x/y/b.pt", true},
-      {"a/**/b.pt", "b.pt", false},
-      {"a/**", "a", true},
-      {"a/**", "a/b/c", true},
-      {"a/**/**/b", "a/b", true},
-      {"**/x/**/y", "x/x/y", true},
-      {"a**b", "axxb", true},  // ** inside a name is *
-      {"a**b", "ax/xb", false},
-      {"./model.pt", "model.pt", true},
-      {"ckpt//model.pt", "ckpt/model.pt", true},
-      {"ckpt/", "ckpt", true},
-      {"*/*.pt", "a/b.pt", true},
-      {"*/*.pt", "a/b/c.pt", false},
-  };
-  for (const auto& row : rows) {
-    INFO(row.glob << " vs " << row.path);
-    CHECK(glob_match(row.glob, row.path) == row.match);
-  }
-}
-
 TEST_CASE("collect: rank0 puts rank 0's private files and the glob matches directly in outputs/", "[join]") {
   Scratch s;
   write(s.work + "/model.pt", "weights");
@@ -209,8 +134,8 @@ TEST_CASE("collect: rank0 puts rank 0's private files and the glob matches direc
   CHECK(result.files[2].source == s.rank_dir(0) + "/metrics/loss.json");
   CHECK(result.files[2].rank == 0);
   CHECK(tree(s.outputs) == dests(result));
-  CHECK(read(s.outputs + "/model.pt") == "weights");
-  CHECK(read(s.outputs + "/metrics/loss.json") == "{}");
+  CHECK(testing::read_file(s.outputs + "/model.pt") == "weights");
+  CHECK(testing::read_file(s.outputs + "/metrics/loss.json") == "{}");
 }
 
 TEST_CASE("collect: all puts each rank's private files under rank<R>/ and the node's matches on top",
@@ -232,7 +157,7 @@ TEST_CASE("collect: all puts each rank's private files under rank<R>/ and the no
   CHECK(result.files[2].rank == 0);
   CHECK(result.files[3].rank == 1);
   CHECK(tree(s.outputs) == dests(result));
-  CHECK(read(s.outputs + "/rank1/log.txt") == "log 1");
+  CHECK(testing::read_file(s.outputs + "/rank1/log.txt") == "log 1");
 }
 
 TEST_CASE("an empty private directory and no outputs globs gather nothing, without error", "[join]") {
@@ -291,7 +216,7 @@ TEST_CASE("** matches any number of directories, and a matched directory brings 
   }
 }
 
-TEST_CASE("the walk collects exactly what glob_match accepts", "[join]") {
+TEST_CASE("the walk collects exactly what Glob::matches accepts", "[join]") {
   Scratch s;
   const std::vector<std::string> files = {"a.pt",        "b.txt",     "x/a.pt",   "x/y/a.pt",
                                           "x/y/z/b.txt", "y/a1.pt",   "y/a2.pt",  "y/ab.pt",
@@ -308,7 +233,7 @@ TEST_CASE("the walk collects exactly what glob_match accepts", "[join]") {
       // The file, or a directory above it, matches.
       bool match = false;
       for (std::size_t end = f.find('/'); !match; end = f.find('/', end + 1)) {
-        match = glob_match(glob, f.substr(0, end));
+        match = Glob::parse(glob).matches(f.substr(0, end));
         if (end == std::string::npos) break;
       }
       if (match) expected.push_back(f);
@@ -459,7 +384,7 @@ TEST_CASE("a glob match is copied, a rank's own file hard-linked, across file sy
     REQUIRE(result.ok());
     CHECK(inode(s.outputs + "/model.pt") != inode(s.work + "/model.pt"));
     std::ofstream(s.work + "/model.pt", std::ios::trunc) << "the next run's";
-    CHECK(read(s.outputs + "/model.pt") == "weights");
+    CHECK(testing::read_file(s.outputs + "/model.pt") == "weights");
     struct stat st {};
     REQUIRE(stat((s.outputs + "/model.pt").c_str(), &st) == 0);
     CHECK((st.st_mode & 07777) == 0640);
@@ -478,10 +403,10 @@ TEST_CASE("a glob match is copied, a rank's own file hard-linked, across file sy
     REQUIRE(result.ok());
     CHECK(inode(s.outputs + "/model.pt") != inode(s.work + "/model.pt"));
     std::ofstream(s.work + "/model.pt", std::ios::trunc) << "the next run's";
-    CHECK(read(s.outputs + "/model.pt") == "weights");
+    CHECK(testing::read_file(s.outputs + "/model.pt") == "weights");
   }
   SECTION("another file system: a copy with the mode and mtime") {
-    TempDir shm("/dev/shm");
+    testing::ScopedTempDir shm("join", "/dev/shm");
     struct stat a {
     }, b{};
     REQUIRE(stat(s.work.c_str(), &a) == 0);
@@ -496,7 +421,7 @@ TEST_CASE("a glob match is copied, a rank's own file hard-linked, across file sy
     JoinResult result = gather_outputs(rq);
     REQUIRE(result.ok());
     const std::string copy = rq.outputs_dir + "/model.pt";
-    CHECK(read(copy) == "weights");
+    CHECK(testing::read_file(copy) == "weights");
     struct stat st {};
     REQUIRE(stat(copy.c_str(), &st) == 0);
     CHECK((st.st_mode & 07777) == 0640);
@@ -548,7 +473,7 @@ TEST_CASE("a file already in outputs/ is never replaced", "[join]") {
                                    "/model.pt (matched by output 'model.pt'): " + s.outputs +
                                    "/model.pt already exists and is not overwritten; remove it, "
                                    "or gather into an empty directory."});
-    CHECK(read(s.outputs + "/model.pt") == "someone else's");
+    CHECK(testing::read_file(s.outputs + "/model.pt") == "someone else's");
   }
   SECTION("the same file (a rank's own, linked): gathering again is fine") {
     write(s.rank_dir(0) + "/metrics.json", "{}");
@@ -590,7 +515,7 @@ TEST_CASE("symlinks: files count as their targets, directories are followed only
     CHECK(result.errors.empty());
     CHECK(dests(result) == std::vector<std::string>{"real/epoch3.pt", "real/latest.pt"});
     CHECK(result.files[1].source == s.work + "/real/latest.pt");
-    CHECK(read(s.outputs + "/real/latest.pt") == "e3");
+    CHECK(testing::read_file(s.outputs + "/real/latest.pt") == "e3");
     struct stat st {};
     REQUIRE(lstat((s.outputs + "/real/latest.pt").c_str(), &st) == 0);
     CHECK(S_ISREG(st.st_mode));
@@ -613,7 +538,7 @@ TEST_CASE("symlinks: files count as their targets, directories are followed only
 }
 
 TEST_CASE("file_clock_now() never runs ahead of a file written after it", "[join]") {
-  TempDir tmp;
+  testing::ScopedTempDir tmp{"join"};
   for (int i = 0; i < 50; ++i) {
     FileTime before = file_clock_now();
     std::string path = tmp.path() + "/f" + std::to_string(i);
@@ -716,7 +641,7 @@ TEST_CASE("a file that is not ours is copied, never hard-linked, and loses set-u
   REQUIRE(result.ok());
   CHECK(inode(s.outputs + "/ours.bin") == inode(s.rank_dir(0) + "/ours.bin"));
   CHECK(inode(s.outputs + "/theirs.bin") != inode(s.rank_dir(0) + "/theirs.bin"));
-  CHECK(read(s.outputs + "/theirs.bin") == "theirs");
+  CHECK(testing::read_file(s.outputs + "/theirs.bin") == "theirs");
   struct stat st {};
   REQUIRE(stat((s.outputs + "/theirs.bin").c_str(), &st) == 0);
   CHECK(st.st_uid == 0);

@@ -32,54 +32,61 @@ std::vector<WorkerRecord> workers(const std::vector<int>& per_node) {
   return out;
 }
 
+// One failed rank's text, the step's shape, and the line flowrun adds.
+struct HintRow {
+  const char* what;
+  std::string error;          // the rank's text
+  std::vector<int> per_node;  // workers on each node
+  std::string hint;
+};
+
 }  // namespace
 
-TEST_CASE("lightning hint: one node", "[result][lightning]") {
-  CHECK(lightning_devices_hint(kDevices3, workers({2})) ==
-        "flowrun:   Lightning's Trainer(devices=3, num_nodes=1) must multiply to this step's 2 workers "
-        "(1 node x 2 per node): set devices=2, num_nodes=1, or change the step's parallel: to run 3 workers "
-        "(1 node x 3 per node)");
-}
-
-TEST_CASE("lightning hint: several nodes", "[result][lightning]") {
-  CHECK(lightning_devices_hint(kDevices3, workers({2, 2})) ==
-        "flowrun:   Lightning's Trainer(devices=3, num_nodes=1) must multiply to this step's 4 workers "
-        "(2 nodes x 2 per node): set devices=2, num_nodes=2, or change the step's parallel: to run 3 workers "
-        "(1 node x 3 per node)");
-  const std::string two_nodes =
-      "You set `devices=4` and `num_nodes=2` in Lightning, but the product (4 * 2) does not match the world "
-      "size "
-      "(4).";
-  CHECK(lightning_devices_hint(two_nodes, workers({1, 1, 1, 1})) ==
-        "flowrun:   Lightning's Trainer(devices=4, num_nodes=2) must multiply to this step's 4 workers "
-        "(4 nodes x 1 per node): set devices=1, num_nodes=4, or change the step's parallel: to run 8 workers "
-        "(2 nodes x 4 per node)");
-}
-
-TEST_CASE("lightning hint: one worker", "[result][lightning]") {
-  const std::string one =
-      "You set `devices=2` and `num_nodes=1` in Lightning, but the product (2 * 1) does not match the world "
-      "size "
-      "(1).";
-  CHECK(lightning_devices_hint(one, workers({1})) ==
-        "flowrun:   Lightning's Trainer(devices=2, num_nodes=1) must multiply to this step's 1 worker "
-        "(1 node x 1 per node): set devices=1, num_nodes=1, or change the step's parallel: to run 2 workers "
-        "(1 node x 2 per node)");
-  const std::string to_one =
-      "You set `devices=1` and `num_nodes=1` in Lightning, but the product (1 * 1) does not match the world "
-      "size "
-      "(2).";
-  CHECK(lightning_devices_hint(to_one, workers({2})) ==
-        "flowrun:   Lightning's Trainer(devices=1, num_nodes=1) must multiply to this step's 2 workers "
-        "(1 node x 2 per node): set devices=2, num_nodes=1, or change the step's parallel: to run 1 worker "
-        "(1 node x 1 per node)");
-}
-
-TEST_CASE("lightning hint: nodes with different numbers of workers", "[result][lightning]") {
-  CHECK(lightning_devices_hint(kDevices3, workers({3, 2})) ==
-        "flowrun:   Lightning's Trainer(devices=3, num_nodes=1) must multiply to this step's 5 workers "
-        "(2 nodes with 2 to 3 workers each, which Lightning's devices cannot express): give every node the "
-        "same number of workers in the step's parallel:");
+TEST_CASE("lightning hint: what it advises for one node, several, one worker and uneven nodes",
+          "[result][lightning]") {
+  const HintRow row = GENERATE(values<HintRow>({
+      {"one node",
+       kDevices3,
+       {2},
+       "flowrun:   Lightning's Trainer(devices=3, num_nodes=1) must multiply to this step's 2 workers "
+       "(1 node x 2 per node): set devices=2, num_nodes=1, or change the step's parallel: to run 3 workers "
+       "(1 node x 3 per node)"},
+      {"several nodes",
+       kDevices3,
+       {2, 2},
+       "flowrun:   Lightning's Trainer(devices=3, num_nodes=1) must multiply to this step's 4 workers "
+       "(2 nodes x 2 per node): set devices=2, num_nodes=2, or change the step's parallel: to run 3 workers "
+       "(1 node x 3 per node)"},
+      {"several nodes, num_nodes already set",
+       "You set `devices=4` and `num_nodes=2` in Lightning, but the product (4 * 2) does not match the world "
+       "size (4).",
+       {1, 1, 1, 1},
+       "flowrun:   Lightning's Trainer(devices=4, num_nodes=2) must multiply to this step's 4 workers "
+       "(4 nodes x 1 per node): set devices=1, num_nodes=4, or change the step's parallel: to run 8 workers "
+       "(2 nodes x 4 per node)"},
+      {"one worker",
+       "You set `devices=2` and `num_nodes=1` in Lightning, but the product (2 * 1) does not match the world "
+       "size (1).",
+       {1},
+       "flowrun:   Lightning's Trainer(devices=2, num_nodes=1) must multiply to this step's 1 worker "
+       "(1 node x 1 per node): set devices=1, num_nodes=1, or change the step's parallel: to run 2 workers "
+       "(1 node x 2 per node)"},
+      {"one device",
+       "You set `devices=1` and `num_nodes=1` in Lightning, but the product (1 * 1) does not match the world "
+       "size (2).",
+       {2},
+       "flowrun:   Lightning's Trainer(devices=1, num_nodes=1) must multiply to this step's 2 workers "
+       "(1 node x 2 per node): set devices=2, num_nodes=1, or change the step's parallel: to run 1 worker "
+       "(1 node x 1 per node)"},
+      {"nodes with different numbers of workers",
+       kDevices3,
+       {3, 2},
+       "flowrun:   Lightning's Trainer(devices=3, num_nodes=1) must multiply to this step's 5 workers "
+       "(2 nodes with 2 to 3 workers each, which Lightning's devices cannot express): give every node the "
+       "same number of workers in the step's parallel:"},
+  }));
+  INFO(row.what);
+  CHECK(lightning_devices_hint(row.error, workers(row.per_node)) == row.hint);
 }
 
 TEST_CASE("lightning hint: found anywhere in the text, only in Lightning's exact words",

@@ -1,5 +1,5 @@
 // The planner's decision table (docs/plan.md), one test per row, and every
-// refusal with its exact message. No spec parsing here: steps are built by
+// refusal with its exact message, one row each of a table. No spec parsing here: steps are built by
 // hand, so these tests pin the planner alone.
 #include "flowrun/plan.h"
 
@@ -356,168 +356,125 @@ TEST_CASE("nodes MIN:MAX: planned for MAX nodes, said elastic; an attempt on few
 
 // ---- refusals --------------------------------------------------------------
 
-TEST_CASE("refusal R1: no GPU, no cpus, no cluster says how to run on CPU workers", "[plan]") {
-  Refusal r = must_refuse(make_step(), gpu_less_host());
-  CHECK(r.loc == kParallel);
-  CHECK(r.path == "steps.train.parallel");
-  CHECK(r.message ==
-        "step train needs GPUs but host-a has none (libnvidia-ml.so.1 not found: no NVIDIA driver on this "
-        "host); "
-        "to run on CPU workers add 'cpus: N' under steps.train.parallel or pass --cpus N; to use GPU nodes "
-        "add a "
-        "cluster: section with gpus_per_node");
-}
+namespace {
 
-TEST_CASE("refusal R1: GPUs hidden by CUDA_VISIBLE_DEVICES are named as the cause", "[plan]") {
-  Refusal r = must_refuse(with_gpus(make_step(), 2), host_with(8, {{"CUDA_VISIBLE_DEVICES", ""}}));
-  CHECK(r.path == "steps.train.parallel.gpus");
-  CHECK(r.message ==
-        "step train needs GPUs but host-a has none (CUDA_VISIBLE_DEVICES hides all 8); to run on CPU workers "
-        "add "
-        "'cpus: N' under steps.train.parallel or pass --cpus N; to use GPU nodes add a cluster: section with "
-        "gpus_per_node");
-}
+// One refusal: what provokes it, and what it says where. An empty `path` or
+// `message`, or no `loc`, is not checked in that row.
+struct RefusalRow {
+  const char* rule;
+  Step step;
+  HostFacts host;
+  std::optional<ClusterSpec> cluster;
+  std::optional<Location> loc;
+  std::string path;
+  std::string message;
+};
 
-TEST_CASE("refusal R2: more GPUs than this host has and no cluster", "[plan]") {
-  Refusal r = must_refuse(with_gpus(make_step(), 16), host_with(8));
-  CHECK(r.loc == kGpus);
-  CHECK(r.path == "steps.train.parallel.gpus");
-  CHECK(r.message ==
-        "gpus: 16 asks for more GPUs than host-a has (8 GPUs: NVIDIA H200 x8) and the spec has no cluster: "
-        "section "
-        "to fan out to; ask for at most 8, or add a cluster: section (docs/spec.md#cluster)");
-}
+}  // namespace
 
-TEST_CASE("refusal R3: a count that does not split evenly over the nodes it needs", "[plan]") {
-  Refusal r = must_refuse(with_gpus(make_step(), 9), host_with(8), slurm_cluster());
-  CHECK(
-      r.message ==
-      "gpus: 9 needs 2 nodes of at most 8 GPUs but does not split evenly over them (every node runs the same "
-      "number of workers); ask for 8 or 10, or set nodes: explicitly");
-}
-
-TEST_CASE("refusal R4: nodes M with a count that M does not divide", "[plan]") {
-  Refusal r = must_refuse(with_nodes(with_gpus(make_step(), 6), 4), host_with(8), slurm_cluster());
-  CHECK(r.loc == kGpus);
-  CHECK(r.message == "gpus: 6 does not split evenly over 4 nodes (nodes: 4); ask for a multiple of 4");
-}
-
-TEST_CASE("refusal R5: nodes M with more GPUs per node than a node has", "[plan]") {
-  Refusal r = must_refuse(with_nodes(with_gpus(make_step(), 32), 2), host_with(8), slurm_cluster());
-  CHECK(r.message ==
-        "gpus: 32 over 2 nodes is 16 GPUs per node, but each node is taken to have as many GPUs as host-a "
-        "(8; set "
-        "cluster.gpus_per_node if they differ); ask for at most 16 or more nodes");
-}
-
-TEST_CASE("refusal R6: nodes M > 1 without a cluster", "[plan]") {
-  Refusal r = must_refuse(with_nodes(make_step(), 2), host_with(8));
-  CHECK(r.loc == kNodes);
-  CHECK(r.path == "steps.train.parallel.nodes");
-  CHECK(r.message ==
-        "asks for 2 nodes but the spec has no cluster: section to fan out to; remove nodes: to run on host-a "
-        "alone, "
-        "or add a cluster: section (docs/spec.md#cluster)");
-}
-
-TEST_CASE("refusal R7: a GPU id this host does not have", "[plan]") {
-  Refusal r = must_refuse(with_ids(make_step(), {"0", "9"}), host_with(8));
-  CHECK(r.loc == kGpus);
-  CHECK(
-      r.message ==
-      "GPU '9' names no GPU on host-a, which has 8 GPUs: 0-7 (NVIDIA H200 x8); use ids from 'flowrun gpus'");
-  Refusal by_uuid = must_refuse(with_ids(make_step(), {"GPU-0000"}), host_with(2));
-  CHECK(by_uuid.message ==
-        "GPU 'GPU-0000' names no GPU on host-a, which has 2 GPUs: 0, 1 (NVIDIA H200 x2); use ids from "
-        "'flowrun gpus'");
-}
-
-TEST_CASE("refusal R7: a MIG instance is not a GPU flowrun can place workers on", "[plan]") {
-  Refusal r = must_refuse(with_ids(make_step(), {"MIG-5c1a0000-0000-4000-8000-000000000000"}), host_with(2));
-  CHECK(r.message ==
-        "GPU 'MIG-5c1a0000-0000-4000-8000-000000000000' is a MIG instance; flowrun places workers on whole "
-        "GPUs, so "
-        "list GPU ordinals or GPU-... UUIDs from 'flowrun gpus'");
-}
-
-TEST_CASE("refusal R7: an id prefix that matches several GPUs", "[plan]") {
-  Refusal r = must_refuse(with_ids(make_step(), {"GPU-fa4e"}), host_with(2));
-  CHECK(r.message ==
-        "GPU 'GPU-fa4e' matches more than one GPU on host-a, which has 2 GPUs: 0, 1 (NVIDIA H200 x2); "
-        "use ids from 'flowrun gpus'");
-}
-
-TEST_CASE("refusal R8: the same GPU twice, by ordinal and by UUID", "[plan]") {
-  HostFacts host = host_with(4);
-  Refusal r = must_refuse(with_ids(make_step(), {"1", host.inventory.gpus[1].uuid}), host);
-  CHECK(r.message ==
-        "GPU '" + host.inventory.gpus[1].uuid + "' is listed twice (it is GPU 1); list each GPU once");
-}
-
-TEST_CASE("refusal R9: GPU ids with several nodes", "[plan]") {
-  Refusal r = must_refuse(with_nodes(with_ids(make_step(), {"0", "1"}), 2), host_with(8), slurm_cluster());
-  CHECK(r.message ==
-        "a list of GPU ids selects GPUs of this host, but nodes: 2 asks for several nodes; give a count "
-        "(gpus: N, "
-        "the total over all nodes) instead");
-}
-
-TEST_CASE("refusal R10: procs_per_node that does not divide the node's GPUs", "[plan]") {
-  Refusal r = must_refuse(with_procs(make_step(), 3), host_with(8));
-  CHECK(r.loc == kProcs);
-  CHECK(r.path == "steps.train.parallel.procs_per_node");
-  CHECK(r.message ==
-        "procs_per_node: 3 does not divide the 8 GPUs each node gets; use one of 1, 2, 4, 8 (each worker "
-        "then gets the same number of GPUs)");
-  CHECK(must_refuse(with_procs(make_step(), 16), host_with(8))
-            .message.rfind("procs_per_node: 16 does not", 0) == 0);
-}
-
-TEST_CASE("refusal R11: too few hosts in cluster.hosts", "[plan]") {
-  Refusal r = must_refuse(with_gpus(make_step(), 24), host_with(8), ssh_cluster({"gpu-a", "gpu-b"}));
-  CHECK(r.loc == Location{32, 10});
-  CHECK(r.path == "cluster.hosts");
-  CHECK(r.message ==
-        "step train needs 3 nodes but cluster.hosts lists 2 (gpu-a, gpu-b); add hosts or ask for fewer GPUs");
-}
-
-TEST_CASE("refusal R12: nodes 1 with more GPUs than this host has", "[plan]") {
-  Refusal r = must_refuse(with_nodes(with_gpus(make_step(), 16), 1), host_with(8), slurm_cluster());
-  CHECK(r.message ==
-        "gpus: 16 on one node (nodes: 1), but host-a has 8 GPUs (NVIDIA H200 x8); ask for at most 8, or "
-        "remove nodes: 1 to fan out over the cluster");
-}
-
-TEST_CASE("refusal R13: a head without GPUs and a cluster without gpus_per_node", "[plan]") {
-  CHECK(must_refuse(with_gpus(make_step(), 8), gpu_less_host(), slurm_cluster()).message ==
-        "host-a has no GPUs and cluster.gpus_per_node is not set, so flowrun cannot tell how many nodes 8 "
-        "GPUs need; "
-        "set cluster.gpus_per_node or parallel.nodes");
-  CHECK(must_refuse(with_nodes(make_step(), 2), gpu_less_host(), slurm_cluster()).message ==
-        "host-a has no GPUs and cluster.gpus_per_node is not set, so flowrun cannot tell how many GPUs each "
-        "of the 2 "
-        "nodes has; set cluster.gpus_per_node");
-}
-
-TEST_CASE("refusal R14: CPU workers that do not split over the nodes or contradict procs_per_node",
-          "[plan]") {
-  Refusal uneven = must_refuse(with_nodes(with_cpus(make_step(), 3), 2), gpu_less_host(), slurm_cluster());
-  CHECK(uneven.loc == kCpus);
-  CHECK(uneven.message == "cpus: 3 CPU workers do not split evenly over 2 nodes; ask for a multiple of 2");
-  Refusal contradicts = must_refuse(with_procs(with_cpus(make_step(), 4), 2), gpu_less_host());
-  CHECK(contradicts.loc == kProcs);
-  CHECK(contradicts.message ==
-        "procs_per_node: 2 contradicts cpus: 4 over 1 node (4 per node); for CPU workers set only cpus (the "
-        "total)");
-  Refusal no_cluster = must_refuse(with_nodes(with_cpus(make_step(), 4), 2), gpu_less_host());
-  CHECK(no_cluster.path == "steps.train.parallel.nodes");
-}
-
-TEST_CASE("refusal R15: gpus all on a GPU-less head when all cannot be counted", "[plan]") {
-  Refusal r = must_refuse(make_step(), gpu_less_host(), slurm_cluster(8));
-  CHECK(r.message ==
-        "host-a has no GPUs, so 'all' cannot be counted here; say how many the step needs with gpus: N "
-        "(the total) or nodes: N, and set cluster.gpus_per_node");
+TEST_CASE("refusals: each of docs/plan.md's refusals says what to change, where", "[plan]") {
+  const std::string uuid1 = host_with(4).inventory.gpus[1].uuid;
+  const RefusalRow row = GENERATE_COPY(values<RefusalRow>({
+      {"R1: no GPU, no cpus, no cluster says how to run on CPU workers", make_step(), gpu_less_host(),
+       std::nullopt, kParallel, "steps.train.parallel",
+       "step train needs GPUs but host-a has none (libnvidia-ml.so.1 not found: no NVIDIA driver on this "
+       "host); to run on CPU workers add 'cpus: N' under steps.train.parallel or pass --cpus N; to use GPU "
+       "nodes add a cluster: section with gpus_per_node"},
+      {"R1: GPUs hidden by CUDA_VISIBLE_DEVICES are named as the cause", with_gpus(make_step(), 2),
+       host_with(8, {{"CUDA_VISIBLE_DEVICES", ""}}), std::nullopt, std::nullopt, "steps.train.parallel.gpus",
+       "step train needs GPUs but host-a has none (CUDA_VISIBLE_DEVICES hides all 8); to run on CPU workers "
+       "add 'cpus: N' under steps.train.parallel or pass --cpus N; to use GPU nodes add a cluster: section "
+       "with gpus_per_node"},
+      {"R2: more GPUs than this host has and no cluster", with_gpus(make_step(), 16), host_with(8),
+       std::nullopt, kGpus, "steps.train.parallel.gpus",
+       "gpus: 16 asks for more GPUs than host-a has (8 GPUs: NVIDIA H200 x8) and the spec has no cluster: "
+       "section to fan out to; ask for at most 8, or add a cluster: section (docs/spec.md#cluster)"},
+      {"R3: a count that does not split evenly over the nodes it needs", with_gpus(make_step(), 9),
+       host_with(8), slurm_cluster(), std::nullopt, "",
+       "gpus: 9 needs 2 nodes of at most 8 GPUs but does not split evenly over them (every node runs the "
+       "same "
+       "number of workers); ask for 8 or 10, or set nodes: explicitly"},
+      {"R4: nodes M with a count that M does not divide", with_nodes(with_gpus(make_step(), 6), 4),
+       host_with(8), slurm_cluster(), kGpus, "",
+       "gpus: 6 does not split evenly over 4 nodes (nodes: 4); ask for a multiple of 4"},
+      {"R5: nodes M with more GPUs per node than a node has", with_nodes(with_gpus(make_step(), 32), 2),
+       host_with(8), slurm_cluster(), std::nullopt, "",
+       "gpus: 32 over 2 nodes is 16 GPUs per node, but each node is taken to have as many GPUs as host-a (8; "
+       "set cluster.gpus_per_node if they differ); ask for at most 16 or more nodes"},
+      {"R6: nodes M > 1 without a cluster", with_nodes(make_step(), 2), host_with(8), std::nullopt, kNodes,
+       "steps.train.parallel.nodes",
+       "asks for 2 nodes but the spec has no cluster: section to fan out to; remove nodes: to run on host-a "
+       "alone, or add a cluster: section (docs/spec.md#cluster)"},
+      {"R7: a GPU id this host does not have", with_ids(make_step(), {"0", "9"}), host_with(8), std::nullopt,
+       kGpus, "",
+       "GPU '9' names no GPU on host-a, which has 8 GPUs: 0-7 (NVIDIA H200 x8); use ids from 'flowrun gpus'"},
+      {"R7: a GPU UUID this host does not have", with_ids(make_step(), {"GPU-0000"}), host_with(2),
+       std::nullopt, std::nullopt, "",
+       "GPU 'GPU-0000' names no GPU on host-a, which has 2 GPUs: 0, 1 (NVIDIA H200 x2); use ids from "
+       "'flowrun gpus'"},
+      {"R7: a MIG instance is not a GPU flowrun can place workers on",
+       with_ids(make_step(), {"MIG-5c1a0000-0000-4000-8000-000000000000"}), host_with(2), std::nullopt,
+       std::nullopt, "",
+       "GPU 'MIG-5c1a0000-0000-4000-8000-000000000000' is a MIG instance; flowrun places workers on whole "
+       "GPUs, so list GPU ordinals or GPU-... UUIDs from 'flowrun gpus'"},
+      {"R7: an id prefix that matches several GPUs", with_ids(make_step(), {"GPU-fa4e"}), host_with(2),
+       std::nullopt, std::nullopt, "",
+       "GPU 'GPU-fa4e' matches more than one GPU on host-a, which has 2 GPUs: 0, 1 (NVIDIA H200 x2); use ids "
+       "from 'flowrun gpus'"},
+      {"R8: the same GPU twice, by ordinal and by UUID", with_ids(make_step(), {"1", uuid1}), host_with(4),
+       std::nullopt, std::nullopt, "",
+       "GPU '" + uuid1 + "' is listed twice (it is GPU 1); list each GPU once"},
+      {"R9: GPU ids with several nodes", with_nodes(with_ids(make_step(), {"0", "1"}), 2), host_with(8),
+       slurm_cluster(), std::nullopt, "",
+       "a list of GPU ids selects GPUs of this host, but nodes: 2 asks for several nodes; give a count "
+       "(gpus: "
+       "N, the total over all nodes) instead"},
+      {"R10: procs_per_node that does not divide the node's GPUs", with_procs(make_step(), 3), host_with(8),
+       std::nullopt, kProcs, "steps.train.parallel.procs_per_node",
+       "procs_per_node: 3 does not divide the 8 GPUs each node gets; use one of 1, 2, 4, 8 (each worker then "
+       "gets the same number of GPUs)"},
+      {"R10: procs_per_node above the node's GPUs", with_procs(make_step(), 16), host_with(8), std::nullopt,
+       std::nullopt, "",
+       "procs_per_node: 16 does not divide the 8 GPUs each node gets; use one of 1, 2, 4, 8 (each worker "
+       "then "
+       "gets the same number of GPUs)"},
+      {"R11: too few hosts in cluster.hosts", with_gpus(make_step(), 24), host_with(8),
+       ssh_cluster({"gpu-a", "gpu-b"}), Location{32, 10}, "cluster.hosts",
+       "step train needs 3 nodes but cluster.hosts lists 2 (gpu-a, gpu-b); add hosts or ask for fewer GPUs"},
+      {"R12: nodes 1 with more GPUs than this host has", with_nodes(with_gpus(make_step(), 16), 1),
+       host_with(8), slurm_cluster(), std::nullopt, "",
+       "gpus: 16 on one node (nodes: 1), but host-a has 8 GPUs (NVIDIA H200 x8); ask for at most 8, or "
+       "remove "
+       "nodes: 1 to fan out over the cluster"},
+      {"R13: a head without GPUs and a cluster without gpus_per_node, for a count", with_gpus(make_step(), 8),
+       gpu_less_host(), slurm_cluster(), std::nullopt, "",
+       "host-a has no GPUs and cluster.gpus_per_node is not set, so flowrun cannot tell how many nodes 8 "
+       "GPUs "
+       "need; set cluster.gpus_per_node or parallel.nodes"},
+      {"R13: a head without GPUs and a cluster without gpus_per_node, for nodes", with_nodes(make_step(), 2),
+       gpu_less_host(), slurm_cluster(), std::nullopt, "",
+       "host-a has no GPUs and cluster.gpus_per_node is not set, so flowrun cannot tell how many GPUs each "
+       "of "
+       "the 2 nodes has; set cluster.gpus_per_node"},
+      {"R14: CPU workers that do not split over the nodes", with_nodes(with_cpus(make_step(), 3), 2),
+       gpu_less_host(), slurm_cluster(), kCpus, "",
+       "cpus: 3 CPU workers do not split evenly over 2 nodes; ask for a multiple of 2"},
+      {"R14: CPU workers that contradict procs_per_node", with_procs(with_cpus(make_step(), 4), 2),
+       gpu_less_host(), std::nullopt, kProcs, "",
+       "procs_per_node: 2 contradicts cpus: 4 over 1 node (4 per node); for CPU workers set only cpus (the "
+       "total)"},
+      {"R14: CPU workers on several nodes without a cluster", with_nodes(with_cpus(make_step(), 4), 2),
+       gpu_less_host(), std::nullopt, std::nullopt, "steps.train.parallel.nodes", ""},
+      {"R15: gpus all on a GPU-less head when all cannot be counted", make_step(), gpu_less_host(),
+       slurm_cluster(8), std::nullopt, "",
+       "host-a has no GPUs, so 'all' cannot be counted here; say how many the step needs with gpus: N (the "
+       "total) or nodes: N, and set cluster.gpus_per_node"},
+  }));
+  INFO("refusal " << row.rule);
+  const Refusal r = must_refuse(row.step, row.host, row.cluster);
+  if (row.loc) CHECK(r.loc == *row.loc);
+  if (!row.path.empty()) CHECK(r.path == row.path);
+  if (!row.message.empty()) CHECK(r.message == row.message);
 }
 
 // ---- the environment's GPU selection feeds the plan ---------------------------

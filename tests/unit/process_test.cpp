@@ -7,6 +7,7 @@
 #include <catch2/catch.hpp>
 #include <cerrno>
 #include <fcntl.h>
+#include <fstream>
 #include <netinet/in.h>
 #include <sched.h>
 #include <set>
@@ -17,6 +18,7 @@
 #include <unistd.h>
 
 #include "flowrun/net_addresses.h"
+#include "testing.h"
 
 using namespace flowrun;
 
@@ -143,18 +145,15 @@ TEST_CASE("spawn says why a command cannot start", "[process]") {
   CHECK(r.exit_code == 127);
   CHECK(r.error == "no-such-program-flowrun: command not found");
 
-  char path[] = "/tmp/flowrun-not-a-program-XXXXXX";
-  const int fd = mkstemp(path);
-  REQUIRE(fd >= 0);
-  REQUIRE(write(fd, "\x01\x02", 2) == 2);
-  close(fd);
-  chmod(path, 0755);  // executable, but not a program the kernel can run
+  testing::ScopedTempDir dir("process");
+  const std::string path = dir.path() + "/not-a-program";
+  std::ofstream(path) << "\x01\x02";
+  REQUIRE(chmod(path.c_str(), 0755) == 0);  // executable, but not a program the kernel can run
   request.argv = {path};
   r = spawn_process(request);
-  unlink(path);
   CHECK(r.pid == -1);
   CHECK(r.exit_code == 126);
-  CHECK(r.error == std::string(path) + ": Exec format error");
+  CHECK(r.error == path + ": Exec format error");
 
   request.argv = {"true"};
   request.workdir = "/no/such/dir";
@@ -285,11 +284,10 @@ TEST_CASE("the guardian survives a kill of its owner's process group and touches
   // its guardian a directory. Owner A's whole group is SIGKILLed: its
   // guardian (in a session of its own) kills A's worker and removes A's
   // directory; B's worker and directory are untouched.
-  char dir_a[] = "/tmp/flowrun-guardian-test-a-XXXXXX";
-  char dir_b[] = "/tmp/flowrun-guardian-test-b-XXXXXX";
-  REQUIRE(mkdtemp(dir_a) != nullptr);
-  REQUIRE(mkdtemp(dir_b) != nullptr);
-  REQUIRE(mkdir((std::string(dir_a) + "/rank0").c_str(), 0700) == 0);
+  const testing::ScopedTempDir scratch_a("guardian-test-a"), scratch_b("guardian-test-b");
+  const std::string& dir_a = scratch_a.path();
+  const std::string& dir_b = scratch_b.path();
+  REQUIRE(mkdir((dir_a + "/rank0").c_str(), 0700) == 0);
   struct Owner {
     pid_t pid = -1;
     pid_t guardian = -1;

@@ -8,7 +8,6 @@
 #include <cerrno>
 #include <fcntl.h>
 #include <fstream>
-#include <sstream>
 #include <sys/stat.h>
 #include <vector>
 
@@ -19,13 +18,6 @@
 using namespace flowrun;
 
 namespace {
-
-std::string read_file(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  std::ostringstream text;
-  text << in.rdbuf();
-  return text.str();
-}
 
 bool exists(const std::string& path) {
   struct stat st {};
@@ -60,8 +52,8 @@ TEST_CASE("a rank's lines split across chunks reach the console whole, its bytes
   CHECK(f.batch.out == "[train r0] step 1 loss 0.5\n[train r0] step 2 loss 0.4\n");
   CHECK(f.batch.err.empty());
   log.close();
-  CHECK(read_file(f.dir.path() + "/stdout.log") == "step 1 loss 0.5\nstep 2 loss 0.4\n");
-  CHECK(read_file(f.dir.path() + "/stderr.log").empty());  // every rank has both files
+  CHECK(testing::read_file(f.dir.path() + "/stdout.log") == "step 1 loss 0.5\nstep 2 loss 0.4\n");
+  CHECK(testing::read_file(f.dir.path() + "/stderr.log").empty());  // every rank has both files
 }
 
 TEST_CASE("a rank's stream the console does not show still reaches its file", "[rank_output]") {
@@ -76,8 +68,8 @@ TEST_CASE("a rank's stream the console does not show still reaches its file", "[
   log.close();
   CHECK(f.batch.out.empty());
   CHECK(f.batch.err == "[train r0] e\n");
-  CHECK(read_file(f.dir.path() + "/stdout.log") == "o\n");
-  CHECK(read_file(f.dir.path() + "/stderr.log") == "e\n");
+  CHECK(testing::read_file(f.dir.path() + "/stdout.log") == "o\n");
+  CHECK(testing::read_file(f.dir.path() + "/stderr.log") == "e\n");
 }
 
 TEST_CASE("a rank's torn last line is shown at close, once", "[rank_output]") {
@@ -90,7 +82,7 @@ TEST_CASE("a rank's torn last line is shown at close, once", "[rank_output]") {
   CHECK(f.batch.err == "[train r0] Traceback\n[train r0] ValueError: x\n");
   log.close();  // again: nothing more
   CHECK(f.batch.err == "[train r0] Traceback\n[train r0] ValueError: x\n");
-  CHECK(read_file(f.dir.path() + "/stderr.log") == "Traceback\nValueError: x");
+  CHECK(testing::read_file(f.dir.path() + "/stderr.log") == "Traceback\nValueError: x");
   CHECK(log.tail() == "Traceback\nValueError: x\n");
 }
 
@@ -103,7 +95,7 @@ TEST_CASE("a rank's long line is cut on the console and whole in its file", "[ra
   log.show(false, "123456789\n", 0);
   CHECK(f.batch.out == "[p] 12345678\n[p] " + std::string(kContinuation) + "9\n");
   log.close();
-  CHECK(read_file(f.dir.path() + "/stdout.log") == "123456789\n");
+  CHECK(testing::read_file(f.dir.path() + "/stdout.log") == "123456789\n");
 }
 
 TEST_CASE("a rank's stderr tail is bounded; stdout stays out of it", "[rank_output]") {
@@ -122,7 +114,7 @@ TEST_CASE("a rank's stderr tail is bounded; stdout stays out of it", "[rank_outp
   CHECK(tail.find("stdout") == std::string::npos);
   CHECK(tail.size() < 20 * 4096);
   log.close();
-  CHECK(read_file(f.dir.path() + "/stderr.log") == all);  // the file keeps every byte
+  CHECK(testing::read_file(f.dir.path() + "/stderr.log") == all);  // the file keeps every byte
 }
 
 TEST_CASE("a rank's log file that cannot be written is said once", "[rank_output]") {

@@ -104,13 +104,63 @@ TEST_CASE("result: exit status codes and descriptions", "[result]") {
   CHECK(ExitStatus{ExitStatus::Kind::running, 0, ""}.describe() == "is still running");
 }
 
-TEST_CASE("result: the first failure flowrun did not cause is the culprit", "[result]") {
+namespace {
+
+// One attempt's ends, the ranks flowrun stopped, and what assign_roles makes of them.
+struct RolesRow {
+  const char* rule;
+  std::vector<WorkerRecord> workers;
+  std::vector<int> stopped;          // indices into workers
+  std::optional<int> stale_culprit;  // set before, to be reset
+  std::optional<int> culprit;
+  std::vector<Role> roles;
+};
+
+}  // namespace
+
+TEST_CASE("result: the culprit is the first failure flowrun did not cause; the others' roles", "[result]") {
+  const RolesRow row = GENERATE(values<RolesRow>({
+      {"the first failure flowrun did not cause is the culprit",
+       {worker(0, signaled(15), 400), worker(1, exited(3), 310), worker(2, signaled(6), 350),
+        worker(3, exited(0), 420)},
+       {0, 3},
+       std::nullopt,
+       1,
+       {Role::victim, Role::culprit, Role::failed_after, Role::victim}},
+      // Rank 0 ended first, but by flowrun's signal: the culprit is rank 1.
+      {"a stopped worker is never the culprit",
+       {worker(0, signaled(15), 100), worker(1, exited(1), 200)},
+       {0},
+       std::nullopt,
+       1,
+       {Role::victim, Role::culprit}},
+      {"a stopped worker that succeeded before the culprit failed is ok",
+       {worker(0, exited(0), 100), worker(1, exited(4), 200), worker(2, exited(0), 300)},
+       {0, 2},
+       std::nullopt,
+       1,
+       {Role::ok, Role::culprit, Role::victim}},
+      {"spawn failures fail; workers never started are victims (stopped indices out of range are ignored)",
+       {worker(0, exited(0), 50), worker(1, {ExitStatus::Kind::spawn_failed, 2, "boom"}, 10),
+        worker(2, ExitStatus{}, 0)},
+       {7, -1},
+       std::nullopt,
+       1,
+       {Role::ok, Role::culprit, Role::victim}},
+      {"all ok means no culprit",
+       {worker(0, exited(0), 50), worker(1, exited(0), 60)},
+       {},
+       0,
+       std::nullopt,
+       {Role::ok, Role::ok}},
+  }));
+  INFO(row.rule);
   AttemptRecord a;
-  a.workers = {worker(0, signaled(15), 400), worker(1, exited(3), 310), worker(2, signaled(6), 350),
-               worker(3, exited(0), 420)};
-  assign_roles(a, {0, 3});
-  REQUIRE(a.culprit == 1);
-  CHECK(roles(a) == std::vector{Role::victim, Role::culprit, Role::failed_after, Role::victim});
+  a.workers = row.workers;
+  a.culprit = row.stale_culprit;
+  assign_roles(a, row.stopped);
+  CHECK(a.culprit == row.culprit);
+  CHECK(roles(a) == row.roles);
 }
 
 TEST_CASE("result: culprit ties go to the lowest rank, then the lowest index", "[result]") {
@@ -126,15 +176,6 @@ TEST_CASE("result: culprit ties go to the lowest rank, then the lowest index", "
   CHECK(same.culprit == 0);
 }
 
-TEST_CASE("result: a stopped worker is never the culprit", "[result]") {
-  // Rank 0 ended first, but by flowrun's signal: the culprit is rank 1.
-  AttemptRecord a;
-  a.workers = {worker(0, signaled(15), 100), worker(1, exited(1), 200)};
-  assign_roles(a, {0});
-  CHECK(a.culprit == 1);
-  CHECK(roles(a) == std::vector{Role::victim, Role::culprit});
-}
-
 TEST_CASE("result: a timeout or interrupt has no culprit", "[result]") {
   std::vector<int> stopped;
   AttemptRecord a = all_stopped(3, 500, &stopped);
@@ -144,32 +185,6 @@ TEST_CASE("result: a timeout or interrupt has no culprit", "[result]") {
   assign_roles(a, stopped);
   CHECK_FALSE(a.culprit.has_value());
   CHECK(roles(a) == std::vector{Role::victim, Role::victim, Role::victim, Role::ok});
-}
-
-TEST_CASE("result: a stopped worker that succeeded before the culprit failed is ok", "[result]") {
-  AttemptRecord a;
-  a.workers = {worker(0, exited(0), 100), worker(1, exited(4), 200), worker(2, exited(0), 300)};
-  assign_roles(a, {0, 2});
-  CHECK(a.culprit == 1);
-  CHECK(roles(a) == std::vector{Role::ok, Role::culprit, Role::victim});
-}
-
-TEST_CASE("result: spawn failures fail; workers never started are victims", "[result]") {
-  AttemptRecord a;
-  a.workers = {worker(0, exited(0), 50), worker(1, {ExitStatus::Kind::spawn_failed, 2, "boom"}, 10),
-               worker(2, ExitStatus{}, 0)};
-  assign_roles(a, {7, -1});  // indices out of range are ignored
-  CHECK(a.culprit == 1);
-  CHECK(roles(a) == std::vector{Role::ok, Role::culprit, Role::victim});
-}
-
-TEST_CASE("result: all ok means no culprit", "[result]") {
-  AttemptRecord a;
-  a.workers = {worker(0, exited(0), 50), worker(1, exited(0), 60)};
-  a.culprit = 0;
-  assign_roles(a, {});
-  CHECK_FALSE(a.culprit.has_value());
-  CHECK(roles(a) == std::vector{Role::ok, Role::ok});
 }
 
 TEST_CASE("result: report of a failed parallel step", "[result]") {

@@ -5,7 +5,6 @@
 #include <catch2/catch.hpp>
 #include <filesystem>
 #include <fstream>
-#include <sstream>
 #include <stdlib.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -20,22 +19,9 @@ namespace {
 
 namespace fs = std::filesystem;
 
-// A scratch directory of this file's tests.
-class TempDir : public testing::ScopedTempDir {
- public:
-  explicit TempDir() : ScopedTempDir("resume") {}
-};
-
 void write(const std::string& path, const std::string& text) {
   fs::create_directories(fs::path(path).parent_path());
   std::ofstream(path) << text;
-}
-
-std::string read(const std::string& path) {
-  std::ifstream in(path);
-  std::stringstream text;
-  text << in.rdbuf();
-  return text.str();
 }
 
 Spec spec(const std::string& text) {
@@ -334,7 +320,7 @@ TEST_CASE("run.json of another format or shape is refused, naming the file", "[r
 }
 
 TEST_CASE("reuse_step copies results.json with a mark and hard-links the outputs", "[resume]") {
-  TempDir tmp;
+  testing::ScopedTempDir tmp{"resume"};
   const std::string old_dir = tmp.path() + "/runs/old";
   const std::string results =
       "{\n  \"format\": 1,\n  \"step\": \"train\",\n  \"end\": \"2026-11-29T17:10:53.123Z\"\n}\n";
@@ -347,17 +333,17 @@ TEST_CASE("reuse_step copies results.json with a mark and hard-links the outputs
 
   CHECK(reuse_step(*s.find_step("train"), from, layout) ==
         "flowrun: step 'train' reused from run old (succeeded at 2026-11-29T17:10:53.123Z; 2 output files)");
-  CHECK(read(layout.run_dir + "/train/results.json") ==
+  CHECK(testing::read_file(layout.run_dir + "/train/results.json") ==
         "{\n  \"format\": 1,\n  \"step\": \"train\",\n  \"end\": \"2026-11-29T17:10:53.123Z\",\n"
         "  \"reused_from\": {\n    \"run_id\": \"old\",\n    \"run_dir\": \"" +
             old_dir + "\"\n  }\n}\n");
-  CHECK(read(old_dir + "/train/results.json") == results);
+  CHECK(testing::read_file(old_dir + "/train/results.json") == results);
   struct stat a {
   }, b{};
   REQUIRE(stat((old_dir + "/train/outputs/rank1/metrics.json").c_str(), &a) == 0);
   REQUIRE(stat((layout.run_dir + "/train/outputs/rank1/metrics.json").c_str(), &b) == 0);
   CHECK(a.st_ino == b.st_ino);
-  CHECK(read(layout.run_dir + "/train/outputs/model.pt") == "weights");
+  CHECK(testing::read_file(layout.run_dir + "/train/outputs/model.pt") == "weights");
 
   // Taken again from the new run: the mark still names the run that ran it.
   ResumeFrom again{"new", layout.run_dir, {"train"}, {}, false, {}};
@@ -366,13 +352,14 @@ TEST_CASE("reuse_step copies results.json with a mark and hard-links the outputs
       reuse_step(*s.find_step("train"), again, third) ==
       "flowrun: step 'train' reused from run new (succeeded at 2026-11-29T17:10:53.123Z in run old; 2 output "
       "files)");
-  CHECK(read(third.run_dir + "/train/results.json") == read(layout.run_dir + "/train/results.json"));
+  CHECK(testing::read_file(third.run_dir + "/train/results.json") ==
+        testing::read_file(layout.run_dir + "/train/results.json"));
 
   // A plain step: results.json only.
   write(old_dir + "/prepare/results.json", "{\"end\": \"2026-11-29T17:10:50.000Z\"}");
   CHECK(reuse_step(*s.find_step("prepare"), from, layout) ==
         "flowrun: step 'prepare' reused from run old (succeeded at 2026-11-29T17:10:50.000Z)");
-  CHECK(read(layout.run_dir + "/prepare/results.json") ==
+  CHECK(testing::read_file(layout.run_dir + "/prepare/results.json") ==
         "{\n  \"end\": \"2026-11-29T17:10:50.000Z\",\n  \"reused_from\": {\n    \"run_id\": \"old\",\n"
         "    \"run_dir\": \"" +
             old_dir + "\"\n  }\n}\n");
@@ -384,7 +371,7 @@ TEST_CASE("reuse_step copies results.json with a mark and hard-links the outputs
 }
 
 TEST_CASE("read_prior_steps reads how each step ended", "[resume]") {
-  TempDir tmp;
+  testing::ScopedTempDir tmp{"resume"};
   RunRecord r;
   r.run_id = "old";
   r.run_dir = tmp.path();
@@ -410,7 +397,7 @@ TEST_CASE("read_prior_steps reads how each step ended", "[resume]") {
 }
 
 TEST_CASE("find_run_dir takes a path or looks a run id up here and above", "[resume]") {
-  TempDir tmp;
+  testing::ScopedTempDir tmp{"resume"};
   const std::string run = tmp.path() + "/proj/.flowrun/runs/flow-20261129-171053-3fa2c1";
   fs::create_directories(run);
   fs::create_directories(tmp.path() + "/proj/sub/deeper");
@@ -431,7 +418,7 @@ TEST_CASE("find_run_dir takes a path or looks a run id up here and above", "[res
 }
 
 TEST_CASE("a run is in progress while its lock is held", "[resume]") {
-  TempDir tmp;
+  testing::ScopedTempDir tmp{"resume"};
   const std::string dir = tmp.path() + "/runs/r1";
   CHECK_FALSE(run_in_progress(dir));
   {
@@ -443,7 +430,7 @@ TEST_CASE("a run is in progress while its lock is held", "[resume]") {
 }
 
 TEST_CASE("a run directory is created for one run, and its lock names the holder", "[resume]") {
-  TempDir tmp;
+  testing::ScopedTempDir tmp{"resume"};
   const std::string dir = tmp.path() + "/r1";
   const std::string host = "host-a";
   const std::string pid = std::to_string(getpid());
@@ -485,7 +472,7 @@ TEST_CASE("a run directory is created for one run, and its lock names the holder
 }
 
 TEST_CASE("read_run_record says why a directory cannot be resumed", "[resume]") {
-  TempDir tmp;
+  testing::ScopedTempDir tmp{"resume"};
   auto refusal = [](const std::string& dir) {
     try {
       read_run_record(dir);

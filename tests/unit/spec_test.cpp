@@ -14,6 +14,8 @@
 #include "flowrun/plan.h"
 #include "flowrun/util.h"
 
+#include "testing.h"
+
 using namespace flowrun;
 
 namespace {
@@ -1053,6 +1055,22 @@ TEST_CASE("a glob's '..' is found after its escapes are read", "[spec]") {
   CHECK(spec.steps[0].outputs.size() == 4);
 }
 
+TEST_CASE("a glob's [...] class lies within one name, as the join's walk reads it", "[spec]") {
+  // The walk matches 'a[b/c]' as the names 'a[b' and 'c]': the check reads the same names.
+  CHECK(errors(R"(
+    steps:
+      - name: b
+        run: x
+        parallel: {}
+        outputs: ['a[b/c]', 'x]/y[']
+  )") == Lines{
+             "flow.yaml:5:15: steps.b.outputs: glob 'a[b/c]' has a '[' without ']'; expected balanced [...] "
+             "character classes",
+             "flow.yaml:5:25: steps.b.outputs: glob 'x]/y[' has a ']' without '['; expected balanced [...] "
+             "character classes",
+         });
+}
+
 TEST_CASE("templates: ${steps.NAME.outputs} must name a parallel step that runs first", "[spec]") {
   Spec spec = valid(R"(
     steps:
@@ -1448,9 +1466,8 @@ TEST_CASE("diagnostics come sorted by position", "[spec]") {
 }
 
 TEST_CASE("load_spec reads the file and resolves paths against its directory", "[spec]") {
-  char dir_template[] = "/tmp/flowrun_spec_test_XXXXXX";
-  REQUIRE(mkdtemp(dir_template) != nullptr);
-  const std::string dir = dir_template;
+  const testing::ScopedTempDir scratch("spec-test");
+  const std::string& dir = scratch.path();
   const std::string path = dir + "/train.yaml";
   {
     std::ofstream out(path);
@@ -1469,14 +1486,11 @@ TEST_CASE("load_spec reads the file and resolves paths against its directory", "
   SpecParse directory = load_spec(dir);
   REQUIRE(directory.diagnostics.size() == 1);
   CHECK(directory.diagnostics[0].to_string() == dir + ": cannot read: Is a directory");
-  std::remove(path.c_str());
-  std::remove(dir.c_str());
 }
 
 TEST_CASE("load_spec reads cluster.hostfile into cluster.hosts", "[spec]") {
-  char dir_template[] = "/tmp/flowrun_hostfile_test_XXXXXX";
-  REQUIRE(mkdtemp(dir_template) != nullptr);
-  const std::string dir = dir_template;
+  const testing::ScopedTempDir scratch("hostfile-test");
+  const std::string& dir = scratch.path();
   auto write = [&](const std::string& name, const std::string& text) {
     std::ofstream(dir + "/" + name) << text;
   };
@@ -1544,9 +1558,6 @@ TEST_CASE("load_spec reads cluster.hostfile into cluster.hosts", "[spec]") {
   write("train.yaml", "cluster:\n  engine: ssh\n  hostfile: hosts.txt\nsteps: [{name: a}]\n");
   CHECK(problems("gpu-a junk\n") ==
         Lines{dir + "/train.yaml:4:9: steps.a: missing required key 'run' (the command to run)"});
-
-  for (const char* name : {"train.yaml", "hosts.txt"}) std::remove((dir + "/" + name).c_str());
-  std::remove(dir.c_str());
 }
 
 TEST_CASE("logs.console picks the ranks the console shows", "[spec]") {

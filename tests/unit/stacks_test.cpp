@@ -4,7 +4,6 @@
 #include <boost/asio/io_context.hpp>
 #include <catch2/catch.hpp>
 #include <fstream>
-#include <sstream>
 #include <stdlib.h>
 #include <string>
 #include <sys/stat.h>
@@ -142,13 +141,6 @@ TEST_CASE("a rank's stack.txt and the text cut for the wire", "[stacks]") {
 
 namespace {
 
-std::string file_text(const std::string& path) {
-  std::ifstream in(path);
-  std::stringstream text;
-  text << in.rdbuf();
-  return text.str();
-}
-
 // A stand-in py-spy at `path` that prints a dump of the pid it is given.
 void write_fake_py_spy(const std::string& path) {
   std::ofstream(path) << "#!/bin/sh\n"
@@ -190,7 +182,7 @@ TEST_CASE("py-spy's output is read back whether or not the rank has a directory 
     REQUIRE(r.stack);
     CHECK(where_in(*r.stack) == "wait (train.py:7)");
   }
-  CHECK(file_text(dir.path() + "/stack.txt") == taker.found()[0].dump + "\n");
+  CHECK(testing::read_file(dir.path() + "/stack.txt") == taker.found()[0].dump + "\n");
 }
 
 TEST_CASE("py-spy beside the program a rank runs: a virtual environment's python3 not on any PATH",

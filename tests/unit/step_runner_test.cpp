@@ -10,39 +10,14 @@
 #include <filesystem>
 #include <fstream>
 #include <functional>
-#include <sstream>
 #include <unistd.h>
+
+#include "testing.h"
 
 using namespace flowrun;
 namespace fs = std::filesystem;
 
 namespace {
-
-class TempDir {
- public:
-  TempDir() {
-    std::string pattern = "/tmp/flowrun-step-XXXXXX";
-    REQUIRE(mkdtemp(pattern.data()) != nullptr);
-    path_ = pattern;
-  }
-  ~TempDir() {
-    std::error_code ignored;
-    fs::remove_all(path_, ignored);
-  }
-  TempDir(const TempDir&) = delete;
-  TempDir& operator=(const TempDir&) = delete;
-  const std::string& path() const { return path_; }
-
- private:
-  std::string path_;
-};
-
-std::string read_text(const std::string& path) {
-  std::ifstream in(path);
-  std::stringstream text;
-  text << in.rdbuf();
-  return text.str();
-}
 
 // flowrun's console, written to a file the test reads.
 class CapturedConsole {
@@ -55,7 +30,7 @@ class CapturedConsole {
   CapturedConsole(const CapturedConsole&) = delete;
   CapturedConsole& operator=(const CapturedConsole&) = delete;
   Console console() const { return Console{fd_, fd_}; }
-  std::string text() const { return read_text(path_); }
+  std::string text() const { return testing::read_file(path_); }
 
  private:
   std::string path_;
@@ -151,7 +126,7 @@ class FakeWorkerGroup : public WorkerGroup {
 };
 
 struct Fixture {
-  TempDir tmp;
+  testing::ScopedTempDir tmp{"step"};
   CapturedConsole out{tmp.path()};
   RunLayout layout{tmp.path() + "/run"};
   Step step;
@@ -209,9 +184,9 @@ TEST_CASE("rank 1 fails, then the group succeeds: one restart, the failed attemp
     CHECK(kept.stdout_log == rank_dir + "/attempt0/stdout.log");
     CHECK(kept.stderr_log == rank_dir + "/attempt0/stderr.log");
     CHECK(kept.error_file == rank_dir + "/attempt0/error.json");
-    CHECK(read_text(kept.stdout_log) == "attempt 0 rank " + std::to_string(r) + "\n");
+    CHECK(testing::read_file(kept.stdout_log) == "attempt 0 rank " + std::to_string(r) + "\n");
     CHECK(run.attempts[1].workers[static_cast<std::size_t>(r)].stdout_log == rank_dir + "/stdout.log");
-    CHECK(read_text(rank_dir + "/stdout.log") == "attempt 1 rank " + std::to_string(r) + "\n");
+    CHECK(testing::read_file(rank_dir + "/stdout.log") == "attempt 1 rank " + std::to_string(r) + "\n");
   }
   CHECK(f.out.text() ==
         "flowrun: step 'train' failed (rank 1 exited with code 3); restarting all 2 workers (restart 1 of "
@@ -235,7 +210,7 @@ TEST_CASE("forensics nccl: each attempt's records name its dumps, kept with the 
     const std::string rank1 = f.layout.rank_dir("train", 1);
     CHECK(run.attempts[0].workers[0].nccl_trace == rank0 + "/attempt0/nccl_trace_rank_0");
     CHECK(run.attempts[0].workers[1].nccl_trace == rank1 + "/attempt0/nccl_trace_rank_1");
-    CHECK(read_text(rank1 + "/attempt0/nccl_trace_rank_1") == "dump");
+    CHECK(testing::read_file(rank1 + "/attempt0/nccl_trace_rank_1") == "dump");
     CHECK(run.attempts[1].workers[0].nccl_trace == rank0 + "/nccl_trace_attempt1_rank_0");
     CHECK(run.attempts[1].workers[1].nccl_trace.empty());
     CHECK_FALSE(fs::exists(rank0 + "/nccl_trace_rank_0"));
@@ -281,7 +256,7 @@ TEST_CASE("a restart whose ranks never start: the failed attempt decides", "[ste
   CHECK(run.errors == never.errors);
   // Nothing was kept: the files are where the attempt left them.
   CHECK(run.attempts[0].workers[1].stdout_log == f.layout.rank_dir("train", 1) + "/stdout.log");
-  CHECK(read_text(f.layout.rank_dir("train", 1) + "/stdout.log") == "attempt 0 rank 1\n");
+  CHECK(testing::read_file(f.layout.rank_dir("train", 1) + "/stdout.log") == "attempt 0 rank 1\n");
 
   // A first attempt that never starts is the step's one attempt.
   Fixture g(2, 2);

@@ -17,34 +17,24 @@
 
 #include "flowrun/process.h"
 
+#include "testing.h"
+
 using namespace flowrun;
 
 namespace {
 
 namespace fs = std::filesystem;
 
-std::string slurp(const std::string& path) {
-  std::ifstream in(path);
-  std::stringstream text;
-  text << in.rdbuf();
-  return text.str();
-}
-
 class Fixture {
  public:
   Fixture() {
-    std::string pattern = "/tmp/flowrun-supervisor-XXXXXX";
-    REQUIRE(mkdtemp(pattern.data()) != nullptr);
-    dir_ = pattern;
-    out_fd_ = open((dir_ + "/console.out").c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-    err_fd_ = open((dir_ + "/console.err").c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    out_fd_ = open((dir() + "/console.out").c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    err_fd_ = open((dir() + "/console.err").c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
     become_subreaper();
   }
   ~Fixture() {
     close(out_fd_);
     close(err_fd_);
-    std::error_code ignored;
-    fs::remove_all(dir_, ignored);
   }
   Fixture(const Fixture&) = delete;
   Fixture& operator=(const Fixture&) = delete;
@@ -55,9 +45,9 @@ class Fixture {
     w.local_rank = rank;
     w.argv = {"/bin/sh", "-c", script};
     w.env = {"PATH=/usr/bin:/bin", "RANK=" + std::to_string(rank)};
-    w.workdir = dir_;
-    w.stdout_log = dir_ + "/r" + std::to_string(rank) + ".out";
-    w.stderr_log = dir_ + "/r" + std::to_string(rank) + ".err";
+    w.workdir = dir();
+    w.stdout_log = dir() + "/r" + std::to_string(rank) + ".out";
+    w.stderr_log = dir() + "/r" + std::to_string(rank) + ".err";
     return w;
   }
 
@@ -69,12 +59,12 @@ class Fixture {
   }
 
   Supervisor make() const { return Supervisor(Console{out_fd_, err_fd_}, -1); }
-  std::string console_out() const { return slurp(dir_ + "/console.out"); }
-  std::string console_err() const { return slurp(dir_ + "/console.err"); }
-  const std::string& dir() const { return dir_; }
+  std::string console_out() const { return testing::read_file(dir() + "/console.out"); }
+  std::string console_err() const { return testing::read_file(dir() + "/console.err"); }
+  const std::string& dir() const { return scratch_.path(); }
 
  private:
-  std::string dir_;
+  testing::ScopedTempDir scratch_{"supervisor"};
   int out_fd_ = -1;
   int err_fd_ = -1;
 };
@@ -156,8 +146,8 @@ TEST_CASE("workers' lines reach the console prefixed and the log files raw", "[s
   CHECK(out.find("[train r0] zero\n") != std::string::npos);
   CHECK(out.find("[train r0] no newline\n") != std::string::npos);
   CHECK(out.find("[train r1] one\n") != std::string::npos);
-  CHECK(slurp(f.dir() + "/r0.out") == "zero\nno newline");
-  CHECK(slurp(f.dir() + "/r1.err") == "oops\n");
+  CHECK(testing::read_file(f.dir() + "/r0.out") == "zero\nno newline");
+  CHECK(testing::read_file(f.dir() + "/r1.err") == "oops\n");
   CHECK(a.workers[1].stderr_tail == "oops\n");
 }
 
@@ -335,7 +325,7 @@ TEST_CASE("descendants a worker leaves behind are stopped with the group", "[sup
   const std::string pidfile = f.dir() + "/daemon.pid";
   auto a = s.run_group({f.shell(0, "setsid sleep 30 & echo $! > " + pidfile + "; exit 0")}, f.options(2));
   CHECK(a.outcome == Outcome::succeeded);
-  const pid_t daemon = static_cast<pid_t>(std::stol(slurp(pidfile)));
+  const pid_t daemon = static_cast<pid_t>(std::stol(testing::read_file(pidfile)));
   CHECK(kill(daemon, 0) != 0);  // gone (and reaped: not even a zombie)
   auto notes = s.sweep_leftovers(1);
   CHECK(notes.empty());
@@ -400,9 +390,9 @@ TEST_CASE("paused output: pipes are not read, exits go on, every byte arrives be
   std::string seq;
   for (int i = 1; i <= 700000; ++i) seq += std::to_string(i) + "\n";
   CHECK(p.bytes[0] == seq.size());
-  CHECK(slurp(f.dir() + "/r0.out") == seq);
+  CHECK(testing::read_file(f.dir() + "/r0.out") == seq);
   CHECK(p.bytes[1] == 5);
-  CHECK(slurp(f.dir() + "/r1.out") == "done\n");
+  CHECK(testing::read_file(f.dir() + "/r1.out") == "done\n");
 }
 
 TEST_CASE("paused output: the step's timeout still stops the workers", "[supervisor]") {

@@ -1,8 +1,11 @@
-// Helpers shared by the unit tests (as ninja's src/test.h).
+// Helpers shared by the unit tests (as ninja's src/test.h): the one scratch
+// directory and the one file reader every suite uses, rather than its own.
 #pragma once
 
 #include <catch2/catch.hpp>
 #include <filesystem>
+#include <fstream>
+#include <iterator>
 #include <stdlib.h>
 #include <string>
 #include <system_error>
@@ -30,5 +33,14 @@ class ScopedTempDir {
  private:
   std::string path_;
 };
+
+// Every byte of the file at `path`. A file that cannot be opened fails the
+// test there, naming it, rather than reading as "".
+inline std::string read_file(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  INFO("reading " << path);
+  REQUIRE(in.is_open());
+  return std::string(std::istreambuf_iterator<char>(in), {});
+}
 
 }  // namespace flowrun::testing

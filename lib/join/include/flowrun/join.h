@@ -4,7 +4,8 @@
 // join step finds them at FLOWRUN_INPUTS / ${steps.NAME.outputs}.
 //
 // Rules (docs/spec.md, "outputs and collect" and "Run directory"):
-//  - A glob is matched in the step's workdir, which every rank on this node
+//  - A glob is read as flowrun/glob.h reads it (so is the spec's check of
+//    it) and matched in the step's workdir, which every rank on this node
 //    shares, so what it matches is the node's, not one rank's. A rank's
 //    FLOWRUN_OUTPUT_DIR is its own.
 //  - Only glob matches modified at or after `started` count: a file left from
@@ -66,7 +67,6 @@
 #include <cstdint>
 #include <functional>
 #include <string>
-#include <string_view>
 #include <vector>
 
 #include "flowrun/beneath.h"
@@ -143,15 +143,5 @@ struct RankOutput {
 };
 RankOutput scan_rank_output(int rank, const std::string& anchor, const std::string& dir,
                             const std::function<bool()>& stop = {});
-
-// Matches one glob against a relative path. `*` `?` `[...]` (`[!...]` or
-// `[^...]` negated, `a-z` ranges, a `]` first is a member) match within one
-// path component; `**` as a whole component matches zero or more components
-// (`a**b` is `a*b`); `\x` is a literal x outside [...]. Empty and `.`
-// components are ignored on both sides. A leading '.' is not special: `*`
-// matches `.hidden`. An unclosed `[` is an ordinary character. The walk in
-// gather_outputs() collects exactly the files this matches, or that lie under
-// a directory this matches. Exposed for tests.
-bool glob_match(std::string_view glob, std::string_view path);
 
 }  // namespace flowrun
