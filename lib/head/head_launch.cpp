@@ -1,7 +1,5 @@
 #include "head_launch.h"
 
-#include "node_reach.h"
-
 #include <cerrno>
 #include <cstring>
 #include <fcntl.h>
@@ -14,6 +12,8 @@
 #include "flowrun/process.h"
 #include "flowrun/slurm.h"
 #include "flowrun/util.h"
+
+#include "node_reach.h"
 
 namespace flowrun::cluster {
 

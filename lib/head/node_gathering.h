@@ -14,8 +14,8 @@
 #include <string_view>
 #include <vector>
 
-#include "flowrun/node_link.h"
 #include "flowrun/messages.h"
+#include "flowrun/node_link.h"
 #include "flowrun/remote_group.h"
 
 #include "engine_watch.h"

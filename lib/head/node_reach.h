@@ -22,8 +22,8 @@ struct NodeReach {
   // The door of step `step`, made once the head has the run's token;
   // `interval_s` and `timeout_s` are the heartbeat's, which a joiner has to
   // authenticate in.
-  std::function<std::unique_ptr<NodeDoor>(const std::string& step, const std::string& token, double interval_s,
-                                          double timeout_s)>
+  std::function<std::unique_ptr<NodeDoor>(const std::string& step, const std::string& token,
+                                          double interval_s, double timeout_s)>
       door;
   // Called once, after door(): where the agents dial, the marker, and the
   // processes that start them, for `nodes` nodes of `job`.

@@ -48,8 +48,8 @@
 namespace flowrun {
 
 namespace asio = boost::asio;
-using cluster::NodeLink;
 using cluster::Node;
+using cluster::NodeLink;
 using cluster::Phase;
 
 namespace {
@@ -125,9 +125,9 @@ class Head : public GroupObserver, public cluster::NodeInbox {
     launches_ = std::move(launch.launches);
 
     door_->start([this](const cluster::Joiner& j) { return gathering_.admit(j); },
-                    [this](int rank, const cluster::Joiner& j, const std::shared_ptr<NodeLink>& conn) {
-                      gathering_.on_joined(rank, j, conn);
-                    });
+                 [this](int rank, const cluster::Joiner& j, const std::shared_ptr<NodeLink>& conn) {
+                   gathering_.on_joined(rank, j, conn);
+                 });
     if (job_.start_agents) job_.start_agents(door_->endpoint(), token_);
     gathering_.start_join_timer(cluster_.join_timeout_s);
     tick_heartbeats();
@@ -566,9 +566,9 @@ class Head : public GroupObserver, public cluster::NodeInbox {
       notes_, {[this](int seat) { bind(seat); }, [this](const std::string& why) { fail_before_start(why); }}};
   cluster::NodeReach reach_;
   std::unique_ptr<cluster::NodeDoor> door_;  // the agents' connections until they join
-  cluster::UploadReceiver uploads_;  // the nodes' uploads into the ranks' directories
+  cluster::UploadReceiver uploads_;          // the nodes' uploads into the ranks' directories
   cluster::NodeGathering gathering_{
-      io_,    console_, job_,         nodes_,       *door_,        engines_,
+      io_,    console_, job_,         nodes_,       *door_,           engines_,
       phase_, attempt_, marker_path_, marker_text_, gathering_links()};  // joining to ready
 };
 

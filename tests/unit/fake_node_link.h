@@ -107,7 +107,8 @@ class FakeDoor : public cluster::NodeDoor {
   std::string strangers_note() const override { return {}; }
   void say_fallback_addresses(const std::vector<std::pair<std::string, std::string>>&) const override {}
 
-  std::shared_ptr<FakeLink> join(const cluster::Joiner& j) {
+  // `on_sent` is the node's script, set before the head has the link.
+  std::shared_ptr<FakeLink> join(const cluster::Joiner& j, std::function<void(const Message&)> on_sent = {}) {
     if (!open_ || !admit_) {
       refusals.push_back("the door is closed");
       return nullptr;
@@ -118,6 +119,7 @@ class FakeDoor : public cluster::NodeDoor {
       return nullptr;
     }
     auto link = std::make_shared<FakeLink>();
+    link->on_sent = std::move(on_sent);
     joined_(a.rank, j, link);
     return link;
   }

@@ -10,8 +10,9 @@
 #include <utility>
 #include <vector>
 
-#include "fake_node_link.h"
 #include "flowrun/supervisor.h"
+
+#include "fake_node_link.h"
 #include "testing.h"
 
 using namespace flowrun;

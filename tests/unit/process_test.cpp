@@ -18,6 +18,7 @@
 #include <unistd.h>
 
 #include "flowrun/net_addresses.h"
+
 #include "testing.h"
 
 using namespace flowrun;

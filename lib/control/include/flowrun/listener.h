@@ -108,7 +108,8 @@ class Listener : public NodeDoor {
   // Agents that could not reach the first candidate and dialed another
   // (`via` and name of each node): the choice was wrong for them, which the
   // console says (nothing when every agent reached the first).
-  void say_fallback_addresses(const std::vector<std::pair<std::string, std::string>>& via_names) const override;
+  void say_fallback_addresses(
+      const std::vector<std::pair<std::string, std::string>>& via_names) const override;
 
  private:
   // A connection that has not authenticated yet: it may read at most

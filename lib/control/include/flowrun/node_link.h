@@ -89,7 +89,8 @@ class NodeDoor {
   virtual std::string strangers_note() const = 0;
   // Agents that reached another address than the first (`via` and name of
   // each node): the console says the choice was wrong for them.
-  virtual void say_fallback_addresses(const std::vector<std::pair<std::string, std::string>>& via_names) const = 0;
+  virtual void say_fallback_addresses(
+      const std::vector<std::pair<std::string, std::string>>& via_names) const = 0;
 };
 
 }  // namespace flowrun::cluster

@@ -1,0 +1,472 @@
+// The head (RemoteGroup) driven through its seam, with no socket, no port
+// and no thread: ninja's FakeCommandRunner is the model. The nodes are
+// FakeLinks handed over by a FakeDoor (fake_node_link.h), each answering
+// the head's orders as a scripted agent would (Assign: Ready; Start: its
+// ranks' exits, then Done; Stop: the ranks it still runs, stopped, then
+// Done), its answers posted to the head's own loop as a socket's reads
+// would come. A test changes one node's script to lose it, seat a spare,
+// shrink an elastic step, take in a late joiner, stall, fail an upload or
+// send garbage, and reads what the head decided: the attempt's record, its
+// notes and errors, the orders each node got, and the console.
+#include <boost/asio/post.hpp>
+#include <catch2/catch.hpp>
+#include <csignal>
+#include <fcntl.h>
+#include <filesystem>
+#include <functional>
+#include <map>
+#include <memory>
+#include <set>
+#include <string>
+#include <unistd.h>
+#include <vector>
+
+#include "flowrun/gpu.h"
+#include "flowrun/plan.h"
+#include "flowrun/remote_group.h"
+#include "flowrun/spec.h"
+#include "flowrun/supervisor.h"
+
+#include "fake_node_link.h"
+#include "node_reach.h"
+#include "testing.h"
+
+using namespace flowrun;
+using flowrun::testing::FakeDoor;
+using flowrun::testing::FakeLink;
+
+namespace {
+
+// One node's agent as a script.
+struct ScriptedNode {
+  std::string name;
+  int gpus = 0;
+  std::shared_ptr<FakeLink> link;  // nullptr: the head refused it
+  std::map<int, int> codes;        // a rank's exit code (else 0)
+  std::set<int> waits;             // ranks that run until the node is told to stop
+  // Runs first for each order; true when it answered the order itself.
+  std::function<bool(ScriptedNode&, const Message&)> script;
+
+  // The attempt it runs, the ranks still running, and whether it said done.
+  int attempt = -1;
+  std::vector<int> running;
+  bool done = false;
+};
+
+Exited exited(int rank, int code) {
+  Exited m;
+  m.rank = rank;
+  m.code = code;
+  m.start_ns = unix_now_ns();
+  m.end_ns = m.start_ns;
+  return m;
+}
+
+Exited stopped(int rank) {
+  Exited m = exited(rank, SIGTERM);
+  m.kind = Exited::Kind::signaled;
+  m.stopped = true;
+  return m;
+}
+
+// A head for one step of `cpus` CPU ranks whose parallel: section is
+// `parallel` (indented as under parallel:), with cluster: `cluster` added.
+class HeadBench {
+ public:
+  explicit HeadBench(const std::string& parallel, const std::string& cluster = "") {
+    console_fd_ = open((dir_.path() + "/console.txt").c_str(), O_WRONLY | O_CREAT | O_CLOEXEC, 0600);
+    REQUIRE(console_fd_ >= 0);
+    console_ = Console{console_fd_, console_fd_};
+    const std::string text = "name: t\ncluster:\n  engine: manual\n  address: 127.0.0.1\n" + cluster +
+                             "steps:\n  - name: train\n    run: [python3, train.py]\n    parallel:\n" +
+                             parallel;
+    SpecParse parse = parse_spec(text, "flow.yaml", dir_.path());
+    INFO(text);
+    REQUIRE(parse.diagnostics.empty());
+    spec_ = std::move(*parse.spec);
+    SystemGpus none;
+    none.source = "none";
+    const auto plans = plan_flow(spec_, HostFacts{"head", select_gpus(none, {}), {}}, {});
+    REQUIRE(plans.size() == 1);
+    plan_ = plans.front();
+    REQUIRE(plan_.mode == PlanMode::multi_node);
+    job_.spec = &spec_;
+    job_.step = &spec_.steps.front();
+    job_.plan = &plan_;
+    job_.ctx.run_id = "t-1";
+    job_.ctx.layout.run_dir = dir_.path() + "/run";
+    job_.ctx.parent_env = {{"PATH", "/usr/bin:/bin"}};
+    job_.argv = job_.step->argv;
+    job_.group.step = "train";
+    job_.group.grace_s = 1;
+    if (job_.step->stall_timeout_s) job_.group.stall_timeout_s = job_.step->stall_timeout_s;
+    job_.shows = [](int, int) { return ConsoleShows::none(); };
+    supervisor_ = std::make_unique<Supervisor>(console_, -1);
+    cluster::NodeReach reach;
+    reach.door = [this](const std::string&, const std::string&, double, double) {
+      auto door = std::make_unique<FakeDoor>();
+      door_ = door.get();
+      return std::unique_ptr<cluster::NodeDoor>(std::move(door));
+    };
+    reach.launch = [this](const NodeStep& job, const std::string&, std::size_t) {
+      cluster::HeadLaunch launch;  // no engine: the test's nodes join by themselves
+      launch.marker_path = dir_.path() + "/marker";
+      launch.marker_text = "marker";
+      for (const auto& rp : job.plan->ranks)
+        std::filesystem::create_directories(job.ctx.layout.output_dir(job.plan->step, rp.rank));
+      return launch;
+    };
+    group_ = std::make_unique<RemoteGroup>(*supervisor_, console_, job_, std::move(reach));
+  }
+
+  ~HeadBench() {
+    if (group_) group_->close();
+    ::close(console_fd_);
+  }
+
+  // An agent on host `name` joins (asking for node rank `claim`, -1: any).
+  ScriptedNode& join(const std::string& name, int claim = -1) {
+    auto node = std::make_unique<ScriptedNode>();
+    node->name = name;
+    ScriptedNode& n = *node;
+    nodes_.push_back(std::move(node));
+    cluster::Joiner j;
+    j.node = name;
+    j.claim = claim;
+    j.gpus = 0;
+    j.ip = "10.0.0." + std::to_string(nodes_.size());
+    j.via = "127.0.0.1";
+    n.link = door_->join(j, [this, &n](const Message& m) { answer(n, m); });
+    return n;
+  }
+
+  AttemptResult attempt(int restart) {
+    Attempt a;
+    a.restart = restart;
+    a.first = restart == 0;
+    return group_->run_attempt(a);
+  }
+
+  AttemptResult close() {
+    AttemptResult rest = group_->close();
+    group_.reset();
+    return rest;
+  }
+
+  // What the node sends, from the head's loop, as a socket's read would
+  // (its link is read then: an answer to the Assign that joining it brought
+  // is posted before the door handed the link over).
+  template <class M>
+  void send(ScriptedNode& n, const M& m) {
+    boost::asio::post(supervisor_->io(), [&n, m] { n.link->deliver(m); });
+  }
+  void send_frame(ScriptedNode& n, Frame frame) {
+    boost::asio::post(supervisor_->io(), [&n, frame]() mutable { n.link->deliver_frame(frame); });
+  }
+  void drop(ScriptedNode& n, const std::string& why) {
+    boost::asio::post(supervisor_->io(), [&n, why] { n.link->drop(why); });
+  }
+
+  std::string console() const { return testing::read_file(dir_.path() + "/console.txt"); }
+  const RunLayout& layout() const { return job_.ctx.layout; }
+  FakeDoor& door() { return *door_; }
+
+ private:
+  // The agent's answers to the head's orders, unless its script answered.
+  void answer(ScriptedNode& n, const Message& m) {
+    if (n.script && n.script(n, m)) return;
+    if (const auto* a = std::get_if<Assign>(&m)) {
+      Ready ready;
+      ready.workdir_ok = true;
+      ready.address = "10.0.0.1";
+      ready.port = a->want_port ? 29500 : 0;
+      ready.gpus = n.gpus;
+      send(n, ready);
+    } else if (const auto* s = std::get_if<Start>(&m)) {
+      n.attempt = s->attempt;
+      n.running.clear();
+      n.done = false;
+      for (const StartRank& r : s->ranks) {
+        if (n.waits.count(r.rank) > 0) {
+          n.running.push_back(r.rank);
+        } else {
+          send(n, exited(r.rank, n.codes.count(r.rank) > 0 ? n.codes.at(r.rank) : 0));
+        }
+      }
+      if (n.running.empty()) say_done(n);
+    } else if (std::get_if<Stop>(&m) != nullptr) {
+      for (int rank : n.running) send(n, stopped(rank));
+      n.running.clear();
+      if (!n.done) say_done(n);
+    } else if (std::get_if<Bye>(&m) != nullptr) {
+      n.link->close();
+    }
+  }
+
+  void say_done(ScriptedNode& n) {
+    n.done = true;
+    send(n, Done{n.attempt, {}});
+  }
+
+  flowrun::testing::ScopedTempDir dir_{"head"};
+  int console_fd_ = -1;
+  Console console_;
+  Spec spec_;
+  StepPlan plan_;
+  NodeStep job_;
+  std::unique_ptr<Supervisor> supervisor_;
+  FakeDoor* door_ = nullptr;
+  std::unique_ptr<RemoteGroup> group_;
+  std::vector<std::unique_ptr<ScriptedNode>> nodes_;
+};
+
+const WorkerRecord& worker(const AttemptResult& r, int rank) {
+  for (const auto& w : r.record.workers)
+    if (w.rank == rank) return w;
+  FAIL("no record of rank " << rank);
+  throw;
+}
+
+bool has(const std::vector<std::string>& lines, const std::string& part) {
+  for (const auto& l : lines)
+    if (l.find(part) != std::string::npos) return true;
+  return false;
+}
+
+constexpr const char* kTwoNodes = "      cpus: 4\n      nodes: 2\n";
+
+}  // namespace
+
+TEST_CASE("head: every rank on both nodes succeeds, and each node got its part of the plan", "[head]") {
+  HeadBench h(kTwoNodes);
+  ScriptedNode& a = h.join("node-a");
+  ScriptedNode& b = h.join("node-b");
+  const AttemptResult r = h.attempt(0);
+  CHECK(r.started);
+  CHECK_FALSE(r.node_gone);
+  CHECK(r.record.outcome == Outcome::succeeded);
+  REQUIRE(r.record.workers.size() == 4);
+  CHECK(worker(r, 0).node == "node-a");
+  CHECK(worker(r, 3).node == "node-b");
+  REQUIRE(a.link->sent_of<Start>().size() == 1);
+  const Start start = b.link->sent_of<Start>().front();
+  CHECK(start.node_rank == 1);
+  CHECK(start.world_size == 4);
+  REQUIRE(start.ranks.size() == 2);
+  CHECK(start.ranks[0].rank == 2);
+  CHECK(a.link->sent_of<Assign>().front().want_port);  // node 0 picks MASTER_PORT
+  CHECK_FALSE(b.link->sent_of<Assign>().front().want_port);
+  CHECK(start.master_port == 29500);
+  h.close();
+  CHECK(a.link->sent_of<Bye>().size() == 1);
+  CHECK(a.link->sent_of<Bye>().front().succeeded);
+}
+
+TEST_CASE("head: a third agent for a step of 2 nodes is refused, naming who holds the rank", "[head]") {
+  HeadBench h(kTwoNodes);
+  h.join("node-a", 0);
+  h.join("node-b", 1);
+  ScriptedNode& c = h.join("node-c", 1);
+  CHECK(c.link == nullptr);
+  REQUIRE(h.door().refusals.size() == 1);
+  CHECK(h.door().refusals.front() == "all 2 nodes have joined step 'train'");
+}
+
+TEST_CASE("head: a node lost mid-attempt fails the attempt; the others are stopped for it", "[head]") {
+  HeadBench h(kTwoNodes);
+  ScriptedNode& a = h.join("node-a");
+  ScriptedNode& b = h.join("node-b");
+  a.waits = {0, 1};
+  b.script = [&h](ScriptedNode& n, const Message& m) {
+    if (!std::holds_alternative<Start>(m)) return false;
+    h.drop(n, "connection reset by peer");
+    return true;
+  };
+  const AttemptResult r = h.attempt(0);
+  CHECK(r.started);
+  CHECK(r.node_gone);
+  CHECK_FALSE(r.spare_ready);
+  CHECK(r.record.outcome == Outcome::failed);
+  CHECK(has(r.notes,
+            "node node-b (node rank 1 of 2) lost: its agent's connection closed (connection reset by peer)"));
+  REQUIRE(a.link->sent_of<Stop>().size() == 1);  // node-a's ranks stopped for it
+  CHECK(worker(r, 0).role == Role::victim);
+  CHECK(worker(r, 2).node == "node-b");
+  CHECK(h.console().find("node node-b (node rank 1 of 2) lost") != std::string::npos);
+}
+
+TEST_CASE("head: a rank that fails on one node stops the others on every node", "[head]") {
+  HeadBench h(kTwoNodes);
+  ScriptedNode& a = h.join("node-a");
+  ScriptedNode& b = h.join("node-b");
+  a.waits = {0, 1};
+  b.waits = {3};
+  b.codes = {{2, 3}};
+  const AttemptResult r = h.attempt(0);
+  CHECK(r.record.outcome == Outcome::failed);
+  REQUIRE(r.record.culprit);
+  CHECK(*r.record.culprit == 2);
+  CHECK(worker(r, 2).role == Role::culprit);
+  CHECK(worker(r, 0).role == Role::victim);
+  CHECK(worker(r, 3).role == Role::victim);
+  CHECK(a.link->sent_of<Stop>().size() == 1);
+  CHECK(b.link->sent_of<Stop>().size() == 1);
+  CHECK(a.link->sent_of<Stop>().front().reason == "rank 2 on node-b exited with code 3");
+}
+
+TEST_CASE("head: a spare takes a lost node's rank at the restart", "[head]") {
+  HeadBench h("      cpus: 4\n      nodes: 2\n      spare_nodes: 1\n");
+  ScriptedNode& a = h.join("node-a");
+  ScriptedNode& b = h.join("node-b");
+  ScriptedNode& s = h.join("spare-c");
+  REQUIRE(s.link != nullptr);
+  CHECK(s.link->sent_of<Assign>().empty());  // it waits with no rank
+  b.script = [&h](ScriptedNode& n, const Message& m) {
+    if (!std::holds_alternative<Start>(m)) return false;
+    h.drop(n, "end of file");
+    return true;
+  };
+  a.waits = {0, 1};
+  const AttemptResult first = h.attempt(0);
+  CHECK(first.node_gone);
+  CHECK(first.spare_ready);
+
+  a.waits.clear();
+  const AttemptResult second = h.attempt(1);
+  CHECK(second.record.outcome == Outcome::succeeded);
+  REQUIRE(s.link->sent_of<Assign>().size() == 1);
+  CHECK(s.link->sent_of<Assign>().front().node_rank == 1);  // node-b's rank
+  REQUIRE(s.link->sent_of<Start>().size() == 1);
+  CHECK(s.link->sent_of<Start>().front().attempt == 1);
+  CHECK(worker(second, 2).node == "spare-c");
+  REQUIRE(second.record.replacements.size() == 1);
+  CHECK(second.record.replacements.front().node_rank == 1);
+  CHECK(b.link->sent_of<Assign>().size() == 1);  // the lost node is never asked again
+}
+
+TEST_CASE("head: an elastic step goes on with the nodes left, its world renumbered", "[head]") {
+  HeadBench h("      cpus: 4\n      nodes: \"1:2\"\n");
+  ScriptedNode& a = h.join("node-a");
+  ScriptedNode& b = h.join("node-b");
+  b.script = [&h](ScriptedNode& n, const Message& m) {
+    if (!std::holds_alternative<Start>(m)) return false;
+    h.drop(n, "end of file");
+    return true;
+  };
+  a.waits = {0, 1};
+  const AttemptResult first = h.attempt(0);
+  CHECK(first.node_gone);
+  REQUIRE(first.elastic_nodes);
+  CHECK(*first.elastic_nodes == 1);
+  CHECK(first.next_world_size == 2);
+
+  a.waits.clear();
+  const AttemptResult second = h.attempt(1);
+  CHECK(second.record.outcome == Outcome::succeeded);
+  const Start start = a.link->sent_of<Start>().back();
+  CHECK(start.world_size == 2);
+  CHECK(start.nodes == 1);
+  CHECK(second.record.workers.size() == 2);
+}
+
+TEST_CASE("head: a node that joins an elastic step late waits, and is taken in at the restart", "[head]") {
+  HeadBench h("      cpus: 4\n      nodes: \"1:2\"\n", "  last_call_timeout: 0.001\n");
+  ScriptedNode& a = h.join("node-a");
+  a.codes = {{1, 1}};
+  // MIN joined: once the last call (1 ms on the head's own timer) ran out,
+  // it starts on node-a alone.
+  AttemptResult first = h.attempt(0);
+  CHECK(first.record.workers.size() == 2);
+  CHECK(first.record.outcome == Outcome::failed);
+
+  ScriptedNode& late = h.join("node-b");
+  REQUIRE(late.link != nullptr);
+  CHECK(h.console().find("another node node-b joined; it waits with no rank until the next restart") !=
+        std::string::npos);
+  a.codes.clear();
+  const AttemptResult second = h.attempt(1);
+  CHECK(second.record.outcome == Outcome::succeeded);
+  REQUIRE(late.link->sent_of<Start>().size() == 1);
+  CHECK(late.link->sent_of<Start>().front().world_size == 4);
+  CHECK(second.record.workers.size() == 4);
+}
+
+TEST_CASE("head: ranks stalled on one node stop every node, the attempt stalled", "[head]") {
+  HeadBench h("      cpus: 4\n      nodes: 2\n    stall_timeout: 30\n");
+  ScriptedNode& a = h.join("node-a");
+  ScriptedNode& b = h.join("node-b");
+  a.waits = {0, 1};
+  b.waits = {2, 3};
+  b.script = [&h](ScriptedNode& n, const Message& m) {
+    if (!std::holds_alternative<Start>(m)) return false;
+    n.attempt = std::get<Start>(m).attempt;
+    n.running = {2, 3};
+    h.send(n, Stalled{{{3, 31000, false}}});
+    return true;
+  };
+  const AttemptResult r = h.attempt(0);
+  CHECK(r.record.outcome == Outcome::stalled);
+  CHECK(a.link->sent_of<Stop>().size() == 1);
+  CHECK(a.link->sent_of<Stop>().front().reason == "stalled");
+  CHECK(h.console().find("step 'train' stalled: rank 3 on node-b wrote nothing for 31.0 s (stall_timeout: "
+                         "30s); stopping the step") != std::string::npos);
+}
+
+TEST_CASE("head: an upload whose checksum is wrong fails the attempt and leaves no file", "[head]") {
+  HeadBench h(kTwoNodes);
+  ScriptedNode& a = h.join("node-a");
+  ScriptedNode& b = h.join("node-b");
+  b.waits = {2, 3};
+  a.script = [&h](ScriptedNode& n, const Message& m) {
+    if (!std::holds_alternative<Start>(m)) return false;
+    n.attempt = std::get<Start>(m).attempt;
+    h.send(n, UploadBegin{0, "out/model.txt", 5});
+    h.send(n, UploadChunk{"hello"});
+    h.send(n, UploadEnd{"out/model.txt", "00000000"});
+    h.send(n, exited(0, 0));
+    h.send(n, exited(1, 0));
+    h.send(n, Done{n.attempt, {}});
+    n.done = true;
+    return true;
+  };
+  const AttemptResult r = h.attempt(0);
+  CHECK(r.record.outcome == Outcome::failed);
+  REQUIRE_FALSE(r.errors.empty());
+  CHECK(has(r.errors, "node node-a:"));
+  CHECK(has(r.errors, "out/model.txt"));
+  CHECK(b.link->sent_of<Stop>().size() == 1);
+  CHECK_FALSE(std::filesystem::exists(h.layout().output_dir("train", 0) + "/model.txt"));
+}
+
+TEST_CASE("head: a node that sends garbage is lost with what was wrong", "[head]") {
+  HeadBench h(kTwoNodes);
+  ScriptedNode& a = h.join("node-a");
+  ScriptedNode& b = h.join("node-b");
+  a.waits = {0, 1};
+  b.script = [&h](ScriptedNode& n, const Message& m) {
+    if (!std::holds_alternative<Start>(m)) return false;
+    h.send_frame(n, Frame{MessageType::exited, "\xff\xff garbage"});
+    return true;
+  };
+  const AttemptResult r = h.attempt(0);
+  CHECK(r.node_gone);
+  CHECK(r.record.outcome == Outcome::failed);
+  CHECK(has(r.errors, "node node-b: malformed exited"));
+  CHECK_FALSE(b.link->is_open());
+  CHECK(a.link->sent_of<Stop>().size() == 1);
+}
+
+TEST_CASE("head: a node that speaks out of turn is lost", "[head]") {
+  HeadBench h(kTwoNodes);
+  ScriptedNode& a = h.join("node-a");
+  ScriptedNode& b = h.join("node-b");
+  a.waits = {0, 1};
+  b.script = [&h](ScriptedNode& n, const Message& m) {
+    if (!std::holds_alternative<Start>(m)) return false;
+    h.send(n, Assign{});  // an order, from a node
+    return true;
+  };
+  const AttemptResult r = h.attempt(0);
+  CHECK(r.node_gone);
+  CHECK(has(r.errors, "node node-b: unexpected assign"));
+}
