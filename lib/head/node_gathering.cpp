@@ -24,7 +24,7 @@ std::string workdir_not_shared(const std::string& node, const std::string& workd
 }  // namespace
 
 NodeGathering::NodeGathering(boost::asio::io_context& io, const Console& console, const NodeStep& job,
-                             NodeTable& nodes, NodeDoor& door, EngineWatch& engines, Phase& phase,
+                             NodeTable& nodes, NodeDoor& door, EngineWatch& engines, const Phase& phase,
                              const int& attempt, const std::string& marker_path,
                              const std::string& marker_text, Links links)
     : job_(job),
@@ -170,7 +170,7 @@ void NodeGathering::all_joined() {
 }
 
 void NodeGathering::assign() {
-  phase_ = Phase::assigning;
+  links_.move_to(Phase::assigning);
   ready_ = 0;
   for (auto& n : nodes_) {
     n.ready = false;
@@ -195,11 +195,11 @@ void NodeGathering::on_ready(Node& n, const Ready& m) {
     for (const auto& e : workdir_errors_) links_.fail(e);
     return;
   }
-  phase_ = Phase::ready;
+  links_.move_to(Phase::ready);
 }
 
 void NodeGathering::start_preflight() {
-  phase_ = Phase::checking;
+  links_.move_to(Phase::checking);
   preflight_.start(nodes_.names());
 }
 
@@ -215,7 +215,7 @@ void NodeGathering::on_preflight_done(Node& n, const PreflightDone& m) {
     links_.fail(
         "the preflight check of its GPUs across the nodes failed (the report above); fix what it names, "
         "or set preflight: false");
-  if (state == NodePreflight::State::passed) phase_ = Phase::ready;
+  if (state == NodePreflight::State::passed) links_.move_to(Phase::ready);
 }
 
 }  // namespace flowrun::cluster

@@ -39,11 +39,14 @@ class NodeGathering {
     // An elastic step starts with fewer nodes than its MAX, for `why`: the
     // head gathers them into node ranks 0 and up (NodeTable::reseat).
     std::function<void(const std::string& why)> start_fewer;
+    // The head's phase moves on to `next` (the head alone writes it).
+    std::function<void(Phase next)> move_to;
   };
-  // `phase` is the head's, which this moves on from joining to ready;
-  // `attempt` and the marker are the head's too, read at each assign.
+  // `phase` is the head's, which this reads, and asks the head to move on
+  // from joining to ready (Links::move_to); `attempt` and the marker are the
+  // head's too, read at each assign.
   NodeGathering(boost::asio::io_context& io, const Console& console, const NodeStep& job, NodeTable& nodes,
-                NodeDoor& door, EngineWatch& engines, Phase& phase, const int& attempt,
+                NodeDoor& door, EngineWatch& engines, const Phase& phase, const int& attempt,
                 const std::string& marker_path, const std::string& marker_text, Links links);
 
   // An agent that proved the token: the node rank it gets, or why not.
@@ -88,7 +91,7 @@ class NodeGathering {
   NodeTable& nodes_;
   NodeDoor& door_;
   EngineWatch& engines_;
-  Phase& phase_;
+  const Phase& phase_;
   const int& attempt_;
   const std::string& marker_path_;
   const std::string& marker_text_;

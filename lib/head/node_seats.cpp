@@ -7,7 +7,7 @@
 
 namespace flowrun::cluster {
 
-NodeSeats::NodeSeats(NodeTable& nodes, const StepPlan& full, StepPlan& plan, const Console& console,
+NodeSeats::NodeSeats(NodeTable& nodes, const StepPlan& full, const StepPlan& plan, const Console& console,
                      std::vector<std::string>& notes, Links links)
     : nodes_(nodes), full_(full), plan_(plan), console_(console), notes_(notes), links_(std::move(links)) {}
 
@@ -22,6 +22,16 @@ bool NodeSeats::goes_on_elastic() const {
     if (n.signalled) return false;
   }
   return nodes_.usable() >= static_cast<std::size_t>(nodes_.min_nodes());
+}
+
+NodeSeats::Outlook NodeSeats::outlook() const {
+  Outlook o;
+  o.node_gone = nodes_.any_gone();
+  o.spare_ready = o.node_gone && spares_cover();
+  const int usable = static_cast<int>(nodes_.usable());
+  if (o.node_gone && goes_on_elastic()) o.elastic_nodes = usable;
+  if (nodes_.elastic()) o.next_world_size = usable * full_.nodes.front().procs;
+  return o;
 }
 
 std::string NodeSeats::range_text() const {
@@ -60,7 +70,7 @@ void NodeSeats::take_usable_nodes() {
   for (std::size_t seat = 0; seat < nodes_.seats(); ++seat) {
     if (nodes_[seat].conn && nodes_[seat].conn->is_open()) links_.bind(static_cast<int>(seat));
   }
-  plan_ = plan_for_nodes(full_, static_cast<int>(nodes_.size()));
+  links_.replan(static_cast<int>(nodes_.size()));
   for (const auto& name : change.dropped) dropped_.push_back(name);
   for (const auto& name : change.added) added_.push_back(name);
 }

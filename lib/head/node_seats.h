@@ -7,6 +7,7 @@
 #pragma once
 
 #include <functional>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -23,10 +24,12 @@ class NodeSeats {
   struct Links {
     std::function<void(int seat)> bind;                // what seat's connection sends goes to the node there
     std::function<void(const std::string& why)> fail;  // the step fails before the attempt starts
+    std::function<void(int nodes)> replan;             // the head's plan becomes full's on `nodes` nodes
   };
   // `plan` is the head's plan of the attempt, which an elastic step's
-  // reseat replaces with `full`'s on the nodes there; `notes` the head's.
-  NodeSeats(NodeTable& nodes, const StepPlan& full, StepPlan& plan, const Console& console,
+  // reseat asks the head to replace with `full`'s on the nodes there
+  // (Links::replan); `notes` the head's.
+  NodeSeats(NodeTable& nodes, const StepPlan& full, const StepPlan& plan, const Console& console,
             std::vector<std::string>& notes, Links links);
 
   // The GPUs a spare must have to take a node's place (-1: any).
@@ -39,6 +42,19 @@ class NodeSeats {
   bool goes_on_elastic() const;
   // "nodes: \"1:2\"".
   std::string range_text() const;
+
+  // What the nodes that are gone leave the step, asked in this one place:
+  // whether a node is gone, a spare waits for every one of them, an elastic
+  // step goes on with the nodes left, and the workers a restart would start.
+  struct Outlook {
+    bool node_gone = false;
+    bool spare_ready = false;
+    std::optional<int> elastic_nodes;
+    int next_world_size = 0;  // an elastic step's; 0: the plan's
+    // A restart can cover the loss: a spare, or the elastic range.
+    bool covered() const { return spare_ready || elastic_nodes.has_value(); }
+  };
+  Outlook outlook() const;
 
   // Before a restart: spares take the gone nodes' places, or an elastic
   // step's nodes are gathered anew. False when the step cannot go on (then
@@ -57,7 +73,7 @@ class NodeSeats {
 
   NodeTable& nodes_;
   const StepPlan& full_;
-  StepPlan& plan_;
+  const StepPlan& plan_;
   const Console& console_;
   std::vector<std::string>& notes_;
   Links links_;

@@ -165,12 +165,11 @@ class Head : public GroupObserver, public cluster::NodeInbox {
     sup_.run_until([this] { return phase_ != Phase::running; });
     AttemptResult result;
     result.record = attempt_recorded_ ? std::move(last_) : record_attempt();
-    result.node_gone = nodes_.any_gone();
-    result.spare_ready = result.node_gone && seats_.spares_cover();
-    if (result.node_gone && seats_.goes_on_elastic())
-      result.elastic_nodes = static_cast<int>(nodes_.usable());
-    if (nodes_.elastic())
-      result.next_world_size = static_cast<int>(nodes_.usable()) * full_plan_.nodes.front().procs;
+    const auto outlook = seats_.outlook();
+    result.node_gone = outlook.node_gone;
+    result.spare_ready = outlook.spare_ready;
+    result.elastic_nodes = outlook.elastic_nodes;
+    result.next_world_size = outlook.next_world_size;
     take_news(result);
     return result;
   }
@@ -267,7 +266,7 @@ class Head : public GroupObserver, public cluster::NodeInbox {
   void start_attempt() {
     // The first attempt may have a restart count above 0 (a requeue carried it on).
     const bool first = !attempt_started_;
-    phase_ = Phase::running;
+    move_to(Phase::running);
     stopping_ = false;
     outcome_ = Outcome::succeeded;
     attempt_started_ = true;
@@ -316,8 +315,15 @@ class Head : public GroupObserver, public cluster::NodeInbox {
         },
         [this](const std::string& why) { fail_before_start(why); },
         [this](Node& n, const std::string& what) { protocol_error(n, what); },
-        [this](const std::string& why) { seats_.start_fewer(why); }};
+        [this](const std::string& why) { seats_.start_fewer(why); }, [this](Phase next) { move_to(next); }};
   }
+
+  // The one place the head's phase changes.
+  void move_to(Phase next) { phase_ = next; }
+
+  // The one place the head's plan changes: an elastic step's attempt on
+  // `nodes` of the plan's nodes, renumbered over them.
+  void replan(int nodes) { plan_ = plan_for_nodes(full_plan_, nodes); }
 
   // ---- messages from a node (node_inbox.h) ----------------------------------
 
@@ -410,7 +416,7 @@ class Head : public GroupObserver, public cluster::NodeInbox {
     uploads_.cut_short(n.rank);  // says nothing more than the loss below
     const std::string text = nodes_.lost_text(n, why);
     console_.message(fmt::format("flowrun: step '{}': {}", plan_.step, text));
-    if (phase_ == Phase::between && (seats_.spares_cover() || seats_.goes_on_elastic())) {
+    if (phase_ == Phase::between && seats_.outlook().covered()) {
       notes_.push_back(text);  // a restart, if one comes, takes a spare for it, or goes on without it
       return;
     }
@@ -438,7 +444,7 @@ class Head : public GroupObserver, public cluster::NodeInbox {
     ranks_.close_files();
     batch_.flush();
     last_ = record_attempt();
-    phase_ = Phase::between;  // the step runner restarts (run_attempt) or ends the step (end_step)
+    move_to(Phase::between);  // the step runner restarts (run_attempt) or ends the step (end_step)
   }
 
   // What stands for an attempt whose ranks never started.
@@ -479,7 +485,7 @@ class Head : public GroupObserver, public cluster::NodeInbox {
 
   void finish() {
     if (phase_ == Phase::finished) return;
-    phase_ = Phase::finished;
+    move_to(Phase::finished);
     gathering_.cancel_join_timer();
     heartbeat_timer_.cancel();
     door_->close_acceptors();
@@ -561,9 +567,13 @@ class Head : public GroupObserver, public cluster::NodeInbox {
   std::function<void()> keep_previous_;  // the step runner's, for the attempt about to start
   AttemptRecord last_;                   // the attempt that ended
   cluster::NodeSeats seats_{
-      nodes_, full_plan_,
-      plan_,  console_,
-      notes_, {[this](int seat) { bind(seat); }, [this](const std::string& why) { fail_before_start(why); }}};
+      nodes_,
+      full_plan_,
+      plan_,
+      console_,
+      notes_,
+      {[this](int seat) { bind(seat); }, [this](const std::string& why) { fail_before_start(why); },
+       [this](int nodes) { replan(nodes); }}};
   cluster::NodeReach reach_;
   std::unique_ptr<cluster::NodeDoor> door_;  // the agents' connections until they join
   cluster::UploadReceiver uploads_;          // the nodes' uploads into the ranks' directories
