@@ -19,6 +19,7 @@
 
 #include "flowrun/beneath.h"
 #include "flowrun/error.h"
+#include "flowrun/fd.h"
 
 namespace flowrun {
 
@@ -89,21 +90,8 @@ namespace {
 // At most `limit` bytes of the open `fd`, closed after; every read that a
 // signal interrupted retried.
 std::optional<std::string> read_to_limit(int fd, std::size_t limit, int* err) {
-  std::string text;
-  char buf[65536];
-  while (text.size() < limit) {
-    const ssize_t n = read(fd, buf, std::min(sizeof buf, limit - text.size()));
-    if (n < 0 && errno == EINTR) continue;
-    if (n < 0) {
-      if (err != nullptr) *err = errno;
-      close(fd);
-      return std::nullopt;
-    }
-    if (n == 0) break;
-    text.append(buf, static_cast<std::size_t>(n));
-  }
-  close(fd);
-  return text;
+  const UniqueFd closed_after(fd);
+  return read_all(fd, limit, err);
 }
 
 }  // namespace
@@ -467,16 +455,6 @@ bool private_group(gid_t gid, uid_t uid) {
   return true;
 }
 
-int write_all_to(int fd, const std::string& text) {
-  for (std::size_t done = 0; done < text.size();) {
-    const ssize_t n = write(fd, text.data() + done, text.size() - done);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) return n < 0 ? errno : EIO;
-    done += static_cast<std::size_t>(n);
-  }
-  return 0;
-}
-
 }  // namespace
 
 void anchor_directory(const std::string& path) {
@@ -506,7 +484,7 @@ int try_write_file(const std::string& path, const std::string& text) {
     if (fd < 0 && errno != EEXIST) return errno;
   }
   if (fd < 0) return EEXIST;
-  int err = write_all_to(fd, text);
+  int err = write_all(fd, text) ? 0 : errno;
   // A file system may report a full disk only when the file is closed (NFS).
   if (close(fd) != 0 && err == 0) err = errno;
   if (err == 0 && renameat(dir.get(), tmp.c_str(), dir.get(), leaf.c_str()) != 0) err = errno;
