@@ -20,6 +20,7 @@
 #include "flowrun/beneath.h"
 #include "flowrun/error.h"
 #include "flowrun/fd.h"
+#include "flowrun/text.h"
 
 namespace flowrun {
 
@@ -419,13 +420,7 @@ std::string random_hex(std::size_t bytes) {
                   std::strerror(errno));
     got += static_cast<std::size_t>(n);
   }
-  static const char digits[] = "0123456789abcdef";
-  std::string hex;
-  for (unsigned char b : raw) {
-    hex.push_back(digits[b >> 4]);
-    hex.push_back(digits[b & 15]);
-  }
-  return hex;
+  return hex(raw);
 }
 
 namespace {
