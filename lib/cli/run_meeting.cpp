@@ -17,6 +17,7 @@
 
 #include "flowrun/cluster.h"
 #include "flowrun/error.h"
+#include "flowrun/host.h"
 #include "flowrun/process.h"
 
 #include "commands.h"
@@ -47,7 +48,7 @@ std::string rendezvous_endpoint(const Request& r, const std::string& command) {
 
 // The addresses of this host's interfaces, and its names.
 bool is_this_host(const std::string& host, const EnvMap& env) {
-  if (host == "localhost" || host == local_hostname(env)) return true;
+  if (host == "localhost" || host == host_name(env)) return true;
   addrinfo hints{};
   hints.ai_family = AF_UNSPEC;
   hints.ai_socktype = SOCK_STREAM;
