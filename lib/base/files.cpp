@@ -20,6 +20,7 @@
 #include "flowrun/beneath.h"
 #include "flowrun/error.h"
 #include "flowrun/fd.h"
+#include "flowrun/path.h"
 #include "flowrun/text.h"
 
 namespace flowrun {
@@ -398,9 +399,8 @@ int open_parent_of(const std::string& path, std::string* leaf) {
     }
   }
   if (root) return root->open_parent(std::string_view(p).substr(rel.size() + 1), false, 0755, leaf);
-  const std::size_t slash = p.rfind('/');
-  *leaf = slash == std::string::npos ? p : p.substr(slash + 1);
-  const std::string dir = slash == std::string::npos ? "." : slash == 0 ? "/" : p.substr(0, slash);
+  *leaf = base_name(p);
+  const std::string dir = p.find('/') == std::string::npos ? "." : std::string(dir_name(p));
   if (leaf->empty() || *leaf == "." || *leaf == "..") {
     errno = EINVAL;
     return -1;

@@ -18,6 +18,7 @@
 #include "flowrun/error.h"
 #include "flowrun/files.h"
 #include "flowrun/join.h"
+#include "flowrun/path.h"
 #include "flowrun/process.h"
 #include "flowrun/report.h"
 #include "flowrun/result.h"
@@ -635,11 +636,8 @@ class FlowRunner {
 // The spec file as an absolute path, for run.json (resume reads it again).
 std::string absolute_spec_file(const Spec& spec) {
   if (spec.file.empty()) return {};
-  const std::size_t slash = spec.file.rfind('/');
   const std::string path =
-      spec.file.front() == '/'
-          ? spec.file
-          : spec.dir + "/" + (slash == std::string::npos ? spec.file : spec.file.substr(slash + 1));
+      spec.file.front() == '/' ? spec.file : spec.dir + "/" + std::string(base_name(spec.file));
   struct stat st {};
   return stat(path.c_str(), &st) == 0 && S_ISREG(st.st_mode) ? path : std::string();
 }

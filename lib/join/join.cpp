@@ -28,6 +28,7 @@
 #include "flowrun/beneath.h"
 #include "flowrun/error.h"
 #include "flowrun/files.h"
+#include "flowrun/path.h"
 #include "flowrun/util.h"
 
 namespace flowrun {
@@ -363,7 +364,7 @@ std::string missing_message(const JoinRequest& rq, const std::string& glob, cons
 
 // 'dir/model.pt' -> {'dir/model_rank<RANK>.pt', 'dir/model_rank*.pt'}.
 std::pair<std::string, std::string> per_rank_names(const std::string& glob) {
-  std::size_t base = glob.rfind('/') == npos ? 0 : glob.rfind('/') + 1;
+  const std::size_t base = glob.size() - base_name(glob).size();
   std::size_t dot = glob.rfind('.');
   if (dot == npos || dot <= base) dot = glob.size();
   std::string stem = glob.substr(0, dot), ext = glob.substr(dot);

@@ -9,6 +9,7 @@
 #include <map>
 
 #include "flowrun/json.h"
+#include "flowrun/path.h"
 #include "flowrun/result.h"
 
 namespace flowrun {
@@ -116,9 +117,7 @@ std::optional<std::string> missing_module_hint(std::string_view text, const Work
       "spec";
   if (w.program.empty())
     return fmt::format("flowrun:   the Python {} ran has no module '{}'{}", who, module, kChoose);
-  const std::size_t slash = w.program.rfind('/');
-  const std::string_view file =
-      std::string_view(w.program).substr(slash == std::string::npos ? 0 : slash + 1);
+  const std::string_view file = base_name(w.program);
   if (file.substr(0, 6) == "python") {
     const bool searched = !w.command.empty() && w.command.find('/') == std::string::npos;
     return fmt::format("flowrun:   {} ran {}{}, which has no module '{}'{}", who, w.program,
