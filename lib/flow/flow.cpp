@@ -451,8 +451,7 @@ class FlowRunner {
       // The run directory cannot take the outputs (a full disk): what the
       // join would get is incomplete.
       const std::string what = e.what();
-      const bool full = what.find(std::strerror(ENOSPC)) != std::string::npos ||
-                        what.find(std::strerror(EDQUOT)) != std::string::npos;
+      const bool full = e.err() == ENOSPC || e.err() == EDQUOT;
       write_failed_ = true;
       record.outcome = Outcome::failed;
       record.exit_code = 1;

@@ -479,8 +479,9 @@ Put copy_file(int in, const struct stat& st, int dir, const std::string& leaf, c
               const std::string& dest, const std::function<bool()>& stop, int* err) {
   UniqueFd out(openat(dir, leaf.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600));
   if (!out) {
-    if (errno == EEXIST) return Put::exists;
-    throw Error("cannot create " + dest + ": " + errno_text(errno));
+    const int e = errno;
+    if (e == EEXIST) return Put::exists;
+    throw Error("cannot create " + dest + ": " + errno_text(e), kExitFailure, e);
   }
   const Copied copied =
       ioctl(out.get(), FICLONE, in) == 0 ? Copied::done : copy_bytes(in, out.get(), st.st_size, stop);
@@ -493,7 +494,9 @@ Put copy_file(int in, const struct stat& st, int dir, const std::string& leaf, c
   switch (copied) {
     case Copied::stopped: return Put::stopped;
     case Copied::read_failed: *err = e; return Put::unreadable;
-    default: throw Error("cannot copy " + source + " to " + dest + ": " + errno_text(write_err));
+    default:
+      throw Error("cannot copy " + source + " to " + dest + ": " + errno_text(write_err), kExitFailure,
+                  write_err);
   }
 }
 
@@ -527,7 +530,10 @@ Put put_file(int in, const struct stat& st, bool private_file, int dir, const st
       case EOPNOTSUPP:
       case ENOENT:  // no /proc, or the file was unlinked since it was opened
       case EACCES: break;
-      default: throw Error("cannot link " + dest + ": " + errno_text(errno));
+      default: {
+        const int e = errno;
+        throw Error("cannot link " + dest + ": " + errno_text(e), kExitFailure, e);
+      }
     }
   }
   return copy_file(in, st, dir, leaf, source, dest, stop, err);
@@ -703,7 +709,8 @@ BeneathRoot open_outputs_dir(const JoinRequest& rq) {
     out = BeneathRoot::open_under(rq.run_dir, rq.outputs_dir, true);
   }
   if (!out.ok())
-    throw Error("cannot create the directory " + rq.outputs_dir + ": " + errno_text(out.error()));
+    throw Error("cannot create the directory " + rq.outputs_dir + ": " + errno_text(out.error()),
+                kExitFailure, out.error());
   return out;
 }
 
@@ -728,7 +735,10 @@ Collected collect_one(Gathering& g, const BeneathRoot& out, const std::string& d
   UniqueFd in(fd);
   std::string leaf;
   UniqueFd dir(out.open_parent(dest, true, 0755, &leaf));
-  if (!dir) throw Error("cannot create the directory for " + target + ": " + errno_text(errno));
+  if (!dir) {
+    const int e = errno;
+    throw Error("cannot create the directory for " + target + ": " + errno_text(e), kExitFailure, e);
+  }
   int err = 0;
   switch (put_file(in.get(), st, c.rank >= 0, dir.get(), leaf, printable(c.file.abs), target, g.stop_fn(),
                    &err)) {
