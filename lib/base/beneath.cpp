@@ -62,22 +62,6 @@ int open_dir_nofollow(int dir, const char* name, int extra) {
 
 }  // namespace
 
-UniqueFd& UniqueFd::operator=(UniqueFd&& other) noexcept {
-  if (this != &other) reset(other.release());
-  return *this;
-}
-
-int UniqueFd::release() {
-  const int fd = fd_;
-  fd_ = -1;
-  return fd;
-}
-
-void UniqueFd::reset(int fd) {
-  if (fd_ >= 0) close(fd_);
-  fd_ = fd;
-}
-
 void set_beneath_walk_only(bool walk_only) { g_walk_only = walk_only; }
 
 BeneathRoot BeneathRoot::open(const std::string& path, bool follow_last) {

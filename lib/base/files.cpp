@@ -19,6 +19,9 @@
 
 #include "flowrun/beneath.h"
 #include "flowrun/error.h"
+#include "flowrun/fd.h"
+#include "flowrun/path.h"
+#include "flowrun/text.h"
 
 namespace flowrun {
 
@@ -28,12 +31,15 @@ void make_dirs(const std::string& path, mode_t mode) {
     pos = path.find('/', pos + 1);
     const std::string partial = path.substr(0, pos);
     if (partial.empty()) continue;
-    if (mkdir(partial.c_str(), mode) != 0 && errno != EEXIST)
-      throw Error("cannot create the directory " + partial + ": " + std::strerror(errno));
+    if (mkdir(partial.c_str(), mode) != 0 && errno != EEXIST) {
+      const int err = errno;
+      throw Error("cannot create the directory " + partial + ": " + std::strerror(err), kExitFailure, err);
+    }
   }
   struct stat st {};
   if (stat(path.c_str(), &st) != 0 || !S_ISDIR(st.st_mode))
-    throw Error("cannot create the directory " + path + ": it exists and is not a directory");
+    throw Error("cannot create the directory " + path + ": it exists and is not a directory", kExitFailure,
+                ENOTDIR);
 }
 
 std::string file_error_text(int err) {
@@ -89,21 +95,8 @@ namespace {
 // At most `limit` bytes of the open `fd`, closed after; every read that a
 // signal interrupted retried.
 std::optional<std::string> read_to_limit(int fd, std::size_t limit, int* err) {
-  std::string text;
-  char buf[65536];
-  while (text.size() < limit) {
-    const ssize_t n = read(fd, buf, std::min(sizeof buf, limit - text.size()));
-    if (n < 0 && errno == EINTR) continue;
-    if (n < 0) {
-      if (err != nullptr) *err = errno;
-      close(fd);
-      return std::nullopt;
-    }
-    if (n == 0) break;
-    text.append(buf, static_cast<std::size_t>(n));
-  }
-  close(fd);
-  return text;
+  const UniqueFd closed_after(fd);
+  return read_all(fd, limit, err);
 }
 
 }  // namespace
@@ -133,7 +126,7 @@ std::optional<std::string> try_read_given_file(const std::string& path, std::siz
 std::string read_file(const std::string& path, std::size_t limit) {
   int err = 0;
   auto text = try_read_file(path, limit, &err);
-  if (!text) throw Error("cannot read " + path + ": " + file_error_text(err));
+  if (!text) throw Error("cannot read " + path + ": " + file_error_text(err), kExitFailure, std::max(err, 0));
   return std::move(*text);
 }
 
@@ -144,8 +137,11 @@ std::string scratch_parent(const char* tmpdir) {
 std::string make_private_dir(const std::string& parent, const std::string& name) {
   const std::string fix = " (set TMPDIR to a directory of your own)";
   struct stat st {};
-  if (stat(parent.c_str(), &st) != 0)
-    throw Error("cannot make a private directory in " + parent + ": " + std::strerror(errno) + fix);
+  if (stat(parent.c_str(), &st) != 0) {
+    const int err = errno;
+    throw Error("cannot make a private directory in " + parent + ": " + std::strerror(err) + fix,
+                kExitFailure, err);
+  }
   if (!S_ISDIR(st.st_mode))
     throw Error("cannot make a private directory in " + parent + ": not a directory" + fix);
   // Another user who may rename entries of PARENT could move ours away and
@@ -163,8 +159,11 @@ std::string make_private_dir(const std::string& parent, const std::string& name)
     safe.push_back(ok ? c : '_');
   }
   std::string path = parent + (parent.ends_with('/') ? "" : "/") + safe + "-XXXXXX";
-  if (mkdtemp(path.data()) == nullptr)
-    throw Error("cannot make a private directory in " + parent + ": " + std::strerror(errno) + fix);
+  if (mkdtemp(path.data()) == nullptr) {
+    const int err = errno;
+    throw Error("cannot make a private directory in " + parent + ": " + std::strerror(err) + fix,
+                kExitFailure, err);
+  }
   chmod(path.c_str(), 0700);  // whatever the umask took away from the owner
   struct stat made {};
   const int err = lstat(path.c_str(), &made) != 0 ? errno : 0;
@@ -350,8 +349,10 @@ std::string keep_attempt(const std::string& rank_dir, int attempt, const std::ve
   const std::string name = "attempt" + std::to_string(attempt);
   const std::string kept = rank_dir + "/" + name;
   auto fail = [&](const std::string& what) {
+    const int err = errno;
     throw Error("cannot keep attempt " + std::to_string(attempt) + "'s " + what + " in " + kept + ": " +
-                std::strerror(errno));
+                    std::strerror(err),
+                kExitFailure, err);
   };
   UniqueFd dir(open(rank_dir.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
   if (!dir) {
@@ -409,9 +410,8 @@ int open_parent_of(const std::string& path, std::string* leaf) {
     }
   }
   if (root) return root->open_parent(std::string_view(p).substr(rel.size() + 1), false, 0755, leaf);
-  const std::size_t slash = p.rfind('/');
-  *leaf = slash == std::string::npos ? p : p.substr(slash + 1);
-  const std::string dir = slash == std::string::npos ? "." : slash == 0 ? "/" : p.substr(0, slash);
+  *leaf = base_name(p);
+  const std::string dir = p.find('/') == std::string::npos ? "." : std::string(dir_name(p));
   if (leaf->empty() || *leaf == "." || *leaf == "..") {
     errno = EINVAL;
     return -1;
@@ -426,18 +426,14 @@ std::string random_hex(std::size_t bytes) {
   for (std::size_t got = 0; got < bytes;) {
     const ssize_t n = getrandom(raw.data() + got, bytes - got, 0);
     if (n < 0 && errno == EINTR) continue;
-    if (n <= 0)
-      throw Error(std::string("cannot get random bytes from the kernel (getrandom): ") +
-                  std::strerror(errno));
+    if (n <= 0) {
+      const int err = n < 0 ? errno : EIO;
+      throw Error(std::string("cannot get random bytes from the kernel (getrandom): ") + std::strerror(err),
+                  kExitFailure, err);
+    }
     got += static_cast<std::size_t>(n);
   }
-  static const char digits[] = "0123456789abcdef";
-  std::string hex;
-  for (unsigned char b : raw) {
-    hex.push_back(digits[b >> 4]);
-    hex.push_back(digits[b & 15]);
-  }
-  return hex;
+  return hex(raw);
 }
 
 namespace {
@@ -467,22 +463,14 @@ bool private_group(gid_t gid, uid_t uid) {
   return true;
 }
 
-int write_all_to(int fd, const std::string& text) {
-  for (std::size_t done = 0; done < text.size();) {
-    const ssize_t n = write(fd, text.data() + done, text.size() - done);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) return n < 0 ? errno : EIO;
-    done += static_cast<std::size_t>(n);
-  }
-  return 0;
-}
-
 }  // namespace
 
 void anchor_directory(const std::string& path) {
   const std::string p = normalised(path);
   auto root = std::make_shared<BeneathRoot>(BeneathRoot::open(p, false));
-  if (!root->ok()) throw Error("cannot open the directory " + p + ": " + std::strerror(root->error()));
+  if (!root->ok())
+    throw Error("cannot open the directory " + p + ": " + std::strerror(root->error()), kExitFailure,
+                root->error());
   const std::lock_guard<std::mutex> lock(anchors_mutex);
   std::erase_if(anchors, [&](const Anchor& a) { return a.path == p; });
   anchors.push_back({p, std::move(root)});
@@ -506,7 +494,7 @@ int try_write_file(const std::string& path, const std::string& text) {
     if (fd < 0 && errno != EEXIST) return errno;
   }
   if (fd < 0) return EEXIST;
-  int err = write_all_to(fd, text);
+  int err = write_all(fd, text) ? 0 : errno;
   // A file system may report a full disk only when the file is closed (NFS).
   if (close(fd) != 0 && err == 0) err = errno;
   if (err == 0 && renameat(dir.get(), tmp.c_str(), dir.get(), leaf.c_str()) != 0) err = errno;
@@ -581,7 +569,7 @@ int replace_symlink(const std::string& path, const std::string& target) {
 
 void write_file(const std::string& path, const std::string& text) {
   if (const int err = try_write_file(path, text); err != 0)
-    throw Error("cannot write " + path + ": " + std::strerror(err));
+    throw Error("cannot write " + path + ": " + std::strerror(err), kExitFailure, err);
 }
 
 }  // namespace flowrun

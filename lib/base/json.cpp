@@ -4,6 +4,8 @@
 #include <cstdint>
 #include <limits>
 
+#include "flowrun/text.h"
+
 namespace flowrun {
 
 namespace {
@@ -233,10 +235,8 @@ std::string to_document(const Json& doc, Bytes bytes) {
   for (std::size_t i = 0; i < text.size();) {
     const std::string_view rest = std::string_view(text).substr(i);
     if (const int byte = marked_byte(rest); byte >= 0) {
-      static constexpr char kHex[] = "0123456789abcdef";
-      out += "\\udc";
-      out += kHex[byte >> 4];
-      out += kHex[byte & 15];
+      const auto b = static_cast<unsigned char>(byte);
+      out += "\\udc" + hex(&b, 1);
       i += kMark.size() + 2;
     } else if (rest.starts_with(kMark)) {
       out += kMark;

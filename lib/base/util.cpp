@@ -6,6 +6,8 @@
 #include <cstdio>
 #include <utility>
 
+#include "flowrun/text.h"
+
 extern char** environ;
 
 namespace flowrun {
@@ -183,14 +185,9 @@ std::string format_bytes(std::uint64_t bytes) {
 }
 
 std::string printable(std::string_view s) {
-  static constexpr char kHex[] = "0123456789abcdef";
   std::string out;
   out.reserve(s.size());
-  auto escape = [&](unsigned char c) {
-    out += "\\x";
-    out.push_back(kHex[c >> 4]);
-    out.push_back(kHex[c & 15]);
-  };
+  auto escape = [&](unsigned char c) { out += "\\x" + hex(&c, 1); };
   auto byte = [&](std::size_t i) { return static_cast<unsigned char>(s[i]); };
   for (std::size_t i = 0; i < s.size();) {
     const unsigned char c = byte(i);

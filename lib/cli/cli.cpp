@@ -16,6 +16,7 @@
 #include "flowrun/error.h"
 #include "flowrun/flow.h"
 #include "flowrun/gpu.h"
+#include "flowrun/host.h"
 #include "flowrun/plan.h"
 #include "flowrun/process.h"
 #include "flowrun/report.h"
@@ -29,16 +30,9 @@ namespace flowrun {
 
 // --- helpers the subcommands share (commands.h) --------------------------------
 
-std::string local_hostname(const EnvMap& env) {
-  if (auto name = env_get(env, "FLOWRUN_HOSTNAME"); name && !name->empty()) return *name;
-  char name[HOST_NAME_MAX + 1] = {};
-  if (gethostname(name, sizeof name - 1) != 0 || name[0] == '\0') return "localhost";
-  return name;
-}
-
 HostFacts probe_host(int fake_gpus, const EnvMap& env) {
   auto probe = make_probe(env, fake_gpus);
-  HostFacts facts{local_hostname(env), select_gpus(probe->probe(), env), {}};
+  HostFacts facts{host_name(env), select_gpus(probe->probe(), env), {}};
   // Inside a Slurm allocation the plan names its nodes. A malformed one is
   // reported when a step runs through Slurm.
   std::string ignored;

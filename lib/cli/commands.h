@@ -51,10 +51,6 @@ std::optional<int> resume_requeued_job(const Spec& spec, const HostFacts& host,
                                        const std::vector<StepPlan>& plans, const EnvMap& env, RunOptions& run,
                                        bool enabled, SummaryTarget& target);
 
-// The name this host goes by in plans: FLOWRUN_HOSTNAME when set (a stable
-// name for scripts and tests, or one other nodes know it by), else gethostname().
-std::string local_hostname(const EnvMap& env);
-
 // This host's GPUs (simulated when fake_gpus >= 0) and, inside a Slurm
 // allocation, the allocation's nodes.
 HostFacts probe_host(int fake_gpus, const EnvMap& env);

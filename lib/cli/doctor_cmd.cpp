@@ -10,6 +10,7 @@
 #include "flowrun/doctor.h"
 #include "flowrun/error.h"
 #include "flowrun/files.h"
+#include "flowrun/host.h"
 
 #include "commands.h"
 
@@ -107,7 +108,7 @@ int run_doctor(const DoctorCommand& command) {
     if (!text) throw Error("cannot read " + command.facts_file + ": " + file_error_text(err), kExitUsage);
     facts = parse_doctor_facts(*text, command.facts_file);
   } else {
-    facts = collect_doctor_facts(command.options, env, local_hostname(env));
+    facts = collect_doctor_facts(command.options, env, host_name(env));
   }
   const DoctorReport report = evaluate_doctor(facts);
   std::cout << (command.json ? format_doctor_json(facts, report) : format_doctor_text(facts, report));

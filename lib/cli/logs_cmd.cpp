@@ -18,6 +18,7 @@
 #include "flowrun/beneath.h"
 #include "flowrun/error.h"
 #include "flowrun/flow.h"
+#include "flowrun/path.h"
 #include "flowrun/util.h"
 
 #include "commands.h"
@@ -146,8 +147,7 @@ void follow(const std::string& run_dir, std::vector<LogFile>& files, const LogFi
     if (in >= 0) {
       // Directories made since the last turn (a rank's, when its step starts).
       inotify_add_watch(in, run_dir.c_str(), mask);
-      for (const auto& file : files)
-        inotify_add_watch(in, file.path.substr(0, file.path.rfind('/')).c_str(), mask);
+      for (const auto& file : files) inotify_add_watch(in, std::string(dir_name(file.path)).c_str(), mask);
     }
     for (auto& file : files) print_new(file, files.size() > 1, last);
     if (!live) break;

@@ -12,6 +12,7 @@
 #include "flowrun/error.h"
 #include "flowrun/files.h"
 #include "flowrun/flow.h"
+#include "flowrun/host.h"
 #include "flowrun/slurm.h"
 
 #include "commands.h"
@@ -198,7 +199,7 @@ int resume(const ResumeOptions& options, SummaryTarget& target) {
   const RunRecord record = read_run_record(old_dir);
   // Held until the new run ends: one resume of a run at a time, and none
   // while the run itself is in progress.
-  const RunLock lock = RunLock::resume(old_dir, record.run_id, local_hostname(env));
+  const RunLock lock = RunLock::resume(old_dir, record.run_id, host_name(env));
 
   const ResumedSpecs specs = load_specs(options, record, old_dir, cwd);
   ResumeFrom from =

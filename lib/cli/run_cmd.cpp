@@ -29,6 +29,7 @@
 #include <unistd.h>
 
 #include "flowrun/error.h"
+#include "flowrun/fd.h"
 #include "flowrun/flow.h"
 #include "flowrun/gpu.h"
 #include "flowrun/report.h"

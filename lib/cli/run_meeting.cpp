@@ -13,6 +13,7 @@
 
 #include "flowrun/agent.h"
 #include "flowrun/error.h"
+#include "flowrun/host.h"
 #include "flowrun/net_addresses.h"
 #include "flowrun/process.h"
 
@@ -121,7 +122,7 @@ Meeting meeting_for(Request& r, const Shape& shape, const EnvMap& env, const std
   if (rank >= shape.nodes)
     usage_error(command, fmt::format("--node-rank {}: --nnodes {} has node ranks 0 to {}", rank, shape.nodes,
                                      shape.nodes - 1));
-  const bool here = rank < 0 && cluster::is_this_host(host, local_hostname(env));
+  const bool here = rank < 0 && cluster::is_this_host(host, host_name(env));
   in_addr ipv4{};
   if (here && !r.dry_run && (r.local_addr.empty() || inet_pton(AF_INET, r.local_addr.c_str(), &ipv4) == 1)) {
     claim_rendezvous(m, r, std::stoi(endpoint.substr(endpoint.rfind(':') + 1)));

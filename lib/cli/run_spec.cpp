@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include "flowrun/error.h"
+#include "flowrun/path.h"
 #include "flowrun/spec.h"
 
 #include "one_step.h"
@@ -34,7 +35,7 @@ std::string step_name(const Request& r) {
     if (auto dot = word.rfind('.'); dot != std::string::npos) word = word.substr(dot + 1);
     return slug(word);
   }
-  if (auto slash = word.rfind('/'); slash != std::string::npos) word = word.substr(slash + 1);
+  word = std::string(base_name(word));
   if (auto dot = word.rfind('.'); dot != std::string::npos && dot > 0) word.resize(dot);
   return slug(word);
 }

@@ -52,9 +52,8 @@ std::string format_runs_table(std::vector<RunRow> rows, std::int64_t now_unix_ns
 
 // --- on disk (runs_cmd.cpp) ---------------------------------------------------
 
-// The time now, and a file's modification time (0 when it cannot be read),
-// as nanoseconds since the epoch.
-std::int64_t now_unix_ns();
+// A file's modification time (0 when it cannot be read), as nanoseconds
+// since the epoch (unix_now_ns() is the time now).
 std::int64_t mtime_unix_ns(const std::string& path);
 
 // The runs directories a command run in `cwd` looks in: .flowrun/runs of

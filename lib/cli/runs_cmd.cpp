@@ -12,6 +12,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "flowrun/clock.h"
 #include "flowrun/error.h"
 #include "flowrun/files.h"
 #include "flowrun/flow.h"
@@ -45,12 +46,6 @@ std::string looked_in(const std::vector<std::string>& dirs, const std::string& c
 }
 
 }  // namespace
-
-std::int64_t now_unix_ns() {
-  return std::chrono::duration_cast<std::chrono::nanoseconds>(
-             std::chrono::system_clock::now().time_since_epoch())
-      .count();
-}
 
 std::int64_t mtime_unix_ns(const std::string& path) {
   struct stat st {};
@@ -301,7 +296,7 @@ int cmd_runs(int argc, char** argv) {
       std::cerr << "flowrun: no runs in " << runs << "\n";
       return kExitOk;
     }
-    std::cout << format_runs_table(std::move(rows), now_unix_ns());
+    std::cout << format_runs_table(std::move(rows), unix_now_ns());
     return kExitOk;
   });
 }

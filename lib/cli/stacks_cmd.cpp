@@ -18,6 +18,7 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
+#include "flowrun/clock.h"
 #include "flowrun/error.h"
 #include "flowrun/files.h"
 #include "flowrun/flow.h"
@@ -155,15 +156,15 @@ std::pair<StackReport, std::string> ask_for_stacks(const std::string& run_dir, c
   if (!*holds)
     throw Error(fmt::format("run {} runs on {} (flowrun pid {}), not on this host: run flowrun stacks there",
                             record.run_id, record.host.empty() ? "another host" : record.host, record.pid));
-  const std::int64_t asked = now_unix_ns();
+  const std::int64_t asked = unix_now_ns();
   if (syscall(SYS_pidfd_send_signal, pidfd.fd, SIGQUIT, nullptr, 0) != 0)
     throw Error(
         fmt::format("cannot signal the run's flowrun (pid {}): {}", record.pid, std::strerror(errno)));
-  const std::int64_t deadline = now_unix_ns() + static_cast<std::int64_t>(wait_s * 1e9);
+  const std::int64_t deadline = unix_now_ns() + static_cast<std::int64_t>(wait_s * 1e9);
   std::string text;
   while (true) {
     if (auto report = read_stacks(file, asked, &text)) return {*report, text};
-    const std::int64_t left_ms = (deadline - now_unix_ns()) / 1'000'000;
+    const std::int64_t left_ms = (deadline - unix_now_ns()) / 1'000'000;
     if (left_ms <= 0) break;
     pollfd fds[2] = {{watch.fd, POLLIN, 0}, {pidfd.fd, POLLIN, 0}};
     if (poll(fds, 2, static_cast<int>(std::min<std::int64_t>(left_ms, 1000))) < 0 && errno != EINTR)

@@ -12,6 +12,7 @@
 #include <iostream>
 #include <map>
 
+#include "flowrun/clock.h"
 #include "flowrun/error.h"
 #include "flowrun/files.h"
 #include "flowrun/flow.h"
@@ -175,7 +176,7 @@ int cmd_status(int argc, char** argv) {
   if (const auto done = parse_subcommand(app, "status", argc, argv)) return *done;
   return report_errors([&]() -> int {
     const std::string run_dir = locate_run(run, current_directory());
-    std::cout << format_status(run_dir, read_record_of(run_dir), now_unix_ns());
+    std::cout << format_status(run_dir, read_record_of(run_dir), unix_now_ns());
     return kExitOk;
   });
 }

@@ -10,6 +10,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "flowrun/fd.h"
 #include "flowrun/files.h"
 #include "flowrun/flow.h"
 #include "flowrun/json.h"
@@ -164,15 +165,6 @@ struct EarlySummary {
 };
 EarlySummary* early_summary = nullptr;
 
-void write_all_raw(int fd, const std::string& text) {
-  for (std::size_t done = 0; done < text.size();) {
-    const ssize_t n = write(fd, text.data() + done, text.size() - done);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) return;
-    done += static_cast<std::size_t>(n);
-  }
-}
-
 extern "C" void stop_before_run(int sig) {
   const EarlySummary* early = early_summary;
   if (early != nullptr && early->owner != getpid()) {
@@ -186,11 +178,11 @@ extern "C" void stop_before_run(int sig) {
       // A name no one could plant a link or a FIFO at beforehand, made anew.
       const int fd = open(early->tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644);
       if (fd >= 0) {
-        write_all_raw(fd, text);
+        write_all(fd, text);
         if (close(fd) == 0) rename(early->tmp.c_str(), early->file.c_str());
       }
     }
-    if (early->json_fd >= 0) write_all_raw(early->json_fd, text);
+    if (early->json_fd >= 0) write_all(early->json_fd, text);
   }
   _exit(128 + sig);
 }

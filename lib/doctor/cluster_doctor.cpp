@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "flowrun/doctor.h"
+#include "flowrun/text.h"
 
 #include "doctor_report.h"
 
@@ -21,7 +22,6 @@ using doctor_detail::allreduce_table;
 using doctor_detail::best_large_row;
 using doctor_detail::checks_and_verdict;
 using doctor_detail::cuda_version;
-using doctor_detail::gpus_word;
 using doctor_detail::nccl_version;
 using doctor_detail::wrong_sizes;
 
@@ -95,11 +95,11 @@ void add_node_checks(DoctorReport& report, const ClusterDoctorFacts& facts) {
     }
     if (problems) continue;
     const DoctorFacts& f = node.facts;
-    std::string summary =
-        fmt::format("{}: {}", node_label(node),
-                    f.inventory.gpus.empty()
-                        ? std::string("no GPUs")
-                        : fmt::format("{} ({})", gpus_word(f.inventory.gpus.size()), f.inventory.summary()));
+    std::string summary = fmt::format(
+        "{}: {}", node_label(node),
+        f.inventory.gpus.empty()
+            ? std::string("no GPUs")
+            : fmt::format("{} ({})", plural(f.inventory.gpus.size(), "GPU"), f.inventory.summary()));
     if (!f.runtime_skipped.empty()) {
       summary += "; CUDA and NCCL not checked: " + f.runtime_skipped;
     } else {
@@ -147,10 +147,10 @@ void judge_measured_allreduce(DoctorReport& report, const ClusterDoctorFacts& fa
         "'dcgmi diag -r 3', and check the network's error counters; report the nodes to their "
         "administrators";
   } else {
-    check.message = fmt::format("{} sizes from {} to {} on {} across {} nodes, every sum correct",
-                                ar.rows.size(), doctor_detail::format_size(ar.rows.front().bytes),
-                                doctor_detail::format_size(ar.rows.back().bytes),
-                                gpus_word(static_cast<std::size_t>(ar.gpus)), nodes);
+    check.message =
+        fmt::format("{} sizes from {} to {} on {} across {} nodes, every sum correct", ar.rows.size(),
+                    doctor_detail::format_size(ar.rows.front().bytes),
+                    doctor_detail::format_size(ar.rows.back().bytes), plural(ar.gpus, "GPU"), nodes);
     if (!ar.network.empty()) check.message += fmt::format(", NCCL's network between nodes: {}", ar.network);
   }
   for (const auto& note : ar.notes) check.message += "; " + note;
@@ -229,7 +229,7 @@ std::string format_cluster_doctor_text(const ClusterDoctorFacts& facts, const Do
   for (const NodeDoctorFacts& node : facts.nodes)
     per_node.push_back(fmt::format("{}: {}", node_label(node), node.facts.inventory.gpus.size()));
   std::string out = fmt::format("flowrun doctor: {} nodes, {} ({})\n", facts.nodes.size(),
-                                gpus_word(static_cast<std::size_t>(facts.ranks)), join(per_node, ", "));
+                                plural(facts.ranks, "GPU"), join(per_node, ", "));
   const AllReduceFacts ar = combine_node_allreduce(facts);
   const bool all_ok = std::all_of(facts.nodes.begin(), facts.nodes.end(), [](const NodeDoctorFacts& n) {
     return n.not_checked.empty() && n.facts.allreduce.status == "ok";
@@ -239,7 +239,7 @@ std::string format_cluster_doctor_text(const ClusterDoctorFacts& facts, const Do
         "\nNCCL all-reduce across {} nodes: {}, float sum, out of place, {} warmup + {} timed iterations "
         "each; "
         "each time is the slowest node's\n",
-        facts.nodes.size(), gpus_word(static_cast<std::size_t>(ar.gpus)), ar.warmup, ar.iters);
+        facts.nodes.size(), plural(ar.gpus, "GPU"), ar.warmup, ar.iters);
     out += allreduce_table(ar);
   }
   for (const NodeDoctorFacts& node : facts.nodes) {

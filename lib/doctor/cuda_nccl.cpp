@@ -31,6 +31,7 @@
 #include <vector>
 
 #include "flowrun/doctor.h"
+#include "flowrun/text.h"
 
 #include "cuda_nccl_libs.h"
 
@@ -588,8 +589,8 @@ int run_gpu_check_child(const GpuCheckRequest& asked, int out_fd) {
         for (int device : request.devices) cuda_usable = cuda_usable && device >= 0 && device < count;
         if (!cuda_usable)
           out.line({"allreduce", "skipped",
-                    "CUDA sees " + std::to_string(count) + (count == 1 ? " GPU" : " GPUs") +
-                        ", fewer than the " + std::to_string(request.devices.size()) + " flowrun selected"});
+                    "CUDA sees " + plural(count, "GPU") + ", fewer than the " +
+                        std::to_string(request.devices.size()) + " flowrun selected"});
       } else {
         out.line({"cuda_error", cu.describe(error)});
         out.line({"allreduce", "skipped", "CUDA cannot use the GPUs (see the cuda check)"});

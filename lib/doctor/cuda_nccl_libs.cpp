@@ -9,21 +9,13 @@
 #include <link.h>
 
 #include "flowrun/doctor.h"
+#include "flowrun/text.h"
 
 #ifdef FLOWRUN_HAVE_CUDA_HEADERS
 
 namespace flowrun::doctor_detail {
 
-std::string id_to_hex(const ncclUniqueId& id) {
-  static constexpr char kDigits[] = "0123456789abcdef";
-  std::string hex;
-  for (char c : id.internal) {
-    const auto byte = static_cast<unsigned char>(c);
-    hex += kDigits[byte >> 4];
-    hex += kDigits[byte & 15];
-  }
-  return hex;
-}
+std::string id_to_hex(const ncclUniqueId& id) { return hex({id.internal, sizeof id.internal}); }
 
 bool id_from_hex(const std::string& hex, ncclUniqueId& id) {
   static_assert(sizeof id.internal * 2 == kNcclIdHexChars);

@@ -11,12 +11,11 @@
 #include <vector>
 
 #include "flowrun/doctor.h"
+#include "flowrun/text.h"
 
 namespace flowrun {
 
 namespace doctor_detail {
-
-std::string gpus_word(std::size_t n) { return std::to_string(n) + (n == 1 ? " GPU" : " GPUs"); }
 
 // "12.8" from cudaRuntimeGetVersion's 12080.
 std::string cuda_version(int version) {
@@ -37,7 +36,6 @@ namespace {
 
 using doctor_detail::best_large_row;
 using doctor_detail::cuda_version;
-using doctor_detail::gpus_word;
 using doctor_detail::nccl_version;
 using doctor_detail::wrong_sizes;
 
@@ -202,12 +200,12 @@ void check_gpus(const DoctorFacts& facts, std::vector<DoctorCheck>& checks) {
   DoctorCheck check{"gpus", CheckStatus::ok, "", ""};
   if (inv.gpus.empty()) {
     check.status = CheckStatus::fail;
-    check.message = fmt::format("none of the system's {} may be used", gpus_word(inv.system_count));
+    check.message = fmt::format("none of the system's {} may be used", plural(inv.system_count, "GPU"));
     if (!inv.notes.empty()) check.message += ": " + join(inv.notes, "; ");
     check.advice =
         "check CUDA_VISIBLE_DEVICES and, inside Slurm, the job's --gpus ('flowrun gpus' shows both)";
   } else {
-    check.message = fmt::format("{} ({})", gpus_word(inv.gpus.size()), inv.summary());
+    check.message = fmt::format("{} ({})", plural(inv.gpus.size(), "GPU"), inv.summary());
     if (!inv.selected_by.empty())
       check.message +=
           fmt::format(", selected by {} from the system's {}", inv.selected_by, inv.system_count);
@@ -333,18 +331,16 @@ void check_cuda(const DoctorFacts& facts, std::vector<DoctorCheck>& checks) {
     check.advice = cuda_advice(facts);
   } else if (static_cast<std::size_t>(cuda.device_count) != facts.inventory.gpus.size()) {
     check.status = CheckStatus::fail;
-    check.message =
-        fmt::format("CUDA sees {} but NVML lists {} for this process (CUDA runtime {} from {})",
-                    gpus_word(static_cast<std::size_t>(cuda.device_count)), facts.inventory.gpus.size(),
-                    cuda_version(cuda.runtime_version), cuda.library.path);
+    check.message = fmt::format("CUDA sees {} but NVML lists {} for this process (CUDA runtime {} from {})",
+                                plural(cuda.device_count, "GPU"), facts.inventory.gpus.size(),
+                                cuda_version(cuda.runtime_version), cuda.library.path);
     check.advice =
         "a GPU CUDA cannot use is often in a bad state: 'nvidia-smi -q' and 'dmesg' (Xid errors) say "
         "which; a GPU reset or a reboot usually clears it";
   } else {
     check.message = fmt::format("CUDA runtime {} ({}) sees {}; the driver supports CUDA {}",
                                 cuda_version(cuda.runtime_version), cuda.library.path,
-                                gpus_word(static_cast<std::size_t>(cuda.device_count)),
-                                cuda_version(cuda.driver_version));
+                                plural(cuda.device_count, "GPU"), cuda_version(cuda.driver_version));
   }
   checks.push_back(std::move(check));
 }
@@ -390,8 +386,7 @@ void check_allreduce(const DoctorFacts& facts, std::vector<DoctorCheck>& checks)
     } else {
       check.message = fmt::format("{} sizes from {} to {} on {}, every sum correct", ar.rows.size(),
                                   doctor_detail::format_size(ar.rows.front().bytes),
-                                  doctor_detail::format_size(ar.rows.back().bytes),
-                                  gpus_word(static_cast<std::size_t>(ar.gpus)));
+                                  doctor_detail::format_size(ar.rows.back().bytes), plural(ar.gpus, "GPU"));
     }
   } else if (ar.status == "failed") {
     check.status = CheckStatus::fail;

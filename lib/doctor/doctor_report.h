@@ -12,9 +12,6 @@
 
 namespace flowrun::doctor_detail {
 
-// "1 GPU", "8 GPUs".
-std::string gpus_word(std::size_t n);
-
 // "12.8" from cudaRuntimeGetVersion's 12080; "none" when there is none.
 std::string cuda_version(int version);
 

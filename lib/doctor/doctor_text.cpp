@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "flowrun/doctor.h"
+#include "flowrun/text.h"
 
 #include "doctor_report.h"
 
@@ -18,28 +19,6 @@ namespace {
 
 using doctor_detail::allreduce_table;
 using doctor_detail::checks_and_verdict;
-using doctor_detail::gpus_word;
-
-std::string table(const std::vector<std::vector<std::string>>& rows, const std::string& indent,
-                  const std::vector<bool>& right = {}) {
-  std::vector<std::size_t> widths;
-  for (const auto& row : rows) {
-    if (widths.size() < row.size()) widths.resize(row.size(), 0);
-    for (std::size_t i = 0; i < row.size(); ++i) widths[i] = std::max(widths[i], row[i].size());
-  }
-  std::string out;
-  for (const auto& row : rows) {
-    std::string line = indent;
-    for (std::size_t i = 0; i < row.size(); ++i) {
-      const bool align_right = i < right.size() && right[i];
-      const std::string pad(widths[i] - row[i].size(), ' ');
-      if (i > 0) line += "  ";
-      line += align_right ? pad + row[i] : row[i] + (i + 1 < row.size() ? pad : "");
-    }
-    out += line + "\n";
-  }
-  return out;
-}
 
 const char* status_word(CheckStatus status) {
   switch (status) {
@@ -57,18 +36,19 @@ namespace doctor_detail {
 
 // The sweep's table, as nccl-tests prints one.
 std::string allreduce_table(const AllReduceFacts& ar) {
-  std::vector<std::vector<std::string>> rows{
-      {"size", "time (us)", "algbw (GB/s)", "busbw (GB/s)", "wrong", "algorithm"}};
+  using Align = TextTable::Align;
+  TextTable rows("  ", {Align::right, Align::right, Align::right, Align::right, Align::right});
+  rows.add_row({"size", "time (us)", "algbw (GB/s)", "busbw (GB/s)", "wrong", "algorithm"});
   for (const AllReduceRow& row : ar.rows) {
     std::string algorithm = row.algorithm.empty() ? "n/a" : row.algorithm;
     if (!row.protocol.empty()) algorithm += "/" + row.protocol;
-    rows.push_back({doctor_detail::format_size(row.bytes),
-                    fmt::format("{:.2f}", static_cast<double>(row.time_ns) / 1000),
-                    fmt::format("{:.2f}", algbw_gbps(row.bytes, row.time_ns)),
-                    fmt::format("{:.2f}", busbw_gbps(row.bytes, row.time_ns, ar.gpus)),
-                    std::to_string(row.wrong), algorithm});
+    rows.add_row({doctor_detail::format_size(row.bytes),
+                  fmt::format("{:.2f}", static_cast<double>(row.time_ns) / 1000),
+                  fmt::format("{:.2f}", algbw_gbps(row.bytes, row.time_ns)),
+                  fmt::format("{:.2f}", busbw_gbps(row.bytes, row.time_ns, ar.gpus)),
+                  std::to_string(row.wrong), algorithm});
   }
-  return table(rows, "  ", {true, true, true, true, true, false});
+  return rows.render();
 }
 
 // "Checks:", a line each, and the verdict.
@@ -91,9 +71,8 @@ std::string checks_and_verdict(const DoctorReport& report) {
     for (const DoctorCheck& check : report.checks) warned = warned || check.status == CheckStatus::warn;
     out += warned ? ", with warnings above.\n" : ".\n";
   } else {
-    out += fmt::format("Verdict: {} failed ({}); exit 1.\n",
-                       failed.size() == 1 ? "1 check" : std::to_string(failed.size()) + " checks",
-                       join(failed, ", "));
+    out +=
+        fmt::format("Verdict: {} failed ({}); exit 1.\n", plural(failed.size(), "check"), join(failed, ", "));
   }
   return out;
 }
@@ -105,14 +84,14 @@ std::string format_doctor_text(const DoctorFacts& facts, const DoctorReport& rep
   std::string out =
       fmt::format("flowrun doctor: {}, {}", facts.hostname,
                   inv.gpus.empty() ? std::string("no GPUs")
-                                   : fmt::format("{} ({})", gpus_word(inv.gpus.size()), inv.summary()));
+                                   : fmt::format("{} ({})", plural(inv.gpus.size(), "GPU"), inv.summary()));
   if (!facts.gpu_support) out += "; built without GPU support";
   out += "\n";
 
   if (!inv.gpus.empty()) {
     out += "\n";
-    std::vector<std::vector<std::string>> rows{
-        {"index", "name", "memory", "uuid", "pci bus id", "arch", "pcie", "nvlinks"}};
+    TextTable rows("  ");
+    rows.add_row({"index", "name", "memory", "uuid", "pci bus id", "arch", "pcie", "nvlinks"});
     for (const Gpu& gpu : inv.gpus) {
       const GpuDetails& d = gpu.details;
       std::string pcie = "?";
@@ -122,22 +101,25 @@ std::string format_doctor_text(const DoctorFacts& facts, const DoctorReport& rep
       }
       std::string nvlinks = std::to_string(d.nvlinks);
       if (d.nvswitch_links > 0) nvlinks += " to NVSwitch";
-      rows.push_back({std::to_string(gpu.index), gpu.name, format_bytes(gpu.memory_bytes), gpu.uuid,
-                      gpu.pci_bus_id, d.compute_capability.empty() ? "?" : d.compute_capability, pcie,
-                      nvlinks});
+      rows.add_row({std::to_string(gpu.index), gpu.name, format_bytes(gpu.memory_bytes), gpu.uuid,
+                    gpu.pci_bus_id, d.compute_capability.empty() ? "?" : d.compute_capability, pcie,
+                    nvlinks});
     }
-    out += table(rows, "  ");
+    out += rows.render();
   }
 
   if (inv.gpus.size() >= 2 && inv.links.size() == inv.gpus.size()) {
     out += "\nTopology (as nvidia-smi topo -m shows it):\n";
-    std::vector<std::vector<std::string>> rows{{""}};
-    for (const Gpu& gpu : inv.gpus) rows.front().push_back("GPU" + std::to_string(gpu.index));
+    TextTable rows("  ");
+    std::vector<std::string> heading{""};
+    for (const Gpu& gpu : inv.gpus) heading.push_back("GPU" + std::to_string(gpu.index));
+    rows.add_row(std::move(heading));
     for (std::size_t i = 0; i < inv.gpus.size(); ++i) {
-      rows.push_back({"GPU" + std::to_string(inv.gpus[i].index)});
-      for (std::size_t j = 0; j < inv.gpus.size(); ++j) rows.back().push_back(gpu_link_name(inv.links[i][j]));
+      std::vector<std::string> row{"GPU" + std::to_string(inv.gpus[i].index)};
+      for (std::size_t j = 0; j < inv.gpus.size(); ++j) row.push_back(gpu_link_name(inv.links[i][j]));
+      rows.add_row(std::move(row));
     }
-    out += table(rows, "  ");
+    out += rows.render();
     out += "  NV#: # NVLinks" + std::string(inv.nvswitch ? " (through NVSwitch)" : "") +
            ", PIX: one PCIe switch, PXB: several PCIe switches, PHB: a PCIe host bridge,\n"
            "  NODE: host bridges of one CPU socket, SYS: across CPU sockets\n";
@@ -147,7 +129,7 @@ std::string format_doctor_text(const DoctorFacts& facts, const DoctorReport& rep
   if (!ar.rows.empty()) {
     out +=
         fmt::format("\nNCCL all-reduce: {}, float sum, out of place, {} warmup + {} timed iterations each\n",
-                    gpus_word(static_cast<std::size_t>(ar.gpus)), ar.warmup, ar.iters);
+                    plural(ar.gpus, "GPU"), ar.warmup, ar.iters);
     out += allreduce_table(ar);
   }
   for (const auto& warning : ar.warnings) out += "NCCL: " + warning + "\n";

@@ -17,6 +17,7 @@
 #include "flowrun/error.h"
 #include "flowrun/files.h"
 #include "flowrun/join.h"
+#include "flowrun/path.h"
 #include "flowrun/process.h"
 #include "flowrun/remote_group.h"
 #include "flowrun/report.h"
@@ -450,8 +451,7 @@ class FlowRunner {
       // The run directory cannot take the outputs (a full disk): what the
       // join would get is incomplete.
       const std::string what = e.what();
-      const bool full = what.find(std::strerror(ENOSPC)) != std::string::npos ||
-                        what.find(std::strerror(EDQUOT)) != std::string::npos;
+      const bool full = e.err() == ENOSPC || e.err() == EDQUOT;
       write_failed_ = true;
       record.outcome = Outcome::failed;
       record.exit_code = 1;
@@ -635,11 +635,8 @@ class FlowRunner {
 // The spec file as an absolute path, for run.json (resume reads it again).
 std::string absolute_spec_file(const Spec& spec) {
   if (spec.file.empty()) return {};
-  const std::size_t slash = spec.file.rfind('/');
   const std::string path =
-      spec.file.front() == '/'
-          ? spec.file
-          : spec.dir + "/" + (slash == std::string::npos ? spec.file : spec.file.substr(slash + 1));
+      spec.file.front() == '/' ? spec.file : spec.dir + "/" + std::string(base_name(spec.file));
   struct stat st {};
   return stat(path.c_str(), &st) == 0 && S_ISREG(st.st_mode) ? path : std::string();
 }

@@ -15,6 +15,7 @@
 
 #include "flowrun/beneath.h"
 #include "flowrun/error.h"
+#include "flowrun/fd.h"
 #include "flowrun/files.h"
 #include "flowrun/flow.h"
 #include "flowrun/json.h"
@@ -337,17 +338,6 @@ Error taken(const std::string& run_dir) {
   return Error("the run directory " + run_dir +
                    " already holds files (of another run?); choose a new --run-dir or remove it",
                kExitUsage);
-}
-
-bool write_all(int fd, const std::string& text) {
-  std::size_t done = 0;
-  while (done < text.size()) {
-    const ssize_t n = write(fd, text.data() + done, text.size() - done);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) return false;
-    done += static_cast<std::size_t>(n);
-  }
-  return true;
 }
 
 // Refuses `run_dir` and the directories above it up to `workdir` (see

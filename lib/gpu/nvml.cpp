@@ -18,6 +18,7 @@
 
 #include "flowrun/child.h"
 #include "flowrun/gpu.h"
+#include "flowrun/text.h"
 
 namespace flowrun {
 
@@ -336,14 +337,9 @@ std::string format_cuda_version(int version) {
 }
 
 std::string format_gpu_uuid(const unsigned char (&bytes)[16]) {
-  static constexpr char kHex[] = "0123456789abcdef";
-  std::string uuid = "GPU-";
-  for (int i = 0; i < 16; ++i) {
-    if (i == 4 || i == 6 || i == 8 || i == 10) uuid += '-';
-    uuid += kHex[bytes[i] >> 4];
-    uuid += kHex[bytes[i] & 0xf];
-  }
-  return uuid;
+  // 8-4-4-4-12 digits, as nvidia-smi shows it.
+  return "GPU-" + hex(bytes, 4) + "-" + hex(bytes + 4, 2) + "-" + hex(bytes + 6, 2) + "-" +
+         hex(bytes + 8, 2) + "-" + hex(bytes + 10, 6);
 }
 
 bool cuda_order_may_differ(const std::vector<GpuDevice>& devices, const char* cuda_device_order) {

@@ -29,6 +29,7 @@
 #include "flowrun/error.h"
 #include "flowrun/files.h"
 #include "flowrun/glob.h"
+#include "flowrun/path.h"
 #include "flowrun/util.h"
 
 namespace flowrun {
@@ -243,7 +244,7 @@ std::string missing_message(const JoinRequest& rq, const std::string& glob, cons
 
 // 'dir/model.pt' -> {'dir/model_rank<RANK>.pt', 'dir/model_rank*.pt'}.
 std::pair<std::string, std::string> per_rank_names(const std::string& glob) {
-  std::size_t base = glob.rfind('/') == npos ? 0 : glob.rfind('/') + 1;
+  const std::size_t base = glob.size() - base_name(glob).size();
   std::size_t dot = glob.rfind('.');
   if (dot == npos || dot <= base) dot = glob.size();
   std::string stem = glob.substr(0, dot), ext = glob.substr(dot);
@@ -358,8 +359,9 @@ Put copy_file(int in, const struct stat& st, int dir, const std::string& leaf, c
               const std::string& dest, const std::function<bool()>& stop, int* err) {
   UniqueFd out(openat(dir, leaf.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600));
   if (!out) {
-    if (errno == EEXIST) return Put::exists;
-    throw Error("cannot create " + dest + ": " + errno_text(errno));
+    const int e = errno;
+    if (e == EEXIST) return Put::exists;
+    throw Error("cannot create " + dest + ": " + errno_text(e), kExitFailure, e);
   }
   const Copied copied =
       ioctl(out.get(), FICLONE, in) == 0 ? Copied::done : copy_bytes(in, out.get(), st.st_size, stop);
@@ -372,7 +374,9 @@ Put copy_file(int in, const struct stat& st, int dir, const std::string& leaf, c
   switch (copied) {
     case Copied::stopped: return Put::stopped;
     case Copied::read_failed: *err = e; return Put::unreadable;
-    default: throw Error("cannot copy " + source + " to " + dest + ": " + errno_text(write_err));
+    default:
+      throw Error("cannot copy " + source + " to " + dest + ": " + errno_text(write_err), kExitFailure,
+                  write_err);
   }
 }
 
@@ -406,7 +410,10 @@ Put put_file(int in, const struct stat& st, bool private_file, int dir, const st
       case EOPNOTSUPP:
       case ENOENT:  // no /proc, or the file was unlinked since it was opened
       case EACCES: break;
-      default: throw Error("cannot link " + dest + ": " + errno_text(errno));
+      default: {
+        const int e = errno;
+        throw Error("cannot link " + dest + ": " + errno_text(e), kExitFailure, e);
+      }
     }
   }
   return copy_file(in, st, dir, leaf, source, dest, stop, err);
@@ -581,7 +588,8 @@ BeneathRoot open_outputs_dir(const JoinRequest& rq) {
     out = BeneathRoot::open_under(rq.run_dir, rq.outputs_dir, true);
   }
   if (!out.ok())
-    throw Error("cannot create the directory " + rq.outputs_dir + ": " + errno_text(out.error()));
+    throw Error("cannot create the directory " + rq.outputs_dir + ": " + errno_text(out.error()),
+                kExitFailure, out.error());
   return out;
 }
 
@@ -606,7 +614,10 @@ Collected collect_one(Gathering& g, const BeneathRoot& out, const std::string& d
   UniqueFd in(fd);
   std::string leaf;
   UniqueFd dir(out.open_parent(dest, true, 0755, &leaf));
-  if (!dir) throw Error("cannot create the directory for " + target + ": " + errno_text(errno));
+  if (!dir) {
+    const int e = errno;
+    throw Error("cannot create the directory for " + target + ": " + errno_text(e), kExitFailure, e);
+  }
   int err = 0;
   switch (put_file(in.get(), st, c.rank >= 0, dir.get(), leaf, printable(c.file.abs), target, g.stop_fn(),
                    &err)) {

@@ -10,17 +10,15 @@
 #include <random>
 #include <unistd.h>
 
+#include "flowrun/text.h"
+
 namespace flowrun {
 
 namespace {
 
-std::string plural(int n, const std::string& one, const std::string& many) {
-  return std::to_string(n) + " " + (n == 1 ? one : many);
-}
-
-std::string gpus_word(int n) { return plural(n, "GPU", "GPUs"); }
-std::string workers_word(int n) { return plural(n, "worker", "workers"); }
-std::string nodes_word(int n) { return plural(n, "node", "nodes"); }
+std::string gpus_word(int n) { return plural(n, "GPU"); }
+std::string workers_word(int n) { return plural(n, "worker"); }
+std::string nodes_word(int n) { return plural(n, "node"); }
 
 // "0-3" for consecutive ordinals, "0, 2, 5" otherwise.
 std::string describe_indices(const std::vector<int>& indices) {

@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "flowrun/error.h"
+#include "flowrun/fd.h"
 #include "flowrun/files.h"
 #include "flowrun/process.h"
 
@@ -105,16 +106,6 @@ int above_standard(int fd) {
   _exit(0);
 }
 
-void write_all(int fd, const std::string& bytes) {
-  std::size_t done = 0;
-  while (done < bytes.size()) {
-    const ssize_t n = write(fd, bytes.data() + done, bytes.size() - done);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) return;  // the guardian is gone: nothing can be told any more
-    done += static_cast<std::size_t>(n);
-  }
-}
-
 }  // namespace
 
 void Guardian::start(const std::string& key, const std::string& secret) {
@@ -145,6 +136,7 @@ void Guardian::start(const std::string& key, const std::string& secret) {
 
 void Guardian::remove_on_exit(const std::string& dir) {
   if (fd_ < 0 || dir.empty() || dir.find('\0') != std::string::npos) return;
+  // A write that fails finds the guardian gone: nothing can be told any more.
   write_all(fd_, "P" + dir + std::string(1, '\0'));
 }
 

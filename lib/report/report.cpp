@@ -5,30 +5,12 @@
 #include <fmt/format.h>
 
 #include "flowrun/json.h"
+#include "flowrun/text.h"
 #include "flowrun/worker_env.h"
 
 namespace flowrun {
 
 namespace {
-
-// Left-aligned columns separated by two spaces, each row indented.
-std::string table(const std::vector<std::vector<std::string>>& rows, const std::string& indent) {
-  std::vector<std::size_t> widths;
-  for (const auto& row : rows) {
-    widths.resize(std::max(widths.size(), row.size()));
-    for (std::size_t c = 0; c < row.size(); ++c) widths[c] = std::max(widths[c], row[c].size());
-  }
-  std::string out;
-  for (const auto& row : rows) {
-    std::string line = indent;
-    for (std::size_t c = 0; c < row.size(); ++c) {
-      line += row[c];
-      if (c + 1 < row.size()) line.append(widths[c] - row[c].size() + 2, ' ');
-    }
-    out += line + "\n";
-  }
-  return out;
-}
 
 // "0-7" for a run of three or more consecutive numbers, else "0,2".
 std::string compact(const std::vector<int>& numbers) {
@@ -183,20 +165,21 @@ void describe_parallel(std::string& out, const PlanView& view, const Step& step,
   for (const auto& line : plan.why) out += "   " + line + "\n";
   out += "\n";
   if (plan.nodes.size() > 1) {
-    std::vector<std::vector<std::string>> rows{{"node", "host", "GPUs", "ranks"}};
+    TextTable rows("   ");
+    rows.add_row({"node", "host", "GPUs", "ranks"});
     for (const auto& node : plan.nodes) {
       std::vector<int> ranks;
       for (int r = 0; r < node.procs; ++r) ranks.push_back(node.first_rank + r);
-      rows.push_back({std::to_string(node.node_rank),
-                      host_label(plan, node) + (node.is_local ? " (this host)" : ""),
-                      plan.cpu ? "-" : compact(gpu_labels(node, all_positions(node))), compact(ranks)});
+      rows.add_row({std::to_string(node.node_rank),
+                    host_label(plan, node) + (node.is_local ? " (this host)" : ""),
+                    plan.cpu ? "-" : compact(gpu_labels(node, all_positions(node))), compact(ranks)});
     }
     for (const auto& spare : plan.spares)
-      rows.push_back(
+      rows.add_row(
           {"spare", host_label(plan, spare) + (spare.is_local ? " (this host)" : ""),
            plan.cpu ? "-" : compact(gpu_labels(plan.nodes.front(), all_positions(plan.nodes.front()))),
            "none: waits"});
-    out += table(rows, "   ") + "\n";
+    out += rows.render() + "\n";
     if (plan.min_nodes > 0)
       out += "   The table is for all " + std::to_string(plan.nodes.size()) + " nodes (nodes: \"" +
              std::to_string(plan.min_nodes) + ":" + std::to_string(plan.nodes.size()) +
@@ -205,20 +188,20 @@ void describe_parallel(std::string& out, const PlanView& view, const Step& step,
   }
   // Across nodes the node table above names the hosts; one node names it here.
   const bool one_node = plan.nodes.size() == 1;
-  std::vector<std::vector<std::string>> rows;
+  TextTable rows("   ");
   if (one_node)
-    rows.push_back({"rank", "node", "host", "local_rank", "GPUs"});
+    rows.add_row({"rank", "node", "host", "local_rank", "GPUs"});
   else
-    rows.push_back({"rank", "node", "local_rank", "GPUs"});
+    rows.add_row({"rank", "node", "local_rank", "GPUs"});
   for (const auto& rank : plan.ranks) {
     const auto& node = plan.nodes[static_cast<std::size_t>(rank.node)];
     std::vector<std::string> row{std::to_string(rank.rank), std::to_string(rank.node)};
     if (one_node) row.push_back(host_label(plan, node));
     row.push_back(std::to_string(rank.local_rank));
     row.push_back(plan.cpu ? "-" : compact(gpu_labels(node, rank.gpus)));
-    rows.push_back(std::move(row));
+    rows.add_row(std::move(row));
   }
-  out += table(rows, "   ") + "\n";
+  out += rows.render() + "\n";
 
   const LaunchContext& ctx = view.ctx;
   if (view.show_env) {
@@ -391,11 +374,12 @@ std::string format_gpus_text(const Inventory& inventory, const std::string& host
     if (!inventory.driver_version.empty())
       out += fmt::format("driver {}, CUDA {}\n", inventory.driver_version,
                          inventory.cuda_driver_version.empty() ? "unknown" : inventory.cuda_driver_version);
-    std::vector<std::vector<std::string>> rows{{"index", "name", "memory", "uuid", "pci bus id"}};
+    TextTable rows("  ");
+    rows.add_row({"index", "name", "memory", "uuid", "pci bus id"});
     for (const auto& gpu : inventory.gpus)
-      rows.push_back(
+      rows.add_row(
           {std::to_string(gpu.index), gpu.name, format_bytes(gpu.memory_bytes), gpu.uuid, gpu.pci_bus_id});
-    out += table(rows, "  ");
+    out += rows.render();
   }
   if (!inventory.selected_by.empty())
     out += fmt::format("selected by {}: {} of the system's {} GPUs\n", inventory.selected_by,

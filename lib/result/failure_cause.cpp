@@ -12,6 +12,7 @@
 #include <charconv>
 #include <fmt/format.h>
 
+#include "flowrun/path.h"
 #include "flowrun/result.h"
 
 namespace flowrun {
@@ -90,8 +91,7 @@ std::string PythonException::describe() const {
     text += ": " + message.substr(0, cut) + (cut < message.size() ? "..." : "");
   }
   if (!file.empty()) {
-    const std::size_t slash = file.rfind('/');
-    text += fmt::format(" ({}:{})", slash == std::string::npos ? file : file.substr(slash + 1), line);
+    text += fmt::format(" ({}:{})", base_name(file), line);
   }
   return text;
 }

@@ -9,7 +9,9 @@
 #include <map>
 
 #include "flowrun/json.h"
+#include "flowrun/path.h"
 #include "flowrun/result.h"
+#include "flowrun/text.h"
 
 namespace flowrun {
 
@@ -32,11 +34,8 @@ bool take(std::string_view& s, std::string_view word) {
 
 // "1 node x 2 per node", "2 nodes x 3 per node".
 std::string layout_text(int nodes, int per_node) {
-  return fmt::format("{} node{} x {} per node", nodes, nodes == 1 ? "" : "s", per_node);
+  return fmt::format("{} x {} per node", plural(nodes, "node"), per_node);
 }
-
-// "1 worker", "3 workers".
-std::string workers_text(int n) { return fmt::format("{} worker{}", n, n == 1 ? "" : "s"); }
 
 }  // namespace
 
@@ -64,7 +63,7 @@ std::optional<std::string> lightning_devices_hint(std::string_view text,
                                             [](const auto& x, const auto& y) { return x.second < y.second; });
   std::string out =
       fmt::format("flowrun:   Lightning's Trainer(devices={}, num_nodes={}) must multiply to this step's {} ",
-                  devices, num_nodes, workers_text(total));
+                  devices, num_nodes, plural(total, "worker"));
   if (fewest->second != most->second) {
     return out + fmt::format(
                      "({} nodes with {} to {} workers each, which Lightning's devices cannot express): "
@@ -74,7 +73,7 @@ std::optional<std::string> lightning_devices_hint(std::string_view text,
   const int per = most->second;
   return out +
          fmt::format("({}): set devices={}, num_nodes={}, or change the step's parallel: to run {} ({})",
-                     layout_text(nodes, per), per, nodes, workers_text(devices * num_nodes),
+                     layout_text(nodes, per), per, nodes, plural(devices * num_nodes, "worker"),
                      layout_text(num_nodes, devices));
 }
 
@@ -116,9 +115,7 @@ std::optional<std::string> missing_module_hint(std::string_view text, const Work
       "spec";
   if (w.program.empty())
     return fmt::format("flowrun:   the Python {} ran has no module '{}'{}", who, module, kChoose);
-  const std::size_t slash = w.program.rfind('/');
-  const std::string_view file =
-      std::string_view(w.program).substr(slash == std::string::npos ? 0 : slash + 1);
+  const std::string_view file = base_name(w.program);
   if (file.substr(0, 6) == "python") {
     const bool searched = !w.command.empty() && w.command.find('/') == std::string::npos;
     return fmt::format("flowrun:   {} ran {}{}, which has no module '{}'{}", who, w.program,

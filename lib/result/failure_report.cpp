@@ -7,6 +7,7 @@
 #include <fmt/format.h>
 #include <map>
 
+#include "flowrun/path.h"
 #include "flowrun/result.h"
 #include "flowrun/util.h"
 
@@ -154,18 +155,12 @@ std::string trimmed(std::string_view s) {
   return std::string(s.substr(b, e - b + 1));
 }
 
-std::string dir_of(const std::string& path) {
-  std::size_t slash = path.rfind('/');
-  if (slash == std::string::npos) return "";
-  return slash == 0 ? "/" : path.substr(0, slash);
-}
-
 // <run_dir>/<step>: where a plain step's logs are, the parent of a rank's.
 std::string log_dir(const StepRecord& record, const AttemptRecord& attempt) {
   for (const auto& w : attempt.workers) {
     const std::string& log = w.stderr_log.empty() ? w.stdout_log : w.stderr_log;
     if (log.empty()) continue;
-    return record.parallel ? dir_of(dir_of(log)) : dir_of(log);
+    return std::string(record.parallel ? dir_name(dir_name(log)) : dir_name(log));
   }
   return "";
 }
@@ -412,9 +407,9 @@ std::optional<std::string> format_nccl_traces_line(const std::vector<WorkerRecor
   if (ranks.empty()) return std::nullopt;
   // <step dir>/rank<R>/<prefix><R>: the prefix is the name less the rank;
   // fr_trace walks the step's directory for it.
-  const std::string name = first.substr(first.rfind('/') + 1);
+  const std::string name(base_name(first));
   const std::string prefix = name.substr(0, name.find_last_not_of("0123456789") + 1);
-  const std::string step_dir = dir_of(dir_of(first));
+  const std::string step_dir(dir_name(dir_name(first)));
   const std::string where = step_dir + "/rank*/" + prefix + "*";
   std::string who = rank_list(ranks);
   if (ranks.size() < workers.size()) who += fmt::format(" ({} of {})", ranks.size(), workers.size());

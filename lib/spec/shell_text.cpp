@@ -14,6 +14,7 @@
 #include <array>
 #include <cctype>
 
+#include "flowrun/path.h"
 #include "flowrun/util.h"
 
 namespace flowrun {
@@ -79,7 +80,7 @@ void note_word(Command& c, std::string_view raw) {
   for (char ch : raw) {
     if (ch != '\'' && ch != '"' && ch != '\\') word += ch;
   }
-  const std::string_view name = std::string_view(word).substr(word.rfind('/') + 1);
+  const std::string_view name = base_name(word);
   if (c.first.empty()) c.first = word;
   if ((c.first == "test" || c.first == "[" || c.first == "[[") && (word == "-v" || word == "-R"))
     c.names = c.first;

@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <array>
 
+#include "flowrun/path.h"
 #include "flowrun/shell_text.h"
 #include "flowrun/util.h"
 
@@ -71,8 +72,7 @@ std::optional<std::size_t> shell_script_word(const std::vector<std::string>& arg
                                                              "pwsh", "rc",   "elvish", "xonsh"};
   for (std::size_t k = 0; k < argv.size(); ++k) {
     const std::string& word = argv[k];
-    const std::string_view name =
-        spec_detail::unversioned(std::string_view(word).substr(word.rfind('/') + 1));
+    const std::string_view name = spec_detail::unversioned(base_name(word));
     const bool posix = std::find(kPosix.begin(), kPosix.end(), name) != kPosix.end();
     const bool other = std::find(kOther.begin(), kOther.end(), name) != kOther.end();
     if (!posix && !other) continue;
@@ -105,7 +105,7 @@ std::optional<std::size_t> shell_script_word(const std::vector<std::string>& arg
 
 std::optional<std::size_t> rereading_program(const std::vector<std::string>& argv) {
   for (std::size_t k = 0; k < argv.size(); ++k) {
-    const std::string_view name = std::string_view(argv[k]).substr(argv[k].rfind('/') + 1);
+    const std::string_view name = base_name(argv[k]);
     if (name == "ssh" || name == "su" || name == "watch") return k;
   }
   return std::nullopt;

@@ -10,6 +10,7 @@
 
 #include "flowrun/error.h"
 #include "flowrun/files.h"
+#include "flowrun/path.h"
 #include "flowrun/supervisor.h"
 
 namespace flowrun {
@@ -125,8 +126,7 @@ void RankLog::close(bool is_err) {
 std::string RankLog::tail() const { return tail_.text(); }
 
 std::string log_write_error(const std::string& who, const std::string& path, int err) {
-  const std::size_t slash = path.rfind('/');
-  return fmt::format("cannot write {}{} in {}: {}", who, path.substr(slash + 1), path.substr(0, slash),
+  return fmt::format("cannot write {}{} in {}: {}", who, base_name(path), dir_name(path),
                      file_error_text(err));
 }
 

@@ -19,6 +19,7 @@
 #include <utility>
 
 #include "flowrun/files.h"
+#include "flowrun/path.h"
 #include "flowrun/process.h"
 #include "flowrun/supervisor.h"
 #include "flowrun/util.h"
@@ -62,11 +63,6 @@ std::optional<StackFrame> parse_frame(std::string_view line) {
     frame.file = std::string(where);
   }
   return frame;
-}
-
-std::string base_name(std::string_view file) {
-  const std::size_t slash = file.rfind('/');
-  return std::string(slash == std::string_view::npos ? file : file.substr(slash + 1));
 }
 
 std::string read_small(const std::string& path) {

@@ -7,8 +7,9 @@
 
 namespace flowrun {
 
-StallWatch::StallWatch(boost::asio::io_context& io, std::vector<Worker>& workers, WorkerPipes& pipes)
-    : timer_(io), workers_(workers), pipes_(pipes) {}
+StallWatch::StallWatch(boost::asio::io_context& io, std::vector<Worker>& workers, WorkerPipes& pipes,
+                       const TimeSource& time)
+    : timer_(io), workers_(workers), pipes_(pipes), time_(time) {}
 
 bool StallWatch::tree_suspended(pid_t pid, int depth) {
   if (process_state(pid) == 'T') return true;
@@ -22,7 +23,7 @@ bool StallWatch::tree_suspended(pid_t pid, int depth) {
 void StallWatch::note_silence() {
   if (noted_) return;
   noted_ = true;
-  const std::int64_t now = monotonic_now_ns();
+  const std::int64_t now = time_.steady_ns();
   for (auto& w : workers_) {
     if (!w.alive) continue;
     w.record.silent_s = static_cast<double>(now - w.last_output_ns) / 1e9;
@@ -53,12 +54,12 @@ std::vector<std::size_t> StallWatch::silent(double limit_s) {
   const auto limit = static_cast<std::int64_t>(limit_s * 1e9);
   std::vector<std::size_t> found;
   for (auto& w : workers_) {
-    if (!w.alive || monotonic_now_ns() - w.last_output_ns < limit) continue;
+    if (!w.alive || time_.steady_ns() - w.last_output_ns < limit) continue;
     // Output in the pipes that the loop has not read yet is not silence.
     for (Stream* s : {&w.out, &w.err}) {
       if (s->open()) pipes_.drain(w, *s, 1);
     }
-    if (w.alive && monotonic_now_ns() - w.last_output_ns >= limit)
+    if (w.alive && time_.steady_ns() - w.last_output_ns >= limit)
       found.push_back(static_cast<std::size_t>(&w - workers_.data()));
   }
   return found;

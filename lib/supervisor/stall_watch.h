@@ -9,13 +9,18 @@
 #include <sys/types.h>
 #include <vector>
 
+#include "flowrun/clock.h"
+
 #include "worker_pipes.h"
 
 namespace flowrun {
 
 class StallWatch {
  public:
-  StallWatch(boost::asio::io_context& io, std::vector<Worker>& workers, WorkerPipes& pipes);
+  // Silence is measured on `time`'s steady clock (a worker's last_output_ns
+  // is on it too); the tick itself is the loop's steady timer.
+  StallWatch(boost::asio::io_context& io, std::vector<Worker>& workers, WorkerPipes& pipes,
+             const TimeSource& time = system_time());
 
   // stall_timeout is checked on a steady tick (a 50th of it, between 20 ms
   // and 250 ms), so that workers that went silent together (all of them, in
@@ -41,6 +46,7 @@ class StallWatch {
   boost::asio::steady_timer timer_;
   std::vector<Worker>& workers_;
   WorkerPipes& pipes_;
+  const TimeSource& time_;
   std::function<bool()> ended_;
   std::function<bool()> check_;
   bool noted_ = false;

@@ -36,36 +36,6 @@ namespace flowrun {
 
 namespace asio = boost::asio;
 
-std::int64_t unix_now_ns() {
-  timespec ts{};
-  clock_gettime(CLOCK_REALTIME, &ts);
-  return static_cast<std::int64_t>(ts.tv_sec) * 1'000'000'000 + ts.tv_nsec;
-}
-
-std::int64_t monotonic_now_ns() {
-  timespec ts{};
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return static_cast<std::int64_t>(ts.tv_sec) * 1'000'000'000 + ts.tv_nsec;
-}
-
-bool write_all(int fd, const char* data, std::size_t size) {
-  while (size > 0) {
-    ssize_t n = write(fd, data, size);
-    if (n > 0) {
-      data += n;
-      size -= static_cast<std::size_t>(n);
-    } else if (n < 0 && errno == EINTR) {
-      continue;
-    } else if (n < 0 && errno == EAGAIN) {
-      pollfd p{fd, POLLOUT, 0};
-      poll(&p, 1, -1);
-    } else {
-      return false;
-    }
-  }
-  return true;
-}
-
 std::optional<std::vector<int>> parse_signals_to_handle(const std::string& text, std::string* error) {
   static constexpr std::pair<const char*, int> kKnown[] = {{"SIGTERM", SIGTERM}, {"SIGINT", SIGINT},
                                                            {"SIGHUP", SIGHUP},   {"SIGQUIT", SIGQUIT},

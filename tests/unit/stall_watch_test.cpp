@@ -74,3 +74,25 @@ TEST_CASE("StallWatch: each live worker's silence is noted once, until reset", "
   g.stall.note_silence();
   CHECK(*g.workers[0].record.silent_s >= 110.0);
 }
+
+TEST_CASE("StallWatch: silence measured on the time it is handed, stepped without a wait", "[stall_watch]") {
+  boost::asio::io_context io;
+  std::vector<Worker> workers(2);
+  WorkerPipes pipes{io, workers, [](Worker&, bool, std::string_view, std::int64_t) {}, [] {}};
+  FakeTime time(1'000 * kSecond);
+  StallWatch stall{io, workers, pipes, time};
+  for (auto& w : workers) {
+    w.pid = getpid();
+    w.alive = true;
+    w.last_output_ns = time.steady_ns();
+  }
+  workers[1].last_output_ns += 2 * kSecond;  // spoke two seconds later
+  CHECK(stall.silent(5).empty());
+  time.advance_ns(5 * kSecond);
+  CHECK(stall.silent(5) == std::vector<std::size_t>{0});
+  time.advance_ns(2 * kSecond);
+  CHECK(stall.silent(5) == std::vector<std::size_t>{0, 1});
+  stall.note_silence();
+  CHECK(workers[0].record.silent_s == 7.0);
+  CHECK(workers[1].record.silent_s == 5.0);
+}

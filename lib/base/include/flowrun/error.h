@@ -21,14 +21,18 @@ enum ExitCode : int {
 };
 
 // A generic fatal error; what() is the whole message, without "flowrun: error:".
+// One that a failed system call caused carries its errno, so that a caller
+// tells a full disk (ENOSPC) from the rest by the number, not by the words.
 class Error : public std::runtime_error {
  public:
-  explicit Error(const std::string& message, int exit_code = kExitFailure)
-      : std::runtime_error(message), exit_code_(exit_code) {}
+  explicit Error(const std::string& message, int exit_code = kExitFailure, int err = 0)
+      : std::runtime_error(message), exit_code_(exit_code), err_(err) {}
   int exit_code() const { return exit_code_; }
+  int err() const { return err_; }  // the errno; 0 when none caused it
 
  private:
   int exit_code_;
+  int err_;
 };
 
 // A position in a source file. Both 1-based; 0 means "unknown".

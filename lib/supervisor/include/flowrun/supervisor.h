@@ -47,6 +47,10 @@
 #include <string_view>
 #include <vector>
 
+// The clocks and write_all are base's (flowrun/clock.h, flowrun/fd.h); the
+// head in lib/cluster still reaches them through this header.
+#include "flowrun/clock.h"
+#include "flowrun/fd.h"
 #include "flowrun/logmux.h"
 #include "flowrun/rank_output.h"
 #include "flowrun/result.h"
@@ -308,10 +312,6 @@ class Supervisor {
   std::unique_ptr<Impl> impl_;
 };
 
-// Writes all of `data` to `fd`, retrying on EINTR and waiting on EAGAIN.
-// Returns false when the descriptor is gone (EPIPE and the like).
-bool write_all(int fd, const char* data, std::size_t size);
-
 // What to do after a file of the run directory `run_dir` could not be
 // written with errno `err`, as the end of flowrun's message:
 // " (free space there, then: flowrun resume RUN_DIR)".
@@ -323,9 +323,5 @@ std::string write_failure_hint(int err, const std::string& run_dir);
 // headline, the groups, where the whole stacks are).
 std::string publish_stacks(const std::string& step, const StackReport& report, const std::string& stacks_file,
                            std::int64_t requested_unix_ns);
-
-// Wall-clock nanoseconds since the epoch; monotonic nanoseconds.
-std::int64_t unix_now_ns();
-std::int64_t monotonic_now_ns();
 
 }  // namespace flowrun
