@@ -16,6 +16,7 @@
 #include "flowrun/error.h"
 #include "flowrun/files.h"
 #include "flowrun/gpu.h"
+#include "flowrun/host.h"
 #include "flowrun/messages.h"
 #include "flowrun/net_addresses.h"
 #include "flowrun/process.h"
@@ -39,12 +40,6 @@ using cluster::NodeRanks;
 namespace {
 
 using Clock = std::chrono::steady_clock;
-
-std::string hostname() {
-  char name[HOST_NAME_MAX + 1] = {};
-  if (gethostname(name, sizeof name - 1) != 0 || name[0] == '\0') return "localhost";
-  return name;
-}
 
 struct LocalRank {
   int rank = 0;
@@ -99,7 +94,7 @@ int node_rank_claim(const AgentOptions& options, const EnvMap& env) {
 // reach it: the interface this node reaches the head by (`socket`), for
 // GLOO_SOCKET_IFNAME; empty where the name's address serves.
 std::string gloo_interface(const Connection& conn) {
-  if (auto own = cluster::resolve_ipv4(hostname()); !own || cluster::is_loopback(*own)) {
+  if (auto own = cluster::resolve_ipv4(kernel_host_name()); !own || cluster::is_loopback(*own)) {
     const std::string local = conn.local_address();
     if (!local.empty() && !cluster::is_loopback(local)) {
       if (auto name = cluster::interface_of(local)) return *name;
@@ -187,8 +182,7 @@ class Agent : public GroupObserver {
 
   int run() {
     if (!options_.token_after_connect) token_ = cluster::read_token(options_);
-    node_ = hostname();
-    if (auto name = env_get(env_, "FLOWRUN_HOSTNAME"); name && !name->empty()) node_ = *name;
+    node_ = host_name(env_);
     node_rank_claim_ = node_rank_claim(options_, env_);
     auto probe = make_probe(env_, options_.fake_gpus);
     gpus_ = static_cast<int>(select_gpus(probe->probe(), env_).gpus.size());

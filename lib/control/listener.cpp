@@ -11,6 +11,7 @@
 #include "flowrun/error.h"
 #include "flowrun/files.h"
 #include "flowrun/process.h"
+#include "flowrun/text.h"
 #include "flowrun/util.h"
 #include "flowrun/version.h"
 
@@ -22,10 +23,6 @@ namespace {
 
 std::chrono::steady_clock::duration seconds_of(double s) {
   return std::chrono::duration_cast<std::chrono::steady_clock::duration>(std::chrono::duration<double>(s));
-}
-
-std::string plural(std::size_t n, std::string_view one, std::string_view many) {
-  return fmt::format("{} {}", n, n == 1 ? one : many);
 }
 
 // Thousands of agents are thousands of sockets. The workers still get the

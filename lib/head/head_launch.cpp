@@ -9,25 +9,17 @@
 
 #include "flowrun/error.h"
 #include "flowrun/files.h"
+#include "flowrun/host.h"
 #include "flowrun/process.h"
 #include "flowrun/slurm.h"
+#include "flowrun/text.h"
 #include "flowrun/util.h"
 
 #include "node_reach.h"
 
 namespace flowrun::cluster {
 
-std::string plural(std::size_t n, std::string_view one, std::string_view many) {
-  return fmt::format("{} {}", n, n == 1 ? one : many);
-}
-
 namespace {
-
-std::string hostname() {
-  char name[256] = {};
-  gethostname(name, sizeof name - 1);
-  return name;
-}
 
 // A file only this user can read (the run's token), replacing any old one.
 void write_private_file(const std::string& path, const std::string& text) {
@@ -71,7 +63,7 @@ std::uint16_t rendezvous_port(const std::string& rendezvous) {
 std::string listen(Listener& listener, const ClusterSpec& cluster, const std::optional<SlurmJob>& slurm_job,
                    const std::vector<std::string>& ssh, const std::string& token, std::string& token_file) {
   if (cluster.rendezvous.empty()) {
-    listener.listen_on_candidates(choose_head_addresses(cluster, slurm_job, hostname(), ssh));
+    listener.listen_on_candidates(choose_head_addresses(cluster, slurm_job, kernel_host_name(), ssh));
     return describe_head_addresses(listener.candidates(), listener.port(), [](const std::string& address) {
       return interface_of(address).value_or("");
     });

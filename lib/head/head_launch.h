@@ -17,9 +17,6 @@
 
 namespace flowrun::cluster {
 
-// "1 node", "2 nodes".
-std::string plural(std::size_t n, std::string_view one, std::string_view many);
-
 struct HeadLaunch {
   std::string token_file;  // written for the agents to read (empty: none); removed at the step's end
   std::string marker_path, marker_text;

@@ -3,6 +3,7 @@
 #include <chrono>
 #include <fmt/format.h>
 
+#include "flowrun/text.h"
 #include "flowrun/util.h"
 
 #include "head_launch.h"

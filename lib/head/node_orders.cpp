@@ -7,6 +7,7 @@
 
 #include "flowrun/protocol.h"
 #include "flowrun/start_wire.h"
+#include "flowrun/text.h"
 #include "flowrun/worker_env.h"
 
 #include "head_launch.h"

@@ -8,16 +8,11 @@
 #include "flowrun/error.h"
 #include "flowrun/files.h"
 #include "flowrun/preflight_wire.h"
+#include "flowrun/text.h"
 
 namespace flowrun::cluster {
 
-namespace {
-
-std::string plural(std::size_t n, std::string_view one, std::string_view many) {
-  return fmt::format("{} {}", n, n == 1 ? one : many);
-}
-
-}  // namespace
+namespace {}  // namespace
 
 NodePreflight::NodePreflight(const Console& console, const StepPlan& plan, std::string report_path,
                              Links links)

@@ -3,6 +3,8 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+#include "flowrun/text.h"
+
 #include "head_launch.h"
 
 namespace flowrun::cluster {

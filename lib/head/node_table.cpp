@@ -5,17 +5,12 @@
 #include <fmt/ranges.h>
 
 #include "flowrun/messages.h"
+#include "flowrun/text.h"
 #include "flowrun/util.h"
 
 namespace flowrun::cluster {
 
-namespace {
-
-std::string plural(std::size_t n, std::string_view one, std::string_view many) {
-  return fmt::format("{} {}", n, n == 1 ? one : many);
-}
-
-}  // namespace
+namespace {}  // namespace
 
 int free_node_rank(const std::vector<bool>& joined, const std::vector<int>& started) {
   for (std::size_t i = 0; i < joined.size(); ++i) {

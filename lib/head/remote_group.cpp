@@ -28,6 +28,7 @@
 #include "flowrun/slurm.h"
 #include "flowrun/start_wire.h"
 #include "flowrun/step_runner.h"
+#include "flowrun/text.h"
 #include "flowrun/util.h"
 
 #include "attempt_news.h"
@@ -205,7 +206,7 @@ class Head : public GroupObserver, public cluster::NodeInbox {
   // step, of the next one.
   std::string placement() const {
     const std::size_t nodes = phase_ == Phase::between && nodes_.elastic() ? nodes_.usable() : nodes_.size();
-    return cluster::plural(nodes, "node", "nodes");
+    return plural(nodes, "node", "nodes");
   }
 
   // ---- GroupObserver ------------------------------------------------------

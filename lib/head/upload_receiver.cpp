@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include "flowrun/files.h"
+#include "flowrun/path.h"
 #include "flowrun/supervisor.h"
 #include "flowrun/util.h"
 
@@ -54,7 +55,7 @@ void UploadReceiver::begin(int node_rank, const UploadBegin& m) {
       if (!up.fd)
         error = fmt::format("upload of '{}' refused: cannot create it in {} without following a symlink: {}",
                             printable(*safe), root, std::strerror(errno));
-      up.leaf = safe->substr(safe->rfind('/') + 1);
+      up.leaf = std::string(base_name(*safe));
     }
     up.path = printable(*safe);  // only said: a rank named it (a newline cannot forge a line)
   }

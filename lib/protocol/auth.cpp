@@ -5,11 +5,12 @@
 #include <openssl/err.h>
 #include <openssl/evp.h>
 #include <openssl/hmac.h>
-#include <openssl/rand.h>
 #include <utility>
 
 #include "flowrun/error.h"
+#include "flowrun/files.h"
 #include "flowrun/protocol.h"
+#include "flowrun/text.h"
 
 namespace flowrun {
 
@@ -18,31 +19,12 @@ namespace {
 // Bumped only with kProtocolVersion, and only if the proof itself changes.
 constexpr std::string_view kAuthContext{"flowrun-auth-v1\0", 16};
 
-std::string to_hex(const unsigned char* bytes, std::size_t size) {
-  constexpr char kDigits[] = "0123456789abcdef";
-  std::string out;
-  out.reserve(2 * size);
-  for (std::size_t i = 0; i < size; ++i) {
-    out.push_back(kDigits[bytes[i] >> 4]);
-    out.push_back(kDigits[bytes[i] & 0x0f]);
-  }
-  return out;
-}
-
 std::string openssl_error() {
   unsigned long code = ERR_get_error();
   if (code == 0) return "no error reported";
   std::array<char, 256> text{};
   ERR_error_string_n(code, text.data(), text.size());
   return text.data();
-}
-
-std::string random_hex(std::size_t size) {
-  std::array<unsigned char, 64> bytes{};
-  if (RAND_bytes(bytes.data(), static_cast<int>(size)) != 1) {
-    throw Error("cannot get random bytes from OpenSSL: " + openssl_error());
-  }
-  return to_hex(bytes.data(), size);
 }
 
 }  // namespace
@@ -67,7 +49,7 @@ std::string auth_proof(std::string_view token, std::string_view nonce, std::stri
            &digest_size) == nullptr) {
     throw Error("cannot compute HMAC-SHA256 with OpenSSL: " + openssl_error());
   }
-  return to_hex(digest.data(), digest_size);
+  return hex(digest.data(), digest_size);
 }
 
 namespace {
