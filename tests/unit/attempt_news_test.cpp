@@ -1,4 +1,4 @@
-// The head's attempt bookkeeping (lib/cluster/attempt_news.cpp): each note
+// The head's attempt bookkeeping (lib/head/attempt_news.cpp): each note
 // and error handed to the step runner once, what stands for an attempt
 // that never started, and how an attempt's outcome is decided.
 #include "attempt_news.h"

@@ -1,4 +1,4 @@
-// How the head reaches the nodes (lib/cluster/engines.cpp): the srun and ssh
+// How the head reaches the nodes (lib/head/engines.cpp): the srun and ssh
 // command lines it starts, the agent's argv, shell quoting for the remote
 // shell, and the address agents dial. Command lines are compared whole: they
 // are what Slurm and ssh receive.

@@ -1,5 +1,5 @@
 // The engine's processes as the head watches them
-// (lib/cluster/engine_watch.cpp): srun's wait for resources and its grant,
+// (lib/head/engine_watch.cpp): srun's wait for resources and its grant,
 // and what the head says when one ends before its agents joined or while
 // the ranks run, with the last lines it wrote.
 #include "engine_watch.h"

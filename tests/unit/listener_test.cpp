@@ -1,9 +1,8 @@
-// The head's listener (lib/cluster/listener.cpp): which node rank a joiner
-// gets, which connection in its handshake gives way when they are too
-// many, and the handshake itself over loopback: an agent that proves the
-// token is welcomed and handed over; one with the wrong token, another
-// flowrun or a rank the head refuses gets a refused frame saying why; so
-// does an agent of another protocol, in its own (and the agent's side of that,
+// The head's listener (lib/control/listener.cpp): which connection in its
+// handshake gives way when they are too many, and the handshake itself over
+// loopback: an agent that proves the token is welcomed and handed over;
+// one with the wrong token, another flowrun or a rank the head refuses gets
+// a refused frame saying why; so does an agent of another protocol, in its own (and the agent's side of that,
 // join_head against a head of another protocol).
 #include "flowrun/listener.h"
 

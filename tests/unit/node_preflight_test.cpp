@@ -1,4 +1,4 @@
-// The preflight across nodes (lib/cluster/node_preflight.cpp), over fake
+// The preflight across nodes (lib/head/node_preflight.cpp), over fake
 // links: node 0 makes the communicator's id and the others join it; a
 // malformed id is the node's protocol error; a node whose check fails stops
 // the others'; node 0 ending without an id leaves the others unchecked; the

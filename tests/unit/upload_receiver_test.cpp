@@ -1,4 +1,4 @@
-// The head's receiver of the agents' uploads (lib/cluster/upload_receiver.cpp):
+// The head's receiver of the agents' uploads (lib/head/upload_receiver.cpp):
 // what lands beneath a rank's directory, and what is refused or removed: a
 // rank of another node, a path outside error.json and out/, a rank
 // directory that is a symlink, more bytes than announced, a wrong checksum,
