@@ -2,8 +2,9 @@
 // handshake gives way when they are too many, and the handshake itself over
 // loopback: an agent that proves the token is welcomed and handed over;
 // one with the wrong token, another flowrun or a rank the head refuses gets
-// a refused frame saying why; so does an agent of another protocol, in its own (and the agent's side of that,
-// join_head against a head of another protocol).
+// a refused frame saying why; so does an agent of another protocol, in its
+// own (and the agent's side of that, join_head against a head of another
+// protocol).
 #include "flowrun/listener.h"
 
 #include <boost/asio/io_context.hpp>
