@@ -18,12 +18,14 @@
 // the run, and the spec init writes. Reading the command line, the option
 // table, the spec's shape and the nodes' meeting have files of their own
 // (run_detail.h lists them).
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <fcntl.h>
 #include <fmt/format.h>
 #include <iostream>
 #include <optional>
+#include <sched.h>
 #include <set>
 #include <tuple>
 #include <unistd.h>
@@ -32,6 +34,7 @@
 #include "flowrun/fd.h"
 #include "flowrun/flow.h"
 #include "flowrun/gpu.h"
+#include "flowrun/net_addresses.h"
 #include "flowrun/report.h"
 #include "flowrun/supervisor.h"
 
@@ -42,6 +45,41 @@
 namespace flowrun::run_detail {
 
 namespace {
+
+// How many CPU cores this process may use.
+int cpu_count() {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  if (sched_getaffinity(0, sizeof set, &set) == 0) return std::max(1, CPU_COUNT(&set));
+  return static_cast<int>(std::max(1L, sysconf(_SC_NPROCESSORS_ONLN)));
+}
+
+// What build_spec knows of this host: the probe's GPUs, this process's
+// cores, the programs PATH has, and whether an endpoint names this host.
+RunHost this_host(const HostFacts& facts, const EnvMap& env) {
+  RunHost host;
+  host.facts = facts;
+  host.cpus = cpu_count();
+  host.env = env;
+  const std::string path = env_get(env, "PATH").value_or("/usr/local/bin:/usr/bin:/bin");
+  host.on_path = [path](const std::string& name) {
+    std::size_t start = 0;
+    while (start <= path.size()) {
+      std::size_t end = path.find(':', start);
+      if (end == std::string::npos) end = path.size();
+      std::string dir = path.substr(start, end - start);
+      if (dir.empty()) dir = ".";
+      if (access((dir + "/" + name).c_str(), X_OK) == 0) return true;
+      start = end + 1;
+    }
+    return false;
+  };
+  host.in_workdir = [](const std::string& name) { return access(name.c_str(), X_OK) == 0; };
+  host.is_this_host = [name = facts.hostname](const std::string& node0) {
+    return cluster::is_this_host(node0, name);
+  };
+  return host;
+}
 
 void note(const Request& r) {
   for (const auto& n : r.notes) std::cerr << "flowrun run: " << n << "\n";
@@ -201,7 +239,9 @@ int run_request(Request& r, SummaryTarget& target) {
     args = r.spec_args;
     note(r);
   } else {
-    built = build_spec(r, host, env, "run", false);
+    built = build_spec(r, this_host(host, env), "run", false);
+    r.notes.insert(r.notes.end(), built.notes.begin(), built.notes.end());
+    if (built.meeting.claim) claim_rendezvous(built.meeting, r);
     spec_text = built.text;
     if ((!r.numa_binding.empty() || r.virtual_local_rank) && built.shape.nodes > 1)
       usage_error("run", std::string(r.virtual_local_rank ? "--virtual-local-rank" : "--numa-binding") +
@@ -250,7 +290,8 @@ int run_request(Request& r, SummaryTarget& target) {
 int init_request(Request& r) {
   const EnvMap env = read_environ();
   const HostFacts host = probe_host(fake_gpus_from_env(r.fake_gpus, env), env);
-  Built built = build_spec(r, host, env, "init", true);
+  Built built = build_spec(r, this_host(host, env), "init", true);
+  r.notes.insert(r.notes.end(), built.notes.begin(), built.notes.end());
   for (auto [given, option] :
        {std::pair{!r.redirects.empty(), "--redirects"}, std::pair{!r.tee.empty(), "--tee"},
         std::pair{!r.local_ranks_filter.empty(), "--local-ranks-filter"},

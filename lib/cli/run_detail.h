@@ -4,9 +4,11 @@
 //   run_options.cpp  the option table, and what each option sets in a Request
 //   run_parse.cpp    the command line read into a Request (CLI11, argparse's ways)
 //   run_spec.cpp     from a Request to the one-step spec: its name, argv, shape
+//                    (pure: what it knows of the host comes in a RunHost)
 //   run_meeting.cpp  how several nodes meet: node 0's endpoint, head or agent
 #pragma once
 
+#include <functional>
 #include <optional>
 #include <span>
 #include <string>
@@ -149,14 +151,35 @@ struct Meeting {
   enum class Kind { one_node, slurm, head, agent } kind = Kind::one_node;
   std::string endpoint;  // HOST:PORT (head, agent)
   int node_rank = 0;     // agent: -1, the next free one
-  int listen_fd = -1;    // head: the rendezvous port, bound by claim_rendezvous
-  std::string joins;     // agent: why, when another flowrun run holds the port
+  // No --node-rank on the endpoint's host: head or agent is whether this
+  // flowrun run binds the port first, which claim_rendezvous finds out.
+  bool claim = false;
+  int listen_fd = -1;  // head: the rendezvous port, bound by claim_rendezvous
+  std::string joins;   // agent: why, when another flowrun run holds the port
+};
+
+// What the one-step spec reads of the host it is built on, filled by the
+// caller (run_cmd.cpp, from the machine) or by a test: build_spec itself
+// reads nothing of the machine, so a request and a RunHost give one text.
+struct RunHost {
+  HostFacts facts;  // the GPUs this process may use (or why none)
+  int cpus = 1;     // the CPU cores this process may use
+  EnvMap env;       // PYTHON_EXEC, SLURM_JOB_ID, SLURM_NODEID
+  // Whether a directory of PATH has an executable `name` (python3, python,
+  // --no-python's program).
+  std::function<bool(const std::string& name)> on_path;
+  // Whether the working directory has an executable `name`.
+  std::function<bool(const std::string& name)> in_workdir;
+  // Whether `host`, a name or an address, is this host (node 0's endpoint);
+  // asked only when no node rank is given, since it may resolve a name.
+  std::function<bool(const std::string& host)> is_this_host;
 };
 
 struct Built {
   std::string text;  // the spec
   Shape shape;
   Meeting meeting;
+  std::vector<std::string> notes;  // what the request passes over, for stderr
 };
 
 // A name for files and run ids made of `text`: letters, digits, . _ and -.
@@ -164,13 +187,21 @@ std::string slug(std::string text);
 // The step's name: the script's, the module's or the program's, without directories or suffix.
 std::string step_name(const Request& r);
 
-// The one-step spec of a request, with its shape and (flowrun run) how its
-// nodes meet; the request's notes get what it passes over.
-Built build_spec(Request& r, const HostFacts& host, const EnvMap& env, const std::string& command,
-                 bool for_init);
+// The one-step spec of a request, with its shape, (flowrun run) how its
+// nodes meet and the notes of what it passes over; a request it cannot run
+// is a usage error. Pure: no file, socket or variable of this process is read.
+Built build_spec(const Request& r, const RunHost& host, const std::string& command, bool for_init);
 
-// How the nodes of the step meet (run_meeting.cpp).
-Meeting meeting_for(Request& r, const Shape& shape, const EnvMap& env, const std::string& command);
+// How the nodes of the step meet, decided from the request and the host's
+// answers (run_meeting.cpp); `notes` gets what it passes over. Pure: with
+// Meeting::claim, claim_rendezvous then binds the port.
+Meeting meeting_for(const Request& r, const Shape& shape, const RunHost& host, const std::string& command,
+                    std::vector<std::string>& notes);
+
+// The first flowrun run on the endpoint's host to bind its port is the head
+// (m.listen_fd); one that finds another flowrun run there joins it as an
+// agent. Anything else on the port is an error (run_meeting.cpp).
+void claim_rendezvous(Meeting& m, const Request& r);
 
 // Where the head leaves the run's token for the nodes that join it: in the
 // working directory, which every node must share (docs/multinode.md).

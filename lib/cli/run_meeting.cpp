@@ -3,6 +3,8 @@
 // (--node-rank 0, or the first on the endpoint's host to bind its port) is
 // the head and the others join it as agents. Apart from the spec's text, since
 // it is sockets and ports, not YAML (docs/multinode.md, docs/migrating.md).
+// meeting_for decides from the host's answers (a RunHost) and is pure;
+// claim_rendezvous binds the port, and join_node0 runs the agent.
 #include <algorithm>
 #include <cctype>
 #include <cerrno>
@@ -13,7 +15,6 @@
 
 #include "flowrun/agent.h"
 #include "flowrun/error.h"
-#include "flowrun/host.h"
 #include "flowrun/net_addresses.h"
 #include "flowrun/process.h"
 
@@ -43,12 +44,15 @@ std::string rendezvous_endpoint(const Request& r, const std::string& command) {
   return host + ":" + std::to_string(port);
 }
 
+}  // namespace
+
 // No --node-rank on the endpoint's host: the first flowrun run to bind the
 // port is the head, as the first torchrun to host the c10d store is; one
 // that finds it taken by another flowrun run (of this user) joins that
 // one. Anything else holding the port is an error, said at once: joining it
 // would only wait out the join timeout.
-void claim_rendezvous(Meeting& m, const Request& r, int port) {
+void claim_rendezvous(Meeting& m, const Request& r) {
+  const int port = std::stoi(m.endpoint.substr(m.endpoint.rfind(':') + 1));
   const std::string where = "--rdzv-endpoint " + m.endpoint;
   for (int round = 0;; ++round) {
     int err = 0;
@@ -86,19 +90,18 @@ void claim_rendezvous(Meeting& m, const Request& r, int port) {
   }
 }
 
-}  // namespace
-
-Meeting meeting_for(Request& r, const Shape& shape, const EnvMap& env, const std::string& command) {
+Meeting meeting_for(const Request& r, const Shape& shape, const RunHost& host, const std::string& command,
+                    std::vector<std::string>& notes) {
   Meeting m;
   const std::string endpoint = rendezvous_endpoint(r, command);
   if (shape.nodes == 1) {
     if (!endpoint.empty() && !r.standalone)
-      r.notes.push_back("one node: its workers meet on this host (MASTER_ADDR=127.0.0.1, a free port); " +
-                        endpoint + " is used only with --nnodes above 1");
+      notes.push_back("one node: its workers meet on this host (MASTER_ADDR=127.0.0.1, a free port); " +
+                      endpoint + " is used only with --nnodes above 1");
     return m;
   }
   if (endpoint.empty()) {
-    if (env_get(env, "SLURM_JOB_ID")) {
+    if (env_get(host.env, "SLURM_JOB_ID")) {
       m.kind = Meeting::Kind::slurm;
       return m;
     }
@@ -111,21 +114,22 @@ Meeting meeting_for(Request& r, const Shape& shape, const EnvMap& env, const std
                     "(docs/multinode.md)");
   }
   m.endpoint = endpoint;
-  const std::string host = endpoint.substr(0, endpoint.rfind(':'));
+  const std::string node0 = endpoint.substr(0, endpoint.rfind(':'));
   int rank = -1;
   if (r.node_rank) {
     rank = *r.node_rank;
-  } else if (auto id = env_get(env, "SLURM_NODEID");
+  } else if (auto id = env_get(host.env, "SLURM_NODEID");
              id && !id->empty() && id->size() < 6 && std::all_of(id->begin(), id->end(), ::isdigit)) {
     rank = std::stoi(*id);
   }
   if (rank >= shape.nodes)
     usage_error(command, fmt::format("--node-rank {}: --nnodes {} has node ranks 0 to {}", rank, shape.nodes,
                                      shape.nodes - 1));
-  const bool here = rank < 0 && cluster::is_this_host(host, host_name(env));
+  const bool here = rank < 0 && host.is_this_host(node0);
   in_addr ipv4{};
   if (here && !r.dry_run && (r.local_addr.empty() || inet_pton(AF_INET, r.local_addr.c_str(), &ipv4) == 1)) {
-    claim_rendezvous(m, r, std::stoi(endpoint.substr(endpoint.rfind(':') + 1)));
+    m.kind = Meeting::Kind::head;  // unless claim_rendezvous finds another there
+    m.claim = true;
     return m;
   }
   const bool head = rank == 0 || here;

@@ -2,11 +2,13 @@
 // writes: the step's name, what every worker runs (which Python, -m, a
 // program), its parallel: shape from --nproc-per-node and --nnodes, and the
 // cluster: part of several nodes. one_step.cpp writes the step's text.
+//
+// Pure: what it needs to know of the host (GPUs, CPU cores, programs on
+// PATH, whether node 0's endpoint is here) comes in a RunHost, so that
+// run_spec_test.cpp checks the text of every command line on made-up hosts.
 #include <algorithm>
 #include <cctype>
 #include <fmt/format.h>
-#include <sched.h>
-#include <unistd.h>
 
 #include "flowrun/error.h"
 #include "flowrun/path.h"
@@ -42,58 +44,36 @@ std::string step_name(const Request& r) {
 
 namespace {
 
-bool on_path(const std::string& name, const EnvMap& env) {
-  const std::string path = env_get(env, "PATH").value_or("/usr/local/bin:/usr/bin:/bin");
-  std::size_t start = 0;
-  while (start <= path.size()) {
-    std::size_t end = path.find(':', start);
-    if (end == std::string::npos) end = path.size();
-    std::string dir = path.substr(start, end - start);
-    if (dir.empty()) dir = ".";
-    if (access((dir + "/" + name).c_str(), X_OK) == 0) return true;
-    start = end + 1;
-  }
-  return false;
-}
-
 // --python, else torchrun's PYTHON_EXEC (not with --run-path: torchrun then
 // runs the script in its own interpreter), else what PATH has.
-std::string python_for(const Request& r, const EnvMap& env) {
+std::string python_for(const Request& r, const RunHost& host) {
   if (!r.python.empty()) return r.python;
-  if (auto exec = env_get(env, "PYTHON_EXEC"); exec && !exec->empty() && !r.run_path) return *exec;
-  if (on_path("python3", env)) return "python3";
-  if (on_path("python", env)) return "python";
+  if (auto exec = env_get(host.env, "PYTHON_EXEC"); exec && !exec->empty() && !r.run_path) return *exec;
+  if (host.on_path("python3")) return "python3";
+  if (host.on_path("python")) return "python";
   throw Error("no python3 or python on PATH: activate the environment that has torch, or give --python PATH",
               kExitUsage);
 }
 
-std::vector<std::string> worker_argv(Request& r, const EnvMap& env) {
+std::vector<std::string> worker_argv(const Request& r, const RunHost& host, std::vector<std::string>& notes) {
   std::vector<std::string> argv;
   if (!r.no_python) {
-    argv.push_back(python_for(r, env));
+    argv.push_back(python_for(r, host));
     if (r.module) argv.emplace_back("-m");
   }
   argv.insert(argv.end(), r.command.begin(), r.command.end());
   // A program named without a directory is looked up on PATH, where torchrun
   // would not find one in the working directory either; flowrun runs that one.
   std::string& program = argv.front();
-  if (r.no_python && program.find('/') == std::string::npos && !on_path(program, env) &&
-      access(program.c_str(), X_OK) == 0) {
-    r.notes.push_back(program + " is not on PATH: running ./" + program + " from the working directory");
+  if (r.no_python && program.find('/') == std::string::npos && !host.on_path(program) &&
+      host.in_workdir(program)) {
+    notes.push_back(program + " is not on PATH: running ./" + program + " from the working directory");
     program = "./" + program;
   }
   return argv;
 }
 
-// How many CPU cores this process may use.
-int cpu_count() {
-  cpu_set_t set;
-  CPU_ZERO(&set);
-  if (sched_getaffinity(0, sizeof set, &set) == 0) return std::max(1, CPU_COUNT(&set));
-  return static_cast<int>(std::max(1L, sysconf(_SC_NPROCESSORS_ONLN)));
-}
-
-Shape shape_for(const Request& r, const HostFacts& host, const std::string& command) {
+Shape shape_for(const Request& r, const RunHost& host, const std::string& command) {
   Shape s;
   if (!r.nnodes.empty()) {
     std::string text = r.nnodes;
@@ -114,7 +94,8 @@ Shape shape_for(const Request& r, const HostFacts& host, const std::string& comm
   if (r.standalone && s.nodes > 1)
     usage_error(command,
                 "--standalone runs on one node; leave it out for --nnodes " + std::to_string(s.nodes));
-  const int gpus = static_cast<int>(host.inventory.gpus.size());
+  const Inventory& inventory = host.facts.inventory;
+  const int gpus = static_cast<int>(inventory.gpus.size());
   const std::string nodes_text = std::to_string(s.nodes);
   auto cpus = [&](int per_node, const std::string& why) {
     s.parallel.emplace_back("cpus", std::to_string(per_node * s.nodes));
@@ -134,16 +115,15 @@ Shape shape_for(const Request& r, const HostFacts& host, const std::string& comm
     if (gpus > 0) {
       s.why = "--nproc-per-node " + nproc + ": one worker per GPU";
     } else if (nproc == "auto") {
-      cpus(cpu_count(), "--nproc-per-node auto on a host without GPUs: one worker per CPU core");
+      cpus(host.cpus, "--nproc-per-node auto on a host without GPUs: one worker per CPU core");
     } else {
-      usage_error(command,
-                  "--nproc-per-node gpu: this host has no GPUs (" +
-                      (host.inventory.unavailable_reason.empty() ? std::string("none found")
-                                                                 : host.inventory.unavailable_reason) +
-                      "); use --nproc-per-node cpu or a number for CPU workers");
+      usage_error(command, "--nproc-per-node gpu: this host has no GPUs (" +
+                               (inventory.unavailable_reason.empty() ? std::string("none found")
+                                                                     : inventory.unavailable_reason) +
+                               "); use --nproc-per-node cpu or a number for CPU workers");
     }
   } else if (nproc == "cpu") {
-    cpus(cpu_count(), "--nproc-per-node cpu: one worker per CPU core");
+    cpus(host.cpus, "--nproc-per-node cpu: one worker per CPU core");
   } else {
     const int n = parse_int(command, "nproc-per-node", nproc, 1, 4096);
     if (gpus == 0) {
@@ -177,23 +157,22 @@ std::string yaml_string(const std::string& text) { return yaml_quoted(text); }
 
 }  // namespace
 
-Built build_spec(Request& r, const HostFacts& host, const EnvMap& env, const std::string& command,
-                 bool for_init) {
+Built build_spec(const Request& r, const RunHost& host, const std::string& command, bool for_init) {
   Built b;
   b.shape = shape_for(r, host, command);
-  if (!for_init) b.meeting = meeting_for(r, b.shape, env, command);
+  if (!for_init) b.meeting = meeting_for(r, b.shape, host, command, b.notes);
   // torchrun's --role and --rdzv-id reach the workers as ROLE_NAME and
   // TORCHELASTIC_RUN_ID; with --standalone torchrun makes up a run id
   // whatever --rdzv-id says, and flowrun's is that.
   if (!r.role.empty()) b.shape.parallel.emplace_back("role", yaml_string(r.role));
   if (!r.rdzv_id.empty() && r.standalone &&
       std::find(r.from_env.begin(), r.from_env.end(), "rdzv-id") == r.from_env.end())
-    r.notes.push_back(
+    b.notes.push_back(
         "--rdzv-id is passed over with --standalone, as torchrun does: TORCHELASTIC_RUN_ID is the run id");
   if (!r.rdzv_id.empty() && !r.standalone) b.shape.parallel.emplace_back("job_id", yaml_string(r.rdzv_id));
   OneStepSpec one;
   one.name = step_name(r);
-  one.argv = worker_argv(r, env);
+  one.argv = worker_argv(r, host, b.notes);
   one.timeout = r.timeout;
   one.stall_timeout = r.stall_timeout;
   one.why = b.shape.why;
@@ -219,7 +198,7 @@ Built build_spec(Request& r, const HostFacts& host, const EnvMap& env, const std
       else if (item.rfind("last_call_timeout=", 0) == 0)
         t += "  last_call_timeout: " + yaml_string(item.substr(18)) + "\n";
       else if (!item.empty())
-        r.notes.push_back(
+        b.notes.push_back(
             "--rdzv-conf " + item +
             " has no effect (only join_timeout=SECONDS and last_call_timeout=SECONDS are used)");
       start = end + 1;
