@@ -35,11 +35,15 @@ std::string step_name(const Request& r) {
   std::string word = r.command.front();
   if (r.module) {
     if (auto dot = word.rfind('.'); dot != std::string::npos) word = word.substr(dot + 1);
-    return slug(word);
+  } else {
+    word = std::string(base_name(word));
+    if (auto dot = word.rfind('.'); dot != std::string::npos && dot > 0) word.resize(dot);
   }
-  word = std::string(base_name(word));
-  if (auto dot = word.rfind('.'); dot != std::string::npos && dot > 0) word.resize(dot);
-  return slug(word);
+  // A run id may hold a dot; a step's name may not (docs/spec.md: letters,
+  // digits, '_' and '-'): "model.v2.py" is step "model-v2".
+  std::string name = slug(word);
+  std::replace(name.begin(), name.end(), '.', '-');
+  return name;
 }
 
 namespace {
