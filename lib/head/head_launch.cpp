@@ -15,6 +15,7 @@
 #include "flowrun/text.h"
 #include "flowrun/util.h"
 
+#include "head_addresses.h"
 #include "node_reach.h"
 
 namespace flowrun::cluster {

@@ -1,7 +1,7 @@
-// How the head reaches the nodes (lib/head/engines.cpp): the srun and ssh
-// command lines it starts, the agent's argv, shell quoting for the remote
-// shell, and the address agents dial. Command lines are compared whole: they
-// are what Slurm and ssh receive.
+// How the head reaches the nodes: the srun and ssh command lines it starts,
+// the agent's argv and shell quoting for the remote shell
+// (lib/head/engines.cpp), and the address agents dial (head_addresses.cpp).
+// Command lines are compared whole: they are what Slurm and ssh receive.
 #include <catch2/catch.hpp>
 #include <cstdio>
 #include <ifaddrs.h>
@@ -15,6 +15,7 @@
 #include "flowrun/start_wire.h"
 
 #include "engines.h"
+#include "head_addresses.h"
 #include "node_table.h"
 
 using namespace flowrun;
