@@ -1,183 +1,27 @@
 #include "engines.h"
 
 #include <algorithm>
+#include <fmt/format.h>
 
-#include "flowrun/child.h"
-#include "flowrun/error.h"
+#include "flowrun/net_addresses.h"
+#include "flowrun/text.h"
 #include "flowrun/util.h"
+
+#include "head_addresses.h"
 
 namespace flowrun::cluster {
 
 namespace {
 
-// What `argv` writes on stdout (at most 64 KiB), whatever its exit status;
-// empty when it cannot be run. Its stderr goes to /dev/null.
-std::string command_output(std::vector<std::string> argv) {
-  HelperRequest request;
-  request.argv = std::move(argv);
-  request.stderr_to = HelperStderr::discard;
-  request.output_limit = 64 << 10;
-  return run_helper(request).output;
-}
+// Every node's agent and every spare's (node ranks nodes.size() and up).
+int agents_of(const StepPlan& plan) { return static_cast<int>(plan.nodes.size() + plan.spares.size()); }
 
-bool plain_word(const std::string& word) {
-  return !word.empty() &&
-         word.find_first_not_of("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-_.@") ==
-             std::string::npos;
-}
-
-// The host ssh really connects to for `host` (its config may map the name:
-// `ssh -G` prints the resolved configuration).
-std::optional<std::string> ssh_hostname(const std::vector<std::string>& ssh, const std::string& host) {
-  if (ssh.empty() || !plain_word(host)) return std::nullopt;
-  std::vector<std::string> argv = ssh;
-  argv.insert(argv.end(), {"-G", host});
-  const std::string text = command_output(std::move(argv));
-  const auto at = text.find("\nhostname ");
-  const std::size_t start = text.rfind("hostname ", 0) == 0 ? 9 : (at == std::string::npos ? 0 : at + 10);
-  if (start == 0) return std::nullopt;
-  const auto end = text.find('\n', start);
-  std::string name = text.substr(start, end == std::string::npos ? std::string::npos : end - start);
-  if (name.empty() || name == destination_host(host)) return std::nullopt;
-  return name;
-}
-
-// A Slurm node's address as slurmctld knows it (NodeAddr), for a node name
-// this host cannot resolve itself.
-std::optional<std::string> slurm_node_address(const std::string& node) {
-  if (!plain_word(node)) return std::nullopt;
-  const std::string text = command_output({"scontrol", "show", "node", "-o", node});
-  const auto at = text.find("NodeAddr=");
-  if (at == std::string::npos) return std::nullopt;
-  const auto end = text.find_first_of(" \n", at);
-  std::string address = text.substr(at + 9, end == std::string::npos ? std::string::npos : end - at - 9);
-  if (address.empty()) return std::nullopt;
-  return address;
+const std::string& host_of(const StepPlan& plan, int i) {
+  const auto at = static_cast<std::size_t>(i);
+  return at < plan.nodes.size() ? plan.nodes[at].host : plan.spares[at - plan.nodes.size()].host;
 }
 
 }  // namespace
-
-std::vector<HeadAddress> order_head_addresses(const std::vector<RouteHint>& hints,
-                                              const std::string& hostname,
-                                              const std::optional<std::string>& hostname_address,
-                                              const std::vector<LocalAddress>& interfaces) {
-  std::vector<HeadAddress> chosen;
-  auto add = [&](const std::string& address, std::string why) {
-    if (address.empty() || is_loopback(address)) return;
-    for (const auto& c : chosen)
-      if (c.address == address) return;
-    chosen.push_back({address, std::move(why)});
-  };
-  for (const auto& hint : hints) add(hint.source, "the address this host uses to reach " + hint.what);
-  // The name's address only when it is this host's: a stale DNS or hosts
-  // entry would send the agents to another machine.
-  if (hostname_address) {
-    for (const auto& i : interfaces)
-      if (i.up && !i.loopback && i.address == *hostname_address)
-        add(*hostname_address, "the address of this host's name, " + hostname);
-  }
-  for (const auto& i : interfaces)
-    if (i.up && !i.loopback) add(i.address, "interface " + i.interface);
-  return chosen;
-}
-
-std::vector<std::pair<std::string, std::string>> slurmctld_hosts(const std::string& show_config) {
-  std::vector<std::pair<std::string, std::string>> hosts, addr;
-  std::size_t pos = 0;
-  while (pos < show_config.size()) {
-    std::size_t end = show_config.find('\n', pos);
-    if (end == std::string::npos) end = show_config.size();
-    const std::string line = show_config.substr(pos, end - pos);
-    pos = end + 1;
-    const auto eq = line.find('=');
-    if (eq == std::string::npos) continue;
-    auto trim = [](std::string text) {
-      const auto first = text.find_first_not_of(" \t");
-      const auto last = text.find_last_not_of(" \t\r");
-      return first == std::string::npos ? std::string() : text.substr(first, last - first + 1);
-    };
-    const std::string key = trim(line.substr(0, eq));
-    const std::string value = trim(line.substr(eq + 1));
-    if (value.empty() || value == "(null)" || !plain_word(value.substr(0, value.find('(')))) continue;
-    if (key == "SlurmctldAddr") {
-      addr.emplace_back(value, value);
-    } else if (key.rfind("SlurmctldHost[", 0) == 0 && key.back() == ']') {
-      const auto open = value.find('(');
-      if (open == std::string::npos) {
-        hosts.emplace_back(value, value);
-      } else if (value.back() == ')') {
-        const std::string name = value.substr(0, open);
-        const std::string address = value.substr(open + 1, value.size() - open - 2);
-        hosts.emplace_back(name, plain_word(address) ? address : name);
-      }
-    }
-  }
-  addr.insert(addr.end(), hosts.begin(), hosts.end());
-  return addr;
-}
-
-std::vector<HeadAddress> choose_head_addresses(const ClusterSpec& cluster, const std::optional<SlurmJob>& job,
-                                               const std::string& hostname,
-                                               const std::vector<std::string>& ssh) {
-  if (cluster.address) return {{*cluster.address, "cluster.address"}};
-  std::vector<RouteHint> hints;
-  std::vector<std::string> nodes;
-  if (cluster.engine == Engine::ssh) nodes = cluster.hosts;
-  if (cluster.engine == Engine::slurm && job) nodes = job->nodes;
-  // The first node that has a route decides; every node is on the cluster's network.
-  for (const auto& node : nodes) {
-    if (auto source = route_source(node); source && !is_loopback(*source)) {
-      hints.push_back({destination_host(node), *source});
-      break;
-    }
-    if (resolve_ipv4(destination_host(node))) continue;
-    // A node's name may mean something only to ssh's config, or to Slurm.
-    const auto address = cluster.engine == Engine::slurm ? slurm_node_address(node) : ssh_hostname(ssh, node);
-    if (!address) continue;
-    if (auto source = route_source(*address); source && !is_loopback(*source)) {
-      hints.push_back({destination_host(node) + " (" + *address + ", from " +
-                           (cluster.engine == Engine::slurm ? "scontrol" : "ssh -G") + ")",
-                       *source});
-      break;
-    }
-  }
-  if (cluster.engine == Engine::slurm) {
-    // Every node reaches slurmctld; without an allocation it is the only
-    // part of the cluster known before srun names the nodes.
-    for (const auto& [name, address] : slurmctld_hosts(command_output({"scontrol", "show", "config"}))) {
-      const auto ip = resolve_ipv4(address);
-      if (!ip) continue;
-      const auto source = route_source(*ip);
-      hints.push_back(
-          {"slurmctld at " + (name == *ip ? name : name + " (" + *ip + ")"), source.value_or("")});
-    }
-  }
-  auto chosen = order_head_addresses(hints, hostname, resolve_ipv4(hostname), local_addresses());
-  if (chosen.empty())
-    throw Error("cannot find an address for the other nodes to reach this host: set cluster.address");
-  return chosen;
-}
-
-std::string describe_head_addresses(const std::vector<HeadAddress>& candidates, std::uint16_t port,
-                                    const std::function<std::string(const std::string&)>& interface_of) {
-  if (candidates.empty()) return {};
-  auto on = [&](const std::string& address, const std::string& why) {
-    const std::string name = interface_of(address);
-    // cluster.address is shown as written.
-    if (name.empty() || why == "interface " + name || why == "cluster.address") return std::string();
-    return ", on " + name;
-  };
-  const auto& first = candidates.front();
-  const bool v6 = first.address.find(':') != std::string::npos;
-  std::string text = (v6 ? "[" + first.address + "]" : first.address) + ":" + std::to_string(port) + " (" +
-                     first.why + on(first.address, first.why);
-  for (std::size_t i = 1; i < candidates.size(); ++i) {
-    const auto& c = candidates[i];
-    text += (i == 1 ? "; agents that cannot reach it try " : ", then ") + c.address + " (" +
-            (c.why.rfind("interface ", 0) == 0 ? c.why.substr(10) : c.why + on(c.address, c.why)) + ")";
-  }
-  return text + ")";
-}
 
 std::vector<std::string> agent_argv(const AgentCommand& agent, int node) {
   std::vector<std::string> argv{agent.flowrun, "agent", "--rdzv-endpoint", agent.endpoint};
@@ -192,99 +36,152 @@ std::vector<std::string> agent_argv(const AgentCommand& agent, int node) {
   return argv;
 }
 
-std::vector<EngineLaunch> engine_launches(const ClusterSpec& cluster, const StepPlan& plan,
-                                          const std::optional<SlurmJob>& job, const AgentCommand& agent,
-                                          const std::vector<std::string>& ssh_default) {
-  // Every node's agent and every spare's (node ranks nodes.size() and up).
-  const int nodes = static_cast<int>(plan.nodes.size() + plan.spares.size());
-  auto host_of = [&plan](int i) -> const std::string& {
-    const auto at = static_cast<std::size_t>(i);
-    return at < plan.nodes.size() ? plan.nodes[at].host : plan.spares[at - plan.nodes.size()].host;
-  };
+JoinByHand AgentEngine::by_hand(const AgentsWanted&) const { return {}; }
+
+// ---- slurm -------------------------------------------------------------------
+
+SlurmEngine::SlurmEngine(std::optional<SlurmJob> job, std::vector<std::string> srun_args)
+    : job_(std::move(job)), srun_args_(std::move(srun_args)) {}
+
+std::vector<EngineLaunch> SlurmEngine::launches(const AgentsWanted& wanted) const {
+  const StepPlan& plan = *wanted.plan;
+  const int nodes = agents_of(plan);
+  EngineLaunch srun;
+  srun.label = "srun";
+  srun.what = "srun";
+  srun.log = "srun";
+  srun.argv = {"srun", "--nodes=" + std::to_string(nodes), "--ntasks=" + std::to_string(nodes),
+               "--ntasks-per-node=1"};
+  if (plan.spares.empty() && plan.min_nodes == 0) {
+    srun.argv.emplace_back("--kill-on-bad-exit=1");
+  } else {
+    // A lost node's agent must not take the others with it, nor its node
+    // the job: a spare takes its place, or an elastic step goes on without
+    // it.
+    srun.argv.emplace_back("--kill-on-bad-exit=0");
+    srun.argv.emplace_back("--no-kill");
+  }
+  srun.argv.emplace_back("--input=all");
+  if (job_) {
+    // Inside an allocation: the agent gets the node's CPUs to hand to its
+    // workers (srun gives a task one CPU unless told).
+    // In a mixed allocation the smallest node decides: srun refuses a task
+    // more CPUs than its node has.
+    if (!job_->cpus_per_node.empty())
+      srun.argv.push_back("--cpus-per-task=" + std::to_string(*std::min_element(job_->cpus_per_node.begin(),
+                                                                                job_->cpus_per_node.end())));
+  } else {
+    srun.argv.push_back("--job-name=flowrun-" + plan.step);
+  }
+  if (!plan.cpu && !plan.nodes.empty() && plan.nodes.front().gpus_available > 0)
+    srun.argv.push_back("--gpus-per-node=" + std::to_string(plan.nodes.front().gpus_available));
+  for (const auto& arg : srun_args_) srun.argv.push_back(arg);
+  for (const auto& arg : agent_argv(wanted.agent, -1)) srun.argv.push_back(arg);
+  return {std::move(srun)};
+}
+
+// ---- ssh ---------------------------------------------------------------------
+
+SshEngine::SshEngine(std::vector<std::string> ssh) : ssh_(std::move(ssh)) {}
+
+std::vector<EngineLaunch> SshEngine::launches(const AgentsWanted& wanted) const {
+  const StepPlan& plan = *wanted.plan;
+  const AgentCommand& agent = wanted.agent;
   std::vector<EngineLaunch> launches;
-  switch (cluster.engine) {
-    case Engine::manual:
-      if (!cluster.rendezvous.empty()) {
-        // flowrun run's rendezvous: node 0 is this host; its agent dials the
-        // endpoint the other nodes dial, so its address is one they reach.
-        EngineLaunch local;
-        local.node = 0;
-        local.label = "node0 agent";
-        local.what = "node 0's agent";
-        AgentCommand own = agent;
-        own.endpoint = cluster.rendezvous;
-        // Where the endpoint's name means loopback here (Debian maps the
-        // host name to 127.0.1.1), node 0's address would be one no other
-        // node reaches: dial this host's first interface instead.
-        const auto colon = cluster.rendezvous.rfind(':');
-        const std::string host = cluster.rendezvous.substr(0, colon);
-        if (auto ip = resolve_ipv4(host); !ip || is_loopback(*ip)) {
-          const auto candidates = order_head_addresses({}, "", std::nullopt, local_addresses());
-          if (!candidates.empty())
-            own.endpoint = candidates.front().address + cluster.rendezvous.substr(colon);
-        }
-        local.argv = agent_argv(own, 0);
-        launches.push_back(std::move(local));
-      }
-      break;
-    case Engine::slurm: {
-      EngineLaunch srun;
-      srun.label = "srun";
-      srun.what = "srun";
-      srun.argv = {"srun", "--nodes=" + std::to_string(nodes), "--ntasks=" + std::to_string(nodes),
-                   "--ntasks-per-node=1"};
-      if (plan.spares.empty() && plan.min_nodes == 0) {
-        srun.argv.emplace_back("--kill-on-bad-exit=1");
-      } else {
-        // A lost node's agent must not take the others with it, nor its
-        // node the job: a spare takes its place, or an elastic step goes
-        // on without it.
-        srun.argv.emplace_back("--kill-on-bad-exit=0");
-        srun.argv.emplace_back("--no-kill");
-      }
-      srun.argv.emplace_back("--input=all");
-      if (job) {
-        // Inside an allocation: the agent gets the node's CPUs to hand to its
-        // workers (srun gives a task one CPU unless told).
-        // In a mixed allocation the smallest node decides: srun refuses a
-        // task more CPUs than its node has.
-        if (!job->cpus_per_node.empty())
-          srun.argv.push_back(
-              "--cpus-per-task=" +
-              std::to_string(*std::min_element(job->cpus_per_node.begin(), job->cpus_per_node.end())));
-      } else {
-        srun.argv.push_back("--job-name=flowrun-" + plan.step);
-      }
-      if (!plan.cpu && !plan.nodes.empty() && plan.nodes.front().gpus_available > 0)
-        srun.argv.push_back("--gpus-per-node=" + std::to_string(plan.nodes.front().gpus_available));
-      for (const auto& arg : cluster.srun_args) srun.argv.push_back(arg);
-      for (const auto& arg : agent_argv(agent, -1)) srun.argv.push_back(arg);
-      launches.push_back(std::move(srun));
-      break;
-    }
-    case Engine::ssh: {
-      const auto& ssh = cluster.ssh_command.empty() ? ssh_default : cluster.ssh_command;
-      for (int i = 0; i < nodes; ++i) {
-        const std::string& host = host_of(i);
-        EngineLaunch launch;
-        launch.node = i;
-        launch.label = destination_host(host) + " ssh";
-        launch.what = "ssh to " + host;
-        launch.argv = ssh;
-        launch.argv.push_back(host);
-        // ssh hands the remote shell one string: every word is quoted for it.
-        // Only the login's environment reaches the agent, so what it needs of
-        // the head's goes on the command line, through env(1).
-        std::string remote = "exec";
-        if (!agent.py_spy.empty()) remote += " env " + shell_quote("FLOWRUN_PY_SPY=" + agent.py_spy);
-        for (const auto& word : agent_argv(agent, i)) remote += " " + shell_quote(word);
-        launch.argv.push_back(remote);
-        launches.push_back(std::move(launch));
-      }
-      break;
-    }
+  for (int i = 0; i < agents_of(plan); ++i) {
+    const std::string& host = host_of(plan, i);
+    EngineLaunch launch;
+    launch.node = i;
+    launch.label = destination_host(host) + " ssh";
+    launch.what = "ssh to " + host;
+    launch.log = fmt::format("ssh-node{}", i);
+    launch.argv = ssh_;
+    launch.argv.push_back(host);
+    // ssh hands the remote shell one string: every word is quoted for it.
+    // Only the login's environment reaches the agent, so what it needs of
+    // the head's goes on the command line, through env(1).
+    std::string remote = "exec";
+    if (!agent.py_spy.empty()) remote += " env " + shell_quote("FLOWRUN_PY_SPY=" + agent.py_spy);
+    for (const auto& word : agent_argv(agent, i)) remote += " " + shell_quote(word);
+    launch.argv.push_back(remote);
+    launches.push_back(std::move(launch));
   }
   return launches;
+}
+
+// ---- manual ------------------------------------------------------------------
+
+std::vector<EngineLaunch> ManualEngine::launches(const AgentsWanted&) const { return {}; }
+
+JoinByHand ManualEngine::by_hand(const AgentsWanted& wanted) const {
+  JoinByHand hand;
+  hand.token_file = wanted.step_dir + "/agent.token";
+  std::string command;
+  for (const auto& word : agent_argv(wanted.agent, -1))
+    command += (command.empty() ? "" : " ") + shell_quote(word);
+  command += " --token-file " + shell_quote(hand.token_file);
+  const std::size_t nodes = wanted.nodes;
+  const std::size_t spares = wanted.plan->spares.size();
+  hand.message = fmt::format(
+      "flowrun: waiting for {}{}; on each node run (add --node-rank N to choose its rank{}):\n"
+      "flowrun:   {}",
+      plural(nodes, "agent", "agents"),
+      spares ? fmt::format(" and {}", plural(spares, "spare", "spares")) : std::string(),
+      spares ? fmt::format(", {} and up for a spare", nodes) : std::string(), command);
+  return hand;
+}
+
+// ---- flowrun run's rendezvous ------------------------------------------------
+
+RendezvousEngine::RendezvousEngine(std::string endpoint) : endpoint_(std::move(endpoint)) {}
+
+std::vector<EngineLaunch> RendezvousEngine::launches(const AgentsWanted& wanted) const {
+  // Node 0 is this host; its agent dials the endpoint the other nodes dial,
+  // so its address is one they reach.
+  EngineLaunch local;
+  local.node = 0;
+  local.label = "node0 agent";
+  local.what = "node 0's agent";
+  local.log = "agent-node0";
+  AgentCommand own = wanted.agent;
+  own.endpoint = endpoint_;
+  // Where the endpoint's name means loopback here (Debian maps the host
+  // name to 127.0.1.1), node 0's address would be one no other node
+  // reaches: dial this host's first interface instead.
+  const auto colon = endpoint_.rfind(':');
+  const std::string host = endpoint_.substr(0, colon);
+  if (auto ip = resolve_ipv4(host); !ip || is_loopback(*ip)) {
+    const auto candidates = order_head_addresses({}, "", std::nullopt, local_addresses());
+    if (!candidates.empty()) own.endpoint = candidates.front().address + endpoint_.substr(colon);
+  }
+  local.argv = agent_argv(own, 0);
+  return {std::move(local)};
+}
+
+JoinByHand RendezvousEngine::by_hand(const AgentsWanted& wanted) const {
+  const std::size_t nodes = wanted.nodes;
+  JoinByHand hand;
+  hand.message = fmt::format(
+      "flowrun: this host is node 0; waiting for {} more: run the same `flowrun run` command on {} "
+      "({}, or none: ranks in the order they join), from this directory on the shared filesystem",
+      plural(nodes - 1, "node", "nodes"), nodes == 2 ? "it" : "each",
+      nodes == 2 ? std::string("--node-rank 1") : fmt::format("--node-rank 1 to {}", nodes - 1));
+  return hand;
+}
+
+// ---- the choice ----------------------------------------------------------------
+
+std::unique_ptr<AgentEngine> make_engine(const ClusterSpec& cluster, const std::optional<SlurmJob>& job,
+                                         const std::vector<std::string>& ssh_default) {
+  switch (cluster.engine) {
+    case Engine::slurm: return std::make_unique<SlurmEngine>(job, cluster.srun_args);
+    case Engine::ssh:
+      return std::make_unique<SshEngine>(cluster.ssh_command.empty() ? ssh_default : cluster.ssh_command);
+    case Engine::manual: break;
+  }
+  // flowrun run's one-step spec says engine: manual; its head has the rendezvous.
+  if (!cluster.rendezvous.empty()) return std::make_unique<RendezvousEngine>(cluster.rendezvous);
+  return std::make_unique<ManualEngine>();
 }
 
 }  // namespace flowrun::cluster

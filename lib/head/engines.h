@@ -1,71 +1,33 @@
-// How the head reaches the nodes: the addresses it listens on, chosen from
-// what the cluster says, and the commands that start one agent per node.
+// The engines that bring up a multi-node step's agents, one per node and
+// spare: srun for all of them, ssh to each, the user by hand, or flowrun
+// run's other nodes. An engine only says what to start and what to tell the
+// user; the head starts its processes through the supervisor and watches
+// them (engine_watch.h). The spec's cluster picks one, in make_engine alone.
 // Internal to lib/head.
 #pragma once
 
-#include <cstdint>
-#include <functional>
+#include <cstddef>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
 
-#include "flowrun/net_addresses.h"
 #include "flowrun/plan.h"
 #include "flowrun/slurm.h"
 #include "flowrun/spec.h"
 
 namespace flowrun::cluster {
 
-// A host the nodes are known to reach (one of the step's nodes, slurmctld),
-// and the local address of this host's route to it.
-struct RouteHint {
-  std::string what;    // "node1", "slurmctld at head (10.200.0.1)"
-  std::string source;  // the route's local address; empty: no route, or unresolvable
-};
-
-// The addresses the agents try, best first, each with why it is there: the
-// route sources of `hints`, in order ("the address this host uses to reach
-// node1"); then `hostname_address`, what this host's name resolves to, when
-// it is one of `interfaces` ("the address of this host's name, NAME"); then
-// every other address of an up interface ("interface eth0"). Loopback
-// addresses (a Debian host name maps to 127.0.1.1) and repeats are left out;
-// the list may be empty. Pure: the caller gathers routes and interfaces.
-std::vector<HeadAddress> order_head_addresses(const std::vector<RouteHint>& hints,
-                                              const std::string& hostname,
-                                              const std::optional<std::string>& hostname_address,
-                                              const std::vector<LocalAddress>& interfaces);
-
-// slurmctld's addresses from the output of `scontrol show config`, each as
-// {name, address or name}: SlurmctldAddr when set (the address slurmd
-// dials), then every SlurmctldHost[i], "head(10.200.0.1)" giving its address
-// and "head" only the name. Pure.
-std::vector<std::pair<std::string, std::string>> slurmctld_hosts(const std::string& show_config);
-
-// The addresses agents dial, best first: cluster.address alone when set;
-// else order_head_addresses over the hints this cluster gives: the routes
-// to its first node that has one (ssh hosts, the Slurm allocation's nodes;
-// a name this host cannot resolve is looked up as ssh would, `ssh -G` with
-// `ssh`, the ssh command, or as Slurm does, `scontrol show node`), then with
-// engine: slurm the route to slurmctld (`scontrol show config`), which every
-// node reaches, also before srun has named the nodes. Throws Error when
-// there is none.
-std::vector<HeadAddress> choose_head_addresses(const ClusterSpec& cluster, const std::optional<SlurmJob>& job,
-                                               const std::string& hostname,
-                                               const std::vector<std::string>& ssh = {});
-
-// The candidates' console text: "10.200.0.1:PORT (WHY, on frc-br; agents
-// that cannot reach it try 192.0.2.2 (eth0))"; cluster.address as written,
-// without its interface. `interface_of` names the interface of an address
-// (empty: unknown). Pure.
-std::string describe_head_addresses(const std::vector<HeadAddress>& candidates, std::uint16_t port,
-                                    const std::function<std::string(const std::string&)>& interface_of);
-
 // One process the head starts to bring up agents.
 struct EngineLaunch {
   std::vector<std::string> argv;
   std::string label;  // console tag: "srun", "node2 ssh"
-  int node = -1;      // the node it serves (ssh), -1 for all (srun)
-  std::string what;   // in messages: "srun", "ssh to node2", "node 0's agent"
+  // The node it serves, which its agent claims with --node-rank and no
+  // joiner asking for any rank is given (ssh's every node, flowrun run's
+  // node 0); -1 for all, whose agents find their ranks themselves (srun).
+  int node = -1;
+  std::string what;  // in messages: "srun", "ssh to node2", "node 0's agent"
+  std::string log;   // its output's files in the step's directory: LOG.stdout.log, LOG.stderr.log
 };
 
 struct AgentCommand {
@@ -81,11 +43,80 @@ struct AgentCommand {
 // The agent's argv for node `node` (-1: the agent finds its rank itself).
 std::vector<std::string> agent_argv(const AgentCommand& agent, int node);
 
-// The engine processes for a step: one srun for all nodes, one ssh per node,
-// none for manual. `ssh_default` is FLOWRUN_SSH (or "ssh"), used when the spec
-// has no ssh_command.
-std::vector<EngineLaunch> engine_launches(const ClusterSpec& cluster, const StepPlan& plan,
-                                          const std::optional<SlurmJob>& job, const AgentCommand& agent,
-                                          const std::vector<std::string>& ssh_default);
+// The agents of one step that an engine is asked for.
+struct AgentsWanted {
+  const StepPlan* plan = nullptr;  // one agent per node (node ranks 0 and up), then per spare
+  std::size_t nodes = 0;           // the nodes the step waits for
+  AgentCommand agent;              // what each agent runs, and the head's endpoint it dials
+  std::string step_dir;            // the step's directory (a token file for agents started by hand)
+};
+
+// What the user is told to do for the agents to join.
+struct JoinByHand {
+  std::string message;     // the console's lines, without the newline; "" to say nothing
+  std::string token_file;  // the run's token, written there before the message is said; "": none
+};
+
+class AgentEngine {
+ public:
+  virtual ~AgentEngine() = default;
+  // The processes that bring up the agents of `wanted` (none: the user
+  // does). Pure, but for what the rendezvous asks of this host's names.
+  virtual std::vector<EngineLaunch> launches(const AgentsWanted& wanted) const = 0;
+  // What the console says for the agents the engine does not start; nothing
+  // by default. Pure.
+  virtual JoinByHand by_hand(const AgentsWanted& wanted) const;
+};
+
+// srun, once for every node's and spare's agent, each of which finds its
+// node rank itself; inside the allocation `job` when there is one.
+class SlurmEngine final : public AgentEngine {
+ public:
+  SlurmEngine(std::optional<SlurmJob> job, std::vector<std::string> srun_args);
+  std::vector<EngineLaunch> launches(const AgentsWanted& wanted) const override;
+
+ private:
+  std::optional<SlurmJob> job_;
+  std::vector<std::string> srun_args_;  // cluster.srun_args, after flowrun's own options
+};
+
+// `ssh` (the command's words) to each node's and spare's host, one agent
+// there with its node rank.
+class SshEngine final : public AgentEngine {
+ public:
+  explicit SshEngine(std::vector<std::string> ssh);
+  std::vector<EngineLaunch> launches(const AgentsWanted& wanted) const override;
+
+ private:
+  std::vector<std::string> ssh_;
+};
+
+// The user starts each agent by hand, with a token file the head writes:
+// the head starts nothing and says the command.
+class ManualEngine final : public AgentEngine {
+ public:
+  std::vector<EngineLaunch> launches(const AgentsWanted& wanted) const override;
+  JoinByHand by_hand(const AgentsWanted& wanted) const override;
+};
+
+// flowrun run's rendezvous at `endpoint` (HOST:PORT): this host is node 0,
+// whose agent the head starts; the user runs the same flowrun run on the
+// other nodes, which read the token flowrun run's listener wrote.
+class RendezvousEngine final : public AgentEngine {
+ public:
+  explicit RendezvousEngine(std::string endpoint);
+  std::vector<EngineLaunch> launches(const AgentsWanted& wanted) const override;
+  JoinByHand by_hand(const AgentsWanted& wanted) const override;
+
+ private:
+  std::string endpoint_;
+};
+
+// The engine of `cluster`, the one place that asks which: cluster.engine,
+// and for manual with a rendezvous (flowrun run's), RendezvousEngine. `job` is the Slurm job this
+// runs in, if any; `ssh_default` is FLOWRUN_SSH (or "ssh"), used when the
+// spec has no ssh_command.
+std::unique_ptr<AgentEngine> make_engine(const ClusterSpec& cluster, const std::optional<SlurmJob>& job,
+                                         const std::vector<std::string>& ssh_default);
 
 }  // namespace flowrun::cluster

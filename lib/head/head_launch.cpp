@@ -15,6 +15,7 @@
 #include "flowrun/text.h"
 #include "flowrun/util.h"
 
+#include "head_addresses.h"
 #include "node_reach.h"
 
 namespace flowrun::cluster {
@@ -92,10 +93,7 @@ WorkerLaunch engine_worker(const EngineLaunch& e, const NodeStep& job, const std
   launch.workdir = job.step->workdir;
   launch.label = e.label;
   launch.stdin_text = token + "\n";
-  const std::string base = job.ctx.layout.step_dir(job.plan->step) + "/" +
-                           (job.spec->cluster->engine == Engine::manual ? fmt::format("agent-node{}", e.node)
-                            : e.node >= 0                               ? fmt::format("ssh-node{}", e.node)
-                                                                        : "srun");
+  const std::string base = job.ctx.layout.step_dir(job.plan->step) + "/" + e.log;
   launch.stdout_log = base + ".stdout.log";
   launch.stderr_log = base + ".stderr.log";
   return launch;
@@ -114,36 +112,6 @@ std::pair<std::string, std::string> write_marker(const NodeStep& job) {
   return {path, text};
 }
 
-// What the user does for the agents to join: flowrun run's other nodes,
-// or, by hand, the agent's command with the token file it writes (returned).
-std::string say_how_to_join(const Console& console, const NodeStep& job, std::size_t nodes,
-                            const AgentCommand& agent, const std::string& token) {
-  const ClusterSpec& cluster = *job.spec->cluster;
-  if (!cluster.rendezvous.empty()) {
-    console.message(fmt::format(
-        "flowrun: this host is node 0; waiting for {} more: run the same `flowrun run` command on {} "
-        "({}, or none: ranks in the order they join), from this directory on the shared filesystem",
-        plural(nodes - 1, "node", "nodes"), nodes == 2 ? "it" : "each",
-        nodes == 2 ? std::string("--node-rank 1") : fmt::format("--node-rank 1 to {}", nodes - 1)));
-  } else if (cluster.engine == Engine::manual) {
-    const std::string token_file = job.ctx.layout.step_dir(job.plan->step) + "/agent.token";
-    write_private_file(token_file, token + "\n");
-    std::string command;
-    for (const auto& word : agent_argv(agent, -1))
-      command += (command.empty() ? "" : " ") + shell_quote(word);
-    command += " --token-file " + shell_quote(token_file);
-    const std::size_t spares = job.plan->spares.size();
-    console.message(
-        fmt::format("flowrun: waiting for {}{}; on each node run (add --node-rank N to choose its rank{}):\n"
-                    "flowrun:   {}",
-                    plural(nodes, "agent", "agents"),
-                    spares ? fmt::format(" and {}", plural(spares, "spare", "spares")) : std::string(),
-                    spares ? fmt::format(", {} and up for a spare", nodes) : std::string(), command));
-    return token_file;
-  }
-  return {};
-}
-
 }  // namespace
 
 HeadLaunch prepare_launch(const Console& console, const NodeStep& job, Listener& listener,
@@ -159,10 +127,11 @@ HeadLaunch prepare_launch(const Console& console, const NodeStep& job, Listener&
   const std::string listening = listen(listener, cluster, slurm_job, ssh, token, launch.token_file);
   std::tie(launch.marker_path, launch.marker_text) = write_marker(job);
 
-  AgentCommand agent{job.flowrun_path, listener.endpoint(), job.fake_gpus,
-                     env_get(job.ctx.parent_env, "FLOWRUN_PY_SPY").value_or("")};
-  launch.engines =
-      job.start_agents ? std::vector<EngineLaunch>{} : engine_launches(cluster, plan, slurm_job, agent, ssh);
+  const auto engine = make_engine(cluster, slurm_job, ssh);
+  const AgentsWanted wanted{&plan, nodes,
+                            AgentCommand{job.flowrun_path, listener.endpoint(), job.fake_gpus,
+                                         env_get(job.ctx.parent_env, "FLOWRUN_PY_SPY").value_or("")},
+                            job.ctx.layout.step_dir(plan.step)};
   console.message(fmt::format(
       "flowrun: step '{}': {} workers on {}{}{} (engine: {}); the head listens on {}", plan.step,
       plan.world_size, plural(nodes, "node", "nodes"),
@@ -172,12 +141,26 @@ HeadLaunch prepare_launch(const Console& console, const NodeStep& job, Listener&
           ? fmt::format(", or on as few as {} (nodes: \"{}:{}\")", plan.min_nodes, plan.min_nodes, nodes)
           : std::string(),
       engine_name(cluster.engine), listening));
-  if (auto file = say_how_to_join(console, job, nodes, agent, token); !file.empty()) launch.token_file = file;
-  for (const auto& e : launch.engines) launch.launches.push_back(engine_worker(e, job, token));
+  launch_agents(console, job, *engine, wanted, token, launch);
 
   // Every rank's directory now, while the engine brings the agents up.
   for (const auto& rp : plan.ranks) make_dirs(job.ctx.layout.output_dir(plan.step, rp.rank));
   return launch;
+}
+
+void launch_agents(const Console& console, const NodeStep& job, const AgentEngine& engine,
+                   const AgentsWanted& wanted, const std::string& token, HeadLaunch& launch) {
+  if (!job.start_agents) {
+    for (auto& e : engine.launches(wanted)) launch.engines.push_back(std::move(e));
+  }
+  const JoinByHand hand = engine.by_hand(wanted);
+  if (!hand.token_file.empty()) {
+    write_private_file(hand.token_file, token + "\n");
+    launch.token_file = hand.token_file;
+  }
+  if (!hand.message.empty()) console.message(hand.message);
+  for (std::size_t i = launch.launches.size(); i < launch.engines.size(); ++i)
+    launch.launches.push_back(engine_worker(launch.engines[i], job, token));
 }
 
 GroupOptions engine_group(const NodeStep& job, double heartbeat_timeout_s) {

@@ -1,8 +1,8 @@
 // What the head of a multi-node step prepares before the agents can join:
 // where it listens (and the token file flowrun run's other nodes read), the
-// marker every node must read at the same path, how the user brings up the
-// agents, and the engine's processes (srun, ssh) that do. Internal to
-// lib/head.
+// marker every node must read at the same path, and what the engine
+// (engines.h) brings up: its processes (srun, ssh), or what the user is
+// told to run. Internal to lib/head.
 #pragma once
 
 #include <cstddef>
@@ -25,10 +25,19 @@ struct HeadLaunch {
 };
 
 // Listens (`listener`, for `nodes` nodes with `token`), writes the marker,
-// says how the agents join and makes every rank's directory. Throws Error
-// when the step cannot even begin.
+// asks the cluster's engine (make_engine) to bring up the agents
+// (launch_agents) and makes every rank's directory. Throws Error when the
+// step cannot even begin.
 HeadLaunch prepare_launch(const Console& console, const NodeStep& job, Listener& listener,
                           const std::string& token, std::size_t nodes);
+
+// What `engine` brings up for `wanted`, added to `launch`: its processes
+// (none when the job starts its own agents, NodeStep::start_agents), each as
+// the supervisor's group starts it (flowrun's environment, `token` on its
+// stdin, its output in the step's directory); and for agents started by
+// hand, the token file, written before the console says what to run.
+void launch_agents(const Console& console, const NodeStep& job, const AgentEngine& engine,
+                   const AgentsWanted& wanted, const std::string& token, HeadLaunch& launch);
 
 // The supervisor's options for the engine's processes, whose agents stop
 // the ranks and may be a heartbeat (`heartbeat_timeout_s`) late.

@@ -1,7 +1,8 @@
 // How the head reaches its nodes: the door the agents come in by and what
 // brings them up. The seam of the head's tests: in a run, the control
 // layer's Listener and prepare_launch (the addresses it listens on, the
-// marker, srun, ssh or the user by hand); in tests/unit/head_test.cpp, a
+// marker, and the cluster's engine, engines.h: srun, ssh or the user by
+// hand); in tests/unit/head_test.cpp, a
 // door whose links are scripted, with no port and no thread. Internal to
 // lib/head.
 #pragma once

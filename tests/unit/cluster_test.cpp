@@ -1,7 +1,8 @@
-// How the head reaches the nodes (lib/head/engines.cpp): the srun and ssh
-// command lines it starts, the agent's argv, shell quoting for the remote
-// shell, and the address agents dial. Command lines are compared whole: they
-// are what Slurm and ssh receive.
+// How the head reaches the nodes: each engine's processes and what it tells
+// the user (lib/head/engines.cpp: the srun and ssh command lines, the agent's
+// argv, shell quoting for the remote shell, the command run by hand), the
+// engine the spec picks, and the address agents dial (head_addresses.cpp).
+// Command lines are compared whole: they are what Slurm and ssh receive.
 #include <catch2/catch.hpp>
 #include <cstdio>
 #include <ifaddrs.h>
@@ -15,6 +16,7 @@
 #include "flowrun/start_wire.h"
 
 #include "engines.h"
+#include "head_addresses.h"
 #include "node_table.h"
 
 using namespace flowrun;
@@ -67,6 +69,25 @@ SlurmJob job_of(const Words& nodes, std::vector<int> cpus) {
 
 const Words kSshDefault = {"ssh"};
 
+// What the head asks an engine for: an agent for each node and spare of
+// `plan`, running `agent`.
+AgentsWanted wanted_of(const StepPlan& plan, const AgentCommand& agent = agent_of()) {
+  return AgentsWanted{&plan, plan.nodes.size(), agent, "/runs/r-1/train"};
+}
+
+// Whether the spec's `cluster` picks an engine of class `Kind`.
+template <class Kind>
+bool picks(const ClusterSpec& cluster) {
+  return dynamic_cast<const Kind*>(make_engine(cluster, std::nullopt, kSshDefault).get()) != nullptr;
+}
+
+// The processes of the engine the spec's `cluster` picks.
+std::vector<EngineLaunch> launches_of(const ClusterSpec& cluster, const StepPlan& plan,
+                                      const std::optional<SlurmJob>& job, const AgentCommand& agent,
+                                      const Words& ssh_default) {
+  return make_engine(cluster, job, ssh_default)->launches(wanted_of(plan, agent));
+}
+
 // The words a POSIX shell passes on for the command line `words`.
 Words shell_words(const std::string& words) {
   FILE* pipe = popen(("printf '%s\\n' " + words).c_str(), "r");
@@ -107,11 +128,11 @@ bool has_routable_interface() {
 
 TEST_CASE("slurm inside an allocation: one srun with the node's CPUs and GPUs", "[cluster]") {
   const auto job = job_of({"gpu-a01", "gpu-a02"}, {64, 64});
-  const auto launches =
-      engine_launches(cluster_of(Engine::slurm), node_plan({"", ""}, 4), job, agent_of(), kSshDefault);
+  const auto launches = SlurmEngine(job, {}).launches(wanted_of(node_plan({"", ""}, 4)));
   REQUIRE(launches.size() == 1);
   CHECK(launches[0].label == "srun");
   CHECK(launches[0].node == -1);
+  CHECK(launches[0].log == "srun");
   CHECK(launches[0].argv == Words{"srun", "--nodes=2", "--ntasks=2", "--ntasks-per-node=1",
                                   "--kill-on-bad-exit=1", "--input=all", "--cpus-per-task=64",
                                   "--gpus-per-node=4", kFlowrun, "agent", "--rdzv-endpoint", kEndpoint});
@@ -119,8 +140,7 @@ TEST_CASE("slurm inside an allocation: one srun with the node's CPUs and GPUs", 
 
 TEST_CASE("slurm inside an allocation that does not say its CPUs: no --cpus-per-task", "[cluster]") {
   const auto job = job_of({"n1", "n2", "n3"}, {});
-  const auto launches =
-      engine_launches(cluster_of(Engine::slurm), node_plan({"", "", ""}, 0), job, agent_of(), kSshDefault);
+  const auto launches = SlurmEngine(job, {}).launches(wanted_of(node_plan({"", "", ""}, 0)));
   REQUIRE(launches.size() == 1);
   CHECK(launches[0].argv == Words{"srun", "--nodes=3", "--ntasks=3", "--ntasks-per-node=1",
                                   "--kill-on-bad-exit=1", "--input=all", kFlowrun, "agent", "--rdzv-endpoint",
@@ -128,8 +148,7 @@ TEST_CASE("slurm inside an allocation that does not say its CPUs: no --cpus-per-
 }
 
 TEST_CASE("slurm outside an allocation: srun makes one, named after the step", "[cluster]") {
-  const auto launches = engine_launches(cluster_of(Engine::slurm), node_plan({"", ""}, 8), std::nullopt,
-                                        agent_of(), kSshDefault);
+  const auto launches = SlurmEngine(std::nullopt, {}).launches(wanted_of(node_plan({"", ""}, 8)));
   REQUIRE(launches.size() == 1);
   CHECK(launches[0].argv == Words{"srun", "--nodes=2", "--ntasks=2", "--ntasks-per-node=1",
                                   "--kill-on-bad-exit=1", "--input=all", "--job-name=flowrun-train",
@@ -140,7 +159,7 @@ TEST_CASE("slurm: srun_args go after flowrun's options, --fake-gpus to the agent
   auto cluster = cluster_of(Engine::slurm);
   cluster.srun_args = {"--partition=debug", "--time=00:10:00"};
   const auto launches =
-      engine_launches(cluster, node_plan({"", ""}, 2), std::nullopt, agent_of(kFlowrun, 2), kSshDefault);
+      launches_of(cluster, node_plan({"", ""}, 2), std::nullopt, agent_of(kFlowrun, 2), kSshDefault);
   REQUIRE(launches.size() == 1);
   CHECK(launches[0].argv == Words{"srun", "--nodes=2", "--ntasks=2", "--ntasks-per-node=1",
                                   "--kill-on-bad-exit=1", "--input=all", "--job-name=flowrun-train",
@@ -149,8 +168,7 @@ TEST_CASE("slurm: srun_args go after flowrun's options, --fake-gpus to the agent
 }
 
 TEST_CASE("slurm: CPU workers ask for no GPUs", "[cluster]") {
-  const auto launches = engine_launches(cluster_of(Engine::slurm), node_plan({"", ""}, 0), std::nullopt,
-                                        agent_of(), kSshDefault);
+  const auto launches = SlurmEngine(std::nullopt, {}).launches(wanted_of(node_plan({"", ""}, 0)));
   REQUIRE(launches.size() == 1);
   CHECK(launches[0].argv == Words{"srun", "--nodes=2", "--ntasks=2", "--ntasks-per-node=1",
                                   "--kill-on-bad-exit=1", "--input=all", "--job-name=flowrun-train", kFlowrun,
@@ -164,16 +182,18 @@ TEST_CASE("ssh: one ssh per node, the agent's words as one remote command with i
   cluster.ssh_command = {"ssh", "-F", "cluster.cfg"};
   cluster.hosts = {"node1", "alice@node2"};
   const auto launches =
-      engine_launches(cluster, node_plan(cluster.hosts, 2), std::nullopt, agent_of(), {"never-used"});
+      launches_of(cluster, node_plan(cluster.hosts, 2), std::nullopt, agent_of(), {"never-used"});
   REQUIRE(launches.size() == 2);
   CHECK(launches[0].label == "node1 ssh");
   CHECK(launches[0].node == 0);
+  CHECK(launches[0].log == "ssh-node0");
   CHECK(launches[0].argv ==
         Words{"ssh", "-F", "cluster.cfg", "node1",
               "exec /opt/flowrun/bin/flowrun agent --rdzv-endpoint 10.0.0.1:4000 --node-rank 0"});
   // user@host: ssh gets it as written, the console label is the host.
   CHECK(launches[1].label == "node2 ssh");
   CHECK(launches[1].node == 1);
+  CHECK(launches[1].log == "ssh-node1");
   CHECK(launches[1].argv ==
         Words{"ssh", "-F", "cluster.cfg", "alice@node2",
               "exec /opt/flowrun/bin/flowrun agent --rdzv-endpoint 10.0.0.1:4000 --node-rank 1"});
@@ -182,8 +202,7 @@ TEST_CASE("ssh: one ssh per node, the agent's words as one remote command with i
 TEST_CASE("an elastic step: srun lets a node's agent fail alone, the others go on", "[cluster]") {
   StepPlan plan = node_plan({"", ""}, 4);
   plan.min_nodes = 1;
-  const auto srun =
-      engine_launches(cluster_of(Engine::slurm), plan, job_of({"n1", "n2"}, {}), agent_of(), kSshDefault);
+  const auto srun = SlurmEngine(job_of({"n1", "n2"}, {}), {}).launches(wanted_of(plan));
   REQUIRE(srun.size() == 1);
   CHECK(srun[0].argv == Words{"srun", "--nodes=2", "--ntasks=2", "--ntasks-per-node=1",
                               "--kill-on-bad-exit=0", "--no-kill", "--input=all", "--gpus-per-node=4",
@@ -196,19 +215,16 @@ TEST_CASE("spares: srun starts their agents too and lets one fail alone; ssh rea
   NodePlan spare;
   spare.node_rank = 2;
   plan.spares.push_back(spare);
-  const auto srun = engine_launches(cluster_of(Engine::slurm), plan, job_of({"n1", "n2", "n3"}, {}),
-                                    agent_of(), kSshDefault);
+  const auto srun = SlurmEngine(job_of({"n1", "n2", "n3"}, {}), {}).launches(wanted_of(plan));
   REQUIRE(srun.size() == 1);
   CHECK(srun[0].argv == Words{"srun", "--nodes=3", "--ntasks=3", "--ntasks-per-node=1",
                               "--kill-on-bad-exit=0", "--no-kill", "--input=all", "--gpus-per-node=4",
                               kFlowrun, "agent", "--rdzv-endpoint", kEndpoint});
 
-  auto cluster = cluster_of(Engine::ssh);
-  cluster.hosts = {"a", "b", "c"};
   StepPlan over_ssh = node_plan({"a", "b"}, 0);
   spare.host = "c";
   over_ssh.spares.push_back(spare);
-  const auto ssh = engine_launches(cluster, over_ssh, std::nullopt, agent_of(), {"ssh"});
+  const auto ssh = SshEngine({"ssh"}).launches(wanted_of(over_ssh));
   REQUIRE(ssh.size() == 3);
   CHECK(ssh[2].node == 2);
   CHECK(ssh[2].argv == Words{"ssh", "c",
@@ -218,8 +234,8 @@ TEST_CASE("spares: srun starts their agents too and lets one fail alone; ssh rea
 
 TEST_CASE("ssh: without ssh_command the default (FLOWRUN_SSH or ssh) is used", "[cluster]") {
   auto cluster = cluster_of(Engine::ssh);
-  const auto launches = engine_launches(cluster, node_plan({"n1", "n2"}, 0), std::nullopt,
-                                        agent_of(kFlowrun, 0), {"ssh", "-o", "BatchMode=yes"});
+  const auto launches = launches_of(cluster, node_plan({"n1", "n2"}, 0), std::nullopt, agent_of(kFlowrun, 0),
+                                    {"ssh", "-o", "BatchMode=yes"});
   REQUIRE(launches.size() == 2);
   CHECK(
       launches[1].argv ==
@@ -229,9 +245,8 @@ TEST_CASE("ssh: without ssh_command the default (FLOWRUN_SSH or ssh) is used", "
 
 TEST_CASE("ssh: a flowrun path with a space reaches the remote shell as one word", "[cluster]") {
   const std::string flowrun = "/opt/my tools/it's/flowrun";
-  auto cluster = cluster_of(Engine::ssh);
   const auto launches =
-      engine_launches(cluster, node_plan({"n1", "n2"}, 0), std::nullopt, agent_of(flowrun), kSshDefault);
+      SshEngine(kSshDefault).launches(wanted_of(node_plan({"n1", "n2"}, 0), agent_of(flowrun)));
   REQUIRE(launches.size() == 2);
   const std::string remote = launches[0].argv.back();
   CHECK(remote == "exec '/opt/my tools/it'\\''s/flowrun' agent --rdzv-endpoint 10.0.0.1:4000 --node-rank 0");
@@ -243,25 +258,25 @@ TEST_CASE("ssh: a flowrun path with a space reaches the remote shell as one word
 
 TEST_CASE("ssh: the head's FLOWRUN_PY_SPY reaches each agent through env(1), as srun's environment would",
           "[cluster]") {
-  auto cluster = cluster_of(Engine::ssh);
+  const SshEngine ssh(kSshDefault);
+  const StepPlan plan = node_plan({"n1", "n2"}, 0);
   AgentCommand agent = agent_of();
   agent.py_spy = "/shared/venv/bin/py-spy";
-  auto launches = engine_launches(cluster, node_plan({"n1", "n2"}, 0), std::nullopt, agent, kSshDefault);
+  auto launches = ssh.launches(wanted_of(plan, agent));
   REQUIRE(launches.size() == 2);
   CHECK(launches[1].argv.back() ==
         "exec env FLOWRUN_PY_SPY=/shared/venv/bin/py-spy /opt/flowrun/bin/flowrun agent --rdzv-endpoint "
         "10.0.0.1:4000 --node-rank 1");
   // A path the shell would split is one word of env's.
   agent.py_spy = "/opt/my tools/py-spy";
-  launches = engine_launches(cluster, node_plan({"n1", "n2"}, 0), std::nullopt, agent, kSshDefault);
+  launches = ssh.launches(wanted_of(plan, agent));
   const std::string remote = launches[0].argv.back();
   REQUIRE(remote.rfind("exec ", 0) == 0);
   CHECK(shell_words(remote.substr(5)) == Words{"env", "FLOWRUN_PY_SPY=/opt/my tools/py-spy", kFlowrun,
                                                "agent", "--rdzv-endpoint", kEndpoint, "--node-rank", "0"});
   // srun passes on the head's environment itself; the manual engine's agents
   // are started by hand, with the node's own.
-  const auto srun =
-      engine_launches(cluster_of(Engine::slurm), node_plan({"", ""}, 0), std::nullopt, agent, kSshDefault);
+  const auto srun = SlurmEngine(std::nullopt, {}).launches(wanted_of(plan, agent));
   REQUIRE(srun.size() == 1);
   CHECK(std::find(srun[0].argv.begin(), srun[0].argv.end(), "env") == srun[0].argv.end());
   CHECK(agent_argv(agent, -1) == Words{kFlowrun, "agent", "--rdzv-endpoint", kEndpoint});
@@ -269,24 +284,87 @@ TEST_CASE("ssh: the head's FLOWRUN_PY_SPY reaches each agent through env(1), as 
 
 // ---- manual ------------------------------------------------------------------
 
-TEST_CASE("manual: the head starts nothing", "[cluster]") {
-  CHECK(engine_launches(cluster_of(Engine::manual), node_plan({"", ""}, 2), std::nullopt, agent_of(),
-                        kSshDefault)
-            .empty());
+TEST_CASE("manual: the head starts nothing and says the command to run on each node, with its token file",
+          "[cluster]") {
+  const ManualEngine manual;
+  const StepPlan plan = node_plan({"", ""}, 2);
+  CHECK(manual.launches(wanted_of(plan)).empty());
+  const JoinByHand hand = manual.by_hand(wanted_of(plan, agent_of(kFlowrun, 2)));
+  CHECK(hand.token_file == "/runs/r-1/train/agent.token");
+  CHECK(hand.message ==
+        "flowrun: waiting for 2 agents; on each node run (add --node-rank N to choose its rank):\n"
+        "flowrun:   /opt/flowrun/bin/flowrun agent --rdzv-endpoint 10.0.0.1:4000 --fake-gpus 2 "
+        "--token-file /runs/r-1/train/agent.token");
+}
+
+TEST_CASE("manual: with spares, the agents and spares counted, and the spares' node ranks", "[cluster]") {
+  StepPlan plan = node_plan({"", "", ""}, 2);
+  NodePlan spare;
+  spare.node_rank = 3;
+  plan.spares = {spare, spare};
+  AgentsWanted wanted = wanted_of(plan);
+  wanted.step_dir = "/runs/my run/train";
+  const JoinByHand hand = ManualEngine().by_hand(wanted);
+  CHECK(
+      hand.message ==
+      "flowrun: waiting for 3 agents and 2 spares; on each node run (add --node-rank N to choose its rank, 3 "
+      "and up for a spare):\n"
+      "flowrun:   /opt/flowrun/bin/flowrun agent --rdzv-endpoint 10.0.0.1:4000 --token-file "
+      "'/runs/my run/train/agent.token'");
 }
 
 TEST_CASE("flowrun run's rendezvous: the head starts node 0's agent, and keeps node 0 for it", "[cluster]") {
   auto cluster = cluster_of(Engine::manual);
   cluster.rendezvous = "127.0.0.1:29500";
-  const auto launches =
-      engine_launches(cluster, node_plan({"", ""}, 2), std::nullopt, agent_of(), kSshDefault);
+  const auto launches = launches_of(cluster, node_plan({"", ""}, 2), std::nullopt, agent_of(), kSshDefault);
   REQUIRE(launches.size() == 1);
   CHECK(launches[0].node == 0);
   CHECK(launches[0].argv.back() == "0");
+  CHECK(launches[0].label == "node0 agent");
+  CHECK(launches[0].what == "node 0's agent");
+  CHECK(launches[0].log == "agent-node0");
   // Another node's agent that dials in before node 0's own, asking for no
   // rank, gets node rank 1: taking 0 would refuse node 0's own agent.
   CHECK(free_node_rank({false, false}, {launches[0].node}) == 1);
   CHECK(free_node_rank({false, true}, {launches[0].node}) == -1);
+}
+
+TEST_CASE(
+    "flowrun run's rendezvous: the user runs the same command on the other nodes; no token file of its own",
+    "[cluster]") {
+  const RendezvousEngine rendezvous("10.0.0.1:29500");
+  const StepPlan two = node_plan({"", ""}, 2);
+  JoinByHand hand = rendezvous.by_hand(wanted_of(two));
+  CHECK(hand.token_file.empty());
+  CHECK(
+      hand.message ==
+      "flowrun: this host is node 0; waiting for 1 node more: run the same `flowrun run` command on it "
+      "(--node-rank 1, or none: ranks in the order they join), from this directory on the shared filesystem");
+  const StepPlan four = node_plan({"", "", "", ""}, 2);
+  hand = rendezvous.by_hand(wanted_of(four));
+  CHECK(hand.message ==
+        "flowrun: this host is node 0; waiting for 3 nodes more: run the same `flowrun run` command on each "
+        "(--node-rank 1 to 3, or none: ranks in the order they join), from this directory on the shared "
+        "filesystem");
+}
+
+TEST_CASE("make_engine: the spec's engine, and flowrun run's rendezvous for manual with one", "[cluster]") {
+  CHECK(picks<SlurmEngine>(cluster_of(Engine::slurm)));
+  CHECK(picks<SshEngine>(cluster_of(Engine::ssh)));
+  CHECK(picks<ManualEngine>(cluster_of(Engine::manual)));
+  auto meeting = cluster_of(Engine::manual);
+  meeting.rendezvous = "127.0.0.1:29500";
+  CHECK(picks<RendezvousEngine>(meeting));
+  CHECK_FALSE(picks<ManualEngine>(meeting));
+  // Slurm and ssh start their agents; their users are told nothing.
+  const StepPlan plan = node_plan({"n1", "n2"}, 2);
+  CHECK(make_engine(cluster_of(Engine::slurm), std::nullopt, kSshDefault)
+            ->by_hand(wanted_of(plan))
+            .message.empty());
+  const JoinByHand ssh =
+      make_engine(cluster_of(Engine::ssh), std::nullopt, kSshDefault)->by_hand(wanted_of(plan));
+  CHECK(ssh.message.empty());
+  CHECK(ssh.token_file.empty());
 }
 
 TEST_CASE("free_node_rank: the lowest rank not joined and not kept for an engine's agent", "[cluster]") {
