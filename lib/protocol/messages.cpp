@@ -1,605 +1,330 @@
 #include "flowrun/messages.h"
 
 #include <array>
-#include <charconv>
-#include <limits>
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <string_view>
 #include <type_traits>
 #include <utility>
+#include <vector>
 
-#include "flowrun/error.h"
+#include "field_io.h"
 
 namespace flowrun {
 
-namespace {
+// ---- each message's fields, written once for both ways ----------------------
+// In the order they go on the wire, under their names (messages.h). They sit
+// in the namespace of the Writer and the Reader (field_io.h), whose items()
+// find an item's fields() there.
+namespace protocol_detail {
 
-// Start carries one field per rank of its node; a node has at most a few
-// hundred GPUs, far fewer than this.
-constexpr std::size_t kMaxStartFields = std::size_t{1} << 16;
-
-// A peer's bytes in an error: short, and only printable ASCII.
-std::string shown(std::string_view text) {
-  constexpr std::size_t kShown = 64;
-  std::string out;
-  for (char c : text.substr(0, kShown)) out += (c >= 0x20 && c < 0x7f) ? c : '?';
-  if (text.size() > kShown) out += "...";
-  return out;
+template <class Io, maybe_const<Hello> M>
+void fields(Io& io, M& m) {
+  io("node", m.node);
+  io("flowrun", m.flowrun);
+  io("nonce", m.nonce);
+  io("node_rank", m.node_rank);
+  io("pid", m.pid);
+  io("gpus", m.gpus);
 }
 
-// Appends fields as encode_fields does, without building a Fields first.
-class Writer {
- public:
-  void put(std::string_view key, std::string_view value) {
-    put_u32(key.size());
-    out_.append(key);
-    put_u32(value.size());
-    out_.append(value);
-  }
-  template <class Int>
-  requires std::is_integral_v<Int>
-  void put(std::string_view key, Int value) { put(key, std::string_view(std::to_string(value))); }
-  void put(std::string_view key, bool value) { put(key, std::string_view(value ? "1" : "0")); }
-  void put(std::string_view key, const std::optional<std::int64_t>& value) {
-    put(key, value ? std::to_string(*value) : std::string());
-  }
-  void put(std::string_view key, const std::vector<std::string>& items) {
-    if (items.size() == 1 && items[0].empty())
-      throw Error("field '" + std::string(key) + "': a list of one empty item cannot be sent");
-    std::string joined;
-    for (std::size_t i = 0; i < items.size(); ++i) {
-      if (items[i].find('\0') != std::string::npos)
-        throw Error("field '" + std::string(key) + "': a list item holds a NUL");
-      if (i > 0) joined += '\0';
-      joined += items[i];
-    }
-    put(key, std::string_view(joined));
-  }
-  std::string take() { return std::move(out_); }
-
- private:
-  void put_u32(std::size_t n) {
-    if (n > std::numeric_limits<std::uint32_t>::max()) throw Error("a field over 4 GiB cannot be sent");
-    for (int shift = 24; shift >= 0; shift -= 8) out_.push_back(static_cast<char>((n >> shift) & 0xff));
-  }
-  std::string out_;
-};
-
-// Reads the fields of one message: each named field exactly once, every
-// field used. The first problem is kept in *why; after it every read gives a
-// default value and finish() is false. str() moves the value out of the
-// fields (an output's data is not copied again).
-class Reader {
- public:
-  Reader(Fields& fields, std::string* why) : fields_(fields), used_(fields.size(), false), why_(why) {}
-
-  std::string str(std::string_view key) {
-    std::string* value = find(key);
-    return value ? std::move(*value) : std::string();
-  }
-
-  template <class Int>
-  Int integer(std::string_view key) {
-    const std::string* value = find(key);
-    if (!value) return Int{};
-    return number<Int>(key, *value).value_or(Int{});
-  }
-
-  bool boolean(std::string_view key) {
-    const std::string* value = find(key);
-    if (!value) return false;
-    if (*value == "1") return true;
-    if (*value != "0") fail("field '" + std::string(key) + "' is '" + shown(*value) + "', not 1 or 0");
-    return false;
-  }
-
-  std::optional<std::int64_t> optional_integer(std::string_view key) {
-    const std::string* value = find(key);
-    if (!value || value->empty()) return std::nullopt;
-    return number<std::int64_t>(key, *value);
-  }
-
-  std::vector<std::string> list(std::string_view key) {
-    std::vector<std::string> out;
-    const std::string* value = find(key);
-    if (!value || value->empty()) return out;
-    std::size_t pos = 0;
-    while (true) {
-      const std::size_t end = value->find('\0', pos);
-      out.push_back(value->substr(pos, end == std::string::npos ? std::string::npos : end - pos));
-      if (end == std::string::npos) break;
-      pos = end + 1;
-    }
-    return out;
-  }
-
-  // The raw value of a field that is read further by its message.
-  const std::string* raw(std::string_view key) { return find(key); }
-
-  // `text`, a part of field `key`, as a number: only the text std::to_string
-  // writes (no '+', spaces or extra zeros).
-  template <class Int>
-  std::optional<Int> number(std::string_view key, std::string_view text) {
-    Int value{};
-    const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), value);
-    if (ec != std::errc() || end != text.data() + text.size() || std::to_string(value) != text) {
-      fail("field '" + std::string(key) + "' is '" + shown(text) + "', not a number" +
-           (ec == std::errc::result_out_of_range ? " in range" : ""));
-      return std::nullopt;
-    }
-    return value;
-  }
-
-  void fail(std::string what) {
-    if (ok_) *why_ = std::move(what);
-    ok_ = false;
-  }
-
-  // Whether every read succeeded and every field was read.
-  bool finish() {
-    for (std::size_t i = 0; ok_ && i < fields_.size(); ++i)
-      if (!used_[i]) fail("unexpected field '" + shown(fields_[i].first) + "'");
-    return ok_;
-  }
-
- private:
-  // Looks from the field after the last one found: fields in the order
-  // write() puts them (a start's thousands of ranks) cost one comparison each.
-  std::string* find(std::string_view key) {
-    if (!ok_) return nullptr;
-    for (std::size_t n = 0; n < fields_.size(); ++n) {
-      const std::size_t i = (next_ + n) % fields_.size();
-      if (fields_[i].first != key) continue;
-      used_[i] = true;
-      next_ = i + 1;
-      return &fields_[i].second;
-    }
-    fail("field '" + std::string(key) + "' is missing");
-    return nullptr;
-  }
-
-  Fields& fields_;
-  std::vector<bool> used_;
-  std::string* why_;
-  std::size_t next_ = 0;
-  bool ok_ = true;
-};
-
-// ---- each message's fields, both ways ---------------------------------------
-
-void write(Writer& w, const Hello& m) {
-  w.put("node", m.node);
-  w.put("flowrun", m.flowrun);
-  w.put("nonce", m.nonce);
-  w.put("node_rank", m.node_rank);
-  w.put("pid", m.pid);
-  w.put("gpus", m.gpus);
-}
-void read(Reader& r, Hello& m) {
-  m.node = r.str("node");
-  m.flowrun = r.str("flowrun");
-  m.nonce = r.str("nonce");
-  m.node_rank = r.integer<int>("node_rank");
-  m.pid = r.integer<int>("pid");
-  m.gpus = r.integer<int>("gpus");
+template <class Io, maybe_const<Challenge> M>
+void fields(Io& io, M& m) {
+  io("nonce", m.nonce);
 }
 
-void write(Writer& w, const Challenge& m) { w.put("nonce", m.nonce); }
-void read(Reader& r, Challenge& m) { m.nonce = r.str("nonce"); }
-
-void write(Writer& w, const Auth& m) { w.put("proof", m.proof); }
-void read(Reader& r, Auth& m) { m.proof = r.str("proof"); }
-
-void write(Writer& w, const Welcome& m) {
-  w.put("proof", m.proof);
-  w.put("node_rank", m.node_rank);
-  w.put("heartbeat_ms", m.heartbeat_ms);
-  w.put("timeout_ms", m.timeout_ms);
-}
-void read(Reader& r, Welcome& m) {
-  m.proof = r.str("proof");
-  m.node_rank = r.integer<int>("node_rank");
-  m.heartbeat_ms = r.integer<std::int64_t>("heartbeat_ms");
-  m.timeout_ms = r.integer<std::int64_t>("timeout_ms");
+template <class Io, maybe_const<Auth> M>
+void fields(Io& io, M& m) {
+  io("proof", m.proof);
 }
 
-void write(Writer& w, const Refused& m) { w.put("reason", m.reason); }
-void read(Reader& r, Refused& m) { m.reason = r.str("reason"); }
-
-void write(Writer& w, const Assign& m) {
-  w.put("step", m.step);
-  w.put("run_id", m.run_id);
-  w.put("attempt", m.attempt);
-  w.put("node_rank", m.node_rank);
-  w.put("nodes", m.nodes);
-  w.put("workdir", m.workdir);
-  w.put("marker_path", m.marker_path);
-  w.put("marker_text", m.marker_text);
-  w.put("want_port", m.want_port);
-  w.put("grace_ms", m.grace_ms);
-  w.put("stall_ms", m.stall_ms);
-  w.put("forensics_ms", m.forensics_ms);
-}
-void read(Reader& r, Assign& m) {
-  m.step = r.str("step");
-  m.run_id = r.str("run_id");
-  m.attempt = r.integer<int>("attempt");
-  m.node_rank = r.integer<int>("node_rank");
-  m.nodes = r.integer<int>("nodes");
-  m.workdir = r.str("workdir");
-  m.marker_path = r.str("marker_path");
-  m.marker_text = r.str("marker_text");
-  m.want_port = r.boolean("want_port");
-  m.grace_ms = r.integer<std::int64_t>("grace_ms");
-  m.stall_ms = r.optional_integer("stall_ms");
-  m.forensics_ms = r.integer<std::int64_t>("forensics_ms");
+template <class Io, maybe_const<Welcome> M>
+void fields(Io& io, M& m) {
+  io("proof", m.proof);
+  io("node_rank", m.node_rank);
+  io("heartbeat_ms", m.heartbeat_ms);
+  io("timeout_ms", m.timeout_ms);
 }
 
-void write(Writer& w, const Ready& m) {
-  w.put("workdir_ok", m.workdir_ok);
-  w.put("workdir_error", m.workdir_error);
-  w.put("address", m.address);
-  w.put("port", m.port);
-  w.put("gpus", m.gpus);
-}
-void read(Reader& r, Ready& m) {
-  m.workdir_ok = r.boolean("workdir_ok");
-  m.workdir_error = r.str("workdir_error");
-  m.address = r.str("address");
-  m.port = r.integer<int>("port");
-  m.gpus = r.integer<int>("gpus");
+template <class Io, maybe_const<Refused> M>
+void fields(Io& io, M& m) {
+  io("reason", m.reason);
 }
 
-void write(Writer& w, const StackEntry& m);
-void read(Reader& r, StackEntry& m);
-
-// A list of structs (Start's ranks, Stacks' ranks): the field "ranks" (their
-// count), then one field "r0", "r1", ... each, the encode_fields of one item.
-template <class Item>
-void write_items(Writer& w, const std::vector<Item>& items) {
-  w.put("ranks", items.size());
-  for (std::size_t i = 0; i < items.size(); ++i) {
-    Writer item;
-    write(item, items[i]);
-    w.put("r" + std::to_string(i), std::string_view(item.take()));
-  }
+template <class Io, maybe_const<Assign> M>
+void fields(Io& io, M& m) {
+  io("step", m.step);
+  io("run_id", m.run_id);
+  io("attempt", m.attempt);
+  io("node_rank", m.node_rank);
+  io("nodes", m.nodes);
+  io("workdir", m.workdir);
+  io("marker_path", m.marker_path);
+  io("marker_text", m.marker_text);
+  io("want_port", m.want_port);
+  io("grace_ms", m.grace_ms);
+  io("stall_ms", m.stall_ms);
+  io("forensics_ms", m.forensics_ms);
 }
 
-// `message` names it in an error: "start field 'r0': field 'devices' is missing".
-template <class Item>
-void read_items(Reader& r, const char* message, std::vector<Item>& items) {
-  const auto count = r.integer<std::size_t>("ranks");
-  if (count >= kMaxStartFields) {
-    r.fail("field 'ranks' is " + std::to_string(count) + ", more ranks than a " + message + " can hold");
-    return;
-  }
-  for (std::size_t i = 0; i < count; ++i) {
-    const std::string key = "r" + std::to_string(i);
-    const std::string* value = r.raw(key);
-    if (!value) return;
-    std::string error;
-    auto fields = decode_fields(*value, &error);
-    Item item;
-    if (fields) {
-      Reader sub(*fields, &error);
-      read(sub, item);
-      if (sub.finish()) {
-        items.push_back(std::move(item));
-        continue;
-      }
-    }
-    r.fail(std::string(message) + " field '" + key + "': " + error);
-    return;
-  }
+template <class Io, maybe_const<Ready> M>
+void fields(Io& io, M& m) {
+  io("workdir_ok", m.workdir_ok);
+  io("workdir_error", m.workdir_error);
+  io("address", m.address);
+  io("port", m.port);
+  io("gpus", m.gpus);
 }
 
-void write(Writer& w, const StartRank& m) {
-  w.put("rank", m.rank);
-  w.put("local_rank", m.local_rank);
-  w.put("devices", m.devices);
-  w.put("upload", m.upload);
-}
-void read(Reader& r, StartRank& m) {
-  m.rank = r.integer<int>("rank");
-  m.local_rank = r.integer<int>("local_rank");
-  m.devices = r.str("devices");
-  m.upload = r.boolean("upload");
+template <class Io, maybe_const<StartRank> M>
+void fields(Io& io, M& m) {
+  io("rank", m.rank);
+  io("local_rank", m.local_rank);
+  io("devices", m.devices);
+  io("upload", m.upload);
 }
 
-constexpr std::string_view devices_name(Start::Devices devices) {
-  switch (devices) {
-    case Start::Devices::set: return "set";
-    case Start::Devices::if_inherited: return "if_inherited";
-    case Start::Devices::leave: break;
-  }
-  return "leave";
-}
+constexpr Named<Start::Devices, 3> kDeviceRules{{{
+    {Start::Devices::leave, "leave"},
+    {Start::Devices::set, "set"},
+    {Start::Devices::if_inherited, "if_inherited"},
+}}};
 
-void write(Writer& w, const Start& m) {
-  w.put("attempt", m.attempt);
-  w.put("step", m.step);
-  w.put("run_id", m.run_id);
-  w.put("job_id", m.job_id);
-  w.put("role", m.role);
-  w.put("run_dir", m.run_dir);
-  w.put("env", m.env);
-  w.put("world_size", m.world_size);
-  w.put("nodes", m.nodes);
-  w.put("node_rank", m.node_rank);
-  w.put("max_restarts", m.max_restarts);
-  w.put("master_addr", m.master_addr);
-  w.put("master_port", m.master_port);
-  w.put("devices", devices_name(m.devices));
-  w.put("nccl_flight_recorder", m.nccl_flight_recorder);
-  w.put("workdir", m.workdir);
-  w.put("argv", m.argv);
-  write_items(w, m.ranks);
+// Start's env: a list whose every entry is NAME=value, with a name.
+std::string write_env(std::string_view key, const std::vector<std::string>& env) {
+  return join_list(key, env);
 }
-void read(Reader& r, Start& m) {
-  m.attempt = r.integer<int>("attempt");
-  m.step = r.str("step");
-  m.run_id = r.str("run_id");
-  m.job_id = r.str("job_id");
-  m.role = r.str("role");
-  m.run_dir = r.str("run_dir");
-  m.env = r.list("env");
-  for (const auto& entry : m.env) {
+void read_env(Reader& r, std::string_view key, std::string_view text, std::vector<std::string>& env) {
+  env = split_list(text);
+  for (const auto& entry : env) {
     const auto eq = entry.find('=');
     if (eq == 0 || eq == std::string::npos) {
-      r.fail("field 'env' has the entry '" + shown(entry) + "', not NAME=value");
-      break;
+      r.fail("field '" + std::string(key) + "' has the entry '" + shown(entry) + "', not NAME=value");
+      return;
     }
   }
-  m.world_size = r.integer<int>("world_size");
-  m.nodes = r.integer<int>("nodes");
-  m.node_rank = r.integer<int>("node_rank");
-  m.max_restarts = r.integer<int>("max_restarts");
-  m.master_addr = r.str("master_addr");
-  m.master_port = r.integer<int>("master_port");
-  const std::string devices = r.str("devices");
-  if (devices == "set")
-    m.devices = Start::Devices::set;
-  else if (devices == "if_inherited")
-    m.devices = Start::Devices::if_inherited;
-  else if (devices != "leave")
-    r.fail("field 'devices' is '" + shown(devices) + "', not leave, set or if_inherited");
-  m.nccl_flight_recorder = r.boolean("nccl_flight_recorder");
-  m.workdir = r.str("workdir");
-  m.argv = r.list("argv");
-  read_items(r, "start", m.ranks);
+}
+constexpr TextForm<std::vector<std::string>> kEnv{write_env, read_env};
+
+template <class Io, maybe_const<Start> M>
+void fields(Io& io, M& m) {
+  io("attempt", m.attempt);
+  io("step", m.step);
+  io("run_id", m.run_id);
+  io("job_id", m.job_id);
+  io("role", m.role);
+  io("run_dir", m.run_dir);
+  io("env", m.env, kEnv);
+  io("world_size", m.world_size);
+  io("nodes", m.nodes);
+  io("node_rank", m.node_rank);
+  io("max_restarts", m.max_restarts);
+  io("master_addr", m.master_addr);
+  io("master_port", m.master_port);
+  io("devices", m.devices, kDeviceRules);
+  io("nccl_flight_recorder", m.nccl_flight_recorder);
+  io("workdir", m.workdir);
+  io("argv", m.argv);
+  io.items("start", m.ranks);
 }
 
-void write(Writer& w, const Output& m) {
-  w.put("rank", m.rank);
-  w.put("stream", std::string_view(m.is_stderr ? "stderr" : "stdout"));
-  w.put("data", m.data);
-}
-void read(Reader& r, Output& m) {
-  m.rank = r.integer<int>("rank");
-  const std::string stream = r.str("stream");
-  m.is_stderr = stream == "stderr";
-  if (!m.is_stderr && stream != "stdout")
-    r.fail("field 'stream' is '" + shown(stream) + "', not stdout or stderr");
-  m.data = r.str("data");
+constexpr Named<bool, 2> kStreams{{{{false, "stdout"}, {true, "stderr"}}}};
+
+template <class Io, maybe_const<Output> M>
+void fields(Io& io, M& m) {
+  io("rank", m.rank);
+  io("stream", m.is_stderr, kStreams);
+  io("data", m.data);
 }
 
-constexpr std::string_view kind_name(Exited::Kind kind) {
-  switch (kind) {
-    case Exited::Kind::signaled: return "signaled";
-    case Exited::Kind::spawn_failed: return "spawn_failed";
-    case Exited::Kind::exited: break;
-  }
-  return "exited";
+constexpr Named<Exited::Kind, 3> kExitKinds{{{
+    {Exited::Kind::exited, "exited"},
+    {Exited::Kind::signaled, "signaled"},
+    {Exited::Kind::spawn_failed, "spawn_failed"},
+}}};
+
+template <class Io, maybe_const<Exited> M>
+void fields(Io& io, M& m) {
+  io("rank", m.rank);
+  io("kind", m.kind, kExitKinds);
+  io("code", m.code);
+  io("spawn_error", m.spawn_error);
+  io("pid", m.pid);
+  io("start_ns", m.start_ns);
+  io("end_ns", m.end_ns);
+  io("rss_kib", m.rss_kib);
+  io("stopped", m.stopped);
+  io("silent_ms", m.silent_ms);
+  io("suspended", m.suspended);
+  io("stalled", m.stalled);
+  io("command", m.command);
+  io("program", m.program);
+  io("path_python", m.path_python);
 }
 
-void write(Writer& w, const Exited& m) {
-  w.put("rank", m.rank);
-  w.put("kind", kind_name(m.kind));
-  w.put("code", m.code);
-  w.put("spawn_error", m.spawn_error);
-  w.put("pid", m.pid);
-  w.put("start_ns", m.start_ns);
-  w.put("end_ns", m.end_ns);
-  w.put("rss_kib", m.rss_kib);
-  w.put("stopped", m.stopped);
-  w.put("silent_ms", m.silent_ms);
-  w.put("suspended", m.suspended);
-  w.put("stalled", m.stalled);
-  w.put("command", m.command);
-  w.put("program", m.program);
-  w.put("path_python", m.path_python);
-}
-void read(Reader& r, Exited& m) {
-  m.rank = r.integer<int>("rank");
-  const std::string kind = r.str("kind");
-  if (kind == "signaled") {
-    m.kind = Exited::Kind::signaled;
-  } else if (kind == "spawn_failed") {
-    m.kind = Exited::Kind::spawn_failed;
-  } else if (kind == "exited") {
-    m.kind = Exited::Kind::exited;
-  } else {
-    r.fail("field 'kind' is '" + shown(kind) + "', not exited, signaled or spawn_failed");
-  }
-  m.code = r.integer<int>("code");
-  m.spawn_error = r.str("spawn_error");
-  m.pid = r.integer<int>("pid");
-  m.start_ns = r.integer<std::int64_t>("start_ns");
-  m.end_ns = r.integer<std::int64_t>("end_ns");
-  m.rss_kib = r.integer<std::int64_t>("rss_kib");
-  m.stopped = r.boolean("stopped");
-  m.silent_ms = r.optional_integer("silent_ms");
-  m.suspended = r.boolean("suspended");
-  m.stalled = r.boolean("stalled");
-  m.command = r.str("command");
-  m.program = r.str("program");
-  m.path_python = r.str("path_python");
+template <class Io, maybe_const<Heartbeat> M>
+void fields(Io&, M&) {}
+
+template <class Io, maybe_const<Stop> M>
+void fields(Io& io, M& m) {
+  io("reason", m.reason);
+  io("kill", m.kill);
+  io("stacks", m.stacks);
 }
 
-void write(Writer&, const Heartbeat&) {}
-void read(Reader&, Heartbeat&) {}
-
-void write(Writer& w, const Stop& m) {
-  w.put("reason", m.reason);
-  w.put("kill", m.kill);
-  w.put("stacks", m.stacks);
-}
-void read(Reader& r, Stop& m) {
-  m.reason = r.str("reason");
-  m.kill = r.boolean("kill");
-  m.stacks = r.boolean("stacks");
+template <class Io, maybe_const<TakeStacks> M>
+void fields(Io& io, M& m) {
+  io("request", m.request);
 }
 
-void write(Writer& w, const TakeStacks& m) { w.put("request", m.request); }
-void read(Reader& r, TakeStacks& m) { m.request = r.integer<int>("request"); }
-
-void write(Writer& w, const StackEntry& m) {
-  w.put("rank", m.rank);
-  w.put("dump", m.dump);
-  w.put("kernel", m.kernel);
-  w.put("missing", m.missing);
-}
-void read(Reader& r, StackEntry& m) {
-  m.rank = r.integer<int>("rank");
-  m.dump = r.str("dump");
-  m.kernel = r.str("kernel");
-  m.missing = r.str("missing");
+template <class Io, maybe_const<StackEntry> M>
+void fields(Io& io, M& m) {
+  io("rank", m.rank);
+  io("dump", m.dump);
+  io("kernel", m.kernel);
+  io("missing", m.missing);
 }
 
-void write(Writer& w, const Stacks& m) {
-  w.put("request", m.request);
-  w.put("source", m.source);
-  write_items(w, m.ranks);
-}
-void read(Reader& r, Stacks& m) {
-  m.request = r.integer<int>("request");
-  m.source = r.str("source");
-  read_items(r, "stacks", m.ranks);
+template <class Io, maybe_const<Stacks> M>
+void fields(Io& io, M& m) {
+  io("request", m.request);
+  io("source", m.source);
+  io.items("stacks", m.ranks);
 }
 
-void write(Writer& w, const Stalled& m) {
+// Stalled's ranks: a line "RANK SILENT_MS SUSPENDED\n" each.
+std::string write_stall_lines(std::string_view, const std::vector<Stalled::Rank>& ranks) {
   std::string lines;
-  for (const auto& rank : m.ranks)
+  for (const auto& rank : ranks)
     lines += std::to_string(rank.rank) + " " + std::to_string(rank.silent_ms) + " " +
              (rank.suspended ? "1" : "0") + "\n";
-  w.put("ranks", std::string_view(lines));
+  return lines;
 }
-void read(Reader& r, Stalled& m) {
-  const std::string* text = r.raw("ranks");
-  if (!text) return;
+void read_stall_lines(Reader& r, std::string_view key, std::string_view text,
+                      std::vector<Stalled::Rank>& ranks) {
   std::size_t pos = 0;
-  for (int line = 1; pos < text->size(); ++line) {
-    // "RANK SILENT_MS SUSPENDED\n", as write() puts it.
-    const std::size_t end = text->find('\n', pos);
-    const std::string_view row =
-        std::string_view(*text).substr(pos, end == std::string::npos ? end : end - pos);
-    pos = end == std::string::npos ? text->size() : end + 1;
+  for (int line = 1; pos < text.size(); ++line) {
+    const std::size_t end = text.find('\n', pos);
+    const std::string_view row = text.substr(pos, end == std::string_view::npos ? end : end - pos);
+    pos = end == std::string_view::npos ? text.size() : end + 1;
     const std::size_t a = row.find(' ');
     const std::size_t b = a == std::string_view::npos ? a : row.find(' ', a + 1);
-    if (end == std::string::npos || b == std::string_view::npos ||
+    if (end == std::string_view::npos || b == std::string_view::npos ||
         (row.substr(b + 1) != "0" && row.substr(b + 1) != "1")) {
-      r.fail("field 'ranks': line " + std::to_string(line) + " '" + shown(row) +
+      r.fail("field '" + std::string(key) + "': line " + std::to_string(line) + " '" + shown(row) +
              "' is not 'RANK SILENT_MS SUSPENDED'");
       return;
     }
-    const auto rank = r.number<int>("ranks", row.substr(0, a));
-    const auto silent_ms = r.number<std::int64_t>("ranks", row.substr(a + 1, b - a - 1));
+    const auto rank = r.number<int>(key, row.substr(0, a));
+    const auto silent_ms = r.number<std::int64_t>(key, row.substr(a + 1, b - a - 1));
     if (!rank || !silent_ms) return;
-    m.ranks.push_back({*rank, *silent_ms, row.substr(b + 1) == "1"});
+    ranks.push_back({*rank, *silent_ms, row.substr(b + 1) == "1"});
   }
 }
+constexpr TextForm<std::vector<Stalled::Rank>> kStallLines{write_stall_lines, read_stall_lines};
 
-void write(Writer& w, const UploadBegin& m) {
-  w.put("rank", m.rank);
-  w.put("path", m.path);
-  w.put("size", m.size);
-}
-void read(Reader& r, UploadBegin& m) {
-  m.rank = r.integer<int>("rank");
-  m.path = r.str("path");
-  m.size = r.integer<std::int64_t>("size");
+template <class Io, maybe_const<Stalled> M>
+void fields(Io& io, M& m) {
+  io("ranks", m.ranks, kStallLines);
 }
 
-void write(Writer& w, const UploadChunk& m) { w.put("data", m.data); }
-void read(Reader& r, UploadChunk& m) { m.data = r.str("data"); }
-
-void write(Writer& w, const UploadEnd& m) {
-  w.put("path", m.path);
-  w.put("crc32c", m.crc32c);
-}
-void read(Reader& r, UploadEnd& m) {
-  m.path = r.str("path");
-  m.crc32c = r.str("crc32c");
+template <class Io, maybe_const<UploadBegin> M>
+void fields(Io& io, M& m) {
+  io("rank", m.rank);
+  io("path", m.path);
+  io("size", m.size);
 }
 
-void write(Writer& w, const UploadHole& m) { w.put("bytes", m.bytes); }
-void read(Reader& r, UploadHole& m) { m.bytes = r.integer<std::int64_t>("bytes"); }
-
-void write(Writer& w, const Bye& m) { w.put("succeeded", m.succeeded); }
-void read(Reader& r, Bye& m) { m.succeeded = r.boolean("succeeded"); }
-
-void write(Writer& w, const Done& m) {
-  w.put("attempt", m.attempt);
-  w.put("errors", m.errors);
-}
-void read(Reader& r, Done& m) {
-  m.attempt = r.integer<int>("attempt");
-  m.errors = r.list("errors");
+template <class Io, maybe_const<UploadChunk> M>
+void fields(Io& io, M& m) {
+  io("data", m.data);
 }
 
-void write(Writer& w, const Preflight& m) {
-  std::string devices;
-  for (std::size_t i = 0; i < m.devices.size(); ++i)
-    devices += (i > 0 ? "," : "") + std::to_string(m.devices[i]);
-  w.put("devices", std::string_view(devices));
-  w.put("nranks", m.nranks);
-  w.put("first_rank", m.first_rank);
-  w.put("nccl_id", m.nccl_id);
-  w.put("min_bytes", m.min_bytes);
-  w.put("max_bytes", m.max_bytes);
-  w.put("factor", m.factor);
-  w.put("warmup", m.warmup);
-  w.put("iters", m.iters);
-  w.put("timeout_s", m.timeout_s);
+template <class Io, maybe_const<UploadEnd> M>
+void fields(Io& io, M& m) {
+  io("path", m.path);
+  io("crc32c", m.crc32c);
 }
-void read(Reader& r, Preflight& m) {
-  if (const std::string* devices = r.raw("devices"); devices && !devices->empty()) {
-    std::size_t pos = 0;
-    while (true) {
-      const std::size_t comma = devices->find(',', pos);
-      const auto item =
-          std::string_view(*devices).substr(pos, comma == std::string::npos ? comma : comma - pos);
-      const auto device = r.number<int>("devices", item);
-      if (!device) return;
-      m.devices.push_back(*device);
-      if (comma == std::string::npos) break;
-      pos = comma + 1;
-    }
+
+template <class Io, maybe_const<UploadHole> M>
+void fields(Io& io, M& m) {
+  io("bytes", m.bytes);
+}
+
+template <class Io, maybe_const<Bye> M>
+void fields(Io& io, M& m) {
+  io("succeeded", m.succeeded);
+}
+
+template <class Io, maybe_const<Done> M>
+void fields(Io& io, M& m) {
+  io("attempt", m.attempt);
+  io("errors", m.errors);
+}
+
+// Preflight's devices: "0,1,2".
+std::string write_device_list(std::string_view, const std::vector<int>& devices) {
+  std::string text;
+  for (std::size_t i = 0; i < devices.size(); ++i) text += (i > 0 ? "," : "") + std::to_string(devices[i]);
+  return text;
+}
+void read_device_list(Reader& r, std::string_view key, std::string_view text, std::vector<int>& devices) {
+  if (text.empty()) return;
+  std::size_t pos = 0;
+  while (true) {
+    const std::size_t comma = text.find(',', pos);
+    const auto device =
+        r.number<int>(key, text.substr(pos, comma == std::string_view::npos ? comma : comma - pos));
+    if (!device) return;
+    devices.push_back(*device);
+    if (comma == std::string_view::npos) break;
+    pos = comma + 1;
   }
-  m.nranks = r.integer<int>("nranks");
-  m.first_rank = r.integer<int>("first_rank");
-  m.nccl_id = r.str("nccl_id");
-  m.min_bytes = r.integer<std::uint64_t>("min_bytes");
-  m.max_bytes = r.integer<std::uint64_t>("max_bytes");
-  m.factor = r.integer<int>("factor");
-  m.warmup = r.integer<int>("warmup");
-  m.iters = r.integer<int>("iters");
-  m.timeout_s = r.integer<int>("timeout_s");
+}
+constexpr TextForm<std::vector<int>> kDeviceList{write_device_list, read_device_list};
+
+template <class Io, maybe_const<Preflight> M>
+void fields(Io& io, M& m) {
+  io("devices", m.devices, kDeviceList);
+  io("nranks", m.nranks);
+  io("first_rank", m.first_rank);
+  io("nccl_id", m.nccl_id);
+  io("min_bytes", m.min_bytes);
+  io("max_bytes", m.max_bytes);
+  io("factor", m.factor);
+  io("warmup", m.warmup);
+  io("iters", m.iters);
+  io("timeout_s", m.timeout_s);
 }
 
-void write(Writer& w, const PreflightId& m) { w.put("nccl_id", m.nccl_id); }
-void read(Reader& r, PreflightId& m) { m.nccl_id = r.str("nccl_id"); }
+template <class Io, maybe_const<PreflightId> M>
+void fields(Io& io, M& m) {
+  io("nccl_id", m.nccl_id);
+}
 
-void write(Writer& w, const PreflightDone& m) { w.put("facts", m.facts); }
-void read(Reader& r, PreflightDone& m) { m.facts = r.str("facts"); }
+template <class Io, maybe_const<PreflightDone> M>
+void fields(Io& io, M& m) {
+  io("facts", m.facts);
+}
 
-void write(Writer& w, const Signal& m) { w.put("signal", m.signal); }
-void read(Reader& r, Signal& m) { m.signal = r.str("signal"); }
+template <class Io, maybe_const<Signal> M>
+void fields(Io& io, M& m) {
+  io("signal", m.signal);
+}
+
+}  // namespace protocol_detail
+
+namespace {
+
+using protocol_detail::kMaxStartFields;
 
 // ---- the table over Message -------------------------------------------------
 
 template <class M>
 Frame encode_one(const M& m) {
-  Writer w;
-  write(w, m);
+  protocol_detail::Writer w;
+  fields(w, m);
   return Frame{M::kType, w.take()};
 }
 
@@ -607,11 +332,11 @@ template <class M>
 std::optional<Message> decode_one(const Frame& frame, std::string* why) {
   const std::size_t max_fields =
       std::is_same_v<M, Start> || std::is_same_v<M, Stacks> ? kMaxStartFields : kMaxFields;
-  auto fields = decode_fields(frame.payload, why, max_fields);
-  if (!fields) return std::nullopt;
+  auto decoded = decode_fields(frame.payload, why, max_fields);
+  if (!decoded) return std::nullopt;
   M m;
-  Reader r(*fields, why);
-  read(r, m);
+  protocol_detail::Reader r(*decoded, why);
+  fields(r, m);
   if (!r.finish()) return std::nullopt;
   return Message(std::move(m));
 }
