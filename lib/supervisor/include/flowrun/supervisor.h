@@ -48,7 +48,7 @@
 #include <vector>
 
 // The clocks and write_all are base's (flowrun/clock.h, flowrun/fd.h); the
-// head in lib/cluster still reaches them through this header.
+// head, the agent and the control layer still reach them through this header.
 #include "flowrun/clock.h"
 #include "flowrun/fd.h"
 #include "flowrun/logmux.h"
