@@ -34,6 +34,7 @@
 #include "flowrun/supervisor.h"
 
 #include "node_ranks.h"
+#include "remote_step.h"
 #include "testing.h"
 
 using namespace flowrun;
@@ -219,25 +220,6 @@ class Cluster {
     const int console = open((dir_.path() + "/console.txt").c_str(), O_WRONLY | O_CREAT | O_CLOEXEC, 0600);
     REQUIRE(console >= 0);
     console_ = Console{console, console};
-    SpecParse parse = parse_spec(kSpec, "flow.yaml", dir_.path());
-    REQUIRE(parse.diagnostics.empty());
-    spec_ = std::move(*parse.spec);
-    SystemGpus none;
-    none.source = "none";
-    const auto plans = plan_flow(spec_, HostFacts{"head", select_gpus(none, {}), {}}, {});
-    REQUIRE(plans.size() == 1);
-    plan_ = plans.front();
-    REQUIRE(plan_.mode == PlanMode::multi_node);
-    job_.spec = &spec_;
-    job_.step = &spec_.steps.front();
-    job_.plan = &plan_;
-    job_.ctx.run_id = "t-1";
-    job_.ctx.layout.run_dir = dir_.path() + "/run";
-    job_.ctx.parent_env = {{"PATH", "/usr/bin:/bin"}};
-    job_.argv = job_.step->argv;
-    job_.group.step = "train";
-    job_.group.grace_s = 1;
-    job_.shows = [](int, int) { return ConsoleShows::none(); };
     job_.fake_gpus = 0;
     job_.start_agents = [this](const std::string& endpoint, const std::string& token) {
       start_agents(endpoint, token);
@@ -311,9 +293,8 @@ class Cluster {
   std::function<Play(int, int)> play_;
   flowrun::testing::ScopedTempDir dir_{"head-agent"};
   Console console_;
-  Spec spec_;
-  StepPlan plan_;
-  NodeStep job_;
+  flowrun::testing::RemoteStep step_{kSpec, dir_.path()};
+  NodeStep& job_ = step_.job;
   std::unique_ptr<Supervisor> supervisor_;
   std::unique_ptr<RemoteGroup> group_;
   std::vector<std::thread> threads_;

@@ -29,6 +29,7 @@
 
 #include "fake_node_link.h"
 #include "node_reach.h"
+#include "remote_step.h"
 #include "testing.h"
 
 using namespace flowrun;
@@ -73,34 +74,13 @@ Exited stopped(int rank) {
 // `parallel` (indented as under parallel:), with cluster: `cluster` added.
 class HeadBench {
  public:
-  explicit HeadBench(const std::string& parallel, const std::string& cluster = "") {
+  explicit HeadBench(const std::string& parallel, const std::string& cluster = "")
+      : step_("name: t\ncluster:\n  engine: manual\n  address: 127.0.0.1\n" + cluster +
+                  "steps:\n  - name: train\n    run: [python3, train.py]\n    parallel:\n" + parallel,
+              dir_.path()) {
     console_fd_ = open((dir_.path() + "/console.txt").c_str(), O_WRONLY | O_CREAT | O_CLOEXEC, 0600);
     REQUIRE(console_fd_ >= 0);
     console_ = Console{console_fd_, console_fd_};
-    const std::string text = "name: t\ncluster:\n  engine: manual\n  address: 127.0.0.1\n" + cluster +
-                             "steps:\n  - name: train\n    run: [python3, train.py]\n    parallel:\n" +
-                             parallel;
-    SpecParse parse = parse_spec(text, "flow.yaml", dir_.path());
-    INFO(text);
-    REQUIRE(parse.diagnostics.empty());
-    spec_ = std::move(*parse.spec);
-    SystemGpus none;
-    none.source = "none";
-    const auto plans = plan_flow(spec_, HostFacts{"head", select_gpus(none, {}), {}}, {});
-    REQUIRE(plans.size() == 1);
-    plan_ = plans.front();
-    REQUIRE(plan_.mode == PlanMode::multi_node);
-    job_.spec = &spec_;
-    job_.step = &spec_.steps.front();
-    job_.plan = &plan_;
-    job_.ctx.run_id = "t-1";
-    job_.ctx.layout.run_dir = dir_.path() + "/run";
-    job_.ctx.parent_env = {{"PATH", "/usr/bin:/bin"}};
-    job_.argv = job_.step->argv;
-    job_.group.step = "train";
-    job_.group.grace_s = 1;
-    if (job_.step->stall_timeout_s) job_.group.stall_timeout_s = job_.step->stall_timeout_s;
-    job_.shows = [](int, int) { return ConsoleShows::none(); };
     supervisor_ = std::make_unique<Supervisor>(console_, -1);
     cluster::NodeReach reach;
     reach.door = [this](const std::string&, const std::string&, double, double) {
@@ -167,6 +147,15 @@ class HeadBench {
     boost::asio::post(supervisor_->io(), [&n, why] { n.link->drop(why); });
   }
 
+  // `n`'s connection ends (`why`) when the head tells it to start its ranks.
+  void lose_at_start(ScriptedNode& n, const std::string& why) {
+    n.script = [this, why](ScriptedNode& node, const Message& m) {
+      if (!std::holds_alternative<Start>(m)) return false;
+      drop(node, why);
+      return true;
+    };
+  }
+
   std::string console() const { return testing::read_file(dir_.path() + "/console.txt"); }
   const RunLayout& layout() const { return job_.ctx.layout; }
   FakeDoor& door() { return *door_; }
@@ -211,9 +200,8 @@ class HeadBench {
   flowrun::testing::ScopedTempDir dir_{"head"};
   int console_fd_ = -1;
   Console console_;
-  Spec spec_;
-  StepPlan plan_;
-  NodeStep job_;
+  flowrun::testing::RemoteStep step_;
+  NodeStep& job_ = step_.job;
   std::unique_ptr<Supervisor> supervisor_;
   FakeDoor* door_ = nullptr;
   std::unique_ptr<RemoteGroup> group_;
@@ -277,11 +265,7 @@ TEST_CASE("head: a node lost mid-attempt fails the attempt; the others are stopp
   ScriptedNode& a = h.join("node-a");
   ScriptedNode& b = h.join("node-b");
   a.waits = {0, 1};
-  b.script = [&h](ScriptedNode& n, const Message& m) {
-    if (!std::holds_alternative<Start>(m)) return false;
-    h.drop(n, "connection reset by peer");
-    return true;
-  };
+  h.lose_at_start(b, "connection reset by peer");
   const AttemptResult r = h.attempt(0);
   CHECK(r.started);
   CHECK(r.node_gone);
@@ -321,11 +305,7 @@ TEST_CASE("head: a spare takes a lost node's rank at the restart", "[head]") {
   ScriptedNode& s = h.join("spare-c");
   REQUIRE(s.link != nullptr);
   CHECK(s.link->sent_of<Assign>().empty());  // it waits with no rank
-  b.script = [&h](ScriptedNode& n, const Message& m) {
-    if (!std::holds_alternative<Start>(m)) return false;
-    h.drop(n, "end of file");
-    return true;
-  };
+  h.lose_at_start(b, "end of file");
   a.waits = {0, 1};
   const AttemptResult first = h.attempt(0);
   CHECK(first.node_gone);
@@ -348,11 +328,7 @@ TEST_CASE("head: an elastic step goes on with the nodes left, its world renumber
   HeadBench h("      cpus: 4\n      nodes: \"1:2\"\n");
   ScriptedNode& a = h.join("node-a");
   ScriptedNode& b = h.join("node-b");
-  b.script = [&h](ScriptedNode& n, const Message& m) {
-    if (!std::holds_alternative<Start>(m)) return false;
-    h.drop(n, "end of file");
-    return true;
-  };
+  h.lose_at_start(b, "end of file");
   a.waits = {0, 1};
   const AttemptResult first = h.attempt(0);
   CHECK(first.node_gone);
