@@ -67,10 +67,8 @@ def rendezvous_once(n, spec, run_dir, work, row):
     row.command = show(head.cmd) + " & " + show([str(W.rdzv_clients), "--nodes", str(n), "--endpoint",
                                                   "127.0.0.1:PORT", "--token-file", str(run_dir / "work" /
                                                                                          "agent.token")])
-    if head.agent is None:
-        head.stop()
-        head.finish()
-        return None, "the head printed no agent command: " + head.console.tail()
+    if (why := head.without_agent()) is not None:
+        return None, why
     cmd = [str(W.rdzv_clients), "--nodes", str(n), "--endpoint", head.option("--rdzv-endpoint"), "--token-file",
            head.option("--token-file")]
     r = run_quiet(cmd, timeout=300)
@@ -112,13 +110,9 @@ def agents_once(n, work, row, env):
     spec = spec_from("nodes.yaml", work / f"f-{n}.yaml", NODES=n)
     run_dir = fresh(work / f"f-{n}" / "run")
     head = Head(spec, run_dir, work, "f-head")
-    row.command = show(head.cmd) + " & " + show([str(BIN / "spawn"), str(n), str(W.flowrun), "agent",
-                                                  "--rdzv-endpoint", "127.0.0.1:PORT", "--token-file",
-                                                  str(run_dir / "work" / "agent.token")])
-    if head.agent is None:
-        head.stop()
-        head.finish()
-        return None, "the head printed no agent command: " + head.console.tail()
+    row.command = show(head.cmd) + " & " + show([str(BIN / "spawn"), str(n)] + Head.agent_argv(run_dir))
+    if (why := head.without_agent()) is not None:
+        return None, why
     agents = subprocess.Popen([str(BIN / "spawn"), str(n)] + head.agent, stdout=subprocess.DEVNULL,
                               stderr=subprocess.PIPE, stdin=subprocess.DEVNULL, text=True, cwd=work, env=env)
     succeeded, _ = head.console.wait_for(r"^flowrun: step 'work' succeeded", 120)
@@ -206,13 +200,9 @@ def case_gather(args, work, launchers):
 def gather_once(per_rank, spec, work, row, env):
     run_dir = fresh(work / "g-flowrun" / "run")
     head = Head(spec, run_dir, work, "g-head")
-    row.command = show(head.cmd) + " & " + show([str(BIN / "spawn"), "4", str(W.flowrun), "agent",
-                                                  "--rdzv-endpoint", "127.0.0.1:PORT", "--token-file",
-                                                  str(run_dir / "work" / "agent.token")])
-    if head.agent is None:
-        head.stop()
-        head.finish()
-        return None, "the head printed no agent command: " + head.console.tail()
+    row.command = show(head.cmd) + " & " + show([str(BIN / "spawn"), "4"] + Head.agent_argv(run_dir))
+    if (why := head.without_agent()) is not None:
+        return None, why
     agents = subprocess.Popen([str(BIN / "spawn"), "4"] + head.agent, stdout=subprocess.DEVNULL,
                               stderr=subprocess.PIPE, stdin=subprocess.DEVNULL, text=True, cwd=work, env=env)
     succeeded, _ = head.console.wait_for(r"^flowrun: step 'work' succeeded", 300)
@@ -269,12 +259,9 @@ def lost_once(work, row, env, i):
     spec = spec_from("lost.yaml", work / "h-lost.yaml", SECONDS=seconds)
     run_dir = fresh(work / "h-flowrun" / "run")
     head = Head(spec, run_dir, work, "h-head")
-    row.command = show(head.cmd) + " & 2 x " + show([str(W.flowrun), "agent", "--rdzv-endpoint", "127.0.0.1:PORT",
-                                                      "--token-file", str(run_dir / "work" / "agent.token")])
-    if head.agent is None:
-        head.stop()
-        head.finish()
-        return None, "the head printed no agent command: " + head.console.tail()
+    row.command = show(head.cmd) + " & 2 x " + show(Head.agent_argv(run_dir))
+    if (why := head.without_agent()) is not None:
+        return None, why
     agents = [subprocess.Popen(head.agent, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                                stdin=subprocess.DEVNULL, cwd=work, env=env) for _ in range(2)]
     deadline = time.monotonic() + 30

@@ -70,12 +70,9 @@ def flowrun_recovery_once(d, row, env, forensics):
                      FORENSICS="{stacks: true}" if forensics else "off")
     run_dir = d / "run"
     head = Head(spec, run_dir, d, "r-head")
-    row.command = show(head.cmd) + " & 3 x " + show([str(W.flowrun), "agent", "--rdzv-endpoint", "127.0.0.1:PORT",
-                                                      "--token-file", str(run_dir / "work" / "agent.token")])
-    if head.agent is None:
-        head.stop()
-        head.finish()
-        return None, "the head printed no agent command: " + head.console.tail()
+    row.command = show(head.cmd) + " & 3 x " + show(Head.agent_argv(run_dir))
+    if (why := head.without_agent()) is not None:
+        return None, why
     agents = [subprocess.Popen(head.agent, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                                stdin=subprocess.DEVNULL, cwd=d, env=env) for _ in range(3)]
     spare, _ = head.console.wait_for(r"spare node \S+ joined", 60)

@@ -222,6 +222,21 @@ class Head:
     def option(self, name):
         return self.agent[self.agent.index(name) + 1]
 
+    def without_agent(self):
+        """Why the case cannot go on when the head printed no agent command (the head is then stopped and
+        waited for); None when it printed one."""
+        if self.agent is not None:
+            return None
+        self.stop()
+        self.finish()
+        return "the head printed no agent command: " + self.console.tail()
+
+    @staticmethod
+    def agent_argv(run_dir):
+        """The agent's command as the report shows it: the head's port left as PORT."""
+        return [str(W.flowrun), "agent", "--rdzv-endpoint", "127.0.0.1:PORT", "--token-file",
+                str(run_dir / "work" / "agent.token")]
+
     def stop(self):
         """SIGTERM to the head (timeit's child) if it still runs: a case that went wrong ends it."""
         for pid in children_of(self.proc.pid):
