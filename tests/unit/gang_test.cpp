@@ -1,0 +1,271 @@
+// Which node of a gang this is, read from the environment each platform gives
+// its nodes (/work/shared/context/gangs.md): every platform's environment as
+// it sets it, with the variables of a container around it, to the read; every
+// contradiction to its message, compared whole since it reaches the user.
+#include "flowrun/gang.h"
+
+#include <catch2/catch.hpp>
+
+using namespace flowrun;
+
+namespace {
+
+// What any container has, which no platform reads.
+EnvMap container(EnvMap env) {
+  env.emplace("PATH", "/usr/local/bin:/usr/bin:/bin");
+  env.emplace("HOME", "/root");
+  env.emplace("HOSTNAME", "train-1");
+  return env;
+}
+
+EnvMap with(EnvMap env, const std::string& name, const std::string& value) {
+  env[name] = value;
+  return env;
+}
+
+EnvMap without(EnvMap env, const std::string& name) {
+  env.erase(name);
+  return env;
+}
+
+// The read expected of a node: its platform, index, node count, the head's
+// index, address and port, and the variables read.
+GangRead node(GangPlatform platform, int index, int num_nodes, int head_index, std::string head_host,
+              std::optional<int> head_port, std::vector<std::pair<std::string, std::string>> variables) {
+  return {platform, index, num_nodes, head_index, std::move(head_host), head_port, std::move(variables)};
+}
+
+std::string gang_error(const EnvMap& env) {
+  std::string error;
+  auto read = read_gang(env, &error);
+  CHECK_FALSE(read.has_value());
+  return error;
+}
+
+// Pod 1 of an Indexed Job `train` of 3 completions, subdomain `train`, with
+// the variables flowrun's manifest sets; the Job controller's own index.
+const EnvMap kIndexedJob = container({{"JOB_COMPLETION_INDEX", "1"},
+                                      {"FLOWRUN_GANG_NODES", "3"},
+                                      {"FLOWRUN_GANG_HEAD", "train-0.train"},
+                                      {"KUBERNETES_SERVICE_HOST", "10.96.0.1"},
+                                      {"KUBERNETES_SERVICE_PORT", "443"}});
+
+// Pod 2 of a JobSet `train`, replicated Job `node`, one child Job of 4.
+const EnvMap kJobSet = container({{"JOB_COMPLETION_INDEX", "2"},
+                                  {"FLOWRUN_JOBSET_NAME", "train"},
+                                  {"FLOWRUN_GANG_NODES", "4"},
+                                  {"FLOWRUN_GANG_HEAD", "train-node-0-0.train"},
+                                  {"KUBERNETES_SERVICE_HOST", "10.96.0.1"}});
+
+// Node 1 of a TrainJob `llm` of numNodes 2 (Trainer v2's torch runtime, on a
+// JobSet: the completion index is there too).
+const EnvMap kTrainJob = container({{"PET_NODE_RANK", "1"},
+                                    {"PET_NNODES", "2"},
+                                    {"PET_NPROC_PER_NODE", "auto"},
+                                    {"PET_MASTER_ADDR", "llm-node-0-0.llm"},
+                                    {"PET_MASTER_PORT", "29500"},
+                                    {"JOB_COMPLETION_INDEX", "1"}});
+
+// Worker-0 of a PyTorchJob `mnist` of one Master and two Workers: the third pod.
+const EnvMap kPyTorchJob = container({{"MASTER_ADDR", "mnist-master-0"},
+                                      {"MASTER_PORT", "23456"},
+                                      {"RANK", "1"},
+                                      {"WORLD_SIZE", "3"},
+                                      {"PYTHONUNBUFFERED", "1"}});
+
+// Node 2 of an AWS Batch multi-node parallel job of 4 nodes, main node 0.
+const EnvMap kBatchChild = container({{"AWS_BATCH_JOB_ID", "f2c1e4a0-1b2c-4d5e-8f90-0a1b2c3d4e5f#2"},
+                                      {"AWS_BATCH_JOB_NODE_INDEX", "2"},
+                                      {"AWS_BATCH_JOB_NUM_NODES", "4"},
+                                      {"AWS_BATCH_JOB_MAIN_NODE_INDEX", "0"},
+                                      {"AWS_BATCH_JOB_MAIN_NODE_PRIVATE_IPV4_ADDRESS", "10.0.1.17"},
+                                      {"AWS_BATCH_JQ_NAME", "gpu-queue"}});
+
+// The main node of that job: never told its own address.
+const EnvMap kBatchMain = without(with(kBatchChild, "AWS_BATCH_JOB_NODE_INDEX", "0"),
+                                  "AWS_BATCH_JOB_MAIN_NODE_PRIVATE_IPV4_ADDRESS");
+
+// Node 1 of a SkyPilot task with num_nodes: 2.
+const EnvMap kSkyPilot = container({{"SKYPILOT_NODE_RANK", "1"},
+                                    {"SKYPILOT_NUM_NODES", "2"},
+                                    {"SKYPILOT_NODE_IPS", "10.128.0.5\n10.128.0.6"},
+                                    {"SKYPILOT_NUM_GPUS_PER_NODE", "8"},
+                                    {"SKYPILOT_TASK_ID", "sky-2026-12-05-01-40-00-000000_mycluster_1"}});
+
+// A task of an srun step in a two-node allocation, whose batch script also
+// exported the variables to run torchrun by hand.
+const EnvMap kSlurm = container({{"SLURM_JOB_ID", "4242"},
+                                 {"SLURM_JOB_NODELIST", "gpu[1-2]"},
+                                 {"SLURM_JOB_NUM_NODES", "2"},
+                                 {"SLURM_NODEID", "1"},
+                                 {"SLURM_PROCID", "1"},
+                                 {"SLURM_NNODES", "2"}});
+
+}  // namespace
+
+TEST_CASE("read_gang reads each platform's node as the platform sets it", "[gang]") {
+  struct Case {
+    std::string name;
+    EnvMap env;
+    GangRead read;
+  };
+  const std::vector<Case> cases = {
+      {"Indexed Job", kIndexedJob,
+       node(GangPlatform::indexed_job, 1, 3, 0, "train-0.train", std::nullopt,
+            {{"JOB_COMPLETION_INDEX", "1"},
+             {"FLOWRUN_GANG_NODES", "3"},
+             {"FLOWRUN_GANG_HEAD", "train-0.train"}})},
+      {"Indexed Job, node 0", with(kIndexedJob, "JOB_COMPLETION_INDEX", "0"),
+       node(GangPlatform::indexed_job, 0, 3, 0, "train-0.train", std::nullopt,
+            {{"JOB_COMPLETION_INDEX", "0"},
+             {"FLOWRUN_GANG_NODES", "3"},
+             {"FLOWRUN_GANG_HEAD", "train-0.train"}})},
+      {"Indexed Job of one pod, its index written 00",
+       with(with(kIndexedJob, "JOB_COMPLETION_INDEX", "00"), "FLOWRUN_GANG_NODES", "1"),
+       node(GangPlatform::indexed_job, 0, 1, 0, "train-0.train", std::nullopt,
+            {{"JOB_COMPLETION_INDEX", "00"},
+             {"FLOWRUN_GANG_NODES", "1"},
+             {"FLOWRUN_GANG_HEAD", "train-0.train"}})},
+      {"JobSet", kJobSet,
+       node(GangPlatform::jobset, 2, 4, 0, "train-node-0-0.train", std::nullopt,
+            {{"FLOWRUN_JOBSET_NAME", "train"},
+             {"JOB_COMPLETION_INDEX", "2"},
+             {"FLOWRUN_GANG_NODES", "4"},
+             {"FLOWRUN_GANG_HEAD", "train-node-0-0.train"}})},
+      {"TrainJob, over its JobSet", kTrainJob,
+       node(GangPlatform::trainjob, 1, 2, 0, "llm-node-0-0.llm", 29500,
+            {{"PET_NODE_RANK", "1"},
+             {"PET_NNODES", "2"},
+             {"PET_MASTER_ADDR", "llm-node-0-0.llm"},
+             {"PET_MASTER_PORT", "29500"}})},
+      {"TrainJob with FLOWRUN_JOBSET_NAME beside it, no port",
+       without(with(kTrainJob, "FLOWRUN_JOBSET_NAME", "llm"), "PET_MASTER_PORT"),
+       node(GangPlatform::trainjob, 1, 2, 0, "llm-node-0-0.llm", std::nullopt,
+            {{"PET_NODE_RANK", "1"}, {"PET_NNODES", "2"}, {"PET_MASTER_ADDR", "llm-node-0-0.llm"}})},
+      {"PyTorchJob, WORLD_SIZE in pods", kPyTorchJob,
+       node(GangPlatform::pytorchjob, 1, 3, 0, "mnist-master-0", 23456,
+            {{"RANK", "1"},
+             {"WORLD_SIZE", "3"},
+             {"MASTER_ADDR", "mnist-master-0"},
+             {"MASTER_PORT", "23456"}})},
+      {"AWS Batch, a child node", kBatchChild,
+       node(GangPlatform::aws_batch, 2, 4, 0, "10.0.1.17", std::nullopt,
+            {{"AWS_BATCH_JOB_NODE_INDEX", "2"},
+             {"AWS_BATCH_JOB_NUM_NODES", "4"},
+             {"AWS_BATCH_JOB_MAIN_NODE_INDEX", "0"},
+             {"AWS_BATCH_JOB_MAIN_NODE_PRIVATE_IPV4_ADDRESS", "10.0.1.17"}})},
+      {"AWS Batch, the main node, not told its own address", kBatchMain,
+       node(GangPlatform::aws_batch, 0, 4, 0, "", std::nullopt,
+            {{"AWS_BATCH_JOB_NODE_INDEX", "0"},
+             {"AWS_BATCH_JOB_NUM_NODES", "4"},
+             {"AWS_BATCH_JOB_MAIN_NODE_INDEX", "0"}})},
+      {"AWS Batch, main node 3: node 0 is an agent",
+       with(with(kBatchChild, "AWS_BATCH_JOB_MAIN_NODE_INDEX", "3"), "AWS_BATCH_JOB_NODE_INDEX", "0"),
+       node(GangPlatform::aws_batch, 0, 4, 3, "10.0.1.17", std::nullopt,
+            {{"AWS_BATCH_JOB_NODE_INDEX", "0"},
+             {"AWS_BATCH_JOB_NUM_NODES", "4"},
+             {"AWS_BATCH_JOB_MAIN_NODE_INDEX", "3"},
+             {"AWS_BATCH_JOB_MAIN_NODE_PRIVATE_IPV4_ADDRESS", "10.0.1.17"}})},
+      {"SkyPilot", kSkyPilot,
+       node(GangPlatform::skypilot, 1, 2, 0, "10.128.0.5", std::nullopt,
+            {{"SKYPILOT_NODE_RANK", "1"},
+             {"SKYPILOT_NUM_NODES", "2"},
+             {"SKYPILOT_NODE_IPS", "10.128.0.5\n10.128.0.6"}})},
+      {"SkyPilot, the list ending in a newline",
+       with(kSkyPilot, "SKYPILOT_NODE_IPS", "10.128.0.5\n10.128.0.6\n"),
+       node(GangPlatform::skypilot, 1, 2, 0, "10.128.0.5", std::nullopt,
+            {{"SKYPILOT_NODE_RANK", "1"},
+             {"SKYPILOT_NUM_NODES", "2"},
+             {"SKYPILOT_NODE_IPS", "10.128.0.5\n10.128.0.6\n"}})},
+      {"SkyPilot of one node",
+       with(with(with(kSkyPilot, "SKYPILOT_NODE_RANK", "0"), "SKYPILOT_NUM_NODES", "1"), "SKYPILOT_NODE_IPS",
+            "10.128.0.5"),
+       node(GangPlatform::skypilot, 0, 1, 0, "10.128.0.5", std::nullopt,
+            {{"SKYPILOT_NODE_RANK", "0"}, {"SKYPILOT_NUM_NODES", "1"}, {"SKYPILOT_NODE_IPS", "10.128.0.5"}})},
+  };
+  for (const auto& c : cases) {
+    INFO(c.name);
+    std::string error;
+    auto read = read_gang(c.env, &error);
+    REQUIRE(read.has_value());
+    CHECK(error.empty());
+    CHECK(read->platform == c.read.platform);
+    CHECK(read->index == c.read.index);
+    CHECK(read->num_nodes == c.read.num_nodes);
+    CHECK(read->head_index == c.read.head_index);
+    CHECK(read->is_head() == (c.read.index == c.read.head_index));
+    CHECK(read->head_host == c.read.head_host);
+    CHECK(read->head_port == c.read.head_port);
+    CHECK(read->variables == c.read.variables);
+  }
+}
+
+TEST_CASE("read_gang reads no gang where no platform's variables are set", "[gang]") {
+  struct Case {
+    std::string name;
+    EnvMap env;
+  };
+  const std::vector<Case> cases = {
+      {"an empty environment", {}},
+      {"a container's environment", container({})},
+      // Slurm has an engine of its own: its variables, and what a batch script
+      // exports beside them for torchrun by hand, are no gang here.
+      {"Slurm's variables alone", kSlurm},
+      {"Slurm, with torchrun's variables exported by the batch script",
+       with(with(with(kSlurm, "MASTER_ADDR", "gpu1"), "RANK", "1"), "WORLD_SIZE", "2")},
+      // A worker of torchrun (or of flowrun) has RANK and WORLD_SIZE counted
+      // in processes, not pods.
+      {"a torchrun worker", container({{"RANK", "3"},
+                                       {"WORLD_SIZE", "8"},
+                                       {"LOCAL_RANK", "3"},
+                                       {"MASTER_ADDR", "127.0.0.1"},
+                                       {"TORCHELASTIC_RUN_ID", "none"}})},
+      {"RANK without WORLD_SIZE", container({{"RANK", "0"}, {"MASTER_ADDR", "head"}})},
+      {"the gang's own variables without an index",
+       container({{"FLOWRUN_GANG_NODES", "2"}, {"FLOWRUN_GANG_HEAD", "train-0.train"}})},
+      // torchrun's PET_* variables set by hand, without a node rank: torchrun
+      // options, not a TrainJob.
+      {"PET_NNODES and PET_NPROC_PER_NODE alone",
+       container({{"PET_NNODES", "1"}, {"PET_NPROC_PER_NODE", "4"}})},
+      {"an AWS Batch job of one node", container({{"AWS_BATCH_JOB_ID", "f2c1"}, {"AWS_BATCH_JQ_NAME", "q"}})},
+      {"a Kubernetes pod that is no Job's", container({{"KUBERNETES_SERVICE_HOST", "10.96.0.1"}})},
+  };
+  for (const auto& c : cases) {
+    INFO(c.name);
+    std::string error;
+    auto read = read_gang(c.env, &error);
+    REQUIRE(read.has_value());
+    CHECK(error.empty());
+    CHECK(read->platform == GangPlatform::none);
+    CHECK(read->variables.empty());
+  }
+}
+
+TEST_CASE("read_gang refuses a contradiction, naming the variable and the fix", "[gang]") {
+  struct Case {
+    EnvMap env;
+    std::string error;
+  };
+  const std::vector<Case> cases = {
+      // Two platforms at once.
+      {with(kIndexedJob, "AWS_BATCH_JOB_NODE_INDEX", "1"),
+       "JOB_COMPLETION_INDEX (Kubernetes Indexed Job) and AWS_BATCH_JOB_NODE_INDEX (AWS Batch multi-node "
+       "parallel job) are both set: a node is part of one gang; unset the variables of the one it is not "
+       "part of"},
+      {with(with(kIndexedJob, "RANK", "1"), "WORLD_SIZE", "3"),
+       "JOB_COMPLETION_INDEX (Kubernetes Indexed Job) and RANK (Kubeflow PyTorchJob) are both set: a node is "
+       "part of one gang; unset the variables of the one it is not part of"},
+      {with(kSkyPilot, "PET_NODE_RANK", "0"),
+       "PET_NODE_RANK (Kubeflow TrainJob) and SKYPILOT_NODE_RANK (SkyPilot) are both set: a node is part of "
+       "one "
+       "gang; unset the variables of the one it is not part of"},
+      {with(kBatchChild, "SKYPILOT_NODE_RANK", "0"),
+       "AWS_BATCH_JOB_NODE_INDEX (AWS Batch multi-node parallel job) and SKYPILOT_NODE_RANK (SkyPilot) are "
+       "both "
+       "set: a node is part of one gang; unset the variables of the one it is not part of"},
+  };
+  for (const auto& c : cases) {
+    INFO(c.error);
+    CHECK(gang_error(c.env) == c.error);
+  }
+}
