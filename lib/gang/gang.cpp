@@ -6,7 +6,9 @@ namespace flowrun {
 
 namespace {
 
-std::string quoted(std::string_view s) { return "'" + std::string(s) + "'"; }
+// A value from the environment, quoted and made printable (a newline in
+// SKYPILOT_NODE_IPS, or anything else a user's env may hold).
+std::string quoted(std::string_view s) { return "'" + printable(s) + "'"; }
 
 // Decimal digits only, no sign or blank, at most 9 of them, so that it fits
 // an int; a leading zero is accepted, as the platforms' own readers do.
@@ -52,7 +54,7 @@ class Reader {
   std::optional<std::string> need(const std::string& name, std::string_view fix) {
     auto value = take(name);
     if (!value && error_.empty()) {
-      error_ = name + " is not set, but " + marker_ + " says this node is in a gang (" +
+      error_ = name + " is not set, but " + marker_ + " marks a node of a gang (" +
                std::string(gang_platform_name(read_.platform)) + "): " + std::string(fix);
     }
     return value;
@@ -117,7 +119,10 @@ class Reader {
   std::string error_;
 };
 
-std::string marked(const EnvMap& env, const std::string& name) { return name + "=" + env.at(name); }
+// NAME=value of the variable that marks a platform, for messages.
+std::string marked(const EnvMap& env, const std::string& name) {
+  return name + "=" + printable(env.at(name));
+}
 
 std::optional<GangRead> read_trainjob(const EnvMap& env, std::string* error) {
   Reader r(env, GangPlatform::trainjob, marked(env, "PET_NODE_RANK"));
@@ -174,8 +179,7 @@ std::optional<GangRead> read_kubernetes_job(const EnvMap& env, bool jobset, std:
 }
 
 std::optional<GangRead> read_pytorchjob(const EnvMap& env, std::string* error) {
-  Reader r(env, GangPlatform::pytorchjob,
-           "RANK=" + env.at("RANK") + " with WORLD_SIZE=" + env.at("WORLD_SIZE"));
+  Reader r(env, GangPlatform::pytorchjob, marked(env, "RANK") + " with " + marked(env, "WORLD_SIZE"));
   auto rank_text = r.take("RANK");
   auto size_text = r.take("WORLD_SIZE");
   auto addr = r.need("MASTER_ADDR",
@@ -187,7 +191,7 @@ std::optional<GangRead> read_pytorchjob(const EnvMap& env, std::string* error) {
   if (env.count("MASTER_PORT") != 0) r.read().head_port = r.port("MASTER_PORT");
   if (rank && size) {
     r.below("RANK", *rank, "WORLD_SIZE", *size,
-            "in a PyTorchJob both count pods: WORLD_SIZE is the Master and Worker replicas together");
+            "a PyTorchJob counts both in pods, WORLD_SIZE being its Master and Worker replicas together");
     r.read().index = *rank;
     r.read().num_nodes = *size;
   }
@@ -240,14 +244,19 @@ std::optional<GangRead> read_skypilot(const EnvMap& env, std::string* error) {
     rest = end == std::string_view::npos ? std::string_view() : rest.substr(end + 1);
   }
   if (lines.size() != static_cast<std::size_t>(*nodes)) {
-    r.error() = "SKYPILOT_NODE_IPS names " + std::to_string(lines.size()) + " address" +
+    r.error() = "SKYPILOT_NODE_IPS lists " + std::to_string(lines.size()) + " address" +
                 (lines.size() == 1 ? "" : "es") + " but SKYPILOT_NUM_NODES=" + *nodes_text +
                 ": SkyPilot writes one address a line, one line a node";
     return r.done(error);
   }
   r.below("SKYPILOT_NODE_RANK", *rank, "SKYPILOT_NUM_NODES", *nodes,
           "SKYPILOT_NUM_NODES is the task's num_nodes");
-  r.head("SKYPILOT_NODE_IPS", lines.front());
+  if (!is_host(lines.front())) {
+    r.error() = "SKYPILOT_NODE_IPS=" + quoted(*ips) +
+                ": its first line, the head's address, is not a host name or address";
+    return r.done(error);
+  }
+  r.read().head_host = lines.front();
   r.read().index = *rank;
   r.read().num_nodes = *nodes;
   return r.done(error);

@@ -257,12 +257,109 @@ TEST_CASE("read_gang refuses a contradiction, naming the variable and the fix", 
        "part of one gang; unset the variables of the one it is not part of"},
       {with(kSkyPilot, "PET_NODE_RANK", "0"),
        "PET_NODE_RANK (Kubeflow TrainJob) and SKYPILOT_NODE_RANK (SkyPilot) are both set: a node is part of "
-       "one "
-       "gang; unset the variables of the one it is not part of"},
+       "one gang; unset the variables of the one it is not part of"},
       {with(kBatchChild, "SKYPILOT_NODE_RANK", "0"),
        "AWS_BATCH_JOB_NODE_INDEX (AWS Batch multi-node parallel job) and SKYPILOT_NODE_RANK (SkyPilot) are "
-       "both "
-       "set: a node is part of one gang; unset the variables of the one it is not part of"},
+       "both set: a node is part of one gang; unset the variables of the one it is not part of"},
+      {with(with(kTrainJob, "RANK", "1"), "WORLD_SIZE", "2"),
+       "PET_NODE_RANK (Kubeflow TrainJob) and RANK (Kubeflow PyTorchJob) are both set: a node is part of one "
+       "gang; unset the variables of the one it is not part of"},
+      // A platform's variable missing.
+      {without(kIndexedJob, "FLOWRUN_GANG_NODES"),
+       "FLOWRUN_GANG_NODES is not set, but JOB_COMPLETION_INDEX=1 marks a node of a gang (Kubernetes Indexed "
+       "Job): set it in the pod template's env to the Job's completions (the Job controller does not pass "
+       "the count)"},
+      {without(kIndexedJob, "FLOWRUN_GANG_HEAD"),
+       "FLOWRUN_GANG_HEAD is not set, but JOB_COMPLETION_INDEX=1 marks a node of a gang (Kubernetes Indexed "
+       "Job): set it in the pod template's env to node 0's DNS name, <job>-0.<service>, with subdomain: "
+       "<service> and a headless Service of that name"},
+      {without(kJobSet, "FLOWRUN_GANG_HEAD"),
+       "FLOWRUN_GANG_HEAD is not set, but FLOWRUN_JOBSET_NAME=train marks a node of a gang (Kubernetes "
+       "JobSet): set it in the pod template's env to node 0's DNS name, "
+       "<jobset>-<replicatedJob>-0-0.<subdomain>"},
+      {without(kJobSet, "JOB_COMPLETION_INDEX"),
+       "JOB_COMPLETION_INDEX is not set, but FLOWRUN_JOBSET_NAME=train marks a node of a gang (Kubernetes "
+       "JobSet): a JobSet's pods are those of Indexed Jobs, whose controller sets JOB_COMPLETION_INDEX; "
+       "check the replicated Job's completionMode: Indexed"},
+      {without(kTrainJob, "PET_MASTER_ADDR"),
+       "PET_MASTER_ADDR is not set, but PET_NODE_RANK=1 marks a node of a gang (Kubeflow TrainJob): the "
+       "TrainJob's runtime sets PET_NODE_RANK, PET_NNODES and PET_MASTER_ADDR together"},
+      {without(kTrainJob, "PET_NNODES"),
+       "PET_NNODES is not set, but PET_NODE_RANK=1 marks a node of a gang (Kubeflow TrainJob): the "
+       "TrainJob's runtime sets PET_NODE_RANK, PET_NNODES and PET_MASTER_ADDR together"},
+      {without(kPyTorchJob, "MASTER_ADDR"),
+       "MASTER_ADDR is not set, but RANK=1 with WORLD_SIZE=3 marks a node of a gang (Kubeflow PyTorchJob): "
+       "the PyTorchJob's operator sets MASTER_ADDR to the master replica's service; set it to node 0's "
+       "address"},
+      {without(kBatchChild, "AWS_BATCH_JOB_MAIN_NODE_PRIVATE_IPV4_ADDRESS"),
+       "AWS_BATCH_JOB_MAIN_NODE_PRIVATE_IPV4_ADDRESS is not set, but AWS_BATCH_JOB_NODE_INDEX=2 marks a node "
+       "of a gang (AWS Batch multi-node parallel job): AWS Batch sets it on every node but the main one; is "
+       "the job's container started by the multi-node parallel job itself?"},
+      {without(kBatchChild, "AWS_BATCH_JOB_NUM_NODES"),
+       "AWS_BATCH_JOB_NUM_NODES is not set, but AWS_BATCH_JOB_NODE_INDEX=2 marks a node of a gang (AWS Batch "
+       "multi-node parallel job): AWS Batch sets it in every container of a multi-node parallel job"},
+      {without(kBatchChild, "AWS_BATCH_JOB_MAIN_NODE_INDEX"),
+       "AWS_BATCH_JOB_MAIN_NODE_INDEX is not set, but AWS_BATCH_JOB_NODE_INDEX=2 marks a node of a gang (AWS "
+       "Batch multi-node parallel job): AWS Batch sets it in every container of a multi-node parallel job"},
+      {without(kSkyPilot, "SKYPILOT_NODE_IPS"),
+       "SKYPILOT_NODE_IPS is not set, but SKYPILOT_NODE_RANK=1 marks a node of a gang (SkyPilot): SkyPilot "
+       "sets it in every node's run: commands"},
+      // An index at or past the count.
+      {with(kIndexedJob, "JOB_COMPLETION_INDEX", "3"),
+       "JOB_COMPLETION_INDEX=3 is not below FLOWRUN_GANG_NODES=3, the number of nodes: set "
+       "FLOWRUN_GANG_NODES to the Job's completions, the nodes and spares"},
+      {with(kTrainJob, "PET_NODE_RANK", "2"),
+       "PET_NODE_RANK=2 is not below PET_NNODES=2, the number of nodes: set PET_NNODES to the TrainJob's "
+       "numNodes"},
+      {with(kPyTorchJob, "RANK", "3"),
+       "RANK=3 is not below WORLD_SIZE=3, the number of nodes: a PyTorchJob counts both in pods, WORLD_SIZE "
+       "being its Master and Worker replicas together"},
+      {with(kBatchChild, "AWS_BATCH_JOB_NODE_INDEX", "4"),
+       "AWS_BATCH_JOB_NODE_INDEX=4 is not below AWS_BATCH_JOB_NUM_NODES=4, the number of nodes: "
+       "AWS_BATCH_JOB_NUM_NODES is the job's numNodes"},
+      {with(kBatchChild, "AWS_BATCH_JOB_MAIN_NODE_INDEX", "4"),
+       "AWS_BATCH_JOB_MAIN_NODE_INDEX=4 is not below AWS_BATCH_JOB_NUM_NODES=4, the number of nodes: the "
+       "job's mainNode must be one of its nodes"},
+      {with(kSkyPilot, "SKYPILOT_NODE_RANK", "2"),
+       "SKYPILOT_NODE_RANK=2 is not below SKYPILOT_NUM_NODES=2, the number of nodes: SKYPILOT_NUM_NODES is "
+       "the task's num_nodes"},
+      // A malformed number.
+      {with(kIndexedJob, "JOB_COMPLETION_INDEX", "-1"),
+       "JOB_COMPLETION_INDEX='-1': expected this node's index, a whole number from 0 to 99999"},
+      {with(kIndexedJob, "FLOWRUN_GANG_NODES", "0"),
+       "FLOWRUN_GANG_NODES='0': expected the number of nodes, a whole number from 1 to 100000"},
+      {with(kIndexedJob, "FLOWRUN_GANG_NODES", "3 "),
+       "FLOWRUN_GANG_NODES='3 ': expected the number of nodes, a whole number from 1 to 100000"},
+      {with(kIndexedJob, "FLOWRUN_GANG_NODES", "100001"),
+       "FLOWRUN_GANG_NODES='100001': expected the number of nodes, a whole number from 1 to 100000"},
+      {with(kIndexedJob, "FLOWRUN_GANG_NODES", "99999999999999999999"),
+       "FLOWRUN_GANG_NODES='99999999999999999999': expected the number of nodes, a whole number from 1 to "
+       "100000"},
+      {with(kTrainJob, "PET_NNODES", "1:4"),
+       "PET_NNODES='1:4': a range of nodes is an elastic rendezvous, where no node is told its index; a "
+       "TrainJob's PET_NNODES is its numNodes, a count"},
+      {with(kTrainJob, "PET_MASTER_PORT", "0"),
+       "PET_MASTER_PORT='0': expected the head's port, a whole number from 1 to 65535"},
+      {with(kPyTorchJob, "WORLD_SIZE", "3.0"),
+       "WORLD_SIZE='3.0': expected the number of nodes, a whole number from 1 to 100000"},
+      {with(kPyTorchJob, "MASTER_PORT", "65536"),
+       "MASTER_PORT='65536': expected the head's port, a whole number from 1 to 65535"},
+      {with(kSkyPilot, "SKYPILOT_NUM_NODES", "two"),
+       "SKYPILOT_NUM_NODES='two': expected the number of nodes, a whole number from 1 to 100000"},
+      // An address that is none, or a list that is not one a node.
+      {with(kIndexedJob, "FLOWRUN_GANG_HEAD", ""),
+       "FLOWRUN_GANG_HEAD='': expected the head's host name or address"},
+      {with(kPyTorchJob, "MASTER_ADDR", "mnist master"),
+       "MASTER_ADDR='mnist master': expected the head's host name or address"},
+      {with(kSkyPilot, "SKYPILOT_NODE_IPS", "10.128.0.5"),
+       "SKYPILOT_NODE_IPS lists 1 address but SKYPILOT_NUM_NODES=2: SkyPilot writes one address a line, one "
+       "line a node"},
+      {with(kSkyPilot, "SKYPILOT_NODE_IPS", ""),
+       "SKYPILOT_NODE_IPS lists 0 addresses but SKYPILOT_NUM_NODES=2: SkyPilot writes one address a line, "
+       "one line a node"},
+      {with(kSkyPilot, "SKYPILOT_NODE_IPS", "\n10.128.0.6"),
+       "SKYPILOT_NODE_IPS='\\n10.128.0.6': its first line, the head's address, is not a host name or "
+       "address"},
   };
   for (const auto& c : cases) {
     INFO(c.error);
