@@ -1,7 +1,5 @@
 #include "flowrun/gang.h"
 
-#include <cstdint>
-
 namespace flowrun {
 
 namespace {

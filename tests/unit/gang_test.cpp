@@ -1,6 +1,6 @@
 // Which node of a gang this is, read from the environment each platform gives
-// its nodes (/work/shared/context/gangs.md): every platform's environment as
-// it sets it, with the variables of a container around it, to the read; every
+// its nodes: every platform's environment, as its documentation says it sets
+// it, with a container's variables around it, to the read; every
 // contradiction to its message, compared whole since it reaches the user.
 #include "flowrun/gang.h"
 
@@ -365,4 +365,14 @@ TEST_CASE("read_gang refuses a contradiction, naming the variable and the fix", 
     INFO(c.error);
     CHECK(gang_error(c.env) == c.error);
   }
+}
+
+TEST_CASE("gang_platform_name names each platform for messages and the plan", "[gang]") {
+  CHECK(gang_platform_name(GangPlatform::none) == "none");
+  CHECK(gang_platform_name(GangPlatform::indexed_job) == "Kubernetes Indexed Job");
+  CHECK(gang_platform_name(GangPlatform::jobset) == "Kubernetes JobSet");
+  CHECK(gang_platform_name(GangPlatform::trainjob) == "Kubeflow TrainJob");
+  CHECK(gang_platform_name(GangPlatform::pytorchjob) == "Kubeflow PyTorchJob");
+  CHECK(gang_platform_name(GangPlatform::aws_batch) == "AWS Batch multi-node parallel job");
+  CHECK(gang_platform_name(GangPlatform::skypilot) == "SkyPilot");
 }

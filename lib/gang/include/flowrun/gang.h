@@ -73,11 +73,13 @@ struct GangRead {
   // plan` can name what it saw. Empty for none.
   std::vector<std::pair<std::string, std::string>> variables;
 
+  // True on the node that runs the flow; also for GangPlatform::none, where
+  // the one node is its own head.
   bool is_head() const { return index == head_index; }
 };
 
 // Reads which gang `env` is a node of, each platform by the variables its own
-// documentation and source name (/work/shared/context/gangs.md):
+// documentation and source name:
 //  - Kubeflow TrainJob, marked by PET_NODE_RANK: PET_NODE_RANK, PET_NNODES
 //    (a count; a min:max range is refused), PET_MASTER_ADDR, PET_MASTER_PORT
 //    when set. A TrainJob runs on a JobSet, so JOB_COMPLETION_INDEX and
