@@ -184,14 +184,39 @@ std::optional<GangRead> read_pytorchjob(const EnvMap& env, std::string* error) {
                      "the PyTorchJob's operator sets MASTER_ADDR to the master replica's "
                      "service; set it to node 0's address");
   auto rank = r.index("RANK", rank_text);
-  auto size = r.count("WORLD_SIZE", size_text);
+  auto size = r.number("WORLD_SIZE", size_text, 1, kGangMaxProcesses, "the number of processes");
   r.head("MASTER_ADDR", addr);
   if (env.count("MASTER_PORT") != 0) r.read().head_port = r.port("MASTER_PORT");
-  if (rank && size) {
-    r.below("RANK", *rank, "WORLD_SIZE", *size,
-            "a PyTorchJob counts both in pods, WORLD_SIZE being its Master and Worker replicas together");
+  // Recent releases of the training operator also set torchrun's PET_NODE_RANK, the
+  // pod's index again, and PET_NNODES, the pods, and counts WORLD_SIZE in
+  // processes (the pods times nprocPerNode); before, WORLD_SIZE counted pods.
+  auto node_rank_text = r.take("PET_NODE_RANK");
+  auto nnodes_text = r.take("PET_NNODES");
+  if (node_rank_text) {
+    auto node_rank = r.index("PET_NODE_RANK", node_rank_text);
+    if (rank && node_rank && *rank != *node_rank && r.error().empty()) {
+      r.error() = "PET_NODE_RANK=" + printable(*node_rank_text) + " but RANK=" + printable(*rank_text) +
+                  ": a PyTorchJob sets both to the pod's index; set neither by hand";
+    }
+  }
+  std::optional<int> nodes = size;
+  std::string count_name = "WORLD_SIZE";
+  if (nnodes_text) {
+    count_name = "PET_NNODES";
+    if (nnodes_text->find(':') != std::string::npos && r.error().empty()) {
+      r.error() = "PET_NNODES=" + quoted(*nnodes_text) +
+                  ": a range of nodes is an elastic rendezvous, where no node is told its index; give the "
+                  "PyTorchJob a fixed number of replicas and no elasticPolicy";
+    }
+    nodes = r.count("PET_NNODES", nnodes_text);
+  } else if (size && *size > kGangMaxNodes) {
+    nodes = r.count("WORLD_SIZE", size_text);
+  }
+  if (rank && nodes) {
+    r.below("RANK", *rank, count_name, *nodes,
+            "a PyTorchJob's RANK is the pod's index among its Master and Worker replicas");
     r.read().index = *rank;
-    r.read().num_nodes = *size;
+    r.read().num_nodes = *nodes;
   }
   return r.done(error);
 }
@@ -285,19 +310,20 @@ std::optional<GangRead> read_gang(const EnvMap& env, std::string* error) {
     GangPlatform platform;
   };
   std::vector<Family> families;
-  if (set("PET_NODE_RANK")) {
+  // RANK and WORLD_SIZE are also what torchrun hands each worker, and what
+  // batch scripts export to run torchrun by hand under Slurm. A PyTorchJob's
+  // operator's recent releases set PET_NODE_RANK beside them, which alone would
+  // say a TrainJob.
+  const bool pytorchjob = set("RANK") && set("WORLD_SIZE") && !set("SLURM_JOB_ID") &&
+                          !set("TORCHELASTIC_RUN_ID") && !set("LOCAL_RANK");
+  if (set("PET_NODE_RANK") && !pytorchjob) {
     families.push_back({"PET_NODE_RANK", GangPlatform::trainjob});
   } else if (set(kJobSetNameVariable)) {
     families.push_back({std::string(kJobSetNameVariable), GangPlatform::jobset});
   } else if (set("JOB_COMPLETION_INDEX")) {
     families.push_back({"JOB_COMPLETION_INDEX", GangPlatform::indexed_job});
   }
-  // RANK and WORLD_SIZE are also what torchrun hands each worker, and what
-  // batch scripts export to run torchrun by hand under Slurm.
-  if (set("RANK") && set("WORLD_SIZE") && !set("SLURM_JOB_ID") && !set("TORCHELASTIC_RUN_ID") &&
-      !set("LOCAL_RANK")) {
-    families.push_back({"RANK", GangPlatform::pytorchjob});
-  }
+  if (pytorchjob) families.push_back({"RANK", GangPlatform::pytorchjob});
   if (set("AWS_BATCH_JOB_NODE_INDEX"))
     families.push_back({"AWS_BATCH_JOB_NODE_INDEX", GangPlatform::aws_batch});
   if (set("SKYPILOT_NODE_RANK")) families.push_back({"SKYPILOT_NODE_RANK", GangPlatform::skypilot});

@@ -71,7 +71,20 @@ const EnvMap kPyTorchJob = container({{"MASTER_ADDR", "mnist-master-0"},
                                       {"MASTER_PORT", "23456"},
                                       {"RANK", "1"},
                                       {"WORLD_SIZE", "3"},
-                                      {"PYTHONUNBUFFERED", "1"}});
+                                      {"PYTHONUNBUFFERED", "0"}});
+
+// The same job's Worker-1 under a recent training operator, nprocPerNode 8:
+// torchrun's PET_* beside the old variables, WORLD_SIZE in processes.
+const EnvMap kPyTorchJobPet = container({{"MASTER_ADDR", "mnist-master-0"},
+                                         {"MASTER_PORT", "23456"},
+                                         {"PET_MASTER_ADDR", "mnist-master-0"},
+                                         {"PET_MASTER_PORT", "23456"},
+                                         {"RANK", "2"},
+                                         {"WORLD_SIZE", "24"},
+                                         {"PET_NODE_RANK", "2"},
+                                         {"PET_NNODES", "3"},
+                                         {"PET_NPROC_PER_NODE", "8"},
+                                         {"PYTHONUNBUFFERED", "0"}});
 
 // Node 2 of an AWS Batch multi-node parallel job of 4 nodes, main node 0.
 const EnvMap kBatchChild = container({{"AWS_BATCH_JOB_ID", "f2c1e4a0-1b2c-4d5e-8f90-0a1b2c3d4e5f#2"},
@@ -148,6 +161,14 @@ TEST_CASE("read_gang reads each platform's node as the platform sets it", "[gang
              {"WORLD_SIZE", "3"},
              {"MASTER_ADDR", "mnist-master-0"},
              {"MASTER_PORT", "23456"}})},
+      {"PyTorchJob of a recent operator, WORLD_SIZE in processes", kPyTorchJobPet,
+       node(GangPlatform::pytorchjob, 2, 3, 0, "mnist-master-0", 23456,
+            {{"RANK", "2"},
+             {"WORLD_SIZE", "24"},
+             {"MASTER_ADDR", "mnist-master-0"},
+             {"MASTER_PORT", "23456"},
+             {"PET_NODE_RANK", "2"},
+             {"PET_NNODES", "3"}})},
       {"AWS Batch, a child node", kBatchChild,
        node(GangPlatform::aws_batch, 2, 4, 0, "10.0.1.17", std::nullopt,
             {{"AWS_BATCH_JOB_NODE_INDEX", "2"},
@@ -261,9 +282,6 @@ TEST_CASE("read_gang refuses a contradiction, naming the variable and the fix", 
       {with(kBatchChild, "SKYPILOT_NODE_RANK", "0"),
        "AWS_BATCH_JOB_NODE_INDEX (AWS Batch multi-node parallel job) and SKYPILOT_NODE_RANK (SkyPilot) are "
        "both set: a node is part of one gang; unset the variables of the one it is not part of"},
-      {with(with(kTrainJob, "RANK", "1"), "WORLD_SIZE", "2"),
-       "PET_NODE_RANK (Kubeflow TrainJob) and RANK (Kubeflow PyTorchJob) are both set: a node is part of one "
-       "gang; unset the variables of the one it is not part of"},
       // A platform's variable missing.
       {without(kIndexedJob, "FLOWRUN_GANG_NODES"),
        "FLOWRUN_GANG_NODES is not set, but JOB_COMPLETION_INDEX=1 marks a node of a gang (Kubernetes Indexed "
@@ -312,8 +330,11 @@ TEST_CASE("read_gang refuses a contradiction, naming the variable and the fix", 
        "PET_NODE_RANK=2 is not below PET_NNODES=2, the number of nodes: set PET_NNODES to the TrainJob's "
        "numNodes"},
       {with(kPyTorchJob, "RANK", "3"),
-       "RANK=3 is not below WORLD_SIZE=3, the number of nodes: a PyTorchJob counts both in pods, WORLD_SIZE "
-       "being its Master and Worker replicas together"},
+       "RANK=3 is not below WORLD_SIZE=3, the number of nodes: a PyTorchJob's RANK is the pod's index among "
+       "its Master and Worker replicas"},
+      {with(with(kPyTorchJobPet, "RANK", "3"), "PET_NODE_RANK", "3"),
+       "RANK=3 is not below PET_NNODES=3, the number of nodes: a PyTorchJob's RANK is the pod's index among "
+       "its Master and Worker replicas"},
       {with(kBatchChild, "AWS_BATCH_JOB_NODE_INDEX", "4"),
        "AWS_BATCH_JOB_NODE_INDEX=4 is not below AWS_BATCH_JOB_NUM_NODES=4, the number of nodes: "
        "AWS_BATCH_JOB_NUM_NODES is the job's numNodes"},
@@ -341,9 +362,16 @@ TEST_CASE("read_gang refuses a contradiction, naming the variable and the fix", 
       {with(kTrainJob, "PET_MASTER_PORT", "0"),
        "PET_MASTER_PORT='0': expected the head's port, a whole number from 1 to 65535"},
       {with(kPyTorchJob, "WORLD_SIZE", "3.0"),
-       "WORLD_SIZE='3.0': expected the number of nodes, a whole number from 1 to 100000"},
+       "WORLD_SIZE='3.0': expected the number of processes, a whole number from 1 to 100000000"},
       {with(kPyTorchJob, "MASTER_PORT", "65536"),
        "MASTER_PORT='65536': expected the head's port, a whole number from 1 to 65535"},
+      {with(kPyTorchJobPet, "PET_NNODES", "1:3"),
+       "PET_NNODES='1:3': a range of nodes is an elastic rendezvous, where no node is told its index; give "
+       "the PyTorchJob a fixed number of replicas and no elasticPolicy"},
+      {with(kPyTorchJobPet, "PET_NODE_RANK", "1"),
+       "PET_NODE_RANK=1 but RANK=2: a PyTorchJob sets both to the pod's index; set neither by hand"},
+      {with(kPyTorchJob, "WORLD_SIZE", "100001"),
+       "WORLD_SIZE='100001': expected the number of nodes, a whole number from 1 to 100000"},
       {with(kSkyPilot, "SKYPILOT_NUM_NODES", "two"),
        "SKYPILOT_NUM_NODES='two': expected the number of nodes, a whole number from 1 to 100000"},
       // An address that is none, or a list that is not one a node.

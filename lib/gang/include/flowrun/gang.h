@@ -52,6 +52,9 @@ inline constexpr std::string_view kJobSetNameVariable = "FLOWRUN_JOBSET_NAME";
 // The most nodes a gang may have: a Kubernetes Indexed Job's completions are
 // at most 100000, as is anything flowrun could gather; a bigger count is a typo.
 inline constexpr int kGangMaxNodes = 100000;
+// The most processes a PyTorchJob's WORLD_SIZE may count (its pods times
+// nprocPerNode).
+inline constexpr int kGangMaxProcesses = 100000000;
 
 // What one node of a gang read from its environment.
 struct GangRead {
@@ -88,7 +91,10 @@ struct GangRead {
 //    marked by JOB_COMPLETION_INDEX: JOB_COMPLETION_INDEX, FLOWRUN_GANG_NODES,
 //    FLOWRUN_GANG_HEAD.
 //  - Kubeflow PyTorchJob, marked by RANK and WORLD_SIZE both set: RANK (the
-//    pod's index), WORLD_SIZE (the pods), MASTER_ADDR, MASTER_PORT when set.
+//    pod's index), MASTER_ADDR, MASTER_PORT when set, and the pods from
+//    PET_NNODES where the training operator sets it (recent releases, with
+//    PET_NODE_RANK, which must equal RANK, and WORLD_SIZE in processes),
+//    else from WORLD_SIZE (older operators count it in pods).
 //    Not when SLURM_JOB_ID is set (a batch script that exports them for
 //    torchrun by hand) nor when TORCHELASTIC_RUN_ID or LOCAL_RANK is (a
 //    worker of a launcher, whose RANK counts processes, not pods).
@@ -99,10 +105,11 @@ struct GangRead {
 //    SKYPILOT_NODE_IPS (one address a line, the head's first, one line a node).
 // No marker: GangPlatform::none, not an error. Errors, each naming the
 // variable and the fix: the markers of two platforms that do not nest (only
-// TrainJob over JobSet over Indexed Job do), a platform's variable missing,
-// a number that is not decimal digits or out of range, an index at or past
-// the count, an empty or blank address, an IP list whose length is not the
-// node count.
+// TrainJob over JobSet over Indexed Job do; a PyTorchJob's own PET_NODE_RANK
+// is no TrainJob's), a platform's variable missing, PET_NODE_RANK and RANK
+// apart in a PyTorchJob, a number that is not decimal digits or out of
+// range, an index at or past the count, an empty or blank address, an IP list
+// whose length is not the node count.
 std::optional<GangRead> read_gang(const EnvMap& env, std::string* error);
 
 }  // namespace flowrun
