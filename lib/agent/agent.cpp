@@ -268,8 +268,8 @@ class Agent : public GroupObserver {
   // serves the connection from the loop.
   bool join() {
     asio::io_context& io = sup_->io();
-    auto link = cluster::join_head(io, console_, options_, {node_, node_rank_claim_, gpus_}, token_,
-                                   [this] { return sup_->interrupt_signal(); });
+    auto link = cluster::join_head(io, console_, options_, {node_, node_rank_claim_, gpus_, options_.stays},
+                                   token_, [this] { return sup_->interrupt_signal(); });
     if (!link) return false;
     token_ = link->token;
     head_at_ = link->head_at;
@@ -391,10 +391,43 @@ class Agent : public GroupObserver {
   }
 
   void on_message(const Bye& m) {
-    finished_ = true;
     check_->cancel();
-    if (options_.exit_with_step && !m.succeeded) exit_code_ = 1;
+    if (m.keep && options_.stays) {
+      // The step ended; the head keeps this agent for the flow's next one.
+      if (in_group_) {
+        step_over_ = true;
+        sup_->stop_group(Outcome::interrupted, false);
+      } else {
+        end_step();
+      }
+      return;
+    }
+    finished_ = true;
+    if (m.flow_exit >= 0 && options_.stays) {
+      exit_code_ = m.flow_exit;
+      console_.message(fmt::format(
+          "flowrun agent: {}: the flow ended{}", node_,
+          m.flow_exit == 0 ? std::string(" successfully") : fmt::format(" with exit code {}", m.flow_exit)));
+    } else if (options_.exit_with_step && !m.succeeded) {
+      exit_code_ = 1;
+    }
     if (in_group_) sup_->stop_group(Outcome::interrupted, false);
+  }
+
+  // A step is over for this agent of a gang: nothing of it stays (its
+  // scratch directory, the port held for it) before the next one's assign.
+  void end_step() {
+    start_pending_ = false;
+    stop_from_head_ = false;
+    held_port_.release();
+    ranks_.clear();
+    if (!scratch_.empty()) {
+      if (const std::string left = remove_tree(scratch_); !left.empty())
+        console_.message(fmt::format("flowrun agent: {}: {}", node_, left));
+      scratch_.clear();
+    }
+    run_id_.clear();
+    step_.clear();
   }
 
   void on_assign(const Assign& a) {
@@ -500,6 +533,12 @@ class Agent : public GroupObserver {
       finished_ = true;
       return;
     }
+    if (step_over_) {
+      // The head ended the step meanwhile: nothing to upload.
+      step_over_ = false;
+      end_step();
+      return;
+    }
     // A signal to the agent (Slurm's scancel) that came as the ranks ended:
     // the head hears of it before this node's done.
     if (const int sig = sup_->interrupt_signal(); sig != 0 && !told_interrupt_) {
@@ -553,6 +592,7 @@ class Agent : public GroupObserver {
   Start start_;
   std::vector<LocalRank> ranks_;
   bool finished_ = false, start_pending_ = false, in_group_ = false, lost_head_ = false;
+  bool step_over_ = false;  // a gang's step ended (bye with keep) while its ranks ran
   bool stop_from_head_ = false, local_failure_ = false, told_interrupt_ = false;
   bool output_paused_ = false;  // the queue passed kQueueHighWater: the ranks' pipes are not read
   int exit_code_ = 0;

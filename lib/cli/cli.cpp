@@ -24,6 +24,7 @@
 #include "flowrun/spec.h"
 
 #include "commands.h"
+#include "gang_setup.h"
 #include "summary.h"
 
 namespace flowrun {
@@ -32,7 +33,9 @@ namespace flowrun {
 
 HostFacts probe_host(int fake_gpus, const EnvMap& env) {
   auto probe = make_probe(env, fake_gpus);
-  HostFacts facts{host_name(env), select_gpus(probe->probe(), env), {}};
+  HostFacts facts;
+  facts.hostname = host_name(env);
+  facts.inventory = select_gpus(probe->probe(), env);
   // Inside a Slurm allocation the plan names its nodes. A malformed one is
   // reported when a step runs through Slurm.
   std::string ignored;
@@ -194,6 +197,7 @@ Planned plan_spec(const Options& options) {
   Planned p{read_environ(), load_or_throw(options.spec_path), {}, {}};
   if (!options.python.empty()) use_python(p.spec, python_path(options.python, current_directory()));
   p.host = probe_host(options.fake_gpus, p.env);
+  use_gang(p.spec, p.host, read_gang_or_throw(p.env));
   PlanOptions plan_options;
   if (options.cpus > 0) plan_options.cpus = options.cpus;
   p.plans = plan_flow(p.spec, p.host, plan_options);
@@ -230,6 +234,12 @@ int cmd_run(const Options& options, SummaryTarget& target) {
   Planned p = plan_spec(options);
   // Every node simulates what this one does.
   run.fake_gpus = fake_gpus_from_env(options.fake_gpus, p.env);
+  if (const auto& gang = p.host.gang) {
+    // Every node of a gang runs this command: the head runs the flow, every
+    // other node becomes its agent until the flow ends, and exits with its code.
+    if (!gang->is_head()) return run_agent(gang_agent(*gang, *p.spec.cluster, p.env, run.fake_gpus), p.env);
+    run.gang = gang_head(*gang, *p.spec.cluster, p.env);
+  }
   // Recorded in run.json, so that `flowrun resume` plans the same way.
   if (options.cpus > 0) run.cpus = options.cpus;
   if (!options.python.empty()) run.python = python_path(options.python, current_directory());

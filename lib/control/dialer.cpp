@@ -268,7 +268,7 @@ class Dialer {
       }
     };
     send(encode(Hello{hello_.node, FLOWRUN_VERSION, my_nonce, hello_.node_rank_claim,
-                      static_cast<int>(getpid()), hello_.gpus}));
+                      static_cast<int>(getpid()), hello_.gpus, hello_.stays}));
     const Message first = receive();
     if (const auto* refused = std::get_if<Refused>(&first)) {
       console_.message("flowrun agent: the head refused this agent: " + printable(refused->reason));
@@ -326,6 +326,7 @@ class Dialer {
 }  // namespace
 
 std::string read_token(const DialOptions& options) {
+  if (!options.token.empty()) return options.token;
   std::string text;
   if (!options.token_file.empty()) {
     struct stat st {};

@@ -449,6 +449,7 @@ void Listener::on_handshake(Pending& p, const std::string& ip, Frame& frame) {
     p.agent_nonce = hello->nonce;
     p.claim = hello->node_rank;
     p.gpus = hello->gpus;
+    p.stays = hello->stays;
     const std::string& version = hello->flowrun;
     if (p.node.empty() || p.agent_nonce.size() < 16) {
       refuse(p, ip, "its hello lacks a node name or nonce");
@@ -486,7 +487,7 @@ void Listener::note_stranger(const std::string& ip) {
 }
 
 void Listener::admit(Pending& p, const std::string& ip) {
-  const Joiner joiner{p.node, p.claim, p.gpus, ip, p.via};
+  const Joiner joiner{p.node, p.claim, p.gpus, ip, p.via, p.stays};
   const Admission admission = admit_(joiner);
   if (!admission.refusal.empty()) {
     refuse(p, ip, admission.refusal);

@@ -292,6 +292,7 @@ class FlowRunner {
     record_.end_unix_ns = unix_now_ns();
     try_write_file(ctx_.layout.run_dir + "/run.json", format_run_json(record_));
     supervisor_ = nullptr;
+    lobby_ = nullptr;
   }
 
   int run_steps() {
@@ -308,6 +309,14 @@ class FlowRunner {
     Supervisor supervisor(console_, guardian_.pid(), options_.stop_signals.value_or(kStopSignals));
     supervisor_ = &supervisor;
     sigprocmask(SIG_SETMASK, &mask_before_, nullptr);  // what came meanwhile is handled now
+    // A gang's other nodes dial from their start: the lobby listens before
+    // the first step and until the flow's end (its destructor tells them the
+    // flow failed when it ends by an exception).
+    std::optional<GangLobby> lobby;
+    if (options_.gang) {
+      lobby.emplace(supervisor, console_, *options_.gang);
+      lobby_ = &*lobby;
+    }
 
     console_.message(fmt::format("flowrun: run {}: {} step{}; logs and results in {}", ctx_.run_id,
                                  spec_.steps.size(), spec_.steps.size() == 1 ? "" : "s",
@@ -379,6 +388,8 @@ class FlowRunner {
     const double took = static_cast<double>(monotonic_now_ns() - flow_start) / 1e9;
     console_.message(format_run_end(ctx_.run_id, tally, exit_code, sig, took,
                                     options_.resume ? options_.resume->run_id : std::string()));
+    if (lobby) lobby->finish(exit_code);
+    lobby_ = nullptr;
     supervisor_ = nullptr;
     guardian_.disarm();
     return exit_code;
@@ -584,12 +595,13 @@ class FlowRunner {
     char self[4096] = {};
     const ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
     job.flowrun_path = n > 0 ? std::string(self, static_cast<std::size_t>(n)) : "flowrun";
-    RemoteGroup group(*supervisor_, console_, job);
+    auto group =
+        lobby_ != nullptr ? lobby_->group(job) : std::make_unique<RemoteGroup>(*supervisor_, console_, job);
     StepRunner runner(step, plan, ctx_.layout, console_, step.parallel->preflight && !plan.cpu,
                       [&step, start_mono] { return time_left(step, start_mono); });
     count_attempts(runner, step);
-    StepRun run = runner.run(group);
-    AttemptResult rest = group.close();
+    StepRun run = runner.run(*group);
+    AttemptResult rest = group->close();
     for (auto& note : rest.notes) run.notes.push_back(std::move(note));
     for (auto& error : rest.errors) run.errors.push_back(std::move(error));
     settle_step_run(run, supervisor_->interrupt_signal());
@@ -622,6 +634,7 @@ class FlowRunner {
   Console console_;
   Guardian guardian_;
   Supervisor* supervisor_ = nullptr;
+  GangLobby* lobby_ = nullptr;  // a gang's, while the steps run
   std::map<std::string, State> state_;
   RunRecord record_;              // run.json
   bool started_ = false;          // the run's first files are written; steps may run

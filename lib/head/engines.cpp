@@ -169,6 +169,21 @@ JoinByHand RendezvousEngine::by_hand(const AgentsWanted& wanted) const {
   return hand;
 }
 
+// ---- a gang's node 0 ------------------------------------------------------------
+
+GangEngine::GangEngine(std::string endpoint, std::string platform)
+    : RendezvousEngine(std::move(endpoint)), platform_(std::move(platform)) {}
+
+JoinByHand GangEngine::by_hand(const AgentsWanted& wanted) const {
+  JoinByHand hand;
+  if (const std::size_t others = wanted.nodes - 1 + wanted.plan->spares.size(); others > 0)
+    hand.message = fmt::format(
+        "flowrun: this host is node 0 of the {}; {} by {}", platform_,
+        others == 1 ? std::string("the other node joins") : fmt::format("the other {} nodes join", others),
+        others == 1 ? "itself" : "themselves");
+  return hand;
+}
+
 // ---- the choice ----------------------------------------------------------------
 
 std::unique_ptr<AgentEngine> make_engine(const ClusterSpec& cluster, const std::optional<SlurmJob>& job,
@@ -178,6 +193,7 @@ std::unique_ptr<AgentEngine> make_engine(const ClusterSpec& cluster, const std::
     case Engine::ssh:
       return std::make_unique<SshEngine>(cluster.ssh_command.empty() ? ssh_default : cluster.ssh_command);
     case Engine::manual: break;
+    case Engine::gang: return std::make_unique<GangEngine>(cluster.rendezvous, "gang");
   }
   // flowrun run's one-step spec says engine: manual; its head has the rendezvous.
   if (!cluster.rendezvous.empty()) return std::make_unique<RendezvousEngine>(cluster.rendezvous);

@@ -102,7 +102,7 @@ class ManualEngine final : public AgentEngine {
 // flowrun run's rendezvous at `endpoint` (HOST:PORT): this host is node 0,
 // whose agent the head starts; the user runs the same flowrun run on the
 // other nodes, which read the token flowrun run's listener wrote.
-class RendezvousEngine final : public AgentEngine {
+class RendezvousEngine : public AgentEngine {
  public:
   explicit RendezvousEngine(std::string endpoint);
   std::vector<EngineLaunch> launches(const AgentsWanted& wanted) const override;
@@ -110,6 +110,18 @@ class RendezvousEngine final : public AgentEngine {
 
  private:
   std::string endpoint_;
+};
+
+// A gang's node 0 (gang_lobby.h): like flowrun run's, the head starts this
+// host's agent, dialing `endpoint`; the other nodes' agents are already
+// there, or join by themselves as their pods come up.
+class GangEngine final : public RendezvousEngine {
+ public:
+  GangEngine(std::string endpoint, std::string platform);
+  JoinByHand by_hand(const AgentsWanted& wanted) const override;
+
+ private:
+  std::string platform_;
 };
 
 // The engine of `cluster`, the one place that asks which: cluster.engine,

@@ -117,7 +117,6 @@ std::pair<std::string, std::string> write_marker(const NodeStep& job) {
 HeadLaunch prepare_launch(const Console& console, const NodeStep& job, Listener& listener,
                           const std::string& token, std::size_t nodes) {
   const ClusterSpec& cluster = *job.spec->cluster;
-  const StepPlan& plan = *job.plan;
   HeadLaunch launch;
   std::string slurm_error;
   const auto slurm_job =
@@ -125,11 +124,19 @@ HeadLaunch prepare_launch(const Console& console, const NodeStep& job, Listener&
   if (!slurm_error.empty()) throw Error(slurm_error);
   const auto ssh = ssh_command(cluster, job.ctx.parent_env);
   const std::string listening = listen(listener, cluster, slurm_job, ssh, token, launch.token_file);
-  std::tie(launch.marker_path, launch.marker_text) = write_marker(job);
-
   const auto engine = make_engine(cluster, slurm_job, ssh);
+  launch_after_listen(console, job, *engine, listener.endpoint(), listening, token, nodes, launch);
+  return launch;
+}
+
+void launch_after_listen(const Console& console, const NodeStep& job, const AgentEngine& engine,
+                         const std::string& endpoint, const std::string& listening, const std::string& token,
+                         std::size_t nodes, HeadLaunch& launch) {
+  const ClusterSpec& cluster = *job.spec->cluster;
+  const StepPlan& plan = *job.plan;
+  std::tie(launch.marker_path, launch.marker_text) = write_marker(job);
   const AgentsWanted wanted{&plan, nodes,
-                            AgentCommand{job.flowrun_path, listener.endpoint(), job.fake_gpus,
+                            AgentCommand{job.flowrun_path, endpoint, job.fake_gpus,
                                          env_get(job.ctx.parent_env, "FLOWRUN_PY_SPY").value_or("")},
                             job.ctx.layout.step_dir(plan.step)};
   console.message(fmt::format(
@@ -141,11 +148,10 @@ HeadLaunch prepare_launch(const Console& console, const NodeStep& job, Listener&
           ? fmt::format(", or on as few as {} (nodes: \"{}:{}\")", plan.min_nodes, plan.min_nodes, nodes)
           : std::string(),
       engine_name(cluster.engine), listening));
-  launch_agents(console, job, *engine, wanted, token, launch);
+  launch_agents(console, job, engine, wanted, token, launch);
 
   // Every rank's directory now, while the engine brings the agents up.
   for (const auto& rp : plan.ranks) make_dirs(job.ctx.layout.output_dir(plan.step, rp.rank));
-  return launch;
 }
 
 void launch_agents(const Console& console, const NodeStep& job, const AgentEngine& engine,

@@ -31,6 +31,14 @@ struct HeadLaunch {
 HeadLaunch prepare_launch(const Console& console, const NodeStep& job, Listener& listener,
                           const std::string& token, std::size_t nodes);
 
+// prepare_launch once the head listens (`endpoint` is what the agents dial,
+// `listening` the console's words for it): the marker, the console's line,
+// the engine's processes and every rank's directory. A gang's head, whose
+// lobby listens for the whole flow (gang_lobby.h), starts here.
+void launch_after_listen(const Console& console, const NodeStep& job, const AgentEngine& engine,
+                         const std::string& endpoint, const std::string& listening, const std::string& token,
+                         std::size_t nodes, HeadLaunch& launch);
+
 // What `engine` brings up for `wanted`, added to `launch`: its processes
 // (none when the job starts its own agents, NodeStep::start_agents), each as
 // the supervisor's group starts it (flowrun's environment, `token` on its

@@ -79,6 +79,7 @@ bool NodeTable::join(int seat, const Joiner& j, std::shared_ptr<NodeLink> conn) 
   n.peer_ip = j.ip;
   n.via = j.via;
   n.gpus = j.gpus;
+  n.stays = j.stays;
   n.conn = std::move(conn);
   if (is_spare_seat(seat)) return false;
   return ++joined_ == active_;
@@ -176,12 +177,23 @@ NodeTable::Reseated NodeTable::reseat() {
   return change;
 }
 
-void NodeTable::say_bye(bool ok) {
+void NodeTable::say_bye(bool ok, bool keep_stayers) {
   for (auto& n : nodes_) {
-    if (n.conn && n.conn->is_open()) {
-      n.conn->send(Bye{ok});
-      n.conn->close_after_send();
+    if (!n.conn || !n.conn->is_open()) continue;
+    if (keep_stayers && n.stays) {
+      n.conn->send(Bye{ok, true, -1});
+      continue;
     }
+    n.conn->send(Bye{ok});
+    n.conn->close_after_send();
+  }
+}
+
+void NodeTable::hand_back(const std::function<void(const std::shared_ptr<NodeLink>&)>& take) {
+  for (auto& n : nodes_) {
+    if (!n.stays || !n.conn || !n.conn->is_open()) continue;
+    take(n.conn);
+    n.conn.reset();
   }
 }
 

@@ -46,6 +46,7 @@ struct Node {
   std::string address;     // node 0: MASTER_ADDR
   int port = 0;            // node 0: MASTER_PORT
   int gpus = -1;
+  bool stays = false;  // a gang's agent (Joiner::stays)
 };
 
 // Why a node last heard from at `last_heard_ns` is lost at `now_ns` (both
@@ -145,8 +146,13 @@ class NodeTable {
   // A spare took some node's place: that node is retired.
   bool any_retired() const;
 
-  // Bye{ok} to every node whose connection is open, which then closes.
-  void say_bye(bool ok);
+  // Bye{ok} to every node whose connection is open, which then closes; with
+  // `keep_stayers`, a node whose agent stays hears that the head keeps it
+  // instead, and its connection stays open for hand_back.
+  void say_bye(bool ok, bool keep_stayers = false);
+  // Gives `take` the open connection of every node whose agent stays, and
+  // forgets it: the step no longer closes or hears it.
+  void hand_back(const std::function<void(const std::shared_ptr<NodeLink>&)>& take);
   // Closes every node's connection.
   void close_all();
   // `m` to every node (not the spares) whose connection is open, but for the lost ones with

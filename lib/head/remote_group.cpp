@@ -491,7 +491,10 @@ class Head : public GroupObserver, public cluster::NodeInbox {
     heartbeat_timer_.cancel();
     door_->close_acceptors();
     // How the step ended, for agents that report it (flowrun run's).
-    nodes_.say_bye(outcome_ == Outcome::succeeded && errors_.empty() && attempt_started_);
+    nodes_.say_bye(outcome_ == Outcome::succeeded && errors_.empty() && attempt_started_,
+                   door_->keeps_stayers());
+    // A gang's agents go back to its lobby, to wait for the next step.
+    if (door_->keeps_stayers()) nodes_.hand_back([this](const auto& link) { door_->take_back(link); });
     if (!engine_note_.empty()) notes_.push_back(engine_note_);
   }
 

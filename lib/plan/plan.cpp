@@ -89,8 +89,20 @@ struct Planner {
            std::to_string(host.inventory.gpus.size()) + "; set cluster.gpus_per_node if they differ)";
   }
 
+  // In a gang, a step that does not say how many nodes spans the gang's,
+  // its spares apart: the scheduler started them for the flow.
+  std::optional<int> gang_default_nodes() const {
+    if (!cluster || cluster->engine != Engine::gang || !host.gang || p.nodes.value) return std::nullopt;
+    const int n = host.gang->num_nodes - p.spare_nodes;
+    if (n <= 1) return std::nullopt;
+    return n;
+  }
+  std::optional<int> nodes_value() const { return p.nodes.value ? p.nodes.value : gang_default_nodes(); }
+
   // "nodes: 4", or "nodes: \"2:4\"" for a range, as the spec says it.
   std::string nodes_written() const {
+    if (auto n = gang_default_nodes())
+      return "every node of the " + std::string(gang_platform_name(host.gang->platform)) + " but its spares";
     const std::string max = std::to_string(p.nodes.value.value_or(1));
     return p.min_nodes > 0 ? "nodes: \"" + std::to_string(p.min_nodes) + ":" + max + "\"" : "nodes: " + max;
   }
@@ -140,6 +152,24 @@ std::optional<Refusal> Planner::place_nodes(StepPlan& plan, int nodes) {
                        "); add hosts" +
                        (spares > 0 ? ", or ask for fewer spares or GPUs" : " or ask for fewer GPUs")};
   }
+  if (cluster->engine == Engine::gang && host.gang) {
+    const int gang = host.gang->num_nodes;
+    const std::string platform(gang_platform_name(host.gang->platform));
+    if (gang < total)
+      return Refusal{p.nodes.loc.line > 0 ? p.nodes.loc : p.loc, "nodes",
+                     "step " + step.name + " needs " + needs + " but this " + platform + " has " +
+                         nodes_word(gang) + "; start it with " + std::to_string(total) +
+                         " (flowrun manifest sizes it from the spec) or ask for fewer nodes"};
+    // The gang's other pods: spares, since they are there anyway.
+    for (int i = 0; i < gang; ++i) {
+      NodePlan node;
+      node.node_rank = i;
+      node.is_local = i == 0;  // node 0 is the head, this host
+      if (node.is_local) node.host = host.hostname;
+      (i < nodes ? plan.nodes : plan.spares).push_back(std::move(node));
+    }
+    return std::nullopt;
+  }
   const bool in_allocation = cluster->engine == Engine::slurm && !host.allocation.empty();
   if (in_allocation && static_cast<int>(host.allocation.size()) < total) {
     return Refusal{cluster->loc, "cluster",
@@ -165,16 +195,23 @@ std::optional<Refusal> Planner::place_nodes(StepPlan& plan, int nodes) {
 void Planner::note_spares(StepPlan& plan) const {
   if (plan.spares.empty()) return;
   std::vector<std::string> hosts;
+  const bool gang = cluster && cluster->engine == Engine::gang && host.gang;
   for (auto& spare : plan.spares) {
     spare.gpus_available = plan.nodes.front().gpus_available;
-    hosts.push_back(spare.host.empty() ? "chosen by the engine" : spare.host);
+    hosts.push_back(!spare.host.empty() ? spare.host
+                    : gang              ? "gang node " + std::to_string(spare.node_rank)
+                                        : "chosen by the engine");
   }
   const int spares = static_cast<int>(plan.spares.size());
+  const std::string source = gang ? "the " + std::string(gang_platform_name(host.gang->platform)) + "'s " +
+                                        (spares == 1 ? "node" : "nodes") + " beyond the step's " +
+                                        nodes_word(static_cast<int>(plan.nodes.size()))
+                                  : "spare_nodes: " + std::to_string(spares);
   plan.why.push_back(plural(spares, "spare node", "spare nodes") + " (" + join(hosts, ", ") + ") " +
                      (spares == 1 ? "joins and waits" : "join and wait") +
                      " with no rank: when a node is lost, a spare takes its node rank and every rank "
-                     "restarts from the script's checkpoint (spare_nodes: " +
-                     std::to_string(spares) + ").");
+                     "restarts from the script's checkpoint (" +
+                     source + ").");
 }
 
 // nodes: "MIN:MAX": the plan's sentence about the range and a loss.
@@ -197,7 +234,7 @@ PlanResult Planner::plan_cpu(int cpus, bool from_flag) {
   const std::string asked = from_flag ? "--cpus " + std::to_string(cpus) : "cpus: " + std::to_string(cpus);
   StepPlan plan;
   plan.cpu = true;
-  int nodes = p.nodes.value.value_or(1);
+  int nodes = nodes_value().value_or(1);
   if (nodes > 1) {
     if (!cluster)
       return refuse(p.nodes.loc, "nodes",
@@ -237,7 +274,8 @@ PlanResult Planner::plan_gpu() {
   const auto& inv = host.inventory;
   const int local = static_cast<int>(inv.gpus.size());
   const GpuRequest& want = p.gpus;
-  const std::optional<int> nodes_asked = p.nodes.value;
+  // A list of GPU ids is this host's: no gang default for it.
+  const std::optional<int> nodes_asked = want.kind == GpuRequest::Kind::ids ? p.nodes.value : nodes_value();
   StepPlan plan;
   plan.why.push_back(host_line());
   for (const auto& note : inv.notes) plan.why.push_back(note);

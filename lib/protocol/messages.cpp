@@ -27,6 +27,7 @@ void fields(Io& io, M& m) {
   io("node_rank", m.node_rank);
   io("pid", m.pid);
   io("gpus", m.gpus);
+  io("stays", m.stays);
 }
 
 template <class Io, maybe_const<Challenge> M>
@@ -255,6 +256,8 @@ void fields(Io& io, M& m) {
 template <class Io, maybe_const<Bye> M>
 void fields(Io& io, M& m) {
   io("succeeded", m.succeeded);
+  io("keep", m.keep);
+  io("flow_exit", m.flow_exit);
 }
 
 template <class Io, maybe_const<Done> M>

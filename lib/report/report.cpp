@@ -38,6 +38,7 @@ std::vector<int> all_positions(const NodePlan& node) {
 std::string host_label(const StepPlan& plan, const NodePlan& node) {
   if (!node.host.empty()) return node.host;
   if (plan.engine == Engine::manual) return "(joins by hand)";
+  if (plan.engine == Engine::gang) return "(gang node " + std::to_string(node.node_rank) + ")";
   return "(assigned by " + std::string(engine_name(plan.engine.value_or(Engine::slurm))) + ")";
 }
 
@@ -247,6 +248,20 @@ void describe_parallel(std::string& out, const PlanView& view, const Step& step,
   if (const std::string restarts = restart_text(plan); !restarts.empty()) out += "   " + restarts + "\n";
 }
 
+// The gang this host is a node of, and the variables that said so.
+std::string gang_text(const HostFacts& host) {
+  if (!host.gang_ignored.empty()) return "Gang: " + host.gang_ignored + "\n";
+  if (!host.gang) return {};
+  const GangRead& g = *host.gang;
+  std::vector<std::string> read;
+  for (const auto& [name, value] : g.variables) read.push_back(name + "=" + printable(value));
+  return fmt::format("Gang: node {} of {} of a {} (read from {}); {}\n", g.index, g.num_nodes,
+                     gang_platform_name(g.platform), join(read, ", "),
+                     g.is_head() ? "this node is the head: it runs the flow, and every other node's flowrun "
+                                   "joins it as its agent for the parallel steps"
+                                 : "this node joins the head as its agent for the parallel steps");
+}
+
 }  // namespace
 
 std::string format_plan_text(const PlanView& view) {
@@ -256,6 +271,7 @@ std::string format_plan_text(const PlanView& view) {
   out +=
       fmt::format("This host: {}, {}\n", view.host.hostname,
                   inv.gpus.empty() ? "no GPUs" : fmt::format("{} GPUs ({})", inv.gpus.size(), inv.summary()));
+  out += gang_text(view.host);
   int number = 0;
   for (std::size_t index : spec.order) {
     const Step& step = spec.steps[index];
@@ -295,6 +311,16 @@ std::string format_plan_json(const PlanView& view) {
   json["host"] = {{"hostname", view.host.hostname},
                   {"gpus", static_cast<int>(view.host.inventory.gpus.size())},
                   {"summary", view.host.inventory.summary()}};
+  if (const auto& gang = view.host.gang) {
+    Json variables = Json::object();
+    for (const auto& [name, value] : gang->variables) variables[name] = printable(value);
+    json["gang"] = {{"platform", std::string(gang_platform_name(gang->platform))},
+                    {"index", gang->index},
+                    {"nodes", gang->num_nodes},
+                    {"head_index", gang->head_index},
+                    {"head", printable(gang->head_host)},
+                    {"variables", variables}};
+  }
   Json& steps = json["steps"] = Json::array();
   for (std::size_t index : spec.order) {
     const Step& step = spec.steps[index];

@@ -20,12 +20,12 @@ void Checker::cluster(const Entry& e) {
                               : std::vector<Entry>{};
   std::optional<Engine> engine;
   if (const Entry* g = find(keys, "engine")) {
-    static constexpr std::string_view kNames[] = {"slurm", "ssh", "manual"};
-    static constexpr Engine kValues[] = {Engine::slurm, Engine::ssh, Engine::manual};
+    static constexpr std::string_view kNames[] = {"slurm", "ssh", "manual", "gang"};
+    static constexpr Engine kValues[] = {Engine::slurm, Engine::ssh, Engine::manual, Engine::gang};
     engine = choice<Engine>(*g, kNames, kValues);
     c.engine = engine.value_or(Engine::slurm);
   } else {
-    error(e.key_loc, e.path, "missing required key 'engine' ('slurm', 'ssh' or 'manual')");
+    error(e.key_loc, e.path, "missing required key 'engine' ('slurm', 'ssh', 'manual' or 'gang')");
   }
   const Entry* hosts = find(keys, "hosts");
   if (hosts) {

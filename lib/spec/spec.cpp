@@ -235,6 +235,7 @@ std::string_view engine_name(Engine engine) {
     case Engine::slurm: return "slurm";
     case Engine::ssh: return "ssh";
     case Engine::manual: return "manual";
+    case Engine::gang: return "gang";
   }
   return "unknown";
 }

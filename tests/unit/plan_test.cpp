@@ -55,14 +55,14 @@ Step with_cpus(Step step, int cpus) {
 }
 
 HostFacts host_with(int gpus, const EnvMap& env = {}) {
-  return HostFacts{"host-a", select_gpus(fake_system_gpus(gpus), env), {}};
+  return HostFacts{"host-a", select_gpus(fake_system_gpus(gpus), env), {}, {}, {}};
 }
 
 HostFacts gpu_less_host() {
   SystemGpus none;
   none.source = "none";
   none.unavailable_reason = "libnvidia-ml.so.1 not found: no NVIDIA driver on this host";
-  return HostFacts{"host-a", select_gpus(none, {}), {}};
+  return HostFacts{"host-a", select_gpus(none, {}), {}, {}, {}};
 }
 
 ClusterSpec ssh_cluster(std::vector<std::string> hosts, std::optional<int> gpus_per_node = std::nullopt) {
@@ -177,7 +177,7 @@ TEST_CASE("row 3: gpus [ids] -> one node, those GPUs, by ordinal or UUID", "[pla
   SystemGpus system = fake_system_gpus(8);
   for (std::size_t i = 0; i < system.devices.size(); ++i)
     system.devices[i].uuid = "GPU-" + std::to_string(i) + "c3e61d2-59a0-6f2b-1d44-0a9b3c7e1f20";
-  HostFacts host{"host-a", select_gpus(system, {}), {}};
+  HostFacts host{"host-a", select_gpus(system, {}), {}, {}, {}};
   StepPlan plan = must_plan(with_ids(make_step(), {"5", "GPU-2c3e"}), host);
   CHECK(plan.world_size == 2);
   CHECK(layout(plan) == std::vector<std::string>{"0:0:0:5", "1:0:1:2"});
@@ -493,7 +493,7 @@ TEST_CASE("CUDA_VISIBLE_DEVICES by index limits the plan and is passed on", "[pl
 TEST_CASE("CUDA_VISIBLE_DEVICES by UUID is kept as UUIDs for the workers", "[plan][env]") {
   SystemGpus system = fake_system_gpus(4);
   std::string value = system.devices[3].uuid + "," + system.devices[0].uuid;
-  HostFacts host{"host-a", select_gpus(system, {{"CUDA_VISIBLE_DEVICES", value}}), {}};
+  HostFacts host{"host-a", select_gpus(system, {{"CUDA_VISIBLE_DEVICES", value}}), {}, {}, {}};
   StepPlan plan = must_plan(with_gpus(make_step(), 1), host);
   LaunchContext ctx = context({{"CUDA_VISIBLE_DEVICES", value}});
   EnvList env = worker_env(Spec{}, make_step(), plan, plan.ranks[0], ctx);

@@ -23,7 +23,7 @@ struct RemoteStep {
     spec = std::move(*parse.spec);
     SystemGpus none;
     none.source = "none";
-    const auto plans = plan_flow(spec, HostFacts{"head", select_gpus(none, {}), {}}, {});
+    const auto plans = plan_flow(spec, HostFacts{"head", select_gpus(none, {}), {}, {}, {}}, {});
     REQUIRE(plans.size() == 1);
     plan = plans.front();
     REQUIRE(plan.mode == PlanMode::multi_node);

@@ -43,7 +43,7 @@ RunHost run_host(const FakeHost& fake) {
     system.source = "none";
     system.unavailable_reason = kNoDriver;
   }
-  host.facts = HostFacts{"host-a", select_gpus(system, {}), {}};
+  host.facts = HostFacts{"host-a", select_gpus(system, {}), {}, {}, {}};
   host.cpus = fake.cpus;
   host.env = fake.env;
   host.on_path = [path = fake.path](const std::string& name) { return path.count(name) > 0; };

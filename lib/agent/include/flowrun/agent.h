@@ -22,6 +22,10 @@ struct AgentOptions : DialOptions {
   // Exit 1 when the step failed, not only when the agent did (flowrun run's
   // nodes other than 0, as torchrun's agents do).
   bool exit_with_step = false;
+  // A gang's agent (a pod of an Indexed Job, ...): it serves every parallel
+  // step of the flow, waiting at the head between them, and exits with the
+  // flow's exit code when the head says the flow ended.
+  bool stays = false;
   int fake_gpus = -1;  // --fake-gpus
 };
 

@@ -21,6 +21,9 @@ namespace flowrun {
 struct DialOptions {
   std::string endpoint;    // HOST:PORT of the head, or several comma-separated (tried in turn)
   std::string token_file;  // --token-file; else the first line of stdin
+  // The token itself, read already from where a gang's platform put it
+  // (gang_token: a Secret's file, FLOWRUN_TOKEN); else token_file or stdin.
+  std::string token;
   // Read token_file once the head's challenge came, waiting for it to
   // appear: `flowrun run`'s rendezvous, where the head writes it before it
   // accepts a connection.
@@ -42,6 +45,7 @@ struct AgentHello {
   std::string node;          // its host name (FLOWRUN_HOSTNAME)
   int node_rank_claim = -1;  // -1: the head decides
   int gpus = 0;
+  bool stays = false;  // a gang's agent, for the whole flow (Hello::stays)
 };
 
 // A connection the head welcomed: what the sealed frames that follow need.

@@ -123,6 +123,7 @@ class Listener : public NodeDoor {
     std::string head_nonce;
     int claim = -1;
     int gpus = -1;
+    bool stays = false;
     std::string ip;
     std::string via;             // the head's address it dialed
     bool authenticated = false;  // its auth proved the token

@@ -58,6 +58,9 @@ struct Joiner {
   int gpus = -1;
   std::string ip;   // where it connected from
   std::string via;  // the head's address it dialed
+  // A gang's agent, which serves every parallel step of the flow
+  // (Hello::stays): its door may keep its link between steps.
+  bool stays = false;
 };
 
 // The head's answer to a joiner: its node rank, or why it is refused.
@@ -91,6 +94,12 @@ class NodeDoor {
   // each node): the console says the choice was wrong for them.
   virtual void say_fallback_addresses(
       const std::vector<std::pair<std::string, std::string>>& via_names) const = 0;
+  // Whether the door keeps the links of agents that stay (Joiner::stays)
+  // when the step ends: a gang's lobby does, for the flow's next step. The
+  // head then says bye with keep and hands each such open link back
+  // (take_back) rather than closing it.
+  virtual bool keeps_stayers() const { return false; }
+  virtual void take_back(const std::shared_ptr<NodeLink>& link) { (void)link; }
 };
 
 }  // namespace flowrun::cluster

@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "flowrun/console_streams.h"
+#include "flowrun/gang_lobby.h"
 #include "flowrun/plan.h"
 
 namespace flowrun {
@@ -72,6 +73,10 @@ struct RunOptions {
   // the run (the others are ignored; SIGQUIT unlisted takes the ranks'
   // stacks); nullopt: kStopSignals, the first three.
   std::optional<std::vector<int>> stop_signals;
+  // This host is node 0 of a gang (engine gang, docs/kubernetes.md): the
+  // lobby its other nodes' agents wait in holds the control plane's port for
+  // the whole flow, and they hear the flow's exit code at its end.
+  std::optional<GangLobbyOptions> gang;
 };
 
 // Runs the flow and returns flowrun's exit code: 0 when every step

@@ -49,6 +49,16 @@ inline constexpr std::string_view kGangNodesVariable = "FLOWRUN_GANG_NODES";
 inline constexpr std::string_view kGangHeadVariable = "FLOWRUN_GANG_HEAD";
 inline constexpr std::string_view kJobSetNameVariable = "FLOWRUN_JOBSET_NAME";
 
+// Where a gang's node finds the run's token, never on a command line: the
+// file a Kubernetes Secret is mounted at (flowrun manifest mounts it at
+// /etc/flowrun/token and sets FLOWRUN_TOKEN_FILE), or the variable a
+// platform's secrets set (AWS Batch, SkyPilot).
+inline constexpr std::string_view kGangTokenFileVariable = "FLOWRUN_TOKEN_FILE";
+inline constexpr std::string_view kGangTokenVariable = "FLOWRUN_TOKEN";
+// The control plane's port on the head where the platform names none
+// (MASTER_PORT, PET_MASTER_PORT): torchrun's c10d rendezvous port.
+inline constexpr int kGangDefaultPort = 29400;
+
 // The most nodes a gang may have: a Kubernetes Indexed Job's completions are
 // at most 100000, as is anything flowrun could gather; a bigger count is a typo.
 inline constexpr int kGangMaxNodes = 100000;

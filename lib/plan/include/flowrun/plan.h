@@ -15,6 +15,7 @@
 
 #include "flowrun/contract.h"
 #include "flowrun/error.h"
+#include "flowrun/gang.h"
 #include "flowrun/gpu.h"
 #include "flowrun/spec.h"
 #include "flowrun/util.h"
@@ -28,6 +29,12 @@ struct HostFacts {
   // The nodes of the Slurm allocation flowrun runs in (SLURM_JOB_NODELIST,
   // expanded), in Slurm's node order; empty outside one.
   std::vector<std::string> allocation;
+  // The gang this host is a node of, when the flow runs on it (engine gang:
+  // a Kubernetes Indexed Job, ..., lib/gang): a parallel step spans its nodes.
+  std::optional<GangRead> gang;
+  // A gang whose variables are set but which the spec's explicit engine
+  // overrides: what `flowrun plan` says of it. Empty otherwise.
+  std::string gang_ignored;
 };
 
 struct PlanOptions {

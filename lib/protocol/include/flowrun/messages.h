@@ -41,6 +41,10 @@ struct Hello {
   int node_rank = -1;   // --node-rank or SLURM_NODEID; -1: any free rank
   int pid = 0;
   int gpus = 0;  // the GPUs the agent sees (select_gpus)
+  // The agent of a gang's node (a pod of an Indexed Job, a SkyPilot node):
+  // it serves every parallel step of the flow, so the head keeps its link
+  // between steps, and it ends when the flow does (Bye::flow_exit).
+  bool stays = false;
   friend bool operator==(const Hello&, const Hello&) = default;
 };
 
@@ -300,10 +304,17 @@ struct UploadHole {
 std::string upload_hole_crc_bytes(std::int64_t bytes);
 
 // Both ways: orderly close; the sender closes after it. From the head:
-// whether the step succeeded (an agent of flowrun run exits with it).
+// whether the step succeeded (an agent of flowrun run exits with it). To an
+// agent that stays (Hello::stays), the head says either that it keeps the
+// link for the flow's next parallel step (keep: the agent ends this step
+// and waits, and the head does not close), or that the flow ended with exit
+// code flow_exit, which the agent exits with, so that its pod succeeds or
+// fails with the flow.
 struct Bye {
   static constexpr MessageType kType = MessageType::bye;
   bool succeeded = false;
+  bool keep = false;
+  int flow_exit = -1;  // -1: the flow goes on, or the agent does not stay
   friend bool operator==(const Bye&, const Bye&) = default;
 };
 

@@ -71,7 +71,9 @@ namespace flowrun {
 // 7: start carries the step's forensics.nccl (NCCL's flight recorder); assign the
 // forensics time; stop whether to take the stacks first; take_stacks and stacks.
 // 8: upload_hole: an upload's holes are not sent as zeros.
-inline constexpr std::uint8_t kProtocolVersion = 8;
+// 9: a gang's agents: hello says the agent stays for the whole flow, bye
+// whether the head keeps it for the next step or the flow's exit code.
+inline constexpr std::uint8_t kProtocolVersion = 9;
 
 // length:u32 + version:u8 + type:u8.
 inline constexpr std::size_t kFrameHeaderBytes = 6;

@@ -151,7 +151,10 @@ struct Step {
   bool is_parallel() const { return parallel.has_value(); }
 };
 
-enum class Engine { slurm, ssh, manual };
+// gang: nodes a scheduler other than flowrun started (a Kubernetes Indexed
+// Job, ... : lib/gang), every one running the same command; node 0 is the
+// head and the others join it by themselves.
+enum class Engine { slurm, ssh, manual, gang };
 
 struct ClusterSpec {
   Engine engine = Engine::slurm;
