@@ -175,6 +175,40 @@ Stacks stacks_message(int request, const std::vector<RankStack>& found, const st
   return m;
 }
 
+// Whether the assign's marker reads the same here (the workdir is the
+// head's): Ready's workdir_ok and workdir_error.
+void check_marker(const Assign& a, Ready& ready) {
+  int err = 0;
+  const auto marker = try_read_file(a.marker_path, 64 << 10, &err);
+  ready.workdir_ok = marker && *marker == a.marker_text;
+  if (!marker)
+    ready.workdir_error = a.marker_path + ": " + file_error_text(err);
+  else if (!ready.workdir_ok)
+    ready.workdir_error = a.marker_path + ": its content differs from the head's";
+}
+
+// Removes the ranks' scratch directory `dir`, saying what could not be.
+void remove_scratch(const Console& console, const std::string& node, const std::string& dir) {
+  if (dir.empty()) return;
+  if (const std::string left = remove_tree(dir); !left.empty())
+    console.message(fmt::format("flowrun agent: {}: {}", node, left));
+}
+
+// Why an upload stops early, empty while it may go on: the head went away
+// or said stop, or the agent received `sig`.
+std::string upload_stop(bool lost_head, bool stop_from_head, int sig) {
+  if (lost_head) return "the head is gone";
+  if (stop_from_head) return "the head stopped the step";
+  if (sig != 0) return "the agent received " + signal_name(sig);
+  return {};
+}
+
+// What a gang's agent says when the head tells it the flow ended.
+std::string flow_end_line(const std::string& node, int code) {
+  return fmt::format("flowrun agent: {}: the flow ended{}", node,
+                     code == 0 ? std::string(" successfully") : fmt::format(" with exit code {}", code));
+}
+
 class Agent : public GroupObserver {
  public:
   Agent(const AgentOptions& options, const EnvMap& env, NodeRanks& ranks)
@@ -204,10 +238,7 @@ class Agent : public GroupObserver {
     conn_->close();
     heartbeat_timer_->cancel();
     io.poll();
-    if (!scratch_.empty()) {
-      if (const std::string left = remove_tree(scratch_); !left.empty())
-        console_.message(fmt::format("flowrun agent: {}: {}", node_, left));
-    }
+    remove_scratch(console_, node_, scratch_);
     // The timer and the socket belong to the loop: they go before it does.
     heartbeat_timer_.reset();
     conn_.reset();
@@ -405,27 +436,20 @@ class Agent : public GroupObserver {
     finished_ = true;
     if (m.flow_exit >= 0 && options_.stays) {
       exit_code_ = m.flow_exit;
-      console_.message(fmt::format(
-          "flowrun agent: {}: the flow ended{}", node_,
-          m.flow_exit == 0 ? std::string(" successfully") : fmt::format(" with exit code {}", m.flow_exit)));
+      console_.message(flow_end_line(node_, m.flow_exit));
     } else if (options_.exit_with_step && !m.succeeded) {
       exit_code_ = 1;
     }
     if (in_group_) sup_->stop_group(Outcome::interrupted, false);
   }
 
-  // A step is over for this agent of a gang: nothing of it stays (its
-  // scratch directory, the port held for it) before the next one's assign.
+  // A gang's step is over: nothing of it stays (scratch, held port) for the next.
   void end_step() {
     start_pending_ = false;
     stop_from_head_ = false;
     held_port_.release();
     ranks_.clear();
-    if (!scratch_.empty()) {
-      if (const std::string left = remove_tree(scratch_); !left.empty())
-        console_.message(fmt::format("flowrun agent: {}: {}", node_, left));
-      scratch_.clear();
-    }
+    remove_scratch(console_, node_, std::exchange(scratch_, {}));
     run_id_.clear();
     step_.clear();
   }
@@ -451,14 +475,7 @@ class Agent : public GroupObserver {
     stop_from_head_ = false;
     local_failure_ = false;
     Ready ready;
-    std::string error;
-    int err = 0;
-    const auto marker = try_read_file(a.marker_path, 64 << 10, &err);
-    if (!marker) error = a.marker_path + ": " + file_error_text(err);
-    const bool same = marker && *marker == a.marker_text;
-    if (error.empty() && !same) error = a.marker_path + ": its content differs from the head's";
-    ready.workdir_ok = same;
-    ready.workdir_error = error;
+    check_marker(a, ready);
     ready.address = conn_->local_address();
     held_port_.release();
     if (a.want_port) {
@@ -567,13 +584,8 @@ class Agent : public GroupObserver {
     held_port_.release();
   }
 
-  // Why an upload stops early: the head went away or said stop, or the
-  // agent received SIGINT or SIGTERM. Empty while it may go on.
   std::string upload_stop_reason() const {
-    if (lost_head_) return "the head is gone";
-    if (stop_from_head_) return "the head stopped the step";
-    if (const int sig = sup_->interrupt_received(); sig != 0) return "the agent received " + signal_name(sig);
-    return {};
+    return upload_stop(lost_head_, stop_from_head_, sup_->interrupt_received());
   }
 
   const AgentOptions& options_;

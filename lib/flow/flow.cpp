@@ -230,6 +230,17 @@ void note_attempts(RunRecord& record, const std::string& step, int started) {
     found->second = started;
 }
 
+// A rank's streams on the console: none for a rank --ranks (or the step's
+// logs.console) leaves out, else what torchrun's --redirects, --tee and
+// --local-ranks-filter say for its local rank.
+ConsoleShows console_shows(const RunOptions& options, const Step& step, int rank, int local_rank) {
+  const auto& chosen = options.console_ranks ? options.console_ranks : step.console_ranks;
+  if (chosen && std::find(chosen->begin(), chosen->end(), rank) == chosen->end()) return ConsoleShows::none();
+  if (!options.console_streams) return {};
+  const unsigned shown = options.console_streams->shown(local_rank);
+  return {(shown & kStdOut) != 0, (shown & kStdErr) != 0};
+}
+
 class FlowRunner {
  public:
   FlowRunner(const Spec& spec, const HostFacts& host, const std::vector<StepPlan>& plans, const EnvMap& env,
@@ -309,14 +320,10 @@ class FlowRunner {
     Supervisor supervisor(console_, guardian_.pid(), options_.stop_signals.value_or(kStopSignals));
     supervisor_ = &supervisor;
     sigprocmask(SIG_SETMASK, &mask_before_, nullptr);  // what came meanwhile is handled now
-    // A gang's other nodes dial from their start: the lobby listens before
-    // the first step and until the flow's end (its destructor tells them the
-    // flow failed when it ends by an exception).
+    // A gang's other nodes dial from their start: the lobby listens from now to
+    // the flow's end (its destructor tells them the flow failed on an exception).
     std::optional<GangLobby> lobby;
-    if (options_.gang) {
-      lobby.emplace(supervisor, console_, *options_.gang);
-      lobby_ = &*lobby;
-    }
+    if (options_.gang) lobby_ = &lobby.emplace(supervisor, console_, *options_.gang);
 
     console_.message(fmt::format("flowrun: run {}: {} step{}; logs and results in {}", ctx_.run_id,
                                  spec_.steps.size(), spec_.steps.size() == 1 ? "" : "s",
@@ -420,16 +427,8 @@ class FlowRunner {
     write_record();
   }
 
-  // A rank's streams on the console: none for a rank --ranks (or the step's
-  // logs.console) leaves out, else what torchrun's --redirects, --tee and
-  // --local-ranks-filter say for its local rank.
   ConsoleShows shows(const Step& step, int rank, int local_rank) const {
-    const auto& chosen = options_.console_ranks ? options_.console_ranks : step.console_ranks;
-    if (chosen && std::find(chosen->begin(), chosen->end(), rank) == chosen->end())
-      return ConsoleShows::none();
-    if (!options_.console_streams) return {};
-    const unsigned shown = options_.console_streams->shown(local_rank);
-    return {(shown & kStdOut) != 0, (shown & kStdErr) != 0};
+    return console_shows(options_, step, rank, local_rank);
   }
 
   const StepPlan& plan_of(const Step& step) const { return plan_for(plans_, step); }

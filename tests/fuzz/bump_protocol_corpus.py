@@ -19,9 +19,11 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 CORPUS = os.path.join(ROOT, "tests", "fuzz", "corpus", "protocol")
 with open(os.path.join(ROOT, "lib", "protocol", "include", "flowrun", "protocol.h")) as header:
     VERSION = int(re.search(r"kProtocolVersion = (\d+);", header.read()).group(1))
+HELLO = 1
 ASSIGN = 6
 START = 7
 STOP = 11
+BYE = 15
 
 
 def decode_fields(payload):
@@ -94,7 +96,10 @@ def after(key, added):
 REWRITE = {(4, START): start_4_to_5, (5, START): start_5_to_6, (6, START): start_6_to_7,
            # protocol 7: the forensics time in assign, stacks before a stop's signals
            (6, ASSIGN): after(b"stall_ms", [(b"forensics_ms", b"3000")]),
-           (6, STOP): after(b"kill", [(b"stacks", b"1")])}
+           (6, STOP): after(b"kill", [(b"stacks", b"1")]),
+           # protocol 9: a gang's agent stays; bye keeps it or says the flow's exit code
+           (8, HELLO): after(b"gpus", [(b"stays", b"0")]),
+           (8, BYE): after(b"succeeded", [(b"keep", b"0"), (b"flow_exit", b"-1")])}
 
 
 def bump(frames):
@@ -110,7 +115,11 @@ def bump(frames):
             return bytes(out)
         payload = frames[at + 6:end]
         if (version, kind) in REWRITE:
-            payload = REWRITE[(version, kind)](payload)
+            try:
+                payload = REWRITE[(version, kind)](payload)
+            except (struct.error, KeyError, ValueError):
+                pass  # a mutant the decoder refuses anyway: kept as it is
+
         out += struct.pack(">IBB", len(payload) + 2, VERSION, kind) + payload
         at = end
     return bytes(out) + frames[at:]

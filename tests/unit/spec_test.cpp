@@ -1234,12 +1234,13 @@ TEST_CASE("cluster", "[spec]") {
   CHECK(valid("cluster: {engine: manual}\nsteps: [{name: a, run: x}]").cluster->engine == Engine::manual);
 
   CHECK(errors("cluster:\nsteps: [{name: a, run: x}]\n") ==
-        Lines{"flow.yaml:1:1: cluster: missing required key 'engine' ('slurm', 'ssh' or 'manual')"});
+        Lines{"flow.yaml:1:1: cluster: missing required key 'engine' ('slurm', 'ssh', 'manual' or 'gang')"});
   CHECK(
       errors("cluster: {engine: ssh}\nsteps: [{name: a, run: x}]\n") ==
       Lines{"flow.yaml:1:1: cluster: missing required key 'hosts' or 'hostfile' for engine 'ssh' (the nodes, "
             "in node-rank order)"});
-  CHECK(errors(R"(
+  CHECK(
+      errors(R"(
     cluster:
       engine: SLURM
       hosts: [a, a, "b c", -oProxyCommand=x, [d]]
@@ -1247,21 +1248,22 @@ TEST_CASE("cluster", "[spec]") {
       ssh_command: ssh
       srun_args: "--x 'y"
     steps: [{name: a, run: x}]
-  )") == Lines{
-             "flow.yaml:2:11: cluster.engine: expected 'slurm', 'ssh' or 'manual', got a string 'SLURM'",
-             "flow.yaml:3:14: cluster.hosts: host 'a' is listed twice; expected each node once",
-             "flow.yaml:3:17: cluster.hosts: expected a host name (no spaces, not starting with '-'), got a "
-             "string "
-             "'b c'",
-             "flow.yaml:3:24: cluster.hosts: expected a host name (no spaces, not starting with '-'), got a "
-             "string "
-             "'-oProxyCommand=x'",
-             "flow.yaml:3:42: cluster.hosts: expected a host name (no spaces, not starting with '-'), got a "
-             "sequence",
-             "flow.yaml:4:18: cluster.gpus_per_node: expected a positive whole number, got 0",
-             "flow.yaml:6:14: cluster.srun_args: cannot split into words: unterminated single quote; fix the "
-             "quoting or write a list of words",
-         });
+  )") ==
+      Lines{
+          "flow.yaml:2:11: cluster.engine: expected 'slurm', 'ssh', 'manual' or 'gang', got a string 'SLURM'",
+          "flow.yaml:3:14: cluster.hosts: host 'a' is listed twice; expected each node once",
+          "flow.yaml:3:17: cluster.hosts: expected a host name (no spaces, not starting with '-'), got a "
+          "string "
+          "'b c'",
+          "flow.yaml:3:24: cluster.hosts: expected a host name (no spaces, not starting with '-'), got a "
+          "string "
+          "'-oProxyCommand=x'",
+          "flow.yaml:3:42: cluster.hosts: expected a host name (no spaces, not starting with '-'), got a "
+          "sequence",
+          "flow.yaml:4:18: cluster.gpus_per_node: expected a positive whole number, got 0",
+          "flow.yaml:6:14: cluster.srun_args: cannot split into words: unterminated single quote; fix the "
+          "quoting or write a list of words",
+      });
   CHECK(errors(R"(
     cluster:
       engine: ssh
