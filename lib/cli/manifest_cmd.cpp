@@ -45,7 +45,7 @@ int cmd_manifest(int argc, char** argv) {
   app.add_option("--namespace", options.kube_namespace, "The namespace of every object (default: kubectl's)")
       ->type_name("NS");
   app.add_option("--queue", options.queue,
-                 "Kueue's LocalQueue: the label kueue.x-k8s.io/queue-name on the Job")
+                 "Kueue's LocalQueue: the label kueue.x-k8s.io/queue-name on the Job or JobSet")
       ->type_name("QUEUE");
   app.add_option("--workdir", options.workdir, "The container's working directory (default: the image's)")
       ->type_name("DIR");
