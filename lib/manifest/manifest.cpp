@@ -215,9 +215,9 @@ std::string format_manifests(const Spec& spec, const std::vector<StepPlan>& plan
   const std::vector<Json> objects = manifest_objects(spec, plans, options);
   const PodShape shape = pod_shape(plans);
   const std::string name = objects.front()["metadata"]["labels"]["app.kubernetes.io/instance"];
-  std::string text = "# flowrun manifest: flow " + spec.name + " on " + plural(shape.pods, "pod") + " of " +
-                     (options.jobset ? "JobSet " : "Indexed Job ") + name +
-                     ", each running `flowrun SPEC`, pod 0 the head.\n"
+  std::string text = "# flowrun manifest of flow " + spec.name + ": " +
+                     (options.jobset ? "JobSet " : "Indexed Job ") + name + ", " + plural(shape.pods, "pod") +
+                     " running `flowrun SPEC`, pod 0 the head.\n" +
                      "# The Secret holds the run's token: keep this private. Apply: kubectl apply -f FILE\n";
   for (const Json& object : objects) text += "---\n" + yaml_text(object);
   return text;

@@ -349,8 +349,8 @@ TEST_CASE("format_manifests: a comment, then each object as YAML after '---'", "
   const ManifestOptions o = options();
   const std::string text = format_manifests(spec, plan_pods(spec, o), o);
   CHECK(text.starts_with(
-      "# flowrun manifest: flow train on 2 pods of Indexed Job train, each running `flowrun SPEC`, pod 0 the "
-      "head.\n# The Secret holds the run's token: keep this private. Apply: kubectl apply -f FILE\n---\n"
+      "# flowrun manifest of flow train: Indexed Job train, 2 pods running `flowrun SPEC`, pod 0 the head.\n"
+      "# The Secret holds the run's token: keep this private. Apply: kubectl apply -f FILE\n---\n"
       "apiVersion: v1\nkind: Secret\nmetadata:\n  name: train-token\n"));
   CHECK(text.find("---\napiVersion: v1\nkind: Service\n") != std::string::npos);
   CHECK(text.find("---\napiVersion: batch/v1\nkind: Job\n") != std::string::npos);
