@@ -18,7 +18,7 @@ using namespace manifest_detail;
 
 PodShape pod_shape(const std::vector<StepPlan>& plans) {
   PodShape shape;
-  bool two_retries = false;
+  bool usage_code_retried = false;
   for (const StepPlan& plan : plans) {
     const int nodes = static_cast<int>(plan.nodes.size());
     const int spares = static_cast<int>(plan.spares.size());
@@ -29,9 +29,10 @@ PodShape pod_shape(const std::vector<StepPlan>& plans) {
     shape.backoff_limit = std::max(shape.backoff_limit, plan.max_restarts + spares + elastic);
     shape.max_restarts = std::max(shape.max_restarts, plan.max_restarts);
     const auto& codes = plan.restart.exit_codes;
-    two_retries = two_retries || std::find(codes.begin(), codes.end(), kExitUsage) != codes.end();
+    usage_code_retried =
+        usage_code_retried || std::find(codes.begin(), codes.end(), kExitUsage) != codes.end();
   }
-  if (!two_retries) shape.fail_exit_codes.push_back(kExitUsage);
+  if (!usage_code_retried) shape.fail_exit_codes.push_back(kExitUsage);
   return shape;
 }
 
