@@ -5,6 +5,7 @@
 Options: --flowrun (the binary under test, default build/dev/flowrun), --sanitized (it is built
 with a sanitizer: timing bounds are tripled and memory bounds are not checked), --fake-gpu-libs
 (the stand-in NVIDIA libraries of the doctor's tests), --venv (the Lightning and fastai venv),
+--kubernetes-validate (the venv with kubernetes-validate, for flowrun manifest's objects),
 --fault-table (write the measured faults table there), --update (rewrite the golden files, the
 bad specs' errors and the docs' console output from real runs: review the diff),
 --cluster-examples (the docs' examples that need a cluster), --repeat (runs of the torch suite's
@@ -41,6 +42,7 @@ MARKERS = {
     "installed": "the installed .deb or wheel (scripts/test's package and wheel phases; test_installed.py)",
     "schema": "specs/schema accepts every example spec",
     "bench": "scripts/bench's renderer: docs/benchmarks.md from bench/results",
+    "manifests": "flowrun manifest's Kubernetes objects against Kubernetes' schemas, 1.29 to 1.35",
     "launcher": "flowrun SPEC with real worker processes",
     "torch": "real PyTorch flows on CPU workers",
     "nodes_local": "multi-node steps on one host over 127.0.0.1",
@@ -70,6 +72,8 @@ def pytest_addoption(parser):
                     help="the directory of libflowrun_fake_{nvml,cudart,nccl}.so (doctor)")
     group.addoption("--venv", default=os.path.join(ROOT, "build", "venv"),
                     help="the Lightning and fastai venv that scripts/venv makes (frameworks)")
+    group.addoption("--kubernetes-validate", default=os.path.join(ROOT, "build", "kubernetes-validate"),
+                    help="the venv with kubernetes-validate that scripts/test's deps phase makes (manifests)")
     group.addoption("--fault-table", help="write the measured faults table (Markdown) here")
     group.addoption("--cluster-examples", action="store_true",
                     help="run the docs' examples that need a cluster (on one made for them) instead of the others")

@@ -52,7 +52,8 @@ def test_version(fr, check, repo_root):
 
 
 # Every --help, and the width none of their lines may pass (lib/cli/commands.h, kHelpWidth).
-HELPS = ["", "run", "init", "resume", "doctor", "runs", "logs", "status", "validate", "plan", "gpus", "agent"]
+HELPS = ["", "run", "init", "resume", "doctor", "runs", "logs", "status", "validate", "plan", "gpus", "agent",
+         "manifest"]
 
 
 def test_help_width(fr, check):

@@ -309,6 +309,7 @@ const char* kFooter = R"(Examples:
   flowrun plan train.yaml --json     the same for machines (world_size, nodes, ranks, env)
   flowrun validate train.yaml        check the spec; every problem as FILE:LINE:COL
   flowrun gpus                       the GPUs this host may use (CUDA_VISIBLE_DEVICES, Slurm)
+  flowrun manifest train.yaml --image IMG | kubectl apply -f -   run it on Kubernetes, one pod a node
   flowrun plan train.yaml --cpus 2   plan on 2 CPU workers, for a host without GPUs
   flowrun train.yaml --summary-json s.json   for CI: how the run ended, the culprit rank, its log
 
@@ -333,6 +334,7 @@ int run_cli(int argc, char** argv) {
     if (command == "logs") return cmd_logs(argc - 1, argv + 1);
     if (command == "status") return cmd_status(argc - 1, argv + 1);
     if (command == "stacks") return cmd_stacks(argc - 1, argv + 1);
+    if (command == "manifest") return cmd_manifest(argc - 1, argv + 1);
   }
   Options options;
   CLI::App app{
@@ -439,6 +441,9 @@ int run_cli(int argc, char** argv) {
                      "Each step's and rank's state of a run, live or finished: flowrun status latest");
   app.add_subcommand("stacks",
                      "Where every rank of a running step is, its Python stack: flowrun stacks latest");
+  app.add_subcommand("manifest",
+                     "Write the Kubernetes objects that run a spec on a gang of pods: flowrun manifest SPEC "
+                     "--image IMAGE");
   gpus->add_flag("--json", options.json, "Print the inventory as JSON");
 
   validate->footer(

@@ -1,8 +1,9 @@
 // The subcommands that parse their own command line (`flowrun run` takes
-// torchrun's options, `init`, `resume`, `doctor`, `runs`, `logs`, `status`), and the helpers every
-// subcommand shares. run_cli() hands such a subcommand argv from its name on
-// (argv[0] is "run", "init", ...); each returns flowrun's exit code
-// (docs/cli.md) and reports its errors through report_errors().
+// torchrun's options, `init`, `resume`, `doctor`, `runs`, `logs`, `status`,
+// `manifest`), and the helpers every subcommand shares. run_cli() hands such a
+// subcommand argv from its name on (argv[0] is "run", "init", ...); each
+// returns flowrun's exit code (docs/cli.md) and reports its errors through
+// report_errors().
 #pragma once
 
 #include <cstddef>
@@ -31,6 +32,7 @@ int cmd_runs(int argc, char** argv);      // flowrun runs   (lib/cli/runs_cmd.cp
 int cmd_logs(int argc, char** argv);      // flowrun logs   (lib/cli/logs_cmd.cpp)
 int cmd_status(int argc, char** argv);    // flowrun status (lib/cli/status_cmd.cpp)
 int cmd_stacks(int argc, char** argv);    // flowrun stacks (lib/cli/stacks_cmd.cpp)
+int cmd_manifest(int argc, char** argv);  // flowrun manifest (lib/cli/manifest_cmd.cpp)
 
 struct SummaryTarget;
 
