@@ -42,6 +42,7 @@ is gone; its names leave the other pods' hosts files). `wait` gives the exit cod
 it (128+N for a signal). The same from Python: Pods (tests/e2e/pods/conftest.py's fixture).
 """
 import argparse
+import copy
 import json
 import os
 import random
@@ -77,6 +78,28 @@ def start_order(keys, seed, delay):
     order = list(keys)
     rng.shuffle(order)
     return order, [0.0] + [round(rng.uniform(0, delay), 3) for _ in order[1:]]
+
+
+def unavailable():
+    """'' when this process may make pods here, else why not (the tests skip, saying it)."""
+    if os.geteuid() != 0:
+        return "podsim's pods need root (network namespaces, mounts)"
+    for tool, package in (("ip", "iproute2"), ("nsenter", "util-linux"), ("unshare", "util-linux")):
+        if not shutil.which(tool, path=TOOLS_PATH):
+            return f"podsim's pods need {tool} (apt-get install {package})"
+    try:
+        p = subprocess.run(["unshare", "--net", "--uts", "--mount", "--pid", "--fork", "true"], capture_output=True,
+                           text=True, timeout=30)
+    except (OSError, subprocess.TimeoutExpired) as e:
+        return f"namespaces are not available here (unshare: {e})"
+    if p.returncode != 0:
+        return f"namespaces are not available here (unshare --net --uts --mount --pid: {p.stderr.strip()})"
+    name = f"frp-probe-{os.getpid()}"
+    p = subprocess.run(["ip", "netns", "add", name], capture_output=True, text=True)
+    if p.returncode != 0:
+        return f"network namespaces are not available here (ip netns add: {p.stderr.strip()})"
+    subprocess.run(["ip", "netns", "del", name], capture_output=True)
+    return ""
 
 
 def sh(*argv, check=True):
@@ -180,7 +203,8 @@ class Pods:
             for pod in pods:
                 if pod.key in self.pods:
                     raise PodsError(f"a pod named {pod.key} was added already")
-            slots = [len(self.rec) + 1 + i for i in range(len(pods))]
+            first = max((r["slot"] for r in self.rec.values()), default=0) + 1
+            slots = [first + i for i in range(len(pods))]
             if slots[-1] > MAX_PODS:
                 raise PodsError(f"podsim runs at most {MAX_PODS} pods")
             ips = [f"{NET}.{FIRST_HOST + s}" for s in slots]
@@ -518,6 +542,35 @@ class Pods:
             code = self.exit_code(key)
             self.say(f"deleted {key}: exit {code}")
             return code
+
+    def recreate(self, key):
+        """The pod made again once it has ended or was deleted, as the Job controller replaces a failed
+        pod of an index: the same host name, index and environment, a new name and address, a fresh
+        copy of the image; started at once. The old one's files stay in DIR/pods/POD#N (its log is what
+        `kubectl logs --previous` shows)."""
+        with self._lock:
+            r = self.rec[key]
+            if r["state"] == "added" or self.running(key):
+                raise PodsError(f"pod {key} has not ended; kill it (or wait for it) first")
+            if r["state"] == "running":  # it exited: its network goes with it
+                kill_all(self.pids(key))
+                self._remove_network(key)
+                r["state"] = "exited"
+                self._record(key)
+            old = f"{key}#{sum(1 for k in self.rec if k.startswith(key + '#')) + 1}"
+            os.rename(self.path(key), self.path(old))
+            self.rec[old], self.pods[old] = r, self.pods[key]
+            pod = copy.deepcopy(self.pods[key])
+            pod.name = f"{pod.name.rsplit('-', 1)[0]}-{kube.pod_suffix(random.Random(f'{self.seed}/{old}'))}"
+            slot = max(x["slot"] for x in self.rec.values()) + 1
+            if slot > MAX_PODS:
+                raise PodsError(f"podsim runs at most {MAX_PODS} pods")
+            self.pods[key] = pod
+            self.rec[key] = {**{k: r[k] for k in ("image",)}, "slot": slot, "ip": f"{NET}.{FIRST_HOST + slot}",
+                             "state": "added", "ns": f"{NS_PREFIX}{slot}", "veth": f"{VETH_PREFIX}{slot}",
+                             "started": threading.Event()}
+            self._start(key)
+            self.rec[key]["started"].set()
 
     def _remove_network(self, key):
         r = self.rec[key]

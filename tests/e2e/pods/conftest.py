@@ -3,7 +3,7 @@ machine, by tests/pods/podsim.py. Needs root and network namespaces; the tests t
 skipped, saying why, without.
 
   def test_x(pods, flowrun):
-      keys = pods.add_manifest(MANIFEST, image=IMAGE_DIR, pod_env={"train-1": {"FLOWRUN_FAKE_GPUS": "2"}})
+      keys = pods.add_manifest(MANIFEST, IMAGE_DIR, pod_env={"train-1": {"FLOWRUN_FAKE_GPUS": "2"}})
       pods.start()
       assert pods.wait("train-0", timeout=60) == 0
       assert pods.leftovers() == []
@@ -20,23 +20,21 @@ import pytest
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))),
                                 "pods"))
 import podsim  # noqa: E402
-from flowrun_testlib.cluster import cluster_unavailable, end_on_sigterm  # noqa: E402
+from flowrun_testlib.cluster import end_on_sigterm  # noqa: E402
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-IMAGE = os.path.join(HERE, "image")
 
 
 @pytest.fixture(scope="session")
 def pods_unavailable():
     """Why pods cannot run here ('' when they can)."""
-    return cluster_unavailable()
+    return podsim.unavailable()
 
 
 @pytest.fixture
 def pods(flowrun, pods_unavailable):
     """A podsim.Pods for the test (its pods added, not started), removed after it."""
     if pods_unavailable:
-        pytest.skip(pods_unavailable.replace("the test cluster", "podsim's pods"))
+        pytest.skip(pods_unavailable)
     end_on_sigterm()
     if os.path.exists(podsim.DEFAULT_DIR):  # a run that stopped without its teardown
         podsim.down(podsim.DEFAULT_DIR)

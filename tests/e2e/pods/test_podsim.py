@@ -16,7 +16,8 @@ import pytest
 
 import kube
 import podsim
-from conftest import IMAGE
+
+IMAGE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "image")  # what each pod gets at its workingDir
 
 pytestmark = [pytest.mark.pods]
 
@@ -237,6 +238,28 @@ def test_a_deleted_pod_leaves_nothing(pods, check):
     check(pods.leftovers() == [], "nothing left running in any pod", pods.leftovers())
 
 
+@pytest.mark.root
+def test_a_pod_made_again(pods, check):
+    # As the Job controller replaces a failed pod of an index: a new address, a fresh image copy.
+    keys = pods.add_manifest(indexed_job(nodes=2, args=["--names", "probe-0.probe,probe-1.probe"]), IMAGE)
+    pods.start()
+    first = probe(pods, keys[0])
+    check([pods.wait(k, LIMIT) for k in keys] == [0, 0], "both ran", [pods.log(k) for k in keys])
+    old_ip, old_name = pods.ip(keys[0]), pods.pod(keys[0]).name
+    pods.recreate(keys[0])
+    again = probe(pods, keys[0])
+    check(pods.ip(keys[0]) != old_ip and pods.pod(keys[0]).name != old_name, "a new address and name",
+          (old_ip, pods.ip(keys[0]), old_name, pods.pod(keys[0]).name))
+    check(again["hostname"] == keys[0] and again["env"]["JOB_COMPLETION_INDEX"] == "0", "the same host name and index",
+          again["env"])
+    check(again["resolved"]["probe-0.probe"] == pods.ip(keys[0]) and first["resolved"]["probe-0.probe"] == old_ip,
+          "its name resolves to the new address", again["resolved"])
+    check(again["markers"]["."] == ["marker-probe-0"], "a fresh copy of the image", again["markers"])
+    check("PROBE " in pods.log(keys[0] + "#1") and pods.wait(keys[0], LIMIT) == 0, "the old log is kept",
+          pods.log(keys[0] + "#1"))
+    check(pods.leftovers() == [], "nothing left running in any pod", pods.leftovers())
+
+
 # --- the platforms without a manifest ---------------------------------------------------------
 
 PLATFORM_VARS = {
@@ -320,7 +343,7 @@ def test_pytorchjob_with_pet_and_a_mounted_token(pods, check):
 @pytest.mark.root
 def test_command_line_and_down(pods_unavailable, flowrun, scratch, check):
     if pods_unavailable:
-        pytest.skip(pods_unavailable.replace("the test cluster", "podsim's pods"))
+        pytest.skip(pods_unavailable)
     state = f"/run/flowrun-test-pods-cli-{os.getpid()}"  # not under /tmp: each pod has its own
     manifest = os.path.join(scratch, "m.yaml")
     with open(manifest, "w") as f:
