@@ -605,6 +605,11 @@ def write_volume(root, files):
     os.chmod(root, 0o1777)
 
 
+def stale(state_dir=DEFAULT_DIR):
+    """What pods left here (their state directory, namespaces, links), as after a crash; [] if none."""
+    return ([state_dir] if os.path.exists(state_dir) else []) + pod_netns() + pod_links()
+
+
 def down(state_dir=DEFAULT_DIR, say=print):
     """Ends every process in a pod's network namespace, removes the namespaces, links, the mount points
     made on the host and state_dir; returns what is still there (empty when nothing is)."""

@@ -8,6 +8,9 @@ skipped, saying why, without.
       assert pods.wait("train-0", timeout=60) == 0
       assert pods.leftovers() == []
 
+  def test_y(run_manifest):
+      pods = run_manifest(MANIFEST, IMAGE_DIR)  # the same, added and started in one call
+
 The start order's seed is $FLOWRUN_PODS_SEED when set, else drawn and printed (podsim's first line),
 so that a failure can be replayed with the same order and delays. After each test the pods are
 removed (podsim's down), and the test fails if anything was left.
@@ -36,11 +39,24 @@ def pods(flowrun, pods_unavailable):
     if pods_unavailable:
         pytest.skip(pods_unavailable)
     end_on_sigterm()
-    if os.path.exists(podsim.DEFAULT_DIR):  # a run that stopped without its teardown
-        podsim.down(podsim.DEFAULT_DIR)
+    left = podsim.stale()
+    if left:  # a run that stopped without its teardown
+        print(f"podsim: removing what an earlier run left: {' '.join(left)}")
+        podsim.down()
     seed = os.environ.get("FLOWRUN_PODS_SEED")
     sim = podsim.Pods(flowrun, seed=int(seed) if seed else None, delay=0.2)
     yield sim
     left = sim.down()
     if left:
         pytest.fail(f"podsim's down left: {'; '.join(left)}", pytrace=False)
+
+
+@pytest.fixture
+def run_manifest(pods):
+    """run_manifest(text, image, env=None, pod_env=None, background=False): the manifest's pods added
+    and started (background: starting in a thread while the test goes on); returns the Pods."""
+    def run(text, image, env=None, pod_env=None, background=False):
+        pods.add_manifest(text, image, env, pod_env)
+        pods.start(background)
+        return pods
+    return run

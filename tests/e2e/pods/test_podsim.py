@@ -195,6 +195,15 @@ def test_indexed_job_pods(pods, flowrun, check):
 
 
 @pytest.mark.root
+def test_flowrun_runs_in_a_pod(run_manifest, flowrun, check):
+    pods = run_manifest(indexed_job(nodes=2, command=["flowrun"], args=["--version"]), IMAGE, background=True)
+    for key in ("probe-1", "probe-0"):  # whichever starts first
+        check(pods.wait(key, LIMIT) == 0, f"{key}: flowrun --version, found on PATH, exits 0", pods.log(key))
+        check(re.match(r"flowrun \d+\.\d+\.\d+ ", pods.log(key)), f"{key}: its log is flowrun's", pods.log(key))
+    check(pods.leftovers() == [], "nothing left running in any pod", pods.leftovers())
+
+
+@pytest.mark.root
 def test_a_service_that_selects_no_pod_publishes_no_names(pods, check):
     keys = pods.add_manifest(indexed_job(nodes=1, selector={"job-name": "other"}, args=[]), IMAGE)
     pods.start()
