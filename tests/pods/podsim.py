@@ -522,18 +522,21 @@ class Pods:
                 return None
             if r["state"] != "running":
                 return self.exit_code(key)
+            r["state"] = "deleting"
             pid = self.pid1(key)
-            self.say(f"deleting {key}: SIGTERM to its PID 1 (pid {pid}), SIGKILL after {grace:g} s")
-            if pid:
-                try:
-                    os.kill(pid, signal.SIGTERM)
-                except OSError:
-                    pass
+        # The grace is waited without the lock: the other pods go on starting meanwhile.
+        self.say(f"deleting {key}: SIGTERM to its PID 1 (pid {pid}), SIGKILL after {grace:g} s")
+        if pid:
             try:
-                r["proc"].wait(grace)
-            except subprocess.TimeoutExpired:
-                kill_all(self.pids(key))
-                r["proc"].wait(10)
+                os.kill(pid, signal.SIGTERM)
+            except OSError:
+                pass
+        try:
+            r["proc"].wait(grace)
+        except subprocess.TimeoutExpired:
+            kill_all(self.pids(key))
+            r["proc"].wait(10)
+        with self._lock:
             kill_all(self.pids(key))
             r["state"] = "deleted"
             self._remove_network(key)

@@ -308,8 +308,8 @@ def test_platform_pods(pods, check, platform):
         check(got["hostname"] == env.get("HOSTNAME") == pods.pod(key).hostname, f"{key}: its host name",
               got["hostname"])
         if platform == "trainjob":
-            check((env.get("PET_NODE_RANK"), env.get("PET_NNODES"), env.get("PET_MASTER_ADDR"), env.get("PET_MASTER_PORT"))
-                  == (str(i), "3", "train-node-0-0.train", "29500"), f"{key}: PET_*", env)
+            pet = [env.get(f"PET_{k}") for k in ("NODE_RANK", "NNODES", "MASTER_ADDR", "MASTER_PORT")]
+            check(pet == [str(i), "3", "train-node-0-0.train", "29500"], f"{key}: PET_*", env)
         elif platform == "pytorchjob":
             check((env.get("RANK"), env.get("WORLD_SIZE"), env.get("MASTER_ADDR"), env.get("MASTER_PORT"))
                   == (str(i), "3", "train-master-0", "23456"), f"{key}: RANK, WORLD_SIZE in pods, MASTER_*", env)
