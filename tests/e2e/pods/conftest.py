@@ -46,6 +46,11 @@ def pods(flowrun, pods_unavailable):
     seed = os.environ.get("FLOWRUN_PODS_SEED")
     sim = podsim.Pods(flowrun, seed=int(seed) if seed else None, delay=0.2)
     yield sim
+    # pytest shows a test's output only when it fails: then each pod's log is there to read.
+    for key in sim.keys:
+        lines = sim.log(key).splitlines()
+        print(f"--- pod {key} ({sim.ip(key)}): its log's last {min(len(lines), 40)} of {len(lines)} lines")
+        print("\n".join(lines[-40:]))
     left = sim.down()
     if left:
         pytest.fail(f"podsim's down left: {'; '.join(left)}", pytrace=False)

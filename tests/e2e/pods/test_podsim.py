@@ -395,6 +395,23 @@ def test_start_order_follows_the_seed(check):
     check(delays[0] == 0 and all(0 <= d <= 0.5 for d in delays), "a delay before each but the first", delays)
 
 
+def test_jobset_replicas_and_no_dns_hostnames(check):
+    text = jobset(nodes=2, command=["true"]).replace("replicas: 1", "replicas: 2")
+    pods = kube.pods_from_manifest(text)
+    check([p.hostname for p in pods] == ["js-workers-0-0", "js-workers-0-1", "js-workers-1-0", "js-workers-1-1"],
+          "each replica an Indexed Job <jobset>-<rjob>-<replica>", [p.hostname for p in pods])
+    last = pods[3]
+    env = last.environment("10.201.0.14", "/bin")
+    check((env["JOB_COMPLETION_INDEX"], last.labels[kube.JOBSET + "job-index"],
+           last.labels[kube.JOBSET + "job-global-index"]) == ("1", "1", "1"), "the index within its Job, the Job's",
+          last.labels)
+    check(last.subdomain == "js" and last.dns_names[-1] == "js-workers-1-1.js", "the JobSet's own Service names it",
+          last.dns_names)
+    off = kube.pods_from_manifest(text.replace("enableDNSHostnames: true", "enableDNSHostnames: false"))
+    check(all(p.subdomain == "" and p.dns_names == [] for p in off), "no names without enableDNSHostnames",
+          [p.dns_names for p in off])
+
+
 def test_env_expansion():
     env = {"A": "x", "B": "$(A)"}
     assert kube.expand("$(A)-$(B)-$(C)-$$(A)-$", env) == "x-$(A)-$(C)-$(A)-$"
