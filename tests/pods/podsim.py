@@ -608,6 +608,16 @@ def write_volume(root, files):
     os.chmod(root, 0o1777)
 
 
+def owner(state_dir=DEFAULT_DIR):
+    """The pid of the live process whose pods state_dir holds, or None (none, or it is gone)."""
+    try:
+        with open(os.path.join(state_dir, "owner")) as f:
+            pid = int(f.read())
+    except (OSError, ValueError):
+        return None
+    return pid if alive(pid) else None
+
+
 def stale(state_dir=DEFAULT_DIR):
     """What pods left here (their state directory, namespaces, links), as after a crash; [] if none."""
     return ([state_dir] if os.path.exists(state_dir) else []) + pod_netns() + pod_links()

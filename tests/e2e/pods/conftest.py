@@ -39,6 +39,10 @@ def pods(flowrun, pods_unavailable):
     if pods_unavailable:
         pytest.skip(pods_unavailable)
     end_on_sigterm()
+    holder = podsim.owner()
+    if holder and holder != os.getpid():
+        pytest.fail(f"the pods of another run (pid {holder}) are up in {podsim.DEFAULT_DIR}; let it end, or end it "
+                    f"and run tests/pods/podsim.py down", pytrace=False)
     left = podsim.stale()
     if left:  # a run that stopped without its teardown
         print(f"podsim: removing what an earlier run left: {' '.join(left)}")
