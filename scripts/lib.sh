@@ -24,8 +24,9 @@ FLOWRUN_PACKAGES=(
   catch2 python3 python3-torch
   # The end-to-end tests run under pytest (tests/conftest.py), each with a time limit.
   python3-pytest python3-pytest-timeout
-  # tests/test_schema.py checks every example spec against specs/schema.
-  python3-jsonschema
+  # tests/test_schema.py checks every example spec against specs/schema; it and the pods'
+  # manifests (tests/pods/kube.py) are read with PyYAML.
+  python3-jsonschema python3-yaml
   # scripts/test's package phase: cpack's Depends (dpkg-shlibdeps); `man -w` in
   # tests/test_installed.py; tests/test_install.py runs the zsh and fish completions.
   dpkg-dev man-db zsh fish

@@ -53,6 +53,7 @@ MARKERS = {
     "runs": "flowrun runs, logs and status; .flowrun/runs/latest",
     "frameworks": "Lightning and fastai scripts in build/venv",
     "multinode": "multi-node runs on the test cluster (tests/cluster/cluster.sh)",
+    "pods": "gangs of emulated pods: Kubernetes, AWS Batch, SkyPilot (tests/pods/podsim.py)",
     # what a test needs
     "root": "needs root (skipped without it)",
     "cluster": "needs the test cluster: root and network namespaces",
