@@ -15,9 +15,9 @@ struct Elsewhere {
 };
 
 inline constexpr std::string_view kTopKeys[] = {"name", "env", "workdir", "python", "steps", "cluster"};
-inline constexpr std::string_view kStepKeys[] = {"name",    "run",     "shell",         "env",      "workdir",
-                                                 "needs",   "timeout", "stall_timeout", "parallel", "outputs",
-                                                 "inputs",  "collect", "join",          "logs",     "forensics"};
+inline constexpr std::string_view kStepKeys[] = {
+    "name",     "run",     "shell",  "env",     "workdir", "needs", "timeout",  "stall_timeout",
+    "parallel", "outputs", "inputs", "collect", "join",    "logs",  "forensics"};
 inline constexpr std::string_view kParallelKeys[] = {
     "gpus",      "nodes", "procs_per_node", "cpus",       "max_restarts", "restart", "visible_devices",
     "preflight", "role",  "job_id",         "spare_nodes"};
@@ -25,8 +25,8 @@ inline constexpr std::string_view kRestartKeys[] = {"causes", "exit_codes", "min
 inline constexpr std::string_view kLogsKeys[] = {"console"};
 inline constexpr std::string_view kForensicsKeys[] = {"stacks", "timeout", "nccl"};
 inline constexpr std::string_view kClusterKeys[] = {
-    "engine",    "hosts",   "hostfile",          "gpus_per_node", "ssh_command",
-    "srun_args", "address", "heartbeat_timeout", "join_timeout",  "last_call_timeout",
+    "engine",        "hosts",   "hostfile",          "gpus_per_node", "ssh_command",
+    "srun_args",     "address", "heartbeat_timeout", "join_timeout",  "last_call_timeout",
     "shared_workdir"};
 
 inline constexpr Elsewhere kTopElsewhere[] = {

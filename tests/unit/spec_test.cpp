@@ -1056,15 +1056,16 @@ TEST_CASE("inputs are globs of a parallel step, checked as outputs are; cluster.
         parallel: {}
         inputs: [../data, /abs]
     cluster: {engine: manual, shared_workdir: sometimes}
-  )") == Lines{
-             "flow.yaml:4:5: steps.a.inputs: only parallel steps have inputs; add 'parallel:' or remove it",
-             "flow.yaml:8:14: steps.b.inputs: glob '../data' leaves the workdir with '..'; expected a pattern "
-             "inside it",
-             "flow.yaml:8:23: steps.b.inputs: glob '/abs' is absolute; expected a pattern relative to the "
-             "step's workdir",
-             "flow.yaml:9:43: cluster.shared_workdir: expected 'auto', 'true' or 'false', got a string "
-             "'sometimes'",
-         });
+  )") ==
+        Lines{
+            "flow.yaml:4:5: steps.a.inputs: only parallel steps have inputs; add 'parallel:' or remove it",
+            "flow.yaml:8:14: steps.b.inputs: glob '../data' leaves the workdir with '..'; expected a pattern "
+            "inside it",
+            "flow.yaml:8:23: steps.b.inputs: glob '/abs' is absolute; expected a pattern relative to the "
+            "step's workdir",
+            "flow.yaml:9:43: cluster.shared_workdir: expected 'auto', 'true' or 'false', got a string "
+            "'sometimes'",
+        });
 }
 
 TEST_CASE("a glob's '..' is found after its escapes are read", "[spec]") {

@@ -414,10 +414,10 @@ struct ShipAck {
 
 // Every message, in MessageType order: the alternative at index i is the
 // message of type i + 1.
-using Message =
-    std::variant<Hello, Challenge, Auth, Welcome, Refused, Assign, Start, Output, Exited, Heartbeat, Stop,
-                 UploadBegin, UploadChunk, UploadEnd, Bye, Ready, Done, Preflight, PreflightId, PreflightDone,
-                 Signal, Stalled, TakeStacks, Stacks, UploadHole, ShipBegin, ShipChunk, ShipEnd, ShipDone, ShipAck>;
+using Message = std::variant<Hello, Challenge, Auth, Welcome, Refused, Assign, Start, Output, Exited,
+                             Heartbeat, Stop, UploadBegin, UploadChunk, UploadEnd, Bye, Ready, Done,
+                             Preflight, PreflightId, PreflightDone, Signal, Stalled, TakeStacks, Stacks,
+                             UploadHole, ShipBegin, ShipChunk, ShipEnd, ShipDone, ShipAck>;
 
 // The frame of each message. Throws flowrun::Error only where the message
 // cannot be written (a list item with a NUL, a list of one empty item): a
