@@ -129,6 +129,19 @@ void send_refusal(Connection& conn, const Start& start, int attempt, const std::
   conn.send(Done{attempt, {why}});
 }
 
+// The ranks' scratch directory for the run's node `node_rank`: node-local,
+// private, new (mkdtemp's: never a directory someone made beforehand at a
+// name they guessed), mode 0700. The agent removes it when it ends however
+// it ends (its guardian, should the agent be killed). Throws Error.
+std::string new_scratch_dir(const std::string& run_id, int node_rank) {
+  try {
+    return make_private_dir(scratch_parent(std::getenv("TMPDIR")),
+                            fmt::format("flowrun-{}-node{}", run_id, node_rank));
+  } catch (const Error& e) {
+    throw Error(std::string("cannot make the ranks' scratch directory: ") + e.what());
+  }
+}
+
 // The start's ranks, each with the environment worker_env makes from the
 // start's part of the plan and what only this node has (`site`): the
 // agent's own environment (the defaults a user may override read it), its
@@ -353,13 +366,7 @@ class Agent : public GroupObserver {
   // ---- messages -----------------------------------------------------------
 
   void on_frame(Frame& frame) {
-    if (frame.type == MessageType::ship_chunk && ship_) {
-      // Bulk data: read in place, not copied into a message.
-      if (auto data = ship_chunk_data(frame.payload)) {
-        ship_->data(*data);
-        return;
-      }
-    }
+    if (shipment_.take_chunk(frame)) return;  // bulk data: read in place, not copied into a message
     std::string error;
     auto message = decode_message(frame, &error);
     if (!message) {
@@ -378,31 +385,11 @@ class Agent : public GroupObserver {
   void on_message(Start& m) { on_start(std::move(m)); }
   void on_message(const Preflight& m) { on_preflight(m); }
 
-  // The step's inputs, for a node that does not share the head's workdir
-  // (ship_receiver.h): written beneath the scratch directory's work/.
-  void on_message(const ShipBegin& m) {
-    if (!ship_) {
-      if (std::string why = make_scratch(); !why.empty()) {
-        ship_error_ = why;
-        return;
-      }
-      ship_.emplace(scratch_ + "/work");
-    }
-    ship_->begin(m);
-  }
-  void on_message(const ShipChunk& m) {
-    if (ship_) ship_->data(m.data);
-  }
-  void on_message(const ShipEnd& m) {
-    if (ship_) ship_->end(m);
-  }
-  void on_message(const ShipDone& m) {
-    if (!ship_error_.empty() || !ship_) {
-      conn_->send(ShipAck{false, ship_error_.empty() ? "nothing was shipped" : ship_error_});
-      return;
-    }
-    conn_->send(ship_->done(m));
-  }
+  // The step's inputs, for a node that does not share the head's workdir.
+  void on_message(const ShipBegin& m) { shipment_.take(m); }
+  void on_message(const ShipChunk& m) { shipment_.take(m); }
+  void on_message(const ShipEnd& m) { shipment_.take(m); }
+  void on_message(const ShipDone& m) { conn_->send(shipment_.take(m)); }
 
   void on_message(const Stop& m) {
     stop_from_head_ = true;
@@ -442,7 +429,7 @@ class Agent : public GroupObserver {
       lost_head("it sent an assign with an invalid step name");
       return;
     }
-    if (a.step != step_ || a.run_id != run_id_) forget_shipment();
+    if (a.step != step_ || a.run_id != run_id_) shipment_.forget();
     run_id_ = a.run_id;
     step_ = a.step;
     attempt_ = a.attempt;
@@ -496,49 +483,28 @@ class Agent : public GroupObserver {
 
   // ---- one attempt ----------------------------------------------------------
 
-  // The scratch directory, made once: node-local, private, new (mkdtemp's:
-  // never a directory someone made beforehand at a name they guessed), mode
-  // 0700, and removed when the agent ends however it ends (its guardian
-  // removes it should the agent be killed). Why it cannot be made, or "".
-  std::string make_scratch() {
-    if (!scratch_.empty()) return {};
-    try {
-      scratch_ = make_private_dir(scratch_parent(std::getenv("TMPDIR")),
-                                  fmt::format("flowrun-{}-node{}", run_id_, node_rank_));
-    } catch (const Error& e) {
-      return std::string("cannot make the ranks' scratch directory: ") + e.what();
+  // The scratch directory, made once (new_scratch_dir); throws Error.
+  const std::string& scratch() {
+    if (scratch_.empty()) {
+      scratch_ = new_scratch_dir(run_id_, node_rank_);
+      sup_->remove_on_exit(scratch_);
     }
-    sup_->remove_on_exit(scratch_);
-    return {};
-  }
-
-  // Another step's assign: what an earlier step shipped is not its inputs.
-  void forget_shipment() {
-    if (ship_) {
-      if (const std::string left = remove_tree(ship_->root()); !left.empty())
-        console_.message(fmt::format("flowrun agent: {}: {}", node_, left));
-    }
-    ship_.reset();
-    ship_error_.clear();
+    return scratch_;
   }
 
   void run_attempt() {
     start_pending_ = false;
-    if (std::string why = make_scratch(); !why.empty()) {
-      refuse_attempt(why);
-      return;
-    }
     std::vector<WorkerLaunch> launches;
     try {
       launches =
-          launches_for_start(start_, NodeSite{env_, RunLayout{scratch_}, agent_id_, gloo_ifname_}, ranks_);
+          launches_for_start(start_, NodeSite{env_, RunLayout{scratch()}, agent_id_, gloo_ifname_}, ranks_);
     } catch (const Error& e) {
       refuse_attempt(e.what());
       return;
     }
     // A node that got the step's inputs runs its ranks in its copy of them.
-    if (ship_ && ship_->received())
-      for (WorkerLaunch& launch : launches) launch.workdir = ship_->root();
+    if (const auto copy = shipment_.workdir())
+      for (WorkerLaunch& launch : launches) launch.workdir = *copy;
     GroupOptions group;
     group.step = step_;
     group.grace_s = grace_s_;
@@ -604,8 +570,8 @@ class Agent : public GroupObserver {
   int node_rank_claim_ = -1, node_rank_ = 0, gpus_ = 0, attempt_ = 0;
   double interval_s_ = 2.5, timeout_s_ = 10, grace_s_ = 10, stall_s_ = 0, forensics_s_ = 0;
   HeldPort held_port_;
-  std::optional<cluster::ShipReceiver> ship_;  // the step's shipped inputs, from the first ShipBegin
-  std::string ship_error_;                     // the scratch directory for them could not be made
+  cluster::StepShipment shipment_{
+      [this] { return scratch(); }};  // the step's inputs, where the workdir is not shared
   Start start_;
   std::vector<LocalRank> ranks_;
   bool finished_ = false, start_pending_ = false, in_group_ = false, lost_head_ = false;

@@ -123,4 +123,46 @@ ShipAck ShipReceiver::done(const ShipDone& m) {
   return ShipAck{received_, error_};
 }
 
+bool StepShipment::take_chunk(const Frame& frame) {
+  if (frame.type != MessageType::ship_chunk || !receiver_) return false;
+  auto data = ship_chunk_data(frame.payload);
+  if (data) receiver_->data(*data);
+  return bool(data);
+}
+
+void StepShipment::take(const ShipBegin& m) {
+  if (!receiver_ && error_.empty()) {
+    try {
+      receiver_.emplace(scratch_() + "/work");
+    } catch (const Error& e) {
+      error_ = e.what();
+    }
+  }
+  if (receiver_) receiver_->begin(m);
+}
+
+void StepShipment::take(const ShipChunk& m) {
+  if (receiver_) receiver_->data(m.data);
+}
+
+void StepShipment::take(const ShipEnd& m) {
+  if (receiver_) receiver_->end(m);
+}
+
+ShipAck StepShipment::take(const ShipDone& m) {
+  if (receiver_) return receiver_->done(m);
+  return ShipAck{false, error_.empty() ? "no file came before the shipment's end" : error_};
+}
+
+void StepShipment::forget() {
+  if (receiver_) (void)remove_tree(receiver_->root());
+  receiver_.reset();
+  error_.clear();
+}
+
+std::optional<std::string> StepShipment::workdir() const {
+  if (receiver_ && receiver_->received()) return receiver_->root();
+  return std::nullopt;
+}
+
 }  // namespace flowrun::cluster

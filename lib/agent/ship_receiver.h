@@ -8,6 +8,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <set>
@@ -60,6 +61,35 @@ class ShipReceiver {
   std::string error_;                   // the first thing that went wrong
   std::int64_t files_ = 0, bytes_ = 0;  // complete files, and their bytes
   bool received_ = false;
+};
+
+// The shipment of the step an agent is assigned: its frames to a
+// ShipReceiver beneath <scratch>/work, made on the first file, and forgotten
+// (the directory removed) when the agent is assigned another step.
+class StepShipment {
+ public:
+  // `scratch`: the agent's scratch directory, made on first use; it throws
+  // Error when it cannot be made.
+  explicit StepShipment(std::function<std::string()> scratch) : scratch_(std::move(scratch)) {}
+
+  // A ship_chunk frame, read in place (true), or another frame (false).
+  bool take_chunk(const Frame& frame);
+  void take(const ShipBegin& m);
+  void take(const ShipChunk& m);
+  void take(const ShipEnd& m);
+  ShipAck take(const ShipDone& m);
+
+  // Another step: what was shipped is not its inputs. What cannot be
+  // removed now goes with the scratch directory when the agent ends.
+  void forget();
+
+  // Where the node's ranks run: its copy of the inputs once one came whole.
+  std::optional<std::string> workdir() const;
+
+ private:
+  std::function<std::string()> scratch_;
+  std::optional<ShipReceiver> receiver_;
+  std::string error_;  // the scratch directory could not be made
 };
 
 }  // namespace flowrun::cluster
