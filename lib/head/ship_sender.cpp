@@ -133,7 +133,7 @@ bool ShipSender::open_next() {
     return false;
   }
   at_ = 0;
-  sha_ = std::make_unique<Sha256>();
+  if (!f.digest->sha && f.digest->sha256.empty()) f.digest->sha = std::make_unique<Sha256>();
   link_->send(ShipBegin{f.rel, f.bytes, f.mode});
   return true;
 }
@@ -166,12 +166,21 @@ void ShipSender::pump() {
         break;
       }
       const std::string_view piece(buf_.data(), static_cast<std::size_t>(n));
-      sha_->update(piece);
+      ShipFile::Digest& digest = *f.digest;
+      if (digest.hashed == at_ && digest.sha) {  // the first sender here hashes it for every node
+        digest.sha->update(piece);
+        digest.hashed += n;
+      }
       link_->send_frame(encode_ship_chunk_frame(piece));
       at_ += n;
     }
     if (at_ == f.bytes) {
-      link_->send(ShipEnd{sha_->hex()});
+      ShipFile::Digest& digest = *f.digest;
+      if (digest.sha256.empty() && digest.sha) {
+        digest.sha256 = digest.sha->hex();
+        digest.sha.reset();
+      }
+      link_->send(ShipEnd{digest.sha256});
       fd_.reset();
     }
   }

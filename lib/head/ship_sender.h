@@ -28,6 +28,15 @@ struct ShipFile {
   std::string path;
   std::int64_t bytes = 0;
   int mode = 0;
+  // Its SHA-256, hashed once for every node: every node's sender reads the
+  // file in the same chunks, and the one furthest on hashes each next
+  // chunk (`hashed` bytes so far); `sha256` is set when it reached the end.
+  struct Digest {
+    std::int64_t hashed = 0;
+    std::unique_ptr<Sha256> sha;
+    std::string sha256;
+  };
+  std::shared_ptr<Digest> digest = std::make_shared<Digest>();
 };
 
 struct ShipList {
@@ -80,7 +89,6 @@ class ShipSender {
   std::size_t next_ = 0;  // the file after the one open
   UniqueFd fd_;
   std::int64_t at_ = 0;
-  std::unique_ptr<Sha256> sha_;
   std::string buf_;
   bool finished_ = false;
 };

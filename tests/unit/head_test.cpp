@@ -587,3 +587,36 @@ TEST_CASE(
             "inputs: (the head then ships them to each node)"));
   CHECK(b.link->sent_of<ShipBegin>().empty());
 }
+
+TEST_CASE("head: a spare seated in a lost node's place gets its own shipment before the restart",
+          "[head][ship]") {
+  HeadBench h("      cpus: 4\n      nodes: 2\n      spare_nodes: 1\n", kNotShared,
+              "    inputs: [data.txt]\n");
+  flowrun::write_file(h.dir() + "/data.txt", "1 2 3\n");
+  ScriptedNode& a = h.join("head");
+  ScriptedNode& b = h.join("node-b", -1, without_workdir(h));
+  ScriptedNode& s = h.join("spare-c", -1, without_workdir(h));
+  CHECK(s.link->sent_of<ShipBegin>().empty());  // it waits with no rank, and nothing shipped
+  auto shipped = b.script;
+  b.script = [&h, shipped](ScriptedNode& node, const Message& m) {
+    if (!std::holds_alternative<Start>(m)) return shipped(node, m);
+    h.drop(node, "end of file");
+    return true;
+  };
+  a.waits = {0, 1};
+  const AttemptResult first = h.attempt(0);
+  CHECK(first.spare_ready);
+  a.waits.clear();
+  const AttemptResult second = h.attempt(1);
+  CHECK(second.record.outcome == Outcome::succeeded);
+  REQUIRE(s.link->sent_of<ShipBegin>().size() == 1);
+  CHECK(s.link->sent_of<ShipBegin>().front().path == "data.txt");
+  CHECK(s.link->sent_of<ShipDone>().size() == 1);
+  CHECK(s.link->sent_of<Start>().size() == 1);
+  CHECK(b.link->sent_of<ShipDone>().size() == 1);
+  CHECK(a.link->sent_of<ShipBegin>().empty());
+  // The file was hashed once, for both: each got its SHA-256.
+  REQUIRE(b.link->sent_of<ShipEnd>().size() == 1);
+  CHECK(b.link->sent_of<ShipEnd>().front().sha256 == sha256_of("1 2 3\n"));
+  CHECK(s.link->sent_of<ShipEnd>() == b.link->sent_of<ShipEnd>());
+}
