@@ -503,8 +503,12 @@ class Agent : public GroupObserver {
       return;
     }
     // A node that got the step's inputs runs its ranks in its copy of them.
-    if (const auto copy = shipment_.workdir())
-      for (WorkerLaunch& launch : launches) launch.workdir = *copy;
+    if (const auto copy = shipment_.workdir()) {
+      for (WorkerLaunch& launch : launches) {
+        launch.workdir = *copy;
+        launch.argv = shipment_.in_copy(std::move(launch.argv), start_.workdir);
+      }
+    }
     GroupOptions group;
     group.step = step_;
     group.grace_s = grace_s_;

@@ -165,4 +165,25 @@ std::optional<std::string> StepShipment::workdir() const {
   return std::nullopt;
 }
 
+std::vector<std::string> StepShipment::in_copy(std::vector<std::string> argv,
+                                               const std::string& head_workdir) const {
+  const auto copy = workdir();
+  if (!copy || head_workdir.empty() || head_workdir == "/") return argv;
+  // Where the head's workdir starts a path: at a word's start or after a
+  // character that cannot be part of one ('=', a quote, a space, ':').
+  const std::string from = head_workdir + "/";
+  for (std::string& word : argv) {
+    std::string out;
+    std::size_t at = 0;
+    for (std::size_t hit = word.find(from); hit != std::string::npos; hit = word.find(from, hit + 1)) {
+      if (hit > 0 && std::string_view("=\"' :\t\n(").find(word[hit - 1]) == std::string_view::npos) continue;
+      out.append(word, at, hit - at);
+      out += *copy + "/";
+      at = hit + from.size();
+    }
+    if (at > 0) word = out + word.substr(at);
+  }
+  return argv;
+}
+
 }  // namespace flowrun::cluster

@@ -14,6 +14,7 @@
 #include <set>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "flowrun/fd.h"
 #include "flowrun/messages.h"
@@ -85,6 +86,12 @@ class StepShipment {
 
   // Where the node's ranks run: its copy of the inputs once one came whole.
   std::optional<std::string> workdir() const;
+
+  // `argv` for a rank that runs in the copy: each path under the head's
+  // `head_workdir` in it (${steps.NAME.outputs}, which the head expands to
+  // its run directory's path) made the same path under the copy, where the
+  // head shipped those files; as is when nothing came.
+  std::vector<std::string> in_copy(std::vector<std::string> argv, const std::string& head_workdir) const;
 
  private:
   std::function<std::string()> scratch_;

@@ -142,3 +142,26 @@ TEST_CASE("a shipped path that leaves the work directory, goes through a symlink
     CHECK(testing::read_file(work + "/a.txt") == "first");
   }
 }
+
+TEST_CASE("a rank in the copy finds a path under the head's workdir in its command in the copy", "[ship]") {
+  testing::ScopedTempDir dir("ship");
+  StepShipment shipment([&] { return dir.path(); });
+  const std::vector<std::string> argv = {
+      "python3",        "eval.py",   "/w/.flowrun/runs/r1/train/outputs/model.pt",
+      "--data=/w/data", "/wx/other", "/w"};
+  CHECK(shipment.in_copy(argv, "/w") == argv);  // nothing came: as is
+  shipment.take(ShipBegin{"data/x", 1, 0644});
+  shipment.take(ShipChunk{"x"});
+  shipment.take(ShipEnd{sha256_of("x")});
+  REQUIRE(shipment.take(ShipDone{1, 1}).ok);
+  const std::string copy = dir.path() + "/work";
+  CHECK(shipment.workdir() == copy);
+  CHECK(shipment.in_copy(argv, "/w") ==
+        std::vector<std::string>{"python3", "eval.py", copy + "/.flowrun/runs/r1/train/outputs/model.pt",
+                                 "--data=" + copy + "/data", "/wx/other", "/w"});
+  CHECK(shipment.in_copy({"sh", "-c", "cat '/w/a' /w/b x/w/c"}, "/w") ==
+        std::vector<std::string>{"sh", "-c", "cat '" + copy + "/a' " + copy + "/b x/w/c"});
+  shipment.forget();
+  CHECK_FALSE(shipment.workdir());
+  CHECK_FALSE(std::filesystem::exists(copy));
+}
