@@ -58,7 +58,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from . import cases_drain, cases_forensics, cases_multinode, cases_node, cases_recovery, cases_ship, record, render
+from . import (cases_drain, cases_forensics, cases_gang, cases_multinode, cases_node, cases_recovery, cases_ship,
+               record, render)
 from .build import build, export_commit
 from .common import ROOT, Launcher, W, die, log, run_quiet
 from .conditions import conditions, flowrun_launches, git_facts, load_average, machine_facts, now_utc, torch_facts
@@ -84,6 +85,7 @@ CASES = {
     "g": (cases_multinode.case_gather, cases_multinode.record_gather, ["gather.yaml"]),
     "h": (cases_multinode.case_lost, cases_multinode.record_lost, ["lost.yaml"]),
     "s": (cases_ship.case_ship, cases_ship.record_ship, ["ship.yaml"]),
+    "p": (cases_gang.case_gang, cases_gang.record_gang, ["gang.yaml"]),
     "r": (cases_recovery.case_recovery, cases_recovery.record_recovery, ["recovery.yaml"]),
     "i": (forensics(False), cases_forensics.record_forensics, ["stall.yaml"]),
     "j": (forensics(True), cases_forensics.record_forensics, ["stall_nodes.yaml"]),
@@ -103,8 +105,8 @@ def parse(argv):
     p.add_argument("--slow-runs", type=int, default=5, help="counted runs of case d (default 5)")
     p.add_argument("--log-bytes", type=int, default=2_000_000_000, help="case d volume for flowrun and the floor")
     p.add_argument("--torchrun-log-bytes", type=int, default=50_000_000, help="case d volume for torchrun")
-    p.add_argument("--cases", default="a,b,c,d,e,f,g,h,s,r,i,j,k",
-                   help="comma-separated subset of a,b,c,d,e,f,g,h,s,r,i,j,k")
+    p.add_argument("--cases", default="a,b,c,d,e,f,g,h,s,p,r,i,j,k",
+                   help="comma-separated subset of a,b,c,d,e,f,g,h,s,p,r,i,j,k")
     p.add_argument("--only", choices=["node", "multinode", "forensics", "drain"],
                    help="only the single-node cases (a to d), only the multi-node ones (e to h, s, r), only the hang "
                    "forensics (i, j) or only the drain (k)")

@@ -1,6 +1,6 @@
 """The multi-node part of the page: cases (e) to (h) and (r), every node this host."""
 
-from .render import (GOAL_GATHER_FRACTION, GOAL_SHIP_FRACTION, GOAL_RDZV_MS, GOAL_RECOVERY_RATIO, MULTINODE_CASES, apart, cell,
+from .render import (GOAL_GANG_READY_S, GOAL_GATHER_FRACTION, GOAL_SHIP_FRACTION, GOAL_RDZV_MS, GOAL_RECOVERY_RATIO, MULTINODE_CASES, apart, cell,
                      commit_option, failure_notes, machine_table, measured, med, not_measured, remarks, spec_block,
                      spread, verdict)
 
@@ -275,6 +275,34 @@ def ship(w, rec, part):
     w(spec_block(rec, "text"))
 
 
+def gang(w, rec, part):
+    row = rec["rows"]["gang"]
+    w(f"## (p) A gang's start: {rec['figures']['pods']} emulated pods started in a random order\n")
+    apart(w, part, "p", "multinode")
+    w("`flowrun manifest` writes the Kubernetes objects of `bench/gang.yaml` (a step of 4 CPU ranks on 4 nodes); "
+      "`tests/pods/podsim.py` runs the Indexed Job's pods as network-namespace hosts (a mount namespace each: no "
+      "shared workdir; each its hosts file with the headless Service's names, the Secret as a file), starting them "
+      "in a random order, a random delay apart, each running the manifest's command verbatim: pod 0 is the head, "
+      "the others dial it until it answers. **Ready** is from the last pod's start to the last rank's start "
+      "(each rank prints the monotonic clock as it starts): what the gang adds once every pod is up. Needs root "
+      "and network namespaces.\n")
+    w("| | ready, median | min – max | runs | command |")
+    w("| --- | --- | --- | --- | --- |")
+    missing = not_measured(row)
+    if missing:
+        w(f"| flowrun | {missing} | | | {cell(row['command'])} |")
+    else:
+        median, rng = spread(row["figures"]["ready_s"], "{:.3f}")
+        w(f"| flowrun | **{median} s** | {rng} s | {row['figures']['counted']} | {cell(row['command'])} |")
+        w("")
+        ready = row["figures"]["ready_s"]["median"]
+        w(f"- the last rank starts **{ready:.2f} s** after the last pod (goal: at most {GOAL_GANG_READY_S:g} s): "
+          f"{verdict(ready <= GOAL_GANG_READY_S)}.")
+    remarks(w, rec)
+    w("\nThe flowrun spec (`bench/gang.yaml`):\n")
+    w(spec_block(rec, "text"))
+
+
 def multinode_part(records):
     """The multi-node part of the page (cases e to h and r), as Markdown."""
     main = next(iter(records.values()))
@@ -300,7 +328,8 @@ def multinode_part(records):
       "the connection. Each iteration runs the rows of a case one after the other, in an order that rotates "
       "between iterations, after one uncounted warm-up iteration; figures are medians (min – max beside them). "
       "Other work on the machine shows in the load average above.\n")
-    for case, make in (("e", rendezvous), ("f", agents), ("g", gather), ("h", lost), ("s", ship), ("r", recovery)):
+    for case, make in (("e", rendezvous), ("f", agents), ("g", gather), ("h", lost), ("s", ship), ("p", gang),
+                       ("r", recovery)):
         if case in records:
             make(w, records[case], records)
     w("## Notes on method (multi-node)\n")

@@ -316,7 +316,9 @@ std::optional<GangRead> read_gang(const EnvMap& env, std::string* error) {
   // say a TrainJob.
   const bool pytorchjob = set("RANK") && set("WORLD_SIZE") && !set("SLURM_JOB_ID") &&
                           !set("TORCHELASTIC_RUN_ID") && !set("LOCAL_RANK");
-  if (set("PET_NODE_RANK") && !pytorchjob) {
+  // PET_NODE_RANK alone is torchrun's --node-rank default, which a user may
+  // export by hand; a TrainJob's runtime sets it with PET_NNODES.
+  if (set("PET_NODE_RANK") && set("PET_NNODES") && !pytorchjob) {
     families.push_back({"PET_NODE_RANK", GangPlatform::trainjob});
   } else if (set(kJobSetNameVariable)) {
     families.push_back({std::string(kJobSetNameVariable), GangPlatform::jobset});

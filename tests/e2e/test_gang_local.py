@@ -20,6 +20,8 @@ import pytest
 from flowrun_testlib import clean_env
 from flowrun_testlib.launcher import wait_for
 
+pytestmark = pytest.mark.gang_local
+
 TOKEN = "0123456789abcdef0123456789abcdef"
 
 

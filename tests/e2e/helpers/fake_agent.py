@@ -21,7 +21,7 @@ import socket
 import struct
 import sys
 
-VERSION = 8
+VERSION = 9
 TYPES = {"hello": 1, "challenge": 2, "auth": 3, "welcome": 4, "refused": 5, "assign": 6, "start": 7,
          "output": 8, "exited": 9, "heartbeat": 10, "stop": 11, "upload_begin": 12, "upload_chunk": 13,
          "upload_end": 14, "bye": 15, "ready": 16, "done": 17,
@@ -147,7 +147,8 @@ def main():
     peer = Peer(socket.create_connection((host, int(port))))
     my_nonce = os.urandom(16).hex()
     peer.send("hello", [("node", args.node), ("flowrun", os.environ.get("FLOWRUN_VERSION", "0.1.0")),
-                        ("nonce", my_nonce), ("node_rank", "-1"), ("pid", os.getpid()), ("gpus", "0")])
+                        ("nonce", my_nonce), ("node_rank", "-1"), ("pid", os.getpid()), ("gpus", "0"),
+                        ("stays", "0")])
     kind, msg = peer.recv()
     if kind != "challenge":
         print(f"fake agent: {kind}: {msg.get('reason', b'').decode()}", file=sys.stderr)

@@ -93,7 +93,8 @@ struct GangRead {
 
 // Reads which gang `env` is a node of, each platform by the variables its own
 // documentation and source name:
-//  - Kubeflow TrainJob, marked by PET_NODE_RANK: PET_NODE_RANK, PET_NNODES
+//  - Kubeflow TrainJob, marked by PET_NODE_RANK with PET_NNODES (the first
+//    alone is torchrun's --node-rank default, exported by hand): PET_NODE_RANK, PET_NNODES
 //    (a count; a min:max range is refused), PET_MASTER_ADDR, PET_MASTER_PORT
 //    when set. A TrainJob runs on a JobSet, so JOB_COMPLETION_INDEX and
 //    FLOWRUN_JOBSET_NAME may be set beside it.
