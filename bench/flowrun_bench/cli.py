@@ -22,6 +22,8 @@ Multi-node cases (the control plane; every node is this host, on loopback, engin
      torchrun's c10d rendezvous with 8 agents
   g  result gather: 4 agents upload 256 MiB each (collect: all); floor: 4 plain TCP streams (bench/tcpcopy.c)
   h  notice of a SIGKILLed agent: time from kill -9 to the head's "lost" line
+  s  shipping inputs: 1 GiB (8 files of random bytes) from the head to each of 4 agents that do not share its
+     workdir (shared_workdir: false); floor: one process copying them over 4 plain TCP streams (bench/shipcopy.py)
   r  recovery from a lost node: 2 nodes and a waiting third, real gloo ranks (Debian's torch); node 1's agent
      and rank are SIGKILLed; time to every rank of the new attempt started: flowrun with spare_nodes: 1
      (with and without forensics) against torchrun's elastic agents (c10d, --nnodes 2, --max_restarts 1)
@@ -56,7 +58,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from . import cases_drain, cases_forensics, cases_multinode, cases_node, cases_recovery, record, render
+from . import cases_drain, cases_forensics, cases_multinode, cases_node, cases_recovery, cases_ship, record, render
 from .build import build, export_commit
 from .common import ROOT, Launcher, W, die, log, run_quiet
 from .conditions import conditions, flowrun_launches, git_facts, load_average, machine_facts, now_utc, torch_facts
@@ -81,6 +83,7 @@ CASES = {
     "f": (cases_multinode.case_agents, cases_multinode.record_agents, ["nodes.yaml"]),
     "g": (cases_multinode.case_gather, cases_multinode.record_gather, ["gather.yaml"]),
     "h": (cases_multinode.case_lost, cases_multinode.record_lost, ["lost.yaml"]),
+    "s": (cases_ship.case_ship, cases_ship.record_ship, ["ship.yaml"]),
     "r": (cases_recovery.case_recovery, cases_recovery.record_recovery, ["recovery.yaml"]),
     "i": (forensics(False), cases_forensics.record_forensics, ["stall.yaml"]),
     "j": (forensics(True), cases_forensics.record_forensics, ["stall_nodes.yaml"]),
@@ -89,7 +92,8 @@ CASES = {
 ALL_CASES = render.NODE_CASES + render.MULTINODE_CASES + render.FORENSICS_CASES + render.DRAIN_CASES
 # The options a record keeps: what shaped its runs, and the part's command line in the report.
 OPTIONS = ("runs", "slow_runs", "log_bytes", "torchrun_log_bytes", "mn_runs", "mn_slow_runs", "torchrun_agent_runs",
-           "forensics_runs", "drain_runs", "rdzv_nodes", "agents", "recovery_runs", "gather_bytes")
+           "forensics_runs", "drain_runs", "rdzv_nodes", "agents", "recovery_runs", "gather_bytes",
+           "ship_bytes")
 
 
 def parse(argv):
@@ -99,10 +103,10 @@ def parse(argv):
     p.add_argument("--slow-runs", type=int, default=5, help="counted runs of case d (default 5)")
     p.add_argument("--log-bytes", type=int, default=2_000_000_000, help="case d volume for flowrun and the floor")
     p.add_argument("--torchrun-log-bytes", type=int, default=50_000_000, help="case d volume for torchrun")
-    p.add_argument("--cases", default="a,b,c,d,e,f,g,h,r,i,j,k",
-                   help="comma-separated subset of a,b,c,d,e,f,g,h,r,i,j,k")
+    p.add_argument("--cases", default="a,b,c,d,e,f,g,h,s,r,i,j,k",
+                   help="comma-separated subset of a,b,c,d,e,f,g,h,s,r,i,j,k")
     p.add_argument("--only", choices=["node", "multinode", "forensics", "drain"],
-                   help="only the single-node cases (a to d), only the multi-node ones (e to h, r), only the hang "
+                   help="only the single-node cases (a to d), only the multi-node ones (e to h, s, r), only the hang "
                    "forensics (i, j) or only the drain (k)")
     p.add_argument("--mn-runs", type=int, default=5, help="counted runs of cases e, f (flowrun) and h (default 5)")
     p.add_argument("--mn-slow-runs", type=int, default=3,
@@ -118,6 +122,8 @@ def parse(argv):
                    help="counted runs of case r for each launcher (default 3; torchrun's take 15 s or more)")
     p.add_argument("--gather-bytes", type=int, default=1 << 30,
                    help="case g: the bytes all 4 ranks write together (default 1 GiB)")
+    p.add_argument("--ship-bytes", type=int, default=1 << 30,
+                   help="case s: the inputs each of the 4 agents gets (default 1 GiB)")
     p.add_argument("--out", default=str(OUT), help="the report to write")
     p.add_argument("--results", metavar="DIR",
                    help="where the records go and the report is rendered from (default: bench/results for "
@@ -140,7 +146,7 @@ def parse(argv):
         args.render_only = args.results
     cases = [c for c in args.cases.split(",") if c]
     if any(len(c) != 1 or c not in ALL_CASES for c in cases):
-        die(f"--cases takes letters among a,b,c,d,e,f,g,h,r,i,j,k, not '{args.cases}'")
+        die(f"--cases takes letters among a,b,c,d,e,f,g,h,s,r,i,j,k, not '{args.cases}'")
     if args.only:
         keep = {"node": render.NODE_CASES, "multinode": render.MULTINODE_CASES, "forensics": render.FORENSICS_CASES,
                 "drain": render.DRAIN_CASES}[args.only]

@@ -207,14 +207,14 @@ class Head:
     """`flowrun --run-dir RUN_DIR SPEC` on a manual-engine spec, under bench/timeit, its stderr read as it
     comes; `agent` is the agent command it prints (None if it printed none)."""
 
-    def __init__(self, spec, run_dir, work, tag):
+    def __init__(self, spec, run_dir, work, tag, env=None):
         self.res = work / f"{tag}.timeit"
         self.res.unlink(missing_ok=True)
         self.cmd = [str(W.flowrun), "--run-dir", str(run_dir), str(spec)]
         full = [str(BIN / "timeit"), "-o", str(self.res), "-t", "300", "--"] + self.cmd
         self.t0 = time.monotonic()
         self.proc = subprocess.Popen(full, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-                                     stdin=subprocess.DEVNULL, cwd=work, text=True, errors="replace")
+                                     stdin=subprocess.DEVNULL, cwd=work, text=True, errors="replace", env=env)
         self.console = Console(self.proc.stderr)
         _, m = self.console.wait_for(r"^flowrun:   (\S.* agent --rdzv-endpoint .*)$", 60)
         self.agent = shlex.split(m.group(1)) if m else None

@@ -8,7 +8,7 @@ from pathlib import Path
 from . import record
 
 NODE_CASES = "abcd"
-MULTINODE_CASES = "efghr"
+MULTINODE_CASES = "efghsr"
 FORENSICS_CASES = "ij"
 DRAIN_CASES = "k"
 WORKERS = 8  # every single-node case's workers
@@ -21,6 +21,7 @@ GOAL_RSS_MIB = 10.0
 GOAL_LOG_FRACTION = 0.70
 GOAL_RDZV_MS = {1024: 100.0, 4096: 1000.0}  # last start message, from the first connect
 GOAL_GATHER_FRACTION = 0.50  # of a plain TCP copy's rate
+GOAL_SHIP_FRACTION = 0.50  # shipping inputs, of a plain TCP copy's rate
 GOAL_STACKS_REPORT_S = 3.0  # the stall line to the grouped report, every rank's stack in
 GOAL_RECOVERY_RATIO = 10.0  # torchrun's recovery time over flowrun's with a hot spare
 

@@ -1,6 +1,6 @@
 """The multi-node part of the page: cases (e) to (h) and (r), every node this host."""
 
-from .render import (GOAL_GATHER_FRACTION, GOAL_RDZV_MS, GOAL_RECOVERY_RATIO, MULTINODE_CASES, apart, cell,
+from .render import (GOAL_GATHER_FRACTION, GOAL_SHIP_FRACTION, GOAL_RDZV_MS, GOAL_RECOVERY_RATIO, MULTINODE_CASES, apart, cell,
                      commit_option, failure_notes, machine_table, measured, med, not_measured, remarks, spec_block,
                      spread, verdict)
 
@@ -242,6 +242,39 @@ def recovery(w, rec, part):
     w(spec_block(rec, "text"))
 
 
+def ship(w, rec, part):
+    R, F, total = rec["rows"], rec["figures"], rec["options"]["ship_bytes"]
+    w(f"## (s) Shipping inputs: {total / (1 << 30):g} GiB from the head to each of 4 agents\n")
+    apart(w, part, "s", "multinode")
+    w("4 real agents, one rank each, and a step whose `inputs: [data/*]` are 8 files of random bytes "
+      "(`bench/ship.yaml`, `cluster.shared_workdir: false`; the head runs as another host, "
+      "`FLOWRUN_HOSTNAME=bench-head`, so every agent gets them). The head sends each agent every file in 1 MiB "
+      "`ship_chunk` messages, sealed, with a SHA-256 per file, pacing each link on its queue; each agent writes "
+      "them beneath its scratch directory, checking size and SHA-256, and acknowledges. **Ship** is the time "
+      "from the head's first `shipping ... to it` line to its `4 nodes joined` line, which it prints as it "
+      "starts the ranks once every agent acknowledged. The floor, `bench/shipcopy.py`, sends the same files "
+      "from one process (as the head is one) over 4 loopback TCP streams into 4 receiving processes, each "
+      "writing its own file on the same disk: no framing, no checksum.\n")
+    w("| copy | time, median | min – max | GB/s, median | runs | command |")
+    w("| --- | --- | --- | --- | --- | --- |")
+    for label, row in (("flowrun: first shipping line → every node's start", R["ship"]),
+                       ("floor: `bench/shipcopy.py`, 4 streams", R["shipcopy"])):
+        missing = not_measured(row)
+        if missing:
+            w(f"| {label} | {missing} | | | | {cell(row['command'])} |")
+            continue
+        median, rng = spread(row["figures"]["time_s"], "{:.3f}")
+        w(f"| {label} | **{median} s** | {rng} s | {row['figures']['gbps']:.2f} | {row['figures']['counted']} "
+          f"| {cell(row['command'])} |")
+    w("")
+    if F.get("fraction"):
+        w(f"- flowrun ships at **{F['fraction'] * 100:.0f}%** of the plain copy's rate (goal: at least "
+          f"{GOAL_SHIP_FRACTION * 100:.0f}%): {verdict(F['fraction'] >= GOAL_SHIP_FRACTION)}.")
+    remarks(w, rec)
+    w("\nThe flowrun spec (`bench/ship.yaml`; `@FILES@` files of `@BYTES@` bytes):\n")
+    w(spec_block(rec, "text"))
+
+
 def multinode_part(records):
     """The multi-node part of the page (cases e to h and r), as Markdown."""
     main = next(iter(records.values()))
@@ -267,7 +300,7 @@ def multinode_part(records):
       "the connection. Each iteration runs the rows of a case one after the other, in an order that rotates "
       "between iterations, after one uncounted warm-up iteration; figures are medians (min – max beside them). "
       "Other work on the machine shows in the load average above.\n")
-    for case, make in (("e", rendezvous), ("f", agents), ("g", gather), ("h", lost), ("r", recovery)):
+    for case, make in (("e", rendezvous), ("f", agents), ("g", gather), ("h", lost), ("s", ship), ("r", recovery)):
         if case in records:
             make(w, records[case], records)
     w("## Notes on method (multi-node)\n")

@@ -27,6 +27,7 @@
 
 #include "node_ranks.h"
 #include "preflight_check.h"
+#include "ship_receiver.h"
 #include "upload_sender.h"
 
 namespace flowrun {
@@ -126,6 +127,19 @@ void send_refusal(Connection& conn, const Start& start, int attempt, const std::
     conn.send(m);
   }
   conn.send(Done{attempt, {why}});
+}
+
+// The ranks' scratch directory for the run's node `node_rank`: node-local,
+// private, new (mkdtemp's: never a directory someone made beforehand at a
+// name they guessed), mode 0700. The agent removes it when it ends however
+// it ends (its guardian, should the agent be killed). Throws Error.
+std::string new_scratch_dir(const std::string& run_id, int node_rank) {
+  try {
+    return make_private_dir(scratch_parent(std::getenv("TMPDIR")),
+                            fmt::format("flowrun-{}-node{}", run_id, node_rank));
+  } catch (const Error& e) {
+    throw Error(std::string("cannot make the ranks' scratch directory: ") + e.what());
+  }
 }
 
 // The start's ranks, each with the environment worker_env makes from the
@@ -395,6 +409,7 @@ class Agent : public GroupObserver {
   // ---- messages -----------------------------------------------------------
 
   void on_frame(Frame& frame) {
+    if (shipment_.take_chunk(frame)) return;  // bulk data: read in place, not copied into a message
     std::string error;
     auto message = decode_message(frame, &error);
     if (!message) {
@@ -412,6 +427,12 @@ class Agent : public GroupObserver {
   void on_message(const Assign& m) { on_assign(m); }
   void on_message(Start& m) { on_start(std::move(m)); }
   void on_message(const Preflight& m) { on_preflight(m); }
+
+  // The step's inputs, for a node that does not share the head's workdir.
+  void on_message(const ShipBegin& m) { shipment_.take(m); }
+  void on_message(const ShipChunk& m) { shipment_.take(m); }
+  void on_message(const ShipEnd& m) { shipment_.take(m); }
+  void on_message(const ShipDone& m) { conn_->send(shipment_.take(m)); }
 
   void on_message(const Stop& m) {
     stop_from_head_ = true;
@@ -477,6 +498,7 @@ class Agent : public GroupObserver {
       lost_head("it sent an assign with an invalid step name");
       return;
     }
+    if (a.step != step_ || a.run_id != run_id_) shipment_.forget();
     run_id_ = a.run_id;
     step_ = a.step;
     attempt_ = a.attempt;
@@ -523,29 +545,31 @@ class Agent : public GroupObserver {
 
   // ---- one attempt ----------------------------------------------------------
 
-  void run_attempt() {
-    start_pending_ = false;
+  // The scratch directory, made once (new_scratch_dir); throws Error.
+  const std::string& scratch() {
     if (scratch_.empty()) {
-      // Node-local, private, new: made by mkdtemp (never a directory someone
-      // made beforehand at a name they guessed), mode 0700, and removed when
-      // the agent ends however it ends (its guardian removes it should the
-      // agent be killed).
-      try {
-        scratch_ = make_private_dir(scratch_parent(std::getenv("TMPDIR")),
-                                    fmt::format("flowrun-{}-node{}", run_id_, node_rank_));
-      } catch (const Error& e) {
-        refuse_attempt(std::string("cannot make the ranks' scratch directory: ") + e.what());
-        return;
-      }
+      scratch_ = new_scratch_dir(run_id_, node_rank_);
       sup_->remove_on_exit(scratch_);
     }
+    return scratch_;
+  }
+
+  void run_attempt() {
+    start_pending_ = false;
     std::vector<WorkerLaunch> launches;
     try {
       launches =
-          launches_for_start(start_, NodeSite{env_, RunLayout{scratch_}, agent_id_, gloo_ifname_}, ranks_);
+          launches_for_start(start_, NodeSite{env_, RunLayout{scratch()}, agent_id_, gloo_ifname_}, ranks_);
     } catch (const Error& e) {
       refuse_attempt(e.what());
       return;
+    }
+    // A node that got the step's inputs runs its ranks in its copy of them.
+    if (const auto copy = shipment_.workdir()) {
+      for (WorkerLaunch& launch : launches) {
+        launch.workdir = *copy;
+        launch.argv = shipment_.in_copy(std::move(launch.argv), start_.workdir);
+      }
     }
     GroupOptions group;
     group.step = step_;
@@ -613,6 +637,8 @@ class Agent : public GroupObserver {
   int node_rank_claim_ = -1, node_rank_ = 0, gpus_ = 0, attempt_ = 0;
   double interval_s_ = 2.5, timeout_s_ = 10, grace_s_ = 10, stall_s_ = 0, forensics_s_ = 0;
   HeldPort held_port_;
+  cluster::StepShipment shipment_{
+      [this] { return scratch(); }};  // the step's inputs, where the workdir is not shared
   Start start_;
   std::vector<LocalRank> ranks_;
   bool finished_ = false, start_pending_ = false, in_group_ = false, lost_head_ = false;

@@ -90,20 +90,21 @@ std::string gang_token(const EnvMap& env) {
     // mode that counts is its target's. Group-readable is the pod's fsGroup.
     struct stat st {};
     if (stat(file->c_str(), &st) != 0)
-      throw Error(
-          fmt::format("{}={}: cannot read the run's token there: {}; mount the Secret there "
-                      "(flowrun manifest does)",
-                      kGangTokenFileVariable, printable(*file), std::strerror(errno)));
+      throw Error(fmt::format("{}={}: cannot read the run's token there: {}; mount the Secret there "
+                              "(flowrun manifest does)",
+                              kGangTokenFileVariable, printable(*file), std::strerror(errno)),
+                  kExitUsage);
     if ((st.st_mode & 007) != 0)
-      throw Error(
-          fmt::format("{}={}: the token file can be read by every user of the node (mode {:o}); "
-                      "mount the Secret with defaultMode: 0400",
-                      kGangTokenFileVariable, printable(*file), st.st_mode & 0777));
+      throw Error(fmt::format("{}={}: the token file can be read by every user of the node (mode {:o}); "
+                              "mount the Secret with defaultMode: 0400",
+                              kGangTokenFileVariable, printable(*file), st.st_mode & 0777),
+                  kExitUsage);
     int err = 0;
     auto text = try_read_file(*file, 64 << 10, &err);
     if (!text)
       throw Error(fmt::format("{}={}: cannot read the run's token there: {}", kGangTokenFileVariable,
-                              printable(*file), file_error_text(err)));
+                              printable(*file), file_error_text(err)),
+                  kExitUsage);
     token = trimmed(*text);
   } else if (value && !value->empty()) {
     token = trimmed(*value);

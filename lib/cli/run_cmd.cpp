@@ -39,6 +39,7 @@
 #include "flowrun/supervisor.h"
 
 #include "commands.h"
+#include "gang_setup.h"
 #include "run_detail.h"
 #include "summary.h"
 
@@ -234,11 +235,16 @@ int run_request(Request& r, SummaryTarget& target) {
   std::string spec_text;
   std::vector<std::string> args;
   Built built;
+  std::optional<GangRead> gang;
   if (!r.spec_path.empty()) {
     spec = load_or_throw(r.spec_path);
     args = r.spec_args;
     note(r);
   } else {
+    // A gang's node (a TrainJob's pod running `flowrun run train.py` where it
+    // ran `torchrun train.py`): the gang says how many nodes, this node's rank
+    // and where node 0 is, and the step runs on it (gang_setup.h).
+    if ((gang = read_gang_or_throw(env))) as_gang_node(r, *gang);
     built = build_spec(r, this_host(host, env), "run", false);
     r.notes.insert(r.notes.end(), built.notes.begin(), built.notes.end());
     if (built.meeting.claim) claim_rendezvous(built.meeting, r);
@@ -252,9 +258,14 @@ int run_request(Request& r, SummaryTarget& target) {
     if (!parsed.diagnostics.empty())
       rethrow_for_options(DiagnosticError(std::move(parsed.diagnostics)), spec_text);
     spec = std::move(*parsed.spec);
-    if (built.meeting.kind == Meeting::Kind::agent)
+    if (gang && built.shape.nodes > 1) {
+      spec.cluster->engine = Engine::gang;
+      use_gang(spec, host, gang);
+      if (built.meeting.kind == Meeting::Kind::agent)
+        return run_agent(gang_agent(*gang, *spec.cluster, env, fake), env);
+    } else if (built.meeting.kind == Meeting::Kind::agent) {
       return join_node0(r, built, *spec.cluster, cwd, fake, env);
-    if (built.meeting.kind == Meeting::Kind::head) {
+    } else if (built.meeting.kind == Meeting::Kind::head) {
       ClusterSpec& cluster = *spec.cluster;
       cluster.rendezvous = built.meeting.endpoint;
       cluster.rendezvous_token_file = token_path(cwd, built.meeting.endpoint);
@@ -274,6 +285,7 @@ int run_request(Request& r, SummaryTarget& target) {
   }
 
   RunOptions run = run_options(r, spec, cwd, fake, args, spec_text);
+  if (host.gang && !r.dry_run) run.gang = gang_head(*host.gang, *spec.cluster, env);
   std::vector<std::string> numa_lines;
   if (!r.numa_binding.empty())
     run.worker_cpus = numa_cpus(r.numa_binding, plans.front(), host, env, numa_lines);

@@ -16,6 +16,7 @@
 #include <utility>
 #include <vector>
 
+#include "flowrun/gang.h"
 #include "flowrun/plan.h"
 #include "flowrun/spec.h"
 #include "flowrun/util.h"
@@ -202,6 +203,10 @@ Meeting meeting_for(const Request& r, const Shape& shape, const RunHost& host, c
 // (m.listen_fd); one that finds another flowrun run there joins it as an
 // agent. Anything else on the port is an error (run_meeting.cpp).
 void claim_rendezvous(Meeting& m, const Request& r);
+
+// `r` as a node of `gang` runs it: --nnodes (unless given), --node-rank and
+// --rdzv-endpoint as the gang says, with a note saying so.
+void as_gang_node(Request& r, const GangRead& gang);
 
 // Where the head leaves the run's token for the nodes that join it: in the
 // working directory, which every node must share (docs/multinode.md).

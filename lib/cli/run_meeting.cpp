@@ -19,6 +19,7 @@
 #include "flowrun/process.h"
 
 #include "commands.h"
+#include "gang_setup.h"
 #include "run_detail.h"
 
 namespace flowrun::run_detail {
@@ -167,6 +168,29 @@ int join_node0(const Request& r, const Built& built, const ClusterSpec& cluster,
     return kExitOk;
   }
   return run_agent(agent, env);
+}
+
+namespace {
+
+std::string names_of(const std::vector<std::pair<std::string, std::string>>& variables) {
+  std::string names;
+  for (const auto& [name, value] : variables) names += (names.empty() ? "" : ", ") + name;
+  return names;
+}
+
+}  // namespace
+
+void as_gang_node(Request& r, const GangRead& gang) {
+  if (r.nnodes.empty()) r.nnodes = std::to_string(gang.num_nodes);
+  r.node_rank = gang_node_rank(gang);
+  // Node 0 dials what the others dial; AWS Batch tells its main node no
+  // address of its own (the gang engine then finds this host's).
+  r.rdzv_endpoint = (gang.head_host.empty() ? std::string("127.0.0.1") : gang.head_host) + ":" +
+                    std::to_string(gang_port(gang));
+  r.notes.push_back(
+      fmt::format("node {} of {} of a {}: --nnodes {}, --node-rank {} and --rdzv-endpoint {} from {}",
+                  gang.index, gang.num_nodes, gang_platform_name(gang.platform), r.nnodes, *r.node_rank,
+                  r.rdzv_endpoint, names_of(gang.variables)));
 }
 
 }  // namespace flowrun::run_detail

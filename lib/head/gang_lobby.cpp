@@ -367,9 +367,7 @@ GangLobby::~GangLobby() = default;
 std::unique_ptr<RemoteGroup> GangLobby::group(const NodeStep& step) {
   Impl& lobby = *impl_;
   cluster::NodeReach reach;
-  reach.door = [&lobby](const std::string&, const std::string&, double, double) -> std::unique_ptr<NodeDoor> {
-    return std::make_unique<Impl::StepDoor>(lobby);
-  };
+  reach.door = [this](const std::string&, const std::string&, double, double) { return step_door(); };
   reach.launch = [&lobby](const NodeStep& job, const std::string&, std::size_t nodes) {
     cluster::HeadLaunch launch;
     // This host's agent dials what the others dial (a name that means
@@ -386,6 +384,8 @@ std::unique_ptr<RemoteGroup> GangLobby::group(const NodeStep& step) {
   };
   return std::make_unique<RemoteGroup>(lobby.sup_, lobby.console_, step, std::move(reach));
 }
+
+std::unique_ptr<NodeDoor> GangLobby::step_door() { return std::make_unique<Impl::StepDoor>(*impl_); }
 
 void GangLobby::finish(int exit_code) { impl_->finish(exit_code); }
 

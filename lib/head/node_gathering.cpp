@@ -3,6 +3,7 @@
 #include <chrono>
 #include <fmt/format.h>
 
+#include "flowrun/host.h"
 #include "flowrun/text.h"
 #include "flowrun/util.h"
 
@@ -18,7 +19,9 @@ std::string workdir_not_shared(const std::string& node, const std::string& workd
                                const std::string& error) {
   return fmt::format(
       "node {} does not see the step's workdir {} as this host does ({}); ranks on every node run in the "
-      "same workdir, so it must be a directory every node shares (NFS, Lustre, ...) at the same path",
+      "same workdir, so it must be a directory every node shares (NFS, Lustre, ...) at the same path, or "
+      "set cluster.shared_workdir: false and list the files the ranks read in the step's inputs: (the head "
+      "then ships them to each node)",
       node, workdir, printable(error));
 }
 
@@ -28,7 +31,8 @@ NodeGathering::NodeGathering(boost::asio::io_context& io, const Console& console
                              NodeTable& nodes, NodeDoor& door, EngineWatch& engines, const Phase& phase,
                              const int& attempt, const std::string& marker_path,
                              const std::string& marker_text, Links links)
-    : job_(job),
+    : console_(console),
+      job_(job),
       plan_(*job.plan),
       nodes_(nodes),
       door_(door),
@@ -184,8 +188,11 @@ void NodeGathering::assign() {
 void NodeGathering::on_ready(Node& n, const Ready& m) {
   if (phase_ != Phase::assigning || n.ready || nodes_.is_spare_seat(n.rank)) return;
   n.ready = true;
-  if (!m.workdir_ok) {
+  const Workdir workdir = workdir_for(n, m.workdir_ok);
+  if (workdir == Workdir::refuse) {
     workdir_errors_.push_back(workdir_not_shared(n.name, job_.step->workdir, m.workdir_error));
+  } else if (workdir == Workdir::ship && !n.shipped && !n.shipping) {
+    ship_to(n);
   }
   if (n.rank == 0) {
     n.address = m.address;
@@ -196,7 +203,64 @@ void NodeGathering::on_ready(Node& n, const Ready& m) {
     for (const auto& e : workdir_errors_) links_.fail(e);
     return;
   }
+  maybe_ready();
+}
+
+void NodeGathering::maybe_ready() {
+  if (phase_ != Phase::assigning || ready_ < static_cast<int>(nodes_.size())) return;
+  for (const auto& n : nodes_)
+    if (n.shipping) return;
   links_.move_to(Phase::ready);
+}
+
+NodeGathering::Workdir NodeGathering::workdir_for(const Node& n, bool workdir_ok) const {
+  const SharedWorkdir mode = job_.spec->cluster ? job_.spec->cluster->shared_workdir : SharedWorkdir::detect;
+  if (mode == SharedWorkdir::no) {
+    // Every node but the one on the head's own host (the first that reports
+    // its name: on one host every node does), which reads the workdir itself.
+    const std::string head = host_name(job_.ctx.parent_env);
+    bool own_host = n.name == head;
+    for (const auto& other : nodes_)
+      if (other.rank < n.rank && other.name == head) own_host = false;
+    if (!own_host) return Workdir::ship;
+  }
+  if (workdir_ok) return Workdir::shared;
+  return mode == SharedWorkdir::detect && job_.ship_when_not_shared ? Workdir::ship : Workdir::refuse;
+}
+
+void NodeGathering::ship_to(Node& n) {
+  if (!ship_list_) {
+    ship_list_ = ship_list(job_);
+    for (const auto& e : ship_list_->errors)
+      console_.message(fmt::format("flowrun: step '{}': {}", plan_.step, e));
+  }
+  n.shipping = true;
+  console_.message(
+      fmt::format("flowrun: step '{}': node{} ({}) does not share the workdir {}: shipping {} to it",
+                  plan_.step, n.rank, printable(n.name), job_.step->workdir, ship_size_text(*ship_list_)));
+  auto sender =
+      std::make_unique<ShipSender>(n.conn, *ship_list_, [this, name = n.name](const std::string& why) {
+        links_.fail(
+            fmt::format("the step's inputs could not be shipped to node {}: {}", printable(name), why));
+      });
+  ShipSender& s = *sender;
+  shipments_[n.conn.get()] = std::move(sender);
+  s.start();
+}
+
+void NodeGathering::on_ship_ack(Node& n, const ShipAck& m) {
+  if (!n.shipping) {
+    links_.protocol_error(n, "unexpected ship_ack");
+    return;
+  }
+  n.shipping = false;
+  shipments_.erase(n.conn.get());
+  if (!m.ok) {
+    links_.fail(fmt::format("node {} could not take the step's inputs: {}", n.name, printable(m.error)));
+    return;
+  }
+  n.shipped = true;
+  maybe_ready();
 }
 
 void NodeGathering::start_preflight() {

@@ -8,6 +8,7 @@
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/steady_timer.hpp>
 #include <functional>
+#include <map>
 #include <memory>
 #include <optional>
 #include <string>
@@ -21,6 +22,7 @@
 #include "engine_watch.h"
 #include "node_preflight.h"
 #include "node_table.h"
+#include "ship_sender.h"
 
 namespace flowrun::cluster {
 
@@ -71,6 +73,8 @@ class NodeGathering {
   // Every node again, for the attempt the head is at.
   void assign();
   void on_ready(Node& n, const Ready& m);
+  // The node's answer to its shipment of the step's inputs.
+  void on_ship_ack(Node& n, const ShipAck& m);
 
   // preflight: true (node_preflight.h), once every node is ready.
   void start_preflight();
@@ -85,7 +89,15 @@ class NodeGathering {
   void start_fewer(const std::string& why);
   std::string joined_of() const;
   NodePreflight::Links preflight_links();
+  // What a node that answered the assign with `workdir_ok` needs: nothing,
+  // a shipment, or a refusal (cluster.shared_workdir, NodeStep::ship_when_not_shared).
+  enum class Workdir { shared, ship, refuse };
+  Workdir workdir_for(const Node& n, bool workdir_ok) const;
+  void ship_to(Node& n);
+  // Every node answered the assign and has its inputs: the head moves on.
+  void maybe_ready();
 
+  const Console& console_;
   const NodeStep& job_;
   const StepPlan& plan_;
   NodeTable& nodes_;
@@ -101,6 +113,8 @@ class NodeGathering {
   bool last_call_ = false;
   std::size_t not_coming_ = 0;  // nodes whose srun or ssh ended before they joined
   std::vector<std::string> workdir_errors_;
+  std::optional<ShipList> ship_list_;  // listed at the first shipment, once for the step
+  std::map<const NodeLink*, std::unique_ptr<ShipSender>> shipments_;
   int ready_ = 0;
   NodePreflight preflight_;  // preflight: true
 };

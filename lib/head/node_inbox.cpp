@@ -21,6 +21,7 @@ struct Takers {
   void operator()(const Heartbeat&) const {}
   void operator()(const Bye&) const {}
   void operator()(const Ready& m) const { gathering.on_ready(n, m); }
+  void operator()(const ShipAck& m) const { gathering.on_ship_ack(n, m); }
   void operator()(const Output& m) const { inbox.on_rank_output(n, m); }
   void operator()(const Exited& m) const { inbox.on_rank_exited(n, m); }
   void operator()(const UploadBegin& m) const { uploads.begin(n.rank, m); }

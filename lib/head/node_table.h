@@ -43,6 +43,8 @@ struct Node {
   bool closed = false;     // its connection ended after its done
   bool signalled = false;  // its agent was told to stop by a signal (Slurm's scancel, preemption)
   bool retired = false;    // lost, and a spare took its place: never used again in this run
+  bool shipping = false;   // the step's inputs are on their way to it (ship_sender.h)
+  bool shipped = false;    // they reached it whole: the step's restarts need no other copy
   std::string address;     // node 0: MASTER_ADDR
   int port = 0;            // node 0: MASTER_PORT
   int gpus = -1;

@@ -236,4 +236,24 @@ bool proofs_equal(std::string_view a, std::string_view b) {
   return CRYPTO_memcmp(a.data(), b.data(), a.size()) == 0;
 }
 
+Sha256::Sha256() : ctx_(EVP_MD_CTX_new()) {
+  if (ctx_ == nullptr || EVP_DigestInit_ex(ctx_, EVP_sha256(), nullptr) != 1) {
+    EVP_MD_CTX_free(ctx_);
+    throw Error("cannot start SHA-256 with OpenSSL: " + openssl_error());
+  }
+}
+
+Sha256::~Sha256() { EVP_MD_CTX_free(ctx_); }
+
+void Sha256::update(std::string_view data) {
+  if (!data.empty()) EVP_DigestUpdate(ctx_, data.data(), data.size());
+}
+
+std::string Sha256::hex() {
+  std::array<unsigned char, EVP_MAX_MD_SIZE> digest{};
+  unsigned int length = 0;
+  EVP_DigestFinal_ex(ctx_, digest.data(), &length);
+  return flowrun::hex(digest.data(), length);
+}
+
 }  // namespace flowrun

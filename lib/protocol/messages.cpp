@@ -253,6 +253,35 @@ void fields(Io& io, M& m) {
   io("bytes", m.bytes);
 }
 
+template <class Io, maybe_const<ShipBegin> M>
+void fields(Io& io, M& m) {
+  io("path", m.path);
+  io("bytes", m.bytes);
+  io("mode", m.mode);
+}
+
+template <class Io, maybe_const<ShipChunk> M>
+void fields(Io& io, M& m) {
+  io("data", m.data);
+}
+
+template <class Io, maybe_const<ShipEnd> M>
+void fields(Io& io, M& m) {
+  io("sha256", m.sha256);
+}
+
+template <class Io, maybe_const<ShipDone> M>
+void fields(Io& io, M& m) {
+  io("files", m.files);
+  io("bytes", m.bytes);
+}
+
+template <class Io, maybe_const<ShipAck> M>
+void fields(Io& io, M& m) {
+  io("ok", m.ok);
+  io("error", m.error);
+}
+
 template <class Io, maybe_const<Bye> M>
 void fields(Io& io, M& m) {
   io("succeeded", m.succeeded);
@@ -388,6 +417,11 @@ Frame encode(const Preflight& m) { return encode_one(m); }
 Frame encode(const PreflightId& m) { return encode_one(m); }
 Frame encode(const PreflightDone& m) { return encode_one(m); }
 Frame encode(const Signal& m) { return encode_one(m); }
+Frame encode(const ShipBegin& m) { return encode_one(m); }
+Frame encode(const ShipChunk& m) { return encode_one(m); }
+Frame encode(const ShipEnd& m) { return encode_one(m); }
+Frame encode(const ShipDone& m) { return encode_one(m); }
+Frame encode(const ShipAck& m) { return encode_one(m); }
 Frame encode(const Message& m) {
   return std::visit([](const auto& one) { return encode_one(one); }, m);
 }
@@ -415,6 +449,14 @@ std::string encode_upload_chunk_frame(std::string_view data) {
 }
 
 std::optional<std::string_view> upload_chunk_data(std::string_view payload) {
+  return one_field_view(payload, "data");
+}
+
+std::string encode_ship_chunk_frame(std::string_view data) {
+  return encode_one_field_frame(MessageType::ship_chunk, "data", data);
+}
+
+std::optional<std::string_view> ship_chunk_data(std::string_view payload) {
   return one_field_view(payload, "data");
 }
 

@@ -97,6 +97,11 @@ void Checker::cluster(const Entry& e) {
   if (const Entry* t = find(keys, "join_timeout")) c.join_timeout_s = duration(*t).value_or(c.join_timeout_s);
   if (const Entry* t = find(keys, "last_call_timeout"))
     c.last_call_timeout_s = duration(*t).value_or(c.last_call_timeout_s);
+  if (const Entry* w = find(keys, "shared_workdir")) {
+    static constexpr std::string_view kNames[] = {"auto", "true", "false"};
+    static constexpr SharedWorkdir kValues[] = {SharedWorkdir::detect, SharedWorkdir::yes, SharedWorkdir::no};
+    c.shared_workdir = choice<SharedWorkdir>(*w, kNames, kValues).value_or(SharedWorkdir::detect);
+  }
 }
 
 }  // namespace flowrun::spec_detail

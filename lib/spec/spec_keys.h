@@ -15,9 +15,9 @@ struct Elsewhere {
 };
 
 inline constexpr std::string_view kTopKeys[] = {"name", "env", "workdir", "python", "steps", "cluster"};
-inline constexpr std::string_view kStepKeys[] = {"name",    "run",     "shell",         "env",      "workdir",
-                                                 "needs",   "timeout", "stall_timeout", "parallel", "outputs",
-                                                 "collect", "join",    "logs",          "forensics"};
+inline constexpr std::string_view kStepKeys[] = {
+    "name",     "run",     "shell",  "env",     "workdir", "needs", "timeout",  "stall_timeout",
+    "parallel", "outputs", "inputs", "collect", "join",    "logs",  "forensics"};
 inline constexpr std::string_view kParallelKeys[] = {
     "gpus",      "nodes", "procs_per_node", "cpus",       "max_restarts", "restart", "visible_devices",
     "preflight", "role",  "job_id",         "spare_nodes"};
@@ -25,8 +25,9 @@ inline constexpr std::string_view kRestartKeys[] = {"causes", "exit_codes", "min
 inline constexpr std::string_view kLogsKeys[] = {"console"};
 inline constexpr std::string_view kForensicsKeys[] = {"stacks", "timeout", "nccl"};
 inline constexpr std::string_view kClusterKeys[] = {
-    "engine",    "hosts",   "hostfile",          "gpus_per_node", "ssh_command",
-    "srun_args", "address", "heartbeat_timeout", "join_timeout",  "last_call_timeout"};
+    "engine",        "hosts",   "hostfile",          "gpus_per_node", "ssh_command",
+    "srun_args",     "address", "heartbeat_timeout", "join_timeout",  "last_call_timeout",
+    "shared_workdir"};
 
 inline constexpr Elsewhere kTopElsewhere[] = {
     {"run", "in a step, under 'steps:'"},
@@ -36,6 +37,7 @@ inline constexpr Elsewhere kTopElsewhere[] = {
     {"timeout", "in a step, under 'steps:'"},
     {"stall_timeout", "in a step, under 'steps:'"},
     {"outputs", "in a step, under 'steps:'"},
+    {"inputs", "in a step, under 'steps:'"},
     {"collect", "in a step, under 'steps:'"},
     {"join", "in a step, under 'steps:'"},
     {"forensics", "in a step, under 'steps:'"},
@@ -53,6 +55,7 @@ inline constexpr Elsewhere kTopElsewhere[] = {
     {"heartbeat_timeout", "under 'cluster:'"},
     {"join_timeout", "under 'cluster:'"},
     {"last_call_timeout", "under 'cluster:'"},
+    {"shared_workdir", "under 'cluster:'"},
 };
 inline constexpr Elsewhere kStepElsewhere[] = {
     {"gpus", "under 'parallel:'"},
@@ -75,6 +78,7 @@ inline constexpr Elsewhere kStepElsewhere[] = {
 };
 inline constexpr Elsewhere kParallelElsewhere[] = {
     {"outputs", "in the step, next to 'parallel:'"},
+    {"inputs", "in the step, next to 'parallel:'"},
     {"collect", "in the step, next to 'parallel:'"},
     {"timeout", "in the step, next to 'parallel:'"},
     {"env", "in the step, next to 'parallel:'"},

@@ -122,12 +122,15 @@ void Checker::step(const YAML::Node& node, std::size_t index) {
     notes.has_parallel = true;
     step_parallel(*e, s);
   }
-  for (std::string_view key : {"outputs", "collect", "logs", "forensics"}) {
+  for (std::string_view key : {"outputs", "inputs", "collect", "logs", "forensics"}) {
     if (const Entry* e = find(keys, key); e && !notes.has_parallel)
       error(e->key_loc, e->path,
             "only parallel steps have " + std::string(key) + "; add 'parallel:' or remove it");
   }
-  if (const Entry* e = find(keys, "outputs"); e && notes.has_parallel) {
+  // outputs: and inputs:, globs relative to the workdir, read alike.
+  for (auto [key, globs] : {std::pair{"outputs", &s.outputs}, std::pair{"inputs", &s.inputs}}) {
+    const Entry* e = find(keys, key);
+    if (e == nullptr || !notes.has_parallel) continue;
     std::vector<Entry> values;
     if (!one_or_more(*e, values)) {
       expected(*e, "a glob or a list of globs");
@@ -138,7 +141,7 @@ void Checker::step(const YAML::Node& node, std::size_t index) {
       if (auto problem = glob_problem(*glob))
         error(item.loc, item.path, *problem);
       else
-        s.outputs.push_back(*glob);
+        globs->push_back(*glob);
     }
   }
   if (const Entry* e = find(keys, "collect"); e && notes.has_parallel) {

@@ -222,6 +222,40 @@ class TestNodesLocal(E2E):
                    str(os.listdir(os.path.join(n.dir, ".flowrun"))))
         n.check_nothing_left("success")
 
+    def test_ship_inputs(self):
+        # cluster.shared_workdir: false: the head ships the step's inputs to node 1 (node 0 runs on the
+        # head's own host and reads the workdir), whose ranks run in the agent's scratch copy of them.
+        rank = sh_yaml('cat data/x.txt > "$FLOWRUN_OUTPUT_DIR/seen.txt" && pwd > "$FLOWRUN_OUTPUT_DIR/cwd.txt"')
+        show = sh_yaml('cd "$FLOWRUN_INPUTS" && cat rank0/seen.txt rank1/seen.txt rank2/seen.txt rank3/seen.txt')
+        spec = ("name: ship\ncluster:\n  engine: manual\n  address: 127.0.0.1\n  heartbeat_timeout: 1\n"
+                "  shared_workdir: false\nsteps:\n"
+                f"  - name: prepare\n    run: {sh_yaml('mkdir -p data && echo payload > data/x.txt')}\n"
+                f"  - name: train\n    run: {rank}\n    forensics: off\n    inputs: [data/*]\n"
+                "    parallel:\n      cpus: 4\n      nodes: 2\n    collect: all\n"
+                f"  - name: show\n    join: train\n    run: {show}\n")
+        n = self.nodes("ship", spec, head_env={"FLOWRUN_HOSTNAME": None})  # the head's host is its agents'
+        if not n.begin("ship"):
+            return
+        rc = n.finish("ship")
+        if not self.check(rc == 0, "ship: the flow succeeds", n.detail()):
+            return
+        shipping = (f"flowrun: step 'train': node1 ({HOST}) does not share the workdir {n.dir}: shipping 1 file "
+                    "(8 B) to it")  # data/x.txt: "payload\n"
+        err = n.head_err()
+        self.check(err.splitlines().count(shipping) == 1, "ship: the head says once what it ships to node 1", err)
+        self.check(n.out("head.out").splitlines() == ["[show] payload"] * 4,
+                   "ship: every rank read the prepared file, and the join sees each rank's output",
+                   n.out("head.out"))
+        cwd = {r: read(os.path.join(n.run_dir, "train", "outputs", f"rank{r}", "cwd.txt")).strip()
+               for r in range(4)}
+        scratch = re.compile(re.escape(f"{n.tmp}/flowrun-{n.run_id}-node1-") + r"[A-Za-z0-9]{6}/work")
+        self.check(cwd[0] == cwd[1] == n.dir and all(scratch.fullmatch(cwd[r]) for r in (2, 3)),
+                   "ship: node 0's ranks run in the workdir, node 1's in its agent's scratch copy", str(cwd))
+        self.check(os.listdir(n.tmp) == [], "ship: the agents remove their scratch directories and the copy",
+                   str(os.listdir(n.tmp)))
+        self.check(agents_quiet(n), "ship: both agents exit 0 and say nothing", n.detail())
+        n.check_nothing_left("ship")
+
     def test_node_environment(self):
         # Two set_default variables exported only where the agents start, not
         # to the head: each node's ranks keep the agent's values (with two

@@ -48,6 +48,7 @@ class FakeLink : public cluster::NodeLink {
   void close_after_send() override { open_ = false; }
   bool is_open() const override { return open_; }
   std::size_t queued() const override { return queued_; }
+  void set_sent_handler(std::function<void()> handler) override { on_sent_handler_ = std::move(handler); }
   bool failed_authentication() const override { return false; }
   std::int64_t last_heard_ns() const override { return last_heard_ns_; }
 
@@ -67,7 +68,10 @@ class FakeLink : public cluster::NodeLink {
     if (on_close_) on_close_(why);
   }
   // As if the loop wrote everything queued.
-  void drain() { queued_ = 0; }
+  void drain() {
+    queued_ = 0;
+    if (on_sent_handler_) on_sent_handler_();
+  }
   void heard_at(std::int64_t ns) { last_heard_ns_ = ns; }
 
   // Every message the head sent, in order; and the frames that did not decode.
@@ -87,6 +91,7 @@ class FakeLink : public cluster::NodeLink {
   FrameReader reader_{"head"};
   FrameHandler on_frame_;
   CloseHandler on_close_;
+  std::function<void()> on_sent_handler_;
   bool open_ = true;
   std::size_t queued_ = 0;
   std::int64_t last_heard_ns_ = 0;

@@ -21,6 +21,7 @@
 #include <unistd.h>
 #include <vector>
 
+#include "flowrun/files.h"
 #include "flowrun/gpu.h"
 #include "flowrun/plan.h"
 #include "flowrun/remote_group.h"
@@ -30,9 +31,11 @@
 #include "fake_node_link.h"
 #include "node_reach.h"
 #include "remote_step.h"
+#include "ship_sender.h"
 #include "testing.h"
 
 using namespace flowrun;
+using flowrun::cluster::kShipChunk;
 using flowrun::testing::FakeDoor;
 using flowrun::testing::FakeLink;
 
@@ -74,13 +77,17 @@ Exited stopped(int rank) {
 // `parallel` (indented as under parallel:), with cluster: `cluster` added.
 class HeadBench {
  public:
-  explicit HeadBench(const std::string& parallel, const std::string& cluster = "")
+  // `step`: more keys of the step (indented as its own).
+  explicit HeadBench(const std::string& parallel, const std::string& cluster = "",
+                     const std::string& step = "")
       : step_("name: t\ncluster:\n  engine: manual\n  address: 127.0.0.1\n" + cluster +
-                  "steps:\n  - name: train\n    run: [python3, train.py]\n    parallel:\n" + parallel,
+                  "steps:\n  - name: train\n    run: [python3, train.py]\n" + step + "    parallel:\n" +
+                  parallel,
               dir_.path()) {
     console_fd_ = open((dir_.path() + "/console.txt").c_str(), O_WRONLY | O_CREAT | O_CLOEXEC, 0600);
     REQUIRE(console_fd_ >= 0);
     console_ = Console{console_fd_, console_fd_};
+    job_.ctx.parent_env["FLOWRUN_HOSTNAME"] = "head";  // the node called "head" runs on the head's host
     supervisor_ = std::make_unique<Supervisor>(console_, -1);
     cluster::NodeReach reach;
     reach.door = [this](const std::string&, const std::string&, double, double) {
@@ -106,9 +113,11 @@ class HeadBench {
 
   // An agent on host `name` joins (asking for node rank `claim`, -1: any;
   // `stays`: a gang's agent, which serves every step of the flow).
-  ScriptedNode& join(const std::string& name, int claim = -1, bool stays = false) {
+  ScriptedNode& join(const std::string& name, int claim = -1,
+                     std::function<bool(ScriptedNode&, const Message&)> script = {}, bool stays = false) {
     auto node = std::make_unique<ScriptedNode>();
     node->name = name;
+    node->script = std::move(script);  // it answers the assign that joining may bring
     ScriptedNode& n = *node;
     nodes_.push_back(std::move(node));
     cluster::Joiner j;
@@ -159,6 +168,7 @@ class HeadBench {
   }
 
   std::string console() const { return testing::read_file(dir_.path() + "/console.txt"); }
+  const std::string& dir() const { return dir_.path(); }
   const RunLayout& layout() const { return job_.ctx.layout; }
   FakeDoor& door() { return *door_; }
 
@@ -332,9 +342,9 @@ TEST_CASE("head: a gang's agent stopped by a signal is a lost node, which a spar
   for (const bool stays : {true, false}) {
     CAPTURE(stays);
     HeadBench h("      cpus: 4\n      nodes: 2\n      spare_nodes: 1\n");
-    ScriptedNode& a = h.join("node-a", -1, stays);
-    ScriptedNode& b = h.join("node-b", -1, stays);
-    ScriptedNode& s = h.join("spare-c", -1, stays);
+    ScriptedNode& a = h.join("node-a", -1, {}, stays);
+    ScriptedNode& b = h.join("node-b", -1, {}, stays);
+    ScriptedNode& s = h.join("spare-c", -1, {}, stays);
     REQUIRE(s.link != nullptr);
     a.waits = {0, 1};
     b.script = [&h](ScriptedNode& node, const Message& m) {
@@ -483,4 +493,168 @@ TEST_CASE("head: a node that speaks out of turn is lost", "[head]") {
   const AttemptResult r = h.attempt(0);
   CHECK(r.node_gone);
   CHECK(has(r.errors, "node node-b: unexpected assign"));
+}
+
+namespace {
+
+// A node whose agent does not see the head's workdir, and answers a
+// shipment as its receiver would (ok, or `error`).
+std::function<bool(ScriptedNode&, const Message&)> without_workdir(HeadBench& h, std::string error = {}) {
+  return [&h, error](ScriptedNode& node, const Message& m) {
+    if (const auto* a = std::get_if<Assign>(&m)) {
+      Ready ready;
+      ready.workdir_ok = false;
+      ready.workdir_error = a->marker_path + ": No such file or directory";
+      ready.address = "10.0.0.2";
+      node.waits.clear();
+      h.send(node, ready);
+      return true;
+    }
+    if (std::holds_alternative<ShipDone>(m)) {
+      h.send(node, ShipAck{error.empty(), error});
+      return true;
+    }
+    return false;
+  };
+}
+
+std::string sha256_of(std::string_view data) {
+  Sha256 sha;
+  sha.update(data);
+  return sha.hex();
+}
+
+constexpr const char* kNotShared = "  shared_workdir: false\n";
+
+}  // namespace
+
+TEST_CASE(
+    "head: a node that does not share the workdir gets the step's inputs, each file whole, before its start",
+    "[head][ship]") {
+  HeadBench h(kTwoNodes, kNotShared, "    inputs: [data/*]\n");
+  std::filesystem::create_directories(h.dir() + "/data/deeper");
+  const std::string big(3 * kShipChunk / 2, 'x');  // two chunks
+  flowrun::write_file(h.dir() + "/data/x.txt", "hello\n");
+  flowrun::write_file(h.dir() + "/data/big.bin", big);
+  flowrun::write_file(h.dir() + "/data/deeper/no.txt", "not matched");
+  flowrun::write_file(h.dir() + "/train.py", "print('train')\n");
+  ScriptedNode& a = h.join("head");  // the head's own host: it reads the workdir
+  ScriptedNode& b = h.join("node-b", -1, without_workdir(h));
+  const AttemptResult r = h.attempt(0);
+  CHECK(r.record.outcome == Outcome::succeeded);
+  CHECK(a.link->sent_of<ShipBegin>().empty());
+  // Files in order of their path, each begun, its chunks, its SHA-256; then done; then the start.
+  std::vector<std::string> order;
+  std::string data;
+  for (const Message& m : b.link->sent) {
+    if (const auto* begin = std::get_if<ShipBegin>(&m)) {
+      order.push_back("begin " + begin->path + " " + std::to_string(begin->bytes));
+      data.clear();
+    } else if (const auto* chunk = std::get_if<ShipChunk>(&m)) {
+      CHECK(chunk->data.size() <= kShipChunk);
+      data += chunk->data;
+    } else if (const auto* end = std::get_if<ShipEnd>(&m)) {
+      order.push_back("end " + std::string(end->sha256 == sha256_of(data) ? "sha ok" : "sha wrong"));
+    } else if (const auto* done = std::get_if<ShipDone>(&m)) {
+      order.push_back("done " + std::to_string(done->files) + " " + std::to_string(done->bytes));
+    } else if (std::holds_alternative<Start>(m)) {
+      order.push_back("start");
+    }
+  }
+  CHECK(order == std::vector<std::string>{"begin data/big.bin " + std::to_string(big.size()), "end sha ok",
+                                          "begin data/x.txt 6", "end sha ok", "begin train.py 15",
+                                          "end sha ok", "done 3 " + std::to_string(big.size() + 6 + 15),
+                                          "start"});
+  CHECK(h.console().find("flowrun: step 'train': node1 (node-b) does not share the workdir " + h.dir() +
+                         ": shipping 3 files (1.5 MiB) to it") != std::string::npos);
+}
+
+TEST_CASE("head: the start waits for every shipment's ack; a restart ships nothing again", "[head][ship]") {
+  HeadBench h(kTwoNodes, kNotShared, "    inputs: [data.txt]\n");
+  flowrun::write_file(h.dir() + "/data.txt", "1 2 3\n");
+  ScriptedNode& a = h.join("head");
+  ScriptedNode& b = h.join("node-b", -1, without_workdir(h));
+  // node-b answers the shipment only once node-a is seen to wait without a start.
+  auto answer = b.script;
+  b.script = [&h, &a, answer](ScriptedNode& node, const Message& m) {
+    if (!std::holds_alternative<ShipDone>(m)) return answer(node, m);
+    CHECK(a.link->sent_of<Start>().empty());
+    h.send(node, ShipAck{true, ""});
+    return true;
+  };
+  b.codes = {{2, 1}};
+  const AttemptResult first = h.attempt(0);
+  CHECK(first.record.outcome == Outcome::failed);
+  REQUIRE(a.link->sent_of<Start>().size() == 1);
+  b.codes.clear();
+  const AttemptResult second = h.attempt(1);
+  CHECK(second.record.outcome == Outcome::succeeded);
+  CHECK(b.link->sent_of<ShipBegin>().size() == 1);  // shipped once for the step
+  CHECK(b.link->sent_of<ShipDone>().size() == 1);
+  CHECK(b.link->sent_of<Start>().size() == 2);
+}
+
+TEST_CASE("head: a shipment the node refuses fails the step with the file's name; nothing starts",
+          "[head][ship]") {
+  HeadBench h(kTwoNodes, kNotShared, "    inputs: [data.txt]\n");
+  flowrun::write_file(h.dir() + "/data.txt", "1 2 3\n");
+  ScriptedNode& a = h.join("head");
+  ScriptedNode& b = h.join(
+      "node-b", -1,
+      without_workdir(h, "data.txt: its SHA-256 differs from the head's; the file was damaged on the way"));
+  const AttemptResult r = h.attempt(0);
+  CHECK_FALSE(r.started);
+  CHECK(has(r.errors,
+            "node node-b could not take the step's inputs: data.txt: its SHA-256 differs from the "
+            "head's; the file was damaged on the way"));
+  CHECK(a.link->sent_of<Start>().empty());
+  CHECK(b.link->sent_of<Start>().empty());
+}
+
+TEST_CASE(
+    "head: without shared_workdir: false, a node that does not share the workdir is refused with the fix",
+    "[head][ship]") {
+  HeadBench h(kTwoNodes);
+  h.join("node-a");
+  ScriptedNode& b = h.join("node-b", -1, without_workdir(h));
+  const AttemptResult r = h.attempt(0);
+  CHECK_FALSE(r.started);
+  CHECK(has(r.errors, "node node-b does not see the step's workdir " + h.dir() + " as this host does"));
+  CHECK(has(r.errors,
+            "or set cluster.shared_workdir: false and list the files the ranks read in the step's "
+            "inputs: (the head then ships them to each node)"));
+  CHECK(b.link->sent_of<ShipBegin>().empty());
+}
+
+TEST_CASE("head: a spare seated in a lost node's place gets its own shipment before the restart",
+          "[head][ship]") {
+  HeadBench h("      cpus: 4\n      nodes: 2\n      spare_nodes: 1\n", kNotShared,
+              "    inputs: [data.txt]\n");
+  flowrun::write_file(h.dir() + "/data.txt", "1 2 3\n");
+  ScriptedNode& a = h.join("head");
+  ScriptedNode& b = h.join("node-b", -1, without_workdir(h));
+  ScriptedNode& s = h.join("spare-c", -1, without_workdir(h));
+  CHECK(s.link->sent_of<ShipBegin>().empty());  // it waits with no rank, and nothing shipped
+  auto shipped = b.script;
+  b.script = [&h, shipped](ScriptedNode& node, const Message& m) {
+    if (!std::holds_alternative<Start>(m)) return shipped(node, m);
+    h.drop(node, "end of file");
+    return true;
+  };
+  a.waits = {0, 1};
+  const AttemptResult first = h.attempt(0);
+  CHECK(first.spare_ready);
+  a.waits.clear();
+  const AttemptResult second = h.attempt(1);
+  CHECK(second.record.outcome == Outcome::succeeded);
+  REQUIRE(s.link->sent_of<ShipBegin>().size() == 1);
+  CHECK(s.link->sent_of<ShipBegin>().front().path == "data.txt");
+  CHECK(s.link->sent_of<ShipDone>().size() == 1);
+  CHECK(s.link->sent_of<Start>().size() == 1);
+  CHECK(b.link->sent_of<ShipDone>().size() == 1);
+  CHECK(a.link->sent_of<ShipBegin>().empty());
+  // The file was hashed once, for both: each got its SHA-256.
+  REQUIRE(b.link->sent_of<ShipEnd>().size() == 1);
+  CHECK(b.link->sent_of<ShipEnd>().front().sha256 == sha256_of("1 2 3\n"));
+  CHECK(s.link->sent_of<ShipEnd>() == b.link->sent_of<ShipEnd>());
 }

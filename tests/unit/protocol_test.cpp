@@ -67,7 +67,7 @@ TEST_CASE("every message type round-trips through a frame and fields", "[protoco
     CHECK(reader.buffered() == 0);
     CHECK(message_type_from_byte(static_cast<std::uint8_t>(type)) == type);
   }
-  CHECK(names.size() == 25);
+  CHECK(names.size() == 30);
   CHECK(message_type_name(MessageType::upload_chunk) == "upload_chunk");
   CHECK(message_type_name(MessageType::preflight_done) == "preflight_done");
   CHECK(message_type_name(MessageType::signal) == "signal");
@@ -75,7 +75,8 @@ TEST_CASE("every message type round-trips through a frame and fields", "[protoco
   CHECK_FALSE(message_type_from_byte(0));
   CHECK(message_type_name(MessageType::stacks) == "stacks");
   CHECK(message_type_name(MessageType::upload_hole) == "upload_hole");
-  CHECK_FALSE(message_type_from_byte(26));
+  CHECK(message_type_name(MessageType::ship_ack) == "ship_ack");
+  CHECK_FALSE(message_type_from_byte(31));
 }
 
 TEST_CASE("a frame fed byte by byte comes out once, whole", "[protocol]") {

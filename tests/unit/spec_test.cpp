@@ -503,7 +503,7 @@ TEST_CASE("unknown keys get a suggestion or the list of keys", "[spec]") {
           "flow.yaml:9:5: steps.a: unknown key 'neds'; did you mean 'needs'?",
           "flow.yaml:10:5: steps.a: key 'gpus' does not belong here; put it under 'parallel:'",
           "flow.yaml:11:5: steps.a: unknown key 'command'; expected one of: name, run, shell, env, workdir, "
-          "needs, timeout, stall_timeout, parallel, outputs, collect, join, logs, forensics",
+          "needs, timeout, stall_timeout, parallel, outputs, inputs, collect, join, logs, forensics",
           "flow.yaml:13:7: steps.a.parallel: unknown key 'gpu'; did you mean 'gpus'?",
           "flow.yaml:14:7: steps.a.parallel: key 'outputs' does not belong here; put it in the step, next to "
           "'parallel:'",
@@ -1026,6 +1026,46 @@ TEST_CASE("outputs and collect belong to parallel steps; globs are checked", "[s
           "flow.yaml:10:14: steps.b.collect: expected 'rank0' or 'all', got a string 'everything'",
           "flow.yaml:14:14: steps.c.outputs: expected a glob or a list of globs, got a mapping",
       });
+}
+
+TEST_CASE("inputs are globs of a parallel step, checked as outputs are; cluster.shared_workdir", "[spec]") {
+  Spec spec = valid(R"(
+    steps:
+      - name: a
+        run: python3 train.py
+        parallel: {nodes: 2}
+        inputs: ["data/*", "conf/**/*.yaml"]
+    cluster: {engine: manual, shared_workdir: false}
+  )");
+  CHECK(spec.steps[0].inputs == std::vector<std::string>{"data/*", "conf/**/*.yaml"});
+  CHECK(spec.cluster->shared_workdir == SharedWorkdir::no);
+  CHECK(valid("steps: [{name: a, run: x}]\ncluster: {engine: manual}\n").cluster->shared_workdir ==
+        SharedWorkdir::detect);
+  CHECK(valid("steps: [{name: a, run: x}]\ncluster: {engine: manual, shared_workdir: true}\n")
+            .cluster->shared_workdir == SharedWorkdir::yes);
+  CHECK(valid("steps: [{name: a, run: x}]\ncluster: {engine: manual, shared_workdir: auto}\n")
+            .cluster->shared_workdir == SharedWorkdir::detect);
+
+  CHECK(errors(R"(
+    steps:
+      - name: a
+        run: x
+        inputs: data/*
+      - name: b
+        run: x
+        parallel: {}
+        inputs: [../data, /abs]
+    cluster: {engine: manual, shared_workdir: sometimes}
+  )") ==
+        Lines{
+            "flow.yaml:4:5: steps.a.inputs: only parallel steps have inputs; add 'parallel:' or remove it",
+            "flow.yaml:8:14: steps.b.inputs: glob '../data' leaves the workdir with '..'; expected a pattern "
+            "inside it",
+            "flow.yaml:8:23: steps.b.inputs: glob '/abs' is absolute; expected a pattern relative to the "
+            "step's workdir",
+            "flow.yaml:9:43: cluster.shared_workdir: expected 'auto', 'true' or 'false', got a string "
+            "'sometimes'",
+        });
 }
 
 TEST_CASE("a glob's '..' is found after its escapes are read", "[spec]") {

@@ -1262,7 +1262,8 @@ class Multinode:
             want = (rf"node (node1|node2) does not see the step's workdir {re.escape(tmp)} as "
                     rf"this host does \({re.escape(tmp)}/\.flowrun/node-check-\S+-train: No such file or directory\); "
                     r"ranks on every node run in the same workdir, so it must be a directory every node shares "
-                    r"\(NFS, Lustre, \.\.\.\) at the same path")
+                    r"\(NFS, Lustre, \.\.\.\) at the same path, or set cluster.shared_workdir: false and list the "
+                    r"files the ranks read in the step's inputs: \(the head then ships them to each node\)")
             # A line of the step's failure report.
             in_report = "\nflowrun: step 'train' failed:\n" in run.stderr and re.search(rf"^flowrun:   {want}$",
                                                                                        run.stderr, re.M)

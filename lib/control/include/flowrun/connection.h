@@ -65,7 +65,7 @@ class Connection : public NodeLink, public std::enable_shared_from_this<Connecti
 
   // Called each time a queued frame has been written (queued() just went
   // down): a producer that stopped at a high-water mark resumes from here.
-  void set_sent_handler(SentHandler on_sent) { on_sent_ = std::move(on_sent); }
+  void set_sent_handler(SentHandler on_sent) override { on_sent_ = std::move(on_sent); }
 
   // Closes now; queued bytes are dropped. Idempotent.
   void close() override;

@@ -45,6 +45,10 @@ class NodeLink {
   virtual bool is_open() const = 0;
   // Bytes queued and not yet written.
   virtual std::size_t queued() const = 0;
+  // Called each time queued frames have been written (queued() went down):
+  // a producer that stopped at a high-water mark (the head's shipment of a
+  // step's inputs) goes on from here.
+  virtual void set_sent_handler(std::function<void()> on_sent) = 0;
   // It closed because a frame failed to open (tampered, replayed, forged).
   virtual bool failed_authentication() const = 0;
   // When the node was last heard from, on the monotonic clock.

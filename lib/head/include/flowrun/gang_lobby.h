@@ -55,6 +55,10 @@ class GangLobby {
   // lobby, and the engine starts node 0's agent on this host.
   std::unique_ptr<RemoteGroup> group(const NodeStep& step);
 
+  // The door of one parallel step, which group() gives the step's head;
+  // tests give it to a head of their own.
+  std::unique_ptr<cluster::NodeDoor> step_door();
+
   // The flow ended with `exit_code`: every agent that joined hears it and
   // exits with it. Waits, until the join timeout counted from the lobby's
   // start, for the agents that have not joined yet, so that they hear it too.

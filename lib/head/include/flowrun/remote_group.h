@@ -48,6 +48,11 @@ struct NodeStep {
   std::function<ConsoleShows(int rank, int local_rank)> shows;  // a rank's streams on the console
   int fake_gpus = -1;                                           // --fake-gpus, passed on to every agent
   std::string flowrun_path;                                     // this binary, the same path on every node
+  // A node that does not see the step's workdir (the marker check) gets
+  // the step's inputs shipped to it under cluster.shared_workdir: auto,
+  // where the nodes are started by their platform and share nothing (a
+  // gang); otherwise auto refuses such a node, as shared_workdir: true does.
+  bool ship_when_not_shared = false;
   // Starts the agents in place of the engine's processes (srun, ssh; none
   // for manual): a test's agents in this process. Called once the head
   // listens, with the --rdzv-endpoint they dial and the run's token.

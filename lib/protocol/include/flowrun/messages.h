@@ -368,14 +368,67 @@ struct Signal {
   friend bool operator==(const Signal&, const Signal&) = default;
 };
 
+// ---- Shipping a step's inputs (between Ready and Start) --------------------
+//
+// A node that does not share the head's workdir (its Ready said the marker
+// was not there) gets what its ranks need from the head, file by file: each
+// is ShipBegin, its ShipChunks in order, then ShipEnd; ShipDone ends the
+// shipment and the agent answers it with ShipAck. The agent writes the
+// files beneath its private scratch directory (work/), where its ranks then
+// run, and checks each file's size and SHA-256.
+
+// head -> agent: a file of the shipment; its chunks follow.
+struct ShipBegin {
+  static constexpr MessageType kType = MessageType::ship_begin;
+  std::string path;        // relative to the workdir; checked by safe_relative_path at the agent
+  std::int64_t bytes = 0;  // its size
+  int mode = 0;            // its permission bits (the agent keeps at most 0755 of them)
+  friend bool operator==(const ShipBegin&, const ShipBegin&) = default;
+};
+
+// head -> agent: the next bytes of the file (at most 1 MiB a chunk). Sent
+// and read without a copy of the data: encode_ship_chunk_frame and
+// ship_chunk_data.
+struct ShipChunk {
+  static constexpr MessageType kType = MessageType::ship_chunk;
+  std::string data;
+  friend bool operator==(const ShipChunk&, const ShipChunk&) = default;
+};
+
+// head -> agent: the file is complete; the agent checks its size and checksum.
+struct ShipEnd {
+  static constexpr MessageType kType = MessageType::ship_end;
+  std::string sha256;  // of the file's bytes, 64 lowercase hex digits
+  friend bool operator==(const ShipEnd&, const ShipEnd&) = default;
+};
+
+// head -> agent: the shipment is complete: `files` files of `bytes` bytes
+// in all, which the agent counts too. Answered with ShipAck.
+struct ShipDone {
+  static constexpr MessageType kType = MessageType::ship_done;
+  std::int64_t files = 0;
+  std::int64_t bytes = 0;
+  friend bool operator==(const ShipDone&, const ShipDone&) = default;
+};
+
+// agent -> head: the shipment is written (ok), or the first thing that went
+// wrong with it, naming the file ("data/x.txt: SHA-256 differs from the
+// head's"); the step then fails with it.
+struct ShipAck {
+  static constexpr MessageType kType = MessageType::ship_ack;
+  bool ok = false;
+  std::string error;
+  friend bool operator==(const ShipAck&, const ShipAck&) = default;
+};
+
 // ---- Encoding and decoding ---------------------------------------------------
 
 // Every message, in MessageType order: the alternative at index i is the
 // message of type i + 1.
-using Message =
-    std::variant<Hello, Challenge, Auth, Welcome, Refused, Assign, Start, Output, Exited, Heartbeat, Stop,
-                 UploadBegin, UploadChunk, UploadEnd, Bye, Ready, Done, Preflight, PreflightId, PreflightDone,
-                 Signal, Stalled, TakeStacks, Stacks, UploadHole>;
+using Message = std::variant<Hello, Challenge, Auth, Welcome, Refused, Assign, Start, Output, Exited,
+                             Heartbeat, Stop, UploadBegin, UploadChunk, UploadEnd, Bye, Ready, Done,
+                             Preflight, PreflightId, PreflightDone, Signal, Stalled, TakeStacks, Stacks,
+                             UploadHole, ShipBegin, ShipChunk, ShipEnd, ShipDone, ShipAck>;
 
 // The frame of each message. Throws flowrun::Error only where the message
 // cannot be written (a list item with a NUL, a list of one empty item): a
@@ -405,6 +458,11 @@ Frame encode(const PreflightDone& m);
 Frame encode(const Signal& m);
 Frame encode(const TakeStacks& m);
 Frame encode(const Stacks& m);
+Frame encode(const ShipBegin& m);
+Frame encode(const ShipChunk& m);
+Frame encode(const ShipEnd& m);
+Frame encode(const ShipDone& m);
+Frame encode(const ShipAck& m);
 Frame encode(const Message& m);
 
 // The message in `frame`, or nullopt with *why set (never a throw), e.g.
@@ -427,6 +485,10 @@ std::string encode_upload_chunk_frame(std::string_view data);
 // The data of an upload_chunk payload as a view into it (no copy), or
 // nullopt when the payload is not one field "data" (decode_message says why).
 std::optional<std::string_view> upload_chunk_data(std::string_view payload);
+
+// The same two for ship_chunk (the head's shipment to an agent).
+std::string encode_ship_chunk_frame(std::string_view data);
+std::optional<std::string_view> ship_chunk_data(std::string_view payload);
 
 // A frame as the bytes to send (encode_frame of its type and payload).
 std::string to_wire(const Frame& frame);

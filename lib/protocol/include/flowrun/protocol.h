@@ -62,6 +62,9 @@
 #include <utility>
 #include <vector>
 
+// OpenSSL's EVP_MD_CTX, for Sha256 (only protocol's sources include OpenSSL).
+struct evp_md_ctx_st;
+
 namespace flowrun {
 
 // 4: messages are structs (messages.h): every field always sent and
@@ -132,10 +135,15 @@ enum class MessageType : std::uint8_t {
   take_stacks = 23,  // protocol 7
   stacks = 24,
   upload_hole = 25,  // protocol 8
+  ship_begin = 26,
+  ship_chunk = 27,
+  ship_end = 28,
+  ship_done = 29,
+  ship_ack = 30,
 };
 
 inline constexpr std::uint8_t kFirstMessageType = 1;
-inline constexpr std::uint8_t kLastMessageType = 25;
+inline constexpr std::uint8_t kLastMessageType = 30;
 
 // "hello", "upload_chunk", ... as in the enum.
 std::string_view message_type_name(MessageType type);
@@ -353,6 +361,24 @@ class Crc32c {
 
  private:
   std::uint32_t state_ = 0xFFFFFFFFu;
+};
+
+// SHA-256 (OpenSSL's EVP) of a shipped file, fed piece by piece: what the
+// head sends in ShipEnd and the agent checks the file it wrote against.
+// Unlike an upload's CRC, a shipment puts the head's files where ranks run,
+// so it is checked with a cryptographic hash. Throws Error only where
+// OpenSSL cannot make the context (out of memory).
+class Sha256 {
+ public:
+  Sha256();
+  ~Sha256();
+  Sha256(const Sha256&) = delete;
+  Sha256& operator=(const Sha256&) = delete;
+  void update(std::string_view data);
+  std::string hex();  // 64 lowercase hex characters; ends the hash
+
+ private:
+  ::evp_md_ctx_st* ctx_ = nullptr;  // EVP_MD_CTX
 };
 
 // ---- Upload paths ----------------------------------------------------------

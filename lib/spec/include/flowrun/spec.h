@@ -139,6 +139,9 @@ struct Step {
 
   std::optional<ParallelSpec> parallel;
   std::vector<std::string> outputs;  // globs relative to workdir (parallel steps)
+  // Files the ranks read, as globs relative to workdir (parallel steps): what
+  // the head ships to a node that does not share the workdir.
+  std::vector<std::string> inputs;
   Collect collect = Collect::rank0;
   // logs.console: the ranks whose output the console shows (all when unset);
   // every rank's output always goes to its log files. --ranks overrides it.
@@ -155,6 +158,14 @@ struct Step {
 // Job, ... : lib/gang), every one running the same command; node 0 is the
 // head and the others join it by themselves.
 enum class Engine { slurm, ssh, manual, gang };
+
+// cluster.shared_workdir: whether every node sees the head's workdir.
+//   yes   a node that does not is an error (the check's marker file)
+//   no    the head ships each step's inputs to every node but the one on
+//         its own host, and their ranks run in the agent's scratch copy
+//   detect  ship to a node that does not, where the engine allows it
+//         (NodeStep::ship_when_not_shared); elsewhere as yes
+enum class SharedWorkdir { detect, yes, no };
 
 struct ClusterSpec {
   Engine engine = Engine::slurm;
@@ -177,6 +188,7 @@ struct ClusterSpec {
   // head waits for more before it starts with those (torchrun's rendezvous
   // last_call_timeout).
   double last_call_timeout_s = 30;
+  SharedWorkdir shared_workdir = SharedWorkdir::detect;  // auto, true, false
   // Set by `flowrun run` for a torchrun-style rendezvous (not a spec key):
   // every node runs the same command and node 0's flowrun is the head. It
   // listens on the port of `rendezvous` (HOST:PORT) on every address, starts

@@ -1,0 +1,253 @@
+"""End-to-end tests of a gang on one host: no pods, no root.
+
+Every node of a gang runs the same `flowrun SPEC` (or `flowrun run`) with its platform's variables;
+here each node is a process of this host, in a session of its own, with a PyTorchJob's,
+TrainJob's, AWS Batch's or SkyPilot's variables (the platform's port is a free one, so that tests
+can run side by side). Node 0 is the head; the others join it as agents that stay for the whole
+flow and exit with its exit code. The emulated pods of tests/e2e/pods/ run the same across
+network and mount namespaces; these tests cover what needs neither, in the build phase.
+
+  python3 -m pytest tests/e2e/test_gang_local.py [--flowrun PATH]
+"""
+import os
+import signal
+import socket
+import subprocess
+import time
+
+import pytest
+
+from flowrun_testlib import clean_env
+from flowrun_testlib.launcher import wait_for
+
+TOKEN = "0123456789abcdef0123456789abcdef"
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def pytorchjob(port, nodes):
+    """A Kubeflow PyTorchJob's variables for pod i: RANK and WORLD_SIZE counted in pods."""
+    return lambda i: {"RANK": str(i), "WORLD_SIZE": str(nodes), "MASTER_ADDR": "127.0.0.1",
+                      "MASTER_PORT": str(port)}
+
+
+def trainjob(port, nodes):
+    """A Kubeflow TrainJob's: torchrun's PET_ variables."""
+    return lambda i: {"PET_NODE_RANK": str(i), "PET_NNODES": str(nodes), "PET_MASTER_ADDR": "127.0.0.1",
+                      "PET_MASTER_PORT": str(port), "PET_NPROC_PER_NODE": "1"}
+
+
+def skypilot(port, nodes):
+    """SkyPilot's: the node IPs a line each, the head's first. Its port: MASTER_PORT is not SkyPilot's,
+    so these nodes use the gang's default port unless the head's is free; a test that uses it runs alone."""
+    return lambda i: {"SKYPILOT_NODE_RANK": str(i), "SKYPILOT_NUM_NODES": str(nodes),
+                      "SKYPILOT_NODE_IPS": "\n".join(["127.0.0.1"] * nodes)}
+
+
+class Gang:
+    """The nodes of one gang, each `flowrun ARGV` with its platform's variables."""
+
+    def __init__(self, flowrun, workdir, variables, token=TOKEN, extra=None):
+        self.flowrun, self.workdir, self.variables = flowrun, workdir, variables
+        self.token, self.extra = token, extra or {}
+        self.procs, self.logs = {}, {}
+
+    def start(self, i, *argv):
+        env = clean_env(FLOWRUN_FAKE_GPUS="1", **self.variables(i), **self.extra)
+        env["FLOWRUN_HOSTNAME"] = f"pod-{i}"
+        if self.token is not None:
+            env["FLOWRUN_TOKEN"] = self.token
+        self.logs[i] = os.path.join(self.workdir, f"pod-{i}.log")
+        with open(self.logs[i], "w") as log:
+            self.procs[i] = subprocess.Popen([self.flowrun, *argv], cwd=self.workdir, env=env, stdout=log,
+                                             stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                             start_new_session=True)
+        return self.procs[i]
+
+    def wait(self, i, timeout=60):
+        return self.procs[i].wait(timeout=timeout)
+
+    def log(self, i):
+        with open(self.logs[i]) as f:
+            return f.read()
+
+    def kill(self, i, sig=signal.SIGKILL):
+        os.killpg(self.procs[i].pid, sig)
+
+    def close(self):
+        for p in self.procs.values():
+            if p.poll() is None:
+                os.killpg(p.pid, signal.SIGKILL)
+                p.wait()
+
+
+@pytest.fixture
+def gang(flowrun, scratch):
+    made = []
+
+    def make(variables, **kw):
+        g = Gang(flowrun, str(scratch), variables, **kw)
+        made.append(g)
+        return g
+
+    yield make
+    for g in made:
+        g.close()
+
+
+def write(path, text):
+    with open(path, "w") as f:
+        f.write(text)
+
+
+RANK_LINE = "import os; print('step', os.environ['FLOWRUN_STEP'], 'rank', os.environ['RANK'], 'of', " \
+            "os.environ['WORLD_SIZE'], 'node', os.environ['GROUP_RANK'])"
+
+
+def flow(scratch, fail_rank=None, more=""):
+    """Two parallel steps around a plain one, and a join: every parallel step spans the gang."""
+    fail = f"; import sys; sys.exit(3 if os.environ['RANK'] == '{fail_rank}' else 0)" if fail_rank is not None else ""
+    write(os.path.join(scratch, "flow.yaml"), f"""name: g
+{more}steps:
+  - name: first
+    run: [python3, -c, "{RANK_LINE}"]
+    parallel: {{gpus: all}}
+  - name: between
+    run: echo between
+  - name: second
+    run: [python3, -c, "{RANK_LINE}{fail}"]
+    parallel: {{gpus: all}}
+  - name: after
+    join: second
+    run: echo joined
+""")
+    return "flow.yaml"
+
+
+def no_processes_left(workdir):
+    """The processes still running in `workdir` (none once a gang ended)."""
+    left = []
+    for pid in os.listdir("/proc"):
+        if not pid.isdigit():
+            continue
+        try:
+            if os.readlink(f"/proc/{pid}/cwd").startswith(workdir):
+                left.append(pid)
+        except OSError:
+            pass
+    return left
+
+
+def test_a_flow_runs_across_the_gang_and_every_node_exits_with_its_code(gang, scratch):
+    g = gang(pytorchjob(free_port(), 2))
+    spec = flow(str(scratch))
+    g.start(1, spec)  # an agent first: it dials until the head listens
+    wait_for(lambda: "joining the head" in g.log(1), 30)
+    g.start(0, spec)
+    assert g.wait(0) == 0, g.log(0)
+    assert g.wait(1) == 0, g.log(1)
+    head = g.log(0)
+    for step in ("first", "second"):
+        assert f"flowrun: step '{step}': 2 workers on 2 nodes (engine: gang)" in head
+        for rank in (0, 1):
+            assert f"step {step} rank {rank} of 2 node {rank}" in head  # every node's lines on the head
+    assert "flowrun: step 'after' succeeded" in head
+    agent = g.log(1)
+    assert "flowrun: node 1 of 2 of the Kubeflow PyTorchJob: joining the head at 127.0.0.1:" in agent
+    assert "the flow ended successfully" in agent
+    assert "step first rank" not in agent  # the ranks' lines are the head's to show
+    assert no_processes_left(str(scratch)) == []
+
+
+def test_a_failed_rank_fails_every_node_with_the_flows_code(gang, scratch):
+    g = gang(pytorchjob(free_port(), 2))
+    spec = flow(str(scratch), fail_rank=1)
+    g.start(0, spec)
+    g.start(1, spec)
+    assert g.wait(0) == 3, g.log(0)
+    assert g.wait(1) == 3, g.log(1)
+    assert "flowrun: step 'second' failed: rank 1 on pod-1 exited with code 3" in g.log(0)
+    assert "the flow ended with exit code 3" in g.log(1)
+
+
+def test_an_agent_ends_when_its_head_dies(gang, scratch):
+    g = gang(pytorchjob(free_port(), 2))
+    write(os.path.join(scratch, "flow.yaml"), """name: g
+cluster:
+  engine: gang
+  heartbeat_timeout: 2
+steps:
+  - name: train
+    run: [python3, -c, "import os, time; print('rank', os.environ['RANK'], 'runs', flush=True); time.sleep(600)"]
+    parallel: {gpus: all}
+""")
+    g.start(0, "flow.yaml")
+    g.start(1, "flow.yaml")
+    wait_for(lambda: "rank 1 runs" in g.log(0), 30)
+    g.kill(0)
+    assert g.wait(1) == 1, g.log(1)
+    assert "flowrun agent: pod-1: lost the head at 127.0.0.1:" in g.log(1)
+    wait_for(lambda: no_processes_left(str(scratch)) == [], 10)
+
+
+def test_a_gang_without_a_token_is_refused_with_the_fix(gang, scratch):
+    g = gang(pytorchjob(free_port(), 2), token=None)
+    spec = flow(str(scratch))
+    for i in (0, 1):
+        g.start(i, spec)
+        assert g.wait(i) == 2
+        assert "this node is in a gang, but the run has no token" in g.log(i)
+        assert "FLOWRUN_TOKEN_FILE" in g.log(i)
+
+
+def test_a_short_token_and_a_world_readable_token_file_are_refused(gang, scratch):
+    g = gang(pytorchjob(free_port(), 2), token="short")
+    g.start(0, flow(str(scratch)))
+    assert g.wait(0) == 2
+    assert "the run's token (FLOWRUN_TOKEN) has 5 characters; use at least 16" in g.log(0)
+    token_file = os.path.join(scratch, "token")
+    write(token_file, TOKEN + "\n")
+    os.chmod(token_file, 0o644)
+    g2 = gang(pytorchjob(free_port(), 2), token=None, extra={"FLOWRUN_TOKEN_FILE": token_file})
+    g2.start(0, "flow.yaml")
+    assert g2.wait(0) == 2  # a Job's podFailurePolicy fails at once on 2: a retry would not fix it
+    assert "the token file can be read by every user of the node (mode 644)" in g2.log(0)
+
+
+def test_flowrun_run_in_a_trainjob_is_torchrun_there(gang, scratch):
+    g = gang(trainjob(free_port(), 2))
+    write(os.path.join(scratch, "train.py"), RANK_LINE.replace("; ", "\n") + "\n")
+    g.start(1, "run", "train.py")
+    g.start(0, "run", "train.py")
+    assert g.wait(0) == 0, g.log(0)
+    assert g.wait(1) == 0, g.log(1)
+    for rank in (0, 1):
+        assert f"rank {rank} of 2 node {rank}" in g.log(0)
+    assert "node 1 of 2 of a Kubeflow TrainJob: --nnodes 2, --node-rank 1 and --rdzv-endpoint 127.0.0.1:" in g.log(1)
+
+
+def test_the_plan_names_the_platform_and_an_explicit_engine_wins(flowrun, scratch):
+    spec = flow(str(scratch))
+    env = clean_env(FLOWRUN_FAKE_GPUS="1", **skypilot(0, 3)(0))
+    out = subprocess.run([flowrun, "plan", spec], cwd=scratch, env=env, capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr
+    assert ("Gang: node 0 of 3 of a SkyPilot (read from SKYPILOT_NODE_RANK=0, SKYPILOT_NUM_NODES=3, "
+            "SKYPILOT_NODE_IPS=127.0.0.1\\n127.0.0.1\\n127.0.0.1); this node is the head") in out.stdout
+    assert "Step first asks for all GPUs of 3 nodes (every node of the SkyPilot but its spares)" in out.stdout
+    flow(str(scratch), more="cluster:\n  engine: ssh\n  hosts: [a, b, c]\n")
+    out = subprocess.run([flowrun, "plan", spec], cwd=scratch, env=env, capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr
+    assert ("Gang: the variables of a SkyPilot are set (node 0 of 3), but the spec's cluster.engine is ssh, "
+            "which wins; write engine: gang to run on the SkyPilot's nodes") in out.stdout
+
+
+def test_a_contradiction_names_the_variable(flowrun, scratch):
+    spec = flow(str(scratch))
+    env = clean_env(RANK="2", WORLD_SIZE="2", MASTER_ADDR="127.0.0.1", FLOWRUN_TOKEN=TOKEN)
+    out = subprocess.run([flowrun, spec], cwd=scratch, env=env, capture_output=True, text=True)
+    assert out.returncode == 2
+    assert "RANK" in out.stderr and "WORLD_SIZE" in out.stderr
