@@ -223,6 +223,29 @@ std::string flow_end_line(const std::string& node, int code) {
                      code == 0 ? std::string(" successfully") : fmt::format(" with exit code {}", code));
 }
 
+// Why an assign cannot be acted on, if it cannot. Both its names name
+// directories here (the scratch directory, a rank's in it): a head's spec
+// checker and --run-id let no other names through.
+std::optional<std::string> assign_problem(const Assign& a) {
+  if (auto problem = run_id_problem(a.run_id)) return "it sent an assign with the run id " + *problem;
+  if (check_name(a.step) != NameCheck::ok) return "it sent an assign with an invalid step name";
+  return std::nullopt;
+}
+
+// The supervisor's options for an attempt of `step` (stall and forensics
+// times 0: none).
+GroupOptions attempt_group(const std::string& step, double grace_s, double stall_s, double forensics_s,
+                           int attempt) {
+  GroupOptions group;
+  group.step = step;
+  group.grace_s = grace_s;
+  if (stall_s > 0) group.stall_timeout_s = stall_s;
+  group.forensics_stacks = forensics_s > 0;
+  group.forensics_timeout_s = forensics_s;
+  group.restart_count = attempt;
+  return group;
+}
+
 // What an agent says when its connection to the head ends with `why`; `sig`:
 // the stop signal it left on (0: none, the head is gone).
 std::string lost_head_line(const std::string& node, const std::string& head_at, const std::string& why,
@@ -488,14 +511,8 @@ class Agent : public GroupObserver {
   }
 
   void on_assign(const Assign& a) {
-    // Both name directories here (the scratch directory, a rank's in it): a
-    // head's spec checker and --run-id let no other names through.
-    if (auto problem = run_id_problem(a.run_id)) {
-      lost_head("it sent an assign with the run id " + *problem);
-      return;
-    }
-    if (check_name(a.step) != NameCheck::ok) {
-      lost_head("it sent an assign with an invalid step name");
+    if (auto problem = assign_problem(a)) {
+      lost_head(*problem);
       return;
     }
     if (a.step != step_ || a.run_id != run_id_) shipment_.forget();
@@ -571,13 +588,7 @@ class Agent : public GroupObserver {
         launch.argv = shipment_.in_copy(std::move(launch.argv), start_.workdir);
       }
     }
-    GroupOptions group;
-    group.step = step_;
-    group.grace_s = grace_s_;
-    if (stall_s_ > 0) group.stall_timeout_s = stall_s_;
-    group.forensics_stacks = forensics_s_ > 0;
-    group.forensics_timeout_s = forensics_s_;
-    group.restart_count = attempt_;
+    const GroupOptions group = attempt_group(step_, grace_s_, stall_s_, forensics_s_, attempt_);
     in_group_ = true;
     held_port_.release();  // node 0's MASTER_PORT, for rank 0 to bind (as on one host)
     const AttemptRecord attempt = sup_->run_group(launches, group, this);

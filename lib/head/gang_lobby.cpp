@@ -382,7 +382,11 @@ std::unique_ptr<RemoteGroup> GangLobby::group(const NodeStep& step) {
         lobby.o_.token, nodes, launch);
     return launch;
   };
-  return std::make_unique<RemoteGroup>(lobby.sup_, lobby.console_, step, std::move(reach));
+  // A gang's nodes share no file system unless someone mounted one: a node
+  // that does not see the workdir gets the step's inputs shipped.
+  NodeStep job = step;
+  job.ship_when_not_shared = true;
+  return std::make_unique<RemoteGroup>(lobby.sup_, lobby.console_, job, std::move(reach));
 }
 
 std::unique_ptr<NodeDoor> GangLobby::step_door() { return std::make_unique<Impl::StepDoor>(*impl_); }

@@ -251,3 +251,43 @@ def test_a_contradiction_names_the_variable(flowrun, scratch):
     out = subprocess.run([flowrun, spec], cwd=scratch, env=env, capture_output=True, text=True)
     assert out.returncode == 2
     assert "RANK" in out.stderr and "WORLD_SIZE" in out.stderr
+
+
+def test_a_node_that_does_not_share_the_workdir_gets_the_steps_inputs(gang, scratch):
+    # On one host every node sees the workdir: shared_workdir: false ships to every node but the
+    # head's, as to a pod of its own.
+    g = gang(pytorchjob(free_port(), 2))
+    write(os.path.join(scratch, "train.py"), """import os
+with open("data/x.txt") as f:
+    seen = f.read().strip()
+print("rank", os.environ["RANK"], "read", seen, "in", "workdir" if os.getcwd() == os.environ["WORKDIR"] else "a copy")
+with open(os.path.join(os.environ["FLOWRUN_OUTPUT_DIR"], "seen.txt"), "w") as f:
+    f.write(seen + " by rank " + os.environ["RANK"])
+""")
+    write(os.path.join(scratch, "flow.yaml"), f"""name: g
+cluster:
+  engine: gang
+  shared_workdir: false
+env:
+  WORKDIR: {scratch}
+steps:
+  - name: prepare
+    run: [sh, -c, "mkdir -p data && echo hello > data/x.txt"]
+  - name: train
+    run: python3 train.py
+    inputs: [data/*]
+    collect: all
+    parallel: {{gpus: all}}
+  - name: check
+    join: train
+    run: [cat, "${{steps.train.outputs}}/rank0/seen.txt", "${{steps.train.outputs}}/rank1/seen.txt"]
+""")
+    g.start(0, "flow.yaml")
+    g.start(1, "flow.yaml")
+    assert g.wait(0) == 0, g.log(0)
+    assert g.wait(1) == 0, g.log(1)
+    head = g.log(0)
+    assert "rank 0 read hello in workdir" in head
+    assert "rank 1 read hello in a copy" in head
+    assert f"flowrun: step 'train': node1 (pod-1) does not share the workdir {scratch}: shipping 2 files" in head
+    assert "[check] hello by rank 0hello by rank 1" in head  # rank 1's output came back from its copy

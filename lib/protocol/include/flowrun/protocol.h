@@ -75,7 +75,9 @@ namespace flowrun {
 // forensics time; stop whether to take the stacks first; take_stacks and stacks.
 // 8: upload_hole: an upload's holes are not sent as zeros.
 // 9: a gang's agents: hello says the agent stays for the whole flow, bye
-// whether the head keeps it for the next step or the flow's exit code.
+// whether the head keeps it for the next step or the flow's exit code;
+// ship_*: the head ships a step's inputs to a node that does not share the
+// workdir.
 inline constexpr std::uint8_t kProtocolVersion = 9;
 
 // length:u32 + version:u8 + type:u8.
