@@ -5,7 +5,8 @@ a shuffled order with delays. Node 0 runs the flow; every other pod becomes its 
 with the flow's exit code.
 
   - real gloo DDP across 2 pods (torch's all_reduce), from an Indexed Job and from a JobSet, with a
-    prepare step before and a join after;
+    prepare step before and a join after: no file system is shared, so the head ships the step's
+    inputs (the prepare step's file) and its script to node 1, whose rank reads them there;
   - a pod deleted while its ranks run: the spare pod takes its node rank; an elastic range shrinks;
   - the head's pod killed, or cut off the network: every agent ends with a line naming the head;
   - a failing rank: every pod exits with the flow's exit code, so the Job fails as one;
@@ -19,7 +20,6 @@ any pod. A few seconds each, as root (skipped without):
 import os
 import re
 import shutil
-import signal
 import subprocess
 
 import pytest
@@ -71,11 +71,9 @@ if rank == "0":
 """
 
 
-def flow_text(name, train, cluster=None, workdir=None):
+def flow_text(name, train, cluster=None):
     """A flow: prepare writes data.txt, train is the parallel step (its YAML lines), report joins it."""
     lines = [f"name: {name}"]
-    if workdir:
-        lines.append(f"workdir: {workdir}")
     if cluster:
         lines.append("cluster:")
         lines += [f"  {k}: {v}" for k, v in cluster.items()]
@@ -91,27 +89,14 @@ def flow_text(name, train, cluster=None, workdir=None):
     return "\n".join(lines)
 
 
-@pytest.fixture
-def shared():
-    """A directory every pod sees at the same path, as a ReadWriteMany volume would be: the flow's
-    workdir, since a gang's node refuses a workdir it does not share until the head ships a step's
-    inputs to it."""
-    path = f"/run/flowrun-test-pods-shared-{os.getpid()}"  # not under /tmp: each pod has its own
-    shutil.rmtree(path, ignore_errors=True)
-    os.makedirs(path)
-    yield path
-    shutil.rmtree(path, ignore_errors=True)
-
-
-def image(scratch, shared, flow):
-    """The image's directory (what each pod copies to /workspace): flow.yaml and the ranks'
-    programs, which also go to the shared workdir the flow names."""
+def image(scratch, flow):
+    """The image's directory (what each pod gets a copy of at /workspace): flow.yaml and the ranks'
+    programs."""
     root = os.path.join(scratch, "image")
     os.makedirs(root, exist_ok=True)
-    for where in (root, shared):
-        for name, text in (("flow.yaml", flow), ("ddp.py", DDP), ("rank.py", RANK)):
-            with open(os.path.join(where, name), "w") as f:
-                f.write(text)
+    for name, text in (("flow.yaml", flow), ("ddp.py", DDP), ("rank.py", RANK)):
+        with open(os.path.join(root, name), "w") as f:
+            f.write(text)
     return root
 
 
@@ -138,9 +123,10 @@ def rank_lines(log):
 
 
 @pytest.mark.parametrize("kind", ["job", "jobset"])
-def test_ddp_across_pods(run_manifest, flowrun, scratch, shared, check, kind):
-    train = ["needs: prepare", "run: [python3, ddp.py]", "parallel: {nodes: 2, cpus: 2}", "outputs: [sum.txt]"]
-    root = image(scratch, shared, flow_text("ddp", train, workdir=shared))
+def test_ddp_across_pods(run_manifest, flowrun, scratch, check, kind):
+    train = ["needs: prepare", "run: [python3, ddp.py]", "parallel: {nodes: 2, cpus: 2}", "inputs: [data.txt]",
+             "outputs: [sum.txt]"]
+    root = image(scratch, flow_text("ddp", train))
     pods = run_manifest(manifest(flowrun, root, *(["--jobset"] if kind == "jobset" else [])), root)
     keys = ["ddp-0", "ddp-1"] if kind == "job" else ["ddp-node-0-0", "ddp-node-0-1"]
     check(pods.keys == keys, "the manifest's two pods", pods.keys)
@@ -151,6 +137,12 @@ def test_ddp_across_pods(run_manifest, flowrun, scratch, shared, check, kind):
     want = {(keys[r], r): f"rank {r} of 2 on {keys[r]}: all_reduce 3, data 41" for r in range(2)}
     check(got == want, "the head pod's log shows both pods' ranks: gloo's all_reduce across pods (1 + 2), "
           "the prepare step's data", got)
+    check(re.search(rf"^flowrun: step 'train': node1 \({keys[1]}\) does not share the workdir /workspace: "
+                    r"shipping 2 files", head, re.M), "the head ships the step's inputs and script to node 1", head)
+    check(os.path.exists(pods.path(keys[0], "work", "data.txt"))
+          and not os.path.exists(pods.path(keys[1], "work", "data.txt")),
+          "the prepare step's file is in the head pod's workdir alone; rank 1 read the copy shipped to its node",
+          os.listdir(pods.path(keys[1], "work")))
     check(re.search(r"^\[report\] report: sum 3$", head, re.M), "the join got rank 0's result", head)
     check(re.search(r"^flowrun: run ddp-\S+ succeeded", head, re.M), "the head's run succeeded", head)
     agent = pods.log(keys[1])
@@ -165,12 +157,12 @@ def test_ddp_across_pods(run_manifest, flowrun, scratch, shared, check, kind):
 # --- a pod lost while its ranks run -------------------------------------------------------------
 
 
-def held_flow(name, parallel, shared, env=None, cluster=None):
+def held_flow(name, parallel, env=None, cluster=None):
     """A flow whose train ranks run rank.py with HOLD (and env); report joins them."""
     env = {"HOLD": "1", **(env or {})}
     train = ["needs: prepare", "run: [python3, rank.py]", f"parallel: {parallel}", "outputs: [sum.txt]",
              "env: {" + ", ".join(f'{k}: "{v}"' for k, v in env.items()) + "}"]
-    return flow_text(name, train, cluster, shared)
+    return flow_text(name, train, cluster)
 
 
 def wait_running(pods, head, ranks, attempt=0):
@@ -180,12 +172,12 @@ def wait_running(pods, head, ranks, attempt=0):
 
 
 @pytest.mark.parametrize("kind", ["spare", "elastic"])
-def test_a_pod_deleted_mid_run(run_manifest, flowrun, scratch, shared, check, kind):
+def test_a_pod_deleted_mid_run(run_manifest, flowrun, scratch, check, kind):
     if kind == "spare":
         parallel, options, env = "{nodes: 2, cpus: 2, spare_nodes: 1}", [], None
     else:  # a GPU a pod, faked: what nvidia.com/gpu: 1 gives each
         parallel, options, env = '{nodes: "1:2", gpus: 2}', ["--gpus-per-node", "1"], {"FLOWRUN_FAKE_GPUS": "1"}
-    root = image(scratch, shared, held_flow("lose", parallel, shared))
+    root = image(scratch, held_flow("lose", parallel))
     text = manifest(flowrun, root, *options)
     check(kind == "spare" or "nvidia.com/gpu: 1" in text, "a GPU a pod", text)
     pods = run_manifest(text, root, env=env)
@@ -232,8 +224,8 @@ def test_a_pod_deleted_mid_run(run_manifest, flowrun, scratch, shared, check, ki
 
 
 @pytest.mark.parametrize("how", ["killed", "cut_off"])
-def test_the_head_pod_lost(run_manifest, flowrun, scratch, shared, check, how):
-    root = image(scratch, shared, held_flow("lead", "{nodes: 3, cpus: 3}", shared,
+def test_the_head_pod_lost(run_manifest, flowrun, scratch, check, how):
+    root = image(scratch, held_flow("lead", "{nodes: 3, cpus: 3}",
                                             cluster={"engine": "gang", "heartbeat_timeout": "3s"}))
     pods = run_manifest(manifest(flowrun, root), root)
     head, agents = "lead-0", ["lead-1", "lead-2"]
@@ -259,9 +251,9 @@ def test_the_head_pod_lost(run_manifest, flowrun, scratch, shared, check, how):
 # --- a failing rank -----------------------------------------------------------------------------
 
 
-def test_a_failing_rank_fails_every_pod(run_manifest, flowrun, scratch, shared, check):
-    flow = held_flow("fail", "{nodes: 2, cpus: 2}", shared, env={"HOLD": "", "FAIL_RANK": "1", "FAIL_CODE": "3"})
-    root = image(scratch, shared, flow)
+def test_a_failing_rank_fails_every_pod(run_manifest, flowrun, scratch, check):
+    flow = held_flow("fail", "{nodes: 2, cpus: 2}", env={"HOLD": "", "FAIL_RANK": "1", "FAIL_CODE": "3"})
+    root = image(scratch, flow)
     pods = run_manifest(manifest(flowrun, root), root)
     codes = exits(pods, ["fail-0", "fail-1"])
     log = pods.log("fail-0")
@@ -282,8 +274,8 @@ NAMES = {"trainjob": "Kubeflow TrainJob", "pytorchjob": "Kubeflow PyTorchJob", "
 
 
 @pytest.mark.parametrize("platform", ["pytorchjob", "aws_batch", "skypilot"])
-def test_platform_gang_runs_the_flow(pods, flowrun, scratch, shared, check, platform):
-    root = image(scratch, shared, held_flow("train", "{nodes: 2, cpus: 2}", shared, env={"HOLD": ""}))
+def test_platform_gang_runs_the_flow(pods, flowrun, scratch, check, platform):
+    root = image(scratch, held_flow("train", "{nodes: 2, cpus: 2}", env={"HOLD": ""}))
     keys = pods.add_gang(platform, 2, ["flowrun", "flow.yaml"], root, env={"FLOWRUN_TOKEN": TOKEN})
     check(keys[0] == HEADS[platform], "node 0 is the platform's head", keys)
     pods.start()
@@ -298,10 +290,8 @@ def test_platform_gang_runs_the_flow(pods, flowrun, scratch, shared, check, plat
     check(pods.leftovers() == [], "nothing left running in any pod", pods.leftovers())
 
 
-@pytest.mark.xfail(strict=True, reason="flowrun run does not read a gang yet: on a TrainJob's PET_* it runs as "
-                   "torchrun by hand (engine manual), and node 1 looks for the token in a workdir it does not share")
-def test_trainjob_runs_flowrun_run(pods, flowrun, scratch, shared, check):
-    root = image(scratch, shared, "")
+def test_trainjob_runs_flowrun_run(pods, flowrun, scratch, check):
+    root = image(scratch, "")
     shutil.copy(os.path.join(root, "rank.py"), os.path.join(root, "train.py"))
     keys = pods.add_gang("trainjob", 2, ["flowrun", "run", "--nproc-per-node", "1", "train.py"], root, nproc=1,
                          env={"FLOWRUN_TOKEN": TOKEN})
@@ -317,8 +307,8 @@ def test_trainjob_runs_flowrun_run(pods, flowrun, scratch, shared, check):
 
 
 @pytest.mark.parametrize("platform", ["job", "pytorchjob", "aws_batch", "skypilot"])
-def test_a_gang_without_a_token_is_refused(pods, flowrun, scratch, shared, check, platform):
-    root = image(scratch, shared, held_flow("train", "{nodes: 2, cpus: 2}", shared, env={"HOLD": ""}))
+def test_a_gang_without_a_token_is_refused(pods, flowrun, scratch, check, platform):
+    root = image(scratch, held_flow("train", "{nodes: 2, cpus: 2}", env={"HOLD": ""}))
     if platform == "job":
         text = manifest(flowrun, root)
         text = re.sub(r"^ *- name: FLOWRUN_TOKEN_FILE\n *value: /etc/flowrun/token\n", "", text, flags=re.M)
@@ -332,5 +322,5 @@ def test_a_gang_without_a_token_is_refused(pods, flowrun, scratch, shared, check
     for key in keys:
         check("the run has no token" in pods.log(key) and "FLOWRUN_TOKEN_FILE" in pods.log(key),
               f"{key}: says why, with the fix", pods.log(key))
-        check(not os.path.exists(os.path.join(shared, ".flowrun")), "no run was started", key)
+        check(not os.path.exists(pods.path(key, "work", ".flowrun")), f"{key}: no run was started", key)
     check(pods.leftovers() == [], "nothing left running in any pod", pods.leftovers())
