@@ -156,10 +156,10 @@ std::optional<Refusal> Planner::place_nodes(StepPlan& plan, int nodes) {
     const int gang = host.gang->num_nodes;
     const std::string platform(gang_platform_name(host.gang->platform));
     if (gang < total)
-      return Refusal{p.nodes.loc.line > 0 ? p.nodes.loc : p.loc, "nodes",
-                     "step " + step.name + " needs " + needs + " but this " + platform + " has " +
-                         nodes_word(gang) + "; start it with " + std::to_string(total) +
-                         " (flowrun manifest sizes it from the spec) or ask for fewer nodes"};
+      return refuse(p.nodes.loc, "nodes",
+                    "step " + step.name + " needs " + needs + " but this " + platform + " has " +
+                        nodes_word(gang) + "; start it with " + std::to_string(total) +
+                        " (flowrun manifest sizes it from the spec) or ask for fewer nodes");
     // The gang's other pods: spares, since they are there anyway.
     for (int i = 0; i < gang; ++i) {
       NodePlan node;

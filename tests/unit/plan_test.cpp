@@ -299,6 +299,72 @@ TEST_CASE("row 11: cpus N with nodes M -> N/M CPU workers on each node", "[plan]
   CHECK(plan.why[1] == "2 nodes (nodes: 2, engine: ssh), 2 workers each, WORLD_SIZE=4.");
 }
 
+// A host that is node 0 of a gang of `nodes` (a Kubernetes Indexed Job).
+HostFacts gang_host(int gpus, int nodes) {
+  HostFacts host = host_with(gpus);
+  GangRead gang;
+  gang.platform = GangPlatform::indexed_job;
+  gang.num_nodes = nodes;
+  gang.head_host = "train-0.train";
+  host.gang = gang;
+  return host;
+}
+
+ClusterSpec gang_cluster() {
+  ClusterSpec cluster;
+  cluster.engine = Engine::gang;
+  cluster.loc = {30, 1};
+  return cluster;
+}
+
+TEST_CASE("row 12: a step that does not say nodes spans the gang, its spares apart", "[plan][gang]") {
+  StepPlan plan = must_plan(make_step(), gang_host(4, 3), gang_cluster());
+  CHECK(plan.mode == PlanMode::multi_node);
+  CHECK(plan.engine == Engine::gang);
+  CHECK(plan.world_size == 12);
+  REQUIRE(plan.nodes.size() == 3);
+  CHECK(plan.nodes[0].is_local);
+  CHECK(plan.nodes[0].host == "host-a");
+  CHECK(plan.nodes[1].host.empty());  // the gang's pod of index 1, whatever its address
+  CHECK(plan.why[1] ==
+        "Step train asks for all GPUs of 3 nodes (every node of the Kubernetes Indexed Job but its spares); "
+        "each "
+        "node is taken to have as many GPUs as host-a (4; set cluster.gpus_per_node if they differ).");
+  Step spared = make_step();
+  spared.parallel->spare_nodes = 1;
+  StepPlan with_spare = must_plan(spared, gang_host(4, 3), gang_cluster());
+  CHECK(with_spare.nodes.size() == 2);
+  CHECK(with_spare.spares.size() == 1);
+  Step cpus = with_cpus(make_step(), 6);
+  CHECK(layout(must_plan(cpus, gang_host(0, 3), gang_cluster())) ==
+        std::vector<std::string>{"0:0:0:", "1:0:1:", "2:1:0:", "3:1:1:", "4:2:0:", "5:2:1:"});
+}
+
+TEST_CASE("row 13: a step of fewer nodes than the gang leaves the other pods as spares", "[plan][gang]") {
+  StepPlan plan = must_plan(with_nodes(make_step(), 2), gang_host(4, 4), gang_cluster());
+  REQUIRE(plan.nodes.size() == 2);
+  REQUIRE(plan.spares.size() == 2);
+  CHECK(plan.spares[0].node_rank == 2);
+  CHECK(plan.spares[1].node_rank == 3);
+  CHECK(plan.why.back() ==
+        "2 spare nodes (gang node 2, gang node 3) join and wait with no rank: when a node is lost, a spare "
+        "takes "
+        "its node rank and every rank restarts from the script's checkpoint (the Kubernetes Indexed Job's "
+        "nodes "
+        "beyond the step's 2 nodes).");
+  // nodes: 1 stays on the head, as anywhere.
+  CHECK(must_plan(with_nodes(make_step(), 1), gang_host(4, 4), gang_cluster()).mode == PlanMode::single_node);
+}
+
+TEST_CASE("R16: a step that needs more nodes than the gang has is refused with the count", "[plan][gang]") {
+  const Refusal r = must_refuse(with_nodes(make_step(), 3), gang_host(4, 2), gang_cluster());
+  CHECK(r.path == "steps.train.parallel.nodes");
+  CHECK(r.message ==
+        "step train needs 3 nodes but this Kubernetes Indexed Job has 2 nodes; start it with 3 (flowrun "
+        "manifest "
+        "sizes it from the spec) or ask for fewer nodes");
+}
+
 TEST_CASE("spare_nodes K: K more hosts of the list, after the nodes, with no rank", "[plan]") {
   Step step = with_nodes(with_cpus(make_step(), 4), 2);
   step.parallel->spare_nodes = 1;
