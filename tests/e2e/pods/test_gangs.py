@@ -122,8 +122,16 @@ def rank_lines(log):
 # --- real DDP across pods -----------------------------------------------------------------------
 
 
+@pytest.fixture(scope="module")
+def torch_here():
+    """The ranks' python3 (the host's, which every pod sees) imports torch, or the test is skipped."""
+    p = subprocess.run(["/usr/bin/python3", "-c", "import torch.distributed"], capture_output=True, text=True)
+    if p.returncode != 0:
+        pytest.skip(f"/usr/bin/python3 cannot import torch (apt-get install python3-torch): {p.stderr.strip()}")
+
+
 @pytest.mark.parametrize("kind", ["job", "jobset"])
-def test_ddp_across_pods(run_manifest, flowrun, scratch, check, kind):
+def test_ddp_across_pods(run_manifest, flowrun, scratch, check, torch_here, kind):
     train = ["needs: prepare", "run: [python3, ddp.py]", "parallel: {nodes: 2, cpus: 2}", "inputs: [data.txt]",
              "outputs: [sum.txt]"]
     root = image(scratch, flow_text("ddp", train))
@@ -303,6 +311,12 @@ def test_trainjob_runs_flowrun_run(pods, flowrun, scratch, check):
     check(codes == {k: 0 for k in keys}, "every node exits 0", codes)
     check(len(re.findall(r"rank \d of 2 on \S+, attempt 0: running$", log, re.M)) == 2,
           "the head's console shows both nodes' ranks", log)
+    for i, key in enumerate(keys):
+        check(re.search(rf"^flowrun run: node {i} of 2 of a Kubeflow TrainJob: --nnodes 2, --node-rank {i} and "
+                        r"--rdzv-endpoint train-node-0-0\.train:29500 from PET_", pods.log(key), re.M),
+              f"{key}: torchrun's options from the TrainJob's PET_*", pods.log(key))
+    check(re.search(r"^flowrun agent: train-node-0-1: the flow ended successfully$", pods.log(keys[1]), re.M),
+          "node 1's pod ends with the flow", pods.log(keys[1]))
     check(pods.leftovers() == [], "nothing left running in any pod", pods.leftovers())
 
 
