@@ -246,6 +246,18 @@ GroupOptions attempt_group(const std::string& step, double grace_s, double stall
   return group;
 }
 
+// What an agent says when its connection to the head ends with `why`; `sig`:
+// the stop signal it left on (0: none, the head is gone).
+std::string lost_head_line(const std::string& node, const std::string& head_at, const std::string& why,
+                           int sig, bool in_group) {
+  const char* stopping = in_group ? "; stopping this node's workers" : "";
+  if (sig != 0)
+    return fmt::format(
+        "flowrun agent: {}: {} received: this node leaves the flow, the head takes it as lost{}", node,
+        signal_name(sig), stopping);
+  return fmt::format("flowrun agent: {}: lost the head at {} ({}){}", node, head_at, why, stopping);
+}
+
 class Agent : public GroupObserver {
  public:
   Agent(const AgentOptions& options, const EnvMap& env, NodeRanks& ranks)
@@ -407,9 +419,9 @@ class Agent : public GroupObserver {
     lost_head_ = true;
     conn_->close();
     if (output_paused_) resume_output();  // what the ranks still write goes nowhere now
-    console_.message(fmt::format("flowrun agent: {}: lost the head at {} ({}){}", node_, head_at_, why,
-                                 in_group_ ? "; stopping this node's workers" : ""));
-    exit_code_ = 1;
+    const int sig = options_.stays && told_interrupt_ ? sup_->interrupt_received() : 0;  // its pod is going
+    console_.message(lost_head_line(node_, head_at_, why, sig, in_group_));
+    exit_code_ = sig != 0 ? 128 + sig : 1;
     if (in_group_) {
       sup_->stop_group(Outcome::interrupted, false);
     } else {

@@ -330,6 +330,14 @@ class Head : public GroupObserver, public cluster::NodeInbox {
 
   void on_node_signalled(Node& n, const Stop& m) override {
     const std::string reason = printable(m.reason);
+    if (n.stays) {
+      // A gang's agent gets a stop signal when the platform takes its pod
+      // (deleted, evicted, preempted, its node drained): that node is lost,
+      // as if it had died, so a spare or an elastic range covers it. Only
+      // the head's own signal interrupts the flow.
+      node_lost(n, reason);
+      return;
+    }
     n.signalled = true;
     notes_.push_back(fmt::format("node {}: {}", n.name, reason));
     console_.message(fmt::format("flowrun: step '{}': node {}: {}", plan_.step, n.name, reason));

@@ -46,6 +46,7 @@ struct Play {
   int code = 0;             // its exit code
   bool waits = false;       // runs until its node stops the group
   bool crashes = false;     // its agent dies meanwhile, as a killed process does
+  bool signalled = false;   // its agent gets SIGTERM meanwhile, as a deleted pod's does
   std::string out, err;     // what it writes
   std::string output_file;  // a file it leaves in FLOWRUN_OUTPUT_DIR
   std::string error_json;   // what it writes to TORCHELASTIC_ERROR_FILE
@@ -137,6 +138,12 @@ class FakeRanks : public cluster::NodeRanks {
     while (entered_ < nodes_ * (options.restart_count + 1)) io_.run_one_for(std::chrono::milliseconds(5));
     for (const Play& p : plays)
       if (p.crashes) throw AgentCrash{};
+    for (const Play& p : plays) {
+      if (p.signalled && !stopping_) {
+        signal_ = SIGTERM;  // as the supervisor's handler: the stop it starts is an interrupt
+        stop_group(Outcome::interrupted, false);
+      }
+    }
     for (std::size_t i = 0; i < launches.size(); ++i) {
       if (!plays[i].waits && !ended[i]) end(i, ExitStatus{ExitStatus::Kind::exited, plays[i].code, {}});
     }
@@ -169,8 +176,8 @@ class FakeRanks : public cluster::NodeRanks {
   bool stopping() const override { return stopping_; }
   // The fake's ranks that end while it stops end as its stop makes them.
   bool ended_by_stop(std::size_t) const override { return stopping_; }
-  int interrupt_signal() override { return 0; }
-  int interrupt_received() const override { return 0; }
+  int interrupt_signal() override { return signal_; }
+  int interrupt_received() const override { return signal_; }
 
   std::vector<int> attempts;  // each run_group's restart count
 
@@ -181,6 +188,7 @@ class FakeRanks : public cluster::NodeRanks {
   boost::asio::io_context io_;
   GroupObserver* observer_ = nullptr;
   bool in_group_ = false, stopping_ = false;
+  int signal_ = 0;
   Outcome outcome_ = Outcome::succeeded;
   std::vector<std::string> remove_;
   const std::vector<WorkerLaunch>* launches_ = nullptr;
@@ -213,10 +221,11 @@ const char* kSpec =
 
 // A head for a step of 4 CPU ranks on 2 nodes (ranks 0 and 1 on node-a, 2
 // and 3 on node-b), its agents on threads of their own, each over a
-// FakeRanks that plays `play`.
+// FakeRanks that plays `play`; `stays`: a gang's agents.
 class Cluster {
  public:
-  explicit Cluster(std::function<Play(int attempt, int rank)> play) : play_(std::move(play)) {
+  explicit Cluster(std::function<Play(int attempt, int rank)> play, bool stays = false)
+      : play_(std::move(play)), stays_(stays) {
     const int console = open((dir_.path() + "/console.txt").c_str(), O_WRONLY | O_CREAT | O_CLOEXEC, 0600);
     REQUIRE(console >= 0);
     console_ = Console{console, console};
@@ -274,6 +283,7 @@ class Cluster {
       options.token_file = token_file;
       options.fake_gpus = 0;
       options.connect_timeout_s = 30;
+      options.stays = stays_;
       threads_.emplace_back([this, node, options] {
         const EnvMap env{{"PATH", "/usr/bin:/bin"}, {"FLOWRUN_HOSTNAME", node == 0 ? "node-a" : "node-b"}};
         auto ranks = std::make_unique<FakeRanks>(play_, entered_, 2);
@@ -291,6 +301,7 @@ class Cluster {
   }
 
   std::function<Play(int, int)> play_;
+  bool stays_ = false;
   flowrun::testing::ScopedTempDir dir_{"head-agent"};
   Console console_;
   flowrun::testing::RemoteStep step_{kSpec, dir_.path()};
@@ -417,6 +428,32 @@ TEST_CASE("head and agents: an agent whose connection drops mid-attempt is a los
   c.close();
   CHECK(c.crashed(1));
   CHECK(c.exit_code(0) == 0);
+}
+
+TEST_CASE("head and agents: a gang's agent that gets SIGTERM leaves as a lost node and exits 143",
+          "[cluster]") {
+  // A pod deleted, evicted or preempted: its agent tells the head, which
+  // takes the node as lost (a spare or an elastic range covers it) rather
+  // than interrupting the flow, and lets it go.
+  Cluster c(
+      [](int, int rank) {
+        Play p;
+        p.waits = true;
+        p.signalled = rank == 2;
+        return p;
+      },
+      true);
+  const AttemptResult result = c.attempt(0);
+  CHECK(result.record.outcome == Outcome::failed);
+  CHECK(result.node_gone);
+  bool said_lost = false;
+  for (const auto& note : result.notes)
+    said_lost = said_lost || note.find("node node-b (node rank 1 of 2) lost: its agent received SIGTERM") !=
+                                 std::string::npos;
+  CHECK(said_lost);
+  c.close();
+  CHECK(c.agent_error(1).empty());
+  CHECK(c.exit_code(1) == 128 + SIGTERM);
 }
 
 TEST_CASE("head and agents: a restart assigns every node again and starts the second attempt", "[cluster]") {

@@ -111,9 +111,10 @@ class HeadBench {
     ::close(console_fd_);
   }
 
-  // An agent on host `name` joins (asking for node rank `claim`, -1: any).
+  // An agent on host `name` joins (asking for node rank `claim`, -1: any;
+  // `stays`: a gang's agent, which serves every step of the flow).
   ScriptedNode& join(const std::string& name, int claim = -1,
-                     std::function<bool(ScriptedNode&, const Message&)> script = {}) {
+                     std::function<bool(ScriptedNode&, const Message&)> script = {}, bool stays = false) {
     auto node = std::make_unique<ScriptedNode>();
     node->name = name;
     node->script = std::move(script);  // it answers the assign that joining may bring
@@ -125,6 +126,7 @@ class HeadBench {
     j.gpus = 0;
     j.ip = "10.0.0." + std::to_string(nodes_.size());
     j.via = "127.0.0.1";
+    j.stays = stays;
     n.link = door_->join(j, [this, &n](const Message& m) { answer(n, m); });
     return n;
   }
@@ -332,6 +334,42 @@ TEST_CASE("head: a spare takes a lost node's rank at the restart", "[head]") {
   REQUIRE(second.record.replacements.size() == 1);
   CHECK(second.record.replacements.front().node_rank == 1);
   CHECK(b.link->sent_of<Assign>().size() == 1);  // the lost node is never asked again
+}
+
+TEST_CASE("head: a gang's agent stopped by a signal is a lost node, which a spare covers", "[head]") {
+  // Its pod deleted, evicted or preempted: the platform's SIGTERM to the
+  // agent. Elsewhere (scancel, a Ctrl-C) the same Stop interrupts the step.
+  for (const bool stays : {true, false}) {
+    CAPTURE(stays);
+    HeadBench h("      cpus: 4\n      nodes: 2\n      spare_nodes: 1\n");
+    ScriptedNode& a = h.join("node-a", -1, {}, stays);
+    ScriptedNode& b = h.join("node-b", -1, {}, stays);
+    ScriptedNode& s = h.join("spare-c", -1, {}, stays);
+    REQUIRE(s.link != nullptr);
+    a.waits = {0, 1};
+    b.script = [&h](ScriptedNode& node, const Message& m) {
+      if (!std::holds_alternative<Start>(m)) return false;
+      h.send(node, Stop{"its agent received SIGTERM", false, false});
+      return true;
+    };
+    const AttemptResult first = h.attempt(0);
+    CHECK(first.started);
+    if (stays) {
+      CHECK(first.record.outcome == Outcome::failed);
+      CHECK(first.node_gone);
+      CHECK(first.spare_ready);
+      CHECK(has(first.notes, "node node-b (node rank 1 of 2) lost: its agent received SIGTERM"));
+      CHECK_FALSE(b.link->is_open());  // the head let it go
+      a.waits.clear();
+      const AttemptResult second = h.attempt(1);
+      CHECK(second.record.outcome == Outcome::succeeded);
+      REQUIRE(s.link->sent_of<Assign>().size() == 1);
+      CHECK(s.link->sent_of<Assign>().front().node_rank == 1);
+    } else {
+      CHECK(first.record.outcome == Outcome::interrupted);
+      CHECK(has(first.notes, "node node-b: its agent received SIGTERM"));
+    }
+  }
 }
 
 TEST_CASE("head: an elastic step goes on with the nodes left, its world renumbered", "[head]") {
