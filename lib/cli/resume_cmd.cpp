@@ -3,6 +3,7 @@
 // same for `flowrun SPEC` in a Slurm job that was requeued, which resumes
 // the job's earlier run of SPEC (resume_requeued_job).
 #include <CLI/CLI.hpp>
+#include <algorithm>
 #include <climits>
 #include <cstdint>
 #include <filesystem>
@@ -12,6 +13,7 @@
 #include "flowrun/error.h"
 #include "flowrun/files.h"
 #include "flowrun/flow.h"
+#include "flowrun/gang.h"
 #include "flowrun/host.h"
 #include "flowrun/slurm.h"
 
@@ -340,20 +342,41 @@ std::string derived_name(const std::string& name, const std::string& suffix, std
 std::optional<int> resume_requeued_job(const Spec& spec, const HostFacts& host,
                                        const std::vector<StepPlan>& plans, const EnvMap& env, RunOptions& run,
                                        bool enabled, SummaryTarget& target) {
+  RequeueQuestion question;
+  question.spec_file = absolute_spec_file(spec);
+  question.args = run.args;
+  std::string why;  // "Slurm job 4242 was requeued (...)", "the gang's head started again (...)"
   std::string problem;
-  const auto job = read_slurm_restart(env, &problem);
-  if (!problem.empty()) throw Error(problem, kExitUsage);
-  if (!job || job->restart_count == 0) return std::nullopt;
+  if (host.gang) {
+    // A gang's head whose pod the platform replaced: no count says so, so
+    // an earlier run of the same gang is what does, and without one the
+    // head starts afresh as on its first start, saying nothing.
+    const auto gang = read_gang_identity(*host.gang, env, &problem);
+    if (!problem.empty()) throw Error(problem, kExitUsage);
+    if (!gang) return std::nullopt;
+    question.job_id = gang->id;
+    question.gang = true;
+    question.attempt = gang->attempt;
+    question.said = gang->said;
+    why = "the gang's head started again (" + gang->said + ")";
+  } else {
+    const auto job = read_slurm_restart(env, &problem);
+    if (!problem.empty()) throw Error(problem, kExitUsage);
+    if (!job || job->restart_count == 0) return std::nullopt;
+    question.job_id = job->job_id;
+    question.restart_count = job->restart_count;
+    why = requeued(*job);
+  }
   if (!enabled) {
-    std::cerr << "flowrun: " << requeued(*job) << "; --no-requeue-resume: starting afresh\n";
+    if (!question.gang) std::cerr << "flowrun: " << why << "; --no-requeue-resume: starting afresh\n";
     return std::nullopt;
   }
-  RequeueQuestion question{job->job_id, job->restart_count, absolute_spec_file(spec), run.args};
   const std::string runs_dir = runs_dir_of(spec, run);
   const std::vector<RunRecord> runs = read_run_records(runs_dir);
   const RunRecord* found = pick_requeued_run(question, runs);
   if (found == nullptr) {
-    std::cerr << "flowrun: " << requeued(*job) << ", but " << runs_dir << " has no earlier run of "
+    if (question.gang) return std::nullopt;
+    std::cerr << "flowrun: " << why << ", but " << runs_dir << " has no earlier run of "
               << (question.spec_file.empty() ? spec.file : question.spec_file)
               << (run.args.empty() ? "" : " with these arguments") << " in this job; starting afresh\n";
     return std::nullopt;
@@ -363,12 +386,12 @@ std::optional<int> resume_requeued_job(const Spec& spec, const HostFacts& host,
     throw Error(
         fmt::format("{}, but its run {} is still in progress ({}); flowrun does not run it twice: stop "
                     "that flowrun first, or start afresh with --no-requeue-resume",
-                    requeued(*job), record.run_id, *holder),
+                    why, record.run_id, *holder),
         kExitUsage);
   // Held until the new run ends, as flowrun resume holds it.
   const RunLock lock = RunLock::resume(record.run_dir, record.run_id, host.hostname);
   const std::string done =
-      fmt::format("flowrun: {}: run {} ({}) of this spec", requeued(*job), record.run_id, record.run_dir);
+      fmt::format("flowrun: {}: run {} ({}) of this spec", why, record.run_id, record.run_dir);
   if (record.finished && record.exit_code == 0) {
     std::cerr << done << " succeeded already; nothing to run\n";
     return kExitOk;
@@ -397,7 +420,14 @@ std::optional<int> resume_requeued_job(const Spec& spec, const HostFacts& host,
   std::cerr.flush();
   run.resume = std::move(from);
   // A run id or directory given on the command line is the earlier run's.
-  const std::string suffix = fmt::format("-requeue{}", job->restart_count);
+  // A gang's head without attempts counts the runs of its gang instead.
+  const int restart = !question.gang ? question.restart_count
+                      : question.attempt
+                          ? *question.attempt
+                          : static_cast<int>(std::count_if(runs.begin(), runs.end(), [&](const RunRecord& r) {
+                              return r.gang_id == question.job_id;
+                            }));
+  const std::string suffix = fmt::format("-requeue{}", restart);
   run.run_id = run.run_id.empty() ? make_run_id(spec.name) : derived_name(run.run_id, suffix, kMaxNameLength);
   if (!run.run_dir.empty()) {
     const std::filesystem::path dir = run_dir_for(spec, "requeue", run.run_dir);

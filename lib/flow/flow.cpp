@@ -16,6 +16,7 @@
 #include "flowrun/doctor.h"
 #include "flowrun/error.h"
 #include "flowrun/files.h"
+#include "flowrun/gang.h"
 #include "flowrun/join.h"
 #include "flowrun/path.h"
 #include "flowrun/process.h"
@@ -172,6 +173,13 @@ RunRecord first_record(const Spec& spec, const HostFacts& host, const RunOptions
   if (auto job = read_slurm_restart(ctx.parent_env, nullptr)) {
     record.slurm_job_id = job->job_id;
     record.slurm_restart_count = job->restart_count;
+  }
+  // The gang it runs on, by which the head's next pod finds this run again.
+  if (host.gang) {
+    if (auto gang = read_gang_identity(*host.gang, ctx.parent_env, nullptr)) {
+      record.gang_id = gang->id;
+      record.gang_attempt = gang->attempt;
+    }
   }
   return record;
 }

@@ -20,7 +20,12 @@ namespace fs = std::filesystem;
 const RunRecord* pick_requeued_run(const RequeueQuestion& q, const std::vector<RunRecord>& runs) {
   const RunRecord* best = nullptr;
   for (const auto& run : runs) {
-    if (run.slurm_job_id != q.job_id || run.slurm_restart_count >= q.restart_count) continue;
+    if (q.gang) {
+      if (run.gang_id.empty() || run.gang_id != q.job_id) continue;
+      if (q.attempt && run.gang_attempt && *run.gang_attempt >= *q.attempt) continue;
+    } else if (run.slurm_job_id != q.job_id || run.slurm_restart_count >= q.restart_count) {
+      continue;
+    }
     if (run.spec_file.empty() || run.spec_file != q.spec_file || run.args != q.args) continue;
     if (best == nullptr || std::tie(run.start_unix_ns, run.slurm_restart_count, run.run_id) >
                                std::tie(best->start_unix_ns, best->slurm_restart_count, best->run_id))
@@ -77,8 +82,10 @@ std::string requeue_line(const RequeueQuestion& q, const RunRecord& record,
     }
   }
   std::string line =
-      fmt::format("flowrun: resuming run {}: Slurm job {} was requeued (SLURM_RESTART_COUNT={}); ",
-                  record.run_id, q.job_id, q.restart_count);
+      q.gang ? fmt::format("flowrun: resuming run {}: the gang's head started again ({}); ", record.run_id,
+                           q.said)
+             : fmt::format("flowrun: resuming run {}: Slurm job {} was requeued (SLURM_RESTART_COUNT={}); ",
+                           record.run_id, q.job_id, q.restart_count);
   line += kept.empty() ? "no step kept" : "kept " + join(kept, ", ");
   for (const auto& part : again) line += "; " + part;
   return line;

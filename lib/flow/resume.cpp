@@ -157,6 +157,10 @@ std::string format_run_json(const RunRecord& record) {
   json["slurm"] = record.slurm_job_id.empty()
                       ? Json()
                       : Json{{"job_id", record.slurm_job_id}, {"restart_count", record.slurm_restart_count}};
+  json["gang"] = record.gang_id.empty()
+                     ? Json()
+                     : Json{{"id", record.gang_id},
+                            {"attempt", record.gang_attempt ? Json(*record.gang_attempt) : Json()}};
   Json& attempts = json["attempts_started"] = Json::object();
   for (const auto& [step, count] : record.attempts_started) attempts[step] = count;
   // Paths and arguments are bytes, which resume and a requeue need exactly.
@@ -217,6 +221,10 @@ RunRecord parse_run_json(const std::string& text, const std::string& path) {
   if (const Json* slurm = find(*doc, "slurm")) {
     if (const auto* job = find_string(*slurm, "job_id")) record.slurm_job_id = *job;
     record.slurm_restart_count = find_int(*slurm, "restart_count").value_or(0);
+  }
+  if (const Json* gang = find(*doc, "gang")) {
+    if (const auto* gang_id = find_string(*gang, "id")) record.gang_id = *gang_id;
+    record.gang_attempt = find_int(*gang, "attempt");
   }
   if (const Json* attempts = find(*doc, "attempts_started"); attempts && attempts->is_object()) {
     for (const auto& [step, count] : attempts->items()) {

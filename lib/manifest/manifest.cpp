@@ -123,6 +123,14 @@ Json container(const std::string& name, const PodShape& shape, const ManifestOpt
   Json env = Json::array({env_value("FLOWRUN_TOKEN_FILE", std::string(kTokenFilePath)),
                           env_value("FLOWRUN_GANG_NODES", std::to_string(shape.pods)),
                           env_value("FLOWRUN_GANG_HEAD", head_host(name, options.jobset))});
+  // The gang's identity across its head's restarts (read_gang_identity):
+  // the Job's uid, or the JobSet's, whose restarts make new child Jobs.
+  env.push_back(
+      {{"name", "FLOWRUN_GANG_ID"},
+       {"valueFrom",
+        {{"fieldRef",
+          {{"fieldPath", options.jobset ? "metadata.labels['jobset.sigs.k8s.io/jobset-uid']"
+                                        : "metadata.labels['batch.kubernetes.io/controller-uid']"}}}}}});
   if (options.jobset)
     env.push_back({{"name", "FLOWRUN_JOBSET_NAME"},
                    {"valueFrom",

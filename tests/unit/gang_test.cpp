@@ -409,3 +409,39 @@ TEST_CASE("gang: torchrun's PET_NODE_RANK exported by hand, without PET_NNODES, 
   CHECK(read->platform == GangPlatform::none);
   CHECK(error.empty());
 }
+
+TEST_CASE("read_gang_identity: what identifies a gang across its head's restarts", "[gang]") {
+  std::string error;
+  auto identity = [&](GangPlatform platform, const EnvMap& env) {
+    GangRead gang;
+    gang.platform = platform;
+    error.clear();
+    return read_gang_identity(gang, env, &error);
+  };
+  // FLOWRUN_GANG_ID wins, on any platform.
+  auto id = identity(GangPlatform::indexed_job, {{"FLOWRUN_GANG_ID", "3f0c"}});
+  REQUIRE(id);
+  CHECK(id->id == "3f0c");
+  CHECK(!id->attempt);
+  CHECK(id->said == "FLOWRUN_GANG_ID=3f0c");
+  CHECK(identity(GangPlatform::aws_batch, {{"FLOWRUN_GANG_ID", "x"}, {"AWS_BATCH_JOB_ID", "j#0"}})->id ==
+        "x");
+  // Kubernetes without it: none, and no error.
+  CHECK(!identity(GangPlatform::pytorchjob, {{"RANK", "0"}}));
+  CHECK(error.empty());
+  CHECK(!identity(GangPlatform::none, {{"FLOWRUN_GANG_ID", "3f0c"}}));
+  // AWS Batch: the job, less the node's "#index", and its attempt.
+  id = identity(GangPlatform::aws_batch, {{"AWS_BATCH_JOB_ID", "a1b2#0"}, {"AWS_BATCH_JOB_ATTEMPT", "2"}});
+  REQUIRE(id);
+  CHECK(id->id == "a1b2");
+  CHECK(id->attempt == 2);
+  CHECK(id->said == "AWS_BATCH_JOB_ID=a1b2#0, AWS_BATCH_JOB_ATTEMPT=2");
+  CHECK(!identity(GangPlatform::aws_batch, {{"AWS_BATCH_JOB_ID", "a1b2"}, {"AWS_BATCH_JOB_ATTEMPT", "two"}}));
+  CHECK(error.find("AWS_BATCH_JOB_ATTEMPT='two'") != std::string::npos);
+  // SkyPilot: the task id a managed job's recoveries keep.
+  id = identity(GangPlatform::skypilot, {{"SKYPILOT_TASK_ID", "sky-2026_c_1"}});
+  REQUIRE(id);
+  CHECK(id->id == "sky-2026_c_1");
+  CHECK(!identity(GangPlatform::indexed_job, {{"FLOWRUN_GANG_ID", "a b"}}));
+  CHECK(error.find("FLOWRUN_GANG_ID='a b' is no gang id") != std::string::npos);
+}

@@ -250,7 +250,9 @@ TEST_CASE("the Secret, the headless Service and the Indexed Job, field by field"
   CHECK(c["command"] == Json::parse(R"(["flowrun", "train.yaml"])"));
   CHECK(c["workingDir"] == "/workspace");
   CHECK(c["env"] == Json::parse(R"([{"name": "FLOWRUN_TOKEN_FILE", "value": "/etc/flowrun/token"},
-      {"name": "FLOWRUN_GANG_NODES", "value": "3"}, {"name": "FLOWRUN_GANG_HEAD", "value": "train-0.train"}])"));
+      {"name": "FLOWRUN_GANG_NODES", "value": "3"}, {"name": "FLOWRUN_GANG_HEAD", "value": "train-0.train"},
+      {"name": "FLOWRUN_GANG_ID", "valueFrom": {"fieldRef":
+          {"fieldPath": "metadata.labels['batch.kubernetes.io/controller-uid']"}}}])"));
   CHECK(c["ports"] == Json::parse(R"([{"name": "flowrun", "containerPort": 29400, "protocol": "TCP"}])"));
   CHECK(c["resources"] == Json::parse(R"({"limits": {"nvidia.com/gpu": 8}})"));
   CHECK(c["volumeMounts"] ==
@@ -298,6 +300,8 @@ TEST_CASE("--jobset: a JobSet of one replicated job in place of the Service and 
       {"name": "FLOWRUN_TOKEN_FILE", "value": "/etc/flowrun/token"},
       {"name": "FLOWRUN_GANG_NODES", "value": "2"},
       {"name": "FLOWRUN_GANG_HEAD", "value": "train-node-0-0.train"},
+      {"name": "FLOWRUN_GANG_ID", "valueFrom": {"fieldRef":
+          {"fieldPath": "metadata.labels['jobset.sigs.k8s.io/jobset-uid']"}}},
       {"name": "FLOWRUN_JOBSET_NAME", "valueFrom": {"fieldRef":
           {"fieldPath": "metadata.labels['jobset.sigs.k8s.io/jobset-name']"}}}])"));
 

@@ -170,3 +170,61 @@ TEST_CASE("requeue_line: which run, why, what is kept and what restarts where", 
         "flowrun: resuming run flow-a: Slurm job 4242 was requeued (SLURM_RESTART_COUNT=1); kept 'prepare', "
         "'train'");
 }
+
+TEST_CASE("pick_requeued_run: a gang's restarted head finds the run of the same gang", "[requeue]") {
+  // Kubernetes numbers no attempts: any earlier run of the gang, the latest.
+  RequeueQuestion q = asked();
+  q.job_id = "uid-1";
+  q.gang = true;
+  RunRecord a = run_of("a", "", 0, 10);
+  a.gang_id = "uid-1";
+  RunRecord b = run_of("b", "", 0, 20);
+  b.gang_id = "uid-1";
+  RunRecord other = run_of("other", "", 0, 30);
+  other.gang_id = "uid-2";
+  RunRecord slurm = run_of("slurm", "uid-1", 0, 40);  // a Slurm job's id is no gang's
+  CHECK(picked(q, {a, b, other, slurm}) == "b");
+  CHECK(picked(q, {other, slurm}) == "none");
+  RunRecord elsewhere = b;
+  elsewhere.spec_file = "/w/other.yaml";
+  CHECK(picked(q, {a, elsewhere}) == "a");
+
+  // AWS Batch numbers them: an earlier attempt's run only, and where the
+  // earlier run had none, it is taken.
+  q.attempt = 2;
+  a.gang_attempt = 1;
+  b.gang_attempt = 2;
+  CHECK(picked(q, {a, b}) == "a");
+  b.gang_attempt.reset();
+  CHECK(picked(q, {a, b}) == "b");
+
+  // And a Slurm question finds no gang's run.
+  RunRecord gang_run = run_of("g", "", 1, 50);
+  gang_run.gang_id = "4242";
+  CHECK(picked(asked(), {gang_run}) == "none");
+}
+
+TEST_CASE("run.json records the gang, and reads it back", "[requeue]") {
+  RunRecord r = run_of("a", "", 0, 10);
+  CHECK(parse_run_json(format_run_json(r), "run.json").gang_id.empty());
+  r.gang_id = "uid-1";
+  RunRecord back = parse_run_json(format_run_json(r), "run.json");
+  CHECK(back.gang_id == "uid-1");
+  CHECK(!back.gang_attempt);
+  r.gang_attempt = 3;
+  back = parse_run_json(format_run_json(r), "run.json");
+  CHECK(back.gang_attempt == 3);
+}
+
+TEST_CASE("requeue_line: a gang's head names the variables it was found by", "[requeue]") {
+  RequeueQuestion q = asked();
+  q.gang = true;
+  q.job_id = "uid-1";
+  q.said = "FLOWRUN_GANG_ID=uid-1";
+  const RunRecord record = run_of("a", "", 0, 10);
+  const std::map<std::string, PriorStep> prior = {{"prepare", ended("succeeded", "succeeded")},
+                                                  {"train", ended("failed", "failed")}};
+  CHECK(requeue_line(q, record, {reused("prepare"), runs("train")}, prior, {{"train", 1}}) ==
+        "flowrun: resuming run a: the gang's head started again (FLOWRUN_GANG_ID=uid-1); kept 'prepare'; "
+        "'train' restarts at TORCHELASTIC_RESTART_COUNT=1");
+}

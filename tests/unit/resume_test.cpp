@@ -247,6 +247,7 @@ TEST_CASE("run.json is written in a fixed shape and read back", "[resume]") {
   "resumed_from": null,
   "error": null,
   "slurm": null,
+  "gang": null,
   "attempts_started": {}
 }
 )");
@@ -273,6 +274,7 @@ TEST_CASE("run.json is written in a fixed shape and read back", "[resume]") {
     "job_id": "4242",
     "restart_count": 1
   },
+  "gang": null,
   "attempts_started": {
     "train": 3
   }

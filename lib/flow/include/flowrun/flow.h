@@ -158,6 +158,8 @@ struct RunRecord {
   std::string error;                  // empty: null
   std::string slurm_job_id;           // empty: "slurm" is null
   int slurm_restart_count = 0;
+  std::string gang_id;  // empty: "gang" is null; read_gang_identity's
+  std::optional<int> gang_attempt;
   std::vector<std::pair<std::string, int>> attempts_started;  // step, attempts; in the order they started
 };
 
@@ -288,17 +290,26 @@ std::string absolute_spec_file(const Spec& spec);
 // What `flowrun SPEC` in a requeued Slurm job (SLURM_RESTART_COUNT > 0) asks
 // to find the run it resumes.
 struct RequeueQuestion {
-  std::string job_id;             // SLURM_JOB_ID
+  std::string job_id;             // SLURM_JOB_ID; a gang's id (gang.id in run.json)
   int restart_count = 0;          // SLURM_RESTART_COUNT
   std::string spec_file;          // absolute_spec_file of the spec given
   std::vector<std::string> args;  // the arguments after --
+  // A gang's head that started again, rather than a Slurm job: its id is
+  // job_id, its attempt where the platform numbers them, and `said` the
+  // variables read, for the console's line.
+  bool gang = false;
+  std::optional<int> attempt;
+  std::string said;
 };
 
 // Pure. Among `runs` (the records of a runs directory), the run of this job
 // that the requeued `flowrun SPEC` resumes: one that ran in the same Slurm
 // job (slurm.job_id) before this restart (its slurm.restart_count below
 // this one), the same spec file with the same arguments after --; of several,
-// the one that started last. nullptr when there is none.
+// the one that started last. For a gang's head (question.gang): a run of the
+// same gang (gang.id), of an earlier attempt where both were numbered, else of
+// any: a platform that numbers no attempts starts a head only once a gang
+// unless its pod was lost. nullptr when there is none.
 const RunRecord* pick_requeued_run(const RequeueQuestion& question, const std::vector<RunRecord>& runs);
 
 // The records of the runs in `runs_dir`: each subdirectory's run.json that

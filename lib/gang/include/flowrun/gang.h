@@ -123,4 +123,26 @@ struct GangRead {
 // whose length is not the node count.
 std::optional<GangRead> read_gang(const EnvMap& env, std::string* error);
 
+// What identifies a gang across its head's restarts, by which a restarted
+// head finds the run its earlier pod began (run.json's "gang"), as a requeued
+// Slurm job finds its own by SLURM_JOB_ID. The platform replaces a lost
+// pod, or reruns the whole gang, under the same identity:
+//  - FLOWRUN_GANG_ID, on any platform, wins: flowrun manifest sets it from
+//    the downward API to the Job's uid (label batch.kubernetes.io/controller-uid)
+//    or, for a JobSet, whose restarts make new child Jobs, to the JobSet's
+//    (label jobset.sigs.k8s.io/jobset-uid). A PyTorchJob's or TrainJob's pod
+//    template sets it by hand (docs/kubernetes.md).
+//  - AWS Batch: AWS_BATCH_JOB_ID, less its "#<node index>", and the attempt
+//    AWS_BATCH_JOB_ATTEMPT (1 on the first), which a retry raises.
+//  - SkyPilot: SKYPILOT_TASK_ID, which a managed job's recoveries keep.
+// nullopt for none of these (a head that cannot resume), or for a value
+// that cannot be an id, with *error naming the variable and the fix.
+inline constexpr std::string_view kGangIdVariable = "FLOWRUN_GANG_ID";
+struct GangIdentity {
+  std::string id;
+  std::optional<int> attempt;  // where the platform numbers its attempts
+  std::string said;            // "NAME=value[, NAME=value]", for messages
+};
+std::optional<GangIdentity> read_gang_identity(const GangRead& gang, const EnvMap& env, std::string* error);
+
 }  // namespace flowrun
