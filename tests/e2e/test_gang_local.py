@@ -9,6 +9,7 @@ network and mount namespaces; these tests cover what needs neither, in the build
 
   python3 -m pytest tests/e2e/test_gang_local.py [--flowrun PATH]
 """
+import json
 import os
 import signal
 import socket
@@ -194,6 +195,48 @@ steps:
     assert g.wait(1) == 1, g.log(1)
     assert "flowrun agent: pod-1: lost the head at 127.0.0.1:" in g.log(1)
     wait_for(lambda: no_processes_left(str(scratch)) == [], 10)
+
+
+def test_a_restarted_head_resumes_its_gangs_run(gang, scratch):
+    """The head's pod replaced by the platform, the workdir on a volume: the new head finds the run of the
+    same gang (FLOWRUN_GANG_ID) and resumes it as a requeued Slurm job does."""
+    g = gang(pytorchjob(free_port(), 2), extra={"FLOWRUN_GANG_ID": "3f0c1a2e-uid"})
+    fail_once = ("import os, sys; print('rank', os.environ['RANK'], 'trains', flush=True); "
+                 "first = os.environ['RANK'] == '1' and not os.path.exists('failed-once'); "
+                 "open('failed-once', 'a').close(); sys.exit(3 if first else 0)")
+    write(os.path.join(scratch, "flow.yaml"), f"""name: g
+steps:
+  - name: prepare
+    run: [sh, -c, "echo prepared >> prepared.txt"]
+  - name: train
+    run: [python3, -c, "{fail_once}"]
+    parallel: {{gpus: all}}
+""")
+    g.start(0, "flow.yaml")
+    g.start(1, "flow.yaml")
+    assert g.wait(0) == 3, g.log(0)
+    assert g.wait(1) == 3, g.log(1)
+    runs = os.path.join(scratch, ".flowrun", "runs")
+    (first,) = [r for r in os.listdir(runs) if r != "latest"]
+    with open(os.path.join(runs, first, "run.json")) as f:
+        assert json.load(f)["gang"] == {"id": "3f0c1a2e-uid", "attempt": None}
+
+    g.start(0, "flow.yaml")  # the head's new pod, and a new agent, in the same workdir
+    g.start(1, "flow.yaml")
+    assert g.wait(0) == 0, g.log(0)
+    assert g.wait(1) == 0, g.log(1)
+    head = g.log(0)
+    assert (f"flowrun: resuming run {first}: the gang's head started again (FLOWRUN_GANG_ID=3f0c1a2e-uid); "
+            "kept 'prepare'; 'train' restarts at TORCHELASTIC_RESTART_COUNT=1") in head
+    assert "rank 1 trains" in head
+    with open(os.path.join(scratch, "prepared.txt")) as f:
+        assert f.read() == "prepared\n"  # prepare ran once, in the first head
+    (second,) = [r for r in os.listdir(runs) if r not in ("latest", first)]
+    with open(os.path.join(runs, second, "run.json")) as f:
+        record = json.load(f)
+    assert record["resumed_from"]["run_id"] == first and record["resumed_from"]["by"] == "requeue"
+    assert record["exit_code"] == 0 and record["steps"] == {"prepare": "reused", "train": "succeeded"}
+    assert no_processes_left(str(scratch)) == []
 
 
 def test_a_gang_without_a_token_is_refused_with_the_fix(gang, scratch):
