@@ -380,8 +380,8 @@ int run_cli(int argc, char** argv) {
       ->type_name("FILE");
   app.add_flag(
       "--no-requeue-resume", options.no_requeue_resume,
-      "In a requeued Slurm job (SLURM_RESTART_COUNT > 0), start afresh instead of resuming the job's "
-      "earlier run of SPEC");
+      "In a requeued Slurm job (SLURM_RESTART_COUNT > 0), or on a gang's restarted head, start afresh "
+      "instead of resuming the job's or gang's earlier run of SPEC");
 
   auto* validate = app.add_subcommand("validate", "Check a spec and report every problem at once");
   validate->add_option("spec", options.spec_path, "The flow spec")->required()->type_name("SPEC");

@@ -325,12 +325,13 @@ def jobset_pods(name, spec, rng, objects, services):
         subdomain = network.get("subdomain") or name
         services.setdefault(subdomain, {"clusterIP": "None", "selector": {JOBSET + "jobset-name": name},
                                         "publishNotReadyAddresses": network.get("publishNotReadyAddresses", True)})
-    pods, global_index = [], 0
+    pods, global_index, jobset_uid = [], 0, uid(rng)
     for rjob in spec.get("replicatedJobs") or []:
         rname, replicas = rjob["name"], int(rjob.get("replicas", 1))
         for j in range(replicas):
             job = f"{name}-{rname}-{j}"
-            marks = {JOBSET + "jobset-name": name, JOBSET + "replicatedjob-name": rname,
+            marks = {JOBSET + "jobset-name": name, JOBSET + "jobset-uid": jobset_uid,
+                     JOBSET + "replicatedjob-name": rname,
                      JOBSET + "replicatedjob-replicas": str(replicas), JOBSET + "job-index": str(j),
                      JOBSET + "job-global-index": str(global_index), JOBSET + "restart-attempt": "0",
                      JOBSET + "job-key": hashlib.sha1(f"{NAMESPACE}/{job}".encode()).hexdigest()}

@@ -429,6 +429,10 @@ TEST_CASE("read_gang_identity: what identifies a gang across its head's restarts
   // Kubernetes without it: none, and no error.
   CHECK(!identity(GangPlatform::pytorchjob, {{"RANK", "0"}}));
   CHECK(error.empty());
+  // Empty, as the downward API gives a label the pod lacks: unset.
+  CHECK(!identity(GangPlatform::jobset, {{"FLOWRUN_GANG_ID", ""}}));
+  CHECK(error.empty());
+  CHECK(identity(GangPlatform::skypilot, {{"FLOWRUN_GANG_ID", ""}, {"SKYPILOT_TASK_ID", "t"}})->id == "t");
   CHECK(!identity(GangPlatform::none, {{"FLOWRUN_GANG_ID", "3f0c"}}));
   // AWS Batch: the job, less the node's "#index", and its attempt.
   id = identity(GangPlatform::aws_batch, {{"AWS_BATCH_JOB_ID", "a1b2#0"}, {"AWS_BATCH_JOB_ATTEMPT", "2"}});
