@@ -47,7 +47,8 @@ std::optional<GangIdentity> read_gang_identity(const GangRead& gang, const EnvMa
   };
   if (gang.platform == GangPlatform::none) return std::nullopt;
   // Empty is unset: the downward API gives a label the pod lacks as "".
-  if (const auto id = env_get(env, std::string(kGangIdVariable)); id && !id->empty()) return take(kGangIdVariable);
+  if (const auto id = env_get(env, std::string(kGangIdVariable)); id && !id->empty())
+    return take(kGangIdVariable);
   if (gang.platform == GangPlatform::aws_batch) {
     auto id = take("AWS_BATCH_JOB_ID");
     if (!id) return id;
