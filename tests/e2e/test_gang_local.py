@@ -239,6 +239,44 @@ steps:
     assert no_processes_left(str(scratch)) == []
 
 
+def test_a_head_killed_mid_step_is_resumed_by_its_next_pod(gang, scratch):
+    """The head's pod killed while a parallel step runs: its agent ends, and the head's next pod resumes the
+    run, keeping what succeeded and running the interrupted step again."""
+    g = gang(pytorchjob(free_port(), 2), extra={"FLOWRUN_GANG_ID": "9d2e-uid"})
+    hang_once = ("import os, time; print('rank', os.environ['RANK'], 'trains', flush=True); "
+                 "first = not os.path.exists('ran-once'); open('ran-once', 'a').close(); "
+                 "time.sleep(600 if first else 0)")
+    write(os.path.join(scratch, "flow.yaml"), f"""name: g
+cluster:
+  engine: gang
+  heartbeat_timeout: 2
+steps:
+  - name: prepare
+    run: [sh, -c, "echo prepared >> prepared.txt"]
+  - name: train
+    run: [python3, -c, "{hang_once}"]
+    parallel: {{gpus: all}}
+""")
+    g.start(0, "flow.yaml")
+    g.start(1, "flow.yaml")
+    wait_for(lambda: "rank 1 trains" in g.log(0), 30)
+    g.kill(0)
+    g.wait(0)
+    assert g.wait(1) == 1, g.log(1)
+    runs = os.path.join(scratch, ".flowrun", "runs")
+    (first,) = [r for r in os.listdir(runs) if r != "latest"]
+
+    g.start(0, "flow.yaml")
+    g.start(1, "flow.yaml")
+    assert g.wait(0) == 0, g.log(0)
+    assert g.wait(1) == 0, g.log(1)
+    assert (f"flowrun: resuming run {first}: the gang's head started again (FLOWRUN_GANG_ID=9d2e-uid); "
+            "kept 'prepare'; 'train' restarts at TORCHELASTIC_RESTART_COUNT=1") in g.log(0)
+    with open(os.path.join(scratch, "prepared.txt")) as f:
+        assert f.read() == "prepared\n"
+    wait_for(lambda: no_processes_left(str(scratch)) == [], 10)
+
+
 def test_a_gang_without_a_token_is_refused_with_the_fix(gang, scratch):
     g = gang(pytorchjob(free_port(), 2), token=None)
     spec = flow(str(scratch))
