@@ -37,13 +37,13 @@ def case_gang(args, work, launchers):
     (image / "rank.py").write_text("import os, time\n"
                                    "print('rank', os.environ['RANK'], 'starts at', time.monotonic(), flush=True)\n")
     flowrun = str(W.flowrun)
-    manifest = subprocess.run([flowrun, "manifest", "gang.yaml", "--image", "bench"], capture_output=True,
-                              text=True, cwd=image)
+    manifest = subprocess.run([flowrun, "manifest", "gang.yaml", "--image", "bench", "--workdir", "/workspace"],
+                              capture_output=True, text=True, cwd=image)
     if manifest.returncode != 0:
         row.failures.append(f"flowrun manifest: {manifest.stderr[-400:]}")
         return
     text = manifest.stdout
-    row.command = show([flowrun, "manifest", "gang.yaml", "--image", "bench"]) + \
+    row.command = show([flowrun, "manifest", "gang.yaml", "--image", "bench", "--workdir", "/workspace"]) + \
         f" | tests/pods/podsim.py up - ({PODS} pods, started in a random order)"
     for i in range(-1, args.mn_runs):
         seed = random.randrange(1 << 30)

@@ -708,10 +708,6 @@ steps:
         join = '  - name: join\n    join: train\n    run: ' + sh_yaml('touch "$0/join.ran"', "@DIR@") + "\n"
         n = self.nodes("agent_sigkill", spec_text("agentkill", sh_yaml(self.NODE_RANK), collect="all",
                                                   more_steps=join))
-        with open(n.spec) as f:
-            text = f.read().replace("@DIR@", n.dir)
-        with open(n.spec, "w") as f:
-            f.write(text)
         if not n.begin("agent sigkill"):
             return
         if not self.check(bool(self.wait_ready(n.dir, 4, n.head)), "agent sigkill: every rank starts",
@@ -746,10 +742,6 @@ steps:
         script = f'if [ "$TORCHELASTIC_RESTART_COUNT" = 0 ]; then {first}; fi; {RESULT}'
         n = self.nodes("agent_sigkill_spare", spec_text("agentspare", sh_yaml(script), collect="all",
                                                         extra="      spare_nodes: 1\n", more_steps=join))
-        with open(n.spec) as f:
-            text = f.read().replace("@DIR@", n.dir)
-        with open(n.spec, "w") as f:
-            f.write(text)
         argv = n.command()
         if not self.check(argv is not None, "agent sigkill spare: the head prints the agent command", n.detail()):
             return
@@ -840,10 +832,6 @@ steps:
         spec = spec_text(name, sh_yaml('echo "rank $RANK result" > "$FLOWRUN_OUTPUT_DIR/result.txt"'),
                          collect="all", more_steps=join)
         n = self.nodes(name, spec)
-        with open(n.spec) as f:
-            text = f.read().replace("@DIR@", n.dir)
-        with open(n.spec, "w") as f:
-            f.write(text)
         argv = n.command()
         if not self.check(argv is not None, f"{name}: the head prints the agent command", n.detail()):
             return

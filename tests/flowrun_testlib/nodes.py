@@ -52,8 +52,10 @@ class Nodes:
         self.dir = os.path.join(suite.scratch, name)
         os.makedirs(self.dir)
         self.spec = os.path.join(self.dir, "spec.yaml")
+        # @DIR@ in the spec is this directory, written before the head starts (a spec rewritten
+        # after it may be read as it was).
         with open(self.spec, "w") as f:
-            f.write(spec)
+            f.write(spec.replace("@DIR@", self.dir))
         self.run_dir = os.path.join(self.dir, "run")
         self.tmp = os.path.join(self.dir, "tmp")  # the agents' TMPDIR (their node-local scratch)
         os.makedirs(self.tmp)
