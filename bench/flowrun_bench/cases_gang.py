@@ -66,7 +66,7 @@ def gang_once(sim, flowrun, manifest, image, seed):
         starts = [float(t) for _, t in RANK_LINE.findall(pods.log(keys[0]))]
         if len(starts) != len(keys):
             return None, f"{len(starts)} rank lines, not {len(keys)}: {pods.log(keys[0])[-400:]}"
-        last_pod = max(pods.pod(k)["at"] for k in keys)
+        last_pod = max(pods.rec[k]["at"] for k in keys)  # when the kubelet started it
         return {"ready_ns": (max(starts) - last_pod) * 1e9, "pods": len(keys)}, None
     finally:
         pods.down()

@@ -203,7 +203,7 @@ def test_a_restarted_head_resumes_its_gangs_run(gang, scratch):
     g = gang(pytorchjob(free_port(), 2), extra={"FLOWRUN_GANG_ID": "3f0c1a2e-uid"})
     fail_once = ("import os, sys; print('rank', os.environ['RANK'], 'trains', flush=True); "
                  "first = os.environ['RANK'] == '1' and not os.path.exists('failed-once'); "
-                 "open('failed-once', 'a').close(); sys.exit(3 if first else 0)")
+                 "first and open('failed-once', 'a').close(); sys.exit(3 if first else 0)")
     write(os.path.join(scratch, "flow.yaml"), f"""name: g
 steps:
   - name: prepare
