@@ -89,7 +89,7 @@ struct GangLobby::Impl {
       : sup_(supervisor),
         console_(console),
         o_(std::move(options)),
-        interval_s_(std::clamp(o_.heartbeat_timeout_s / 4, 0.05, 5.0)),
+        interval_s_(cluster::heartbeat_interval_s(o_.heartbeat_timeout_s)),
         door_(std::move(door)),
         heartbeat_(sup_.io()),
         start_ns_(monotonic_now_ns()) {
@@ -344,7 +344,7 @@ namespace {
 
 std::unique_ptr<NodeDoor> listen_for_gang(Supervisor& supervisor, const Console& console,
                                           const GangLobbyOptions& o) {
-  const double interval = std::clamp(o.heartbeat_timeout_s / 4, 0.05, 5.0);
+  const double interval = cluster::heartbeat_interval_s(o.heartbeat_timeout_s);
   auto listener = std::make_unique<cluster::Listener>(supervisor.io(), console, "gang", o.token, interval,
                                                       o.heartbeat_timeout_s);
   listener->listen("0.0.0.0", static_cast<std::uint16_t>(o.port));

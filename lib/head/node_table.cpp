@@ -33,6 +33,8 @@ Admission claim_node_rank(int claim, const std::vector<bool>& joined,
   return {rank, {}};
 }
 
+double heartbeat_interval_s(double timeout_s) { return std::clamp(timeout_s / 4, 0.05, 5.0); }
+
 std::optional<std::string> heartbeat_silence(std::int64_t now_ns, std::int64_t last_heard_ns,
                                              double timeout_s) {
   const double silent = static_cast<double>(now_ns - last_heard_ns) / 1e9;

@@ -51,6 +51,11 @@ struct Node {
   bool stays = false;  // a gang's agent (Joiner::stays)
 };
 
+// How often the head and an agent send heartbeats for `timeout_s`
+// (cluster.heartbeat_timeout): a quarter of it, within 50 ms and 5 s. The
+// listener's welcome tells the agents. Pure.
+double heartbeat_interval_s(double timeout_s);
+
 // Why a node last heard from at `last_heard_ns` is lost at `now_ns` (both
 // on the monotonic clock): silent for more than `timeout_s`
 // (cluster.heartbeat_timeout). Nothing while it is within it. Pure.

@@ -107,7 +107,7 @@ class Head : public GroupObserver, public cluster::NodeInbox {
         io_(supervisor.io()),
         heartbeat_timer_(io_),
         timeout_s_(cluster_.heartbeat_timeout_s),
-        interval_s_(std::clamp(timeout_s_ / 4, 0.05, 5.0)),
+        interval_s_(cluster::heartbeat_interval_s(timeout_s_)),
         reach_(std::move(reach)),
         door_(reach_.door(plan_.step, token_, interval_s_, timeout_s_)),
         uploads_(plan_, job_.ctx.layout, write_error_, [this](int node, const std::string& what) {
