@@ -159,6 +159,7 @@ struct Options {
   std::string run_dir;
   std::string ranks = "all";
   double grace_s = 10;
+  double console_wait_s = kDefaultConsoleWaitS;
   std::string color = "auto";
   std::string python;        // --python: overrides the spec's `python:`
   std::string summary_file;  // --summary-json
@@ -230,6 +231,7 @@ int cmd_run(const Options& options, SummaryTarget& target) {
   run.run_dir = options.run_dir;
   run.console_ranks = parse_rank_list(options.ranks);
   run.grace_s = options.grace_s;
+  run.console_wait_s = options.console_wait_s;
   run.color = color_choice(options.color);
   Planned p = plan_spec(options);
   // Every node simulates what this one does.
@@ -356,6 +358,12 @@ int run_cli(int argc, char** argv) {
       ->type_name("LIST");
   app.add_option("--grace", options.grace_s,
                  "Seconds a stopped worker gets between SIGTERM and SIGKILL (default 10)")
+      ->check(seconds_between(0, 3600))
+      ->type_name("SECONDS");
+  app.add_option(
+         "--console-wait", options.console_wait_s,
+         "Seconds a console reader that takes nothing holds the ranks up before their lines past a 4 MiB "
+         "backlog are dropped and counted (default 5; 0: drop at once); the log files get every line")
       ->check(seconds_between(0, 3600))
       ->type_name("SECONDS");
   app.add_option("--color", options.color,

@@ -40,6 +40,7 @@ struct ResumeOptions {
   std::string run_dir;
   std::string ranks = "all";
   double grace_s = 10;
+  double console_wait_s = kDefaultConsoleWaitS;
   std::string color = "auto";
   std::string python;
   bool json = false;         // --json
@@ -179,6 +180,7 @@ RunOptions inherited_run_options(const ResumeOptions& options, const RunRecord& 
   run.run_dir = options.run_dir;
   run.console_ranks = parse_rank_list(options.ranks);
   run.grace_s = options.grace_s;
+  run.console_wait_s = options.console_wait_s;
   run.color = color_choice(options.color);
   run.fake_gpus = fake_gpus_from_env(options.fake_gpus, env);
   if (run.fake_gpus < 0 && record.fake_gpus) {
@@ -260,6 +262,12 @@ int cmd_resume(int argc, char** argv) {
       ->type_name("LIST");
   app.add_option("--grace", options.grace_s,
                  "Seconds a stopped worker gets between SIGTERM and SIGKILL (default 10)")
+      ->check(seconds_between(0, 3600))
+      ->type_name("SECONDS");
+  app.add_option(
+         "--console-wait", options.console_wait_s,
+         "Seconds a console reader that takes nothing holds the ranks up before their lines past a 4 MiB "
+         "backlog are dropped and counted (default 5; 0: drop at once); the log files get every line")
       ->check(seconds_between(0, 3600))
       ->type_name("SECONDS");
   app.add_option("--color", options.color, "Colour the rank prefixes: auto, always, never")

@@ -197,6 +197,7 @@ RunOptions run_options(const Request& r, const Spec& spec, const std::string& cw
   run.console_streams = console_streams(r);
   run.virtual_local_rank = r.virtual_local_rank;
   if (r.grace_s) run.grace_s = *r.grace_s;
+  if (r.console_wait_s) run.console_wait_s = *r.console_wait_s;
   run.stop_signals = r.stop_signals;
   run.color = color_choice(r.color);
   run.fake_gpus = fake;

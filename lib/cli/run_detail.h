@@ -58,6 +58,7 @@ struct Request {
   // flowrun's own
   bool dry_run = false;
   std::optional<double> grace_s;
+  std::optional<double> console_wait_s;
   std::string ranks;
   std::string color = "auto";
   std::string run_id;

@@ -105,6 +105,9 @@ constexpr OptionDef kOptionTable[] = {
      "silent ranks; exit 124",
      For::both, 0, Own::flowrun},
     {"ranks", Arg::value, "LIST", "Ranks shown on the console (all, 0, 0,2, 0-3)", For::run, 0, Own::flowrun},
+    {"console-wait", Arg::value, "SECONDS",
+     "How long a console reader that takes nothing holds the ranks up before lines are dropped (default 5)",
+     For::run, 0, Own::flowrun},
     {"color", Arg::value, "WHEN", "auto, always or never", For::run, 0, Own::flowrun},
     {"run-id", Arg::value, "ID", "Use this run id", For::run, 0, Own::flowrun},
     {"run-dir", Arg::value, "DIR", "Run directory (default: .flowrun/runs/RUN_ID)", For::run, 0,
@@ -192,6 +195,10 @@ void set_own_option(Request& r, const std::string& command, const std::string& n
     const auto g = parse_seconds(value, 0, 3600);
     if (!g) usage_error(command, "--grace " + value + ": expected seconds from 0 to 3600");
     r.grace_s = *g;
+  } else if (name == "console-wait") {
+    const auto w = parse_seconds(value, 0, 3600);
+    if (!w) usage_error(command, "--console-wait " + value + ": expected seconds from 0 to 3600");
+    r.console_wait_s = *w;
   } else if (name == "ranks") {
     r.ranks = value;
   } else if (name == "color") {

@@ -638,7 +638,7 @@ class FlowRunner {
   const RunOptions& options_;
   LaunchContext ctx_;
   LogStyle style_;
-  Console console_;
+  Console console_{.reader_wait_s = options_.console_wait_s};  // after options_
   Guardian guardian_;
   Supervisor* supervisor_ = nullptr;
   GangLobby* lobby_ = nullptr;  // a gang's, while the steps run

@@ -19,8 +19,12 @@ namespace asio = boost::asio;
 namespace {
 
 // What waits for a console reader that does not keep up; past it, the
-// workers' lines are dropped (and counted) until the reader takes some.
+// ranks are held until the reader has taken half of it.
 constexpr std::size_t kConsoleBacklog = 4 << 20;
+
+// Output a hold cannot stop (the head's lines from other nodes, already on
+// their way) is kept up to this much, then dropped and counted.
+constexpr std::size_t kConsoleBacklogCap = 16 * kConsoleBacklog;
 
 // How long the end of the run waits for a console reader that takes none
 // of what is still in the backlog.
@@ -51,15 +55,24 @@ struct ConsoleWriter::Stream {
   std::size_t dropped_total = 0;                          // since take_dropped()
   std::unique_ptr<asio::posix::stream_descriptor> watch;  // waits for room
   bool waiting = false;
+  // monotonic: when the reader last took output (or the backlog was empty,
+  // so that there was nothing for it to take).
+  std::int64_t taken_ns = 0;
+  bool idle =
+      false;  // it took nothing for the reader's wait: the workers' lines past the backlog are dropped
 
   bool nonblocking() const { return own_fd >= 0; }
+  bool full() const { return backlog.size() > kConsoleBacklog; }
 
   // Writes what the descriptor takes now; true when the backlog is empty.
   bool write_some() {
+    if (backlog.empty()) taken_ns = monotonic_now_ns();
     while (!backlog.empty()) {
       const ssize_t n = ::write(fd, backlog.data(), backlog.size());
       if (n > 0) {
         backlog.erase(0, static_cast<std::size_t>(n));
+        taken_ns = monotonic_now_ns();
+        idle = false;
       } else if (n < 0 && errno == EINTR) {
         continue;
       } else if (n < 0 && errno == EAGAIN) {
@@ -73,7 +86,11 @@ struct ConsoleWriter::Stream {
   }
 };
 
-ConsoleWriter::ConsoleWriter(asio::io_context& io, const Console& console) : err_fd_(console.err_fd) {
+ConsoleWriter::ConsoleWriter(asio::io_context& io, const Console& console, std::function<void(bool)> hold)
+    : err_fd_(console.err_fd),
+      hold_(std::move(hold)),
+      reader_wait_ns_(static_cast<std::int64_t>(std::max(0.0, console.reader_wait_s) * 1e9)),
+      idle_timer_(io) {
   // A console reader that went away (`flowrun f.yaml | head`) must not
   // kill flowrun with its workers running: writes fail with EPIPE instead.
   signal(SIGPIPE, SIG_IGN);
@@ -148,7 +165,8 @@ void ConsoleWriter::write(int i, std::string& text, bool droppable) {
     return;
   }
   cs.write_some();
-  if (droppable && cs.backlog.size() + text.size() > kConsoleBacklog) {
+  const std::size_t room = cs.idle || reader_wait_ns_ == 0 ? kConsoleBacklog : kConsoleBacklogCap;
+  if (droppable && cs.backlog.size() + text.size() > room) {
     const auto lines = static_cast<std::size_t>(std::count(text.begin(), text.end(), '\n'));
     cs.dropped_lines += lines;
     cs.dropped_total += lines;
@@ -158,6 +176,47 @@ void ConsoleWriter::write(int i, std::string& text, bool droppable) {
   text.clear();
   cs.write_some();
   wait_for_room(i);
+  update_hold();
+}
+
+void ConsoleWriter::update_hold() {
+  if (!hold_ || reader_wait_ns_ == 0) return;
+  bool full = false, drained = true;
+  for (auto& cs : streams_) {
+    if (cs->idle) continue;  // dropping: holding the ranks would not help its reader
+    full = full || cs->full();
+    drained = drained && cs->backlog.size() <= kConsoleBacklog / 2;
+  }
+  if (!holding_ && full) {
+    holding_ = true;
+    hold_(true);
+    watch_reader();
+  } else if (holding_ && drained) {
+    holding_ = false;
+    idle_timer_.cancel();
+    hold_(false);
+  }
+}
+
+void ConsoleWriter::watch_reader() {
+  // The earliest moment a full stream's reader has taken nothing for the wait.
+  std::int64_t due = 0;
+  for (auto& cs : streams_) {
+    if (cs->idle || !cs->full()) continue;
+    const std::int64_t at = cs->taken_ns + reader_wait_ns_;
+    due = due == 0 ? at : std::min(due, at);
+  }
+  if (due == 0) return;
+  idle_timer_.expires_after(std::chrono::nanoseconds(std::max<std::int64_t>(0, due - monotonic_now_ns())));
+  idle_timer_.async_wait([this](const boost::system::error_code& ec) {
+    if (ec || !holding_) return;
+    const std::int64_t now = monotonic_now_ns();
+    for (auto& cs : streams_) {
+      if (!cs->idle && cs->full() && now - cs->taken_ns >= reader_wait_ns_) cs->idle = true;
+    }
+    update_hold();
+    if (holding_) watch_reader();
+  });
 }
 
 std::size_t ConsoleWriter::take_dropped() {
@@ -180,6 +239,7 @@ void ConsoleWriter::wait_for_room(int i) {
         Stream& s = *streams_[i];
         s.waiting = false;
         if (ec) return;
+        const bool was_idle = s.idle;
         if (s.write_some() && s.dropped_lines > 0) {
           // The reader takes output again: say what it missed first.
           s.backlog = fmt::format(
@@ -190,6 +250,7 @@ void ConsoleWriter::wait_for_room(int i) {
           s.write_some();
         }
         wait_for_room(i);
+        if (was_idle != s.idle || holding_) update_hold();
       });
 }
 

@@ -308,7 +308,7 @@ struct Supervisor::Impl {
                        screen.write(0, out, true);
                        screen.write(1, err, true);
                      }};
-  ConsoleWriter screen{io, console};  // flowrun's stdout and stderr
+  ConsoleWriter screen{io, console, [this](bool hold) { pipes.hold_output(WorkerPipes::kConsole, hold); }};
   WorkerPipes pipes{io, workers,
                     [this](Worker& w, bool is_err, std::string_view data, std::int64_t now) {
                       keep_output(w, is_err, data, now);
@@ -764,9 +764,9 @@ void Supervisor::set_repeat_signal_kills(bool kills) { impl_->repeat_kills = kil
 
 int Supervisor::interrupt_received() const { return impl_->interrupt; }
 
-void Supervisor::pause_output() { impl_->pipes.pause_output(); }
+void Supervisor::pause_output() { impl_->pipes.hold_output(WorkerPipes::kObserver, true); }
 
-void Supervisor::resume_output() { impl_->pipes.resume_output(); }
+void Supervisor::resume_output() { impl_->pipes.hold_output(WorkerPipes::kObserver, false); }
 
 int Supervisor::interrupt_signal() const {
   impl_->io.poll();  // deliver a signal that arrived between steps

@@ -118,14 +118,20 @@ void WorkerPipes::start_read(Worker& w, Stream& s) {
                      });
 }
 
-void WorkerPipes::pause_output() {
+void WorkerPipes::hold_output(Holder by, bool hold) {
+  if (!hold) {
+    resume_output(by);
+    return;
+  }
+  held_by_ |= by;
   if (output_paused_) return;
   output_paused_ = true;
   paused_at_ns_ = monotonic_now_ns();
 }
 
-void WorkerPipes::resume_output() {
-  if (!output_paused_) return;
+void WorkerPipes::resume_output(Holder by) {
+  held_by_ &= ~static_cast<unsigned>(by);
+  if (!output_paused_ || held_by_ != 0) return;
   output_paused_ = false;
   // A worker held back by flowrun was not silent: the pause does not count
   // towards its stall_timeout.

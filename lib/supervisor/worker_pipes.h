@@ -1,7 +1,8 @@
 // The supervisor's workers and the pipes it reads their output from: a
 // worker's stdout and stderr read on the loop, a few chunks per wakeup so
 // that ranks which flood take turns, and held in the pipes while output is
-// paused (the observer's sink is full), which is flowrun's flow control.
+// paused (the observer's sink is full, or the console's reader lags), which
+// is flowrun's flow control.
 #pragma once
 
 #include <boost/asio/posix/stream_descriptor.hpp>
@@ -101,17 +102,22 @@ class WorkerPipes {
   // (paused output first waits for the observer to resume it).
   void drain_rest();
 
-  void pause_output();
-  void resume_output();
+  // Who holds the output: the observer (Supervisor::pause_output), the
+  // console (its reader lags). It flows again once neither does.
+  enum Holder : unsigned { kObserver = 1, kConsole = 2 };
+  void hold_output(Holder by, bool hold);
   bool paused() const { return output_paused_; }
 
  private:
+  void resume_output(Holder by);
+
   boost::asio::io_context& io_;
   std::vector<Worker>& workers_;
   Sink sink_;
   std::function<void()> after_read_;
   std::vector<char> buffer_;
-  bool output_paused_ = false;     // Supervisor::pause_output()
+  unsigned held_by_ = 0;           // Holder bits
+  bool output_paused_ = false;     // held_by_ != 0
   std::int64_t paused_at_ns_ = 0;  // monotonic, when output was paused
 };
 

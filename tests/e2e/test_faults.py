@@ -1775,10 +1775,11 @@ steps:
                         self.false_claims(d), err)
 
     def test_console_unread(self):
-        """`flowrun x.yaml | sleep`: stdout is a pipe nobody reads, filled by a rank; the step's timeout still
-        ends it on time, and the rank's log has every line."""
-        r = self.row("console_unread", "the console's writes never block: lines past the backlog are dropped "
-                     "and counted (a note in results.json), the log keeps all; `timeout: 2` ends it; exit 124")
+        """`flowrun x.yaml | sleep`: stdout is a pipe nobody reads, filled by a rank; after --console-wait the
+        rank goes on, the step's timeout still ends it on time, and the rank's log has every line."""
+        r = self.row("console_unread", "a console nobody reads holds the ranks for `--console-wait 0.5` s only: "
+                     "then lines past the backlog are dropped and counted (a note in results.json), the log keeps "
+                     "all; `timeout: 2` ends it; exit 124")
         run_id = f"unread-{os.getpid()}"
         lines = 100000  # 7 MB: past the pipe (1 MiB) and flowrun's backlog (4 MiB)
         flood = (f"yes 'line of output {'x' * 50}' | head -n {lines}; touch written; exec sleep 60")
@@ -1793,8 +1794,9 @@ steps:
         err_path = os.path.join(d, "flowrun.err")
         with open(err_path, "w") as err_file:
             p = subprocess.Popen([self.flowrun, os.path.join(d, "spec.yaml"), "--run-dir", os.path.join(d, "run"),
-                                  "--run-id", run_id, "--grace", "2"], cwd=d, env=clean_env(**{MARK: run_id}),
-                                 stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=err_file,
+                                  "--run-id", run_id, "--grace", "2", "--console-wait", "0.5"], cwd=d,
+                                 env=clean_env(**{MARK: run_id}), stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                                 stderr=err_file,
                                  start_new_session=True)
         t0 = time.monotonic()
         try:

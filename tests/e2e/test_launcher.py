@@ -1204,6 +1204,42 @@ steps:
             want = "\n".join(f"rank {k} line {i} " + "x" * (i % 173) for i in range(n))
             self.check(text == want, f"flood: rank {k}'s stdout.log is exactly what it wrote", text[-200:])
 
+    def test_console_slow_reader(self):
+        """A reader slower than the ranks that keeps reading (a CI log collector, a checking reader) gets every
+        line: past the backlog the ranks wait for it, as they would writing to that pipe themselves."""
+        n = 40000  # 4 ranks x 40000 lines, about 15 MB: past the pipe (1 MiB) and the backlog (4 MiB)
+        d, spec, run_dir = self.workspace("console_slow", f"""name: slow
+steps:
+  - name: flood
+    run: {argv_yaml("flood", str(n))}
+    parallel:
+      cpus: 4
+""")
+        with open(os.path.join(d, "err"), "wb") as err_file:
+            p = subprocess.Popen(self.argv(spec, run_dir), cwd=d, env=clean_env(), stdout=subprocess.PIPE,
+                                 stderr=err_file, start_new_session=True)
+            chunks = []
+            while True:  # a reader that takes 8 KiB at a time, with a pause after each
+                chunk = os.read(p.stdout.fileno(), 8192)
+                if not chunk:
+                    break
+                chunks.append(chunk)
+                time.sleep(0.0005)
+            rc = p.wait(timeout=60)
+            p.stdout.close()
+        with open(os.path.join(d, "err"), errors="replace") as f:
+            err = f.read()
+        self.sanitizer_check("console slow", err)
+        out = b"".join(chunks).decode(errors="replace")
+        shown = {k: 0 for k in range(4)}
+        for line in out.split("\n")[:-1]:
+            m = re.match(r"^\[flood r(\d)\] rank (\d) line (\d+) x*$", line)
+            if m and m.group(1) == m.group(2) and int(m.group(3)) == shown[int(m.group(1))]:
+                shown[int(m.group(1))] += 1
+        self.check(rc == 0 and shown == {k: n for k in range(4)} and "not shown here" not in err,
+                   f"console slow: a reader that keeps reading, slower than 4 ranks write, gets all {n} lines of "
+                   "each, in order, none dropped", f"exit {rc}; shown {shown}; {len(out)} bytes\n{err[-800:]}")
+
     def test_console_reader_lags(self):
         """The console's reader takes nothing until flowrun has said its last line: what is still waiting
         then (more than the pipe holds) reaches it before flowrun exits, every line, none dropped unsaid."""

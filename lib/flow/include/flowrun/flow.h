@@ -55,9 +55,10 @@ struct RunOptions {
   // flowrun run's --redirects, --tee, --local-ranks-filter: which streams of
   // the ranks --ranks shows the console shows; nullopt: both.
   std::optional<ConsoleStreams> console_streams;
-  bool virtual_local_rank = false;            // --virtual-local-rank (LaunchContext's)
-  std::vector<std::vector<int>> worker_cpus;  // --numa-binding: each local rank's CPUs (LaunchContext's)
-  double grace_s = 10;                        // --grace: SIGTERM .. SIGKILL
+  bool virtual_local_rank = false;               // --virtual-local-rank (LaunchContext's)
+  std::vector<std::vector<int>> worker_cpus;     // --numa-binding: each local rank's CPUs (LaunchContext's)
+  double grace_s = 10;                           // --grace: SIGTERM .. SIGKILL
+  double console_wait_s = kDefaultConsoleWaitS;  // --console-wait (Console::reader_wait_s)
   enum class Color { automatic, always, never } color = Color::automatic;
   int fake_gpus = -1;       // --fake-gpus (or FLOWRUN_FAKE_GPUS): every node's agent simulates as many
   std::optional<int> cpus;  // --cpus, recorded in run.json so that a resume plans the same way

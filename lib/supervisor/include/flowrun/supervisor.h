@@ -116,12 +116,18 @@ struct GroupOptions {
   double observer_margin_s = 5;
 };
 
+constexpr double kDefaultConsoleWaitS = 5;
+
 // Where flowrun writes: its stdout and stderr. Writes are whole lines, one
 // write(2) each, so nothing another process writes to the same terminal can
 // tear them.
 struct Console {
   int out_fd = 1;
   int err_fd = 2;
+  // How long a reader of a pipe or terminal that takes nothing holds the
+  // ranks up (--console-wait) before their lines past the backlog are
+  // dropped and counted; 0: never held, dropped at once.
+  double reader_wait_s = kDefaultConsoleWaitS;
   // flowrun's own message lines ("flowrun: ..."), to err_fd.
   void message(const std::string& text) const;
 };
