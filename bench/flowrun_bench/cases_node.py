@@ -1,10 +1,11 @@
 """The cases on one node, 8 workers everywhere: (a) start-up, (b) teardown, (c) the launcher's peak memory and
 (d) log forwarding, each of flowrun against torchrun and a C floor."""
 
+import re
 import subprocess
 
 from . import record
-from .common import (BIN, W, WORKERS, finish, fresh, made, parse_kv, rotate, show, spec_from, tail, timeit,
+from .common import (BIN, W, WORKERS, Launcher, finish, fresh, made, parse_kv, rotate, show, spec_from, tail, timeit,
                      torchrun_cmd)
 from .record import median, ratio, summary
 
@@ -35,6 +36,36 @@ def case_startup(args, work, launchers, memory=False):
             if i >= 0:
                 launcher.samples.append(got)
             fresh(d / "run")
+
+
+# flowrun's lines that say how many of the workers' lines the console did not show.
+NOT_SHOWN = (re.compile(r"^flowrun: (?:  |step 'work': )the console did not keep up: (\d+) lines? ", re.M),
+             re.compile(r"^flowrun: (\d+) lines? of the workers' output not shown here", re.M))
+
+
+def stopped_reader(work, spec, lines):
+    """(d), a reader that stops: flowrun's stdout is a pipe nobody reads until flowrun has exited. With
+    --console-wait 1 the ranks wait a second, then go on with their lines counted; every line is shown (what
+    the pipe holds) or counted."""
+    launcher = Launcher("stopped")
+    d = work / "d-stopped"
+    d.mkdir(exist_ok=True)
+    cmd = [str(W.flowrun), "--console-wait", "1", "--run-dir", str(fresh(d / "run")), str(spec)]
+    launcher.command = show(cmd) + " | (sleep until it exits)"
+    proc, res = timeit(cmd, d, "run", 900, stdout=subprocess.PIPE)
+    proc.wait()  # nothing read until it has exited
+    shown = proc.stdout.read().count(b"\n")
+    proc.stdout.close()
+    got = parse_kv(res.read_text()) if res.exists() else None
+    err = (d / "run.stderr").read_text(errors="replace")
+    counted = sum(int(n) for pattern in NOT_SHOWN for n in pattern.findall(err))
+    if got is None or got.get("exit") != 0:
+        launcher.failures.append(f"{got}\n{tail(d / 'run.stderr')}")
+    else:
+        got.update(shown=shown, counted=counted, lines=lines)
+        launcher.samples.append(got)
+    fresh(d / "run")
+    return launcher
 
 
 def case_teardown(args, work, launchers):
@@ -107,7 +138,8 @@ def case_logs(args, work, launchers):
             if i >= 0:
                 launcher.samples.append(got)
             fresh(d / "run")
-
+    if launchers["flowrun"].available:
+        launchers["stopped"] = stopped_reader(work, spec, per_rank // 100 * WORKERS)
 
 
 def record_startup(L, by_case):
@@ -155,6 +187,13 @@ def record_logs(L, by_case):
         figures["logs_whole"] = all(s.get("log_files") == WORKERS and s.get("log_bytes") == s["payload"]
                                     for s in fr.samples)
         figures["tee_fraction"] = ratio(median(fr, "gbps"), median(L["floor_tee"], "gbps"))
+        stopped = L.get("stopped")
+        if stopped is not None and stopped.samples:
+            s = stopped.samples[0]
+            figures["stopped"] = {"exit": s["exit"], "wall_s": s["wall_ns"] / 1e9, "shown": s["shown"],
+                                  "counted": s["counted"], "lines": s["lines"], "command": stopped.command}
+        elif stopped is not None:
+            figures["stopped"] = {"failed": "; ".join(stopped.failures)[:2000]}
         if tr.samples:
             figures["torchrun_ratio"] = ratio(median(fr, "gbps"), median(tr, "gbps"))
             # torchrun's rate without its start-up, taken from case (a) of the same run.

@@ -141,6 +141,16 @@ def logs(w, rec, part):
               f"{GOAL_LOG_FRACTION * 100:.0f}%) with {F['damaged']} damaged or missing lines (goal: 0): "
               f"{verdict(frac >= GOAL_LOG_FRACTION and F['damaged'] == 0)}.")
         w(f"- flowrun's per-rank log files held every byte in every run: {'yes' if F['logs_whole'] else 'no'}.")
+        stopped = F.get("stopped")
+        if stopped and "failed" in stopped:
+            w(f"- A reader that stops reading: the run failed ({cell(stopped['failed'][:300])}): **not met**.")
+        elif stopped:
+            whole = stopped["shown"] + stopped["counted"] == stopped["lines"]
+            w(f"- A reader that stops reading (`{stopped['command']}`) does not stop the job: it ended with exit "
+              f"{stopped['exit']} in {stopped['wall_s']:.2f} s, the ranks held for `--console-wait 1` and then "
+              f"let go; of its {stopped['lines']:,} lines {stopped['shown']:,} were shown (what the pipe held) and "
+              f"{stopped['counted']:,} counted as not shown, every line accounted for: "
+              f"{verdict(stopped['exit'] == 0 and whole)}.")
         if F.get("tee_fraction"):
             w(f"- Against the floor that also writes per-rank log files, as flowrun does, it reaches "
               f"{F['tee_fraction'] * 100:.0f}%.")

@@ -100,8 +100,9 @@ void report_step_end(const Console& console, const StepRecord& record, const std
   } else if (record.outcome != Outcome::succeeded) {
     console.message(format_failure_report(record, error_text, error_texts));
   } else {
-    for (const auto& note : record.notes) {
-      if (note.rfind("stopped ", 0) == 0) console.message("flowrun: step '" + record.step + "': " + note);
+    for (const auto& note : record.notes) {  // what the console's reader needs to know of a success too
+      if (note.rfind("stopped ", 0) == 0 || note.rfind(kConsoleMissedNote, 0) == 0)
+        console.message("flowrun: step '" + record.step + "': " + note);
     }
     console.message(fmt::format("flowrun: step '{}' succeeded in {}", record.step, seconds(took)));
   }

@@ -50,7 +50,11 @@ int nonblocking_twin(int fd) {
 struct ConsoleWriter::Stream {
   int fd = -1;      // where to write
   int own_fd = -1;  // nonblocking_twin's, closed at the end
+  // What the reader has not taken: backlog from `sent` on. Written from
+  // the front without moving the rest each time; compacted once the part
+  // already written is the larger half.
   std::string backlog;
+  std::size_t sent = 0;
   std::size_t dropped_lines = 0;                          // not shown since the reader last took output
   std::size_t dropped_total = 0;                          // since take_dropped()
   std::unique_ptr<asio::posix::stream_descriptor> watch;  // waits for room
@@ -62,15 +66,24 @@ struct ConsoleWriter::Stream {
       false;  // it took nothing for the reader's wait: the workers' lines past the backlog are dropped
 
   bool nonblocking() const { return own_fd >= 0; }
-  bool full() const { return backlog.size() > kConsoleBacklog; }
+  std::size_t pending() const { return backlog.size() - sent; }
+  bool full() const { return pending() > kConsoleBacklog; }
+
+  void append(const std::string& text) {
+    if (sent > 0 && sent >= pending()) {
+      backlog.erase(0, sent);
+      sent = 0;
+    }
+    backlog += text;
+  }
 
   // Writes what the descriptor takes now; true when the backlog is empty.
   bool write_some() {
-    if (backlog.empty()) taken_ns = monotonic_now_ns();
-    while (!backlog.empty()) {
-      const ssize_t n = ::write(fd, backlog.data(), backlog.size());
+    if (pending() == 0) taken_ns = monotonic_now_ns();
+    while (pending() > 0) {
+      const ssize_t n = ::write(fd, backlog.data() + sent, pending());
       if (n > 0) {
-        backlog.erase(0, static_cast<std::size_t>(n));
+        sent += static_cast<std::size_t>(n);
         taken_ns = monotonic_now_ns();
         idle = false;
       } else if (n < 0 && errno == EINTR) {
@@ -78,10 +91,12 @@ struct ConsoleWriter::Stream {
       } else if (n < 0 && errno == EAGAIN) {
         return false;
       } else {
-        backlog.clear();  // the reader is gone (EPIPE): nothing more to show
+        sent = backlog.size();  // the reader is gone (EPIPE): nothing more to show
         dropped_lines = 0;
       }
     }
+    backlog.clear();
+    sent = 0;
     return true;
   }
 };
@@ -123,17 +138,18 @@ ConsoleWriter::~ConsoleWriter() {
   std::size_t missed = 0;
   for (auto& cs : streams_) {
     if (cs->nonblocking()) {
-      std::size_t left = cs->backlog.size();
+      std::size_t left = cs->pending();
       while (!cs->write_some()) {
-        if (cs->backlog.size() < left) {
-          left = cs->backlog.size();  // it took some: wait again
+        if (cs->pending() < left) {
+          left = cs->pending();  // it took some: wait again
         }
         pollfd p{cs->fd, POLLOUT, 0};
         const int ready = poll(&p, 1, static_cast<int>(kIdleWait.count()));
-        if (ready == 0 && cs->backlog.size() >= left) break;  // nothing taken for kIdleWait
+        if (ready == 0 && cs->pending() >= left) break;  // nothing taken for kIdleWait
         if (ready < 0 && errno != EINTR) break;
       }
-      missed += static_cast<std::size_t>(std::count(cs->backlog.begin(), cs->backlog.end(), '\n'));
+      missed += static_cast<std::size_t>(
+          std::count(cs->backlog.begin() + static_cast<std::ptrdiff_t>(cs->sent), cs->backlog.end(), '\n'));
       missed += cs->dropped_lines;
     }
     if (cs->watch) cs->watch.reset();
@@ -166,12 +182,12 @@ void ConsoleWriter::write(int i, std::string& text, bool droppable) {
   }
   cs.write_some();
   const std::size_t room = cs.idle || reader_wait_ns_ == 0 ? kConsoleBacklog : kConsoleBacklogCap;
-  if (droppable && cs.backlog.size() + text.size() > room) {
+  if (droppable && cs.pending() + text.size() > room) {
     const auto lines = static_cast<std::size_t>(std::count(text.begin(), text.end(), '\n'));
     cs.dropped_lines += lines;
     cs.dropped_total += lines;
   } else {
-    cs.backlog += text;
+    cs.append(text);
   }
   text.clear();
   cs.write_some();
@@ -185,7 +201,7 @@ void ConsoleWriter::update_hold() {
   for (auto& cs : streams_) {
     if (cs->idle) continue;  // dropping: holding the ranks would not help its reader
     full = full || cs->full();
-    drained = drained && cs->backlog.size() <= kConsoleBacklog / 2;
+    drained = drained && cs->pending() <= kConsoleBacklog / 2;
   }
   if (!holding_ && full) {
     holding_ = true;
@@ -231,7 +247,7 @@ std::size_t ConsoleWriter::take_dropped() {
 
 void ConsoleWriter::wait_for_room(int i) {
   Stream& cs = *streams_[i];
-  if (cs.backlog.empty() && cs.dropped_lines == 0) return;
+  if (cs.pending() == 0 && cs.dropped_lines == 0) return;
   if (cs.waiting || !cs.watch) return;
   cs.waiting = true;
   cs.watch->async_wait(

@@ -647,10 +647,9 @@ struct Supervisor::Impl {
     io.poll();  // run the cancelled handlers
     const std::size_t dropped = screen.take_dropped();
     if (dropped > 0) {
-      notes.push_back(fmt::format(
-          "the console did not keep up: {} line{} of the workers' output were not shown (the log files "
-          "have them)",
-          dropped, dropped == 1 ? "" : "s"));
+      notes.push_back(
+          fmt::format("{}: {} line{} of the workers' output were not shown (the log files have them)",
+                      kConsoleMissedNote, dropped, dropped == 1 ? "" : "s"));
     }
 
     AttemptRecord attempt;

@@ -1240,6 +1240,33 @@ steps:
                    f"console slow: a reader that keeps reading, slower than 4 ranks write, gets all {n} lines of "
                    "each, in order, none dropped", f"exit {rc}; shown {shown}; {len(out)} bytes\n{err[-800:]}")
 
+    def test_console_stopped_reader(self):
+        """A reader that reads nothing until flowrun has exited holds the ranks for --console-wait only; the step
+        succeeds, and every line is shown (what the pipe held) or counted on the console."""
+        n = 40000
+        d, spec, run_dir = self.workspace("console_stopped", f"""name: stopped
+steps:
+  - name: flood
+    run: {argv_yaml("flood", str(n))}
+    parallel:
+      cpus: 4
+""")
+        with open(os.path.join(d, "err"), "wb") as err_file:
+            p = subprocess.Popen(self.argv(spec, run_dir, "--console-wait", "0.2"), cwd=d, env=clean_env(),
+                                 stdout=subprocess.PIPE, stderr=err_file, start_new_session=True)
+            rc = p.wait(timeout=60)  # nothing read until it has exited
+            shown = p.stdout.read().decode(errors="replace").count("\n")
+            p.stdout.close()
+        with open(os.path.join(d, "err"), errors="replace") as f:
+            err = f.read()
+        self.sanitizer_check("console stopped", err)
+        told = re.findall(r"^flowrun: step 'flood': the console did not keep up: (\d+) lines? of the workers' "
+                          r"output were not shown \(the log files have them\)$", err, re.M)
+        after = re.findall(r"^flowrun: (\d+) lines? of the workers' output not shown here", err, re.M)
+        self.check(rc == 0 and len(told) == 1 and shown + sum(int(x) for x in told + after) == 4 * n,
+                   f"console stopped: the step succeeds, and each of the {4 * n} lines is shown or counted once on "
+                   "the console", f"exit {rc}; shown {shown}, told {told}, after {after}\n{err[-800:]}")
+
     def test_console_reader_lags(self):
         """The console's reader takes nothing until flowrun has said its last line: what is still waiting
         then (more than the pipe holds) reaches it before flowrun exits, every line, none dropped unsaid."""

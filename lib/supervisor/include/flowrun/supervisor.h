@@ -118,6 +118,9 @@ struct GroupOptions {
 
 constexpr double kDefaultConsoleWaitS = 5;
 
+// How a step's note about the workers' lines its console dropped begins.
+inline constexpr const char* kConsoleMissedNote = "the console did not keep up";
+
 // Where flowrun writes: its stdout and stderr. Writes are whole lines, one
 // write(2) each, so nothing another process writes to the same terminal can
 // tear them.
