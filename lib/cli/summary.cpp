@@ -14,6 +14,7 @@
 #include "flowrun/files.h"
 #include "flowrun/flow.h"
 #include "flowrun/json.h"
+#include "flowrun/retry_advice.h"
 #include "flowrun/supervisor.h"
 
 #include "commands.h"
@@ -152,6 +153,21 @@ std::string run_state(const RunRecord& record, int exit_code,
 
 Json null_or(const std::string& text) { return text.empty() ? Json() : Json(text); }
 
+// failure_class, retry_may_help and retry_why: the culprit step's, as its
+// results.json has them, or what the run's state and exit code say.
+void put_retry(Json& json, const Json* culprit_results) {
+  const std::string state = json["state"].get<std::string>();
+  if (culprit_results != nullptr && culprit_results->contains("retry_may_help")) {
+    for (const char* key : {"failure_class", "retry_may_help", "retry_why"})
+      json[key] = copy_of(find(*culprit_results, key));
+    return;
+  }
+  const auto advice = advise_retry_for_run(state, json["exit_code"].get<int>());
+  json["failure_class"] = advice ? Json(failure_class_name(advice->failure_class)) : Json();
+  json["retry_may_help"] = advice && advice->may_help;
+  json["retry_why"] = advice ? Json(advice->why) : Json();
+}
+
 // A stop signal before the run holds them (spec read from a slow or blocked
 // file, the GPU inventory, planning) would end flowrun by its default action,
 // with no summary at all. Until then this handler writes one made beforehand,
@@ -245,6 +261,7 @@ std::string format_summary_json(const SummaryTarget& target, int exit_code, cons
     json["end"] = nullptr;
     json["steps"] = Json::array();
     json["culprit"] = nullptr;
+    put_retry(json, nullptr);
     return to_document(json);
   }
   std::vector<std::optional<Json>> results;
@@ -270,10 +287,10 @@ std::string format_summary_json(const SummaryTarget& target, int exit_code, cons
     steps.push_back(
         step_json(name, state, run_dir + "/" + name + "/results.json", results[i] ? &*results[i] : nullptr));
   }
-  json["culprit"] =
-      culprit && exit_code != 0
-          ? culprit_json(record->steps[*culprit].first, results[*culprit] ? &*results[*culprit] : nullptr)
-          : Json();
+  const bool blamed = culprit && exit_code != 0;
+  const Json* culprit_results = blamed && results[*culprit] ? &*results[*culprit] : nullptr;
+  json["culprit"] = blamed ? culprit_json(record->steps[*culprit].first, culprit_results) : Json();
+  put_retry(json, culprit_results);
   return to_document(json);
 }
 

@@ -23,6 +23,7 @@
 #include "flowrun/remote_group.h"
 #include "flowrun/report.h"
 #include "flowrun/result.h"
+#include "flowrun/retry_advice.h"
 #include "flowrun/slurm.h"
 #include "flowrun/step_runner.h"
 #include "flowrun/supervisor.h"
@@ -94,11 +95,11 @@ void report_step_end(const Console& console, const StepRecord& record, const std
         error_texts[i] = try_read_file(w.error_file, kMaxErrorFileBytes).value_or("");
     }
   }
-  if (!join_errors.empty()) {
-    if (attempt.culprit) console.message(format_failure_report(record, error_text, error_texts));
-    console.message(join_errors);
-  } else if (record.outcome != Outcome::succeeded) {
-    console.message(format_failure_report(record, error_text, error_texts));
+  if (!join_errors.empty() || record.outcome != Outcome::succeeded) {
+    if (join_errors.empty() || attempt.culprit)
+      console.message(format_failure_report(record, error_text, error_texts));
+    if (!join_errors.empty()) console.message(join_errors);
+    if (auto retry = advise_retry(record)) console.message(retry_line(*retry));
   } else {
     for (const auto& note : record.notes) {  // what the console's reader needs to know of a success too
       if (note.rfind("stopped ", 0) == 0 || note.rfind(kConsoleMissedNote, 0) == 0)
@@ -474,7 +475,7 @@ class FlowRunner {
       write_failed_ = true;
       record.outcome = Outcome::failed;
       record.exit_code = 1;
-      record.notes.push_back("cannot gather the outputs: " + what);
+      record.notes.push_back(kCannotGatherNote + what);
       join_errors = fmt::format(
           "flowrun: error: step '{}': cannot gather its outputs: {}; the step counts as "
           "failed{}\n",

@@ -13,6 +13,7 @@
 
 #include "flowrun/files.h"
 #include "flowrun/json.h"
+#include "flowrun/retry_advice.h"
 #include "flowrun/util.h"
 
 #include "result_detail.h"
@@ -296,6 +297,10 @@ std::string format_results_json(const StepRecord& record) {
     attempt["added_nodes"] = a.added_nodes;
     attempts.push_back(std::move(attempt));
   }
+  const auto retry = advise_retry(record);
+  json["failure_class"] = retry ? Json(failure_class_name(retry->failure_class)) : Json();
+  json["retry_may_help"] = retry ? Json(retry->may_help) : Json(false);
+  json["retry_why"] = retry ? Json(retry->why) : Json();
   const auto& from = record.continued_from;
   json["continued_from"] =
       from

@@ -847,6 +847,8 @@ steps:
         report = re.compile(r"^flowrun: step 'train' stalled: rank 1 \(stopped\) wrote nothing for ([0-9]\.[0-9]) s, "
                             r"rank 2 for \1 s \(stall_timeout: 2s\); flowrun stopped ranks 0-2\n"
                             + STOPPED_RANK_1 + rf"flowrun:   logs: {re.escape(run_dir)}/train\n"
+                            r"flowrun: a retry may help \(timeout\): a rank wrote nothing for the step's "
+                            r"stall_timeout \(a hang\): .*\n"
                             r"flowrun: step 'check' skipped: it needs 'train', which did not succeed\n"
                             rf"flowrun: run {re.escape(run_id)} failed after [0-9.]+ s \(exit code 124\): failed "
                             r"'train'; not run 'check'\n\Z", re.M)

@@ -376,3 +376,62 @@ class TestSummary(E2E):
                    {k: docs[k].get("format") for k in ("summary.json", "run.json", "plan.json", "flowrun plan",
                                                           "flowrun gpus", "flowrun doctor") if k in docs},
                    "format: the formats")
+
+    # --- retry or not --------------------------------------------------------
+
+    def test_retry_classes(self):
+        """failure_class and retry_may_help in the summary and results.json, and the console's line."""
+        cases = [  # (label, rank 1's command, class, may help)
+            ("start-up", "python3 -c 'import no_such_module_anywhere'", "repeats", False),
+            ("connection", "python3 -c 'raise ConnectionResetError(104, \"Connection reset by peer\")'",
+             "infrastructure", True),
+            ("once", "exit 3", "failure", True),
+        ]
+        for label, command, klass, may_help in cases:
+            d = self.workspace(f"retry-{label}", FLOW.replace('exit $TRAIN_CODE', command + '; exit $?'))
+            r = self.call(label, d, "flow.yaml", "--fake-gpus", "2", "--summary-json", "summary.json",
+                          env=clean_env(TRAIN_CODE="1"))
+            s = r.file or {}
+            with open(os.path.join(s.get("run_dir") or d, "train", "results.json")) as f:
+                res = json.load(f)
+            said = "may help" if may_help else "will not help"
+            self.check(r.rc != 0 and s.get("failure_class") == klass and s.get("retry_may_help") is may_help
+                       and res.get("failure_class") == klass and res.get("retry_may_help") is may_help
+                       and s.get("retry_why") == res.get("retry_why")
+                       and f"flowrun: a retry {said} ({klass}): {res.get('retry_why')}\n" in r.stderr,
+                       f"retry: {label}: class {klass}, retry_may_help {may_help}, in the summary, results.json "
+                       "and on the console", f"{json.dumps(s, indent=1)[:1500]}\n{r.detail()}")
+        r = self.call("usage", self.workspace("retry-usage"), "no-such.yaml", "--summary-json", "summary.json")
+        s = r.file or {}
+        self.check(r.rc == 2 and s.get("failure_class") == "usage" and s.get("retry_may_help") is False,
+                   "retry: a usage error will not be helped by a retry", r.detail())
+
+    def test_requeue_script(self):
+        """specs/examples/slurm/requeue.sbatch requeues the job (a fake scontrol says so) only when the summary
+        says a retry may help, and at most MAX_REQUEUES times."""
+        script = path_of("..", "specs", "examples", "slurm", "requeue.sbatch")
+        cases = [  # (label, rank 1's command, SLURM_RESTART_COUNT, requeued)
+            ("repeats", "python3 -c 'import no_such_module_anywhere'", None, False),
+            ("may help", "python3 -c 'raise ConnectionResetError(104, \"Connection reset by peer\")'", None, True),
+            ("may help, requeued 3 times", "python3 -c 'raise BrokenPipeError(32, \"Broken pipe\")'", "3", False),
+        ]
+        for label, command, restarts, requeued in cases:
+            d = self.workspace(f"sbatch-{label.replace(' ', '-').replace(',', '')}",
+                               FLOW.replace('exit $TRAIN_CODE', command + '; exit $?'))
+            bin_dir = os.path.join(d, "bin")
+            os.makedirs(bin_dir)
+            with open(os.path.join(bin_dir, "scontrol"), "w") as f:
+                f.write('#!/bin/sh\necho "$@" >> "$SCONTROL_LOG"\n')
+            os.chmod(os.path.join(bin_dir, "scontrol"), 0o755)
+            log = os.path.join(d, "scontrol.log")
+            env = clean_env(TRAIN_CODE="1", FLOWRUN=self.flowrun, FLOWRUN_FAKE_GPUS="2", SCONTROL_LOG=log,
+                            SLURM_JOB_ID="4242", SLURM_JOB_NODELIST="host-a", SLURM_JOB_NUM_NODES="1",
+                            **({"SLURM_RESTART_COUNT": restarts} if restarts else {}))
+            env["PATH"] = bin_dir + os.pathsep + env["PATH"]
+            p = subprocess.run(["bash", script, "flow.yaml"], cwd=d, env=env, capture_output=True, text=True,
+                               timeout=60 * self.slack)
+            calls = open(log).read() if os.path.exists(log) else ""
+            self.check(p.returncode == 1 and calls == ("requeue 4242\n" if requeued else "")
+                       and ("requeueing: " in p.stderr) == requeued,
+                       f"requeue script: {label}: {'requeued' if requeued else 'not requeued'}, exit 1",
+                       f"exit {p.returncode}; scontrol: {calls!r}\n{p.stderr[-2500:]}")

@@ -704,6 +704,9 @@ TEST_CASE("result: results.json of a failed parallel step", "[result]") {
       "added_nodes": []
     }
   ],
+  "failure_class": "failure",
+  "retry_may_help": true,
+  "retry_why": "rank 1 exited with code 3: one failure, not known to repeat, so a retry may tell; with restart: {max_restarts: 1} flowrun tries again itself, and classes a second identical failure as repeating",
   "continued_from": null
 }
 )";

@@ -275,6 +275,11 @@ void assign_roles(AttemptRecord& attempt, const std::vector<int>& stopped);
 //                                  when it succeeded or the step has max_restarts 0
 //       }
 //     ],
+//     "failure_class": "failure",  why it did not succeed (retry_advice.h): "usage" | "repeats" |
+//                                  "infrastructure" | "timeout" | "interrupted" | "failure" |
+//                                  "error"; null when it succeeded
+//     "retry_may_help": true,      whether trying again may help; false when it succeeded
+//     "retry_why": "...",          one sentence: what happened and why; null when it succeeded
 //     "continued_from": null       or {"run_id": ..., "run_dir": ..., "restart_count": 2}: the
 //                                  earlier run whose attempts of the step these continue (a
 //                                  run resumed after its Slurm job was requeued); the first
