@@ -79,6 +79,27 @@ RetryAdvice interrupted_by(int exit_code) {
                         : std::string("flowrun was stopped: someone meant to stop it"));
 }
 
+// A failed attempt with no rank to blame: the ranks all succeeded (what
+// came after them failed: outputs refused, an upload), or some never started
+// (nodes that did not join, an engine that could not start them).
+RetryAdvice no_rank_to_blame(const AttemptRecord& a) {
+  const auto is = [&](ExitStatus::Kind kind) {
+    return [kind](const WorkerRecord& w) { return w.status.kind == kind; };
+  };
+  if (!a.workers.empty() &&
+      std::all_of(a.workers.begin(), a.workers.end(), [](const WorkerRecord& w) { return w.status.ok(); }))
+    return advice(
+        FailureClass::repeats, false,
+        "every rank succeeded, and what the step does after them failed (said above): the same ranks "
+        "do the same on a retry");
+  if (a.workers.empty() || std::any_of(a.workers.begin(), a.workers.end(), is(ExitStatus::Kind::not_started)))
+    return advice(
+        FailureClass::infrastructure, true,
+        "not every rank started: nodes did not join or could not start them (said above); a retry on "
+        "other nodes may not meet it");
+  return advice(FailureClass::failure, true, "the step failed with no rank to blame (said above)");
+}
+
 RetryAdvice failed_step(const StepRecord& step) {
   const AttemptRecord& last = step.attempts.back();
   if (last.outcome == Outcome::succeeded) {  // the join's gathering failed the step
@@ -103,7 +124,7 @@ RetryAdvice failed_step(const StepRecord& step) {
                   "flowrun could not write a rank's log in the run directory (said above): free space there "
                   "before trying again");
   const WorkerRecord* w = culprit_of(last);
-  if (w == nullptr) return advice(FailureClass::failure, true, "the step failed with no rank to blame");
+  if (w == nullptr) return no_rank_to_blame(last);
   const std::string what = what_failed(last);
   if (same_every_time(step))
     return advice(

@@ -33,7 +33,7 @@ from flowrun_testlib.suite import E2E
 pytestmark = pytest.mark.nodes_local
 
 # Placeholders in expected console lines, for the parts that change from run to run.
-TOKENS = {"<port>": r"[0-9]+", "<pid>": r"[0-9]+", "<secs>": r"[0-9]+(?:\.[0-9]+)? s", "<x>": r"[0-9]+\.[0-9]",
+TOKENS = {"<why>": r".+", "<port>": r"[0-9]+", "<pid>": r"[0-9]+", "<secs>": r"[0-9]+(?:\.[0-9]+)? s", "<x>": r"[0-9]+\.[0-9]",
           "<closed>": CONNECTION_CLOSED, "<agent closed>": AGENT_CLOSED}
 
 
@@ -373,6 +373,7 @@ class TestNodesLocal(E2E):
             "flowrun:   stopped by flowrun: ranks 0-2",
             "flowrun:   killed, SIGTERM did not end them in time: ranks 0-2",
             f"flowrun:   logs: {n.run_dir}/train",
+            "flowrun: a retry may help (failure): <why>",
             f"flowrun: run {n.run_id} failed after <secs> (exit code 3): failed 'train'"]
         self.check(rc == 3, "worker fails: flowrun exits with the failed rank's code 3", n.detail())
         self.check(lines_match(expected, err), "worker fails: the report names the rank and its node",
@@ -422,6 +423,7 @@ class TestNodesLocal(E2E):
             "flowrun:   failed after it: rank 3 (node lost)",
             f"flowrun:   {lost}",
             f"flowrun:   logs: {n.run_dir}/train",
+            "flowrun: a retry may help (infrastructure): <why>",
             f"flowrun: run {n.run_id} failed after <secs> (exit code 1): failed 'train'"]
         self.check(rc == 1, "agent killed: flowrun exits 1", n.detail())
         self.check(lines_match(expected, err), "agent killed: the report says the node's agent was lost",
@@ -648,6 +650,7 @@ class TestNodesLocal(E2E):
                 "flowrun:   failed after it: rank 3 (node lost)",
                 f"flowrun:   {lost}",
                 f"flowrun:   logs: {n.run_dir}/train",
+                "flowrun: a retry may help (infrastructure): <why>",
                 f"flowrun: run {n.run_id} failed after <secs> (exit code 1): failed 'train'"]
             self.check(rc == 1, "silent node: flowrun exits 1", n.detail())
             self.check(lines_match(expected, err), "silent node: the report says no heartbeat came",
@@ -776,6 +779,7 @@ class TestNodesLocal(E2E):
             "press Ctrl-C again to kill at once)",
             "flowrun: step 'train' was interrupted; flowrun stopped ranks 0-3",
             f"flowrun:   logs: {n.run_dir}/train",
+            "flowrun: a retry will not help (interrupted): flowrun was stopped by SIGINT: someone meant to stop it",
             f"flowrun: run {n.run_id} was interrupted after <secs> (exit code 130): failed 'train'"]
         self.check(rc == 130, "ctrl-c: flowrun exits 130", n.detail())
         self.check(lines_match(expected, err), "ctrl-c: the head's messages", show_lines(expected, err))
@@ -821,6 +825,7 @@ class TestNodesLocal(E2E):
             "flowrun: step 'train' failed:",
             f"flowrun:   node {HOST}: rank 2: FLOWRUN_OUTPUT_DIR/passwd is a symlink to /etc/passwd, outside the "
             "output directory; refused",
+            "flowrun: a retry will not help (repeats): <why>",
             f"flowrun: run {n.run_id} failed after <secs> (exit code 1): failed 'train'"]
         self.check(rc == 1, "symlink: the step fails", n.detail())
         self.check(lines_match(expected, err), "symlink: the head names the rank, the link and its target",
@@ -1010,6 +1015,7 @@ class TestNodesLocal(E2E):
             "flowrun: step 'train' failed:",
             f"flowrun:   1 of 2 nodes did not join within {join_timeout} s: node 1; check that 'flowrun agent' can "
             f"start there and reach 127.0.0.1:{port} (cluster.join_timeout)",
+            "flowrun: a retry may help (infrastructure): <why>",
             f"flowrun: run {n.run_id} failed after <secs> (exit code 1): failed 'train'"]
         self.check(rc == 1, "join: a node that never joins fails the step", n.detail())
         self.check(lines_match(expected, err), "join: the head names the node that did not join",
@@ -1036,6 +1042,7 @@ class TestNodesLocal(E2E):
             n.joined(),
             f"flowrun: step 'train' timed out after {timeout}s; flowrun stopped ranks 0-3",
             f"flowrun:   logs: {n.run_dir}/train",
+            "flowrun: a retry will not help (timeout): <why>",
             f"flowrun: run {n.run_id} failed after <secs> (exit code 124): failed 'train'"]
         self.check(rc == 124, "timeout: the step's timeout holds across nodes (exit 124)", n.detail())
         # No rank wrote anything: every one looks hung, named with its node
@@ -1154,6 +1161,7 @@ class TestNodesLocal(E2E):
             f"flowrun: step 'train' stalled: rank 3 on {HOST} (stopped) wrote nothing for <x> s (stall_timeout: 2s); "
             "flowrun stopped ranks 0-3",
             f"flowrun:   logs: {n.run_dir}/train",
+            "flowrun: a retry may help (timeout): <why>",
             f"flowrun: run {n.run_id} failed after <secs> (exit code 124): failed 'train'"]
         self.check(rc == 124, "stall: a stall on a node ends the step as a timeout does (exit 124)", n.detail())
         self.check(lines_match(expected, err), "stall: the head names the stalled rank, its node and state",
