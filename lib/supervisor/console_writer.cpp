@@ -62,12 +62,14 @@ struct ConsoleWriter::Stream {
   // monotonic: when the reader last took output (or the backlog was empty,
   // so that there was nothing for it to take).
   std::int64_t taken_ns = 0;
-  bool idle =
-      false;  // it took nothing for the reader's wait: the workers' lines past the backlog are dropped
+  // It took nothing for the reader's wait: the workers' lines past the
+  // backlog are dropped instead of held.
+  bool idle = false;
 
   bool nonblocking() const { return own_fd >= 0; }
   std::size_t pending() const { return backlog.size() - sent; }
-  bool full() const { return pending() > kConsoleBacklog; }
+  bool full() const { return pending() > kConsoleBacklog; }      // holds the workers
+  bool held() const { return pending() > kConsoleBacklog / 2; }  // keeps them held
 
   void append(const std::string& text) {
     if (sent > 0 && sent >= pending()) {
@@ -201,7 +203,7 @@ void ConsoleWriter::update_hold() {
   for (auto& cs : streams_) {
     if (cs->idle) continue;  // dropping: holding the ranks would not help its reader
     full = full || cs->full();
-    drained = drained && cs->pending() <= kConsoleBacklog / 2;
+    drained = drained && !cs->held();
   }
   if (!holding_ && full) {
     holding_ = true;
@@ -215,10 +217,11 @@ void ConsoleWriter::update_hold() {
 }
 
 void ConsoleWriter::watch_reader() {
-  // The earliest moment a full stream's reader has taken nothing for the wait.
+  // The earliest moment the reader of a stream that keeps the workers held
+  // has taken nothing for the wait.
   std::int64_t due = 0;
   for (auto& cs : streams_) {
-    if (cs->idle || !cs->full()) continue;
+    if (cs->idle || !cs->held()) continue;
     const std::int64_t at = cs->taken_ns + reader_wait_ns_;
     due = due == 0 ? at : std::min(due, at);
   }
@@ -228,7 +231,7 @@ void ConsoleWriter::watch_reader() {
     if (ec || !holding_) return;
     const std::int64_t now = monotonic_now_ns();
     for (auto& cs : streams_) {
-      if (!cs->idle && cs->full() && now - cs->taken_ns >= reader_wait_ns_) cs->idle = true;
+      if (!cs->idle && cs->held() && now - cs->taken_ns >= reader_wait_ns_) cs->idle = true;
     }
     update_hold();
     if (holding_) watch_reader();

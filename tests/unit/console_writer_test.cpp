@@ -122,6 +122,26 @@ TEST_CASE(
   CHECK(s.holds == std::vector<bool>{true, false, true});
 }
 
+TEST_CASE("console writer: a reader that takes some and then stops lets the workers go on too", "[console]") {
+  Screen s(0.05);
+  while (s.holds.empty()) s.write_lines(kChunkLines);
+  // The reader empties the pipe once (the writer moves as much from its
+  // backlog: it stays held, with more than half the backlog left), then stops.
+  char buffer[65536];
+  std::size_t got = 0;
+  for (ssize_t n; (n = read(s.out[0], buffer, sizeof buffer)) > 0;) got += static_cast<std::size_t>(n);
+  REQUIRE(got > 0);
+  s.run_until([&] { return s.holds.size() == 2; }, false);
+  CHECK(s.holds == std::vector<bool>{true, false});
+  std::size_t dropped = 0;
+  for (int i = 0; i < 100 && dropped == 0; ++i) {
+    s.write_lines(kChunkLines);
+    dropped = s.writer->take_dropped();
+  }
+  CHECK(dropped == kChunkLines);
+  CHECK(s.holds.size() == 2);
+}
+
 TEST_CASE("console writer: a wait of 0 never holds; past the backlog lines are dropped at once",
           "[console]") {
   Screen s(0);
