@@ -523,8 +523,11 @@ class FlowRunner {
     record.outcome = run.outcome;
     record.exit_code = run.exit_code;
     if (const int carried = carried_count(options_, step.name); carried > 0 && step.is_parallel())
-      record.continued_from =
-          StepRecord::ContinuedFrom{options_.resume->run_id, options_.resume->run_dir, carried};
+      record.continued_from = StepRecord::ContinuedFrom{
+          options_.resume->run_id, options_.resume->run_dir, carried,
+          failure_signatures(
+              try_read_file(options_.resume->run_dir + "/" + step.name + "/results.json", kMaxRecordBytes)
+                  .value_or(""))};
 
     std::string join_errors;
     if (!run.errors.empty()) {

@@ -47,9 +47,6 @@ std::int64_t parse_iso_time(const std::string& text) {
   return static_cast<std::int64_t>(timegm(&tm)) * 1'000'000'000 + std::int64_t{ms} * 1'000'000;
 }
 
-// What flowrun reads of a record of an earlier run (run.json, results.json).
-constexpr std::size_t kMaxRecordBytes = 16 << 20;
-
 std::string quoted(const std::string& name) { return "'" + name + "'"; }
 
 // "a", "a and b", "a, b and c".

@@ -257,6 +257,50 @@ void write_rank_end(const std::string& path, const WorkerRecord& w) {
   (void)try_write_file(path, to_document(doc));
 }
 
+namespace {
+
+// A culprit's worker (worker_json's fields) and exception type, as one string.
+std::string signature_of(const Json& worker, const std::string& exception_type) {
+  const auto text = [](const Json* v) { return v == nullptr || v->is_null() ? std::string("-") : v->dump(); };
+  return fmt::format("rank {} {} {} {} {}", text(find(worker, "rank")), text(find(worker, "status")),
+                     text(find(worker, "exit_code")), text(find(worker, "signal")),
+                     exception_type.empty() ? "-" : exception_type);
+}
+
+}  // namespace
+
+std::string failure_signature(const AttemptRecord& a) {
+  if (a.outcome != Outcome::failed || !a.culprit || static_cast<std::size_t>(*a.culprit) >= a.workers.size())
+    return {};
+  return signature_of(worker_json(a.workers[static_cast<std::size_t>(*a.culprit)]),
+                      a.exception ? a.exception->type : "");
+}
+
+std::vector<std::string> failure_signatures(std::string_view results_json) {
+  std::vector<std::string> out;
+  const auto doc = parse_json(results_json);
+  const Json* attempts = doc && doc->is_object() ? find(*doc, "attempts") : nullptr;
+  if (attempts == nullptr || !attempts->is_array()) return out;
+  for (const Json& a : *attempts) {
+    std::string signature;
+    const Json* outcome = a.is_object() ? find(a, "outcome") : nullptr;
+    const Json* culprit = a.is_object() ? find(a, "culprit_rank") : nullptr;
+    const Json* workers = a.is_object() ? find(a, "workers") : nullptr;
+    if (outcome != nullptr && *outcome == "failed" && culprit != nullptr && culprit->is_number_integer() &&
+        workers != nullptr && workers->is_array()) {
+      const Json* exception = find(a, "exception");
+      const Json* type = exception != nullptr && exception->is_object() ? find(*exception, "type") : nullptr;
+      for (const Json& w : *workers) {
+        const Json* rank = w.is_object() ? find(w, "rank") : nullptr;
+        if (rank != nullptr && *rank == *culprit)
+          signature = signature_of(w, type != nullptr && type->is_string() ? type->get<std::string>() : "");
+      }
+    }
+    out.push_back(std::move(signature));
+  }
+  return out;
+}
+
 std::string format_results_json(const StepRecord& record) {
   Json json;
   json["format"] = 1;

@@ -49,20 +49,17 @@ std::string what_failed(const AttemptRecord& a) {
   return text;
 }
 
-// Whether every attempt (two or more) failed with the same culprit rank, the
-// same way.
-bool same_every_time(const StepRecord& step) {
-  if (step.attempts.size() < 2) return false;
-  const AttemptRecord& last = step.attempts.back();
-  const WorkerRecord* l = culprit_of(last);
-  if (l == nullptr) return false;
-  return std::all_of(step.attempts.begin(), step.attempts.end(), [&](const AttemptRecord& a) {
-    const WorkerRecord* w = culprit_of(a);
-    return a.outcome == Outcome::failed && w != nullptr && w->rank == l->rank &&
-           w->status.kind == l->status.kind && w->status.code == l->status.code &&
-           a.exception.has_value() == last.exception.has_value() &&
-           (!a.exception || a.exception->type == last.exception->type);
-  });
+// How many attempts failed the same way (the same culprit rank, status, code
+// and exception type), counting those of the run this one continues (a
+// requeued Slurm job's); 0 unless every attempt did, two or more.
+std::size_t same_every_time(const StepRecord& step) {
+  std::vector<std::string> all;
+  if (step.continued_from) all = step.continued_from->failures;
+  for (const auto& a : step.attempts) all.push_back(failure_signature(a));
+  const bool same =
+      !all.empty() && !all.front().empty() &&
+      std::all_of(all.begin(), all.end(), [&](const std::string& s) { return s == all.front(); });
+  return same && all.size() >= 2 ? all.size() : 0;
 }
 
 RetryAdvice advice(FailureClass c, bool may_help, std::string why) { return {c, may_help, std::move(why)}; }
@@ -126,10 +123,13 @@ RetryAdvice failed_step(const StepRecord& step) {
   const WorkerRecord* w = culprit_of(last);
   if (w == nullptr) return no_rank_to_blame(last);
   const std::string what = what_failed(last);
-  if (same_every_time(step))
+  if (const std::size_t times = same_every_time(step); times > 0) {
+    const std::size_t earlier = times - step.attempts.size();
     return advice(
         FailureClass::repeats, false,
-        fmt::format("{}, the same way in all {} attempts: it will again", what, step.attempts.size()));
+        fmt::format("{}, the same way in all {} attempts{}: it will again", what, times,
+                    earlier > 0 ? fmt::format(" ({} in the run this one continues)", earlier) : ""));
+  }
   if (w->status.kind == ExitStatus::Kind::spawn_failed ||
       (w->status.kind == ExitStatus::Kind::exited && (w->status.code == 126 || w->status.code == 127)))
     return advice(FailureClass::repeats, false, what + ": the command cannot start, on any node");

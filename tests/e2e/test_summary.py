@@ -435,3 +435,34 @@ class TestSummary(E2E):
                        and ("requeueing: " in p.stderr) == requeued,
                        f"requeue script: {label}: {'requeued' if requeued else 'not requeued'}, exit 1",
                        f"exit {p.returncode}; scontrol: {calls!r}\n{p.stderr[-2500:]}")
+
+    def test_requeue_script_stops_a_repeating_failure(self):
+        """The batch script requeues a first failure (it may not repeat); requeued, flowrun resumes the job's run,
+        the same rank fails the same way, and the script does not requeue it again."""
+        script = path_of("..", "specs", "examples", "slurm", "requeue.sbatch")
+        d = self.workspace("sbatch-twice")
+        bin_dir = os.path.join(d, "bin")
+        os.makedirs(bin_dir)
+        with open(os.path.join(bin_dir, "scontrol"), "w") as f:
+            f.write('#!/bin/sh\necho "$@" >> "$SCONTROL_LOG"\n')
+        os.chmod(os.path.join(bin_dir, "scontrol"), 0o755)
+        log = os.path.join(d, "scontrol.log")
+        said = []
+        for restarts in (None, "1"):
+            env = clean_env(TRAIN_CODE="3", FLOWRUN=self.flowrun, FLOWRUN_FAKE_GPUS="2", SCONTROL_LOG=log,
+                            SLURM_JOB_ID="4343", SLURM_JOB_NODELIST="host-a", SLURM_JOB_NUM_NODES="1",
+                            **({"SLURM_RESTART_COUNT": restarts} if restarts else {}))
+            env["PATH"] = bin_dir + os.pathsep + env["PATH"]
+            p = subprocess.run(["bash", script, "flow.yaml"], cwd=d, env=env, capture_output=True, text=True,
+                               timeout=60 * self.slack)
+            with open(os.path.join(d, "flowrun-summary.4343.json")) as f:
+                s = json.load(f)
+            said.append((p.returncode, s.get("failure_class"), s.get("retry_may_help"), s.get("resumed_from"),
+                         p.stderr[-1500:]))
+        calls = open(log).read() if os.path.exists(log) else ""
+        (rc1, class1, help1, _, err1), (rc2, class2, help2, resumed2, err2) = said
+        self.check(rc1 == 3 and class1 == "failure" and help1 is True and rc2 == 3 and class2 == "repeats"
+                   and help2 is False and resumed2 is not None and calls == "requeue 4343\n"
+                   and "the same way in all 2 attempts (1 in the run this one continues)" in err2,
+                   "requeue script: a first failure is requeued; the same failure after the requeue is not",
+                   f"scontrol: {calls!r}\n{said}")

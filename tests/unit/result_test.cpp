@@ -760,7 +760,7 @@ TEST_CASE("result: results.json of a plain step, a spawn failure and restarts", 
   CHECK(doc->at("duration_ms").is_null());
   CHECK(doc->at("restarts") == 1);
   CHECK(doc->at("continued_from").is_null());
-  s.continued_from = StepRecord::ContinuedFrom{"flow-a", "/w/.flowrun/runs/flow-a", 2};
+  s.continued_from = StepRecord::ContinuedFrom{"flow-a", "/w/.flowrun/runs/flow-a", 2, {}};
   const auto continued = parse_json(format_results_json(s));
   REQUIRE(continued.has_value());
   CHECK(continued->at("continued_from") ==

@@ -145,3 +145,31 @@ TEST_CASE("retry advice: a run no step is to blame for", "[retry]") {
   CHECK_FALSE(advise_retry_for_run("interrupted", 130)->may_help);
   CHECK(advise_retry_for_run("error", 1)->failure_class == FailureClass::error);
 }
+
+TEST_CASE("retry advice: a failure that repeats across a requeued job's runs", "[retry]") {
+  const auto a = classified(failed_with(exited(1), traceback("ValueError: bad batch 3")));
+  // What the earlier run's results.json says of its attempts reads back as the attempts themselves.
+  const StepRecord earlier = step_of({a});
+  const std::vector<std::string> read = failure_signatures(format_results_json(earlier));
+  REQUIRE(read == std::vector<std::string>{failure_signature(a)});
+  CHECK(read.front() == "rank 1 \"exited\" 1 - ValueError");
+  AttemptRecord ok;
+  CHECK(failure_signature(ok).empty());
+  CHECK(failure_signatures("not json").empty());
+
+  StepRecord again = step_of({a});
+  again.continued_from = StepRecord::ContinuedFrom{"flow-a", "/w/runs/flow-a", 1, read};
+  const RetryAdvice r = advise(again);
+  CHECK(r.failure_class == FailureClass::repeats);
+  CHECK(r.why ==
+        "rank 1 exited with code 1 (ValueError: bad batch 3 (train.py:3)), the same way in all 2 attempts (1 in "
+        "the run this one continues): it will again");
+
+  // Failed another way before the requeue: one failure here, not known to repeat.
+  const auto b = classified(failed_with(killed(SIGKILL)));
+  again.continued_from->failures = {failure_signature(b)};
+  CHECK(advise(again).failure_class == FailureClass::failure);
+  // The earlier run's attempt did not fail (a preemption stopped it): no repeat either.
+  again.continued_from->failures = {""};
+  CHECK(advise(again).failure_class == FailureClass::failure);
+}

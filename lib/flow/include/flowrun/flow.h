@@ -317,6 +317,9 @@ const RunRecord* pick_requeued_run(const RequeueQuestion& question, const std::v
 // can be read (`latest`, hidden entries and damaged runs passed over).
 std::vector<RunRecord> read_run_records(const std::string& runs_dir);
 
+// What flowrun reads of a record of an earlier run (run.json, results.json).
+inline constexpr std::size_t kMaxRecordBytes = 16 << 20;
+
 // Pure. The restart counts a requeue carries on: for each parallel step of
 // `now` that runs again (not reused in `decisions`) and did not succeed in the
 // earlier run `record` (`prior`), the attempts of it started there

@@ -182,6 +182,9 @@ struct StepRecord {
   struct ContinuedFrom {
     std::string run_id, run_dir;
     int restart_count = 0;
+    // How each of the step's attempts there ended (failure_signature), the
+    // first first: what tells a failure that repeats across requeues.
+    std::vector<std::string> failures;
   };
   std::optional<ContinuedFrom> continued_from;
 };
@@ -317,6 +320,16 @@ void assign_roles(AttemptRecord& attempt, const std::vector<int>& stopped);
 // "status" is also "lost" for a rank whose node was lost (its agent's
 // connection closed, or it went silent); "spawn_error" then says how.
 std::string format_results_json(const StepRecord& record);
+
+// How a failed attempt ended, as one string equal for two attempts that
+// failed the same way: the culprit's rank, status, exit code or signal and
+// exception type ("rank 1 exited 3 - ValueError"); "" for an attempt that did
+// not fail, or failed with no rank to blame.
+std::string failure_signature(const AttemptRecord& attempt);
+
+// failure_signature of each attempt a step's results.json (its text) holds,
+// the first first; empty when it is not one.
+std::vector<std::string> failure_signatures(std::string_view results_json);
 
 // A rank's end.json, written to `path` the moment flowrun learns the rank
 // ended (the step's other ranks may still run): {"format": 1, "worker":

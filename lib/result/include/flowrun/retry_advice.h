@@ -46,7 +46,8 @@ struct RetryAdvice {
 //   - a node lost (cause node_lost): infrastructure, may help;
 //   - flowrun could not write a log file: error, not;
 //   - the same culprit rank failed the same way (status, code, exception
-//     type) in every attempt, two or more: repeats;
+//     type) in every attempt, two or more, counting those of the run this
+//     one continues (a requeued Slurm job's): repeats;
 //   - the culprit could not start, exited 2 without a traceback (a usage
 //     error, as argparse reports one) or raised at start-up (SyntaxError,
 //     ImportError, ...), before any collective: repeats;
