@@ -230,6 +230,16 @@ int carried_count(const RunOptions& options, const std::string& step) {
   return found == options.resume->restart_from.end() ? 0 : found->second;
 }
 
+// The earlier run whose attempts of parallel step `step` this run continues
+// (a requeued Slurm job's), with how they failed; nullopt when none.
+std::optional<StepRecord::ContinuedFrom> continued_from(const RunOptions& options, const std::string& step) {
+  const int carried = carried_count(options, step);
+  if (carried <= 0) return std::nullopt;
+  const std::string results = options.resume->run_dir + "/" + step + "/results.json";
+  return StepRecord::ContinuedFrom{options.resume->run_id, options.resume->run_dir, carried,
+                                   failure_signatures(try_read_file(results, kMaxRecordBytes).value_or(""))};
+}
+
 // Notes in run.json's record that `started` attempts of `step` have started.
 void note_attempts(RunRecord& record, const std::string& step, int started) {
   auto& counts = record.attempts_started;
@@ -522,12 +532,7 @@ class FlowRunner {
     for (const auto& note : supervisor_->notes()) record.notes.push_back(note);
     record.outcome = run.outcome;
     record.exit_code = run.exit_code;
-    if (const int carried = carried_count(options_, step.name); carried > 0 && step.is_parallel())
-      record.continued_from = StepRecord::ContinuedFrom{
-          options_.resume->run_id, options_.resume->run_dir, carried,
-          failure_signatures(
-              try_read_file(options_.resume->run_dir + "/" + step.name + "/results.json", kMaxRecordBytes)
-                  .value_or(""))};
+    if (step.is_parallel()) record.continued_from = continued_from(options_, step.name);
 
     std::string join_errors;
     if (!run.errors.empty()) {

@@ -162,7 +162,8 @@ TEST_CASE("retry advice: a failure that repeats across a requeued job's runs", "
   const RetryAdvice r = advise(again);
   CHECK(r.failure_class == FailureClass::repeats);
   CHECK(r.why ==
-        "rank 1 exited with code 1 (ValueError: bad batch 3 (train.py:3)), the same way in all 2 attempts (1 in "
+        "rank 1 exited with code 1 (ValueError: bad batch 3 (train.py:3)), the same way in all 2 attempts (1 "
+        "in "
         "the run this one continues): it will again");
 
   // Failed another way before the requeue: one failure here, not known to repeat.
