@@ -119,6 +119,23 @@ std::vector<StatusRow> status_rows(const std::string& run_dir, const RunRecord& 
   return rows;
 }
 
+// Whether a retry may help, as the first failed step's results.json says
+// ("a retry may help (infrastructure): ..."); "" when no step failed.
+std::string retry_advice_of(const std::string& run_dir, const RunRecord& record) {
+  for (const auto& [step, state] : record.steps) {
+    if (state != "failed") continue;
+    const auto text = try_read_file(run_dir + "/" + step + "/results.json", 16 << 20);
+    const auto doc = text ? parse_json(*text) : std::nullopt;
+    const Json* may_help = doc ? find(*doc, "retry_may_help") : nullptr;
+    const std::string* klass = doc ? find_string(*doc, "failure_class") : nullptr;
+    const std::string* why = doc ? find_string(*doc, "retry_why") : nullptr;
+    if (may_help == nullptr || !may_help->is_boolean() || klass == nullptr || why == nullptr) return "";
+    return fmt::format("a retry {} ({}): {}\n", may_help->get<bool>() ? "may help" : "will not help",
+                       printable(*klass), printable(*why));
+  }
+  return "";
+}
+
 std::string format_status(const std::string& run_dir, const RunRecord& record, std::int64_t now) {
   const RunRow run = read_run_row(run_dir);
   std::string head = fmt::format("run {} (flow {}): {}", record.run_id, record.flow, run.state);
@@ -143,7 +160,7 @@ std::string format_status(const std::string& run_dir, const RunRecord& record, s
   for (const auto& r : rows)
     out += fmt::format("  {:<{}}  {:<{}}  {:<{}}  {:<{}}  {}\n", printable(r.step), w[0], r.rank, w[1],
                        r.state, w[2], printable(r.node), w[3], r.last);
-  return out;
+  return out + retry_advice_of(run_dir, record);
 }
 
 const char* kStatusFooter =
@@ -152,7 +169,7 @@ For a run in progress, from any terminal: each step's state; each rank of a para
 runs, "starting" until it first writes, then "running", with the node it runs on and how long
 since it last wrote to its logs (a rank silent for long may be stuck: flowrun logs RUN --rank R).
 How a rank ended (exited N, SIGNAME, lost) shows as soon as it ends, while its peers still run.
-After the run: the final states.
+After the run: the final states, and for a failed run whether a retry may help (docs/cli.md).
 
 Example:
   flowrun status latest
