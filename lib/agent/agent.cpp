@@ -11,6 +11,7 @@
 #include <malloc.h>
 #include <unistd.h>
 
+#include "flowrun/clock.h"
 #include "flowrun/connection.h"
 #include "flowrun/dialer.h"
 #include "flowrun/error.h"
@@ -395,8 +396,7 @@ class Agent : public GroupObserver {
   }
 
   void tick() {
-    heartbeat_timer_->expires_after(
-        std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(interval_s_)));
+    heartbeat_timer_->expires_after(steady_seconds(interval_s_));
     heartbeat_timer_->async_wait([this](const boost::system::error_code& ec) {
       if (ec || finished_) return;
       const double silent = static_cast<double>(monotonic_now_ns() - conn_->last_heard_ns()) / 1e9;

@@ -15,6 +15,7 @@
 #include <unistd.h>
 #include <vector>
 
+#include "flowrun/clock.h"
 #include "flowrun/error.h"
 #include "flowrun/files.h"
 #include "flowrun/messages.h"
@@ -42,8 +43,7 @@ class Dialer {
         interrupted_(interrupted) {}
 
   std::optional<HeadLink> join() {
-    const auto give_up = Clock::now() + std::chrono::duration_cast<Clock::duration>(
-                                            std::chrono::duration<double>(options_.connect_timeout_s));
+    const auto give_up = Clock::now() + steady_seconds(options_.connect_timeout_s);
     std::optional<asio::ip::tcp::socket> socket;
     FrameReader reader("head");
     for (int attempt = 1;; ++attempt) {

@@ -8,6 +8,7 @@
 #include <unistd.h>
 #include <utility>
 
+#include "flowrun/clock.h"
 #include "flowrun/error.h"
 #include "flowrun/files.h"
 #include "flowrun/process.h"
@@ -20,10 +21,6 @@ namespace flowrun::cluster {
 namespace asio = boost::asio;
 
 namespace {
-
-std::chrono::steady_clock::duration seconds_of(double s) {
-  return std::chrono::duration_cast<std::chrono::steady_clock::duration>(std::chrono::duration<double>(s));
-}
 
 // Thousands of agents are thousands of sockets. The workers still get the
 // limit flowrun started with (raise_open_file_limit keeps it for them).
@@ -264,7 +261,7 @@ void Listener::on_accept(asio::ip::tcp::socket socket) {
   pending->ip = ip;
   pending->via = via;
   pending->deadline = std::make_unique<asio::steady_timer>(io_);
-  pending->deadline->expires_after(seconds_of(timeout_s_));
+  pending->deadline->expires_after(steady_seconds(timeout_s_));
   // Captures `this` only behind the error check: at the end of the step
   // every deadline is cancelled before the head goes away.
   pending->deadline->async_wait([this, pending, ip](const boost::system::error_code& error) {

@@ -32,10 +32,6 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-Clock::duration seconds_of(double s) {
-  return std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(s));
-}
-
 }  // namespace
 
 struct GangLobby::Impl {
@@ -202,7 +198,7 @@ struct GangLobby::Impl {
   }
 
   void tick() {
-    heartbeat_.expires_after(seconds_of(interval_s_));
+    heartbeat_.expires_after(steady_seconds(interval_s_));
     heartbeat_.async_wait([this](const boost::system::error_code& ec) {
       if (ec || finished_) return;
       const std::int64_t now = monotonic_now_ns();

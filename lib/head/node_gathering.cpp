@@ -3,6 +3,7 @@
 #include <chrono>
 #include <fmt/format.h>
 
+#include "flowrun/clock.h"
 #include "flowrun/host.h"
 #include "flowrun/text.h"
 #include "flowrun/util.h"
@@ -92,8 +93,7 @@ void NodeGathering::maybe_start_fewer() {
     start_fewer(fmt::format("{}; the others' agents will not come", joined_of()));
   } else if (!last_call_) {
     last_call_ = true;
-    last_call_timer_.expires_after(std::chrono::duration_cast<std::chrono::steady_clock::duration>(
-        std::chrono::duration<double>(last_call)));
+    last_call_timer_.expires_after(steady_seconds(last_call));
     last_call_timer_.async_wait([this, last_call](const boost::system::error_code& ec) {
       if (ec || phase_ != Phase::joining) return;
       if (nodes_.usable() < static_cast<std::size_t>(nodes_.min_nodes())) {
@@ -118,8 +118,7 @@ void NodeGathering::start_fewer(const std::string& why) {
 }
 
 void NodeGathering::start_join_timer(double seconds) {
-  join_timer_.expires_after(std::chrono::duration_cast<std::chrono::steady_clock::duration>(
-      std::chrono::duration<double>(seconds)));
+  join_timer_.expires_after(steady_seconds(seconds));
   join_timer_.async_wait([this, seconds](const boost::system::error_code& ec) {
     if (ec || phase_ != Phase::joining) return;
     if (nodes_.elastic() && nodes_.usable() >= static_cast<std::size_t>(nodes_.min_nodes())) {

@@ -4,6 +4,7 @@
 #include <fmt/format.h>
 #include <vector>
 
+#include "flowrun/clock.h"
 #include "flowrun/files.h"
 #include "flowrun/supervisor.h"
 
@@ -69,8 +70,7 @@ bool NodeStacks::ask(NodeTable& nodes, double wait_s) {
   taken_source_.clear();
   requested_ns_ = unix_now_ns();
   for (int rank : asked) nodes[static_cast<std::size_t>(rank)].conn->send(TakeStacks{request_});
-  timer_.expires_after(
-      std::chrono::duration_cast<std::chrono::steady_clock::duration>(std::chrono::duration<double>(wait_s)));
+  timer_.expires_after(steady_seconds(wait_s));
   timer_.async_wait([this](const boost::system::error_code& ec) {
     if (!ec && request_ > 0) finish_request("its node did not answer in time");
   });

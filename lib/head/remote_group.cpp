@@ -17,6 +17,7 @@
 #include <unistd.h>
 
 #include "flowrun/beneath.h"
+#include "flowrun/clock.h"
 #include "flowrun/doctor.h"
 #include "flowrun/error.h"
 #include "flowrun/files.h"
@@ -56,10 +57,6 @@ using cluster::Phase;
 namespace {
 
 using Clock = std::chrono::steady_clock;
-
-Clock::duration seconds_of(double s) {
-  return std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(s));
-}
 
 // The ranks of node `n` that its agent reported stalled (and runs).
 std::vector<WorkerRecord> stalled_ranks(const StepPlan& plan, const Node& n, const Stalled& m) {
@@ -509,7 +506,7 @@ class Head : public GroupObserver, public cluster::NodeInbox {
   // ---- timers --------------------------------------------------------------
 
   void tick_heartbeats() {
-    heartbeat_timer_.expires_after(seconds_of(interval_s_));
+    heartbeat_timer_.expires_after(steady_seconds(interval_s_));
     heartbeat_timer_.async_wait([this](const boost::system::error_code& ec) {
       if (ec || phase_ == Phase::finished) return;
       const bool on =

@@ -18,6 +18,7 @@
 #include <unistd.h>
 #include <utility>
 
+#include "flowrun/clock.h"
 #include "flowrun/files.h"
 #include "flowrun/path.h"
 #include "flowrun/process.h"
@@ -365,8 +366,7 @@ bool StackTaker::start(const std::vector<Worker>& workers, double timeout_s,
   if (jobs_.empty()) return false;
   done_ = std::move(done);
   running_ = true;
-  deadline_.expires_after(std::chrono::duration_cast<std::chrono::steady_clock::duration>(
-      std::chrono::duration<double>(timeout_s)));
+  deadline_.expires_after(steady_seconds(timeout_s));
   deadline_.async_wait([this](const boost::system::error_code& ec) {
     if (ec) return;
     for (auto& job : jobs_) {

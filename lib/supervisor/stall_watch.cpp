@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <chrono>
 
+#include "flowrun/clock.h"
 #include "flowrun/process.h"
 
 namespace flowrun {
@@ -35,8 +36,7 @@ void StallWatch::start(double stall_timeout_s, std::function<bool()> ended, std:
   ended_ = std::move(ended);
   check_ = std::move(check);
   const double every = std::clamp(stall_timeout_s / 50, 0.02, 0.25);
-  timer_.expires_after(
-      std::chrono::duration_cast<std::chrono::steady_clock::duration>(std::chrono::duration<double>(every)));
+  timer_.expires_after(steady_seconds(every));
   wait_tick(every);
 }
 
@@ -44,8 +44,7 @@ void StallWatch::wait_tick(double every) {
   timer_.async_wait([this, every](const boost::system::error_code& ec) {
     if (ec || ended_()) return;
     if (!check_()) return;
-    timer_.expires_at(timer_.expiry() + std::chrono::duration_cast<std::chrono::steady_clock::duration>(
-                                            std::chrono::duration<double>(every)));
+    timer_.expires_at(timer_.expiry() + steady_seconds(every));
     wait_tick(every);
   });
 }

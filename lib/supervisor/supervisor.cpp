@@ -19,6 +19,7 @@
 #include <unistd.h>
 #include <utility>
 
+#include "flowrun/clock.h"
 #include "flowrun/error.h"
 #include "flowrun/files.h"
 #include "flowrun/process.h"
@@ -447,8 +448,7 @@ struct Supervisor::Impl {
   }
 
   void start_grace(double seconds) {
-    grace_timer.expires_after(std::chrono::duration_cast<std::chrono::steady_clock::duration>(
-        std::chrono::duration<double>(seconds)));
+    grace_timer.expires_after(steady_seconds(seconds));
     grace_timer.async_wait([this](const boost::system::error_code& ec) {
       if (ec) return;
       kill_everything();
@@ -595,8 +595,7 @@ struct Supervisor::Impl {
     stop_ns = 0;
 
     if (opts.timeout_s) {
-      timeout_timer.expires_after(std::chrono::duration_cast<std::chrono::steady_clock::duration>(
-          std::chrono::duration<double>(std::max(0.0, *opts.timeout_s))));
+      timeout_timer.expires_after(steady_seconds(std::max(0.0, *opts.timeout_s)));
       timeout_timer.async_wait([this](const boost::system::error_code& ec) {
         if (ec || stopping) return;
         outcome = Outcome::timed_out;

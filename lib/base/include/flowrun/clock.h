@@ -3,6 +3,7 @@
 // so that a test steps a fake one instead of waiting.
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 
 namespace flowrun {
@@ -13,6 +14,13 @@ std::int64_t monotonic_now_ns();
 
 // CLOCK_REALTIME in nanoseconds since the epoch: for times written down.
 std::int64_t unix_now_ns();
+
+// `seconds` (a decimal number, as flowrun's options and spec keys give
+// them) as a steady clock duration: what a timer on the loop waits.
+inline std::chrono::steady_clock::duration steady_seconds(double seconds) {
+  return std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+      std::chrono::duration<double>(seconds));
+}
 
 // Where a piece of code asks for the time.
 class TimeSource {
