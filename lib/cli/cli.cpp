@@ -80,6 +80,15 @@ CLI::Validator seconds_between(double lo, double hi) {
       "");
 }
 
+void add_console_wait_option(CLI::App& app, double& seconds) {
+  app.add_option(
+         "--console-wait", seconds,
+         "Seconds a console reader that takes nothing holds the ranks up before their lines past a 4 "
+         "MiB backlog are dropped and counted (default 5; 0: drop at once); the log files get every line")
+      ->check(seconds_between(0, 3600))
+      ->type_name("SECONDS");
+}
+
 Spec load_or_throw(const std::string& path) {
   SpecParse parsed = load_spec(path);
   if (!parsed.diagnostics.empty()) throw DiagnosticError(std::move(parsed.diagnostics));
@@ -360,12 +369,7 @@ int run_cli(int argc, char** argv) {
                  "Seconds a stopped worker gets between SIGTERM and SIGKILL (default 10)")
       ->check(seconds_between(0, 3600))
       ->type_name("SECONDS");
-  app.add_option(
-         "--console-wait", options.console_wait_s,
-         "Seconds a console reader that takes nothing holds the ranks up before their lines past a 4 MiB "
-         "backlog are dropped and counted (default 5; 0: drop at once); the log files get every line")
-      ->check(seconds_between(0, 3600))
-      ->type_name("SECONDS");
+  add_console_wait_option(app, options.console_wait_s);
   app.add_option("--color", options.color,
                  "Colour the rank prefixes: auto (on a terminal, unless NO_COLOR is set), always, never")
       ->check(CLI::IsMember({"auto", "always", "never"}))

@@ -264,12 +264,7 @@ int cmd_resume(int argc, char** argv) {
                  "Seconds a stopped worker gets between SIGTERM and SIGKILL (default 10)")
       ->check(seconds_between(0, 3600))
       ->type_name("SECONDS");
-  app.add_option(
-         "--console-wait", options.console_wait_s,
-         "Seconds a console reader that takes nothing holds the ranks up before their lines past a 4 MiB "
-         "backlog are dropped and counted (default 5; 0: drop at once); the log files get every line")
-      ->check(seconds_between(0, 3600))
-      ->type_name("SECONDS");
+  add_console_wait_option(app, options.console_wait_s);
   app.add_option("--color", options.color, "Colour the rank prefixes: auto, always, never")
       ->check(CLI::IsMember({"auto", "always", "never"}))
       ->type_name("WHEN");

@@ -1206,11 +1206,10 @@ steps:
             want = "\n".join(f"rank {k} line {i} " + "x" * (i % 173) for i in range(n))
             self.check(text == want, f"flood: rank {k}'s stdout.log is exactly what it wrote", text[-200:])
 
-    def test_console_slow_reader(self):
-        """A reader slower than the ranks that keeps reading (a CI log collector, a checking reader) gets every
-        line: past the backlog the ranks wait for it, as they would writing to that pipe themselves."""
-        n = 40000  # 4 ranks x 40000 lines, about 15 MB: past the pipe (1 MiB) and the backlog (4 MiB)
-        d, spec, run_dir = self.workspace("console_slow", f"""name: slow
+    def flood_into(self, name, n, reader, *options):
+        """4 ranks write `n` lines each into flowrun's stdout, a pipe that `reader(pipe)` reads (it returns
+        what it read); returns (exit code, what was read, stderr)."""
+        d, spec, run_dir = self.workspace(name, f"""name: {name}
 steps:
   - name: flood
     run: {argv_yaml("flood", str(n))}
@@ -1218,21 +1217,29 @@ steps:
       cpus: 4
 """)
         with open(os.path.join(d, "err"), "wb") as err_file:
-            p = subprocess.Popen(self.argv(spec, run_dir), cwd=d, env=clean_env(), stdout=subprocess.PIPE,
-                                 stderr=err_file, start_new_session=True)
-            chunks = []
-            while True:  # a reader that takes 8 KiB at a time, with a pause after each
-                chunk = os.read(p.stdout.fileno(), 8192)
-                if not chunk:
-                    break
-                chunks.append(chunk)
-                time.sleep(0.0005)
+            p = subprocess.Popen(self.argv(spec, run_dir, *options), cwd=d, env=clean_env(),
+                                 stdout=subprocess.PIPE, stderr=err_file, start_new_session=True)
+            out = reader(p)
             rc = p.wait(timeout=60)
             p.stdout.close()
         with open(os.path.join(d, "err"), errors="replace") as f:
             err = f.read()
-        self.sanitizer_check("console slow", err)
-        out = b"".join(chunks).decode(errors="replace")
+        self.sanitizer_check(name, err)
+        return rc, out.decode(errors="replace"), err
+
+    def test_console_slow_reader(self):
+        """A reader slower than the ranks that keeps reading (a CI log collector, a checking reader) gets every
+        line: past the backlog the ranks wait for it, as they would writing to that pipe themselves."""
+        n = 40000  # 4 ranks x 40000 lines, about 15 MB: past the pipe (1 MiB) and the backlog (4 MiB)
+
+        def slow(p):  # takes 8 KiB at a time, with a pause after each
+            chunks = []
+            while chunk := os.read(p.stdout.fileno(), 8192):
+                chunks.append(chunk)
+                time.sleep(0.0005)
+            return b"".join(chunks)
+
+        rc, out, err = self.flood_into("console_slow", n, slow)
         shown = {k: 0 for k in range(4)}
         for line in out.split("\n")[:-1]:
             m = re.match(r"^\[flood r(\d)\] rank (\d) line (\d+) x*$", line)
@@ -1246,22 +1253,13 @@ steps:
         """A reader that reads nothing until flowrun has exited holds the ranks for --console-wait only; the step
         succeeds, and every line is shown (what the pipe held) or counted on the console."""
         n = 40000
-        d, spec, run_dir = self.workspace("console_stopped", f"""name: stopped
-steps:
-  - name: flood
-    run: {argv_yaml("flood", str(n))}
-    parallel:
-      cpus: 4
-""")
-        with open(os.path.join(d, "err"), "wb") as err_file:
-            p = subprocess.Popen(self.argv(spec, run_dir, "--console-wait", "0.2"), cwd=d, env=clean_env(),
-                                 stdout=subprocess.PIPE, stderr=err_file, start_new_session=True)
-            rc = p.wait(timeout=60)  # nothing read until it has exited
-            shown = p.stdout.read().decode(errors="replace").count("\n")
-            p.stdout.close()
-        with open(os.path.join(d, "err"), errors="replace") as f:
-            err = f.read()
-        self.sanitizer_check("console stopped", err)
+
+        def after_exit(p):  # nothing read until flowrun has exited
+            p.wait(timeout=60)
+            return p.stdout.read()
+
+        rc, out, err = self.flood_into("console_stopped", n, after_exit, "--console-wait", "0.2")
+        shown = out.count("\n")
         told = re.findall(r"^flowrun: step 'flood': the console did not keep up: (\d+) lines? of the workers' "
                           r"output were not shown \(the log files have them\)$", err, re.M)
         after = re.findall(r"^flowrun: (\d+) lines? of the workers' output not shown here", err, re.M)

@@ -409,6 +409,25 @@ class TestSummary(E2E):
         self.check(r.rc == 2 and s.get("failure_class") == "usage" and s.get("retry_may_help") is False,
                    "retry: a usage error will not be helped by a retry", r.detail())
 
+    def sbatch(self, script, d, job_id, restarts, **variables):
+        """The batch script as Slurm would run it in `d` for job `job_id` (requeued `restarts` times, or never),
+        with a stand-in scontrol that notes its calls; returns (the process, the calls so far)."""
+        bin_dir = os.path.join(d, "bin")
+        log = os.path.join(d, "scontrol.log")
+        if not os.path.exists(bin_dir):
+            os.makedirs(bin_dir)
+            with open(os.path.join(bin_dir, "scontrol"), "w") as f:
+                f.write('#!/bin/sh\necho "$@" >> "$SCONTROL_LOG"\n')
+            os.chmod(os.path.join(bin_dir, "scontrol"), 0o755)
+        env = clean_env(FLOWRUN=self.flowrun, FLOWRUN_FAKE_GPUS="2", SCONTROL_LOG=log, SLURM_JOB_ID=job_id,
+                        SLURM_JOB_NODELIST="host-a", SLURM_JOB_NUM_NODES="1",
+                        **({"SLURM_RESTART_COUNT": restarts} if restarts else {}), **variables)
+        env["PATH"] = bin_dir + os.pathsep + env["PATH"]
+        p = subprocess.run(["bash", script, "flow.yaml"], cwd=d, env=env, capture_output=True, text=True,
+                           timeout=60 * self.slack)
+        with open(log) if os.path.exists(log) else open(os.devnull) as f:
+            return p, f.read()
+
     def test_requeue_script(self):
         """specs/examples/slurm/requeue.sbatch requeues the job (a fake scontrol says so) only when the summary
         says a retry may help, and at most MAX_REQUEUES times."""
@@ -421,19 +440,7 @@ class TestSummary(E2E):
         for label, command, restarts, requeued in cases:
             d = self.workspace(f"sbatch-{label.replace(' ', '-').replace(',', '')}",
                                FLOW.replace('exit $TRAIN_CODE', command + '; exit $?'))
-            bin_dir = os.path.join(d, "bin")
-            os.makedirs(bin_dir)
-            with open(os.path.join(bin_dir, "scontrol"), "w") as f:
-                f.write('#!/bin/sh\necho "$@" >> "$SCONTROL_LOG"\n')
-            os.chmod(os.path.join(bin_dir, "scontrol"), 0o755)
-            log = os.path.join(d, "scontrol.log")
-            env = clean_env(TRAIN_CODE="1", FLOWRUN=self.flowrun, FLOWRUN_FAKE_GPUS="2", SCONTROL_LOG=log,
-                            SLURM_JOB_ID="4242", SLURM_JOB_NODELIST="host-a", SLURM_JOB_NUM_NODES="1",
-                            **({"SLURM_RESTART_COUNT": restarts} if restarts else {}))
-            env["PATH"] = bin_dir + os.pathsep + env["PATH"]
-            p = subprocess.run(["bash", script, "flow.yaml"], cwd=d, env=env, capture_output=True, text=True,
-                               timeout=60 * self.slack)
-            calls = open(log).read() if os.path.exists(log) else ""
+            p, calls = self.sbatch(script, d, "4242", restarts, TRAIN_CODE="1")
             self.check(p.returncode == 1 and calls == ("requeue 4242\n" if requeued else "")
                        and ("requeueing: " in p.stderr) == requeued,
                        f"requeue script: {label}: {'requeued' if requeued else 'not requeued'}, exit 1",
@@ -444,25 +451,13 @@ class TestSummary(E2E):
         the same rank fails the same way, and the script does not requeue it again."""
         script = path_of("..", "specs", "examples", "slurm", "requeue.sbatch")
         d = self.workspace("sbatch-twice")
-        bin_dir = os.path.join(d, "bin")
-        os.makedirs(bin_dir)
-        with open(os.path.join(bin_dir, "scontrol"), "w") as f:
-            f.write('#!/bin/sh\necho "$@" >> "$SCONTROL_LOG"\n')
-        os.chmod(os.path.join(bin_dir, "scontrol"), 0o755)
-        log = os.path.join(d, "scontrol.log")
         said = []
         for restarts in (None, "1"):
-            env = clean_env(TRAIN_CODE="3", FLOWRUN=self.flowrun, FLOWRUN_FAKE_GPUS="2", SCONTROL_LOG=log,
-                            SLURM_JOB_ID="4343", SLURM_JOB_NODELIST="host-a", SLURM_JOB_NUM_NODES="1",
-                            **({"SLURM_RESTART_COUNT": restarts} if restarts else {}))
-            env["PATH"] = bin_dir + os.pathsep + env["PATH"]
-            p = subprocess.run(["bash", script, "flow.yaml"], cwd=d, env=env, capture_output=True, text=True,
-                               timeout=60 * self.slack)
+            p, calls = self.sbatch(script, d, "4343", restarts, TRAIN_CODE="3")
             with open(os.path.join(d, "flowrun-summary.4343.json")) as f:
                 s = json.load(f)
             said.append((p.returncode, s.get("failure_class"), s.get("retry_may_help"), s.get("resumed_from"),
                          p.stderr[-1500:]))
-        calls = open(log).read() if os.path.exists(log) else ""
         (rc1, class1, help1, _, err1), (rc2, class2, help2, resumed2, err2) = said
         self.check(rc1 == 3 and class1 == "failure" and help1 is True and rc2 == 3 and class2 == "repeats"
                    and help2 is False and resumed2 is not None and calls == "requeue 4343\n"
