@@ -197,6 +197,19 @@ steps:
     wait_for(lambda: no_processes_left(str(scratch)) == [], 10)
 
 
+def prepare_and_train(scratch, train, cluster=""):
+    """flow.yaml: `prepare` notes each run of it in prepared.txt, then `train` runs Python code `train` on every
+    GPU of the gang (`cluster`: the spec's cluster section, if any)."""
+    write(os.path.join(scratch, "flow.yaml"), f"""name: g
+{cluster}steps:
+  - name: prepare
+    run: [sh, -c, "echo prepared >> prepared.txt"]
+  - name: train
+    run: [python3, -c, "{train}"]
+    parallel: {{gpus: all}}
+""")
+
+
 def test_a_restarted_head_resumes_its_gangs_run(gang, scratch):
     """The head's pod replaced by the platform, the workdir on a volume: the new head finds the run of the
     same gang (FLOWRUN_GANG_ID) and resumes it as a requeued Slurm job does."""
@@ -204,14 +217,7 @@ def test_a_restarted_head_resumes_its_gangs_run(gang, scratch):
     fail_once = ("import os, sys; print('rank', os.environ['RANK'], 'trains', flush=True); "
                  "first = os.environ['RANK'] == '1' and not os.path.exists('failed-once'); "
                  "first and open('failed-once', 'a').close(); sys.exit(3 if first else 0)")
-    write(os.path.join(scratch, "flow.yaml"), f"""name: g
-steps:
-  - name: prepare
-    run: [sh, -c, "echo prepared >> prepared.txt"]
-  - name: train
-    run: [python3, -c, "{fail_once}"]
-    parallel: {{gpus: all}}
-""")
+    prepare_and_train(scratch, fail_once)
     g.start(0, "flow.yaml")
     g.start(1, "flow.yaml")
     assert g.wait(0) == 3, g.log(0)
@@ -246,17 +252,7 @@ def test_a_head_killed_mid_step_is_resumed_by_its_next_pod(gang, scratch):
     hang_once = ("import os, time; print('rank', os.environ['RANK'], 'trains', flush=True); "
                  "first = not os.path.exists('ran-once'); open('ran-once', 'a').close(); "
                  "time.sleep(600 if first else 0)")
-    write(os.path.join(scratch, "flow.yaml"), f"""name: g
-cluster:
-  engine: gang
-  heartbeat_timeout: 2
-steps:
-  - name: prepare
-    run: [sh, -c, "echo prepared >> prepared.txt"]
-  - name: train
-    run: [python3, -c, "{hang_once}"]
-    parallel: {{gpus: all}}
-""")
+    prepare_and_train(scratch, hang_once, cluster="cluster:\n  engine: gang\n  heartbeat_timeout: 2\n")
     g.start(0, "flow.yaml")
     g.start(1, "flow.yaml")
     wait_for(lambda: "rank 1 trains" in g.log(0), 30)
