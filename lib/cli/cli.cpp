@@ -80,13 +80,16 @@ CLI::Validator seconds_between(double lo, double hi) {
       "");
 }
 
-void add_console_wait_option(CLI::App& app, double& seconds) {
+void add_console_options(CLI::App& app, double& wait_s, bool& no_fold) {
   app.add_option(
-         "--console-wait", seconds,
+         "--console-wait", wait_s,
          "Seconds a console reader that takes nothing holds the ranks up before their lines past a 4 "
          "MiB backlog are dropped and counted (default 5; 0: drop at once); the log files get every line")
       ->check(seconds_between(0, 3600))
       ->type_name("SECONDS");
+  app.add_flag("--no-fold", no_fold,
+               "Show each rank's lines apart; by default a line several ranks of a step print alike is shown "
+               "once, as [train r0-7] (the spec's logs: {fold: false})");
 }
 
 Spec load_or_throw(const std::string& path) {
@@ -169,6 +172,7 @@ struct Options {
   std::string ranks = "all";
   double grace_s = 10;
   double console_wait_s = kDefaultConsoleWaitS;
+  bool no_fold = false;
   std::string color = "auto";
   std::string python;        // --python: overrides the spec's `python:`
   std::string summary_file;  // --summary-json
@@ -241,6 +245,7 @@ int cmd_run(const Options& options, SummaryTarget& target) {
   run.console_ranks = parse_rank_list(options.ranks);
   run.grace_s = options.grace_s;
   run.console_wait_s = options.console_wait_s;
+  run.fold = !options.no_fold;
   run.color = color_choice(options.color);
   Planned p = plan_spec(options);
   // Every node simulates what this one does.
@@ -369,7 +374,7 @@ int run_cli(int argc, char** argv) {
                  "Seconds a stopped worker gets between SIGTERM and SIGKILL (default 10)")
       ->check(seconds_between(0, 3600))
       ->type_name("SECONDS");
-  add_console_wait_option(app, options.console_wait_s);
+  add_console_options(app, options.console_wait_s, options.no_fold);
   app.add_option("--color", options.color,
                  "Colour the rank prefixes: auto (on a terminal, unless NO_COLOR is set), always, never")
       ->check(CLI::IsMember({"auto", "always", "never"}))

@@ -95,8 +95,8 @@ std::optional<double> parse_seconds(const std::string& text, double lo, double h
 // LO to HI" for what it refuses.
 CLI::Validator seconds_between(double lo, double hi);
 
-// --console-wait SECONDS, on `flowrun SPEC` and `flowrun resume`.
-void add_console_wait_option(CLI::App& app, double& seconds);
+// --console-wait SECONDS and --no-fold, on `flowrun SPEC` and `flowrun resume`.
+void add_console_options(CLI::App& app, double& wait_s, bool& no_fold);
 
 // The widest line of any --help (tests/test_cli.py checks every one).
 inline constexpr std::size_t kHelpWidth = 100;

@@ -41,6 +41,7 @@ struct ResumeOptions {
   std::string ranks = "all";
   double grace_s = 10;
   double console_wait_s = kDefaultConsoleWaitS;
+  bool no_fold = false;
   std::string color = "auto";
   std::string python;
   bool json = false;         // --json
@@ -181,6 +182,7 @@ RunOptions inherited_run_options(const ResumeOptions& options, const RunRecord& 
   run.console_ranks = parse_rank_list(options.ranks);
   run.grace_s = options.grace_s;
   run.console_wait_s = options.console_wait_s;
+  run.fold = !options.no_fold;
   run.color = color_choice(options.color);
   run.fake_gpus = fake_gpus_from_env(options.fake_gpus, env);
   if (run.fake_gpus < 0 && record.fake_gpus) {
@@ -264,7 +266,7 @@ int cmd_resume(int argc, char** argv) {
                  "Seconds a stopped worker gets between SIGTERM and SIGKILL (default 10)")
       ->check(seconds_between(0, 3600))
       ->type_name("SECONDS");
-  add_console_wait_option(app, options.console_wait_s);
+  add_console_options(app, options.console_wait_s, options.no_fold);
   app.add_option("--color", options.color, "Colour the rank prefixes: auto, always, never")
       ->check(CLI::IsMember({"auto", "always", "never"}))
       ->type_name("WHEN");

@@ -198,6 +198,7 @@ RunOptions run_options(const Request& r, const Spec& spec, const std::string& cw
   run.virtual_local_rank = r.virtual_local_rank;
   if (r.grace_s) run.grace_s = *r.grace_s;
   if (r.console_wait_s) run.console_wait_s = *r.console_wait_s;
+  run.fold = !r.no_fold;
   run.stop_signals = r.stop_signals;
   run.color = color_choice(r.color);
   run.fake_gpus = fake;

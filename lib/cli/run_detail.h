@@ -57,6 +57,7 @@ struct Request {
   std::optional<std::vector<int>> stop_signals;  // --signals-to-handle
   // flowrun's own
   bool dry_run = false;
+  bool no_fold = false;
   std::optional<double> grace_s;
   std::optional<double> console_wait_s;
   std::string ranks;

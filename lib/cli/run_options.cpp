@@ -108,6 +108,8 @@ constexpr OptionDef kOptionTable[] = {
     {"console-wait", Arg::value, "SECONDS",
      "How long a console reader that takes nothing holds the ranks up before lines are dropped (default 5)",
      For::run, 0, Own::flowrun},
+    {"no-fold", Arg::flag, "", "Show each rank's lines apart, also those several ranks print alike", For::run,
+     0, Own::flowrun},
     {"color", Arg::value, "WHEN", "auto, always or never", For::run, 0, Own::flowrun},
     {"run-id", Arg::value, "ID", "Use this run id", For::run, 0, Own::flowrun},
     {"run-dir", Arg::value, "DIR", "Run directory (default: .flowrun/runs/RUN_ID)", For::run, 0,
@@ -187,6 +189,8 @@ void set_own_option(Request& r, const std::string& command, const std::string& n
     r.stall_timeout = value;
   } else if (name == "dry-run") {
     r.dry_run = true;
+  } else if (name == "no-fold") {
+    r.no_fold = true;
   } else if (name == "json" || name == "summary-json") {
     // Read before the command line is parsed (summary_request), so that a
     // usage error gets its summary too.

@@ -220,6 +220,9 @@ GroupOptions group_options_for(const Step& step, const RunOptions& options, cons
   group.run_dir = ctx.layout.run_dir;
   group.stacks_file = ctx.layout.step_dir(step.name) + "/stacks.json";
   group.style = style;
+  // Only a parallel step's ranks fold; --no-fold, or logs.fold, turns it off.
+  const double fold_s = !step.parallel || !options.fold ? 0.0 : step.fold_s.value_or(kDefaultFoldS);
+  group.style.fold_ns = static_cast<std::int64_t>(fold_s * 1e9);
   return group;
 }
 

@@ -144,6 +144,7 @@ void RankTable::open_log(RankState& r, const Node& n) {
   o.style = job_.group.style;
   o.shows = job_.shows ? job_.shows(r.record.rank, r.record.local_rank) : ConsoleShows{};
   if (o.shows.any()) o.prefix = log_prefix(n.name + " " + plan_.step, r.record.rank, job_.group.style.color);
+  o.rank = r.record.rank;
   o.who = fmt::format("rank {}'s ", r.record.rank);
   // The default opener, open_output_file: beneath the anchored run directory
   // with no link followed, and only a regular file (a FIFO a rank left on

@@ -115,6 +115,7 @@ class Head : public GroupObserver, public cluster::NodeInbox {
   // agents, and returns: the agents join while the loop runs (preflight,
   // run_attempt).
   void begin() {
+    batch_.fold(plan_.step, job_.group.style);
     auto launch = reach_.launch(job_, token_, nodes_.size());
     token_file_ = std::move(launch.token_file);
     marker_path_ = std::move(launch.marker_path);

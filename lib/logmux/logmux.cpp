@@ -4,6 +4,8 @@
 #include <array>
 #include <cstring>
 
+#include "flowrun/line_fold.h"
+
 namespace flowrun {
 
 namespace {
@@ -53,6 +55,7 @@ LineSplitter::LineSplitter(std::string prefix, const LogStyle& style)
 
 void LineSplitter::feed(std::string_view data, std::int64_t now_ns, std::string& out) {
   if (data.empty()) return;
+  now_ns_ = now_ns;
   // One reserve for the common case of lines of 32 bytes or more; shorter
   // lines still work, with the string's usual growth.
   const std::size_t lines_guess = data.size() / 32 + 2;
@@ -99,6 +102,11 @@ void LineSplitter::feed(std::string_view data, std::int64_t now_ns, std::string&
     const std::string_view text(p, static_cast<std::size_t>(text_end - p));
     if (pending_.empty() && !pending_continued_ && !line_cr_ && text.size() <= max_line_) {
       // The common case: a whole line in one feed, two copies.
+      if (folder_ != nullptr) {
+        folder_->line(source_, false, text, {}, now_ns, out);
+        p = nl + 1;
+        continue;
+      }
       out.append(prefix_);
       out.append(text);
       out.push_back('\n');
@@ -139,6 +147,10 @@ std::string_view LineSplitter::cut(std::string_view s, std::string& out) {
 }
 
 void LineSplitter::emit(std::string_view a, std::string_view b, bool continued, std::string& out) {
+  if (folder_ != nullptr) {
+    folder_->line(source_, continued, a, b, now_ns_, out);
+    return;
+  }
   out.append(prefix_);
   if (continued) out.append(kContinuation);
   out.append(a);

@@ -58,6 +58,10 @@ std::string too_long(std::string_view what, std::string_view name);
 // ends it at a NUL, and refuses one longer than kMaxArgLength.
 std::optional<std::string> argument_problem(std::string_view word);
 
+// "90", "1.5", "90s", "30m", "1h30m", "2d", "500ms": a number of seconds, or
+// numbers with units in decreasing order. Returns nullopt when malformed.
+std::optional<double> parse_duration(std::string_view s);
+
 // A key of a mapping and its value, ready to check.
 struct Entry {
   std::string key;

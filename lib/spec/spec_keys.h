@@ -22,7 +22,7 @@ inline constexpr std::string_view kParallelKeys[] = {
     "gpus",      "nodes", "procs_per_node", "cpus",       "max_restarts", "restart", "visible_devices",
     "preflight", "role",  "job_id",         "spare_nodes"};
 inline constexpr std::string_view kRestartKeys[] = {"causes", "exit_codes", "min_attempt", "progress_file"};
-inline constexpr std::string_view kLogsKeys[] = {"console"};
+inline constexpr std::string_view kLogsKeys[] = {"console", "fold"};
 inline constexpr std::string_view kForensicsKeys[] = {"stacks", "timeout", "nccl"};
 inline constexpr std::string_view kClusterKeys[] = {
     "engine",        "hosts",   "hostfile",          "gpus_per_node", "ssh_command",

@@ -166,13 +166,27 @@ void Checker::step(const YAML::Node& node, std::size_t index) {
   }
 }
 
-// logs: {console: all | RANK | [RANK, ...]}: which ranks the console shows.
+// logs: {console: all | RANK | [RANK, ...], fold: BOOL | DURATION}: which
+// ranks the console shows, and how long a line waits to be folded.
 void Checker::step_logs(const Entry& e, Step& s) {
   if (!e.value.IsMap()) {
     expected(e, "a mapping such as {console: [0]}");
     return;
   }
   auto keys = entries(e.value, e.loc, e.path, kLogsKeys, {});
+  if (const Entry* fold = find(keys, "fold")) {
+    const std::string text = fold->value.IsScalar() ? fold->value.Scalar() : "";
+    if (text == "true" || text == "True" || text == "TRUE") {
+      s.fold_s = kDefaultFoldS;
+    } else if (text == "false" || text == "False" || text == "FALSE") {
+      s.fold_s = 0.0;
+    } else if (auto seconds = text.empty() ? std::nullopt : parse_duration(text);
+               seconds && *seconds > 0 && *seconds <= kMaxFoldS) {
+      s.fold_s = seconds;
+    } else {
+      expected(*fold, "true, false or the longest a line waits for the other ranks, up to 60s ('0.2s')");
+    }
+  }
   const Entry* console = find(keys, "console");
   if (console == nullptr) return;
   if (console->value.IsScalar() && console->value.Scalar() == "all") return;

@@ -56,8 +56,8 @@ bool looks_like_number_or_bool(std::string_view s) {
   return digit;
 }
 
-// "90", "1.5", "90s", "30m", "1h30m", "2d", "500ms": a number of seconds, or
-// numbers with units in decreasing order. Returns nullopt when malformed.
+}  // namespace
+
 std::optional<double> parse_duration(std::string_view s) {
   auto number = [&](double& value) {
     std::size_t n = 0;
@@ -94,8 +94,6 @@ std::optional<double> parse_duration(std::string_view s) {
     if (!number(value)) return std::nullopt;
   }
 }
-
-}  // namespace
 
 Location to_location(const YAML::Mark& mark) {
   if (mark.line < 0 || mark.column < 0) return {};

@@ -8,6 +8,7 @@
 #include <fmt/format.h>
 #include <unistd.h>
 
+#include "flowrun/clock.h"
 #include "flowrun/error.h"
 #include "flowrun/files.h"
 #include "flowrun/path.h"
@@ -27,16 +28,53 @@ constexpr std::size_t kConsoleBatch = 1 << 20;
 ConsoleBatch::ConsoleBatch(boost::asio::io_context& io, std::function<void(std::string&, std::string&)> write)
     : io_(io), write_(std::move(write)) {}
 
+ConsoleBatch::~ConsoleBatch() = default;
+
+void ConsoleBatch::fold(const std::string& step, const LogStyle& style) {
+  flush();
+  for (auto& f : folders_) f.reset();
+  if (style.fold_ns <= 0) return;
+  for (auto& f : folders_)
+    f = std::make_unique<LineFolder>(LineFolder::Options{step, style.color, style.fold_ns});
+  if (!timer_) timer_ = std::make_unique<boost::asio::steady_timer>(io_);
+}
+
 void ConsoleBatch::schedule() {
+  arm();
   if (out.size() + err.size() >= kConsoleBatch) {
-    flush();
+    write_ready();
     return;
   }
   if (posted_ || (out.empty() && err.empty())) return;
   posted_ = true;
   boost::asio::post(io_, [this] {
     posted_ = false;
-    flush();
+    write_ready();
+  });
+}
+
+void ConsoleBatch::flush() {
+  if (folders_[0]) folders_[0]->flush(out);
+  if (folders_[1]) folders_[1]->flush(err);
+  if (!out.empty() || !err.empty()) write_ready();
+}
+
+void ConsoleBatch::arm() {
+  if (!timer_) return;
+  std::int64_t due = INT64_MAX;
+  for (const auto& f : folders_)
+    if (f) due = std::min(due, f->next_due_ns());
+  if (due == INT64_MAX || (armed_ns_ != 0 && armed_ns_ <= due)) return;
+  armed_ns_ = due;
+  timer_->expires_after(std::chrono::nanoseconds(std::max<std::int64_t>(due - monotonic_now_ns(), 0)));
+  timer_->async_wait([this](const boost::system::error_code& ec) {
+    if (ec) return;
+    armed_ns_ = 0;
+    const std::int64_t now = monotonic_now_ns();
+    if (folders_[0]) folders_[0]->due(now, out);
+    if (folders_[1]) folders_[1]->due(now, err);
+    if (!out.empty() || !err.empty()) write_ready();
+    arm();
   });
 }
 
@@ -47,6 +85,8 @@ struct RankLog::Stream {
   bool closed = false;
   std::optional<LineSplitter> splitter;
   std::string* console = nullptr;  // the batch's out or err
+  LineFolder* folder = nullptr;    // the batch's, when it folds
+  int source = -1;                 // this stream's in the folder
 };
 
 RankLog::RankLog(Options options, ConsoleBatch& console)
@@ -61,6 +101,14 @@ RankLog::RankLog(Options options, ConsoleBatch& console)
   err_->console = &console_.err;
   if (!options_.prefix.empty() && options_.shows.out) out_->splitter.emplace(options_.prefix, options_.style);
   if (!options_.prefix.empty() && options_.shows.err) err_->splitter.emplace(options_.prefix, options_.style);
+  for (bool is_err : {false, true}) {
+    Stream& s = stream(is_err);
+    s.folder = console_.folder(is_err);
+    if (s.splitter && s.folder) {
+      s.source = s.folder->add(options_.prefix, options_.rank);
+      s.splitter->fold_into(s.folder, s.source);
+    }
+  }
 }
 
 RankLog::~RankLog() {
@@ -118,6 +166,7 @@ void RankLog::close(bool is_err) {
   s.closed = true;
   file(s);
   if (s.splitter) s.splitter->finish(*s.console);
+  if (s.splitter && s.folder) s.folder->close(s.source, *s.console);
   s.splitter.reset();
   if (s.fd >= 0) ::close(s.fd);
   s.fd = -1;

@@ -576,6 +576,7 @@ struct Supervisor::Impl {
 
   void start(const std::vector<WorkerLaunch>& launches, const GroupOptions& opts, GroupObserver* obs) {
     options = opts;
+    batch.fold(options.step, options.style);
     observer = obs;
     observer_stops = false;
     in_group = true;

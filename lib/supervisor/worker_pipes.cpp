@@ -60,6 +60,7 @@ void WorkerPipes::open_log(Worker& w, const GroupOptions& options, ConsoleBatch&
   o.open = options.open_log;
   o.style = options.style;
   o.shows = launch.console;
+  o.rank = launch.label.empty() ? launch.rank : -1;
   if (launch.console.any()) {
     o.prefix = launch.label.empty() ? log_prefix(options.step, launch.rank, options.style.color)
                                     : log_prefix(launch.label, -1, options.style.color);

@@ -1635,8 +1635,52 @@ steps:
            "flow.yaml:4:5: steps.a.logs: only parallel steps have logs; add 'parallel:' or remove it",
            "flow.yaml:8:22: steps.b.logs.console: expected 'all' or a rank (a whole number, 0 or more), "
            "got a string 'x'",
-           "flow.yaml:8:26: steps.b.logs: unknown key 'files'; expected one of: console",
+           "flow.yaml:8:26: steps.b.logs: unknown key 'files'; expected one of: console, fold",
        });
+}
+
+TEST_CASE("logs.fold: how long a line waits for the other ranks, or not folded", "[spec]") {
+  auto parsed = parse(R"(
+steps:
+  - name: a
+    run: x
+    parallel: {}
+    logs: {fold: false}
+  - name: b
+    run: x
+    parallel: {}
+    logs: {fold: true}
+  - name: c
+    run: x
+    parallel: {}
+    logs: {fold: 500ms}
+  - name: d
+    run: x
+    parallel: {}
+)");
+  REQUIRE(parsed.spec);
+  CHECK(parsed.spec->steps[0].fold_s == 0.0);
+  CHECK(parsed.spec->steps[1].fold_s == kDefaultFoldS);
+  CHECK(parsed.spec->steps[2].fold_s == 0.5);
+  CHECK_FALSE(parsed.spec->steps[3].fold_s.has_value());
+  CHECK(
+      errors(R"(
+steps:
+  - name: a
+    run: x
+    parallel: {}
+    logs: {fold: 2m}
+  - name: b
+    run: x
+    parallel: {}
+    logs: {fold: [1]}
+)") ==
+      std::vector<std::string>{
+          "flow.yaml:5:18: steps.a.logs.fold: expected true, false or the longest a line waits for the other "
+          "ranks, up to 60s ('0.2s'), got a string '2m'",
+          "flow.yaml:9:18: steps.b.logs.fold: expected true, false or the longest a line waits for the other "
+          "ranks, up to 60s ('0.2s'), got a sequence",
+      });
 }
 
 TEST_CASE("forensics: nccl, off or a mapping of stacks, timeout and nccl, on a parallel step", "[spec]") {

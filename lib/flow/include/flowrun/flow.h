@@ -52,6 +52,7 @@ struct RunOptions {
   std::string run_id;                             // empty: a new one
   std::string run_dir;                            // empty: <workdir>/.flowrun/runs/<run-id>
   std::optional<std::vector<int>> console_ranks;  // --ranks: ranks shown on the console
+  bool fold = true;                               // false: --no-fold, each rank's lines as it wrote them
   // flowrun run's --redirects, --tee, --local-ranks-filter: which streams of
   // the ranks --ranks shows the console shows; nullopt: both.
   std::optional<ConsoleStreams> console_streams;

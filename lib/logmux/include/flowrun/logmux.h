@@ -50,8 +50,9 @@ inline constexpr std::string_view kContinuation = "\xe2\x86\xaa ";
 inline constexpr std::string_view kEllipsis = "\xe2\x80\xa6";
 
 struct LogStyle {
-  bool color = false;                                 // ANSI colours on the prefix
-  std::size_t max_line = 64 * 1024;                   // bytes of a line held before cutting it (0 acts as 1)
+  bool color = false;                // ANSI colours on the prefix
+  std::int64_t fold_ns = 0;          // LineFolder's window: 0, the ranks' lines are not folded
+  std::size_t max_line = 64 * 1024;  // bytes of a line held before cutting it (0 acts as 1)
   std::int64_t progress_interval_ns = 1'000'000'000;  // at most one progress snapshot per interval
 };
 
@@ -63,9 +64,19 @@ struct LogStyle {
 std::string log_prefix(std::string_view step, int rank, bool color);
 
 // One stream (stdout or stderr) of one worker.
+class LineFolder;
+
 class LineSplitter {
  public:
   LineSplitter(std::string prefix, const LogStyle& style);
+
+  // Hands every line to `folder` as its `source` (LineFolder::line) instead
+  // of appending it with the prefix: the folder appends it to `out`, now or
+  // later. The splitter does not own the folder.
+  void fold_into(LineFolder* folder, int source) {
+    folder_ = folder;
+    source_ = source;
+  }
 
   // Appends to `out` every line completed by `data`, prefixed. `now_ns` is a
   // monotonic time, used only to pace progress snapshots.
@@ -100,6 +111,9 @@ class LineSplitter {
   std::string dropped_;             // the last snapshot of this line, when pacing dropped it
   bool dropped_continued_ = false;
   std::int64_t last_progress_ns_ = INT64_MIN / 2;
+  LineFolder* folder_ = nullptr;
+  int source_ = -1;
+  std::int64_t now_ns_ = 0;  // the last feed()'s, for the folder
 };
 
 // The last `lines` lines of a stream, for the failure report: a ring of

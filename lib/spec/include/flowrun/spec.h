@@ -146,6 +146,10 @@ struct Step {
   // logs.console: the ranks whose output the console shows (all when unset);
   // every rank's output always goes to its log files. --ranks overrides it.
   std::optional<std::vector<int>> console_ranks;
+  // logs.fold: how long a rank's console line waits for the other ranks to
+  // print it too, to be shown once with their ranks; 0: not folded; unset:
+  // kDefaultFoldS. --no-fold overrides it.
+  std::optional<double> fold_s;
   Forensics forensics;  // parallel steps
 
   std::string join;  // name of the parallel step this step joins; empty if none
@@ -241,6 +245,12 @@ SpecParse load_spec(const std::string& path);
 
 // The largest spec file accepted, in bytes.
 inline constexpr std::size_t kMaxSpecBytes = 1 << 20;
+
+// logs.fold: a line waits this long by default for the other ranks to print
+// it too (a fraction of a second: ranks that print together do so within
+// milliseconds), and at most kMaxFoldS.
+inline constexpr double kDefaultFoldS = 0.2;
+inline constexpr double kMaxFoldS = 60;
 
 // A `${...}` template found in a step's run.
 struct Placeholder {

@@ -5,6 +5,7 @@
 // written.
 #pragma once
 
+#include <boost/asio/steady_timer.hpp>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -12,11 +13,8 @@
 #include <string>
 #include <string_view>
 
+#include "flowrun/line_fold.h"
 #include "flowrun/logmux.h"
-
-namespace boost::asio {
-class io_context;
-}
 
 namespace flowrun {
 
@@ -32,22 +30,41 @@ struct ConsoleShows {
 // The ranks' whole prefixed lines on their way to the console. Lines are
 // appended to `out` and `err`; schedule() writes them once the loop has
 // handled what is ready now (one write for many ranks' lines), or at once
-// past 1 MiB.
+// past 1 MiB. With fold(), the ranks' lines pass through a LineFolder per
+// stream first: a line several ranks print is shown once, and a held line
+// is written when its wait ends (a timer of the batch's own).
 class ConsoleBatch {
  public:
   // `write` hands both buffers to the console and clears them
   // (Supervisor::write_console).
   ConsoleBatch(boost::asio::io_context& io, std::function<void(std::string& out, std::string& err)> write);
+  ~ConsoleBatch();  // writes nothing: flush() before the console goes
+  ConsoleBatch(const ConsoleBatch&) = delete;
+  ConsoleBatch& operator=(const ConsoleBatch&) = delete;
+
+  // Folds the lines of the ranks whose RankLog is made after this call, as
+  // step `step`, with `style`'s colour and window (LogStyle::fold_ns; 0:
+  // no folding). Lines still held are written first.
+  void fold(const std::string& step, const LogStyle& style);
+  // The folder of stdout (`is_err` false) or stderr; null when not folding.
+  LineFolder* folder(bool is_err) { return folders_[is_err ? 1 : 0].get(); }
 
   void schedule();
-  void flush() { write_(out, err); }
+  // Writes every line, held ones too (flowrun is about to speak, the step ended).
+  void flush();
 
   std::string out, err;
 
  private:
+  void write_ready() { write_(out, err); }
+  void arm();  // the timer, for the first held line's end of wait
+
   boost::asio::io_context& io_;
   std::function<void(std::string&, std::string&)> write_;
   bool posted_ = false;
+  std::unique_ptr<LineFolder> folders_[2];
+  std::unique_ptr<boost::asio::steady_timer> timer_;
+  std::int64_t armed_ns_ = 0;  // when the timer fires; 0: not armed
 };
 
 // One rank's output (or one process's: a plain step, the head's srun), by
@@ -60,7 +77,8 @@ class RankLog {
   struct Options {
     std::string stdout_log, stderr_log;  // empty: no files (an agent's ranks: their output goes to the head)
     std::string prefix;                  // its console tag ("[train r0] "); empty: not shown on the console
-    ConsoleShows shows;                  // with a prefix: which of its streams the console shows
+    int rank = -1;       // its rank, whose lines the console may fold with others'; < 0: never
+    ConsoleShows shows;  // with a prefix: which of its streams the console shows
     LogStyle style;
     std::string who;  // read before a file's name in a write error ("rank 0's ", "its ")
     // Creates (or empties) a log file for writing: its descriptor, or -1
