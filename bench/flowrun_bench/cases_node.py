@@ -103,6 +103,9 @@ def case_logs(args, work, launchers):
     runs = {
         "flowrun": (lambda d: [str(W.flowrun), "--run-dir", str(fresh(d / "run")), str(spec)], "flowrun:work",
                     per_rank),
+        # The console unfolded: what folding like lines costs when no line is alike (every line is unique).
+        "flowrun_nofold": (lambda d: [str(W.flowrun), "--no-fold", "--run-dir", str(fresh(d / "run")), str(spec)],
+                           "flowrun:work", per_rank),
         "torchrun": (lambda d: torchrun_cmd(["--tee", "3", producer, str(small)]), "torchrun", small),
         "floor": (lambda d: [str(BIN / "forward"), str(WORKERS), producer, str(per_rank)], "none", per_rank),
         "floor_tee": (lambda d: [str(BIN / "forward"), "-t", str(made(fresh(d / "run"))), str(WORKERS), producer,
@@ -131,7 +134,7 @@ def case_logs(args, work, launchers):
                 continue
             got.update(checked)
             got["payload"] = rank_bytes // 100 * 100 * WORKERS
-            if name == "flowrun":
+            if name.startswith("flowrun"):
                 logs = sorted((d / "run").glob("work/rank*/stdout.log"))
                 got["log_files"] = len(logs)
                 got["log_bytes"] = sum(p.stat().st_size for p in logs)
@@ -168,7 +171,7 @@ def record_memory(L, by_case):
 def record_logs(L, by_case):
     """(d): each launcher's rate and what it cost; flowrun's rate against the floors and torchrun."""
     rows = {}
-    for n in ("flowrun", "torchrun", "floor", "floor_tee"):
+    for n in ("flowrun", "flowrun_nofold", "torchrun", "floor", "floor_tee"):
         launcher = L[n]
         for s in launcher.samples:
             s["gbps"] = s["payload"] / (s["wall_ns"] / 1e9) / 1e9
@@ -187,6 +190,8 @@ def record_logs(L, by_case):
         figures["logs_whole"] = all(s.get("log_files") == WORKERS and s.get("log_bytes") == s["payload"]
                                     for s in fr.samples)
         figures["tee_fraction"] = ratio(median(fr, "gbps"), median(L["floor_tee"], "gbps"))
+        if L["flowrun_nofold"].samples:
+            figures["fold_fraction"] = ratio(median(fr, "gbps"), median(L["flowrun_nofold"], "gbps"))
         stopped = L.get("stopped")
         if stopped is not None and stopped.samples:
             s = stopped.samples[0]

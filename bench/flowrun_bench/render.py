@@ -19,6 +19,7 @@ GOAL_TEARDOWN_MS = 20.0
 GOAL_TEARDOWN_RATIO = 40.0
 GOAL_RSS_MIB = 10.0
 GOAL_LOG_FRACTION = 0.85
+GOAL_FOLD_FRACTION = 0.90  # the folded console against the unfolded, on lines that never fold
 GOAL_RDZV_MS = {1024: 100.0, 4096: 1000.0}  # last start message, from the first connect
 GOAL_GATHER_FRACTION = 0.50  # of a plain TCP copy's rate
 GOAL_SHIP_FRACTION = 0.50  # shipping inputs, of a plain TCP copy's rate
