@@ -26,6 +26,7 @@
 #include "flowrun/start_wire.h"
 #include "flowrun/worker_group.h"
 
+#include "node_check.h"
 #include "node_ranks.h"
 #include "preflight_check.h"
 #include "ship_receiver.h"
@@ -269,7 +270,8 @@ class Agent : public GroupObserver {
     node_ = host_name(env_);
     node_rank_claim_ = node_rank_claim(options_, env_);
     auto probe = make_probe(env_, options_.fake_gpus);
-    gpus_ = static_cast<int>(select_gpus(probe->probe(), env_).gpus.size());
+    inventory_ = select_gpus(probe->probe(), env_);
+    gpus_ = static_cast<int>(inventory_.gpus.size());
 
     // The guardian's mark: this agent's own secret (the preflight's check
     // child inherits it, the ranks get it from spawn_process).
@@ -282,6 +284,7 @@ class Agent : public GroupObserver {
     serve();
     asio::io_context& io = sup_->io();
     check_->stop();  // ends a preflight check still running
+    node_check_->stop();
     // Let the last messages go out.
     for (int i = 0; i < 1000 && conn_->is_open() && conn_->queued() > 0; ++i)
       io.run_one_for(std::chrono::milliseconds(10));
@@ -370,6 +373,7 @@ class Agent : public GroupObserver {
     });
     heartbeat_timer_.emplace(io);
     check_.emplace(io);
+    node_check_.emplace(io);
     tick();
     return true;
   }
@@ -534,7 +538,28 @@ class Agent : public GroupObserver {
       ready.port = held_port_.port;
     }
     ready.gpus = gpus_;
-    conn_->send(ready);
+    if (!a.node_checks) {
+      conn_->send(ready);
+      return;
+    }
+    // Checked once a step: a restart's assign, or an elastic step's new
+    // one, gets the verdict the node had.
+    const std::string key = a.run_id + "\n" + a.step;
+    if (checked_for_ == key) {
+      ready.checks = node_checks_;
+      ready.check_ms = check_ms_;
+      conn_->send(ready);
+      return;
+    }
+    node_check_->start(a, inventory_, options_.fake_gpus, env_,
+                       [this, ready, key](std::vector<NodeCheck> checks, std::int64_t ms) mutable {
+                         checked_for_ = key;
+                         node_checks_ = checks;
+                         check_ms_ = ms;
+                         ready.checks = std::move(checks);
+                         ready.check_ms = ms;
+                         if (!lost_head_ && conn_ && conn_->is_open()) conn_->send(ready);
+                       });
   }
 
   // A multi-node step's preflight (PreflightCheck); node 0's id goes to the
@@ -641,7 +666,12 @@ class Agent : public GroupObserver {
   NodeRanks* sup_;  // runs this node's ranks: a Supervisor (SupervisedRanks), or a test's fake
   std::shared_ptr<Connection> conn_;
   std::optional<asio::steady_timer> heartbeat_timer_;
-  std::optional<cluster::PreflightCheck> check_;  // a preflight's check (on_preflight)
+  std::optional<cluster::PreflightCheck> check_;    // a preflight's check (on_preflight)
+  std::optional<cluster::NodeChecker> node_check_;  // the node's checks (on_assign)
+  std::string checked_for_;                         // the run id and step they were for
+  std::vector<NodeCheck> node_checks_;
+  std::int64_t check_ms_ = 0;
+  Inventory inventory_;  // the GPUs it found when it started
   std::string token_, node_, agent_id_, run_id_, step_, scratch_;
   std::string gloo_ifname_;  // set for the workers when the host name is a loopback address
   std::string head_at_;      // the --rdzv-endpoint entry it reached the head at
