@@ -203,6 +203,22 @@ void check_marker(const Assign& a, Ready& ready) {
     ready.workdir_error = a.marker_path + ": its content differs from the head's";
 }
 
+// The answer to `a` but for the node's checks: whether this node shares the
+// workdir, its `address` and `gpus`, and for node 0 a port held in `held`
+// (whatever `held` held before is let go).
+Ready ready_for(const Assign& a, const std::string& address, int gpus, HeldPort& held) {
+  Ready ready;
+  check_marker(a, ready);
+  ready.address = address;
+  held.release();
+  if (a.want_port) {
+    held = hold_free_port(ready.address);
+    ready.port = held.port;
+  }
+  ready.gpus = gpus;
+  return ready;
+}
+
 // Removes the ranks' scratch directory `dir`, saying what could not be.
 void remove_scratch(const Console& console, const std::string& node, const std::string& dir) {
   if (dir.empty()) return;
@@ -270,13 +286,14 @@ class Agent : public GroupObserver {
     node_ = host_name(env_);
     node_rank_claim_ = node_rank_claim(options_, env_);
     auto probe = make_probe(env_, options_.fake_gpus);
-    inventory_ = select_gpus(probe->probe(), env_);
-    gpus_ = static_cast<int>(inventory_.gpus.size());
+    Inventory inventory = select_gpus(probe->probe(), env_);
+    gpus_ = static_cast<int>(inventory.gpus.size());
 
     // The guardian's mark: this agent's own secret (the preflight's check
     // child inherits it, the ranks get it from spawn_process).
     agent_id_ = node_ + "-" + std::to_string(getpid()) + "-" + make_secret();
     sup_->begin(agent_id_);
+    node_check_.emplace(sup_->io(), std::move(inventory), options_.fake_gpus, env_);
     if (!join()) {
       sup_->disarm();
       return 1;
@@ -373,7 +390,6 @@ class Agent : public GroupObserver {
     });
     heartbeat_timer_.emplace(io);
     check_.emplace(io);
-    node_check_.emplace(io);
     tick();
     return true;
   }
@@ -529,37 +545,9 @@ class Agent : public GroupObserver {
     forensics_s_ = static_cast<double>(std::max<std::int64_t>(a.forensics_ms, 0)) / 1000;  // 0: no stacks
     stop_from_head_ = false;
     local_failure_ = false;
-    Ready ready;
-    check_marker(a, ready);
-    ready.address = conn_->local_address();
-    held_port_.release();
-    if (a.want_port) {
-      held_port_ = hold_free_port(ready.address);
-      ready.port = held_port_.port;
-    }
-    ready.gpus = gpus_;
-    if (!a.node_checks) {
-      conn_->send(ready);
-      return;
-    }
-    // Checked once a step: a restart's assign, or an elastic step's new
-    // one, gets the verdict the node had.
-    const std::string key = a.run_id + "\n" + a.step;
-    if (checked_for_ == key) {
-      ready.checks = node_checks_;
-      ready.check_ms = check_ms_;
-      conn_->send(ready);
-      return;
-    }
-    node_check_->start(a, inventory_, options_.fake_gpus, env_,
-                       [this, ready, key](std::vector<NodeCheck> checks, std::int64_t ms) mutable {
-                         checked_for_ = key;
-                         node_checks_ = checks;
-                         check_ms_ = ms;
-                         ready.checks = std::move(checks);
-                         ready.check_ms = ms;
-                         if (!lost_head_ && conn_ && conn_->is_open()) conn_->send(ready);
-                       });
+    node_check_->answer(a, ready_for(a, conn_->local_address(), gpus_, held_port_), [this](const Ready& r) {
+      if (!lost_head_ && conn_ && conn_->is_open()) conn_->send(r);
+    });
   }
 
   // A multi-node step's preflight (PreflightCheck); node 0's id goes to the
@@ -668,10 +656,6 @@ class Agent : public GroupObserver {
   std::optional<asio::steady_timer> heartbeat_timer_;
   std::optional<cluster::PreflightCheck> check_;    // a preflight's check (on_preflight)
   std::optional<cluster::NodeChecker> node_check_;  // the node's checks (on_assign)
-  std::string checked_for_;                         // the run id and step they were for
-  std::vector<NodeCheck> node_checks_;
-  std::int64_t check_ms_ = 0;
-  Inventory inventory_;  // the GPUs it found when it started
   std::string token_, node_, agent_id_, run_id_, step_, scratch_;
   std::string gloo_ifname_;  // set for the workers when the host name is a loopback address
   std::string head_at_;      // the --rdzv-endpoint entry it reached the head at

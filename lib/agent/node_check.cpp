@@ -50,12 +50,16 @@ TorchImport import_torch(const std::string& python, const std::atomic<bool>* can
   TorchImport t;
   t.python = python;
   HelperRequest request;
-  request.argv = {python, "-c", "import torch"};
+  // Judged by the line it prints, not by its exit status: the agent's
+  // supervisor reaps every child of the agent, and may reap this one first
+  // (HelperEnd::vanished).
+  request.argv = {python, "-c", "import torch; print('import torch: ok')"};
   request.stderr_to = HelperStderr::capture;
   request.deadline = std::chrono::seconds(120);
   request.cancel = cancel;
+  request.done_line = "import torch: ok";
   const HelperOutcome out = run_helper(request);
-  t.ok = out.ok();
+  t.ok = out.done && (out.ok() || out.end == HelperEnd::vanished);
   if (t.ok) return t;
   std::string last = out.error_output;
   while (!last.empty() && (last.back() == '\n' || last.back() == '\r')) last.pop_back();
@@ -108,6 +112,30 @@ void NodeChecker::start(const Assign& a, const Inventory& inventory, int fake_gp
       on_done(std::move(checks), ms);
     });
   });
+}
+
+void NodeChecker::answer(const Assign& a, Ready ready, std::function<void(const Ready&)> send) {
+  if (!a.node_checks) {
+    send(ready);
+    return;
+  }
+  const std::string key = a.run_id + "\n" + a.step;
+  if (checked_for_ == key) {
+    ready.checks = checks_;
+    ready.check_ms = check_ms_;
+    send(ready);
+    return;
+  }
+  start(a, inventory_, fake_gpus_, env_,
+        [this, ready, key, send = std::move(send)](std::vector<flowrun::NodeCheck> checks,
+                                                   std::int64_t ms) mutable {
+          checked_for_ = key;
+          checks_ = checks;
+          check_ms_ = ms;
+          ready.checks = std::move(checks);
+          ready.check_ms = ms;
+          send(ready);
+        });
 }
 
 void NodeChecker::stop() {

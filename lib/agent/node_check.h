@@ -32,7 +32,10 @@ NodeFacts gather_node_facts(const Assign& a, const Inventory& inventory, int fak
 
 class NodeChecker {
  public:
-  explicit NodeChecker(boost::asio::io_context& io) : io_(io) {}
+  // Checks a node whose agent found `inventory` (with --fake-gpus
+  // `fake_gpus`) and has the environment `env`, which must outlive this.
+  NodeChecker(boost::asio::io_context& io, Inventory inventory, int fake_gpus, const EnvMap& env)
+      : io_(io), inventory_(std::move(inventory)), fake_gpus_(fake_gpus), env_(env) {}
   ~NodeChecker() { stop(); }
   NodeChecker(const NodeChecker&) = delete;
   NodeChecker& operator=(const NodeChecker&) = delete;
@@ -41,14 +44,24 @@ class NodeChecker {
   // loop's thread, `on_done` gets each check's outcome and the time taken.
   void start(const Assign& a, const Inventory& inventory, int fake_gpus, const EnvMap& env,
              std::function<void(std::vector<flowrun::NodeCheck>, std::int64_t ms)> on_done);
+  // The answer to `a`: `ready` goes to `send`, with the node's checks when
+  // `a` asks for them: at once when they were made for this step before (a
+  // restart's assign, an elastic step's new one), else once they are (start).
+  void answer(const Assign& a, Ready ready, std::function<void(const Ready&)> send);
   bool running() const { return thread_.joinable(); }
   // Ends a check still running and waits for it (the head is gone).
   void stop();
 
  private:
   boost::asio::io_context& io_;
+  const Inventory inventory_;
+  const int fake_gpus_;
+  const EnvMap& env_;
   std::thread thread_;
   std::atomic<bool> cancel_{false};
+  std::string checked_for_;  // the run id and step of the checks made
+  std::vector<flowrun::NodeCheck> checks_;
+  std::int64_t check_ms_ = 0;
 };
 
 }  // namespace flowrun::cluster

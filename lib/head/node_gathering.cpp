@@ -257,12 +257,14 @@ bool NodeGathering::leave_out_failed() {
     if (!n.check_failed) continue;
     failed.push_back(n.rank);
     n.check_failed = false;
-    n.conn->send(Bye{false, false, -1});  // its agent ends; the step goes on without it
+    // Gone for the step: its agent ends at this bye, and its connection's
+    // close is no loss to report.
+    n.lost = true;
+    n.conn->send(Bye{false, false, -1});
   }
   if (failed.empty()) return false;
   write_excluded();
   if (nodes_.elastic()) {
-    for (int rank : failed) nodes_[std::size_t(rank)].lost = true;
     const std::string why = fmt::format("{} failed {} check", plural(failed.size(), "node", "nodes"),
                                         failed.size() == 1 ? "its" : "their");
     if (nodes_.usable() < static_cast<std::size_t>(nodes_.min_nodes())) {
