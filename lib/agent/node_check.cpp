@@ -100,13 +100,17 @@ NodeFacts gather_node_facts(const Assign& a, const Inventory& inventory, int fak
 void NodeChecker::start(const Assign& a, const Inventory& inventory, int fake_gpus, const EnvMap& env,
                         std::function<void(std::vector<flowrun::NodeCheck>, std::int64_t ms)> on_done) {
   if (thread_.joinable()) return;  // one check at a time
-  cancel_ = false;
-  thread_ = std::thread([this, a, inventory, fake_gpus, env, on_done = std::move(on_done)] {
+  shared_ = std::make_shared<Shared>();
+  thread_ = std::thread([this, shared = shared_, a, inventory, fake_gpus, env, on_done = std::move(on_done)] {
     const auto begin = std::chrono::steady_clock::now();
     std::vector<flowrun::NodeCheck> checks =
-        judge_node(gather_node_facts(a, inventory, fake_gpus, env, &cancel_));
+        judge_node(gather_node_facts(a, inventory, fake_gpus, env, &shared->cancel));
     const auto ms =
         std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - begin);
+    // A checker that gave up on this thread (stop) may be gone: touch nothing of it.
+    std::lock_guard lock(shared->mutex);
+    if (shared->abandoned) return;
+    shared->done = true;
     asio::post(io_, [this, on_done, checks = std::move(checks), ms = ms.count()]() mutable {
       if (thread_.joinable()) thread_.join();
       on_done(std::move(checks), ms);
@@ -138,9 +142,20 @@ void NodeChecker::answer(const Assign& a, Ready ready, std::function<void(const 
         });
 }
 
+// A check that hangs (an NVML call on a GPU that fell off the bus, a
+// filesystem that does not answer) must not keep the agent from ending: it
+// gets 2 s, then its thread is left to the process's exit.
 void NodeChecker::stop() {
-  cancel_ = true;
-  if (thread_.joinable()) thread_.join();
+  if (!thread_.joinable()) return;
+  shared_->cancel = true;
+  for (int i = 0; i < 200 && !shared_->done; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  std::lock_guard lock(shared_->mutex);
+  if (shared_->done) {
+    thread_.join();
+    return;
+  }
+  shared_->abandoned = true;
+  thread_.detach();
 }
 
 }  // namespace flowrun::cluster

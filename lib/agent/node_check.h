@@ -10,6 +10,8 @@
 #include <boost/asio/io_context.hpp>
 #include <cstdint>
 #include <functional>
+#include <memory>
+#include <mutex>
 #include <string>
 #include <thread>
 #include <vector>
@@ -49,7 +51,8 @@ class NodeChecker {
   // restart's assign, an elastic step's new one), else once they are (start).
   void answer(const Assign& a, Ready ready, std::function<void(const Ready&)> send);
   bool running() const { return thread_.joinable(); }
-  // Ends a check still running and waits for it (the head is gone).
+  // Ends a check still running and waits for it, 2 s at most: a check that
+  // hangs is left running, and ends with the process (the agent is ending).
   void stop();
 
  private:
@@ -57,8 +60,15 @@ class NodeChecker {
   const Inventory inventory_;
   const int fake_gpus_;
   const EnvMap& env_;
+  // What the checking thread shares with this: it may outlive this (stop).
+  struct Shared {
+    std::atomic<bool> cancel{false};
+    std::atomic<bool> done{false};
+    std::mutex mutex;
+    bool abandoned = false;  // under mutex
+  };
+  std::shared_ptr<Shared> shared_;
   std::thread thread_;
-  std::atomic<bool> cancel_{false};
   std::string checked_for_;  // the run id and step of the checks made
   std::vector<flowrun::NodeCheck> checks_;
   std::int64_t check_ms_ = 0;

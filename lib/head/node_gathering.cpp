@@ -62,7 +62,8 @@ NodeGathering::NodeGathering(boost::asio::io_context& io, const Console& console
       join_timer_(io),
       last_call_timer_(io),
       preflight_(console, plan_, job_.ctx.layout.step_dir(plan_.step) + "/preflight.txt", preflight_links()),
-      spare_timer_(io) {}
+      spare_timer_(io),
+      check_timer_(io) {}
 
 NodePreflight::Links NodeGathering::preflight_links() {
   return {[this](int node, const Preflight& m) { nodes_[std::size_t(node)].conn->send(m); },
@@ -204,6 +205,38 @@ void NodeGathering::assign() {
     n.conn->send(
         assign_of(job_, attempt_, n.rank, static_cast<int>(nodes_.size()), marker_path_, marker_text_));
   }
+  arm_check_timer();
+}
+
+void NodeGathering::arm_check_timer() {
+  if (!node_checks_on(job_)) return;
+  const double seconds = job_.spec->cluster->join_timeout_s;
+  check_timer_.expires_after(steady_seconds(seconds));
+  check_timer_.async_wait([this, seconds](const boost::system::error_code& ec) {
+    if (!ec) check_overdue(seconds);
+  });
+}
+
+void NodeGathering::check_overdue(double seconds) {
+  if (phase_ != Phase::assigning) return;
+  std::vector<int> silent;
+  for (const auto& n : nodes_)
+    if (!n.ready) silent.push_back(n.rank);
+  // The last one's answer may reseat the nodes: each is found by its rank,
+  // and none moves before it.
+  for (int rank : silent) {
+    Ready none;
+    none.workdir_ok = true;
+    none.checks = {NodeCheck{
+        "node_check", false,
+        fmt::format(
+            "no verdict within cluster.join_timeout ({:g} s): something on the node hangs (an NVML call "
+            "on a GPU that fell off the bus, a filesystem that does not answer); look there (nvidia-smi, "
+            "df), or leave it out",
+            seconds)}};
+    on_ready(nodes_[std::size_t(rank)], none);
+    if (phase_ != Phase::assigning) return;
+  }
 }
 
 void NodeGathering::on_ready(Node& n, const Ready& m) {
@@ -324,6 +357,7 @@ void NodeGathering::seat_spare(int rank) {
   spare.ready = false;
   spare.conn->send(
       assign_of(job_, attempt_, rank, static_cast<int>(nodes_.size()), marker_path_, marker_text_));
+  arm_check_timer();
 }
 
 void NodeGathering::write_excluded() {

@@ -67,6 +67,8 @@ class NodeGathering {
   void cancel_join_timer() {
     join_timer_.cancel();
     last_call_timer_.cancel();
+    spare_timer_.cancel();
+    check_timer_.cancel();
   }
   // Output of the engine's process `index`: srun waiting for resources
   // stops the join timeout, which counts from the grant.
@@ -116,6 +118,10 @@ class NodeGathering {
   // for it, until cluster.join_timeout.
   void await_spare(int rank, const std::string& failed);
   void seat_spare(int rank);
+  // Node checks: a node that has not answered its assign within
+  // cluster.join_timeout failed its check (something there hangs).
+  void arm_check_timer();
+  void check_overdue(double seconds);
   // The run's excluded_nodes file: every node left out, as one Slurm host list.
   void write_excluded();
 
@@ -144,6 +150,7 @@ class NodeGathering {
   std::vector<std::pair<int, std::string>> awaiting_spare_;  // node ranks to fill, and the failed node
   std::set<const NodeLink*> judged_;                         // the agents whose verdict came
   boost::asio::steady_timer spare_timer_;
+  boost::asio::steady_timer check_timer_;
 };
 
 }  // namespace flowrun::cluster

@@ -181,6 +181,26 @@ class TestNodeChecks(E2E):
                    str(verdicts))
         n.check_nothing_left("torch")
 
+    def test_a_node_whose_check_hangs_is_left_out_at_the_join_timeout(self):
+        # Node 1's NVML never answers for GPU 0's ECC errors: after cluster.join_timeout (2 s) the head
+        # leaves it out, the spare takes the seat, and the hung agent still ends at its bye.
+        spec = gpu_spec("hang", "      spare_nodes: 1\n").replace("  gpus_per_node: 4\n",
+                                                                  "  gpus_per_node: 4\n  join_timeout: 2\n")
+        n = self.nodes("hang", spec)
+        pids = self.start(n, "hang", [0, 1, 2], "hang:0")
+        if pids is None:
+            return
+        rc = n.finish("hang")
+        self.check(rc == 0, "hang: the step succeeds on the spare", n.detail())
+        line = (f"flowrun: step 'train': node {HOST} (node rank 1 of 2) failed its check, so it is left out: "
+                "node_check: no verdict within cluster.join_timeout (2 s): something on the node hangs (an NVML "
+                "call on a GPU that fell off the bus, a filesystem that does not answer); look there (nvidia-smi, "
+                "df), or leave it out")
+        self.check(line in n.head_err().splitlines(), f"hang: the head says: {line}", n.head_err())
+        self.check({a for _, a, _ in self.ran(n, 8).values()} == {pids[0], pids[2]},
+                   "hang: the ranks ran on node 0 and the spare", str(self.ran(n, 8)))
+        n.check_nothing_left("hang")
+
     def test_no_spare_fails_before_any_rank_starts(self):
         n = self.nodes("nospare", gpu_spec("nospare"))
         pids = self.start(n, "nospare", [0, 1], "noopen:3,ecc:0")
