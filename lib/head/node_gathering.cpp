@@ -29,7 +29,7 @@ std::string workdir_not_shared(const std::string& node, const std::string& workd
 }
 
 // The checks that failed, as "gpu_health: ...; scratch_space: ...".
-std::string failed_checks(const std::vector<NodeCheck>& checks) {
+std::string failed_checks(const std::vector<NodeVerdict::Check>& checks) {
   std::string text;
   for (const auto& c : checks)
     if (!c.ok) text += fmt::format("{}{}: {}", text.empty() ? "" : "; ", c.name, c.detail);
@@ -271,20 +271,38 @@ void NodeGathering::keep_verdict(Node& n, const Ready& m) {
   v.check_s = static_cast<double>(m.check_ms) / 1000;
   for (const auto& c : m.checks) {
     v.checks.push_back({c.name, c.ok, c.detail});
-    v.ok = v.ok && c.ok;
+    torch_imports_ = torch_imports_ || (c.name == "torch_import" && c.ok);
   }
-  n.check_failed = !v.ok;
-  if (!v.ok) {
+  round_.emplace_back(n.rank, verdicts_.size());
+  verdicts_.push_back(std::move(v));
+}
+
+void NodeGathering::judge_round() {
+  for (const auto& [rank, index] : round_) {
+    NodeVerdict& v = verdicts_[index];
+    for (auto& c : v.checks) {
+      // Where no node's Python imports torch, the step is taken for one
+      // that does not use it: a node is left out for lacking what another has.
+      if (c.name == "torch_import" && !c.ok && !torch_imports_) {
+        c.ok = true;
+        c.detail = "not held against the node, as no node's Python imports torch: " + c.detail;
+      }
+      v.ok = v.ok && c.ok;
+    }
+    Node& n = nodes_[std::size_t(rank)];
+    n.check_failed = !v.ok;
+    if (v.ok) continue;
     excluded_.push_back(n.name);
     console_.message(fmt::format(
         "flowrun: step '{}': node {} (node rank {} of {}) failed its check, so it is "
         "left out: {}",
-        plan_.step, printable(n.name), n.rank, nodes_.size(), printable(failed_checks(m.checks))));
+        plan_.step, printable(n.name), n.rank, nodes_.size(), printable(failed_checks(v.checks))));
   }
-  verdicts_.push_back(std::move(v));
+  round_.clear();
 }
 
 bool NodeGathering::leave_out_failed() {
+  judge_round();
   std::vector<int> failed;
   for (auto& n : nodes_) {
     if (!n.check_failed) continue;

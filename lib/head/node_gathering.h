@@ -110,6 +110,9 @@ class NodeGathering {
   void maybe_ready();
   // Node checks: keeps `n`'s verdict from `m`.
   void keep_verdict(Node& n, const Ready& m);
+  // The verdicts that came since the last round, judged: torch_import
+  // counts only where some node's Python imports torch.
+  void judge_round();
   // Every node answered: those whose check failed are left out before any
   // rank starts (a spare takes the seat, an elastic step starts with fewer,
   // else the step fails). True when that is under way or failed the step.
@@ -144,9 +147,11 @@ class NodeGathering {
   std::optional<ShipList> ship_list_;  // listed at the first shipment, once for the step
   std::map<const NodeLink*, std::unique_ptr<ShipSender>> shipments_;
   int ready_ = 0;
-  NodePreflight preflight_;            // preflight: true
-  std::vector<NodeVerdict> verdicts_;  // since take_verdicts
-  std::vector<std::string> excluded_;  // the nodes left out, for the excluded_nodes file
+  NodePreflight preflight_;                         // preflight: true
+  std::vector<NodeVerdict> verdicts_;               // since take_verdicts
+  std::vector<std::string> excluded_;               // the nodes left out, for the excluded_nodes file
+  std::vector<std::pair<int, std::size_t>> round_;  // node rank, index in verdicts_: not judged yet
+  bool torch_imports_ = false;                      // some node's Python imports torch
   std::vector<std::pair<int, std::string>> awaiting_spare_;  // node ranks to fill, and the failed node
   std::set<const NodeLink*> judged_;                         // the agents whose verdict came
   boost::asio::steady_timer spare_timer_;

@@ -22,6 +22,9 @@ from flowrun_testlib.suite import E2E
 
 pytestmark = pytest.mark.nodes_local
 
+# Each rank says which agent ran it, in Python (a step whose run starts with python3 is a torch step).
+TORCH_RUN = ('["python3", "-c", "import os; e = os.environ; '
+             'open(\'ran.\' + e[\'RANK\'], \'w\').write(e[\'FLOWRUN_NODE_RANK\'] + \' \' + e[\'FLOWRUN_AGENT_ID\'] + \' \' + e[\'WORLD_SIZE\'])"]')
 # Each rank says which agent ran it.
 RAN = sh_yaml('echo "$FLOWRUN_NODE_RANK $FLOWRUN_AGENT_ID $WORLD_SIZE" > "ran.$RANK"')
 
@@ -148,9 +151,10 @@ class TestNodeChecks(E2E):
                    "late: the ranks ran on node 0 and the spare", str(self.ran(n, 8)))
         n.check_nothing_left("late")
 
-    def test_a_python_without_torch_is_left_out_and_the_check_time_is_measured(self):
-        # The spec's python: a stand-in that says torch is missing where FAKE_NO_TORCH is set (node 1),
-        # and runs the Python of these tests otherwise: each node's check imports torch for real.
+    def torch_stub(self):
+        """The spec's python: a stand-in that says torch is missing where FAKE_NO_TORCH is set, and runs
+        the Python of these tests otherwise (each node's check imports torch for real); skips the test
+        when that Python has no torch."""
         stub = os.path.join(self.scratch, "python3")
         with open(stub, "w") as f:
             f.write('#!/bin/sh\nif [ -n "$FAKE_NO_TORCH" ] && [ "${2%%;*}" = "import torch" ]; then\n'
@@ -159,7 +163,12 @@ class TestNodeChecks(E2E):
         os.chmod(stub, 0o755)
         if subprocess.run([stub, "-c", "import torch"], capture_output=True).returncode != 0:
             pytest.skip(f"{sys.executable} has no torch")
-        run = '["python3", "-c", "import os; open(\'ran.\' + os.environ[\'RANK\'], \'w\').write(os.environ[\'FLOWRUN_NODE_RANK\'] + \' \' + os.environ[\'FLOWRUN_AGENT_ID\'] + \' 8\')"]'
+        return stub
+
+    def test_a_python_without_torch_is_left_out_and_the_check_time_is_measured(self):
+        # Node 1's Python lacks torch, node 0's and the spare's have it.
+        stub = self.torch_stub()
+        run = TORCH_RUN
         n = self.nodes("torch", f"python: {stub}\n" + gpu_spec("torch", "      spare_nodes: 1\n", run=run))
         pids = self.start(n, "torch", [0, 1, 2], env={1: {"FAKE_NO_TORCH": "1"}})
         if pids is None:
@@ -180,6 +189,21 @@ class TestNodeChecks(E2E):
         self.check(all(v["check_s"] < 120 for v in verdicts), "torch: each check ends within its deadline",
                    str(verdicts))
         n.check_nothing_left("torch")
+
+    def test_where_no_node_imports_torch_none_is_left_out_for_it(self):
+        # A step of Python GPU workers that does not use torch: no node's Python imports it.
+        stub = self.torch_stub()
+        n = self.nodes("notorch", f"python: {stub}\n" + gpu_spec("notorch", run=TORCH_RUN))
+        pids = self.start(n, "notorch", [0, 1], env={0: {"FAKE_NO_TORCH": "1"}, 1: {"FAKE_NO_TORCH": "1"}})
+        if pids is None:
+            return
+        rc = n.finish("notorch", timeout=180)
+        self.check(rc == 0, "notorch: the step runs on both nodes", n.detail())
+        torch = [c for v in n.results()["node_checks"] for c in v["checks"] if c["name"] == "torch_import"]
+        self.check(len(torch) == 2 and all(c["ok"] and c["detail"].startswith(
+            "not held against the node, as no node's Python imports torch: ") for c in torch),
+                   "notorch: each node's torch_import is recorded, not held against it", str(torch))
+        n.check_nothing_left("notorch")
 
     def test_a_node_whose_check_hangs_is_left_out_at_the_join_timeout(self):
         # Node 1's NVML never answers for GPU 0's ECC errors: after cluster.join_timeout (2 s) the head

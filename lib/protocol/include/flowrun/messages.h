@@ -107,7 +107,8 @@ struct Assign {
   // parallel.node_checks: the agent checks its node before it answers
   // (docs/reliability.md), against the GPUs the plan gives the node
   // (`node_gpus`, -1: a step of CPU workers, no GPU checks) and, with a
-  // `python`, that this Python imports torch.
+  // `python`, whether this Python imports torch (the head holds a failure
+  // against the node only where another node's Python imports it).
   bool node_checks = false;
   int node_gpus = -1;
   std::string python;
