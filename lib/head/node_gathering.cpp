@@ -387,7 +387,12 @@ void NodeGathering::write_excluded() {
     while (!list.empty() && list.back() == '\n') list.pop_back();
     if (auto old = expand_hostlist(list, nullptr)) names = *old;
   }
-  names.insert(names.end(), excluded_.begin(), excluded_.end());
+  // Slurm names a node by its short name; an agent reports its kernel's
+  // host name, which may be the full one (gpu-b.cluster.example).
+  for (const auto& name : excluded_) {
+    const bool address = name.find_first_not_of("0123456789.") == std::string::npos;
+    names.push_back(address ? name : name.substr(0, name.find('.')));
+  }
   if (const int err = try_write_file(path, compress_hostlist(names) + "\n"); err != 0)
     console_.message(
         fmt::format("flowrun: step '{}': cannot write {}: {}", plan_.step, path, file_error_text(err)));

@@ -719,13 +719,16 @@ TEST_CASE(
     "[head][node_checks]") {
   HeadBench h(kTwoNodes);
   h.join("node-a", 0);
-  ScriptedNode& b = h.join("node-b", 1, fails_check(h, "gpu_health", "GPU 1 has 1 uncorrectable ECC error"));
+  // Its kernel's full host name: the excluded_nodes file has Slurm's short one.
+  ScriptedNode& b = h.join("node-b.cluster.example", 1,
+                           fails_check(h, "gpu_health", "GPU 1 has 1 uncorrectable ECC error"));
   const AttemptResult r = h.attempt(0);
   CHECK_FALSE(r.started);
   CHECK(b.link->sent_of<Start>().empty());
   CHECK(r.errors ==
         std::vector<std::string>{
-            "node node-b (node rank 1 of 2) failed its check, and no spare node waits to take its "
+            "node node-b.cluster.example (node rank 1 of 2) failed its check, and no spare node waits to "
+            "take its "
             "place (parallel.spare_nodes), so no rank starts; fix what the check names, or leave the "
             "node out (sbatch --exclude with the run directory's excluded_nodes file), add "
             "parallel.spare_nodes, or set parallel.node_checks: false to start on it anyway"});
