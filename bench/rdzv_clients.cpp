@@ -390,7 +390,7 @@ class Clients {
     getsockname(a.conn.fd, reinterpret_cast<sockaddr*>(&local), &len);
     char address[INET_ADDRSTRLEN] = {};
     inet_ntop(AF_INET, &local.sin_addr, address, sizeof address);
-    loop_.send(a.conn, tag, encode(flowrun::Ready{same, error, address, f.want_port ? held_port_ : 0, 0}));
+    loop_.send(a.conn, tag, encode(flowrun::Ready{same, error, address, f.want_port ? held_port_ : 0, 0, {}, 0}));
     if (!a.assigned) {
       a.assigned = true;
       if (++assigned_ == agents_.size()) times_.assign = now_ns();

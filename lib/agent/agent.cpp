@@ -26,6 +26,7 @@
 #include "flowrun/start_wire.h"
 #include "flowrun/worker_group.h"
 
+#include "node_check.h"
 #include "node_ranks.h"
 #include "preflight_check.h"
 #include "ship_receiver.h"
@@ -202,6 +203,22 @@ void check_marker(const Assign& a, Ready& ready) {
     ready.workdir_error = a.marker_path + ": its content differs from the head's";
 }
 
+// The answer to `a` but for the node's checks: whether this node shares the
+// workdir, its `address` and `gpus`, and for node 0 a port held in `held`
+// (whatever `held` held before is let go).
+Ready ready_for(const Assign& a, const std::string& address, int gpus, HeldPort& held) {
+  Ready ready;
+  check_marker(a, ready);
+  ready.address = address;
+  held.release();
+  if (a.want_port) {
+    held = hold_free_port(ready.address);
+    ready.port = held.port;
+  }
+  ready.gpus = gpus;
+  return ready;
+}
+
 // Removes the ranks' scratch directory `dir`, saying what could not be.
 void remove_scratch(const Console& console, const std::string& node, const std::string& dir) {
   if (dir.empty()) return;
@@ -269,12 +286,14 @@ class Agent : public GroupObserver {
     node_ = host_name(env_);
     node_rank_claim_ = node_rank_claim(options_, env_);
     auto probe = make_probe(env_, options_.fake_gpus);
-    gpus_ = static_cast<int>(select_gpus(probe->probe(), env_).gpus.size());
+    Inventory inventory = select_gpus(probe->probe(), env_);
+    gpus_ = static_cast<int>(inventory.gpus.size());
 
     // The guardian's mark: this agent's own secret (the preflight's check
     // child inherits it, the ranks get it from spawn_process).
     agent_id_ = node_ + "-" + std::to_string(getpid()) + "-" + make_secret();
     sup_->begin(agent_id_);
+    node_check_.emplace(sup_->io(), std::move(inventory), options_.fake_gpus, env_);
     if (!join()) {
       sup_->disarm();
       return 1;
@@ -282,6 +301,7 @@ class Agent : public GroupObserver {
     serve();
     asio::io_context& io = sup_->io();
     check_->stop();  // ends a preflight check still running
+    node_check_->stop();
     // Let the last messages go out.
     for (int i = 0; i < 1000 && conn_->is_open() && conn_->queued() > 0; ++i)
       io.run_one_for(std::chrono::milliseconds(10));
@@ -525,16 +545,9 @@ class Agent : public GroupObserver {
     forensics_s_ = static_cast<double>(std::max<std::int64_t>(a.forensics_ms, 0)) / 1000;  // 0: no stacks
     stop_from_head_ = false;
     local_failure_ = false;
-    Ready ready;
-    check_marker(a, ready);
-    ready.address = conn_->local_address();
-    held_port_.release();
-    if (a.want_port) {
-      held_port_ = hold_free_port(ready.address);
-      ready.port = held_port_.port;
-    }
-    ready.gpus = gpus_;
-    conn_->send(ready);
+    node_check_->answer(a, ready_for(a, conn_->local_address(), gpus_, held_port_), [this](const Ready& r) {
+      if (!lost_head_ && conn_ && conn_->is_open()) conn_->send(r);
+    });
   }
 
   // A multi-node step's preflight (PreflightCheck); node 0's id goes to the
@@ -641,7 +654,8 @@ class Agent : public GroupObserver {
   NodeRanks* sup_;  // runs this node's ranks: a Supervisor (SupervisedRanks), or a test's fake
   std::shared_ptr<Connection> conn_;
   std::optional<asio::steady_timer> heartbeat_timer_;
-  std::optional<cluster::PreflightCheck> check_;  // a preflight's check (on_preflight)
+  std::optional<cluster::PreflightCheck> check_;    // a preflight's check (on_preflight)
+  std::optional<cluster::NodeChecker> node_check_;  // the node's checks (on_assign)
   std::string token_, node_, agent_id_, run_id_, step_, scratch_;
   std::string gloo_ifname_;  // set for the workers when the host name is a loopback address
   std::string head_at_;      // the --rdzv-endpoint entry it reached the head at

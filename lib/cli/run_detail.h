@@ -66,8 +66,9 @@ struct Request {
   std::string run_dir;
   int fake_gpus = -1;
   int cpus = 0;
-  std::string output;  // init: -o
-  bool force = false;  // init: --force
+  bool no_node_checks = false;  // the step's parallel.node_checks: false
+  std::string output;           // init: -o
+  bool force = false;           // init: --force
   // What to run: a script and its arguments, a module, a program, or a spec.
   std::vector<std::string> command;
   std::string spec_path;

@@ -117,6 +117,10 @@ constexpr OptionDef kOptionTable[] = {
     {"fake-gpus", Arg::value, "N", "Pretend this host has N GPUs (dry runs, tests)", For::both, 0,
      Own::flowrun},
     {"cpus", Arg::value, "N", "N CPU workers in total instead of GPU workers", For::both, 0, Own::flowrun},
+    {"no-node-checks", Arg::flag, "",
+     "Start on several nodes without each node's check of itself (GPUs, free space, torch; "
+     "parallel.node_checks: false)",
+     For::both, 0, Own::flowrun},
     {"output", Arg::value, "FILE", "The spec to write (default: SCRIPT's name with .yaml)", For::init, 'o',
      Own::flowrun},
     {"force", Arg::flag, "", "Overwrite the spec if it exists", For::init, 0, Own::flowrun},
@@ -287,6 +291,8 @@ void set_option(Request& r, const std::string& command, const Given& given) {
     if (!value.empty()) note(duplicate_filters_note(name));
   } else if (name == "numa-binding") {
     r.numa_binding = numa_binding(command, value);
+  } else if (name == "no-node-checks") {
+    r.no_node_checks = true;
   } else if (name == "virtual-local-rank") {
     r.virtual_local_rank = true;
   } else if (name == "module") {

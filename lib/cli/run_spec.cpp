@@ -154,6 +154,7 @@ Shape shape_for(const Request& r, const RunHost& host, const std::string& comman
     s.parallel.emplace_back("nodes",
                             s.min_nodes > 0 ? fmt::format("\"{}:{}\"", s.min_nodes, s.nodes) : nodes_text);
   if (r.max_restarts) s.parallel.emplace_back("max_restarts", std::to_string(*r.max_restarts));
+  if (r.no_node_checks) s.parallel.emplace_back("node_checks", "false");
   return s;
 }
 

@@ -4,7 +4,9 @@
 #include <fmt/format.h>
 
 #include "flowrun/clock.h"
+#include "flowrun/files.h"
 #include "flowrun/host.h"
+#include "flowrun/slurm.h"
 #include "flowrun/text.h"
 #include "flowrun/util.h"
 
@@ -26,6 +28,20 @@ std::string workdir_not_shared(const std::string& node, const std::string& workd
       node, workdir, printable(error));
 }
 
+// The checks that failed, as "gpu_health: ...; scratch_space: ...".
+std::string failed_checks(const std::vector<NodeVerdict::Check>& checks) {
+  std::string text;
+  for (const auto& c : checks)
+    if (!c.ok) text += fmt::format("{}{}: {}", text.empty() ? "" : "; ", c.name, c.detail);
+  return text;
+}
+
+// What to do about a node that failed its check, the step's last words.
+constexpr std::string_view kWhatToDo =
+    "fix what the check names, or leave the node out (sbatch --exclude with the run directory's "
+    "excluded_nodes file), add parallel.spare_nodes, or set parallel.node_checks: false to start on it "
+    "anyway";
+
 }  // namespace
 
 NodeGathering::NodeGathering(boost::asio::io_context& io, const Console& console, const NodeStep& job,
@@ -45,8 +61,9 @@ NodeGathering::NodeGathering(boost::asio::io_context& io, const Console& console
       links_(std::move(links)),
       join_timer_(io),
       last_call_timer_(io),
-      preflight_(console, plan_, job_.ctx.layout.step_dir(plan_.step) + "/preflight.txt", preflight_links()) {
-}
+      preflight_(console, plan_, job_.ctx.layout.step_dir(plan_.step) + "/preflight.txt", preflight_links()),
+      spare_timer_(io),
+      check_timer_(io) {}
 
 NodePreflight::Links NodeGathering::preflight_links() {
   return {[this](int node, const Preflight& m) { nodes_[std::size_t(node)].conn->send(m); },
@@ -69,6 +86,10 @@ Admission NodeGathering::admit(const Joiner& j) {
 void NodeGathering::on_joined(int rank, const Joiner& j, const std::shared_ptr<NodeLink>& conn) {
   const bool all = nodes_.join(rank, j, conn);
   links_.joined(rank, conn);
+  if (nodes_.is_spare_seat(rank) && !awaiting_spare_.empty() && phase_ == Phase::assigning) {
+    seat_spare(awaiting_spare_.front().first);
+    return;
+  }
   if (all && !(nodes_.elastic() && nodes_.usable() < nodes_.size())) {
     all_joined();
     return;
@@ -163,8 +184,10 @@ std::optional<std::string> NodeGathering::on_engine_exit(std::size_t index, cons
 void NodeGathering::all_joined() {
   join_timer_.cancel();
   door_.say_fallback_addresses(nodes_.via_names());
-  // Nodes that do not have the GPUs the plan gave them are refused.
-  if (const std::string wrong = plan_.cpu ? "" : nodes_.gpu_mismatches(plan_); !wrong.empty()) {
+  // Nodes that do not have the GPUs the plan gave them are refused (with
+  // node checks, the check's gpu_count leaves them out instead).
+  if (const std::string wrong = plan_.cpu || node_checks_on(job_) ? "" : nodes_.gpu_mismatches(plan_);
+      !wrong.empty()) {
     links_.fail(wrong +
                 " (cluster.gpus_per_node, or this host's count); nodes with different GPU counts are "
                 "not supported");
@@ -182,6 +205,38 @@ void NodeGathering::assign() {
     n.conn->send(
         assign_of(job_, attempt_, n.rank, static_cast<int>(nodes_.size()), marker_path_, marker_text_));
   }
+  arm_check_timer();
+}
+
+void NodeGathering::arm_check_timer() {
+  if (!node_checks_on(job_)) return;
+  const double seconds = job_.spec->cluster->join_timeout_s;
+  check_timer_.expires_after(steady_seconds(seconds));
+  check_timer_.async_wait([this, seconds](const boost::system::error_code& ec) {
+    if (!ec) check_overdue(seconds);
+  });
+}
+
+void NodeGathering::check_overdue(double seconds) {
+  if (phase_ != Phase::assigning) return;
+  std::vector<int> silent;
+  for (const auto& n : nodes_)
+    if (!n.ready) silent.push_back(n.rank);
+  // The last one's answer may reseat the nodes: each is found by its rank,
+  // and none moves before it.
+  for (int rank : silent) {
+    Ready none;
+    none.workdir_ok = true;
+    none.checks = {NodeCheck{
+        "node_check", false,
+        fmt::format(
+            "no verdict within cluster.join_timeout ({:g} s): something on the node hangs (an NVML call "
+            "on a GPU that fell off the bus, a filesystem that does not answer); look there (nvidia-smi, "
+            "df), or leave it out",
+            seconds)}};
+    on_ready(nodes_[std::size_t(rank)], none);
+    if (phase_ != Phase::assigning) return;
+  }
 }
 
 void NodeGathering::on_ready(Node& n, const Ready& m) {
@@ -197,12 +252,150 @@ void NodeGathering::on_ready(Node& n, const Ready& m) {
     n.address = m.address;
     n.port = m.port;
   }
+  if (node_checks_on(job_)) keep_verdict(n, m);
   if (++ready_ < static_cast<int>(nodes_.size())) return;
   if (!workdir_errors_.empty()) {
     for (const auto& e : workdir_errors_) links_.fail(e);
     return;
   }
+  if (leave_out_failed()) return;
   maybe_ready();
+}
+
+void NodeGathering::keep_verdict(Node& n, const Ready& m) {
+  // An agent checks its node once a step; a restart's answer repeats it.
+  if (!judged_.insert(n.conn.get()).second) return;
+  NodeVerdict v;
+  v.node = n.name;
+  v.node_rank = n.rank;
+  v.check_s = static_cast<double>(m.check_ms) / 1000;
+  for (const auto& c : m.checks) {
+    v.checks.push_back({c.name, c.ok, c.detail});
+    torch_imports_ = torch_imports_ || (c.name == "torch_import" && c.ok);
+  }
+  round_.emplace_back(n.rank, verdicts_.size());
+  verdicts_.push_back(std::move(v));
+}
+
+void NodeGathering::judge_round() {
+  for (const auto& [rank, index] : round_) {
+    NodeVerdict& v = verdicts_[index];
+    for (auto& c : v.checks) {
+      // Where no node's Python imports torch, the step is taken for one
+      // that does not use it: a node is left out for lacking what another has.
+      if (c.name == "torch_import" && !c.ok && !torch_imports_) {
+        c.ok = true;
+        c.detail = "not held against the node, as no node's Python imports torch: " + c.detail;
+      }
+      v.ok = v.ok && c.ok;
+    }
+    Node& n = nodes_[std::size_t(rank)];
+    n.check_failed = !v.ok;
+    if (v.ok) continue;
+    excluded_.push_back(n.name);
+    console_.message(fmt::format(
+        "flowrun: step '{}': node {} (node rank {} of {}) failed its check, so it is "
+        "left out: {}",
+        plan_.step, printable(n.name), n.rank, nodes_.size(), printable(failed_checks(v.checks))));
+  }
+  round_.clear();
+}
+
+bool NodeGathering::leave_out_failed() {
+  judge_round();
+  std::vector<int> failed;
+  for (auto& n : nodes_) {
+    if (!n.check_failed) continue;
+    failed.push_back(n.rank);
+    n.check_failed = false;
+    // Gone for the step: its agent ends at this bye, and its connection's
+    // close is no loss to report.
+    n.lost = true;
+    n.conn->send(Bye{false, false, -1});
+  }
+  if (failed.empty()) return false;
+  write_excluded();
+  if (nodes_.elastic()) {
+    const std::string why = fmt::format("{} failed {} check", plural(failed.size(), "node", "nodes"),
+                                        failed.size() == 1 ? "its" : "their");
+    if (nodes_.usable() < static_cast<std::size_t>(nodes_.min_nodes())) {
+      links_.fail(fmt::format("{}: {} left, fewer than the {} that nodes: \"{}:{}\" needs; {}", why,
+                              nodes_.usable(), nodes_.min_nodes(), nodes_.min_nodes(), nodes_.size(),
+                              kWhatToDo));
+      return true;
+    }
+    links_.start_fewer(why);
+    assign();
+    return true;
+  }
+  for (int rank : failed) {
+    --ready_;
+    await_spare(rank, nodes_[std::size_t(rank)].name);
+    if (phase_ == Phase::finished) return true;
+  }
+  return true;
+}
+
+void NodeGathering::await_spare(int rank, const std::string& failed) {
+  if (links_.take_spare(rank)) {
+    seat_spare(rank);
+    return;
+  }
+  bool may_come = false;
+  for (std::size_t seat = nodes_.size(); seat < nodes_.seats(); ++seat)
+    may_come = may_come || !nodes_[seat].joined;
+  if (!may_come) {
+    links_.fail(
+        fmt::format("node {} (node rank {} of {}) failed its check, and no spare node waits to take its "
+                    "place (parallel.spare_nodes), so no rank starts; {}",
+                    printable(failed), rank, nodes_.size(), kWhatToDo));
+    return;
+  }
+  awaiting_spare_.emplace_back(rank, failed);
+  if (awaiting_spare_.size() > 1) return;
+  const double seconds = job_.spec->cluster->join_timeout_s;
+  spare_timer_.expires_after(steady_seconds(seconds));
+  spare_timer_.async_wait([this, seconds](const boost::system::error_code& ec) {
+    if (ec || awaiting_spare_.empty() || phase_ != Phase::assigning) return;
+    const auto& [waiting, name] = awaiting_spare_.front();
+    links_.fail(
+        fmt::format("node {} (node rank {} of {}) failed its check, and no spare node joined within "
+                    "cluster.join_timeout ({:g} s) to take its place, so no rank starts; {}",
+                    printable(name), waiting, nodes_.size(), seconds, kWhatToDo));
+  });
+}
+
+void NodeGathering::seat_spare(int rank) {
+  if (!awaiting_spare_.empty() && awaiting_spare_.front().first == rank) {
+    if (!links_.take_spare(rank)) return;  // the one that joined has other GPUs: wait on
+    awaiting_spare_.erase(awaiting_spare_.begin());
+    if (awaiting_spare_.empty()) spare_timer_.cancel();
+  }
+  Node& spare = nodes_[std::size_t(rank)];
+  spare.ready = false;
+  spare.conn->send(
+      assign_of(job_, attempt_, rank, static_cast<int>(nodes_.size()), marker_path_, marker_text_));
+  arm_check_timer();
+}
+
+void NodeGathering::write_excluded() {
+  const std::string path = job_.ctx.layout.run_dir + "/excluded_nodes";
+  std::vector<std::string> names;
+  // Another step of the run may have left nodes out before.
+  if (auto before = try_read_file(path, 1 << 20)) {
+    std::string list = *before;
+    while (!list.empty() && list.back() == '\n') list.pop_back();
+    if (auto old = expand_hostlist(list, nullptr)) names = *old;
+  }
+  // Slurm names a node by its short name; an agent reports its kernel's
+  // host name, which may be the full one (gpu-b.cluster.example).
+  for (const auto& name : excluded_) {
+    const bool address = name.find_first_not_of("0123456789.") == std::string::npos;
+    names.push_back(address ? name : name.substr(0, name.find('.')));
+  }
+  if (const int err = try_write_file(path, compress_hostlist(names) + "\n"); err != 0)
+    console_.message(
+        fmt::format("flowrun: step '{}': cannot write {}: {}", plan_.step, path, file_error_text(err)));
 }
 
 void NodeGathering::maybe_ready() {

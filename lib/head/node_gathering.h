@@ -11,13 +11,16 @@
 #include <map>
 #include <memory>
 #include <optional>
+#include <set>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "flowrun/messages.h"
 #include "flowrun/node_link.h"
 #include "flowrun/remote_group.h"
+#include "flowrun/result.h"
 
 #include "engine_watch.h"
 #include "node_preflight.h"
@@ -43,6 +46,9 @@ class NodeGathering {
     std::function<void(const std::string& why)> start_fewer;
     // The head's phase moves on to `next` (the head alone writes it).
     std::function<void(Phase next)> move_to;
+    // A spare that waits takes the seat of node rank `rank`, which failed its
+    // check (NodeSeats::take_spare); false when none waits.
+    std::function<bool(int rank)> take_spare;
   };
   // `phase` is the head's, which this reads, and asks the head to move on
   // from joining to ready (Links::move_to); `attempt` and the marker are the
@@ -61,6 +67,8 @@ class NodeGathering {
   void cancel_join_timer() {
     join_timer_.cancel();
     last_call_timer_.cancel();
+    spare_timer_.cancel();
+    check_timer_.cancel();
   }
   // Output of the engine's process `index`: srun waiting for resources
   // stops the join timeout, which counts from the grant.
@@ -75,6 +83,10 @@ class NodeGathering {
   void on_ready(Node& n, const Ready& m);
   // The node's answer to its shipment of the step's inputs.
   void on_ship_ack(Node& n, const ShipAck& m);
+
+  // The nodes' verdicts (parallel.node_checks) since the last call, for the
+  // attempt record about to be made.
+  std::vector<NodeVerdict> take_verdicts() { return std::exchange(verdicts_, {}); }
 
   // preflight: true (node_preflight.h), once every node is ready.
   void start_preflight();
@@ -96,6 +108,25 @@ class NodeGathering {
   void ship_to(Node& n);
   // Every node answered the assign and has its inputs: the head moves on.
   void maybe_ready();
+  // Node checks: keeps `n`'s verdict from `m`.
+  void keep_verdict(Node& n, const Ready& m);
+  // The verdicts that came since the last round, judged: torch_import
+  // counts only where some node's Python imports torch.
+  void judge_round();
+  // Every node answered: those whose check failed are left out before any
+  // rank starts (a spare takes the seat, an elastic step starts with fewer,
+  // else the step fails). True when that is under way or failed the step.
+  bool leave_out_failed();
+  // A spare seat that has not joined yet may still bring one: `rank` waits
+  // for it, until cluster.join_timeout.
+  void await_spare(int rank, const std::string& failed);
+  void seat_spare(int rank);
+  // Node checks: a node that has not answered its assign within
+  // cluster.join_timeout failed its check (something there hangs).
+  void arm_check_timer();
+  void check_overdue(double seconds);
+  // The run's excluded_nodes file: every node left out, as one Slurm host list.
+  void write_excluded();
 
   const Console& console_;
   const NodeStep& job_;
@@ -116,7 +147,15 @@ class NodeGathering {
   std::optional<ShipList> ship_list_;  // listed at the first shipment, once for the step
   std::map<const NodeLink*, std::unique_ptr<ShipSender>> shipments_;
   int ready_ = 0;
-  NodePreflight preflight_;  // preflight: true
+  NodePreflight preflight_;                         // preflight: true
+  std::vector<NodeVerdict> verdicts_;               // since take_verdicts
+  std::vector<std::string> excluded_;               // the nodes left out, for the excluded_nodes file
+  std::vector<std::pair<int, std::size_t>> round_;  // node rank, index in verdicts_: not judged yet
+  bool torch_imports_ = false;                      // some node's Python imports torch
+  std::vector<std::pair<int, std::string>> awaiting_spare_;  // node ranks to fill, and the failed node
+  std::set<const NodeLink*> judged_;                         // the agents whose verdict came
+  boost::asio::steady_timer spare_timer_;
+  boost::asio::steady_timer check_timer_;
 };
 
 }  // namespace flowrun::cluster

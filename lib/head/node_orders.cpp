@@ -14,6 +14,10 @@
 
 namespace flowrun::cluster {
 
+bool node_checks_on(const NodeStep& job) {
+  return job.step != nullptr && job.step->parallel && job.step->parallel->node_checks;
+}
+
 Assign assign_of(const NodeStep& job, int attempt, int node_rank, int nodes, const std::string& marker_path,
                  const std::string& marker_text) {
   Assign m;
@@ -36,6 +40,14 @@ Assign assign_of(const NodeStep& job, int attempt, int node_rank, int nodes, con
   if (job.group.stall_timeout_s) m.stall_ms = std::llround(*job.group.stall_timeout_s * 1000);
   if (job.group.forensics_stacks)
     m.forensics_ms = std::max<std::int64_t>(1, std::llround(job.group.forensics_timeout_s * 1000));
+  m.node_checks = node_checks_on(job);
+  if (m.node_checks) {
+    const StepPlan& plan = *job.plan;
+    // The node's GPUs: the plan's for the node (every node has as many).
+    m.node_gpus = plan.cpu ? -1 : plan.nodes.front().gpus_available;
+    // A step of Python GPU workers is a torch step: its Python must import torch.
+    if (!plan.cpu && job.step->python_command && !job.argv.empty()) m.python = job.argv.front();
+  }
   return m;
 }
 

@@ -12,9 +12,14 @@
 
 namespace flowrun::cluster {
 
+// Whether the step's agents check their nodes before its ranks start
+// (parallel.node_checks, on unless the spec says false).
+bool node_checks_on(const NodeStep& job);
+
 // The Assign for node `node_rank` of `nodes`, attempt `attempt`: the step,
 // its workdir, the marker every node must read at the same path (node 0
-// picks the rendezvous port).
+// picks the rendezvous port), and with node_checks_on, what each node's
+// check needs: the plan's GPUs per node, and the Python of a torch step.
 Assign assign_of(const NodeStep& job, int attempt, int node_rank, int nodes, const std::string& marker_path,
                  const std::string& marker_text);
 

@@ -66,6 +66,19 @@ bool NodeSeats::take_spares() {
   return true;
 }
 
+bool NodeSeats::take_spare(int rank) {
+  const std::string failed = nodes_[std::size_t(rank)].name;
+  const int seat = nodes_.replace(rank, spare_gpus(), /*close=*/false);
+  if (seat < 0) return false;
+  links_.bind(rank);
+  links_.bind(seat);
+  const Node& spare = nodes_[std::size_t(rank)];
+  replacements_.push_back({rank, failed, spare.name});
+  say(fmt::format("spare node {} takes node rank {} of node {}, which failed its check ({} left)", spare.name,
+                  rank, failed, plural(nodes_.spares_waiting(spare_gpus()), "spare", "spares")));
+  return true;
+}
+
 // The nodes there take node ranks 0 and up; the plan is theirs.
 void NodeSeats::take_usable_nodes() {
   const auto change = nodes_.reseat();

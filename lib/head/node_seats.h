@@ -60,6 +60,10 @@ class NodeSeats {
   // step's nodes are gathered anew. False when the step cannot go on (then
   // `fail` was called).
   bool before_restart();
+  // Before the first attempt: a spare that waits takes the seat of node rank
+  // `rank`, whose node failed its check (its connection stays open for its
+  // bye). False when none waits.
+  bool take_spare(int rank);
   // Before an elastic step's first attempt, with fewer nodes than MAX there.
   void start_fewer(const std::string& why);
   // What changed before the attempt about to end: into its record, once.

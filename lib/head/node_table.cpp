@@ -117,7 +117,7 @@ bool NodeTable::spares_cover(int gpus) const {
   return gone > 0 && gone <= spares_waiting(gpus);
 }
 
-int NodeTable::replace(int rank, int gpus) {
+int NodeTable::replace(int rank, int gpus, bool close) {
   for (std::size_t seat = active_; seat < nodes_.size(); ++seat) {
     if (!waits(nodes_[seat], gpus)) continue;
     std::swap(nodes_[static_cast<std::size_t>(rank)], nodes_[seat]);
@@ -127,7 +127,7 @@ int NodeTable::replace(int rank, int gpus) {
     Node& gone = nodes_[seat];
     gone.rank = static_cast<int>(seat);
     gone.retired = true;
-    if (gone.conn) gone.conn->close();
+    if (gone.conn && close) gone.conn->close();
     return static_cast<int>(seat);
   }
   return -1;

@@ -48,7 +48,8 @@ struct Node {
   std::string address;     // node 0: MASTER_ADDR
   int port = 0;            // node 0: MASTER_PORT
   int gpus = -1;
-  bool stays = false;  // a gang's agent (Joiner::stays)
+  bool stays = false;         // a gang's agent (Joiner::stays)
+  bool check_failed = false;  // its node check failed (Ready::checks): it is to be left out
 };
 
 // How often the head and an agent send heartbeats for `timeout_s`
@@ -113,9 +114,9 @@ class NodeTable {
   bool spares_cover(int gpus) const;
   // Node rank `rank`'s place taken by the first spare that waits (with
   // `gpus` GPUs, -1: any): the spare moves to `rank` ready for an attempt,
-  // the node it replaces to the spare's seat, retired. Returns that seat,
-  // or -1 when no spare waits.
-  int replace(int rank, int gpus);
+  // the node it replaces to the spare's seat, retired, its connection
+  // closed unless `close` is false. Returns that seat, or -1 when no spare waits.
+  int replace(int rank, int gpus, bool close = true);
 
   // ---- elastic (min_nodes > 0) ---------------------------------------------
   bool elastic() const { return min_ > 0; }

@@ -314,7 +314,9 @@ class Head : public GroupObserver, public cluster::NodeInbox {
         },
         [this](const std::string& why) { fail_before_start(why); },
         [this](Node& n, const std::string& what) { protocol_error(n, what); },
-        [this](const std::string& why) { seats_.start_fewer(why); }, [this](Phase next) { move_to(next); }};
+        [this](const std::string& why) { seats_.start_fewer(why); },
+        [this](Phase next) { move_to(next); },
+        [this](int rank) { return seats_.take_spare(rank); }};
   }
 
   // The one place the head's phase changes.
@@ -457,6 +459,8 @@ class Head : public GroupObserver, public cluster::NodeInbox {
   // What stands for an attempt whose ranks never started.
   AttemptResult not_started() {
     AttemptResult result = cluster::not_started(outcome_before_start_, unix_now_ns());
+    seats_.record(result.record);
+    result.record.node_checks = gathering_.take_verdicts();
     take_news(result);
     return result;
   }
@@ -478,6 +482,7 @@ class Head : public GroupObserver, public cluster::NodeInbox {
     attempt.write_error = write_error_;
     attempt.stacks = stacks_.stop_report();
     seats_.record(attempt);
+    attempt.node_checks = gathering_.take_verdicts();
     assign_roles(attempt, ranks.stopped);
     return attempt;
   }

@@ -67,6 +67,16 @@ void fields(Io& io, M& m) {
   io("grace_ms", m.grace_ms);
   io("stall_ms", m.stall_ms);
   io("forensics_ms", m.forensics_ms);
+  io("node_checks", m.node_checks);
+  io("node_gpus", m.node_gpus);
+  io("python", m.python);
+}
+
+template <class Io, maybe_const<NodeCheck> M>
+void fields(Io& io, M& m) {
+  io("name", m.name);
+  io("ok", m.ok);
+  io("detail", m.detail);
 }
 
 template <class Io, maybe_const<Ready> M>
@@ -76,6 +86,8 @@ void fields(Io& io, M& m) {
   io("address", m.address);
   io("port", m.port);
   io("gpus", m.gpus);
+  io("check_ms", m.check_ms);
+  io.items("ready", m.checks);
 }
 
 template <class Io, maybe_const<StartRank> M>

@@ -350,6 +350,22 @@ std::string format_results_json(const StepRecord& record) {
       from
           ? Json{{"run_id", from->run_id}, {"run_dir", from->run_dir}, {"restart_count", from->restart_count}}
           : Json();
+  Json& verdicts = json["node_checks"] = Json::array();
+  std::vector<std::string> excluded;
+  for (const auto& a : record.attempts) {
+    for (const auto& v : a.node_checks) {
+      Json checks = Json::array();
+      for (const auto& c : v.checks) checks.push_back({{"name", c.name}, {"ok", c.ok}, {"detail", c.detail}});
+      verdicts.push_back({{"node", v.node},
+                          {"node_rank", v.node_rank},
+                          {"ok", v.ok},
+                          {"check_s", v.check_s},
+                          {"checks", std::move(checks)}});
+      if (!v.ok && std::find(excluded.begin(), excluded.end(), v.node) == excluded.end())
+        excluded.push_back(v.node);
+    }
+  }
+  json["excluded_nodes"] = excluded;
   return to_document(json);
 }
 

@@ -1,5 +1,7 @@
 #include "flowrun/slurm.h"
 
+#include <algorithm>
+#include <cctype>
 #include <climits>
 #include <cstdint>
 
@@ -376,6 +378,64 @@ EnvMap strip_step_variables(const EnvMap& env) {
     if (!is_slurm_step_variable(name)) kept.emplace(name, value);
   }
   return kept;
+}
+
+std::string compress_hostlist(const std::vector<std::string>& names) {
+  // Each prefix (with the width of its number) and its numbers, in the order first seen.
+  struct Group {
+    std::string prefix;
+    std::size_t width = 0;
+    std::vector<unsigned long> numbers;
+    std::string plain;  // a name without a trailing number
+  };
+  std::vector<Group> groups;
+  for (const std::string& name : names) {
+    std::size_t digits = 0;
+    while (digits < name.size() && digits < 18 &&
+           std::isdigit(static_cast<unsigned char>(name[name.size() - 1 - digits])))
+      ++digits;
+    if (digits == 0 || digits == name.size()) {
+      if (std::none_of(groups.begin(), groups.end(), [&](const Group& g) { return g.plain == name; }))
+        groups.push_back({{}, 0, {}, name});
+      continue;
+    }
+    const std::string prefix = name.substr(0, name.size() - digits);
+    const unsigned long number = std::stoul(name.substr(name.size() - digits));
+    auto it = std::find_if(groups.begin(), groups.end(), [&](const Group& g) {
+      return g.plain.empty() && g.prefix == prefix && g.width == digits;
+    });
+    if (it == groups.end()) it = groups.insert(groups.end(), Group{prefix, digits, {}, {}});
+    if (std::find(it->numbers.begin(), it->numbers.end(), number) == it->numbers.end())
+      it->numbers.push_back(number);
+  }
+  std::string out;
+  for (Group& g : groups) {
+    if (!out.empty()) out += ',';
+    if (!g.plain.empty()) {
+      out += g.plain;
+      continue;
+    }
+    auto padded = [&](unsigned long n) {
+      std::string text = std::to_string(n);
+      return std::string(g.width > text.size() ? g.width - text.size() : 0, '0') + text;
+    };
+    if (g.numbers.size() == 1) {
+      out += g.prefix + padded(g.numbers.front());
+      continue;
+    }
+    std::sort(g.numbers.begin(), g.numbers.end());
+    std::string ranges;
+    for (std::size_t i = 0; i < g.numbers.size();) {
+      std::size_t j = i;
+      while (j + 1 < g.numbers.size() && g.numbers[j + 1] == g.numbers[j] + 1) ++j;
+      if (!ranges.empty()) ranges += ',';
+      ranges += padded(g.numbers[i]);
+      if (j > i) ranges += '-' + padded(g.numbers[j]);
+      i = j + 1;
+    }
+    out += g.prefix + '[' + ranges + ']';
+  }
+  return out;
 }
 
 }  // namespace flowrun

@@ -111,6 +111,7 @@ void Checker::step_parallel(const Entry& e, Step& s) {
     }
     *target = *value;
   }
+  if (const Entry* c = find(keys, "node_checks")) p.node_checks = boolean(*c).value_or(true);
   if (const Entry* f = find(keys, "preflight")) {
     p.preflight = boolean(*f).value_or(false);
     if (p.preflight && find(keys, "cpus"))

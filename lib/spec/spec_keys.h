@@ -19,8 +19,8 @@ inline constexpr std::string_view kStepKeys[] = {
     "name",     "run",     "shell",  "env",     "workdir", "needs", "timeout",  "stall_timeout",
     "parallel", "outputs", "inputs", "collect", "join",    "logs",  "forensics"};
 inline constexpr std::string_view kParallelKeys[] = {
-    "gpus",      "nodes", "procs_per_node", "cpus",       "max_restarts", "restart", "visible_devices",
-    "preflight", "role",  "job_id",         "spare_nodes"};
+    "gpus",      "nodes", "procs_per_node", "cpus",        "max_restarts", "restart", "visible_devices",
+    "preflight", "role",  "job_id",         "spare_nodes", "node_checks"};
 inline constexpr std::string_view kRestartKeys[] = {"causes", "exit_codes", "min_attempt", "progress_file"};
 inline constexpr std::string_view kLogsKeys[] = {"console", "fold"};
 inline constexpr std::string_view kForensicsKeys[] = {"stacks", "timeout", "nccl"};
@@ -69,6 +69,7 @@ inline constexpr Elsewhere kStepElsewhere[] = {
     {"role", "under 'parallel:'"},
     {"job_id", "under 'parallel:'"},
     {"spare_nodes", "under 'parallel:'"},
+    {"node_checks", "under 'parallel:'"},
     {"engine", "under the top-level 'cluster:'"},
     {"hosts", "under the top-level 'cluster:'"},
     {"gpus_per_node", "under the top-level 'cluster:'"},

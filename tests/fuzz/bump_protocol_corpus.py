@@ -24,6 +24,7 @@ ASSIGN = 6
 START = 7
 STOP = 11
 BYE = 15
+READY = 16
 
 
 def decode_fields(payload):
@@ -99,7 +100,10 @@ REWRITE = {(4, START): start_4_to_5, (5, START): start_5_to_6, (6, START): start
            (6, STOP): after(b"kill", [(b"stacks", b"1")]),
            # protocol 9: a gang's agent stays; bye keeps it or says the flow's exit code
            (8, HELLO): after(b"gpus", [(b"stays", b"0")]),
-           (8, BYE): after(b"succeeded", [(b"keep", b"0"), (b"flow_exit", b"-1")])}
+           (8, BYE): after(b"succeeded", [(b"keep", b"0"), (b"flow_exit", b"-1")]),
+           # protocol 10: node checks asked in assign, their verdict in ready
+           (9, ASSIGN): after(b"forensics_ms", [(b"node_checks", b"0"), (b"node_gpus", b"-1"), (b"python", b"")]),
+           (9, READY): after(b"gpus", [(b"check_ms", b"0"), (b"ranks", b"0")])}
 
 
 def bump(frames):

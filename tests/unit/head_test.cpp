@@ -658,3 +658,80 @@ TEST_CASE("head: a spare seated in a lost node's place gets its own shipment bef
   CHECK(b.link->sent_of<ShipEnd>().front().sha256 == sha256_of("1 2 3\n"));
   CHECK(s.link->sent_of<ShipEnd>() == b.link->sent_of<ShipEnd>());
 }
+
+namespace {
+
+// A node's script: it answers the assign with a check that failed.
+std::function<bool(ScriptedNode&, const Message&)> fails_check(HeadBench& h, const std::string& check,
+                                                               const std::string& detail) {
+  return [&h, check, detail](ScriptedNode& node, const Message& m) {
+    const auto* assign = std::get_if<Assign>(&m);
+    if (assign == nullptr) return false;
+    CHECK(assign->node_checks);
+    Ready ready;
+    ready.workdir_ok = true;
+    ready.address = "10.0.0.2";
+    ready.port = assign->want_port ? 29500 : 0;
+    ready.gpus = node.gpus;
+    ready.checks = {NodeCheck{"workdir_space", true, "12.0 GiB free in /w"}, NodeCheck{check, false, detail}};
+    ready.check_ms = 12;
+    h.send(node, ready);
+    return true;
+  };
+}
+
+}  // namespace
+
+TEST_CASE("head: a node that fails its check is left out before any rank starts; a spare takes its seat",
+          "[head][node_checks]") {
+  HeadBench h("      cpus: 4\n      nodes: 2\n      spare_nodes: 1\n");
+  ScriptedNode& s = h.join("spare-c", 2);
+  ScriptedNode& a = h.join("node-a", 0);
+  ScriptedNode& b = h.join("node-b", 1, fails_check(h, "scratch_space", "10 MiB free in /tmp"));
+  const AttemptResult r = h.attempt(0);
+  CHECK(r.record.outcome == Outcome::succeeded);
+  CHECK(b.link->sent_of<Start>().empty());
+  CHECK(b.link->sent_of<Bye>().size() == 1);
+  REQUIRE(s.link->sent_of<Assign>().size() == 1);
+  CHECK(s.link->sent_of<Assign>().front().node_rank == 1);
+  CHECK(worker(r, 2).node == "spare-c");
+  CHECK(a.link->sent_of<Assign>().size() == 1);
+  CHECK(r.record.replacements == std::vector<NodeReplacement>{{1, "node-b", "spare-c"}});
+  REQUIRE(r.record.node_checks.size() == 3);
+  const NodeVerdict& bad =
+      r.record.node_checks[1].node == "node-b" ? r.record.node_checks[1] : r.record.node_checks[0];
+  CHECK(bad == NodeVerdict{"node-b",
+                           1,
+                           false,
+                           0.012,
+                           {{"workdir_space", true, "12.0 GiB free in /w"},
+                            {"scratch_space", false, "10 MiB free in /tmp"}}});
+  CHECK(r.record.node_checks[2].node == "spare-c");
+  CHECK(r.record.node_checks[2].ok);
+  CHECK(testing::read_file(h.layout().run_dir + "/excluded_nodes") == "node-b\n");
+  CHECK(h.console().find(
+            "flowrun: step 'train': node node-b (node rank 1 of 2) failed its check, so it is left "
+            "out: scratch_space: 10 MiB free in /tmp\n") != std::string::npos);
+}
+
+TEST_CASE(
+    "head: with no spare, a node that fails its check fails the step before it starts, saying what to do",
+    "[head][node_checks]") {
+  HeadBench h(kTwoNodes);
+  h.join("node-a", 0);
+  // Its kernel's full host name: the excluded_nodes file has Slurm's short one.
+  ScriptedNode& b = h.join("node-b.cluster.example", 1,
+                           fails_check(h, "gpu_health", "GPU 1 has 1 uncorrectable ECC error"));
+  const AttemptResult r = h.attempt(0);
+  CHECK_FALSE(r.started);
+  CHECK(b.link->sent_of<Start>().empty());
+  CHECK(r.errors ==
+        std::vector<std::string>{
+            "node node-b.cluster.example (node rank 1 of 2) failed its check, and no spare node waits to "
+            "take its "
+            "place (parallel.spare_nodes), so no rank starts; fix what the check names, or leave the "
+            "node out (sbatch --exclude with the run directory's excluded_nodes file), add "
+            "parallel.spare_nodes, or set parallel.node_checks: false to start on it anyway"});
+  REQUIRE(r.record.node_checks.size() == 2);
+  CHECK(testing::read_file(h.layout().run_dir + "/excluded_nodes") == "node-b\n");
+}

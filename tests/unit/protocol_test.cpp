@@ -40,8 +40,8 @@ std::vector<Frame> drain(FrameReader& reader) {
 
 TEST_CASE("a frame is big-endian length, version, type, payload", "[protocol]") {
   std::string frame = encode_frame(MessageType::heartbeat, "abc");
-  CHECK(frame == "\x00\x00\x00\x05\x09\x0a"s + "abc");
-  CHECK(encode_frame(MessageType::bye, "") == "\x00\x00\x00\x02\x09\x0f"s);
+  CHECK(frame == "\x00\x00\x00\x05\x0a\x0a"s + "abc");
+  CHECK(encode_frame(MessageType::bye, "") == "\x00\x00\x00\x02\x0a\x0f"s);
   std::string batch;
   append_frame(batch, MessageType::start, "");
   append_frame(batch, MessageType::bye, "x");
@@ -158,7 +158,7 @@ TEST_CASE("a frame from another protocol version is refused with what to do", "[
   REQUIRE(reader.failed());
   CHECK(reader.other_version());
   CHECK(reader.error() ==
-        "agent speaks protocol 1, this flowrun speaks 9: run the same flowrun version on every node");
+        "agent speaks protocol 1, this flowrun speaks 10: run the same flowrun version on every node");
 }
 
 TEST_CASE("a peer of another protocol is named from the parts every version keeps", "[protocol]") {
@@ -217,9 +217,9 @@ TEST_CASE("a bad header behind a pending frame fails on arrival", "[protocol]") 
   FrameReader reader("agent");
   reader.feed(first.substr(0, 50));
   CHECK_FALSE(reader.failed());
-  reader.feed(first.substr(50) + raw_header(2, 10, 1));
+  reader.feed(first.substr(50) + raw_header(2, 11, 1));
   CHECK(reader.error() ==
-        "agent speaks protocol 10, this flowrun speaks 9: run the same flowrun version on every node");
+        "agent speaks protocol 11, this flowrun speaks 10: run the same flowrun version on every node");
   CHECK(reader.next() == Frame{MessageType::output, std::string(100, 'x')});
   CHECK_FALSE(reader.next());
 }

@@ -707,7 +707,9 @@ TEST_CASE("result: results.json of a failed parallel step", "[result]") {
   "failure_class": "failure",
   "retry_may_help": true,
   "retry_why": "rank 1 exited with code 3: one failure, not known to repeat, so a retry may tell; with restart: {max_restarts: 1} flowrun tries again itself, and classes a second identical failure as repeating",
-  "continued_from": null
+  "continued_from": null,
+  "node_checks": [],
+  "excluded_nodes": []
 }
 )";
   CHECK(format_results_json(s) == expected);
@@ -943,4 +945,27 @@ TEST_CASE("result: the report names the NCCL flight-recorder dumps and how fr_tr
       "them "
       "with: python -m torch.distributed.flight_recorder.fr_trace -p nccl_trace_attempt2_rank_ '/w w/train'");
   CHECK_FALSE(format_nccl_traces_line({worker(0, exited(1), 10)}).has_value());
+}
+
+TEST_CASE("result: every node's verdict, each attempt's, and the nodes left out once each", "[result]") {
+  AttemptRecord first;
+  first.node_checks = {NodeVerdict{"gpu-a", 0, true, 0.012, {{"gpu_health", true, "8 GPUs healthy"}}},
+                       NodeVerdict{"gpu-b", 1, false, 0.02, {{"gpu_health", false, "GPU 1 has 1 ..."}}}};
+  AttemptRecord second;
+  second.node_checks = {NodeVerdict{"gpu-b", 1, false, 0.5, {}}, NodeVerdict{"gpu-c", 1, true, 0.25, {}}};
+  StepRecord s = parallel_step(first, Outcome::succeeded);
+  s.attempts.push_back(second);
+  const auto doc = parse_json(format_results_json(s));
+  REQUIRE(doc.has_value());
+  const Json& verdicts = doc->at("node_checks");
+  REQUIRE(verdicts.size() == 4);
+  CHECK(verdicts[1] ==
+        Json{{"node", "gpu-b"},
+             {"node_rank", 1},
+             {"ok", false},
+             {"check_s", 0.02},
+             {"checks",
+              Json::array({Json{{"name", "gpu_health"}, {"ok", false}, {"detail", "GPU 1 has 1 ..."}}})}});
+  CHECK(verdicts[3].at("node") == "gpu-c");
+  CHECK(doc->at("excluded_nodes") == Json::array({"gpu-b"}));
 }

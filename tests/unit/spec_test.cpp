@@ -511,7 +511,7 @@ TEST_CASE("unknown keys get a suggestion or the list of keys", "[spec]") {
           "'cluster:'",
           "flow.yaml:16:7: steps.a.parallel: unknown key 'foo'; expected one of: gpus, nodes, "
           "procs_per_node, "
-          "cpus, max_restarts, restart, visible_devices, preflight, role, job_id, spare_nodes",
+          "cpus, max_restarts, restart, visible_devices, preflight, role, job_id, spare_nodes, node_checks",
           "flow.yaml:19:3: cluster: key 'nodes' does not belong here; put it under a step's 'parallel:'",
           "flow.yaml:20:3: cluster: unknown key 'host'; did you mean 'hosts'?",
           "flow.yaml:21:1: unknown key 'settings'; expected one of: name, env, workdir, python, steps, "
@@ -1448,12 +1448,13 @@ TEST_CASE("hostile YAML never hangs or crashes", "[spec]") {
         Lines{"flow.yaml:1:1: expected a mapping with a list of 'steps', got a sequence"});
   CHECK(errors("steps: &s [*s]\n") ==
         Lines{"flow.yaml:1:8: steps[0]: expected a step (a mapping with 'name' and 'run'), got a sequence"});
-  CHECK(errors("&m {steps: [{name: a, run: x, env: *m, parallel: *m}]}\n") ==
-        Lines{"flow.yaml:1:5: steps.a.parallel: unknown key 'steps'; expected one of: gpus, nodes, "
-              "procs_per_node, "
-              "cpus, max_restarts, restart, visible_devices, preflight, role, job_id, spare_nodes",
-              "flow.yaml:1:12: steps.a.env.steps: expected a value (a string, number or boolean), got a "
-              "sequence"});
+  CHECK(
+      errors("&m {steps: [{name: a, run: x, env: *m, parallel: *m}]}\n") ==
+      Lines{"flow.yaml:1:5: steps.a.parallel: unknown key 'steps'; expected one of: gpus, nodes, "
+            "procs_per_node, "
+            "cpus, max_restarts, restart, visible_devices, preflight, role, job_id, spare_nodes, node_checks",
+            "flow.yaml:1:12: steps.a.env.steps: expected a value (a string, number or boolean), got a "
+            "sequence"});
   // Billion laughs: aliases share nodes, nothing is expanded.
   std::string laughs = "a: &a [x, x, x, x, x, x, x, x]\n";
   for (char c = 'b'; c <= 'k'; ++c) {

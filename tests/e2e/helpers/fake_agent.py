@@ -21,7 +21,7 @@ import socket
 import struct
 import sys
 
-VERSION = 9
+VERSION = 10
 TYPES = {"hello": 1, "challenge": 2, "auth": 3, "welcome": 4, "refused": 5, "assign": 6, "start": 7,
          "output": 8, "exited": 9, "heartbeat": 10, "stop": 11, "upload_begin": 12, "upload_chunk": 13,
          "upload_end": 14, "bye": 15, "ready": 16, "done": 17,
@@ -168,7 +168,8 @@ def main():
         if kind == "assign":
             marker = open(msg["marker_path"].decode(), "rb").read()
             peer.send("ready", [("workdir_ok", "1" if marker == msg["marker_text"] else "0"), ("workdir_error", ""),
-                                ("address", "127.0.0.1"), ("port", "29500"), ("gpus", "0")])
+                                ("address", "127.0.0.1"), ("port", "29500"), ("gpus", "0"),
+                                ("check_ms", "0"), ("ranks", "0")])
         elif kind == "start":
             ranks = [int(parse(msg[f"r{i}"])["rank"]) for i in range(int(msg["ranks"]))]
             for rank in ranks:

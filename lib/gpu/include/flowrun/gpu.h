@@ -97,6 +97,34 @@ std::unique_ptr<GpuProbe> make_fake_probe(int count);
 // The fake probe's devices, for tests that compare against them.
 SystemGpus fake_system_gpus(int count);
 
+// One GPU's health as NVML reports it, for a node's check before a step's
+// ranks start (docs/reliability.md). Unknown values stay -1: a GPU without
+// ECC, or a driver without the call, is not a fault.
+struct GpuHealth {
+  int index = 0;                     // NVML's index
+  std::string uuid;                  // empty when it did not open
+  std::string open_error;            // nvmlDeviceGetHandleByIndex failed: why; empty: it opened
+  long long ecc_uncorrectable = -1;  // uncorrectable ECC errors since the driver loaded (volatile)
+  int retired_pages_pending = -1;    // 1: pages wait to be retired at the GPU's next reset
+  int processes = -1;                // compute processes running on it (someone else's job)
+};
+
+// The node's GPUs as a node check sees them: how many NVML counts, and each
+// one's health. `source` is "nvml", "fake" (all healthy) or "none" (no
+// driver: `unavailable_reason` says why).
+struct NodeGpuHealth {
+  std::string source;
+  std::string unavailable_reason;
+  int count = 0;
+  std::vector<GpuHealth> gpus;
+};
+
+// The health of every GPU on this host: NVML through dlopen (`library`,
+// libnvidia-ml.so.1 by default), or `fake_count` >= 0 healthy GPUs (the
+// fake probe's, --fake-gpus or FLOWRUN_FAKE_GPUS). Never throws: a missing
+// driver is NodeGpuHealth::unavailable_reason. Thread-safe (NVML is).
+NodeGpuHealth probe_gpu_health(int fake_count, const char* library = "libnvidia-ml.so.1");
+
 // A GPU this process may use.
 struct Gpu {
   int index = 0;  // CUDA ordinal as this process sees it (cuda:index)

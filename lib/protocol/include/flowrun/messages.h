@@ -104,7 +104,27 @@ struct Assign {
   // How long the agent may take its live ranks' stacks before a stop's
   // signals (the step's forensics timeout); 0: it takes none.
   std::int64_t forensics_ms = 0;
+  // parallel.node_checks: the agent checks its node before it answers
+  // (docs/reliability.md), against the GPUs the plan gives the node
+  // (`node_gpus`, -1: a step of CPU workers, no GPU checks) and, with a
+  // `python`, whether this Python imports torch (the head holds a failure
+  // against the node only where another node's Python imports it).
+  bool node_checks = false;
+  int node_gpus = -1;
+  std::string python;
   friend bool operator==(const Assign&, const Assign&) = default;
+};
+
+// One check of a node (Ready::checks): its name ("gpu_count", "gpu_health",
+// "scratch_space", "workdir_space", "torch_import"), whether the node
+// passed, and what was found (on a failure: what is wrong and what to do).
+// On the wire they go as Start's ranks do: the field "ranks" (their count),
+// then "r0", "r1", ... each the encode_fields of name, ok and detail.
+struct NodeCheck {
+  std::string name;
+  bool ok = true;
+  std::string detail;
+  friend bool operator==(const NodeCheck&, const NodeCheck&) = default;
 };
 
 // agent -> head: the answer to Assign.
@@ -115,6 +135,10 @@ struct Ready {
   std::string address;        // the agent's end of the connection (node 0's is MASTER_ADDR)
   int port = 0;               // the port held for Assign::want_port, else 0
   int gpus = 0;
+  // Assign::node_checks: the node's checks (empty: none ran) and how long
+  // they took, in milliseconds.
+  std::vector<NodeCheck> checks;
+  std::int64_t check_ms = 0;
   friend bool operator==(const Ready&, const Ready&) = default;
 };
 

@@ -78,7 +78,9 @@ namespace flowrun {
 // whether the head keeps it for the next step or the flow's exit code;
 // ship_*: the head ships a step's inputs to a node that does not share the
 // workdir.
-inline constexpr std::uint8_t kProtocolVersion = 9;
+// 10: node checks: assign asks for them (node_checks, node_gpus, python),
+// ready carries each check's verdict and how long they took.
+inline constexpr std::uint8_t kProtocolVersion = 10;
 
 // length:u32 + version:u8 + type:u8.
 inline constexpr std::size_t kFrameHeaderBytes = 6;

@@ -129,6 +129,24 @@ struct PythonException {
 
 // A spare node that took a lost node's place (parallel.spare_nodes) for an
 // attempt: the node rank, and the two nodes' names.
+// One node's verdict before a multi-node step's ranks start
+// (parallel.node_checks): the node, the node rank it was checked for (a
+// spare: the rank it was to take), each check and how long they took.
+struct NodeVerdict {
+  std::string node;
+  int node_rank = 0;
+  bool ok = true;  // every check passed; false: the node was left out
+  double check_s = 0;
+  struct Check {
+    std::string name;
+    bool ok = true;
+    std::string detail;
+    friend bool operator==(const Check&, const Check&) = default;
+  };
+  std::vector<Check> checks;
+  friend bool operator==(const NodeVerdict&, const NodeVerdict&) = default;
+};
+
 struct NodeReplacement {
   int node_rank = 0;
   std::string lost;
@@ -165,6 +183,9 @@ struct AttemptRecord {
   // An elastic step's (parallel.nodes: "MIN:MAX"): the nodes it went on
   // without before this attempt (gone), and those it took in (joined late).
   std::vector<std::string> dropped_nodes, added_nodes;
+  // The nodes checked before this attempt (parallel.node_checks): every
+  // node before the first, a spare that took a seat before a later one.
+  std::vector<NodeVerdict> node_checks;
 };
 
 struct StepRecord {
@@ -287,6 +308,12 @@ void assign_roles(AttemptRecord& attempt, const std::vector<int>& stopped);
 //                                  earlier run whose attempts of the step these continue (a
 //                                  run resumed after its Slurm job was requeued); the first
 //                                  attempt here got that TORCHELASTIC_RESTART_COUNT
+//     "node_checks": [             each node's verdict before the ranks started
+//                                  (parallel.node_checks), every attempt's, in the order given:
+//       {"node": "gpu-a", "node_rank": 1, "ok": false, "check_s": 0.012,
+//        "checks": [{"name": "gpu_health", "ok": false, "detail": "GPU 1 has ..."}, ...]}
+//     ],
+//     "excluded_nodes": ["gpu-a"]  the nodes left out because their check failed, each once
 //   }
 //
 // WORKER:

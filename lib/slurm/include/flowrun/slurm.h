@@ -45,6 +45,13 @@ inline constexpr std::size_t kSlurmMaxListSize = 65536;
 // hosts are errors. The error names the entry and what is wrong with it.
 std::optional<std::vector<std::string>> expand_hostlist(std::string_view list, std::string* error);
 
+// Host names as one Slurm host list, as `sbatch --exclude=` and
+// `scontrol show hostlist` take it: names that differ only in a trailing
+// number of one width join in one bracket group, in the order first seen,
+// duplicates dropped (`node1 node3 node2 gpu-a01` is `node[1-3],gpu-a01`).
+// expand_hostlist gives the names back (in sorted number order). Pure.
+std::string compress_hostlist(const std::vector<std::string>& names);
+
 // Expands Slurm's repeated-count lists (SLURM_TASKS_PER_NODE,
 // SLURM_JOB_CPUS_PER_NODE): ',' separated entries, each `N` or `N(xR)` for N
 // repeated R times: `2(x3),1` is 2 2 2 1. Counts are decimal in [0, INT_MAX];

@@ -90,6 +90,9 @@ struct ParallelSpec {
   // `preflight: true`: before the workers start, flowrun doctor's NCCL check
   // runs on the step's GPUs, and a failure refuses the step (docs/gpu.md).
   bool preflight = false;
+  // `node_checks: false`: a step across nodes starts without each agent's
+  // check of its node (GPUs, free space, torch; docs/reliability.md).
+  bool node_checks = true;
   // torchrun's --role and --rdzv-id: the workers' ROLE_NAME (default
   // "default") and TORCHELASTIC_RUN_ID (empty: the run id).
   std::string role = "default";
