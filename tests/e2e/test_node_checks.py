@@ -20,7 +20,7 @@ from flowrun_testlib.launcher import wait_for
 from flowrun_testlib.nodes import HOST, Nodes, read, sh_yaml
 from flowrun_testlib.suite import E2E
 
-pytestmark = pytest.mark.nodes_local
+pytestmark = pytest.mark.node_checks
 
 # Each rank says which agent ran it, in Python (a step whose run starts with python3 is a torch step).
 TORCH_RUN = ('["python3", "-c", "import os; e = os.environ; '
