@@ -72,7 +72,8 @@ int LineFolder::add(std::string prefix, int rank) {
 void LineFolder::line(int source, bool continued, std::string_view a, std::string_view b, std::int64_t now_ns,
                       std::string& out) {
   Source& src = sources_[static_cast<std::size_t>(source)];
-  if (src.rank < 0 || options_.window_ns <= 0 || (live_ <= 1 && waiting_ == 0)) {
+  if (src.rank < 0 || options_.window_ns <= 0 ||
+      (waiting_ == 0 && (live_ <= 1 || now_ns < flood_until_ns_))) {
     out.append(src.prefix);
     if (continued) out.append(kContinuation);
     out.append(a);
@@ -159,11 +160,8 @@ void LineFolder::round(std::string& out) {
     if (const int c = text(x).compare(text(y)); c != 0) return c < 0;
     return x < y;
   });
-  struct Group {
-    std::size_t from, to;
-    std::int64_t at_ns;
-  };
-  std::vector<Group> groups;
+  std::vector<Group>& groups = groups_;
+  groups.clear();
   for (std::size_t i = 0; i < order_.size();) {
     std::size_t j = i + 1;
     std::int64_t at = first(order_[i]).at_ns;
@@ -178,10 +176,9 @@ void LineFolder::round(std::string& out) {
   std::sort(groups.begin(), groups.end(), [this](const Group& x, const Group& y) {
     return x.at_ns != y.at_ns ? x.at_ns < y.at_ns : order_[x.from] < order_[y.from];
   });
-  const std::vector<int> order = order_;  // show_line pops; the groups index this copy
   for (const Group& g : groups)
-    show_line(order.begin() + static_cast<std::ptrdiff_t>(g.from),
-              order.begin() + static_cast<std::ptrdiff_t>(g.to), out);
+    show_line(order_.begin() + static_cast<std::ptrdiff_t>(g.from),
+              order_.begin() + static_cast<std::ptrdiff_t>(g.to), out);
 }
 
 void LineFolder::oldest(std::string& out) {
@@ -203,13 +200,20 @@ void LineFolder::oldest(std::string& out) {
     if (s.waiting() && s.lines[s.first].hash == ol.hash && s.text_of(s.lines[s.first]) == t)
       order_.push_back(static_cast<int>(i));
   }
-  const std::vector<int> group = order_;
-  show_line(group.begin(), group.end(), out);
+  show_line(order_.begin(), order_.end(), out);
 }
 
 void LineFolder::release(std::int64_t now_ns, std::string& out) {
+  if (held_bytes_ > options_.max_held) {
+    // A flood: more than max_held within a wait. Folding cannot wait for the
+    // ranks without holding ever more, so every line waiting is shown, and
+    // lines pass as they come until a wait from now.
+    flush(out);
+    flood_until_ns_ = now_ns + options_.window_ns;
+    return;
+  }
   while (waiting_ > 0) {
-    if (live_idle_ == 0 || held_bytes_ > options_.max_held) {
+    if (live_idle_ == 0) {
       round(out);
     } else if (now_ns >= next_due_ns()) {
       oldest(out);

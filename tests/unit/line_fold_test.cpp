@@ -154,6 +154,15 @@ TEST_CASE("lines waiting past max_held are shown", "[fold]") {
   f.say(1, std::string(40, 'b'), 2);  // rank 2 is silent, but 80 bytes wait
   CHECK(f.take() == "[train r0] " + std::string(40, 'a') + "\n[train r1] " + std::string(40, 'b') + "\n");
   CHECK(f.fold.empty());
+  // A flood: for a wait from then, lines pass as they come, unfolded.
+  f.say(0, "same", 3);
+  f.say(1, "same", 200 * kMs);
+  CHECK(f.take() == "[train r0] same\n[train r1] same\n");
+  // Then they fold again.
+  f.say(0, "same", 200 * kMs + 2);
+  f.say(1, "same", 200 * kMs + 3);
+  f.say(2, "same", 200 * kMs + 4);
+  CHECK(f.take() == "[train r0-2] same\n");
 }
 
 TEST_CASE("pieces of a cut line fold with the continuation mark", "[fold]") {

@@ -10,12 +10,14 @@
 // line with their ranks, and so on. While a live source has none, the
 // others' lines wait for it, for `window_ns` at most from the first line's
 // arrival (then that line is shown with the sources whose first line is the
-// same), and only while the lines waiting are under `max_held` bytes.
+// same). A flood is not folded: once more than `max_held` bytes wait, every
+// waiting line is shown and lines pass as they come for a window_ns.
 // Guarantees, which tests/unit/line_fold_test.cpp checks:
 //  - Order: each source's lines come out in the order it wrote them.
 //  - Nothing lost, nothing twice: each line of each source is in exactly one
 //    shown line, and only lines of the same text are one shown line.
-//  - A line waits at most window_ns (once the loop calls due()).
+//  - A line waits at most window_ns (once the loop calls due()), and the
+//    lines waiting take max_held bytes at most.
 //  - A line that only one rank printed looks as it does unfolded: its own
 //    prefix. A source that never folds (rank < 0: a plain step, the head's
 //    srun) is shown at once, and so is every line while one source is live
@@ -103,9 +105,15 @@ class LineFolder {
   std::size_t held_bytes_ = 0;
   mutable std::int64_t due_ns_ = INT64_MAX;  // next_due_ns(), while due_known_ (no line shown since)
   mutable bool due_known_ = true;
-  std::vector<int> order_;  // scratch: a round's sources
-  std::vector<int> ranks_;  // scratch
-  std::string joined_;      // scratch: a line's two pieces in one
+  std::int64_t flood_until_ns_ = INT64_MIN;  // lines pass unfolded until then (release)
+  struct Group {
+    std::size_t from, to;  // in order_
+    std::int64_t at_ns;
+  };
+  std::vector<Group> groups_;  // scratch: a round's like lines
+  std::vector<int> order_;     // scratch: a round's sources
+  std::vector<int> ranks_;     // scratch
+  std::string joined_;         // scratch: a line's two pieces in one
 };
 
 }  // namespace flowrun
