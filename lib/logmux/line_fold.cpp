@@ -87,12 +87,17 @@ void LineFolder::line(int source, bool continued, std::string_view a, std::strin
     src.first = 0;
     if (src.live) --live_idle_;
   }
+  if (now_ns - rate_from_ns_ >= options_.window_ns) {
+    rate_from_ns_ = now_ns;
+    rate_bytes_ = 0;
+  }
   Line l;
   l.off = src.text.size();
   if (continued) src.text.append(kContinuation);
   src.text.append(a);
   src.text.append(b);
   l.len = src.text.size() - l.off;
+  rate_bytes_ += l.len;
   l.hash = hash_line(continued, src.text_of(l));
   l.at_ns = now_ns;
   src.lines.push_back(l);
@@ -204,10 +209,10 @@ void LineFolder::oldest(std::string& out) {
 }
 
 void LineFolder::release(std::int64_t now_ns, std::string& out) {
-  if (held_bytes_ > options_.max_held) {
-    // A flood: more than max_held within a wait. Folding cannot wait for the
-    // ranks without holding ever more, so every line waiting is shown, and
-    // lines pass as they come until a wait from now.
+  if (held_bytes_ > options_.max_held || rate_bytes_ > options_.max_held) {
+    // A flood: more than max_held within a wait. No one reads lines at that
+    // rate, and folding them costs as much as showing them: every line
+    // waiting is shown, and lines pass as they come until a wait from now.
     flush(out);
     flood_until_ns_ = now_ns + options_.window_ns;
     return;

@@ -10,8 +10,9 @@
 // line with their ranks, and so on. While a live source has none, the
 // others' lines wait for it, for `window_ns` at most from the first line's
 // arrival (then that line is shown with the sources whose first line is the
-// same). A flood is not folded: once more than `max_held` bytes wait, every
-// waiting line is shown and lines pass as they come for a window_ns.
+// same). A flood is not folded: once more than `max_held` bytes came within
+// a window_ns, every waiting line is shown and lines pass as they come for a
+// window_ns.
 // Guarantees, which tests/unit/line_fold_test.cpp checks:
 //  - Order: each source's lines come out in the order it wrote them.
 //  - Nothing lost, nothing twice: each line of each source is in exactly one
@@ -105,7 +106,9 @@ class LineFolder {
   std::size_t held_bytes_ = 0;
   mutable std::int64_t due_ns_ = INT64_MAX;  // next_due_ns(), while due_known_ (no line shown since)
   mutable bool due_known_ = true;
-  std::int64_t flood_until_ns_ = INT64_MIN;  // lines pass unfolded until then (release)
+  std::int64_t flood_until_ns_ = INT64_MIN;    // lines pass unfolded until then (release)
+  std::int64_t rate_from_ns_ = INT64_MIN / 2;  // the bytes that came since then, within a window_ns
+  std::size_t rate_bytes_ = 0;
   struct Group {
     std::size_t from, to;  // in order_
     std::int64_t at_ns;
