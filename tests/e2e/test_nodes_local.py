@@ -222,6 +222,23 @@ class TestNodesLocal(E2E):
                    str(os.listdir(os.path.join(n.dir, ".flowrun"))))
         n.check_nothing_left("success")
 
+    def test_fold_across_nodes(self):
+        """The head folds a line that ranks on both nodes print alike ([train r0-3]); a rank's own line keeps its
+        node's name. A wait of 60s: the lines wait for the ranks, never for a time."""
+        spec = spec_text("fold", sh_yaml('echo "every rank says this"; echo "rank $RANK alone"'),
+                         extra="    logs: {fold: 60s}\n")
+        n = self.nodes("fold", spec)
+        if not n.begin("fold"):
+            return
+        rc = n.finish("fold")
+        out = n.out("head.out").splitlines()
+        self.check(rc == 0 and out.count("[train r0-3] every rank says this") == 1
+                   and sorted(line for line in out if "alone" in line) == [f"[{HOST} train r{r}] rank {r} alone"
+                                                                           for r in range(4)]
+                   and len(out) == 5,
+                   "fold: the line every rank of both nodes prints is shown once, the others with their node",
+                   n.detail())
+
     def test_ship_inputs(self):
         # cluster.shared_workdir: false: the head ships the step's inputs to node 1 (node 0 runs on the
         # head's own host and reads the workdir), whose ranks run in the agent's scratch copy of them.
