@@ -27,7 +27,7 @@ std::uint64_t hash_line(bool continued, std::string_view s) {
     mix(word);
   }
   std::uint64_t last = 0;
-  std::memcpy(&last, p, n);
+  if (n > 0) std::memcpy(&last, p, n);  // an empty line's text may have no address
   mix(last ^ (static_cast<std::uint64_t>(n) << 56));
   return h;
 }
