@@ -86,6 +86,7 @@ void LineFolder::line(int source, bool continued, std::string_view a, std::strin
     src.text.clear();
     src.first = 0;
     if (src.live) --live_idle_;
+    queued_.push_back(source);
   }
   if (now_ns - rate_from_ns_ >= options_.window_ns) {
     rate_from_ns_ = now_ns;
@@ -107,13 +108,15 @@ void LineFolder::line(int source, bool continued, std::string_view a, std::strin
   release(now_ns, out);
 }
 
-void LineFolder::pop(Source& s) {
+void LineFolder::pop(int id) {
+  Source& s = sources_[static_cast<std::size_t>(id)];
   due_known_ = false;
   held_bytes_ -= s.lines[s.first].len;
   --waiting_;
   ++s.first;
   if (!s.waiting()) {
     if (s.live) ++live_idle_;
+    queued_.erase(std::find(queued_.begin(), queued_.end(), id));
   } else if (s.first >= 1024 && s.first * 2 >= s.lines.size()) {
     // A source shown by rounds never empties while its rank writes: drop what was shown.
     const std::size_t shown = s.lines[s.first].off;
@@ -145,13 +148,11 @@ void LineFolder::show_line(std::vector<int>::const_iterator from, std::vector<in
   }
   out.append(head.text_of(head.lines[head.first]));
   out.push_back('\n');
-  for (auto it = from; it != to; ++it) pop(sources_[static_cast<std::size_t>(*it)]);
+  for (auto it = from; it != to; ++it) pop(*it);
 }
 
 void LineFolder::round(std::string& out) {
-  order_.clear();
-  for (std::size_t i = 0; i < sources_.size(); ++i)
-    if (sources_[i].waiting()) order_.push_back(static_cast<int>(i));
+  order_ = queued_;
   auto first = [this](int i) -> const Line& {
     const Source& s = sources_[static_cast<std::size_t>(i)];
     return s.lines[s.first];
@@ -187,24 +188,22 @@ void LineFolder::round(std::string& out) {
 }
 
 void LineFolder::oldest(std::string& out) {
-  int oldest = -1;
-  for (std::size_t i = 0; i < sources_.size(); ++i) {
-    const Source& s = sources_[i];
-    if (s.waiting() &&
-        (oldest < 0 || s.lines[s.first].at_ns < sources_[static_cast<std::size_t>(oldest)]
-                                                    .lines[sources_[static_cast<std::size_t>(oldest)].first]
-                                                    .at_ns))
-      oldest = static_cast<int>(i);
-  }
+  auto at = [this](int id) {
+    const Source& s = sources_[static_cast<std::size_t>(id)];
+    return s.lines[s.first].at_ns;
+  };
+  int oldest = queued_.front();
+  for (int id : queued_)
+    if (at(id) < at(oldest) || (at(id) == at(oldest) && id < oldest)) oldest = id;
   const Source& o = sources_[static_cast<std::size_t>(oldest)];
   const Line& ol = o.lines[o.first];
   const std::string_view t = o.text_of(ol);
   order_.clear();
-  for (std::size_t i = 0; i < sources_.size(); ++i) {
-    const Source& s = sources_[i];
-    if (s.waiting() && s.lines[s.first].hash == ol.hash && s.text_of(s.lines[s.first]) == t)
-      order_.push_back(static_cast<int>(i));
+  for (int id : queued_) {
+    const Source& s = sources_[static_cast<std::size_t>(id)];
+    if (s.lines[s.first].hash == ol.hash && s.text_of(s.lines[s.first]) == t) order_.push_back(id);
   }
+  std::sort(order_.begin(), order_.end());
   show_line(order_.begin(), order_.end(), out);
 }
 
@@ -244,8 +243,10 @@ void LineFolder::due(std::int64_t now_ns, std::string& out) { release(now_ns, ou
 std::int64_t LineFolder::next_due_ns() const {
   if (due_known_) return due_ns_;
   std::int64_t first = INT64_MAX;
-  for (const Source& s : sources_)
-    if (s.waiting()) first = std::min(first, s.lines[s.first].at_ns);
+  for (int id : queued_) {
+    const Source& s = sources_[static_cast<std::size_t>(id)];
+    first = std::min(first, s.lines[s.first].at_ns);
+  }
   due_ns_ = first == INT64_MAX ? INT64_MAX : first + options_.window_ns;
   due_known_ = true;
   return due_ns_;

@@ -91,7 +91,7 @@ class LineFolder {
 
   void show_line(std::vector<int>::const_iterator from, std::vector<int>::const_iterator to,
                  std::string& out);
-  void pop(Source& s);
+  void pop(int id);
   // Shows the first line of every waiting source, like ones as one line.
   void round(std::string& out);
   // Shows the oldest first line, with the sources whose first line is the same.
@@ -100,6 +100,7 @@ class LineFolder {
 
   Options options_;
   std::vector<Source> sources_;
+  std::vector<int> queued_;  // the sources with lines waiting (a head keeps every attempt's sources)
   std::size_t waiting_ = 0;  // how many lines wait
   int live_ = 0;             // live sources that fold
   int live_idle_ = 0;        // of them, those with no line waiting
