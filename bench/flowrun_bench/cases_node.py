@@ -1,6 +1,7 @@
 """The cases on one node, 8 workers everywhere: (a) start-up, (b) teardown, (c) the launcher's peak memory and
 (d) log forwarding, each of flowrun against torchrun and a C floor."""
 
+import os
 import re
 import subprocess
 
@@ -119,6 +120,9 @@ def case_logs(args, work, launchers):
             d = work / f"d-{name}"
             d.mkdir(exist_ok=True)
             cmd = make(d)
+            # The previous run's 2 GB of log files written back first: else the launcher after one that wrote
+            # them (floor_tee before flowrun, in every rotation) pays for their writeback.
+            os.sync()
             proc, res = timeit(cmd, d, "run", 900, stdout=subprocess.PIPE)
             reader_cmd = [str(BIN / "reader"), fmt, str(WORKERS), str(lines), str(d / "reader.out")]
             reader = subprocess.Popen(reader_cmd, stdin=proc.stdout, stderr=open(d / "reader.stderr", "w"))
