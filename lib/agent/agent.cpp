@@ -44,6 +44,9 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
+// How often a node's tallies of its ranks' samples go to the head.
+constexpr std::int64_t kSharesEveryNs = 2'000'000'000;
+
 struct LocalRank {
   int rank = 0;
   int local_rank = 0;
@@ -329,7 +332,27 @@ class Agent : public GroupObserver {
     }
   }
 
+  // The head tallies every node's ranks together: this node's tallies go
+  // to it every few seconds, and before each rank's exit.
+  bool on_sample(const RankSample& sample) override {
+    shares_.add(sample);
+    shares_dirty_ = true;
+    if (const std::int64_t now = monotonic_now_ns(); now - shares_sent_mono_ >= kSharesEveryNs)
+      send_shares(now);
+    return true;
+  }
+
+  void send_shares(std::int64_t now) {
+    shares_sent_mono_ = now;
+    if (!shares_dirty_ || lost_head_ || !conn_->is_open()) return;
+    shares_dirty_ = false;
+    Shares m{attempt_, {}};
+    for (RankShare& r : shares_.ranks()) m.ranks.push_back({r.rank, r.samples, r.waits, std::move(r.frames)});
+    conn_->send(m);
+  }
+
   bool on_exit(std::size_t index, const WorkerRecord& rec) override {
+    send_shares(monotonic_now_ns());
     conn_->send(exited_message(ranks_[index].rank, rec,
                                sup_->ended_by_stop(index) || sup_->interrupt_received() != 0));
     if (!rec.status.ok()) local_failure_ = true;
@@ -543,6 +566,7 @@ class Agent : public GroupObserver {
     grace_s_ = static_cast<double>(a.grace_ms) / 1000.0;
     stall_s_ = static_cast<double>(a.stall_ms.value_or(0)) / 1000;                         // 0: none
     forensics_s_ = static_cast<double>(std::max<std::int64_t>(a.forensics_ms, 0)) / 1000;  // 0: no stacks
+    sample_s_ = static_cast<double>(std::max<std::int64_t>(a.sample_ms, 0)) / 1000;        // 0: no samples
     stop_from_head_ = false;
     local_failure_ = false;
     node_check_->answer(a, ready_for(a, conn_->local_address(), gpus_, held_port_), [this](const Ready& r) {
@@ -601,7 +625,10 @@ class Agent : public GroupObserver {
         launch.argv = shipment_.in_copy(std::move(launch.argv), start_.workdir);
       }
     }
-    const GroupOptions group = attempt_group(step_, grace_s_, stall_s_, forensics_s_, attempt_);
+    GroupOptions group = attempt_group(step_, grace_s_, stall_s_, forensics_s_, attempt_);
+    group.sample_s = sample_s_;
+    shares_.clear();
+    shares_dirty_ = false;
     in_group_ = true;
     held_port_.release();  // node 0's MASTER_PORT, for rank 0 to bind (as on one host)
     const AttemptRecord attempt = sup_->run_group(launches, group, this);
@@ -660,7 +687,10 @@ class Agent : public GroupObserver {
   std::string gloo_ifname_;  // set for the workers when the host name is a loopback address
   std::string head_at_;      // the --rdzv-endpoint entry it reached the head at
   int node_rank_claim_ = -1, node_rank_ = 0, gpus_ = 0, attempt_ = 0;
-  double interval_s_ = 2.5, timeout_s_ = 10, grace_s_ = 10, stall_s_ = 0, forensics_s_ = 0;
+  double interval_s_ = 2.5, timeout_s_ = 10, grace_s_ = 10, stall_s_ = 0, forensics_s_ = 0, sample_s_ = 0;
+  ShareTally shares_;  // this attempt's samples of the node's ranks
+  bool shares_dirty_ = false;
+  std::int64_t shares_sent_mono_ = 0;
   HeldPort held_port_;
   cluster::StepShipment shipment_{
       [this] { return scratch(); }};  // the step's inputs, where the workdir is not shared

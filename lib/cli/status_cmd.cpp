@@ -18,6 +18,7 @@
 #include "flowrun/flow.h"
 #include "flowrun/json.h"
 #include "flowrun/util.h"
+#include "flowrun/wait_shares.h"
 
 #include "commands.h"
 #include "runs.h"
@@ -27,8 +28,48 @@ namespace flowrun {
 namespace {
 
 struct StatusRow {
-  std::string step, rank, state, node, last;
+  std::string step, rank, state, node, last, waits;
 };
+
+// What the samples of a step's ranks found (forensics' sample): each rank's
+// share of samples waiting in a collective, "68% of 41", by rank; and the
+// slow ranks' line when the evidence names them. From shares.json while the
+// step runs (the agent or flowrun rewrites it every few seconds), from
+// results.json after.
+struct StepShares {
+  std::map<int, std::string> waits;
+  std::string slow;
+};
+StepShares step_shares(const std::string& step_dir, const std::string& step, bool running) {
+  StepShares out;
+  const auto text = try_read_file(step_dir + (running ? "/shares.json" : "/results.json"), 16 << 20);
+  const auto doc = text ? parse_json(*text) : std::nullopt;
+  const Json* shares = doc ? (running ? &*doc : find(*doc, "wait_shares")) : nullptr;
+  const Json* ranks = shares != nullptr && shares->is_object() ? find(*shares, "ranks") : nullptr;
+  if (ranks == nullptr || !ranks->is_array()) return out;
+  for (const auto& r : *ranks) {
+    const auto rank = find_int(r, "rank"), samples = find_int(r, "samples"), waits = find_int(r, "waits");
+    if (!rank || !samples || !waits || *samples <= 0) continue;
+    out.waits[static_cast<int>(*rank)] = fmt::format(
+        "{} of {}", share_percent(static_cast<double>(*waits) / static_cast<double>(*samples)), *samples);
+  }
+  const Json* slow = find(*shares, "slow");
+  const Json* slow_ranks = slow != nullptr && slow->is_object() ? find(*slow, "ranks") : nullptr;
+  if (slow_ranks != nullptr && slow_ranks->is_array()) {
+    SlowRanks named;
+    for (const auto& r : *slow_ranks) {
+      if (r.is_number_integer()) named.ranks.push_back(r.get<int>());
+    }
+    const Json* slow_share = find(*slow, "slow_share");
+    const Json* others_share = find(*slow, "others_share");
+    if (slow_share != nullptr && slow_share->is_number()) named.slow_share = slow_share->get<double>();
+    if (others_share != nullptr && others_share->is_number())
+      named.others_share = others_share->get<double>();
+    if (const std::string* frame = find_string(*slow, "frame")) named.frame = printable(*frame);
+    if (!named.ranks.empty()) out.slow = slow_ranks_line(step, named, nullptr) + "\n";
+  }
+  return out;
+}
 
 // How a rank ended, as a worker of results.json or end.json says it:
 // "exited 0", "exited 3", "SIGKILL", "lost", ...
@@ -84,21 +125,27 @@ std::string last_output(const std::string& dir, std::int64_t now) {
   return t == 0 ? "-" : format_span(std::max<std::int64_t>(now - t, 0)) + " ago";
 }
 
-std::vector<StatusRow> status_rows(const std::string& run_dir, const RunRecord& record, std::int64_t now) {
+// `slow`: the lines naming a step's slow ranks, where the samples do.
+std::vector<StatusRow> status_rows(const std::string& run_dir, const RunRecord& record, std::int64_t now,
+                                   std::string& slow) {
   std::vector<StatusRow> rows;
   for (const auto& [step, state] : record.steps) {
     const std::string step_dir = run_dir + "/" + step;
     const bool ran = state == "running" || state == "succeeded" || state == "failed";
     const PlannedStep planned = ran ? planned_step(run_dir, step) : PlannedStep{};
     if (!ran || !planned.parallel) {
-      rows.push_back({step, "-", state, ran ? record.host : "-", ran ? last_output(step_dir, now) : "-"});
+      rows.push_back(
+          {step, "-", state, ran ? record.host : "-", ran ? last_output(step_dir, now) : "-", "-"});
       continue;
     }
     const auto ends = state == "running" ? std::map<int, RankEnd>{} : rank_ends(step_dir);
+    const StepShares shares = step_shares(step_dir, step, state == "running");
+    slow += shares.slow;
     for (std::size_t i = 0; i < planned.ranks.size(); ++i) {
       const int rank = planned.ranks[i];
       const std::string dir = fmt::format("{}/rank{}", step_dir, rank);
-      StatusRow row{step, std::to_string(rank), "", planned.hosts[i], last_output(dir, now)};
+      StatusRow row{step, std::to_string(rank), "", planned.hosts[i], last_output(dir, now), "-"};
+      if (auto found = shares.waits.find(rank); found != shares.waits.end()) row.waits = found->second;
       if (row.node.empty()) row.node = planned.nodes[i] >= 0 ? fmt::format("node{}", planned.nodes[i]) : "-";
       std::optional<RankEnd> end;
       if (auto found = ends.find(rank); found != ends.end()) {
@@ -147,20 +194,29 @@ std::string format_status(const std::string& run_dir, const RunRecord& record, s
   if (record.start_unix_ns > 0)
     head += fmt::format(", {} since it started", format_span(end - record.start_unix_ns));
   if (!record.error.empty()) head += "\nflowrun: error: " + record.error;
-  std::vector<StatusRow> rows = status_rows(run_dir, record, now);
-  rows.insert(rows.begin(), StatusRow{"step", "rank", "state", "node", "last output"});
-  std::size_t w[4] = {0, 0, 0, 0};
+  std::string slow;
+  std::vector<StatusRow> rows = status_rows(run_dir, record, now, slow);
+  // The samples' column, where a step's ranks were sampled.
+  const bool sampled =
+      std::any_of(rows.begin(), rows.end(), [](const StatusRow& r) { return r.waits != "-"; });
+  rows.insert(rows.begin(),
+              StatusRow{"step", "rank", "state", "node", "last output", "waiting in collectives"});
+  std::size_t w[5] = {0, 0, 0, 0, 0};
   for (const auto& r : rows) {
     w[0] = std::max(w[0], r.step.size());
     w[1] = std::max(w[1], r.rank.size());
     w[2] = std::max(w[2], r.state.size());
     w[3] = std::max(w[3], r.node.size());
+    w[4] = std::max(w[4], r.last.size());
   }
   std::string out = head + "\n";
-  for (const auto& r : rows)
-    out += fmt::format("  {:<{}}  {:<{}}  {:<{}}  {:<{}}  {}\n", printable(r.step), w[0], r.rank, w[1],
-                       r.state, w[2], printable(r.node), w[3], r.last);
-  return out + retry_advice_of(run_dir, record);
+  for (const auto& r : rows) {
+    std::string row = fmt::format("  {:<{}}  {:<{}}  {:<{}}  {:<{}}  ", printable(r.step), w[0], r.rank, w[1],
+                                  r.state, w[2], printable(r.node), w[3]);
+    row += sampled ? fmt::format("{:<{}}  {}", r.last, w[4], r.waits) : r.last;
+    out += row + "\n";
+  }
+  return out + slow + retry_advice_of(run_dir, record);
 }
 
 const char* kStatusFooter =

@@ -219,6 +219,8 @@ GroupOptions group_options_for(const Step& step, const RunOptions& options, cons
   group.forensics_timeout_s = step.forensics.timeout_s;
   group.run_dir = ctx.layout.run_dir;
   group.stacks_file = ctx.layout.step_dir(step.name) + "/stacks.json";
+  group.sample_s = step.forensics.sample_s;
+  group.shares_file = ctx.layout.step_dir(step.name) + "/shares.json";
   group.style = style;
   // Only a parallel step's ranks fold; --no-fold, or logs.fold, turns it off.
   const double fold_s = !step.parallel || !options.fold ? 0.0 : step.fold_s.value_or(kDefaultFoldS);

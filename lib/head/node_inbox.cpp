@@ -34,6 +34,7 @@ struct Takers {
   void operator()(const Stalled& m) const { inbox.on_node_stalled(n, m); }
   void operator()(const Stop& m) const { inbox.on_node_signalled(n, m); }
   void operator()(const Stacks& m) const { inbox.on_node_stacks(n, m); }
+  void operator()(const Shares& m) const { inbox.on_node_shares(n, m); }
 };
 
 }  // namespace

@@ -26,6 +26,8 @@ class NodeInbox {
   virtual void on_node_stalled(Node& n, const Stalled& m) = 0;
   // The stacks of its live ranks: before its stop's signals, or on demand.
   virtual void on_node_stacks(Node& n, const Stacks& m) = 0;
+  // The tallies of its ranks' samples so far (forensics' sample).
+  virtual void on_node_shares(Node& n, const Shares& m) = 0;
   // Its agent got a signal.
   virtual void on_node_signalled(Node& n, const Stop& m) = 0;
   virtual void protocol_error(Node& n, const std::string& what) = 0;

@@ -40,6 +40,8 @@ Assign assign_of(const NodeStep& job, int attempt, int node_rank, int nodes, con
   if (job.group.stall_timeout_s) m.stall_ms = std::llround(*job.group.stall_timeout_s * 1000);
   if (job.group.forensics_stacks)
     m.forensics_ms = std::max<std::int64_t>(1, std::llround(job.group.forensics_timeout_s * 1000));
+  if (job.group.sample_s > 0)
+    m.sample_ms = std::max<std::int64_t>(1, std::llround(job.group.sample_s * 1000));
   m.node_checks = node_checks_on(job);
   if (m.node_checks) {
     const StepPlan& plan = *job.plan;

@@ -42,6 +42,7 @@
 #include "node_preflight.h"
 #include "node_reach.h"
 #include "node_seats.h"
+#include "node_shares.h"
 #include "node_stacks.h"
 #include "node_table.h"
 #include "rank_table.h"
@@ -278,6 +279,7 @@ class Head : public GroupObserver, public cluster::NodeInbox {
     attempt_start_ns_ = unix_now_ns();
     ranks_.reset();
     stacks_.reset_stop();
+    shares_.reset(attempt_, job_.group.sample_s);
     // A restart: the step runner keeps what the attempt before left (logs,
     // traceback, uploads) in attemptN/, now that every node is ready.
     if (keep_previous_) keep_previous_();
@@ -374,6 +376,10 @@ class Head : public GroupObserver, public cluster::NodeInbox {
 
   void on_node_stacks(Node& n, const Stacks& m) override {
     if (auto wrong = stacks_.take(n.rank, n.name, m)) protocol_error(n, *wrong);
+  }
+
+  void on_node_shares(Node& n, const Shares& m) override {
+    if (auto wrong = shares_.take(n.rank, n.name, m)) protocol_error(n, *wrong);
   }
 
   void on_done(Node& n, const Done& m) override {
@@ -481,6 +487,7 @@ class Head : public GroupObserver, public cluster::NodeInbox {
         cluster::attempt_outcome(outcome_, ranks.failed, !errors_.empty(), !write_error_.empty());
     attempt.write_error = write_error_;
     attempt.stacks = stacks_.stop_report();
+    attempt.shares = shares_.record();
     seats_.record(attempt);
     attempt.node_checks = gathering_.take_verdicts();
     assign_roles(attempt, ranks.stopped);
@@ -573,6 +580,10 @@ class Head : public GroupObserver, public cluster::NodeInbox {
         batch_.flush();
         console_.message(line);
       }};
+  cluster::NodeShares shares_{plan_, job_.group.shares_file, [this](const std::string& line) {
+                                batch_.flush();
+                                console_.message(line);
+                              }};
   cluster::News news_;  // the notes and errors, handed to the step runner each once
   std::vector<std::string>& notes_ = news_.notes;
   std::vector<std::string>& errors_ = news_.errors;

@@ -1,5 +1,6 @@
 #include "flowrun/messages.h"
 
+#include <algorithm>
 #include <array>
 #include <cstddef>
 #include <cstdint>
@@ -67,6 +68,7 @@ void fields(Io& io, M& m) {
   io("grace_ms", m.grace_ms);
   io("stall_ms", m.stall_ms);
   io("forensics_ms", m.forensics_ms);
+  io("sample_ms", m.sample_ms);
   io("node_checks", m.node_checks);
   io("node_gpus", m.node_gpus);
   io("python", m.python);
@@ -240,6 +242,76 @@ constexpr TextForm<std::vector<Stalled::Rank>> kStallLines{write_stall_lines, re
 template <class Io, maybe_const<Stalled> M>
 void fields(Io& io, M& m) {
   io("ranks", m.ranks, kStallLines);
+}
+
+// Shares' ranks: "RANK SAMPLES WAITS FRAMES\n", then a line "COUNT WHERE\n"
+// per frame. A newline in WHERE (none comes from py-spy's lines) is sent as
+// a space.
+constexpr std::size_t kMaxShareLines = 64;  // frames per rank
+std::string write_share_lines(std::string_view, const std::vector<Shares::Rank>& ranks) {
+  std::string lines;
+  for (const auto& r : ranks) {
+    lines += std::to_string(r.rank) + " " + std::to_string(r.samples) + " " + std::to_string(r.waits) + " " +
+             std::to_string(r.frames.size()) + "\n";
+    for (const auto& [where, n] : r.frames) {
+      std::string text = where;
+      std::replace(text.begin(), text.end(), '\n', ' ');
+      lines += std::to_string(n) + " " + text + "\n";
+    }
+  }
+  return lines;
+}
+void read_share_lines(Reader& r, std::string_view key, std::string_view text,
+                      std::vector<Shares::Rank>& ranks) {
+  std::size_t pos = 0, frames_left = 0;
+  for (int line = 1; pos < text.size(); ++line) {
+    const std::size_t end = text.find('\n', pos);
+    const std::string_view row = text.substr(pos, end == std::string_view::npos ? end : end - pos);
+    pos = end == std::string_view::npos ? text.size() : end + 1;
+    const char* form = frames_left > 0 ? "COUNT WHERE" : "RANK SAMPLES WAITS FRAMES";
+    const auto bad = [&] {
+      r.fail("field '" + std::string(key) + "': line " + std::to_string(line) + " '" + shown(row) +
+             "' is not '" + form + "'");
+    };
+    if (end == std::string_view::npos) return bad();
+    if (frames_left > 0) {
+      const std::size_t space = row.find(' ');
+      if (space == std::string_view::npos) return bad();
+      const auto n = r.number<std::int64_t>(key, row.substr(0, space));
+      if (!n) return;
+      ranks.back().frames.emplace_back(std::string(row.substr(space + 1)), *n);
+      --frames_left;
+      continue;
+    }
+    std::vector<std::string_view> words;
+    for (std::size_t at = 0; at <= row.size();) {
+      const std::size_t space = std::min(row.find(' ', at), row.size());
+      words.push_back(row.substr(at, space - at));
+      at = space + 1;
+    }
+    if (words.size() != 4) return bad();
+    const auto rank = r.number<int>(key, words[0]);
+    const auto samples = r.number<std::int64_t>(key, words[1]);
+    const auto waits = r.number<std::int64_t>(key, words[2]);
+    const auto frames = r.number<int>(key, words[3]);
+    if (!rank || !samples || !waits || !frames) return;
+    if (*frames < 0 || static_cast<std::size_t>(*frames) > kMaxShareLines) {
+      r.fail("field '" + std::string(key) + "': line " + std::to_string(line) + " has " +
+             std::to_string(*frames) + " frames, more than " + std::to_string(kMaxShareLines));
+      return;
+    }
+    ranks.push_back({*rank, *samples, *waits, {}});
+    frames_left = static_cast<std::size_t>(*frames);
+  }
+  if (frames_left > 0)
+    r.fail("field '" + std::string(key) + "': " + std::to_string(frames_left) + " frame lines missing");
+}
+constexpr TextForm<std::vector<Shares::Rank>> kShareLines{write_share_lines, read_share_lines};
+
+template <class Io, maybe_const<Shares> M>
+void fields(Io& io, M& m) {
+  io("attempt", m.attempt);
+  io("ranks", m.ranks, kShareLines);
 }
 
 template <class Io, maybe_const<UploadBegin> M>
@@ -419,6 +491,7 @@ Frame encode(const Stop& m) { return encode_one(m); }
 Frame encode(const TakeStacks& m) { return encode_one(m); }
 Frame encode(const Stacks& m) { return encode_one(m); }
 Frame encode(const Stalled& m) { return encode_one(m); }
+Frame encode(const Shares& m) { return encode_one(m); }
 Frame encode(const UploadBegin& m) { return encode_one(m); }
 Frame encode(const UploadChunk& m) { return encode_one(m); }
 Frame encode(const UploadEnd& m) { return encode_one(m); }

@@ -103,6 +103,11 @@ std::string forensics_text(const Forensics& f) {
   else if (f.timeout_s != Forensics{}.timeout_s)
     parts.push_back(
         fmt::format("the live ranks' Python stacks before flowrun stops them, within {:g} s", f.timeout_s));
+  if (f.sample_s == 0)
+    parts.push_back("no samples of the ranks' stacks (the slow rank is not named)");
+  else if (f.sample_s != kDefaultSampleS)
+    parts.push_back(
+        fmt::format("a sample of each rank's stack every {:g} s, to name the slow rank", f.sample_s));
   if (f.nccl)
     parts.push_back("NCCL's flight recorder in every rank, dumped on a collective's timeout into rank<R>/" +
                     nccl_trace_prefix(0) + "<R>");

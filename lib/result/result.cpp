@@ -173,6 +173,30 @@ Json stacks_json(const std::optional<StackReport>& stacks) {
   return json;
 }
 
+Json shares_json(const std::optional<WaitShares>& shares) {
+  if (!shares) return Json();
+  Json json;
+  json["sample_ms"] = static_cast<std::int64_t>(std::llround(shares->sample_s * 1000));
+  Json& ranks = json["ranks"] = Json::array();
+  for (const auto& r : shares->ranks) {
+    Json frames = Json::array();
+    for (const auto& [frame, n] : r.frames) frames.push_back({{"frame", frame}, {"samples", n}});
+    const double share = r.samples > 0 ? static_cast<double>(r.waits) / static_cast<double>(r.samples) : 0;
+    ranks.push_back({{"rank", r.rank},
+                     {"samples", r.samples},
+                     {"waits", r.waits},
+                     {"wait_share", std::round(share * 1000) / 1000},
+                     {"frames", std::move(frames)}});
+  }
+  const auto& slow = shares->slow;
+  json["slow"] = slow ? Json{{"ranks", slow->ranks},
+                             {"slow_share", std::round(slow->slow_share * 1000) / 1000},
+                             {"others_share", std::round(slow->others_share * 1000) / 1000},
+                             {"frame", string_or_null(slow->frame)}}
+                      : Json();
+  return json;
+}
+
 }  // namespace
 
 int ExitStatus::shell_code() const {
@@ -319,6 +343,7 @@ std::string format_results_json(const StepRecord& record) {
   json["notes"] = record.notes;
   json["ranks"] = workers_json(last ? last->workers : std::vector<WorkerRecord>{});
   json["stacks"] = stacks_json(last ? last->stacks : std::nullopt);
+  json["wait_shares"] = shares_json(last ? last->shares : std::nullopt);
   Json& attempts = json["attempts"] = Json::array();
   for (const auto& a : record.attempts) {
     Json attempt;
@@ -329,6 +354,7 @@ std::string format_results_json(const StepRecord& record) {
     span(attempt, a.start_unix_ns, a.end_unix_ns);
     attempt["workers"] = workers_json(a.workers);
     attempt["stacks"] = stacks_json(a.stacks);
+    attempt["wait_shares"] = shares_json(a.shares);
     attempt["cause"] = a.cause ? Json(failure_cause_name(*a.cause)) : Json();
     attempt["exception"] = exception_json(a.exception);
     attempt["restarted"] = a.restarted;
@@ -379,6 +405,15 @@ std::string stacks_document(const std::string& step, const StackReport& stacks,
   Json grouped = stacks_json(stacks);
   json["source"] = std::move(grouped["source"]);
   json["groups"] = std::move(grouped["groups"]);
+  return to_document(json);
+}
+
+std::string wait_shares_document(const std::string& step, int restart_count, const WaitShares& shares,
+                                 std::int64_t written_unix_ns) {
+  Json json = shares_json(shares);
+  json["step"] = step;
+  json["restart_count"] = restart_count;
+  json["written_unix_ns"] = written_unix_ns;
   return to_document(json);
 }
 

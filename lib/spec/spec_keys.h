@@ -23,7 +23,7 @@ inline constexpr std::string_view kParallelKeys[] = {
     "preflight", "role",  "job_id",         "spare_nodes", "node_checks"};
 inline constexpr std::string_view kRestartKeys[] = {"causes", "exit_codes", "min_attempt", "progress_file"};
 inline constexpr std::string_view kLogsKeys[] = {"console", "fold"};
-inline constexpr std::string_view kForensicsKeys[] = {"stacks", "timeout", "nccl"};
+inline constexpr std::string_view kForensicsKeys[] = {"stacks", "timeout", "nccl", "sample"};
 inline constexpr std::string_view kClusterKeys[] = {
     "engine",        "hosts",   "hostfile",          "gpus_per_node", "ssh_command",
     "srun_args",     "address", "heartbeat_timeout", "join_timeout",  "last_call_timeout",

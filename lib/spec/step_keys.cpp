@@ -3,6 +3,8 @@
 // them, with outputs:, logs: and forensics:. A step's run: is read in
 // step_run.cpp, its parallel: in parallel_keys.cpp.
 
+#include <fmt/format.h>
+
 #include "flowrun/glob.h"
 
 #include "spec_detail.h"
@@ -202,7 +204,8 @@ void Checker::step_logs(const Entry& e, Step& s) {
   s.console_ranks = ranks;
 }
 
-// forensics: nccl | off | {stacks: BOOL, timeout: DURATION, nccl: BOOL}.
+// forensics: nccl | off | {stacks: BOOL, timeout: DURATION, nccl: BOOL,
+// sample: DURATION | off}.
 void Checker::step_forensics(const Entry& e, Forensics& f) {
   f.loc = e.loc;
   if (e.value.IsScalar() && e.value.Scalar() == "nccl") {
@@ -211,11 +214,12 @@ void Checker::step_forensics(const Entry& e, Forensics& f) {
   }
   if (e.value.IsScalar() && e.value.Scalar() == "off") {
     f.stacks = false;
+    f.sample_s = 0;
     return;
   }
   if (!e.value.IsMap()) {
-    std::string message =
-        expected_text("'nccl', 'off' or a mapping such as {stacks: true, timeout: 3s, nccl: true}", e.value);
+    std::string message = expected_text(
+        "'nccl', 'off' or a mapping such as {stacks: true, timeout: 3s, nccl: true, sample: 1s}", e.value);
     if (e.value.IsScalar()) {
       if (auto match = closest_match(e.value.Scalar(), {"nccl", "off"}))
         message += "; did you mean '" + *match + "'?";
@@ -230,6 +234,18 @@ void Checker::step_forensics(const Entry& e, Forensics& f) {
   const std::optional<double> seconds = timeout ? duration(*timeout) : std::nullopt;
   if (seconds) f.timeout_s = *seconds;
   if (const Entry* nccl = find(keys, "nccl")) f.nccl = boolean(*nccl).value_or(false);
+  if (const Entry* sample = find(keys, "sample")) {
+    if (sample->value.IsScalar() && (sample->value.Scalar() == "off" || sample->value.Scalar() == "false")) {
+      f.sample_s = 0;
+    } else if (const auto every = duration(*sample)) {
+      if (*every < kMinSampleS)
+        error(sample->loc, sample->path,
+              fmt::format("a sample every {:g} s would cost the ranks time; at least {:g}s (or off)", *every,
+                          kMinSampleS));
+      else
+        f.sample_s = *every;
+    }
+  }
   if (seconds && !f.stacks)
     error(timeout->key_loc, timeout->path,
           "timeout is the time for the ranks' stacks, and stacks: false takes none; remove one of them");

@@ -22,6 +22,16 @@ namespace flowrun {
 
 struct Worker;
 
+// The py-spy to run: FLOWRUN_PY_SPY when set, else on flowrun's PATH, on a
+// rank's, or beside its Python; "" with *looked saying where it looked.
+std::string find_py_spy(const std::vector<Worker>& workers, std::string* looked);
+// Starts `py_spy dump OPTIONS --full-filenames --pid TARGET`, its stdout
+// and stderr to the files `out` and `err`; posix_spawn's error or 0.
+int spawn_py_spy(const std::string& py_spy, pid_t target, const std::vector<std::string>& options, int out,
+                 int err, pid_t* pid);
+// What a memory file holds, trimmed.
+std::string read_back(int fd);
+
 // Takes the live workers' stacks on `io`, then calls `done` (on the loop).
 // One taking at a time: a stop that comes while stacks are being taken on
 // demand uses those (they are seconds old) rather than attach twice.

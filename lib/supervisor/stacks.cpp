@@ -80,6 +80,23 @@ std::string beside(const std::string& path, const std::string& name) {
                                                                            : path.substr(0, slash + 1) + name;
 }
 
+// The rank's stack.txt beside its logs; "" for a rank without log files
+// (an agent's: the head writes its stack.txt from the Stacks message).
+std::string stack_file(const Worker& w) {
+  const std::string& log = w.record.stdout_log;
+  const std::size_t slash = log.rfind('/');
+  return slash == std::string::npos ? std::string() : log.substr(0, slash + 1) + "stack.txt";
+}
+
+bool is_wrapper(std::string_view function) {
+  return function == "wrapper" || function == "inner" || function == "_fn" ||
+         function == "decorate_context" || function == "_call_impl" || function == "_wrapped_call_impl";
+}
+
+bool warned_missing = false;  // once per flowrun process: once per run
+
+}  // namespace
+
 // FLOWRUN_PY_SPY when set (nothing else then), else py-spy on flowrun's
 // PATH, on the rank's PATH, beside the program the rank runs (the Python of a
 // virtual environment named in the step's run: or python:, which is not on
@@ -105,15 +122,6 @@ std::string find_py_spy(const std::vector<Worker>& workers, std::string* looked)
   return {};
 }
 
-// The rank's stack.txt beside its logs; "" for a rank without log files
-// (an agent's: the head writes its stack.txt from the Stacks message).
-std::string stack_file(const Worker& w) {
-  const std::string& log = w.record.stdout_log;
-  const std::size_t slash = log.rfind('/');
-  return slash == std::string::npos ? std::string() : log.substr(0, slash + 1) + "stack.txt";
-}
-
-// What py-spy wrote to a memfd of capture(), trimmed.
 std::string read_back(int fd) {
   std::string text;
   char buf[65536];
@@ -127,13 +135,23 @@ std::string read_back(int fd) {
   return std::string(trim(text));
 }
 
-bool is_wrapper(std::string_view function) {
-  return function == "wrapper" || function == "inner" || function == "_fn" || function == "decorate_context";
+int spawn_py_spy(const std::string& py_spy, pid_t target, const std::vector<std::string>& options, int out,
+                 int err, pid_t* pid) {
+  posix_spawn_file_actions_t actions;
+  posix_spawn_file_actions_init(&actions);
+  posix_spawn_file_actions_addopen(&actions, 0, "/dev/null", O_RDONLY, 0);
+  posix_spawn_file_actions_adddup2(&actions, out, 1);
+  posix_spawn_file_actions_adddup2(&actions, err, 2);
+  const std::string pid_text = std::to_string(target);
+  std::vector<char*> argv{const_cast<char*>(py_spy.c_str()), const_cast<char*>("dump")};
+  for (const auto& option : options) argv.push_back(const_cast<char*>(option.c_str()));
+  for (const char* arg : {"--full-filenames", "--pid"}) argv.push_back(const_cast<char*>(arg));
+  argv.push_back(const_cast<char*>(pid_text.c_str()));
+  argv.push_back(nullptr);
+  const int rc = posix_spawn(pid, py_spy.c_str(), &actions, nullptr, argv.data(), environ);
+  posix_spawn_file_actions_destroy(&actions);
+  return rc;
 }
-
-bool warned_missing = false;  // once per flowrun process: once per run
-
-}  // namespace
 
 std::optional<ParsedStack> parse_py_spy_dump(std::string_view text) {
   ParsedStack stack;
@@ -143,7 +161,15 @@ std::optional<ParsedStack> parse_py_spy_dump(std::string_view text) {
     std::string_view line = text.substr(0, end);
     text.remove_prefix(std::min(end + 1, text.size()));
     if (line.rfind("Thread ", 0) == 0) {
-      if (line.find("\"MainThread\"") != std::string_view::npos) stack.main = stack.threads.size();
+      // "Thread 4242 (idle): "MainThread"": the first thread is the main
+      // one unless another is named so.
+      const bool idle = line.find(" (idle)") != std::string_view::npos;
+      if (line.find("\"MainThread\"") != std::string_view::npos) {
+        stack.main = stack.threads.size();
+        stack.main_idle = idle;
+      } else if (stack.threads.empty()) {
+        stack.main_idle = idle;
+      }
       stack.threads.emplace_back();
       in_thread = true;
     } else if (in_thread && !line.empty() && (line.front() == ' ' || line.front() == '\t')) {
@@ -333,19 +359,7 @@ bool StackTaker::start(const std::vector<Worker>& workers, double timeout_s,
     job->out = memfd_create("flowrun-py-spy-out", MFD_CLOEXEC);
     job->err = memfd_create("flowrun-py-spy-err", MFD_CLOEXEC);
     int err = job->out < 0 || job->err < 0 ? errno : 0;
-    if (err == 0) {
-      posix_spawn_file_actions_t actions;
-      posix_spawn_file_actions_init(&actions);
-      posix_spawn_file_actions_addopen(&actions, 0, "/dev/null", O_RDONLY, 0);
-      posix_spawn_file_actions_adddup2(&actions, job->out, 1);
-      posix_spawn_file_actions_adddup2(&actions, job->err, 2);
-      const std::string pid_text = std::to_string(w.pid);
-      std::vector<char*> argv{const_cast<char*>(py_spy.c_str()),     const_cast<char*>("dump"),
-                              const_cast<char*>("--full-filenames"), const_cast<char*>("--pid"),
-                              const_cast<char*>(pid_text.c_str()),   nullptr};
-      err = posix_spawn(&job->pid, py_spy.c_str(), &actions, nullptr, argv.data(), environ);
-      posix_spawn_file_actions_destroy(&actions);
-    }
+    if (err == 0) err = spawn_py_spy(py_spy, w.pid, {}, job->out, job->err, &job->pid);
     if (err != 0) {
       job->found.missing = fmt::format("cannot start {}: {}", py_spy, std::strerror(err));
       job->finished = true;

@@ -29,6 +29,7 @@
 #include "console_writer.h"
 #include "exit_watch.h"
 #include "leftover_sweep.h"
+#include "rank_sampler.h"
 #include "stack_taker.h"
 #include "stall_watch.h"
 #include "worker_pipes.h"
@@ -329,6 +330,12 @@ struct Supervisor::Impl {
                       },
                       [this] { stop_workers(); }, [this](const std::string& text) { say(text); }}};
 
+  SlowRankWatch slow_ranks{
+      io,
+      workers,
+      {[this](const RankSample& s) { return observer != nullptr && observer->on_sample(s); },
+       [this](const std::string& text) { say(text); }}};
+
   Impl(Console c, pid_t g, const std::vector<int>& handled) : console(c), guardian(g) {
     for (int sig : {SIGTERM, SIGINT, SIGHUP, SIGQUIT}) {
       if (std::find(handled.begin(), handled.end(), sig) != handled.end()) {
@@ -396,6 +403,9 @@ struct Supervisor::Impl {
 
   // A worker's exit, in its record now: a failure stops the group.
   void on_exit(Worker& w) {
+    // The last rank ended: a sample on its way is not one of the step's
+    // processes left behind.
+    if (alive_count() == 0) slow_ranks.stop();
     w.stopped = end_was_the_stop(w);
     end_of_main(w);
     write_rank_end(w.launch != nullptr ? w.launch->end_file : std::string(), w.record);
@@ -422,7 +432,8 @@ struct Supervisor::Impl {
     if (stopping) return;
     stopping = true;
     stop_ns = unix_now_ns();
-    exits.settle();  // a rank that ended on its own meanwhile is neither sampled nor stopped
+    slow_ranks.stop();  // the ranks' waits from here on are the stop's
+    exits.settle();     // a rank that ended on its own meanwhile is neither sampled nor stopped
     stall.note_silence();
     const bool wanted = options.forensics_stacks && (outcome != Outcome::interrupted || force_stacks);
     if (!wanted || !stacks.before_stop(options.forensics_timeout_s)) stop_workers();
@@ -584,6 +595,7 @@ struct Supervisor::Impl {
     force_stacks = false;
     stacks.reset();
     stall.reset();
+
     outcome = Outcome::succeeded;
     write_error.clear();
     require_descriptors(launches.size());
@@ -631,6 +643,8 @@ struct Supervisor::Impl {
       outcome = Outcome::interrupted;
       begin_stop();
     }
+    if (!stopping)
+      slow_ranks.start(options.step, options.restart_count, options.sample_s, options.shares_file);
     advance();
   }
 
@@ -639,6 +653,7 @@ struct Supervisor::Impl {
     advance();
     while (!done) io.run_one();
 
+    slow_ranks.stop();
     pipes.drain_rest();
     flush_console();
     grace_timer.cancel();
@@ -660,6 +675,7 @@ struct Supervisor::Impl {
     attempt.outcome = outcome;
     attempt.write_error = write_error;
     attempt.stacks = stacks.end_of_group();
+    attempt.shares = slow_ranks.end_of_group();
     const std::vector<int> stopped = stopped_workers(workers);
     for (auto& w : workers) {
       if (w.log) w.record.stderr_tail = w.log->tail();

@@ -103,7 +103,9 @@ REWRITE = {(4, START): start_4_to_5, (5, START): start_5_to_6, (6, START): start
            (8, BYE): after(b"succeeded", [(b"keep", b"0"), (b"flow_exit", b"-1")]),
            # protocol 10: node checks asked in assign, their verdict in ready
            (9, ASSIGN): after(b"forensics_ms", [(b"node_checks", b"0"), (b"node_gpus", b"-1"), (b"python", b"")]),
-           (9, READY): after(b"gpus", [(b"check_ms", b"0"), (b"ranks", b"0")])}
+           (9, READY): after(b"gpus", [(b"check_ms", b"0"), (b"ranks", b"0")]),
+           # protocol 11: the samples' rate in assign (shares, a new message, needs no rewrite)
+           (10, ASSIGN): after(b"forensics_ms", [(b"sample_ms", b"1000")])}
 
 
 def bump(frames):

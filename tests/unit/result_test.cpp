@@ -680,6 +680,7 @@ TEST_CASE("result: results.json of a failed parallel step", "[result]") {
                                R"(
   ],
   "stacks": null,
+  "wait_shares": null,
   "attempts": [
     {
       "restart_count": 0,
@@ -694,6 +695,7 @@ TEST_CASE("result: results.json of a failed parallel step", "[result]") {
                                indent(worker1) + R"(
       ],
       "stacks": null,
+      "wait_shares": null,
       "cause": null,
       "exception": null,
       "restarted": false,

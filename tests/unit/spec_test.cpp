@@ -1750,17 +1750,38 @@ steps:
            "flow.yaml:8:16: steps.b.parallel: key 'forensics' does not belong here; put it in the step, next "
            "to 'parallel:'",
            "flow.yaml:12:16: steps.c.forensics: expected 'nccl', 'off' or a mapping such as {stacks: true, "
-           "timeout: 3s, nccl: true}, got a string 'nccI'; did you mean 'nccl'?",
+           "timeout: 3s, nccl: true, sample: 1s}, got a string 'nccI'; did you mean 'nccl'?",
            "flow.yaml:16:16: steps.d.forensics: expected 'nccl', 'off' or a mapping such as {stacks: true, "
-           "timeout: 3s, nccl: true}, got a sequence",
+           "timeout: 3s, nccl: true, sample: 1s}, got a sequence",
            "flow.yaml:20:25: steps.e.forensics.stacks: expected true or false, got a string 'maybe'",
            "flow.yaml:20:41: steps.e.forensics.timeout: expected a positive duration: seconds (90) or a "
            "string like '90s', '30m', '1h30m' or '2d', got 0",
            "flow.yaml:20:50: steps.e.forensics.nccl: expected true or false, got 1",
-           "flow.yaml:20:53: steps.e.forensics: unknown key 'py_spy'; expected one of: stacks, timeout, nccl",
+           "flow.yaml:20:53: steps.e.forensics: unknown key 'py_spy'; expected one of: stacks, timeout, "
+           "nccl, sample",
            "flow.yaml:24:32: steps.f.forensics.timeout: timeout is the time for the ranks' stacks, and "
            "stacks: false takes none; remove one of them",
        });
+}
+
+TEST_CASE("forensics' sample: every so often, off, or not too often", "[spec]") {
+  const auto sample_of = [](const std::string& value) {
+    return valid("name: f\nsteps:\n  - name: t\n    run: x\n    parallel: {}\n    forensics: " + value + "\n")
+        .steps[0]
+        .forensics.sample_s;
+  };
+  CHECK(sample_of("nccl") == kDefaultSampleS);
+  CHECK(sample_of("{sample: 10s}") == 10);
+  CHECK(sample_of("{sample: off}") == 0);
+  CHECK(sample_of("{sample: false}") == 0);
+  CHECK(sample_of("off") == 0);
+  CHECK(valid("name: f\nsteps: [{name: t, run: x, parallel: {}}]").steps[0].forensics.sample_s ==
+        kDefaultSampleS);
+  CHECK(
+      errors("name: f\nsteps:\n  - name: t\n    run: x\n    parallel: {}\n    forensics: {sample: 0.05}\n") ==
+      Lines{"flow.yaml:6:25: steps.t.forensics.sample: a sample every 0.05 s would cost the ranks time; at "
+            "least "
+            "0.1s (or off)"});
 }
 
 TEST_CASE("names that become file names are at most 100 characters", "[spec]") {

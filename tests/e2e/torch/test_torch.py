@@ -36,6 +36,14 @@ def torch_env():
     return env
 
 
+def read_text(path):
+    try:
+        with open(path, errors="replace") as f:
+            return f.read()
+    except FileNotFoundError:
+        return ""
+
+
 def have_torch():
     try:
         p = subprocess.run([PYTHON, "-c", "import torch, torch.distributed as d; assert d.is_available(); "
@@ -305,6 +313,95 @@ steps:
                              r"rank 2 is in load_batch \(rank_stuck\.py:1[78]\)$", err, re.M) is not None,
                    "the report names rank 2 at its file:line and the others in all_reduce", detail)
         self.check(all("Thread " in s for s in stacks) and "load_batch" in stacks[2], "four whole stacks", stacks[2])
+
+    # The slow rank named from the samples of every rank's stack (forensics' sample), the script unchanged.
+    SLOW_LINE = re.compile(r"^flowrun: train: rank 1( \((?P<node>[^)]+)\))? is the slow rank: it waits in collectives "
+                           r"(?P<slow>\d+)% of the time, the other ranks (?P<others>\d+)%; its hottest frame is "
+                           r"(?P<frame>.+)$", re.M)
+
+    def slow_rank_checks(self, label, err, res, detail, node=None):
+        m = self.SLOW_LINE.search(err)
+        if not self.check(m is not None, f"{label}: flowrun names rank 1 the slow rank", detail):
+            return
+        self.check(node is None or m.group("node") == node, f"{label}: the line names rank 1's node {node}", m.group(0))
+        self.check(int(m.group("slow")) + 15 <= int(m.group("others")), f"{label}: it waits far less than the others",
+                   m.group(0))
+        shares = res["wait_shares"]
+        self.check(shares is not None and shares["slow"] is not None and shares["slow"]["ranks"] == [1]
+                   and [r["rank"] for r in shares["ranks"]] == [0, 1]
+                   and all(r["samples"] >= 20 and 0 <= r["waits"] <= r["samples"] for r in shares["ranks"]),
+                   f"{label}: results.json keeps every rank's shares and names rank 1", json.dumps(shares)[:2000])
+        self.check(shares is not None and shares["slow"] is not None
+                   and shares["slow"]["frame"].startswith("load_batch (slow_rank.py:"),
+                   f"{label}: by the end, its hottest frame is load_batch, where it sleeps", json.dumps(shares)[:2000])
+
+    def slow_rank_spec(self, name, extra=""):
+        stop = os.path.join(self.scratch, name + ".stop")
+        script = os.path.join(HERE, "slow_rank.py")
+        # 60% slower: two ranks share this machine's two cores, so a rank that sleeps gives its CPU to the
+        # other and slows the step by less than it sleeps (scripts/bench measures 30% on its own).
+        return stop, f"{PYTHON} {script} --slow-rank 1 --slowdown 0.6 --stop {stop}", extra
+
+    def test_slow_rank_named(self):
+        found = py_spy()
+        if not found:
+            pytest.skip("no py-spy (pip install py-spy, or scripts/test --phase deps)")
+        stop, run, _ = self.slow_rank_spec("slow")
+        d, spec, run_dir = self.workspace("slow", f"name: slow\nsteps:\n  - name: train\n    run: {run}\n"
+                                                  f"    parallel:\n      cpus: 2\n")
+        env = torch_env()
+        env["FLOWRUN_PY_SPY"] = found
+        err_path = os.path.join(d, "stderr")
+        start = time.monotonic()
+        with open(err_path, "w") as err_file:
+            p = subprocess.Popen([self.flowrun, spec, "--run-dir", run_dir], cwd=d, env=env, stdout=subprocess.PIPE,
+                                 stderr=err_file, text=True)
+        named = wait_for(lambda: "is the slow rank" in read_text(err_path) or p.poll() is not None, 240, step=0.2)
+        print(f"slow rank: named after {time.monotonic() - start:.1f} s from flowrun's start", flush=True)
+        status = subprocess.run([self.flowrun, "status", run_dir], env=env, capture_output=True, text=True).stdout
+        open(stop, "w").close()
+        out, _ = p.communicate(timeout=120)
+        err = read_text(err_path)
+        detail = f"exit {p.returncode}\n--- stdout\n{out[-2000:]}\n--- stderr\n{err[-4000:]}"
+        self.check(named and p.returncode == 0, "slow rank: the step runs until the test stops it, and succeeds", detail)
+        with open(os.path.join(run_dir, "train", "results.json")) as f:
+            res = json.load(f)
+        self.slow_rank_checks("slow rank", err, res, detail)
+        self.check(re.search(r"waiting in collectives\n(.*\n){2}", status) is not None
+                   and re.search(r"^  train\s+1\s+running\s+.*\s\d+% of \d+$", status, re.M) is not None,
+                   "slow rank: flowrun status shows every rank's share while the step runs", status)
+        after = subprocess.run([self.flowrun, "status", run_dir], env=env, capture_output=True, text=True).stdout
+        self.check(re.search(r"^train: rank 1 is the slow rank: ", after, re.M) is not None,
+                   "slow rank: flowrun status names it after the run", after)
+
+    def test_slow_rank_named_across_nodes(self):
+        found = py_spy()
+        if not found:
+            pytest.skip("no py-spy (pip install py-spy, or scripts/test --phase deps)")
+        stop, run, _ = self.slow_rank_spec("slow-nodes")
+        # One rank a node: no node sees a suspect of its own to sample faster for, so the samples come
+        # twice a second.
+        spec = (f"name: slownodes\ncluster:\n  engine: manual\n  address: 127.0.0.1\n"
+                f"steps:\n  - name: train\n    run: {run}\n    forensics: {{sample: 0.5s}}\n    parallel:\n"
+                f"      cpus: 2\n      nodes: 2\n")
+        n = Nodes(self, "slow-nodes", spec, head_env={"PYTHONPATH": None, "PATH": torch_env()["PATH"]})
+        self.open.append(n)
+        argv = n.command()
+        if not self.check(argv is not None, "slow rank across nodes: the head prints the agent command", n.detail()):
+            return
+        start = time.monotonic()
+        n.start_agents(argv, count=2, PYTHONPATH=None, FLOWRUN_PY_SPY=found)
+        named = wait_for(lambda: "is the slow rank" in n.head_err() or n.head.poll() is not None, 240, step=0.2)
+        print(f"slow rank across nodes: named after {time.monotonic() - start:.1f} s from the agents' start",
+              flush=True)
+        open(stop, "w").close()
+        rc = n.finish("slow rank across nodes", timeout=120)
+        self.check(named and rc == 0, "slow rank across nodes: the step runs until the test stops it, and succeeds",
+                   n.detail())
+        res = n.results()
+        node = res["ranks"][1]["node"] if len(res["ranks"]) == 2 else None
+        self.slow_rank_checks("slow rank across nodes", n.head_err(), res, n.detail(), node=node)
+        n.check_nothing_left("slow rank across nodes")
 
     def test_stacks_without_py_spy(self):
         env = torch_env()

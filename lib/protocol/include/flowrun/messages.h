@@ -104,6 +104,10 @@ struct Assign {
   // How long the agent may take its live ranks' stacks before a stop's
   // signals (the step's forensics timeout); 0: it takes none.
   std::int64_t forensics_ms = 0;
+  // One sample of each rank's stack every sample_ms on average, to name the
+  // slow rank (the step's forensics sample); 0: none. The agent sends its
+  // ranks' tallies with Shares.
+  std::int64_t sample_ms = 0;
   // parallel.node_checks: the agent checks its node before it answers
   // (docs/reliability.md), against the GPUs the plan gives the node
   // (`node_gpus`, -1: a step of CPU workers, no GPU checks) and, with a
@@ -285,6 +289,23 @@ struct Stalled {
   friend bool operator==(const Stalled&, const Stalled&) = default;
 };
 
+// agent -> head: what the samples of this node's ranks found so far in the
+// attempt (Assign::sample_ms): each rank's tally whole, replacing the last
+// one sent. On the wire one field "ranks": per rank a line "RANK SAMPLES
+// WAITS FRAMES", then FRAMES lines "COUNT WHERE" (WHERE without a newline).
+struct Shares {
+  static constexpr MessageType kType = MessageType::shares;
+  struct Rank {
+    int rank = 0;
+    std::int64_t samples = 0, waits = 0;
+    std::vector<std::pair<std::string, std::int64_t>> frames;
+    friend bool operator==(const Rank&, const Rank&) = default;
+  };
+  int attempt = 0;
+  std::vector<Rank> ranks;
+  friend bool operator==(const Shares&, const Shares&) = default;
+};
+
 // agent -> head: a file a rank wrote, for the join step (error.json or
 // out/...); its chunks follow in order, then UploadEnd.
 struct UploadBegin {
@@ -452,7 +473,7 @@ struct ShipAck {
 using Message = std::variant<Hello, Challenge, Auth, Welcome, Refused, Assign, Start, Output, Exited,
                              Heartbeat, Stop, UploadBegin, UploadChunk, UploadEnd, Bye, Ready, Done,
                              Preflight, PreflightId, PreflightDone, Signal, Stalled, TakeStacks, Stacks,
-                             UploadHole, ShipBegin, ShipChunk, ShipEnd, ShipDone, ShipAck>;
+                             UploadHole, ShipBegin, ShipChunk, ShipEnd, ShipDone, ShipAck, Shares>;
 
 // The frame of each message. Throws flowrun::Error only where the message
 // cannot be written (a list item with a NUL, a list of one empty item): a
@@ -487,6 +508,7 @@ Frame encode(const ShipChunk& m);
 Frame encode(const ShipEnd& m);
 Frame encode(const ShipDone& m);
 Frame encode(const ShipAck& m);
+Frame encode(const Shares& m);
 Frame encode(const Message& m);
 
 // The message in `frame`, or nullopt with *why set (never a throw), e.g.

@@ -11,6 +11,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 namespace flowrun {
@@ -99,6 +100,42 @@ struct StackReport {
   int ranks = 0;                   // how many ranks were taken
 };
 
+// Where each rank spent its time, from its Python stack sampled at a low
+// rate while the step ran (forensics' sampler): how many samples found its
+// main thread waiting in a collective, and where it was the other times.
+// In data-parallel training every rank waits for the slowest in each
+// all-reduce, so the slow rank is the one that seldom waits.
+struct RankShare {
+  int rank = -1;
+  std::int64_t samples = 0;  // stacks taken
+  std::int64_t waits = 0;    // of them, waiting in a collective
+  // Where it was when it was not waiting ("load_batch (data.py:88)"), with
+  // how many samples, the most first; at most kMaxShareFrames kept, the rest
+  // counted under kOtherFrames.
+  std::vector<std::pair<std::string, std::int64_t>> frames;
+  friend bool operator==(const RankShare&, const RankShare&) = default;
+};
+inline constexpr std::size_t kMaxShareFrames = 32;
+inline constexpr const char* kOtherFrames = "(elsewhere)";
+
+// The ranks the samples name as slow (lowest first): each waits in a
+// collective a share of its samples far below the other ranks' together
+// (slow_share against others_share), beyond chance. `frame`: where the
+// first of them spends the most time beyond what the others spend there.
+struct SlowRanks {
+  std::vector<int> ranks;
+  double slow_share = 0, others_share = 0;
+  std::string frame;
+  friend bool operator==(const SlowRanks&, const SlowRanks&) = default;
+};
+
+struct WaitShares {
+  double sample_s = 0;            // one sample per rank every sample_s seconds, on average
+  std::vector<RankShare> ranks;   // by rank
+  std::optional<SlowRanks> slow;  // when the evidence names them
+  friend bool operator==(const WaitShares&, const WaitShares&) = default;
+};
+
 // The root cause of a failed attempt, as the step's restart policy weighs it
 // (classify_failure): what the culprit, the attempt's first failure, died of.
 enum class FailureCause {
@@ -167,6 +204,7 @@ struct AttemptRecord {
   // 0's stdout.log in DIR: No space left on device". Empty otherwise.
   std::string write_error;
   std::optional<StackReport> stacks;  // when flowrun took the live ranks' stacks
+  std::optional<WaitShares> shares;   // when flowrun sampled the ranks' stacks
   // A failed attempt's root cause (classify_failure); nullopt for one that
   // did not fail, or that failed with no rank to blame (a write error).
   std::optional<FailureCause> cause;
@@ -453,6 +491,12 @@ std::string stacks_headline(const std::string& step, const StackReport& stacks);
 //   {"step": "train", "requested_unix_ns": 1700000000000000000,
 //    "taken_unix_ns": 1700000000300000000, "source": "py-spy", "ranks": 4,
 //    "groups": [{"ranks": [0, 1, 3], "where": "all_reduce (train.py:88)", "missing": null}, ...]}
+// A step's shares.json while it runs: the attempt's wait shares as
+// results.json's "wait_shares", with the step, the attempt's restart count
+// and when it was written; flowrun status reads it.
+std::string wait_shares_document(const std::string& step, int restart_count, const WaitShares& shares,
+                                 std::int64_t written_unix_ns);
+
 std::string stacks_document(const std::string& step, const StackReport& stacks,
                             std::int64_t requested_unix_ns, std::int64_t taken_unix_ns);
 

@@ -102,9 +102,14 @@ struct ParallelSpec {
 
 enum class Collect { rank0, all };
 
+// The default time between two samples of a rank's stack (forensics'
+// `sample`).
+inline constexpr double kDefaultSampleS = 1;
+inline constexpr double kMinSampleS = 0.1;
+
 // `forensics:` of a parallel step: what flowrun gathers about a hang or a
 // failure for the report. `forensics: nccl` is the defaults with `nccl`,
-// `forensics: off` the defaults without `stacks`.
+// `forensics: off` the defaults without `stacks` and without samples.
 struct Forensics {
   // Every live rank's Python stack (py-spy) before flowrun signals the ranks
   // on a stall, a timeout or a failure, within `timeout_s` for all of them.
@@ -113,8 +118,12 @@ struct Forensics {
   // NCCL's flight recorder: ProcessGroupNCCL records its collectives and
   // dumps them into each rank's directory on a timeout (worker_env).
   bool nccl = false;
+  // One sample of each rank's Python stack every sample_s seconds on
+  // average while the step runs (py-spy, without pausing the rank), to name
+  // the slow rank; 0: none (`sample: off`, or `forensics: off`).
+  double sample_s = kDefaultSampleS;
   Location loc;  // of the value; line 0 when the step has no `forensics:`
-  bool is_default() const { return stacks && timeout_s == 3 && !nccl; }
+  bool is_default() const { return stacks && timeout_s == 3 && !nccl && sample_s == kDefaultSampleS; }
 };
 
 struct Step {

@@ -30,6 +30,9 @@ struct StackFrame {
 struct ParsedStack {
   std::vector<std::vector<StackFrame>> threads;
   std::size_t main = 0;
+  // py-spy found the main thread blocked in the kernel ("(idle)" in its
+  // thread's line), not running or waiting for the GIL.
+  bool main_idle = false;
 };
 
 // Reads `py-spy dump --full-filenames` text. No thread: nullopt.

@@ -55,6 +55,7 @@
 #include "flowrun/rank_output.h"
 #include "flowrun/result.h"
 #include "flowrun/stacks.h"
+#include "flowrun/wait_shares.h"
 
 namespace boost::asio {
 class io_context;
@@ -98,6 +99,12 @@ struct GroupOptions {
   // long it may take for all of them at once.
   bool forensics_stacks = true;
   double forensics_timeout_s = 3;
+  // One sample of each live rank's Python stack every sample_s seconds on
+  // average, to name the slow rank (forensics' sample); 0: none. The shares
+  // so far go to shares_file (wait_shares_document, for flowrun status) as
+  // they grow; empty: nowhere.
+  double sample_s = 0;
+  std::string shares_file;
   // Where stacks taken on demand (SIGQUIT, flowrun stacks) are described
   // (stacks_document: the step's stacks.json); empty: on the console only.
   std::string stacks_file;
@@ -192,6 +199,14 @@ class GroupObserver {
   // console and in GroupOptions::stacks_file.
   virtual bool on_stacks(int request, const std::vector<RankStack>& found, const std::string& source) {
     (void)request, (void)found, (void)source;
+    return false;
+  }
+  // A sample of a live rank's stack (GroupOptions::sample_s). Return true
+  // when the observer counts it (an agent sends its tallies to the head);
+  // else the supervisor does, names the slow rank on the console once the
+  // evidence does, and keeps every rank's shares in the attempt's record.
+  virtual bool on_sample(const RankSample& sample) {
+    (void)sample;
     return false;
   }
 };

@@ -1,0 +1,192 @@
+// Naming the slow rank (lib/supervisor/wait_shares.cpp): what a sample of a
+// rank's stack says, the tallies, the evidence that names a rank (and that
+// which does not), and the console's line.
+#include "flowrun/wait_shares.h"
+
+#include <catch2/catch.hpp>
+#include <string>
+
+using namespace flowrun;
+
+namespace {
+
+std::string dump(const std::string& state, const std::string& frames) {
+  return "Process 4242: /usr/bin/python3 train.py\nPython v3.11.2 (/usr/bin/python3.11)\n\nThread 4242 (" +
+         state + "): \"MainThread\"\n" + frames;
+}
+
+const std::string kBackward =
+    "    backward (/usr/lib/python3/dist-packages/torch/autograd/__init__.py:197)\n"
+    "    backward (/usr/lib/python3/dist-packages/torch/_tensor.py:488)\n"
+    "    train_step (/work/proj/train.py:40)\n"
+    "    <module> (/work/proj/train.py:90)\n";
+const std::string kAllReduce =
+    "    all_reduce (/venv/lib/python3.11/site-packages/torch/distributed/distributed_c10d.py:1322)\n"
+    "    sync (/work/proj/train.py:60)\n";
+const std::string kLoading =
+    "    load_batch (/work/proj/data.py:88)\n"
+    "    <module> (/work/proj/train.py:30)\n";
+const std::string kQueue =
+    "    get (/usr/lib/python3/dist-packages/torch/utils/data/dataloader.py:1150)\n"
+    "    <module> (/work/proj/train.py:30)\n";
+const std::string kForward =
+    "    forward (/usr/lib/python3/dist-packages/torch/nn/parallel/distributed.py:1040)\n"
+    "    _call_impl (/usr/lib/python3/dist-packages/torch/nn/modules/module.py:1194)\n"
+    "    <module> (/work/proj/train.py:35)\n";
+
+RankSample sample(int rank, const std::string& state, const std::string& frames) {
+  const auto stack = parse_py_spy_dump(dump(state, frames));
+  REQUIRE(stack);
+  return sample_of(rank, *stack);
+}
+
+// `waits` of `samples` samples of `rank` waiting, the rest in `elsewhere`.
+void add(ShareTally& tally, int rank, int samples, int waits, const std::string& elsewhere = kLoading) {
+  for (int i = 0; i < samples; ++i)
+    tally.add(i < waits ? sample(rank, "idle", kBackward) : sample(rank, "active", elsewhere));
+}
+
+}  // namespace
+
+TEST_CASE("a sample waits when the main thread is blocked inside torch's collectives or backward",
+          "[wait_shares]") {
+  CHECK(sample(0, "idle", kBackward).waiting);
+  CHECK(sample(0, "idle", kAllReduce).waiting);
+  CHECK(sample(0, "idle", kForward).waiting);  // DDP's buffer broadcast
+  // Busy in backward is computing, not waiting.
+  CHECK_FALSE(sample(0, "active", kBackward).waiting);
+  CHECK_FALSE(sample(0, "active+gil", kAllReduce).waiting);
+  // Blocked elsewhere (its own data loader, a read) is the rank's own time.
+  CHECK_FALSE(sample(0, "idle", kQueue).waiting);
+  CHECK_FALSE(sample(0, "idle", kLoading).waiting);
+  // A look-alike directory is not torch's.
+  CHECK_FALSE(sample(0, "idle", "    f (/work/mytorch/distributed/x.py:3)\n").waiting);
+  CHECK(sample(0, "idle", "    f (torch/distributed/x.py:3)\n").waiting);
+}
+
+TEST_CASE("a sample not waiting says where the rank was", "[wait_shares]") {
+  const RankSample s = sample(3, "active", kLoading);
+  CHECK(s.rank == 3);
+  CHECK(s.frame == "load_batch (data.py:88)");
+  CHECK(sample(0, "idle", kBackward).frame.empty());
+  // A module's __call__ is a wrapper: the frame names what it ran.
+  CHECK(sample(0, "active", kForward).frame == "forward (train.py:35)");
+}
+
+TEST_CASE("the thread py-spy marks idle is the main thread's, wherever it is listed", "[wait_shares]") {
+  const std::string text =
+      "Process 1: python3 x.py\nPython v3.11.2\n\nThread 7 (active): \"pin_memory\"\n    run (/x/y.py:1)\n"
+      "Thread 1 (idle): \"MainThread\"\n" +
+      kBackward;
+  const auto stack = parse_py_spy_dump(text);
+  REQUIRE(stack);
+  CHECK(stack->main_idle);
+  CHECK(waits_in_collective(*stack));
+  const auto other = parse_py_spy_dump(
+      "Thread 7 (idle): \"pin_memory\"\n    run (/x/y.py:1)\nThread 1 (active): \"MainThread\"\n" +
+      kBackward);
+  REQUIRE(other);
+  CHECK_FALSE(other->main_idle);
+}
+
+TEST_CASE("the tally keeps each rank's places, the most first, and caps them", "[wait_shares]") {
+  ShareTally tally;
+  tally.add({1, false, "a (x.py:1)"});
+  tally.add({1, false, "b (x.py:2)"});
+  tally.add({1, false, "b (x.py:2)"});
+  tally.add({1, true, ""});
+  auto ranks = tally.ranks();
+  REQUIRE(ranks.size() == 1);
+  CHECK(ranks[0].samples == 4);
+  CHECK(ranks[0].waits == 1);
+  REQUIRE(ranks[0].frames.size() == 2);
+  CHECK(ranks[0].frames[0] == std::pair<std::string, std::int64_t>{"b (x.py:2)", 2});
+  for (int i = 0; i < 100; ++i) tally.add({1, false, "f" + std::to_string(i)});
+  ranks = tally.ranks();
+  CHECK(ranks[0].frames.size() == kMaxShareFrames);
+  std::int64_t counted = 0;
+  for (const auto& [frame, n] : ranks[0].frames) counted += n;
+  CHECK(counted == ranks[0].samples - ranks[0].waits);
+  CHECK(std::any_of(ranks[0].frames.begin(), ranks[0].frames.end(),
+                    [](const auto& f) { return f.first == kOtherFrames && f.second > 1; }));
+}
+
+TEST_CASE("the rank that seldom waits is named once the evidence is solid", "[wait_shares]") {
+  ShareTally tally;
+  for (int r = 0; r < 8; ++r) add(tally, r, 60, r == 5 ? 2 : 43, r == 5 ? kLoading : kForward);
+  const auto slow = tally.slow();
+  REQUIRE(slow);
+  CHECK(slow->ranks == std::vector<int>{5});
+  CHECK(slow->slow_share == Approx(2.0 / 60));
+  CHECK(slow->others_share == Approx(43.0 / 60));
+  // Where it is beyond the others, not where everyone is.
+  CHECK(slow->frame == "load_batch (data.py:88)");
+  CHECK(
+      slow_ranks_line("train", *slow, [](int rank) { return "node" + std::to_string(rank / 2); }) ==
+      "train: rank 5 (node2) is the slow rank: it waits in collectives 3% of the time, the other ranks 72%; "
+      "its hottest frame is load_batch (data.py:88)");
+}
+
+TEST_CASE("too few samples, too small a gap, or ranks that seldom wait name nobody", "[wait_shares]") {
+  SECTION("too few samples") {
+    ShareTally tally;
+    add(tally, 0, kMinSharesSamples - 1, 15);
+    add(tally, 1, kMinSharesSamples - 1, 0);
+    CHECK_FALSE(tally.slow());
+    CHECK(tally.suspect());
+  }
+  SECTION("ranks alike") {
+    ShareTally tally;
+    for (int r = 0; r < 8; ++r) add(tally, r, 200, 100 + (r % 3) * 5);
+    CHECK_FALSE(tally.slow());
+    CHECK_FALSE(tally.suspect());
+  }
+  SECTION("a gap within chance") {
+    ShareTally tally;
+    add(tally, 0, 30, 15);
+    add(tally, 1, 30, 9);
+    CHECK_FALSE(tally.slow());
+  }
+  SECTION("nobody waits much") {
+    ShareTally tally;
+    add(tally, 0, 400, 60);
+    add(tally, 1, 400, 0);
+    CHECK_FALSE(tally.slow());
+  }
+  SECTION("more than half the ranks are below the rest: the rest are not the normal ones") {
+    ShareTally tally;
+    for (int r = 0; r < 4; ++r) add(tally, r, 200, r == 0 ? 150 : 10);
+    CHECK_FALSE(tally.slow());
+  }
+}
+
+TEST_CASE("a whole slow node's ranks are named together", "[wait_shares]") {
+  ShareTally tally;
+  for (int r = 0; r < 8; ++r) add(tally, r, 100, r >= 6 ? 5 : 70);
+  const auto slow = tally.slow();
+  REQUIRE(slow);
+  CHECK(slow->ranks == std::vector<int>{6, 7});
+  CHECK(slow_ranks_line("train", *slow, nullptr)
+            .rfind("train: rank 6 and rank 7 are the slow ranks: they wait", 0) == 0);
+}
+
+TEST_CASE("a node's tally replaces what it sent before", "[wait_shares]") {
+  ShareTally tally;
+  tally.set({2, 10, 1, {{"a", 3}, {"b", 6}}});
+  tally.set({2, 40, 2, {{"a", 30}, {"b", 8}}});
+  const auto ranks = tally.ranks();
+  REQUIRE(ranks.size() == 1);
+  CHECK(ranks[0].samples == 40);
+  CHECK(ranks[0].frames.front().first == "a");
+  const WaitShares shares = wait_shares(tally, 1.5);
+  CHECK(shares.sample_s == 1.5);
+  CHECK(shares.ranks == ranks);
+  CHECK_FALSE(shares.slow);
+}
+
+TEST_CASE("shares read as whole percents", "[wait_shares]") {
+  CHECK(share_percent(0) == "0%");
+  CHECK(share_percent(0.004) == "<1%");
+  CHECK(share_percent(0.714) == "71%");
+  CHECK(share_percent(1) == "100%");
+}
