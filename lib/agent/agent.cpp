@@ -29,6 +29,7 @@
 #include "node_check.h"
 #include "node_ranks.h"
 #include "preflight_check.h"
+#include "share_sender.h"
 #include "ship_receiver.h"
 #include "upload_sender.h"
 
@@ -43,9 +44,6 @@ using cluster::NodeRanks;
 namespace {
 
 using Clock = std::chrono::steady_clock;
-
-// How often a node's tallies of its ranks' samples go to the head.
-constexpr std::int64_t kSharesEveryNs = 2'000'000'000;
 
 struct LocalRank {
   int rank = 0;
@@ -187,6 +185,14 @@ std::vector<WorkerLaunch> launches_for_start(const Start& start, const NodeSite&
   return launches;
 }
 
+// The head's Stalled message of the ranks `stalled`.
+Stalled stalled_message(const std::vector<WorkerRecord>& stalled) {
+  Stalled m;
+  for (const auto& w : stalled)
+    m.ranks.push_back({w.rank, std::llround(w.silent_s.value_or(0) * 1000), w.suspended});
+  return m;
+}
+
 // The head's Stacks message of `found`, from `source`.
 Stacks stacks_message(int request, const std::vector<RankStack>& found, const std::string& source) {
   Stacks m{request, source, {}};
@@ -254,10 +260,11 @@ std::optional<std::string> assign_problem(const Assign& a) {
 }
 
 // The supervisor's options for an attempt of `step` (stall and forensics
-// times 0: none).
+// times, and the samples' time, 0: none).
 GroupOptions attempt_group(const std::string& step, double grace_s, double stall_s, double forensics_s,
-                           int attempt) {
+                           double sample_s, int attempt) {
   GroupOptions group;
+  group.sample_s = sample_s;
   group.step = step;
   group.grace_s = grace_s;
   if (stall_s > 0) group.stall_timeout_s = stall_s;
@@ -332,27 +339,13 @@ class Agent : public GroupObserver {
     }
   }
 
-  // The head tallies every node's ranks together: this node's tallies go
-  // to it every few seconds, and before each rank's exit.
   bool on_sample(const RankSample& sample) override {
-    shares_.add(sample);
-    shares_dirty_ = true;
-    if (const std::int64_t now = monotonic_now_ns(); now - shares_sent_mono_ >= kSharesEveryNs)
-      send_shares(now);
+    shares_.add(sample, monotonic_now_ns());
     return true;
   }
 
-  void send_shares(std::int64_t now) {
-    shares_sent_mono_ = now;
-    if (!shares_dirty_ || lost_head_ || !conn_->is_open()) return;
-    shares_dirty_ = false;
-    Shares m{attempt_, {}};
-    for (RankShare& r : shares_.ranks()) m.ranks.push_back({r.rank, r.samples, r.waits, std::move(r.frames)});
-    conn_->send(m);
-  }
-
   bool on_exit(std::size_t index, const WorkerRecord& rec) override {
-    send_shares(monotonic_now_ns());
+    shares_.flush(monotonic_now_ns());
     conn_->send(exited_message(ranks_[index].rank, rec,
                                sup_->ended_by_stop(index) || sup_->interrupt_received() != 0));
     if (!rec.status.ok()) local_failure_ = true;
@@ -361,12 +354,8 @@ class Agent : public GroupObserver {
 
   // The step's stall_timeout, enforced here (the head says why in assign):
   // tell the head which ranks stalled before they are stopped.
-  bool on_stall(const std::vector<std::size_t>& indices, const std::vector<WorkerRecord>& stalled) override {
-    (void)indices;
-    Stalled m;
-    for (const auto& w : stalled)
-      m.ranks.push_back({w.rank, std::llround(w.silent_s.value_or(0) * 1000), w.suspended});
-    conn_->send(m);
+  bool on_stall(const std::vector<std::size_t>&, const std::vector<WorkerRecord>& stalled) override {
+    conn_->send(stalled_message(stalled));
     return true;
   }
 
@@ -625,10 +614,8 @@ class Agent : public GroupObserver {
         launch.argv = shipment_.in_copy(std::move(launch.argv), start_.workdir);
       }
     }
-    GroupOptions group = attempt_group(step_, grace_s_, stall_s_, forensics_s_, attempt_);
-    group.sample_s = sample_s_;
-    shares_.clear();
-    shares_dirty_ = false;
+    const GroupOptions group = attempt_group(step_, grace_s_, stall_s_, forensics_s_, sample_s_, attempt_);
+    shares_.reset(attempt_);
     in_group_ = true;
     held_port_.release();  // node 0's MASTER_PORT, for rank 0 to bind (as on one host)
     const AttemptRecord attempt = sup_->run_group(launches, group, this);
@@ -652,7 +639,8 @@ class Agent : public GroupObserver {
     std::vector<std::string> errors;
     const bool all_ok = !local_failure_ && attempt.outcome == Outcome::succeeded && !stop_from_head_;
     cluster::UploadSender uploads(
-        *conn_, sup_->io(), [this] { return lost_head_; }, [this] { return upload_stop_reason(); });
+        *conn_, sup_->io(), [this] { return lost_head_; },
+        [this] { return upload_stop(lost_head_, stop_from_head_, sup_->interrupt_received()); });
     for (const auto& r : ranks_) {
       uploads.send_rank(r.rank, scratch_, r.dir, all_ok && r.upload, r.nccl_trace, errors);
       if (lost_head_) break;
@@ -671,10 +659,6 @@ class Agent : public GroupObserver {
     held_port_.release();
   }
 
-  std::string upload_stop_reason() const {
-    return upload_stop(lost_head_, stop_from_head_, sup_->interrupt_received());
-  }
-
   const AgentOptions& options_;
   const EnvMap& env_;
   Console console_;
@@ -688,9 +672,9 @@ class Agent : public GroupObserver {
   std::string head_at_;      // the --rdzv-endpoint entry it reached the head at
   int node_rank_claim_ = -1, node_rank_ = 0, gpus_ = 0, attempt_ = 0;
   double interval_s_ = 2.5, timeout_s_ = 10, grace_s_ = 10, stall_s_ = 0, forensics_s_ = 0, sample_s_ = 0;
-  ShareTally shares_;  // this attempt's samples of the node's ranks
-  bool shares_dirty_ = false;
-  std::int64_t shares_sent_mono_ = 0;
+  ShareSender shares_{[this](const Shares& m) {  // the head tallies every node's samples together
+    if (!lost_head_ && conn_->is_open()) conn_->send(m);
+  }};
   HeldPort held_port_;
   cluster::StepShipment shipment_{
       [this] { return scratch(); }};  // the step's inputs, where the workdir is not shared

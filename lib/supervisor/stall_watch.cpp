@@ -64,4 +64,13 @@ std::vector<std::size_t> StallWatch::silent(double limit_s) {
   return found;
 }
 
+std::vector<WorkerRecord> StallWatch::mark_stalled(const std::vector<std::size_t>& found) {
+  std::vector<WorkerRecord> stalled;
+  for (std::size_t i : found) {
+    workers_[i].record.stalled = true;
+    stalled.push_back(workers_[i].record);
+  }
+  return stalled;
+}
+
 }  // namespace flowrun

@@ -36,6 +36,8 @@ class StallWatch {
   // Each live worker's silence and state, once per group (until reset()),
   // before the stop signals change them.
   void note_silence();
+  // Marks the workers `found` (silent()) stalled; their records.
+  std::vector<WorkerRecord> mark_stalled(const std::vector<std::size_t>& found);
   void reset() { noted_ = false; }
 
  private:

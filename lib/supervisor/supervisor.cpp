@@ -277,6 +277,28 @@ static std::string what_cuts_the_grace(int sig, bool sigint_kills) {
   return fmt::format("; a second {} does not shorten the grace, a SIGINT kills at once", signal_name(sig));
 }
 
+namespace {
+
+// The stop signals `handled` go to `stops`; SIGQUIT, when not among them,
+// to `stacks`; the others of SIGTERM, SIGINT and SIGHUP are ignored
+// (--signals-to-handle left them out). Returns whether SIGINT stops.
+bool sort_stop_signals(const std::vector<int>& handled, asio::signal_set& stops, asio::signal_set& stacks) {
+  bool sigint_stops = false;
+  for (int sig : {SIGTERM, SIGINT, SIGHUP, SIGQUIT}) {
+    if (std::find(handled.begin(), handled.end(), sig) != handled.end()) {
+      stops.add(sig);
+      sigint_stops = sigint_stops || sig == SIGINT;
+    } else if (sig == SIGQUIT) {
+      stacks.add(sig);
+    } else {
+      signal(sig, SIG_IGN);
+    }
+  }
+  return sigint_stops;
+}
+
+}  // namespace
+
 struct Supervisor::Impl {
   asio::io_context io;
   asio::signal_set child_signals{io, SIGCHLD};
@@ -337,16 +359,7 @@ struct Supervisor::Impl {
        [this](const std::string& text) { say(text); }}};
 
   Impl(Console c, pid_t g, const std::vector<int>& handled) : console(c), guardian(g) {
-    for (int sig : {SIGTERM, SIGINT, SIGHUP, SIGQUIT}) {
-      if (std::find(handled.begin(), handled.end(), sig) != handled.end()) {
-        stop_signals.add(sig);
-        sigint_stops = sigint_stops || sig == SIGINT;
-      } else if (sig == SIGQUIT) {
-        stacks_signal.add(sig);
-      } else {
-        signal(sig, SIG_IGN);  // --signals-to-handle left it out
-      }
-    }
+    sigint_stops = sort_stop_signals(handled, stop_signals, stacks_signal);
     keep_waiting(child_signals, [this](int) {
       exits.reap();
       if (in_group) advance();
@@ -482,11 +495,7 @@ struct Supervisor::Impl {
     if (found.empty() || stopping) return;
     flush_console();  // the workers' lines so far come before flowrun's
     stall.note_silence();
-    std::vector<WorkerRecord> stalled;
-    for (std::size_t i : found) {
-      workers[i].record.stalled = true;
-      stalled.push_back(workers[i].record);
-    }
+    const std::vector<WorkerRecord> stalled = stall.mark_stalled(found);
     outcome = Outcome::stalled;
     if (observer == nullptr || !observer->on_stall(found, stalled))
       say(format_stall_message(options.step, stalled, *options.stall_timeout_s));
