@@ -24,6 +24,10 @@ struct RankLine {
 
 bool odd_end(BarEnd end) { return end == BarEnd::culprit || end == BarEnd::failed || end == BarEnd::lost; }
 
+bool was_culprit(const RankLine& line) {
+  return std::any_of(line.bars.begin(), line.bars.end(), [](const auto& ab) { return ab.second->culprit; });
+}
+
 // Ranks that stand alone in a stack group while others share one: the rank
 // that is elsewhere when its peers wait in a collective.
 std::set<int> odd_in_stacks(const StepPicture& step) {
@@ -45,7 +49,7 @@ std::vector<RankLine> rank_lines(const StepPicture& step) {
       line.rank = b.rank;
       line.node = b.node;  // the last attempt's node: a spare's ranks sit under the spare
       line.bars.emplace_back(&a, &b);
-      line.odd = line.odd || odd_end(b.end) || stack_odd.count(b.rank) > 0;
+      line.odd = line.odd || odd_end(b.end) || b.culprit || stack_odd.count(b.rank) > 0;
     }
   }
   std::vector<RankLine> lines;
@@ -111,20 +115,26 @@ std::string rank_details(const RankLine& line, const Axis& axis) {
 
 std::string track(const RankLine& line, const Axis& axis) {
   std::string out = "<svg class=\"track\" viewBox=\"0 0 1000 10\" preserveAspectRatio=\"none\">";
-  for (const auto& [a, b] : line.bars)
-    out += bar_rect(axis, b->start_ns, b->end_ns, bar_end_name(b->end), attempt_tip(*a, *b, axis));
+  for (const auto& [a, b] : line.bars) {
+    // A culprit that ended otherwise (its node lost) keeps its colour and gets the culprit's outline.
+    const std::string kind =
+        std::string(bar_end_name(b->end)) + (b->culprit && b->end != BarEnd::culprit ? " culprit" : "");
+    out += bar_rect(axis, b->start_ns, b->end_ns, kind, attempt_tip(*a, *b, axis));
+  }
   return out + "</svg>";
 }
 
 std::string rank_row(const std::string& step, const RankLine& line, const Axis& axis) {
   const auto& last = *line.bars.back().second;
   return fmt::format(
-      "<details class=\"rank k-{end}{odd}\" id=\"{step}-r{rank}\" data-rank=\"{rank}\" data-end=\"{end}\">"
+      "<details class=\"rank k-{end}{odd}\" id=\"{step}-r{rank}\" data-rank=\"{rank}\" "
+      "data-end=\"{end}\"{culprit}>"
       "<summary><span class=\"lbl\">rank {rank}</span>{track}<span class=\"end\">{how}</span></summary>{det}"
       "</details>\n",
       fmt::arg("end", bar_end_name(row_end(line))), fmt::arg("odd", line.odd ? " odd" : ""),
-      fmt::arg("step", esc(step)), fmt::arg("rank", line.rank), fmt::arg("track", track(line, axis)),
-      fmt::arg("how", esc(last.how)), fmt::arg("det", rank_details(line, axis)));
+      fmt::arg("culprit", was_culprit(line) ? " data-culprit=\"yes\"" : ""), fmt::arg("step", esc(step)),
+      fmt::arg("rank", line.rank), fmt::arg("track", track(line, axis)), fmt::arg("how", esc(last.how)),
+      fmt::arg("det", rank_details(line, axis)));
 }
 
 // Several ordinary ranks of one node as one row: per attempt one bar from the

@@ -106,7 +106,7 @@ code,pre{font:12px ui-monospace,monospace}pre.stderr{background:#f6f6f6;padding:
 .live{background:#e3f2fd;padding:.4em;border-left:4px solid #1565c0}.error{color:#c62828}
 .legend span{display:inline-block;margin-right:1em}.legend i{display:inline-block;width:1.2em;height:.8em;margin-right:.3em;vertical-align:middle}
 .k-ok{--c:#2e7d32}.k-culprit{--c:#c62828}.k-failed{--c:#ef6c00}.k-stopped{--c:#9e9e9e}.k-lost{--c:#6a1b9a}.k-running{--c:#1565c0}
-rect.bar{fill:var(--c)}i.sw{background:var(--c)}details.rank>summary .lbl{border-left:4px solid var(--c);padding-left:.3em}
+rect.bar{fill:var(--c)}rect.culprit{stroke:#c62828;stroke-width:3}details[data-culprit] .lbl{color:#c62828;font-weight:bold}i.sw{background:var(--c)}details.rank>summary .lbl{border-left:4px solid var(--c);padding-left:.3em}
 span.how{color:var(--c);font-weight:bold}
 details.rank>summary,.axisrow,.steprow{display:grid;grid-template-columns:11em 1fr 14em;gap:.6em;align-items:center;background:none}
 details.rank>summary{cursor:pointer;list-style:none}details.rank>summary:hover{background:#f0f4ff}

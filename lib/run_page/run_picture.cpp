@@ -113,6 +113,7 @@ RankBar bar_of(const Json& w, const std::string& planned_host, const std::string
   bar.start_ns = time_of(w, "start");
   bar.end_ns = time_of(w, "end");
   bar.end = end_of(status, string_of(w, "role"));
+  bar.culprit = string_of(w, "role") == "culprit";
   bar.how = how_of(w, status);
   const Json* stalled = find(w, "stalled");
   bar.stalled = stalled != nullptr && stalled->is_boolean() && stalled->get<bool>();

@@ -68,6 +68,7 @@ RunPicture failed_run(int ranks, int per_node, int culprit, const std::set<int>&
     const std::string node = fmt::format("host-{}", r / per_node);
     if (r == culprit) {
       a.bars.push_back(bar(r, node, BarEnd::culprit, "exited 3", 100, 900));
+      a.bars.back().culprit = true;
       a.bars.back().last_stderr = {"Traceback (most recent call last):",
                                    "</script><img src=x onerror=alert(1)>"};
     } else if (failed.count(r)) {
@@ -98,7 +99,7 @@ TEST_CASE("run page: one row per rank, grouped by node, the culprit marked", "[r
         std::vector<std::string>{"0", "1", "2", "3"});
   CHECK(matches(page, "<div class=\"node\" data-node=\"([^\"]+)\"") ==
         std::vector<std::string>{"host-0", "host-1"});
-  CHECK(matches(page, "id=\"train-r(\\d+)\" data-rank=\"\\d+\" data-end=\"culprit\"") ==
+  CHECK(matches(page, "id=\"train-r(\\d+)\" data-rank=\"\\d+\" data-end=\"culprit\" data-culprit=\"yes\"") ==
         std::vector<std::string>{"2"});
   CHECK(matches(page, "id=\"train-r(\\d+)\" data-rank=\"\\d+\" data-end=\"failed\"") ==
         std::vector<std::string>{"3"});

@@ -37,6 +37,7 @@ struct RankBar {
   std::int64_t end_ns = 0;    // 0: not ended (running) or unknown
   BarEnd end = BarEnd::running;
   std::string how;       // "exited 3", "SIGTERM", "lost", "running", "could not start: ..."
+  bool culprit = false;  // the attempt's root cause, whatever its end (a lost node's rank may be)
   bool stalled = false;  // its silence reached the step's stall_timeout
   std::string stdout_log, stderr_log;
   std::vector<std::string> last_stderr;  // its last lines, oldest first
