@@ -17,6 +17,7 @@
 #include "flowrun/files.h"
 #include "flowrun/flow.h"
 #include "flowrun/json.h"
+#include "flowrun/run_page.h"
 #include "flowrun/util.h"
 
 #include "commands.h"
@@ -136,6 +137,14 @@ std::string retry_advice_of(const std::string& run_dir, const RunRecord& record)
   return "";
 }
 
+// Where the run's page is (flowrun report), or the command that writes it.
+std::string report_line(const std::string& run_dir, const RunRecord& record) {
+  const std::string page = run_dir + "/" + kRunReportFile;
+  if (mtime_unix_ns(page) != 0)
+    return fmt::format("page: {} (flowrun report {} writes it anew)\n", page, record.run_id);
+  return fmt::format("page: flowrun report {} writes the run as one HTML page\n", record.run_id);
+}
+
 std::string format_status(const std::string& run_dir, const RunRecord& record, std::int64_t now) {
   const RunRow run = read_run_row(run_dir);
   std::string head = fmt::format("run {} (flow {}): {}", record.run_id, record.flow, run.state);
@@ -160,7 +169,7 @@ std::string format_status(const std::string& run_dir, const RunRecord& record, s
   for (const auto& r : rows)
     out += fmt::format("  {:<{}}  {:<{}}  {:<{}}  {:<{}}  {}\n", printable(r.step), w[0], r.rank, w[1],
                        r.state, w[2], printable(r.node), w[3], r.last);
-  return out + retry_advice_of(run_dir, record);
+  return out + retry_advice_of(run_dir, record) + report_line(run_dir, record);
 }
 
 const char* kStatusFooter =
