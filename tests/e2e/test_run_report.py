@@ -214,7 +214,7 @@ class TestRunReport(E2E):
         states = {s.attrs["data-step"]: s.attrs["data-state"] for s in dom.find_all("section", cls="step")}
         self.check(states == {"train": "failed", "evaluate": "skipped"}, "failure: each step's state", str(states))
         png = self.keep_screenshot("failure", page, "failure")
-        # docs/cli.md shows this page: scripts/report-screenshot copies it under docs/ from here.
+        # docs/cli.md shows this page (docs/images/report-failure.png is a copy of this screenshot).
         self.check(os.path.getsize(png) < 400_000, "failure: the screenshot stays small", str(os.path.getsize(png)))
 
     def test_restart(self):
