@@ -32,6 +32,8 @@ FLOWRUN_PACKAGES=(
   dpkg-dev man-db zsh fish
   # tests/e2e/helpers/fake_agent.py seals its frames (AES-256-GCM) as the agents do.
   python3-cryptography
+  # tests/e2e/test_run_report.py opens flowrun report's pages in headless chromium.
+  chromium
   clang clang-14 libclang-rt-14-dev clang-format
   "${FLOWRUN_CLUSTER_PACKAGES[@]}"
   # scripts/venv: the Lightning and fastai venv on top of Debian's torch.

@@ -48,6 +48,7 @@ MARKERS = {
     "nodes_local": "multi-node steps on one host over 127.0.0.1",
     "gang_local": "a gang's nodes as processes of one host, with a platform's variables",
     "node_checks": "the node checks before a multi-node step, on the stand-in NVML with faults",
+    "run_report": "flowrun report's page of real runs, opened in headless chromium",
     "faults": "fault injection, each fault a row of docs/reliability.md",
     "torchrun": "flowrun run (torchrun's command line) and flowrun init",
     "resume": "flowrun resume",

@@ -350,6 +350,7 @@ int run_cli(int argc, char** argv) {
     if (command == "logs") return cmd_logs(argc - 1, argv + 1);
     if (command == "status") return cmd_status(argc - 1, argv + 1);
     if (command == "stacks") return cmd_stacks(argc - 1, argv + 1);
+    if (command == "report") return cmd_report(argc - 1, argv + 1);
     if (command == "manifest") return cmd_manifest(argc - 1, argv + 1);
   }
   Options options;
@@ -458,6 +459,8 @@ int run_cli(int argc, char** argv) {
                      "Each step's and rank's state of a run, live or finished: flowrun status latest");
   app.add_subcommand("stacks",
                      "Where every rank of a running step is, its Python stack: flowrun stacks latest");
+  app.add_subcommand("report",
+                     "A run as one HTML page, its ranks and attempts on a time axis: flowrun report latest");
   app.add_subcommand("manifest",
                      "Write the Kubernetes objects that run a spec on a gang of pods: flowrun manifest SPEC "
                      "--image IMAGE");

@@ -32,6 +32,11 @@ int cmd_runs(int argc, char** argv);      // flowrun runs   (lib/cli/runs_cmd.cp
 int cmd_logs(int argc, char** argv);      // flowrun logs   (lib/cli/logs_cmd.cpp)
 int cmd_status(int argc, char** argv);    // flowrun status (lib/cli/status_cmd.cpp)
 int cmd_stacks(int argc, char** argv);    // flowrun stacks (lib/cli/stacks_cmd.cpp)
+int cmd_report(int argc, char** argv);    // flowrun report (lib/cli/report_cmd.cpp)
+
+// Writes the page of the run in `run_dir` (lib/run_page) to `output`, or to
+// RUN_DIR/report.html when it is empty; returns the path written.
+std::string write_run_report(const std::string& run_dir, const std::string& output);
 int cmd_manifest(int argc, char** argv);  // flowrun manifest (lib/cli/manifest_cmd.cpp)
 
 struct SummaryTarget;

@@ -17,6 +17,7 @@
 #include "flowrun/files.h"
 #include "flowrun/flow.h"
 #include "flowrun/json.h"
+#include "flowrun/run_page.h"
 #include "flowrun/util.h"
 #include "flowrun/wait_shares.h"
 
@@ -183,6 +184,14 @@ std::string retry_advice_of(const std::string& run_dir, const RunRecord& record)
   return "";
 }
 
+// Where the run's page is (flowrun report), or the command that writes it.
+std::string report_line(const std::string& run_dir, const RunRecord& record) {
+  const std::string page = run_dir + "/" + kRunReportFile;
+  if (mtime_unix_ns(page) != 0)
+    return fmt::format("page: {} (flowrun report {} writes it anew)\n", page, record.run_id);
+  return fmt::format("page: flowrun report {} writes the run as one HTML page\n", record.run_id);
+}
+
 std::string format_status(const std::string& run_dir, const RunRecord& record, std::int64_t now) {
   const RunRow run = read_run_row(run_dir);
   std::string head = fmt::format("run {} (flow {}): {}", record.run_id, record.flow, run.state);
@@ -216,7 +225,7 @@ std::string format_status(const std::string& run_dir, const RunRecord& record, s
     row += sampled ? fmt::format("{:<{}}  {}", r.last, w[4], r.waits) : r.last;
     out += row + "\n";
   }
-  return out + slow + retry_advice_of(run_dir, record);
+  return out + slow + retry_advice_of(run_dir, record) + report_line(run_dir, record);
 }
 
 const char* kStatusFooter =
@@ -226,6 +235,8 @@ runs, "starting" until it first writes, then "running", with the node it runs on
 since it last wrote to its logs (a rank silent for long may be stuck: flowrun logs RUN --rank R).
 How a rank ended (exited N, SIGNAME, lost) shows as soon as it ends, while its peers still run.
 After the run: the final states, and for a failed run whether a retry may help (docs/cli.md).
+Where flowrun samples the ranks' stacks (forensics: sample), a last column gives each rank's share
+of samples waiting in a collective, and a line names the slow rank once the samples do.
 
 Example:
   flowrun status latest

@@ -15,7 +15,9 @@
 #include "flowrun/flow.h"
 #include "flowrun/json.h"
 #include "flowrun/retry_advice.h"
+#include "flowrun/run_page.h"
 #include "flowrun/supervisor.h"
+#include "flowrun/util.h"
 
 #include "commands.h"
 
@@ -240,6 +242,18 @@ SummaryRequest scan_summary_request(const std::vector<std::string>& words) {
   return request;
 }
 
+// The run's page (flowrun report): where it goes, whether it is there yet, and
+// the command that writes it, for a CI job to run before it keeps the file.
+namespace {
+Json report_json(const std::string& run_dir) {
+  const std::string page = run_dir + "/" + kRunReportFile;
+  struct stat st {};
+  return {{"path", page},
+          {"exists", ::stat(page.c_str(), &st) == 0},
+          {"command", "flowrun report " + shell_quote(run_dir)}};
+}
+}  // namespace
+
 std::string format_summary_json(const SummaryTarget& target, int exit_code, const std::string& error) {
   const std::string& run_dir = target.run_dir;
   const std::optional<OwnRecord> own = own_record(run_dir, target.since_unix_ns);
@@ -291,6 +305,7 @@ std::string format_summary_json(const SummaryTarget& target, int exit_code, cons
   const Json* culprit_results = blamed && results[*culprit] ? &*results[*culprit] : nullptr;
   json["culprit"] = blamed ? culprit_json(record->steps[*culprit].first, culprit_results) : Json();
   put_retry(json, culprit_results);
+  json["report"] = report_json(run_dir);
   return to_document(json);
 }
 

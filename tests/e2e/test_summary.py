@@ -402,8 +402,10 @@ class TestSummary(E2E):
                        f"retry: {label}: class {klass}, retry_may_help {may_help}, in the summary, results.json "
                        "and on the console", f"{json.dumps(s, indent=1)[:1500]}\n{r.detail()}")
             st = self.call(f"{label} status", d, "status", s.get("run_dir") or "latest", summary=None)
-            self.check(st.rc == 0 and st.stdout.endswith(f"a retry {said} ({klass}): {res.get('retry_why')}\n"),
-                       f"retry: {label}: flowrun status ends with it", st.detail())
+            page = f"page: flowrun report {s.get('run_id')} writes the run as one HTML page\n"
+            self.check(st.rc == 0 and st.stdout.endswith(f"a retry {said} ({klass}): {res.get('retry_why')}\n" + page),
+                       f"retry: {label}: flowrun status ends with it, then the command that draws the run",
+                       st.detail())
         r = self.call("usage", self.workspace("retry-usage"), "no-such.yaml", "--summary-json", "summary.json")
         s = r.file or {}
         self.check(r.rc == 2 and s.get("failure_class") == "usage" and s.get("retry_may_help") is False,

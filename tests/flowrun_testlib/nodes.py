@@ -82,7 +82,8 @@ class Nodes:
 
     def agent_env(self, **extra):
         env = clean_env(**{MARK: self.run_id, "TMPDIR": self.tmp, **extra})
-        del env["FLOWRUN_HOSTNAME"]  # each agent names its node by this host's name
+        if "FLOWRUN_HOSTNAME" not in extra:
+            del env["FLOWRUN_HOSTNAME"]  # each agent names its node by this host's name, unless a test names it
         return {k: v for k, v in env.items() if v is not None}  # extra's None: not set
 
     def command(self, timeout=30):
