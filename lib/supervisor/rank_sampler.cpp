@@ -29,6 +29,8 @@ namespace {
 constexpr double kSampleTimeoutS = 5;
 // After this many samples in a row that gave no stack, flowrun says why once.
 constexpr std::int64_t kFailuresBeforeSaying = 5;
+// How long a step runs before flowrun says that it cannot sample.
+constexpr double kSayMissingAfterS = 60;
 // A sampler's py-spy runs below the ranks (and their data loaders).
 constexpr int kSamplerNice = 10;
 // How often a step's shares.json is rewritten while its ranks are sampled.
@@ -91,8 +93,9 @@ void RankSampler::start(double sample_s) {
   std::string looked;
   py_spy_ = find_py_spy(workers_, &looked);
   if (py_spy_.empty()) {
-    // Said once a sample falls due, so that a short step says nothing.
-    timer_.expires_after(steady_seconds(sample_s_));
+    // Said once the step has run for a minute, when the slow rank would be
+    // named by then: a short step (a test, an example) says nothing.
+    timer_.expires_after(steady_seconds(std::max(sample_s_, kSayMissingAfterS)));
     timer_.async_wait([this, looked](const boost::system::error_code& ec) {
       // Said only where a rank runs Python: a step of other programs has no
       // Python stacks to sample.
