@@ -297,7 +297,7 @@ void read_share_lines(Reader& r, std::string_view key, std::string_view text,
     if (!rank || !samples || !waits || !frames) return;
     if (*frames < 0 || static_cast<std::size_t>(*frames) > kMaxShareLines) {
       r.fail("field '" + std::string(key) + "': line " + std::to_string(line) + " has " +
-             std::to_string(*frames) + " frames, more than " + std::to_string(kMaxShareLines));
+             std::to_string(*frames) + " frames; expected 0 to " + std::to_string(kMaxShareLines));
       return;
     }
     ranks.push_back({*rank, *samples, *waits, {}});

@@ -591,6 +591,26 @@ TEST_CASE("a stall report's lines are checked", "[messages]") {
         "field 'ranks': line 2 '' is not 'RANK SILENT_MS SUSPENDED'");
 }
 
+TEST_CASE("a node's shares are checked line by line", "[messages]") {
+  const auto shares = [](const std::string& lines) {
+    return refusal(MessageType::shares, {{"attempt", "0"}, {"ranks", lines}});
+  };
+  CHECK(shares("1 2 3\n") == "field 'ranks': line 1 '1 2 3' is not 'RANK SAMPLES WAITS FRAMES'");
+  CHECK(shares("1 2 1 1\n") == "field 'ranks': 1 frame lines missing");
+  CHECK(shares("1 2 1 1\nx f (a.py:1)\n") == "field 'ranks' is 'x', not a number");
+  CHECK(shares("1 2 1 1\nnospace\n") == "field 'ranks': line 2 'nospace' is not 'COUNT WHERE'");
+  CHECK(shares("1 9 1 65\n") == "field 'ranks': line 1 has 65 frames; expected 0 to 64");
+  CHECK(shares("1 9 1 -1\n") == "field 'ranks': line 1 has -1 frames; expected 0 to 64");
+  CHECK(shares("1 2 1 0") == "field 'ranks': line 1 '1 2 1 0' is not 'RANK SAMPLES WAITS FRAMES'");
+  // A place with spaces and colons comes back whole; a newline in one goes as a space.
+  const Shares sent{1, {{4, 10, 2, {{"f (/a b/c.py:3)", 8}, {"g\nh", 1}}}}};
+  const Message back = through_the_wire(sent);
+  const auto& ranks = std::get<Shares>(back).ranks;
+  REQUIRE(ranks.size() == 1);
+  CHECK(ranks[0].frames ==
+        std::vector<std::pair<std::string, std::int64_t>>{{"f (/a b/c.py:3)", 8}, {"g h", 1}});
+}
+
 TEST_CASE("what cannot be written on the wire is a bug in the sender", "[messages]") {
   CHECK_THROWS_AS(encode(Done{0, {""}}), Error);
   Start start;
