@@ -116,7 +116,7 @@ details.rank.odd>summary .lbl{font-weight:bold}details.rank.k-culprit>summary .l
 .end{font-size:12px;color:#444;overflow:hidden;text-overflow:ellipsis;white-space:nowrap}
 .node{margin:.4em 0 .6em}.node-h{font-size:12px;color:#555;border-top:1px dashed #ccc;padding-top:.2em}
 .det{margin:.2em 0 .6em 11.6em;padding:.3em .6em;border-left:3px solid #ccc}.att{margin-bottom:.5em}
-.quiet{color:#777;margin:.2em 0}.facts li,.attempts li{margin:.2em 0}.stackodd{color:#c62828;font-weight:bold}
+.quiet{color:#777;margin:.2em 0}.facts li,.attempts li{margin:.2em 0}.stackodd{color:#c62828;font-weight:bold}.slow{color:#c62828}
 table.folded{border-collapse:collapse;font-size:12px}table.folded td,table.folded th{border-bottom:1px solid #eee;padding:0 .5em;text-align:left}
 )";
 
@@ -246,6 +246,16 @@ std::string facts_html(const StepPicture& s) {
   return out;
 }
 
+// The ranks the samples named slow while the attempt ran.
+std::string slow_html(const AttemptPicture& a) {
+  if (a.slow_ranks.empty()) return "";
+  std::vector<std::string> ranks;
+  for (const int r : a.slow_ranks) ranks.push_back(std::to_string(r));
+  return fmt::format("<div class=\"slow\" data-slow-ranks=\"{}\">the slow rank{}: {} ({})</div>",
+                     fmt::join(ranks, ","), ranks.size() == 1 ? "" : "s", fmt::join(ranks, ", "),
+                     esc(a.slow_why));
+}
+
 std::string stacks_html(const AttemptPicture& a) {
   if (a.stacks.empty()) return "";
   std::size_t total = 0;
@@ -287,7 +297,7 @@ std::string attempts_html(const StepPicture& s) {
       line += "<br>went on without " + esc(fmt::format("{}", fmt::join(a.dropped_nodes, ", ")));
     if (!a.added_nodes.empty())
       line += "<br>joined since: " + esc(fmt::format("{}", fmt::join(a.added_nodes, ", ")));
-    out += line + stacks_html(a) + "</li>";
+    out += line + slow_html(a) + stacks_html(a) + "</li>";
   }
   return out + "</ol>";
 }

@@ -183,6 +183,21 @@ void read_stacks(const Json& attempt, AttemptPicture& out) {
   }
 }
 
+void read_slow_ranks(const Json& attempt, AttemptPicture& out) {
+  const Json* shares = find(attempt, "wait_shares");
+  const Json* slow = shares != nullptr && shares->is_object() ? find(*shares, "slow") : nullptr;
+  if (slow == nullptr || !slow->is_object()) return;
+  for (const auto& r : array_of(*slow, "ranks"))
+    if (r.is_number_integer()) out.slow_ranks.push_back(r.get<int>());
+  const auto percent = [&](const char* key) {
+    const Json* share = find(*slow, key);
+    return share != nullptr && share->is_number() ? fmt::format("{:.0f}%", share->get<double>() * 100) : "?";
+  };
+  out.slow_why = fmt::format("waiting in collectives {} of the time, the other ranks {}",
+                             percent("slow_share"), percent("others_share"));
+  if (!string_of(*slow, "frame").empty()) out.slow_why += "; hottest frame " + string_of(*slow, "frame");
+}
+
 AttemptPicture attempt_of(const Json& a, const PlanOfStep& plan, const StepPicture& step,
                           const std::string& host, bool last) {
   AttemptPicture out;
@@ -204,6 +219,7 @@ AttemptPicture attempt_of(const Json& a, const PlanOfStep& plan, const StepPictu
   out.dropped_nodes = strings_of(a, "dropped_nodes");
   out.added_nodes = strings_of(a, "added_nodes");
   read_stacks(a, out);
+  read_slow_ranks(a, out);
   for (const auto& w : array_of(a, "workers")) {
     const int rank = find_int(w, "rank").value_or(-1);
     const std::string kept =

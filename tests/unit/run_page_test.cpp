@@ -212,6 +212,8 @@ TEST_CASE("read_run_picture reads attempts, nodes and a restarted attempt's kept
     "excluded_nodes": ["h2"], "attempts": [
     {"restart_count": 0, "outcome": "failed", "culprit_rank": 1, "restarted": true, "restart_reason": "a signal restarts",
      "world_size": 2, "replaced_nodes": [], "stacks": {"source": "kernel", "groups": [{"ranks": [0], "where": "poll", "missing": null}]},
+     "wait_shares": {"sample_ms": 1000, "ranks": [], "slow": {"ranks": [1], "slow_share": 0.03, "others_share": 0.714,
+       "frame": "load_batch (data.py:88) <b>"}},
      "workers": [)" +
             w(0, "signaled", "null", "victim", 100, "\"h0\"") + "," +
             w(1, "lost", "null", "culprit", 100, "\"h1\"") + R"(]},
@@ -241,6 +243,15 @@ TEST_CASE("read_run_picture reads attempts, nodes and a restarted attempt's kept
   CHECK(a0.restart_reason == "a signal restarts");
   REQUIRE(a0.stacks.size() == 1);
   CHECK(a0.stacks[0].where == "poll");
+  CHECK(a0.slow_ranks == std::vector<int>{1});
+  CHECK(a0.slow_why ==
+        "waiting in collectives 3% of the time, the other ranks 71%; hottest frame load_batch (data.py:88) "
+        "<b>");
+  const std::string page = format_run_page(p);
+  CHECK(page.find("data-slow-ranks=\"1\">the slow rank: 1 (waiting in collectives 3% of the time") !=
+        std::string::npos);
+  CHECK(page.find("(data.py:88) &lt;b&gt;)</div>") != std::string::npos);
+  CHECK(s.attempts[1].slow_ranks.empty());
   REQUIRE(a0.bars.size() == 2);
   CHECK(a0.bars[0].end == BarEnd::stopped);
   CHECK(a0.bars[0].how == "signaled");  // and no signal named

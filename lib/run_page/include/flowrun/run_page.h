@@ -64,6 +64,11 @@ struct AttemptPicture {
   std::vector<std::string> dropped_nodes, added_nodes;
   std::string stacks_source;  // "py-spy", "kernel"; "" when no stacks were taken
   std::vector<StackPicture> stacks;
+  // The ranks the samples of every rank's stack named slow (results.json's
+  // wait_shares.slow), and what they found: "waits in collectives 3% of the
+  // time, the other ranks 71%; hottest frame load_batch (data.py:88)".
+  std::vector<int> slow_ranks;
+  std::string slow_why;
   std::vector<RankBar> bars;  // one per rank, by rank
 };
 
