@@ -112,6 +112,12 @@ int fake_gpus_from_env(int fake_gpus, const EnvMap& env) {
   return -1;
 }
 
+void add_run_argument(CLI::App& app, std::string& run) {
+  app.add_option("run", run, "The run: an id, a unique prefix of one, latest, or a run directory")
+      ->required()
+      ->type_name("RUN");
+}
+
 std::optional<int> parse_subcommand(CLI::App& app, const std::string& name, int argc, char** argv) {
   use_help_format(app);
   try {

@@ -89,6 +89,9 @@ int report_errors(const std::function<int()>& command, std::string* message = nu
 // `flowrun NAME --help` (exit 2). nullopt: parsed, the command goes on.
 std::optional<int> parse_subcommand(CLI::App& app, const std::string& name, int argc, char** argv);
 
+// The RUN argument of logs, status, stacks and report (locate_run finds it).
+void add_run_argument(CLI::App& app, std::string& run);
+
 // A number of seconds from `lo` to `hi` as a command line or a variable gives
 // it ("10", "0.5", "1e3"); nullopt for anything else: NaN, an infinity, a
 // number too large for a double, a sign, spaces or hex among them. The one

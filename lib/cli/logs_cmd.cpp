@@ -186,9 +186,7 @@ int cmd_logs(int argc, char** argv) {
   int rank = -1;
   bool follow_run = false;
   CLI::App app{"Print a run's logs: a step's, or one rank's", "flowrun logs"};
-  app.add_option("run", run, "The run: an id, a unique prefix of one, latest, or a run directory")
-      ->required()
-      ->type_name("RUN");
+  add_run_argument(app, run);
   app.add_option("--step", step, "The step (default: the failed one, else the running, else the last)")
       ->type_name("STEP");
   app.add_option("--rank", rank, "Only this rank of a parallel step")

@@ -46,9 +46,7 @@ std::string write_run_report(const std::string& run_dir, const std::string& outp
 int cmd_report(int argc, char** argv) {
   std::string run, output;
   CLI::App app{"Write a run as one HTML page: steps, ranks and attempts on a time axis", "flowrun report"};
-  app.add_option("run", run, "The run: an id, a unique prefix of one, latest, or a run directory")
-      ->required()
-      ->type_name("RUN");
+  add_run_argument(app, run);
   app.add_option("-o,--output", output, "Write the page to FILE instead of RUN_DIR/report.html")
       ->type_name("FILE");
   app.footer(kReportFooter);

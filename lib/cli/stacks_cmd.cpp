@@ -209,9 +209,7 @@ int cmd_stacks(int argc, char** argv) {
   bool json = false;
   CLI::App app{"Print where every rank of a running step is (its Python stack), stopping nothing",
                "flowrun stacks"};
-  app.add_option("run", run, "The run: an id, a unique prefix of one, latest, or a run directory")
-      ->required()
-      ->type_name("RUN");
+  add_run_argument(app, run);
   app.add_option("--wait", wait_s, "Seconds to wait for the run's answer (default 30)")
       ->type_name("SECONDS")
       ->check(seconds_between(0.001, 86400));

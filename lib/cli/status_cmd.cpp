@@ -253,9 +253,7 @@ Exit codes: 0 shown, 2 no such run. See docs/cli.md.)";
 int cmd_status(int argc, char** argv) {
   std::string run;
   CLI::App app{"Show a run's steps and ranks: state, node, last output; live or finished", "flowrun status"};
-  app.add_option("run", run, "The run: an id, a unique prefix of one, latest, or a run directory")
-      ->required()
-      ->type_name("RUN");
+  add_run_argument(app, run);
   app.footer(kStatusFooter);
   if (const auto done = parse_subcommand(app, "status", argc, argv)) return *done;
   return report_errors([&]() -> int {
