@@ -42,6 +42,7 @@ std::optional<std::string> NodeShares::take(int node, const std::string& name, c
   if (!said_) {
     if (const auto slow = tally_.slow()) {
       said_ = true;
+      tally_.keep_named(*slow);
       say_("flowrun: " + slow_ranks_line(plan_.step, *slow, [this](int rank) {
              const auto found = node_of_.find(rank);
              return found == node_of_.end() ? std::string() : found->second;

@@ -237,6 +237,7 @@ void SlowRankWatch::on_sample(const RankSample& sample) {
   if (!said_ && !forwarded_) {
     if (const auto slow = tally_.slow()) {
       said_ = true;
+      tally_.keep_named(*slow);
       links_.say("flowrun: " + slow_ranks_line(step_, *slow, nullptr));
     }
   }

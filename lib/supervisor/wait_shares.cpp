@@ -138,14 +138,25 @@ std::optional<SlowRanks> ShareTally::slow_by(std::int64_t min_samples, double ga
     (named ? slow : others).push_back(&r);
   }
   if (slow.empty() || others.empty() || slow.size() * 2 > ranks_.size()) return std::nullopt;
+  std::vector<int> ranks;
+  for (const RankShare* r : slow) ranks.push_back(r->rank);
+  SlowRanks verdict = describe(ranks);
+  if (verdict.others_share < kMinOthersShare) return std::nullopt;
+  return verdict;
+}
+
+SlowRanks ShareTally::describe(const std::vector<int>& ranks) const {
+  std::vector<const RankShare*> slow, others;
+  for (const auto& [rank, r] : ranks_)
+    (std::find(ranks.begin(), ranks.end(), rank) != ranks.end() ? slow : others).push_back(&r);
   std::int64_t slow_samples = 0, slow_waits = 0, others_samples = 0, others_waits = 0;
   for (const RankShare* r : slow) slow_samples += r->samples, slow_waits += r->waits;
   for (const RankShare* r : others) others_samples += r->samples, others_waits += r->waits;
   SlowRanks verdict;
+  verdict.ranks = ranks;
   verdict.slow_share = share(slow_waits, slow_samples);
   verdict.others_share = share(others_waits, others_samples);
-  if (verdict.others_share < kMinOthersShare) return std::nullopt;
-  for (const RankShare* r : slow) verdict.ranks.push_back(r->rank);
+  if (slow.empty()) return verdict;
   const RankShare* slowest = *std::min_element(slow.begin(), slow.end(), [](const auto* a, const auto* b) {
     return share(a->waits, a->samples) < share(b->waits, b->samples);
   });
@@ -153,11 +164,17 @@ std::optional<SlowRanks> ShareTally::slow_by(std::int64_t min_samples, double ga
   return verdict;
 }
 
+std::optional<SlowRanks> ShareTally::verdict() const {
+  if (auto slow = this->slow()) return slow;
+  if (named_.empty()) return std::nullopt;
+  return describe(named_);
+}
+
 WaitShares wait_shares(const ShareTally& tally, double sample_s) {
   WaitShares shares;
   shares.sample_s = sample_s;
   shares.ranks = tally.ranks();
-  shares.slow = tally.slow();
+  shares.slow = tally.verdict();
   return shares;
 }
 

@@ -190,3 +190,24 @@ TEST_CASE("shares read as whole percents", "[wait_shares]") {
   CHECK(share_percent(0.714) == "71%");
   CHECK(share_percent(1) == "100%");
 }
+
+TEST_CASE("a rank named stays named for the attempt, described by the samples so far", "[wait_shares]") {
+  ShareTally tally;
+  add(tally, 0, 60, 40, kForward);
+  add(tally, 1, 60, 5, kLoading);
+  const auto slow = tally.slow();
+  REQUIRE(slow);
+  tally.keep_named(*slow);
+  // Later samples bring the gap back under the bar.
+  add(tally, 0, 200, 100, kForward);
+  add(tally, 1, 200, 130, kForward);
+  CHECK_FALSE(tally.slow());
+  const auto kept = tally.verdict();
+  REQUIRE(kept);
+  CHECK(kept->ranks == std::vector<int>{1});
+  CHECK(kept->slow_share == Approx(135.0 / 260));
+  CHECK(kept->others_share == Approx(140.0 / 260));
+  CHECK(wait_shares(tally, 1).slow == kept);
+  tally.clear();
+  CHECK_FALSE(tally.verdict());
+}

@@ -74,13 +74,25 @@ class ShareTally {
   // Whether some rank is a suspect (kMinSuspectSamples, kSuspectGap,
   // kSuspectZScore).
   bool suspect() const;
+  // The ranks flowrun named (its line is said once): they stay named for the
+  // attempt, with the shares as they grow, though later samples bring the
+  // evidence back under the bar.
+  void keep_named(const SlowRanks& slow) { named_ = slow.ranks; }
+  // slow(), else the ranks kept named, described by the samples so far.
+  std::optional<SlowRanks> verdict() const;
   bool empty() const { return ranks_.empty(); }
-  void clear() { ranks_.clear(); }
+  void clear() {
+    ranks_.clear();
+    named_.clear();
+  }
 
  private:
   std::optional<SlowRanks> slow_by(std::int64_t min_samples, double gap, double z) const;
+  // `slow` against every other rank: both shares and the hottest frame.
+  SlowRanks describe(const std::vector<int>& slow) const;
 
   std::map<int, RankShare> ranks_;
+  std::vector<int> named_;
 };
 
 // Every rank's shares and the verdict, as results.json keeps them.
