@@ -167,7 +167,8 @@ def test_the_slow_rank_s_part_says_each_goal_as_measured(records, check):
     lines = render.render(records).split("\n")
     for line in (
             "| `{sample: off}` | 25.00 s | 24.10 – 27.90 s | 5 | `flowrun t-off.yaml` |",
-            "- Sampling at the default costs the job **+0.4%** of its loop time (goal: at most 1%): **met**.",
+            "- Sampling at the default costs the job **+0.4%** of its loop time (the medians' ratio, sampled over off: "
+            "1.004; goal: at most 1%): **met**.",
             "- Run by run, each sampled run against the unsampled one before it: +0.4% in the median, from -4.0% "
             "to +5.0%.",
             "- A rank named the slow rank where none is: in 0 of 5 sampled runs.",
@@ -184,7 +185,8 @@ def test_the_slow_rank_s_part_says_each_goal_as_measured(records, check):
     slow_record(records, 0.03, 75.0, failures=["run 2: exit 0, a rank named: False: ..."])
     lines = render.render(records).split("\n")
     for line in (
-            "- Sampling at the default costs the job **+3.0%** of its loop time (goal: at most 1%): **not met**.",
+            "- Sampling at the default costs the job **+3.0%** of its loop time (the medians' ratio, sampled over off: "
+            "1.030; goal: at most 1%): **not met**.",
             "- 2 on this host: rank 1 named within **75.0 s** of flowrun's start in each of 3 runs; in 1 more runs "
             "it was not (see the notes) (goal: within 60 s): **not met**.",
             "- case (t), named: a run did not finish as expected and is not counted: run 2: exit 0, a rank named: "

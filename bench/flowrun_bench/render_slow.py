@@ -66,7 +66,8 @@ def cost_part(w, R, F, opts):
         w(f"| {labels[key]} | {median} s | {rng} s | {row['figures']['counted']} | {cell(row['command'])} |")
     w("")
     if F["cost"] is not None:
-        w(f"- Sampling at the default costs the job **{pct(F['cost'])}** of its loop time (goal: at most "
+        w(f"- Sampling at the default costs the job **{pct(F['cost'])}** of its loop time (the medians' ratio, "
+          f"sampled over off: {1 + F['cost']:.3f}; goal: at most "
           f"{GOAL_SAMPLE_COST * 100:g}%): {verdict(F['cost'] <= GOAL_SAMPLE_COST)}.")
     pairs = F["pair_cost"]
     if pairs:
