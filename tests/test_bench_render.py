@@ -187,8 +187,8 @@ def test_the_slow_rank_s_part_says_each_goal_as_measured(records, check):
     for line in (
             "- Sampling at the default costs the job **+3.0%** of its loop time (the medians' ratio, sampled over off: "
             "1.030; goal: at most 1%): **not met**.",
-            "- 2 on this host: rank 1 named within **75.0 s** of flowrun's start in each of 3 runs; in 1 more runs "
-            "it was not (see the notes) (goal: within 60 s): **not met**.",
+            "- 2 on this host: rank 1 named within **75.0 s** of flowrun's start in each of 3 runs; 1 more runs did not "
+            "count (see the notes) (goal: within 60 s): **not met**.",
             "- case (t), named: a run did not finish as expected and is not counted: run 2: exit 0, a rank named: "
             "False: ...",
     ):

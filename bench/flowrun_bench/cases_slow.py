@@ -141,7 +141,9 @@ def named_once(spec, run_dir, work, row, env, stop, nodes):
     shares = wait_shares(run_dir)
     slow = (shares or {}).get("slow") or {}
     if int(m.group(1)) != SLOW_RANK or slow.get("ranks") != [SLOW_RANK]:
-        return None, f"named rank {m.group(1)}, results.json's slow: {json.dumps(slow)}: {m.group(0)}"
+        final = ", ".join(f"rank {r['rank']} {r['waits']} of {r['samples']}" for r in (shares or {}).get("ranks", []))
+        return None, (f"the line names rank {m.group(1)}, results.json's wait_shares.slow names "
+                      f"{slow.get('ranks') or 'no rank'} (its final samples waiting: {final}); the line: {m.group(0)}")
     return {"named_s": named - started, "frame": m.group(3), "line": m.group(0),
             "slow_share": slow.get("slow_share"), "others_share": slow.get("others_share"),
             "samples": [rank["samples"] for rank in shares["ranks"]]}, None

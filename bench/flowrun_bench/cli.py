@@ -128,8 +128,8 @@ def parse(argv):
     p.add_argument("--cost-steps", type=int, default=2500,
                    help="case t: the training steps of each of those runs (default 2500, about 25 s here)")
     p.add_argument("--name-runs", type=int, default=3, help="case t: runs with a slow rank on one node (default 3)")
-    p.add_argument("--name-nodes-runs", type=int, default=2,
-                   help="case t: runs with a slow rank across 2 agents (default 2; 0: not measured)")
+    p.add_argument("--name-nodes-runs", type=int, default=3,
+                   help="case t: runs with a slow rank across 2 agents (default 3; 0: not measured)")
     p.add_argument("--drain-runs", type=int, default=10,
                    help="counted runs of case k for each launcher (default 10)")
     p.add_argument("--rdzv-nodes", default="1024,4096", help="case e: the numbers of agents (default 1024,4096)")

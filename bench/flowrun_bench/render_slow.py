@@ -119,11 +119,11 @@ def named_part(w, R, slow, slowdown):
             continue
         n, failed = row["figures"]["counted"], len(row["failures"])
         if not n:
-            w(f"- {label}: rank {slow} was not named in any of {failed} runs (see the notes): "
+            w(f"- {label}: none of {failed} runs counted (see the notes): "
               f"{verdict(False)}.")
             continue
         worst = row["figures"]["named_s"]["max"]
-        missed = f"; in {failed} more runs it was not (see the notes)" if failed else ""
+        missed = f"; {failed} more runs did not count (see the notes)" if failed else ""
         start = "the head's start" if key == "named_nodes" else "flowrun's start"
         w(f"- {label}: rank {slow} named within **{worst:.1f} s** of {start} in each of {n} runs{missed} "
           f"(goal: within {GOAL_NAMED_S:g} s): {verdict(worst <= GOAL_NAMED_S and not failed)}.")
