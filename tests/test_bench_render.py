@@ -140,3 +140,76 @@ def test_a_case_s_runs_make_its_figures(check):
     check(figures["torchrun_ratio"] == 1700 / 12 and figures["floor_ratio"] == 12 / 5, "the ratios of the medians",
           str(figures))
     check(json.loads(json.dumps(rows)) == rows, "the record is plain JSON")
+
+
+def slow_record(directory, cost, named_max, failures=()):
+    """Case (t)'s record: the loop's times with sampling off and on, one node's names, no run across nodes."""
+    off = {"counted": 5, "loop_s": ms(25.0, 24.1, 27.9)}
+    rows = {
+        "off": row("flowrun t-off.yaml", **off),
+        "sampled": row("flowrun t-sampled.yaml", **dict(off, loop_s=ms(25.0 * (1 + cost), 24.3, 28.8)), named=0,
+                       samples=ms(24, 22, 27)),
+        "named": row("flowrun t-named.yaml", counted=3, failures=list(failures), named_s=ms(31.2, 29.9, named_max),
+                     frames=["load_batch (slow_rank.py:33)"],
+                     line="flowrun: train: rank 1 is the slow rank: it waits in collectives 19% of the time, the "
+                          "other ranks 54%; its hottest frame is load_batch (slow_rank.py:33)"),
+        "named_nodes": row("", counted=0, available=False, why_not="not run this time"),
+    }
+    figures = {"cost": cost, "pair_cost": ms(cost, -0.04, 0.05), "py_spy": "py-spy 0.3.14", "step_ms": ms(9.5, 8, 11),
+               "slow_rank": 1, "slowdown": 0.3, "name_timeout_s": 180}
+    with open(os.path.join(directory, "t.json"), "w") as f:
+        json.dump(record.record("t", CONDITIONS, {"cost_runs": 5, "cost_steps": 2500, "name_runs": 3,
+                                                 "name_nodes_runs": 0}, rows, figures, "name: bench-slow-rank\n"), f)
+
+
+def test_the_slow_rank_s_part_says_each_goal_as_measured(records, check):
+    slow_record(records, 0.004, 44.0)
+    lines = render.render(records).split("\n")
+    for line in (
+            "| `{sample: off}` | 25.00 s | 24.10 – 27.90 s | 5 | `flowrun t-off.yaml` |",
+            "- Sampling at the default costs the job **+0.4%** of its loop time (the medians' ratio, sampled over off: "
+            "1.004; goal: at most 1%): **met**.",
+            "- Run by run, each sampled run against the unsampled one before it: +0.4% in the median, from -4.0% "
+            "to +5.0%.",
+            "- A rank named the slow rank where none is: in 0 of 5 sampled runs.",
+            "| 2 on this host | 31.2 s | **44.0 s** | 3 | `load_batch (slow_rank.py:33)` | `flowrun t-named.yaml` |",
+            "- 2 on this host: rank 1 named within **44.0 s** of flowrun's start in each of 3 runs (goal: within "
+            "60 s): **met**.",
+            "- 2 on 2 agents of this host, 1 each: not measured (not run this time).",
+    ):
+        check(line in lines, f"the page has the line {line!r}")
+    heads = [line for line in lines if line.startswith("# ")]
+    check(heads[-2:] == ["# The slow rank: how soon it is named, and what the sampling costs",
+                         "# Drain: emergency checkpoints when a peer fails"], "the slow rank's part before the drain",
+          str(heads))
+    slow_record(records, 0.03, 75.0, failures=["run 2: exit 0, a rank named: False: ..."])
+    lines = render.render(records).split("\n")
+    for line in (
+            "- Sampling at the default costs the job **+3.0%** of its loop time (the medians' ratio, sampled over off: "
+            "1.030; goal: at most 1%): **not met**.",
+            "- 2 on this host: rank 1 named within **75.0 s** of flowrun's start in each of 3 runs; 1 more runs did not "
+            "count (see the notes) (goal: within 60 s): **not met**.",
+            "- case (t), named: a run did not finish as expected and is not counted: run 2: exit 0, a rank named: "
+            "False: ...",
+    ):
+        check(line in lines, f"the page has the line {line!r}")
+
+
+def test_the_slow_rank_s_runs_make_its_figures(check):
+    from flowrun_bench import cases_slow
+
+    launchers = {name: Launcher(name) for name in ("off", "sampled", "named", "named_nodes")}
+    launchers["off"].samples = [{"loop_s": s, "step_ms": 10.0, "run": i} for i, s in enumerate([20.0, 22.0, 21.0])]
+    launchers["sampled"].samples = [{"loop_s": s, "step_ms": 10.0, "run": i, "named": i == 2, "samples": [20, 21]}
+                                    for i, s in enumerate([20.2, 22.0, 21.5])]
+    launchers["named"].samples = [{"named_s": 30.0, "frame": "load_batch (slow_rank.py:33)", "line": "l"}]
+    rows, figures = cases_slow.record_slow_rank(launchers, {})
+    check(abs(figures["cost"] - (21.5 / 21.0 - 1)) < 1e-9, "cost: the sampled median over the unsampled, less 1",
+          str(figures))
+    check(figures["pair_cost"]["min"] == 0 and abs(figures["pair_cost"]["median"] - 0.01) < 1e-9,
+          "each sampled run against the unsampled run of the same turn", str(figures))
+    check(rows["sampled"]["figures"]["named"] == 1 and rows["sampled"]["figures"]["samples"]["min"] == 20,
+          "the sampled runs' names and samples a rank", str(rows["sampled"]["figures"]))
+    check(rows["named"]["figures"]["named_s"]["max"] == 30.0 and rows["named_nodes"]["figures"]["counted"] == 0,
+          "the time to name, per row", str(rows))
+    check(json.loads(json.dumps(rows)) == rows, "the record is plain JSON")

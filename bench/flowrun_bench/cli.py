@@ -6,6 +6,7 @@
   scripts/bench --only multinode     only the multi-node cases (e to h, and r), in about 9 minutes
   scripts/bench --only forensics     only the hang forensics (i and j), in about 2 minutes
   scripts/bench --only drain         only the drain (k), in a few minutes (--drain-runs 3: about a minute)
+  scripts/bench --only slow          only the slow rank (t), in about 10 minutes
   scripts/bench --commit HEAD        measure flowrun exactly as committed (not the working tree)
   scripts/bench --render-only        no measuring: docs/benchmarks.md again from the records in bench/results
 
@@ -31,6 +32,10 @@ Hang forensics (py-spy: FLOWRUN_PY_SPY, build/py-spy from scripts/test --phase d
   i  8 Python ranks on this host hang, one in a loop and 7 in a gloo all_reduce (Debian's torch; without it a
      plain Python wait): time from the stall line to the grouped report, every rank's py-spy stack present
   j  the same 8 ranks on 4 agents of this host, 2 each (engine: manual)
+The slow rank (Debian's torch, on CPUs; py-spy as for the hang forensics):
+  t  2 gloo DDP ranks (tests/e2e/torch/slow_rank.py) on this host: the training loop's time with forensics'
+     sample off and at its default, run in turn (the sampler's cost); then with rank 1 slowed by 30%, the time
+     from flowrun's start to its line naming rank 1, on one node and on 2 agents of this host (1 rank each)
 Drain (Debian's torch, on CPUs):
   k  4 ranks of a real torch DataLoader (num_workers=2, tests/e2e/torch/dataloader_checkpoint.py) that save an
      emergency checkpoint on SIGTERM after one more batch; rank 1 fails once all are in their loop: in how many
@@ -40,7 +45,7 @@ Drain (Debian's torch, on CPUs):
 
 It builds a release flowrun in build/release (cmake -DFLOWRUN_BENCH=ON, ninja; bench/rdzv_clients with it)
 and the C helpers of bench/ in build/bench (cc), runs flowrun, torchrun and the floor interleaved, and
-reports medians (the hang forensics: medians and maxima). torchrun is Debian's python3-torch run by
+reports medians (the hang forensics and the slow rank: medians and maxima). torchrun is Debian's python3-torch run by
 /usr/bin/python3 through bench/torchrun_py311.py; without torch it is reported as not measured.
 
 Each case writes its record, RESULTS/<case>.json: every run's figures, the medians and ratios the report shows,
@@ -59,7 +64,7 @@ import time
 from pathlib import Path
 
 from . import (cases_drain, cases_forensics, cases_gang, cases_multinode, cases_node, cases_recovery, cases_ship,
-               record, render)
+               cases_slow, record, render)
 from .build import build, export_commit
 from .common import ROOT, Launcher, W, die, log, run_quiet
 from .conditions import conditions, flowrun_launches, git_facts, load_average, machine_facts, now_utc, torch_facts
@@ -90,12 +95,14 @@ CASES = {
     "i": (forensics(False), cases_forensics.record_forensics, ["stall.yaml"]),
     "j": (forensics(True), cases_forensics.record_forensics, ["stall_nodes.yaml"]),
     "k": (cases_drain.case_drain, cases_drain.record_drain, ["drain.yaml"]),
+    "t": (cases_slow.case_slow_rank, cases_slow.record_slow_rank, ["slow_rank.yaml", "slow_rank_nodes.yaml"]),
 }
-ALL_CASES = render.NODE_CASES + render.MULTINODE_CASES + render.FORENSICS_CASES + render.DRAIN_CASES
+ALL_CASES = (render.NODE_CASES + render.MULTINODE_CASES + render.FORENSICS_CASES + render.SLOW_CASES
+             + render.DRAIN_CASES)
 # The options a record keeps: what shaped its runs, and the part's command line in the report.
 OPTIONS = ("runs", "slow_runs", "log_bytes", "torchrun_log_bytes", "mn_runs", "mn_slow_runs", "torchrun_agent_runs",
            "forensics_runs", "drain_runs", "rdzv_nodes", "agents", "recovery_runs", "gather_bytes",
-           "ship_bytes")
+           "ship_bytes", "cost_runs", "cost_steps", "name_runs", "name_nodes_runs")
 
 
 def parse(argv):
@@ -105,17 +112,24 @@ def parse(argv):
     p.add_argument("--slow-runs", type=int, default=5, help="counted runs of case d (default 5)")
     p.add_argument("--log-bytes", type=int, default=2_000_000_000, help="case d volume for flowrun and the floor")
     p.add_argument("--torchrun-log-bytes", type=int, default=50_000_000, help="case d volume for torchrun")
-    p.add_argument("--cases", default="a,b,c,d,e,f,g,h,s,p,r,i,j,k",
-                   help="comma-separated subset of a,b,c,d,e,f,g,h,s,p,r,i,j,k")
-    p.add_argument("--only", choices=["node", "multinode", "forensics", "drain"],
+    p.add_argument("--cases", default="a,b,c,d,e,f,g,h,s,p,r,i,j,t,k",
+                   help="comma-separated subset of a,b,c,d,e,f,g,h,s,p,r,i,j,t,k")
+    p.add_argument("--only", choices=["node", "multinode", "forensics", "slow", "drain"],
                    help="only the single-node cases (a to d), only the multi-node ones (e to h, s, r), only the hang "
-                   "forensics (i, j) or only the drain (k)")
+                   "forensics (i, j), only the slow rank (t) or only the drain (k)")
     p.add_argument("--mn-runs", type=int, default=5, help="counted runs of cases e, f (flowrun) and h (default 5)")
     p.add_argument("--mn-slow-runs", type=int, default=3,
                    help="counted runs of case g (default 3)")
     p.add_argument("--torchrun-agent-runs", type=int, default=2,
                    help="counted runs of torchrun's 8 agents in case f (default 2; each takes several seconds)")
     p.add_argument("--forensics-runs", type=int, default=5, help="counted runs of cases i and j (default 5)")
+    p.add_argument("--cost-runs", type=int, default=5,
+                   help="case t: counted runs with sampling off and with it on, each (default 5)")
+    p.add_argument("--cost-steps", type=int, default=2500,
+                   help="case t: the training steps of each of those runs (default 2500, about 25 s here)")
+    p.add_argument("--name-runs", type=int, default=3, help="case t: runs with a slow rank on one node (default 3)")
+    p.add_argument("--name-nodes-runs", type=int, default=3,
+                   help="case t: runs with a slow rank across 2 agents (default 3; 0: not measured)")
     p.add_argument("--drain-runs", type=int, default=10,
                    help="counted runs of case k for each launcher (default 10)")
     p.add_argument("--rdzv-nodes", default="1024,4096", help="case e: the numbers of agents (default 1024,4096)")
@@ -148,10 +162,10 @@ def parse(argv):
         args.render_only = args.results
     cases = [c for c in args.cases.split(",") if c]
     if any(len(c) != 1 or c not in ALL_CASES for c in cases):
-        die(f"--cases takes letters among a,b,c,d,e,f,g,h,s,r,i,j,k, not '{args.cases}'")
+        die(f"--cases takes letters among a,b,c,d,e,f,g,h,s,p,r,i,j,t,k, not '{args.cases}'")
     if args.only:
         keep = {"node": render.NODE_CASES, "multinode": render.MULTINODE_CASES, "forensics": render.FORENSICS_CASES,
-                "drain": render.DRAIN_CASES}[args.only]
+                "slow": render.SLOW_CASES, "drain": render.DRAIN_CASES}[args.only]
         cases = [c for c in cases if c in keep]
     args.case_list = cases
     try:

@@ -1,5 +1,5 @@
 """docs/benchmarks.md from the records alone: each part of the page (single-node, multi-node, hang forensics,
-drain) from the records of its cases, and between them the parts measured otherwise, kept as written
+the slow rank, drain) from the records of its cases, and between them the parts measured otherwise, kept as written
 (RESULTS/*.md). Nothing here measures or computes a statistic: the records hold the figures, this file words
 them, so the same records always make the same page."""
 
@@ -10,6 +10,7 @@ from . import record
 NODE_CASES = "abcd"
 MULTINODE_CASES = "efghspr"
 FORENSICS_CASES = "ij"
+SLOW_CASES = "t"
 DRAIN_CASES = "k"
 WORKERS = 8  # every single-node case's workers
 
@@ -26,6 +27,8 @@ GOAL_SHIP_FRACTION = 0.50  # shipping inputs, of a plain TCP copy's rate
 GOAL_GANG_READY_S = 1.0  # a gang's last pod up to its last rank started
 GOAL_STACKS_REPORT_S = 3.0  # the stall line to the grouped report, every rank's stack in
 GOAL_RECOVERY_RATIO = 10.0  # torchrun's recovery time over flowrun's with a hot spare
+GOAL_SAMPLE_COST = 0.01  # the slow rank's sampler: its cost to the job's throughput
+GOAL_NAMED_S = 60.0  # a rank slowed by 30% named, from flowrun's start
 
 # The parts of the page in order: rendered from the records of their cases, or kept as written in the
 # records' directory (absent: left out).
@@ -156,14 +159,15 @@ def part_records(records, cases):
 
 def render(directory):
     """The whole page from the records and kept parts in directory."""
-    from . import render_more, render_multinode, render_node
+    from . import render_more, render_multinode, render_node, render_slow
 
     directory = Path(directory)
     records = record.read_all(directory)
     parts = []
     for make, cases in ((render_node.node_part, NODE_CASES), (render_multinode.multinode_part, MULTINODE_CASES),
                         (KEPT_FLOOD, None), (render_more.forensics_part, FORENSICS_CASES),
-                        (render_more.drain_part, DRAIN_CASES), (KEPT_OUTPUTS, None)):
+                        (render_slow.slow_part, SLOW_CASES), (render_more.drain_part, DRAIN_CASES),
+                        (KEPT_OUTPUTS, None)):
         if cases is None:
             kept = directory / make
             if kept.exists():
