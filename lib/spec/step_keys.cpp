@@ -3,7 +3,7 @@
 // them, with outputs:, logs: and forensics:. A step's run: is read in
 // step_run.cpp, its parallel: in parallel_keys.cpp.
 
-#include <fmt/format.h>
+#include <cstdio>
 
 #include "flowrun/glob.h"
 
@@ -204,6 +204,17 @@ void Checker::step_logs(const Entry& e, Step& s) {
   s.console_ranks = ranks;
 }
 
+namespace {
+
+// 0.05, 0.1, 2: a number of seconds as %g writes it.
+std::string shortest(double seconds) {
+  char text[32];
+  std::snprintf(text, sizeof text, "%g", seconds);
+  return text;
+}
+
+}  // namespace
+
 // forensics: nccl | off | {stacks: BOOL, timeout: DURATION, nccl: BOOL,
 // sample: DURATION | off}.
 void Checker::step_forensics(const Entry& e, Forensics& f) {
@@ -240,8 +251,8 @@ void Checker::step_forensics(const Entry& e, Forensics& f) {
     } else if (const auto every = duration(*sample)) {
       if (*every < kMinSampleS)
         error(sample->loc, sample->path,
-              fmt::format("a sample every {:g} s would cost the ranks time; at least {:g}s (or off)", *every,
-                          kMinSampleS));
+              "a sample every " + shortest(*every) + " s would cost the ranks time; at least " +
+                  shortest(kMinSampleS) + "s (or off)");
       else
         f.sample_s = *every;
     }
