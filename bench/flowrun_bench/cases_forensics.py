@@ -15,7 +15,7 @@ from pathlib import Path
 
 from . import record
 from .common import (BENCH_SRC, ROOT, TORCH_PYTHON, W, WORKERS, Console, agent_env, fresh, mn_launcher, run_quiet,
-                     short, show, spec_from)
+                     short, show, spec_from, wait_or_kill)
 from .record import summary
 
 ODD_RANK = 5  # on node 2 of 4 in case (j)
@@ -87,18 +87,10 @@ def forensics_once(spec, run_dir, work, row, env, nodes):
     reported, _ = console.wait_for(STACKS_LINE, 60) if detected else (None, None)
     if reported is None:
         head.terminate()
-    try:
-        rc = head.wait(120)
-    except subprocess.TimeoutExpired:
-        head.kill()
-        rc = head.wait()
+    rc = wait_or_kill(head, 120)
     console.join()
     for a in agents:
-        try:
-            a.wait(30)
-        except subprocess.TimeoutExpired:
-            a.kill()
-            a.wait()
+        wait_or_kill(a, 30)
     if detected is None or reported is None or rc != 124:
         return None, f"exit {rc}, stall line seen: {detected is not None}, report seen: {reported is not None}: " \
             + console.tail()

@@ -12,7 +12,7 @@ import time
 
 from . import record
 from .common import (BENCH_SRC, BIN, TORCH_PYTHON, W, Head, Launcher, agent_env, free_port, fresh, iso_ns, kv_line,
-                     made, made_ok, mn_launcher, rotate, run_quiet, show, spec_from, tail, tmpfs_scratch)
+                     made, made_ok, mn_launcher, rotate, run_quiet, show, spec_from, tail, tmpfs_scratch, wait_or_kill)
 from .record import median, ratio, summary
 
 # Figures measured on this machine by the issue that asked for the multi-node cases, quoted beside ours where a
@@ -281,11 +281,7 @@ def lost_once(work, row, env, i):
     gone = time.monotonic()
     left = len(sleepers(seconds))
     for a in agents:
-        try:
-            a.wait(30)
-        except subprocess.TimeoutExpired:
-            a.kill()
-            a.wait()
+        wait_or_kill(a, 30)
     if running != 4 or noticed is None or ended is None or ended.get("exit") != 1 or left:
         return None, (f"{running} of 4 workers ran before the kill, {left} left after; head {ended}: "
                       f"{head.console.tail()}")

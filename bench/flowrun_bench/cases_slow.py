@@ -11,8 +11,8 @@ import time
 
 from . import record
 from .cases_forensics import find_py_spy
-from .common import (ROOT, TORCH_PYTHON, W, Console, agent_env, fresh, made_ok, mn_launcher, run_quiet,
-                     short, show, spec_from)
+from .common import (ROOT, TORCH_PYTHON, W, Console, agent_env, fresh, made_ok, mn_launcher, run_quiet, short, show,
+                     spec_from, wait_or_kill)
 from .record import summary
 
 SCRIPT = ROOT / "tests" / "e2e" / "torch" / "slow_rank.py"
@@ -124,18 +124,10 @@ def named_once(spec, run_dir, work, row, env, stop, nodes):
     named, m = console.wait_for(SLOW_LINE, NAME_TIMEOUT_S)
     made_ok(stop.parent)
     stop.touch()
-    try:
-        rc = head.wait(120)
-    except subprocess.TimeoutExpired:
-        head.kill()
-        rc = head.wait()
+    rc = wait_or_kill(head, 120)
     console.join()
     for a in agents:
-        try:
-            a.wait(30)
-        except subprocess.TimeoutExpired:
-            a.kill()
-            a.wait()
+        wait_or_kill(a, 30)
     if named is None or rc != 0:
         return None, f"exit {rc}, a rank named: {named is not None}: " + console.tail(3)
     shares = wait_shares(run_dir)

@@ -290,6 +290,15 @@ def free_port():
         return s.getsockname()[1]
 
 
+def wait_or_kill(proc, timeout):
+    """proc's exit code once it ends, waiting at most `timeout` seconds before it is killed."""
+    try:
+        return proc.wait(timeout)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        return proc.wait()
+
+
 def kill_tree(pids):
     """SIGKILL to each pid and every process under it."""
     def tree(pid):
