@@ -202,10 +202,12 @@ std::string where_in(const ParsedStack& stack) {
     if (callee > 0) --callee;
     while (callee > 0 && is_wrapper(frames[callee].function)) --callee;
     const std::string& name = frames[callee].function;
-    return fmt::format("{} ({}:{})", name, base_name(frames[i].file), frames[i].line);
+    return printable(fmt::format("{} ({}:{})", name, base_name(frames[i].file), frames[i].line));
   }
+  // A rank's file names reach the console, status and the page: control
+  // bytes there are shown escaped, never sent to a terminal.
   const StackFrame& top = frames.front();
-  return fmt::format("{} ({}:{})", top.function, base_name(top.file), top.line);
+  return printable(fmt::format("{} ({}:{})", top.function, base_name(top.file), top.line));
 }
 
 StackReport group_stacks(const std::vector<RankStack>& ranks, const std::string& source) {

@@ -71,6 +71,10 @@ TEST_CASE("a sample not waiting says where the rank was", "[wait_shares]") {
   CHECK(sample(0, "idle", kBackward).frame.empty());
   // A module's __call__ is a wrapper: the frame names what it ran.
   CHECK(sample(0, "active", kForward).frame == "forward (train.py:35)");
+  // A file name a rank made never sends a terminal its control bytes.
+  const std::string frame = sample(0, "active", "    f (/w/\x1b]0;owned\x07x.py:3)\n").frame;
+  CHECK(frame.find('\x1b') == std::string::npos);
+  CHECK(frame.find('\x07') == std::string::npos);
 }
 
 TEST_CASE("the thread py-spy marks idle is the main thread's, wherever it is listed", "[wait_shares]") {
