@@ -24,6 +24,7 @@
 #include "flowrun/report.h"
 #include "flowrun/result.h"
 #include "flowrun/retry_advice.h"
+#include "flowrun/run_page.h"
 #include "flowrun/slurm.h"
 #include "flowrun/step_runner.h"
 #include "flowrun/supervisor.h"
@@ -75,6 +76,20 @@ std::string format_run_end(const std::string& run_id, const RunTally& tally, int
   if (!tally.reused.empty())
     parts.push_back(fmt::format("reused {} from run {}", join_quoted(tally.reused), resumed_from));
   return text + join(parts, "; ");
+}
+
+// A run that did not succeed leaves its picture beside it, so the person who
+// reads the failure opens one page instead of every rank's logs: writes
+// report.html (as `flowrun report` does) and says where, or why not.
+std::string write_run_page(const std::string& run_dir) {
+  const std::string path = run_dir + "/" + kRunReportFile;
+  try {
+    const int err = try_write_file(path, format_run_page(read_run_picture(run_dir, "failed", unix_now_ns())));
+    if (err == 0) return "flowrun: the run as one page: " + path;
+    return fmt::format("flowrun: cannot write the run's page {}: {}", path, std::strerror(err));
+  } catch (const Error& e) {
+    return fmt::format("flowrun: cannot write the run's page {}: {}", path, e.what());
+  }
 }
 
 // A step's end on the console: the failure report (and the join's errors),
@@ -418,6 +433,7 @@ class FlowRunner {
     write_record();
     if (write_failed_ && exit_code == 0) exit_code = 1;
     const double took = static_cast<double>(monotonic_now_ns() - flow_start) / 1e9;
+    if (exit_code != 0 && !write_failed_ && started_) console_.message(write_run_page(ctx_.layout.run_dir));
     console_.message(format_run_end(ctx_.run_id, tally, exit_code, sig, took,
                                     options_.resume ? options_.resume->run_id : std::string()));
     if (lobby) lobby->finish(exit_code);

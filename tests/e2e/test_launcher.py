@@ -850,6 +850,7 @@ steps:
                             r"flowrun: a retry may help \(timeout\): a rank wrote nothing for the step's "
                             r"stall_timeout \(a hang\): .*\n"
                             r"flowrun: step 'check' skipped: it needs 'train', which did not succeed\n"
+                            rf"flowrun: the run as one page: {re.escape(run_dir)}/report.html\n"
                             rf"flowrun: run {re.escape(run_id)} failed after [0-9.]+ s \(exit code 124\): failed "
                             r"'train'; not run 'check'\n\Z", re.M)
         self.check(report.search(r.stderr) is not None,

@@ -391,6 +391,7 @@ class TestNodesLocal(E2E):
             "flowrun:   killed, SIGTERM did not end them in time: ranks 0-2",
             f"flowrun:   logs: {n.run_dir}/train",
             "flowrun: a retry may help (failure): <why>",
+            f"flowrun: the run as one page: {n.run_dir}/report.html",
             f"flowrun: run {n.run_id} failed after <secs> (exit code 3): failed 'train'"]
         self.check(rc == 3, "worker fails: flowrun exits with the failed rank's code 3", n.detail())
         self.check(lines_match(expected, err), "worker fails: the report names the rank and its node",
@@ -441,6 +442,7 @@ class TestNodesLocal(E2E):
             f"flowrun:   {lost}",
             f"flowrun:   logs: {n.run_dir}/train",
             "flowrun: a retry may help (infrastructure): <why>",
+            f"flowrun: the run as one page: {n.run_dir}/report.html",
             f"flowrun: run {n.run_id} failed after <secs> (exit code 1): failed 'train'"]
         self.check(rc == 1, "agent killed: flowrun exits 1", n.detail())
         self.check(lines_match(expected, err), "agent killed: the report says the node's agent was lost",
@@ -668,6 +670,7 @@ class TestNodesLocal(E2E):
                 f"flowrun:   {lost}",
                 f"flowrun:   logs: {n.run_dir}/train",
                 "flowrun: a retry may help (infrastructure): <why>",
+                f"flowrun: the run as one page: {n.run_dir}/report.html",
                 f"flowrun: run {n.run_id} failed after <secs> (exit code 1): failed 'train'"]
             self.check(rc == 1, "silent node: flowrun exits 1", n.detail())
             self.check(lines_match(expected, err), "silent node: the report says no heartbeat came",
@@ -797,6 +800,7 @@ class TestNodesLocal(E2E):
             "flowrun: step 'train' was interrupted; flowrun stopped ranks 0-3",
             f"flowrun:   logs: {n.run_dir}/train",
             "flowrun: a retry will not help (interrupted): flowrun was stopped by SIGINT: someone meant to stop it",
+            f"flowrun: the run as one page: {n.run_dir}/report.html",
             f"flowrun: run {n.run_id} was interrupted after <secs> (exit code 130): failed 'train'"]
         self.check(rc == 130, "ctrl-c: flowrun exits 130", n.detail())
         self.check(lines_match(expected, err), "ctrl-c: the head's messages", show_lines(expected, err))
@@ -843,6 +847,7 @@ class TestNodesLocal(E2E):
             f"flowrun:   node {HOST}: rank 2: FLOWRUN_OUTPUT_DIR/passwd is a symlink to /etc/passwd, outside the "
             "output directory; refused",
             "flowrun: a retry will not help (repeats): <why>",
+            f"flowrun: the run as one page: {n.run_dir}/report.html",
             f"flowrun: run {n.run_id} failed after <secs> (exit code 1): failed 'train'"]
         self.check(rc == 1, "symlink: the step fails", n.detail())
         self.check(lines_match(expected, err), "symlink: the head names the rank, the link and its target",
@@ -1033,6 +1038,7 @@ class TestNodesLocal(E2E):
             f"flowrun:   1 of 2 nodes did not join within {join_timeout} s: node 1; check that 'flowrun agent' can "
             f"start there and reach 127.0.0.1:{port} (cluster.join_timeout)",
             "flowrun: a retry may help (infrastructure): <why>",
+            f"flowrun: the run as one page: {n.run_dir}/report.html",
             f"flowrun: run {n.run_id} failed after <secs> (exit code 1): failed 'train'"]
         self.check(rc == 1, "join: a node that never joins fails the step", n.detail())
         self.check(lines_match(expected, err), "join: the head names the node that did not join",
@@ -1060,6 +1066,7 @@ class TestNodesLocal(E2E):
             f"flowrun: step 'train' timed out after {timeout}s; flowrun stopped ranks 0-3",
             f"flowrun:   logs: {n.run_dir}/train",
             "flowrun: a retry will not help (timeout): <why>",
+            f"flowrun: the run as one page: {n.run_dir}/report.html",
             f"flowrun: run {n.run_id} failed after <secs> (exit code 124): failed 'train'"]
         self.check(rc == 124, "timeout: the step's timeout holds across nodes (exit 124)", n.detail())
         # No rank wrote anything: every one looks hung, named with its node
@@ -1179,6 +1186,7 @@ class TestNodesLocal(E2E):
             "flowrun stopped ranks 0-3",
             f"flowrun:   logs: {n.run_dir}/train",
             "flowrun: a retry may help (timeout): <why>",
+            f"flowrun: the run as one page: {n.run_dir}/report.html",
             f"flowrun: run {n.run_id} failed after <secs> (exit code 124): failed 'train'"]
         self.check(rc == 124, "stall: a stall on a node ends the step as a timeout does (exit 124)", n.detail())
         self.check(lines_match(expected, err), "stall: the head names the stalled rank, its node and state",

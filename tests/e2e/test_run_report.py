@@ -149,6 +149,9 @@ class TestRunReport(E2E):
         p = subprocess.run([self.flowrun, "spec.yaml"], cwd=d, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                            text=True, timeout=120)
         self.check(p.returncode == 0, "success: flowrun exits 0", p.stderr)
+        self.check("one page" not in p.stderr and not os.path.exists(os.path.join(d, ".flowrun", "runs", "latest",
+                                                                                  "report.html")),
+                   "success: a run that succeeded writes no page unless asked", p.stderr)
         page = self.report("success", "latest", d)
         run_dir = os.path.realpath(os.path.join(d, ".flowrun", "runs", "latest"))
         self.check(page == os.path.join(run_dir, "report.html"), "success: `latest` names the newest run's page",
@@ -192,9 +195,15 @@ class TestRunReport(E2E):
             open(os.path.join(d, f"go.{r}"), "w").close()
             self.check(wait_for(lambda: self.zombie(pids[r]), 30 * self.slack), f"failure: rank {r} fails")
         os.kill(p.pid, signal.SIGCONT)
-        p.communicate(timeout=60 * self.slack)
+        _, err = p.communicate(timeout=60 * self.slack)
         self.check(p.returncode == 3, "failure: flowrun exits with the culprit's code", str(p.returncode))
         run_dir = os.path.join(d, "run")
+        # The failed run wrote its page as it ended and named it just before its last line.
+        own = os.path.join(run_dir, "report.html")
+        tail = err.rstrip("\n").split("\n")[-2:]
+        self.check(tail[:1] == [f"flowrun: the run as one page: {own}"] and tail[-1].startswith("flowrun: run ")
+                   and os.path.isfile(own) and 'id="train-r1"' in read(own),
+                   "failure: the run writes its page as it ends and names it before its last line", err[-1500:])
         page = self.report("failure", run_dir, d)
         dom = self.view("failure", page)
         res, rows = self.check_rows("failure", dom, run_dir)

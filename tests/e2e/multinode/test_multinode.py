@@ -27,6 +27,7 @@ import time
 import pytest
 
 from flowrun_testlib import AGENT_CLOSED, temp_dir
+from flowrun_testlib.browser import Browser, chromium
 from flowrun_testlib.cluster import Cluster, cluster_unavailable, end_on_sigterm
 from flowrun_testlib.launcher import py_spy
 
@@ -216,6 +217,8 @@ class Multinode:
         self.real_flowrun = os.path.realpath(self.flowrun)
         # The stand-in NVIDIA libraries, built next to the unit tests (copied by the test that uses them).
         self.fakes = os.path.join(os.path.dirname(os.path.abspath(flowrun)), "tests")
+        # Screenshots of the run pages (flowrun report) go where the browser tests' go, for CI to keep.
+        self.screenshots = os.path.join(os.path.dirname(os.path.abspath(flowrun)), "report-screenshots")
         # The ranks' scripts too: the repository may sit under /tmp, which every
         # node has its own of (a CI clone in /tmp/x), while /var/tmp is shared.
         global WORKER, CHECK, TORCH
@@ -964,6 +967,43 @@ class Multinode:
         self.check(same.returncode == 0, f"{label}: the final weights equal the uninterrupted run's",
                    "torch.equal for every tensor", same.returncode, same.stderr[-2000:])
 
+    def check_spare_page(self, label, run, lost):
+        """The run's page (flowrun report), opened in chromium: one row per rank, node rank 1's ranks lost
+        with the lost node in attempt 0, the spare seated in its place, and no error in the browser."""
+        binary = chromium()
+        if not self.check(binary is not None, f"{label}: chromium is installed for the run's page",
+                          "chromium on PATH", None):
+            return
+        made = subprocess.run([self.flowrun, "report", run.run_dir], capture_output=True, text=True, timeout=60)
+        page = made.stdout.strip()
+        if not self.check(made.returncode == 0 and os.path.isfile(page), f"{label}: flowrun report writes the page",
+                          "rc 0 and the page's path", made.returncode, made.stderr):
+            return
+        browser = Browser(binary, self.workspace(f"{label}_browser"), timeout=60)
+        dom, console, rc = browser.open(page)
+        self.check(rc == 0 and console == [], f"{label}: chromium opens the page with nothing on its console",
+                   "rc 0, no console line", rc, "\n".join(console))
+        res = run.results()
+        rows = dom.find_all("details", cls="rank")
+        first = {int(r.attrs["data-rank"]): r.find_all("rect", cls="bar")[0].attrs["class"] for r in rows}
+        workers = res["attempts"][0]["workers"]
+        want = {w["rank"]: "bar k-lost" if w["node"] == lost else "bar k-stopped" for w in workers}
+        got = {r: c.replace(" culprit", "") for r, c in first.items()}
+        self.check(len(rows) == len(workers) and got == want and "bar k-lost" in want.values(),
+                   f"{label}: the page's attempt 0: node rank 1's ranks lost, "
+                   "the others stopped", want, got)
+        spare = res["attempts"][1]["replaced_nodes"][0]["spare"]
+        seated = [s_.all_text() for s_ in dom.find_all("span", cls="spare")]
+        self.check(seated == [f"node 1: {lost} lost, spare {spare} seated in its place"],
+                   f"{label}: the page names the lost node and the spare seated in its place",
+                   f"node 1: {lost} lost, spare {spare} seated", seated)
+        nodes = {n_.attrs["data-node"] for n_ in dom.find_all("div", cls="node")}
+        self.check(spare in nodes and lost not in nodes, f"{label}: the ranks are grouped by the node they last ran on",
+                   f"the spare {spare}, not {lost}", sorted(nodes))
+        os.makedirs(self.screenshots, exist_ok=True)
+        png = os.path.join(self.screenshots, f"{label}.png")
+        self.check(browser.screenshot(page, png), f"{label}: chromium takes a screenshot of the page", png, None)
+
     def test_spare(self):
         """spare_nodes: 1 over ssh (node1, node2, spare node3) and under srun (3 nodes of the 4): node rank 1's
         agent SIGKILLed, and over ssh its link cut, once step 4's checkpoint is saved: the spare takes its node
@@ -982,6 +1022,8 @@ class Multinode:
             if lost is None:
                 continue
             self.check_spare_run(label, run, lost, reference)
+            if cluster["engine"] == "slurm":
+                self.check_spare_page(label, run, lost)
             self.assert_nothing_left(label)
 
     def test_elastic(self):
