@@ -79,7 +79,12 @@ RankSample sample_of(int rank, const ParsedStack& stack) {
 }
 
 void ShareTally::add(const RankSample& sample) {
-  RankShare& r = ranks_[sample.rank];
+  // A rank's samples count from its first wait in a collective: before it,
+  // the rank was starting (imports, the model, the first batches), which
+  // every rank does at its own pace and which would only dilute the shares.
+  const auto known = ranks_.find(sample.rank);
+  if (known == ranks_.end() && !sample.waiting) return;
+  RankShare& r = known != ranks_.end() ? known->second : ranks_[sample.rank];
   r.rank = sample.rank;
   ++r.samples;
   if (sample.waiting) {

@@ -95,10 +95,10 @@ TEST_CASE("the thread py-spy marks idle is the main thread's, wherever it is lis
 
 TEST_CASE("the tally keeps each rank's places, the most first, and caps them", "[wait_shares]") {
   ShareTally tally;
+  tally.add({1, true, ""});
   tally.add({1, false, "a (x.py:1)"});
   tally.add({1, false, "b (x.py:2)"});
   tally.add({1, false, "b (x.py:2)"});
-  tally.add({1, true, ""});
   auto ranks = tally.ranks();
   REQUIRE(ranks.size() == 1);
   CHECK(ranks[0].samples == 4);
@@ -113,6 +113,27 @@ TEST_CASE("the tally keeps each rank's places, the most first, and caps them", "
   CHECK(counted == ranks[0].samples - ranks[0].waits);
   CHECK(std::any_of(ranks[0].frames.begin(), ranks[0].frames.end(),
                     [](const auto& f) { return f.first == kOtherFrames && f.second > 1; }));
+}
+
+TEST_CASE("a rank's samples count from its first wait in a collective, not during its start-up",
+          "[wait_shares]") {
+  ShareTally tally;
+  // Imports and the model, at each rank's own pace: not evidence.
+  for (int i = 0; i < 30; ++i) tally.add({0, false, "<module> (train.py:1)"});
+  for (int i = 0; i < 5; ++i) tally.add({1, false, "<module> (train.py:1)"});
+  CHECK(tally.empty());
+  CHECK(tally.ranks().empty());
+  tally.add({0, true, ""});
+  tally.add({0, false, "load_batch (data.py:88)"});
+  const auto ranks = tally.ranks();
+  REQUIRE(ranks.size() == 1);
+  CHECK(ranks[0].rank == 0);
+  CHECK(ranks[0].samples == 2);
+  CHECK(ranks[0].waits == 1);
+  CHECK(ranks[0].frames == std::vector<std::pair<std::string, std::int64_t>>{{"load_batch (data.py:88)", 1}});
+  // A node's cumulative tallies are its own agent's count, taken as they come.
+  tally.set(RankShare{1, 7, 0, {{"<module> (train.py:1)", 7}}});
+  CHECK(tally.ranks().size() == 2);
 }
 
 TEST_CASE("the rank that seldom waits is named once the evidence is solid", "[wait_shares]") {
@@ -135,7 +156,7 @@ TEST_CASE("too few samples, too small a gap, or ranks that seldom wait name nobo
   SECTION("too few samples") {
     ShareTally tally;
     add(tally, 0, kMinSharesSamples - 1, 15);
-    add(tally, 1, kMinSharesSamples - 1, 0);
+    add(tally, 1, kMinSharesSamples - 1, 1);
     CHECK_FALSE(tally.slow());
     CHECK(tally.suspect());
   }

@@ -59,7 +59,8 @@ inline constexpr double kSuspectRate = 8;
 // Per-rank tallies of one attempt.
 class ShareTally {
  public:
-  // A sample of this host's rank.
+  // A sample of this host's rank. A rank's samples count from its first one
+  // waiting in a collective: those before it are its start-up, not evidence.
   void add(const RankSample& sample);
   // A rank's tally as its node counted it (cumulative: replaces the last).
   void set(RankShare share);
