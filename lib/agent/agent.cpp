@@ -479,10 +479,6 @@ class Agent : public GroupObserver {
   template <class M>
   void on_message(const M&) {}
 
-  void on_message(const Assign& m) { on_assign(m); }
-  void on_message(Start& m) { on_start(std::move(m)); }
-  void on_message(const Preflight& m) { on_preflight(m); }
-
   // The step's inputs, for a node that does not share the head's workdir.
   void on_message(const ShipBegin& m) { shipment_.take(m); }
   void on_message(const ShipChunk& m) { shipment_.take(m); }
@@ -501,6 +497,12 @@ class Agent : public GroupObserver {
   // flowrun stacks (or SIGQUIT) at the head: this node's ranks' stacks.
   void on_message(const TakeStacks& m) {
     if (m.request > 0) in_group_ ? sup_->take_stacks(m.request) : conn_->send(Stacks{m.request, "", {}});
+  }
+
+  // The head suspects a rank of some node (SampleRate): sample faster, or at 1 again.
+  void on_message(const SampleRate& m) {
+    if (in_group_ && m.attempt == attempt_ && m.rate >= 1 && m.rate <= kSuspectRate)
+      sup_->sample_faster(m.rate);
   }
 
   // The head got SIGUSR1 or SIGUSR2: this node's ranks get it too.
@@ -542,7 +544,7 @@ class Agent : public GroupObserver {
     step_.clear();
   }
 
-  void on_assign(const Assign& a) {
+  void on_message(const Assign& a) {
     if (auto problem = assign_problem(a)) {
       lost_head(*problem);
       return;
@@ -565,7 +567,7 @@ class Agent : public GroupObserver {
 
   // A multi-node step's preflight (PreflightCheck); node 0's id goes to the
   // head as soon as its check child made it.
-  void on_preflight(const Preflight& p) {
+  void on_message(const Preflight& p) {
     check_->start(
         p, options_.fake_gpus, env_, node_,
         [this](const std::string& id) {
@@ -576,7 +578,7 @@ class Agent : public GroupObserver {
         });
   }
 
-  void on_start(Start start) {
+  void on_message(Start& start) {
     // Its ranks' directories are named by the assign's step (checked there).
     if (start.step != step_ || start.run_id != run_id_ || start.node_rank != node_rank_) {
       lost_head("it sent a start for another step or node than its assign");
@@ -604,7 +606,8 @@ class Agent : public GroupObserver {
       launches =
           launches_for_start(start_, NodeSite{env_, RunLayout{scratch()}, agent_id_, gloo_ifname_}, ranks_);
     } catch (const Error& e) {
-      refuse_attempt(e.what());
+      send_refusal(*conn_, start_, attempt_, e.what());  // no rank can start: each is refused
+      held_port_.release();
       return;
     }
     // A node that got the step's inputs runs its ranks in its copy of them.
@@ -652,21 +655,14 @@ class Agent : public GroupObserver {
     conn_->send(Done{attempt_, std::move(errors)});
   }
 
-  // No rank of this attempt can start (the scratch directory cannot be
-  // made): each is reported as a command that could not start, with `why`.
-  void refuse_attempt(const std::string& why) {
-    send_refusal(*conn_, start_, attempt_, why);
-    held_port_.release();
-  }
-
   const AgentOptions& options_;
   const EnvMap& env_;
   Console console_;
   NodeRanks* sup_;  // runs this node's ranks: a Supervisor (SupervisedRanks), or a test's fake
   std::shared_ptr<Connection> conn_;
   std::optional<asio::steady_timer> heartbeat_timer_;
-  std::optional<cluster::PreflightCheck> check_;    // a preflight's check (on_preflight)
-  std::optional<cluster::NodeChecker> node_check_;  // the node's checks (on_assign)
+  std::optional<cluster::PreflightCheck> check_;    // a preflight's check (Preflight)
+  std::optional<cluster::NodeChecker> node_check_;  // the node's checks (Assign)
   std::string token_, node_, agent_id_, run_id_, step_, scratch_;
   std::string gloo_ifname_;  // set for the workers when the host name is a loopback address
   std::string head_at_;      // the --rdzv-endpoint entry it reached the head at

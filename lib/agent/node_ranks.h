@@ -38,6 +38,7 @@ class NodeRanks {
   // The live ranks' stacks, now: the observer's on_stacks gets them.
   virtual void take_stacks(int request) = 0;
   virtual void signal_workers(int sig) = 0;
+  virtual void sample_faster(double rate) = 0;
   virtual void pause_output() = 0;
   virtual void resume_output() = 0;
   virtual bool stopping() const = 0;
@@ -67,6 +68,7 @@ class SupervisedRanks : public NodeRanks {
   void kill_group() override { supervisor_->kill_group(); }
   void take_stacks(int request) override { supervisor_->take_stacks(request); }
   void signal_workers(int sig) override { supervisor_->signal_workers(sig); }
+  void sample_faster(double rate) override { supervisor_->sample_faster(rate); }
   void pause_output() override { supervisor_->pause_output(); }
   void resume_output() override { supervisor_->resume_output(); }
   bool stopping() const override { return supervisor_->stopping(); }

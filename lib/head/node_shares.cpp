@@ -19,6 +19,7 @@ void NodeShares::reset(int attempt, double sample_s) {
   tally_.clear();
   node_of_.clear();
   attempt_ = attempt;
+  rate_ = 1;  // each node's sampler starts the attempt at 1
   sample_s_ = sample_s;
   said_ = false;
   written_mono_ = 0;
@@ -48,6 +49,10 @@ std::optional<std::string> NodeShares::take(int node, const std::string& name, c
              return found == node_of_.end() ? std::string() : found->second;
            }));
     }
+  }
+  if (const int rate = !said_ && tally_.suspect() ? static_cast<int>(kSuspectRate) : 1; rate != rate_) {
+    rate_ = rate;
+    hurry_(rate);
   }
   if (const std::int64_t now = monotonic_now_ns(); now - written_mono_ >= kSharesWriteIntervalNs) {
     written_mono_ = now;

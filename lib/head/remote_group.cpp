@@ -580,9 +580,13 @@ class Head : public GroupObserver, public cluster::NodeInbox {
         batch_.flush();
         console_.message(line);
       }};
-  cluster::NodeShares shares_{plan_, job_.group.shares_file, [this](const std::string& line) {
+  cluster::NodeShares shares_{plan_, job_.group.shares_file,
+                              [this](const std::string& line) {
                                 batch_.flush();
                                 console_.message(line);
+                              },
+                              [this](int rate) {
+                                nodes_.tell(SampleRate{attempt_, rate}, true);
                               }};
   cluster::News news_;  // the notes and errors, handed to the step runner each once
   std::vector<std::string>& notes_ = news_.notes;

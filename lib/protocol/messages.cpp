@@ -314,6 +314,12 @@ void fields(Io& io, M& m) {
   io("ranks", m.ranks, kShareLines);
 }
 
+template <class Io, maybe_const<SampleRate> M>
+void fields(Io& io, M& m) {
+  io("attempt", m.attempt);
+  io("rate", m.rate);
+}
+
 template <class Io, maybe_const<UploadBegin> M>
 void fields(Io& io, M& m) {
   io("rank", m.rank);
@@ -492,6 +498,7 @@ Frame encode(const TakeStacks& m) { return encode_one(m); }
 Frame encode(const Stacks& m) { return encode_one(m); }
 Frame encode(const Stalled& m) { return encode_one(m); }
 Frame encode(const Shares& m) { return encode_one(m); }
+Frame encode(const SampleRate& m) { return encode_one(m); }
 Frame encode(const UploadBegin& m) { return encode_one(m); }
 Frame encode(const UploadChunk& m) { return encode_one(m); }
 Frame encode(const UploadEnd& m) { return encode_one(m); }

@@ -16,7 +16,7 @@ constexpr std::array<std::string_view, kLastMessageType + 1> kTypeNames = {
     "start",      "output",    "exited",      "heartbeat", "stop",        "upload_begin", "upload_chunk",
     "upload_end", "bye",       "ready",       "done",      "preflight",   "preflight_id", "preflight_done",
     "signal",     "stalled",   "take_stacks", "stacks",    "upload_hole", "ship_begin",   "ship_chunk",
-    "ship_end",   "ship_done", "ship_ack",    "shares",
+    "ship_end",   "ship_done", "ship_ack",    "shares",    "sample_rate",
 };
 
 void put_u32(std::string& out, std::uint32_t value) {

@@ -226,6 +226,8 @@ void SlowRankWatch::start(const std::string& step, int restart_count, double sam
   restart_count_ = restart_count;
   sample_s_ = sample_s;
   shares_file_ = shares_file;
+  hurried_ = 1;
+  sampler_.set_rate(1);
   sampler_.start(sample_s);
 }
 
@@ -241,7 +243,7 @@ void SlowRankWatch::on_sample(const RankSample& sample) {
       links_.say("flowrun: " + slow_ranks_line(step_, *slow, nullptr));
     }
   }
-  sampler_.set_rate(!said_ && tally_.suspect() ? kSuspectRate : 1);
+  sampler_.set_rate(std::max(rate_now(), hurried_));
   // The shares so far, for flowrun status: a few times a minute at most.
   if (const std::int64_t now = monotonic_now_ns();
       !forwarded_ && now - written_mono_ >= kSharesWriteIntervalNs) {

@@ -6,6 +6,7 @@
 // samples do not keep step with a training loop's period.
 #pragma once
 
+#include <algorithm>
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/posix/stream_descriptor.hpp>
 #include <boost/asio/steady_timer.hpp>
@@ -85,6 +86,12 @@ class SlowRankWatch {
   void start(const std::string& step, int restart_count, double sample_s, const std::string& shares_file);
   // No more samples (the group stops).
   void stop() { sampler_.stop(); }
+  // Samples at least `rate` times as often from the next sample on, until
+  // the next start (the head's suspect, on an agent).
+  void hurry(double rate) {
+    hurried_ = rate;
+    sampler_.set_rate(std::max(rate_now(), hurried_));
+  }
   // The attempt's shares (nullopt: no sample was tallied here); the file
   // gets them too.
   std::optional<WaitShares> end_of_group();
@@ -92,13 +99,15 @@ class SlowRankWatch {
  private:
   void on_sample(const RankSample& sample);
   void write_file();
+  // kSuspectRate while a rank of this host is a suspect not yet named, else 1.
+  double rate_now() const { return !said_ && tally_.suspect() ? kSuspectRate : 1; }
 
   RankSampler sampler_;
   Links links_;
   ShareTally tally_;
   std::string step_, shares_file_;
   int restart_count_ = 0;
-  double sample_s_ = 0;
+  double sample_s_ = 0, hurried_ = 1;
   bool said_ = false, forwarded_ = false;
   std::int64_t written_mono_ = 0;
 };

@@ -789,8 +789,8 @@ void Supervisor::set_repeat_signal_kills(bool kills) { impl_->repeat_kills = kil
 int Supervisor::interrupt_received() const { return impl_->interrupt; }
 
 void Supervisor::pause_output() { impl_->pipes.hold_output(WorkerPipes::kObserver, true); }
-
 void Supervisor::resume_output() { impl_->pipes.hold_output(WorkerPipes::kObserver, false); }
+void Supervisor::sample_faster(double rate) { impl_->slow_ranks.hurry(rate); }
 
 int Supervisor::interrupt_signal() const {
   impl_->io.poll();  // deliver a signal that arrived between steps

@@ -106,6 +106,7 @@ REWRITE = {(4, START): start_4_to_5, (5, START): start_5_to_6, (6, START): start
            (9, READY): after(b"gpus", [(b"check_ms", b"0"), (b"ranks", b"0")]),
            # protocol 11: the samples' rate in assign (shares, a new message, needs no rewrite)
            (10, ASSIGN): after(b"forensics_ms", [(b"sample_ms", b"1000")])}
+# protocol 12: sample_rate, a new message (head -> agent); no frame of 11 changed
 
 
 def bump(frames):

@@ -171,6 +171,7 @@ class FakeRanks : public cluster::NodeRanks {
     observer_->on_stacks(request, in_group_ ? stacks() : std::vector<RankStack>{}, "py-spy");
   }
   void signal_workers(int) override {}
+  void sample_faster(double) override {}
   void pause_output() override {}
   void resume_output() override {}
   bool stopping() const override { return stopping_; }

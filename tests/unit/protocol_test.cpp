@@ -40,8 +40,8 @@ std::vector<Frame> drain(FrameReader& reader) {
 
 TEST_CASE("a frame is big-endian length, version, type, payload", "[protocol]") {
   std::string frame = encode_frame(MessageType::heartbeat, "abc");
-  CHECK(frame == "\x00\x00\x00\x05\x0b\x0a"s + "abc");
-  CHECK(encode_frame(MessageType::bye, "") == "\x00\x00\x00\x02\x0b\x0f"s);
+  CHECK(frame == "\x00\x00\x00\x05\x0c\x0a"s + "abc");
+  CHECK(encode_frame(MessageType::bye, "") == "\x00\x00\x00\x02\x0c\x0f"s);
   std::string batch;
   append_frame(batch, MessageType::start, "");
   append_frame(batch, MessageType::bye, "x");
@@ -67,7 +67,7 @@ TEST_CASE("every message type round-trips through a frame and fields", "[protoco
     CHECK(reader.buffered() == 0);
     CHECK(message_type_from_byte(static_cast<std::uint8_t>(type)) == type);
   }
-  CHECK(names.size() == 31);
+  CHECK(names.size() == 32);
   CHECK(message_type_name(MessageType::upload_chunk) == "upload_chunk");
   CHECK(message_type_name(MessageType::preflight_done) == "preflight_done");
   CHECK(message_type_name(MessageType::signal) == "signal");
@@ -76,7 +76,8 @@ TEST_CASE("every message type round-trips through a frame and fields", "[protoco
   CHECK(message_type_name(MessageType::stacks) == "stacks");
   CHECK(message_type_name(MessageType::upload_hole) == "upload_hole");
   CHECK(message_type_name(MessageType::ship_ack) == "ship_ack");
-  CHECK_FALSE(message_type_from_byte(32));
+  CHECK(message_type_name(MessageType::sample_rate) == "sample_rate");
+  CHECK_FALSE(message_type_from_byte(33));
 }
 
 TEST_CASE("a frame fed byte by byte comes out once, whole", "[protocol]") {
@@ -158,7 +159,7 @@ TEST_CASE("a frame from another protocol version is refused with what to do", "[
   REQUIRE(reader.failed());
   CHECK(reader.other_version());
   CHECK(reader.error() ==
-        "agent speaks protocol 1, this flowrun speaks 11: run the same flowrun version on every node");
+        "agent speaks protocol 1, this flowrun speaks 12: run the same flowrun version on every node");
 }
 
 TEST_CASE("a peer of another protocol is named from the parts every version keeps", "[protocol]") {
@@ -217,9 +218,9 @@ TEST_CASE("a bad header behind a pending frame fails on arrival", "[protocol]") 
   FrameReader reader("agent");
   reader.feed(first.substr(0, 50));
   CHECK_FALSE(reader.failed());
-  reader.feed(first.substr(50) + raw_header(2, 12, 1));
+  reader.feed(first.substr(50) + raw_header(2, 13, 1));
   CHECK(reader.error() ==
-        "agent speaks protocol 12, this flowrun speaks 11: run the same flowrun version on every node");
+        "agent speaks protocol 13, this flowrun speaks 12: run the same flowrun version on every node");
   CHECK(reader.next() == Frame{MessageType::output, std::string(100, 'x')});
   CHECK_FALSE(reader.next());
 }

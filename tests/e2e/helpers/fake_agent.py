@@ -21,13 +21,13 @@ import socket
 import struct
 import sys
 
-VERSION = 11
+VERSION = 12
 TYPES = {"hello": 1, "challenge": 2, "auth": 3, "welcome": 4, "refused": 5, "assign": 6, "start": 7,
          "output": 8, "exited": 9, "heartbeat": 10, "stop": 11, "upload_begin": 12, "upload_chunk": 13,
          "upload_end": 14, "bye": 15, "ready": 16, "done": 17,
          "preflight": 18, "preflight_id": 19, "preflight_done": 20, "signal": 21, "stalled": 22,
          "take_stacks": 23, "stacks": 24, "upload_hole": 25, "ship_begin": 26, "ship_chunk": 27,
-         "ship_end": 28, "ship_done": 29, "ship_ack": 30, "shares": 31}
+         "ship_end": 28, "ship_done": 29, "ship_ack": 30, "shares": 31, "sample_rate": 32}
 NAMES = {v: k for k, v in TYPES.items()}
 
 

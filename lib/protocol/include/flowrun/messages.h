@@ -306,6 +306,17 @@ struct Shares {
   friend bool operator==(const Shares&, const Shares&) = default;
 };
 
+// head -> agent: sample this node's ranks `rate` times as often as
+// Assign::sample_ms says (1: as it says), from the next sample on. The head
+// asks for more while its tally of every node's ranks holds a suspect it has
+// not named yet, and for 1 again once it named one or the suspicion went.
+struct SampleRate {
+  static constexpr MessageType kType = MessageType::sample_rate;
+  int attempt = 0;
+  int rate = 1;
+  friend bool operator==(const SampleRate&, const SampleRate&) = default;
+};
+
 // agent -> head: a file a rank wrote, for the join step (error.json or
 // out/...); its chunks follow in order, then UploadEnd.
 struct UploadBegin {
@@ -470,10 +481,11 @@ struct ShipAck {
 
 // Every message, in MessageType order: the alternative at index i is the
 // message of type i + 1.
-using Message = std::variant<Hello, Challenge, Auth, Welcome, Refused, Assign, Start, Output, Exited,
-                             Heartbeat, Stop, UploadBegin, UploadChunk, UploadEnd, Bye, Ready, Done,
-                             Preflight, PreflightId, PreflightDone, Signal, Stalled, TakeStacks, Stacks,
-                             UploadHole, ShipBegin, ShipChunk, ShipEnd, ShipDone, ShipAck, Shares>;
+using Message =
+    std::variant<Hello, Challenge, Auth, Welcome, Refused, Assign, Start, Output, Exited, Heartbeat, Stop,
+                 UploadBegin, UploadChunk, UploadEnd, Bye, Ready, Done, Preflight, PreflightId, PreflightDone,
+                 Signal, Stalled, TakeStacks, Stacks, UploadHole, ShipBegin, ShipChunk, ShipEnd, ShipDone,
+                 ShipAck, Shares, SampleRate>;
 
 // The frame of each message. Throws flowrun::Error only where the message
 // cannot be written (a list item with a NUL, a list of one empty item): a
@@ -509,6 +521,7 @@ Frame encode(const ShipEnd& m);
 Frame encode(const ShipDone& m);
 Frame encode(const ShipAck& m);
 Frame encode(const Shares& m);
+Frame encode(const SampleRate& m);
 Frame encode(const Message& m);
 
 // The message in `frame`, or nullopt with *why set (never a throw), e.g.

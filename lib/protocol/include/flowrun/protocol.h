@@ -80,7 +80,7 @@ namespace flowrun {
 // workdir.
 // 10: node checks: assign asks for them (node_checks, node_gpus, python),
 // ready carries each check's verdict and how long they took.
-inline constexpr std::uint8_t kProtocolVersion = 11;
+inline constexpr std::uint8_t kProtocolVersion = 12;
 
 // length:u32 + version:u8 + type:u8.
 inline constexpr std::size_t kFrameHeaderBytes = 6;
@@ -144,11 +144,12 @@ enum class MessageType : std::uint8_t {
   ship_end = 28,
   ship_done = 29,
   ship_ack = 30,
-  shares = 31,  // protocol 11
+  shares = 31,       // protocol 11
+  sample_rate = 32,  // protocol 12
 };
 
 inline constexpr std::uint8_t kFirstMessageType = 1;
-inline constexpr std::uint8_t kLastMessageType = 31;
+inline constexpr std::uint8_t kLastMessageType = 32;
 
 // "hello", "upload_chunk", ... as in the enum.
 std::string_view message_type_name(MessageType type);

@@ -286,6 +286,12 @@ class Supervisor {
   // group (the agent, for the head's signal message). No-op without a group.
   void signal_workers(int sig);
 
+  // Samples the running group's ranks `rate` times as often as its
+  // sample_s says (1: as it says) until the next group: the head, which
+  // tallies every node's ranks together, asks an agent for it while it holds
+  // a suspect (SampleRate). No-op without samples.
+  void sample_faster(double rate);
+
   // Whether the running group is stopping.
   bool stopping() const;
 
