@@ -72,13 +72,8 @@ int LineFolder::add(std::string prefix, int rank) {
 void LineFolder::line(int source, bool continued, std::string_view a, std::string_view b, std::int64_t now_ns,
                       std::string& out) {
   Source& src = sources_[static_cast<std::size_t>(source)];
-  if (src.rank < 0 || options_.window_ns <= 0 ||
-      (waiting_ == 0 && (live_ <= 1 || now_ns < flood_until_ns_))) {
-    out.append(src.prefix);
-    if (continued) out.append(kContinuation);
-    out.append(a);
-    out.append(b);
-    out.push_back('\n');
+  if (passes(source, now_ns)) {
+    append_line(out, src.prefix, continued, a, b);
     return;
   }
   if (!src.waiting()) {

@@ -147,15 +147,13 @@ std::string_view LineSplitter::cut(std::string_view s, std::string& out) {
 }
 
 void LineSplitter::emit(std::string_view a, std::string_view b, bool continued, std::string& out) {
-  if (folder_ != nullptr) {
+  // A flood, or nothing to fold with, passes straight through: the folder
+  // is asked inline, not handed each line.
+  if (folder_ != nullptr && !folder_->passes(source_, now_ns_)) {
     folder_->line(source_, continued, a, b, now_ns_, out);
     return;
   }
-  out.append(prefix_);
-  if (continued) out.append(kContinuation);
-  out.append(a);
-  out.append(b);
-  out.push_back('\n');
+  append_line(out, prefix_, continued, a, b);
 }
 
 void LineSplitter::hold(std::string_view s, std::string& out) { pending_.append(cut(s, out)); }

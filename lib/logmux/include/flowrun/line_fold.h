@@ -59,6 +59,14 @@ class LineFolder {
   void line(int source, bool continued, std::string_view a, std::string_view b, std::int64_t now_ns,
             std::string& out);
 
+  // Whether a line of `source` at `now_ns` goes straight to the console:
+  // its source never folds, folding is off, or no line waits and there is
+  // no other live source to fold with, or the sources flood.
+  bool passes(int source, std::int64_t now_ns) const {
+    return sources_[static_cast<std::size_t>(source)].rank < 0 || options_.window_ns <= 0 ||
+           (waiting_ == 0 && (live_ <= 1 || now_ns < flood_until_ns_));
+  }
+
   // The source ended: its lines wait for nothing but the other sources'.
   void close(int source, std::string& out);
 

@@ -46,6 +46,17 @@ namespace flowrun {
 // Marks a piece of a line cut at max_line bytes (UTF-8 for "↪ ").
 inline constexpr std::string_view kContinuation = "\xe2\x86\xaa ";
 
+// Appends one line as the console shows it: `prefix`, the continuation mark
+// for a piece after a cut, its text (a + b) and '\n'.
+inline void append_line(std::string& out, std::string_view prefix, bool continued, std::string_view a,
+                        std::string_view b) {
+  out.append(prefix);
+  if (continued) out.append(kContinuation);
+  out.append(a);
+  out.append(b);
+  out.push_back('\n');
+}
+
 // Marks a line TailBuffer truncated (UTF-8 for "…").
 inline constexpr std::string_view kEllipsis = "\xe2\x80\xa6";
 
