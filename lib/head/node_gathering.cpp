@@ -311,6 +311,7 @@ bool NodeGathering::leave_out_failed() {
     // Gone for the step: its agent ends at this bye, and its connection's
     // close is no loss to report.
     n.lost = true;
+    n.left_out = true;
     n.conn->send(Bye{false, false, -1});
   }
   if (failed.empty()) return false;

@@ -264,6 +264,13 @@ bool NodeTable::any_retired() const {
          std::any_of(nodes_.begin(), nodes_.end(), [](const Node& n) { return n.retired; });
 }
 
+bool NodeTable::any_hanging() const {
+  const auto gone = [](const Node& n) { return !n.left_out && (n.lost || n.closed || n.signalled); };
+  const auto retired = [](const Node& n) { return !n.left_out && n.retired; };
+  return std::any_of(begin(), end(), gone) || std::any_of(nodes_.begin(), nodes_.end(), retired) ||
+         std::any_of(retired_.begin(), retired_.end(), [](const Node& n) { return !n.left_out; });
+}
+
 bool NodeTable::heartbeat(std::int64_t now_ns, double timeout_s,
                           const std::function<bool(Node&, const std::string& why)>& lost) {
   for (auto& n : nodes_) {

@@ -50,6 +50,7 @@ struct Node {
   int gpus = -1;
   bool stays = false;         // a gang's agent (Joiner::stays)
   bool check_failed = false;  // its node check failed (Ready::checks): it is to be left out
+  bool left_out = false;      // left out for its check and told bye: its agent ends by itself
 };
 
 // How often the head and an agent send heartbeats for `timeout_s`
@@ -153,6 +154,9 @@ class NodeTable {
   bool any_gone() const;
   // A spare took some node's place: that node is retired.
   bool any_retired() const;
+  // A node gone or retired other than for its check: the engine's process
+  // serving it (srun, ssh) may hang on its link and is to be stopped.
+  bool any_hanging() const;
 
   // Bye{ok} to every node whose connection is open, which then closes; with
   // `keep_stayers`, a node whose agent stays hears that the head keeps it

@@ -180,8 +180,9 @@ class Head : public GroupObserver, public cluster::NodeInbox {
     if (phase_ != Phase::finished) {
       finish();
       // srun or ssh of a lost node, or of one a spare replaced, may hang (its
-      // link is down): stop them.
-      if (nodes_.any_gone() || nodes_.any_retired()) sup_.stop_group(Outcome::failed);
+      // link is down): stop them. A node left out for its check was told
+      // bye, and its agent ended by itself: srun is not to be cut short for it.
+      if (nodes_.any_hanging()) sup_.stop_group(Outcome::failed);
     }
     sup_.finish_group();
     nodes_.close_all();

@@ -1359,6 +1359,73 @@ class Multinode:
         self.check(ran == ["ran.0", "ran.1", "ran.2", "ran.3"], "preflight: then every rank runs",
                    "ran.0 .. ran.3", ran)
 
+    # The test cluster's nodes have 2 GPUs each (Gres=gpu:2): the stand-in NVML's 4 of "bridges", 0 and 1 visible.
+    NODE_FAULTS = {
+        "ecc": ("ecc:1", "gpu_health: GPU 1 has 1 uncorrectable ECC error: reset it (nvidia-smi -r) or drain the node"),
+        "busy": ("busy:0", "gpu_health: GPU 0 is busy: 1 process already runs on it (another job, or one left "
+                           "behind): end it, or leave the node out"),
+        "missing": ("missing:3", "gpu_count: NVML reports 1 GPU where the plan expects 2; a GPU is missing (fell "
+                                 "off the bus, or disabled): check nvidia-smi on the node, or leave it out"),
+    }
+
+    def test_node_checks(self):
+        """node_checks (on by default) under srun, 3 nodes of the cluster (2 GPUs each) for nodes: 2 and
+        spare_nodes: 1, with
+        the stand-in NVML: node2 reports an uncorrectable ECC error, a busy GPU or a missing GPU (its faults kept
+        to that host, FAKE_NVML_FAULTS_ON). Its agent's check leaves it out before any rank starts, the spare
+        takes its seat, every rank runs on the other two hosts, and excluded_nodes names it for sbatch."""
+        lib_src = os.path.join(self.fakes, "libflowrun_fake_nvml.so")
+        if not self.check(os.path.exists(lib_src), "node checks: the stand-in NVML is built", lib_src, None):
+            return
+        faulty = "node2"
+        for fault, (faults, why) in self.NODE_FAULTS.items():
+            label = f"node_checks_{fault}"
+            d = self.workspace(label)
+            lib = os.path.join(d, "lib")
+            os.makedirs(lib)
+            shutil.copy2(lib_src, os.path.join(lib, "libnvidia-ml.so.1"))
+            steps = [{"name": "train", "forensics": "off", "parallel": {"nodes": 2, "spare_nodes": 1},
+                      "run": ["/bin/sh", "-c", 'echo "$FLOWRUN_NODE_RANK $(hostname) $WORLD_SIZE" > ran.$RANK']}]
+            spec = self.write_spec(d, {"engine": "slurm", "gpus_per_node": 2, "address": self.c.addrs["head"],
+                                       "heartbeat_timeout": 1}, steps)
+            run = self.head(spec, None, LD_LIBRARY_PATH=lib, FAKE_NVML_SCENARIO="bridges", CUDA_VISIBLE_DEVICES="0,1",
+                            FAKE_NVML_FAULTS=faults, FAKE_NVML_FAULTS_ON=faulty)
+            self.check(run.rc == 0, f"{label}: the step succeeds on the spare", 0, run.rc, run.detail())
+            res = run.results()
+            verdicts = res.get("node_checks") or []
+            failed = [v for v in verdicts if not v["ok"]]
+            seated = {v["node"] for v in verdicts if v["ok"]}
+            self.check(len(verdicts) == 3 and [v["node"] for v in failed] == [faulty] and len(seated) == 2 and
+                       any(f"{c['name']}: {c['detail']}" == why for c in failed[0]["checks"] if not c["ok"]),
+                       f"{label}: results.json has the 3 nodes' verdicts, {faulty} failed by its check",
+                       f"{faulty}: {why}", verdicts)
+            rank = failed[0]["node_rank"] if failed else None
+            left = (f"flowrun: step 'train': node {faulty} (node rank {rank} of 2) failed its check, so it is left "
+                    f"out: {why}")
+            self.check(left in run.stderr.splitlines(), f"{label}: the head names the node, its check and the fix",
+                       left, run.stderr[-3000:])
+            spare = re.search(rf"^flowrun: step 'train': spare node (node\d) takes node rank {rank} of node "
+                              rf"{faulty}, which failed its check \(0 spares left\)$", run.stderr, re.M)
+            self.check(spare is not None and spare.group(1) in seated, f"{label}: a spare takes the faulty node's seat",
+                       "spare node nodeN takes node rank ...", run.stderr[-3000:])
+            ran = {}
+            for r in range(4):
+                path = os.path.join(d, f"ran.{r}")
+                if os.path.exists(path):
+                    node_rank, host, world = open(path).read().split()
+                    ran[r] = (int(node_rank), host, int(world))
+            self.check(len(ran) == 4 and {h for _, h, _ in ran.values()} == seated and
+                       all(w == 4 for _, _, w in ran.values()),
+                       f"{label}: all 4 ranks ran, on the two hosts that passed, none on {faulty}", sorted(seated), ran)
+            srun_lines = [line for line in run.stderr.splitlines() if line.startswith("[srun]")]
+            self.check(srun_lines == [], f"{label}: srun is not cut short for the node left out (told bye, its agent "
+                       "ended by itself): not a word from srun", [], srun_lines)
+            excluded = os.path.join(run.run_dir, "excluded_nodes")
+            got = open(excluded).read() if os.path.exists(excluded) else None
+            self.check(got == faulty + "\n", f"{label}: excluded_nodes names {faulty} for sbatch --exclude",
+                       faulty, got)
+            self.assert_nothing_left(label)
+
     # --- what is left --------------------------------------------------------------
 
     def flowrun_processes(self):
@@ -1426,7 +1493,7 @@ TESTS = ["salloc", "sbatch", "srun", "srun_node1", "login_node_loopback", "ssh_h
          "run_cli_rendezvous",
          "torch", "lightning", "culprit", "stacks_srun", "stacks_ssh", "stacks_venv", "stacks_missing",
          "agent_kill", "link_down", "spare", "elastic", "head_kill", "scancel", "requeue", "wrong_token", "symlink", "private_workdir",
-         "preflight"]
+         "preflight", "node_checks"]
 
 
 @pytest.fixture(scope="module")
