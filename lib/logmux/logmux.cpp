@@ -101,8 +101,9 @@ void LineSplitter::feed(std::string_view data, std::int64_t now_ns, std::string&
     }
     const std::string_view text(p, static_cast<std::size_t>(text_end - p));
     if (pending_.empty() && !pending_continued_ && !line_cr_ && text.size() <= max_line_) {
-      // The common case: a whole line in one feed, two copies.
-      if (folder_ != nullptr) {
+      // The common case: a whole line in one feed, two copies. The folder
+      // gets it unless it would let it pass straight through (a flood).
+      if (folder_ != nullptr && !folder_->passes(source_, now_ns)) {
         folder_->line(source_, false, text, {}, now_ns, out);
         p = nl + 1;
         continue;

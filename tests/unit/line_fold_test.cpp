@@ -201,6 +201,33 @@ TEST_CASE("the splitter hands its lines to the folder", "[fold]") {
   CHECK(out == "[train r0-1] step 1\n[train r0-1] step 2\n");
 }
 
+TEST_CASE("in a flood the splitter passes its lines itself, as the folder would show them", "[fold]") {
+  LineFolder fold({"train", false, 200 * kMs, 64});
+  LogStyle style;
+  LineSplitter r0("[train r0] ", style), r1("[train r1] ", style);
+  r0.fold_into(&fold, fold.add("[train r0] ", 0));
+  r1.fold_into(&fold, fold.add("[train r1] ", 1));
+  std::string out;
+  CHECK_FALSE(fold.passes(0, 1));  // another rank to fold with, no flood: the line waits for it
+  r0.feed(std::string(70, 'x') + "\n", 1, out);  // past max_held: a flood
+  CHECK(out == "[train r0] " + std::string(70, 'x') + "\n");
+  CHECK(fold.passes(0, 2));
+  CHECK(fold.passes(1, 200 * kMs));
+  out.clear();
+  r0.feed("same\nsame\n", 2, out);  // whole lines in one feed (the splitter's own fast path)
+  r1.feed("same\n", 3, out);
+  r1.feed("sa", 4, out);
+  r1.feed("me\n", 5, out);  // a line completed across feeds
+  CHECK(out == "[train r0] same\n[train r0] same\n[train r1] same\n[train r1] same\n");
+  CHECK(fold.empty());
+  // The flood's wait over, they fold again.
+  CHECK_FALSE(fold.passes(0, 200 * kMs + 2));
+  out.clear();
+  r0.feed("again\n", 200 * kMs + 2, out);
+  r1.feed("again\n", 200 * kMs + 3, out);
+  CHECK(out == "[train r0-1] again\n");
+}
+
 // Random lines from random ranks, against the guarantees: every line of every
 // rank shown exactly once, each rank's in order, and folded lines are the same
 // text. Time moves on, so waits end; the table is rebuilt many times.
