@@ -208,7 +208,7 @@ TEST_CASE("in a flood the splitter passes its lines itself, as the folder would 
   r0.fold_into(&fold, fold.add("[train r0] ", 0));
   r1.fold_into(&fold, fold.add("[train r1] ", 1));
   std::string out;
-  CHECK_FALSE(fold.passes(0, 1));  // another rank to fold with, no flood: the line waits for it
+  CHECK_FALSE(fold.passes(0, 1));                // another rank to fold with, no flood: the line waits for it
   r0.feed(std::string(70, 'x') + "\n", 1, out);  // past max_held: a flood
   CHECK(out == "[train r0] " + std::string(70, 'x') + "\n");
   CHECK(fold.passes(0, 2));
