@@ -143,8 +143,12 @@ def torchrun_cmd(extra):
 
 
 def rotate(items, i):
+    """The order of iteration i: rotated by i, and reversed in every other pair of iterations, so that
+    each launcher follows a different one across iterations, not always the same (a launcher right after
+    one that wrote 2 GB of files pays for their writeback, whatever os.sync() did)."""
     k = i % len(items)
-    return items[k:] + items[:k]
+    order = items[k:] + items[:k]
+    return order[::-1] if (i // 2) % 2 else order
 
 
 
