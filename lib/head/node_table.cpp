@@ -259,11 +259,6 @@ bool NodeTable::any_gone() const {
   return std::any_of(begin(), end(), [](const Node& n) { return n.lost || n.closed || n.signalled; });
 }
 
-bool NodeTable::any_retired() const {
-  return !retired_.empty() ||
-         std::any_of(nodes_.begin(), nodes_.end(), [](const Node& n) { return n.retired; });
-}
-
 bool NodeTable::any_hanging() const {
   const auto gone = [](const Node& n) { return !n.left_out && (n.lost || n.closed || n.signalled); };
   const auto retired = [](const Node& n) { return !n.left_out && n.retired; };

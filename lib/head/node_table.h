@@ -152,8 +152,6 @@ class NodeTable {
   std::string gpu_mismatches(const StepPlan& plan) const;
   // A node can take no further attempt: lost, closed after its done, or signalled.
   bool any_gone() const;
-  // A spare took some node's place: that node is retired.
-  bool any_retired() const;
   // A node gone or retired other than for its check: the engine's process
   // serving it (srun, ssh) may hang on its link and is to be stopped.
   bool any_hanging() const;
