@@ -17,6 +17,7 @@ import sys
 import pytest
 
 from flowrun_testlib.launcher import wait_for
+from flowrun_testlib.node_faults import node_faults
 from flowrun_testlib.nodes import HOST, Nodes, read, sh_yaml
 from flowrun_testlib.suite import E2E
 
@@ -44,13 +45,7 @@ def cpu_spec(name, extra=""):
             f"      nodes: 2\n{extra}")
 
 
-FAULTS = {
-    "ecc": ("ecc:1", "gpu_health: GPU 1 has 1 uncorrectable ECC error: reset it (nvidia-smi -r) or drain the node"),
-    "busy": ("busy:2", "gpu_health: GPU 2 is busy: 1 process already runs on it (another job, or one left "
-                       "behind): end it, or leave the node out"),
-    "missing": ("missing:1", "gpu_count: NVML reports 3 GPUs where the plan expects 4; a GPU is missing (fell "
-                             "off the bus, or disabled): check nvidia-smi on the node, or leave it out"),
-}
+FAULTS = node_faults(4)
 
 
 class TestNodeChecks(E2E):

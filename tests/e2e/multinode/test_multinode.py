@@ -28,6 +28,7 @@ import pytest
 
 from flowrun_testlib import AGENT_CLOSED, temp_dir
 from flowrun_testlib.browser import Browser, chromium
+from flowrun_testlib.node_faults import node_faults
 from flowrun_testlib.cluster import Cluster, cluster_unavailable, end_on_sigterm
 from flowrun_testlib.launcher import py_spy
 
@@ -1360,13 +1361,7 @@ class Multinode:
                    "ran.0 .. ran.3", ran)
 
     # The test cluster's nodes have 2 GPUs each (Gres=gpu:2): the stand-in NVML's 4 of "bridges", 0 and 1 visible.
-    NODE_FAULTS = {
-        "ecc": ("ecc:1", "gpu_health: GPU 1 has 1 uncorrectable ECC error: reset it (nvidia-smi -r) or drain the node"),
-        "busy": ("busy:0", "gpu_health: GPU 0 is busy: 1 process already runs on it (another job, or one left "
-                           "behind): end it, or leave the node out"),
-        "missing": ("missing:3", "gpu_count: NVML reports 1 GPU where the plan expects 2; a GPU is missing (fell "
-                                 "off the bus, or disabled): check nvidia-smi on the node, or leave it out"),
-    }
+    NODE_FAULTS = node_faults(2)
 
     def test_node_checks(self):
         """node_checks (on by default) under srun, 3 nodes of the cluster (2 GPUs each) for nodes: 2 and
