@@ -402,9 +402,11 @@ class TestSummary(E2E):
                        f"retry: {label}: class {klass}, retry_may_help {may_help}, in the summary, results.json "
                        "and on the console", f"{json.dumps(s, indent=1)[:1500]}\n{r.detail()}")
             st = self.call(f"{label} status", d, "status", s.get("run_dir") or "latest", summary=None)
-            page = f"page: flowrun report {s.get('run_id')} writes the run as one HTML page\n"
-            self.check(st.rc == 0 and st.stdout.endswith(f"a retry {said} ({klass}): {res.get('retry_why')}\n" + page),
-                       f"retry: {label}: flowrun status ends with it, then the command that draws the run",
+            # The failed run wrote its page as it ended: status names the file, and how to write it anew.
+            page = (f"page: {s.get('run_dir')}/report.html (flowrun report {s.get('run_id')} writes it anew)\n")
+            self.check(st.rc == 0 and st.stdout.endswith(f"a retry {said} ({klass}): {res.get('retry_why')}\n" + page)
+                       and (s.get("report") or {}).get("exists") is True,
+                       f"retry: {label}: flowrun status ends with it, then the run's page, which the failed run wrote",
                        st.detail())
         r = self.call("usage", self.workspace("retry-usage"), "no-such.yaml", "--summary-json", "summary.json")
         s = r.file or {}
