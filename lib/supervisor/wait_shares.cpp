@@ -35,25 +35,38 @@ double z_score(std::int64_t waits, std::int64_t samples, std::int64_t others_wai
   return (share(others_waits, others_samples) - share(waits, samples)) / std::sqrt(variance);
 }
 
-std::int64_t count_of(const RankShare& r, const std::string& frame) {
-  for (const auto& [name, n] : r.frames) {
-    if (name == frame) return n;
-  }
-  return 0;
+// The function of a frame "load_batch (data.py:88)": "load_batch (data.py",
+// so that a function's lines count together; the frame itself when it has
+// no line.
+std::string_view function_of(std::string_view frame) {
+  const std::size_t open = frame.rfind(" (");
+  const std::size_t colon = frame.rfind(':');
+  if (open == std::string_view::npos || colon == std::string_view::npos || colon < open) return frame;
+  return frame.substr(0, colon);
 }
 
-// Where `slow` spends the most of its samples beyond the share the other
-// ranks spend there; its most frequent frame when it is nowhere beyond them.
+std::int64_t count_in(const RankShare& r, std::string_view function) {
+  std::int64_t n = 0;
+  for (const auto& [name, count] : r.frames) {
+    if (name != kOtherFrames && function_of(name) == function) n += count;
+  }
+  return n;
+}
+
+// The function where `slow` spends the most of its samples beyond the share
+// the other ranks spend there (its lines counted together), named by its
+// most frequent line; its most frequent frame when it is nowhere beyond them.
 std::string hottest_frame(const RankShare& slow, const std::vector<const RankShare*>& others) {
   std::int64_t others_samples = 0;
   for (const RankShare* o : others) others_samples += o->samples;
   std::string best;
   double best_excess = 0;
-  for (const auto& [frame, n] : slow.frames) {
+  for (const auto& [frame, n] : slow.frames) {  // the most frequent first: the first line of each function
     if (frame == kOtherFrames) continue;
+    const std::string_view function = function_of(frame);
     std::int64_t elsewhere = 0;
-    for (const RankShare* o : others) elsewhere += count_of(*o, frame);
-    const double excess = share(n, slow.samples) - share(elsewhere, others_samples);
+    for (const RankShare* o : others) elsewhere += count_in(*o, function);
+    const double excess = share(count_in(slow, function), slow.samples) - share(elsewhere, others_samples);
     if (excess > best_excess) best = frame, best_excess = excess;
   }
   if (best.empty() && !slow.frames.empty() && slow.frames.front().first != kOtherFrames)

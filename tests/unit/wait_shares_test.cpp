@@ -152,6 +152,24 @@ TEST_CASE("the rank that seldom waits is named once the evidence is solid", "[wa
       "its hottest frame is load_batch (data.py:88)");
 }
 
+TEST_CASE("the hottest frame is a function, its lines counted together, named by its most frequent line",
+          "[wait_shares]") {
+  ShareTally tally;
+  tally.set(RankShare{0, 60, 54, {{"forward (train.py:41)", 6}}});
+  // 4 samples in forward beyond rank 0's, but 6 in load_batch over two of its lines.
+  tally.set(RankShare{1,
+                      60,
+                      12,
+                      {{"forward (train.py:41)", 10},
+                       {"load_batch (data.py:33)", 4},
+                       {"load_batch (data.py:34)", 3},
+                       {"<module> (x:y.py:2)", 1}}});
+  const auto slow = tally.slow();
+  REQUIRE(slow);
+  CHECK(slow->ranks == std::vector<int>{1});
+  CHECK(slow->frame == "load_batch (data.py:33)");
+}
+
 TEST_CASE("too few samples, too small a gap, or ranks that seldom wait name nobody", "[wait_shares]") {
   SECTION("too few samples") {
     ShareTally tally;
