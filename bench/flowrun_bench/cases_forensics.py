@@ -6,16 +6,14 @@ nodes (j) each agent runs it on its own ranks and the head groups what they send
 import json
 import os
 import re
-import shlex
 import shutil
-import subprocess
 import sys
 import time
 from pathlib import Path
 
 from . import record
-from .common import (BENCH_SRC, ROOT, TORCH_PYTHON, W, WORKERS, Console, agent_env, fresh, mn_launcher, run_quiet,
-                     short, show, spec_from, wait_or_kill)
+from .common import (BENCH_SRC, ROOT, TORCH_PYTHON, W, WORKERS, agent_env, fresh, mn_launcher, run_quiet, short,
+                     show, spec_from, start_head, wait_or_kill)
 from .record import summary
 
 ODD_RANK = 5  # on node 2 of 4 in case (j)
@@ -72,17 +70,7 @@ def forensics_once(spec, run_dir, work, row, env, nodes):
     wall_at_zero = time.time_ns() - time.monotonic_ns()  # stack.txt's times onto time.monotonic()
     cmd = [str(W.flowrun), "--run-dir", str(run_dir), str(spec)]
     row.command = f"FLOWRUN_PY_SPY={short(env['FLOWRUN_PY_SPY'])} " + show(cmd)
-    head = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, stdin=subprocess.DEVNULL,
-                            cwd=work, text=True, errors="replace", env=env)
-    console = Console(head.stderr)
-    agents = []
-    if nodes:
-        _, m = console.wait_for(r"^flowrun:   (\S.* agent --rdzv-endpoint .*)$", 60)
-        if m:
-            argv = shlex.split(m.group(1))
-            row.command += " & 4 x " + re.sub(r"127\.0\.0\.1:\d+", "127.0.0.1:PORT", show(argv))
-            agents = [subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                                       stdin=subprocess.DEVNULL, cwd=work, env=env) for _ in range(4)]
+    head, console, agents = start_head(cmd, work, env, row, 4 if nodes else 0)
     detected, _ = console.wait_for(STALL_LINE, 180)
     reported, _ = console.wait_for(STACKS_LINE, 60) if detected else (None, None)
     if reported is None:

@@ -5,14 +5,13 @@ run in turn), and how soon flowrun names a rank slowed by 30%, on one node and o
 import json
 import os
 import re
-import shlex
 import subprocess
 import time
 
 from . import record
 from .cases_forensics import find_py_spy
-from .common import (ROOT, TORCH_PYTHON, W, Console, agent_env, fresh, made_ok, mn_launcher, run_quiet, short, show,
-                     spec_from, wait_or_kill)
+from .common import (ROOT, TORCH_PYTHON, W, agent_env, fresh, made_ok, mn_launcher, run_quiet, short, show, spec_from,
+                     start_head, wait_or_kill)
 from .record import summary
 
 SCRIPT = ROOT / "tests" / "e2e" / "torch" / "slow_rank.py"
@@ -110,17 +109,7 @@ def named_once(spec, run_dir, work, row, env, stop, nodes):
         env = dict(agent_env(work), FLOWRUN_PY_SPY=env["FLOWRUN_PY_SPY"])
         env.pop("PYTHONPATH", None)
     started = time.monotonic()
-    head = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, stdin=subprocess.DEVNULL,
-                            cwd=work, text=True, errors="replace", env=env)
-    console = Console(head.stderr)
-    agents = []
-    if nodes:
-        _, m = console.wait_for(r"^flowrun:   (\S.* agent --rdzv-endpoint .*)$", 60)
-        if m:
-            argv = shlex.split(m.group(1))
-            row.command += " & 2 x " + re.sub(r"127\.0\.0\.1:\d+", "127.0.0.1:PORT", show(argv))
-            agents = [subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                                       stdin=subprocess.DEVNULL, cwd=work, env=env) for _ in range(2)]
+    head, console, agents = start_head(cmd, work, env, row, 2 if nodes else 0)
     named, m = console.wait_for(SLOW_LINE, NAME_TIMEOUT_S)
     made_ok(stop.parent)
     stop.touch()

@@ -294,6 +294,24 @@ def free_port():
         return s.getsockname()[1]
 
 
+def start_head(cmd, work, env, row, agents=0):
+    """A head `cmd` in `work` whose stderr a Console reads, and, for a multi-node spec, `agents` agents started
+    with the command it prints. The row's command gains theirs, the head's port as PORT. Returns (head,
+    console, the agents' processes)."""
+    head = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, stdin=subprocess.DEVNULL,
+                            cwd=work, text=True, errors="replace", env=env)
+    console = Console(head.stderr)
+    procs = []
+    if agents:
+        _, m = console.wait_for(r"^flowrun:   (\S.* agent --rdzv-endpoint .*)$", 60)
+        if m:
+            argv = shlex.split(m.group(1))
+            row.command += f" & {agents} x " + re.sub(r"127\.0\.0\.1:\d+", "127.0.0.1:PORT", show(argv))
+            procs = [subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                                      stdin=subprocess.DEVNULL, cwd=work, env=env) for _ in range(agents)]
+    return head, console, procs
+
+
 def wait_or_kill(proc, timeout):
     """proc's exit code once it ends, waiting at most `timeout` seconds before it is killed."""
     try:
