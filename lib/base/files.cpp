@@ -111,6 +111,28 @@ std::optional<std::string> try_read_file(const std::string& path, std::size_t li
   return read_to_limit(fd, limit, err);
 }
 
+std::optional<std::string> try_read_file_tail(const std::string& path, std::size_t bytes, int* err) {
+  int open_err = 0;
+  const int fd = open_regular_file(path, &open_err);
+  if (fd < 0) {
+    if (err != nullptr) *err = open_err;
+    return std::nullopt;
+  }
+  const UniqueFd closed_after(fd);
+  struct stat st {};
+  if (fstat(fd, &st) != 0) {
+    if (err != nullptr) *err = errno;
+    return std::nullopt;
+  }
+  const auto size = static_cast<std::size_t>(std::max<off_t>(st.st_size, 0));
+  const std::size_t from = size > bytes ? size - bytes : 0;
+  if (from > 0 && lseek(fd, static_cast<off_t>(from), SEEK_SET) < 0) {
+    if (err != nullptr) *err = errno;
+    return std::nullopt;
+  }
+  return read_all(fd, bytes, err);
+}
+
 std::optional<std::string> try_read_given_file(const std::string& path, std::size_t limit, int* err) {
   int fd;
   do {

@@ -8,7 +8,6 @@
 #include <ctime>
 #include <filesystem>
 #include <fmt/format.h>
-#include <fstream>
 #include <map>
 
 #include "flowrun/error.h"
@@ -64,19 +63,19 @@ std::int64_t time_of(const Json& object, std::string_view key) {
   return static_cast<std::int64_t>(timegm(&tm)) * 1'000'000'000 + std::int64_t{ms} * 1'000'000;
 }
 
-// The last kTailBytes of a log that may be gigabytes long.
+// The last kTailBytes of a log that may be gigabytes long, and that a rank
+// may have replaced with a FIFO or a device: read only as a regular file.
 std::string tail_of(const std::string& path) {
-  std::ifstream in(path, std::ios::binary | std::ios::ate);
-  if (!in) return "";
-  const std::streamoff size = in.tellg();
-  const std::streamoff from = std::max<std::streamoff>(0, size - static_cast<std::streamoff>(kTailBytes));
-  in.seekg(from);
-  std::string text(static_cast<std::size_t>(size - from), '\0');
-  in.read(text.data(), static_cast<std::streamsize>(text.size()));
-  text.resize(static_cast<std::size_t>(in.gcount()));
-  if (from > 0) {  // the first line is cut: drop it
-    const auto nl = text.find('\n');
-    text.erase(0, nl == std::string::npos ? text.size() : nl + 1);
+  // One byte more than kept: the byte before the window says whether its
+  // first line is whole (it follows a '\n') or cut (dropped).
+  std::string text = try_read_file_tail(path, kTailBytes + 1).value_or("");
+  if (text.size() > kTailBytes) {
+    const bool whole = text.front() == '\n';
+    text.erase(0, 1);
+    if (!whole) {
+      const auto nl = text.find('\n');
+      text.erase(0, nl == std::string::npos ? text.size() : nl + 1);
+    }
   }
   return text;
 }

@@ -226,6 +226,28 @@ class TestRunReport(E2E):
         # docs/cli.md shows this page (docs/images/report-failure.png is a copy of this screenshot).
         self.check(os.path.getsize(png) < 400_000, "failure: the screenshot stays small", str(os.path.getsize(png)))
 
+    def test_fifo_in_a_log_s_place(self):
+        # Rank 1 puts a FIFO where its stderr.log was, then fails: the page its run writes as it ends reads
+        # every rank's last lines, and a FIFO there must neither block flowrun nor reach the page.
+        log = "@DIR@/run/train/rank1/stderr.log"
+        d = self.flow("fifo", "name: fifo\nsteps:\n  - name: train\n    run: " + sh_yaml(
+            f'if [ "$RANK" = 1 ]; then rm -f {log} && mkfifo {log} && exit 3; fi; exec sleep 60') +
+            "\n    parallel:\n      cpus: 2\n")
+        p = self.start(d)
+        try:
+            _, err = p.communicate(timeout=60 * self.slack)
+        except subprocess.TimeoutExpired:
+            p.kill()
+            _, err = p.communicate()
+        page = os.path.join(d, "run", "report.html")
+        self.check(p.returncode == 3 and f"flowrun: the run as one page: {page}" in err.splitlines()
+                   and os.path.isfile(page),
+                   "fifo: the failed run ends and writes its page; the FIFO blocks nothing", err[-1500:])
+        dom = self.view("fifo", page) if os.path.isfile(page) else None
+        row = dom.by_id("train-r1") if dom is not None else None
+        self.check(row is not None and "exited 3" in row.all_text(),
+                   "fifo: rank 1's row has its exit, no lines from the FIFO", row.all_text() if row else "")
+
     def test_restart(self):
         script = ('if [ "$TORCHELASTIC_RESTART_COUNT" = 0 ] && [ "$RANK" = 1 ]; then '
                   'echo "first try fails" >&2; exit 75; fi; echo "attempt $TORCHELASTIC_RESTART_COUNT"')

@@ -245,6 +245,25 @@ TEST_CASE("try_read_file reads at most its limit and says why it cannot", "[file
                     "cannot read " + root + "/missing.txt: No such file or directory");
 }
 
+TEST_CASE("try_read_file_tail reads a file's last bytes, and only a regular file's", "[files]") {
+  const ScopedTempDir tmp("files-test");
+  const std::string& root = tmp.path();
+  std::string big;
+  for (int i = 0; i < 20'000; ++i) big += std::to_string(i) + "\n";
+  write(root + "/big.txt", big);
+  CHECK(flowrun::try_read_file_tail(root + "/big.txt", 10) == big.substr(big.size() - 10));
+  CHECK(flowrun::try_read_file_tail(root + "/big.txt", big.size() + 5) == big);
+  write(root + "/empty.txt", "");
+  CHECK(flowrun::try_read_file_tail(root + "/empty.txt", 10) == "");
+  int err = 0;
+  CHECK_FALSE(flowrun::try_read_file_tail(root + "/missing.txt", 10, &err));
+  CHECK(err == ENOENT);
+  // A FIFO a rank left in a log's place: refused, never opened, so nothing blocks.
+  REQUIRE(mkfifo((root + "/fifo").c_str(), 0600) == 0);
+  CHECK_FALSE(flowrun::try_read_file_tail(root + "/fifo", 10, &err));
+  CHECK(err == flowrun::kErrNotRegular);
+}
+
 TEST_CASE("make_private_dir makes a new directory of this user's, mode 0700, never one made before",
           "[files]") {
   const ScopedTempDir tmp("files-test");

@@ -9,6 +9,7 @@
 #include <fstream>
 #include <regex>
 #include <set>
+#include <sys/stat.h>
 
 #include "testing.h"
 
@@ -267,6 +268,48 @@ TEST_CASE("read_run_picture reads attempts, nodes and a restarted attempt's kept
   CHECK(a1.bars[1].node == "h3");
   CHECK(p.steps[1].attempts.empty());
   CHECK(p.steps[1].state == "skipped");
+}
+
+TEST_CASE("read_run_picture reads a log's last lines, and never blocks on a FIFO a rank left in its place",
+          "[run_page]") {
+  testing::ScopedTempDir dir("run-page");
+  const std::string run = dir.path();
+  auto write = [](const std::string& path, const std::string& text) {
+    fs::create_directories(fs::path(path).parent_path());
+    std::ofstream(path) << text;
+  };
+  write(run + "/run.json", R"({"format": 1, "run_id": "r1", "flow": "f", "host": "h0", "exit_code": 1,
+    "start": "2026-12-05T11:49:23.000Z", "end": "2026-12-05T11:49:25.000Z", "steps": {"train": "failed"}})");
+  write(run + "/plan.json", R"({"steps": [{"name": "train", "kind": "parallel", "why": [],
+    "nodes": [{"host": "h0"}], "ranks": [{"rank": 0, "node": 0}, {"rank": 1, "node": 0}]}]})");
+  std::string workers;
+  for (int rank : {0, 1}) {
+    workers +=
+        fmt::format(R"({}{{"rank": {}, "status": "exited", "exit_code": 1, "signal": null, "role": "{}",
+      "start": "2026-12-05T11:49:23.100Z", "end": "2026-12-05T11:49:24.100Z", "stalled": false,
+      "stderr_log": "{}/train/rank{}/stderr.log", "stdout_log": "", "node": "h0"}})",
+                    rank == 0 ? "" : ",", rank, rank == 0 ? "culprit" : "failed_after", run, rank);
+  }
+  write(run + "/train/results.json",
+        R"({"outcome": "failed", "exit_code": 1, "start": "2026-12-05T11:49:23.100Z",
+    "end": "2026-12-05T11:49:24.900Z", "attempts": [{"restart_count": 0, "outcome": "failed", "culprit_rank": 0,
+    "world_size": 2, "replaced_nodes": [], "workers": [)" +
+            workers + "]}]}");
+  // Rank 0's log is longer than the tail read: its cut first line is dropped, its last lines kept.
+  std::string log;
+  for (int i = 0; i < 5000; ++i) log += "line " + std::to_string(i) + "\n";
+  write(run + "/train/rank0/stderr.log", log);
+  fs::create_directories(run + "/train/rank1");
+  REQUIRE(mkfifo((run + "/train/rank1/stderr.log").c_str(), 0600) == 0);
+
+  const RunPicture p = read_run_picture(run, "failed", 0);
+  REQUIRE(p.steps.size() == 1);
+  REQUIRE(p.steps[0].attempts.size() == 1);
+  const auto& bars = p.steps[0].attempts[0].bars;
+  REQUIRE(bars.size() == 2);
+  CHECK(bars[0].last_stderr ==
+        std::vector<std::string>{"line 4995", "line 4996", "line 4997", "line 4998", "line 4999"});
+  CHECK(bars[1].last_stderr.empty());
 }
 
 TEST_CASE("read_run_picture names run.json when it cannot read it", "[run_page]") {

@@ -42,6 +42,11 @@ std::string file_error_text(int err);
 // caller that must tell a file longer than the limit asks for one byte more.
 std::optional<std::string> try_read_file(const std::string& path, std::size_t limit, int* err = nullptr);
 
+// The last `bytes` bytes of `path` (all of it when shorter), opened as
+// try_read_file opens it: a regular file only, never blocking on a FIFO or
+// a device a rank left there. nullopt, with `err`, as try_read_file.
+std::optional<std::string> try_read_file_tail(const std::string& path, std::size_t bytes, int* err = nullptr);
+
 // try_read_file for a file the user named on the command line (a spec, a
 // hostfile): read as given, so a FIFO or /dev/stdin (`flowrun <(make-spec)`)
 // is read to its end, blocking as cat would. Never for a file that a rank
