@@ -14,7 +14,9 @@ namespace flowrun::cluster {
 
 namespace {
 
-constexpr std::size_t kUploadChunk = 1 << 20;
+// As the head's ShipChunk (kShipChunk): a chunk small enough to stay in a
+// core's cache from the read to the socket.
+constexpr std::size_t kUploadChunk = 256 << 10;
 
 }  // namespace
 
@@ -65,7 +67,6 @@ bool UploadSender::upload_file(int rank, const std::string& rel, UniqueFd fd, co
                                std::vector<std::string>& errors) {
   conn_.send(UploadBegin{rank, rel, st.st_size});
   Crc32c crc;
-  std::string buf(kUploadChunk, '\0');
   std::int64_t sent = 0;  // data and holes
   int read_error = 0;
   while (sent < st.st_size) {
@@ -78,16 +79,18 @@ bool UploadSender::upload_file(int rank, const std::string& rel, UniqueFd fd, co
       sent = data;
       continue;
     }
-    const auto want = static_cast<std::size_t>(std::min<std::int64_t>(buf.size(), hole - sent));
-    const ssize_t n = pread(fd.get(), buf.data(), want, sent);
+    const auto want = static_cast<std::size_t>(std::min<std::int64_t>(kUploadChunk, hole - sent));
+    std::string frame = upload_chunk_frame_to_fill(want);  // the file is read into it in place
+    char* into = frame.data() + (frame.size() - want);
+    const ssize_t n = pread(fd.get(), into, want, sent);
     if (n < 0 && errno == EINTR) continue;
     if (n < 0) read_error = errno;  // EAGAIN too: the fd is O_NONBLOCK, a read that would wait is no content
     if (n <= 0) break;
-    const std::string_view piece(buf.data(),
-                                 static_cast<std::size_t>(std::min<std::int64_t>(n, st.st_size - sent)));
-    crc.update(piece);
-    conn_.send_frame(encode_upload_chunk_frame(piece));
-    sent += static_cast<std::int64_t>(piece.size());
+    const auto got = static_cast<std::size_t>(n);  // at most want, which stops at the size fstat gave
+    if (got < want) chunk_frame_cut(frame, got);
+    crc.update(std::string_view(into, got));
+    conn_.send_frame(std::move(frame));
+    sent += static_cast<std::int64_t>(got);
   }
   conn_.send(UploadEnd{rel, crc.hex()});
   if (read_error != 0)

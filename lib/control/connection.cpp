@@ -57,6 +57,7 @@ bool Connection::dispatch() {
     }
     const auto handler = on_frame_;  // it may replace itself
     (*handler)(*frame);
+    FrameReader::recycle(std::move(frame->payload));
   }
   if (!open_) return false;
   if (reader_.failed()) {
@@ -92,19 +93,26 @@ void Connection::read_more() {
 }
 
 void Connection::drain() {
-  char* buffer = shared_read_buffer();
   for (int i = 0; i < kReadsPerWakeup; ++i) {
+    // The rest of a large frame goes straight into its payload; the rest
+    // through the shared buffer.
+    const std::span<char> direct = reader_.direct_space();
+    char* into = direct.empty() ? shared_read_buffer() : direct.data();
+    const std::size_t room = direct.empty() ? kReadBytes : direct.size();
     boost::system::error_code ec;
-    const std::size_t n = socket_.read_some(asio::buffer(buffer, kReadBytes), ec);
+    const std::size_t n = socket_.read_some(asio::buffer(into, room), ec);
     if (ec == asio::error::would_block || ec == asio::error::try_again) break;
     if (ec) {
       fail(ec == asio::error::eof ? "the connection closed" : "the connection failed: " + ec.message());
       return;
     }
     last_heard_ns_ = monotonic_now_ns();
-    reader_.feed(std::string_view(buffer, n));
+    if (direct.empty())
+      reader_.feed(std::string_view(into, n));
+    else
+      reader_.direct_wrote(n);
     if (!dispatch()) return;
-    if (n < kReadBytes) break;
+    if (n < room) break;
   }
   read_more();
 }

@@ -139,7 +139,6 @@ bool ShipSender::open_next() {
 }
 
 void ShipSender::pump() {
-  if (buf_.empty()) buf_.resize(kShipChunk);
   while (!finished_ && link_->is_open() && link_->queued() < kShipHighWater) {
     if (!fd_) {
       if (next_ == list_.files.size()) {
@@ -156,7 +155,9 @@ void ShipSender::pump() {
     const auto want = static_cast<std::size_t>(std::min<std::int64_t>(kShipChunk, f.bytes - at_));
     ssize_t n = 0;
     if (want > 0) {
-      n = pread(fd_.get(), buf_.data(), want, at_);
+      std::string frame = ship_chunk_frame_to_fill(want);  // the file is read into it in place
+      char* into = frame.data() + (frame.size() - want);
+      n = pread(fd_.get(), into, want, at_);
       if (n < 0 && errno == EINTR) continue;
       if (n <= 0) {
         const int err = errno;
@@ -165,13 +166,13 @@ void ShipSender::pump() {
                       : fmt::format("{} changed while it was shipped (it is shorter now)", f.path));
         break;
       }
-      const std::string_view piece(buf_.data(), static_cast<std::size_t>(n));
+      if (static_cast<std::size_t>(n) < want) chunk_frame_cut(frame, static_cast<std::size_t>(n));
       ShipFile::Digest& digest = *f.digest;
       if (digest.hashed == at_ && digest.sha) {  // the first sender here hashes it for every node
-        digest.sha->update(piece);
+        digest.sha->update(std::string_view(into, static_cast<std::size_t>(n)));
         digest.hashed += n;
       }
-      link_->send_frame(encode_ship_chunk_frame(piece));
+      link_->send_frame(std::move(frame));
       at_ += n;
     }
     if (at_ == f.bytes) {

@@ -10,6 +10,8 @@
 #include <utility>
 #include <vector>
 
+#include "flowrun/error.h"
+
 #include "field_io.h"
 
 namespace flowrun {
@@ -550,6 +552,27 @@ std::string encode_ship_chunk_frame(std::string_view data) {
 
 std::optional<std::string_view> ship_chunk_data(std::string_view payload) {
   return one_field_view(payload, "data");
+}
+
+std::string upload_chunk_frame_to_fill(std::size_t bytes) {
+  return one_field_frame_to_fill(MessageType::upload_chunk, "data", bytes);
+}
+
+std::string ship_chunk_frame_to_fill(std::size_t bytes) {
+  return one_field_frame_to_fill(MessageType::ship_chunk, "data", bytes);
+}
+
+void chunk_frame_cut(std::string& frame, std::size_t bytes) {
+  // length:u32 version type | key length:u32 "data" | value length:u32 value
+  constexpr std::size_t kValueAt = kFrameHeaderBytes + 4 + 4 + 4;
+  if (frame.size() < kValueAt || bytes > frame.size() - kValueAt)
+    throw Error("chunk_frame_cut: not a chunk frame of that many bytes");
+  frame.resize(kValueAt + bytes);
+  auto put = [&](std::size_t at, std::size_t value) {
+    for (std::size_t i = 0; i < 4; ++i) frame[at + i] = static_cast<char>((value >> (8 * (3 - i))) & 0xff);
+  };
+  put(0, frame.size() - 4);
+  put(kValueAt - 4, bytes);
 }
 
 std::string upload_hole_crc_bytes(std::int64_t bytes) {

@@ -73,10 +73,10 @@ std::string encode_frame(MessageType type, std::string_view payload, std::size_t
   return out;
 }
 
-std::string encode_one_field_frame(MessageType type, std::string_view key, std::string_view value,
-                                   std::size_t max_frame) {
+std::string one_field_frame_to_fill(MessageType type, std::string_view key, std::size_t bytes,
+                                    std::size_t max_frame) {
   if (key.empty()) throw Error("a field needs a non-empty key");
-  const std::size_t payload = 8 + key.size() + value.size();
+  const std::size_t payload = 8 + key.size() + bytes;
   const std::size_t length = payload + 2;
   if (length > max_frame || length > UINT32_MAX) {
     throw Error("a " + std::string(message_type_name(type)) + " frame of " + std::to_string(length) +
@@ -89,8 +89,15 @@ std::string encode_one_field_frame(MessageType type, std::string_view key, std::
   out.push_back(static_cast<char>(type));
   put_u32(out, static_cast<std::uint32_t>(key.size()));
   out.append(key);
-  put_u32(out, static_cast<std::uint32_t>(value.size()));
-  out.append(value);
+  put_u32(out, static_cast<std::uint32_t>(bytes));
+  out.resize(out.size() + bytes);
+  return out;
+}
+
+std::string encode_one_field_frame(MessageType type, std::string_view key, std::string_view value,
+                                   std::size_t max_frame) {
+  std::string out = one_field_frame_to_fill(type, key, value.size(), max_frame);
+  value.copy(out.data() + (out.size() - value.size()), value.size());
   return out;
 }
 
@@ -172,6 +179,13 @@ bool FrameReader::check_header(std::size_t at) {
 
 void FrameReader::feed(std::string_view bytes) {
   if (failed() || bytes.empty()) return;
+  if (big_) {  // the rest of a frame read in place, then what follows it
+    const std::size_t n = std::min(bytes.size(), big_->payload.size() - big_have_);
+    bytes.copy(big_->payload.data() + big_have_, n);
+    big_have_ += n;
+    bytes.remove_prefix(n);
+    if (bytes.empty()) return;
+  }
   buffer_.append(bytes);
   // Check every header that has arrived, so a bad one fails now rather than
   // after the caller fed up to a whole frame's worth of bytes behind it.
@@ -189,11 +203,64 @@ void FrameReader::feed(std::string_view bytes) {
   }
 }
 
+namespace {
+
+// Payloads given back (FrameReader::recycle), for the next large frames.
+constexpr std::size_t kSpares = 4;
+constexpr std::size_t kLargestSpare = 2 << 20;
+thread_local std::vector<std::string> spare_payloads;
+
+}  // namespace
+
+void FrameReader::recycle(std::string&& payload) {
+  if (payload.capacity() < kDirectFrameBytes || payload.capacity() > kLargestSpare ||
+      spare_payloads.size() >= kSpares)
+    return;
+  spare_payloads.push_back(std::move(payload));
+}
+
+std::span<char> FrameReader::direct_space() {
+  if (!big_) return {};
+  return {big_->payload.data() + big_have_, big_->payload.size() - big_have_};
+}
+
+void FrameReader::direct_wrote(std::size_t n) {
+  if (!big_ || n > big_->payload.size() - big_have_)
+    throw Error("direct_wrote: past the frame read in place");
+  big_have_ += n;
+}
+
 std::optional<Frame> FrameReader::next() {
+  if (big_) {
+    if (big_have_ < big_->payload.size()) return std::nullopt;
+    Frame frame = std::move(*big_);
+    big_.reset();
+    big_have_ = 0;
+    return frame;
+  }
   std::size_t have = buffer_.size() - start_;
-  if (have < kFrameHeaderBytes || start_ >= checked_) return std::nullopt;
+  if (have < kFrameHeaderBytes) return std::nullopt;
   std::size_t length = get_u32(buffer_, start_);
-  if (have < 4 + length) return std::nullopt;
+  if (start_ >= checked_) {
+    // The frame at start_ is still coming, and feed() checked its whole
+    // header. A large one's payload is made whole now and the rest of it is
+    // read into it in place; every frame before it was returned.
+    if (length - 2 >= kDirectFrameBytes && !failed()) {
+      Frame frame;
+      frame.type = static_cast<MessageType>(static_cast<unsigned char>(buffer_[start_ + 5]));
+      if (!spare_payloads.empty()) {
+        frame.payload = std::move(spare_payloads.back());
+        spare_payloads.pop_back();
+      }
+      frame.payload.resize(length - 2);  // a spare's bytes are overwritten, not cleared first
+      big_have_ = have - kFrameHeaderBytes;
+      std::copy_n(buffer_.data() + start_ + kFrameHeaderBytes, big_have_, frame.payload.data());
+      big_ = std::move(frame);
+      buffer_.clear();
+      start_ = checked_ = 0;
+    }
+    return std::nullopt;
+  }
   Frame frame;
   frame.type = static_cast<MessageType>(static_cast<unsigned char>(buffer_[start_ + 5]));
   frame.payload.assign(buffer_, start_ + kFrameHeaderBytes, length - 2);

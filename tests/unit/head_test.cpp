@@ -27,6 +27,7 @@
 #include "flowrun/remote_group.h"
 #include "flowrun/spec.h"
 #include "flowrun/supervisor.h"
+#include "flowrun/util.h"
 
 #include "fake_node_link.h"
 #include "node_reach.h"
@@ -566,7 +567,8 @@ TEST_CASE(
                                           "end sha ok", "done 3 " + std::to_string(big.size() + 6 + 15),
                                           "start"});
   CHECK(h.console().find("flowrun: step 'train': node1 (node-b) does not share the workdir " + h.dir() +
-                         ": shipping 3 files (1.5 MiB) to it") != std::string::npos);
+                         ": shipping 3 files (" + flowrun::format_bytes(big.size() + 6 + 15) + ") to it") !=
+        std::string::npos);
 }
 
 TEST_CASE("head: the start waits for every shipment's ack; a restart ships nothing again", "[head][ship]") {

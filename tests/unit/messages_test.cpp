@@ -493,6 +493,21 @@ TEST_CASE("upload chunks go out and come in without a copy, as the same bytes", 
   CHECK_FALSE(upload_chunk_data(encode_fields({{"data", "x"}, {"more", "y"}})));
 }
 
+TEST_CASE("a chunk frame read into in place, and cut after a short read, is the frame of its bytes",
+          "[messages]") {
+  const std::string data = "chunk \0 of a file"s;
+  std::string ship = ship_chunk_frame_to_fill(data.size());
+  data.copy(ship.data() + (ship.size() - data.size()), data.size());
+  CHECK(ship == to_wire(encode(ShipChunk{data})));
+  std::string upload = upload_chunk_frame_to_fill(data.size() + 100);
+  data.copy(upload.data() + (upload.size() - 100 - data.size()), data.size());
+  chunk_frame_cut(upload, data.size());
+  CHECK(upload == to_wire(encode(UploadChunk{data})));
+  chunk_frame_cut(upload, 0);
+  CHECK(upload == to_wire(encode(UploadChunk{""})));
+  CHECK_THROWS(chunk_frame_cut(upload, 1));
+}
+
 TEST_CASE("a message with a field missing is refused, naming it", "[messages]") {
   for (const Message& m : samples()) {
     const Fields fields = fields_of(m);

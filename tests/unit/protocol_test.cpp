@@ -96,6 +96,89 @@ TEST_CASE("a frame fed byte by byte comes out once, whole", "[protocol]") {
   CHECK_FALSE(reader.failed());
 }
 
+TEST_CASE("a large frame is read in place, in order with the frames around it", "[protocol]") {
+  std::string data(3 * kDirectFrameBytes, '\0');
+  for (std::size_t i = 0; i < data.size(); ++i) data[i] = static_cast<char>(i * 7 % 251);
+  const std::string big = encode_frame(MessageType::ship_chunk, data);
+  const std::string after = encode_frame(MessageType::heartbeat, "");
+  FrameReader reader("the head");
+  CHECK(reader.direct_space().empty());
+  reader.feed(encode_frame(MessageType::bye, "x") + big.substr(0, 1000));
+  auto frames = drain(reader);
+  REQUIRE(frames.size() == 1);
+  CHECK(frames[0] == Frame{MessageType::bye, "x"});
+  // The rest goes straight into the frame's payload, in two reads.
+  std::span<char> space = reader.direct_space();
+  REQUIRE(space.size() == big.size() - 1000);
+  CHECK(reader.buffered() == 1000);
+  big.copy(space.data(), 5000, 1000);
+  reader.direct_wrote(5000);
+  CHECK_FALSE(reader.next());
+  CHECK(reader.buffered() == 6000);
+  space = reader.direct_space();
+  REQUIRE(space.size() == big.size() - 6000);
+  big.copy(space.data(), space.size(), 6000);
+  reader.direct_wrote(space.size());
+  CHECK_THROWS(reader.direct_wrote(1));
+  reader.feed(after);
+  frames = drain(reader);
+  REQUIRE(frames.size() == 2);
+  CHECK(frames[0] == Frame{MessageType::ship_chunk, data});
+  CHECK(frames[1] == Frame{MessageType::heartbeat, ""});
+  CHECK(reader.buffered() == 0);
+  CHECK(reader.direct_space().empty());
+}
+
+TEST_CASE("a large frame's rest fed rather than read in place comes out the same", "[protocol]") {
+  const std::string data(kDirectFrameBytes, 'd');
+  const std::string big = encode_frame(MessageType::upload_chunk, data);
+  FrameReader reader("agent");
+  reader.feed(big.substr(0, 10));
+  CHECK_FALSE(reader.next());
+  REQUIRE_FALSE(reader.direct_space().empty());
+  // A blocking handshake feeds whatever it read: the rest and the next frame at once.
+  reader.feed(big.substr(10) + encode_frame(MessageType::bye, ""));
+  const auto frames = drain(reader);
+  REQUIRE(frames.size() == 2);
+  CHECK(frames[0] == Frame{MessageType::upload_chunk, data});
+  CHECK(frames[1] == Frame{MessageType::bye, ""});
+}
+
+TEST_CASE("a payload given back holds the next large frame read on the thread", "[protocol]") {
+  const std::string big = encode_frame(MessageType::ship_chunk, std::string(kDirectFrameBytes + 10, 'a'));
+  // Readers that take whatever the thread's earlier connections gave back.
+  std::vector<FrameReader> holders(4, FrameReader("the head"));
+  for (FrameReader& holder : holders) {
+    holder.feed(big.substr(0, 6));
+    CHECK_FALSE(holder.next());
+  }
+  FrameReader reader("the head");
+  reader.feed(big.substr(0, 6));
+  CHECK_FALSE(reader.next());
+  std::string given(kDirectFrameBytes + 100, 'z');
+  const char* storage = given.data();
+  FrameReader::recycle(std::move(given));
+  reader.feed(big.substr(6, 20));
+  CHECK_FALSE(reader.next());  // the payload was made before the spare came
+  FrameReader other("the head");
+  other.feed(big.substr(0, 6));
+  CHECK_FALSE(other.next());
+  REQUIRE(other.direct_space().data() == storage);
+  other.feed(big.substr(6));
+  auto frame = other.next();
+  REQUIRE(frame);
+  CHECK(frame->payload == std::string(kDirectFrameBytes + 10, 'a'));
+}
+
+TEST_CASE("a large frame over the limit fails before a place is made for it", "[protocol]") {
+  FrameReader reader("agent", kMaxHandshakeFrame);
+  reader.feed(raw_header(static_cast<std::uint32_t>(kMaxHandshakeFrame + 1), kProtocolVersion,
+                         static_cast<std::uint8_t>(MessageType::ship_chunk)));
+  CHECK_FALSE(reader.next());
+  CHECK(reader.failed());
+  CHECK(reader.direct_space().empty());
+}
+
 TEST_CASE("two frames in one feed, and a third split across feeds", "[protocol]") {
   std::string third = encode_frame(MessageType::exited, "code");
   FrameReader reader("agent");

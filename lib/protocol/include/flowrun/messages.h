@@ -442,8 +442,8 @@ struct ShipBegin {
   friend bool operator==(const ShipBegin&, const ShipBegin&) = default;
 };
 
-// head -> agent: the next bytes of the file (at most 1 MiB a chunk). Sent
-// and read without a copy of the data: encode_ship_chunk_frame and
+// head -> agent: the next bytes of the file (at most 256 KiB a chunk). Sent
+// and read without a copy of the data: ship_chunk_frame_to_fill and
 // ship_chunk_data.
 struct ShipChunk {
   static constexpr MessageType kType = MessageType::ship_chunk;
@@ -548,6 +548,14 @@ std::optional<std::string_view> upload_chunk_data(std::string_view payload);
 // The same two for ship_chunk (the head's shipment to an agent).
 std::string encode_ship_chunk_frame(std::string_view data);
 std::optional<std::string_view> ship_chunk_data(std::string_view payload);
+
+// An upload_chunk or ship_chunk frame whose data is its last `bytes` bytes,
+// zeros for the sender to read the file into in place (no copy from a
+// buffer); chunk_frame_cut shortens one to its first `bytes` of data (a
+// short read).
+std::string upload_chunk_frame_to_fill(std::size_t bytes);
+std::string ship_chunk_frame_to_fill(std::size_t bytes);
+void chunk_frame_cut(std::string& frame, std::size_t bytes);
 
 // A frame as the bytes to send (encode_frame of its type and payload).
 std::string to_wire(const Frame& frame);

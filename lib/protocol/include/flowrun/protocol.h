@@ -57,6 +57,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <optional>
+#include <span>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -92,6 +93,10 @@ inline constexpr std::size_t kMaxChunkBytes = 16 * 1024 * 1024;
 // The default limit on a frame's `length`: one full chunk plus room for the
 // other fields of its message.
 inline constexpr std::size_t kMaxFrameSize = kMaxChunkBytes + 64 * 1024;
+
+// A frame whose payload is at least this large is read in place
+// (FrameReader::direct_space): bulk data, not copied from a read buffer.
+inline constexpr std::size_t kDirectFrameBytes = 64 * 1024;
 
 // The GCM tag a sealed frame's payload ends with.
 inline constexpr std::size_t kTagBytes = 16;
@@ -226,7 +231,23 @@ class FrameReader {
   const std::optional<OtherVersion>& other_version() const { return other_version_; }
 
   // Bytes held and not yet returned by next() (for tests and diagnostics).
-  std::size_t buffered() const { return buffer_.size() - start_; }
+  std::size_t buffered() const {
+    return buffer_.size() - start_ + (big_ ? kFrameHeaderBytes + big_have_ : 0);
+  }
+
+  // A large frame (a payload of kDirectFrameBytes or more: bulk data) is read
+  // in place: once next() has met its header and not all its bytes, its
+  // payload is made whole here, and the caller reads the rest of it straight
+  // into direct_space() and says how much with direct_wrote(), rather than
+  // feeding a copy; a later next() returns it without copying it again.
+  // Empty when no frame is being read so.
+  std::span<char> direct_space();
+  void direct_wrote(std::size_t n);
+
+  // Gives back a payload that next() returned, once its bytes are used: the
+  // next large frame on this thread is read into it, not into new memory
+  // (a few are kept per thread, none of over 2 MiB).
+  static void recycle(std::string&& payload);
 
  private:
   // Checks the header at offset `at` of buffer_ as far as its bytes arrived;
@@ -240,6 +261,8 @@ class FrameReader {
   std::size_t checked_ = 0;  // offset of the first frame whose header is not fully checked
   std::string error_;
   std::optional<OtherVersion> other_version_;
+  std::optional<Frame> big_;  // a large frame read in place (direct_space)
+  std::size_t big_have_ = 0;  // the bytes of its payload that came
 };
 
 // ---- Payload fields -------------------------------------------------------
@@ -265,6 +288,11 @@ std::optional<Fields> decode_fields(std::string_view payload, std::string* error
 // encode_frame(type, encode_fields({{key, value}})).
 std::string encode_one_field_frame(MessageType type, std::string_view key, std::string_view value,
                                    std::size_t max_frame = kMaxFrameSize);
+// The same frame with a value of `bytes` zero bytes, its last bytes, for the
+// sender to read its data into in place (one copy fewer than building it
+// from a buffer).
+std::string one_field_frame_to_fill(MessageType type, std::string_view key, std::size_t bytes,
+                                    std::size_t max_frame = kMaxFrameSize);
 
 // When `payload` is exactly one field named `key`, its value as a view into
 // `payload` (no copy); nullopt for anything else.
