@@ -125,8 +125,8 @@ def gather(w, rec, part):
     apart(w, part, "g", "multinode")
     w(f"4 real agents, one rank each (`bench/gather.yaml`, `collect: all`); every rank writes "
       f"{total // 4 // (1 << 20)} MiB of zeros into `FLOWRUN_OUTPUT_DIR` and exits. Each agent "
-      "then uploads its rank's file to the head in 1 MiB `upload_chunk` messages with a SHA-256, and the "
-      "head writes it under `<run-dir>/work/rank<R>/out/`, checking size and SHA-256. **Upload** is the time "
+      "then uploads its rank's file to the head in 256 KiB `upload_chunk` messages with a CRC-32C, and the "
+      "head writes it under `<run-dir>/work/rank<R>/out/`, checking size and CRC-32C. **Upload** is the time "
       "from the last rank's exit to the end of the step's attempt, both from `results.json` (millisecond "
       "precision; agents and head share this host's clock): it covers reading, hashing, sending, "
       "receiving, hashing again and writing. The floor, `bench/tcpcopy.c`, copies 4 files of the same size "
@@ -248,7 +248,7 @@ def ship(w, rec, part):
     apart(w, part, "s", "multinode")
     w("4 real agents, one rank each, and a step whose `inputs: [data/*]` are 8 files of random bytes "
       "(`bench/ship.yaml`, `cluster.shared_workdir: false`; the head runs as another host, "
-      "`FLOWRUN_HOSTNAME=bench-head`, so every agent gets them). The head sends each agent every file in 1 MiB "
+      "`FLOWRUN_HOSTNAME=bench-head`, so every agent gets them). The head sends each agent every file in 256 KiB "
       "`ship_chunk` messages, sealed, with a SHA-256 per file, pacing each link on its queue; each agent writes "
       "them beneath its scratch directory, checking size and SHA-256, and acknowledges. **Ship** is the time "
       "from the head's first `shipping ... to it` line to its `4 nodes joined` line, which it prints as it "

@@ -702,7 +702,7 @@ int run_agent_on(const AgentOptions& options, const EnvMap& env, NodeRanks& rank
 }  // namespace cluster
 
 int run_agent(const AgentOptions& options, const EnvMap& env) {
-  // Upload chunks are 1 MiB strings made and freed in a loop: keep them on
+  // Upload chunks are 256 KiB strings made and freed in a loop: keep them on
   // the heap instead of mapping and unmapping pages for each one.
   mallopt(M_MMAP_THRESHOLD, 64 << 20);
   mallopt(M_TRIM_THRESHOLD, 256 << 20);

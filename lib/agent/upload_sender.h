@@ -23,7 +23,7 @@ namespace flowrun::cluster {
 // a slow terminal) and reads them again once the queue is down to
 // kQueueLowWater; an upload reads its next chunk only below kQueueHighWater.
 // So the queue holds at most the mark plus one pipe read (256 KiB) or one
-// upload chunk (1 MiB), however fast the ranks write and however slow the
+// upload chunk (256 KiB), however fast the ranks write and however slow the
 // head or the network. Why 4 MiB:
 // - memory: a few MiB per node, whatever the ranks write;
 // - throughput: 4 MiB is 3 ms of a 10 Gbit/s link, on top of the kernel's

@@ -626,7 +626,7 @@ RemoteGroup::RemoteGroup(Supervisor& supervisor, const Console& console, const N
 
 RemoteGroup::RemoteGroup(Supervisor& supervisor, const Console& console, const NodeStep& step,
                          cluster::NodeReach reach) {
-  // Upload chunks arrive as 1 MiB strings made and freed in a loop: keep them
+  // Ship chunks go out as 256 KiB strings made and freed in a loop: keep them
   // on the heap instead of mapping and unmapping pages for each one.
   mallopt(M_MMAP_THRESHOLD, 64 << 20);
   mallopt(M_TRIM_THRESHOLD, 256 << 20);

@@ -61,8 +61,8 @@ std::string ship_size_text(const ShipList& list);
 // write them (the agent's uploads pace on the same mark, upload_sender.h).
 inline constexpr std::size_t kShipHighWater = 4 << 20;
 // The data of one ShipChunk: small enough that its bytes stay in a core's
-// cache from the read through sealing, hashing and the socket's copy (on
-// each side); 1 MiB chunks shipped at two thirds of this rate.
+// cache from the read through sealing, hashing and the socket's copy on
+// each side (a 1 MiB chunk does not).
 inline constexpr std::size_t kShipChunk = 256 << 10;
 
 // One node's shipment: ShipBegin, ShipChunk..., ShipEnd for each file of
