@@ -9,7 +9,7 @@ import time
 from pathlib import Path
 
 from . import record
-from .common import (BENCH_SRC, TORCH_PYTHON, W, Head, agent_env, free_port, fresh, kill_tree, made_ok, mn_launcher,
+from .common import (BENCH_SRC, TORCH_PYTHON, Head, agent_env, free_port, fresh, kill_tree, made_ok, mn_launcher,
                      rotate, show, spec_from, tail)
 from .record import median, summary
 

@@ -798,7 +798,7 @@ steps:
                                   (1, f"rank{rank}/nccl_trace_attempt1_rank_{rank}")]:
                 prefix = os.path.join(train, f"rank{rank}", "nccl_trace_rank_" if attempt == 0 else
                                       "nccl_trace_attempt1_rank_")
-                want = ["NCCL_ASYNC_ERROR_HANDLING=3", f"TORCH_NCCL_ASYNC_ERROR_HANDLING=3",
+                want = ["NCCL_ASYNC_ERROR_HANDLING=3", "TORCH_NCCL_ASYNC_ERROR_HANDLING=3",
                         f"TORCH_NCCL_DEBUG_INFO_TEMP_FILE={prefix}", "TORCH_NCCL_DUMP_ON_TIMEOUT=1",
                         "TORCH_NCCL_TRACE_BUFFER_SIZE=2000"]
                 got = r.read("train", *path.split("/")).splitlines() if os.path.isfile(os.path.join(train, path)) \

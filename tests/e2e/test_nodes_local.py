@@ -195,7 +195,7 @@ class TestNodesLocal(E2E):
         # Output and error files are node-local, in each agent's private directory (mkdtemp) in its TMPDIR:
         # <TMPDIR>/flowrun-<run id>-node<N>-XXXXXX/<step>/rank<R>/{out,error.json}.
         def scratch(r, e):
-            m = re.fullmatch(re.escape(f"{n.tmp}/flowrun-{n.run_id}-node{r // 2}-") + rf"[A-Za-z0-9]{{6}}" +
+            m = re.fullmatch(re.escape(f"{n.tmp}/flowrun-{n.run_id}-node{r // 2}-") + r"[A-Za-z0-9]{6}" +
                              re.escape(f"/train/rank{r}/out"), e["FLOWRUN_OUTPUT_DIR"])
             return e["FLOWRUN_OUTPUT_DIR"][:-len(f"/train/rank{r}/out")] if m else None
         dirs = {r: scratch(r, e) for r, e in envs.items()}

@@ -13,7 +13,6 @@ report-screenshots/ beside the flowrun binary, for CI to keep as an artifact.
 import datetime
 import json
 import os
-import shutil
 import signal
 import subprocess
 

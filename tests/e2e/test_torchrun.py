@@ -375,7 +375,7 @@ class TestTorchrun(E2E):
         seen = {int(m[0]): list(map(int, m[1].split())) for m in re.findall(r"\] cpus (\d) ([\d ]+)$", out, re.M)}
         self.check(rc == 0 and seen == {0: nodes[0], 1: nodes[1]}, "each worker on its GPU's NUMA node's CPUs",
                    f"want {nodes} seen {seen}\n{out}{err}")
-        self.check(f"flowrun run: --numa-binding node: local rank 1: GPU 1 on NUMA node 1: CPUs" in err,
+        self.check("flowrun run: --numa-binding node: local rank 1: GPU 1 on NUMA node 1: CPUs" in err,
                    "the console says where each worker is bound", err)
         # exclusive: both GPUs on node 0, whose cores (one thread each here) they split in halves.
         for gpu, bus in enumerate(("18", "28")):
