@@ -3,8 +3,9 @@
 //
 // Nothing here links against the driver: one flowrun binary must run (and
 // plan, and report "no GPUs") on hosts without one. NVML's C ABI is stable, so
-// the few types and functions used are declared below instead of including
-// nvml.h, which many CUDA installs lack.
+// the few types and functions used are declared below and in nvml_session.h
+// (which opens and initialises it) instead of including nvml.h, which many
+// CUDA installs lack.
 #include <cerrno>
 #include <chrono>
 #include <cstdio>
@@ -20,16 +21,17 @@
 #include "flowrun/gpu.h"
 #include "flowrun/text.h"
 
+#include "nvml_session.h"
+
 namespace flowrun {
 
 namespace {
 
 // --- NVML's ABI (nvml.h), the parts this file uses --------------------------
 
-using nvmlReturn_t = int;  // an enum in nvml.h; NVML_SUCCESS is 0
-constexpr nvmlReturn_t kNvmlSuccess = 0;
-struct nvmlDevice_st;
-using nvmlDevice_t = nvmlDevice_st*;
+using nvmlReturn_t = nvml::Return;
+constexpr nvmlReturn_t kNvmlSuccess = nvml::kSuccess;
+using nvmlDevice_t = nvml::Device;
 
 struct nvmlMemory_t {
   unsigned long long total;
@@ -67,12 +69,8 @@ struct NvmlTopologyApi {
 constexpr unsigned kNvLinkMaxLinks = 18;  // NVML_NVLINK_MAX_LINKS (Hopper and Blackwell have 18)
 constexpr int kNvmlFeatureEnabled = 1;    // NVML_FEATURE_ENABLED
 
+// The calls beyond the session's (nvml_session.h).
 struct NvmlApi {
-  nvmlReturn_t (*init)() = nullptr;
-  nvmlReturn_t (*shutdown)() = nullptr;
-  const char* (*error_string)(nvmlReturn_t) = nullptr;
-  nvmlReturn_t (*get_count)(unsigned*) = nullptr;
-  nvmlReturn_t (*get_handle)(unsigned, nvmlDevice_t*) = nullptr;
   nvmlReturn_t (*get_name)(nvmlDevice_t, char*, unsigned) = nullptr;
   nvmlReturn_t (*get_uuid)(nvmlDevice_t, char*, unsigned) = nullptr;
   nvmlReturn_t (*get_memory)(nvmlDevice_t, nvmlMemory_t*) = nullptr;
@@ -89,23 +87,9 @@ struct CUuuid {
   char bytes[16];
 };
 
-struct DlHandle {
-  void* handle = nullptr;
-  ~DlHandle() {
-    if (handle != nullptr) dlclose(handle);
-  }
-};
-
-// dlsym into a typed function pointer; false (and `missing` set once) when absent.
 template <typename F>
 bool resolve(void* library, const char* name, F& fn, std::string& missing) {
-  void* symbol = dlsym(library, name);
-  if (symbol == nullptr) {
-    if (missing.empty()) missing = name;
-    return false;
-  }
-  fn = reinterpret_cast<F>(symbol);
-  return true;
+  return nvml::resolve(library, name, fn, &missing);
 }
 
 std::string c_string(const char* buffer, std::size_t size) {
@@ -191,52 +175,33 @@ void probe_topology(void* library, const std::vector<nvmlDevice_t>& handles, Sys
 // list in doubt reports no GPUs and says why; memory and PCI id are details
 // and stay empty when a device will not tell them.
 SystemGpus probe_nvml_devices(const char* library, bool topology) {
-  DlHandle lib{dlopen(library, RTLD_NOW | RTLD_LOCAL)};
-  if (lib.handle == nullptr) {
-    const char* error = dlerror();
-    std::string detail = error != nullptr ? error : "";
-    if (detail.find("No such file") != std::string::npos || detail.empty())
-      return unavailable(std::string(library) + " not found: no NVIDIA driver on this host");
-    return unavailable("cannot load " + std::string(library) + ": " + detail);
-  }
-  NvmlApi nvml;
+  const nvml::Session session(library);
+  if (!session.ok()) return unavailable(session.why());
+  void* lib = session.library();
+  NvmlApi api;
   std::string missing;
-  resolve(lib.handle, "nvmlInit_v2", nvml.init, missing);
-  resolve(lib.handle, "nvmlShutdown", nvml.shutdown, missing);
-  resolve(lib.handle, "nvmlErrorString", nvml.error_string, missing);
-  resolve(lib.handle, "nvmlDeviceGetCount_v2", nvml.get_count, missing);
-  resolve(lib.handle, "nvmlDeviceGetHandleByIndex_v2", nvml.get_handle, missing);
-  resolve(lib.handle, "nvmlDeviceGetName", nvml.get_name, missing);
-  resolve(lib.handle, "nvmlDeviceGetUUID", nvml.get_uuid, missing);
-  resolve(lib.handle, "nvmlDeviceGetMemoryInfo", nvml.get_memory, missing);
-  resolve(lib.handle, "nvmlDeviceGetPciInfo_v3", nvml.get_pci, missing);
-  resolve(lib.handle, "nvmlSystemGetDriverVersion", nvml.driver_version, missing);
-  resolve(lib.handle, "nvmlSystemGetCudaDriverVersion_v2", nvml.cuda_driver_version, missing);
+  resolve(lib, "nvmlDeviceGetName", api.get_name, missing);
+  resolve(lib, "nvmlDeviceGetUUID", api.get_uuid, missing);
+  resolve(lib, "nvmlDeviceGetMemoryInfo", api.get_memory, missing);
+  resolve(lib, "nvmlDeviceGetPciInfo_v3", api.get_pci, missing);
+  resolve(lib, "nvmlSystemGetDriverVersion", api.driver_version, missing);
+  resolve(lib, "nvmlSystemGetCudaDriverVersion_v2", api.cuda_driver_version, missing);
   if (!missing.empty())
     return unavailable(std::string(library) + " has no " + missing + " (NVIDIA driver too old?)");
-
-  auto error_text = [&](nvmlReturn_t rc) {
-    const char* text = nvml.error_string(rc);
-    return text != nullptr ? std::string(text) : "NVML error " + std::to_string(rc);
-  };
-  nvmlReturn_t rc = nvml.init();
-  if (rc != kNvmlSuccess) return unavailable("nvmlInit failed: " + error_text(rc));
-  struct Shutdown {
-    nvmlReturn_t (*fn)();
-    ~Shutdown() { fn(); }
-  } shutdown{nvml.shutdown};
+  auto error_text = [&](nvmlReturn_t rc) { return session.error_text(rc); };
+  nvmlReturn_t rc = kNvmlSuccess;
 
   SystemGpus system;
   system.source = "nvml";
   char driver[kDriverVersionSize] = {};
-  if (nvml.driver_version(driver, kDriverVersionSize) == kNvmlSuccess)
+  if (api.driver_version(driver, kDriverVersionSize) == kNvmlSuccess)
     system.driver_version = c_string(driver, kDriverVersionSize);
   int cuda_version = 0;
-  if (nvml.cuda_driver_version(&cuda_version) == kNvmlSuccess)
+  if (api.cuda_driver_version(&cuda_version) == kNvmlSuccess)
     system.cuda_driver_version = gpu_detail::format_cuda_version(cuda_version);
 
   unsigned count = 0;
-  rc = nvml.get_count(&count);
+  rc = session.count(&count);
   if (rc != kNvmlSuccess) return unavailable("nvmlDeviceGetCount failed: " + error_text(rc));
   std::vector<nvmlDevice_t> handles;
   for (unsigned i = 0; i < count; ++i) {
@@ -244,24 +209,24 @@ SystemGpus probe_nvml_devices(const char* library, bool topology) {
       return unavailable(std::string(call) + " failed for GPU " + std::to_string(i) + ": " + error_text(rc));
     };
     nvmlDevice_t handle = nullptr;
-    if ((rc = nvml.get_handle(i, &handle)) != kNvmlSuccess) return failed("nvmlDeviceGetHandleByIndex");
+    if ((rc = session.handle(i, &handle)) != kNvmlSuccess) return failed("nvmlDeviceGetHandleByIndex");
     GpuDevice device;
     device.nvml_index = static_cast<int>(i);
     char name[kNameSize] = {};
-    if ((rc = nvml.get_name(handle, name, kNameSize)) != kNvmlSuccess) return failed("nvmlDeviceGetName");
+    if ((rc = api.get_name(handle, name, kNameSize)) != kNvmlSuccess) return failed("nvmlDeviceGetName");
     device.name = c_string(name, kNameSize);
     char uuid[kUuidSize] = {};
-    if ((rc = nvml.get_uuid(handle, uuid, kUuidSize)) != kNvmlSuccess) return failed("nvmlDeviceGetUUID");
+    if ((rc = api.get_uuid(handle, uuid, kUuidSize)) != kNvmlSuccess) return failed("nvmlDeviceGetUUID");
     device.uuid = c_string(uuid, kUuidSize);
     nvmlMemory_t memory{};
-    if (nvml.get_memory(handle, &memory) == kNvmlSuccess) device.memory_bytes = memory.total;
+    if (api.get_memory(handle, &memory) == kNvmlSuccess) device.memory_bytes = memory.total;
     nvmlPciInfo_t pci{};
-    if (nvml.get_pci(handle, &pci) == kNvmlSuccess) device.pci_bus_id = c_string(pci.busId, sizeof pci.busId);
+    if (api.get_pci(handle, &pci) == kNvmlSuccess) device.pci_bus_id = c_string(pci.busId, sizeof pci.busId);
     system.devices.push_back(std::move(device));
     handles.push_back(handle);
   }
   if (system.devices.empty()) system.unavailable_reason = "NVML reports no GPUs on this host";
-  if (topology && !system.devices.empty()) probe_topology(lib.handle, handles, system);
+  if (topology && !system.devices.empty()) probe_topology(lib, handles, system);
   return system;
 }
 
