@@ -145,8 +145,8 @@ std::string refused_frame_in(std::uint8_t version, std::string_view reason) {
   return frame;
 }
 
-FrameReader::FrameReader(std::string peer, std::size_t max_frame)
-    : peer_(std::move(peer)), max_frame_(std::max<std::size_t>(max_frame, 2)) {}
+FrameReader::FrameReader(std::string peer, std::size_t max_frame, std::size_t direct_bytes)
+    : peer_(std::move(peer)), max_frame_(std::max<std::size_t>(max_frame, 2)), direct_bytes_(direct_bytes) {}
 
 bool FrameReader::check_header(std::size_t at) {
   std::size_t have = buffer_.size() - at;
@@ -245,7 +245,7 @@ std::optional<Frame> FrameReader::next() {
     // The frame at start_ is still coming, and feed() checked its whole
     // header. A large one's payload is made whole now and the rest of it is
     // read into it in place; every frame before it was returned.
-    if (length - 2 >= kDirectFrameBytes && !failed()) {
+    if (length - 2 >= direct_bytes_ && !failed()) {
       Frame frame;
       frame.type = static_cast<MessageType>(static_cast<unsigned char>(buffer_[start_ + 5]));
       if (!spare_payloads.empty()) {

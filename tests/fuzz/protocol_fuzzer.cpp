@@ -8,6 +8,11 @@
 // neither; a message decoded encodes to one that decodes to itself; an
 // upload_begin's path, once checked, never leaves its directory.
 //
+// When the first byte's second bit (0x40) is set, the rest of a large frame
+// (here: a payload of 32 bytes or more) is written straight into the space
+// the reader offers for it (direct_space), as a connection reads it; the
+// rest of each piece is fed.
+//
 // When the first byte's high bit is set, each frame read is also sent
 // through the post-handshake path: sealed (FrameCipher) as a peer holding the
 // keys would, read back by a second FrameReader and opened. A frame nobody
@@ -16,8 +21,10 @@
 // open, nor any frame after it.
 // Replayed over tests/fuzz/corpus/protocol by the fuzz_protocol_corpus test.
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
+#include <span>
 #include <string>
 #include <string_view>
 
@@ -26,7 +33,8 @@
 
 namespace {
 
-constexpr std::size_t kMaxFrame = 4096;  // small, so oversized lengths are common
+constexpr std::size_t kMaxFrame = 4096;   // small, so oversized lengths are common
+constexpr std::size_t kDirectBytes = 32;  // small, so frames are often read in place
 
 // The sealed path: a sender and a receiver of one direction.
 struct SealedLink {
@@ -107,21 +115,34 @@ void decode_as_every_message(const std::string& payload) {
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
   if (size == 0) return 0;
-  const std::size_t step = 1 + (data[0] & 0x7f) % 17;
+  const std::size_t step = 1 + (data[0] & 0x3f) % 17;
+  const bool direct = (data[0] & 0x40) != 0;
   const bool sealed = (data[0] & 0x80) != 0;
   std::string_view bytes(reinterpret_cast<const char*>(data) + 1, size - 1);
-  flowrun::FrameReader reader("agent", kMaxFrame);
+  flowrun::FrameReader reader("agent", kMaxFrame, kDirectBytes);
   SealedLink link;
   if (size > 1) link.tamper_frame = data[1] % 8;
   link.tamper_at = data[size - 1];
   std::size_t frames = 0;
   for (std::size_t pos = 0; pos < bytes.size(); pos += step) {
-    reader.feed(bytes.substr(pos, step));
+    std::string_view piece = bytes.substr(pos, step);
+    if (direct) {
+      const std::span<char> space = reader.direct_space();
+      if (space.size() > kMaxFrame) __builtin_trap();  // never sized past the limit by the peer
+      const std::size_t n = std::min(space.size(), piece.size());
+      if (n > 0) {
+        piece.copy(space.data(), n);
+        reader.direct_wrote(n);
+        piece.remove_prefix(n);
+      }
+    }
+    reader.feed(piece);
     // Never more held than a frame and one piece past it.
     if (reader.buffered() > kMaxFrame + 4 + step) __builtin_trap();
     while (auto frame = reader.next()) {
       ++frames;
       if (frame->payload.size() + 2 > kMaxFrame) __builtin_trap();
+      if (!reader.direct_space().empty()) __builtin_trap();  // a frame read in place came out whole
       if (sealed) link.pass(*frame);
       decode_as_every_message(frame->payload);
       std::string error;

@@ -211,8 +211,10 @@ std::string refused_frame_in(std::uint8_t version, std::string_view reason);
 
 class FrameReader {
  public:
-  // `peer` names the other side in errors ("agent", "head").
-  explicit FrameReader(std::string peer = "peer", std::size_t max_frame = kMaxSealedFrameSize);
+  // `peer` names the other side in errors ("agent", "head"). A frame whose
+  // payload is `direct_bytes` or more is read in place (direct_space).
+  explicit FrameReader(std::string peer = "peer", std::size_t max_frame = kMaxSealedFrameSize,
+                       std::size_t direct_bytes = kDirectFrameBytes);
 
   void feed(std::string_view bytes);
 
@@ -235,7 +237,7 @@ class FrameReader {
     return buffer_.size() - start_ + (big_ ? kFrameHeaderBytes + big_have_ : 0);
   }
 
-  // A large frame (a payload of kDirectFrameBytes or more: bulk data) is read
+  // A large frame (by default a payload of kDirectFrameBytes or more: bulk data) is read
   // in place: once next() has met its header and not all its bytes, its
   // payload is made whole here, and the caller reads the rest of it straight
   // into direct_space() and says how much with direct_wrote(), rather than
@@ -256,6 +258,7 @@ class FrameReader {
 
   std::string peer_;
   std::size_t max_frame_;
+  std::size_t direct_bytes_;
   std::string buffer_;
   std::size_t start_ = 0;    // first byte not yet returned
   std::size_t checked_ = 0;  // offset of the first frame whose header is not fully checked
