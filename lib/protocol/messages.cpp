@@ -538,16 +538,8 @@ MessageType type_of(const Message& m) {
   return std::visit([](const auto& one) { return std::decay_t<decltype(one)>::kType; }, m);
 }
 
-std::string encode_upload_chunk_frame(std::string_view data) {
-  return encode_one_field_frame(MessageType::upload_chunk, "data", data);
-}
-
 std::optional<std::string_view> upload_chunk_data(std::string_view payload) {
   return one_field_view(payload, "data");
-}
-
-std::string encode_ship_chunk_frame(std::string_view data) {
-  return encode_one_field_frame(MessageType::ship_chunk, "data", data);
 }
 
 std::optional<std::string_view> ship_chunk_data(std::string_view payload) {

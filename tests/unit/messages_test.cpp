@@ -485,9 +485,8 @@ TEST_CASE("a message's fields are on the wire under their names, in order", "[me
   CHECK(fields_of(p)[0] == std::pair<std::string, std::string>{"devices", "0,3"});
 }
 
-TEST_CASE("upload chunks go out and come in without a copy, as the same bytes", "[messages]") {
+TEST_CASE("upload chunks come in without a copy, as the same bytes", "[messages]") {
   const std::string data = "chunk \0 of a file"s;
-  CHECK(encode_upload_chunk_frame(data) == to_wire(encode(UploadChunk{data})));
   const Frame frame = encode(UploadChunk{data});
   CHECK(upload_chunk_data(frame.payload) == std::optional<std::string_view>(data));
   CHECK_FALSE(upload_chunk_data(encode_fields({{"data", "x"}, {"more", "y"}})));

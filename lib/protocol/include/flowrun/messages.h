@@ -328,7 +328,7 @@ struct UploadBegin {
 };
 
 // agent -> head: at most kMaxChunkBytes of the file. Sent and read without a
-// copy of the data: encode_upload_chunk_frame and upload_chunk_data.
+// copy of the data: upload_chunk_frame_to_fill and upload_chunk_data.
 struct UploadChunk {
   static constexpr MessageType kType = MessageType::upload_chunk;
   std::string data;
@@ -537,21 +537,17 @@ std::optional<Message> decode_message(const Frame& frame, std::string* why);
 // The type of a message (its alternative's kType).
 MessageType type_of(const Message& m);
 
-// A whole upload_chunk frame for `data`, copied once: the same bytes as
-// encode_frame(encode(UploadChunk{data})).
-std::string encode_upload_chunk_frame(std::string_view data);
-
 // The data of an upload_chunk payload as a view into it (no copy), or
 // nullopt when the payload is not one field "data" (decode_message says why).
 std::optional<std::string_view> upload_chunk_data(std::string_view payload);
 
-// The same two for ship_chunk (the head's shipment to an agent).
-std::string encode_ship_chunk_frame(std::string_view data);
+// The same for ship_chunk (the head's shipment to an agent).
 std::optional<std::string_view> ship_chunk_data(std::string_view payload);
 
 // An upload_chunk or ship_chunk frame whose data is its last `bytes` bytes,
 // zeros for the sender to read the file into in place (no copy from a
-// buffer); chunk_frame_cut shortens one to its first `bytes` of data (a
+// buffer): the same bytes as encode(UploadChunk{data}) once filled with
+// `data`. chunk_frame_cut shortens one to its first `bytes` of data (a
 // short read).
 std::string upload_chunk_frame_to_fill(std::size_t bytes);
 std::string ship_chunk_frame_to_fill(std::size_t bytes);
