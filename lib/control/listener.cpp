@@ -207,7 +207,10 @@ void Listener::on_accept(asio::ip::tcp::socket socket) {
   const std::string ip = ec ? std::string("?") : remote.address().to_string();
   const auto local = socket.local_endpoint(ec);
   const std::string via = ec ? std::string() : local.address().to_string();
-  std::erase_if(pending_, [](const std::shared_ptr<Pending>& p) { return p->settled; });
+  // Settled handshakes leave pending_ once they are half of it: erasing them at
+  // every accept walked the whole list each time, N^2/2 steps for a burst of N.
+  if (pending_.size() >= 2 * under_way_ + 64)
+    std::erase_if(pending_, [](const std::shared_ptr<Pending>& p) { return p->settled; });
   const Room room = room_for(ip);
   if (room.full && !room.drop && room.from_ip < max_pending_per_source_) {
     // Over the total with every handshake under way: it waits, unread, for
@@ -225,7 +228,7 @@ void Listener::on_accept(asio::ip::tcp::socket socket) {
     if (!said_too_many_pending_) {
       const std::string who = room.from_ip >= max_pending_per_source_
                                   ? fmt::format("{} connections from {}", room.from_ip, ip)
-                                  : fmt::format("{} connections", pending_.size());
+                                  : fmt::format("{} connections", under_way_);
       console_.message(
           fmt::format("flowrun: step '{}': {} are waiting to authenticate; dropping the longest "
                       "idle of them for each new one",
@@ -297,7 +300,7 @@ Room Listener::room_for(const std::string& ip) const {
   // The usual case, room under both caps, without a look at each one.
   const auto from = under_way_from_.find(ip);
   const std::size_t from_ip = from == under_way_from_.end() ? 0 : from->second;
-  if (under_way_ < max_pending_ && from_ip < max_pending_per_source_) {
+  if (under_way_ < pending_cap() && from_ip < max_pending_per_source_) {
     Room room;
     room.from_ip = from_ip;
     return room;
@@ -314,7 +317,7 @@ Room Listener::room_for(const std::string& ip) const {
     of_slot.push_back(p.get());
   }
   const auto grace_ns = static_cast<std::int64_t>(silent_grace_s_ * 1e9);
-  Room room = make_room(slots, ip, max_pending_, max_pending_per_source_, monotonic_now_ns() - grace_ns,
+  Room room = make_room(slots, ip, pending_cap(), max_pending_per_source_, monotonic_now_ns() - grace_ns,
                         [&](std::size_t i) {
                           boost::system::error_code unread_ec;
                           return of_slot[i]->conn->socket().available(unread_ec) > 0 || unread_ec;
@@ -330,7 +333,7 @@ Room Listener::room_for(const std::string& ip) const {
 }
 
 bool Listener::room_for_newcomer() const {
-  if (under_way_ < max_pending_) return true;
+  if (under_way_ < pending_cap()) return true;
   // Only one silent past its grace may give way: when there is none (a
   // burst of agents whose hellos are on their way), say so without the
   // whole rule, which counts every address.

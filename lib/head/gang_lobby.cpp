@@ -343,6 +343,7 @@ std::unique_ptr<NodeDoor> listen_for_gang(Supervisor& supervisor, const Console&
   const double interval = cluster::heartbeat_interval_s(o.heartbeat_timeout_s);
   auto listener = std::make_unique<cluster::Listener>(supervisor.io(), console, "gang", o.token, interval,
                                                       o.heartbeat_timeout_s);
+  listener->expect(static_cast<std::size_t>(std::max(o.nodes, 0)));
   listener->listen("0.0.0.0", static_cast<std::uint16_t>(o.port));
   listener->set_endpoint((o.head_host.empty() ? std::string("0.0.0.0") : o.head_host) + ":" +
                          std::to_string(o.port));

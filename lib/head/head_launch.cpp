@@ -117,6 +117,7 @@ std::pair<std::string, std::string> write_marker(const NodeStep& job) {
 HeadLaunch prepare_launch(const Console& console, const NodeStep& job, Listener& listener,
                           const std::string& token, std::size_t nodes) {
   const ClusterSpec& cluster = *job.spec->cluster;
+  listener.expect(nodes);
   HeadLaunch launch;
   std::string slurm_error;
   const auto slurm_job =

@@ -7,6 +7,7 @@
 // protocol).
 #include "flowrun/listener.h"
 
+#include <algorithm>
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/ip/tcp.hpp>
 #include <boost/asio/write.hpp>
@@ -372,11 +373,12 @@ class Crowd {
     bool closed = false;
   };
 
-  Crowd(std::size_t total, std::size_t per_source, double silent_grace_s)
+  Crowd(std::size_t total, std::size_t per_source, double silent_grace_s, std::size_t expected = 0)
       : console_fd_(
             open((dir_.path() + "/console.txt").c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644)) {
     REQUIRE(console_fd_ >= 0);
     listener_.set_pending_limits(total, per_source, silent_grace_s);
+    listener_.expect(expected);
     listener_.listen("127.0.0.1", 0);
     listener_.start(
         [this](const Joiner&) {
@@ -476,6 +478,26 @@ TEST_CASE("listener: full of handshakes under way, a newcomer waits its turn ins
   crowd.prove(b);
   REQUIRE(crowd.run_until([&] { return (welcomed(b) && welcomed(c)) || c.closed || b.closed; }));
   CHECK(crowd.joined_.size() == 3);
+}
+
+TEST_CASE("listener: the step's nodes all handshake at once, beside the cap; one more waits its turn",
+          "[listener]") {
+  // A cap of two and a step of two nodes: four at once. All four are challenged before any of
+  // them proves the token (with the cap alone, the third waited: the test above); the fifth waits.
+  Crowd crowd(2, 8, 600.0, 2);
+  std::vector<Crowd::Agent*> first;
+  for (const char* node : {"node-a", "node-b", "node-c", "node-d"}) first.push_back(&crowd.dial(node));
+  REQUIRE(crowd.run_until([&] {
+    return std::all_of(first.begin(), first.end(),
+                       [](const Crowd::Agent* a) { return !a->challenge.empty(); });
+  }));
+  Crowd::Agent& e = crowd.dial("node-e");
+  crowd.poll();
+  CHECK(e.challenge.empty());
+  CHECK_FALSE(e.closed);
+  crowd.prove(*first[0]);
+  REQUIRE(crowd.run_until([&] { return !e.challenge.empty() || e.closed; }));
+  CHECK_FALSE(e.closed);
 }
 
 TEST_CASE("listener: connections that say nothing give way to agents once their grace is over",

@@ -84,6 +84,12 @@ class Listener : public NodeDoor {
 
   // Accepts connections from now on.
   void start(Admit admit, Joined joined) override;
+  // Room for `nodes` agents to handshake at once, beside kMaxPending for
+  // strangers and agents trying again: the step's nodes all dial together, and
+  // a cap below their number left the rest to the kernel's listen queue,
+  // whose overflow costs each of them a SYN retried a second or more later
+  // (16,384 agents: 10,239 overflows, and a rendezvous twice as long).
+  void expect(std::size_t nodes) { expected_ = nodes; }
   // Other caps than kMaxPending, kMaxPendingPerSource and kSilentGraceS (tests).
   void set_pending_limits(std::size_t total, std::size_t per_source, double silent_grace_s) {
     max_pending_ = total;
@@ -172,6 +178,8 @@ class Listener : public NodeDoor {
   std::size_t under_way_ = 0;                                    // of them, not settled
   std::unordered_map<std::string, std::size_t> under_way_from_;  // by address
   std::size_t max_pending_ = kMaxPending, max_pending_per_source_ = kMaxPendingPerSource;
+  std::size_t expected_ = 0;  // expect(): room beside max_pending_
+  std::size_t pending_cap() const { return max_pending_ + expected_; }
   double silent_grace_s_ = kSilentGraceS;
   std::unique_ptr<boost::asio::steady_timer> room_timer_;  // wait_for_room's
   std::vector<boost::asio::ip::tcp::acceptor*> parked_;    // not accepting until a handshake ends
