@@ -634,7 +634,8 @@ int main(int argc, char** argv) {
     }
   }
   if (nodes <= 0 || (bare == !endpoint.empty()) || (!bare && token_file.empty())) usage();
-  raise_nofile(static_cast<std::size_t>(nodes) * (bare ? 2 : 1) + 64);
+  // The forked server and the clients each hold N sockets, in two processes.
+  raise_nofile(static_cast<std::size_t>(nodes) + 64);
 
   try {
     std::string token, marker_path, marker_text;

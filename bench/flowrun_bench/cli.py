@@ -17,8 +17,9 @@ Cases on one node (8 workers everywhere):
   d  log forwarding: 8 ranks write 100-byte lines through the launcher into a reader that checks every
      line; floor: a plain poll(2) forwarder in C (bench/forward.c)
 Multi-node cases (the control plane; every node is this host, on loopback, engine: manual):
-  e  rendezvous of 1024 and 4096 agents: bench/rdzv_clients.cpp speaks the protocol for N agents from one
-     process against a real head; floor: the same clients against a bare server (rdzv_clients --bare)
+  e  rendezvous of 256 to 16384 agents: bench/rdzv_clients.cpp speaks the protocol for N agents from one
+     process against a real head; floor: the same clients against a bare server (rdzv_clients --bare); the
+     curve of time and the head's memory against agents
   f  256 real `flowrun agent` processes against one head, a /bin/true worker each; beside it 8 agents, and
      torchrun's c10d rendezvous with 8 agents
   g  result gather: 4 agents upload 256 MiB each (collect: all); floor: 4 plain TCP streams (bench/tcpcopy.c)
@@ -132,7 +133,8 @@ def parse(argv):
                    help="case t: runs with a slow rank across 2 agents (default 3; 0: not measured)")
     p.add_argument("--drain-runs", type=int, default=10,
                    help="counted runs of case k for each launcher (default 10)")
-    p.add_argument("--rdzv-nodes", default="1024,4096", help="case e: the numbers of agents (default 1024,4096)")
+    p.add_argument("--rdzv-nodes", default="256,1024,4096,16384",
+                   help="case e: the numbers of agents (default 256,1024,4096,16384)")
     p.add_argument("--agents", type=int, default=256, help="case f: the number of flowrun agents (default 256)")
     p.add_argument("--recovery-runs", type=int, default=3,
                    help="counted runs of case r for each launcher (default 3; torchrun's take 15 s or more)")

@@ -1,6 +1,7 @@
 """The multi-node part of the page: cases (e) to (h) and (r), every node this host."""
 
-from .render import (GOAL_GANG_READY_S, GOAL_GATHER_FRACTION, GOAL_SHIP_FRACTION, GOAL_RDZV_MS, GOAL_RECOVERY_RATIO, MULTINODE_CASES, apart, cell,
+from .render import (GOAL_GANG_READY_S, GOAL_GATHER_FRACTION, GOAL_SHIP_FRACTION, GOAL_RDZV_FLOOR, GOAL_RDZV_GROWTH,
+                     GOAL_RDZV_HEAD_RSS_MIB, GOAL_RDZV_MS, GOAL_RECOVERY_RATIO, MULTINODE_CASES, apart, cell,
                      commit_option, failure_notes, machine_table, measured, med, not_measured, remarks, spec_block,
                      spread, verdict)
 
@@ -65,9 +66,83 @@ def rendezvous(w, rec, part):
         if gaps:
             w(f"- {n} agents: from the last assign to the last start (the agents' ready, then the head "
               f"creating every rank's directory and log files and sending start): {', '.join(gaps)}.")
+    scale(w, R, nodes)
     remarks(w, rec)
     w("\nThe flowrun spec (`bench/nodes.yaml`; `@NODES@` is the number of agents):\n")
     w(spec_block(rec, "text"))
+
+
+def scale(w, R, nodes):
+    """The curve of (e): the last start and the head's peak RSS against agents, with the scale goals."""
+    rows = [("disk", "on disk"), ("tmpfs", "on tmpfs"), ("bare", "floor")]
+    w("\n### Scale: time and the head's memory against agents\n")
+    w("The same runs as the table above, per agent: the last start (median) and the head's peak RSS (median of "
+      "`ru_maxrss`), each divided by the number of agents. Growing no faster than linearly, a figure per agent "
+      "stays level or falls as the agents grow; the head's own memory at start (its code and libraries) makes "
+      "the smaller runs' figure per agent larger.\n")
+    w("| agents | started on disk | per agent | on tmpfs | per agent | floor | per agent | head's peak RSS, on disk "
+      "| per agent | on tmpfs | per agent |")
+    w("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
+    for n in nodes:
+        cells = []
+        for key, _ in rows:
+            m = med(R.get(f"{key}-{n}"), "start_ms")
+            cells += [f"{m:.0f} ms", f"{m * 1000 / n:.1f} µs"] if m else ["—", "—"]
+        for key, _ in rows[:2]:
+            row = R.get(f"{key}-{n}")
+            rss = row["figures"].get("head_rss_mib") if measured(row) else None
+            cells += [f"{rss:.0f} MiB", f"{rss * 1024 / n:.1f} KiB"] if rss else ["—", "—"]
+        w(f"| {n} | " + " | ".join(cells) + " |")
+    w("")
+    for n, goal in GOAL_RDZV_FLOOR.items():
+        for key, where in rows[:2]:
+            row = R.get(f"{key}-{n}")
+            times = row["figures"].get("times_floor") if measured(row) else None
+            if times:
+                w(f"- {n} agents, run directory {where}: the last start at **{times:.2f}x** the floor's "
+                  f"(goal: at most {goal}x): {verdict(times <= goal)}.")
+            elif n in nodes:
+                w(f"- {n} agents, run directory {where}: not measured (goal: at most {goal}x the floor).")
+    for n, goal in GOAL_RDZV_HEAD_RSS_MIB.items():
+        peaks = [R[f"{key}-{n}"]["figures"]["head_rss_mib"] for key, _ in rows[:2]
+                 if measured(R.get(f"{key}-{n}")) and R[f"{key}-{n}"]["figures"].get("head_rss_mib")]
+        if peaks:
+            w(f"- {n} agents: the head's peak RSS **{max(peaks):.0f} MiB**, the larger of its two runs' medians "
+              f"(goal: at most {goal:.0f} MiB): {verdict(max(peaks) <= goal)}.")
+    floor = {(a, b): g for a, b, g in growth_pairs(R, nodes, "bare")}
+    if floor:
+        w(f"- The floor's last start, its growth against linear between sizes (the time's ratio over the agents' "
+          f"ratio): {', '.join(f'{a} → {b}: {g:.2f}' for (a, b), g in floor.items())}. The clients are one process "
+          "and the kernel's loopback is the same for both servers, so what they add beyond linear is in every row; "
+          "flowrun's growth is judged over the floor's.")
+    for key, where in rows[:2]:
+        pairs = [(a, b, g, g / floor[(a, b)]) for a, b, g in growth_pairs(R, nodes, key) if (a, b) in floor]
+        if not pairs:
+            continue
+        worst = max(p[3] for p in pairs)
+        text = ", ".join(f"{a} → {b}: {g:.2f} ({over:.2f} over the floor's)" for a, b, g, over in pairs)
+        w(f"- The last start, run directory {where}, its growth against linear: {text}; over the floor's at most "
+          f"**{worst:.2f}** (goal: at most {GOAL_RDZV_GROWTH}): {verdict(worst <= GOAL_RDZV_GROWTH)}.")
+    for key, where in rows[:2]:
+        pairs = growth_pairs(R, nodes, key, "head_rss_mib")
+        if pairs:
+            worst = max(p[2] for p in pairs)
+            w(f"- The head's peak RSS, run directory {where}, its growth against linear: "
+              f"{', '.join(f'{a} → {b}: {g:.2f}' for a, b, g in pairs)}; at most **{worst:.2f}** "
+              f"(goal: at most {GOAL_RDZV_GROWTH}): {verdict(worst <= GOAL_RDZV_GROWTH)}.")
+
+
+def growth_pairs(R, nodes, key, figure="start_ms"):
+    """[(n1, n2, (f(n2) / f(n1)) / (n2 / n1))] over consecutive measured sizes of a row."""
+    points = []
+    for n in sorted(nodes):
+        row = R.get(f"{key}-{n}")
+        if not measured(row):
+            continue
+        value = med(row, figure) if figure == "start_ms" else row["figures"].get(figure)
+        if value:
+            points.append((n, value))
+    return [(a, b, (fb / fa) / (b / a)) for (a, fa), (b, fb) in zip(points, points[1:])]
 
 
 def agents(w, rec, part):
