@@ -26,8 +26,19 @@
 namespace flowrun {
 
 void make_dirs(const std::string& path, mode_t mode) {
+  // The directory itself first: where its parent is there already (every
+  // rank's directory under its step's, thousands of them) that is one call,
+  // not one for each component of the path.
+  bool walk = false;  // a component above it is missing
+  if (!path.empty()) {
+    if (mkdir(path.c_str(), mode) == 0) return;
+    const int err = errno;
+    if (err != ENOENT && err != EEXIST)
+      throw Error("cannot create the directory " + path + ": " + std::strerror(err), kExitFailure, err);
+    walk = err == ENOENT;
+  }
   std::size_t pos = 0;
-  while (pos != std::string::npos) {
+  while (walk && pos != std::string::npos) {
     pos = path.find('/', pos + 1);
     const std::string partial = path.substr(0, pos);
     if (partial.empty()) continue;

@@ -37,6 +37,10 @@ TEST_CASE("make_dirs makes every missing directory and accepts existing ones", "
   flowrun::make_dirs(root + "/a/b/c");
   CHECK(exists(root + "/a/b/c"));
   flowrun::make_dirs(root + "/a/b/c");  // again: no error
+  flowrun::make_dirs(root + "/a/b/d");  // its parent there already: the one call
+  CHECK(exists(root + "/a/b/d"));
+  flowrun::make_dirs(root + "/a/x/y/");  // two missing below one there, a trailing slash
+  CHECK(exists(root + "/a/x/y"));
   write(root + "/file", "x");
   CHECK_THROWS_AS(flowrun::make_dirs(root + "/file/sub"), flowrun::Error);
   CHECK_THROWS_WITH(flowrun::make_dirs(root + "/file"),
