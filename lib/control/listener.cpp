@@ -122,7 +122,7 @@ std::unique_ptr<asio::ip::tcp::acceptor> Listener::open_acceptor_at(const asio::
   acceptor->open(where.protocol(), ec);
   if (!ec && port != 0) acceptor->set_option(asio::socket_base::reuse_address(true), ec);
   if (!ec) acceptor->bind(where, ec);
-  if (!ec) acceptor->listen(4096, ec);
+  if (!ec) acceptor->listen(kListenBacklog, ec);
   return acceptor;
 }
 
@@ -196,9 +196,33 @@ void Listener::accept_next(asio::ip::tcp::acceptor& acceptor) {
   }
   acceptor.async_accept([this, &acceptor](const boost::system::error_code& ec, asio::ip::tcp::socket socket) {
     if (ec == asio::error::operation_aborted || !acceptor.is_open()) return;
-    if (!ec) on_accept(std::move(socket));
+    if (!ec) {
+      on_accept(std::move(socket));
+      accept_queued(acceptor);
+    }
     accept_next(acceptor);
   });
+}
+
+void Listener::accept_queued(asio::ip::tcp::acceptor& acceptor) {
+  // One accept per turn of the loop let the handshakes under way, thousands
+  // in a burst, go first each time: the kernel's queue (kListenBacklog)
+  // overflowed and each agent it dropped retried its SYN a second or more
+  // later. What the queue holds now is taken at once, as a bare epoll server
+  // does, while there is room for it: once a newcomer finds the handshakes
+  // full (one gives way, it waits or it is closed), one accept per turn again,
+  // so that a peer that reopens every connection closed cannot keep the loop
+  // accepting while the agents' handshakes wait.
+  boost::system::error_code ec;
+  acceptor.non_blocking(true, ec);
+  crowded_ = false;
+  for (int n = 0; !ec && !crowded_ && n < kListenBacklog && acceptor.is_open() && waiting_.empty() &&
+                  room_for_newcomer();
+       ++n) {
+    asio::ip::tcp::socket socket(io_);
+    acceptor.accept(socket, ec);  // would_block once the queue is empty
+    if (!ec) on_accept(std::move(socket));
+  }
 }
 
 void Listener::on_accept(asio::ip::tcp::socket socket) {
@@ -212,6 +236,7 @@ void Listener::on_accept(asio::ip::tcp::socket socket) {
   if (pending_.size() >= 2 * under_way_ + 64)
     std::erase_if(pending_, [](const std::shared_ptr<Pending>& p) { return p->settled; });
   const Room room = room_for(ip);
+  crowded_ = crowded_ || room.full;
   if (room.full && !room.drop && room.from_ip < max_pending_per_source_) {
     // Over the total with every handshake under way: it waits, unread, for
     // one of them to end (after_settle), and the acceptors stop meanwhile.

@@ -65,6 +65,9 @@ class Listener : public NodeDoor {
   static constexpr std::size_t kMaxPending = 2048;
   static constexpr std::size_t kMaxPendingPerSource = 1024;
   static constexpr double kSilentGraceS = 1.0;
+  // The kernel's queue of connections not yet accepted (net.core.somaxconn
+  // caps it, 4096 by default).
+  static constexpr int kListenBacklog = 4096;
 
   // `timeout_s` (cluster.heartbeat_timeout) is the time a connection has to
   // authenticate; the welcome gives the agents it and `interval_s`.
@@ -141,6 +144,8 @@ class Listener : public NodeDoor {
                                                                    std::uint16_t port,
                                                                    boost::system::error_code& ec);
   void accept_next(boost::asio::ip::tcp::acceptor& acceptor);
+  // Accepts what the kernel queued meanwhile, after an accept completed.
+  void accept_queued(boost::asio::ip::tcp::acceptor& acceptor);
   void on_accept(boost::asio::ip::tcp::socket socket);
   // Where a newcomer from `ip` finds the handshakes under way (make_room;
   // `drop` indexes pending_).
@@ -179,6 +184,7 @@ class Listener : public NodeDoor {
   std::unordered_map<std::string, std::size_t> under_way_from_;  // by address
   std::size_t max_pending_ = kMaxPending, max_pending_per_source_ = kMaxPendingPerSource;
   std::size_t expected_ = 0;  // expect(): room beside max_pending_
+  bool crowded_ = false;      // a newcomer found the handshakes full: accept_queued stops
   std::size_t pending_cap() const { return max_pending_ + expected_; }
   double silent_grace_s_ = kSilentGraceS;
   std::unique_ptr<boost::asio::steady_timer> room_timer_;  // wait_for_room's
