@@ -151,8 +151,16 @@ void launch_after_listen(const Console& console, const NodeStep& job, const Agen
       engine_name(cluster.engine), listening));
   launch_agents(console, job, engine, wanted, token, launch);
 
-  // Every rank's directory now, while the engine brings the agents up.
-  for (const auto& rp : plan.ranks) make_dirs(job.ctx.layout.output_dir(plan.step, rp.rank));
+  // Every rank's directory now, while the engine brings the agents up, on a
+  // thread of its own: on the loop's, 16,384 of them held off the agents
+  // dialling at once for a quarter of a second, and the kernel's listen
+  // queue overflowed (each agent it dropped retried a second later).
+  std::vector<std::string> dirs;
+  dirs.reserve(plan.ranks.size());
+  for (const auto& rp : plan.ranks) dirs.push_back(job.ctx.layout.output_dir(plan.step, rp.rank));
+  launch.rank_dirs = std::async(std::launch::async, [dirs = std::move(dirs)] {
+    for (const auto& dir : dirs) make_dirs(dir);
+  });
 }
 
 void launch_agents(const Console& console, const NodeStep& job, const AgentEngine& engine,

@@ -6,6 +6,7 @@
 #pragma once
 
 #include <cstddef>
+#include <future>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -22,11 +23,14 @@ struct HeadLaunch {
   std::string marker_path, marker_text;
   std::vector<EngineLaunch> engines;   // what brings up the agents
   std::vector<WorkerLaunch> launches;  // the engines', for the supervisor's group
+  // Every rank's directory, made on a thread of its own while the agents join;
+  // get() before the first rank starts (it throws the Error of one that failed).
+  std::future<void> rank_dirs;
 };
 
 // Listens (`listener`, for `nodes` nodes with `token`), writes the marker,
 // asks the cluster's engine (make_engine) to bring up the agents
-// (launch_agents) and makes every rank's directory. Throws Error when the
+// (launch_agents) and starts making every rank's directory (rank_dirs). Throws Error when the
 // step cannot even begin.
 HeadLaunch prepare_launch(const Console& console, const NodeStep& job, Listener& listener,
                           const std::string& token, std::size_t nodes);

@@ -11,6 +11,7 @@
 #include <fcntl.h>
 #include <fmt/format.h>
 #include <fmt/ranges.h>
+#include <future>
 #include <malloc.h>
 #include <set>
 #include <sys/stat.h>
@@ -123,6 +124,7 @@ class Head : public GroupObserver, public cluster::NodeInbox {
     marker_text_ = std::move(launch.marker_text);
     for (const auto& e : launch.engines) engines_.add(e);
     launches_ = std::move(launch.launches);
+    rank_dirs_ = std::move(launch.rank_dirs);
 
     door_->start([this](const cluster::Joiner& j) { return gathering_.admit(j); },
                  [this](int rank, const cluster::Joiner& j, const std::shared_ptr<NodeLink>& conn) {
@@ -161,6 +163,7 @@ class Head : public GroupObserver, public cluster::NodeInbox {
     if (!wait_ready()) return not_started();
     attempt_ = attempt.restart;
     keep_previous_ = attempt.keep_previous;
+    if (rank_dirs_.valid()) rank_dirs_.get();  // made while the nodes joined
     start_attempt();
     sup_.run_until([this] { return phase_ != Phase::running; });
     AttemptResult result;
@@ -595,6 +598,7 @@ class Head : public GroupObserver, public cluster::NodeInbox {
   // How the step ended when no rank started: failed (see errors_), timed_out or interrupted.
   Outcome outcome_before_start_ = Outcome::failed;
   std::vector<WorkerLaunch> launches_;   // the engine's, for the supervisor's group
+  std::future<void> rank_dirs_;          // every rank's directory, made while the nodes join
   std::function<void()> keep_previous_;  // the step runner's, for the attempt about to start
   AttemptRecord last_;                   // the attempt that ended
   cluster::NodeSeats seats_{
