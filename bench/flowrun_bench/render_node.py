@@ -1,7 +1,7 @@
 """The single-node part of the page: cases (a) to (d)."""
 
-from .render import (GOAL_FOLD_FRACTION, GOAL_LOG_FRACTION, GOAL_RSS_MIB, GOAL_STARTUP_RATIO, GOAL_TEARDOWN_MS,
-                     GOAL_TEARDOWN_RATIO, NODE_CASES, WORKERS, apart, cell, commit_option, failure_notes, machine_table, measured, med,
+from .render import (GOAL_FOLD_FRACTION, GOAL_LOG_FRACTION, GOAL_RSS_MIB, GOAL_STARTUP_FLOOR, GOAL_STARTUP_RATIO,
+                     GOAL_TEARDOWN_MS, GOAL_TEARDOWN_RATIO, NODE_CASES, WORKERS, apart, cell, commit_option, failure_notes, machine_table, measured, med,
                      not_measured, remarks, spec_block, spread, verdict)
 
 
@@ -35,7 +35,8 @@ def startup(w, rec, part):
     else:
         w(f"- Ratio to torchrun: not available (goal: at least {GOAL_STARTUP_RATIO:.0f}x).")
     if F.get("floor_ratio"):
-        w(f"- flowrun takes {F['floor_ratio']:.1f}x the floor's time.")
+        w(f"- flowrun takes **{F['floor_ratio']:.1f}x** the floor's time (goal: at most {GOAL_STARTUP_FLOOR:.0f}x): "
+          f"{verdict(F['floor_ratio'] <= GOAL_STARTUP_FLOOR)}.")
     remarks(w, rec)
     w("\nThe flowrun spec (`bench/true.yaml`):\n")
     w(spec_block(rec, "yaml"))
