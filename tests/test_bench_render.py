@@ -82,7 +82,7 @@ def test_records_render_the_page_s_lines(records, check):
             "| `build/release/flowrun --run-dir $TMP/a/run $TMP/true.yaml` |",
             "| torchrun | not measured (python3-torch missing) | | |  |",
             "- Ratio to torchrun: not available (goal: at least 80x).",
-            "- flowrun takes 2.4x the floor's time.",
+            "- flowrun takes **2.4x** the floor's time (goal: at most 2x): **not met**.",
             "| flowrun | 6.07 ms | 3.79 – 10.18 ms | 5 | `flowrun teardown.yaml` |",
             "- flowrun tears down in **6.07 ms** (goal: within 20 ms): **met**.",
             "- flowrun is **60x** faster than torchrun (goal: at least 40x): **met**.",
