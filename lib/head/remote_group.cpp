@@ -163,7 +163,14 @@ class Head : public GroupObserver, public cluster::NodeInbox {
     if (!wait_ready()) return not_started();
     attempt_ = attempt.restart;
     keep_previous_ = attempt.keep_previous;
-    if (rank_dirs_.valid()) rank_dirs_.get();  // made while the nodes joined
+    if (rank_dirs_.valid()) {
+      try {
+        rank_dirs_.get();  // made while the nodes joined
+      } catch (const Error& e) {
+        fail_before_start(e.what());  // the agents that joined get their bye
+        return not_started();
+      }
+    }
     start_attempt();
     sup_.run_until([this] { return phase_ != Phase::running; });
     AttemptResult result;

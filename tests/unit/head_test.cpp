@@ -14,6 +14,7 @@
 #include <fcntl.h>
 #include <filesystem>
 #include <functional>
+#include <future>
 #include <map>
 #include <memory>
 #include <set>
@@ -102,12 +103,21 @@ class HeadBench {
       launch.marker_text = "marker";
       for (const auto& rp : job.plan->ranks)
         std::filesystem::create_directories(job.ctx.layout.output_dir(job.plan->step, rp.rank));
+      if (!rank_dirs_error.empty()) {
+        std::promise<void> made;
+        made.set_exception(std::make_exception_ptr(Error(rank_dirs_error)));
+        launch.rank_dirs = made.get_future();
+      }
       return launch;
     };
     group_ = std::make_unique<RemoteGroup>(*supervisor_, console_, job_, std::move(reach));
   }
 
+  // What the launch's rank directories end with: an Error with this text (empty: they are made).
+  inline static std::string rank_dirs_error;
+
   ~HeadBench() {
+    rank_dirs_error.clear();
     if (group_) group_->close();
     ::close(console_fd_);
   }
@@ -594,6 +604,22 @@ TEST_CASE("head: the start waits for every shipment's ack; a restart ships nothi
   CHECK(b.link->sent_of<ShipBegin>().size() == 1);  // shipped once for the step
   CHECK(b.link->sent_of<ShipDone>().size() == 1);
   CHECK(b.link->sent_of<Start>().size() == 2);
+}
+
+TEST_CASE("head: a rank directory the launch could not make fails the step before any rank starts",
+          "[head]") {
+  HeadBench::rank_dirs_error = "cannot create the directory /x/train/rank3/out: No space left on device";
+  HeadBench h(kTwoNodes);
+  ScriptedNode& a = h.join("node-a");
+  ScriptedNode& b = h.join("node-b");
+  const AttemptResult r = h.attempt(0);
+  CHECK_FALSE(r.started);
+  CHECK(has(r.errors, "cannot create the directory /x/train/rank3/out: No space left on device"));
+  CHECK(a.link->sent_of<Start>().empty());
+  CHECK(b.link->sent_of<Start>().empty());
+  h.close();
+  CHECK(a.link->sent_of<Bye>().size() == 1);  // the agents that joined are told the step is over
+  CHECK_FALSE(a.link->sent_of<Bye>().front().succeeded);
 }
 
 TEST_CASE("head: a shipment the node refuses fails the step with the file's name; nothing starts",
