@@ -254,6 +254,18 @@ def cmd_error_file(a):
 def cmd_leave_behind(a):
     child = subprocess.Popen(["sleep", "300"], start_new_session=True, stdout=subprocess.DEVNULL,
                              stderr=subprocess.DEVNULL)
+    # Popen returns once the child's close-on-exec pipe closed, which the kernel does in execve a
+    # moment before the child takes its new name: until then /proc/PID/comm still says python3, and
+    # flowrun's sweep, once this rank exits, names what it finds. Wait for the name (bounded).
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        try:
+            with open(f"/proc/{child.pid}/comm") as f:
+                if f.read().strip() == "sleep":
+                    break
+        except OSError:
+            break
+        time.sleep(0.001)
     print(f"rank {RANK} left {child.pid} behind", flush=True)
 
 
