@@ -214,7 +214,7 @@ void Listener::accept_queued(asio::ip::tcp::acceptor& acceptor) {
   // so that a peer that reopens every connection closed cannot keep the loop
   // accepting while the agents' handshakes wait.
   boost::system::error_code ec;
-  acceptor.non_blocking(true, ec);
+  if (!acceptor.non_blocking()) acceptor.non_blocking(true, ec);  // once: setting it is a syscall
   crowded_ = false;
   for (int n = 0; !ec && !crowded_ && n < kListenBacklog && acceptor.is_open() && waiting_.empty() &&
                   room_for_newcomer();
