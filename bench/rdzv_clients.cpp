@@ -17,6 +17,7 @@
 // agents on N hosts would.
 //
 //   rdzv_clients --nodes N --endpoint HOST:PORT --token-file FILE [--window W] [--timeout S]
+//                [--spares K --lose R]
 //   rdzv_clients --nodes N --bare [--window W] [--timeout S]
 //
 // --bare forks a minimal server that makes the same exchange with the same
@@ -25,14 +26,28 @@
 // connections between connect and the server's first answer (0, the
 // default: connect all at once).
 //
+// --spares K --lose R: a lost node and its spare (scripts/bench, case s).
+// N + K agents dial (a step of N nodes and K spare_nodes). The agents hold
+// the first attempt's ranks as running; once all N have their start, the
+// agent of node rank R closes its connection, as a SIGKILLed agent's kernel
+// does. On the head's stop the others answer as agents whose ranks ended on
+// SIGTERM (exited{signaled, 15, stopped}, then done). The next attempt's
+// ranks end at once, as without --lose.
+//
 // Prints one line of key=value, times in ns from the first connect:
 //   nodes=N welcome_ns=T assign_ns=T start_ns=T total_ns=T
+// and with --lose, times in ns from the close:
+//   noticed_ns=T spare_assign_ns=T spare_start_ns=T restarted_ns=T
+// noticed: the first stop arrived; spare_assign, spare_start: the spare got
+// node rank R's assign, its start; restarted: the last start of the next
+// attempt arrived.
 // welcome: the last welcome arrived (every node joined and authenticated);
 // assign: the last assign arrived; start: the last start arrived; total:
 // the last bye arrived. Exits 1, saying why, when a connection is refused or
 // closes early, or the exchange takes longer than --timeout seconds.
 #include <arpa/inet.h>
 #include <cerrno>
+#include <csignal>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
@@ -243,18 +258,35 @@ struct Agent {
   std::string nonce, head_nonce;
   int node_rank = -1;
   bool welcomed = false, assigned = false, started = false, done = false;
+  // --lose: the ranks of the start it holds as running, and that start's attempt.
+  std::vector<int> held;
+  int held_attempt = 0;
 };
 
 struct Times {
   std::int64_t welcome = 0, assign = 0, start = 0, total = 0;
+  // --lose, from the close: the first stop, the spare's assign and start, the next attempt's last start.
+  std::int64_t noticed = 0, spare_assign = 0, spare_start = 0, restarted = 0;
+};
+
+// --spares K --lose R.
+struct Loss {
+  int spares = 0;
+  int rank = -1;  // the node rank whose agent goes; -1: none
 };
 
 class Clients {
  public:
-  Clients(int nodes, sockaddr_in head, std::string token, int window, double timeout_s)
-      : head_(head), token_(std::move(token)), window_(window), timeout_s_(timeout_s) {
-    agents_.resize(static_cast<std::size_t>(nodes));
-    for (int i = 0; i < nodes; ++i) {
+  Clients(int nodes, sockaddr_in head, std::string token, int window, double timeout_s, Loss loss)
+      : head_(head),
+        token_(std::move(token)),
+        window_(window),
+        timeout_s_(timeout_s),
+        seated_(static_cast<std::size_t>(nodes)),
+        loss_(loss) {
+    const int agents = nodes + loss.spares;
+    agents_.resize(static_cast<std::size_t>(agents));
+    for (int i = 0; i < agents; ++i) {
       auto a = std::make_unique<Agent>();
       a->node = "rdzv-" + std::to_string(i);
       a->nonce = flowrun::make_nonce();
@@ -296,6 +328,11 @@ class Clients {
     times_.welcome -= t0;
     times_.assign -= t0;
     times_.start -= t0;
+    if (loss_.rank >= 0) {
+      if (times_.spare_start == 0 || times_.restarted == 0) die("the spare never started: " + progress());
+      for (std::int64_t* t : {&times_.noticed, &times_.spare_assign, &times_.spare_start, &times_.restarted})
+        *t -= lost_at_;
+    }
     return times_;
   }
 
@@ -304,6 +341,19 @@ class Clients {
     return std::to_string(agents_.size()) + " agents: " + std::to_string(next_) + " connected, " +
            std::to_string(welcomed_) + " welcomed, " + std::to_string(assigned_) + " assigned, " +
            std::to_string(started_) + " started, " + std::to_string(closed_) + " closed after bye";
+  }
+
+  // --lose: every seated node holds its first ranks; node rank R's agent goes now.
+  void lose_one() {
+    for (auto& a : agents_) {
+      if (a->node_rank != loss_.rank || !a->conn.open) continue;
+      lost_at_ = now_ns();
+      loop_.close_conn(a->conn);
+      ++closed_;
+      a->node_rank = -1;  // what holds node rank R from now is the spare
+      return;
+    }
+    die("no agent holds node rank " + std::to_string(loss_.rank));
   }
 
   void connect_next() {
@@ -373,7 +423,8 @@ class Clients {
     } else if (const auto* refused = std::get_if<flowrun::Refused>(&m)) {
       die(a.node + ": the head refused it: " + refused->reason);
     } else if (const auto* stop = std::get_if<flowrun::Stop>(&m)) {
-      die(a.node + ": the head sent stop: " + stop->reason);
+      if (lost_at_ == 0) die(a.node + ": the head sent stop: " + stop->reason);
+      on_stop(a, tag);
     } else {
       die(a.node + ": unexpected " + std::string(flowrun::message_type_name(frame.type)));
     }
@@ -391,13 +442,25 @@ class Clients {
     char address[INET_ADDRSTRLEN] = {};
     inet_ntop(AF_INET, &local.sin_addr, address, sizeof address);
     loop_.send(a.conn, tag, encode(flowrun::Ready{same, error, address, f.want_port ? held_port_ : 0, 0, {}, 0}));
+    if (lost_at_ != 0 && f.node_rank == loss_.rank && times_.spare_assign == 0) times_.spare_assign = now_ns();
     if (!a.assigned) {
       a.assigned = true;
-      if (++assigned_ == agents_.size()) times_.assign = now_ns();
+      if (++assigned_ == seated_) times_.assign = now_ns();
     }
   }
 
   void on_start(Agent& a, std::uint64_t tag, const flowrun::Start& f) {
+    if (loss_.rank >= 0 && lost_at_ == 0) {  // held as running until the head's stop
+      for (const flowrun::StartRank& rank : f.ranks) a.held.push_back(rank.rank);
+      a.held_attempt = f.attempt;
+      if (++held_ == seated_) lose_one();
+      return;
+    }
+    if (lost_at_ != 0) {
+      const std::int64_t now = now_ns();
+      if (a.node_rank == loss_.rank && times_.spare_start == 0) times_.spare_start = now;
+      if (++restarted_ == seated_) times_.restarted = now;
+    }
     for (const flowrun::StartRank& rank : f.ranks) {
       flowrun::Exited exited;
       exited.rank = rank.rank;
@@ -408,8 +471,27 @@ class Clients {
     loop_.send(a.conn, tag, encode(flowrun::Done{f.attempt, {}}));
     if (!a.started) {
       a.started = true;
-      if (++started_ == agents_.size()) times_.start = now_ns();
+      if (++started_ == seated_) times_.start = now_ns();
     }
+  }
+
+  // The head stops the attempt the lost node was in: the held ranks end as
+  // on SIGTERM.
+  void on_stop(Agent& a, std::uint64_t tag) {
+    if (times_.noticed == 0) times_.noticed = now_ns();
+    if (a.held.empty()) return;
+    for (int rank : a.held) {
+      flowrun::Exited exited;
+      exited.rank = rank;
+      exited.kind = flowrun::Exited::Kind::signaled;
+      exited.code = SIGTERM;
+      exited.stopped = true;
+      exited.pid = static_cast<int>(getpid());
+      exited.start_ns = exited.end_ns = clock_ns(CLOCK_REALTIME);
+      loop_.send(a.conn, tag, encode(exited));
+    }
+    a.held.clear();
+    loop_.send(a.conn, tag, encode(flowrun::Done{a.held_attempt, {}}));
   }
 
   Loop loop_;
@@ -418,7 +500,11 @@ class Clients {
   int window_;
   double timeout_s_;
   std::vector<std::unique_ptr<Agent>> agents_;
+  std::size_t seated_;  // the step's nodes, without the spares
+  Loss loss_;
   std::size_t next_ = 0, welcomed_ = 0, assigned_ = 0, started_ = 0, closed_ = 0;
+  std::size_t held_ = 0, restarted_ = 0;
+  std::int64_t lost_at_ = 0;
   int in_flight_ = 0;
   int port_fd_ = -1;
   int held_port_ = 0;
@@ -600,7 +686,7 @@ std::pair<sockaddr_in, pid_t> fork_bare_server(int nodes, const std::string& tok
 void usage() {
   std::fprintf(stderr,
                "usage: rdzv_clients --nodes N (--endpoint HOST:PORT --token-file FILE | --bare) "
-               "[--window W] [--timeout S]\n");
+               "[--window W] [--timeout S] [--spares K --lose R]\n");
   std::exit(2);
 }
 
@@ -610,6 +696,7 @@ int main(int argc, char** argv) {
   int nodes = 0, window = 0;
   double timeout_s = 120;
   bool bare = false;
+  Loss loss;
   std::string endpoint, token_file;
   for (int i = 1; i < argc; ++i) {
     const std::string arg = argv[i];
@@ -629,13 +716,19 @@ int main(int argc, char** argv) {
       timeout_s = std::atof(value().c_str());
     } else if (arg == "--bare") {
       bare = true;
+    } else if (arg == "--spares") {
+      loss.spares = std::atoi(value().c_str());
+    } else if (arg == "--lose") {
+      loss.rank = std::atoi(value().c_str());
     } else {
       usage();
     }
   }
   if (nodes <= 0 || (bare == !endpoint.empty()) || (!bare && token_file.empty())) usage();
+  if (loss.spares < 0 || (loss.rank >= 0 && loss.spares == 0) || loss.rank >= nodes || (bare && loss.spares > 0))
+    usage();
   // The forked server and the clients each hold N sockets, in two processes.
-  raise_nofile(static_cast<std::size_t>(nodes) + 64);
+  raise_nofile(static_cast<std::size_t>(nodes + loss.spares) + 64);
 
   try {
     std::string token, marker_path, marker_text;
@@ -658,7 +751,7 @@ int main(int argc, char** argv) {
       while (!token.empty() && (token.back() == '\n' || token.back() == '\r')) token.pop_back();
       head = parse_endpoint(endpoint);
     }
-    const Times t = Clients(nodes, head, token, window, timeout_s).run();
+    const Times t = Clients(nodes, head, token, window, timeout_s, loss).run();
     if (bare) {
       int status = 0;
       waitpid(server, &status, 0);
@@ -669,6 +762,10 @@ int main(int argc, char** argv) {
     std::printf("nodes=%d welcome_ns=%lld assign_ns=%lld start_ns=%lld total_ns=%lld\n", nodes,
                 static_cast<long long>(t.welcome), static_cast<long long>(t.assign),
                 static_cast<long long>(t.start), static_cast<long long>(t.total));
+    if (loss.rank >= 0)
+      std::printf("noticed_ns=%lld spare_assign_ns=%lld spare_start_ns=%lld restarted_ns=%lld\n",
+                  static_cast<long long>(t.noticed), static_cast<long long>(t.spare_assign),
+                  static_cast<long long>(t.spare_start), static_cast<long long>(t.restarted));
   } catch (const std::exception& e) {
     die(e.what());
   }

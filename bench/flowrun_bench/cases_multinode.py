@@ -1,7 +1,7 @@
 """The multi-node cases, every node this host: the head is a real `flowrun` on a manual-engine spec listening
 on 127.0.0.1, and the agents connect to it over loopback, as `flowrun agent` processes or as
 bench/rdzv_clients. (e) the rendezvous of thousands of agents, (f) 256 real agents, (g) the result gather,
-(h) the notice of a SIGKILLed agent."""
+(h) the notice of a SIGKILLed agent, (l) a lost agent among thousands and its spare."""
 
 import json
 import os
@@ -80,6 +80,51 @@ def rendezvous_once(n, spec, run_dir, work, row):
         return None, f"rdzv_clients exit {r.returncode}: {r.stdout[-400:]}; head {ended}: {head.console.tail()}"
     got["head_wall_ns"] = ended["wall_ns"]
     got["head_maxrss_kib"] = ended["maxrss_kib"]
+    return got, None
+
+
+def case_spare(args, work, launchers):
+    """(l): N agents and a spare (rdzv_clients --spares 1 --lose N/2) hold their first ranks; node rank N/2's
+    agent then closes its connection. Rows: the run directory on disk and on tmpfs."""
+    n = args.spare_nodes
+    spec = spec_from("spare.yaml", work / f"l-{n}.yaml", NODES=n)
+    shm = tmpfs_scratch()
+    roots = {"disk": made_ok(work / "l-disk")}
+    rows = {"disk": mn_launcher(launchers, "spare-disk", "flowrun")}
+    if shm:
+        roots["tmpfs"] = made_ok(shm / "l")
+        rows["tmpfs"] = mn_launcher(launchers, "spare-tmpfs", "flowrun")
+    else:
+        rows["tmpfs"] = launchers["spare-tmpfs"] = Launcher("spare-tmpfs", False, "no tmpfs at /dev/shm")
+    order = [k for k in rows if rows[k].available]
+    try:
+        for i in range(-1, args.mn_runs):
+            for key in rotate(order, max(i, 0)):
+                got, failure = spare_once(n, spec, roots[key] / f"run{i + 1}", work, rows[key])
+                if failure:
+                    rows[key].failures.append(f"run {i}: {failure}")
+                elif i >= 0:
+                    rows[key].samples.append(got)
+    finally:
+        if shm:
+            shutil.rmtree(shm, ignore_errors=True)
+
+
+def spare_once(n, spec, run_dir, work, row):
+    head = Head(spec, run_dir, work, "l-head")
+    clients = [str(W.rdzv_clients), "--nodes", str(n), "--spares", "1", "--lose", str(n // 2)]
+    row.command = show(head.cmd) + " & " + show(clients + ["--endpoint", "127.0.0.1:PORT", "--token-file",
+                                                           str(run_dir / "work" / "agent.token")])
+    if (why := head.without_agent()) is not None:
+        return None, why
+    r = run_quiet(clients + ["--endpoint", head.option("--rdzv-endpoint"), "--token-file",
+                             head.option("--token-file")], timeout=300)
+    if r.returncode != 0:
+        head.stop()
+    ended = head.finish()
+    got = kv_line(r.stdout, "noticed_ns")
+    if r.returncode != 0 or got is None or ended is None or ended.get("exit") != 0:
+        return None, f"rdzv_clients exit {r.returncode}: {r.stdout[-400:]}; head {ended}: {head.console.tail()}"
     return got, None
 
 
@@ -311,6 +356,16 @@ def record_rendezvous(L, by_case):
         rows[key] = record.row(launcher, **figures)
     # Each agent dials from its own loopback address (127.1.0.1 + i), as agents on N hosts would.
     return rows, {"own_addresses": True}
+
+
+def record_spare(L, by_case):
+    """(l): from the lost agent's close to the first stop, the spare's assign and start, the last start."""
+    rows = {}
+    for key in ("spare-disk", "spare-tmpfs"):
+        launcher = L[key]
+        rows[key] = record.row(launcher, **{f"{name}_ms": summary(launcher, f"{name}_ns", 1e6)
+                                            for name in ("noticed", "spare_assign", "spare_start", "restarted")})
+    return rows, {}
 
 
 def record_agents(L, by_case):

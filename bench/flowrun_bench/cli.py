@@ -3,7 +3,7 @@
   scripts/bench                      every case, default run counts, writes docs/benchmarks.md
   scripts/bench --runs 5 --slow-runs 2 --log-bytes 200000000 --out /tmp/b.md   a quicker look
   scripts/bench --cases a,c          only some cases
-  scripts/bench --only multinode     only the multi-node cases (e to h, and r), in about 9 minutes
+  scripts/bench --only multinode     only the multi-node cases (e to h, l, s, p and r)
   scripts/bench --only forensics     only the hang forensics (i and j), in about 2 minutes
   scripts/bench --only drain         only the drain (k), in a few minutes (--drain-runs 3: about a minute)
   scripts/bench --only slow          only the slow rank (t), in about 10 minutes
@@ -24,6 +24,8 @@ Multi-node cases (the control plane; every node is this host, on loopback, engin
      torchrun's c10d rendezvous with 8 agents
   g  result gather: 4 agents upload 256 MiB each (collect: all); floor: 4 plain TCP streams (bench/tcpcopy.c)
   h  notice of a SIGKILLed agent: time from kill -9 to the head's "lost" line
+  l  a lost agent among thousands: 4096 agents and a spare (bench/rdzv_clients.cpp) hold their ranks; one
+     agent's connection closes; time to the head's stop, the spare's assign and start, the last start
   s  shipping inputs: 1 GiB (8 files of random bytes) from the head to each of 4 agents that do not share its
      workdir (shared_workdir: false); floor: one process copying them over 4 plain TCP streams (bench/shipcopy.py)
   r  recovery from a lost node: 2 nodes and a waiting third, real gloo ranks (Debian's torch); node 1's agent
@@ -90,6 +92,7 @@ CASES = {
     "f": (cases_multinode.case_agents, cases_multinode.record_agents, ["nodes.yaml"]),
     "g": (cases_multinode.case_gather, cases_multinode.record_gather, ["gather.yaml"]),
     "h": (cases_multinode.case_lost, cases_multinode.record_lost, ["lost.yaml"]),
+    "l": (cases_multinode.case_spare, cases_multinode.record_spare, ["spare.yaml"]),
     "s": (cases_ship.case_ship, cases_ship.record_ship, ["ship.yaml"]),
     "p": (cases_gang.case_gang, cases_gang.record_gang, ["gang.yaml"]),
     "r": (cases_recovery.case_recovery, cases_recovery.record_recovery, ["recovery.yaml"]),
@@ -102,7 +105,7 @@ ALL_CASES = (render.NODE_CASES + render.MULTINODE_CASES + render.FORENSICS_CASES
              + render.DRAIN_CASES)
 # The options a record keeps: what shaped its runs, and the part's command line in the report.
 OPTIONS = ("runs", "slow_runs", "log_bytes", "torchrun_log_bytes", "mn_runs", "mn_slow_runs", "torchrun_agent_runs",
-           "forensics_runs", "drain_runs", "rdzv_nodes", "agents", "recovery_runs", "gather_bytes",
+           "forensics_runs", "drain_runs", "rdzv_nodes", "spare_nodes", "agents", "recovery_runs", "gather_bytes",
            "ship_bytes", "cost_runs", "cost_steps", "name_runs", "name_nodes_runs")
 
 
@@ -113,10 +116,10 @@ def parse(argv):
     p.add_argument("--slow-runs", type=int, default=5, help="counted runs of case d (default 5)")
     p.add_argument("--log-bytes", type=int, default=2_000_000_000, help="case d volume for flowrun and the floor")
     p.add_argument("--torchrun-log-bytes", type=int, default=50_000_000, help="case d volume for torchrun")
-    p.add_argument("--cases", default="a,b,c,d,e,f,g,h,s,p,r,i,j,t,k",
-                   help="comma-separated subset of a,b,c,d,e,f,g,h,s,p,r,i,j,t,k")
+    p.add_argument("--cases", default="a,b,c,d,e,f,g,h,l,s,p,r,i,j,t,k",
+                   help="comma-separated subset of a,b,c,d,e,f,g,h,l,s,p,r,i,j,t,k")
     p.add_argument("--only", choices=["node", "multinode", "forensics", "slow", "drain"],
-                   help="only the single-node cases (a to d), only the multi-node ones (e to h, s, r), only the hang "
+                   help="only the single-node cases (a to d), only the multi-node ones (e to h, l, s, p, r), only the hang "
                    "forensics (i, j), only the slow rank (t) or only the drain (k)")
     p.add_argument("--mn-runs", type=int, default=5, help="counted runs of cases e, f (flowrun) and h (default 5)")
     p.add_argument("--mn-slow-runs", type=int, default=3,
@@ -135,6 +138,8 @@ def parse(argv):
                    help="counted runs of case k for each launcher (default 10)")
     p.add_argument("--rdzv-nodes", default="256,1024,4096,16384",
                    help="case e: the numbers of agents (default 256,1024,4096,16384)")
+    p.add_argument("--spare-nodes", type=int, default=4096,
+                   help="case l: the agents that hold a seat, beside the spare (default 4096)")
     p.add_argument("--agents", type=int, default=256, help="case f: the number of flowrun agents (default 256)")
     p.add_argument("--recovery-runs", type=int, default=3,
                    help="counted runs of case r for each launcher (default 3; torchrun's take 15 s or more)")
@@ -164,7 +169,7 @@ def parse(argv):
         args.render_only = args.results
     cases = [c for c in args.cases.split(",") if c]
     if any(len(c) != 1 or c not in ALL_CASES for c in cases):
-        die(f"--cases takes letters among a,b,c,d,e,f,g,h,s,p,r,i,j,t,k, not '{args.cases}'")
+        die(f"--cases takes letters among a,b,c,d,e,f,g,h,l,s,p,r,i,j,t,k, not '{args.cases}'")
     if args.only:
         keep = {"node": render.NODE_CASES, "multinode": render.MULTINODE_CASES, "forensics": render.FORENSICS_CASES,
                 "slow": render.SLOW_CASES, "drain": render.DRAIN_CASES}[args.only]

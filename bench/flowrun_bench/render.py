@@ -8,7 +8,7 @@ from pathlib import Path
 from . import record
 
 NODE_CASES = "abcd"
-MULTINODE_CASES = "efghspr"
+MULTINODE_CASES = "efghlspr"
 FORENSICS_CASES = "ij"
 SLOW_CASES = "t"
 DRAIN_CASES = "k"
@@ -26,6 +26,7 @@ GOAL_RDZV_MS = {1024: 100.0, 4096: 1000.0}  # last start message, from the first
 GOAL_RDZV_FLOOR = {4096: 1.3, 16384: 1.5}  # the last start against the bare server's, same clients
 GOAL_RDZV_HEAD_RSS_MIB = {16384: 256.0}  # the head's peak RSS
 GOAL_RDZV_GROWTH = 1.1  # per agent, the largest rendezvous against the least of the smaller: linear, noise aside
+GOAL_SPARE_MS = 200.0  # among 4,096 agents, one lost: noticed and its spare seated
 GOAL_GATHER_FRACTION = 0.50  # of a plain TCP copy's rate
 GOAL_SHIP_FRACTION = 0.50  # shipping inputs, of a plain TCP copy's rate
 GOAL_GANG_READY_S = 1.0  # a gang's last pod up to its last rank started
