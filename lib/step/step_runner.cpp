@@ -1,7 +1,11 @@
 #include "flowrun/step_runner.h"
 
+#include <algorithm>
+#include <exception>
 #include <fmt/format.h>
+#include <future>
 #include <sys/stat.h>
+#include <thread>
 #include <tuple>
 
 #include "flowrun/files.h"
@@ -107,11 +111,7 @@ StepRun StepRunner::run(WorkerGroup& group) {
   for (int restart = first_restart_;; ++restart) {
     Attempt attempt{restart, time_left_ ? time_left_() : std::nullopt, {}, restart == first_restart_};
     if (!attempt.first) {
-      attempt.keep_previous = [this, &run, restart] {
-        for (const auto& rank : plan_.ranks)
-          keep_failed_attempt(run.attempts.back(), layout_.rank_dir(step_.name, rank.rank), rank.rank,
-                              restart - 1);
-      };
+      attempt.keep_previous = [this, &run, restart] { keep_ranks(run.attempts.back(), restart - 1); };
     }
     const std::string& progress_file = plan_.restart.progress_file;
     const FileStamp before = stamp_of(progress_file);
@@ -154,16 +154,58 @@ std::string restart_message(const std::string& step, const AttemptRecord& failed
                      reason.empty() ? "" : ": " + reason);
 }
 
+void StepRunner::keep_ranks(AttemptRecord& failed, int attempt) const {
+  const std::size_t n = plan_.ranks.size();
+  auto keep_every = [&](std::size_t first, std::size_t stride) {
+    for (std::size_t i = first; i < n; i += stride) {
+      const int rank = plan_.ranks[i].rank;
+      keep_failed_attempt(failed, layout_.rank_dir(step_.name, rank), rank, attempt);
+    }
+  };
+  // A dozen system calls a rank: thousands of ranks take a core for a good
+  // part of a second. Each thread keeps its own ranks and writes only their
+  // records.
+  constexpr std::size_t kRanksPerThread = 256;
+  constexpr std::size_t kMaxThreads = 8;
+  const std::size_t threads = std::min(
+      {n / kRanksPerThread + 1, kMaxThreads, std::size_t{std::max(1u, std::thread::hardware_concurrency())}});
+  std::vector<std::future<void>> others;
+  for (std::size_t t = 1; t < threads; ++t)
+    others.push_back(std::async(std::launch::async, keep_every, t, threads));
+  std::exception_ptr first;
+  try {
+    keep_every(0, threads);
+  } catch (...) {
+    first = std::current_exception();
+  }
+  for (auto& other : others) {
+    try {
+      other.get();
+    } catch (...) {
+      if (!first) first = std::current_exception();
+    }
+  }
+  if (first) std::rethrow_exception(first);
+}
+
 void keep_failed_attempt(AttemptRecord& failed, const std::string& rank_dir, int rank, int attempt) {
   const std::string dump = nccl_trace_prefix(attempt) + std::to_string(rank);
   const std::string kept = keep_attempt(rank_dir, attempt, {dump});
   if (kept.empty()) return;
-  for (auto& w : failed.workers) {
-    if (w.rank != rank) continue;
+  auto point = [&](WorkerRecord& w) {
     w.stdout_log = kept + "/stdout.log";
     w.stderr_log = kept + "/stderr.log";
     w.error_file = kept + "/error.json";
     if (!w.nccl_trace.empty()) w.nccl_trace = kept + "/" + dump;
+  };
+  // Rank r's record is the r-th, as the attempts record them; else looked for.
+  const auto at = static_cast<std::size_t>(rank);
+  if (rank >= 0 && at < failed.workers.size() && failed.workers[at].rank == rank) {
+    point(failed.workers[at]);
+    return;
+  }
+  for (auto& w : failed.workers) {
+    if (w.rank == rank) point(w);
   }
 }
 

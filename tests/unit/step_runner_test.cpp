@@ -193,6 +193,30 @@ TEST_CASE("rank 1 fails, then the group succeeds: one restart, the failed attemp
         "2): every failure restarts\n");
 }
 
+TEST_CASE("a restart of a large step keeps every rank's files, each record pointing at its own",
+          "[step_runner]") {
+  // Enough ranks that the keep runs on several threads, each keeping its
+  // own ranks and writing only their records.
+  const int ranks = 1100;
+  Fixture f(ranks, 1);
+  std::vector<int> codes(static_cast<std::size_t>(ranks), 0);
+  codes[7] = 3;
+  FakeWorkerGroup group(f.layout, "train",
+                        {attempt_of(codes), attempt_of(std::vector<int>(codes.size(), 0))});
+  const StepRun run = f.run(group);
+  REQUIRE(run.attempts.size() == 2);
+  CHECK(run.outcome == Outcome::succeeded);
+  int kept = 0;
+  for (int r = 0; r < ranks; ++r) {
+    const std::string rank_dir = f.layout.rank_dir("train", r);
+    const WorkerRecord& w = run.attempts[0].workers[static_cast<std::size_t>(r)];
+    kept += w.rank == r && w.stdout_log == rank_dir + "/attempt0/stdout.log" &&
+            w.error_file == rank_dir + "/attempt0/error.json" &&
+            testing::read_file(w.stdout_log) == "attempt 0 rank " + std::to_string(r) + "\n";
+  }
+  CHECK(kept == ranks);
+}
+
 TEST_CASE("forensics nccl: each attempt's records name its dumps, kept with the attempt", "[step_runner]") {
   Fixture f(2, 1);
   FakeWorkerGroup group(f.layout, "train", {attempt_of({0, 3}), attempt_of({1, 0})});

@@ -76,6 +76,9 @@ class StepRunner {
   StepRun run(WorkerGroup& group);
 
  private:
+  // Before a restart: keep_failed_attempt for every rank of the step.
+  void keep_ranks(AttemptRecord& failed, int attempt) const;
+
   const Step& step_;
   const StepPlan& plan_;
   const RunLayout& layout_;
