@@ -1,5 +1,6 @@
 #include "node_gathering.h"
 
+#include <algorithm>
 #include <chrono>
 #include <fmt/format.h>
 
@@ -199,11 +200,19 @@ void NodeGathering::all_joined() {
 void NodeGathering::assign() {
   links_.move_to(Phase::assigning);
   ready_ = 0;
-  for (auto& n : nodes_) {
-    n.ready = false;
-    n.done = false;
-    n.conn->send(
-        assign_of(job_, attempt_, n.rank, static_cast<int>(nodes_.size()), marker_path_, marker_text_));
+  // A node new to the step first (a spare in a lost node's seat, a node an
+  // elastic step takes in): it has the most to do before it is ready (its
+  // check, the step's inputs), and on thousands of nodes the last assign
+  // leaves a good while after the first.
+  std::vector<Node*> order;
+  for (auto& n : nodes_) order.push_back(&n);
+  std::stable_partition(order.begin(), order.end(), [](const Node* n) { return !n->assigned; });
+  for (Node* n : order) {
+    n->ready = false;
+    n->done = false;
+    n->assigned = true;
+    n->conn->send(
+        assign_of(job_, attempt_, n->rank, static_cast<int>(nodes_.size()), marker_path_, marker_text_));
   }
   arm_check_timer();
 }
@@ -374,6 +383,7 @@ void NodeGathering::seat_spare(int rank) {
   }
   Node& spare = nodes_[std::size_t(rank)];
   spare.ready = false;
+  spare.assigned = true;
   spare.conn->send(
       assign_of(job_, attempt_, rank, static_cast<int>(nodes_.size()), marker_path_, marker_text_));
   arm_check_timer();

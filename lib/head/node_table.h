@@ -51,6 +51,7 @@ struct Node {
   bool stays = false;         // a gang's agent (Joiner::stays)
   bool check_failed = false;  // its node check failed (Ready::checks): it is to be left out
   bool left_out = false;      // left out for its check and told bye: its agent ends by itself
+  bool assigned = false;      // it had an assign in this step (a spare that takes a seat has not)
 };
 
 // How often the head and an agent send heartbeats for `timeout_s`

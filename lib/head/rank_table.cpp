@@ -35,7 +35,16 @@ void record_exit(WorkerRecord& rec, const Exited& m) {
 }  // namespace
 
 RankTable::RankTable(const NodeStep& job, ConsoleBatch& batch)
-    : job_(job), plan_(*job.plan), batch_(batch), ranks_(static_cast<std::size_t>(plan_.world_size)) {}
+    : job_(job),
+      plan_(*job.plan),
+      batch_(batch),
+      ranks_(static_cast<std::size_t>(plan_.world_size)),
+      files_(static_cast<std::size_t>(plan_.world_size)) {}
+
+// For flowrun status, as soon as the lanes get to it.
+void RankTable::write_end(const RankState& r) {
+  files_.post(r.record.rank, [path = r.end_file, record = r.record] { write_rank_end(path, record); });
+}
 
 RankState* RankTable::of(const Node& n, int rank) {
   if (rank < 0 || rank >= plan_.world_size) return nullptr;
@@ -58,7 +67,7 @@ const WorkerRecord* RankTable::exited(const Node& n, const Exited& m) {
   r->exited = true;
   record_exit(r->record, m);
   r->stopped = m.stopped;
-  write_rank_end(r->end_file, r->record);  // for flowrun status, at once
+  write_end(*r);
   return &r->record;
 }
 
@@ -88,7 +97,7 @@ void RankTable::start(const LaunchContext& ctx, const NodeTable& nodes, int atte
     r.record.stderr_log = dir + "/stderr.log";
     r.record.error_file = ctx.layout.error_file(plan_.step, rp.rank);
     r.end_file = ctx.layout.end_file(plan_.step, rp.rank);
-    unlink(r.end_file.c_str());  // an earlier attempt's
+    files_.post(rp.rank, [path = r.end_file] { unlink(path.c_str()); });  // an earlier attempt's
     open_log(r, n);
   }
 }
@@ -109,7 +118,7 @@ void RankTable::lose(const Node& n, const std::string& why, std::int64_t now_ns)
     r.record.status.spawn_error = why;
     r.record.end_unix_ns = now_ns;
     r.stopped = false;  // lost with its node, not stopped by flowrun
-    write_rank_end(r.end_file, r.record);
+    write_end(r);
   }
 }
 
@@ -148,7 +157,15 @@ void RankTable::open_log(RankState& r, const Node& n) {
   o.who = fmt::format("rank {}'s ", r.record.rank);
   // The default opener, open_output_file: beneath the anchored run directory
   // with no link followed, and only a regular file (a FIFO a rank left on
-  // the shared file system would block the head).
+  // the shared file system would block the head). The same for a stream
+  // that never wrote, on its lane.
+  o.create_later = [this, rank = r.record.rank](const std::string& path) {
+    files_.post(rank, [path] {
+      int err = 0;
+      const int fd = open_output_file(path, false, &err);
+      if (fd >= 0) close(fd);
+    });
+  };
   r.log = std::make_unique<RankLog>(std::move(o), batch_);
 }
 

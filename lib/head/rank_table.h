@@ -16,6 +16,7 @@
 #include "flowrun/result.h"
 
 #include "node_table.h"
+#include "rank_files.h"
 
 namespace flowrun::cluster {
 
@@ -47,7 +48,12 @@ class RankTable {
   // Attempt `attempt`, started at `start_ns` with `ctx`: every rank running
   // on its node, its log files opened (and emptied) when it first writes.
   void start(const LaunchContext& ctx, const NodeTable& nodes, int attempt, std::int64_t start_ns);
+  // Closes the attempt's log files; a stream that never wrote gets its
+  // (empty) file through the lanes.
   void close_files();
+  // Returns once the file work handed to the lanes so far is done: the
+  // ranks' end records and logs all exist. Any thread.
+  void settle() { files_.settle(); }
   // Node `n` is lost: its ranks that had not exited are lost with it.
   void lose(const Node& n, const std::string& why, std::int64_t now_ns);
 
@@ -63,11 +69,13 @@ class RankTable {
 
  private:
   void open_log(RankState& r, const Node& n);
+  void write_end(const RankState& r);
 
   const NodeStep& job_;
   const StepPlan& plan_;
   ConsoleBatch& batch_;
   std::vector<RankState> ranks_;
+  RankFiles files_;  // last: its lanes end before what they write about
 };
 
 }  // namespace flowrun::cluster

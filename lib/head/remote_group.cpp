@@ -157,12 +157,20 @@ class Head : public GroupObserver, public cluster::NodeInbox {
   AttemptResult run_attempt(const Attempt& attempt) {
     if (phase_ == Phase::between) {
       attempt_ = attempt.restart;
+      // What the attempt before left in the ranks' directories moves to
+      // their attemptN/ on other threads, while the nodes get ready for this
+      // one: every rank's files, thousands of system calls on a large step.
+      if (attempt.keep_previous) {
+        kept_ = std::async(std::launch::async, [this, keep = attempt.keep_previous] {
+          ranks_.settle();  // the end records and logs it moves are all written
+          keep();
+        });
+      }
       if (!seats_.before_restart()) return not_started();
       gathering_.assign();
     }
     if (!wait_ready()) return not_started();
     attempt_ = attempt.restart;
-    keep_previous_ = attempt.keep_previous;
     if (rank_dirs_.valid()) {
       try {
         rank_dirs_.get();  // made while the nodes joined
@@ -202,6 +210,7 @@ class Head : public GroupObserver, public cluster::NodeInbox {
     stacks_.cancel();
     gathering_.cancel_join_timer();
     ranks_.close_files();
+    ranks_.settle();  // every rank's end record and logs exist when the step is reported
     batch_.flush();
     io_.poll();
     unlink(marker_path_.c_str());
@@ -291,10 +300,9 @@ class Head : public GroupObserver, public cluster::NodeInbox {
     ranks_.reset();
     stacks_.reset_stop();
     shares_.reset(attempt_, job_.group.sample_s);
-    // A restart: the step runner keeps what the attempt before left (logs,
-    // traceback, uploads) in attemptN/, now that every node is ready.
-    if (keep_previous_) keep_previous_();
-    keep_previous_ = nullptr;
+    // A restart: what the attempt before left (logs, traceback, uploads) is
+    // in attemptN/ before this one's ranks write theirs.
+    if (kept_.valid()) kept_.get();
     ranks_.start(ctx, nodes_, attempt_, attempt_start_ns_);
     if (first) console_.message(cluster::joined_message(plan_, nodes_.names(), ctx));
     // Every node's start message first, then the writes: the nodes start
@@ -475,6 +483,15 @@ class Head : public GroupObserver, public cluster::NodeInbox {
 
   // What stands for an attempt whose ranks never started.
   AttemptResult not_started() {
+    // The attempt before's files were being kept for this one: the step
+    // runner reads that attempt's record next.
+    if (kept_.valid()) {
+      try {
+        kept_.get();
+      } catch (const Error& e) {
+        errors_.push_back(e.what());
+      }
+    }
     AttemptResult result = cluster::not_started(outcome_before_start_, unix_now_ns());
     seats_.record(result.record);
     result.record.node_checks = gathering_.take_verdicts();
@@ -604,10 +621,10 @@ class Head : public GroupObserver, public cluster::NodeInbox {
   std::vector<std::string>& errors_ = news_.errors;
   // How the step ended when no rank started: failed (see errors_), timed_out or interrupted.
   Outcome outcome_before_start_ = Outcome::failed;
-  std::vector<WorkerLaunch> launches_;   // the engine's, for the supervisor's group
-  std::future<void> rank_dirs_;          // every rank's directory, made while the nodes join
-  std::function<void()> keep_previous_;  // the step runner's, for the attempt about to start
-  AttemptRecord last_;                   // the attempt that ended
+  std::vector<WorkerLaunch> launches_;  // the engine's, for the supervisor's group
+  std::future<void> rank_dirs_;         // every rank's directory, made while the nodes join
+  std::future<void> kept_;              // the step runner's keep_previous, under way
+  AttemptRecord last_;                  // the attempt that ended
   cluster::NodeSeats seats_{
       nodes_,
       full_plan_,

@@ -164,7 +164,12 @@ void RankLog::close(bool is_err) {
   Stream& s = stream(is_err);
   if (s.closed) return;
   s.closed = true;
-  file(s);
+  if (!s.opened && !s.path->empty() && options_.create_later) {
+    s.opened = true;
+    options_.create_later(*s.path);
+  } else {
+    file(s);
+  }
   if (s.splitter) s.splitter->finish(*s.console);
   if (s.splitter && s.folder) s.folder->close(s.source, *s.console);
   s.splitter.reset();

@@ -8,6 +8,7 @@
 // shrink an elastic step, take in a late joiner, stall, fail an upload or
 // send garbage, and reads what the head decided: the attempt's record, its
 // notes and errors, the orders each node got, and the console.
+#include <atomic>
 #include <boost/asio/post.hpp>
 #include <catch2/catch.hpp>
 #include <csignal>
@@ -19,6 +20,7 @@
 #include <memory>
 #include <set>
 #include <string>
+#include <thread>
 #include <unistd.h>
 #include <vector>
 
@@ -142,10 +144,12 @@ class HeadBench {
     return n;
   }
 
-  AttemptResult attempt(int restart) {
+  // Attempt `restart`, with `keep` as the step runner's keep_previous.
+  AttemptResult attempt(int restart, std::function<void()> keep = {}) {
     Attempt a;
     a.restart = restart;
     a.first = restart == 0;
+    a.keep_previous = std::move(keep);
     return group_->run_attempt(a);
   }
 
@@ -345,6 +349,44 @@ TEST_CASE("head: a spare takes a lost node's rank at the restart", "[head]") {
   REQUIRE(second.record.replacements.size() == 1);
   CHECK(second.record.replacements.front().node_rank == 1);
   CHECK(b.link->sent_of<Assign>().size() == 1);  // the lost node is never asked again
+}
+
+TEST_CASE(
+    "head: at a restart the spare gets its seat's assign first, and the ranks start once the attempt "
+    "before is kept",
+    "[head]") {
+  HeadBench h("      cpus: 4\n      nodes: 2\n      spare_nodes: 1\n");
+  ScriptedNode& a = h.join("node-a");
+  ScriptedNode& b = h.join("node-b");
+  ScriptedNode& s = h.join("spare-c");
+  h.lose_at_start(b, "end of file");
+  a.waits = {0, 1};
+  REQUIRE(h.attempt(0).spare_ready);
+
+  // The order the nodes get their orders in, and whether the keep had ended
+  // when each start left.
+  std::vector<std::string> orders;
+  std::atomic<bool> kept{false};
+  auto note = [&](ScriptedNode& n, const Message& m) {
+    if (std::holds_alternative<Assign>(m)) orders.push_back(n.name + " assign");
+    if (std::holds_alternative<Start>(m))
+      orders.push_back(n.name + (kept ? " start, kept" : " start, not kept"));
+    return false;  // answered as scripted
+  };
+  a.script = note;
+  s.script = note;
+  a.waits.clear();
+  // The keep runs on a thread of its own while the nodes get ready.
+  std::thread::id kept_on;
+  const AttemptResult second = h.attempt(1, [&] {
+    kept_on = std::this_thread::get_id();
+    kept = true;
+  });
+  CHECK(second.record.outcome == Outcome::succeeded);
+  CHECK(kept_on != std::thread::id{});
+  CHECK(kept_on != std::this_thread::get_id());
+  CHECK(orders == std::vector<std::string>{"spare-c assign", "node-a assign", "node-a start, kept",
+                                           "spare-c start, kept"});  // the starts in node-rank order
 }
 
 TEST_CASE("head: a gang's agent stopped by a signal is a lost node, which a spare covers", "[head]") {

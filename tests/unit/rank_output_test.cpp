@@ -56,6 +56,22 @@ TEST_CASE("a rank's lines split across chunks reach the console whole, its bytes
   CHECK(testing::read_file(f.dir.path() + "/stderr.log").empty());  // every rank has both files
 }
 
+TEST_CASE("a rank's stream that never wrote is handed to create_later at close, not made there",
+          "[rank_output]") {
+  LogFixture f;
+  std::vector<std::string> later;
+  RankLog::Options o = f.options();
+  o.create_later = [&later](const std::string& path) { later.push_back(path); };
+  RankLog log(o, f.batch);
+  CHECK_FALSE(log.keep(false, "step 1\n"));
+  log.close();
+  CHECK(later == std::vector<std::string>{f.dir.path() + "/stderr.log"});
+  CHECK_FALSE(exists(f.dir.path() + "/stderr.log"));
+  CHECK(testing::read_file(f.dir.path() + "/stdout.log") == "step 1\n");
+  log.close();  // once
+  CHECK(later.size() == 1);
+}
+
 TEST_CASE("a rank's stream the console does not show still reaches its file", "[rank_output]") {
   LogFixture f;
   RankLog::Options o = f.options();

@@ -84,6 +84,9 @@ class RankLog {
     // Creates (or empties) a log file for writing: its descriptor, or -1
     // with errno set. Empty: open(2) with O_CREAT | O_TRUNC.
     std::function<int(const std::string& path)> open;
+    // Set: close() hands it the file of a stream that never wrote, to be
+    // created (empty) there, instead of creating it itself.
+    std::function<void(const std::string& path)> create_later;
   };
 
   // A log file that could not be created or written: log_write_error's
@@ -118,7 +121,8 @@ class RankLog {
 
   // The stream ended: a torn last line goes to the console with a '\n',
   // and the file is closed (created first if it never was: every rank has
-  // both files, also one that printed nothing). A second call does nothing.
+  // both files, also one that printed nothing; Options::create_later, when
+  // set, is handed that work). A second call does nothing.
   void close(bool is_err);
   void close() {
     close(false);

@@ -1,0 +1,56 @@
+// File work on the ranks' directories that the head's loop hands to other
+// threads: each rank's end record as it ends, and at an attempt's end the
+// empty log of every stream that never wrote. On a step of thousands of
+// ranks that is thousands of system calls between a lost node and its
+// spare's seat. Each rank's work goes to one lane, always the same, so it
+// runs in the order it was given; a step of few ranks runs it at once, on
+// the loop. Internal to lib/head.
+#pragma once
+
+#include <condition_variable>
+#include <cstddef>
+#include <deque>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+namespace flowrun::cluster {
+
+class RankFiles {
+ public:
+  // Lanes for a step of `ranks` ranks: none below kRanksForLanes (the work
+  // runs in post()), else up to kMaxLanes and the host's cores.
+  explicit RankFiles(std::size_t ranks);
+  ~RankFiles();  // runs what was posted, then ends the lanes
+  RankFiles(const RankFiles&) = delete;
+  RankFiles& operator=(const RankFiles&) = delete;
+
+  static constexpr std::size_t kRanksForLanes = 256;
+  static constexpr std::size_t kMaxLanes = 4;
+
+  // `work` for rank `rank`'s files, after what was posted for it before.
+  // It must not throw.
+  void post(int rank, std::function<void()> work);
+  // Returns once everything posted before the call has run. Any thread.
+  void settle();
+
+  std::size_t lanes() const { return lanes_.size(); }
+
+ private:
+  struct Lane {
+    std::mutex mutex;
+    std::condition_variable wake, idle;
+    std::deque<std::function<void()>> queue;
+    bool busy = false;
+    bool sleeping = false;  // its thread waits for work: a post wakes it
+    bool ending = false;
+    std::thread thread;
+  };
+  static void run(Lane& lane);
+
+  std::vector<std::unique_ptr<Lane>> lanes_;
+};
+
+}  // namespace flowrun::cluster
