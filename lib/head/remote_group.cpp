@@ -155,6 +155,14 @@ class Head : public GroupObserver, public cluster::NodeInbox {
   // One attempt: the first once every node is ready; a restart assigns
   // every node again first. Returns when every node said done or was lost.
   AttemptResult run_attempt(const Attempt& attempt) {
+    // An error that leaves here still waits for the keep: it writes the
+    // step runner's record of the attempt before.
+    struct WaitKept {
+      std::future<void>& kept;
+      ~WaitKept() {
+        if (kept.valid()) kept.wait();
+      }
+    } wait_kept{kept_};
     if (phase_ == Phase::between) {
       attempt_ = attempt.restart;
       // What the attempt before left in the ranks' directories moves to
