@@ -98,7 +98,12 @@ void Connection::drain() {
     // through the shared buffer.
     const std::span<char> direct = reader_.direct_space();
     char* into = direct.empty() ? shared_read_buffer() : direct.data();
-    const std::size_t room = direct.empty() ? kReadBytes : direct.size();
+    std::size_t room = direct.empty() ? kReadBytes : direct.size();
+    // After a large frame another is likely (an upload's or a shipment's
+    // chunks): its header alone first, so that its payload too is read in
+    // place, not into the shared buffer and copied from there twice.
+    if (direct.empty() && header_first_ && reader_.buffered() == 0) room = kFrameHeaderBytes;
+    header_first_ = !direct.empty();
     boost::system::error_code ec;
     const std::size_t n = socket_.read_some(asio::buffer(into, room), ec);
     if (ec == asio::error::would_block || ec == asio::error::try_again) break;

@@ -100,6 +100,9 @@ class Connection : public NodeLink, public std::enable_shared_from_this<Connecti
   bool open_ = true;
   bool closing_ = false;
   bool failed_authentication_ = false;
+  // The last read went into a large frame's payload: the next read takes
+  // the next frame's header alone (drain()).
+  bool header_first_ = false;
   std::function<void(const OtherVersion&)> on_other_version_;
   std::int64_t last_heard_ns_ = 0;
   std::shared_ptr<FrameHandler> on_frame_;
