@@ -474,6 +474,35 @@ TEST_CASE("Crc32c gives the standard check value, fed whole or in pieces of any 
   CHECK(Crc32c().hex() == "00000000");
 }
 
+TEST_CASE("Crc32c of large pieces, hashed three stripes at a time, equals the same bytes fed small",
+          "[protocol]") {
+  // Pieces of 12 KiB and more take the three-chain path; pieces below it one chain.
+  std::string data(200 * 1024 + 77, '\0');
+  std::uint32_t x = 2463534242u;
+  for (char& c : data) {
+    x ^= x << 13;
+    x ^= x >> 17;
+    x ^= x << 5;
+    c = static_cast<char>(x);
+  }
+  Crc32c small;
+  for (std::size_t i = 0; i < data.size(); i += 1000) small.update(std::string_view(data).substr(i, 1000));
+  for (std::size_t offset : {0, 1, 5}) {
+    for (std::size_t length : {std::size_t{12 * 1024 - 1}, std::size_t{12 * 1024}, std::size_t{12 * 1024 + 9},
+                               std::size_t{100 * 1024 + 3}, data.size() - offset}) {
+      const std::string_view piece = std::string_view(data).substr(offset, length);
+      Crc32c whole, reference;
+      whole.update(piece);
+      for (std::size_t i = 0; i < piece.size(); i += 999) reference.update(piece.substr(i, 999));
+      CHECK(whole.value() == reference.value());
+    }
+  }
+  Crc32c whole;
+  whole.update(std::string_view(data).substr(0, 150 * 1024));
+  whole.update(std::string_view(data).substr(150 * 1024));
+  CHECK(whole.value() == small.value());
+}
+
 TEST_CASE("a one-field frame is the same bytes as the general encoding, and its value reads in place",
           "[protocol]") {
   const std::string data = std::string("chunk\0with NUL", 14);
