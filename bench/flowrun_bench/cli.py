@@ -60,6 +60,7 @@ bench/output_flood.py) and outputs.md (gathering outputs). Not part of scripts/t
 """
 
 import argparse
+import os
 import subprocess
 import sys
 import tempfile
@@ -196,6 +197,9 @@ def measure(args, flowrun_ok, flowrun_why, torch_ok, torch_why):
                 "flowrun_nofold": Launcher("flowrun_nofold", flowrun_ok, flowrun_why),
                 "worker": Launcher("worker"),
             }
+            # What the case before wrote (case e: hundreds of thousands of files) is written back first: its
+            # writeback would otherwise run under the next case's disk writes (case g's gather).
+            os.sync()
             log(f"case ({case})")
             case_started = time.monotonic()
             CASES[case][0](args, W.work, launchers)
