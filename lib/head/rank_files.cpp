@@ -8,12 +8,7 @@ namespace flowrun::cluster {
 RankFiles::RankFiles(std::size_t ranks) {
   if (ranks < kRanksForLanes) return;
   const std::size_t cores = std::max(1u, std::thread::hardware_concurrency());
-  const std::size_t lanes = std::min({kMaxLanes, cores, ranks / kRanksForLanes});
-  for (std::size_t i = 0; i < lanes; ++i) {
-    lanes_.push_back(std::make_unique<Lane>());
-    Lane& lane = *lanes_.back();
-    lane.thread = std::thread([&lane] { run(lane); });
-  }
+  wanted_ = std::min({kMaxLanes, cores, ranks / kRanksForLanes});
 }
 
 RankFiles::~RankFiles() {
@@ -28,9 +23,17 @@ RankFiles::~RankFiles() {
 }
 
 void RankFiles::post(int rank, std::function<void()> work) {
-  if (lanes_.empty()) {
+  if (wanted_ == 0) {
     work();
     return;
+  }
+  if (!started_.load(std::memory_order_relaxed)) {
+    for (std::size_t i = 0; i < wanted_; ++i) {
+      lanes_.push_back(std::make_unique<Lane>());
+      Lane& lane = *lanes_.back();
+      lane.thread = std::thread([&lane] { run(lane); });
+    }
+    started_.store(true, std::memory_order_release);
   }
   Lane& lane = *lanes_[static_cast<std::size_t>(std::max(rank, 0)) % lanes_.size()];
   bool wake = false;
@@ -43,6 +46,7 @@ void RankFiles::post(int rank, std::function<void()> work) {
 }
 
 void RankFiles::settle() {
+  if (!started_.load(std::memory_order_acquire)) return;  // nothing was posted
   for (auto& lane : lanes_) {
     std::unique_lock lock(lane->mutex);
     lane->idle.wait(lock, [&] { return lane->queue.empty() && !lane->busy; });

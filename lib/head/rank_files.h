@@ -7,6 +7,7 @@
 // the loop. Internal to lib/head.
 #pragma once
 
+#include <atomic>
 #include <condition_variable>
 #include <cstddef>
 #include <deque>
@@ -21,7 +22,9 @@ namespace flowrun::cluster {
 class RankFiles {
  public:
   // Lanes for a step of `ranks` ranks: none below kRanksForLanes (the work
-  // runs in post()), else up to kMaxLanes and the host's cores.
+  // runs in post()), else up to kMaxLanes and the host's cores. Their
+  // threads start at the first post, once the ranks run: with one idle lane
+  // thread already there, 256 agents took 25 ms to join instead of 15.
   explicit RankFiles(std::size_t ranks);
   ~RankFiles();  // runs what was posted, then ends the lanes
   RankFiles(const RankFiles&) = delete;
@@ -31,12 +34,12 @@ class RankFiles {
   static constexpr std::size_t kMaxLanes = 4;
 
   // `work` for rank `rank`'s files, after what was posted for it before.
-  // It must not throw.
+  // It must not throw. One thread posts.
   void post(int rank, std::function<void()> work);
   // Returns once everything posted before the call has run. Any thread.
   void settle();
 
-  std::size_t lanes() const { return lanes_.size(); }
+  std::size_t lanes() const { return wanted_; }
 
  private:
   struct Lane {
@@ -50,7 +53,9 @@ class RankFiles {
   };
   static void run(Lane& lane);
 
+  std::size_t wanted_ = 0;
   std::vector<std::unique_ptr<Lane>> lanes_;
+  std::atomic<bool> started_{false};  // lanes_ is made: settle() may read it
 };
 
 }  // namespace flowrun::cluster

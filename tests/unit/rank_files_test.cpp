@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <catch2/catch.hpp>
+#include <filesystem>
 #include <map>
 #include <mutex>
 #include <set>
@@ -18,6 +19,31 @@ TEST_CASE("rank files: a step of few ranks does the work at once, on the caller'
   files.post(3, [&] { ran_on = std::this_thread::get_id(); });
   CHECK(ran_on == std::this_thread::get_id());
   files.settle();  // nothing to wait for
+}
+
+namespace {
+
+// The threads of this process, as /proc lists them.
+std::size_t threads_now() {
+  std::size_t n = 0;
+  for ([[maybe_unused]] const auto& entry : std::filesystem::directory_iterator("/proc/self/task")) ++n;
+  return n;
+}
+
+}  // namespace
+
+TEST_CASE("rank files: the lanes' threads start at the first post, not before", "[rank_files]") {
+  const std::size_t before = threads_now();
+  RankFiles files(4096);
+  REQUIRE(files.lanes() >= 1);
+  CHECK(threads_now() == before);
+  files.settle();  // nothing posted: nothing to wait for, and no thread started
+  CHECK(threads_now() == before);
+  bool ran = false;
+  files.post(0, [&ran] { ran = true; });
+  CHECK(threads_now() == before + files.lanes());
+  files.settle();
+  CHECK(ran);
 }
 
 TEST_CASE("rank files: each rank's work runs in the order it was posted; settle waits for all of it",
