@@ -62,22 +62,31 @@ def case_rendezvous(args, work, launchers):
             shutil.rmtree(shm, ignore_errors=True)
 
 
-def rendezvous_once(n, spec, run_dir, work, row):
-    head = Head(spec, run_dir, work, "e-head")
-    row.command = show(head.cmd) + " & " + show([str(W.rdzv_clients), "--nodes", str(n), "--endpoint",
-                                                  "127.0.0.1:PORT", "--token-file", str(run_dir / "work" /
-                                                                                         "agent.token")])
+def clients_against_head(clients, first_key, spec, run_dir, work, row, name):
+    """A head on `spec` and, once it prints its agent command, bench/rdzv_clients `clients` against it: (the
+    clients' key=value line that starts with `first_key`, the head's end, None), or (None, None, why)."""
+    head = Head(spec, run_dir, work, name)
+    row.command = show(head.cmd) + " & " + show(clients + ["--endpoint", "127.0.0.1:PORT", "--token-file",
+                                                           str(run_dir / "work" / "agent.token")])
     if (why := head.without_agent()) is not None:
-        return None, why
-    cmd = [str(W.rdzv_clients), "--nodes", str(n), "--endpoint", head.option("--rdzv-endpoint"), "--token-file",
-           head.option("--token-file")]
-    r = run_quiet(cmd, timeout=300)
+        return None, None, why
+    r = run_quiet(clients + ["--endpoint", head.option("--rdzv-endpoint"), "--token-file",
+                             head.option("--token-file")], timeout=300)
     if r.returncode != 0:
         head.stop()
     ended = head.finish()
-    got = kv_line(r.stdout, "nodes")
+    got = kv_line(r.stdout, first_key)
     if r.returncode != 0 or got is None or ended is None or ended.get("exit") != 0:
-        return None, f"rdzv_clients exit {r.returncode}: {r.stdout[-400:]}; head {ended}: {head.console.tail()}"
+        return None, None, (f"rdzv_clients exit {r.returncode}: {r.stdout[-400:]}; head {ended}: "
+                            f"{head.console.tail()}")
+    return got, ended, None
+
+
+def rendezvous_once(n, spec, run_dir, work, row):
+    got, ended, failure = clients_against_head([str(W.rdzv_clients), "--nodes", str(n)], "nodes", spec, run_dir,
+                                               work, row, "e-head")
+    if failure:
+        return None, failure
     got["head_wall_ns"] = ended["wall_ns"]
     got["head_maxrss_kib"] = ended["maxrss_kib"]
     return got, None
@@ -111,21 +120,9 @@ def case_spare(args, work, launchers):
 
 
 def spare_once(n, spec, run_dir, work, row):
-    head = Head(spec, run_dir, work, "l-head")
     clients = [str(W.rdzv_clients), "--nodes", str(n), "--spares", "1", "--lose", str(n // 2)]
-    row.command = show(head.cmd) + " & " + show(clients + ["--endpoint", "127.0.0.1:PORT", "--token-file",
-                                                           str(run_dir / "work" / "agent.token")])
-    if (why := head.without_agent()) is not None:
-        return None, why
-    r = run_quiet(clients + ["--endpoint", head.option("--rdzv-endpoint"), "--token-file",
-                             head.option("--token-file")], timeout=300)
-    if r.returncode != 0:
-        head.stop()
-    ended = head.finish()
-    got = kv_line(r.stdout, "noticed_ns")
-    if r.returncode != 0 or got is None or ended is None or ended.get("exit") != 0:
-        return None, f"rdzv_clients exit {r.returncode}: {r.stdout[-400:]}; head {ended}: {head.console.tail()}"
-    return got, None
+    got, _, failure = clients_against_head(clients, "noticed_ns", spec, run_dir, work, row, "l-head")
+    return got, failure
 
 
 def case_agents(args, work, launchers):
