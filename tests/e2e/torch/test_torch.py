@@ -327,9 +327,13 @@ steps:
         self.check(int(m.group("slow")) + 15 <= int(m.group("others")), f"{label}: it waits far less than the others",
                    m.group(0))
         shares = res["wait_shares"]
+        # A rank is named once it has 20 samples of its own (kMinSharesSamples). The ranks are sampled in turn and
+        # a sample py-spy could not take (the rank between two states) is not counted, so when the test stops the
+        # run right after the line, the other rank may have fewer.
         self.check(shares is not None and shares["slow"] is not None and shares["slow"]["ranks"] == [1]
                    and [r["rank"] for r in shares["ranks"]] == [0, 1]
-                   and all(r["samples"] >= 20 and 0 <= r["waits"] <= r["samples"] for r in shares["ranks"]),
+                   and all(r["samples"] >= (20 if r["rank"] == 1 else 1) and 0 <= r["waits"] <= r["samples"]
+                           for r in shares["ranks"]),
                    f"{label}: results.json keeps every rank's shares and names rank 1", json.dumps(shares)[:2000])
         # Where it sleeps shows in its samples, beyond the other rank's. Which of its functions is the hottest
         # depends on this 2-core machine's load as much as on the script (its forward slows when the cores are
