@@ -13,7 +13,7 @@
 
 #include "flowrun/process.h"
 
-#include "detail.h"
+#include "process_detail.h"
 
 extern char** environ;
 

@@ -25,7 +25,7 @@
 #include "flowrun/files.h"
 #include "flowrun/process.h"
 
-#include "detail.h"
+#include "process_detail.h"
 
 namespace flowrun {
 

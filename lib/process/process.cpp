@@ -5,10 +5,13 @@
 #include <cstring>
 #include <dirent.h>
 #include <fcntl.h>
+#include <iterator>
 #include <memory>
+#include <pthread.h>
 #include <sched.h>
 #include <signal.h>
 #include <string_view>
+#include <sys/mman.h>
 #include <sys/prctl.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
@@ -18,7 +21,7 @@
 #include "flowrun/error.h"
 #include "flowrun/files.h"
 
-#include "detail.h"
+#include "process_detail.h"
 
 namespace flowrun {
 
@@ -31,16 +34,126 @@ std::string errno_text(int err) { return std::strerror(err); }
 rlimit g_started_nofile{RLIM_INFINITY, RLIM_INFINITY};
 bool g_nofile_raised = false;
 
-// What the child reports through the exec-error pipe.
+// Why a child did not reach its program; stage -1 while nothing failed.
 struct ChildFailure {
-  int stage;  // 0 chdir, 1 exec, 2 setup, 3 CPU affinity
-  int err;
+  int stage = -1;  // 0 chdir, 1 exec, 2 setup, 3 CPU affinity
+  int err = 0;
 };
 
-[[noreturn]] void child_fail(int fd, int stage) {
-  ChildFailure failure{stage, errno};
-  [[maybe_unused]] ssize_t n = write(fd, &failure, sizeof failure);
+// Everything the child needs between its start and execve, made before it
+// exists: from its start to execve it may only make async-signal-safe calls.
+struct ChildSetup {
+  const char* program = nullptr;
+  char* const* argv = nullptr;
+  char* const* envp = nullptr;
+  const cpu_set_t* cpus = nullptr;
+  std::size_t cpus_size = 0;
+  int stdin_fd = -1, stdout_fd = -1, stderr_fd = -1;
+  const char* workdir = nullptr;
+  pid_t parent = 0;
+  bool shares_memory = false;  // started by clone(CLONE_VM | CLONE_VFORK): `failure` is the parent's
+  int report_fd = -1;          // a forked child's end of the report pipe
+  ChildFailure failure;
+};
+
+[[noreturn]] void child_fail(ChildSetup& setup, int stage) {
+  const ChildFailure failure{stage, errno};
+  if (setup.shares_memory) {
+    setup.failure = failure;
+  } else {
+    [[maybe_unused]] ssize_t n = write(setup.report_fd, &failure, sizeof failure);
+  }
   _exit(127);
+}
+
+bool reset_signal(int sig) {
+  return std::find(std::begin(process_detail::kResetSignals), std::end(process_detail::kResetSignals), sig) !=
+         std::end(process_detail::kResetSignals);
+}
+
+[[noreturn]] void run_child(ChildSetup& setup) {
+  if (setup.shares_memory) {
+    // Every handler flowrun installed goes back to the default before any
+    // signal is let in: a handler run here would run on the parent's memory.
+    for (int sig = 1; sig < NSIG; ++sig) {
+      struct sigaction now {};
+      if (sig == SIGKILL || sig == SIGSTOP || sigaction(sig, nullptr, &now) != 0) continue;
+      const bool handled = now.sa_handler != SIG_DFL && now.sa_handler != SIG_IGN;
+      if (handled || reset_signal(sig)) signal(sig, SIG_DFL);
+    }
+  } else {
+    for (int sig : process_detail::kResetSignals) signal(sig, SIG_DFL);
+  }
+  sigset_t none;
+  sigemptyset(&none);
+  sigprocmask(SIG_SETMASK, &none, nullptr);
+  process_detail::cloexec_above_stdio();  // before the limit drops below flowrun's open descriptors
+  if (g_nofile_raised) setrlimit(RLIMIT_NOFILE, &g_started_nofile);
+  if (setpgid(0, 0) != 0) child_fail(setup, 2);
+  if (prctl(PR_SET_PDEATHSIG, SIGKILL) != 0) child_fail(setup, 2);
+  if (getppid() != setup.parent) _exit(127);  // flowrun died before the line above
+  if (setup.cpus && sched_setaffinity(0, setup.cpus_size, setup.cpus) != 0) child_fail(setup, 3);
+  // Under Yama's ptrace_scope 1 only an ancestor may trace: name flowrun,
+  // so that the py-spy it starts (its child, the rank's sibling) may take
+  // the rank's stack before a stall's or a timeout's signals. The relation
+  // outlives execve (Yama drops it when the process ends); without Yama
+  // the call fails (EINVAL) and nothing is needed.
+  prctl(PR_SET_PTRACER, static_cast<unsigned long>(setup.parent), 0, 0, 0);
+  if (dup2(setup.stdin_fd, STDIN_FILENO) < 0) child_fail(setup, 2);
+  if (setup.stdout_fd >= 0 && dup2(setup.stdout_fd, STDOUT_FILENO) < 0) child_fail(setup, 2);
+  if (setup.stderr_fd >= 0 && dup2(setup.stderr_fd, STDERR_FILENO) < 0) child_fail(setup, 2);
+  if (setup.workdir != nullptr && chdir(setup.workdir) != 0) child_fail(setup, 0);
+  execve(setup.program, setup.argv, setup.envp);
+  child_fail(setup, 1);
+}
+
+int child_entry(void* setup) { run_child(*static_cast<ChildSetup*>(setup)); }
+
+// fork(2): the child copies the parent's page tables, and the parent's every
+// page it then writes is copied once more; a failure comes back through a
+// close-on-exec pipe.
+pid_t start_forked(ChildSetup& setup) {
+  int report[2];
+  if (pipe2(report, O_CLOEXEC) != 0) return -1;
+  setup.report_fd = report[1];
+  const pid_t pid = fork();
+  if (pid == 0) run_child(setup);
+  const int err = errno;
+  close(report[1]);
+  if (pid > 0) {
+    ChildFailure failure;
+    ssize_t n;
+    do {
+      n = read(report[0], &failure, sizeof failure);
+    } while (n < 0 && errno == EINTR);
+    if (n == static_cast<ssize_t>(sizeof failure)) setup.failure = failure;
+  }
+  close(report[0]);
+  errno = err;
+  return pid;
+}
+
+// clone(CLONE_VM | CLONE_VFORK), as posix_spawn starts a process: the child
+// runs on a stack of its own in the parent's memory, which sleeps until the
+// child has exec'ed or exited, so nothing is copied; a failure is written
+// straight into `setup`. Every signal stays blocked in the parent's thread
+// until the child is gone from its memory; the child lets them in once its
+// handlers are the defaults.
+pid_t start_sharing(ChildSetup& setup) {
+  constexpr std::size_t kStack = 64 * 1024;
+  void* stack = mmap(nullptr, kStack, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_STACK, -1, 0);
+  if (stack == MAP_FAILED) return -1;
+  sigset_t all, before;
+  sigfillset(&all);
+  pthread_sigmask(SIG_SETMASK, &all, &before);
+  setup.shares_memory = true;
+  const pid_t pid =
+      clone(child_entry, static_cast<char*>(stack) + kStack, CLONE_VM | CLONE_VFORK | SIGCHLD, &setup);
+  const int err = errno;
+  pthread_sigmask(SIG_SETMASK, &before, nullptr);
+  munmap(stack, kStack);
+  errno = err;
+  return pid;
 }
 
 // What a /proc file holds; empty when it cannot be read (the process is gone).
@@ -53,6 +166,14 @@ std::string read_proc_file(const std::string& path, std::size_t limit) {
 namespace process_detail {
 
 std::string guardian_mark;
+
+// The sanitizers' run-times do not know a thread that shares memory without
+// being one (TSan's and ASan's interceptors would run in it): their builds fork.
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+bool spawn_by_fork = true;
+#else
+bool spawn_by_fork = false;
+#endif
 
 std::vector<char*> marked_envp(const std::vector<std::string>& env) {
   // The guardian's mark, whatever the caller's environment says (a step's
@@ -131,7 +252,7 @@ SpawnResult spawn_process(const SpawnRequest& request) {
   argv.push_back(nullptr);
   std::vector<char*> envp = process_detail::marked_envp(request.env);
 
-  // Made before fork: the child may only make async-signal-safe calls.
+  // Made before the child exists: it may only make async-signal-safe calls.
   std::unique_ptr<cpu_set_t, void (*)(cpu_set_t*)> cpus(nullptr, [](cpu_set_t* set) { CPU_FREE(set); });
   std::size_t cpus_size = 0;
   if (!request.cpus.empty()) {
@@ -143,57 +264,26 @@ SpawnResult spawn_process(const SpawnRequest& request) {
     for (int cpu : request.cpus) CPU_SET_S(static_cast<std::size_t>(cpu), cpus_size, cpus.get());
   }
 
-  int devnull = open("/dev/null", O_RDONLY | O_CLOEXEC);
+  const int devnull = open("/dev/null", O_RDONLY | O_CLOEXEC);
   if (devnull < 0) throw Error("cannot open /dev/null: " + errno_text(errno));
-  int report[2];
-  if (pipe2(report, O_CLOEXEC) != 0) {
-    close(devnull);
-    throw Error("cannot create a pipe: " + errno_text(errno));
-  }
-  const pid_t parent = getpid();
-  const pid_t pid = fork();
-  if (pid < 0) {
-    int fork_err = errno;
-    close(devnull);
-    close(report[0]);
-    close(report[1]);
-    throw Error("cannot start a process (fork): " + errno_text(fork_err));
-  }
-  if (pid == 0) {
-    // The child: async-signal-safe calls only from here to execve.
-    sigset_t none;
-    sigemptyset(&none);
-    sigprocmask(SIG_SETMASK, &none, nullptr);
-    for (int sig : process_detail::kResetSignals) signal(sig, SIG_DFL);
-    process_detail::cloexec_above_stdio();  // before the limit drops below flowrun's open descriptors
-    if (g_nofile_raised) setrlimit(RLIMIT_NOFILE, &g_started_nofile);
-    if (setpgid(0, 0) != 0) child_fail(report[1], 2);
-    if (prctl(PR_SET_PDEATHSIG, SIGKILL) != 0) child_fail(report[1], 2);
-    if (getppid() != parent) _exit(127);  // flowrun died before the line above
-    if (cpus && sched_setaffinity(0, cpus_size, cpus.get()) != 0) child_fail(report[1], 3);
-    // Under Yama's ptrace_scope 1 only an ancestor may trace: name flowrun,
-    // so that the py-spy it starts (its child, the rank's sibling) may take
-    // the rank's stack before a stall's or a timeout's signals. The relation
-    // outlives execve (Yama drops it when the process ends); without Yama
-    // the call fails (EINVAL) and nothing is needed.
-    prctl(PR_SET_PTRACER, static_cast<unsigned long>(parent), 0, 0, 0);
-    if (dup2(request.stdin_fd >= 0 ? request.stdin_fd : devnull, STDIN_FILENO) < 0) child_fail(report[1], 2);
-    if (request.stdout_fd >= 0 && dup2(request.stdout_fd, STDOUT_FILENO) < 0) child_fail(report[1], 2);
-    if (request.stderr_fd >= 0 && dup2(request.stderr_fd, STDERR_FILENO) < 0) child_fail(report[1], 2);
-    if (!request.workdir.empty() && chdir(request.workdir.c_str()) != 0) child_fail(report[1], 0);
-    execve(program.c_str(), argv.data(), envp.data());
-    child_fail(report[1], 1);
-  }
+  ChildSetup setup{};
+  setup.program = program.c_str();
+  setup.argv = argv.data();
+  setup.envp = envp.data();
+  setup.cpus = cpus.get();
+  setup.cpus_size = cpus_size;
+  setup.stdin_fd = request.stdin_fd >= 0 ? request.stdin_fd : devnull;
+  setup.stdout_fd = request.stdout_fd;
+  setup.stderr_fd = request.stderr_fd;
+  setup.workdir = request.workdir.empty() ? nullptr : request.workdir.c_str();
+  setup.parent = getpid();
+  const pid_t pid = process_detail::spawn_by_fork ? start_forked(setup) : start_sharing(setup);
+  const int start_err = errno;
   close(devnull);
-  close(report[1]);
+  if (pid < 0) throw Error("cannot start a process: " + errno_text(start_err));
   result.pid = pid;
-  ChildFailure failure{};
-  ssize_t n;
-  do {
-    n = read(report[0], &failure, sizeof failure);
-  } while (n < 0 && errno == EINTR);
-  close(report[0]);
-  if (n == static_cast<ssize_t>(sizeof failure)) {
+  const ChildFailure failure = setup.failure;
+  if (failure.stage >= 0) {
     int status = 0;
     while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
     }

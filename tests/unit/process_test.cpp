@@ -19,6 +19,7 @@
 
 #include "flowrun/net_addresses.h"
 
+#include "process_detail.h"
 #include "testing.h"
 
 using namespace flowrun;
@@ -50,6 +51,18 @@ bool can_bind_plainly(int port) {
   close(fd);
   return ok;
 }
+
+// Each spawn test runs once with either way of starting a child: clone with
+// CLONE_VM | CLONE_VFORK (the default) and fork (builds with a sanitizer).
+struct SpawnWay {
+  explicit SpawnWay(bool fork) : before(process_detail::spawn_by_fork) {
+    process_detail::spawn_by_fork = fork;
+  }
+  ~SpawnWay() { process_detail::spawn_by_fork = before; }
+  SpawnWay(const SpawnWay&) = delete;
+  SpawnWay& operator=(const SpawnWay&) = delete;
+  bool before;
+};
 
 void reap(pid_t pid) {
   int status = 0;
@@ -138,6 +151,9 @@ TEST_CASE("find_program looks a name up on the PATH of the given environment", "
 }
 
 TEST_CASE("spawn says why a command cannot start", "[process]") {
+  const bool fork = GENERATE(false, true);
+  SpawnWay way(fork);
+  INFO("by fork: " << fork);
   SpawnRequest request;
   request.env = {"PATH=/usr/bin:/bin"};
   request.argv = {"no-such-program-flowrun"};
@@ -164,6 +180,9 @@ TEST_CASE("spawn says why a command cannot start", "[process]") {
 }
 
 TEST_CASE("a spawned process runs in its own group with the given environment", "[process]") {
+  const bool fork = GENERATE(false, true);
+  SpawnWay way(fork);
+  INFO("by fork: " << fork);
   SpawnRequest request;
   request.argv = {"sleep", "30"};
   request.env = {"PATH=/usr/bin:/bin", "FLOWRUN_RUN_ID=process-test-marker"};
@@ -180,7 +199,51 @@ TEST_CASE("a spawned process runs in its own group with the given environment", 
   CHECK(processes_with_env("FLOWRUN_RUN_ID=process-test-marker").empty());
 }
 
+// A /proc/PID/status line's mask of signals ("SigBlk:\t0000000000000000").
+unsigned long long signal_mask(pid_t pid, const std::string& field) {
+  std::ifstream status("/proc/" + std::to_string(pid) + "/status");
+  std::string line;
+  while (std::getline(status, line)) {
+    if (line.rfind(field + ":", 0) == 0) return std::stoull(line.substr(field.size() + 1), nullptr, 16);
+  }
+  return ~0ULL;
+}
+
+TEST_CASE("a spawned process starts with no signal blocked or ignored, and the caller's mask is kept",
+          "[process]") {
+  const bool fork = GENERATE(false, true);
+  SpawnWay way(fork);
+  INFO("by fork: " << fork);
+  struct sigaction ignore {
+  }, pipe_before{};
+  ignore.sa_handler = SIG_IGN;
+  sigaction(SIGPIPE, &ignore, &pipe_before);
+  sigset_t blocked, mask_before, mask_after;
+  sigemptyset(&blocked);
+  sigaddset(&blocked, SIGUSR2);
+  pthread_sigmask(SIG_BLOCK, &blocked, &mask_before);
+  pthread_sigmask(SIG_BLOCK, nullptr, &mask_before);
+  SpawnRequest request;
+  request.argv = {"sleep", "30"};
+  request.env = {"PATH=/usr/bin:/bin"};
+  SpawnResult r = spawn_process(request);
+  pthread_sigmask(SIG_BLOCK, nullptr, &mask_after);
+  REQUIRE(r.pid > 0);
+  CHECK(signal_mask(r.pid, "SigBlk") == 0);
+  CHECK(signal_mask(r.pid, "SigIgn") == 0);
+  CHECK(sigismember(&mask_after, SIGUSR2) == 1);
+  CHECK(sigismember(&mask_after, SIGTERM) == sigismember(&mask_before, SIGTERM));
+  CHECK(sigismember(&mask_after, SIGCHLD) == sigismember(&mask_before, SIGCHLD));
+  pthread_sigmask(SIG_UNBLOCK, &blocked, nullptr);
+  sigaction(SIGPIPE, &pipe_before, nullptr);
+  signal_group(r.pid, SIGKILL);
+  reap(r.pid);
+}
+
 TEST_CASE("a spawned process runs on the CPUs it was given", "[process]") {
+  const bool fork = GENERATE(false, true);
+  SpawnWay way(fork);
+  INFO("by fork: " << fork);
   cpu_set_t mine;
   CPU_ZERO(&mine);
   REQUIRE(sched_getaffinity(0, sizeof mine, &mine) == 0);

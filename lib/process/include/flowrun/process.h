@@ -57,11 +57,13 @@ struct SpawnResult {
 // there is none; `err` (when given) then holds ENOENT or EACCES.
 std::string find_program(const std::string& name, const std::vector<std::string>& env, int* err = nullptr);
 
-// Forks and execs `request`. The child's environment is `request.env` with
-// this process's guardian mark (Guardian::start) set on top, replacing any
-// entry of the same name. An exec failure is reported through a
-// close-on-exec pipe (the child is reaped here), so `error` says why a
-// command could not start. Throws Error when fork itself fails.
+// Starts `request` as posix_spawn does (clone with CLONE_VM | CLONE_VFORK:
+// nothing of this process is copied, and the call returns once the child has
+// exec'ed). The child's environment is `request.env` with this process's
+// guardian mark (Guardian::start) set on top, replacing any entry of the same
+// name. A failure before the program runs (its workdir, exec) is reported
+// back (the child is reaped here), so `error` says why a command could not
+// start. Throws Error when no process can be started at all.
 SpawnResult spawn_process(const SpawnRequest& request);
 
 // SIGUSR1 and SIGUSR2 while no Supervisor passes them on to workers (flowrun

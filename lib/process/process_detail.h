@@ -10,6 +10,10 @@ namespace flowrun::process_detail {
 // Set by Guardian::start: the mark every spawned child gets ("KEY=SECRET").
 extern std::string guardian_mark;
 
+// spawn_process starts its children with fork(2) instead of clone(CLONE_VM |
+// CLONE_VFORK): in builds with a sanitizer, and in the tests of both ways.
+extern bool spawn_by_fork;
+
 // The execve environment of a child: `env` ("NAME=VALUE") with the
 // guardian's mark first (within what processes_with_env reads of a huge
 // environment), replacing any entry of the same name; null-terminated. The
