@@ -26,6 +26,10 @@ set(CPACK_DEBIAN_PACKAGE_MAINTAINER "${FLOWRUN_PACKAGE_MAINTAINER}")
 set(CPACK_DEBIAN_PACKAGE_SECTION science)
 set(CPACK_DEBIAN_PACKAGE_PRIORITY optional)
 set(CPACK_DEBIAN_PACKAGE_SHLIBDEPS ON)
+# libcrypto is loaded at its first use (lib/protocol/openssl_api.cpp), so dpkg-shlibdeps cannot see it.
+if(NOT FLOWRUN_STATIC_DEPS)
+  set(CPACK_DEBIAN_PACKAGE_DEPENDS "libssl3 | libssl3t64")
+endif()
 # The steps are usually Python scripts; PyTorch, Slurm and ssh only for what uses them.
 set(CPACK_DEBIAN_PACKAGE_RECOMMENDS "python3")
 set(CPACK_DEBIAN_PACKAGE_SUGGESTS "python3-torch, slurm-client, openssh-client")

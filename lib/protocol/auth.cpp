@@ -1,16 +1,14 @@
 #include <algorithm>
 #include <array>
 #include <climits>
-#include <openssl/crypto.h>
-#include <openssl/err.h>
-#include <openssl/evp.h>
-#include <openssl/hmac.h>
 #include <utility>
 
 #include "flowrun/error.h"
 #include "flowrun/files.h"
 #include "flowrun/protocol.h"
 #include "flowrun/text.h"
+
+#include "openssl_api.h"
 
 namespace flowrun {
 
@@ -20,10 +18,10 @@ namespace {
 constexpr std::string_view kAuthContext{"flowrun-auth-v1\0", 16};
 
 std::string openssl_error() {
-  unsigned long code = ERR_get_error();
+  unsigned long code = openssl::api().ERR_get_error();
   if (code == 0) return "no error reported";
   std::array<char, 256> text{};
-  ERR_error_string_n(code, text.data(), text.size());
+  openssl::api().ERR_error_string_n(code, text.data(), text.size());
   return text.data();
 }
 
@@ -44,9 +42,9 @@ std::string auth_proof(std::string_view token, std::string_view nonce, std::stri
   message.append(role_and_node);
   std::array<unsigned char, EVP_MAX_MD_SIZE> digest{};
   unsigned int digest_size = 0;
-  if (HMAC(EVP_sha256(), token.data(), static_cast<int>(token.size()),
-           reinterpret_cast<const unsigned char*>(message.data()), message.size(), digest.data(),
-           &digest_size) == nullptr) {
+  if (openssl::api().HMAC(openssl::api().EVP_sha256(), token.data(), static_cast<int>(token.size()),
+                          reinterpret_cast<const unsigned char*>(message.data()), message.size(),
+                          digest.data(), &digest_size) == nullptr) {
     throw Error("cannot compute HMAC-SHA256 with OpenSSL: " + openssl_error());
   }
   return hex(digest.data(), digest_size);
@@ -57,9 +55,9 @@ namespace {
 std::string hmac_sha256(std::string_view key, std::string_view message) {
   std::array<unsigned char, EVP_MAX_MD_SIZE> digest{};
   unsigned int digest_size = 0;
-  if (HMAC(EVP_sha256(), key.data(), static_cast<int>(key.size()),
-           reinterpret_cast<const unsigned char*>(message.data()), message.size(), digest.data(),
-           &digest_size) == nullptr) {
+  if (openssl::api().HMAC(openssl::api().EVP_sha256(), key.data(), static_cast<int>(key.size()),
+                          reinterpret_cast<const unsigned char*>(message.data()), message.size(),
+                          digest.data(), &digest_size) == nullptr) {
     throw Error("cannot compute HMAC-SHA256 with OpenSSL: " + openssl_error());
   }
   return std::string(reinterpret_cast<const char*>(digest.data()), digest_size);
@@ -110,7 +108,7 @@ FrameCipher::FrameCipher(std::string_view key, Direction direction, std::string 
   if (key.size() != 32) throw Error("a frame key is 32 bytes, not " + std::to_string(key.size()));
   ctx_ = new Context;
   ctx_->key.assign(key);
-  ctx_->ctx = EVP_CIPHER_CTX_new();
+  ctx_->ctx = openssl::api().EVP_CIPHER_CTX_new();
   if (ctx_->ctx == nullptr) {
     delete ctx_;
     ctx_ = nullptr;
@@ -120,8 +118,8 @@ FrameCipher::FrameCipher(std::string_view key, Direction direction, std::string 
 
 FrameCipher::~FrameCipher() {
   if (ctx_ == nullptr) return;
-  EVP_CIPHER_CTX_free(ctx_->ctx);
-  OPENSSL_cleanse(ctx_->key.data(), ctx_->key.size());
+  openssl::api().EVP_CIPHER_CTX_free(ctx_->ctx);
+  openssl::api().OPENSSL_cleanse(ctx_->key.data(), ctx_->key.size());
   delete ctx_;
 }
 
@@ -159,11 +157,11 @@ bool begin_frame(EVP_CIPHER_CTX* ctx, bool encrypt, bool& primed, bool& encrypti
     encrypting = encrypt;
     // Fetched once: an implicit fetch (EVP_aes_256_gcm()) per connection costs
     // as much as the rest of its setup.
-    static EVP_CIPHER* const cipher = EVP_CIPHER_fetch(nullptr, "AES-256-GCM", nullptr);
+    static EVP_CIPHER* const cipher = openssl::api().EVP_CIPHER_fetch(nullptr, "AES-256-GCM", nullptr);
     if (cipher == nullptr) return false;
-    return EVP_CipherInit_ex(ctx, cipher, nullptr, k, iv.data(), encrypt ? 1 : 0) == 1;
+    return openssl::api().EVP_CipherInit_ex(ctx, cipher, nullptr, k, iv.data(), encrypt ? 1 : 0) == 1;
   }
-  return EVP_CipherInit_ex(ctx, nullptr, nullptr, nullptr, iv.data(), encrypt ? 1 : 0) == 1;
+  return openssl::api().EVP_CipherInit_ex(ctx, nullptr, nullptr, nullptr, iv.data(), encrypt ? 1 : 0) == 1;
 }
 
 }  // namespace
@@ -182,13 +180,14 @@ void FrameCipher::seal(std::string& frame) {
   int n = 0;
   const int payload = static_cast<int>(frame.size() - kFrameHeaderBytes);
   if (!begin_frame(ctx, true, ctx_->primed, ctx_->encrypting, ctx_->key, direction_, sequence_) ||
-      EVP_EncryptUpdate(ctx, nullptr, &n, bytes, static_cast<int>(kFrameHeaderBytes)) != 1 ||
-      (payload > 0 &&
-       EVP_EncryptUpdate(ctx, bytes + kFrameHeaderBytes, &n, bytes + kFrameHeaderBytes, payload) != 1) ||
-      EVP_EncryptFinal_ex(ctx, tail.data(), &n) != 1)
+      openssl::api().EVP_EncryptUpdate(ctx, nullptr, &n, bytes, static_cast<int>(kFrameHeaderBytes)) != 1 ||
+      (payload > 0 && openssl::api().EVP_EncryptUpdate(ctx, bytes + kFrameHeaderBytes, &n,
+                                                       bytes + kFrameHeaderBytes, payload) != 1) ||
+      openssl::api().EVP_EncryptFinal_ex(ctx, tail.data(), &n) != 1)
     throw Error("cannot seal a frame with AES-256-GCM: " + openssl_error());
   std::array<unsigned char, kTagBytes> tag{};
-  if (EVP_CIPHER_CTX_ctrl(ctx, EVP_CTRL_GCM_GET_TAG, static_cast<int>(kTagBytes), tag.data()) != 1)
+  if (openssl::api().EVP_CIPHER_CTX_ctrl(ctx, EVP_CTRL_GCM_GET_TAG, static_cast<int>(kTagBytes),
+                                         tag.data()) != 1)
     throw Error("cannot seal a frame with AES-256-GCM: " + openssl_error());
   frame.append(reinterpret_cast<const char*>(tag.data()), tag.size());
   ++sequence_;
@@ -218,11 +217,13 @@ bool FrameCipher::open(Frame& frame, std::string* error) {
   std::array<unsigned char, 16> tail{};
   int n = 0;
   if (!begin_frame(ctx, false, ctx_->primed, ctx_->encrypting, ctx_->key, direction_, sequence_) ||
-      EVP_DecryptUpdate(ctx, nullptr, &n, header.data(), static_cast<int>(header.size())) != 1 ||
-      (text > 0 && EVP_DecryptUpdate(ctx, bytes, &n, bytes, static_cast<int>(text)) != 1) ||
-      EVP_CIPHER_CTX_ctrl(ctx, EVP_CTRL_GCM_SET_TAG, static_cast<int>(kTagBytes), tag.data()) != 1 ||
-      EVP_DecryptFinal_ex(ctx, tail.data(), &n) != 1) {
-    ERR_clear_error();
+      openssl::api().EVP_DecryptUpdate(ctx, nullptr, &n, header.data(), static_cast<int>(header.size())) !=
+          1 ||
+      (text > 0 && openssl::api().EVP_DecryptUpdate(ctx, bytes, &n, bytes, static_cast<int>(text)) != 1) ||
+      openssl::api().EVP_CIPHER_CTX_ctrl(ctx, EVP_CTRL_GCM_SET_TAG, static_cast<int>(kTagBytes),
+                                         tag.data()) != 1 ||
+      openssl::api().EVP_DecryptFinal_ex(ctx, tail.data(), &n) != 1) {
+    openssl::api().ERR_clear_error();
     return fail(
         "fails authentication: it was altered, replayed, reordered or not sealed with this run's token");
   }
@@ -233,26 +234,26 @@ bool FrameCipher::open(Frame& frame, std::string* error) {
 
 bool proofs_equal(std::string_view a, std::string_view b) {
   if (a.size() != b.size()) return false;
-  return CRYPTO_memcmp(a.data(), b.data(), a.size()) == 0;
+  return openssl::api().CRYPTO_memcmp(a.data(), b.data(), a.size()) == 0;
 }
 
-Sha256::Sha256() : ctx_(EVP_MD_CTX_new()) {
-  if (ctx_ == nullptr || EVP_DigestInit_ex(ctx_, EVP_sha256(), nullptr) != 1) {
-    EVP_MD_CTX_free(ctx_);
+Sha256::Sha256() : ctx_(openssl::api().EVP_MD_CTX_new()) {
+  if (ctx_ == nullptr || openssl::api().EVP_DigestInit_ex(ctx_, openssl::api().EVP_sha256(), nullptr) != 1) {
+    openssl::api().EVP_MD_CTX_free(ctx_);
     throw Error("cannot start SHA-256 with OpenSSL: " + openssl_error());
   }
 }
 
-Sha256::~Sha256() { EVP_MD_CTX_free(ctx_); }
+Sha256::~Sha256() { openssl::api().EVP_MD_CTX_free(ctx_); }
 
 void Sha256::update(std::string_view data) {
-  if (!data.empty()) EVP_DigestUpdate(ctx_, data.data(), data.size());
+  if (!data.empty()) openssl::api().EVP_DigestUpdate(ctx_, data.data(), data.size());
 }
 
 std::string Sha256::hex() {
   std::array<unsigned char, EVP_MAX_MD_SIZE> digest{};
   unsigned int length = 0;
-  EVP_DigestFinal_ex(ctx_, digest.data(), &length);
+  openssl::api().EVP_DigestFinal_ex(ctx_, digest.data(), &length);
   return flowrun::hex(digest.data(), length);
 }
 

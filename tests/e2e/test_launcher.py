@@ -1591,6 +1591,25 @@ steps:
         self.check(res["culprit_rank"] == 0 and res["ranks"][0]["status"] == "spawn_failed",
                    "spawn failure: results.json says rank 0 could not start", json.dumps(res["ranks"])[:800])
 
+    def test_one_node_loads_no_crypto(self):
+        # libcrypto is for the connections between nodes; a run on one node does not load it (nor pay for
+        # its relocations). Each rank reads its parent's (flowrun's) mappings while flowrun waits for it.
+        d, spec, run_dir = self.workspace("no_crypto", """name: nocrypto
+steps:
+  - name: train
+    run: sh -c 'grep -c libcrypto /proc/$PPID/maps; grep -c "libc[.-]" /proc/$PPID/maps'
+    parallel:
+      cpus: 2
+""")
+        r = self.flowrun_run("no crypto", spec, run_dir)
+        counts = []
+        for i in range(2):
+            with open(os.path.join(run_dir, "train", f"rank{i}", "stdout.log")) as f:
+                counts.append(f.read().split())
+        self.check(r.rc == 0 and all(c[:1] == ["0"] and len(c) == 2 and int(c[1]) > 0 for c in counts),
+                   "a run on one node maps no libcrypto (and the ranks could read flowrun's mappings: libc is there)",
+                   f"{counts}\n{r.detail()}")
+
     def test_spec_error(self):
         d, spec, run_dir = self.workspace("spec_error", """name: bad
 steps:
