@@ -8,7 +8,8 @@ export FLOWRUN_ROOT
 # Debian packages needed to build flowrun itself (scripts/demo; python3 makes
 # the manual page and completions, scripts/cli-docs) ...
 FLOWRUN_BUILD_PACKAGES=(
-  g++ cmake ninja-build pkg-config python3
+  # lld links an optimized build with the functions a run executes together (cmake/Layout.cmake).
+  g++ cmake ninja-build pkg-config python3 lld
   libcli11-dev libyaml-cpp-dev libfmt-dev libboost-dev libssl-dev nlohmann-json3-dev
 )
 # The test cluster of scripts/test's cluster phase (tests/cluster/cluster.sh):
