@@ -1,5 +1,7 @@
 # The libraries flowrun builds against. CLI11, Boost (Asio) and nlohmann-json are header-only;
-# fmt, yaml-cpp and OpenSSL's libcrypto are linked, shared unless FLOWRUN_STATIC_DEPS.
+# fmt and yaml-cpp are linked, shared unless FLOWRUN_STATIC_DEPS or FLOWRUN_STATIC_CXX; OpenSSL's
+# libcrypto is loaded at its first use (lib/protocol/openssl_api.cpp), or linked in with
+# FLOWRUN_STATIC_DEPS.
 #
 # With FLOWRUN_STATIC_DEPS=ON (the wheel, pyproject.toml) the binary needs
 # only glibc and libstdc++ at run time, so that it runs on nodes that have none
@@ -13,6 +15,13 @@
 # which Ubuntu 22.04 has too). Linked statically, GCC 12's libstdc++ and
 # unwinder would call arc4random and _dl_find_object and so need glibc 2.36:
 # a newer floor, not a lower one.
+#
+# With FLOWRUN_STATIC_CXX=ON (cmake/Layout.cmake: an optimized build for this
+# system, the .deb's) fmt and yaml-cpp are linked in the same way, and so are
+# libstdc++ and libgcc (-static-libstdc++ -static-libgcc), while libcrypto is
+# still loaded at its first use: the binary needs glibc alone, nothing looks up
+# a thousand libstdc++ symbols at start-up, and the C++ code a run executes is
+# ordered with flowrun's own (cmake/startup.order).
 # The names the modules link (fmt::fmt, yaml-cpp, OpenSSL::Crypto) are the
 # same either way. NVML, CUDA and NCCL are never linked: lib/gpu and
 # lib/doctor dlopen them at run time.
@@ -20,23 +29,23 @@ find_package(CLI11 CONFIG REQUIRED)
 find_package(Boost REQUIRED)
 find_package(nlohmann_json 3 CONFIG REQUIRED)
 
-if(NOT FLOWRUN_STATIC_DEPS)
+if(NOT FLOWRUN_STATIC_DEPS AND NOT FLOWRUN_STATIC_CXX)
   find_package(fmt REQUIRED)
   find_package(yaml-cpp REQUIRED)
-  find_package(OpenSSL REQUIRED)
-  return()
+else()
+  find_path(FLOWRUN_FMT_INCLUDE_DIR fmt/format-inl.h REQUIRED)
+  add_library(fmt::fmt INTERFACE IMPORTED)
+  set_target_properties(fmt::fmt PROPERTIES INTERFACE_INCLUDE_DIRECTORIES "${FLOWRUN_FMT_INCLUDE_DIR}"
+                                            INTERFACE_COMPILE_DEFINITIONS FMT_HEADER_ONLY=1)
+
+  find_path(FLOWRUN_YAML_CPP_INCLUDE_DIR yaml-cpp/yaml.h REQUIRED)
+  find_library(FLOWRUN_YAML_CPP_ARCHIVE NAMES libyaml-cpp.a REQUIRED)
+  add_library(yaml-cpp STATIC IMPORTED)
+  set_target_properties(yaml-cpp PROPERTIES IMPORTED_LOCATION "${FLOWRUN_YAML_CPP_ARCHIVE}"
+                                            INTERFACE_INCLUDE_DIRECTORIES "${FLOWRUN_YAML_CPP_INCLUDE_DIR}")
 endif()
 
-find_path(FLOWRUN_FMT_INCLUDE_DIR fmt/format-inl.h REQUIRED)
-add_library(fmt::fmt INTERFACE IMPORTED)
-set_target_properties(fmt::fmt PROPERTIES INTERFACE_INCLUDE_DIRECTORIES "${FLOWRUN_FMT_INCLUDE_DIR}"
-                                          INTERFACE_COMPILE_DEFINITIONS FMT_HEADER_ONLY=1)
-
-find_path(FLOWRUN_YAML_CPP_INCLUDE_DIR yaml-cpp/yaml.h REQUIRED)
-find_library(FLOWRUN_YAML_CPP_ARCHIVE NAMES libyaml-cpp.a REQUIRED)
-add_library(yaml-cpp STATIC IMPORTED)
-set_target_properties(yaml-cpp PROPERTIES IMPORTED_LOCATION "${FLOWRUN_YAML_CPP_ARCHIVE}"
-                                          INTERFACE_INCLUDE_DIRECTORIES "${FLOWRUN_YAML_CPP_INCLUDE_DIR}")
-
-set(OPENSSL_USE_STATIC_LIBS TRUE)
+if(FLOWRUN_STATIC_DEPS)
+  set(OPENSSL_USE_STATIC_LIBS TRUE)
+endif()
 find_package(OpenSSL REQUIRED)
