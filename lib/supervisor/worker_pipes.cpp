@@ -27,7 +27,7 @@ WorkerPipes::WorkerPipes(asio::io_context& io, std::vector<Worker>& workers, Sin
       workers_(workers),
       sink_(std::move(sink)),
       after_read_(std::move(after_read)),
-      buffer_(kReadChunk) {}
+      buffer_(std::make_unique_for_overwrite<char[]>(kReadChunk)) {}
 
 void WorkerPipes::open_stream(Stream& s, bool is_err, int* child_end) {
   int fds[2];
@@ -150,17 +150,17 @@ void WorkerPipes::resume_output(Holder by) {
 void WorkerPipes::drain(Worker& w, Stream& s, int reads) {
   const std::int64_t now = monotonic_now_ns();
   for (int i = 0; i < reads && s.open() && !output_paused_; ++i) {
-    const ssize_t n = read(s.fd, buffer_.data(), buffer_.size());
+    const ssize_t n = read(s.fd, buffer_.get(), kReadChunk);
     if (n < 0 && errno == EINTR) continue;
     if (n < 0) break;  // EAGAIN: nothing more now
     if (n == 0) {
       close_stream(w, s);
       break;
     }
-    const std::string_view data(buffer_.data(), static_cast<std::size_t>(n));
+    const std::string_view data(buffer_.get(), static_cast<std::size_t>(n));
     w.last_output_ns = now;
     sink_(w, s.is_err, data, now);
-    if (static_cast<std::size_t>(n) < buffer_.size()) break;
+    if (static_cast<std::size_t>(n) < kReadChunk) break;
   }
 }
 

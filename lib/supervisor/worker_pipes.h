@@ -115,7 +115,9 @@ class WorkerPipes {
   std::vector<Worker>& workers_;
   Sink sink_;
   std::function<void()> after_read_;
-  std::vector<char> buffer_;
+  // Not zeroed (make_unique_for_overwrite): its pages are touched only by the reads that fill them, so
+  // ranks that print little never map most of it.
+  std::unique_ptr<char[]> buffer_;
   unsigned held_by_ = 0;           // Holder bits
   bool output_paused_ = false;     // held_by_ != 0
   std::int64_t paused_at_ns_ = 0;  // monotonic, when output was paused
