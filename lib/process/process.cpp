@@ -164,13 +164,7 @@ namespace process_detail {
 
 std::string guardian_mark;
 
-// The sanitizers' run-times do not know a thread that shares memory without
-// being one (TSan's and ASan's interceptors would run in it): their builds fork.
-#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
-bool spawn_by_fork = true;
-#else
-bool spawn_by_fork = false;
-#endif
+bool spawn_by_fork = !can_share_memory;
 
 std::vector<char*> marked_envp(const std::vector<std::string>& env) {
   // The guardian's mark, whatever the caller's environment says (a step's

@@ -10,8 +10,20 @@ namespace flowrun::process_detail {
 // Set by Guardian::start: the mark every spawned child gets ("KEY=SECRET").
 extern std::string guardian_mark;
 
-// spawn_process starts its children with fork(2) instead of clone(CLONE_VM |
-// CLONE_VFORK): in builds with a sanitizer, and in the tests of both ways.
+// Whether a child may share this process's memory until it execs (clone with
+// CLONE_VM | CLONE_VFORK). Not in a build with a sanitizer: its run-time does
+// not know a thread that shares memory without being one, and its
+// interceptors running in the child corrupt its state (ThreadSanitizer then
+// reports races that are not there).
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+inline constexpr bool can_share_memory = false;
+#else
+inline constexpr bool can_share_memory = true;
+#endif
+
+// spawn_process starts its children with fork(2) instead: where the memory
+// cannot be shared, and in the tests of both ways (never false where
+// can_share_memory is).
 extern bool spawn_by_fork;
 
 // The execve environment of a child: `env` ("NAME=VALUE") with the
