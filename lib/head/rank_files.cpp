@@ -1,6 +1,7 @@
 #include "rank_files.h"
 
 #include <algorithm>
+#include <pthread.h>
 #include <utility>
 
 namespace flowrun::cluster {
@@ -32,6 +33,7 @@ void RankFiles::post(int rank, std::function<void()> work) {
       lanes_.push_back(std::make_unique<Lane>());
       Lane& lane = *lanes_.back();
       lane.thread = std::thread([&lane] { run(lane); });
+      pthread_setname_np(lane.thread.native_handle(), kThreadName);  // as `top -H` and py-spy show it
     }
     started_.store(true, std::memory_order_release);
   }

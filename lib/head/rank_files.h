@@ -32,6 +32,7 @@ class RankFiles {
 
   static constexpr std::size_t kRanksForLanes = 256;
   static constexpr std::size_t kMaxLanes = 4;
+  static constexpr const char* kThreadName = "flowrun-files";  // each lane's thread, in /proc/PID/task/*/comm
 
   // `work` for rank `rank`'s files, after what was posted for it before.
   // It must not throw. One thread posts.

@@ -4,9 +4,11 @@
 #include <algorithm>
 #include <catch2/catch.hpp>
 #include <filesystem>
+#include <fstream>
 #include <map>
 #include <mutex>
 #include <set>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -23,10 +25,15 @@ TEST_CASE("rank files: a step of few ranks does the work at once, on the caller'
 
 namespace {
 
-// The threads of this process, as /proc lists them.
+// The lanes' threads of this process, as /proc lists them by name (a
+// sanitizer's run-time may start threads of its own at the first thread).
 std::size_t threads_now() {
   std::size_t n = 0;
-  for ([[maybe_unused]] const auto& entry : std::filesystem::directory_iterator("/proc/self/task")) ++n;
+  for (const auto& entry : std::filesystem::directory_iterator("/proc/self/task")) {
+    std::ifstream comm(entry.path() / "comm");
+    std::string name;
+    if (std::getline(comm, name) && name == RankFiles::kThreadName) ++n;
+  }
   return n;
 }
 
