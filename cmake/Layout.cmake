@@ -5,7 +5,7 @@
 # scripts/order-functions) placed next to each other in the binary, by lld's --symbol-ordering-file
 # over -ffunction-sections. The kernel maps code 64 KiB at a time around each page first touched and
 # counts it all as the process's memory: left where the compiler put them, the functions a run of 8
-# workers executes are spread over some 45 such windows of the 4.7 MB text (about 3 MB mapped). Needs
+# workers executes are spread over some 48 such windows of the 4.7 MB text (about 3 MB mapped). Needs
 # ld.lld (Debian's lld). Only where the functions lie changes: a function missing from the list links
 # where it would have.
 #
