@@ -22,8 +22,8 @@ inline constexpr bool can_share_memory = true;
 #endif
 
 // spawn_process starts its children with fork(2) instead: where the memory
-// cannot be shared, and in the tests of both ways (never false where
-// can_share_memory is).
+// cannot be shared, and in the tests of both ways (always true where
+// can_share_memory is false).
 extern bool spawn_by_fork;
 
 // The execve environment of a child: `env` ("NAME=VALUE") with the
