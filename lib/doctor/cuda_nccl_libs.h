@@ -11,6 +11,8 @@
 #include <unistd.h>
 #include <vector>
 
+#include "flowrun/symbols.h"
+
 #ifdef FLOWRUN_HAVE_CUDA_HEADERS
 #undef CUDA_API_PER_THREAD_DEFAULT_STREAM
 #include <cuda_runtime_api.h>
@@ -55,18 +57,6 @@ bool id_from_hex(const std::string& hex, ncclUniqueId& id);
 // the one loaded and the first error are told to the parent.
 void* load_first(const std::vector<std::string>& candidates, const std::string& kind, Out& out);
 
-template <typename F>
-bool bind(void* library, const char* name, F& fn, std::string& missing) {
-  void* symbol = dlsym(library, name);
-  if (symbol == nullptr) {
-    if (!missing.empty()) missing += ", ";
-    missing += name;
-    return false;
-  }
-  fn = reinterpret_cast<F>(symbol);
-  return true;
-}
-
 struct Cudart {
   decltype(&::cudaGetDeviceCount) get_device_count = nullptr;
   decltype(&::cudaGetErrorName) error_name = nullptr;
@@ -85,21 +75,21 @@ struct Cudart {
   decltype(&::cudaStreamQuery) stream_query = nullptr;
 
   bool bind_all(void* lib, std::string& missing) {
-    bind(lib, "cudaGetDeviceCount", get_device_count, missing);
-    bind(lib, "cudaGetErrorName", error_name, missing);
-    bind(lib, "cudaGetErrorString", error_string, missing);
-    bind(lib, "cudaRuntimeGetVersion", runtime_version, missing);
-    bind(lib, "cudaDriverGetVersion", driver_version, missing);
-    bind(lib, "cudaSetDevice", set_device, missing);
-    bind(lib, "cudaMemGetInfo", mem_get_info, missing);
-    bind(lib, "cudaMalloc", malloc, missing);
-    bind(lib, "cudaFree", free, missing);
-    bind(lib, "cudaMemset", memset, missing);
-    bind(lib, "cudaMemcpy", memcpy, missing);
-    bind(lib, "cudaMemcpyAsync", memcpy_async, missing);
-    bind(lib, "cudaStreamCreateWithFlags", stream_create, missing);
-    bind(lib, "cudaStreamDestroy", stream_destroy, missing);
-    bind(lib, "cudaStreamQuery", stream_query, missing);
+    bind_symbol(lib, "cudaGetDeviceCount", get_device_count, missing);
+    bind_symbol(lib, "cudaGetErrorName", error_name, missing);
+    bind_symbol(lib, "cudaGetErrorString", error_string, missing);
+    bind_symbol(lib, "cudaRuntimeGetVersion", runtime_version, missing);
+    bind_symbol(lib, "cudaDriverGetVersion", driver_version, missing);
+    bind_symbol(lib, "cudaSetDevice", set_device, missing);
+    bind_symbol(lib, "cudaMemGetInfo", mem_get_info, missing);
+    bind_symbol(lib, "cudaMalloc", malloc, missing);
+    bind_symbol(lib, "cudaFree", free, missing);
+    bind_symbol(lib, "cudaMemset", memset, missing);
+    bind_symbol(lib, "cudaMemcpy", memcpy, missing);
+    bind_symbol(lib, "cudaMemcpyAsync", memcpy_async, missing);
+    bind_symbol(lib, "cudaStreamCreateWithFlags", stream_create, missing);
+    bind_symbol(lib, "cudaStreamDestroy", stream_destroy, missing);
+    bind_symbol(lib, "cudaStreamQuery", stream_query, missing);
     return missing.empty();
   }
 
@@ -127,20 +117,20 @@ struct Nccl {
   decltype(&::ncclGetLastError) last_error = nullptr;  // NCCL 2.13+; optional
 
   bool bind_all(void* lib, std::string& missing) {
-    bind(lib, "ncclGetVersion", get_version, missing);
-    bind(lib, "ncclCommInitAll", init_all, missing);
-    bind(lib, "ncclGetUniqueId", get_unique_id, missing);
-    bind(lib, "ncclCommInitRank", init_rank, missing);
-    bind(lib, "ncclCommDestroy", destroy, missing);
-    bind(lib, "ncclCommAbort", abort, missing);
-    bind(lib, "ncclCommGetAsyncError", async_error, missing);
-    bind(lib, "ncclGetErrorString", error_string, missing);
-    bind(lib, "ncclAllReduce", all_reduce, missing);
-    bind(lib, "ncclGroupStart", group_start, missing);
-    bind(lib, "ncclGroupEnd", group_end, missing);
+    bind_symbol(lib, "ncclGetVersion", get_version, missing);
+    bind_symbol(lib, "ncclCommInitAll", init_all, missing);
+    bind_symbol(lib, "ncclGetUniqueId", get_unique_id, missing);
+    bind_symbol(lib, "ncclCommInitRank", init_rank, missing);
+    bind_symbol(lib, "ncclCommDestroy", destroy, missing);
+    bind_symbol(lib, "ncclCommAbort", abort, missing);
+    bind_symbol(lib, "ncclCommGetAsyncError", async_error, missing);
+    bind_symbol(lib, "ncclGetErrorString", error_string, missing);
+    bind_symbol(lib, "ncclAllReduce", all_reduce, missing);
+    bind_symbol(lib, "ncclGroupStart", group_start, missing);
+    bind_symbol(lib, "ncclGroupEnd", group_end, missing);
     const bool all = missing.empty();
     std::string optional;
-    bind(lib, "ncclGetLastError", last_error, optional);
+    bind_symbol(lib, "ncclGetLastError", last_error, optional);
     return all;
   }
 

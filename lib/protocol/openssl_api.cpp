@@ -3,6 +3,7 @@
 #include <string>
 
 #include "flowrun/error.h"
+#include "flowrun/symbols.h"
 
 #ifdef FLOWRUN_OPENSSL_DLOPEN
 #include <dlfcn.h>
@@ -30,9 +31,7 @@ Api load() {
   }
   Api api;
   std::string missing;
-#define FLOWRUN_OPENSSL_FIND(name)                                        \
-  api.name = reinterpret_cast<decltype(api.name)>(dlsym(library, #name)); \
-  if (api.name == nullptr) missing += std::string(missing.empty() ? "" : ", ") + #name;
+#define FLOWRUN_OPENSSL_FIND(name) bind_symbol(library, #name, api.name, missing);
   FLOWRUN_OPENSSL_FUNCTIONS(FLOWRUN_OPENSSL_FIND)
 #undef FLOWRUN_OPENSSL_FIND
   if (!missing.empty()) {
