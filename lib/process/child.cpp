@@ -246,6 +246,7 @@ HelperOutcome run_helper(const HelperRequest& request) {
   fds.devnull = open("/dev/null", O_RDWR | O_CLOEXEC);
   if (fds.devnull < 0) return not_started("/dev/null: " + errno_text(errno));
 
+  process_detail::wait_for_guardian();
   const pid_t pid = fork();
   if (pid < 0) return not_started("fork: " + errno_text(errno));
   if (pid == 0)

@@ -9,11 +9,20 @@
 // without a word: the guardian kills every process carrying its mark (an
 // srun among them gets SIGTERM first, so it can end its job). Either way it
 // then removes the directories it was given, and exits.
+//
+// No child starts before the guardian is out of flowrun's session and named
+// (a second pipe carries one byte when it is): a kill of flowrun's process
+// group in the first milliseconds would otherwise take the guardian along
+// with flowrun and leave the first workers unguarded, and another guardian
+// could take it for a worker. flowrun waits for that byte only at its first
+// spawn, by which time the guardian has long been ready.
+#include <atomic>
 #include <cerrno>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <fcntl.h>
+#include <mutex>
 #include <signal.h>
 #include <sys/prctl.h>
 #include <sys/wait.h>
@@ -30,6 +39,10 @@
 namespace flowrun {
 
 namespace {
+
+// The read end of the ready pipe until the guardian's byte (or its end) came.
+std::atomic<int> ready_fd{-1};
+std::mutex ready_mutex;
 
 bool alive(pid_t pid) {
   const char state = process_state(pid);
@@ -60,10 +73,13 @@ int above_standard(int fd) {
   return moved;
 }
 
-[[noreturn]] void guard(int keep, const std::string& entry) {
-  setsid();
+[[noreturn]] void guard(int keep, int ready, const std::string& entry) {
   for (int sig : {SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGPIPE, SIGTSTP, SIGTTIN, SIGTTOU, SIGUSR1, SIGUSR2})
     signal(sig, SIG_IGN);
+  setsid();
+  prctl(PR_SET_NAME, "flowrun-guard");
+  [[maybe_unused]] const ssize_t told = write(ready, "r", 1);
+  close(ready);
   int devnull = open("/dev/null", O_RDWR | O_NOCTTY);
   if (devnull >= 0) {
     dup2(devnull, STDIN_FILENO);
@@ -73,7 +89,6 @@ int above_standard(int fd) {
   // Close every other inherited descriptor; keep the pipe's read end.
   if (keep > 3) close_range(3, static_cast<unsigned>(keep) - 1, 0);
   close_range(static_cast<unsigned>(keep) + 1, ~0U, 0);
-  prctl(PR_SET_NAME, "flowrun-guard");
 
   std::vector<std::string> dirs;
   std::string pending;  // a record not yet whole
@@ -111,20 +126,33 @@ int above_standard(int fd) {
 void Guardian::start(const std::string& key, const std::string& secret) {
   if (key.empty() || key.find('=') != std::string::npos || secret.empty())
     throw Error("internal: a guardian needs a variable name and a secret");
-  int fds[2];
+  int fds[2], ready[2];
   if (pipe2(fds, O_CLOEXEC) != 0) throw Error(std::string("cannot create a pipe: ") + std::strerror(errno));
+  if (pipe2(ready, O_CLOEXEC) != 0) {
+    const int err = errno;
+    close(fds[0]);
+    close(fds[1]);
+    throw Error(std::string("cannot create a pipe: ") + std::strerror(err));
+  }
   fds[0] = above_standard(fds[0]);
   fds[1] = above_standard(fds[1]);
+  ready[0] = above_standard(ready[0]);
+  ready[1] = above_standard(ready[1]);
   const std::string entry = key + "=" + secret;
   const pid_t pid = fork();
   if (pid < 0) {
     const int err = errno;
-    close(fds[0]);
-    close(fds[1]);
+    for (int fd : {fds[0], fds[1], ready[0], ready[1]}) close(fd);
     throw Error(std::string("cannot start the guardian process (fork): ") + std::strerror(err));
   }
-  if (pid == 0) guard(fds[0], entry);
+  if (pid == 0) {
+    close(ready[0]);
+    guard(fds[0], ready[1], entry);
+  }
   close(fds[0]);
+  close(ready[1]);
+  const int before = ready_fd.exchange(ready[0]);
+  if (before >= 0) close(before);
   pid_ = pid;
   fd_ = fds[1];
   mark_ = entry;
@@ -132,6 +160,20 @@ void Guardian::start(const std::string& key, const std::string& secret) {
   // environment (a check child, popen's shell) and those spawn_process makes.
   setenv(key.c_str(), secret.c_str(), 1);
   process_detail::guardian_mark = entry;
+}
+
+void process_detail::wait_for_guardian() {
+  if (ready_fd.load(std::memory_order_acquire) < 0) return;
+  const std::lock_guard lock(ready_mutex);
+  const int fd = ready_fd.load();
+  if (fd < 0) return;
+  // A byte: ready. End-of-file: the guardian is gone, and nothing waiting
+  // longer would change that.
+  char byte = 0;
+  while (read(fd, &byte, 1) < 0 && errno == EINTR) {
+  }
+  close(fd);
+  ready_fd.store(-1, std::memory_order_release);
 }
 
 void Guardian::remove_on_exit(const std::string& dir) {

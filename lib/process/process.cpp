@@ -255,6 +255,7 @@ SpawnResult spawn_process(const SpawnRequest& request) {
     for (int cpu : request.cpus) CPU_SET_S(static_cast<std::size_t>(cpu), cpus_size, cpus.get());
   }
 
+  process_detail::wait_for_guardian();
   const int devnull = open("/dev/null", O_RDONLY | O_CLOEXEC);
   if (devnull < 0) throw Error("cannot open /dev/null: " + errno_text(errno));
   ChildSetup setup{};

@@ -10,6 +10,11 @@ namespace flowrun::process_detail {
 // Set by Guardian::start: the mark every spawned child gets ("KEY=SECRET").
 extern std::string guardian_mark;
 
+// Returns once the guardian Guardian::start forked is in a session of its own
+// and named (or gone); at once when there is none or it was already waited
+// for. spawn_process calls it before every child.
+void wait_for_guardian();
+
 // Whether a child may share this process's memory until it execs (clone with
 // CLONE_VM | CLONE_VFORK). Not in a build with a sanitizer: its run-time does
 // not know a thread that shares memory without being one, and its

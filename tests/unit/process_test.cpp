@@ -12,6 +12,7 @@
 #include <sched.h>
 #include <set>
 #include <signal.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -420,6 +421,47 @@ TEST_CASE("the guardian survives a kill of its owner's process group and touches
   CHECK(wait_gone(b.guardian));
   CHECK(processes_with_env(b.entry).empty());
   CHECK_FALSE(exists(dir_b));
+}
+
+TEST_CASE("no child starts before its guardian is in a session of its own and named", "[process]") {
+  // On one CPU, with the guardian at the lowest priority, the owner goes on
+  // after the fork before the guardian has run a line; its first spawn must
+  // still find the guardian out of the owner's process group (a kill of the
+  // group cannot take it) and known as one.
+  for (int round = 0; round < 20; ++round) {
+    int told[2];
+    REQUIRE(pipe(told) == 0);
+    const pid_t owner = fork();
+    REQUIRE(owner >= 0);
+    if (owner == 0) {
+      close(told[0]);
+      cpu_set_t one;
+      CPU_ZERO(&one);
+      CPU_SET(sched_getcpu(), &one);
+      sched_setaffinity(0, sizeof one, &one);
+      setpgid(0, 0);
+      Guardian guardian;
+      guardian.start("FLOWRUN_INVOCATION", make_secret());
+      setpriority(PRIO_PROCESS, static_cast<id_t>(guardian.pid()), 19);
+      SpawnRequest request;
+      request.argv = {"true"};
+      request.env = {"PATH=/usr/bin:/bin"};
+      const SpawnResult child = spawn_process(request);
+      const pid_t g = guardian.pid();
+      const char verdict = child.pid < 0 ? 'x' : !is_guardian(g) ? 'n' : getsid(g) != g ? 's' : 'y';
+      if (child.pid > 0) reap(child.pid);
+      [[maybe_unused]] ssize_t n = write(told[1], &verdict, 1);
+      guardian.disarm();
+      _exit(0);
+    }
+    close(told[1]);
+    char verdict = 0;
+    CHECK(read(told[0], &verdict, 1) == 1);
+    close(told[0]);
+    reap(owner);
+    INFO("round " << round << ": 'n' not yet named, 's' still in the owner's session");
+    REQUIRE(verdict == 'y');
+  }
 }
 
 TEST_CASE("fds 0-2 closed at start are given /dev/null, so no file opened later lands on them", "[process]") {
