@@ -1385,41 +1385,87 @@ class Multinode:
                                        "heartbeat_timeout": 1}, steps)
             run = self.head(spec, None, LD_LIBRARY_PATH=lib, FAKE_NVML_SCENARIO="bridges", CUDA_VISIBLE_DEVICES="0,1",
                             FAKE_NVML_FAULTS=faults, FAKE_NVML_FAULTS_ON=faulty)
-            self.check(run.rc == 0, f"{label}: the step succeeds on the spare", 0, run.rc, run.detail())
-            res = run.results()
-            verdicts = res.get("node_checks") or []
-            failed = [v for v in verdicts if not v["ok"]]
-            seated = {v["node"] for v in verdicts if v["ok"]}
-            self.check(len(verdicts) == 3 and [v["node"] for v in failed] == [faulty] and len(seated) == 2 and
-                       any(f"{c['name']}: {c['detail']}" == why for c in failed[0]["checks"] if not c["ok"]),
-                       f"{label}: results.json has the 3 nodes' verdicts, {faulty} failed by its check",
-                       f"{faulty}: {why}", verdicts)
-            rank = failed[0]["node_rank"] if failed else None
-            left = (f"flowrun: step 'train': node {faulty} (node rank {rank} of 2) failed its check, so it is left "
-                    f"out: {why}")
-            self.check(left in run.stderr.splitlines(), f"{label}: the head names the node, its check and the fix",
-                       left, run.stderr[-3000:])
-            spare = re.search(rf"^flowrun: step 'train': spare node (node\d) takes node rank {rank} of node "
-                              rf"{faulty}, which failed its check \(0 spares left\)$", run.stderr, re.M)
-            self.check(spare is not None and spare.group(1) in seated, f"{label}: a spare takes the faulty node's seat",
-                       "spare node nodeN takes node rank ...", run.stderr[-3000:])
-            ran = {}
-            for r in range(4):
-                path = os.path.join(d, f"ran.{r}")
-                if os.path.exists(path):
-                    node_rank, host, world = open(path).read().split()
-                    ran[r] = (int(node_rank), host, int(world))
-            self.check(len(ran) == 4 and {h for _, h, _ in ran.values()} == seated and
-                       all(w == 4 for _, _, w in ran.values()),
-                       f"{label}: all 4 ranks ran, on the two hosts that passed, none on {faulty}", sorted(seated), ran)
-            srun_lines = [line for line in run.stderr.splitlines() if line.startswith("[srun]")]
-            self.check(srun_lines == [], f"{label}: srun is not cut short for the node left out (told bye, its agent "
-                       "ended by itself): not a word from srun", [], srun_lines)
-            excluded = os.path.join(run.run_dir, "excluded_nodes")
-            got = open(excluded).read() if os.path.exists(excluded) else None
-            self.check(got == faulty + "\n", f"{label}: excluded_nodes names {faulty} for sbatch --exclude",
-                       faulty, got)
-            self.assert_nothing_left(label)
+            self.check_left_out(label, d, run, faulty, why)
+
+    def test_node_checks_full_scratch(self):
+        """As test_node_checks, with node2's scratch full: TMPDIR names a directory of each node's private
+        /tmp, and on node2 a 1 MiB tmpfs filled to the last block is mounted there (in its mount namespace
+        alone). Its agent starts and checks its node all the same, is left out for scratch_space, and the
+        spare takes its seat."""
+        lib_src = os.path.join(self.fakes, "libflowrun_fake_nvml.so")
+        if not self.check(os.path.exists(lib_src), "full scratch: the stand-in NVML is built", lib_src, None):
+            return
+        label, faulty = "node_checks_full_scratch", "node2"
+        d = self.workspace(label)
+        lib = os.path.join(d, "lib")
+        os.makedirs(lib)
+        shutil.copy2(lib_src, os.path.join(lib, "libnvidia-ml.so.1"))
+        tmp = f"/tmp/{self.name}-full-scratch"
+        fill = (f"mkdir -p {tmp} && mount -t tmpfs -o size=1m,mode=1777 flowrun-full {tmp} && "
+                f"{{ dd if=/dev/zero of={tmp}/fill bs=4k count=512 2>/dev/null; true; }} && "
+                f"dd if=/dev/zero of={tmp}/more bs=1 count=1 2>/dev/null; test $? -ne 0")
+        try:
+            made = [subprocess.run(self.c.on(i, ["sh", "-c", fill if i == 2 else f"mkdir -p {tmp}"]),
+                                   capture_output=True, text=True, env=self.env()) for i in range(1, NODES + 1)]
+            os.makedirs(tmp, exist_ok=True)
+            if not self.check(all(m.returncode == 0 for m in made), f"{label}: node2's scratch is mounted and full",
+                              "mkdir, mount and fill on node2, mkdir on the others", [m.stderr for m in made]):
+                return
+            steps = [{"name": "train", "forensics": "off", "parallel": {"nodes": 2, "spare_nodes": 1},
+                      "run": ["/bin/sh", "-c", 'echo "$FLOWRUN_NODE_RANK $(hostname) $WORLD_SIZE" > ran.$RANK']}]
+            spec = self.write_spec(d, {"engine": "slurm", "gpus_per_node": 2, "address": self.c.addrs["head"],
+                                       "heartbeat_timeout": 1}, steps)
+            run = self.head(spec, None, LD_LIBRARY_PATH=lib, FAKE_NVML_SCENARIO="bridges", CUDA_VISIBLE_DEVICES="0,1",
+                            TMPDIR=tmp)
+            why = (f"scratch_space: 0 MiB free in {tmp} (the ranks' scratch), under the 1024 MiB a node needs "
+                   "(FLOWRUN_NODE_CHECK_MIN_FREE_MB): free space there, or point TMPDIR elsewhere")
+            self.check_left_out(label, d, run, faulty, why)
+        finally:
+            subprocess.run(self.c.on(2, ["umount", tmp]), capture_output=True, env=self.env())
+            for i in range(1, NODES + 1):
+                subprocess.run(self.c.on(i, ["rm", "-rf", tmp]), capture_output=True, env=self.env())
+            shutil.rmtree(tmp, ignore_errors=True)
+
+    def check_left_out(self, label, d, run, faulty, why):
+        """The checks of a run of test_node_checks' step in which `faulty` failed its check for `why`
+        ("NAME: DETAIL"): the step succeeds on the spare, every verdict is in results.json, the head names
+        the node, the check and the fix, the 4 ranks ran on the other two hosts, srun says nothing, and
+        excluded_nodes names it."""
+        self.check(run.rc == 0, f"{label}: the step succeeds on the spare", 0, run.rc, run.detail())
+        res = run.results()
+        verdicts = res.get("node_checks") or []
+        failed = [v for v in verdicts if not v["ok"]]
+        seated = {v["node"] for v in verdicts if v["ok"]}
+        self.check(len(verdicts) == 3 and [v["node"] for v in failed] == [faulty] and len(seated) == 2 and
+                   any(f"{c['name']}: {c['detail']}" == why for c in failed[0]["checks"] if not c["ok"]),
+                   f"{label}: results.json has the 3 nodes' verdicts, {faulty} failed by its check",
+                   f"{faulty}: {why}", verdicts)
+        rank = failed[0]["node_rank"] if failed else None
+        left = (f"flowrun: step 'train': node {faulty} (node rank {rank} of 2) failed its check, so it is left "
+                f"out: {why}")
+        self.check(left in run.stderr.splitlines(), f"{label}: the head names the node, its check and the fix",
+                   left, run.stderr[-3000:])
+        spare = re.search(rf"^flowrun: step 'train': spare node (node\d) takes node rank {rank} of node "
+                          rf"{faulty}, which failed its check \(0 spares left\)$", run.stderr, re.M)
+        self.check(spare is not None and spare.group(1) in seated, f"{label}: a spare takes the faulty node's seat",
+                   "spare node nodeN takes node rank ...", run.stderr[-3000:])
+        ran = {}
+        for r in range(4):
+            path = os.path.join(d, f"ran.{r}")
+            if os.path.exists(path):
+                node_rank, host, world = open(path).read().split()
+                ran[r] = (int(node_rank), host, int(world))
+        self.check(len(ran) == 4 and {h for _, h, _ in ran.values()} == seated and
+                   all(w == 4 for _, _, w in ran.values()),
+                   f"{label}: all 4 ranks ran, on the two hosts that passed, none on {faulty}", sorted(seated), ran)
+        srun_lines = [line for line in run.stderr.splitlines() if line.startswith("[srun]")]
+        self.check(srun_lines == [], f"{label}: srun is not cut short for the node left out (told bye, its agent "
+                   "ended by itself): not a word from srun", [], srun_lines)
+        excluded = os.path.join(run.run_dir, "excluded_nodes")
+        got = open(excluded).read() if os.path.exists(excluded) else None
+        self.check(got == faulty + "\n", f"{label}: excluded_nodes names {faulty} for sbatch --exclude",
+                   faulty, got)
+        self.assert_nothing_left(label)
 
     # --- what is left --------------------------------------------------------------
 
@@ -1488,7 +1534,7 @@ TESTS = ["salloc", "sbatch", "srun", "srun_node1", "login_node_loopback", "ssh_h
          "run_cli_rendezvous",
          "torch", "lightning", "culprit", "stacks_srun", "stacks_ssh", "stacks_venv", "stacks_missing",
          "agent_kill", "link_down", "spare", "elastic", "head_kill", "scancel", "requeue", "wrong_token", "symlink", "private_workdir",
-         "preflight", "node_checks"]
+         "preflight", "node_checks", "node_checks_full_scratch"]
 
 
 @pytest.fixture(scope="module")
