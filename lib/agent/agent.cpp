@@ -22,6 +22,7 @@
 #include "flowrun/net_addresses.h"
 #include "flowrun/process.h"
 #include "flowrun/protocol.h"
+#include "flowrun/reach.h"
 #include "flowrun/slurm.h"
 #include "flowrun/start_wire.h"
 #include "flowrun/worker_group.h"
@@ -381,8 +382,10 @@ class Agent : public GroupObserver {
   // serves the connection from the loop.
   bool join() {
     asio::io_context& io = sup_->io();
-    auto link = cluster::join_head(io, console_, options_, {node_, node_rank_claim_, gpus_, options_.stays},
-                                   token_, [this] { return sup_->interrupt_signal(); });
+    reach_.emplace(io);
+    auto link = cluster::join_head(io, console_, options_,
+                                   {node_, node_rank_claim_, gpus_, options_.stays, reach_->port()}, token_,
+                                   [this] { return sup_->interrupt_signal(); });
     if (!link) return false;
     token_ = link->token;
     head_at_ = link->head_at;
@@ -672,6 +675,7 @@ class Agent : public GroupObserver {
     if (!lost_head_ && conn_->is_open()) conn_->send(m);
   }};
   HeldPort held_port_;
+  std::optional<cluster::ReachDoor> reach_;  // for the other nodes' reach_node0
   cluster::StepShipment shipment_{
       [this] { return scratch(); }};  // the step's inputs, where the workdir is not shared
   Start start_;

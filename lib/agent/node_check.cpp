@@ -11,6 +11,7 @@
 #include "flowrun/child.h"
 #include "flowrun/clock.h"
 #include "flowrun/files.h"
+#include "flowrun/reach.h"
 #include "flowrun/text.h"
 
 namespace flowrun::cluster {
@@ -71,6 +72,20 @@ TorchImport import_torch(const std::string& python, const std::atomic<bool>* can
   return t;
 }
 
+// A TCP connection to node 0's reach port (Assign::node0_port), within
+// 5 s or until `*cancel`.
+Node0Reach reach_node0(const Assign& a, const std::atomic<bool>* cancel) {
+  Node0Reach r;
+  r.name = a.node0_name;
+  r.address = a.node0_address;
+  r.port = a.node0_port;
+  const Reach reach = reach_tcp(a.node0_address, a.node0_port, std::chrono::seconds(5), cancel);
+  r.ok = reach.ok;
+  r.ms = reach.ms;
+  r.error = reach.error;
+  return r;
+}
+
 }  // namespace
 
 NodeFacts gather_node_facts(const Assign& a, const Inventory& inventory, int fake_gpus, const EnvMap& env,
@@ -94,6 +109,7 @@ NodeFacts gather_node_facts(const Assign& a, const Inventory& inventory, int fak
   if (auto text = env_get(env, "FLOWRUN_NODE_CHECK_MIN_FREE_MB"); text && whole(*text) >= 0)
     f.min_free_bytes = std::int64_t(whole(*text)) << 20;
   if (!a.python.empty()) f.torch = import_torch(a.python, cancel);
+  if (a.node0_port > 0 && !a.node0_address.empty() && a.node_rank != 0) f.node0 = reach_node0(a, cancel);
   return f;
 }
 
@@ -123,6 +139,8 @@ void NodeChecker::answer(const Assign& a, Ready ready, std::function<void(const 
     send(ready);
     return;
   }
+  // Once a step (the head keeps an agent's first verdict of the step): a
+  // node 0 that changes after (a spare in its seat) is not checked again.
   const std::string key = a.run_id + "\n" + a.step;
   if (checked_for_ == key) {
     ready.checks = checks_;

@@ -1,7 +1,7 @@
 // An agent's check of its own node before a multi-node step's ranks start
 // (Assign::node_checks): its GPUs against the plan's count and their health
-// (NVML), the free space of its scratch and of the workdir, and that the
-// step's Python imports torch. The facts are gathered on a thread of their
+// (NVML), the free space of its scratch and of the workdir, that the
+// step's Python imports torch, and that it reaches node 0. The facts are gathered on a thread of their
 // own, so the agent's loop (its heartbeats) goes on meanwhile; judge_node
 // (node_verdict.h) makes the verdict. Internal to lib/agent.
 #pragma once
@@ -27,7 +27,8 @@ namespace flowrun::cluster {
 // (`inventory`) and their health from NVML (`fake_gpus` >= 0, or
 // FLOWRUN_FAKE_GPUS in `env`: that many healthy ones), statvfs of $TMPDIR's
 // scratch parent and of the workdir, `python -c "import torch"` (within
-// 120 s, or until `*cancel`); FLOWRUN_NODE_CHECK_MIN_FREE_MB sets the free
+// 120 s, or until `*cancel`), a connection to node 0's reach port (within
+// 5 s; Assign::node0_port); FLOWRUN_NODE_CHECK_MIN_FREE_MB sets the free
 // space needed. Blocking; safe on any thread.
 NodeFacts gather_node_facts(const Assign& a, const Inventory& inventory, int fake_gpus, const EnvMap& env,
                             const std::atomic<bool>* cancel = nullptr);

@@ -99,6 +99,18 @@ std::vector<NodeCheck> judge_node(const NodeFacts& f) {
                        "or give the spec's python: one that has it",
                        f.torch.python, f.torch.error)});
   }
+  if (!f.node0.address.empty()) {
+    const std::string at =
+        fmt::format("node 0 ({}) at {}:{}", printable(f.node0.name), f.node0.address, f.node0.port);
+    if (f.node0.ok)
+      checks.push_back({"reach_node0", true, fmt::format("reaches {} in {:.1f} ms", at, f.node0.ms)});
+    else
+      checks.push_back(
+          {"reach_node0", false,
+           fmt::format("cannot reach {}: {}; its ranks could not reach MASTER_ADDR there either: check the "
+                       "route and the firewall from this node to {} (ip route get {}), or leave the node out",
+                       at, f.node0.error, f.node0.address, f.node0.address)});
+  }
   return checks;
 }
 

@@ -30,6 +30,18 @@ struct TorchImport {
   std::string error;  // the last line it wrote to stderr, or how it ended
 };
 
+// Whether this node reaches node 0 (Assign::node0_port): a TCP connection to
+// the port node 0's agent listens on, at the address that is its ranks'
+// MASTER_ADDR.
+struct Node0Reach {
+  std::string name;     // node 0's host name
+  std::string address;  // empty: not asked (this is node 0, or it has no port)
+  int port = 0;
+  bool ok = false;
+  double ms = 0;      // how long the connection took
+  std::string error;  // why it failed
+};
+
 struct NodeFacts {
   int expected_gpus = -1;  // the plan's GPUs for this node; -1: a step of CPU workers
   // The GPUs the agent may use (its Inventory: NVML's, less what
@@ -42,10 +54,12 @@ struct NodeFacts {
   FreeSpace workdir;
   std::int64_t min_free_bytes = kDefaultMinFreeBytes;
   TorchImport torch;
+  Node0Reach node0;
 };
 
 // Each check's outcome, in this order: gpu_count and gpu_health (a step of
-// GPU workers), scratch_space, workdir_space, torch_import (when asked). A
+// GPU workers), scratch_space, workdir_space, torch_import and reach_node0
+// (when asked). A
 // failed check's detail says what is wrong and what to do about it.
 std::vector<NodeCheck> judge_node(const NodeFacts& facts);
 

@@ -267,8 +267,11 @@ class Dialer {
         reader.feed(std::string_view(buf, static_cast<std::size_t>(n)));
       }
     };
+    boost::system::error_code local_error;
+    const auto local = socket.local_endpoint(local_error);
     send(encode(Hello{hello_.node, FLOWRUN_VERSION, my_nonce, hello_.node_rank_claim,
-                      static_cast<int>(getpid()), hello_.gpus, hello_.stays}));
+                      static_cast<int>(getpid()), hello_.gpus, hello_.stays,
+                      local_error ? std::string() : local.address().to_string(), hello_.reach_port}));
     const Message first = receive();
     if (const auto* refused = std::get_if<Refused>(&first)) {
       console_.message("flowrun agent: the head refused this agent: " + printable(refused->reason));

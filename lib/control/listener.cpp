@@ -475,6 +475,8 @@ void Listener::on_handshake(Pending& p, const std::string& ip, Frame& frame) {
     p.claim = hello->node_rank;
     p.gpus = hello->gpus;
     p.stays = hello->stays;
+    p.address = hello->address;
+    p.reach_port = hello->reach_port;
     const std::string& version = hello->flowrun;
     if (p.node.empty() || p.agent_nonce.size() < 16) {
       refuse(p, ip, "its hello lacks a node name or nonce");
@@ -512,7 +514,7 @@ void Listener::note_stranger(const std::string& ip) {
 }
 
 void Listener::admit(Pending& p, const std::string& ip) {
-  const Joiner joiner{p.node, p.claim, p.gpus, ip, p.via, p.stays};
+  const Joiner joiner{p.node, p.claim, p.gpus, ip, p.via, p.stays, p.address, p.reach_port};
   const Admission admission = admit_(joiner);
   if (!admission.refusal.empty()) {
     refuse(p, ip, admission.refusal);

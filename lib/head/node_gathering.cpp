@@ -211,10 +211,22 @@ void NodeGathering::assign() {
     n->ready = false;
     n->done = false;
     n->assigned = true;
-    n->conn->send(
-        assign_of(job_, attempt_, n->rank, static_cast<int>(nodes_.size()), marker_path_, marker_text_));
+    n->conn->send(assign_for(n->rank));
   }
   arm_check_timer();
+}
+
+Assign NodeGathering::assign_for(int rank) const {
+  Assign m = assign_of(job_, attempt_, rank, static_cast<int>(nodes_.size()), marker_path_, marker_text_);
+  // The other nodes check that they reach node 0, where its ranks' store
+  // will listen (MASTER_ADDR is the same address).
+  const Node& node0 = nodes_[0];
+  if (m.node_checks && rank != 0 && node0.reach_port > 0 && !node0.reach_address.empty()) {
+    m.node0_name = node0.name;
+    m.node0_address = node0.reach_address;
+    m.node0_port = node0.reach_port;
+  }
+  return m;
 }
 
 void NodeGathering::arm_check_timer() {
@@ -384,8 +396,7 @@ void NodeGathering::seat_spare(int rank) {
   Node& spare = nodes_[std::size_t(rank)];
   spare.ready = false;
   spare.assigned = true;
-  spare.conn->send(
-      assign_of(job_, attempt_, rank, static_cast<int>(nodes_.size()), marker_path_, marker_text_));
+  spare.conn->send(assign_for(rank));
   arm_check_timer();
 }
 

@@ -121,6 +121,9 @@ class NodeGathering {
   // for it, until cluster.join_timeout.
   void await_spare(int rank, const std::string& failed);
   void seat_spare(int rank);
+  // The assign of node rank `rank` for the attempt the head is at, with node
+  // 0's reach for the node checks of every other node.
+  Assign assign_for(int rank) const;
   // Node checks: a node that has not answered its assign within
   // cluster.join_timeout failed its check (something there hangs).
   void arm_check_timer();

@@ -82,6 +82,8 @@ bool NodeTable::join(int seat, const Joiner& j, std::shared_ptr<NodeLink> conn) 
   n.via = j.via;
   n.gpus = j.gpus;
   n.stays = j.stays;
+  n.reach_address = j.address;
+  n.reach_port = j.reach_port;
   n.conn = std::move(conn);
   if (is_spare_seat(seat)) return false;
   return ++joined_ == active_;

@@ -49,6 +49,8 @@ struct Node {
   int port = 0;            // node 0: MASTER_PORT
   int gpus = -1;
   bool stays = false;         // a gang's agent (Joiner::stays)
+  std::string reach_address;  // where the other nodes' checks reach it (Joiner::address)
+  int reach_port = 0;         // and its port there (Joiner::reach_port); 0: none
   bool check_failed = false;  // its node check failed (Ready::checks): it is to be left out
   bool left_out = false;      // left out for its check and told bye: its agent ends by itself
   bool assigned = false;      // it had an assign in this step (a spare that takes a seat has not)

@@ -31,6 +31,8 @@ void fields(Io& io, M& m) {
   io("pid", m.pid);
   io("gpus", m.gpus);
   io("stays", m.stays);
+  io("address", m.address);
+  io("reach_port", m.reach_port);
 }
 
 template <class Io, maybe_const<Challenge> M>
@@ -74,6 +76,9 @@ void fields(Io& io, M& m) {
   io("node_checks", m.node_checks);
   io("node_gpus", m.node_gpus);
   io("python", m.python);
+  io("node0_name", m.node0_name);
+  io("node0_address", m.node0_address);
+  io("node0_port", m.node0_port);
 }
 
 template <class Io, maybe_const<NodeCheck> M>

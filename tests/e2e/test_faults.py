@@ -1312,7 +1312,8 @@ steps:
         s = socket.create_connection((host, port))
         s.sendall(frame(1, [(b"node", name.encode("latin-1")), (b"flowrun", version.encode()),
                             (b"nonce", b"0123456789abcdef0123456789abcdef"), (b"node_rank", b"-1"),
-                            (b"pid", b"1"), (b"gpus", b"0"), (b"stays", b"0")]))
+                            (b"pid", b"1"), (b"gpus", b"0"), (b"stays", b"0"), (b"address", b""),
+                            (b"reach_port", b"0")]))
         s.recv(65536)  # the challenge
         s.sendall(frame(3, [(b"proof", b"00" * 32)]))
         while s.recv(65536):  # the refusal, then EOF

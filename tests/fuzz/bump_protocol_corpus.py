@@ -105,7 +105,10 @@ REWRITE = {(4, START): start_4_to_5, (5, START): start_5_to_6, (6, START): start
            (9, ASSIGN): after(b"forensics_ms", [(b"node_checks", b"0"), (b"node_gpus", b"-1"), (b"python", b"")]),
            (9, READY): after(b"gpus", [(b"check_ms", b"0"), (b"ranks", b"0")]),
            # protocol 11: the samples' rate in assign (shares, a new message, needs no rewrite)
-           (10, ASSIGN): after(b"forensics_ms", [(b"sample_ms", b"1000")])}
+           (10, ASSIGN): after(b"forensics_ms", [(b"sample_ms", b"1000")]),
+           # protocol 13: hello says the agent's address and reach port, assign node 0's
+           (12, HELLO): after(b"stays", [(b"address", b"10.0.0.2"), (b"reach_port", b"40123")]),
+           (12, ASSIGN): after(b"python", [(b"node0_name", b""), (b"node0_address", b""), (b"node0_port", b"0")])}
 # protocol 12: sample_rate, a new message (head -> agent); no frame of 11 changed
 
 

@@ -140,6 +140,8 @@ class HeadBench {
     j.ip = "10.0.0." + std::to_string(nodes_.size());
     j.via = "127.0.0.1";
     j.stays = stays;
+    j.address = j.ip;
+    j.reach_port = 40000 + static_cast<int>(nodes_.size());
     n.link = door_->join(j, [this, &n](const Message& m) { answer(n, m); });
     return n;
   }
@@ -782,6 +784,30 @@ TEST_CASE("head: a node that fails its check is left out before any rank starts;
   CHECK(h.console().find(
             "flowrun: step 'train': node node-b (node rank 1 of 2) failed its check, so it is left "
             "out: scratch_space: 10 MiB free in /tmp\n") != std::string::npos);
+}
+
+TEST_CASE("head: every node but node 0 is told where node 0's agent listens, to check that it reaches it",
+          "[head][node_checks]") {
+  HeadBench h("      cpus: 4\n      nodes: 2\n      spare_nodes: 1\n");
+  ScriptedNode& s = h.join("spare-c", 2);  // 10.0.0.1, reach port 40001
+  ScriptedNode& a = h.join("node-a", 0);   // 10.0.0.2, 40002
+  ScriptedNode& b = h.join("node-b", 1, fails_check(h, "reach_node0", "cannot reach node 0"));
+  const AttemptResult r = h.attempt(0);
+  CHECK(r.record.outcome == Outcome::succeeded);
+  REQUIRE(a.link->sent_of<Assign>().size() == 1);
+  const Assign& to_a = a.link->sent_of<Assign>().front();
+  CHECK(to_a.node0_port == 0);
+  CHECK(to_a.node0_address.empty());
+  for (ScriptedNode* other : {&b, &s}) {
+    REQUIRE(other->link->sent_of<Assign>().size() == 1);
+    const Assign& to = other->link->sent_of<Assign>().front();
+    CHECK(to.node_rank == 1);
+    CHECK(to.node0_name == "node-a");
+    CHECK(to.node0_address == "10.0.0.2");
+    CHECK(to.node0_port == 40002);
+  }
+  CHECK(b.link->sent_of<Start>().empty());  // left out for it
+  CHECK(worker(r, 2).node == "spare-c");
 }
 
 TEST_CASE(

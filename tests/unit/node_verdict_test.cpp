@@ -1,15 +1,21 @@
 // A node's verdict before a multi-node step's ranks start (node_verdict.h):
 // facts in, each check's outcome out, with the exact words a user reads;
-// and the stand-in NVML's faults as the real probe reads them.
+// and the stand-in NVML's faults as the real probe reads them; the reach of node 0 over real sockets.
 #include "node_verdict.h"
 
+#include <arpa/inet.h>
 #include <catch2/catch.hpp>
 #include <cstdlib>
+#include <netinet/in.h>
 #include <string>
+#include <sys/socket.h>
+#include <unistd.h>
 #include <vector>
 
 #include "flowrun/gpu.h"
 #include "flowrun/slurm.h"
+
+#include "node_check.h"
 
 using namespace flowrun;
 using namespace flowrun::cluster;
@@ -110,6 +116,60 @@ TEST_CASE("a Python without torch fails torch_import with its last words", "[nod
   CHECK(check(judge_node(f), "torch_import").detail ==
         "/opt/py/bin/python3 -c 'import torch' failed: ModuleNotFoundError: No module named 'torch'; install "
         "torch for that Python on the node, or give the spec's python: one that has it");
+}
+
+TEST_CASE("a node that cannot reach node 0 fails reach_node0, naming the address and the route to check",
+          "[node_checks]") {
+  NodeFacts f = healthy(4);
+  CHECK(judge_node(f).size() == 4);  // node 0 itself, or a node 0 with no port: not asked
+  f.node0 = {"node1", "10.0.0.11", 40123, true, 1.5, ""};
+  CHECK(check(judge_node(f), "reach_node0") ==
+        NodeCheck{"reach_node0", true, "reaches node 0 (node1) at 10.0.0.11:40123 in 1.5 ms"});
+  f.node0 = {"node1", "10.0.0.11", 40123, false, 0.1, "No route to host"};
+  CHECK(
+      check(judge_node(f), "reach_node0") ==
+      NodeCheck{"reach_node0", false,
+                "cannot reach node 0 (node1) at 10.0.0.11:40123: No route to host; its ranks could not reach "
+                "MASTER_ADDR there either: check the route and the firewall from this node to 10.0.0.11 (ip "
+                "route get 10.0.0.11), or leave the node out"});
+}
+
+TEST_CASE("the reach of node 0 is a TCP connection to its agent's port", "[node_checks]") {
+  // A port that listens, and one bound that does not: connected, refused.
+  auto bound = [](bool listens, int& port) {
+    const int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    sockaddr_in sa{};
+    sa.sin_family = AF_INET;
+    sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    socklen_t len = sizeof sa;
+    REQUIRE(bind(fd, reinterpret_cast<sockaddr*>(&sa), sizeof sa) == 0);
+    if (listens) REQUIRE(listen(fd, 4) == 0);
+    REQUIRE(getsockname(fd, reinterpret_cast<sockaddr*>(&sa), &len) == 0);
+    port = ntohs(sa.sin_port);
+    return fd;
+  };
+  int open_port = 0, shut_port = 0;
+  const int listening = bound(true, open_port);
+  const int shut = bound(false, shut_port);
+  Assign a;
+  a.node_rank = 1;
+  a.workdir = "/tmp";
+  a.node0_name = "node-a";
+  a.node0_address = "127.0.0.1";
+  a.node0_port = open_port;
+  const EnvMap env;
+  const NodeFacts reached = gather_node_facts(a, Inventory{}, 0, env);
+  CHECK(reached.node0.ok);
+  CHECK(reached.node0.error.empty());
+  CHECK(check(judge_node(reached), "reach_node0").ok);
+  a.node0_port = shut_port;
+  const NodeFacts refused = gather_node_facts(a, Inventory{}, 0, env);
+  CHECK_FALSE(refused.node0.ok);
+  CHECK(refused.node0.error == "Connection refused");
+  a.node_rank = 0;  // node 0 does not check itself
+  CHECK(gather_node_facts(a, Inventory{}, 0, env).node0.address.empty());
+  close(listening);
+  close(shut);
 }
 
 TEST_CASE("the stand-in NVML's faults reach the health probe", "[node_checks]") {

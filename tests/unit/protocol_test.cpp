@@ -40,8 +40,9 @@ std::vector<Frame> drain(FrameReader& reader) {
 
 TEST_CASE("a frame is big-endian length, version, type, payload", "[protocol]") {
   std::string frame = encode_frame(MessageType::heartbeat, "abc");
-  CHECK(frame == "\x00\x00\x00\x05\x0c\x0a"s + "abc");
-  CHECK(encode_frame(MessageType::bye, "") == "\x00\x00\x00\x02\x0c\x0f"s);
+  const std::string version(1, static_cast<char>(kProtocolVersion));
+  CHECK(frame == "\x00\x00\x00\x05"s + version + "\x0a" + "abc");
+  CHECK(encode_frame(MessageType::bye, "") == "\x00\x00\x00\x02"s + version + "\x0f");
   std::string batch;
   append_frame(batch, MessageType::start, "");
   append_frame(batch, MessageType::bye, "x");
@@ -241,8 +242,8 @@ TEST_CASE("a frame from another protocol version is refused with what to do", "[
   reader.feed(raw_header(2, 1, 1));
   REQUIRE(reader.failed());
   CHECK(reader.other_version());
-  CHECK(reader.error() ==
-        "agent speaks protocol 1, this flowrun speaks 12: run the same flowrun version on every node");
+  CHECK(reader.error() == "agent speaks protocol 1, this flowrun speaks " + std::to_string(kProtocolVersion) +
+                              ": run the same flowrun version on every node");
 }
 
 TEST_CASE("a peer of another protocol is named from the parts every version keeps", "[protocol]") {
@@ -301,9 +302,10 @@ TEST_CASE("a bad header behind a pending frame fails on arrival", "[protocol]") 
   FrameReader reader("agent");
   reader.feed(first.substr(0, 50));
   CHECK_FALSE(reader.failed());
-  reader.feed(first.substr(50) + raw_header(2, 13, 1));
-  CHECK(reader.error() ==
-        "agent speaks protocol 13, this flowrun speaks 12: run the same flowrun version on every node");
+  reader.feed(first.substr(50) + raw_header(2, static_cast<std::uint8_t>(kProtocolVersion + 1), 1));
+  CHECK(reader.error() == "agent speaks protocol " + std::to_string(kProtocolVersion + 1) +
+                              ", this flowrun speaks " + std::to_string(kProtocolVersion) +
+                              ": run the same flowrun version on every node");
   CHECK(reader.next() == Frame{MessageType::output, std::string(100, 'x')});
   CHECK_FALSE(reader.next());
 }

@@ -17,11 +17,15 @@ import argparse
 import hashlib
 import hmac
 import os
+import re
 import socket
 import struct
 import sys
 
-VERSION = 12
+# The protocol this tree's flowrun speaks (the head refuses any other).
+with open(os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "..", "lib", "protocol", "include",
+                       "flowrun", "protocol.h")) as _header:
+    VERSION = int(re.search(r"kProtocolVersion = (\d+);", _header.read()).group(1))
 TYPES = {"hello": 1, "challenge": 2, "auth": 3, "welcome": 4, "refused": 5, "assign": 6, "start": 7,
          "output": 8, "exited": 9, "heartbeat": 10, "stop": 11, "upload_begin": 12, "upload_chunk": 13,
          "upload_end": 14, "bye": 15, "ready": 16, "done": 17,
@@ -149,7 +153,7 @@ def main():
     my_nonce = os.urandom(16).hex()
     peer.send("hello", [("node", args.node), ("flowrun", os.environ.get("FLOWRUN_VERSION", "0.1.0")),
                         ("nonce", my_nonce), ("node_rank", "-1"), ("pid", os.getpid()), ("gpus", "0"),
-                        ("stays", "0")])
+                        ("stays", "0"), ("address", ""), ("reach_port", "0")])
     kind, msg = peer.recv()
     if kind != "challenge":
         print(f"fake agent: {kind}: {msg.get('reason', b'').decode()}", file=sys.stderr)

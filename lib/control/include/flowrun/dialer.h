@@ -46,6 +46,7 @@ struct AgentHello {
   int node_rank_claim = -1;  // -1: the head decides
   int gpus = 0;
   bool stays = false;  // a gang's agent, for the whole flow (Hello::stays)
+  int reach_port = 0;  // Hello::reach_port
 };
 
 // A connection the head welcomed: what the sealed frames that follow need.

@@ -133,6 +133,8 @@ class Listener : public NodeDoor {
     int claim = -1;
     int gpus = -1;
     bool stays = false;
+    std::string address;  // Hello::address
+    int reach_port = 0;
     std::string ip;
     std::string via;             // the head's address it dialed
     bool authenticated = false;  // its auth proved the token

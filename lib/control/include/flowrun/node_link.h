@@ -65,6 +65,10 @@ struct Joiner {
   // A gang's agent, which serves every parallel step of the flow
   // (Hello::stays): its door may keep its link between steps.
   bool stays = false;
+  // Its end of the connection as it sees it, and the port it listens on
+  // there for the other nodes' checks (Hello::address, Hello::reach_port).
+  std::string address;
+  int reach_port = 0;
 };
 
 // The head's answer to a joiner: its node rank, or why it is refused.

@@ -45,6 +45,11 @@ struct Hello {
   // it serves every parallel step of the flow, so the head keeps its link
   // between steps, and it ends when the flow does (Bye::flow_exit).
   bool stays = false;
+  // The agent's end of its connection to the head (its address as the other
+  // nodes reach it: node 0's is MASTER_ADDR), and a port it listens on there
+  // so that the other nodes' checks can tell they reach it (0: none).
+  std::string address{};
+  int reach_port = 0;
   friend bool operator==(const Hello&, const Hello&) = default;
 };
 
@@ -116,11 +121,17 @@ struct Assign {
   bool node_checks = false;
   int node_gpus = -1;
   std::string python;
+  // With node_checks, to a node other than node 0: node 0's host name,
+  // address and reach port (Hello::reach_port), which the node checks it
+  // reaches (reach_node0). Port 0: no such check.
+  std::string node0_name;
+  std::string node0_address;
+  int node0_port = 0;
   friend bool operator==(const Assign&, const Assign&) = default;
 };
 
 // One check of a node (Ready::checks): its name ("gpu_count", "gpu_health",
-// "scratch_space", "workdir_space", "torch_import"), whether the node
+// "scratch_space", "workdir_space", "torch_import", "reach_node0"), whether the node
 // passed, and what was found (on a failure: what is wrong and what to do).
 // On the wire they go as Start's ranks do: the field "ranks" (their count),
 // then "r0", "r1", ... each the encode_fields of name, ok and detail.

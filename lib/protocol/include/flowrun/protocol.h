@@ -80,8 +80,12 @@ namespace flowrun {
 // ship_*: the head ships a step's inputs to a node that does not share the
 // workdir.
 // 10: node checks: assign asks for them (node_checks, node_gpus, python),
-// ready carries each check's verdict and how long they took.
-inline constexpr std::uint8_t kProtocolVersion = 12;
+// ready carries each check's verdict and how long they took. 11: shares
+// (each node's tallies of its ranks' samples). 12: sample_rate (the head
+// asks the agents to sample faster while it holds a suspect). 13: hello
+// carries the agent's address and a port it listens on, assign node 0's,
+// which the node checks reach (reach_node0).
+inline constexpr std::uint8_t kProtocolVersion = 13;
 
 // length:u32 + version:u8 + type:u8.
 inline constexpr std::size_t kFrameHeaderBytes = 6;
