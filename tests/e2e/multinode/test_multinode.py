@@ -1426,6 +1426,50 @@ class Multinode:
                 subprocess.run(self.c.on(i, ["rm", "-rf", tmp]), capture_output=True, env=self.env())
             shutil.rmtree(tmp, ignore_errors=True)
 
+    def test_node_checks_unreachable_node0(self):
+        """As test_node_checks, with node2 unable to reach node 0 (node1): a route `unreachable` to node1's
+        address in node2's network namespace alone (the head and node3 it still reaches). Its agent's
+        reach_node0 check, a connection to the port node 0's agent listens on, fails with "No route to
+        host"; node2 is left out and the spare takes its seat."""
+        lib_src = os.path.join(self.fakes, "libflowrun_fake_nvml.so")
+        if not self.check(os.path.exists(lib_src), "unreachable node 0: the stand-in NVML is built", lib_src, None):
+            return
+        label, faulty = "node_checks_unreachable_node0", "node2"
+        d = self.workspace(label)
+        lib = os.path.join(d, "lib")
+        os.makedirs(lib)
+        shutil.copy2(lib_src, os.path.join(lib, "libnvidia-ml.so.1"))
+        node0 = self.c.addrs["node1"]
+        route = ["ip", "route", "add", "unreachable", f"{node0}/32"]
+        made = subprocess.run(self.c.on(2, route), capture_output=True, text=True, env=self.env())
+        try:
+            if not self.check(made.returncode == 0, f"{label}: node2 has no route to node1", " ".join(route),
+                              made.stderr):
+                return
+            steps = [{"name": "train", "forensics": "off", "parallel": {"nodes": 2, "spare_nodes": 1},
+                      "run": ["/bin/sh", "-c", 'echo "$FLOWRUN_NODE_RANK $(hostname) $WORLD_SIZE" > ran.$RANK']}]
+            spec = self.write_spec(d, {"engine": "slurm", "gpus_per_node": 2, "address": self.c.addrs["head"],
+                                       "heartbeat_timeout": 1}, steps)
+            run = self.head(spec, None, LD_LIBRARY_PATH=lib, FAKE_NVML_SCENARIO="bridges", CUDA_VISIBLE_DEVICES="0,1")
+            verdicts = run.results().get("node_checks") or []
+            zero = [v["node"] for v in verdicts if v["node_rank"] == 0 and v["ok"]]
+            reach = [c["detail"] for v in verdicts if v["node"] == faulty for c in v["checks"]
+                     if c["name"] == "reach_node0"]
+            at = re.escape(node0)
+            pattern = (rf"cannot reach node 0 \(node1\) at {at}:\d+: No route to host; its ranks could not reach "
+                       rf"MASTER_ADDR there either: check the route and the firewall from this node to {at} \(ip "
+                       rf"route get {at}\), or leave the node out")
+            self.check(zero == ["node1"] and len(reach) == 1 and re.fullmatch(pattern, reach[0]) is not None,
+                       f"{label}: node2's reach_node0 says it cannot reach node1, node 0, and what to check",
+                       pattern, verdicts)
+            passed = [c for v in verdicts if v["node"] != faulty for c in v["checks"] if c["name"] == "reach_node0"]
+            self.check(len(passed) == 1 and passed[0]["ok"], f"{label}: the spare reaches node 0 (node 0 checks "
+                       "nothing of itself)", "one reach_node0 passed", verdicts)
+            self.check_left_out(label, d, run, faulty, "reach_node0: " + (reach[0] if reach else ""))
+        finally:
+            subprocess.run(self.c.on(2, ["ip", "route", "del", "unreachable", f"{node0}/32"]), capture_output=True,
+                           env=self.env())
+
     def check_left_out(self, label, d, run, faulty, why):
         """The checks of a run of test_node_checks' step in which `faulty` failed its check for `why`
         ("NAME: DETAIL"): the step succeeds on the spare, every verdict is in results.json, the head names
@@ -1534,7 +1578,8 @@ TESTS = ["salloc", "sbatch", "srun", "srun_node1", "login_node_loopback", "ssh_h
          "run_cli_rendezvous",
          "torch", "lightning", "culprit", "stacks_srun", "stacks_ssh", "stacks_venv", "stacks_missing",
          "agent_kill", "link_down", "spare", "elastic", "head_kill", "scancel", "requeue", "wrong_token", "symlink", "private_workdir",
-         "preflight", "node_checks", "node_checks_full_scratch"]
+         "preflight", "node_checks", "node_checks_full_scratch",
+         "node_checks_unreachable_node0"]
 
 
 @pytest.fixture(scope="module")
