@@ -1,9 +1,10 @@
 // An agent's check of its own node before a multi-node step's ranks start
 // (Assign::node_checks): its GPUs against the plan's count and their health
 // (NVML), the free space of its scratch and of the workdir, that the
-// step's Python imports torch, and that it reaches node 0. The facts are gathered on a thread of their
-// own, so the agent's loop (its heartbeats) goes on meanwhile; judge_node
-// (node_verdict.h) makes the verdict. Internal to lib/agent.
+// step's Python imports torch, and that it reaches node 0. The facts are
+// gathered on a thread of their own, so the agent's loop (its heartbeats)
+// goes on meanwhile; judge_node (node_verdict.h) makes the verdict.
+// Internal to lib/agent.
 #pragma once
 
 #include <atomic>

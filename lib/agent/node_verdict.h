@@ -59,8 +59,8 @@ struct NodeFacts {
 
 // Each check's outcome, in this order: gpu_count and gpu_health (a step of
 // GPU workers), scratch_space, workdir_space, torch_import and reach_node0
-// (when asked). A
-// failed check's detail says what is wrong and what to do about it.
+// (when asked). A failed check's detail says what is wrong and what to do
+// about it.
 std::vector<NodeCheck> judge_node(const NodeFacts& facts);
 
 }  // namespace flowrun::cluster
