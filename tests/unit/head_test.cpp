@@ -795,12 +795,12 @@ TEST_CASE("head: every node but node 0 is told where node 0's agent listens, to 
   const AttemptResult r = h.attempt(0);
   CHECK(r.record.outcome == Outcome::succeeded);
   REQUIRE(a.link->sent_of<Assign>().size() == 1);
-  const Assign& to_a = a.link->sent_of<Assign>().front();
+  const Assign to_a = a.link->sent_of<Assign>().front();
   CHECK(to_a.node0_port == 0);
   CHECK(to_a.node0_address.empty());
   for (ScriptedNode* other : {&b, &s}) {
     REQUIRE(other->link->sent_of<Assign>().size() == 1);
-    const Assign& to = other->link->sent_of<Assign>().front();
+    const Assign to = other->link->sent_of<Assign>().front();
     CHECK(to.node_rank == 1);
     CHECK(to.node0_name == "node-a");
     CHECK(to.node0_address == "10.0.0.2");
