@@ -1369,22 +1369,13 @@ class Multinode:
         the stand-in NVML: node2 reports an uncorrectable ECC error, a busy GPU or a missing GPU (its faults kept
         to that host, FAKE_NVML_FAULTS_ON). Its agent's check leaves it out before any rank starts, the spare
         takes its seat, every rank runs on the other two hosts, and excluded_nodes names it for sbatch."""
-        lib_src = os.path.join(self.fakes, "libflowrun_fake_nvml.so")
-        if not self.check(os.path.exists(lib_src), "node checks: the stand-in NVML is built", lib_src, None):
+        if not self.nvml_built("node checks"):
             return
         faulty = "node2"
         for fault, (faults, why) in self.NODE_FAULTS.items():
             label = f"node_checks_{fault}"
             d = self.workspace(label)
-            lib = os.path.join(d, "lib")
-            os.makedirs(lib)
-            shutil.copy2(lib_src, os.path.join(lib, "libnvidia-ml.so.1"))
-            steps = [{"name": "train", "forensics": "off", "parallel": {"nodes": 2, "spare_nodes": 1},
-                      "run": ["/bin/sh", "-c", 'echo "$FLOWRUN_NODE_RANK $(hostname) $WORLD_SIZE" > ran.$RANK']}]
-            spec = self.write_spec(d, {"engine": "slurm", "gpus_per_node": 2, "address": self.c.addrs["head"],
-                                       "heartbeat_timeout": 1}, steps)
-            run = self.head(spec, None, LD_LIBRARY_PATH=lib, FAKE_NVML_SCENARIO="bridges", CUDA_VISIBLE_DEVICES="0,1",
-                            FAKE_NVML_FAULTS=faults, FAKE_NVML_FAULTS_ON=faulty)
+            run = self.run_checked_step(d, FAKE_NVML_FAULTS=faults, FAKE_NVML_FAULTS_ON=faulty)
             self.check_left_out(label, d, run, faulty, why)
 
     def test_node_checks_full_scratch(self):
@@ -1392,14 +1383,10 @@ class Multinode:
         /tmp, and on node2 a 1 MiB tmpfs filled to the last block is mounted there (in its mount namespace
         alone). Its agent starts and checks its node all the same, is left out for scratch_space, and the
         spare takes its seat."""
-        lib_src = os.path.join(self.fakes, "libflowrun_fake_nvml.so")
-        if not self.check(os.path.exists(lib_src), "full scratch: the stand-in NVML is built", lib_src, None):
+        if not self.nvml_built("full scratch"):
             return
         label, faulty = "node_checks_full_scratch", "node2"
         d = self.workspace(label)
-        lib = os.path.join(d, "lib")
-        os.makedirs(lib)
-        shutil.copy2(lib_src, os.path.join(lib, "libnvidia-ml.so.1"))
         tmp = f"/tmp/{self.name}-full-scratch"
         fill = (f"mkdir -p {tmp} && mount -t tmpfs -o size=1m,mode=1777 flowrun-full {tmp} && "
                 f"{{ dd if=/dev/zero of={tmp}/fill bs=4k count=512 2>/dev/null; true; }} && "
@@ -1411,12 +1398,7 @@ class Multinode:
             if not self.check(all(m.returncode == 0 for m in made), f"{label}: node2's scratch is mounted and full",
                               "mkdir, mount and fill on node2, mkdir on the others", [m.stderr for m in made]):
                 return
-            steps = [{"name": "train", "forensics": "off", "parallel": {"nodes": 2, "spare_nodes": 1},
-                      "run": ["/bin/sh", "-c", 'echo "$FLOWRUN_NODE_RANK $(hostname) $WORLD_SIZE" > ran.$RANK']}]
-            spec = self.write_spec(d, {"engine": "slurm", "gpus_per_node": 2, "address": self.c.addrs["head"],
-                                       "heartbeat_timeout": 1}, steps)
-            run = self.head(spec, None, LD_LIBRARY_PATH=lib, FAKE_NVML_SCENARIO="bridges", CUDA_VISIBLE_DEVICES="0,1",
-                            TMPDIR=tmp)
+            run = self.run_checked_step(d, TMPDIR=tmp)
             why = (f"scratch_space: 0 MiB free in {tmp} (the ranks' scratch), under the 1024 MiB a node needs "
                    "(FLOWRUN_NODE_CHECK_MIN_FREE_MB): free space there, or point TMPDIR elsewhere")
             self.check_left_out(label, d, run, faulty, why)
@@ -1431,14 +1413,10 @@ class Multinode:
         address in node2's network namespace alone (the head and node3 it still reaches). Its agent's
         reach_node0 check, a connection to the port node 0's agent listens on, fails with "No route to
         host"; node2 is left out and the spare takes its seat."""
-        lib_src = os.path.join(self.fakes, "libflowrun_fake_nvml.so")
-        if not self.check(os.path.exists(lib_src), "unreachable node 0: the stand-in NVML is built", lib_src, None):
+        if not self.nvml_built("unreachable node 0"):
             return
         label, faulty = "node_checks_unreachable_node0", "node2"
         d = self.workspace(label)
-        lib = os.path.join(d, "lib")
-        os.makedirs(lib)
-        shutil.copy2(lib_src, os.path.join(lib, "libnvidia-ml.so.1"))
         node0 = self.c.addrs["node1"]
         route = ["ip", "route", "add", "unreachable", f"{node0}/32"]
         made = subprocess.run(self.c.on(2, route), capture_output=True, text=True, env=self.env())
@@ -1446,11 +1424,7 @@ class Multinode:
             if not self.check(made.returncode == 0, f"{label}: node2 has no route to node1", " ".join(route),
                               made.stderr):
                 return
-            steps = [{"name": "train", "forensics": "off", "parallel": {"nodes": 2, "spare_nodes": 1},
-                      "run": ["/bin/sh", "-c", 'echo "$FLOWRUN_NODE_RANK $(hostname) $WORLD_SIZE" > ran.$RANK']}]
-            spec = self.write_spec(d, {"engine": "slurm", "gpus_per_node": 2, "address": self.c.addrs["head"],
-                                       "heartbeat_timeout": 1}, steps)
-            run = self.head(spec, None, LD_LIBRARY_PATH=lib, FAKE_NVML_SCENARIO="bridges", CUDA_VISIBLE_DEVICES="0,1")
+            run = self.run_checked_step(d)
             verdicts = run.results().get("node_checks") or []
             zero = [v["node"] for v in verdicts if v["node_rank"] == 0 and v["ok"]]
             reach = [c["detail"] for v in verdicts if v["node"] == faulty for c in v["checks"]
@@ -1469,6 +1443,25 @@ class Multinode:
         finally:
             subprocess.run(self.c.on(2, ["ip", "route", "del", "unreachable", f"{node0}/32"]), capture_output=True,
                            env=self.env())
+
+    def nvml_built(self, what):
+        """Whether the stand-in NVML the node-check tests run on is built (a failed check if not)."""
+        lib = os.path.join(self.fakes, "libflowrun_fake_nvml.so")
+        return self.check(os.path.exists(lib), f"{what}: the stand-in NVML is built", lib, None)
+
+    def run_checked_step(self, d, **extra_env):
+        """Runs the node-check tests' step in workspace `d` to its end: 2 nodes and a spare under srun, 2
+        stand-in GPUs each (the stand-in NVML as libnvidia-ml.so.1 in d/lib), node checks on; `extra_env`
+        goes to the head's environment, and srun takes it to every agent."""
+        lib = os.path.join(d, "lib")
+        os.makedirs(lib)
+        shutil.copy2(os.path.join(self.fakes, "libflowrun_fake_nvml.so"), os.path.join(lib, "libnvidia-ml.so.1"))
+        steps = [{"name": "train", "forensics": "off", "parallel": {"nodes": 2, "spare_nodes": 1},
+                  "run": ["/bin/sh", "-c", 'echo "$FLOWRUN_NODE_RANK $(hostname) $WORLD_SIZE" > ran.$RANK']}]
+        spec = self.write_spec(d, {"engine": "slurm", "gpus_per_node": 2, "address": self.c.addrs["head"],
+                                   "heartbeat_timeout": 1}, steps)
+        return self.head(spec, None, LD_LIBRARY_PATH=lib, FAKE_NVML_SCENARIO="bridges", CUDA_VISIBLE_DEVICES="0,1",
+                         **extra_env)
 
     def check_left_out(self, label, d, run, faulty, why):
         """The checks of a run of test_node_checks' step in which `faulty` failed its check for `why`
