@@ -13,7 +13,7 @@ namespace flowrun {
 
 namespace asio = boost::asio;
 
-ExitWatch::ExitWatch(asio::io_context& io, pid_t guardian, std::vector<Worker>& workers,
+ExitWatch::ExitWatch(asio::io_context& io, pid_t guardian, WorkerList& workers,
                      std::function<void(Worker&)> ended, std::function<void()> after)
     : io_(io), guardian_(guardian), workers_(workers), ended_(std::move(ended)), after_(std::move(after)) {}
 

@@ -22,7 +22,7 @@ class ExitWatch {
  public:
   // `ended` hears of each worker's exit; `after` runs after each pidfd's.
   // `guardian` is flowrun's own child, never reaped here.
-  ExitWatch(boost::asio::io_context& io, pid_t guardian, std::vector<Worker>& workers,
+  ExitWatch(boost::asio::io_context& io, pid_t guardian, WorkerList& workers,
             std::function<void(Worker&)> ended, std::function<void()> after);
 
   void watch(Worker& w);
@@ -38,7 +38,7 @@ class ExitWatch {
 
   boost::asio::io_context& io_;
   pid_t guardian_;
-  std::vector<Worker>& workers_;
+  WorkerList& workers_;
   std::function<void(Worker&)> ended_;
   std::function<void()> after_;
 };

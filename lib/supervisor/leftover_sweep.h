@@ -15,8 +15,7 @@ namespace flowrun {
 class LeftoverSweep {
  public:
   // `guardian` is flowrun's own child, never a leftover.
-  LeftoverSweep(pid_t guardian, const std::vector<Worker>& workers)
-      : guardian_(guardian), workers_(workers) {}
+  LeftoverSweep(pid_t guardian, const WorkerList& workers) : guardian_(guardian), workers_(workers) {}
 
   // flowrun's children that are neither the guardian nor a live worker.
   std::vector<pid_t> find() const;
@@ -31,7 +30,7 @@ class LeftoverSweep {
 
  private:
   pid_t guardian_;
-  const std::vector<Worker>& workers_;
+  const WorkerList& workers_;
   std::set<pid_t> seen_;
 };
 

@@ -70,13 +70,13 @@ pid_t python_of(pid_t pid) {
   return -1;
 }
 
-std::size_t live_ranks(const std::vector<Worker>& workers) {
+std::size_t live_ranks(const WorkerList& workers) {
   return static_cast<std::size_t>(std::count_if(workers.begin(), workers.end(), sampled));
 }
 
 }  // namespace
 
-RankSampler::RankSampler(asio::io_context& io, const std::vector<Worker>& workers, Links links)
+RankSampler::RankSampler(asio::io_context& io, const WorkerList& workers, Links links)
     : io_(io),
       workers_(workers),
       links_(std::move(links)),
@@ -211,7 +211,7 @@ void RankSampler::close_run() {
 
 // --- the supervisor's tally -----------------------------------------------
 
-SlowRankWatch::SlowRankWatch(asio::io_context& io, const std::vector<Worker>& workers, Links links)
+SlowRankWatch::SlowRankWatch(asio::io_context& io, const WorkerList& workers, Links links)
     : sampler_(io, workers,
                {[this](const RankSample& s) { on_sample(s); },
                 [this](const std::string& text) { links_.say(text); }}),

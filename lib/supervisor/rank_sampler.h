@@ -10,6 +10,7 @@
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/posix/stream_descriptor.hpp>
 #include <boost/asio/steady_timer.hpp>
+#include <deque>
 #include <functional>
 #include <memory>
 #include <optional>
@@ -22,6 +23,7 @@
 namespace flowrun {
 
 struct Worker;
+using WorkerList = std::deque<Worker>;
 
 class RankSampler {
  public:
@@ -29,7 +31,7 @@ class RankSampler {
     std::function<void(const RankSample&)> sample;  // each sample, on the loop
     std::function<void(const std::string&)> say;    // flowrun's line when it cannot sample
   };
-  RankSampler(boost::asio::io_context& io, const std::vector<Worker>& workers, Links links);
+  RankSampler(boost::asio::io_context& io, const WorkerList& workers, Links links);
   ~RankSampler();
   RankSampler(const RankSampler&) = delete;
   RankSampler& operator=(const RankSampler&) = delete;
@@ -53,7 +55,7 @@ class RankSampler {
   void close_run();
 
   boost::asio::io_context& io_;
-  const std::vector<Worker>& workers_;
+  const WorkerList& workers_;
   Links links_;
   boost::asio::steady_timer timer_, deadline_;
   std::minstd_rand random_;
@@ -80,7 +82,7 @@ class SlowRankWatch {
     std::function<bool(const RankSample&)> forward;  // true: the observer took it
     std::function<void(const std::string&)> say;
   };
-  SlowRankWatch(boost::asio::io_context& io, const std::vector<Worker>& workers, Links links);
+  SlowRankWatch(boost::asio::io_context& io, const WorkerList& workers, Links links);
 
   // A new attempt; sample_s 0: no samples. `shares_file` "": none.
   void start(const std::string& step, int restart_count, double sample_s, const std::string& shares_file);

@@ -9,6 +9,7 @@
 
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/steady_timer.hpp>
+#include <deque>
 #include <functional>
 #include <memory>
 #include <string>
@@ -21,10 +22,11 @@
 namespace flowrun {
 
 struct Worker;
+using WorkerList = std::deque<Worker>;
 
 // The py-spy to run: FLOWRUN_PY_SPY when set, else on flowrun's PATH, on a
 // rank's, or beside its Python; "" with *looked saying where it looked.
-std::string find_py_spy(const std::vector<Worker>& workers, std::string* looked);
+std::string find_py_spy(const WorkerList& workers, std::string* looked);
 // Starts `py_spy dump OPTIONS --full-filenames --pid TARGET`, its stdout
 // and stderr to the files `out` and `err`; posix_spawn's error or 0.
 int spawn_py_spy(const std::string& py_spy, pid_t target, const std::vector<std::string>& options, int out,
@@ -44,8 +46,8 @@ class StackTaker {
 
   // False (and `done` not called) when no worker is alive. `say` gets
   // flowrun's one line about a missing py-spy (once per process).
-  bool start(const std::vector<Worker>& workers, double timeout_s,
-             std::function<void(const std::string&)> say, std::function<void()> done);
+  bool start(const WorkerList& workers, double timeout_s, std::function<void(const std::string&)> say,
+             std::function<void()> done);
   // Whether a taking has started and `done` has not run yet.
   bool running() const { return running_; }
   // The group ended before py-spy did: what is missing stays missing, and
@@ -86,7 +88,7 @@ class StackRounds {
     std::function<void()> stop;  // the stop's signals, once its stacks are in
     std::function<void(const std::string&)> say;
   };
-  StackRounds(boost::asio::io_context& io, const std::vector<Worker>& workers, Links links)
+  StackRounds(boost::asio::io_context& io, const WorkerList& workers, Links links)
       : taker_(io), workers_(workers), links_(std::move(links)) {}
 
   // A new group.
@@ -106,7 +108,7 @@ class StackRounds {
   void answer(const std::vector<RankStack>& found, const std::string& source);
 
   StackTaker taker_;
-  const std::vector<Worker>& workers_;
+  const WorkerList& workers_;
   Links links_;
   std::vector<int> requests_;
   bool stop_after_ = false;

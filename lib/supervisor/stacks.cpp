@@ -102,7 +102,7 @@ bool warned_missing = false;  // once per flowrun process: once per run
 // virtual environment named in the step's run: or python:, which is not on
 // PATH when the environment is not activated, as on a node reached over ssh),
 // or beside python3 on its PATH.
-std::string find_py_spy(const std::vector<Worker>& workers, std::string* looked) {
+std::string find_py_spy(const WorkerList& workers, std::string* looked) {
   if (const char* chosen = std::getenv("FLOWRUN_PY_SPY"); chosen != nullptr && *chosen != '\0') {
     *looked = fmt::format("FLOWRUN_PY_SPY={} is not an executable file", chosen);
     return executable(chosen) ? std::string(chosen) : std::string();
@@ -329,7 +329,7 @@ StackTaker::~StackTaker() {
   }
 }
 
-bool StackTaker::start(const std::vector<Worker>& workers, double timeout_s,
+bool StackTaker::start(const WorkerList& workers, double timeout_s,
                        std::function<void(const std::string&)> say, std::function<void()> done) {
   const auto sampled = [](const Worker& w) {
     return w.alive && w.pid > 0 && w.record.rank >= 0 && still_running(w.pid);

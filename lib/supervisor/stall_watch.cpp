@@ -8,7 +8,7 @@
 
 namespace flowrun {
 
-StallWatch::StallWatch(boost::asio::io_context& io, std::vector<Worker>& workers, WorkerPipes& pipes,
+StallWatch::StallWatch(boost::asio::io_context& io, WorkerList& workers, WorkerPipes& pipes,
                        const TimeSource& time)
     : timer_(io), workers_(workers), pipes_(pipes), time_(time) {}
 
@@ -58,8 +58,7 @@ std::vector<std::size_t> StallWatch::silent(double limit_s) {
     for (Stream* s : {&w.out, &w.err}) {
       if (s->open()) pipes_.drain(w, *s, 1);
     }
-    if (w.alive && time_.steady_ns() - w.last_output_ns >= limit)
-      found.push_back(static_cast<std::size_t>(&w - workers_.data()));
+    if (w.alive && time_.steady_ns() - w.last_output_ns >= limit) found.push_back(w.index);
   }
   return found;
 }

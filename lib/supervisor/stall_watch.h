@@ -19,7 +19,7 @@ class StallWatch {
  public:
   // Silence is measured on `time`'s steady clock (a worker's last_output_ns
   // is on it too); the tick itself is the loop's steady timer.
-  StallWatch(boost::asio::io_context& io, std::vector<Worker>& workers, WorkerPipes& pipes,
+  StallWatch(boost::asio::io_context& io, WorkerList& workers, WorkerPipes& pipes,
              const TimeSource& time = system_time());
 
   // stall_timeout is checked on a steady tick (a 50th of it, between 20 ms
@@ -46,7 +46,7 @@ class StallWatch {
   void wait_tick(double every);
 
   boost::asio::steady_timer timer_;
-  std::vector<Worker>& workers_;
+  WorkerList& workers_;
   WorkerPipes& pipes_;
   const TimeSource& time_;
   std::function<bool()> ended_;

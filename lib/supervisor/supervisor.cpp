@@ -5,7 +5,6 @@
 #include <boost/asio/post.hpp>
 #include <boost/asio/signal_set.hpp>
 #include <boost/asio/steady_timer.hpp>
-#include <cctype>
 #include <cerrno>
 #include <chrono>
 #include <cstring>
@@ -37,38 +36,6 @@
 namespace flowrun {
 
 namespace asio = boost::asio;
-
-std::optional<std::vector<int>> parse_signals_to_handle(const std::string& text, std::string* error) {
-  static constexpr std::pair<const char*, int> kKnown[] = {{"SIGTERM", SIGTERM}, {"SIGINT", SIGINT},
-                                                           {"SIGHUP", SIGHUP},   {"SIGQUIT", SIGQUIT},
-                                                           {"SIGUSR1", SIGUSR1}, {"SIGUSR2", SIGUSR2}};
-  std::vector<int> stops;
-  std::size_t pos = 0;
-  while (pos <= text.size()) {
-    std::size_t end = std::min(text.find(',', pos), text.size());
-    std::string name = text.substr(pos, end - pos);
-    pos = end + 1;
-    while (!name.empty() && name.front() == ' ') name.erase(0, 1);
-    while (!name.empty() && name.back() == ' ') name.pop_back();
-    if (name.empty()) continue;
-    for (char& c : name) c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
-    if (name.rfind("SIG", 0) != 0) name = "SIG" + name;
-    int sig = 0;
-    for (const auto& [known, number] : kKnown) {
-      if (name == known) sig = number;
-    }
-    if (sig == 0) {
-      *error = fmt::format(
-          "'{}': flowrun handles SIGTERM, SIGINT, SIGHUP and SIGQUIT (stop signals) and forwards SIGUSR1 "
-          "and SIGUSR2",
-          name);
-      return std::nullopt;
-    }
-    if (sig != SIGUSR1 && sig != SIGUSR2 && std::find(stops.begin(), stops.end(), sig) == stops.end())
-      stops.push_back(sig);
-  }
-  return stops;
-}
 
 std::string write_failure_hint(int err, const std::string& run_dir) {
   return fmt::format(" ({}, then: flowrun resume {})",
@@ -137,7 +104,7 @@ bool takes_stop_signals(pid_t pid) {
 // the main has ended (terminate_group), or killed with it when the grace runs
 // out. How the main takes SIGTERM is read just before (takes_stop_signals):
 // what it ends with decides whether the end was flowrun's (ended_by_stop).
-void terminate_mains(std::vector<Worker>& workers) {
+void terminate_mains(WorkerList& workers) {
   for (auto& w : workers) {
     if (!w.alive) continue;
     w.takes_stop = takes_stop_signals(w.pid);
@@ -179,7 +146,7 @@ void kill_worker(Worker& w) {
 }
 
 // The workers whose ends were flowrun's stop, by index, for assign_roles.
-std::vector<int> stopped_workers(const std::vector<Worker>& workers) {
+std::vector<int> stopped_workers(const WorkerList& workers) {
   std::vector<int> stopped;
   for (std::size_t i = 0; i < workers.size(); ++i) {
     if (workers[i].stopped) stopped.push_back(static_cast<int>(i));
@@ -242,6 +209,30 @@ void record_spawn_failure(Worker& w, std::size_t i, const SpawnResult& spawned, 
   }
   pipes.close_stream(w, w.out);
   pipes.close_stream(w, w.err);
+}
+
+// `w` runs as `spawned` says, since the group's start at `started_mono`.
+void mark_started(Worker& w, const SpawnResult& spawned, std::int64_t started_mono) {
+  w.pid = spawned.pid;
+  w.record.pid = spawned.pid;
+  w.record.command = w.launch->argv[0];
+  w.record.program = spawned.program;
+  w.record.path_python = find_program("python3", w.launch->env);
+  // Silence counts from the group's start: workers that never write are
+  // silent for the same time, and a stall names them together.
+  w.last_output_ns = started_mono;
+  w.record.status.kind = ExitStatus::Kind::running;
+  w.alive = true;
+}
+
+void signal_live(const WorkerList& workers, int sig) {
+  for (const auto& w : workers)
+    if (w.alive) kill(w.pid, sig);
+}
+
+int live_workers(const WorkerList& workers) {
+  return static_cast<int>(
+      std::count_if(workers.begin(), workers.end(), [](const Worker& w) { return w.alive; }));
 }
 
 }  // namespace
@@ -319,7 +310,7 @@ struct Supervisor::Impl {
   bool done = false;
   Outcome outcome = Outcome::succeeded;
   std::string write_error;  // the first log file that could not be written, and why
-  std::vector<Worker> workers;
+  WorkerList workers;
   std::vector<std::string> notes;      // this group's
   std::vector<std::string> all_notes;  // since Supervisor::notes() was last called
   GroupOptions options;
@@ -393,13 +384,7 @@ struct Supervisor::Impl {
     if (!in_group || done)
       say_unforwarded(console, sig, "between steps");
     else if (observer == nullptr || !observer->on_signal(sig))
-      signal_workers(sig);
-  }
-
-  void signal_workers(int sig) {
-    for (auto& w : workers) {
-      if (w.alive) kill(w.pid, sig);
-    }
+      signal_live(workers, sig);
   }
 
   // --- stacks on demand ------------------------------------------------
@@ -422,19 +407,14 @@ struct Supervisor::Impl {
     w.stopped = end_was_the_stop(w);
     end_of_main(w);
     write_rank_end(w.launch != nullptr ? w.launch->end_file : std::string(), w.record);
-    const bool fails = observer != nullptr ? observer->on_exit(index_of(w), w.record) : !w.record.status.ok();
+    const bool fails = observer != nullptr ? observer->on_exit(w.index, w.record) : !w.record.status.ok();
     if (fails && !stopping) {
       outcome = Outcome::failed;
       begin_stop();
     }
   }
 
-  std::size_t index_of(const Worker& w) const { return static_cast<std::size_t>(&w - workers.data()); }
-
-  int alive_count() const {
-    return static_cast<int>(
-        std::count_if(workers.begin(), workers.end(), [](const Worker& w) { return w.alive; }));
-  }
+  int alive_count() const { return live_workers(workers); }
 
   // --- stopping ----------------------------------------------------------
 
@@ -529,7 +509,7 @@ struct Supervisor::Impl {
   // the console buffers.
   void keep_output(Worker& w, bool is_err, std::string_view data, std::int64_t now) {
     if (auto error = w.log->keep(is_err, data)) log_failed(*error);
-    if (observer != nullptr) observer->on_output(index_of(w), is_err, data);
+    if (observer != nullptr) observer->on_output(w.index, is_err, data);
     w.log->show(is_err, data, now);
   }
 
@@ -563,30 +543,38 @@ struct Supervisor::Impl {
   // Spawns in rank order; stops at the first that cannot start, or at an
   // interrupt that arrived meanwhile.
   void spawn_all(const std::vector<WorkerLaunch>& launches) {
-    for (std::size_t i = 0; i < launches.size() && !stopping && interrupt == 0; ++i) {
-      Worker& w = workers[i];
-      WorkerPipes::open_log(w, options, batch);
-      const SpawnResult spawned = pipes.spawn(w, launches[i]);
-      if (spawned.pid < 0) {
-        record_spawn_failure(w, i, spawned, pipes, observer);
-        outcome = Outcome::failed;
-        begin_stop();
-        break;
-      }
-      w.pid = spawned.pid;
-      w.record.pid = spawned.pid;
-      w.record.command = launches[i].argv[0];
-      w.record.program = spawned.program;
-      w.record.path_python = find_program("python3", launches[i].env);
-      // Silence counts from the group's start: workers that never write are
-      // silent for the same time, and a stall names them together.
-      w.last_output_ns = started_mono;
-      w.record.status.kind = ExitStatus::Kind::running;
-      w.alive = true;
-      exits.watch(w);
-      pipes.start_read(w, w.out);
-      pipes.start_read(w, w.err);
+    for (std::size_t i = 0; i < launches.size() && !stopping && interrupt == 0; ++i)
+      if (!spawn_one(workers[i])) break;
+  }
+
+  // Starts `w` (its launch assigned); false when it cannot start, which
+  // stops the group as a failure.
+  bool spawn_one(Worker& w) {
+    WorkerPipes::open_log(w, options, batch);
+    const SpawnResult spawned = pipes.spawn(w, *w.launch);
+    if (spawned.pid < 0) {
+      record_spawn_failure(w, w.index, spawned, pipes, observer);
+      outcome = Outcome::failed;
+      begin_stop();
+      return false;
     }
+    mark_started(w, spawned, started_mono);
+    exits.watch(w);
+    pipes.start_read(w, w.out);
+    pipes.start_read(w, w.err);
+    return true;
+  }
+
+  std::optional<std::size_t> add(const WorkerLaunch& launch) {
+    if (!in_group || stopping || done || interrupt != 0) return std::nullopt;
+    Worker& w = workers.emplace_back();
+    w.index = workers.size() - 1;
+    w.assign(launch);
+    if (!spawn_one(w)) {
+      advance();
+      return std::nullopt;
+    }
+    return w.index;
   }
 
   AttemptRecord run(const std::vector<WorkerLaunch>& launches, const GroupOptions& opts, GroupObserver* obs) {
@@ -635,7 +623,10 @@ struct Supervisor::Impl {
           });
     }
 
-    for (std::size_t i = 0; i < launches.size(); ++i) workers[i].assign(launches[i]);
+    for (std::size_t i = 0; i < launches.size(); ++i) {
+      workers[i].index = i;
+      workers[i].assign(launches[i]);
+    }
     try {
       spawn_all(launches);
     } catch (...) {
@@ -727,6 +718,8 @@ bool Supervisor::run_until(const std::function<bool()>& until) {
 
 AttemptRecord Supervisor::finish_group() { return impl_->finish(); }
 
+std::optional<std::size_t> Supervisor::add_worker(const WorkerLaunch& launch) { return impl_->add(launch); }
+
 boost::asio::io_context& Supervisor::io() { return impl_->io; }
 
 void Supervisor::stop_group(Outcome why, bool stacks_first) {
@@ -761,7 +754,7 @@ void Supervisor::write_console(std::string& out, std::string& err) {
 }
 
 void Supervisor::signal_workers(int sig) {
-  if (impl_->in_group) impl_->signal_workers(sig);
+  if (impl_->in_group) signal_live(impl_->workers, sig);
 }
 
 bool Supervisor::stopping() const { return impl_->stopping; }

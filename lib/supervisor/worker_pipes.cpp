@@ -21,7 +21,7 @@ constexpr int kReadsPerWakeup = 4;  // fairness between ranks that flood
 
 }  // namespace
 
-WorkerPipes::WorkerPipes(asio::io_context& io, std::vector<Worker>& workers, Sink sink,
+WorkerPipes::WorkerPipes(asio::io_context& io, WorkerList& workers, Sink sink,
                          std::function<void()> after_read)
     : io_(io),
       workers_(workers),

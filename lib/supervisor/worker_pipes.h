@@ -7,6 +7,7 @@
 
 #include <boost/asio/posix/stream_descriptor.hpp>
 #include <cstdint>
+#include <deque>
 #include <functional>
 #include <memory>
 #include <string>
@@ -34,6 +35,7 @@ struct Stream {
 
 struct Worker {
   const WorkerLaunch* launch = nullptr;
+  std::size_t index = 0;  // in the group: what the observer calls it
   WorkerRecord record;
   pid_t pid = -1;
   bool alive = false;
@@ -65,14 +67,18 @@ struct Worker {
   }
 };
 
+// A group's workers, in launch order. A deque: a worker added to a running
+// group (Supervisor::add_worker) moves none of the others, whose reads and
+// exit watches hold references to them.
+using WorkerList = std::deque<Worker>;
+
 class WorkerPipes {
  public:
   // What a read took from worker `w`'s stream (`is_err`), read at `now`
   // (monotonic); after each wakeup's reads, `after_read`.
   using Sink = std::function<void(Worker& w, bool is_err, std::string_view data, std::int64_t now)>;
 
-  WorkerPipes(boost::asio::io_context& io, std::vector<Worker>& workers, Sink sink,
-              std::function<void()> after_read);
+  WorkerPipes(boost::asio::io_context& io, WorkerList& workers, Sink sink, std::function<void()> after_read);
 
   // A pipe for `s`: its read end non-blocking and watched by the loop, its
   // write end (for the worker) in `child_end`.
@@ -112,7 +118,7 @@ class WorkerPipes {
   void resume_output(Holder by);
 
   boost::asio::io_context& io_;
-  std::vector<Worker>& workers_;
+  WorkerList& workers_;
   Sink sink_;
   std::function<void()> after_read_;
   // Not zeroed (make_unique_for_overwrite): its pages are touched only by the reads that fill them, so

@@ -159,7 +159,7 @@ TEST_CASE("py-spy's output is read back whether or not the rank has a directory 
   setenv("FLOWRUN_PY_SPY", fake.c_str(), 1);
   // Rank 0 runs here, with its log files in its directory; rank 1 is an
   // agent's, whose output goes to the head: it has no directory on the node.
-  std::vector<Worker> workers(2);
+  WorkerList workers(2);
   for (int r = 0; r < 2; ++r) {
     workers[r].record.rank = r;
     workers[r].pid = getpid();
@@ -200,7 +200,7 @@ TEST_CASE("py-spy beside the program a rank runs: a virtual environment's python
   const std::string saved = path != nullptr ? path : "";
   setenv("PATH", empty.c_str(), 1);
   unsetenv("FLOWRUN_PY_SPY");
-  std::vector<Worker> workers(1);
+  WorkerList workers(1);
   workers[0].record.rank = 0;
   workers[0].record.program = bin + "/python3";
   workers[0].pid = getpid();

@@ -18,7 +18,7 @@ constexpr std::int64_t kSecond = 1'000'000'000;
 
 struct Group {
   boost::asio::io_context io;
-  std::vector<Worker> workers;
+  WorkerList workers;
   std::vector<std::string> read;  // what the pipes handed on
   WorkerPipes pipes{io, workers,
                     [this](Worker&, bool, std::string_view data, std::int64_t) { read.emplace_back(data); },
@@ -29,6 +29,7 @@ struct Group {
   explicit Group(const std::vector<double>& silent_s) : workers(silent_s.size()) {
     const std::int64_t now = monotonic_now_ns();
     for (std::size_t i = 0; i < silent_s.size(); ++i) {
+      workers[i].index = i;
       workers[i].pid = getpid();
       workers[i].alive = true;
       workers[i].last_output_ns = now - static_cast<std::int64_t>(silent_s[i] * kSecond);
@@ -77,10 +78,11 @@ TEST_CASE("StallWatch: each live worker's silence is noted once, until reset", "
 
 TEST_CASE("StallWatch: silence measured on the time it is handed, stepped without a wait", "[stall_watch]") {
   boost::asio::io_context io;
-  std::vector<Worker> workers(2);
+  WorkerList workers(2);
   WorkerPipes pipes{io, workers, [](Worker&, bool, std::string_view, std::int64_t) {}, [] {}};
   FakeTime time(1'000 * kSecond);
   StallWatch stall{io, workers, pipes, time};
+  for (std::size_t i = 0; i < workers.size(); ++i) workers[i].index = i;
   for (auto& w : workers) {
     w.pid = getpid();
     w.alive = true;

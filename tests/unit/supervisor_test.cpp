@@ -10,6 +10,8 @@
 #include <fcntl.h>
 #include <filesystem>
 #include <fstream>
+#include <map>
+#include <optional>
 #include <signal.h>
 #include <sstream>
 #include <stdlib.h>
@@ -429,4 +431,59 @@ TEST_CASE("--signals-to-handle names stop signals; SIGUSR1 and SIGUSR2 are alway
         "'SIGKILL': flowrun handles SIGTERM, SIGINT, SIGHUP and SIGQUIT (stop signals) and forwards SIGUSR1 "
         "and SIGUSR2");
   CHECK_FALSE(parse_signals_to_handle("SIGNOPE", &error));
+}
+
+TEST_CASE("a worker added to a running group is watched as its own: output, exit and record",
+          "[supervisor]") {
+  Fixture f;
+  Supervisor s = f.make();
+  // Worker 0 waits for the file the added worker writes: the group cannot
+  // end before the added one ran.
+  const std::string mark = f.dir() + "/added-ran";
+  const std::vector<WorkerLaunch> first = {
+      f.shell(0, "echo ready; while [ ! -e " + mark + " ]; do sleep 0.01; done")};
+  const WorkerLaunch added = f.shell(1, "echo from the added one; touch " + mark + "; exit 4");
+  struct Adder : GroupObserver {
+    Supervisor& s;
+    const WorkerLaunch& launch;
+    std::optional<std::size_t> index;
+    std::map<std::size_t, std::string> out;
+    std::map<std::size_t, int> exits;
+    Adder(Supervisor& sup, const WorkerLaunch& l) : s(sup), launch(l) {}
+    void on_output(std::size_t i, bool, std::string_view data) override {
+      out[i] += data;
+      if (i == 0 && !index) index = s.add_worker(launch);
+    }
+    bool on_exit(std::size_t i, const WorkerRecord& record) override {
+      exits[i] = record.status.code;
+      return false;  // the added one's exit 4 is not the group's failure here
+    }
+  } adder(s, added);
+  s.start_group(first, f.options(), &adder);
+  s.run_until([&] { return adder.exits.size() == 2; });
+  const AttemptRecord a = s.finish_group();
+  REQUIRE(adder.index == std::optional<std::size_t>(1));
+  CHECK(adder.out[1] == "from the added one\n");
+  CHECK(adder.exits == std::map<std::size_t, int>{{0, 0}, {1, 4}});
+  REQUIRE(a.workers.size() == 2);
+  CHECK(a.workers[1].rank == 1);
+  CHECK(a.workers[1].status.code == 4);
+  CHECK(f.console_out().find("[train r1] from the added one\n") != std::string::npos);
+  CHECK(testing::read_file(f.dir() + "/r1.out") == "from the added one\n");
+  // No group runs now: nothing is added.
+  CHECK_FALSE(s.add_worker(added).has_value());
+}
+
+TEST_CASE("a stopping group takes no added worker", "[supervisor]") {
+  Fixture f;
+  Supervisor s = f.make();
+  const std::vector<WorkerLaunch> first = {f.shell(0, "echo ready; exec sleep 30")};
+  const WorkerLaunch added = f.shell(1, "echo never");
+  StopWhenReady stopper(s, 1);
+  s.start_group(first, f.options(), &stopper);
+  s.run_until([&] { return s.stopping(); });
+  CHECK_FALSE(s.add_worker(added).has_value());
+  const AttemptRecord a = s.finish_group();
+  CHECK(a.workers.size() == 1);
+  CHECK(f.console_out().find("never") == std::string::npos);
 }

@@ -257,6 +257,11 @@ class Supervisor {
                    GroupObserver* observer);
   bool run_until(const std::function<bool()>& until);
   AttemptRecord finish_group();
+  // Starts `launch` (which must outlive the group) as one more worker of the
+  // running group, after those it has: its index for the observer, or
+  // nullopt when no group runs, it is stopping, or the worker cannot start
+  // (then the group stops as a failure, as a worker of start_group's would).
+  std::optional<std::size_t> add_worker(const WorkerLaunch& launch);
 
   // The loop, for an observer's sockets and timers, and for code that runs
   // it between groups (the agent waiting for its next message).
