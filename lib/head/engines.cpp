@@ -38,6 +38,11 @@ std::vector<std::string> agent_argv(const AgentCommand& agent, int node) {
 
 JoinByHand AgentEngine::by_hand(const AgentsWanted&) const { return {}; }
 
+std::optional<EngineLaunch> AgentEngine::replacement(const AgentsWanted&, int,
+                                                     const std::vector<std::string>&) const {
+  return std::nullopt;
+}
+
 // ---- slurm -------------------------------------------------------------------
 
 SlurmEngine::SlurmEngine(std::optional<SlurmJob> job, std::vector<std::string> srun_args)
@@ -78,6 +83,31 @@ std::vector<EngineLaunch> SlurmEngine::launches(const AgentsWanted& wanted) cons
   for (const auto& arg : srun_args_) srun.argv.push_back(arg);
   for (const auto& arg : agent_argv(wanted.agent, -1)) srun.argv.push_back(arg);
   return {std::move(srun)};
+}
+
+std::optional<EngineLaunch> SlurmEngine::replacement(const AgentsWanted& wanted, int seat,
+                                                     const std::vector<std::string>& exclude) const {
+  if (job_) return std::nullopt;
+  const StepPlan& plan = *wanted.plan;
+  EngineLaunch srun;
+  srun.node = seat;
+  srun.label = fmt::format("srun seat {}", seat);
+  srun.what = fmt::format("srun for a node in place of one left out (seat {})", seat);
+  srun.log = fmt::format("srun-seat{}", seat);
+  // A job of one node, as the first srun's: it ends with its agent.
+  srun.argv = {"srun",
+               "--nodes=1",
+               "--ntasks=1",
+               "--ntasks-per-node=1",
+               "--kill-on-bad-exit=1",
+               "--input=all",
+               "--job-name=flowrun-" + plan.step};
+  if (!exclude.empty()) srun.argv.push_back("--exclude=" + compress_hostlist(exclude));
+  if (!plan.cpu && !plan.nodes.empty() && plan.nodes.front().gpus_available > 0)
+    srun.argv.push_back("--gpus-per-node=" + std::to_string(plan.nodes.front().gpus_available));
+  for (const auto& arg : srun_args_) srun.argv.push_back(arg);
+  for (const auto& arg : agent_argv(wanted.agent, seat)) srun.argv.push_back(arg);
+  return srun;
 }
 
 // ---- ssh ---------------------------------------------------------------------

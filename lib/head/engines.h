@@ -66,6 +66,13 @@ class AgentEngine {
   // What the console says for the agents the engine does not start; nothing
   // by default. Pure.
   virtual JoinByHand by_hand(const AgentsWanted& wanted) const;
+  // A process that brings up one new node's agent for spare seat `seat`, on
+  // no host `exclude` names (Slurm's short names: the step's hosts, those
+  // left out among them), for a node left out with no spare to take its
+  // place; nullopt when the engine cannot get a node of its own (the
+  // default). Pure.
+  virtual std::optional<EngineLaunch> replacement(const AgentsWanted& wanted, int seat,
+                                                  const std::vector<std::string>& exclude) const;
 };
 
 // srun, once for every node's and spare's agent, each of which finds its
@@ -74,6 +81,11 @@ class SlurmEngine final : public AgentEngine {
  public:
   SlurmEngine(std::optional<SlurmJob> job, std::vector<std::string> srun_args);
   std::vector<EngineLaunch> launches(const AgentsWanted& wanted) const override;
+  // Outside an allocation, where srun makes flowrun's own: an srun of one
+  // node that excludes `exclude`, a job of its own. Inside one: nullopt
+  // (the allocation has no node to spare).
+  std::optional<EngineLaunch> replacement(const AgentsWanted& wanted, int seat,
+                                          const std::vector<std::string>& exclude) const override;
 
  private:
   std::optional<SlurmJob> job_;

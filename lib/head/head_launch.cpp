@@ -112,6 +112,14 @@ std::pair<std::string, std::string> write_marker(const NodeStep& job) {
   return {path, text};
 }
 
+// The agents of `job` that dial `endpoint`, `nodes` of them and the spares.
+AgentsWanted agents_wanted(const NodeStep& job, const std::string& endpoint, std::size_t nodes) {
+  return {job.plan, nodes,
+          AgentCommand{job.flowrun_path, endpoint, job.fake_gpus,
+                       env_get(job.ctx.parent_env, "FLOWRUN_PY_SPY").value_or("")},
+          job.ctx.layout.step_dir(job.plan->step)};
+}
+
 }  // namespace
 
 HeadLaunch prepare_launch(const Console& console, const NodeStep& job, Listener& listener,
@@ -125,8 +133,18 @@ HeadLaunch prepare_launch(const Console& console, const NodeStep& job, Listener&
   if (!slurm_error.empty()) throw Error(slurm_error);
   const auto ssh = ssh_command(cluster, job.ctx.parent_env);
   const std::string listening = listen(listener, cluster, slurm_job, ssh, token, launch.token_file);
-  const auto engine = make_engine(cluster, slurm_job, ssh);
+  std::shared_ptr<const AgentEngine> engine = make_engine(cluster, slurm_job, ssh);
   launch_after_listen(console, job, *engine, listener.endpoint(), listening, token, nodes, launch);
+  if (!job.start_agents) {
+    launch.replacement =
+        [engine, &job, wanted = agents_wanted(job, listener.endpoint(), nodes), token](
+            int seat, const std::vector<std::string>& exclude) -> std::optional<HeadLaunch::Replacement> {
+      auto e = engine->replacement(wanted, seat, exclude);
+      if (!e) return std::nullopt;
+      WorkerLaunch process = engine_worker(*e, job, token);
+      return HeadLaunch::Replacement{std::move(*e), std::move(process)};
+    };
+  }
   return launch;
 }
 
@@ -136,10 +154,7 @@ void launch_after_listen(const Console& console, const NodeStep& job, const Agen
   const ClusterSpec& cluster = *job.spec->cluster;
   const StepPlan& plan = *job.plan;
   std::tie(launch.marker_path, launch.marker_text) = write_marker(job);
-  const AgentsWanted wanted{&plan, nodes,
-                            AgentCommand{job.flowrun_path, endpoint, job.fake_gpus,
-                                         env_get(job.ctx.parent_env, "FLOWRUN_PY_SPY").value_or("")},
-                            job.ctx.layout.step_dir(plan.step)};
+  const AgentsWanted wanted = agents_wanted(job, endpoint, nodes);
   console.message(fmt::format(
       "flowrun: step '{}': {} workers on {}{}{} (engine: {}); the head listens on {}", plan.step,
       plan.world_size, plural(nodes, "node", "nodes"),

@@ -6,7 +6,9 @@
 #pragma once
 
 #include <cstddef>
+#include <functional>
 #include <future>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -26,6 +28,15 @@ struct HeadLaunch {
   // Every rank's directory, made on a thread of its own while the agents join;
   // get() before the first rank starts (it throws the Error of one that failed).
   std::future<void> rank_dirs;
+  // What brings up one new node's agent in spare seat `seat`, on no host of
+  // `exclude`, for a node left out with no spare (AgentEngine::replacement):
+  // the engine's launch and its process, or nullopt. Empty where the engine
+  // never can.
+  struct Replacement {
+    EngineLaunch engine;
+    WorkerLaunch process;
+  };
+  std::function<std::optional<Replacement>(int seat, const std::vector<std::string>& exclude)> replacement;
 };
 
 // Listens (`listener`, for `nodes` nodes with `token`), writes the marker,

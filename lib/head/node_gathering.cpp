@@ -43,6 +43,13 @@ constexpr std::string_view kWhatToDo =
     "excluded_nodes file), add parallel.spare_nodes, or set parallel.node_checks: false to start on it "
     "anyway";
 
+// A node's name as Slurm names it: the short one (an agent reports its
+// kernel's host name, which may be the full one, gpu-b.cluster.example).
+std::string slurm_name(const std::string& name) {
+  const bool address = name.find_first_not_of("0123456789.") == std::string::npos;
+  return address ? name : name.substr(0, name.find('.'));
+}
+
 }  // namespace
 
 NodeGathering::NodeGathering(boost::asio::io_context& io, const Console& console, const NodeStep& job,
@@ -156,6 +163,12 @@ void NodeGathering::on_engine_output(std::size_t index, std::string_view data) {
   if (grant == EngineWatch::Grant::queued) join_timer_.cancel();
   if (grant == EngineWatch::Grant::granted && phase_ == Phase::joining)
     start_join_timer(job_.spec->cluster->join_timeout_s);
+  // A node asked for in a left-out one's place: its wait for Slurm's
+  // resources does not count against cluster.join_timeout either.
+  if (const int seat = engines_.node(index); seat >= 0 && asked_seats_.count(seat) > 0) {
+    if (grant == EngineWatch::Grant::queued) spare_timer_.cancel();
+    if (grant == EngineWatch::Grant::granted && !awaiting_spare_.empty()) arm_spare_timer();
+  }
 }
 
 std::optional<std::string> NodeGathering::on_engine_exit(std::size_t index, const WorkerRecord& record) {
@@ -163,6 +176,15 @@ std::optional<std::string> NodeGathering::on_engine_exit(std::size_t index, cons
   const int node = engines_.node(index);
   // A spare's ssh that ends costs the step nothing but the spare (the loss
   // of one that joined is the head's to tell).
+  if (node >= 0 && asked_seats_.count(node) > 0 && !nodes_[std::size_t(node)].joined &&
+      !awaiting_spare_.empty() && phase_ == Phase::assigning) {
+    links_.fail(
+        fmt::format("node {} (node rank {} of {}) failed its check, and no node came in its place, so no "
+                    "rank starts; {}; {}",
+                    printable(awaiting_spare_.front().second), awaiting_spare_.front().first, nodes_.size(),
+                    kWhatToDo, engines_.ended_before_join(index, record)));
+    return std::nullopt;
+  }
   if (node >= 0 && nodes_.is_spare_seat(node)) return engines_.ended_note(index, record);
   if (phase_ == Phase::joining && (node < 0 || !nodes_[static_cast<std::size_t>(node)].joined)) {
     // An elastic step goes on without the nodes that cannot come while MIN can.
@@ -352,7 +374,8 @@ bool NodeGathering::leave_out_failed() {
   }
   for (int rank : failed) {
     --ready_;
-    await_spare(rank, nodes_[std::size_t(rank)].name);
+    const std::string name = nodes_[std::size_t(rank)].name;
+    await_spare(rank, name);
     if (phase_ == Phase::finished) return true;
   }
   return true;
@@ -366,6 +389,7 @@ void NodeGathering::await_spare(int rank, const std::string& failed) {
   bool may_come = false;
   for (std::size_t seat = nodes_.size(); seat < nodes_.seats(); ++seat)
     may_come = may_come || !nodes_[seat].joined;
+  if (!may_come && ask_for_node(rank, failed)) may_come = true;
   if (!may_come) {
     links_.fail(
         fmt::format("node {} (node rank {} of {}) failed its check, and no spare node waits to take its "
@@ -374,17 +398,40 @@ void NodeGathering::await_spare(int rank, const std::string& failed) {
     return;
   }
   awaiting_spare_.emplace_back(rank, failed);
-  if (awaiting_spare_.size() > 1) return;
+  if (awaiting_spare_.size() == 1) arm_spare_timer();
+}
+
+void NodeGathering::arm_spare_timer() {
   const double seconds = job_.spec->cluster->join_timeout_s;
   spare_timer_.expires_after(steady_seconds(seconds));
   spare_timer_.async_wait([this, seconds](const boost::system::error_code& ec) {
     if (ec || awaiting_spare_.empty() || phase_ != Phase::assigning) return;
     const auto& [waiting, name] = awaiting_spare_.front();
     links_.fail(
-        fmt::format("node {} (node rank {} of {}) failed its check, and no spare node joined within "
-                    "cluster.join_timeout ({:g} s) to take its place, so no rank starts; {}",
-                    printable(name), waiting, nodes_.size(), seconds, kWhatToDo));
+        fmt::format("node {} (node rank {} of {}) failed its check, and no {} joined within "
+                    "cluster.join_timeout ({:g} s) to "
+                    "take its place, so no rank starts; {}",
+                    printable(name), waiting, nodes_.size(),
+                    asked_seats_.empty() ? "spare node" : "node asked for in its place", seconds, kWhatToDo));
   });
+}
+
+bool NodeGathering::ask_for_node(int rank, const std::string& failed) {
+  if (!links_.ask_for_node) return false;
+  // A new node: none the step has seen, those left out among them.
+  std::set<std::string> hosts;
+  for (std::size_t seat = 0; seat < nodes_.seats(); ++seat)
+    if (nodes_[seat].joined) hosts.insert(slurm_name(nodes_[seat].name));
+  for (const auto& name : excluded_) hosts.insert(slurm_name(name));
+  const int seat = nodes_.add_spare_seat();
+  const auto command = links_.ask_for_node(seat, {hosts.begin(), hosts.end()});
+  if (!command) return false;
+  asked_seats_.insert(seat);
+  console_.message(
+      fmt::format("flowrun: step '{}': no spare waits for node rank {} of {} ({}): asking for a new "
+                  "node in its place: {}",
+                  plan_.step, rank, nodes_.size(), printable(failed), *command));
+  return true;
 }
 
 void NodeGathering::seat_spare(int rank) {
@@ -409,12 +456,7 @@ void NodeGathering::write_excluded() {
     while (!list.empty() && list.back() == '\n') list.pop_back();
     if (auto old = expand_hostlist(list, nullptr)) names = *old;
   }
-  // Slurm names a node by its short name; an agent reports its kernel's
-  // host name, which may be the full one (gpu-b.cluster.example).
-  for (const auto& name : excluded_) {
-    const bool address = name.find_first_not_of("0123456789.") == std::string::npos;
-    names.push_back(address ? name : name.substr(0, name.find('.')));
-  }
+  for (const auto& name : excluded_) names.push_back(slurm_name(name));
   if (const int err = try_write_file(path, compress_hostlist(names) + "\n"); err != 0)
     console_.message(
         fmt::format("flowrun: step '{}': cannot write {}: {}", plan_.step, path, file_error_text(err)));

@@ -49,6 +49,11 @@ class NodeGathering {
     // A spare that waits takes the seat of node rank `rank`, which failed its
     // check (NodeSeats::take_spare); false when none waits.
     std::function<bool(int rank)> take_spare;
+    // Brings up one new node's agent in spare seat `seat`, on no host of
+    // `exclude`, for a node left out with no spare (AgentEngine::replacement):
+    // the command, for the console, or nullopt when the engine cannot.
+    // Empty where it never can.
+    std::function<std::optional<std::string>(int seat, const std::vector<std::string>& exclude)> ask_for_node;
   };
   // `phase` is the head's, which this reads, and asks the head to move on
   // from joining to ready (Links::move_to); `attempt` and the marker are the
@@ -120,6 +125,11 @@ class NodeGathering {
   // A spare seat that has not joined yet may still bring one: `rank` waits
   // for it, until cluster.join_timeout.
   void await_spare(int rank, const std::string& failed);
+  // No spare comes for node rank `rank` (`failed`): a new node is asked of
+  // the engine in a seat of its own, on none of the step's hosts. False when
+  // the engine cannot.
+  bool ask_for_node(int rank, const std::string& failed);
+  void arm_spare_timer();
   void seat_spare(int rank);
   // The assign of node rank `rank` for the attempt the head is at, with node
   // 0's reach for the node checks of every other node.
@@ -157,6 +167,7 @@ class NodeGathering {
   bool torch_imports_ = false;                      // some node's Python imports torch
   std::vector<std::pair<int, std::string>> awaiting_spare_;  // node ranks to fill, and the failed node
   std::set<const NodeLink*> judged_;                         // the agents whose verdict came
+  std::set<int> asked_seats_;  // spare seats of nodes asked of the engine (ask_for_node)
   boost::asio::steady_timer spare_timer_;
   boost::asio::steady_timer check_timer_;
 };

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <fmt/format.h>
 #include <fmt/ranges.h>
+#include <iterator>
 
 #include "flowrun/messages.h"
 #include "flowrun/text.h"
@@ -55,6 +56,13 @@ NodeTable::NodeTable(std::size_t count, std::size_t spares, int min_nodes)
       max_(count),
       min_(min_nodes) {
   for (std::size_t i = 0; i < nodes_.size(); ++i) nodes_[i].rank = static_cast<int>(i);
+}
+
+int NodeTable::add_spare_seat() {
+  Node& seat = nodes_.emplace_back();
+  seat.rank = static_cast<int>(nodes_.size() - 1);
+  joined_flags_.push_back(false);
+  return seat.rank;
 }
 
 Admission NodeTable::admit(const Joiner& j, const std::vector<int>& engine_nodes, bool spares_only) const {
@@ -172,7 +180,7 @@ NodeTable::Reseated NodeTable::reseat() {
   }
   active_ = taken.size();
   joined_ = active_;
-  nodes_ = std::move(taken);
+  nodes_.assign(std::make_move_iterator(taken.begin()), std::make_move_iterator(taken.end()));
   for (auto& n : rest) nodes_.push_back(std::move(n));
   for (std::size_t seat = 0; seat < nodes_.size(); ++seat) {
     nodes_[seat].rank = static_cast<int>(seat);

@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstdint>
+#include <deque>
 #include <functional>
 #include <memory>
 #include <optional>
@@ -91,10 +92,10 @@ class NodeTable {
   bool is_spare_seat(int seat) const { return seat >= static_cast<int>(active_); }
   Node& operator[](std::size_t seat) { return nodes_[seat]; }
   const Node& operator[](std::size_t seat) const { return nodes_[seat]; }
-  std::vector<Node>::iterator begin() { return nodes_.begin(); }
-  std::vector<Node>::iterator end() { return nodes_.begin() + static_cast<std::ptrdiff_t>(active_); }
-  std::vector<Node>::const_iterator begin() const { return nodes_.begin(); }
-  std::vector<Node>::const_iterator end() const {
+  std::deque<Node>::iterator begin() { return nodes_.begin(); }
+  std::deque<Node>::iterator end() { return nodes_.begin() + static_cast<std::ptrdiff_t>(active_); }
+  std::deque<Node>::const_iterator begin() const { return nodes_.begin(); }
+  std::deque<Node>::const_iterator end() const {
     return nodes_.begin() + static_cast<std::ptrdiff_t>(active_);
   }
 
@@ -121,6 +122,10 @@ class NodeTable {
   // the node it replaces to the spare's seat, retired, its connection
   // closed unless `close` is false. Returns that seat, or -1 when no spare waits.
   int replace(int rank, int gpus, bool close = true);
+
+  // One more spare seat, after the others, for a node an engine brings up
+  // in the place of one left out (AgentEngine::replacement); returns it.
+  int add_spare_seat();
 
   // ---- elastic (min_nodes > 0) ---------------------------------------------
   bool elastic() const { return min_ > 0; }
@@ -186,7 +191,9 @@ class NodeTable {
                  const std::function<bool(Node&, const std::string& why)>& lost);
 
  private:
-  std::vector<Node> nodes_;         // the nodes, then the spares' seats
+  // The nodes, then the spares' seats. A deque: a seat added (add_spare_seat)
+  // moves no node that a caller holds.
+  std::deque<Node> nodes_;
   std::size_t active_ = 0;          // how many of nodes_ are the step's nodes
   std::vector<bool> joined_flags_;  // nodes_[i].joined, as claim_node_rank takes it
   std::size_t joined_ = 0;          // of the nodes, not the spares

@@ -8,6 +8,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstring>
+#include <deque>
 #include <fcntl.h>
 #include <fmt/format.h>
 #include <fmt/ranges.h>
@@ -125,6 +126,7 @@ class Head : public GroupObserver, public cluster::NodeInbox {
     for (const auto& e : launch.engines) engines_.add(e);
     launches_ = std::move(launch.launches);
     rank_dirs_ = std::move(launch.rank_dirs);
+    replacement_ = std::move(launch.replacement);
 
     door_->start([this](const cluster::Joiner& j) { return gathering_.admit(j); },
                  [this](int rank, const cluster::Joiner& j, const std::shared_ptr<NodeLink>& conn) {
@@ -345,7 +347,24 @@ class Head : public GroupObserver, public cluster::NodeInbox {
         [this](Node& n, const std::string& what) { protocol_error(n, what); },
         [this](const std::string& why) { seats_.start_fewer(why); },
         [this](Phase next) { move_to(next); },
-        [this](int rank) { return seats_.take_spare(rank); }};
+        [this](int rank) { return seats_.take_spare(rank); },
+        [this](int seat, const std::vector<std::string>& exclude) { return ask_for_node(seat, exclude); }};
+  }
+
+  // A new node's agent for spare seat `seat` (NodeGathering::Links::ask_for_node):
+  // the engine's process, started in the engine's group beside the others.
+  std::optional<std::string> ask_for_node(int seat, const std::vector<std::string>& exclude) {
+    if (!replacement_) return std::nullopt;
+    auto made = replacement_(seat, exclude);
+    if (!made) return std::nullopt;
+    const WorkerLaunch& process = added_launches_.emplace_back(std::move(made->process));
+    engines_.add(made->engine);
+    if (!sup_.add_worker(process)) return std::nullopt;
+    std::vector<std::string> words(made->engine.argv.begin(), made->engine.argv.end());
+    // The agent's own words (flowrun agent ...) are the same on every node.
+    const auto agent = std::find(words.begin(), words.end(), job_.flowrun_path);
+    words.erase(agent, words.end());
+    return join(words, " ");
   }
 
   // The one place the head's phase changes.
@@ -629,10 +648,12 @@ class Head : public GroupObserver, public cluster::NodeInbox {
   std::vector<std::string>& errors_ = news_.errors;
   // How the step ended when no rank started: failed (see errors_), timed_out or interrupted.
   Outcome outcome_before_start_ = Outcome::failed;
-  std::vector<WorkerLaunch> launches_;  // the engine's, for the supervisor's group
-  std::future<void> rank_dirs_;         // every rank's directory, made while the nodes join
-  std::future<void> kept_;              // the step runner's keep_previous, under way
-  AttemptRecord last_;                  // the attempt that ended
+  std::vector<WorkerLaunch> launches_;       // the engine's, for the supervisor's group
+  std::deque<WorkerLaunch> added_launches_;  // the engine's new nodes' (ask_for_node), added to it
+  decltype(cluster::HeadLaunch::replacement) replacement_;
+  std::future<void> rank_dirs_;  // every rank's directory, made while the nodes join
+  std::future<void> kept_;       // the step runner's keep_previous, under way
+  AttemptRecord last_;           // the attempt that ended
   cluster::NodeSeats seats_{
       nodes_,
       full_plan_,

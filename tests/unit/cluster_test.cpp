@@ -3,6 +3,7 @@
 // argv, shell quoting for the remote shell, the command run by hand), the
 // engine the spec picks, and the address agents dial (head_addresses.cpp).
 // Command lines are compared whole: they are what Slurm and ssh receive.
+#include <algorithm>
 #include <catch2/catch.hpp>
 #include <cstdio>
 #include <ifaddrs.h>
@@ -173,6 +174,32 @@ TEST_CASE("slurm: CPU workers ask for no GPUs", "[cluster]") {
   CHECK(launches[0].argv == Words{"srun", "--nodes=2", "--ntasks=2", "--ntasks-per-node=1",
                                   "--kill-on-bad-exit=1", "--input=all", "--job-name=flowrun-train", kFlowrun,
                                   "agent", "--rdzv-endpoint", kEndpoint});
+}
+
+TEST_CASE("slurm outside an allocation: a new node is one more srun of one node, excluding the step's hosts",
+          "[cluster]") {
+  const SlurmEngine engine(std::nullopt, {"--partition=debug"});
+  const auto srun = engine.replacement(wanted_of(node_plan({"", ""}, 4)), 3, {"n1", "n2", "n3"});
+  REQUIRE(srun.has_value());
+  CHECK(srun->node == 3);  // its agent claims that seat
+  CHECK(srun->log == "srun-seat3");
+  CHECK(srun->argv == Words{"srun", "--nodes=1", "--ntasks=1", "--ntasks-per-node=1", "--kill-on-bad-exit=1",
+                            "--input=all", "--job-name=flowrun-train", "--exclude=n[1-3]",
+                            "--gpus-per-node=4", "--partition=debug", kFlowrun, "agent", "--rdzv-endpoint",
+                            kEndpoint, "--node-rank", "3"});
+}
+
+TEST_CASE("a new node is asked of Slurm only for flowrun's own allocation, and of no other engine",
+          "[cluster]") {
+  const auto wanted = wanted_of(node_plan({"", ""}, 0));
+  CHECK_FALSE(SlurmEngine(job_of({"n1", "n2"}, {}), {}).replacement(wanted, 2, {"n2"}).has_value());
+  CHECK_FALSE(SshEngine({"ssh"}).replacement(wanted, 2, {"n2"}).has_value());
+  CHECK_FALSE(ManualEngine().replacement(wanted, 2, {"n2"}).has_value());
+  // CPU workers: no GPUs asked.
+  const auto cpu = SlurmEngine(std::nullopt, {}).replacement(wanted, 2, {"n2"});
+  REQUIRE(cpu.has_value());
+  CHECK(std::find(cpu->argv.begin(), cpu->argv.end(), "--gpus-per-node=0") == cpu->argv.end());
+  CHECK(std::find(cpu->argv.begin(), cpu->argv.end(), "--exclude=n2") != cpu->argv.end());
 }
 
 // ---- ssh ---------------------------------------------------------------------

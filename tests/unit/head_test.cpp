@@ -105,6 +105,9 @@ class HeadBench {
       launch.marker_text = "marker";
       for (const auto& rp : job.plan->ranks)
         std::filesystem::create_directories(job.ctx.layout.output_dir(job.plan->step, rp.rank));
+      launch.replacement = [this](int seat, const std::vector<std::string>& exclude) {
+        return replacement ? replacement(seat, exclude) : std::nullopt;
+      };
       if (!rank_dirs_error.empty()) {
         std::promise<void> made;
         made.set_exception(std::make_exception_ptr(Error(rank_dirs_error)));
@@ -117,6 +120,23 @@ class HeadBench {
 
   // What the launch's rank directories end with: an Error with this text (empty: they are made).
   inline static std::string rank_dirs_error;
+  // The engine's new node for a seat (HeadLaunch::replacement); empty: it has none.
+  decltype(cluster::HeadLaunch::replacement) replacement;
+
+  // A process the engine starts for a new node: `script` under /bin/sh.
+  cluster::HeadLaunch::Replacement engine_process(int seat, const std::string& script) const {
+    cluster::HeadLaunch::Replacement r;
+    r.engine.node = seat;
+    r.engine.label = "srun seat " + std::to_string(seat);
+    r.engine.what = "srun for a new node";
+    r.engine.argv = {"srun", "--nodes=1", "--exclude=node-a", job_.flowrun_path, "agent"};
+    r.process.argv = {"/bin/sh", "-c", script};
+    r.process.env = {"PATH=/usr/bin:/bin"};
+    r.process.workdir = dir_.path();
+    r.process.stdout_log = dir_.path() + "/srun-seat.stdout.log";
+    r.process.stderr_log = dir_.path() + "/srun-seat.stderr.log";
+    return r;
+  }
 
   ~HeadBench() {
     rank_dirs_error.clear();
@@ -188,6 +208,7 @@ class HeadBench {
   const std::string& dir() const { return dir_.path(); }
   const RunLayout& layout() const { return job_.ctx.layout; }
   FakeDoor& door() { return *door_; }
+  boost::asio::io_context& io() { return supervisor_->io(); }
 
  private:
   // The agent's answers to the head's orders, unless its script answered.
@@ -830,4 +851,56 @@ TEST_CASE(
             "parallel.spare_nodes, or set parallel.node_checks: false to start on it anyway"});
   REQUIRE(r.record.node_checks.size() == 2);
   CHECK(testing::read_file(h.layout().run_dir + "/excluded_nodes") == "node-b\n");
+}
+
+TEST_CASE("head: with no spare, a new node is asked of the engine in the place of one that fails its check",
+          "[head][node_checks]") {
+  HeadBench h(kTwoNodes);
+  std::vector<std::pair<int, std::vector<std::string>>> asked;
+  h.replacement = [&h, &asked](int seat, const std::vector<std::string>& exclude) {
+    asked.emplace_back(seat, exclude);
+    // The engine's agent joins as a new node's does, claiming its seat.
+    boost::asio::post(h.io(), [&h, seat] { h.join("node-c", seat); });
+    return std::optional(h.engine_process(seat, "exit 0"));
+  };
+  ScriptedNode& a = h.join("node-a", 0);
+  ScriptedNode& b = h.join("node-b", 1, fails_check(h, "gpu_health", "GPU 1 has 1 uncorrectable ECC error"));
+  const AttemptResult r = h.attempt(0);
+  CHECK(r.record.outcome == Outcome::succeeded);
+  // A seat of its own after the step's two, on neither of their hosts.
+  CHECK(asked == std::vector<std::pair<int, std::vector<std::string>>>{{2, {"node-a", "node-b"}}});
+  CHECK(b.link->sent_of<Start>().empty());
+  CHECK(a.link->sent_of<Start>().size() == 1);
+  CHECK(worker(r, 2).node == "node-c");
+  CHECK(worker(r, 3).node == "node-c");
+  CHECK(r.record.replacements == std::vector<NodeReplacement>{{1, "node-b", "node-c"}});
+  REQUIRE(r.record.node_checks.size() == 3);
+  CHECK(r.record.node_checks[2].node == "node-c");
+  CHECK(testing::read_file(h.layout().run_dir + "/excluded_nodes") == "node-b\n");
+  CHECK(h.console().find(
+            "flowrun: step 'train': no spare waits for node rank 1 of 2 (node-b): asking for a new "
+            "node in its place: srun --nodes=1 --exclude=node-a\n") != std::string::npos);
+}
+
+TEST_CASE("head: a new node's engine process that ends before its agent joins fails the step with its words",
+          "[head][node_checks]") {
+  HeadBench h(kTwoNodes);
+  h.replacement = [&h](int seat, const std::vector<std::string>&) {
+    return std::optional(h.engine_process(
+        seat,
+        "echo 'srun: error: Unable to allocate resources: Requested node configuration is not "
+        "available' >&2; exit 1"));
+  };
+  h.join("node-a", 0);
+  ScriptedNode& b = h.join("node-b", 1, fails_check(h, "scratch_space", "10 MiB free in /tmp"));
+  const AttemptResult r = h.attempt(0);
+  CHECK_FALSE(r.started);
+  CHECK(b.link->sent_of<Start>().empty());
+  REQUIRE(r.errors.size() == 1);
+  CHECK(r.errors[0].find(
+            "node node-b (node rank 1 of 2) failed its check, and no node came in its place, so no "
+            "rank starts; fix what the check names") == 0);
+  CHECK(r.errors[0].find("srun for a new node exited with code 1 before its agent joined; its last output:\n"
+                         "    srun: error: Unable to allocate resources: Requested node configuration is not "
+                         "available") != std::string::npos);
 }
