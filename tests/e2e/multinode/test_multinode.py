@@ -1444,19 +1444,82 @@ class Multinode:
             subprocess.run(self.c.on(2, ["ip", "route", "del", "unreachable", f"{node0}/32"]), capture_output=True,
                            env=self.env())
 
+    def test_node_checks_new_node(self):
+        """nodes: 2 and no spare under srun, with no allocation: srun makes flowrun's own. node2 reports an
+        uncorrectable ECC error; with no spare to take its seat, the head asks Slurm for a new node in its place
+        (one more srun of one node, excluding the step's hosts), which joins, passes its check and takes node2's
+        seat. Both jobs end with the step. Then with every node of the cluster in the step: Slurm has no node
+        to give, and the step fails with its words."""
+        if not self.nvml_built("a new node"):
+            return
+        label, faulty = "node_checks_new_node", "node2"
+        d = self.workspace(label)
+        faults, why = self.NODE_FAULTS["ecc"]
+        run = self.run_checked_step(d, parallel={"nodes": 2}, FAKE_NVML_FAULTS=faults, FAKE_NVML_FAULTS_ON=faulty)
+        self.check(run.rc == 0, f"{label}: the step succeeds on the new node", 0, run.rc, run.detail())
+        asked = re.search(r"^flowrun: step 'train': no spare waits for node rank 1 of 2 \(node2\): asking for a "
+                          r"new node in its place: (srun .*)$", run.stderr, re.M)
+        words = asked.group(1).split() if asked else []
+        self.check(words[:4] == ["srun", "--nodes=1", "--ntasks=1", "--ntasks-per-node=1"] and
+                   "--exclude=node[1-2]" in words and "--gpus-per-node=2" in words,
+                   f"{label}: the head asks Slurm for one node, excluding both of the step's hosts",
+                   "srun --nodes=1 ... --exclude=node[1-2] --gpus-per-node=2", asked.group(0) if asked else
+                   run.stderr[-3000:])
+        seated = re.search(r"^flowrun: step 'train': spare node (node\d) takes node rank 1 of node node2, which "
+                           r"failed its check", run.stderr, re.M)
+        new = seated.group(1) if seated else None
+        self.check(new in ("node3", "node4"), f"{label}: a node the step had not used takes node2's seat",
+                   "node3 or node4", new, run.stderr[-3000:])
+        verdicts = run.results().get("node_checks") or []
+        self.check(sorted((v["node"], v["ok"]) for v in verdicts) == sorted([("node1", True), ("node2", False),
+                                                                              (new, True)]),
+                   f"{label}: results.json has the verdicts of node1, node2 (failed) and the new node",
+                   "3 verdicts", verdicts)
+        ran = {}
+        for r in range(4):
+            path = os.path.join(d, f"ran.{r}")
+            if os.path.exists(path):
+                node_rank, host, world = open(path).read().split()
+                ran[r] = (int(node_rank), host, int(world))
+        self.check(sorted(ran.values()) == [(0, "node1", 4), (0, "node1", 4), (1, new, 4), (1, new, 4)],
+                   f"{label}: all 4 ranks ran, node rank 1 on the new node, none on {faulty}",
+                   f"node1 x2, {new} x2", ran)
+        srun_lines = [line for line in run.stderr.splitlines() if line.startswith("[srun")]
+        self.check(srun_lines == [], f"{label}: neither srun says a word (node2's agent, told bye, ends by itself; "
+                   "the new node's ends with the step)", [], srun_lines)
+        excluded = os.path.join(run.run_dir, "excluded_nodes")
+        got = open(excluded).read() if os.path.exists(excluded) else None
+        self.check(got == faulty + "\n", f"{label}: excluded_nodes names {faulty}", faulty, got)
+        self.assert_nothing_left(label)
+
+        label = "node_checks_no_new_node"
+        d = self.workspace(label)
+        run = self.run_checked_step(d, parallel={"nodes": NODES}, FAKE_NVML_FAULTS=faults,
+                                    FAKE_NVML_FAULTS_ON=faulty)
+        self.check(run.rc != 0, f"{label}: the step fails before any rank starts", "not 0", run.rc, run.detail())
+        said = re.search(rf"node {faulty} \(node rank \d of {NODES}\) failed its check, and no node came in its "
+                         r"place, so no rank starts; fix what the check names.*srun for a node in place of one left "
+                         r"out \(seat \d\) exited with code 1 before its agent joined; its last output:\n.*"
+                         r"Requested node configuration is not available", run.stderr, re.S)
+        self.check(said is not None, f"{label}: the head says why, with Slurm's own words",
+                   "... no node came in its place ... Requested node configuration is not available",
+                   run.stderr[-3000:])
+        self.check(not any(os.path.exists(os.path.join(d, f"ran.{r}")) for r in range(2 * NODES)),
+                   f"{label}: no rank ran", "no ran.N", sorted(os.listdir(d)))
+
     def nvml_built(self, what):
         """Whether the stand-in NVML the node-check tests run on is built (a failed check if not)."""
         lib = os.path.join(self.fakes, "libflowrun_fake_nvml.so")
         return self.check(os.path.exists(lib), f"{what}: the stand-in NVML is built", lib, None)
 
-    def run_checked_step(self, d, **extra_env):
-        """Runs the node-check tests' step in workspace `d` to its end: 2 nodes and a spare under srun, 2
-        stand-in GPUs each (the stand-in NVML as libnvidia-ml.so.1 in d/lib), node checks on; `extra_env`
-        goes to the head's environment, and srun takes it to every agent."""
+    def run_checked_step(self, d, parallel=None, **extra_env):
+        """Runs the node-check tests' step in workspace `d` to its end: 2 nodes and a spare under srun (or
+        `parallel`), 2 stand-in GPUs each (the stand-in NVML as libnvidia-ml.so.1 in d/lib), node checks on;
+        `extra_env` goes to the head's environment, and srun takes it to every agent."""
         lib = os.path.join(d, "lib")
         os.makedirs(lib)
         shutil.copy2(os.path.join(self.fakes, "libflowrun_fake_nvml.so"), os.path.join(lib, "libnvidia-ml.so.1"))
-        steps = [{"name": "train", "forensics": "off", "parallel": {"nodes": 2, "spare_nodes": 1},
+        steps = [{"name": "train", "forensics": "off", "parallel": parallel or {"nodes": 2, "spare_nodes": 1},
                   "run": ["/bin/sh", "-c", 'echo "$FLOWRUN_NODE_RANK $(hostname) $WORLD_SIZE" > ran.$RANK']}]
         spec = self.write_spec(d, {"engine": "slurm", "gpus_per_node": 2, "address": self.c.addrs["head"],
                                    "heartbeat_timeout": 1}, steps)
@@ -1572,7 +1635,7 @@ TESTS = ["salloc", "sbatch", "srun", "srun_node1", "login_node_loopback", "ssh_h
          "torch", "lightning", "culprit", "stacks_srun", "stacks_ssh", "stacks_venv", "stacks_missing",
          "agent_kill", "link_down", "spare", "elastic", "head_kill", "scancel", "requeue", "wrong_token", "symlink", "private_workdir",
          "preflight", "node_checks", "node_checks_full_scratch",
-         "node_checks_unreachable_node0"]
+         "node_checks_unreachable_node0", "node_checks_new_node"]
 
 
 @pytest.fixture(scope="module")
