@@ -26,27 +26,24 @@
 namespace flowrun {
 
 void make_dirs(const std::string& path, mode_t mode) {
-  // The directory itself first: where its parent is there already (every
-  // rank's directory under its step's, thousands of them) that is one call,
-  // not one for each component of the path.
-  bool walk = false;  // a component above it is missing
-  if (!path.empty()) {
-    if (mkdir(path.c_str(), mode) == 0) return;
-    const int err = errno;
-    if (err != ENOENT && err != EEXIST)
-      throw Error("cannot create the directory " + path + ": " + std::strerror(err), kExitFailure, err);
-    walk = err == ENOENT;
-  }
-  std::size_t pos = 0;
-  while (walk && pos != std::string::npos) {
-    pos = path.find('/', pos + 1);
-    const std::string partial = path.substr(0, pos);
-    if (partial.empty()) continue;
-    if (mkdir(partial.c_str(), mode) != 0 && errno != EEXIST) {
-      const int err = errno;
-      throw Error("cannot create the directory " + partial + ": " + std::strerror(err), kExitFailure, err);
+  // The directory itself first, and only where that finds a component
+  // missing, its parent (the same way up): every rank's out/ under its
+  // step's directory, thousands of them, is three calls, not one for each
+  // component of the path.
+  if (!path.empty() && mkdir(path.c_str(), mode) == 0) return;
+  int err = path.empty() ? ENOENT : errno;
+  if (err == ENOENT) {
+    std::size_t end = path.size();
+    while (end > 1 && path[end - 1] == '/') --end;  // "a/b/": its parent is "a"
+    const std::size_t slash = path.rfind('/', end - 1);
+    if (slash != std::string::npos && slash > 0) {
+      make_dirs(path.substr(0, slash), mode);
+      if (mkdir(path.c_str(), mode) == 0) return;
+      err = errno;
     }
   }
+  if (err != EEXIST)
+    throw Error("cannot create the directory " + path + ": " + std::strerror(err), kExitFailure, err);
   struct stat st {};
   if (stat(path.c_str(), &st) != 0 || !S_ISDIR(st.st_mode))
     throw Error("cannot create the directory " + path + ": it exists and is not a directory", kExitFailure,

@@ -410,16 +410,23 @@ class FlowRunner {
         if (auto why = options_.resume->why.find(step.name); why != options_.resume->why.end())
           console_.message(fmt::format("flowrun: step '{}' runs ({})", step.name, why->second));
       }
-      set_state(step.name, "running");
+      // A parallel step's first attempt writes run.json as it starts (its
+      // count of attempts), a moment from now: the state goes with it, one
+      // write instead of two. A preflight check comes first and may take a
+      // while: then run.json says "running" at once.
+      const bool attempt_writes = step.parallel && !step.parallel->preflight;
+      set_state(step.name, "running", !attempt_writes);
       const int code = run_step(step);
+      // The last step's end goes with the run's, written below.
+      const bool last = &index == &spec_.order.back();
       if (code == 0) {
         state_[step.name] = State::succeeded;
         tally.succeeded.push_back(step.name);
-        set_state(step.name, "succeeded");
+        set_state(step.name, "succeeded", !last);
       } else {
         state_[step.name] = State::failed;
         tally.failed.push_back(step.name);
-        set_state(step.name, "failed");
+        set_state(step.name, "failed", !last);
         if (exit_code == 0) exit_code = code;
       }
     }
@@ -461,11 +468,13 @@ class FlowRunner {
   // " (free space there, then: flowrun resume DIR)" after a failed write.
   std::string resume_hint(int err) const { return write_failure_hint(err, ctx_.layout.run_dir); }
 
-  void set_state(const std::string& step, const char* state) {
+  // The step's state in run.json, written now unless `write` is false (the
+  // caller's next write, moments later, takes it).
+  void set_state(const std::string& step, const char* state, bool write = true) {
     for (auto& [name, value] : record_.steps) {
       if (name == step) value = state;
     }
-    write_record();
+    if (write) write_record();
   }
 
   ConsoleShows shows(const Step& step, int rank, int local_rank) const {

@@ -41,6 +41,8 @@ TEST_CASE("make_dirs makes every missing directory and accepts existing ones", "
   CHECK(exists(root + "/a/b/d"));
   flowrun::make_dirs(root + "/a/x/y/");  // two missing below one there, a trailing slash
   CHECK(exists(root + "/a/x/y"));
+  flowrun::make_dirs(root + "/p//q//r//");  // doubled slashes, walked up bottom first
+  CHECK(exists(root + "/p/q/r"));
   write(root + "/file", "x");
   CHECK_THROWS_AS(flowrun::make_dirs(root + "/file/sub"), flowrun::Error);
   CHECK_THROWS_WITH(flowrun::make_dirs(root + "/file"),
