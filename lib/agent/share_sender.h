@@ -4,6 +4,7 @@
 // Internal to lib/agent.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <functional>
 #include <utility>
@@ -15,8 +16,12 @@ namespace flowrun {
 
 class ShareSender {
  public:
-  // How often the tallies go to the head while samples come.
+  // How often the tallies go to the head while samples come; while the
+  // head hurries the sampling (it holds a suspect: SampleRate), as often as
+  // the rate is higher, but not more than every kHurriedEveryNs: its verdict
+  // waits on them.
   static constexpr std::int64_t kEveryNs = 2'000'000'000;
+  static constexpr std::int64_t kHurriedEveryNs = 500'000'000;
 
   explicit ShareSender(std::function<void(const Shares&)> send) : send_(std::move(send)) {}
 
@@ -25,12 +30,19 @@ class ShareSender {
     tally_.clear();
     attempt_ = attempt;
     dirty_ = false;
+    every_ns_ = kEveryNs;
+  }
+  // The head's SampleRate: the tallies go `rate` times as often (1: back to kEveryNs).
+  void hurry(double rate) {
+    every_ns_ =
+        rate > 1 ? std::max(kHurriedEveryNs, static_cast<std::int64_t>(static_cast<double>(kEveryNs) / rate))
+                 : kEveryNs;
   }
   // A sample; the tallies go when they are due.
   void add(const RankSample& sample, std::int64_t now_ns) {
     tally_.add(sample);
     dirty_ = true;
-    if (now_ns - sent_ns_ >= kEveryNs) flush(now_ns);
+    if (now_ns - sent_ns_ >= every_ns_) flush(now_ns);
   }
   // The tallies now, when a sample came since they last went.
   void flush(std::int64_t now_ns) {
@@ -48,6 +60,7 @@ class ShareSender {
   int attempt_ = 0;
   bool dirty_ = false;
   std::int64_t sent_ns_ = 0;
+  std::int64_t every_ns_ = kEveryNs;
 };
 
 }  // namespace flowrun
