@@ -417,7 +417,9 @@ void NodeGathering::arm_spare_timer() {
 }
 
 bool NodeGathering::ask_for_node(int rank, const std::string& failed) {
-  if (!links_.ask_for_node) return false;
+  // A new node for each of the step's nodes at most: where every node fails
+  // alike (a shared file system full), the cluster is not asked node by node.
+  if (!links_.ask_for_node || asked_seats_.size() >= nodes_.size()) return false;
   // A new node: none the step has seen, those left out among them.
   std::set<std::string> hosts;
   for (std::size_t seat = 0; seat < nodes_.seats(); ++seat)

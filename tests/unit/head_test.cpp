@@ -904,3 +904,26 @@ TEST_CASE("head: a new node's engine process that ends before its agent joins fa
                          "    srun: error: Unable to allocate resources: Requested node configuration is not "
                          "available") != std::string::npos);
 }
+
+TEST_CASE("head: new nodes are asked for one per node of the step at most, however many fail their check",
+          "[head][node_checks]") {
+  HeadBench h(kTwoNodes);
+  std::vector<std::vector<std::string>> asked;
+  h.replacement = [&h, &asked](int seat, const std::vector<std::string>& exclude) {
+    asked.push_back(exclude);
+    // Every new node fails its check too (a shared file system full).
+    const std::string name = "node-" + std::to_string(seat);
+    boost::asio::post(
+        h.io(), [&h, seat, name] { h.join(name, seat, fails_check(h, "workdir_space", "0 MiB free")); });
+    return std::optional(h.engine_process(seat, "exit 0"));
+  };
+  h.join("node-a", 0);
+  h.join("node-b", 1, fails_check(h, "workdir_space", "0 MiB free"));
+  const AttemptResult r = h.attempt(0);
+  CHECK_FALSE(r.started);
+  // node-b's seat asked for node-2, which failed; node-2's for node-3, which failed: two asks, no third.
+  CHECK(asked == std::vector<std::vector<std::string>>{{"node-a", "node-b"}, {"node-2", "node-a", "node-b"}});
+  REQUIRE(r.errors.size() == 1);
+  CHECK(r.errors[0].find("node node-3 (node rank 1 of 2) failed its check, and no spare node waits") == 0);
+  CHECK(testing::read_file(h.layout().run_dir + "/excluded_nodes") == "node-b,node-[2-3]\n");
+}
