@@ -19,6 +19,11 @@ def case_startup(args, work, launchers, memory=False):
         "torchrun": lambda d: torchrun_cmd(["/bin/true"]),
         "floor": lambda d: [str(BIN / "spawn"), str(WORKERS), "/bin/true"],
     }
+    if not memory:
+        # The floor that also keeps a run's record as flowrun does (each rank's directory, log files and end
+        # record; the run's record), in a run directory made afresh each time as flowrun's is.
+        runs["floor_files"] = lambda d: [str(BIN / "spawn"), "-t", str(made(fresh(d / "run"))), str(WORKERS),
+                                         "/bin/true"]
     if memory:
         runs["worker"] = lambda d: ["/bin/true"]
     order = [n for n in runs if launchers[n].available]
@@ -151,10 +156,13 @@ def case_logs(args, work, launchers):
 
 def record_startup(L, by_case):
     """(a): wall time of each launcher; how many times flowrun's it is."""
-    rows = {n: record.row(L[n], wall_ms=summary(L[n], "wall_ns", 1e6)) for n in ("flowrun", "torchrun", "floor")}
+    rows = {n: record.row(L[n], wall_ms=summary(L[n], "wall_ns", 1e6))
+            for n in ("flowrun", "torchrun", "floor", "floor_files")}
     fl = median(L["flowrun"], "wall_ns")
     return rows, {"torchrun_ratio": ratio(median(L["torchrun"], "wall_ns"), fl),
-                  "floor_ratio": ratio(fl, median(L["floor"], "wall_ns"))}
+                  "floor_ratio": ratio(fl, median(L["floor"], "wall_ns")),
+                  "files_floor_ratio": ratio(fl, median(L["floor_files"], "wall_ns")),
+                  "files_cost_ratio": ratio(median(L["floor_files"], "wall_ns"), median(L["floor"], "wall_ns"))}
 
 
 def record_teardown(L, by_case):

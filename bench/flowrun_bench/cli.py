@@ -194,6 +194,7 @@ def measure(args, flowrun_ok, flowrun_why, torch_ok, torch_why):
                 "torchrun": Launcher("torchrun", torch_ok, torch_why),
                 "floor": Launcher("floor"),
                 "floor_tee": Launcher("floor_tee"),
+                "floor_files": Launcher("floor_files"),
                 "flowrun_nofold": Launcher("flowrun_nofold", flowrun_ok, flowrun_why),
                 "worker": Launcher("worker"),
             }

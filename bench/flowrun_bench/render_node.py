@@ -25,9 +25,11 @@ def startup(w, rec, part):
     apart(w, part, rec["case"], "node")
     w("Wall time from the launcher's fork to its exit, measured by `bench/timeit` "
       "(fork, exec, wait4 on a pidfd).\n")
-    table(w, "launcher", [("flowrun", R["flowrun"]), ("torchrun", R["torchrun"]),
-                          ("floor: fork/exec 8 `/bin/true`, wait all (`bench/spawn.c`)", R["floor"])],
-          "wall_ms", "ms", "{:.2f}")
+    rows = [("flowrun", R["flowrun"]), ("torchrun", R["torchrun"]),
+            ("floor: fork/exec 8 `/bin/true`, wait all (`bench/spawn.c`)", R["floor"])]
+    if "floor_files" in R:
+        rows.append(("floor keeping a run's record (`bench/spawn.c -t`)", R["floor_files"]))
+    table(w, "launcher", rows, "wall_ms", "ms", "{:.2f}")
     r = F.get("torchrun_ratio")
     if r:
         w(f"- flowrun is **{r:.0f}x** faster than torchrun (goal: at least {GOAL_STARTUP_RATIO:.0f}x): "
@@ -37,6 +39,11 @@ def startup(w, rec, part):
     if F.get("floor_ratio"):
         w(f"- flowrun takes **{F['floor_ratio']:.1f}x** the floor's time (goal: at most {GOAL_STARTUP_FLOOR:.0f}x): "
           f"{verdict(F['floor_ratio'] <= GOAL_STARTUP_FLOOR)}.")
+    if F.get("files_floor_ratio"):
+        w(f"- Against the floor that also keeps a run's record (`spawn -t DIR`: each rank's directory and out/, its "
+          f"stdout.log and stderr.log, an end.json written whole as it is reaped, and a run record written whole "
+          f"at the start and the end, with a results record), flowrun takes **{F['files_floor_ratio']:.1f}x**; "
+          f"keeping that record alone takes that floor {F['files_cost_ratio']:.1f}x the bare floor's time.")
     remarks(w, rec)
     w("\nThe flowrun spec (`bench/true.yaml`):\n")
     w(spec_block(rec, "yaml"))
