@@ -504,10 +504,9 @@ class Agent : public GroupObserver {
 
   // The head suspects a rank of some node (SampleRate): sample faster, or at 1 again.
   void on_message(const SampleRate& m) {
-    if (in_group_ && m.attempt == attempt_ && m.rate >= 1 && m.rate <= kSuspectRate) {
-      sup_->sample_faster(m.rate);
-      shares_.hurry(m.rate);
-    }
+    if (!in_group_ || m.attempt != attempt_ || m.rate < 1 || m.rate > kSuspectRate) return;
+    sup_->sample_faster(m.rate);
+    shares_.hurry(m.rate);
   }
 
   // The head got SIGUSR1 or SIGUSR2: this node's ranks get it too.

@@ -410,25 +410,16 @@ class FlowRunner {
         if (auto why = options_.resume->why.find(step.name); why != options_.resume->why.end())
           console_.message(fmt::format("flowrun: step '{}' runs ({})", step.name, why->second));
       }
-      // A parallel step's first attempt writes run.json as it starts (its
-      // count of attempts), a moment from now: the state goes with it, one
-      // write instead of two. A preflight check comes first and may take a
-      // while: then run.json says "running" at once.
-      const bool attempt_writes = step.parallel && !step.parallel->preflight;
-      set_state(step.name, "running", !attempt_writes);
+      // A parallel step's first attempt writes run.json (its count of attempts)
+      // as it starts, a moment from now: the state goes with it. With a
+      // preflight check first, which may take a while, it is written now.
+      set_state(step.name, "running", !step.parallel || step.parallel->preflight);
       const int code = run_step(step);
+      state_[step.name] = code == 0 ? State::succeeded : State::failed;
+      (code == 0 ? tally.succeeded : tally.failed).push_back(step.name);
       // The last step's end goes with the run's, written below.
-      const bool last = &index == &spec_.order.back();
-      if (code == 0) {
-        state_[step.name] = State::succeeded;
-        tally.succeeded.push_back(step.name);
-        set_state(step.name, "succeeded", !last);
-      } else {
-        state_[step.name] = State::failed;
-        tally.failed.push_back(step.name);
-        set_state(step.name, "failed", !last);
-        if (exit_code == 0) exit_code = code;
-      }
+      set_state(step.name, code == 0 ? "succeeded" : "failed", &index != &spec_.order.back());
+      if (code != 0 && exit_code == 0) exit_code = code;
     }
     const int sig = supervisor.interrupt_signal();
     if (sig != 0 && exit_code == 0) exit_code = 128 + sig;
