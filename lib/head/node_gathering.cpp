@@ -174,8 +174,7 @@ void NodeGathering::on_engine_output(std::size_t index, std::string_view data) {
 std::optional<std::string> NodeGathering::on_engine_exit(std::size_t index, const WorkerRecord& record) {
   if (phase_ == Phase::finished) return std::nullopt;
   const int node = engines_.node(index);
-  // A spare's ssh that ends costs the step nothing but the spare (the loss
-  // of one that joined is the head's to tell).
+  // The engine's process for a new node ended before its agent joined: none comes.
   if (node >= 0 && asked_seats_.count(node) > 0 && !nodes_[std::size_t(node)].joined &&
       !awaiting_spare_.empty() && phase_ == Phase::assigning) {
     links_.fail(
@@ -185,6 +184,8 @@ std::optional<std::string> NodeGathering::on_engine_exit(std::size_t index, cons
                     kWhatToDo, engines_.ended_before_join(index, record)));
     return std::nullopt;
   }
+  // A spare's ssh that ends costs the step nothing but the spare (the loss
+  // of one that joined is the head's to tell).
   if (node >= 0 && nodes_.is_spare_seat(node)) return engines_.ended_note(index, record);
   if (phase_ == Phase::joining && (node < 0 || !nodes_[static_cast<std::size_t>(node)].joined)) {
     // An elastic step goes on without the nodes that cannot come while MIN can.
@@ -425,9 +426,12 @@ bool NodeGathering::ask_for_node(int rank, const std::string& failed) {
   for (std::size_t seat = 0; seat < nodes_.seats(); ++seat)
     if (nodes_[seat].joined) hosts.insert(slurm_name(nodes_[seat].name));
   for (const auto& name : excluded_) hosts.insert(slurm_name(name));
-  const int seat = nodes_.add_spare_seat();
+  // Its seat is made once the engine said how it comes: an engine that
+  // cannot leaves no seat a stranger could take, or the step wait on.
+  const int seat = static_cast<int>(nodes_.seats());
   const auto command = links_.ask_for_node(seat, {hosts.begin(), hosts.end()});
   if (!command) return false;
+  nodes_.add_spare_seat();
   asked_seats_.insert(seat);
   console_.message(
       fmt::format("flowrun: step '{}': no spare waits for node rank {} of {} ({}): asking for a new "

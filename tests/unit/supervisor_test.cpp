@@ -447,12 +447,15 @@ TEST_CASE("a worker added to a running group is watched as its own: output, exit
     Supervisor& s;
     const WorkerLaunch& launch;
     std::optional<std::size_t> index;
+    bool asked = false;
     std::map<std::size_t, std::string> out;
     std::map<std::size_t, int> exits;
     Adder(Supervisor& sup, const WorkerLaunch& l) : s(sup), launch(l) {}
     void on_output(std::size_t i, bool, std::string_view data) override {
       out[i] += data;
-      if (i == 0 && !index) index = s.add_worker(launch);
+      // From a handler of its own, as add_worker asks.
+      if (i == 0 && !asked) boost::asio::post(s.io(), [this] { index = s.add_worker(launch); });
+      asked = true;
     }
     bool on_exit(std::size_t i, const WorkerRecord& record) override {
       exits[i] = record.status.code;

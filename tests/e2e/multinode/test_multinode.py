@@ -1475,12 +1475,7 @@ class Multinode:
                                                                               (new, True)]),
                    f"{label}: results.json has the verdicts of node1, node2 (failed) and the new node",
                    "3 verdicts", verdicts)
-        ran = {}
-        for r in range(4):
-            path = os.path.join(d, f"ran.{r}")
-            if os.path.exists(path):
-                node_rank, host, world = open(path).read().split()
-                ran[r] = (int(node_rank), host, int(world))
+        ran = self.ranks_ran(d, 4)
         self.check(sorted(ran.values()) == [(0, "node1", 4), (0, "node1", 4), (1, new, 4), (1, new, 4)],
                    f"{label}: all 4 ranks ran, node rank 1 on the new node, none on {faulty}",
                    f"node1 x2, {new} x2", ran)
@@ -1506,6 +1501,17 @@ class Multinode:
                    run.stderr[-3000:])
         self.check(not any(os.path.exists(os.path.join(d, f"ran.{r}")) for r in range(2 * NODES)),
                    f"{label}: no rank ran", "no ran.N", sorted(os.listdir(d)))
+
+    @staticmethod
+    def ranks_ran(d, count):
+        """{rank: (node rank, host, WORLD_SIZE)} of the ranks of run_checked_step's step that ran in `d`."""
+        ran = {}
+        for r in range(count):
+            path = os.path.join(d, f"ran.{r}")
+            if os.path.exists(path):
+                node_rank, host, world = open(path).read().split()
+                ran[r] = (int(node_rank), host, int(world))
+        return ran
 
     def nvml_built(self, what):
         """Whether the stand-in NVML the node-check tests run on is built (a failed check if not)."""
@@ -1549,12 +1555,7 @@ class Multinode:
                           rf"{faulty}, which failed its check \(0 spares left\)$", run.stderr, re.M)
         self.check(spare is not None and spare.group(1) in seated, f"{label}: a spare takes the faulty node's seat",
                    "spare node nodeN takes node rank ...", run.stderr[-3000:])
-        ran = {}
-        for r in range(4):
-            path = os.path.join(d, f"ran.{r}")
-            if os.path.exists(path):
-                node_rank, host, world = open(path).read().split()
-                ran[r] = (int(node_rank), host, int(world))
+        ran = self.ranks_ran(d, 4)
         self.check(len(ran) == 4 and {h for _, h, _ in ran.values()} == seated and
                    all(w == 4 for _, _, w in ran.values()),
                    f"{label}: all 4 ranks ran, on the two hosts that passed, none on {faulty}", sorted(seated), ran)

@@ -261,6 +261,9 @@ class Supervisor {
   // running group, after those it has: its index for the observer, or
   // nullopt when no group runs, it is stopping, or the worker cannot start
   // (then the group stops as a failure, as a worker of start_group's would).
+  // Called from the observer's own handlers (its sockets, its timers, a
+  // post), not from inside a GroupObserver callback: the group may be going
+  // through its workers then.
   std::optional<std::size_t> add_worker(const WorkerLaunch& launch);
 
   // The loop, for an observer's sockets and timers, and for code that runs
