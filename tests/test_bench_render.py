@@ -128,8 +128,9 @@ def test_the_committed_page_is_the_rendering_of_its_records(check):
 
 
 def test_a_case_s_runs_make_its_figures(check):
-    launchers = {name: Launcher(name) for name in ("flowrun", "torchrun", "floor")}
-    for name, walls in (("flowrun", [12, 10, 30]), ("torchrun", [1700, 1500, 2100]), ("floor", [5, 4, 6])):
+    launchers = {name: Launcher(name) for name in ("flowrun", "torchrun", "floor", "floor_files")}
+    for name, walls in (("flowrun", [12, 10, 30]), ("torchrun", [1700, 1500, 2100]), ("floor", [5, 4, 6]),
+                        ("floor_files", [7, 6, 8])):
         launchers[name].samples = [{"wall_ns": w * 1_000_000, "exit": 0} for w in walls]
     launchers["floor"].failures = ["run 1: None"]
     rows, figures = cases_node.record_startup(launchers, {})
@@ -139,6 +140,11 @@ def test_a_case_s_runs_make_its_figures(check):
     check(rows["floor"]["failures"] == ["run 1: None"], "and the runs that did not count")
     check(figures["torchrun_ratio"] == 1700 / 12 and figures["floor_ratio"] == 12 / 5, "the ratios of the medians",
           str(figures))
+    check(figures["files_floor_ratio"] == 12 / 7 and figures["files_cost_ratio"] == 7 / 5,
+          "flowrun against the floor that keeps a run's record, and that record's cost against the bare floor",
+          str(figures))
+    check(rows["floor_files"]["figures"]["wall_ms"] == {"median": 7, "min": 6, "max": 8}, "that floor's row",
+          str(rows["floor_files"]))
     check(json.loads(json.dumps(rows)) == rows, "the record is plain JSON")
 
 
