@@ -191,7 +191,8 @@ TEST_CASE("slurm outside an allocation: a new node is one more srun of one node,
 
 TEST_CASE("a new node is asked of Slurm only for flowrun's own allocation, and of no other engine",
           "[cluster]") {
-  const auto wanted = wanted_of(node_plan({"", ""}, 0));
+  const StepPlan plan = node_plan({"", ""}, 0);  // wanted points at it
+  const auto wanted = wanted_of(plan);
   CHECK_FALSE(SlurmEngine(job_of({"n1", "n2"}, {}), {}).replacement(wanted, 2, {"n2"}).has_value());
   CHECK_FALSE(SshEngine({"ssh"}).replacement(wanted, 2, {"n2"}).has_value());
   CHECK_FALSE(ManualEngine().replacement(wanted, 2, {"n2"}).has_value());
