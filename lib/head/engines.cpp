@@ -21,6 +21,12 @@ const std::string& host_of(const StepPlan& plan, int i) {
   return at < plan.nodes.size() ? plan.nodes[at].host : plan.spares[at - plan.nodes.size()].host;
 }
 
+// What ends every srun of the step's agents: the node's GPUs (a plan of GPU
+// workers), the spec's srun_args after flowrun's own options, then the
+// agent's words (`node`: its node rank, -1 to find it itself).
+void end_srun(std::vector<std::string>& argv, const StepPlan& plan, const std::vector<std::string>& srun_args,
+              const AgentCommand& agent, int node);
+
 }  // namespace
 
 std::vector<std::string> agent_argv(const AgentCommand& agent, int node) {
@@ -78,10 +84,7 @@ std::vector<EngineLaunch> SlurmEngine::launches(const AgentsWanted& wanted) cons
   } else {
     srun.argv.push_back("--job-name=flowrun-" + plan.step);
   }
-  if (!plan.cpu && !plan.nodes.empty() && plan.nodes.front().gpus_available > 0)
-    srun.argv.push_back("--gpus-per-node=" + std::to_string(plan.nodes.front().gpus_available));
-  for (const auto& arg : srun_args_) srun.argv.push_back(arg);
-  for (const auto& arg : agent_argv(wanted.agent, -1)) srun.argv.push_back(arg);
+  end_srun(srun.argv, plan, srun_args_, wanted.agent, -1);
   return {std::move(srun)};
 }
 
@@ -103,12 +106,21 @@ std::optional<EngineLaunch> SlurmEngine::replacement(const AgentsWanted& wanted,
                "--input=all",
                "--job-name=flowrun-" + plan.step};
   if (!exclude.empty()) srun.argv.push_back("--exclude=" + compress_hostlist(exclude));
-  if (!plan.cpu && !plan.nodes.empty() && plan.nodes.front().gpus_available > 0)
-    srun.argv.push_back("--gpus-per-node=" + std::to_string(plan.nodes.front().gpus_available));
-  for (const auto& arg : srun_args_) srun.argv.push_back(arg);
-  for (const auto& arg : agent_argv(wanted.agent, seat)) srun.argv.push_back(arg);
+  end_srun(srun.argv, plan, srun_args_, wanted.agent, seat);
   return srun;
 }
+
+namespace {
+
+void end_srun(std::vector<std::string>& argv, const StepPlan& plan, const std::vector<std::string>& srun_args,
+              const AgentCommand& agent, int node) {
+  if (!plan.cpu && !plan.nodes.empty() && plan.nodes.front().gpus_available > 0)
+    argv.push_back("--gpus-per-node=" + std::to_string(plan.nodes.front().gpus_available));
+  for (const auto& arg : srun_args) argv.push_back(arg);
+  for (const auto& arg : agent_argv(agent, node)) argv.push_back(arg);
+}
+
+}  // namespace
 
 // ---- ssh ---------------------------------------------------------------------
 
