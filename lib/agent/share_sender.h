@@ -50,7 +50,8 @@ class ShareSender {
     if (!dirty_) return;
     dirty_ = false;
     Shares m{attempt_, {}};
-    for (RankShare& r : tally_.ranks()) m.ranks.push_back({r.rank, r.samples, r.waits, std::move(r.frames)});
+    for (RankShare& r : tally_.ranks())
+      m.ranks.push_back({r.rank, r.samples, r.waits, std::move(r.frames), r.idles, r.blocked_us, r.span_us});
     send_(m);
   }
 

@@ -51,8 +51,13 @@ StepShares step_shares(const std::string& step_dir, const std::string& step, boo
   for (const auto& r : *ranks) {
     const auto rank = find_int(r, "rank"), samples = find_int(r, "samples"), waits = find_int(r, "waits");
     if (!rank || !samples || !waits || *samples <= 0) continue;
-    out.waits[static_cast<int>(*rank)] = fmt::format(
-        "{} of {}", share_percent(static_cast<double>(*waits) / static_cast<double>(*samples)), *samples);
+    // The share as flowrun estimated it (its blocked time counted); an older
+    // record has only the samples.
+    const Json* estimated = find(r, "wait_share");
+    const double share = estimated != nullptr && estimated->is_number()
+                             ? estimated->get<double>()
+                             : static_cast<double>(*waits) / static_cast<double>(*samples);
+    out.waits[static_cast<int>(*rank)] = fmt::format("{} of {}", share_percent(share), *samples);
   }
   const Json* slow = find(*shares, "slow");
   const Json* slow_ranks = slow != nullptr && slow->is_object() ? find(*slow, "ranks") : nullptr;

@@ -32,12 +32,16 @@ std::optional<std::string> NodeShares::take(int node, const std::string& name, c
         plan_.ranks[static_cast<std::size_t>(r.rank)].node != node)
       return fmt::format("shares of rank {}, which does not run on node {}", r.rank, node);
     if (!seen.insert(r.rank).second) return fmt::format("shares of rank {} twice", r.rank);
-    if (r.samples < 0 || r.waits < 0 || r.waits > r.samples)
-      return fmt::format("shares of rank {}: {} waits in {} samples", r.rank, r.waits, r.samples);
+    if (r.samples < 0 || r.waits < 0 || r.waits > r.samples || r.idles < 0 || r.idles > r.samples)
+      return fmt::format("shares of rank {}: {} waits and {} blocked in {} samples", r.rank, r.waits, r.idles,
+                         r.samples);
+    if (r.blocked_us < 0 || r.span_us < 0 || r.blocked_us > r.span_us)
+      return fmt::format("shares of rank {}: blocked {} us of a span of {} us", r.rank, r.blocked_us,
+                         r.span_us);
   }
   if (m.attempt != attempt_) return std::nullopt;  // sent before the restart reached the node
   for (const Shares::Rank& r : m.ranks) {
-    tally_.set(RankShare{r.rank, r.samples, r.waits, r.frames});
+    tally_.set(RankShare{r.rank, r.samples, r.waits, r.frames, r.idles, r.blocked_us, r.span_us});
     node_of_[r.rank] = name;
   }
   if (!said_) {

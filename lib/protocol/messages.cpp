@@ -251,15 +251,16 @@ void fields(Io& io, M& m) {
   io("ranks", m.ranks, kStallLines);
 }
 
-// Shares' ranks: "RANK SAMPLES WAITS FRAMES\n", then a line "COUNT WHERE\n"
-// per frame. A newline in WHERE (none comes from py-spy's lines) is sent as
-// a space.
+// Shares' ranks: "RANK SAMPLES WAITS FRAMES IDLES BLOCKED_US SPAN_US\n",
+// then a line "COUNT WHERE\n" per frame. A newline in WHERE (none comes from
+// py-spy's lines) is sent as a space.
 constexpr std::size_t kMaxShareLines = 64;  // frames per rank
 std::string write_share_lines(std::string_view, const std::vector<Shares::Rank>& ranks) {
   std::string lines;
   for (const auto& r : ranks) {
     lines += std::to_string(r.rank) + " " + std::to_string(r.samples) + " " + std::to_string(r.waits) + " " +
-             std::to_string(r.frames.size()) + "\n";
+             std::to_string(r.frames.size()) + " " + std::to_string(r.idles) + " " +
+             std::to_string(r.blocked_us) + " " + std::to_string(r.span_us) + "\n";
     for (const auto& [where, n] : r.frames) {
       std::string text = where;
       std::replace(text.begin(), text.end(), '\n', ' ');
@@ -275,7 +276,7 @@ void read_share_lines(Reader& r, std::string_view key, std::string_view text,
     const std::size_t end = text.find('\n', pos);
     const std::string_view row = text.substr(pos, end == std::string_view::npos ? end : end - pos);
     pos = end == std::string_view::npos ? text.size() : end + 1;
-    const char* form = frames_left > 0 ? "COUNT WHERE" : "RANK SAMPLES WAITS FRAMES";
+    const char* form = frames_left > 0 ? "COUNT WHERE" : "RANK SAMPLES WAITS FRAMES IDLES BLOCKED_US SPAN_US";
     const auto bad = [&] {
       r.fail("field '" + std::string(key) + "': line " + std::to_string(line) + " '" + shown(row) +
              "' is not '" + form + "'");
@@ -296,18 +297,21 @@ void read_share_lines(Reader& r, std::string_view key, std::string_view text,
       words.push_back(row.substr(at, space - at));
       at = space + 1;
     }
-    if (words.size() != 4) return bad();
+    if (words.size() != 7) return bad();
     const auto rank = r.number<int>(key, words[0]);
     const auto samples = r.number<std::int64_t>(key, words[1]);
     const auto waits = r.number<std::int64_t>(key, words[2]);
     const auto frames = r.number<int>(key, words[3]);
-    if (!rank || !samples || !waits || !frames) return;
+    const auto idles = r.number<std::int64_t>(key, words[4]);
+    const auto blocked = r.number<std::int64_t>(key, words[5]);
+    const auto span = r.number<std::int64_t>(key, words[6]);
+    if (!rank || !samples || !waits || !frames || !idles || !blocked || !span) return;
     if (*frames < 0 || static_cast<std::size_t>(*frames) > kMaxShareLines) {
       r.fail("field '" + std::string(key) + "': line " + std::to_string(line) + " has " +
              std::to_string(*frames) + " frames; expected 0 to " + std::to_string(kMaxShareLines));
       return;
     }
-    ranks.push_back({*rank, *samples, *waits, {}});
+    ranks.push_back({*rank, *samples, *waits, {}, *idles, *blocked, *span});
     frames_left = static_cast<std::size_t>(*frames);
   }
   if (frames_left > 0)

@@ -181,12 +181,17 @@ Json shares_json(const std::optional<WaitShares>& shares) {
   for (const auto& r : shares->ranks) {
     Json frames = Json::array();
     for (const auto& [frame, n] : r.frames) frames.push_back({{"frame", frame}, {"samples", n}});
-    const double share = r.samples > 0 ? static_cast<double>(r.waits) / static_cast<double>(r.samples) : 0;
-    ranks.push_back({{"rank", r.rank},
-                     {"samples", r.samples},
-                     {"waits", r.waits},
-                     {"wait_share", std::round(share * 1000) / 1000},
-                     {"frames", std::move(frames)}});
+    Json rank = {{"rank", r.rank},
+                 {"samples", r.samples},
+                 {"waits", r.waits},
+                 {"idle", r.idles},
+                 {"wait_share", std::round(waiting_share(r) * 1000) / 1000},
+                 {"frames", std::move(frames)}};
+    if (r.span_us > 0) {
+      rank["blocked_s"] = static_cast<double>(r.blocked_us) / 1e6;
+      rank["span_s"] = static_cast<double>(r.span_us) / 1e6;
+    }
+    ranks.push_back(std::move(rank));
   }
   const auto& slow = shares->slow;
   json["slow"] = slow ? Json{{"ranks", slow->ranks},
@@ -198,6 +203,14 @@ Json shares_json(const std::optional<WaitShares>& shares) {
 }
 
 }  // namespace
+
+double waiting_share(const RankShare& r) {
+  if (r.span_us > 0) {
+    const double blocked = static_cast<double>(r.blocked_us) / static_cast<double>(r.span_us);
+    return r.idles > 0 ? blocked * static_cast<double>(r.waits) / static_cast<double>(r.idles) : 0;
+  }
+  return r.samples > 0 ? static_cast<double>(r.waits) / static_cast<double>(r.samples) : 0;
+}
 
 int ExitStatus::shell_code() const {
   switch (kind) {

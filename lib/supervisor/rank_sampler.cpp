@@ -1,6 +1,7 @@
 #include "rank_sampler.h"
 
 #include <algorithm>
+#include <cstdio>
 #include <cstdlib>
 #include <fmt/format.h>
 #include <signal.h>
@@ -68,6 +69,20 @@ pid_t python_of(pid_t pid) {
     level = std::move(next);
   }
   return -1;
+}
+
+// A rank's main thread's times now, as the kernel counts them (pid 0 where
+// /proc has no schedstat, a kernel without CONFIG_SCHED_INFO).
+ThreadTimes thread_times(pid_t pid) {
+  ThreadTimes times;
+  const auto text = try_read_file(fmt::format("/proc/{}/task/{}/schedstat", pid, pid), 256);
+  long long on_cpu = 0, runnable = 0;
+  if (!text || std::sscanf(text->c_str(), "%lld %lld", &on_cpu, &runnable) != 2) return times;
+  times.pid = pid;
+  times.at_ns = monotonic_now_ns();
+  times.on_cpu_ns = on_cpu;
+  times.runnable_ns = runnable;
+  return times;
 }
 
 std::size_t live_ranks(const WorkerList& workers) {
@@ -147,6 +162,7 @@ void RankSampler::sample_next() {
     const pid_t python = sampled(w) ? python_of(w.pid) : -1;
     if (python > 0) {
       rank_ = w.record.rank;
+      times_ = thread_times(python);
       out_ = memfd_create("flowrun-sample-out", MFD_CLOEXEC);
       err_ = memfd_create("flowrun-sample-err", MFD_CLOEXEC);
       if (out_ < 0 || err_ < 0 || spawn_py_spy(py_spy_, python, {"--nonblocking"}, out_, err_, &pid_) != 0) {
@@ -187,7 +203,9 @@ void RankSampler::finished(bool timed_out) {
   if (stack) {
     failed_in_a_row_ = 0;
     ++taken_;
-    links_.sample(sample_of(rank_, *stack));
+    RankSample sample = sample_of(rank_, *stack);
+    sample.times = times_;
+    links_.sample(sample);
   } else if (running_ && ++failed_in_a_row_ == kFailuresBeforeSaying && taken_ == 0 && !said_) {
     said_ = true;
     const std::string why =

@@ -67,6 +67,7 @@ class RankSampler {
   // The py-spy running now.
   pid_t pid_ = -1;
   int rank_ = -1;
+  ThreadTimes times_;  // its rank's thread, read as it started
   int out_ = -1, err_ = -1;
   std::unique_ptr<boost::asio::posix::stream_descriptor> watch_;
 };

@@ -23,16 +23,48 @@ double share(std::int64_t waits, std::int64_t samples) {
   return samples > 0 ? static_cast<double>(waits) / static_cast<double>(samples) : 0;
 }
 
+// Ranks' tallies together. Their blocked time counts only where every
+// rank's span is known (`timed`), so that all shares compared are alike.
+RankShare pooled(const std::vector<const RankShare*>& ranks, bool timed) {
+  RankShare sum;
+  for (const RankShare* r : ranks) {
+    sum.samples += r->samples, sum.waits += r->waits, sum.idles += r->idles;
+    sum.blocked_us += r->blocked_us, sum.span_us += r->span_us;
+  }
+  if (!timed) sum.blocked_us = sum.span_us = 0;
+  return sum;
+}
+
+bool all_timed(const std::map<int, RankShare>& ranks) {
+  return std::all_of(ranks.begin(), ranks.end(), [](const auto& r) { return r.second.span_us > 0; });
+}
+
 // The one-sided z score of "the rank waits less than the others": the
-// difference of the two shares over its standard error under one pooled share.
-double z_score(std::int64_t waits, std::int64_t samples, std::int64_t others_waits,
-               std::int64_t others_samples) {
-  if (samples == 0 || others_samples == 0) return 0;
-  const double pooled = share(waits + others_waits, samples + others_samples);
-  const double variance = pooled * (1 - pooled) *
-                          (1.0 / static_cast<double>(samples) + 1.0 / static_cast<double>(others_samples));
+// difference of the two shares (waiting_share) over its standard error
+// under one pooled proportion. With both spans known only the share of the
+// blocked samples in a collective is sampled, the blocked share being the
+// kernel's count: the error is that of the first, scaled by the second
+// (smoothed by half a sample, so that ranks always or never waiting when
+// blocked keep some doubt). Else the error of the waiting samples' share.
+double z_score(const RankShare& mine, const RankShare& others) {
+  if (mine.samples == 0 || others.samples == 0) return 0;
+  const double gap = waiting_share(others) - waiting_share(mine);
+  double variance = 0;
+  if (mine.span_us > 0 && others.span_us > 0) {
+    const double p = (static_cast<double>(mine.waits + others.waits) + 0.5) /
+                     (static_cast<double>(mine.idles + others.idles) + 1);
+    const auto part = [](const RankShare& r) {
+      const double blocked = static_cast<double>(r.blocked_us) / static_cast<double>(r.span_us);
+      return blocked * blocked / static_cast<double>(std::max<std::int64_t>(r.idles, 1));
+    };
+    variance = p * (1 - p) * (part(mine) + part(others));
+  } else {
+    const double p = share(mine.waits + others.waits, mine.samples + others.samples);
+    variance =
+        p * (1 - p) * (1.0 / static_cast<double>(mine.samples) + 1.0 / static_cast<double>(others.samples));
+  }
   if (variance <= 0) return 0;
-  return (share(others_waits, others_samples) - share(waits, samples)) / std::sqrt(variance);
+  return gap / std::sqrt(variance);
 }
 
 // The function of a frame "load_batch (data.py:88)": "load_batch (data.py",
@@ -87,6 +119,7 @@ RankSample sample_of(int rank, const ParsedStack& stack) {
   RankSample sample;
   sample.rank = rank;
   sample.waiting = waits_in_collective(stack);
+  sample.idle = !stack.threads.empty() && stack.main_idle;
   if (!sample.waiting) sample.frame = where_in(stack);
   return sample;
 }
@@ -100,6 +133,8 @@ void ShareTally::add(const RankSample& sample) {
   RankShare& r = known != ranks_.end() ? known->second : ranks_[sample.rank];
   r.rank = sample.rank;
   ++r.samples;
+  count_time(r, sample.times);
+  if (sample.waiting || sample.idle) ++r.idles;
   if (sample.waiting) {
     ++r.waits;
     return;
@@ -119,6 +154,33 @@ void ShareTally::add(const RankSample& sample) {
     std::iter_swap(found, found - 1);
     --found;
   }
+}
+
+void ShareTally::count_time(RankShare& r, const ThreadTimes& times) {
+  auto [it, first] = spans_.try_emplace(r.rank);
+  Span& span = it->second;
+  if (span.lost || times.pid <= 0) {
+    span.lost = true;
+    r.blocked_us = r.span_us = 0;
+    return;
+  }
+  const auto blocked_ns = [](const ThreadTimes& a, const ThreadTimes& b) {
+    return std::max<std::int64_t>(
+        0, (b.at_ns - a.at_ns) - (b.on_cpu_ns - a.on_cpu_ns) - (b.runnable_ns - a.runnable_ns));
+  };
+  if (first) {
+    span.first = span.last = times;
+  } else if (times.pid != span.first.pid || times.at_ns < span.last.at_ns ||
+             times.on_cpu_ns < span.last.on_cpu_ns) {
+    // Another process (a wrapper's new Python) starts a span of its own.
+    span.blocked_before_ns += blocked_ns(span.first, span.last);
+    span.span_before_ns += span.last.at_ns - span.first.at_ns;
+    span.first = span.last = times;
+  } else {
+    span.last = times;
+  }
+  r.blocked_us = (span.blocked_before_ns + blocked_ns(span.first, span.last)) / 1000;
+  r.span_us = (span.span_before_ns + span.last.at_ns - span.first.at_ns) / 1000;
 }
 
 void ShareTally::set(RankShare share) {
@@ -145,14 +207,19 @@ bool ShareTally::suspect() const {
 }
 
 std::optional<SlowRanks> ShareTally::slow_by(std::int64_t min_samples, double gap, double z) const {
-  std::int64_t all_samples = 0, all_waits = 0;
-  for (const auto& [rank, r] : ranks_) all_samples += r.samples, all_waits += r.waits;
-  std::vector<const RankShare*> slow, others;
+  std::vector<const RankShare*> all, slow, others;
+  for (const auto& [rank, r] : ranks_) all.push_back(&r);
+  const bool timed = all_timed(ranks_);
+  const RankShare sum = pooled(all, timed);
   for (const auto& [rank, r] : ranks_) {
-    const std::int64_t others_samples = all_samples - r.samples, others_waits = all_waits - r.waits;
-    const double mine = share(r.waits, r.samples), theirs = share(others_waits, others_samples);
-    const bool named = r.samples >= min_samples && theirs - mine >= gap &&
-                       z_score(r.waits, r.samples, others_waits, others_samples) >= z;
+    const RankShare mine = pooled({&r}, timed);
+    // The others together: every rank's sum less this one's.
+    RankShare theirs;
+    theirs.samples = sum.samples - r.samples, theirs.waits = sum.waits - r.waits;
+    theirs.idles = sum.idles - r.idles;
+    theirs.blocked_us = sum.blocked_us - mine.blocked_us, theirs.span_us = sum.span_us - mine.span_us;
+    const bool named = r.samples >= min_samples && waiting_share(theirs) - waiting_share(mine) >= gap &&
+                       z_score(mine, theirs) >= z;
     (named ? slow : others).push_back(&r);
   }
   if (slow.empty() || others.empty() || slow.size() * 2 > ranks_.size()) return std::nullopt;
@@ -167,17 +234,16 @@ SlowRanks ShareTally::describe(const std::vector<int>& ranks) const {
   std::vector<const RankShare*> slow, others;
   for (const auto& [rank, r] : ranks_)
     (std::find(ranks.begin(), ranks.end(), rank) != ranks.end() ? slow : others).push_back(&r);
-  std::int64_t slow_samples = 0, slow_waits = 0, others_samples = 0, others_waits = 0;
-  for (const RankShare* r : slow) slow_samples += r->samples, slow_waits += r->waits;
-  for (const RankShare* r : others) others_samples += r->samples, others_waits += r->waits;
   SlowRanks verdict;
   verdict.ranks = ranks;
-  verdict.slow_share = share(slow_waits, slow_samples);
-  verdict.others_share = share(others_waits, others_samples);
+  const bool timed = all_timed(ranks_);
+  verdict.slow_share = waiting_share(pooled(slow, timed));
+  verdict.others_share = waiting_share(pooled(others, timed));
   if (slow.empty()) return verdict;
-  const RankShare* slowest = *std::min_element(slow.begin(), slow.end(), [](const auto* a, const auto* b) {
-    return share(a->waits, a->samples) < share(b->waits, b->samples);
-  });
+  const RankShare* slowest =
+      *std::min_element(slow.begin(), slow.end(), [timed](const RankShare* a, const RankShare* b) {
+        return waiting_share(pooled({a}, timed)) < waiting_share(pooled({b}, timed));
+      });
   verdict.frame = hottest_frame(*slowest, others);
   return verdict;
 }

@@ -25,6 +25,7 @@ START = 7
 STOP = 11
 BYE = 15
 READY = 16
+SHARES = 31
 
 
 def decode_fields(payload):
@@ -82,6 +83,25 @@ def start_6_to_7(payload):
     return encode_fields(new)
 
 
+def shares_13_to_14(payload):
+    """A protocol 13 shares, each rank's line with protocol 14's blocked samples (its waits) and no span."""
+    new = []
+    for key, value in decode_fields(payload):
+        if key == b"ranks":
+            lines, frames_left = [], 0
+            for line in value.split(b"\n"):
+                words = line.split(b" ")
+                if frames_left == 0 and len(words) == 4:
+                    frames_left = int(words[3])
+                    line = line + b" " + words[2] + b" 0 0"
+                elif frames_left > 0:
+                    frames_left -= 1
+                lines.append(line)
+            value = b"\n".join(lines)
+        new.append((key, value))
+    return encode_fields(new)
+
+
 def after(key, added):
     """A rewrite that puts the fields `added` after the field `key`."""
     def rewrite(payload):
@@ -108,7 +128,9 @@ REWRITE = {(4, START): start_4_to_5, (5, START): start_5_to_6, (6, START): start
            (10, ASSIGN): after(b"forensics_ms", [(b"sample_ms", b"1000")]),
            # protocol 13: hello says the agent's address and reach port, assign node 0's
            (12, HELLO): after(b"stays", [(b"address", b"10.0.0.2"), (b"reach_port", b"40123")]),
-           (12, ASSIGN): after(b"python", [(b"node0_name", b""), (b"node0_address", b""), (b"node0_port", b"0")])}
+           (12, ASSIGN): after(b"python", [(b"node0_name", b""), (b"node0_address", b""), (b"node0_port", b"0")]),
+           # protocol 14: each rank's shares with its blocked samples and time
+           (13, SHARES): shares_13_to_14}
 # protocol 12: sample_rate, a new message (head -> agent); no frame of 11 changed
 
 

@@ -68,7 +68,11 @@ TEST_CASE("the head refuses shares of a rank that does not run on the node", "[n
   CHECK(shares.take(0, "node-a", Shares{0, {rank_of(3, 12, 2)}}) ==
         std::optional<std::string>("shares of rank 3, which does not run on node 0"));
   CHECK(shares.take(0, "node-a", Shares{0, {{0, 3, 4, {}}}}) ==
-        std::optional<std::string>("shares of rank 0: 4 waits in 3 samples"));
+        std::optional<std::string>("shares of rank 0: 4 waits and 0 blocked in 3 samples"));
+  CHECK(shares.take(0, "node-a", Shares{0, {{0, 3, 1, {}, 4, 0, 0}}}) ==
+        std::optional<std::string>("shares of rank 0: 1 waits and 4 blocked in 3 samples"));
+  CHECK(shares.take(0, "node-a", Shares{0, {{0, 3, 1, {}, 2, 5000, 4000}}}) ==
+        std::optional<std::string>("shares of rank 0: blocked 5000 us of a span of 4000 us"));
   // An earlier attempt's tallies are dropped, not counted and not refused.
   CHECK_FALSE(shares.take(1, "node-b", Shares{7, {rank_of(2, 12, 9), rank_of(3, 12, 2)}}));
   CHECK(rates.empty());

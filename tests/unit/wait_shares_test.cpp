@@ -254,3 +254,113 @@ TEST_CASE("a rank named stays named for the attempt, described by the samples so
   tally.clear();
   CHECK_FALSE(tally.verdict());
 }
+
+namespace {
+
+// `samples` samples of `rank`, a second apart, from the process `pid`: its
+// main thread blocked `blocked` of the time by the kernel's count; `waits`
+// samples find it waiting in a collective, `idle_elsewhere` blocked in
+// load_batch, the rest busy in forward.
+void add_timed(ShareTally& tally, int rank, int samples, int waits, int idle_elsewhere, double blocked,
+               int pid = 4242) {
+  for (int i = 0; i < samples; ++i) {
+    RankSample s = i < waits                    ? RankSample{rank, true, "", true}
+                   : i < waits + idle_elsewhere ? RankSample{rank, false, "load_batch (data.py:88)", true}
+                                                : RankSample{rank, false, "forward (train.py:35)", false};
+    const auto at = static_cast<std::int64_t>(i) * 1'000'000'000;
+    s.times = ThreadTimes{pid, at, static_cast<std::int64_t>(static_cast<double>(at) * (1 - blocked) * 0.8),
+                          static_cast<std::int64_t>(static_cast<double>(at) * (1 - blocked) * 0.2)};
+    tally.add(s);
+  }
+}
+
+}  // namespace
+
+TEST_CASE("a sample is blocked when py-spy marks the main thread idle, waiting or not", "[wait_shares]") {
+  CHECK(sample(0, "idle", kBackward).idle);
+  CHECK(sample(0, "idle", kQueue).idle);
+  CHECK_FALSE(sample(0, "active", kBackward).idle);
+}
+
+TEST_CASE("a rank's blocked time is the kernel's count over the span of its samples", "[wait_shares]") {
+  ShareTally tally;
+  add_timed(tally, 0, 11, 4, 0, 0.4);
+  auto ranks = tally.ranks();
+  REQUIRE(ranks.size() == 1);
+  CHECK(ranks[0].idles == 4);
+  CHECK(ranks[0].span_us == 10'000'000);
+  CHECK(ranks[0].blocked_us == Approx(4'000'000).margin(1));
+  // Blocked 40% of the time, and every blocked sample waiting: it waited 40%.
+  CHECK(waiting_share(ranks[0]) == Approx(0.4).margin(1e-6));
+  // A new process of the rank (a wrapper's Python started again) starts a
+  // span of its own; the spans add up.
+  add_timed(tally, 0, 6, 0, 0, 0.9, 5151);
+  ranks = tally.ranks();
+  CHECK(ranks[0].span_us == 15'000'000);
+  CHECK(ranks[0].blocked_us == Approx(8'500'000).margin(2));
+  // A sample without its thread's times (no schedstat) leaves the span
+  // unknown for the attempt: the samples alone count then.
+  tally.add(RankSample{0, true, "", true});
+  ranks = tally.ranks();
+  CHECK(ranks[0].span_us == 0);
+  CHECK(waiting_share(ranks[0]) == Approx(5.0 / 18));
+  tally.clear();
+  add_timed(tally, 0, 3, 1, 0, 0.5);
+  CHECK(tally.ranks()[0].span_us == 2'000'000);
+}
+
+TEST_CASE("with the blocked time known, a rank blocked outside the collectives is named on fewer samples",
+          "[wait_shares]") {
+  // Rank 0 is blocked 42% of the time, always in a collective; rank 1 33%,
+  // in a collective a quarter of that (it sleeps in load_batch the rest).
+  // 24 samples each cannot tell them apart beyond chance by the samples alone.
+  ShareTally counted, timed;
+  add(counted, 0, 24, 10, kForward);
+  add(counted, 1, 24, 2, kLoading);
+  CHECK_FALSE(counted.slow());
+  add_timed(timed, 0, 24, 10, 0, 0.42);
+  add_timed(timed, 1, 24, 2, 6, 0.33);
+  const auto slow = timed.slow();
+  REQUIRE(slow);
+  CHECK(slow->ranks == std::vector<int>{1});
+  CHECK(slow->others_share == Approx(0.42).margin(1e-6));
+  CHECK(slow->slow_share == Approx(0.33 * 2 / 8).margin(1e-6));
+  CHECK(slow->frame == "load_batch (data.py:88)");
+  // The shares in results.json are the same estimate.
+  const WaitShares shares = wait_shares(timed, 1);
+  REQUIRE(shares.ranks.size() == 2);
+  CHECK(waiting_share(shares.ranks[1]) == Approx(slow->slow_share));
+}
+
+TEST_CASE("a rank blocked far less than the others, all in collectives, is named on the kernel's count",
+          "[wait_shares]") {
+  // A rank computing slowly (a throttled GPU, a slower CPU) waits less by the
+  // clock, though every sample that finds it blocked finds it in a collective.
+  ShareTally tally;
+  add_timed(tally, 0, kMinSharesSamples, 12, 0, 0.6);
+  add_timed(tally, 1, kMinSharesSamples, 6, 0, 0.3);
+  const auto slow = tally.slow();
+  REQUIRE(slow);
+  CHECK(slow->ranks == std::vector<int>{1});
+  CHECK(slow->slow_share == Approx(0.3).margin(1e-6));
+  CHECK(slow->others_share == Approx(0.6).margin(1e-6));
+}
+
+TEST_CASE("ranks blocked alike are not named on a chance difference in where they were blocked",
+          "[wait_shares]") {
+  ShareTally tally;
+  add_timed(tally, 0, 20, 10, 0, 0.5);
+  add_timed(tally, 1, 20, 8, 2, 0.5);
+  CHECK_FALSE(tally.slow());
+  // Nor on a blocked time a little apart, under the gap.
+  ShareTally close;
+  add_timed(close, 0, 200, 100, 0, 0.5);
+  add_timed(close, 1, 200, 90, 0, 0.45);
+  CHECK_FALSE(close.slow());
+  // Nor when one rank's span is unknown: every rank is then compared by its
+  // samples alone, which cannot tell these apart.
+  ShareTally mixed;
+  add_timed(mixed, 0, 24, 10, 0, 0.42);
+  add(mixed, 1, 24, 2, kLoading);
+  CHECK_FALSE(mixed.slow());
+}

@@ -335,6 +335,13 @@ steps:
                    and all(r["samples"] >= (20 if r["rank"] == 1 else 1) and 0 <= r["waits"] <= r["samples"]
                            for r in shares["ranks"]),
                    f"{label}: results.json keeps every rank's shares and names rank 1", json.dumps(shares)[:2000])
+        # Each rank's blocked samples, and where the kernel counts it (schedstat), its main thread's blocked time
+        # over the span of its samples; the share is the estimate from both.
+        timed = os.path.exists("/proc/self/schedstat")
+        self.check(shares is not None and all(
+            r["waits"] <= r["idle"] <= r["samples"] and 0 <= r["wait_share"] <= 1
+            and (not timed or (r["span_s"] > 0 and 0 <= r["blocked_s"] <= r["span_s"])) for r in shares["ranks"]),
+            f"{label}: each rank's blocked samples{' and blocked time' if timed else ''}", json.dumps(shares)[:2000])
         # Where it sleeps shows in its samples, beyond the other rank's. Which of its functions is the hottest
         # depends on this 2-core machine's load as much as on the script (its forward slows when the cores are
         # busy), so the line's frame is checked to be one of its own places in the script; unit tests pin the

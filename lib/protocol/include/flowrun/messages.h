@@ -302,14 +302,16 @@ struct Stalled {
 
 // agent -> head: what the samples of this node's ranks found so far in the
 // attempt (Assign::sample_ms): each rank's tally whole, replacing the last
-// one sent. On the wire one field "ranks": per rank a line "RANK SAMPLES
-// WAITS FRAMES", then FRAMES lines "COUNT WHERE" (WHERE without a newline).
+// one sent (RankShare's fields). On the wire one field "ranks": per rank a
+// line "RANK SAMPLES WAITS FRAMES IDLES BLOCKED_US SPAN_US", then FRAMES
+// lines "COUNT WHERE" (WHERE without a newline).
 struct Shares {
   static constexpr MessageType kType = MessageType::shares;
   struct Rank {
     int rank = 0;
     std::int64_t samples = 0, waits = 0;
     std::vector<std::pair<std::string, std::int64_t>> frames;
+    std::int64_t idles = 0, blocked_us = 0, span_us = 0;  // protocol 14
     friend bool operator==(const Rank&, const Rank&) = default;
   };
   int attempt = 0;

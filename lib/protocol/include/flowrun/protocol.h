@@ -84,8 +84,9 @@ namespace flowrun {
 // (each node's tallies of its ranks' samples). 12: sample_rate (the head
 // asks the agents to sample faster while it holds a suspect). 13: hello
 // carries the agent's address and a port it listens on, assign node 0's,
-// which the node checks reach (reach_node0).
-inline constexpr std::uint8_t kProtocolVersion = 13;
+// which the node checks reach (reach_node0). 14: shares carry each rank's
+// blocked samples and its main thread's blocked time over its span.
+inline constexpr std::uint8_t kProtocolVersion = 14;
 
 // length:u32 + version:u8 + type:u8.
 inline constexpr std::size_t kFrameHeaderBytes = 6;

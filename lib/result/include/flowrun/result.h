@@ -113,9 +113,21 @@ struct RankShare {
   // how many samples, the most first; at most kMaxShareFrames kept, the rest
   // counted under kOtherFrames.
   std::vector<std::pair<std::string, std::int64_t>> frames;
+  std::int64_t idles = 0;  // of the samples, its main thread blocked (waiting or not)
+  // The main thread's time blocked, as the kernel counts it, over the span
+  // from the first sample counted to the last (microseconds; span 0: not
+  // known, as where /proc has no schedstat).
+  std::int64_t blocked_us = 0, span_us = 0;
   friend bool operator==(const RankShare&, const RankShare&) = default;
 };
 inline constexpr std::size_t kMaxShareFrames = 32;
+
+// The share of its time `r` spent waiting in a collective. With the span
+// known, the share of the span its main thread was blocked (exact) times the
+// share of its blocked samples that found it in a collective (sampled): a
+// rank's blocked time is counted by the kernel, and only where it was
+// blocked is left to the samples. Else its waiting samples over all.
+double waiting_share(const RankShare& r);
 inline constexpr const char* kOtherFrames = "(elsewhere)";
 
 // The ranks the samples name as slow (lowest first): each waits in a

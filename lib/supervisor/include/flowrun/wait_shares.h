@@ -20,12 +20,24 @@
 
 namespace flowrun {
 
+// A rank's main thread as the kernel counts it (/proc/PID/task/PID/schedstat),
+// read as it was sampled: its time on a CPU and waiting for one, both
+// cumulative, and the monotonic clock then. pid 0: not read.
+struct ThreadTimes {
+  int pid = 0;
+  std::int64_t at_ns = 0, on_cpu_ns = 0, runnable_ns = 0;
+};
+
 // One sample of one rank: whether its main thread was waiting in a
-// collective, and where it was otherwise (where_in; "" when waiting).
+// collective, and where it was otherwise (where_in; "" when waiting);
+// whether it was blocked at all (py-spy: idle; waiting implies it), and its
+// thread's times then.
 struct RankSample {
   int rank = -1;
   bool waiting = false;
   std::string frame;
+  bool idle = false;
+  ThreadTimes times = {};
 };
 
 // Whether the stack's main thread is blocked (py-spy: idle) inside torch's
@@ -61,6 +73,8 @@ class ShareTally {
  public:
   // A sample of this host's rank. A rank's samples count from its first one
   // waiting in a collective: those before it are its start-up, not evidence.
+  // Its blocked time counts from there too, while every sample has its
+  // thread's times (a new process of the rank starts a new span).
   void add(const RankSample& sample);
   // A rank's tally as its node counted it (cumulative: replaces the last).
   void set(RankShare share);
@@ -84,6 +98,7 @@ class ShareTally {
   bool empty() const { return ranks_.empty(); }
   void clear() {
     ranks_.clear();
+    spans_.clear();
     named_.clear();
   }
 
@@ -92,7 +107,17 @@ class ShareTally {
   // `slow` against every other rank: both shares and the hottest frame.
   SlowRanks describe(const std::vector<int>& slow) const;
 
+  // Where the span of this host's rank's current process began and ended,
+  // and the spans of its earlier ones.
+  struct Span {
+    ThreadTimes first, last;
+    std::int64_t blocked_before_ns = 0, span_before_ns = 0;
+    bool lost = false;  // a sample without times: its span is not known
+  };
+  void count_time(RankShare& r, const ThreadTimes& times);
+
   std::map<int, RankShare> ranks_;
+  std::map<int, Span> spans_;
   std::vector<int> named_;
 };
 
