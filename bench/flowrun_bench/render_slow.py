@@ -33,7 +33,9 @@ def slow_part(records):
       "`parallel: {cpus: 2}`. While the step runs, flowrun samples each rank's Python stack with "
       "`py-spy dump --nonblocking` (the default `forensics: {sample: 1s}`: one sample per rank a second on "
       "average, eight times as often while a rank looks slow and is not named yet) and names a rank that waits "
-      "in collectives far less than the others ([troubleshooting](troubleshooting.md#a-slow-rank)).\n")
+      "in collectives far less than the others ([troubleshooting](troubleshooting.md#a-slow-rank)). A rank's "
+      "share of time waiting is its main thread's blocked time, which the kernel counts (schedstat, read with "
+      "each sample), times the share of its blocked samples that found it in a collective.\n")
     cost_part(w, R, F, opts)
     named_part(w, R, slow, slowdown)
     remarks(w, rec)
