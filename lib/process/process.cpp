@@ -153,11 +153,6 @@ pid_t start_sharing(ChildSetup& setup) {
   return pid;
 }
 
-// What a /proc file holds; empty when it cannot be read (the process is gone).
-std::string read_proc_file(const std::string& path, std::size_t limit) {
-  return try_read_file(path, limit).value_or("");
-}
-
 }  // namespace
 
 namespace process_detail {
@@ -316,6 +311,21 @@ int take_held_forward_signal() {
 
 void signal_group(pid_t pgid, int signal) {
   if (pgid > 0) kill(-pgid, signal);
+}
+
+std::string read_proc_file(const std::string& path, std::size_t limit) {
+  const int fd = open(path.c_str(), O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+  if (fd < 0) return {};
+  std::string text;
+  char buf[4096];
+  while (text.size() < limit) {
+    const ssize_t n = read(fd, buf, std::min(sizeof buf, limit - text.size()));
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) break;
+    text.append(buf, static_cast<std::size_t>(n));
+  }
+  close(fd);
+  return text;
 }
 
 std::vector<pid_t> children_of(pid_t pid) {

@@ -80,6 +80,11 @@ int take_held_forward_signal();
 // Sends `signal` to a process group; ESRCH (already gone) is not an error.
 void signal_group(pid_t pgid, int signal);
 
+// What a file of the kernel's under /proc holds, up to `limit` bytes, read
+// as it is (nothing a worker made can stand there); empty when it cannot be
+// read (the process is gone).
+std::string read_proc_file(const std::string& path, std::size_t limit = 1 << 16);
+
 // The pids whose parent is `pid` (from /proc/PID/task/*/children).
 std::vector<pid_t> children_of(pid_t pid);
 
