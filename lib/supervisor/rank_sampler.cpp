@@ -7,13 +7,13 @@
 #include <signal.h>
 #include <string_view>
 #include <sys/mman.h>
-#include <sys/resource.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include "flowrun/clock.h"
 #include "flowrun/files.h"
+#include "flowrun/process.h"
 #include "flowrun/stacks.h"
 
 #include "stack_taker.h"
@@ -25,15 +25,14 @@ namespace asio = boost::asio;
 
 namespace {
 
-// py-spy reads a rank's memory in milliseconds; one that takes longer is
-// stuck on something and is not waited for.
-constexpr double kSampleTimeoutS = 5;
+// py-spy reads a rank's memory in milliseconds of CPU; it runs only on CPU
+// the ranks leave idle, so it may wait for some on a machine they keep busy,
+// but one that takes longer than this is stuck and is not waited for.
+constexpr double kSampleTimeoutS = 30;
 // After this many samples in a row that gave no stack, flowrun says why once.
 constexpr std::int64_t kFailuresBeforeSaying = 5;
 // How long a step runs before flowrun says that it cannot sample.
 constexpr double kSayMissingAfterS = 60;
-// A sampler's py-spy runs below the ranks (and their data loaders).
-constexpr int kSamplerNice = 10;
 // How often a step's shares.json is rewritten while its ranks are sampled.
 constexpr std::int64_t kSharesWriteIntervalNs = 5'000'000'000;
 
@@ -58,11 +57,10 @@ pid_t python_of(pid_t pid) {
     std::vector<pid_t> next;
     for (pid_t p : level) {
       if (is_python(p)) return p;
-      const auto children = try_read_file(fmt::format("/proc/{}/task/{}/children", p, p), 1 << 16);
-      if (!children) continue;
-      for (std::size_t at = 0; at < children->size();) {
-        const std::size_t end = std::min(children->find(' ', at), children->size());
-        if (end > at) next.push_back(static_cast<pid_t>(std::atoi(children->substr(at, end - at).c_str())));
+      const std::string children = read_proc_file(fmt::format("/proc/{}/task/{}/children", p, p));
+      for (std::size_t at = 0; at < children.size();) {
+        const std::size_t end = std::min(children.find(' ', at), children.size());
+        if (end > at) next.push_back(static_cast<pid_t>(std::atoi(children.substr(at, end - at).c_str())));
         at = end + 1;
       }
     }
@@ -75,9 +73,9 @@ pid_t python_of(pid_t pid) {
 // /proc has no schedstat, a kernel without CONFIG_SCHED_INFO).
 ThreadTimes thread_times(pid_t pid) {
   ThreadTimes times;
-  const auto text = try_read_file(fmt::format("/proc/{}/task/{}/schedstat", pid, pid), 256);
+  const std::string text = read_proc_file(fmt::format("/proc/{}/task/{}/schedstat", pid, pid), 256);
   long long on_cpu = 0, runnable = 0;
-  if (!text || std::sscanf(text->c_str(), "%lld %lld", &on_cpu, &runnable) != 2) return times;
+  if (std::sscanf(text.c_str(), "%lld %lld", &on_cpu, &runnable) != 2) return times;
   times.pid = pid;
   times.at_ns = monotonic_now_ns();
   times.on_cpu_ns = on_cpu;
@@ -105,30 +103,38 @@ void RankSampler::start(double sample_s) {
   stop();
   sample_s_ = sample_s;
   if (sample_s_ <= 0) return;
-  std::string looked;
-  py_spy_ = find_py_spy(workers_, &looked);
-  if (py_spy_.empty()) {
-    // Said once the step has run for a minute, when the slow rank would be
-    // named by then: a short step (a test, an example) says nothing.
-    timer_.expires_after(steady_seconds(std::max(sample_s_, kSayMissingAfterS)));
-    timer_.async_wait([this, looked](const boost::system::error_code& ec) {
-      // Said only where a rank runs Python: a step of other programs has no
-      // Python stacks to sample.
-      const bool python = std::any_of(workers_.begin(), workers_.end(),
-                                      [](const Worker& w) { return sampled(w) && python_of(w.pid) > 0; });
-      if (ec || said_ || !python) return;
-      said_ = true;
-      links_.say(fmt::format(
-          "flowrun: cannot sample the ranks' stacks to name a slow rank: {} (install it: pip install py-spy; "
-          "or forensics: {{sample: off}})",
-          looked));
-    });
-    return;
-  }
+  py_spy_.clear();
+  looked_up_ = false;
+  started_ns_ = monotonic_now_ns();
   running_ = true;
   next_ = 0;
   rate_ = 1;
   arm();
+}
+
+bool RankSampler::look_up() {
+  looked_up_ = true;
+  std::string looked;
+  py_spy_ = find_py_spy(workers_, &looked);
+  if (!py_spy_.empty()) return true;
+  running_ = false;
+  // Said once the step has run for a minute, when the slow rank would be
+  // named by then: a short step (a test, an example) says nothing.
+  const double ran_s = static_cast<double>(monotonic_now_ns() - started_ns_) / 1e9;
+  timer_.expires_after(steady_seconds(std::max(0.0, std::max(sample_s_, kSayMissingAfterS) - ran_s)));
+  timer_.async_wait([this, looked](const boost::system::error_code& ec) {
+    // Said only where a rank runs Python: a step of other programs has no
+    // Python stacks to sample.
+    const bool python = std::any_of(workers_.begin(), workers_.end(),
+                                    [](const Worker& w) { return sampled(w) && python_of(w.pid) > 0; });
+    if (ec || said_ || !python) return;
+    said_ = true;
+    links_.say(fmt::format(
+        "flowrun: cannot sample the ranks' stacks to name a slow rank: {} (install it: pip install py-spy; "
+        "or forensics: {{sample: off}})",
+        looked));
+  });
+  return false;
 }
 
 void RankSampler::stop() {
@@ -156,6 +162,7 @@ void RankSampler::arm() {
 void RankSampler::sample_next() {
   if (!running_) return;
   if (paused_ || live_ranks(workers_) == 0) return arm();
+  if (!looked_up_ && !look_up()) return;
   for (std::size_t tried = 0; tried < workers_.size(); ++tried) {
     const Worker& w = workers_[next_ % workers_.size()];
     ++next_;
@@ -165,12 +172,13 @@ void RankSampler::sample_next() {
       times_ = thread_times(python);
       out_ = memfd_create("flowrun-sample-out", MFD_CLOEXEC);
       err_ = memfd_create("flowrun-sample-err", MFD_CLOEXEC);
-      if (out_ < 0 || err_ < 0 || spawn_py_spy(py_spy_, python, {"--nonblocking"}, out_, err_, &pid_) != 0) {
+      // Below the ranks and their data loaders: on CPU they leave idle.
+      if (out_ < 0 || err_ < 0 ||
+          spawn_py_spy(py_spy_, python, {"--nonblocking"}, out_, err_, &pid_, SpyPriority::idle) != 0) {
         pid_ = -1;
         close_run();
         return arm();
       }
-      setpriority(PRIO_PROCESS, static_cast<id_t>(pid_), kSamplerNice);
       const int fd = static_cast<int>(syscall(SYS_pidfd_open, pid_, 0));
       if (fd >= 0) {
         watch_ = std::make_unique<asio::posix::stream_descriptor>(io_, fd);

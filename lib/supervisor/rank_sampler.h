@@ -50,6 +50,9 @@ class RankSampler {
 
  private:
   void arm();
+  // Finds py-spy as the first sample falls due (a step that ends before
+  // never looks); false, with the line said later, where there is none.
+  bool look_up();
   void sample_next();
   void finished(bool timed_out);
   void close_run();
@@ -62,7 +65,8 @@ class RankSampler {
   std::string py_spy_;
   double sample_s_ = 0, rate_ = 1;
   std::size_t next_ = 0;  // the worker to sample next, in turn
-  bool running_ = false, paused_ = false, said_ = false;
+  bool running_ = false, paused_ = false, said_ = false, looked_up_ = false;
+  std::int64_t started_ns_ = 0;  // monotonic
   std::int64_t taken_ = 0, failed_in_a_row_ = 0;
   // The py-spy running now.
   pid_t pid_ = -1;

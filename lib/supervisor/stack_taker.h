@@ -27,10 +27,16 @@ using WorkerList = std::deque<Worker>;
 // The py-spy to run: FLOWRUN_PY_SPY when set, else on flowrun's PATH, on a
 // rank's, or beside its Python; "" with *looked saying where it looked.
 std::string find_py_spy(const WorkerList& workers, std::string* looked);
+// How a py-spy is scheduled: like flowrun (stacks a stop waits for), or
+// on CPU time the ranks leave idle (the sampler's: SCHED_IDLE from its
+// start, so a rank that wakes takes its CPU back at once; nice 19 where the
+// kernel refuses SCHED_IDLE).
+enum class SpyPriority { normal, idle };
+
 // Starts `py_spy dump OPTIONS --full-filenames --pid TARGET`, its stdout
 // and stderr to the files `out` and `err`; posix_spawn's error or 0.
 int spawn_py_spy(const std::string& py_spy, pid_t target, const std::vector<std::string>& options, int out,
-                 int err, pid_t* pid);
+                 int err, pid_t* pid, SpyPriority priority = SpyPriority::normal);
 // What a memory file holds, trimmed.
 std::string read_back(int fd);
 

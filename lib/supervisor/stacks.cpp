@@ -9,10 +9,13 @@
 #include <fmt/format.h>
 #include <fstream>
 #include <map>
+#include <sched.h>
+#include <set>
 #include <signal.h>
 #include <spawn.h>
 #include <sstream>
 #include <sys/mman.h>
+#include <sys/resource.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -66,10 +69,8 @@ std::optional<StackFrame> parse_frame(std::string_view line) {
   return frame;
 }
 
-std::string read_small(const std::string& path) {
-  // /proc files are regular files; anything else is not read.
-  return std::string(trim(try_read_file(path, 1 << 16).value_or("")));
-}
+// A small file of the kernel's under /proc/PID, trimmed.
+std::string read_small(const std::string& path) { return std::string(trim(read_proc_file(path))); }
 
 bool executable(const std::string& path) { return !path.empty() && access(path.c_str(), X_OK) == 0; }
 
@@ -108,15 +109,30 @@ std::string find_py_spy(const WorkerList& workers, std::string* looked) {
     return executable(chosen) ? std::string(chosen) : std::string();
   }
   *looked = "no py-spy on PATH or beside the step's python3";
+  // Each PATH and each file looked at once: the ranks of a step mostly
+  // share both, and a failing step's stacks wait for this.
+  std::set<std::string> seen;
+  const auto on_path = [&seen](const std::vector<std::string>& env) {
+    std::string path = "PATH";  // find_program's default when env has none
+    for (const auto& entry : env) {
+      if (entry.rfind("PATH=", 0) == 0) path = entry;
+    }
+    if (!seen.insert(path).second) return std::string();
+    std::string found = find_program("py-spy", env);
+    return executable(found) ? found : std::string();
+  };
+  const auto file = [&seen](const std::string& path) {
+    return !path.empty() && seen.insert(path).second && executable(path) ? path : std::string();
+  };
   std::vector<std::string> own;
   if (const char* path = std::getenv("PATH")) own.push_back(std::string("PATH=") + path);
-  if (std::string found = find_program("py-spy", own); executable(found)) return found;
+  if (std::string found = on_path(own); !found.empty()) return found;
   for (const auto& w : workers) {
     if (w.launch != nullptr) {
-      if (std::string found = find_program("py-spy", w.launch->env); executable(found)) return found;
+      if (std::string found = on_path(w.launch->env); !found.empty()) return found;
     }
     for (const std::string* program : {&w.record.program, &w.record.path_python}) {
-      if (std::string found = beside(*program, "py-spy"); executable(found)) return found;
+      if (std::string found = file(beside(*program, "py-spy")); !found.empty()) return found;
     }
   }
   return {};
@@ -136,7 +152,7 @@ std::string read_back(int fd) {
 }
 
 int spawn_py_spy(const std::string& py_spy, pid_t target, const std::vector<std::string>& options, int out,
-                 int err, pid_t* pid) {
+                 int err, pid_t* pid, SpyPriority priority) {
   posix_spawn_file_actions_t actions;
   posix_spawn_file_actions_init(&actions);
   posix_spawn_file_actions_addopen(&actions, 0, "/dev/null", O_RDONLY, 0);
@@ -149,6 +165,15 @@ int spawn_py_spy(const std::string& py_spy, pid_t target, const std::vector<std:
   argv.push_back(const_cast<char*>(pid_text.c_str()));
   argv.push_back(nullptr);
   const int rc = posix_spawn(pid, py_spy.c_str(), &actions, nullptr, argv.data(), environ);
+  if (rc == 0 && priority == SpyPriority::idle) {
+    // As soon as it runs: posix_spawn returns once py-spy has exec'ed, and
+    // its attributes offer no SCHED_IDLE. A child of the same user may be
+    // lowered; nice 19 where the kernel refuses SCHED_IDLE (a seccomp
+    // filter, an old kernel).
+    const sched_param param{};
+    if (sched_setscheduler(*pid, SCHED_IDLE, &param) != 0)
+      setpriority(PRIO_PROCESS, static_cast<id_t>(*pid), 19);
+  }
   posix_spawn_file_actions_destroy(&actions);
   return rc;
 }
@@ -306,6 +331,7 @@ struct StackTaker::Job {
   int out = -1, err = -1;  // memfds
   std::unique_ptr<asio::posix::stream_descriptor> watch;
   bool finished = false;
+  bool unwritten = false;  // its stack.txt is written by maybe_done
   RankStack found;
 
   ~Job() {
@@ -351,10 +377,12 @@ bool StackTaker::start(const WorkerList& workers, double timeout_s,
     job->found.rank = w.record.rank;
     job->stack_path = stack_file(w);
     if (py_spy.empty()) {
+      // Read now, written once whoever waits has them (maybe_done): a stop
+      // that waits for them signals the ranks first.
       job->found.kernel = kernel_state(w.pid);
       if (job->found.kernel.empty()) job->found.missing = "it had ended";
       job->finished = true;
-      job->write_stack_file(looked_);
+      job->unwritten = true;
       jobs_.push_back(std::move(job));
       continue;
     }
@@ -424,6 +452,11 @@ void StackTaker::maybe_done() {
   if (!std::all_of(jobs_.begin(), jobs_.end(), [](const auto& job) { return job->finished; })) return;
   running_ = false;
   deadline_.cancel();
+  std::vector<std::pair<std::string, std::string>> files;  // stack.txt not yet written, and its text
+  for (const auto& job : jobs_) {
+    if (job->unwritten && !job->stack_path.empty())
+      files.emplace_back(job->stack_path, stack_file_text(job->found, looked_));
+  }
   found_.clear();
   for (auto& job : jobs_) found_.push_back(std::move(job->found));
   std::sort(found_.begin(), found_.end(),
@@ -433,6 +466,8 @@ void StackTaker::maybe_done() {
     done_ = nullptr;
     done();
   }
+  // Whole or not at all, and never through a link or FIFO a rank left.
+  for (const auto& [path, text] : files) (void)try_write_file(path, text);
 }
 
 void StackTaker::cut_short() {

@@ -12,6 +12,7 @@ own memory dwarfs it); everything else is checked the same way.
 import json
 import os
 import re
+import shlex
 import shutil
 import signal
 import subprocess
@@ -673,6 +674,40 @@ steps:
         left = subprocess.run(["pgrep", "-f", sleep], capture_output=True, text=True).stdout.split()
         self.check(not left, "slow py-spy: the py-spy processes were killed", " ".join(left))
         self.no_process_left("slow py-spy", run_id)
+
+    def test_sampler_runs_on_idle_cpu(self):
+        # The slow-rank sampler's py-spy runs under SCHED_IDLE (nice 19 where the kernel refuses it), set before
+        # its exec: only on CPU time the ranks leave idle. The py-spy (FLOWRUN_PY_SPY) records how it was
+        # scheduled; once it has been run four times it lets the ranks end.
+        log, stop = os.path.join(self.scratch, "spy.log"), os.path.join(self.scratch, "spy.stop")
+        fake = os.path.join(self.scratch, "recording-py-spy")
+        with open(fake, "w") as f:
+            f.write(f"""#!/bin/sh
+policy=$(chrt -p $$ | sed -n 's/.*scheduling policy: //p')
+echo "$policy $(ps -o ni= -p $$ | tr -d ' ') $*" >> {shlex.quote(log)}
+[ "$(wc -l < {shlex.quote(log)})" -ge 4 ] && : > {shlex.quote(stop)}
+printf 'Thread %s (idle): "MainThread"\n    wait (rank.py:1)\n' $$
+""")
+        os.chmod(fake, 0o755)
+        rank = f"import os, time\nwhile not os.path.exists({stop!r}):\n    time.sleep(0.02)\n"
+        d, spec, run_dir = self.workspace("idlespy", f"""name: idlespy
+steps:
+  - name: train
+    run: [{", ".join(q(w) for w in (PY, "-c", rank))}]
+    forensics: {{sample: 0.2s}}
+    parallel:
+      cpus: 2
+""")
+        r = self.flowrun_run("idle py-spy", spec, run_dir, env={"FLOWRUN_PY_SPY": fake})
+        self.check(r.rc == 0, "idle py-spy: the step ends once the ranks have been sampled", r.detail())
+        with open(log) as f:
+            calls = [line.split(" ", 2) for line in f.read().splitlines()]
+        # ps shows no nice for SCHED_IDLE ("-").
+        idle_allowed = subprocess.run(["chrt", "--idle", "0", "true"], capture_output=True).returncode == 0
+        want = ["SCHED_IDLE", "-"] if idle_allowed else ["SCHED_OTHER", "19"]
+        self.check(len(calls) >= 4 and all(c[:2] == want and c[2].startswith("dump --nonblocking ") for c in calls),
+                   f"idle py-spy: every sample's py-spy ran as {want[0]}{'' if idle_allowed else ', nice 19'}",
+                   json.dumps(calls))
 
     def test_stacks_as_an_ordinary_user(self):
         """py-spy takes the ranks' stacks for a user without CAP_SYS_PTRACE: nobody when this runs as root
