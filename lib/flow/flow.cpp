@@ -418,7 +418,7 @@ class FlowRunner {
       state_[step.name] = code == 0 ? State::succeeded : State::failed;
       (code == 0 ? tally.succeeded : tally.failed).push_back(step.name);
       // The last step's end goes with the run's, written below.
-      set_state(step.name, code == 0 ? "succeeded" : "failed", &index != &spec_.order.back());
+      set_state(step.name, code == 0 ? "succeeded" : "failed", index != spec_.order.back());
       if (code != 0 && exit_code == 0) exit_code = code;
     }
     const int sig = supervisor.interrupt_signal();
