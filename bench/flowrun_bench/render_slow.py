@@ -32,7 +32,8 @@ def slow_part(records):
       f"Debian's `python3-torch` (`{TORCH_PYTHON}`), a small model in `DistributedDataParallel` over gloo, "
       "`parallel: {cpus: 2}`. While the step runs, flowrun samples each rank's Python stack with "
       "`py-spy dump --nonblocking` (the default `forensics: {sample: 1s}`: one sample per rank a second on "
-      "average, eight times as often while a rank looks slow and is not named yet) and names a rank that waits "
+      "average, eight times as often while a rank looks slow and is not named yet; py-spy runs under "
+      "`SCHED_IDLE`, on CPU time the ranks leave idle) and names a rank that waits "
       "in collectives far less than the others ([troubleshooting](troubleshooting.md#a-slow-rank)). A rank's "
       "share of time waiting is its main thread's blocked time, which the kernel counts (schedstat, read with "
       "each sample), times the share of its blocked samples that found it in a collective.\n")
