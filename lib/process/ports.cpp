@@ -11,7 +11,6 @@
 #include <unistd.h>
 
 #include "flowrun/error.h"
-#include "flowrun/files.h"
 #include "flowrun/process.h"
 
 namespace flowrun {
@@ -90,7 +89,7 @@ std::vector<std::pair<unsigned long, unsigned>> listening_sockets(std::string_vi
 
 std::optional<PortListener> port_listener(int port) {
   for (const char* table : {"/proc/net/tcp", "/proc/net/tcp6"}) {
-    const std::string text = try_read_file(table, 64 << 20).value_or("");
+    const std::string text = read_proc_file(table, 64 << 20);
     for (const auto& [inode, uid] : listening_sockets(text, port)) {
       PortListener listener;
       listener.uid = uid;

@@ -92,7 +92,7 @@ bool has_signal(const std::string& status, const char* field, int sig) {
 // nothing, blocked or not: a shell blocks every signal for an instant while
 // it forks), and when the rank is already gone.
 bool takes_stop_signals(pid_t pid) {
-  const std::string status = try_read_file(fmt::format("/proc/{}/status", pid), 8192).value_or("");
+  const std::string status = read_proc_file(fmt::format("/proc/{}/status", pid), 8192);
   if (has_signal(status, "SigCgt:", SIGTERM) || has_signal(status, "SigCgt:", SIGCONT)) return true;
   if (has_signal(status, "SigIgn:", SIGTERM)) return false;
   return has_signal(status, "SigBlk:", SIGTERM);
