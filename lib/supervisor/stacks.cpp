@@ -338,9 +338,10 @@ struct StackTaker::Job {
     if (out >= 0) close(out);
     if (err >= 0) close(err);
   }
-  void write_stack_file(const std::string& looked) const {
+  // py-spy's stack (the kernel's are written by maybe_done, after the stop).
+  void write_stack_file() const {
     // Whole or not at all, and never through a link or FIFO a rank left.
-    if (!stack_path.empty()) (void)try_write_file(stack_path, stack_file_text(found, looked));
+    if (!stack_path.empty()) (void)try_write_file(stack_path, stack_file_text(found, ""));
   }
 };
 
@@ -393,7 +394,7 @@ bool StackTaker::start(const WorkerList& workers, double timeout_s,
     if (err != 0) {
       job->found.missing = fmt::format("cannot start {}: {}", py_spy, std::strerror(err));
       job->finished = true;
-      job->write_stack_file("");
+      job->write_stack_file();
     } else {
       const int fd = static_cast<int>(syscall(SYS_pidfd_open, job->pid, 0));
       if (fd >= 0) {
@@ -443,7 +444,7 @@ void StackTaker::finish_one(Job& job, const char* cut_short) {
       why = reaped ? fmt::format("py-spy ended with status {}", status) : "py-spy printed no stack";
     job.found.missing = "py-spy: " + why;
   }
-  job.write_stack_file("");
+  job.write_stack_file();
   maybe_done();
 }
 
