@@ -73,7 +73,6 @@ void ShipReceiver::begin(const ShipBegin& m) {
     return;
   }
   f.leaf = std::string(base_name(*safe));
-  f.sha = std::make_unique<Sha256>();
   open_ = std::move(f);
 }
 
@@ -88,7 +87,7 @@ void ShipReceiver::data(std::string_view data) {
     fail(fmt::format("{}: more than the {} bytes announced", f.path, f.bytes));
     return;
   }
-  f.sha->update(data);
+  f.crc.update(data);
   if (!write_all(f.fd.get(), data)) {
     const int err = errno;
     fail(fmt::format("cannot write {} in {}: {}", f.path, root_, std::strerror(err)));
@@ -105,8 +104,11 @@ void ShipReceiver::end(const ShipEnd& m) {
     fail(fmt::format("{}: {} of the {} bytes announced came", f.path, f.got, f.bytes));
     return;
   }
-  if (f.sha->hex() != m.sha256) {
-    fail(fmt::format("{}: its SHA-256 differs from the head's; the file was damaged on the way", f.path));
+  if (f.crc.hex() != m.crc32c) {
+    fail(
+        fmt::format("{}: its checksum differs from the head's: the file changed on the head while it was "
+                    "shipped, or was damaged on the way",
+                    f.path));
     return;
   }
   ++files_;

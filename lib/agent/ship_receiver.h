@@ -3,13 +3,12 @@
 // ShipDone), written beneath a directory of the agent's private scratch
 // (<scratch>/work), where the node's ranks then run. Each path is checked
 // (safe_relative_path) and created beneath that directory with nothing
-// followed on the way; each file's size and SHA-256 are checked against
+// followed on the way; each file's size and CRC-32C are checked against
 // the head's. Internal to lib/agent.
 #pragma once
 
 #include <cstdint>
 #include <functional>
-#include <memory>
 #include <optional>
 #include <set>
 #include <string>
@@ -49,7 +48,7 @@ class ShipReceiver {
     UniqueFd fd;
     UniqueFd dir;      // the directory it is in, to unlink it
     std::string leaf;  // its last component
-    std::unique_ptr<Sha256> sha;
+    Crc32c crc;
   };
 
   // Keeps the first error; the file being written, if any, is removed.

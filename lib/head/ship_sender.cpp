@@ -133,7 +133,6 @@ bool ShipSender::open_next() {
     return false;
   }
   at_ = 0;
-  if (!f.digest->sha && f.digest->sha256.empty()) f.digest->sha = std::make_unique<Sha256>();
   link_->send(ShipBegin{f.rel, f.bytes, f.mode});
   return true;
 }
@@ -168,20 +167,17 @@ void ShipSender::pump() {
       }
       if (static_cast<std::size_t>(n) < want) chunk_frame_cut(frame, static_cast<std::size_t>(n));
       ShipFile::Digest& digest = *f.digest;
-      if (digest.hashed == at_ && digest.sha) {  // the first sender here hashes it for every node
-        digest.sha->update(std::string_view(into, static_cast<std::size_t>(n)));
-        digest.hashed += n;
+      if (digest.summed == at_ && digest.crc32c.empty()) {  // the first sender here sums it for every node
+        digest.crc.update(std::string_view(into, static_cast<std::size_t>(n)));
+        digest.summed += n;
       }
       link_->send_frame(std::move(frame));
       at_ += n;
     }
     if (at_ == f.bytes) {
       ShipFile::Digest& digest = *f.digest;
-      if (digest.sha256.empty() && digest.sha) {
-        digest.sha256 = digest.sha->hex();
-        digest.sha.reset();
-      }
-      link_->send(ShipEnd{digest.sha256});
+      if (digest.crc32c.empty()) digest.crc32c = digest.crc.hex();
+      link_->send(ShipEnd{digest.crc32c});
       fd_.reset();
     }
   }

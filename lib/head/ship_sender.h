@@ -3,7 +3,7 @@
 // of the parallel steps it needs, the script its command names), listed once
 // per step (ship_list), and each node's copy sent over its link file by
 // file, in chunks, never more than kShipHighWater queued at once, each file
-// with its SHA-256 (ShipSender). The agent's side is
+// with its CRC-32C (ShipSender). The agent's side is
 // lib/agent/ship_receiver.cpp. Internal to lib/head.
 #pragma once
 
@@ -28,13 +28,15 @@ struct ShipFile {
   std::string path;
   std::int64_t bytes = 0;
   int mode = 0;
-  // Its SHA-256, hashed once for every node: every node's sender reads the
-  // file in the same chunks, and the one furthest on hashes each next
-  // chunk (`hashed` bytes so far); `sha256` is set when it reached the end.
+  // Its CRC-32C, computed once for every node: every node's sender reads
+  // the file in the same chunks, and the one furthest on adds each next
+  // chunk (`summed` bytes so far); `crc32c` is set when it reached the end.
+  // A node whose sender read other bytes (the file changed in between)
+  // finds that its copy's checksum differs.
   struct Digest {
-    std::int64_t hashed = 0;
-    std::unique_ptr<Sha256> sha;
-    std::string sha256;
+    std::int64_t summed = 0;
+    Crc32c crc;
+    std::string crc32c;
   };
   std::shared_ptr<Digest> digest = std::make_shared<Digest>();
 };

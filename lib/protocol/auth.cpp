@@ -237,24 +237,4 @@ bool proofs_equal(std::string_view a, std::string_view b) {
   return openssl::api().CRYPTO_memcmp(a.data(), b.data(), a.size()) == 0;
 }
 
-Sha256::Sha256() : ctx_(openssl::api().EVP_MD_CTX_new()) {
-  if (ctx_ == nullptr || openssl::api().EVP_DigestInit_ex(ctx_, openssl::api().EVP_sha256(), nullptr) != 1) {
-    openssl::api().EVP_MD_CTX_free(ctx_);
-    throw Error("cannot start SHA-256 with OpenSSL: " + openssl_error());
-  }
-}
-
-Sha256::~Sha256() { openssl::api().EVP_MD_CTX_free(ctx_); }
-
-void Sha256::update(std::string_view data) {
-  if (!data.empty()) openssl::api().EVP_DigestUpdate(ctx_, data.data(), data.size());
-}
-
-std::string Sha256::hex() {
-  std::array<unsigned char, EVP_MAX_MD_SIZE> digest{};
-  unsigned int length = 0;
-  openssl::api().EVP_DigestFinal_ex(ctx_, digest.data(), &length);
-  return flowrun::hex(digest.data(), length);
-}
-
 }  // namespace flowrun

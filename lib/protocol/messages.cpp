@@ -368,7 +368,7 @@ void fields(Io& io, M& m) {
 
 template <class Io, maybe_const<ShipEnd> M>
 void fields(Io& io, M& m) {
-  io("sha256", m.sha256);
+  io("crc32c", m.crc32c);
 }
 
 template <class Io, maybe_const<ShipDone> M>

@@ -27,13 +27,8 @@ namespace flowrun::openssl {
   X(EVP_CipherInit_ex)               \
   X(EVP_DecryptFinal_ex)             \
   X(EVP_DecryptUpdate)               \
-  X(EVP_DigestFinal_ex)              \
-  X(EVP_DigestInit_ex)               \
-  X(EVP_DigestUpdate)                \
   X(EVP_EncryptFinal_ex)             \
   X(EVP_EncryptUpdate)               \
-  X(EVP_MD_CTX_free)                 \
-  X(EVP_MD_CTX_new)                  \
   X(EVP_sha256)                      \
   X(HMAC)                            \
   X(OPENSSL_cleanse)

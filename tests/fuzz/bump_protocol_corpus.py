@@ -25,6 +25,7 @@ START = 7
 STOP = 11
 BYE = 15
 READY = 16
+SHIP_END = 28
 SHARES = 31
 
 
@@ -102,6 +103,12 @@ def shares_13_to_14(payload):
     return encode_fields(new)
 
 
+def ship_end_14_to_15(payload):
+    """A protocol 14 ship_end (the file's SHA-256) as a protocol 15 one (its CRC-32C: the first 8 hex digits)."""
+    return encode_fields([(b"crc32c", value[:8]) if key == b"sha256" else (key, value)
+                          for key, value in decode_fields(payload)])
+
+
 def after(key, added):
     """A rewrite that puts the fields `added` after the field `key`."""
     def rewrite(payload):
@@ -130,7 +137,9 @@ REWRITE = {(4, START): start_4_to_5, (5, START): start_5_to_6, (6, START): start
            (12, HELLO): after(b"stays", [(b"address", b"10.0.0.2"), (b"reach_port", b"40123")]),
            (12, ASSIGN): after(b"python", [(b"node0_name", b""), (b"node0_address", b""), (b"node0_port", b"0")]),
            # protocol 14: each rank's shares with its blocked samples and time
-           (13, SHARES): shares_13_to_14}
+           (13, SHARES): shares_13_to_14,
+           # protocol 15: ship_end carries the file's CRC-32C
+           (14, SHIP_END): ship_end_14_to_15}
 # protocol 12: sample_rate, a new message (head -> agent); no frame of 11 changed
 
 

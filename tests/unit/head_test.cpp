@@ -594,10 +594,10 @@ std::function<bool(ScriptedNode&, const Message&)> without_workdir(HeadBench& h,
   };
 }
 
-std::string sha256_of(std::string_view data) {
-  Sha256 sha;
-  sha.update(data);
-  return sha.hex();
+std::string crc32c_of(std::string_view data) {
+  Crc32c crc;
+  crc.update(data);
+  return crc.hex();
 }
 
 constexpr const char* kNotShared = "  shared_workdir: false\n";
@@ -619,7 +619,7 @@ TEST_CASE(
   const AttemptResult r = h.attempt(0);
   CHECK(r.record.outcome == Outcome::succeeded);
   CHECK(a.link->sent_of<ShipBegin>().empty());
-  // Files in order of their path, each begun, its chunks, its SHA-256; then done; then the start.
+  // Files in order of their path, each begun, its chunks, its CRC-32C; then done; then the start.
   std::vector<std::string> order;
   std::string data;
   for (const Message& m : b.link->sent) {
@@ -630,16 +630,16 @@ TEST_CASE(
       CHECK(chunk->data.size() <= kShipChunk);
       data += chunk->data;
     } else if (const auto* end = std::get_if<ShipEnd>(&m)) {
-      order.push_back("end " + std::string(end->sha256 == sha256_of(data) ? "sha ok" : "sha wrong"));
+      order.push_back("end " + std::string(end->crc32c == crc32c_of(data) ? "crc ok" : "crc wrong"));
     } else if (const auto* done = std::get_if<ShipDone>(&m)) {
       order.push_back("done " + std::to_string(done->files) + " " + std::to_string(done->bytes));
     } else if (std::holds_alternative<Start>(m)) {
       order.push_back("start");
     }
   }
-  CHECK(order == std::vector<std::string>{"begin data/big.bin " + std::to_string(big.size()), "end sha ok",
-                                          "begin data/x.txt 6", "end sha ok", "begin train.py 15",
-                                          "end sha ok", "done 3 " + std::to_string(big.size() + 6 + 15),
+  CHECK(order == std::vector<std::string>{"begin data/big.bin " + std::to_string(big.size()), "end crc ok",
+                                          "begin data/x.txt 6", "end crc ok", "begin train.py 15",
+                                          "end crc ok", "done 3 " + std::to_string(big.size() + 6 + 15),
                                           "start"});
   CHECK(h.console().find("flowrun: step 'train': node1 (node-b) does not share the workdir " + h.dir() +
                          ": shipping 3 files (" + flowrun::format_bytes(big.size() + 6 + 15) + ") to it") !=
@@ -692,14 +692,12 @@ TEST_CASE("head: a shipment the node refuses fails the step with the file's name
   HeadBench h(kTwoNodes, kNotShared, "    inputs: [data.txt]\n");
   flowrun::write_file(h.dir() + "/data.txt", "1 2 3\n");
   ScriptedNode& a = h.join("head");
-  ScriptedNode& b = h.join(
-      "node-b", -1,
-      without_workdir(h, "data.txt: its SHA-256 differs from the head's; the file was damaged on the way"));
+  ScriptedNode& b =
+      h.join("node-b", -1, without_workdir(h, "data.txt: its checksum differs from the head's"));
   const AttemptResult r = h.attempt(0);
   CHECK_FALSE(r.started);
   CHECK(has(r.errors,
-            "node node-b could not take the step's inputs: data.txt: its SHA-256 differs from the "
-            "head's; the file was damaged on the way"));
+            "node node-b could not take the step's inputs: data.txt: its checksum differs from the head's"));
   CHECK(a.link->sent_of<Start>().empty());
   CHECK(b.link->sent_of<Start>().empty());
 }
@@ -746,9 +744,9 @@ TEST_CASE("head: a spare seated in a lost node's place gets its own shipment bef
   CHECK(s.link->sent_of<Start>().size() == 1);
   CHECK(b.link->sent_of<ShipDone>().size() == 1);
   CHECK(a.link->sent_of<ShipBegin>().empty());
-  // The file was hashed once, for both: each got its SHA-256.
+  // The file was summed once, for both: each got its CRC-32C.
   REQUIRE(b.link->sent_of<ShipEnd>().size() == 1);
-  CHECK(b.link->sent_of<ShipEnd>().front().sha256 == sha256_of("1 2 3\n"));
+  CHECK(b.link->sent_of<ShipEnd>().front().crc32c == crc32c_of("1 2 3\n"));
   CHECK(s.link->sent_of<ShipEnd>() == b.link->sent_of<ShipEnd>());
 }
 

@@ -1,6 +1,6 @@
 // The agent's receiver of a shipment (lib/agent/ship_receiver.cpp): the
 // head's files written beneath a directory of the agent's scratch, their
-// sizes and SHA-256 checked; a path that leaves it, a symlink on the way, a
+// sizes and CRC-32C checked; a path that leaves it, a symlink on the way, a
 // path shipped twice, a size or checksum that differs are refused, naming
 // the file, and leave no part of it behind.
 #include "ship_receiver.h"
@@ -17,29 +17,21 @@ namespace fs = std::filesystem;
 
 namespace {
 
-std::string sha256_of(std::string_view data) {
-  Sha256 sha;
-  sha.update(data);
-  return sha.hex();
+std::string crc32c_of(std::string_view data) {
+  Crc32c crc;
+  crc.update(data);
+  return crc.hex();
 }
 
 // One file sent as the head sends it: begin, chunks of at most `chunk` bytes, end.
 void ship(ShipReceiver& r, const std::string& path, const std::string& data, int mode = 0644,
-          std::size_t chunk = 3, std::string sha = {}) {
+          std::size_t chunk = 3, std::string crc = {}) {
   r.begin(ShipBegin{path, static_cast<std::int64_t>(data.size()), mode});
   for (std::size_t at = 0; at < data.size(); at += chunk) r.data(std::string_view(data).substr(at, chunk));
-  r.end(ShipEnd{sha.empty() ? sha256_of(data) : sha});
+  r.end(ShipEnd{crc.empty() ? crc32c_of(data) : crc});
 }
 
 }  // namespace
-
-TEST_CASE("SHA-256 is OpenSSL's, fed in pieces", "[ship]") {
-  CHECK(sha256_of("") == "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855");
-  Sha256 sha;
-  sha.update("ab");
-  sha.update("c");
-  CHECK(sha.hex() == "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad");
-}
 
 TEST_CASE("a shipment lands beneath the work directory, each file whole, its mode at most 0755", "[ship]") {
   testing::ScopedTempDir dir("ship");
@@ -65,11 +57,14 @@ TEST_CASE("a shipped file whose checksum, size or count differs is refused by na
   SECTION("checksum") {
     ShipReceiver r(dir.path() + "/work");
     ship(r, "ok.txt", "fine");
-    ship(r, "data/x.txt", "hello", 0644, 2, sha256_of("hellO"));
+    ship(r, "data/x.txt", "hello", 0644, 2, crc32c_of("hellO"));
     ship(r, "after.txt", "not written");
     const ShipAck ack = r.done(ShipDone{3, 20});
     CHECK_FALSE(ack.ok);
-    CHECK(ack.error == "data/x.txt: its SHA-256 differs from the head's; the file was damaged on the way");
+    CHECK(ack.error ==
+          "data/x.txt: its checksum differs from the head's: the file changed on the head while it was "
+          "shipped, "
+          "or was damaged on the way");
     CHECK_FALSE(r.received());
     CHECK_FALSE(fs::exists(dir.path() + "/work/data/x.txt"));
     CHECK_FALSE(fs::exists(dir.path() + "/work/after.txt"));
@@ -78,7 +73,7 @@ TEST_CASE("a shipped file whose checksum, size or count differs is refused by na
     ShipReceiver r(dir.path() + "/work");
     r.begin(ShipBegin{"x.bin", 2, 0644});
     r.data("abc");
-    r.end(ShipEnd{sha256_of("abc")});
+    r.end(ShipEnd{crc32c_of("abc")});
     CHECK(r.done(ShipDone{1, 2}) == ShipAck{false, "x.bin: more than the 2 bytes announced"});
     CHECK_FALSE(fs::exists(dir.path() + "/work/x.bin"));
   }
@@ -86,7 +81,7 @@ TEST_CASE("a shipped file whose checksum, size or count differs is refused by na
     ShipReceiver r(dir.path() + "/work");
     r.begin(ShipBegin{"x.bin", 5, 0644});
     r.data("abc");
-    r.end(ShipEnd{sha256_of("abc")});
+    r.end(ShipEnd{crc32c_of("abc")});
     CHECK(r.done(ShipDone{1, 5}) == ShipAck{false, "x.bin: 3 of the 5 bytes announced came"});
     CHECK_FALSE(fs::exists(dir.path() + "/work/x.bin"));
   }
@@ -152,7 +147,7 @@ TEST_CASE("a rank in the copy finds a path under the head's workdir in its comma
   CHECK(shipment.in_copy(argv, "/w") == argv);  // nothing came: as is
   shipment.take(ShipBegin{"data/x", 1, 0644});
   shipment.take(ShipChunk{"x"});
-  shipment.take(ShipEnd{sha256_of("x")});
+  shipment.take(ShipEnd{crc32c_of("x")});
   REQUIRE(shipment.take(ShipDone{1, 1}).ok);
   const std::string copy = dir.path() + "/work";
   CHECK(shipment.workdir() == copy);

@@ -444,7 +444,7 @@ struct Signal {
 // is ShipBegin, its ShipChunks in order, then ShipEnd; ShipDone ends the
 // shipment and the agent answers it with ShipAck. The agent writes the
 // files beneath its private scratch directory (work/), where its ranks then
-// run, and checks each file's size and SHA-256.
+// run, and checks each file's size and CRC-32C.
 
 // head -> agent: a file of the shipment; its chunks follow.
 struct ShipBegin {
@@ -467,7 +467,7 @@ struct ShipChunk {
 // head -> agent: the file is complete; the agent checks its size and checksum.
 struct ShipEnd {
   static constexpr MessageType kType = MessageType::ship_end;
-  std::string sha256;  // of the file's bytes, 64 lowercase hex digits
+  std::string crc32c;  // Crc32c::hex() of the file's bytes
   friend bool operator==(const ShipEnd&, const ShipEnd&) = default;
 };
 

@@ -63,9 +63,6 @@
 #include <utility>
 #include <vector>
 
-// OpenSSL's EVP_MD_CTX, for Sha256 (only protocol's sources include OpenSSL).
-struct evp_md_ctx_st;
-
 namespace flowrun {
 
 // 4: messages are structs (messages.h): every field always sent and
@@ -86,7 +83,8 @@ namespace flowrun {
 // carries the agent's address and a port it listens on, assign node 0's,
 // which the node checks reach (reach_node0). 14: shares carry each rank's
 // blocked samples and its main thread's blocked time over its span.
-inline constexpr std::uint8_t kProtocolVersion = 14;
+// 15: ship_end carries the file's CRC-32C, not its SHA-256.
+inline constexpr std::uint8_t kProtocolVersion = 15;
 
 // length:u32 + version:u8 + type:u8.
 inline constexpr std::size_t kFrameHeaderBytes = 6;
@@ -392,9 +390,13 @@ class FrameCipher {
 };
 
 // CRC-32C (Castagnoli, as iSCSI and ext4 use it), fed in pieces: the
-// checksum of an upload, which catches a corrupt or truncated file. Not a
-// defence against a peer that lies: the token's handshake is that. Uses the
-// CPU's crc32 instruction (SSE4.2) when it has one.
+// checksum of each file an upload or a shipment carries, which catches a
+// file that is truncated, changed while it was read, or written wrong. Not
+// a defence against a peer that lies: the token's handshake and the sealed
+// frames are that (every byte of a frame is authenticated as its sender's,
+// in order, by AES-GCM), so a cryptographic hash of the file would add
+// nothing but its cost. Uses the CPU's crc32 instruction (SSE4.2) when it
+// has one.
 class Crc32c {
  public:
   void update(std::string_view data);
@@ -403,24 +405,6 @@ class Crc32c {
 
  private:
   std::uint32_t state_ = 0xFFFFFFFFu;
-};
-
-// SHA-256 (OpenSSL's EVP) of a shipped file, fed piece by piece: what the
-// head sends in ShipEnd and the agent checks the file it wrote against.
-// Unlike an upload's CRC, a shipment puts the head's files where ranks run,
-// so it is checked with a cryptographic hash. Throws Error only where
-// OpenSSL cannot make the context (out of memory).
-class Sha256 {
- public:
-  Sha256();
-  ~Sha256();
-  Sha256(const Sha256&) = delete;
-  Sha256& operator=(const Sha256&) = delete;
-  void update(std::string_view data);
-  std::string hex();  // 64 lowercase hex characters; ends the hash
-
- private:
-  ::evp_md_ctx_st* ctx_ = nullptr;  // EVP_MD_CTX
 };
 
 // ---- Upload paths ----------------------------------------------------------
