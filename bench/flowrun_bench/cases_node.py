@@ -11,27 +11,35 @@ from .common import (BIN, W, WORKERS, Launcher, finish, fresh, made, parse_kv, r
 from .record import median, ratio, summary
 
 
+# Where run `i` of a case keeps its run directory. Each run has its own, and they all stay until the bench's
+# scratch directory goes, as a user's runs stay: on ext4 without a journal (this host's disk), a file made
+# within minutes of thousands deleted costs more the more were deleted (the inode allocator passes over every
+# recently deleted inode), which deleting each run's directory before the next would measure instead.
+def run_dir(d, i):
+    return d / f"run{i + 1}"
+
+
 def case_startup(args, work, launchers, memory=False):
     tag = "c" if memory else "a"
     spec = spec_from("true.yaml", work / "true.yaml")
     runs = {
-        "flowrun": lambda d: [str(W.flowrun), "--run-dir", str(fresh(d / "run")), str(spec)],
-        "torchrun": lambda d: torchrun_cmd(["/bin/true"]),
-        "floor": lambda d: [str(BIN / "spawn"), str(WORKERS), "/bin/true"],
+        "flowrun": lambda d, i: [str(W.flowrun), "--run-dir", str(run_dir(d, i)), str(spec)],
+        "torchrun": lambda d, i: torchrun_cmd(["/bin/true"]),
+        "floor": lambda d, i: [str(BIN / "spawn"), str(WORKERS), "/bin/true"],
     }
     if not memory:
         # The floor that also keeps a run's record as flowrun does (each rank's directory, log files and end
-        # record; the run's record), in a run directory made afresh each time as flowrun's is.
-        runs["floor_files"] = lambda d: [str(BIN / "spawn"), "-t", str(made(fresh(d / "run"))), str(WORKERS),
-                                         "/bin/true"]
+        # record; the run's record), in a run directory of its own as flowrun's is.
+        runs["floor_files"] = lambda d, i: [str(BIN / "spawn"), "-t", str(made(run_dir(d, i))), str(WORKERS),
+                                            "/bin/true"]
     if memory:
-        runs["worker"] = lambda d: ["/bin/true"]
+        runs["worker"] = lambda d, i: ["/bin/true"]
     order = [n for n in runs if launchers[n].available]
     for i in range(-1, args.runs):  # run -1 warms the caches and is not counted
         for name in rotate(order, max(i, 0)):
             d = work / f"{tag}-{name}"
             d.mkdir(exist_ok=True)
-            cmd = runs[name](d)
+            cmd = runs[name](d, i)
             proc, res = timeit(cmd, d, "run", 120, memory=memory)
             got = finish(proc, res)
             launcher = launchers[name]
@@ -41,7 +49,6 @@ def case_startup(args, work, launchers, memory=False):
                 continue
             if i >= 0:
                 launcher.samples.append(got)
-            fresh(d / "run")
 
 
 # flowrun's lines that say how many of the workers' lines the console did not show.
@@ -78,8 +85,8 @@ def case_teardown(args, work, launchers):
     stamp = work / "b-stamp"
     spec = spec_from("teardown.yaml", work / "teardown.yaml", BIN=BIN, STAMP=stamp)
     runs = {
-        "flowrun": lambda d: [str(W.flowrun), "--run-dir", str(fresh(d / "run")), str(spec)],
-        "torchrun": lambda d: torchrun_cmd([str(BIN / "failer"), str(stamp)]),
+        "flowrun": lambda d, i: [str(W.flowrun), "--run-dir", str(run_dir(d, i)), str(spec)],
+        "torchrun": lambda d, i: torchrun_cmd([str(BIN / "failer"), str(stamp)]),
     }
     order = [n for n in runs if launchers[n].available]
     for i in range(-1, args.runs):
@@ -87,7 +94,7 @@ def case_teardown(args, work, launchers):
             d = work / f"b-{name}"
             d.mkdir(exist_ok=True)
             stamp.unlink(missing_ok=True)
-            cmd = runs[name](d)
+            cmd = runs[name](d, i)
             proc, res = timeit(cmd, d, "run", 120)
             got = finish(proc, res)
             launcher = launchers[name]
@@ -98,7 +105,6 @@ def case_teardown(args, work, launchers):
             got["teardown_ns"] = got["end_realtime_ns"] - int(stamp.read_text())
             if i >= 0:
                 launcher.samples.append(got)
-            fresh(d / "run")
 
 
 def case_logs(args, work, launchers):

@@ -212,9 +212,13 @@ def node_part(records):
       "and `ALL`. `bench/torchrun_py311.py` replaces that one lookup in memory and then calls "
       "`torch.distributed.run.main()`, exactly what `/usr/bin/torchrun` does; no file on the system is changed. "
       "`--monitor_interval 0.1` matches the poll interval of newer torchrun releases (1.13 defaults to 5 s).")
-    w("- `$TMP` in the commands is a scratch directory; the flowrun run directory is given with `--run-dir` and "
-      "deleted after each run, so every run starts from an empty one. Launchers' stdout and stderr go to files "
-      "in it, except in case (d).")
+    w("- `$TMP` in the commands is a scratch directory; launchers' stdout and stderr go to files in it, except "
+      "in case (d). The flowrun run directory is given with `--run-dir`, a new one for each run. In cases (a) "
+      "and (b) each run's directory stays until the bench ends, as a user's runs stay: on ext4 without a journal "
+      "(this host's root disk), making a file within minutes of deleting thousands costs more the more were "
+      "deleted (the inode allocator passes over each recently deleted inode), so deleting each run's directory "
+      "before the next would measure that instead. In case (d), whose run directories hold 2 GB of logs, each "
+      "is deleted after its run, once written back.")
     w("- Helpers are built with `cc -O2`: `bench/timeit.c` (runs one command, reports wall time, `CLOCK_REALTIME` "
       "at exit, `ru_maxrss`), `bench/spawn.c`, `bench/failer.c`, `bench/producer.c`, `bench/forward.c`, "
       "`bench/reader.c`.")
