@@ -4,6 +4,7 @@
 #include <cstring>
 #include <fcntl.h>
 #include <fmt/format.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -169,11 +170,17 @@ void launch_after_listen(const Console& console, const NodeStep& job, const Agen
   // Every rank's directory now, while the engine brings the agents up, on a
   // thread of its own: on the loop's, 16,384 of them held off the agents
   // dialling at once for a quarter of a second, and the kernel's listen
-  // queue overflowed (each agent it dropped retried a second later).
+  // queue overflowed (each agent it dropped retried a second later). At the
+  // lowest priority (nice 19, this thread alone): the ranks do not need
+  // them to start (RemoteGroup waits for them after the starts), and on a
+  // disk where a new inode is dear (ext4 without a journal, soon after many
+  // files were deleted: 30 to 120 us each here) they took the CPU the head
+  // and the joining agents needed.
   std::vector<std::string> dirs;
   dirs.reserve(plan.ranks.size());
   for (const auto& rp : plan.ranks) dirs.push_back(job.ctx.layout.output_dir(plan.step, rp.rank));
   launch.rank_dirs = std::async(std::launch::async, [dirs = std::move(dirs)] {
+    (void)setpriority(PRIO_PROCESS, 0, 19);  // Linux: 0 is the calling thread
     for (const auto& dir : dirs) make_dirs(dir);
   });
 }

@@ -181,15 +181,18 @@ class Head : public GroupObserver, public cluster::NodeInbox {
     }
     if (!wait_ready()) return not_started();
     attempt_ = attempt.restart;
+    start_attempt();
+    // The ranks write into their agent's scratch directory, not into the
+    // head's rank directories, which only take what comes back (logs, end
+    // records, uploads): the starts go out first, and the directories, made
+    // while the nodes joined, before the head takes anything from a rank.
     if (rank_dirs_.valid()) {
       try {
-        rank_dirs_.get();  // made while the nodes joined
+        rank_dirs_.get();
       } catch (const Error& e) {
-        fail_before_start(e.what());  // the agents that joined get their bye
-        return not_started();
+        log_failed({e.what(), e.err()});  // nothing a rank sends back could be kept: the ranks stop
       }
     }
-    start_attempt();
     sup_.run_until([this] { return phase_ != Phase::running; });
     AttemptResult result;
     result.record = attempt_recorded_ ? std::move(last_) : record_attempt();
