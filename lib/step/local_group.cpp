@@ -1,4 +1,5 @@
 #include <fmt/format.h>
+#include <memory>
 #include <unistd.h>
 
 #include "flowrun/files.h"
@@ -6,6 +7,8 @@
 #include "flowrun/slurm.h"
 #include "flowrun/worker_env.h"
 #include "flowrun/worker_group.h"
+
+#include "files_ahead.h"
 
 namespace flowrun {
 
@@ -47,12 +50,40 @@ AttemptResult LocalGroup::run_attempt(const Attempt& attempt) {
   ctx.restart_count = attempt.restart;
   const NodeWork work = node_work(*job_.spec, step, plan, 0, ctx);
   const NodeSite site = this_host(ctx);
-  std::vector<WorkerLaunch> launches;
-  launches.reserve(work.ranks.size());
+  GroupOptions group = job_.group;
+  // Each rank's directory, and its logs opened: for several ranks on a
+  // thread of their own that the ranks' starts wait for one by one
+  // (files_ahead.h), for one rank here (or all of them, when the group's
+  // logs open another way).
+  std::vector<FilesAhead::Rank> files;
+  files.reserve(work.ranks.size());
   for (const auto& rank : work.ranks) {
     const std::string rank_dir = ctx.layout.rank_dir(step.name, rank.rank);
-    make_dirs(ctx.layout.output_dir(step.name, rank.rank));
-    WorkerLaunch launch;
+    files.push_back({ctx.layout.output_dir(step.name, rank.rank), ctx.layout.error_file(step.name, rank.rank),
+                     ctx.layout.end_file(step.name, rank.rank), rank_dir + "/stdout.log",
+                     rank_dir + "/stderr.log"});
+  }
+  std::vector<WorkerLaunch> launches(work.ranks.size());
+  for (std::size_t i = 0; i < files.size(); ++i) {
+    WorkerLaunch& launch = launches[i];
+    launch.stdout_log = files[i].stdout_log;
+    launch.stderr_log = files[i].stderr_log;
+    launch.error_file = files[i].error_file;
+    launch.end_file = files[i].end_file;
+  }
+  if (work.ranks.size() > 1 && !group.open_log) {
+    auto made = std::make_shared<FilesAhead>(std::move(files));
+    group.open_log = [made](const std::string& path) { return made->open_log(path); };
+  } else {
+    for (const auto& f : files) {
+      make_dirs(f.out_dir);
+      unlink(f.error_file.c_str());  // a traceback from an earlier attempt is not this one's
+      unlink(f.end_file.c_str());    // nor an end
+    }
+  }
+  for (std::size_t i = 0; i < work.ranks.size(); ++i) {
+    const RankWork& rank = work.ranks[i];
+    WorkerLaunch& launch = launches[i];
     launch.rank = rank.rank;
     launch.local_rank = rank.local_rank;
     launch.argv = job_.argv;
@@ -62,18 +93,10 @@ AttemptResult LocalGroup::run_attempt(const Attempt& attempt) {
     // from those instead of the contract. The job's variables stay.
     launch.env = full_env(strip_step_variables(site.env), worker_env(work, rank, site));
     launch.workdir = step.workdir;
-    launch.stdout_log = rank_dir + "/stdout.log";
-    launch.stderr_log = rank_dir + "/stderr.log";
-    launch.error_file = ctx.layout.error_file(step.name, rank.rank);
-    unlink(launch.error_file.c_str());  // a traceback from an earlier attempt is not this one's
-    launch.end_file = ctx.layout.end_file(step.name, rank.rank);
-    unlink(launch.end_file.c_str());  // nor an end
     if (job_.shows) launch.console = job_.shows(rank.rank, rank.local_rank);
     if (static_cast<std::size_t>(rank.local_rank) < ctx.cpus.size())
       launch.cpus = ctx.cpus[static_cast<std::size_t>(rank.local_rank)];
-    launches.push_back(std::move(launch));
   }
-  GroupOptions group = job_.group;
   group.timeout_s = attempt.timeout_s;
   group.restart_count = attempt.restart;
   group.master_port = port.port;

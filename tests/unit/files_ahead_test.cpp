@@ -1,0 +1,98 @@
+// The ranks' files made on a thread of their own as the ranks spawn
+// (lib/step/files_ahead.h): each rank's directory and out/, an earlier
+// attempt's end record and traceback removed, its logs opened and handed to
+// its start; a directory that cannot be made fails that rank's start and
+// every later one's, and the ranks before it keep theirs.
+#include "files_ahead.h"
+
+#include <cerrno>
+#include <filesystem>
+#include <string>
+#include <sys/stat.h>
+#include <unistd.h>
+#include <vector>
+
+#include "flowrun/error.h"
+#include "flowrun/files.h"
+
+#include "testing.h"
+
+using namespace flowrun;
+namespace fs = std::filesystem;
+
+namespace {
+
+std::vector<FilesAhead::Rank> ranks_in(const std::string& work, int n) {
+  std::vector<FilesAhead::Rank> ranks;
+  for (int r = 0; r < n; ++r) {
+    const std::string dir = work + "/rank" + std::to_string(r);
+    ranks.push_back(
+        {dir + "/out", dir + "/error.json", dir + "/end.json", dir + "/stdout.log", dir + "/stderr.log"});
+  }
+  return ranks;
+}
+
+// Writes `text` to `fd` and closes it.
+void write_and_close(int fd, const std::string& text) {
+  REQUIRE(fd >= 0);
+  CHECK(write(fd, text.data(), text.size()) == static_cast<ssize_t>(text.size()));
+  close(fd);
+}
+
+}  // namespace
+
+TEST_CASE(
+    "files ahead: each rank's directory made and its logs opened for its start; an earlier attempt's end "
+    "and traceback gone",
+    "[files_ahead]") {
+  testing::ScopedTempDir dir("ahead");
+  const std::string work = dir.path() + "/work";
+  fs::create_directories(work + "/rank1");
+  flowrun::write_file(work + "/rank1/end.json", "{}");
+  flowrun::write_file(work + "/rank1/error.json", "{}");
+  flowrun::write_file(work + "/rank1/stdout.log", "the attempt before's output, longer than this one's\n");
+  FilesAhead ahead(ranks_in(work, 3));
+  for (int r = 0; r < 3; ++r) {
+    const std::string rank = work + "/rank" + std::to_string(r);
+    write_and_close(ahead.open_log(rank + "/stdout.log"), "out " + std::to_string(r) + "\n");
+    write_and_close(ahead.open_log(rank + "/stderr.log"), "err " + std::to_string(r) + "\n");
+    CHECK(fs::is_directory(rank + "/out"));
+    CHECK(testing::read_file(rank + "/stdout.log") == "out " + std::to_string(r) + "\n");  // truncated first
+    CHECK(testing::read_file(rank + "/stderr.log") == "err " + std::to_string(r) + "\n");
+  }
+  CHECK_FALSE(fs::exists(work + "/rank1/end.json"));
+  CHECK_FALSE(fs::exists(work + "/rank1/error.json"));
+  // Any other path is opened as it is asked for.
+  write_and_close(ahead.open_log(dir.path() + "/other.log"), "other\n");
+  CHECK(testing::read_file(dir.path() + "/other.log") == "other\n");
+}
+
+TEST_CASE(
+    "files ahead: a rank whose directory cannot be made fails its start and every later one's with why; "
+    "the ranks before it have theirs",
+    "[files_ahead]") {
+  testing::ScopedTempDir dir("ahead");
+  const std::string work = dir.path() + "/work";
+  fs::create_directories(work);
+  flowrun::write_file(work + "/rank1", "a file where rank 1's directory goes");
+  FilesAhead ahead(ranks_in(work, 3));
+  write_and_close(ahead.open_log(work + "/rank0/stdout.log"), "");
+  write_and_close(ahead.open_log(work + "/rank0/stderr.log"), "");
+  CHECK_THROWS_WITH(ahead.open_log(work + "/rank1/stdout.log"),
+                    "cannot create the directory " + work + "/rank1/out: Not a directory");
+  CHECK_THROWS_AS(ahead.open_log(work + "/rank2/stdout.log"), Error);
+  CHECK_FALSE(fs::exists(work + "/rank2"));  // nothing is made after the rank that failed
+}
+
+TEST_CASE("files ahead: a FIFO a rank left where its log goes is refused, not opened", "[files_ahead]") {
+  testing::ScopedTempDir dir("ahead");
+  const std::string work = dir.path() + "/work";
+  fs::create_directories(work + "/rank0");
+  REQUIRE(mkfifo((work + "/rank0/stderr.log").c_str(), 0644) == 0);
+  FilesAhead ahead(ranks_in(work, 2));
+  write_and_close(ahead.open_log(work + "/rank0/stdout.log"), "");
+  errno = 0;
+  CHECK(ahead.open_log(work + "/rank0/stderr.log") == -1);
+  CHECK(errno == kErrNotRegular);
+  write_and_close(ahead.open_log(work + "/rank1/stdout.log"), "");  // the next rank's are made all the same
+}
