@@ -13,8 +13,8 @@ namespace flowrun::cluster {
 
 namespace {}  // namespace
 
-int free_node_rank(const std::vector<bool>& joined, const std::vector<int>& started) {
-  for (std::size_t i = 0; i < joined.size(); ++i) {
+int free_node_rank(const std::vector<bool>& joined, const std::vector<int>& started, std::size_t from) {
+  for (std::size_t i = from; i < joined.size(); ++i) {
     const int rank = static_cast<int>(i);
     if (!joined[i] && std::find(started.begin(), started.end(), rank) == started.end()) return rank;
   }
@@ -22,14 +22,15 @@ int free_node_rank(const std::vector<bool>& joined, const std::vector<int>& star
 }
 
 Admission claim_node_rank(int claim, const std::vector<bool>& joined,
-                          const std::function<std::string(int)>& name_of, const std::vector<int>& started) {
+                          const std::function<std::string(int)>& name_of, const std::vector<int>& started,
+                          std::size_t from) {
   int rank = claim;
   if (rank >= static_cast<int>(joined.size()))
     return {-1, fmt::format("it asks for node rank {}, but the step has {}", rank,
                             plural(joined.size(), "node", "nodes"))};
   if (rank >= 0 && joined[static_cast<std::size_t>(rank)])
     return {-1, fmt::format("node rank {} has already joined (from {})", rank, name_of(rank))};
-  if (rank < 0) rank = free_node_rank(joined, started);
+  if (rank < 0) rank = free_node_rank(joined, started, from);
   if (rank < 0) return {-1, "no node rank is left for it"};
   return {rank, {}};
 }
@@ -68,15 +69,15 @@ int NodeTable::add_spare_seat() {
 Admission NodeTable::admit(const Joiner& j, const std::vector<int>& engine_nodes, bool spares_only) const {
   // Asked once per joiner: nothing here may copy every node (4096 of them).
   auto name_of = [this](int rank) { return nodes_[static_cast<std::size_t>(rank)].name; };
-  if (!spares_only) return claim_node_rank(j.claim, joined_flags_, name_of, engine_nodes);
+  if (!spares_only) return claim_node_rank(j.claim, joined_flags_, name_of, engine_nodes, free_from_);
   // An elastic step's node that joins late waits in any free seat: the seats
   // were renumbered when the step started without it.
-  if (elastic()) return claim_node_rank(-1, joined_flags_, name_of, {});
+  if (elastic()) return claim_node_rank(-1, joined_flags_, name_of, {}, free_from_);
   if (j.claim >= 0 && j.claim < static_cast<int>(active_))
     return {-1, fmt::format("node rank {} has already joined (from {})", j.claim, name_of(j.claim))};
   std::vector<bool> taken = joined_flags_;  // flags, not nodes
   std::fill(taken.begin(), taken.begin() + static_cast<std::ptrdiff_t>(active_), true);
-  return claim_node_rank(j.claim, taken, name_of, engine_nodes);
+  return claim_node_rank(j.claim, taken, name_of, engine_nodes, std::max(free_from_, active_));
 }
 
 bool NodeTable::join(int seat, const Joiner& j, std::shared_ptr<NodeLink> conn) {
@@ -85,6 +86,7 @@ bool NodeTable::join(int seat, const Joiner& j, std::shared_ptr<NodeLink> conn) 
   n.rank = seat;
   n.joined = true;
   joined_flags_[static_cast<std::size_t>(seat)] = true;
+  while (free_from_ < joined_flags_.size() && joined_flags_[free_from_]) ++free_from_;
   n.name = printable(j.node);  // it is printed, and in the report
   n.peer_ip = j.ip;
   n.via = j.via;
@@ -186,6 +188,8 @@ NodeTable::Reseated NodeTable::reseat() {
     nodes_[seat].rank = static_cast<int>(seat);
     joined_flags_[seat] = nodes_[seat].joined;
   }
+  free_from_ = 0;
+  while (free_from_ < joined_flags_.size() && joined_flags_[free_from_]) ++free_from_;
   return change;
 }
 

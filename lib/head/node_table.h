@@ -21,14 +21,16 @@ namespace flowrun::cluster {
 // The node rank the head gives an agent that asks for none: the lowest one
 // not yet joined (`joined[i]`) and not kept for an agent that an engine starts
 // with --node-rank (`started`, the launches' EngineLaunch::node: ssh's every
-// node, flowrun run's rendezvous node 0); -1 when none is left.
-int free_node_rank(const std::vector<bool>& joined, const std::vector<int>& started);
+// node, flowrun run's rendezvous node 0); -1 when none is left. Looks from
+// rank `from` on: the caller knows that none below it is free.
+int free_node_rank(const std::vector<bool>& joined, const std::vector<int>& started, std::size_t from = 0);
 
 // The node rank for a joiner that claims `claim` (-1: any) among nodes of
 // which `joined[i]` have joined (node i as `name_of(i)`), keeping the ranks that
-// `started` holds for the engine's agents (free_node_rank). Pure.
+// `started` holds for the engine's agents (free_node_rank, from `from`). Pure.
 Admission claim_node_rank(int claim, const std::vector<bool>& joined,
-                          const std::function<std::string(int)>& name_of, const std::vector<int>& started);
+                          const std::function<std::string(int)>& name_of, const std::vector<int>& started,
+                          std::size_t from = 0);
 
 // One node of the step, by node rank, as the head sees it.
 struct Node {
@@ -196,10 +198,13 @@ class NodeTable {
   std::deque<Node> nodes_;
   std::size_t active_ = 0;          // how many of nodes_ are the step's nodes
   std::vector<bool> joined_flags_;  // nodes_[i].joined, as claim_node_rank takes it
-  std::size_t joined_ = 0;          // of the nodes, not the spares
-  std::vector<Node> retired_;       // an elastic step's nodes that reseat() left out
-  std::size_t max_ = 0;             // the step's nodes at most: the plan's
-  int min_ = 0;                     // parallel.nodes "MIN:MAX": MIN; 0: a fixed count
+  // No seat below it is free: each joiner that asks for no rank is seated
+  // from here, not from seat 0 (16,384 joiners: 134 million looks).
+  std::size_t free_from_ = 0;
+  std::size_t joined_ = 0;     // of the nodes, not the spares
+  std::vector<Node> retired_;  // an elastic step's nodes that reseat() left out
+  std::size_t max_ = 0;        // the step's nodes at most: the plan's
+  int min_ = 0;                // parallel.nodes "MIN:MAX": MIN; 0: a fixed count
 };
 
 }  // namespace flowrun::cluster

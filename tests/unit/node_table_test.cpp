@@ -114,6 +114,26 @@ TEST_CASE("NodeTable: a joiner gets a free node rank, not one taken or held for 
   CHECK(nodes.admit(any, {}).refusal == "node rank 0 has already joined (from a)");
 }
 
+TEST_CASE(
+    "NodeTable: joiners that ask for no rank get the lowest free one, whichever seats were taken before",
+    "[node_table]") {
+  // The table looks from the lowest seat that may be free, not from seat 0: it must still find a seat
+  // below one that joined out of order.
+  NodeTable nodes(4);
+  const Joiner any = joiner("x");
+  nodes.join(2, joiner("c"), nullptr);  // joined by its claim
+  CHECK(nodes.admit(any, {}).rank == 0);
+  nodes.join(0, joiner("a"), nullptr);
+  CHECK(nodes.admit(any, {}).rank == 1);
+  CHECK(nodes.admit(any, {1}).rank == 3);  // 1 held for the engine's agent, 2 taken
+  nodes.join(1, joiner("b"), nullptr);
+  CHECK(nodes.admit(any, {}).rank == 3);
+  nodes.join(3, joiner("d"), nullptr);
+  CHECK(nodes.admit(any, {}).refusal == "no node rank is left for it");
+  CHECK(free_node_rank({true, true, false, false}, {}, 2) == 2);
+  CHECK(free_node_rank({true, true, false, false}, {2}, 2) == 3);
+}
+
 TEST_CASE("NodeTable: nodes without the GPUs the plan gave them, in one line", "[node_table]") {
   const StepPlan plan = three_nodes();
   NodeTable nodes(plan.nodes.size());
