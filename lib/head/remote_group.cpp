@@ -310,6 +310,7 @@ class Head : public GroupObserver, public cluster::NodeInbox {
     ctx.restart_count = attempt_;
     master_port_ = ctx.master_port;
     attempt_start_ns_ = unix_now_ns();
+    unended_ = 0;
     ranks_.reset();
     stacks_.reset_stop();
     shares_.reset(attempt_, job_.group.sample_s);
@@ -502,9 +503,9 @@ class Head : public GroupObserver, public cluster::NodeInbox {
 
   void maybe_attempt_done() {
     if (phase_ != Phase::running) return;
-    for (const auto& n : nodes_) {
-      if (!n.done && !n.lost) return;
-    }
+    // From the first node that had not ended: n nodes that end cost n looks, not n^2 / 2.
+    while (unended_ < nodes_.size() && (nodes_[unended_].done || nodes_[unended_].lost)) ++unended_;
+    if (unended_ < nodes_.size()) return;
     ranks_.close_files();
     batch_.flush();
     last_ = record_attempt();
@@ -621,6 +622,7 @@ class Head : public GroupObserver, public cluster::NodeInbox {
   std::string engine_note_;
   std::string write_error_;  // the first file of the run directory that could not be written, and why
   int attempt_ = 0;
+  std::size_t unended_ = 0;  // no node below it is still running (maybe_attempt_done)
   int master_port_ = 0;
   std::int64_t attempt_start_ns_ = 0;
   bool stopping_ = false;
