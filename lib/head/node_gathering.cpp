@@ -223,6 +223,8 @@ void NodeGathering::all_joined() {
 void NodeGathering::assign() {
   links_.move_to(Phase::assigning);
   ready_ = 0;
+  unshipped_ = 0;
+  own_host_seat_.reset();
   // A node new to the step first (a spare in a lost node's seat, a node an
   // elastic step takes in): it has the most to do before it is ready (its
   // check, the step's inputs), and on thousands of nodes the last assign
@@ -470,8 +472,10 @@ void NodeGathering::write_excluded() {
 
 void NodeGathering::maybe_ready() {
   if (phase_ != Phase::assigning || ready_ < static_cast<int>(nodes_.size())) return;
-  for (const auto& n : nodes_)
-    if (n.shipping) return;
+  // Every node is ready, so none begins a shipment now: each ack goes on from
+  // the first node still shipping (n acks, n looks; not n^2 / 2).
+  while (unshipped_ < nodes_.size() && !nodes_[unshipped_].shipping) ++unshipped_;
+  if (unshipped_ < nodes_.size()) return;
   links_.move_to(Phase::ready);
 }
 
@@ -481,10 +485,16 @@ NodeGathering::Workdir NodeGathering::workdir_for(const Node& n, bool workdir_ok
     // Every node but the one on the head's own host (the first that reports
     // its name: on one host every node does), which reads the workdir itself.
     const std::string head = host_name(job_.ctx.parent_env);
-    bool own_host = n.name == head;
-    for (const auto& other : nodes_)
-      if (other.rank < n.rank && other.name == head) own_host = false;
-    if (!own_host) return Workdir::ship;
+    if (!own_host_seat_) {  // looked up once a round, not once a node (n^2 / 2 names compared)
+      own_host_seat_ = -1;
+      for (const auto& other : nodes_) {
+        if (other.name == head) {
+          own_host_seat_ = other.rank;
+          break;
+        }
+      }
+    }
+    if (n.rank != *own_host_seat_) return Workdir::ship;
   }
   if (workdir_ok) return Workdir::shared;
   return mode == SharedWorkdir::detect && job_.ship_when_not_shared ? Workdir::ship : Workdir::refuse;

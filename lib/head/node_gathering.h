@@ -160,6 +160,11 @@ class NodeGathering {
   std::optional<ShipList> ship_list_;  // listed at the first shipment, once for the step
   std::map<const NodeLink*, std::unique_ptr<ShipSender>> shipments_;
   int ready_ = 0;
+  // Reset with each assign: no node below unshipped_ is still shipping once
+  // every node is ready (maybe_ready); the lowest seat whose node runs on the
+  // head's own host, -1 for none, once looked up (workdir_for).
+  std::size_t unshipped_ = 0;
+  mutable std::optional<int> own_host_seat_;
   NodePreflight preflight_;                         // preflight: true
   std::vector<NodeVerdict> verdicts_;               // since take_verdicts
   std::vector<std::string> excluded_;               // the nodes left out, for the excluded_nodes file
