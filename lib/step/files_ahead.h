@@ -1,10 +1,14 @@
 // The files of a step's ranks on this host, made on a thread of their own
 // while the ranks before each spawn: its directory and out/, the removal of
 // an earlier attempt's traceback and end record, and its two log files,
-// opened. A rank waits only for its own files. On a disk where a new inode
-// is dear (ext4 without a journal, minutes after many files were deleted:
-// tens of microseconds each) this took a third of the start-up of 8 ranks
-// of /bin/true. Internal to lib/step.
+// created (empty). A rank's start waits only for its own files, then opens
+// its logs, which exist by then. On a disk where a new inode is dear (ext4
+// without a journal, minutes after many files were deleted: tens of
+// microseconds each) making them took a third of the start-up of 8 ranks of
+// /bin/true. The thread holds no descriptor longer than one file's
+// creation: flowrun's own count of the descriptors a step needs
+// (require_descriptors) stays the first thing to meet a low limit, not the
+// logs of ranks that have not started. Internal to lib/step.
 #pragma once
 
 #include <condition_variable>
@@ -28,26 +32,25 @@ class FilesAhead {
 
   // Starts making `ranks`' files, in their order.
   explicit FilesAhead(std::vector<Rank> ranks);
-  ~FilesAhead();  // waits for the thread; closes the logs nobody took
+  ~FilesAhead();  // waits for the thread
   FilesAhead(const FilesAhead&) = delete;
   FilesAhead& operator=(const FilesAhead&) = delete;
 
-  // GroupOptions::open_log: the descriptor of a rank's log `path` once its
-  // rank's files are made, as open_output_file gives it (-1 with errno
-  // set); rethrows the Error its rank's directory could not be made with.
-  // Another path is opened here and now.
+  // GroupOptions::open_log: a rank's log `path` opened (open_output_file:
+  // -1 with errno set) once its rank's files are made; rethrows the Error
+  // its rank's directory could not be made with. Another path is opened at
+  // once.
   int open_log(const std::string& path);
 
  private:
   void run();
 
   std::vector<Rank> ranks_;
-  std::map<std::string, std::size_t> slot_;  // a log's path: 2 * its rank's index, + 1 for stderr
+  std::map<std::string, std::size_t> rank_of_;  // a log's path: its rank's index
   std::mutex mutex_;
   std::condition_variable made_;
-  std::vector<int> fds_, errs_;  // by slot; -1 once taken
-  std::size_t ready_ = 0;        // the ranks whose files are made
-  std::exception_ptr failed_;    // the rank ready_'s, when its directory could not be made
+  std::size_t ready_ = 0;      // the ranks whose files are made
+  std::exception_ptr failed_;  // the rank ready_'s, when its directory could not be made
   std::thread thread_;
 };
 
