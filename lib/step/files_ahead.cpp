@@ -17,14 +17,18 @@ FilesAhead::FilesAhead(std::vector<Rank> ranks) : ranks_(std::move(ranks)) {
 
 FilesAhead::~FilesAhead() { thread_.join(); }
 
+void FilesAhead::prepare(const Rank& r) {
+  make_dirs(r.out_dir);
+  ::unlink(r.error_file.c_str());  // a traceback from an earlier attempt is not this one's
+  ::unlink(r.end_file.c_str());    // nor an end
+}
+
 void FilesAhead::run() {
   for (std::size_t i = 0; i < ranks_.size(); ++i) {
     const Rank& r = ranks_[i];
     std::exception_ptr failed;
     try {
-      make_dirs(r.out_dir);
-      ::unlink(r.error_file.c_str());  // a traceback from an earlier attempt is not this one's
-      ::unlink(r.end_file.c_str());    // nor an end
+      prepare(r);
       // Created, and closed at once; what cannot be created (a FIFO in its
       // place) the rank's start meets again, and says.
       for (const std::string* log : {&r.stdout_log, &r.stderr_log}) {

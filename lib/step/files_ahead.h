@@ -30,6 +30,11 @@ class FilesAhead {
     std::string stdout_log, stderr_log;
   };
 
+  // A rank's directory and out/ made, an earlier attempt's traceback and end
+  // record removed: what the thread does for each rank before its logs, and
+  // what a group without the thread does itself. Throws Error.
+  static void prepare(const Rank& r);
+
   // Starts making `ranks`' files, in their order.
   explicit FilesAhead(std::vector<Rank> ranks);
   ~FilesAhead();  // waits for the thread

@@ -1,8 +1,6 @@
 #include <fmt/format.h>
 #include <memory>
-#include <unistd.h>
 
-#include "flowrun/files.h"
 #include "flowrun/process.h"
 #include "flowrun/slurm.h"
 #include "flowrun/worker_env.h"
@@ -75,11 +73,7 @@ AttemptResult LocalGroup::run_attempt(const Attempt& attempt) {
     auto made = std::make_shared<FilesAhead>(std::move(files));
     group.open_log = [made](const std::string& path) { return made->open_log(path); };
   } else {
-    for (const auto& f : files) {
-      make_dirs(f.out_dir);
-      unlink(f.error_file.c_str());  // a traceback from an earlier attempt is not this one's
-      unlink(f.end_file.c_str());    // nor an end
-    }
+    for (const auto& f : files) FilesAhead::prepare(f);
   }
   for (std::size_t i = 0; i < work.ranks.size(); ++i) {
     const RankWork& rank = work.ranks[i];
