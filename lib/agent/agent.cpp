@@ -68,6 +68,7 @@ Exited exited_message(int rank, const WorkerRecord& rec, bool stopped) {
   m.pid = rec.pid;
   m.start_ns = rec.start_unix_ns;
   m.end_ns = rec.end_unix_ns;
+  m.error_file_ns = rec.error_file_unix_ns;
   m.rss_kib = rec.peak_rss_kib;
   m.stopped = stopped;
   if (rec.silent_s) m.silent_ms = std::llround(*rec.silent_s * 1000);

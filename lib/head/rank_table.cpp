@@ -23,6 +23,7 @@ void record_exit(WorkerRecord& rec, const Exited& m) {
   rec.pid = m.pid;
   rec.start_unix_ns = m.start_ns;
   rec.end_unix_ns = m.end_ns;
+  rec.error_file_unix_ns = m.error_file_ns;
   rec.peak_rss_kib = m.rss_kib;
   if (m.silent_ms) rec.silent_s = static_cast<double>(*m.silent_ms) / 1000;
   rec.suspended = m.suspended;

@@ -175,6 +175,7 @@ void fields(Io& io, M& m) {
   io("pid", m.pid);
   io("start_ns", m.start_ns);
   io("end_ns", m.end_ns);
+  io("error_file_ns", m.error_file_ns);
   io("rss_kib", m.rss_kib);
   io("stopped", m.stopped);
   io("silent_ms", m.silent_ms);

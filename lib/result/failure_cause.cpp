@@ -126,7 +126,12 @@ FailureFacts classify_failure(const AttemptRecord& attempt, bool node_gone,
   const WorkerRecord& w = attempt.workers.at(static_cast<std::size_t>(*attempt.culprit));
   switch (w.status.kind) {
     case ExitStatus::Kind::lost: facts.cause = FailureCause::node_lost; return facts;
-    case ExitStatus::Kind::signaled: facts.cause = FailureCause::signal; return facts;
+    case ExitStatus::Kind::signaled:
+      // One killed by flowrun's stop after it had recorded its own failure:
+      // that failure is the cause.
+      if (w.error_file_unix_ns > 0 && parse_error_file(error_file_text)) break;
+      facts.cause = FailureCause::signal;
+      return facts;
     case ExitStatus::Kind::exited: break;
     default: facts.cause = FailureCause::exit_code; return facts;  // could not start
   }

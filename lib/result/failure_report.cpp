@@ -125,6 +125,8 @@ std::string worker_headline(const WorkerRecord& w) {
     out += " after " + seconds_text(static_cast<double>(w.end_unix_ns - w.start_unix_ns) / 1e9);
   }
   if (w.pid > 0) out += fmt::format(" (pid {})", w.pid);
+  if (w.role == Role::culprit && w.error_file_unix_ns > 0 && w.status.kind == Kind::signaled)
+    out += ", stopped while it ended: it had failed first, as its error file says";
   return out;
 }
 

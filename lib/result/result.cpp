@@ -136,6 +136,7 @@ Json worker_json(const WorkerRecord& w) {
   json["stdout_log"] = string_or_null(w.stdout_log);
   json["stderr_log"] = string_or_null(w.stderr_log);
   json["error_file"] = string_or_null(w.error_file);
+  json["error_file_time"] = time_or_null(w.error_file_unix_ns);
   json["node"] = string_or_null(w.node);
   json["silent_ms"] = w.silent_s ? Json(static_cast<std::int64_t>(std::llround(*w.silent_s * 1000))) : Json();
   json["suspended"] = w.suspended;
@@ -262,7 +263,7 @@ void assign_roles(AttemptRecord& attempt, const std::vector<int>& stopped) {
     if (was_stopped[i] || !failed(workers[i].status)) continue;
     if (attempt.culprit) {
       const WorkerRecord& best = workers[static_cast<std::size_t>(*attempt.culprit)];
-      if (std::pair(workers[i].end_unix_ns, workers[i].rank) >= std::pair(best.end_unix_ns, best.rank))
+      if (std::pair(failure_time(workers[i]), workers[i].rank) >= std::pair(failure_time(best), best.rank))
         continue;
     }
     attempt.culprit = static_cast<int>(i);
@@ -284,6 +285,12 @@ void assign_roles(AttemptRecord& attempt, const std::vector<int>& stopped) {
       w.role = Role::victim;
     }
   }
+}
+
+std::int64_t failure_time(const WorkerRecord& w) {
+  return w.error_file_unix_ns > 0 && (w.end_unix_ns == 0 || w.error_file_unix_ns < w.end_unix_ns)
+             ? w.error_file_unix_ns
+             : w.end_unix_ns;
 }
 
 void write_rank_end(const std::string& path, const WorkerRecord& w) {

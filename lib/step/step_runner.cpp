@@ -226,7 +226,14 @@ int step_exit_code(const AttemptRecord& attempt, int interrupt) {
     case Outcome::interrupted: return 128 + (interrupt != 0 ? interrupt : 2);
     case Outcome::failed: break;
   }
-  if (attempt.culprit) return attempt.workers[static_cast<std::size_t>(*attempt.culprit)].status.shell_code();
+  if (attempt.culprit) {
+    const WorkerRecord& culprit = attempt.workers[static_cast<std::size_t>(*attempt.culprit)];
+    // One that flowrun's stop killed after its error file recorded its
+    // failure: 1, Python's code for what it raised, not 143, which a
+    // scheduler would read as its own SIGTERM.
+    if (culprit.error_file_unix_ns > 0 && culprit.status.kind == ExitStatus::Kind::signaled) return 1;
+    return culprit.status.shell_code();
+  }
   if (!attempt.write_error.empty()) return 1;  // flowrun's own I/O failure stopped the workers
   // No rank failed first (a node was lost after its ranks succeeded, an
   // upload was refused, ...): the code of a rank flowrun stopped (143 for its

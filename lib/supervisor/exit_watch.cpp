@@ -3,6 +3,7 @@
 #include <boost/asio/io_context.hpp>
 #include <cerrno>
 #include <sys/resource.h>
+#include <sys/stat.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -12,6 +13,16 @@
 namespace flowrun {
 
 namespace asio = boost::asio;
+
+std::int64_t error_file_time(const std::string& path, std::int64_t since_ns) {
+  // A file system stamps with its coarse clock, up to a tick behind the
+  // clock that stamped the start.
+  constexpr std::int64_t kCoarseTickNs = 20'000'000;
+  struct stat st {};
+  if (path.empty() || ::lstat(path.c_str(), &st) != 0 || !S_ISREG(st.st_mode) || st.st_size == 0) return 0;
+  const std::int64_t written = std::int64_t{st.st_mtim.tv_sec} * 1'000'000'000 + st.st_mtim.tv_nsec;
+  return written >= since_ns - kCoarseTickNs ? written : 0;
+}
 
 ExitWatch::ExitWatch(asio::io_context& io, pid_t guardian, WorkerList& workers,
                      std::function<void(Worker&)> ended, std::function<void()> after)
@@ -74,6 +85,8 @@ void ExitWatch::on_exit(Worker& w, int status, const rusage& usage) {
     w.record.status.kind = ExitStatus::Kind::signaled;
     w.record.status.code = WTERMSIG(status);
   }
+  if (!w.record.status.ok() && w.launch != nullptr)
+    w.record.error_file_unix_ns = error_file_time(w.launch->error_file, w.record.start_unix_ns);
   if (w.exit_watch) {
     w.exit_watch->cancel();
     w.exit_watch.reset();  // closes the pidfd

@@ -5,7 +5,9 @@
 // record before the supervisor hears of it.
 #pragma once
 
+#include <cstdint>
 #include <functional>
+#include <string>
 #include <sys/resource.h>
 #include <sys/types.h>
 #include <vector>
@@ -17,6 +19,12 @@ class io_context;
 }
 
 namespace flowrun {
+
+// When the regular file at `path` (a rank's TORCHELASTIC_ERROR_FILE) was
+// last written, if it has content and was written since `since_ns` (the
+// rank's start, wall clock); else 0. It never follows a link or opens the
+// file: a rank may leave anything there, a FIFO or a link to a device.
+std::int64_t error_file_time(const std::string& path, std::int64_t since_ns);
 
 class ExitWatch {
  public:

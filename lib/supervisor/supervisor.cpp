@@ -121,8 +121,11 @@ void terminate_mains(WorkerList& workers) {
 // it or runs code of its own on it (then any end may be its answer). A rank
 // that keeps SIGTERM's default action and ends otherwise (an exit code, a
 // signal flowrun never sent: SIGSEGV, the kernel's SIGKILL before flowrun's)
-// ended on its own; so did one that ended before flowrun signalled it.
-bool end_was_the_stop(const Worker& w) {
+// ended on its own; so did one that ended before flowrun signalled it, and
+// one that had written its error file before the stop began (at `stop_ns`):
+// it was ending of its own failure, and the stop only cut its exit short.
+bool end_was_the_stop(const Worker& w, std::int64_t stop_ns) {
+  if (w.record.error_file_unix_ns > 0 && w.record.error_file_unix_ns < stop_ns) return false;
   const ExitStatus& s = w.record.status;
   const bool signaled = s.kind == ExitStatus::Kind::signaled;
   if (w.kill_sent && signaled && s.code == SIGKILL) return true;
@@ -162,7 +165,7 @@ void assign_group_roles(AttemptRecord& attempt, const std::vector<int>& stopped,
   assign_roles(attempt, stopped);
   if (!attempt.culprit || stop_ns == 0) return;
   WorkerRecord& w = attempt.workers[static_cast<std::size_t>(*attempt.culprit)];
-  if (w.end_unix_ns < stop_ns) return;
+  if (failure_time(w) < stop_ns) return;
   w.role = Role::failed_after;
   attempt.culprit.reset();
 }
@@ -404,7 +407,7 @@ struct Supervisor::Impl {
     // The last rank ended: a sample on its way is not one of the step's
     // processes left behind.
     if (alive_count() == 0) slow_ranks.stop();
-    w.stopped = end_was_the_stop(w);
+    w.stopped = end_was_the_stop(w, stop_ns);
     end_of_main(w);
     write_rank_end(w.launch != nullptr ? w.launch->end_file : std::string(), w.record);
     const bool fails = observer != nullptr ? observer->on_exit(w.index, w.record) : !w.record.status.ok();

@@ -2993,6 +2993,26 @@ if case == "before" and rank in failing or case == "after" and rank == 1:
     ready()
     wait_file(f"go.{rank}")
     fail()
+elif case == "first" and rank in failing:
+    # failing[0] records its failure (its error file) and is still ending when failing[1], whose collective
+    # that failure broke, fails too and ends first: then failing[0] exits 1 ("exit"), or goes on ending
+    # until flowrun's stop kills it ("linger"), as a rank does that is slow to tear down.
+    first, second = failing
+    ready()
+    if rank == first:
+        wait_file(f"go.{rank}")
+        try:
+            fail()
+        except ImportError:
+            traceback.print_exc()
+        open(path("failed.first"), "w").close()
+        other = os.pidfd_open(int(open(path(f"ready.{second}")).read()))
+        select.select([other], [], [])
+        while sys.argv[3] == "linger":
+            signal.pause()
+        sys.exit(1)
+    wait_file("failed.first")
+    fail()
 elif case == "after" and rank == 0:
     # SIGTERM ignored: flowrun's cannot end it. It ends with its own code once rank 3, which flowrun
     # signals after it, has died of its SIGTERM: after flowrun's signal, by nothing of flowrun's.
@@ -3013,13 +3033,14 @@ else:
     time.sleep(60)
 """
 
-    def failed_after_run(self, label, case, ranks, forensics=""):
-        """A flow of `ranks` FAILED_AFTER_RANKs (the `case`); returns (dir, run id, flowrun, {rank: pid})."""
+    def failed_after_run(self, label, case, ranks, forensics="", args=()):
+        """A flow of `ranks` FAILED_AFTER_RANKs (the `case`, then `args`); returns (dir, run id, flowrun,
+        {rank: pid})."""
         name = label.replace(" ", "_")
         d = self.workspace(name, f"""name: {name}
 steps:
   - name: train
-    run: {q([PY, "@DIR@/rank.py", case])}
+    run: {q([PY, "@DIR@/rank.py", case, *args])}
 {forensics}    parallel:
       cpus: {ranks}
   - name: join
@@ -3115,6 +3136,107 @@ steps:
                    f"{label}: the head's report names rank 3 as failed after rank 2, with its error file", err)
         n.check_nothing_left(label)
         return took
+
+    def failed_first_run(self, label, how, hold):
+        """Rank 1 records its failure (an ImportError, in its error file), then rank 0 fails because of it and ends
+        first; rank 1 exits 1 once rank 0 has ended (`how` "exit") or lingers until flowrun stops it ("linger").
+        `hold`: flowrun is held (SIGSTOP) until both have ended, so that it hears of rank 0's end first.
+        Returns (the time from the go to flowrun's exit, run id, dir, stderr), None when the ranks did not start."""
+        d, run_id, p, pids = self.failed_after_run(label, "first", 3, args=("1,0", how))
+        if not pids:
+            p.kill()
+            return None
+        t0 = time.monotonic()
+        if hold:
+            os.kill(p.pid, signal.SIGSTOP)
+        open(os.path.join(d, "go.1"), "w").close()
+        if hold:
+            for k in (0, 1):
+                self.check(wait_for(lambda: self.zombie(pids[k]), 30 * self.slack), f"{label}: rank {k} fails")
+            os.kill(p.pid, signal.SIGCONT)
+        rc, end, err = self.ended(label, p, d, 20)
+        res = self.results(d) or {}
+        roles = {w["rank"]: (w["role"], w["exit_code"], w["signal"]) for w in res.get("ranks", [])}
+        first = ("culprit", None, "SIGTERM") if how == "linger" else ("culprit", 1, None)
+        self.check(rc == 1 and res.get("culprit_rank") == 1 and roles == {
+            1: first, 0: ("failed_after", 1, None), 2: ("victim", None, "SIGTERM")},
+            f"{label}: rank 1, whose error file came first, is the culprit; rank 0 failed after it; rank 2 is the "
+            "victim", f"exit {rc}, roles {roles}\n{err}")
+        attempt = (res.get("attempts") or [{}])[-1]
+        self.check(attempt.get("cause") == "exception" and
+                   (attempt.get("exception") or {}).get("type") == "ModuleNotFoundError",
+                   f"{label}: the cause is rank 1's exception, from its error file", json.dumps(attempt))
+        error_file = os.path.join(d, "run", "train", "rank1", "error.json")
+        stopped = r", stopped while it ended: it had failed first, as its error file says" if how == "linger" else ""
+        want = [rf"^flowrun: step 'train' failed: rank 1 (exited with code 1|was killed by signal 15 \(SIGTERM\)) "
+                rf"after [0-9.]+ s \(pid {pids[1]}\){stopped}$",
+                rf"^flowrun:   traceback from its error file \({re.escape(error_file)}\):$",
+                r"^flowrun:   stopped by flowrun: rank 2$", r"^flowrun:   failed after it: rank 0 \(exit code 1\)$"]
+        for pattern in want:
+            self.check(re.search(pattern, err, re.M) is not None, f"{label}: the report says /{pattern[:70]}.../", err)
+        return end - t0, run_id, d, err
+
+    def failed_first_on_node(self):
+        """failed_first_run's "exit" on an agent: rank 3 of node 1 records its failure, rank 2 fails after it and
+        ends first, while their agent is held; the agent reports both error files' times, and the head names
+        rank 3. Returns the time from the agent's SIGCONT to the head's exit (None when the ranks did not start)."""
+        label = "failed first node"
+        n = self.nodes("failed_first_node", spec_text("failedfirstnode", q([PY, os.path.join(
+            self.scratch, "failed_first_node", "rank.py"), "first", "3,2", "exit"])).replace(
+                "heartbeat_timeout: 1", "heartbeat_timeout: 60"))
+        with open(os.path.join(n.dir, "rank.py"), "w") as f:
+            f.write(self.FAILED_AFTER_RANK)
+        if not n.begin(label):
+            return None
+        pids = self.wait_ready(n.dir, 4, n.head)
+        if not self.check(bool(pids), f"{label}: every rank starts", n.detail()):
+            return None
+        stat = read(f"/proc/{pids[2]}/stat", "")
+        agent = int(stat[stat.rfind(")") + 2:].split()[1])  # rank 2's parent: node 1's agent
+        os.kill(agent, signal.SIGSTOP)
+        open(os.path.join(n.dir, "go.3"), "w").close()
+        for k in (2, 3):
+            self.check(wait_for(lambda: self.zombie(pids[k]), 30 * self.slack), f"{label}: rank {k} fails")
+        t0 = time.monotonic()
+        os.kill(agent, signal.SIGCONT)
+        rc = n.finish(label)
+        took = time.monotonic() - t0
+        err = n.head_err()
+        res = n.results()
+        roles = {w["rank"]: (w["role"], w["exit_code"]) for w in res.get("ranks", [])}
+        self.check(rc == 1 and roles.get(3) == ("culprit", 1) and roles.get(2) == ("failed_after", 1)
+                   and all(roles.get(k, ("",))[0] == "victim" for k in (0, 1)),
+                   f"{label}: rank 3, whose error file came first, is the culprit; rank 2 failed after it",
+                   f"exit {rc}, roles {roles}\n{n.detail()}")
+        self.check(re.search(r"^flowrun: step 'train' failed: rank 3 on \S+ exited with code 1 after [0-9.]+ s \(pid "
+                             rf"{pids[3]}\)$", err, re.M) is not None and
+                   re.search(r"^flowrun:   failed after it: rank 2 \(exit code 1\)$", err, re.M) is not None,
+                   f"{label}: the head's report names rank 3, and rank 2 as failed after it", err)
+        n.check_nothing_left(label)
+        return took
+
+    def test_failed_first(self):
+        """The culprit is the rank that failed first, as its error file says, not the one whose end came first: a
+        rank that raised may take longer to end than a peer that its failure broke (the peer's collective fails
+        as soon as the raiser's sockets close, while the raiser still tears down)."""
+        r = self.row("failed_first", "a rank that wrote its error file first is the culprit though a peer its "
+                     "failure broke ended first: heard of in either order, stopped while it ended, and on an agent; "
+                     "the peer is `failed_after`")
+        left = false = 0
+        recover = 0.0
+        for label, how, hold in (("failed first held", "exit", True), ("failed first linger", "linger", False)):
+            got = self.failed_first_run(label, how, hold)
+            if got is None:
+                return
+            took, run_id, d, err = got
+            recover = max(recover, took)
+            left += self.count_left(run_id)
+            false += self.false_claims(d, failed_ranks=(0, 1))
+        took = self.failed_first_on_node()
+        if took is None:
+            return
+        recover = max(recover, took)
+        self.finish_row(r, "failed first", recover, 2.0, left, 0, false, err)
 
     def test_failed_after(self):
         """Ranks that fail on their own after the culprit are failures, never victims: one that ended before

@@ -26,6 +26,7 @@ STOP = 11
 BYE = 15
 READY = 16
 SHIP_END = 28
+EXITED = 9
 SHARES = 31
 
 
@@ -139,7 +140,9 @@ REWRITE = {(4, START): start_4_to_5, (5, START): start_5_to_6, (6, START): start
            # protocol 14: each rank's shares with its blocked samples and time
            (13, SHARES): shares_13_to_14,
            # protocol 15: ship_end carries the file's CRC-32C
-           (14, SHIP_END): ship_end_14_to_15}
+           (14, SHIP_END): ship_end_14_to_15,
+           # protocol 16: exited says when the rank wrote its error file
+           (15, EXITED): after(b"end_ns", [(b"error_file_ns", b"0")])}
 # protocol 12: sample_rate, a new message (head -> agent); no frame of 11 changed
 
 

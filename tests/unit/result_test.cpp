@@ -176,6 +176,61 @@ TEST_CASE("result: culprit ties go to the lowest rank, then the lowest index", "
   CHECK(same.culprit == 0);
 }
 
+TEST_CASE("result: failures are ordered by when each rank wrote its error file, then by their ends",
+          "[result]") {
+  // Rank 1 recorded its failure at 100 ms and ended at 300; rank 0, whose
+  // collective that broke, recorded at 150 and ended first, at 200.
+  AttemptRecord a;
+  a.workers = {worker(0, exited(1), 200), worker(1, exited(1), 300), worker(2, exited(1), 120)};
+  a.workers[0].error_file_unix_ns = kT0 + 150 * kMs;
+  a.workers[1].error_file_unix_ns = kT0 + 100 * kMs;
+  assign_roles(a, {});
+  CHECK(a.culprit == 1);
+  CHECK(roles(a) == std::vector{Role::failed_after, Role::culprit, Role::failed_after});
+  CHECK(failure_time(a.workers[1]) == kT0 + 100 * kMs);
+  CHECK(failure_time(a.workers[2]) == kT0 + 120 * kMs);  // no error file: its end
+
+  // A rank that ended before another's error file was written failed first.
+  a.workers[2].end_unix_ns = kT0 + 90 * kMs;
+  assign_roles(a, {});
+  CHECK(a.culprit == 2);
+
+  // An error file stamped after the end (another process wrote it later) is
+  // not when the rank failed.
+  AttemptRecord late;
+  late.workers = {worker(0, exited(1), 200), worker(1, exited(1), 250)};
+  late.workers[0].error_file_unix_ns = kT0 + 400 * kMs;
+  assign_roles(late, {});
+  CHECK(late.culprit == 0);
+  CHECK(failure_time(late.workers[0]) == kT0 + 200 * kMs);
+}
+
+TEST_CASE("result: a culprit that flowrun's stop killed after its error file has the error file's cause",
+          "[result]") {
+  AttemptRecord a;
+  a.outcome = Outcome::failed;
+  a.workers = {worker(0, exited(1), 200), worker(1, signaled(15), 300)};
+  a.workers[1].error_file_unix_ns = kT0 + 100 * kMs;
+  assign_roles(a, {});
+  REQUIRE(a.culprit == 1);
+  const std::string error_file =
+      R"({"message": {"message": "ValueError: loss is NaN", "extraInfo": {"py_callstack": "Traceback (most )"
+      R"(recent call last):\n  File \"t.py\", line 3, in <module>\nValueError: loss is NaN\n"}}})";
+  const FailureFacts facts = classify_failure(a, false, error_file);
+  CHECK(facts.cause == FailureCause::exception);
+  REQUIRE(facts.exception);
+  CHECK(facts.exception->type == "ValueError");
+  // Without an error file written before its end, a signal is the cause.
+  a.workers[1].error_file_unix_ns = 0;
+  CHECK(classify_failure(a, false, error_file).cause == FailureCause::signal);
+
+  a.workers[1].error_file_unix_ns = kT0 + 100 * kMs;
+  const std::string report = format_failure_report(parallel_step(a, Outcome::failed), error_file);
+  CHECK(report.find(
+            "flowrun: step 'train' failed: rank 1 was killed by signal 15 (SIGTERM) after 0.30 s (pid 4241), "
+            "stopped while it ended: it had failed first, as its error file says\n") == 0);
+}
+
 TEST_CASE("result: a timeout or interrupt has no culprit", "[result]") {
   std::vector<int> stopped;
   AttemptRecord a = all_stopped(3, 500, &stopped);
@@ -624,6 +679,7 @@ TEST_CASE("result: results.json of a failed parallel step", "[result]") {
       "stdout_log": "/w/.flowrun/runs/demo-20261129-171053-4f1c2a/train/rank0/stdout.log",
       "stderr_log": "/w/.flowrun/runs/demo-20261129-171053-4f1c2a/train/rank0/stderr.log",
       "error_file": "/w/.flowrun/runs/demo-20261129-171053-4f1c2a/train/rank0/error.json",
+      "error_file_time": null,
       "node": null,
       "silent_ms": 1250,
       "suspended": true,
@@ -648,6 +704,7 @@ TEST_CASE("result: results.json of a failed parallel step", "[result]") {
       "stdout_log": "/w/.flowrun/runs/demo-20261129-171053-4f1c2a/train/rank1/stdout.log",
       "stderr_log": "/w/.flowrun/runs/demo-20261129-171053-4f1c2a/train/rank1/stderr.log",
       "error_file": "/w/.flowrun/runs/demo-20261129-171053-4f1c2a/train/rank1/error.json",
+      "error_file_time": null,
       "node": "node2",
       "silent_ms": null,
       "suspended": false,

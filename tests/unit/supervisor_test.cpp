@@ -15,10 +15,12 @@
 #include <signal.h>
 #include <sstream>
 #include <stdlib.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "flowrun/process.h"
 
+#include "exit_watch.h"
 #include "testing.h"
 
 using namespace flowrun;
@@ -489,4 +491,48 @@ TEST_CASE("a stopping group takes no added worker", "[supervisor]") {
   const AttemptRecord a = s.finish_group();
   CHECK(a.workers.size() == 1);
   CHECK(f.console_out().find("never") == std::string::npos);
+}
+
+TEST_CASE("a rank that wrote its error file before a peer failed is the culprit, though the stop killed it",
+          "[supervisor]") {
+  Fixture f;
+  Supervisor s = f.make();
+  // Worker 1 records its failure and goes on ending (a slow teardown) until
+  // flowrun's SIGTERM; worker 0, whose collective that failure broke, exits 1
+  // first.
+  WorkerLaunch first = f.shell(1, "printf '{}\\n' > e1.json; touch failed1; exec sleep 30");
+  first.error_file = f.dir() + "/e1.json";
+  WorkerLaunch second = f.shell(0, "while [ ! -e failed1 ]; do sleep 0.01; done; exit 1");
+  second.error_file = f.dir() + "/e0.json";
+  auto a = s.run_group({second, first, f.shell(2, "exec sleep 30")}, f.options(10));
+  CHECK(a.outcome == Outcome::failed);
+  REQUIRE(a.culprit == 1);
+  CHECK(a.workers[1].status.kind == ExitStatus::Kind::signaled);
+  CHECK(a.workers[1].status.code == SIGTERM);
+  CHECK(a.workers[1].error_file_unix_ns > 0);
+  CHECK(a.workers[1].error_file_unix_ns < a.workers[0].end_unix_ns);
+  CHECK_FALSE(s.ended_by_stop(1));
+  CHECK(a.workers[0].role == Role::failed_after);
+  CHECK(a.workers[0].error_file_unix_ns == 0);  // it wrote none
+  CHECK(a.workers[2].role == Role::victim);
+}
+
+TEST_CASE("a rank's error file counts only as a regular file with content, written since its start",
+          "[supervisor]") {
+  testing::ScopedTempDir d{"error_file_time"};
+  const std::string file = d.path() + "/error.json";
+  const std::int64_t before = unix_now_ns();
+  std::ofstream(file) << "{}";
+  const std::int64_t written = error_file_time(file, before);
+  CHECK(written > 0);
+  CHECK(written <= unix_now_ns());
+  CHECK(error_file_time(file, unix_now_ns() + 60'000'000'000) == 0);  // from before the start
+  CHECK(error_file_time(d.path() + "/none.json", before) == 0);
+  CHECK(error_file_time("", before) == 0);
+  std::ofstream(d.path() + "/empty.json").flush();
+  CHECK(error_file_time(d.path() + "/empty.json", before) == 0);
+  REQUIRE(mkfifo((d.path() + "/fifo.json").c_str(), 0600) == 0);
+  CHECK(error_file_time(d.path() + "/fifo.json", before) == 0);  // not opened: it would block
+  REQUIRE(symlink(file.c_str(), (d.path() + "/link.json").c_str()) == 0);
+  CHECK(error_file_time(d.path() + "/link.json", before) == 0);
 }

@@ -179,7 +179,8 @@ def main():
             ranks = [int(parse(msg[f"r{i}"])["rank"]) for i in range(int(msg["ranks"]))]
             for rank in ranks:
                 peer.send("exited", [("rank", rank), ("kind", "exited"), ("code", "0"), ("spawn_error", ""),
-                                     ("pid", "0"), ("start_ns", "0"), ("end_ns", "0"), ("rss_kib", "0"),
+                                     ("pid", "0"), ("start_ns", "0"), ("end_ns", "0"), ("error_file_ns", "0"),
+                                     ("rss_kib", "0"),
                                      ("stopped", "0"), ("silent_ms", ""), ("suspended", "0"), ("stalled", "0"),
                                      ("command", ""), ("program", ""), ("path_python", "")])
             content = args.content.encode()

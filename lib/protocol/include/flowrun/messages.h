@@ -223,6 +223,7 @@ struct Exited {
   int pid = 0;
   std::int64_t start_ns = 0;  // wall clock
   std::int64_t end_ns = 0;
+  std::int64_t error_file_ns = 0;  // when it wrote its error file (WorkerRecord::error_file_unix_ns); 0: none
   std::int64_t rss_kib = 0;
   bool stopped = false;  // the agent was stopping its ranks when this one ended
   // Set when the agent stopped it: how long it had written nothing, and

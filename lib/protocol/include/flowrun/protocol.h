@@ -84,7 +84,7 @@ namespace flowrun {
 // which the node checks reach (reach_node0). 14: shares carry each rank's
 // blocked samples and its main thread's blocked time over its span.
 // 15: ship_end carries the file's CRC-32C, not its SHA-256.
-inline constexpr std::uint8_t kProtocolVersion = 15;
+inline constexpr std::uint8_t kProtocolVersion = 16;
 
 // length:u32 + version:u8 + type:u8.
 inline constexpr std::size_t kFrameHeaderBytes = 6;

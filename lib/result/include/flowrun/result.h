@@ -54,6 +54,12 @@ struct WorkerRecord {
   Role role = Role::ok;
   std::int64_t start_unix_ns = 0;  // wall clock
   std::int64_t end_unix_ns = 0;
+  // When it recorded its own failure: the time its error file
+  // (TORCHELASTIC_ERROR_FILE, torch's @record) was written in this attempt,
+  // before it ended; 0 when it wrote none. A rank that raised writes it
+  // before its exit, which can take longer than a peer's end that the raise
+  // caused (the peer's collective fails as soon as the raiser's sockets close).
+  std::int64_t error_file_unix_ns = 0;
   std::int64_t peak_rss_kib = 0;  // from wait4's rusage
   std::string stdout_log;         // absolute paths
   std::string stderr_log;
@@ -272,7 +278,8 @@ std::optional<PythonException> parse_python_exception(std::string_view text);
 // the culprit's exception (for cause exception, when one can be read):
 //   - the culprit was lost with its node, or there is no culprit and
 //     `node_gone` (a node can take no further attempt): node_lost;
-//   - it was killed by a signal: signal;
+//   - it was killed by a signal: signal, unless flowrun's stop killed it
+//     after its error file recorded an error (below);
 //   - it exited non-zero and its error file (`error_file_text`, the content of
 //     TORCHELASTIC_ERROR_FILE as parse_error_file reads it) holds an error, or
 //     it exited with 1 (Python's code for an uncaught exception) and its
@@ -293,8 +300,8 @@ FailureFacts classify_failure(const AttemptRecord& attempt, bool node_gone,
 //
 // A worker failed when it exited with a code other than 0, was killed by a
 // signal, or could not start. The culprit is the failed worker NOT in
-// `stopped` that ended first (ties: lowest rank, then lowest index): the first
-// failure flowrun did not cause. When every failure is one flowrun caused (a
+// `stopped` that failed first (failure_time; ties: lowest rank, then lowest
+// index): the first failure flowrun did not cause. When every failure is one flowrun caused (a
 // timeout, Ctrl-C) there is no culprit and attempt.culprit is nullopt. Others:
 //   - in `stopped`: victim, whatever it exited with (a worker that exits 0 on
 //     SIGTERM was still cut short), unless it succeeded no later than the
@@ -306,6 +313,10 @@ FailureFacts classify_failure(const AttemptRecord& attempt, bool node_gone,
 //   - never started or still running, and not in `stopped`: victim (flowrun
 //     gave up on it because of the others).
 void assign_roles(AttemptRecord& attempt, const std::vector<int>& stopped);
+
+// When `w` failed, for the order of failures: when its error file was
+// written, for one that wrote it; else its end.
+std::int64_t failure_time(const WorkerRecord& w);
 
 // The step's results.json, written into the step's directory. Format version
 // 1: keys appear in this order, a key is never left out (null instead), and
@@ -386,6 +397,8 @@ void assign_roles(AttemptRecord& attempt, const std::vector<int>& stopped);
 //     "error_file": "/abs/.flowrun/runs/ID/train/rank1/error.json"
 //                                  TORCHELASTIC_ERROR_FILE, which exists only if the worker wrote
 //                                  it; the three paths are null when flowrun had none
+//     "error_file_time": "...",    when it wrote its error file, the moment it recorded its failure
+//                                  (failures are ordered by it, then by their ends); null if none
 //     "node": "node2",             the host it ran on when the step ran on several nodes, else null
 //     "silent_ms": 4900,           when flowrun began to stop the step with this worker running:
 //                                  how long it had written nothing (silent_s); else null
