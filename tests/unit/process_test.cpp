@@ -12,6 +12,7 @@
 #include <sched.h>
 #include <set>
 #include <signal.h>
+#include <sstream>
 #include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
@@ -90,6 +91,23 @@ TEST_CASE("held ports are distinct and a worker can still listen on its port", "
   CHECK(ports.size() == 10);
   CHECK(std::all_of(ports.begin(), ports.end(), [](int p) { return p > 0 && p < 65536; }));
   CHECK(can_listen_on(held.front().port));
+}
+
+TEST_CASE("a held port is none that connect() can take as its local port", "[process]") {
+  // The kernel gives each connect() a local port from ip_local_port_range: a
+  // MASTER_PORT in it could be taken by any outgoing connection between its
+  // release and rank 0's bind.
+  std::istringstream range(read_proc_file("/proc/sys/net/ipv4/ip_local_port_range"));
+  int lo = 0, hi = 0;
+  REQUIRE(range >> lo >> hi);
+  REQUIRE(hi - lo < 50000);  // this host leaves ports outside
+  for (int i = 0; i < 20; ++i) {
+    HeldPort held = hold_free_port("127.0.0.1");
+    INFO("port " << held.port << ", ephemeral " << lo << "-" << hi);
+    CHECK((held.port < lo || held.port > hi));
+    CHECK(held.port >= 1024);
+    CHECK((held.port < 29400 || held.port >= 29600));  // torch's defaults
+  }
 }
 
 TEST_CASE("a held port refuses a plain bind until it is released", "[process]") {

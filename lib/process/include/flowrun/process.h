@@ -121,10 +121,14 @@ char process_state(pid_t pid);
 std::string process_name(pid_t pid);
 
 // A TCP port on `addr` that is free now, with the bound (not listening)
-// socket that holds it, so that no other bind(0) on the host picks it until
-// release(). Release it just before the workers start: while it is held, only
-// a socket that also sets SO_REUSEADDR (torch's TCPStore does) may bind the
-// port, and a plain bind() fails with EADDRINUSE.
+// socket that holds it, so that nothing else on the host binds it until
+// release(). Release it just before the workers start. The port lies outside
+// the ephemeral range (net.ipv4.ip_local_port_range), from which the kernel
+// gives every connect() its local port: between the release and rank 0's
+// bind (the seconds Python takes to import torch) a busy host's outgoing
+// connections (a gloo mesh makes hundreds) could otherwise take it, and
+// rank 0's store would fail to listen. Only where fewer than 1,000 ports lie
+// outside does the kernel choose (bind to port 0).
 struct HeldPort {
   int port = 0;
   int fd = -1;
