@@ -133,7 +133,8 @@ namespace {
 // (net.ipv4.ip_local_port_range); Linux's default when it cannot be read.
 std::pair<int, int> ephemeral_ports() {
   const std::string text = read_proc_file("/proc/sys/net/ipv4/ip_local_port_range", 64);
-  const auto words = words_of(text.substr(0, text.find('\n')));
+  const std::string_view line = std::string_view(text).substr(0, text.find('\n'));
+  const auto words = words_of(line);  // views into `text`
   int lo = 0, hi = 0;
   if (words.size() == 2 && number(words[0], lo, 10) && number(words[1], hi, 10) && 0 < lo && lo <= hi)
     return {lo, hi};
