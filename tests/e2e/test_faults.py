@@ -3097,14 +3097,13 @@ steps:
                    f"{label}: rank 2's own lines come before the report", err)
         return end - t0, run_id, d, err
 
-    def failed_before_signal_on_node(self):
-        """failed_before_signal on an agent: ranks 2 and 3 of node 1 fail, rank 2 first, while their agent is
-        held; the agent tells the head that rank 3's end was its own. Returns the time from the agent's SIGCONT
-        to the head's exit (None when the ranks did not start)."""
-        label = "failed after node"
-        n = self.nodes("failed_after_node", spec_text("failedafternode", q([PY, os.path.join(
-            self.scratch, "failed_after_node", "rank.py"), "before", "2,3"])).replace(
-                "heartbeat_timeout: 1", "heartbeat_timeout: 60"))
+    def held_node_failures(self, label, name, args, goes):
+        """A 2-node step of FAILED_AFTER_RANKs (`args`); once every rank is ready, node 1's agent is held
+        (SIGSTOP), go.K is made for each K of `goes` in turn, each once the rank before has ended, and ranks 2 and
+        3 have ended. Returns (Nodes, {rank: pid}),
+        the agent still held (None when the ranks did not start)."""
+        n = self.nodes(name, spec_text(name.replace("_", ""), q([PY, os.path.join(
+            self.scratch, name, "rank.py"), *args])).replace("heartbeat_timeout: 1", "heartbeat_timeout: 60"))
         with open(os.path.join(n.dir, "rank.py"), "w") as f:
             f.write(self.FAILED_AFTER_RANK)
         if not n.begin(label):
@@ -3112,14 +3111,30 @@ steps:
         pids = self.wait_ready(n.dir, 4, n.head)
         if not self.check(bool(pids), f"{label}: every rank starts", n.detail()):
             return None
-        stat = read(f"/proc/{pids[2]}/stat", "")
-        agent = int(stat[stat.rfind(")") + 2:].split()[1])  # rank 2's parent: node 1's agent
-        os.kill(agent, signal.SIGSTOP)
-        for k in (2, 3):
-            open(os.path.join(n.dir, f"go.{k}"), "w").close()
+        os.kill(self.agent_of(pids[2]), signal.SIGSTOP)
+        for k in (*goes, *(k for k in (2, 3) if k not in goes)):  # each go in turn, once the one before ended
+            if k in goes:
+                open(os.path.join(n.dir, f"go.{k}"), "w").close()
             self.check(wait_for(lambda: self.zombie(pids[k]), 30 * self.slack), f"{label}: rank {k} fails")
+        return n, pids
+
+    @staticmethod
+    def agent_of(pid):
+        """A rank's parent: its node's agent."""
+        stat = read(f"/proc/{pid}/stat", "")
+        return int(stat[stat.rfind(")") + 2:].split()[1])
+
+    def failed_before_signal_on_node(self):
+        """failed_before_signal on an agent: ranks 2 and 3 of node 1 fail, rank 2 first, while their agent is
+        held; the agent tells the head that rank 3's end was its own. Returns the time from the agent's SIGCONT
+        to the head's exit (None when the ranks did not start)."""
+        label = "failed after node"
+        got = self.held_node_failures(label, "failed_after_node", ("before", "2,3"), (2, 3))
+        if got is None:
+            return None
+        n, pids = got
         t0 = time.monotonic()
-        os.kill(agent, signal.SIGCONT)
+        os.kill(self.agent_of(pids[2]), signal.SIGCONT)
         rc = n.finish(label)
         took = time.monotonic() - t0
         err = n.head_err()
@@ -3181,24 +3196,12 @@ steps:
         ends first, while their agent is held; the agent reports both error files' times, and the head names
         rank 3. Returns the time from the agent's SIGCONT to the head's exit (None when the ranks did not start)."""
         label = "failed first node"
-        n = self.nodes("failed_first_node", spec_text("failedfirstnode", q([PY, os.path.join(
-            self.scratch, "failed_first_node", "rank.py"), "first", "3,2", "exit"])).replace(
-                "heartbeat_timeout: 1", "heartbeat_timeout: 60"))
-        with open(os.path.join(n.dir, "rank.py"), "w") as f:
-            f.write(self.FAILED_AFTER_RANK)
-        if not n.begin(label):
+        got = self.held_node_failures(label, "failed_first_node", ("first", "3,2", "exit"), (3,))
+        if got is None:
             return None
-        pids = self.wait_ready(n.dir, 4, n.head)
-        if not self.check(bool(pids), f"{label}: every rank starts", n.detail()):
-            return None
-        stat = read(f"/proc/{pids[2]}/stat", "")
-        agent = int(stat[stat.rfind(")") + 2:].split()[1])  # rank 2's parent: node 1's agent
-        os.kill(agent, signal.SIGSTOP)
-        open(os.path.join(n.dir, "go.3"), "w").close()
-        for k in (2, 3):
-            self.check(wait_for(lambda: self.zombie(pids[k]), 30 * self.slack), f"{label}: rank {k} fails")
+        n, pids = got
         t0 = time.monotonic()
-        os.kill(agent, signal.SIGCONT)
+        os.kill(self.agent_of(pids[2]), signal.SIGCONT)
         rc = n.finish(label)
         took = time.monotonic() - t0
         err = n.head_err()
