@@ -6,8 +6,9 @@
 # With FLOWRUN_STATIC_DEPS=ON (the wheel, pyproject.toml) the binary needs
 # only glibc and libstdc++ at run time, so that it runs on nodes that have none
 # of the -dev packages, or other versions of the libraries:
-#   * fmt: Debian ships no libfmt.a, so fmt::fmt is fmt compiled header-only
-#     (FMT_HEADER_ONLY) into each source that uses it;
+#   * fmt: Debian ships no libfmt.a, so fmt::fmt is a static library of one
+#     source, cmake/fmt.cpp, which compiles fmt's implementation (format-inl.h)
+#     once; the sources that use fmt see only its declarations, as with libfmt.so;
 #   * yaml-cpp: libyaml-cpp.a (libyaml-cpp-dev ships it);
 #   * OpenSSL: libcrypto.a (libssl-dev ships it; FindOpenSSL's static mode).
 # libstdc++ and libgcc_s stay shared. Built with Debian 12's GCC 12 the binary
@@ -34,9 +35,9 @@ if(NOT FLOWRUN_STATIC_DEPS AND NOT FLOWRUN_STATIC_CXX)
   find_package(yaml-cpp REQUIRED)
 else()
   find_path(FLOWRUN_FMT_INCLUDE_DIR fmt/format-inl.h REQUIRED)
-  add_library(fmt::fmt INTERFACE IMPORTED)
-  set_target_properties(fmt::fmt PROPERTIES INTERFACE_INCLUDE_DIRECTORIES "${FLOWRUN_FMT_INCLUDE_DIR}"
-                                            INTERFACE_COMPILE_DEFINITIONS FMT_HEADER_ONLY=1)
+  add_library(fmt_compiled STATIC ${CMAKE_CURRENT_LIST_DIR}/fmt.cpp)
+  target_include_directories(fmt_compiled SYSTEM PUBLIC "${FLOWRUN_FMT_INCLUDE_DIR}")
+  add_library(fmt::fmt ALIAS fmt_compiled)
 
   find_path(FLOWRUN_YAML_CPP_INCLUDE_DIR yaml-cpp/yaml.h REQUIRED)
   find_library(FLOWRUN_YAML_CPP_ARCHIVE NAMES libyaml-cpp.a REQUIRED)
