@@ -39,6 +39,8 @@ FLOWRUN_PACKAGES=(
   "${FLOWRUN_CLUSTER_PACKAGES[@]}"
   # scripts/venv: the Lightning and fastai venv on top of Debian's torch.
   python3-venv python3-torchvision
+  # scripts/test's package and wheel trees compile each source once for both.
+  ccache
 )
 
 log() { printf '%s\n' "$*"; }
