@@ -48,6 +48,7 @@ struct ChildSetup {
   char* const* envp = nullptr;
   const cpu_set_t* cpus = nullptr;
   std::size_t cpus_size = 0;
+  bool idle = false;
   int stdin_fd = -1, stdout_fd = -1, stderr_fd = -1;
   const char* workdir = nullptr;
   pid_t parent = 0;
@@ -93,6 +94,10 @@ bool reset_signal(int sig) {
   if (prctl(PR_SET_PDEATHSIG, SIGKILL) != 0) child_fail(setup, 2);
   if (getppid() != setup.parent) _exit(127);  // flowrun died before the line above
   if (setup.cpus && sched_setaffinity(0, setup.cpus_size, setup.cpus) != 0) child_fail(setup, 3);
+  if (setup.idle) {
+    const sched_param param{};
+    if (sched_setscheduler(0, SCHED_IDLE, &param) != 0) setpriority(PRIO_PROCESS, 0, 19);
+  }
   // Under Yama's ptrace_scope 1 only an ancestor may trace: name flowrun,
   // so that the py-spy it starts (its child, the rank's sibling) may take
   // the rank's stack before a stall's or a timeout's signals. The relation
@@ -259,6 +264,7 @@ SpawnResult spawn_process(const SpawnRequest& request) {
   setup.envp = envp.data();
   setup.cpus = cpus.get();
   setup.cpus_size = cpus_size;
+  setup.idle = request.idle;
   setup.stdin_fd = request.stdin_fd >= 0 ? request.stdin_fd : devnull;
   setup.stdout_fd = request.stdout_fd;
   setup.stderr_fd = request.stderr_fd;

@@ -34,7 +34,9 @@ std::string find_py_spy(const WorkerList& workers, std::string* looked);
 enum class SpyPriority { normal, idle };
 
 // Starts `py_spy dump OPTIONS --full-filenames --pid TARGET`, its stdout
-// and stderr to the files `out` and `err`; posix_spawn's error or 0.
+// and stderr to the files `out` and `err`, with spawn_process (lib/process):
+// 0, or ENOENT or EACCES when it could not be run, EAGAIN when no process
+// could be started.
 int spawn_py_spy(const std::string& py_spy, pid_t target, const std::vector<std::string>& options, int out,
                  int err, pid_t* pid, SpyPriority priority = SpyPriority::normal);
 // What a memory file holds, trimmed.

@@ -12,7 +12,6 @@
 #include <sched.h>
 #include <set>
 #include <signal.h>
-#include <spawn.h>
 #include <sstream>
 #include <sys/mman.h>
 #include <sys/resource.h>
@@ -22,6 +21,7 @@
 #include <utility>
 
 #include "flowrun/clock.h"
+#include "flowrun/error.h"
 #include "flowrun/files.h"
 #include "flowrun/path.h"
 #include "flowrun/process.h"
@@ -153,29 +153,26 @@ std::string read_back(int fd) {
 
 int spawn_py_spy(const std::string& py_spy, pid_t target, const std::vector<std::string>& options, int out,
                  int err, pid_t* pid, SpyPriority priority) {
-  posix_spawn_file_actions_t actions;
-  posix_spawn_file_actions_init(&actions);
-  posix_spawn_file_actions_addopen(&actions, 0, "/dev/null", O_RDONLY, 0);
-  posix_spawn_file_actions_adddup2(&actions, out, 1);
-  posix_spawn_file_actions_adddup2(&actions, err, 2);
-  const std::string pid_text = std::to_string(target);
-  std::vector<char*> argv{const_cast<char*>(py_spy.c_str()), const_cast<char*>("dump")};
-  for (const auto& option : options) argv.push_back(const_cast<char*>(option.c_str()));
-  for (const char* arg : {"--full-filenames", "--pid"}) argv.push_back(const_cast<char*>(arg));
-  argv.push_back(const_cast<char*>(pid_text.c_str()));
-  argv.push_back(nullptr);
-  const int rc = posix_spawn(pid, py_spy.c_str(), &actions, nullptr, argv.data(), environ);
-  if (rc == 0 && priority == SpyPriority::idle) {
-    // As soon as it runs: posix_spawn returns once py-spy has exec'ed, and
-    // its attributes offer no SCHED_IDLE. A child of the same user may be
-    // lowered; nice 19 where the kernel refuses SCHED_IDLE (a seccomp
-    // filter, an old kernel).
-    const sched_param param{};
-    if (sched_setscheduler(*pid, SCHED_IDLE, &param) != 0)
-      setpriority(PRIO_PROCESS, static_cast<id_t>(*pid), 19);
+  SpawnRequest request;
+  request.argv = {py_spy, "dump"};
+  request.argv.insert(request.argv.end(), options.begin(), options.end());
+  request.argv.insert(request.argv.end(), {"--full-filenames", "--pid", std::to_string(target)});
+  for (char** entry = environ; *entry != nullptr; ++entry) request.env.emplace_back(*entry);
+  request.stdout_fd = out;
+  request.stderr_fd = err;
+  // The sampler's py-spy is lowered in the child, before its exec: lowered
+  // by flowrun once posix_spawn had returned, it ran its start (reading the
+  // rank's memory maps and symbols, most of its work) at flowrun's priority
+  // until then, and a sample could be taken before.
+  request.idle = priority == SpyPriority::idle;
+  try {
+    const SpawnResult started = spawn_process(request);
+    if (started.pid <= 0) return started.exit_code == 126 ? EACCES : ENOENT;
+    *pid = started.pid;
+    return 0;
+  } catch (const Error&) {
+    return EAGAIN;
   }
-  posix_spawn_file_actions_destroy(&actions);
-  return rc;
 }
 
 std::optional<ParsedStack> parse_py_spy_dump(std::string_view text) {

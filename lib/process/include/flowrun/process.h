@@ -41,6 +41,10 @@ struct SpawnRequest {
   // The CPUs it may run on, set in the child before exec (sched_setaffinity;
   // a failure is a setup error); empty: this process's own.
   std::vector<int> cpus;
+  // Scheduled below everything else (SCHED_IDLE; nice 19 where the kernel
+  // refuses it), set in the child before exec, so that it never runs at its
+  // parent's priority: the slow-rank sampler's py-spy.
+  bool idle = false;
 };
 
 struct SpawnResult {
