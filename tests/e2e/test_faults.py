@@ -461,7 +461,9 @@ steps:
                  if os.path.exists(os.path.join(d, "run", "train", f"rank{k}", "stdout.log")) else 0 for k in range(2)]
         want = mib * 1024 * 1024
         self.check(rc == 0, "flood: the step succeeds", f"exit {rc}\n{err}")
-        bound = 64 * 1024 * (3 if self.sanitized else 1)
+        # Under a sanitizer its run-time holds memory of its own: ASan's at -O0 about 243 MiB through a
+        # flood of any size (64 MiB and 1 GiB alike), so the bound there is 5 times the plain one.
+        bound = 64 * 1024 * (5 if self.sanitized else 1)
         self.check(0 < peak <= bound, f"flood: flowrun's peak RSS stays under {bound // 1024} MiB",
                    f"{peak} KiB")
         r.extra = f"{2 * mib} MiB in {took:.1f} s; flowrun's peak RSS {peak / 1024:.1f} MiB"
