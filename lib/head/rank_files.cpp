@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <pthread.h>
+#include <sys/resource.h>
 #include <utility>
 
 namespace flowrun::cluster {
@@ -55,8 +56,15 @@ void RankFiles::settle() {
   }
 }
 
-// A lane's thread: its queue in order until it is empty and ending.
+// A lane's thread: its queue in order until it is empty and ending. At the
+// lowest priority (nice 19, this thread alone), as the ranks' directories
+// are made (head_launch.cpp): the files are needed before the next start
+// and the step's report, which wait for them (settle), not by the loop. A
+// lost node's stop, its agents' answers and its spare's seat go first: at
+// nice 0 two lanes creating 4,096 end records took a third of a core from
+// the head's loop and the agents' answers between the loss and the seat.
 void RankFiles::run(Lane& lane) {
+  (void)setpriority(PRIO_PROCESS, 0, 19);  // Linux: 0 is the calling thread
   std::unique_lock lock(lane.mutex);
   while (true) {
     lane.sleeping = true;

@@ -4,7 +4,9 @@
 // ranks that is thousands of system calls between a lost node and its
 // spare's seat. Each rank's work goes to one lane, always the same, so it
 // runs in the order it was given; a step of few ranks runs it at once, on
-// the loop. Internal to lib/head.
+// the loop. The lanes run at the lowest priority: what waits for their work
+// (the next start, the step's report) says so (settle), and until then the
+// loop and the nodes' agents come first. Internal to lib/head.
 #pragma once
 
 #include <atomic>

@@ -3,12 +3,14 @@
 
 #include <algorithm>
 #include <catch2/catch.hpp>
+#include <cerrno>
 #include <filesystem>
 #include <fstream>
 #include <map>
 #include <mutex>
 #include <set>
 #include <string>
+#include <sys/resource.h>
 #include <thread>
 #include <vector>
 
@@ -85,4 +87,25 @@ TEST_CASE("rank files: each rank's work runs in the order it was posted; settle 
   }
   for (const auto& [rank, rounds] : done) CHECK(rounds == std::vector<int>{0, 1, 2, 3});
   CHECK(threads.count(std::this_thread::get_id()) == 0);  // none ran on the poster's thread
+}
+
+TEST_CASE("rank files: the lanes run at the lowest priority, the posting thread at its own", "[rank_files]") {
+  errno = 0;
+  const int own = getpriority(PRIO_PROCESS, 0);  // Linux: 0 is the calling thread
+  REQUIRE(errno == 0);
+  RankFiles files(4096);
+  REQUIRE(files.lanes() >= 1);
+  std::mutex mutex;
+  std::set<int> nices;
+  for (int rank = 0; rank < 4096; ++rank) {
+    files.post(rank, [&] {
+      errno = 0;
+      const int nice = getpriority(PRIO_PROCESS, 0);
+      const std::lock_guard lock(mutex);
+      nices.insert(errno == 0 ? nice : -100);
+    });
+  }
+  files.settle();
+  CHECK(nices == std::set<int>{19});
+  CHECK(getpriority(PRIO_PROCESS, 0) == own);
 }
