@@ -232,17 +232,52 @@ void NodeGathering::assign() {
   std::vector<Node*> order;
   for (auto& n : nodes_) order.push_back(&n);
   std::stable_partition(order.begin(), order.end(), [](const Node* n) { return !n->assigned; });
+  // A spare told early has this assign (unless node 0 changed since), and
+  // may have answered it: the answer counts once every node has its assign.
+  std::vector<std::pair<Node*, Ready>> answered;
   for (Node* n : order) {
     n->ready = false;
     n->done = false;
     n->assigned = true;
-    n->conn->send(assign_for(n->rank));
+    Assign m = assign_for(n->rank);
+    if (const auto e = early_.find(n->conn.get()); e != early_.end() && e->second.rank == n->rank) {
+      if (e->second.assign == m) {
+        if (e->second.ready) answered.emplace_back(n, std::move(*e->second.ready));
+        continue;
+      }
+      // Node 0 was lost since: its check reached for the node 0 before
+      // (its answer to this assign repeats that check, once a step).
+      if (e->second.assign.node0_address != m.node0_address || e->second.assign.node0_port != m.node0_port)
+        old_node0_.insert(n->conn.get());
+    }
+    n->conn->send(m);
   }
+  early_.clear();
+  for (std::size_t seat = nodes_.size(); seat < nodes_.seats(); ++seat) nodes_[seat].promised = -1;
   arm_check_timer();
+  for (auto& [n, ready] : answered) {
+    if (phase_ != Phase::assigning) break;  // an answer before failed the step, or all are ready
+    on_ready(*n, ready);
+  }
 }
 
-Assign NodeGathering::assign_for(int rank) const {
-  Assign m = assign_of(job_, attempt_, rank, static_cast<int>(nodes_.size()), marker_path_, marker_text_);
+void NodeGathering::seat_early(int rank, int next, int gpus) {
+  // Its check would reach for a node 0 that is gone: it hears at the restart.
+  if (rank != 0 && nodes_[0].lost) return;
+  const int seat = nodes_.unpromised_spare(gpus);
+  if (seat < 0) return;
+  Node& spare = nodes_[std::size_t(seat)];
+  spare.promised = rank;
+  spare.assigned = true;
+  Early& e = early_[spare.conn.get()];
+  e.rank = rank;
+  e.assign = assign_for(rank, next);
+  e.ready.reset();
+  spare.conn->send(e.assign);
+}
+
+Assign NodeGathering::assign_for(int rank, int attempt) const {
+  Assign m = assign_of(job_, attempt, rank, static_cast<int>(nodes_.size()), marker_path_, marker_text_);
   // The other nodes check that they reach node 0, where its ranks' store
   // will listen (MASTER_ADDR is the same address).
   const Node& node0 = nodes_[0];
@@ -286,6 +321,12 @@ void NodeGathering::check_overdue(double seconds) {
 }
 
 void NodeGathering::on_ready(Node& n, const Ready& m) {
+  // A spare told early of its seat answers before the restart's assign():
+  // kept for it.
+  if (const auto e = early_.find(n.conn.get()); e != early_.end() && !n.lost) {
+    e->second.ready = m;
+    return;
+  }
   if (phase_ != Phase::assigning || n.ready || nodes_.is_spare_seat(n.rank)) return;
   n.ready = true;
   const Workdir workdir = workdir_for(n, m.workdir_ok);
@@ -315,7 +356,15 @@ void NodeGathering::keep_verdict(Node& n, const Ready& m) {
   v.node = n.name;
   v.node_rank = n.rank;
   v.check_s = static_cast<double>(m.check_ms) / 1000;
+  const bool old_node0 = old_node0_.count(n.conn.get()) > 0;
   for (const auto& c : m.checks) {
+    // A spare told its seat early checked the node 0 of then, lost since:
+    // not held against it (the others check the node 0 of their first assign).
+    if (old_node0 && c.name == "reach_node0" && !c.ok) {
+      v.checks.push_back(
+          {c.name, true, "not judged: node 0 was lost after this node's check (" + c.detail + ")"});
+      continue;
+    }
     v.checks.push_back({c.name, c.ok, c.detail});
     torch_imports_ = torch_imports_ || (c.name == "torch_import" && c.ok);
   }

@@ -83,8 +83,15 @@ class NodeGathering {
   // run it, the note the head keeps; nothing once the step finished.
   std::optional<std::string> on_engine_exit(std::size_t index, const WorkerRecord& record);
 
-  // Every node again, for the attempt the head is at.
+  // Every node again, for the attempt the head is at (a spare told early,
+  // seat_early, has its assign and is not sent it again).
   void assign();
+  // Node rank `rank` of the running attempt is lost: the first spare that
+  // waits (with `gpus` GPUs, -1: any) and was promised no rank is told at
+  // once that it takes `rank` in attempt `next` (its assign), so it checks
+  // itself and answers while the other nodes stop; the restart then takes
+  // that spare for `rank` (NodeTable::replace). Nothing when no spare waits.
+  void seat_early(int rank, int next, int gpus);
   void on_ready(Node& n, const Ready& m);
   // The node's answer to its shipment of the step's inputs.
   void on_ship_ack(Node& n, const ShipAck& m);
@@ -131,9 +138,10 @@ class NodeGathering {
   bool ask_for_node(int rank, const std::string& failed);
   void arm_spare_timer();
   void seat_spare(int rank);
-  // The assign of node rank `rank` for the attempt the head is at, with node
-  // 0's reach for the node checks of every other node.
-  Assign assign_for(int rank) const;
+  // The assign of node rank `rank` for the attempt the head is at (or for
+  // `attempt`), with node 0's reach for the node checks of every other node.
+  Assign assign_for(int rank) const { return assign_for(rank, attempt_); }
+  Assign assign_for(int rank, int attempt) const;
   // Node checks: a node that has not answered its assign within
   // cluster.join_timeout failed its check (something there hangs).
   void arm_check_timer();
@@ -158,6 +166,16 @@ class NodeGathering {
   std::size_t not_coming_ = 0;  // nodes whose srun or ssh ended before they joined
   std::vector<std::string> workdir_errors_;
   std::optional<ShipList> ship_list_;  // listed at the first shipment, once for the step
+  // The spares told early of a seat (seat_early), by connection, until the
+  // restart's assign(): the assign each got, and its answer once it came.
+  struct Early {
+    int rank = -1;
+    Assign assign;
+    std::optional<Ready> ready;
+  };
+  std::map<const NodeLink*, Early> early_;
+  // Those whose check reached for a node 0 lost since (Early::assign).
+  std::set<const NodeLink*> old_node0_;
   std::map<const NodeLink*, std::unique_ptr<ShipSender>> shipments_;
   int ready_ = 0;
   // Reset with each assign: no node below unshipped_ is still shipping once

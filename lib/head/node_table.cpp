@@ -129,12 +129,24 @@ bool NodeTable::spares_cover(int gpus) const {
   return gone > 0 && gone <= spares_waiting(gpus);
 }
 
+int NodeTable::unpromised_spare(int gpus) const {
+  for (std::size_t seat = active_; seat < nodes_.size(); ++seat)
+    if (waits(nodes_[seat], gpus) && nodes_[seat].promised < 0) return static_cast<int>(seat);
+  return -1;
+}
+
 int NodeTable::replace(int rank, int gpus, bool close) {
-  for (std::size_t seat = active_; seat < nodes_.size(); ++seat) {
-    if (!waits(nodes_[seat], gpus)) continue;
+  // The spare promised this rank, else one promised none, else any.
+  std::size_t seat = nodes_.size();
+  for (const auto taker : {rank, -1, -2}) {
+    for (std::size_t s = active_; s < nodes_.size() && seat == nodes_.size(); ++s)
+      if (waits(nodes_[s], gpus) && (taker == -2 || nodes_[s].promised == taker)) seat = s;
+  }
+  if (seat < nodes_.size()) {
     std::swap(nodes_[static_cast<std::size_t>(rank)], nodes_[seat]);
     Node& spare = nodes_[static_cast<std::size_t>(rank)];
     spare.rank = rank;
+    spare.promised = -1;
     spare.ready = spare.done = false;
     Node& gone = nodes_[seat];
     gone.rank = static_cast<int>(seat);

@@ -57,6 +57,7 @@ struct Node {
   bool check_failed = false;  // its node check failed (Ready::checks): it is to be left out
   bool left_out = false;      // left out for its check and told bye: its agent ends by itself
   bool assigned = false;      // it had an assign in this step (a spare that takes a seat has not)
+  int promised = -1;          // a spare told it takes this node rank at the restart (-1: none)
 };
 
 // How often the head and an agent send heartbeats for `timeout_s`
@@ -119,10 +120,15 @@ class NodeTable {
   // is gone, and one is: then a restart can take them. Never when a node
   // was signalled (a preemption: the job is ending, spares or not).
   bool spares_cover(int gpus) const;
-  // Node rank `rank`'s place taken by the first spare that waits (with
-  // `gpus` GPUs, -1: any): the spare moves to `rank` ready for an attempt,
-  // the node it replaces to the spare's seat, retired, its connection
-  // closed unless `close` is false. Returns that seat, or -1 when no spare waits.
+  // The first spare seat whose node waits (with `gpus` GPUs, -1: any) and
+  // was promised no node rank (Node::promised); -1 when there is none.
+  int unpromised_spare(int gpus) const;
+  // Node rank `rank`'s place taken by the spare that waits (with `gpus`
+  // GPUs, -1: any) and was promised it, else by the first that waits and
+  // was promised none, else by the first that waits: the spare moves to
+  // `rank` ready for an attempt, the node it replaces to the spare's seat,
+  // retired, its connection closed unless `close` is false. Returns that
+  // seat, or -1 when no spare waits.
   int replace(int rank, int gpus, bool close = true);
 
   // One more spare seat, after the others, for a node an engine brings up

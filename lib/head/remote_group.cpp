@@ -494,6 +494,12 @@ class Head : public GroupObserver, public cluster::NodeInbox {
       return;
     }
     notes_.push_back(text);
+    // A spare hears of its seat now, before the other nodes' stop: its
+    // check runs while their ranks stop (their stacks, SIGTERM, the grace).
+    // The restart, if one comes, takes it for this rank; a step that ends
+    // instead tells it bye as every node.
+    if (!nodes_.elastic() && !(stopping_ && outcome_ != Outcome::failed))
+      gathering_.seat_early(n.rank, attempt_ + 1, seats_.spare_gpus());
     ranks_.lose(n, why, unix_now_ns());
     stacks_.forget(n.rank, "its node was lost");
     if (!stopping_) stop_nodes(Outcome::failed, text);

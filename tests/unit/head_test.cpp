@@ -375,9 +375,85 @@ TEST_CASE("head: a spare takes a lost node's rank at the restart", "[head]") {
 }
 
 TEST_CASE(
-    "head: at a restart the spare gets its seat's assign first, and the ranks start once the attempt "
-    "before is kept",
+    "head: a lost node's spare is told its seat at once, before the other nodes' stop, and its answer counts "
+    "at the restart",
     "[head]") {
+  HeadBench h("      cpus: 4\n      nodes: 2\n      spare_nodes: 1\n");
+  ScriptedNode& a = h.join("node-a");
+  ScriptedNode& b = h.join("node-b");
+  ScriptedNode& s = h.join("spare-c");
+  h.lose_at_start(b, "end of file");
+  a.waits = {0, 1};
+  std::vector<std::string> orders;
+  bool answered = false;  // the spare's ready left it before the restart
+  auto note = [&](ScriptedNode& n, const Message& m) {
+    if (std::holds_alternative<Assign>(m)) orders.push_back(n.name + " assign");
+    if (std::holds_alternative<Start>(m)) orders.push_back(n.name + " start");
+    if (std::holds_alternative<Stop>(m)) orders.push_back(n.name + " stop");
+    if (&n == &s && std::holds_alternative<Assign>(m)) answered = true;
+    return false;  // answered as scripted
+  };
+  a.script = note;
+  s.script = note;
+  const AttemptResult first = h.attempt(0);
+  REQUIRE(first.spare_ready);
+  CHECK(orders == std::vector<std::string>{"node-a start", "spare-c assign", "node-a stop"});
+  REQUIRE(s.link->sent_of<Assign>().size() == 1);
+  CHECK(s.link->sent_of<Assign>().front().node_rank == 1);  // node-b's rank
+  CHECK(s.link->sent_of<Assign>().front().attempt == 1);    // the restart's
+  CHECK(answered);
+
+  // The restart: the spare is not told again; the start waits for nothing
+  // more from it (its ready came during the stop).
+  orders.clear();
+  a.waits.clear();
+  const AttemptResult second = h.attempt(1);
+  CHECK(second.record.outcome == Outcome::succeeded);
+  CHECK(orders == std::vector<std::string>{"node-a assign", "node-a start", "spare-c start"});
+  CHECK(s.link->sent_of<Assign>().size() == 1);
+  REQUIRE(s.link->sent_of<Start>().size() == 1);
+  CHECK(s.link->sent_of<Start>().front().node_rank == 1);
+  CHECK(worker(second, 2).node == "spare-c");
+  CHECK(h.console().find("spare node spare-c takes node rank 1 of lost node node-b") != std::string::npos);
+}
+
+TEST_CASE("head: spares told their seats early each take the rank they were told, whatever the losses' order",
+          "[head]") {
+  HeadBench h("      cpus: 6\n      nodes: 3\n      spare_nodes: 2\n");
+  ScriptedNode& a = h.join("node-a");
+  ScriptedNode& b = h.join("node-b");
+  ScriptedNode& c = h.join("node-c");
+  ScriptedNode& d = h.join("spare-d");
+  ScriptedNode& e = h.join("spare-e");
+  // Node rank 2 is lost first (at its start), node rank 1 next (at the stop
+  // its loss brought): spare-d is told rank 2, spare-e rank 1.
+  h.lose_at_start(c, "end of file");
+  b.waits = {2, 3};
+  b.script = [&h](ScriptedNode& node, const Message& m) {
+    if (!std::holds_alternative<Stop>(m)) return false;
+    h.drop(node, "connection reset by peer");
+    return true;
+  };
+  a.waits = {0, 1};
+  const AttemptResult first = h.attempt(0);
+  REQUIRE(first.spare_ready);
+  REQUIRE(d.link->sent_of<Assign>().size() == 1);
+  CHECK(d.link->sent_of<Assign>().front().node_rank == 2);
+  REQUIRE(e.link->sent_of<Assign>().size() == 1);
+  CHECK(e.link->sent_of<Assign>().front().node_rank == 1);
+
+  // The restart seats them by rank (1, then 2): each takes the one it was told.
+  a.waits.clear();
+  const AttemptResult second = h.attempt(1);
+  CHECK(second.record.outcome == Outcome::succeeded);
+  CHECK(d.link->sent_of<Assign>().size() == 1);
+  CHECK(e.link->sent_of<Assign>().size() == 1);
+  CHECK(worker(second, 2).node == "spare-e");
+  CHECK(worker(second, 4).node == "spare-d");
+  REQUIRE(second.record.replacements.size() == 2);
+}
+
+TEST_CASE("head: at a restart the ranks start once the attempt before is kept", "[head]") {
   HeadBench h("      cpus: 4\n      nodes: 2\n      spare_nodes: 1\n");
   ScriptedNode& a = h.join("node-a");
   ScriptedNode& b = h.join("node-b");
@@ -408,8 +484,8 @@ TEST_CASE(
   CHECK(second.record.outcome == Outcome::succeeded);
   CHECK(kept_on != std::thread::id{});
   CHECK(kept_on != std::this_thread::get_id());
-  CHECK(orders == std::vector<std::string>{"spare-c assign", "node-a assign", "node-a start, kept",
-                                           "spare-c start, kept"});  // the starts in node-rank order
+  // The spare had its assign at the loss (the test above); the starts in node-rank order.
+  CHECK(orders == std::vector<std::string>{"node-a assign", "node-a start, kept", "spare-c start, kept"});
 }
 
 TEST_CASE("head: a gang's agent stopped by a signal is a lost node, which a spare covers", "[head]") {
@@ -928,4 +1004,47 @@ TEST_CASE("head: new nodes are asked for one per node of the step at most, howev
   REQUIRE(r.errors.size() == 1);
   CHECK(r.errors[0].find("node node-3 (node rank 1 of 2) failed its check, and no spare node waits") == 0);
   CHECK(testing::read_file(h.layout().run_dir + "/excluded_nodes") == "node-b,node-[2-3]\n");
+}
+
+TEST_CASE("head: a spare told its seat early is not held to the node 0 it checked, when node 0 is lost after",
+          "[head][node_checks]") {
+  HeadBench h("      cpus: 6\n      nodes: 3\n      spare_nodes: 2\n");
+  ScriptedNode& a = h.join("node-a", 0);
+  ScriptedNode& b = h.join("node-b", 1);
+  ScriptedNode& c = h.join("node-c", 2);
+  ScriptedNode& d = h.join("spare-d", 3, fails_check(h, "reach_node0", "cannot reach node-a"));
+  ScriptedNode& e = h.join("spare-e", 4);
+  // Node rank 2 is lost at its start (spare-d is told rank 2, and checks
+  // node-a), node 0 at the stop that brought (spare-e is told rank 0).
+  h.lose_at_start(c, "end of file");
+  a.waits = {0, 1};
+  a.script = [&h](ScriptedNode& node, const Message& m) {
+    if (!std::holds_alternative<Stop>(m)) return false;
+    h.drop(node, "connection reset by peer");
+    return true;
+  };
+  b.waits = {2, 3};
+  const AttemptResult first = h.attempt(0);
+  REQUIRE(first.spare_ready);
+  REQUIRE(d.link->sent_of<Assign>().size() == 1);
+  CHECK(d.link->sent_of<Assign>().front().node0_name == "node-a");
+  REQUIRE(e.link->sent_of<Assign>().size() == 1);
+  CHECK(e.link->sent_of<Assign>().front().node_rank == 0);
+
+  b.waits.clear();
+  const AttemptResult second = h.attempt(1);
+  CHECK(second.record.outcome == Outcome::succeeded);
+  REQUIRE(d.link->sent_of<Assign>().size() == 2);  // told again: node 0 is spare-e now
+  CHECK(d.link->sent_of<Assign>().back().node0_name == "spare-e");
+  CHECK(worker(second, 0).node == "spare-e");
+  CHECK(worker(second, 4).node == "spare-d");
+  bool judged = false;
+  for (const NodeVerdict& v : second.record.node_checks) {
+    if (v.node != "spare-d") continue;
+    judged = true;
+    CHECK(v.ok);
+    for (const auto& check : v.checks)
+      if (check.name == "reach_node0") CHECK(check.detail.find("not judged: node 0 was lost") == 0);
+  }
+  CHECK(judged);
 }
