@@ -280,11 +280,13 @@ def spare(w, rec, part):
       f"of node rank {n // 2} closes its connection, as the kernel does for an agent killed with SIGKILL; the "
       "others then answer the head's stop as agents whose ranks ended on SIGTERM. Times from that close, as the "
       "clients see them: **noticed**, the first stop from the head; **spare seated**, the spare's assign of the "
-      "lost node rank; **spare started**, its start; **restarted**, the last start of the new attempt. Between "
-      "the stop and the spare's assign the head takes every rank's exit and records the attempt; each rank's "
-      "end record and empty logs are written by threads of their own. Before the start, the failed attempt's "
-      "files move to each rank's `attempt0/` (on other threads, while the nodes get ready), and the start "
-      "waits for that and for the output directories made again.\n")
+      "lost node rank; **spare started**, its start; **restarted**, the last start of the new attempt. The head "
+      "tells the spare its seat (the next attempt's assign) as soon as it notices the loss, before it stops the "
+      "other nodes, so the spare's check runs while their ranks stop. Before the spare starts, the head takes "
+      "every rank's exit and records the attempt (each rank's end record and empty logs are written by threads "
+      "of their own, at the lowest priority); the failed attempt's files move to each rank's `attempt0/` (on "
+      "other threads, while the nodes get ready), and the start waits for that and for the output directories "
+      "made again.\n")
     w("| run directory | noticed | spare seated | spare started | restarted | runs |")
     w("| --- | --- | --- | --- | --- | --- |")
     for key, label in (("spare-disk", "disk"), ("spare-tmpfs", "tmpfs")):
