@@ -56,7 +56,7 @@ struct Node {
   int reach_port = 0;         // and its port there (Joiner::reach_port); 0: none
   bool check_failed = false;  // its node check failed (Ready::checks): it is to be left out
   bool left_out = false;      // left out for its check and told bye: its agent ends by itself
-  bool assigned = false;      // it had an assign in this step (a spare that takes a seat has not)
+  bool assigned = false;      // it had an assign in this step (a spare: once told its seat)
   int promised = -1;          // a spare told it takes this node rank at the restart (-1: none)
 };
 
