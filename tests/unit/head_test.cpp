@@ -195,10 +195,14 @@ class HeadBench {
     boost::asio::post(supervisor_->io(), [&n, why] { n.link->drop(why); });
   }
 
-  // `n`'s connection ends (`why`) when the head tells it to start its ranks.
-  void lose_at_start(ScriptedNode& n, const std::string& why) {
+  // `n`'s connection ends (`why`) when the head tells it to start its ranks
+  // (lose_at_start) or to stop them (lose_at_stop).
+  void lose_at_start(ScriptedNode& n, const std::string& why) { lose_at<Start>(n, why); }
+  void lose_at_stop(ScriptedNode& n, const std::string& why) { lose_at<Stop>(n, why); }
+  template <class M>
+  void lose_at(ScriptedNode& n, const std::string& why) {
     n.script = [this, why](ScriptedNode& node, const Message& m) {
-      if (!std::holds_alternative<Start>(m)) return false;
+      if (!std::holds_alternative<M>(m)) return false;
       drop(node, why);
       return true;
     };
@@ -429,11 +433,7 @@ TEST_CASE("head: spares told their seats early each take the rank they were told
   // its loss brought): spare-d is told rank 2, spare-e rank 1.
   h.lose_at_start(c, "end of file");
   b.waits = {2, 3};
-  b.script = [&h](ScriptedNode& node, const Message& m) {
-    if (!std::holds_alternative<Stop>(m)) return false;
-    h.drop(node, "connection reset by peer");
-    return true;
-  };
+  h.lose_at_stop(b, "connection reset by peer");
   a.waits = {0, 1};
   const AttemptResult first = h.attempt(0);
   REQUIRE(first.spare_ready);
@@ -1018,11 +1018,7 @@ TEST_CASE("head: a spare told its seat early is not held to the node 0 it checke
   // node-a), node 0 at the stop that brought (spare-e is told rank 0).
   h.lose_at_start(c, "end of file");
   a.waits = {0, 1};
-  a.script = [&h](ScriptedNode& node, const Message& m) {
-    if (!std::holds_alternative<Stop>(m)) return false;
-    h.drop(node, "connection reset by peer");
-    return true;
-  };
+  h.lose_at_stop(a, "connection reset by peer");
   b.waits = {2, 3};
   const AttemptResult first = h.attempt(0);
   REQUIRE(first.spare_ready);
