@@ -158,13 +158,11 @@ int report_errors(const std::function<int()>& command, std::string* message) {
   return code;
 }
 
-namespace {
-
-// --run-id checked as run_dir_for checks it, and also when it is '', which
-// would otherwise mean "make one".
 CLI::Validator run_id_check() {
   return CLI::Validator([](std::string& id) { return run_id_problem(id).value_or(""); }, "");
 }
+
+namespace {
 
 struct Options {
   std::string spec_path;

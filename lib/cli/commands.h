@@ -89,6 +89,10 @@ int report_errors(const std::function<int()>& command, std::string* message = nu
 // `flowrun NAME --help` (exit 2). nullopt: parsed, the command goes on.
 std::optional<int> parse_subcommand(CLI::App& app, const std::string& name, int argc, char** argv);
 
+// --run-id checked as run_dir_for checks it, and also when it is '', which
+// would otherwise mean "make one" (flowrun SPEC and flowrun resume).
+CLI::Validator run_id_check();
+
 // The RUN argument of logs, status, stacks and report (locate_run finds it).
 void add_run_argument(CLI::App& app, std::string& run);
 

@@ -24,12 +24,6 @@ namespace flowrun {
 
 namespace {
 
-// --run-id checked as run_dir_for checks it, and also when it is '', which
-// would otherwise mean "make one".
-CLI::Validator run_id_check() {
-  return CLI::Validator([](std::string& id) { return run_id_problem(id).value_or(""); }, "");
-}
-
 struct ResumeOptions {
   std::string run;
   std::string from;

@@ -95,6 +95,13 @@ NodeStep with_plan(const NodeStep& job, const StepPlan& plan) {
   return copy;
 }
 
+}  // namespace
+
+namespace cluster {
+
+// RemoteGroup's implementation. Not in the anonymous namespace: RemoteGroup::Impl
+// holds one, and where a unity build includes this file into another, GCC takes
+// Impl for a header's class with a member of internal linkage (-Wsubobject-linkage).
 class Head : public GroupObserver, public cluster::NodeInbox {
  public:
   Head(Supervisor& supervisor, const Console& console, const NodeStep& job, cluster::NodeReach reach)
@@ -681,12 +688,12 @@ class Head : public GroupObserver, public cluster::NodeInbox {
       phase_, attempt_, marker_path_, marker_text_, gathering_links()};  // joining to ready
 };
 
-}  // namespace
+}  // namespace cluster
 
 struct RemoteGroup::Impl {
   Impl(Supervisor& supervisor, const Console& console, const NodeStep& step, cluster::NodeReach reach)
       : head(supervisor, console, step, std::move(reach)) {}
-  Head head;
+  cluster::Head head;
 };
 
 RemoteGroup::RemoteGroup(Supervisor& supervisor, const Console& console, const NodeStep& step)

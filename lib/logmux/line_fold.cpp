@@ -6,11 +6,14 @@
 
 #include "flowrun/logmux.h"
 
+#include "ansi.h"
+
 namespace flowrun {
 
 namespace {
 
-constexpr std::string_view kFoldColor = "\x1b[94m", kReset = "\x1b[0m";  // log_prefix's plain steps
+using ansi::kPlainColor;  // the mark of a folded line, as log_prefix's plain steps
+using ansi::kReset;
 constexpr std::size_t kMaxRanges = 6;
 
 // FxHash over the continuation mark and the text: one multiply per 8
@@ -132,7 +135,7 @@ void LineFolder::show_line(std::vector<int>::const_iterator from, std::vector<in
   } else {
     ranks_.clear();
     for (auto it = from; it != to; ++it) ranks_.push_back(sources_[static_cast<std::size_t>(*it)].rank);
-    if (options_.color) out.append(kFoldColor);
+    if (options_.color) out.append(kPlainColor);
     out.push_back('[');
     out.append(options_.step);
     out.push_back(' ');

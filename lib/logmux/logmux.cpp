@@ -6,6 +6,8 @@
 
 #include "flowrun/line_fold.h"
 
+#include "ansi.h"
+
 namespace flowrun {
 
 namespace {
@@ -14,8 +16,8 @@ namespace {
 // well on both dark and light backgrounds (white and black do not).
 constexpr std::array<std::string_view, 6> kRankColors = {"\x1b[36m", "\x1b[33m", "\x1b[32m",
                                                          "\x1b[35m", "\x1b[34m", "\x1b[31m"};
-constexpr std::string_view kPlainColor = "\x1b[94m";
-constexpr std::string_view kReset = "\x1b[0m";
+using ansi::kPlainColor;
+using ansi::kReset;
 
 bool is_continuation_byte(char c) { return (static_cast<unsigned char>(c) & 0xC0) == 0x80; }
 

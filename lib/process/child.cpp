@@ -21,13 +21,13 @@ namespace flowrun {
 
 namespace {
 
+using process_detail::errno_text;
+
 using Clock = std::chrono::steady_clock;
 using std::chrono::milliseconds;
 
 constexpr std::size_t kMaxLine = 1 << 20;
 constexpr int kCancelPollMs = 50;
-
-std::string errno_text(int err) { return std::strerror(err); }
 
 // The descriptors run_helper holds; each closed once, whatever way it leaves.
 struct Fds {
@@ -49,13 +49,13 @@ struct Fds {
 };
 
 // What the child reports through the report pipe when it cannot exec.
-struct ChildFailure {
+struct HelperFailure {
   int stage;  // 1 exec, 2 setup
   int err;
 };
 
 [[noreturn]] void child_fail(int fd, int stage) {
-  ChildFailure failure{stage, errno};
+  HelperFailure failure{stage, errno};
   if (fd >= 0) {
     [[maybe_unused]] ssize_t n = write(fd, &failure, sizeof failure);
   }
@@ -259,7 +259,7 @@ HelperOutcome run_helper(const HelperRequest& request) {
 
   HelperOutcome outcome;
   if (fds.report[0] >= 0) {
-    ChildFailure failure{};
+    HelperFailure failure{};
     ssize_t n;
     do {
       n = read(fds.report[0], &failure, sizeof failure);

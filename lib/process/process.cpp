@@ -27,7 +27,7 @@ namespace flowrun {
 
 namespace {
 
-std::string errno_text(int err) { return std::strerror(err); }
+using process_detail::errno_text;
 
 // The limit on open files flowrun started with, for the processes it starts
 // once raise_open_file_limit raised it.

@@ -2,10 +2,13 @@
 #pragma once
 
 #include <csignal>
+#include <cstring>
 #include <string>
 #include <vector>
 
 namespace flowrun::process_detail {
+
+inline std::string errno_text(int err) { return std::strerror(err); }
 
 // Set by Guardian::start: the mark every spawned child gets ("KEY=SECRET").
 extern std::string guardian_mark;
