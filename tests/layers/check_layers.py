@@ -146,9 +146,10 @@ def probe_enforced(build):
         commands = json.load(open(os.path.join(build, "compile_commands.json"), encoding="utf-8"))
     except OSError as e:
         return False, f"no compile_commands.json in {build}: {e}"
-    base = [c for c in commands if c["file"].endswith("lib/base/error.cpp")]
+    # A source of lib/base, or the file a unity build (FLOWRUN_UNITY) compiles them in.
+    base = [c for c in commands if c["file"].endswith("lib/base/error.cpp") or "/flowrun_base.dir/" in c["file"]]
     if not base:
-        return False, "flowrun_base's error.cpp is not in compile_commands.json"
+        return False, "no source of flowrun_base is in compile_commands.json"
     control = probe_compile(base[0], '#include "flowrun/error.h"\n#include "flowrun/util.h"\n')
     if control.returncode != 0:
         return False, "the control probe (base's own headers) does not compile: " + control.stderr.strip()[:300]
@@ -185,7 +186,7 @@ def probe_refused(build, module, header):
         commands = json.load(open(os.path.join(build, "compile_commands.json"), encoding="utf-8"))
     except OSError as e:
         return False, f"no compile_commands.json in {build}: {e}"
-    own = [c for c in commands if f"/lib/{module}/" in c["file"]]
+    own = [c for c in commands if f"/lib/{module}/" in c["file"]]  # its sources, or its unity files
     if not own:
         return False, f"no source of lib/{module} is in compile_commands.json"
     done = probe_compile(own[0], f'#include "flowrun/{header}"\n')
