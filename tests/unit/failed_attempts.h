@@ -7,6 +7,8 @@
 
 #include "flowrun/result.h"
 
+#include "testing.h"
+
 namespace flowrun::testing {
 
 inline constexpr const char* kTraceback = R"(epoch 3 loss 0.12
@@ -37,9 +39,6 @@ inline AttemptRecord failed_with(ExitStatus status, std::string stderr_tail = ""
   assign_roles(a, {0});
   return a;
 }
-
-inline ExitStatus exited(int code) { return {ExitStatus::Kind::exited, code, ""}; }
-inline ExitStatus killed(int signal) { return {ExitStatus::Kind::signaled, signal, ""}; }
 
 // The attempt classified as the step runner does, with no error file.
 inline AttemptRecord classified(AttemptRecord a, const std::string& error_file = "", bool node_gone = false) {

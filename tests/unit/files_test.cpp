@@ -22,12 +22,9 @@ namespace {
 using flowrun::testing::read_file;
 using flowrun::testing::ScopedTempDir;
 
-void write(const std::string& path, const std::string& text) { std::ofstream(path) << text; }
+using flowrun::testing::write_text;
 
-bool exists(const std::string& path) {
-  struct stat st {};
-  return lstat(path.c_str(), &st) == 0;
-}
+using flowrun::testing::exists;
 
 }  // namespace
 
@@ -43,7 +40,7 @@ TEST_CASE("make_dirs makes every missing directory and accepts existing ones", "
   CHECK(exists(root + "/a/x/y"));
   flowrun::make_dirs(root + "/p//q//r//");  // doubled slashes, walked up bottom first
   CHECK(exists(root + "/p/q/r"));
-  write(root + "/file", "x");
+  write_text(root + "/file", "x");
   CHECK_THROWS_AS(flowrun::make_dirs(root + "/file/sub"), flowrun::Error);
   CHECK_THROWS_WITH(flowrun::make_dirs(root + "/file"),
                     "cannot create the directory " + root + "/file: it exists and is not a directory");
@@ -54,10 +51,10 @@ TEST_CASE("keep_attempt moves a failed attempt's logs, traceback and outputs asi
   const std::string& root = tmp.path();
   const std::string rank = root + "/rank1";
   flowrun::make_dirs(rank + "/out/sub");
-  write(rank + "/stdout.log", "attempt 0 out\n");
-  write(rank + "/stderr.log", "Traceback\n");
-  write(rank + "/error.json", "{}");
-  write(rank + "/out/sub/partial.pt", "partial");
+  write_text(rank + "/stdout.log", "attempt 0 out\n");
+  write_text(rank + "/stderr.log", "Traceback\n");
+  write_text(rank + "/error.json", "{}");
+  write_text(rank + "/out/sub/partial.pt", "partial");
 
   CHECK(flowrun::keep_attempt(rank, 0) == rank + "/attempt0");
   CHECK(read_file(rank + "/attempt0/stdout.log") == "attempt 0 out\n");
@@ -68,15 +65,15 @@ TEST_CASE("keep_attempt moves a failed attempt's logs, traceback and outputs asi
   CHECK_FALSE(exists(rank + "/stdout.log"));
 
   SECTION("the names asked for too, when they are there") {
-    write(rank + "/stdout.log", "attempt 1 out\n");
-    write(rank + "/nccl_trace_attempt1_rank_1", "dump");
+    write_text(rank + "/stdout.log", "attempt 1 out\n");
+    write_text(rank + "/nccl_trace_attempt1_rank_1", "dump");
     CHECK(flowrun::keep_attempt(rank, 1, {"nccl_trace_attempt1_rank_1", "absent"}) == rank + "/attempt1");
     CHECK(read_file(rank + "/attempt1/nccl_trace_attempt1_rank_1") == "dump");
     CHECK_FALSE(exists(rank + "/nccl_trace_attempt1_rank_1"));
     CHECK_FALSE(exists(rank + "/attempt1/absent"));
   }
   SECTION("a second restart keeps its own attempt; nothing to keep makes nothing") {
-    write(rank + "/stdout.log", "attempt 1 out\n");
+    write_text(rank + "/stdout.log", "attempt 1 out\n");
     CHECK(flowrun::keep_attempt(rank, 1) == rank + "/attempt1");
     CHECK(read_file(rank + "/attempt1/stdout.log") == "attempt 1 out\n");
     CHECK(read_file(rank + "/attempt0/stdout.log") == "attempt 0 out\n");
@@ -91,7 +88,7 @@ TEST_CASE("keep_attempt moves nothing through a link a rank put in place", "[fil
   const std::string rank = root + "/rank1";
   flowrun::make_dirs(root + "/elsewhere");
   flowrun::make_dirs(rank + "/out");
-  write(rank + "/stdout.log", "attempt 0 out\n");
+  write_text(rank + "/stdout.log", "attempt 0 out\n");
 
   SECTION("attemptN/ is a link: refused, nothing moved") {
     std::filesystem::create_directory_symlink(root + "/elsewhere", rank + "/attempt0");
@@ -145,12 +142,12 @@ TEST_CASE("nothing another process can make blocks a reader or a writer", "[file
   // would block) or a link in its place is refused, a regular file truncated.
   CHECK(flowrun::open_output_file(root + "/run.json", false, &err) < 0);
   CHECK(err == flowrun::kErrNotRegular);
-  write(root + "/target.txt", "kept\n");
+  write_text(root + "/target.txt", "kept\n");
   std::filesystem::create_symlink(root + "/target.txt", root + "/stdout.log");
   CHECK(flowrun::open_output_file(root + "/stdout.log", false, &err) < 0);
   CHECK(err == ELOOP);
   CHECK(read_file(root + "/target.txt") == "kept\n");
-  write(root + "/stderr.log", "old\n");
+  write_text(root + "/stderr.log", "old\n");
   const int fd = flowrun::open_output_file(root + "/stderr.log", false, &err);
   REQUIRE(fd >= 0);
   CHECK((fcntl(fd, F_GETFL) & O_NONBLOCK) == 0);
@@ -162,7 +159,7 @@ TEST_CASE("nothing another process can make blocks a reader or a writer", "[file
 TEST_CASE("try_write_file never writes through a name someone planted", "[files]") {
   const ScopedTempDir tmp("files-test");
   const std::string& root = tmp.path();
-  write(root + "/outside.txt", "outside\n");
+  write_text(root + "/outside.txt", "outside\n");
   // The old fixed temporary name, as a link and as a FIFO: neither is used.
   std::filesystem::create_symlink(root + "/outside.txt", root + "/end.json.tmp");
   REQUIRE(mkfifo((root + "/results.json.tmp").c_str(), 0644) == 0);
@@ -234,11 +231,11 @@ TEST_CASE("try_read_file reads at most its limit and says why it cannot", "[file
   const ScopedTempDir tmp("files-test");
   const std::string& root = tmp.path();
   const std::string big(200'000, 'x');  // more than one read
-  write(root + "/big.txt", big);
+  write_text(root + "/big.txt", big);
   CHECK(flowrun::try_read_file(root + "/big.txt", 1 << 20) == big);
   CHECK(flowrun::try_read_file(root + "/big.txt", 1000) == big.substr(0, 1000));
   CHECK(flowrun::try_read_file(root + "/big.txt", big.size() + 1)->size() == big.size());
-  write(root + "/empty.txt", "");
+  write_text(root + "/empty.txt", "");
   CHECK(flowrun::try_read_file(root + "/empty.txt", 10) == "");
   int err = 0;
   CHECK_FALSE(flowrun::try_read_file(root + "/missing.txt", 10, &err));
@@ -256,10 +253,10 @@ TEST_CASE("try_read_file_tail reads a file's last bytes, and only a regular file
   const std::string& root = tmp.path();
   std::string big;
   for (int i = 0; i < 20'000; ++i) big += std::to_string(i) + "\n";
-  write(root + "/big.txt", big);
+  write_text(root + "/big.txt", big);
   CHECK(flowrun::try_read_file_tail(root + "/big.txt", 10) == big.substr(big.size() - 10));
   CHECK(flowrun::try_read_file_tail(root + "/big.txt", big.size() + 5) == big);
-  write(root + "/empty.txt", "");
+  write_text(root + "/empty.txt", "");
   CHECK(flowrun::try_read_file_tail(root + "/empty.txt", 10) == "");
   int err = 0;
   CHECK_FALSE(flowrun::try_read_file_tail(root + "/missing.txt", 10, &err));
@@ -330,7 +327,7 @@ TEST_CASE("remove_tree removes a link, never what it points to", "[files]") {
   const std::string& root = tmp.path();
   const ScopedTempDir kept_tmp("files-test");
   const std::string& kept = kept_tmp.path();
-  write(kept + "/precious", "x");
+  write_text(kept + "/precious", "x");
   flowrun::make_dirs(root + "/a/b");
   symlink(kept.c_str(), (root + "/a/b/link").c_str());
   CHECK(flowrun::remove_tree(root).empty());
@@ -390,7 +387,7 @@ TEST_CASE("remove_tree says what it could not remove and goes on past it", "[fil
   if (child == 0) {
     if (geteuid() == 0 && (setgid(65534) != 0 || setuid(65534) != 0)) _exit(3);
     flowrun::make_dirs(tree + "/a/b");
-    write(tree + "/a/b/file", "x");
+    write_text(tree + "/a/b/file", "x");
     chmod(parent.c_str(), 0555);
     const std::string said = flowrun::remove_tree(tree);
     const bool inside_gone = !exists(tree + "/a");

@@ -29,14 +29,7 @@ using flowrun::testing::FakeLink;
 
 namespace {
 
-Exited exited(int rank, int code) {
-  Exited m;
-  m.rank = rank;
-  m.code = code;
-  m.start_ns = unix_now_ns();
-  m.end_ns = m.start_ns;
-  return m;
-}
+using testing::exited;
 
 // A lobby of a gang of `nodes`, its agents coming in by a FakeDoor, and
 // the steps' heads over its step door.

@@ -6,6 +6,8 @@
 
 #include <catch2/catch.hpp>
 
+#include "testing.h"
+
 using namespace flowrun;
 
 namespace {
@@ -18,15 +20,8 @@ EnvMap container(EnvMap env) {
   return env;
 }
 
-EnvMap with(EnvMap env, const std::string& name, const std::string& value) {
-  env[name] = value;
-  return env;
-}
-
-EnvMap without(EnvMap env, const std::string& name) {
-  env.erase(name);
-  return env;
-}
+using testing::with;
+using testing::without;
 
 // The read expected of a node: its platform, index, node count, the head's
 // index, address and port, and the variables read.

@@ -12,11 +12,7 @@ using namespace flowrun;
 
 namespace {
 
-DoctorFacts load(const std::string& name) {
-  return parse_doctor_facts(
-      testing::read_file(std::string(FLOWRUN_SOURCE_DIR) + "/tests/fixtures/gpu/" + name + ".json"),
-      name + ".json");
-}
+using testing::load_doctor_facts;
 
 // Two 8-GPU nodes whose sides of one 16-rank communicator are `a` and `b`.
 ClusterDoctorFacts two_nodes(DoctorFacts a, DoctorFacts b) {
@@ -29,17 +25,12 @@ ClusterDoctorFacts two_nodes(DoctorFacts a, DoctorFacts b) {
   return facts;
 }
 
-const DoctorCheck* find_check(const DoctorReport& report, const std::string& name) {
-  for (const DoctorCheck& check : report.checks) {
-    if (check.name == name) return &check;
-  }
-  return nullptr;
-}
+using testing::find_check;
 
 }  // namespace
 
 TEST_CASE("preflight across nodes: healthy nodes pass; each size takes the slowest node's time", "[doctor]") {
-  DoctorFacts a = load("h200x8-nvlink-healthy"), b = load("h200x8-nvlink-healthy");
+  DoctorFacts a = load_doctor_facts("h200x8-nvlink-healthy"), b = load_doctor_facts("h200x8-nvlink-healthy");
   a.allreduce.network = b.allreduce.network = "IB";
   b.allreduce.rows.back().time_ns = a.allreduce.rows.back().time_ns * 2;  // node b is slower at 1 GiB
   const ClusterDoctorFacts facts = two_nodes(a, b);
@@ -84,8 +75,8 @@ TEST_CASE("preflight across nodes: healthy nodes pass; each size takes the slowe
 }
 
 TEST_CASE("preflight across nodes: the node whose side hung is named, with what to do", "[doctor]") {
-  DoctorFacts hung = load("h200x8-hang");
-  const ClusterDoctorFacts facts = two_nodes(load("h200x8-nvlink-healthy"), hung);
+  DoctorFacts hung = load_doctor_facts("h200x8-hang");
+  const ClusterDoctorFacts facts = two_nodes(load_doctor_facts("h200x8-nvlink-healthy"), hung);
   const DoctorReport report = evaluate_cluster_doctor(facts);
   CHECK(report.exit_code == 1);
   const DoctorCheck* ar = find_check(report, "all-reduce");
@@ -101,7 +92,8 @@ TEST_CASE("preflight across nodes: the node whose side hung is named, with what 
 }
 
 TEST_CASE("preflight across nodes: a node without NCCL fails its own check and the all-reduce", "[doctor]") {
-  ClusterDoctorFacts facts = two_nodes(load("h200x8-nvlink-healthy"), load("h200x8-no-nccl"));
+  ClusterDoctorFacts facts =
+      two_nodes(load_doctor_facts("h200x8-nvlink-healthy"), load_doctor_facts("h200x8-no-nccl"));
   facts.nodes[0].facts.allreduce.status = "skipped";  // stopped when node b's check ended
   facts.nodes[0].facts.allreduce.reason = "stopped before it finished, while setting up";
   const DoctorReport report = evaluate_cluster_doctor(facts);
@@ -120,7 +112,7 @@ TEST_CASE("preflight across nodes: a node without NCCL fails its own check and t
 
 TEST_CASE("preflight across nodes: nodes that never checked, and wrong sums", "[doctor]") {
   SECTION("node 0 ended before it made the communicator") {
-    ClusterDoctorFacts facts = two_nodes(load("h200x8-no-nccl"), DoctorFacts{});
+    ClusterDoctorFacts facts = two_nodes(load_doctor_facts("h200x8-no-nccl"), DoctorFacts{});
     facts.nodes[1].not_checked =
         "its check never started: node 0's ended before it made the NCCL communicator";
     const DoctorReport report = evaluate_cluster_doctor(facts);
@@ -135,7 +127,7 @@ TEST_CASE("preflight across nodes: nodes that never checked, and wrong sums", "[
           "not run across the 2 nodes: on node-a: NCCL was not found");
   }
   SECTION("each node counts the wrong elements of its own GPUs") {
-    DoctorFacts a = load("h200x8-nvlink-healthy"), b = a;
+    DoctorFacts a = load_doctor_facts("h200x8-nvlink-healthy"), b = a;
     a.allreduce.rows[3].wrong = 2;
     b.allreduce.rows[3].wrong = 5;
     const DoctorReport report = evaluate_cluster_doctor(two_nodes(a, b));
@@ -143,7 +135,7 @@ TEST_CASE("preflight across nodes: nodes that never checked, and wrong sums", "[
     CHECK(find_check(report, "all-reduce")->message == "wrong sums at 1 KiB (7 elements)");
   }
   SECTION("nodes whose sizes differ have nothing to compare") {
-    DoctorFacts a = load("h200x8-nvlink-healthy"), b = a;
+    DoctorFacts a = load_doctor_facts("h200x8-nvlink-healthy"), b = a;
     b.allreduce.rows.pop_back();
     const ClusterDoctorFacts facts = two_nodes(a, b);
     CHECK(combine_node_allreduce(facts).rows.empty());

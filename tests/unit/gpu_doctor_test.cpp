@@ -36,16 +36,9 @@ std::string fixture_path(const std::string& name) {
   return std::string(FLOWRUN_SOURCE_DIR) + "/tests/fixtures/gpu/" + name;
 }
 
-DoctorFacts load(const std::string& name) {
-  return parse_doctor_facts(testing::read_file(fixture_path(name + ".json")), name + ".json");
-}
+using testing::load_doctor_facts;
 
-const DoctorCheck* find_check(const DoctorReport& report, const std::string& name) {
-  for (const DoctorCheck& check : report.checks) {
-    if (check.name == name) return &check;
-  }
-  return nullptr;
-}
+using testing::find_check;
 
 // The report's "Checks:" lines, status and name only: "ok driver", "FAIL bandwidth".
 std::vector<std::string> verdicts(const DoctorReport& report) {
@@ -122,7 +115,7 @@ TEST_CASE("doctor: every fixture's report is exactly its recorded text", "[docto
                                                   {"no-driver", 1}};
   for (const auto& [name, exit_code] : fixtures) {
     INFO(name);
-    const DoctorFacts facts = load(name);
+    const DoctorFacts facts = load_doctor_facts(name);
     const DoctorReport report = evaluate_doctor(facts);
     CHECK(report.exit_code == exit_code);
     CHECK(format_doctor_text(facts, report) == testing::read_file(fixture_path(std::string(name) + ".txt")));
@@ -131,7 +124,7 @@ TEST_CASE("doctor: every fixture's report is exactly its recorded text", "[docto
 
 TEST_CASE("doctor: the verdicts of the fixtures", "[doctor]") {
   SECTION("8 x H200 at 470 GB/s is healthy against the NVLS ceiling") {
-    const DoctorReport report = evaluate_doctor(load("h200x8-nvlink-healthy"));
+    const DoctorReport report = evaluate_doctor(load_doctor_facts("h200x8-nvlink-healthy"));
     CHECK(verdicts(report) == std::vector<std::string>{"ok driver", "ok gpus", "ok links", "ok cuda",
                                                        "ok nccl", "ok all-reduce", "ok bandwidth"});
     REQUIRE(report.ceiling);
@@ -140,7 +133,7 @@ TEST_CASE("doctor: the verdicts of the fixtures", "[doctor]") {
     CHECK(report.large_busbw_gbps == Approx(470.22).epsilon(1e-4));
   }
   SECTION("the same node at 300 GB/s is flagged, with what to check") {
-    const DoctorReport report = evaluate_doctor(load("h200x8-nvlink-slow"));
+    const DoctorReport report = evaluate_doctor(load_doctor_facts("h200x8-nvlink-slow"));
     const DoctorCheck* bandwidth = find_check(report, "bandwidth");
     REQUIRE(bandwidth);
     CHECK(bandwidth->status == CheckStatus::fail);
@@ -152,21 +145,21 @@ TEST_CASE("doctor: the verdicts of the fixtures", "[doctor]") {
     CHECK(report.exit_code == 1);
   }
   SECTION("4 PCIe GPUs across two sockets: a warning, and bandwidth not judged") {
-    const DoctorReport report = evaluate_doctor(load("l40s-x4-pcie-two-sockets"));
+    const DoctorReport report = evaluate_doctor(load_doctor_facts("l40s-x4-pcie-two-sockets"));
     CHECK(verdicts(report) == std::vector<std::string>{"ok driver", "ok gpus", "warn links", "ok cuda",
                                                        "ok nccl", "ok all-reduce", "skip bandwidth"});
     CHECK(!report.ceiling);
     CHECK(report.exit_code == 0);
   }
   SECTION("one GPU: the all-reduce runs, memory bandwidth is measured, no bus bandwidth verdict") {
-    const DoctorReport report = evaluate_doctor(load("h200x1"));
+    const DoctorReport report = evaluate_doctor(load_doctor_facts("h200x1"));
     CHECK(verdicts(report) == std::vector<std::string>{"ok driver", "ok gpus", "ok cuda", "ok nccl",
                                                        "ok all-reduce", "skip bandwidth", "ok memory"});
     CHECK(find_check(report, "memory")->message ==
           "device-to-device copy 3814.9 GB/s on GPU 0 (cudaMemcpy of 512 MiB, read and write counted)");
   }
   SECTION("no driver: the driver and cudaGetDeviceCount fail, each said plainly") {
-    const DoctorReport report = evaluate_doctor(load("no-driver"));
+    const DoctorReport report = evaluate_doctor(load_doctor_facts("no-driver"));
     CHECK(verdicts(report) ==
           std::vector<std::string>{"FAIL driver", "FAIL cuda", "ok nccl", "skip all-reduce"});
     CHECK(find_check(report, "cuda")->message ==
@@ -175,7 +168,7 @@ TEST_CASE("doctor: the verdicts of the fixtures", "[doctor]") {
           "runtime version (CUDA runtime 13.0 from /usr/local/lib/libcudart.so.13; no CUDA driver answered)");
   }
   SECTION("no NCCL: the library, what was tried and how to install it") {
-    const DoctorReport report = evaluate_doctor(load("h200x8-no-nccl"));
+    const DoctorReport report = evaluate_doctor(load_doctor_facts("h200x8-no-nccl"));
     const DoctorCheck* nccl = find_check(report, "nccl");
     CHECK(nccl->status == CheckStatus::fail);
     CHECK(nccl->message ==
@@ -184,7 +177,7 @@ TEST_CASE("doctor: the verdicts of the fixtures", "[doctor]") {
     CHECK(nccl->advice.find("FLOWRUN_NCCL_LIBRARY=/path/to/libnccl.so.2") != std::string::npos);
   }
   SECTION("a hang is a failure that says where") {
-    const DoctorReport report = evaluate_doctor(load("h200x8-hang"));
+    const DoctorReport report = evaluate_doctor(load_doctor_facts("h200x8-hang"));
     const DoctorCheck* allreduce = find_check(report, "all-reduce");
     CHECK(allreduce->status == CheckStatus::fail);
     CHECK(allreduce->message ==
@@ -193,7 +186,7 @@ TEST_CASE("doctor: the verdicts of the fixtures", "[doctor]") {
 }
 
 TEST_CASE("doctor: the 85% line of the ceiling", "[doctor]") {
-  DoctorFacts facts = load("h200x8-nvlink-healthy");
+  DoctorFacts facts = load_doctor_facts("h200x8-nvlink-healthy");
   set_large_busbw(facts, 404.0);  // 85% of 475 is 403.75
   CHECK(find_check(evaluate_doctor(facts), "bandwidth")->status == CheckStatus::ok);
   set_large_busbw(facts, 403.5);
@@ -215,7 +208,7 @@ TEST_CASE("doctor: the 85% line of the ceiling", "[doctor]") {
 }
 
 TEST_CASE("doctor: which ceiling applies", "[doctor]") {
-  DoctorFacts facts = load("h200x8-nvlink-healthy");
+  DoctorFacts facts = load_doctor_facts("h200x8-nvlink-healthy");
   SECTION("NCCL choosing Ring on the 8-GPU node: the Ring ceiling, and NVLS is named") {
     for (AllReduceRow& row : facts.allreduce.rows) row.algorithm = "RING";
     const DoctorReport report = evaluate_doctor(facts);
@@ -239,7 +232,7 @@ TEST_CASE("doctor: which ceiling applies", "[doctor]") {
     CHECK(evaluate_doctor(facts).ceiling->busbw_gbps == 230);
   }
   SECTION("PCIe within a socket: 80% of the slowest GPU link") {
-    DoctorFacts pcie = load("l40s-x4-pcie-two-sockets");
+    DoctorFacts pcie = load_doctor_facts("l40s-x4-pcie-two-sockets");
     for (auto& row : pcie.inventory.links) {
       for (GpuLink& link : row) {
         if (link.path == GpuPath::sys) link.path = GpuPath::phb;
@@ -259,7 +252,7 @@ TEST_CASE("doctor: which ceiling applies", "[doctor]") {
 }
 
 TEST_CASE("doctor: NVLinks down", "[doctor]") {
-  DoctorFacts facts = load("h200x8-nvlink-healthy");
+  DoctorFacts facts = load_doctor_facts("h200x8-nvlink-healthy");
   facts.inventory.links[2][5] = facts.inventory.links[5][2] = GpuLink{GpuPath::nvlink, 17};
   facts.inventory.links[3][6] = facts.inventory.links[6][3] = GpuLink{GpuPath::sys, 0};
   const DoctorReport report = evaluate_doctor(facts);
@@ -282,15 +275,15 @@ TEST_CASE("doctor: nccl-tests' all-reduce arithmetic", "[doctor]") {
 TEST_CASE("doctor: JSON round trip gives the same report", "[doctor]") {
   for (const char* name : {"h200x8-nvlink-slow", "l40s-x4-pcie-two-sockets", "no-driver"}) {
     INFO(name);
-    const DoctorFacts facts = load(name);
+    const DoctorFacts facts = load_doctor_facts(name);
     const DoctorReport report = evaluate_doctor(facts);
     const std::string json = format_doctor_json(facts, report);
     const DoctorFacts back = parse_doctor_facts(json, "report.json");
     CHECK(format_doctor_text(back, evaluate_doctor(back)) == format_doctor_text(facts, report));
     CHECK(format_doctor_json(back, evaluate_doctor(back)) == json);
   }
-  const std::string json =
-      format_doctor_json(load("h200x8-nvlink-healthy"), evaluate_doctor(load("h200x8-nvlink-healthy")));
+  const std::string json = format_doctor_json(load_doctor_facts("h200x8-nvlink-healthy"),
+                                              evaluate_doctor(load_doctor_facts("h200x8-nvlink-healthy")));
   CHECK(json.find("\"large_busbw_mb_s\": 470218,") != std::string::npos);
   CHECK(json.find("\"healthy\": true,") != std::string::npos);
 }
@@ -1184,7 +1177,7 @@ TEST_CASE("doctor: the stand-in NCCL runs one communicator across processes", "[
 TEST_CASE("doctor: a sweep that stopped early because it was too slow", "[doctor]") {
   // The check child stops before a size that would outlast half its time limit;
   // on NVLink that speed is itself the verdict.
-  DoctorFacts facts = load("h200x8-nvlink-healthy");
+  DoctorFacts facts = load_doctor_facts("h200x8-nvlink-healthy");
   auto& rows = facts.allreduce.rows;
   while (rows.back().bytes > (64ull << 20)) rows.pop_back();
   rows.back().time_ns = 4'000'000'000;  // 64 MiB in 4 s
@@ -1212,7 +1205,7 @@ TEST_CASE("doctor: a sweep that stopped early because it was too slow", "[doctor
   CHECK(report.exit_code == 0);
 
   // Where no ceiling is known (GPUs across CPU sockets) the figure is shown, not judged.
-  DoctorFacts sockets = load("l40s-x4-pcie-two-sockets");
+  DoctorFacts sockets = load_doctor_facts("l40s-x4-pcie-two-sockets");
   while (sockets.allreduce.rows.back().bytes > (64ull << 20)) sockets.allreduce.rows.pop_back();
   sockets.allreduce.stopped_slow = true;
   const DoctorReport sockets_report = evaluate_doctor(sockets);

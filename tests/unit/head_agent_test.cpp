@@ -69,14 +69,9 @@ std::string env_value(const WorkerLaunch& launch, const std::string& name) {
   return {};
 }
 
-void write_text(const std::string& path, const std::string& text) { std::ofstream(path) << text; }
+using testing::write_text;
 
-std::string read_text(const std::string& path) {
-  std::ifstream in(path);
-  std::stringstream text;
-  text << in.rdbuf();
-  return text.str();
-}
+using testing::read_text;
 
 // A node's ranks as `play` says (by attempt and rank), on a loop of its own;
 // nothing is spawned. Exits and output reach the agent as the supervisor's

@@ -61,14 +61,7 @@ struct ScriptedNode {
   bool done = false;
 };
 
-Exited exited(int rank, int code) {
-  Exited m;
-  m.rank = rank;
-  m.code = code;
-  m.start_ns = unix_now_ns();
-  m.end_ns = m.start_ns;
-  return m;
-}
+using testing::exited;
 
 Exited stopped(int rank) {
   Exited m = exited(rank, SIGTERM);
@@ -670,11 +663,7 @@ std::function<bool(ScriptedNode&, const Message&)> without_workdir(HeadBench& h,
   };
 }
 
-std::string crc32c_of(std::string_view data) {
-  Crc32c crc;
-  crc.update(data);
-  return crc.hex();
-}
+using testing::crc32c_of;
 
 constexpr const char* kNotShared = "  shared_workdir: false\n";
 

@@ -23,7 +23,7 @@ namespace {
 
 namespace fs = std::filesystem;
 
-constexpr FileTime kSecond = 1'000'000'000;
+using testing::kSecond;
 constexpr FileTime kStarted = 1795972262 * kSecond;  // 2026-11-29 17:11:02 UTC
 constexpr FileTime kFresh = kStarted + kSecond;
 constexpr FileTime kStale = kStarted - 9 * kSecond;  // 17:10:53

@@ -11,11 +11,13 @@
 
 #include "flowrun/logmux.h"
 
+#include "testing.h"
+
 using namespace flowrun;
 
 namespace {
 
-constexpr std::int64_t kMs = 1'000'000;
+using testing::kMs;
 
 struct Folder {
   explicit Folder(int ranks, std::int64_t window_ns = 200 * kMs, std::size_t max_held = 256 * 1024)

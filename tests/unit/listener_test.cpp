@@ -520,7 +520,7 @@ void write_token(const std::string& path, const std::string& token) {
   const int fd = open(path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
   REQUIRE(fd >= 0);
   const std::string line = token + "\n";
-  REQUIRE(write(fd, line.data(), line.size()) == static_cast<ssize_t>(line.size()));
+  REQUIRE(::write(fd, line.data(), line.size()) == static_cast<ssize_t>(line.size()));
   close(fd);
 }
 

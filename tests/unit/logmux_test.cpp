@@ -9,11 +9,13 @@
 #include <string_view>
 #include <vector>
 
+#include "testing.h"
+
 using namespace flowrun;
 
 namespace {
 
-constexpr std::int64_t kSecond = 1'000'000'000;
+using testing::kSecond;
 
 LogStyle style(std::size_t max_line = 64 * 1024, std::int64_t interval_ns = kSecond) {
   LogStyle s;

@@ -69,12 +69,7 @@ class Preflights {
 
 const std::vector<std::string> kNames{"n0", "n1", "n2"};
 
-std::string read_text(const std::string& path) {
-  std::ifstream in(path);
-  std::stringstream text;
-  text << in.rdbuf();
-  return text.str();
-}
+using testing::read_text;
 
 }  // namespace
 

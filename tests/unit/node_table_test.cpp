@@ -20,7 +20,7 @@ using namespace flowrun::cluster;
 
 namespace {
 
-constexpr std::int64_t kSecond = 1'000'000'000;
+using testing::kSecond;
 
 StepPlan three_nodes() {
   StepPlan plan;

@@ -352,7 +352,7 @@ TEST_CASE("the guardian kills the run's processes when its owner dies, and nothi
 namespace {
 
 // Waits (up to 10 s) until `pid`, not our child, is gone.
-bool wait_gone(pid_t pid) {
+bool wait_ended(pid_t pid) {
   for (int i = 0; i < 500; ++i) {
     const char state = process_state(pid);
     if (state == 0 || state == 'Z') return true;
@@ -361,10 +361,7 @@ bool wait_gone(pid_t pid) {
   return false;
 }
 
-bool exists(const std::string& path) {
-  struct stat st {};
-  return lstat(path.c_str(), &st) == 0;
-}
+using testing::exists;
 
 }  // namespace
 
@@ -428,7 +425,7 @@ TEST_CASE("the guardian survives a kill of its owner's process group and touches
   CHECK(b_before.size() == 2);
   kill(-a.pid, SIGKILL);
   reap(a.pid);
-  CHECK(wait_gone(a.guardian));
+  CHECK(wait_ended(a.guardian));
   CHECK(processes_with_env(a.entry).empty());
   CHECK_FALSE(exists(dir_a));
   CHECK(processes_with_env(b.entry).size() == b_before.size());
@@ -436,7 +433,7 @@ TEST_CASE("the guardian survives a kill of its owner's process group and touches
   // B ends by an exception (its guardian's pipe closes unannounced): the same.
   kill(b.pid, SIGKILL);
   reap(b.pid);
-  CHECK(wait_gone(b.guardian));
+  CHECK(wait_ended(b.guardian));
   CHECK(processes_with_env(b.entry).empty());
   CHECK_FALSE(exists(dir_b));
 }

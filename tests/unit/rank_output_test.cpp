@@ -19,10 +19,7 @@ using namespace flowrun;
 
 namespace {
 
-bool exists(const std::string& path) {
-  struct stat st {};
-  return stat(path.c_str(), &st) == 0;
-}
+using testing::exists;
 
 // A rank's log in a temporary directory, its console lines in `batch`.
 struct LogFixture {

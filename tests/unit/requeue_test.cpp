@@ -39,13 +39,13 @@ std::string picked(const RequeueQuestion& q, const std::vector<RunRecord>& runs)
   return run == nullptr ? "none" : run->run_id;
 }
 
-Spec spec(const std::string& text) {
+Spec requeued_spec(const std::string& text) {
   SpecParse parsed = parse_spec(text, "flow.yaml", "/w");
   REQUIRE(parsed.spec.has_value());
   return std::move(*parsed.spec);
 }
 
-const char* kFlow = R"(steps:
+const char* kRequeuedFlow = R"(steps:
   - name: prepare
     run: echo prepare
   - name: train
@@ -117,7 +117,7 @@ TEST_CASE("read_run_records reads every run directory, passing over what is not 
 }
 
 TEST_CASE("carried_restart_counts: the steps that did not succeed go on counting", "[requeue]") {
-  const Spec now = spec(kFlow);
+  const Spec now = requeued_spec(kRequeuedFlow);
   RunRecord record = run_of("a", "4242", 0, 10);
   record.attempts_started = {{"train", 2}};
   const std::vector<ResumeDecision> decisions = {reused("prepare"), runs("train"), runs("finetune"),

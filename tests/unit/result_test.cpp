@@ -6,16 +6,18 @@
 
 #include "flowrun/json.h"
 
+#include "testing.h"
+
 using namespace flowrun;
 
 namespace {
 
 // 2026-11-29T17:10:53.123Z
-constexpr std::int64_t kT0 = 1'795'972'253'123'000'000;
-constexpr std::int64_t kMs = 1'000'000;
+constexpr std::int64_t kStartNs = 1'795'972'253'123'000'000;
+using testing::kMs;
 const std::string kDir = "/w/.flowrun/runs/demo-20261129-171053-4f1c2a/train";
 
-ExitStatus exited(int code) { return {ExitStatus::Kind::exited, code, ""}; }
+using testing::exited;
 ExitStatus signaled(int sig) { return {ExitStatus::Kind::signaled, sig, ""}; }
 
 WorkerRecord worker(int rank, ExitStatus status, std::int64_t end_ms) {
@@ -24,8 +26,8 @@ WorkerRecord worker(int rank, ExitStatus status, std::int64_t end_ms) {
   w.local_rank = rank;
   w.pid = 4240 + rank;
   w.status = status;
-  w.start_unix_ns = kT0;
-  w.end_unix_ns = kT0 + end_ms * kMs;
+  w.start_unix_ns = kStartNs;
+  w.end_unix_ns = kStartNs + end_ms * kMs;
   std::string dir = kDir + "/rank" + std::to_string(rank);
   w.stdout_log = dir + "/stdout.log";
   w.stderr_log = dir + "/stderr.log";
@@ -36,8 +38,8 @@ WorkerRecord worker(int rank, ExitStatus status, std::int64_t end_ms) {
 // `n` ranks all stopped by flowrun with SIGTERM at `end_ms`.
 AttemptRecord all_stopped(int n, std::int64_t end_ms, std::vector<int>* stopped) {
   AttemptRecord a;
-  a.start_unix_ns = kT0;
-  a.end_unix_ns = kT0 + end_ms * kMs;
+  a.start_unix_ns = kStartNs;
+  a.end_unix_ns = kStartNs + end_ms * kMs;
   for (int r = 0; r < n; ++r) {
     a.workers.push_back(worker(r, signaled(15), end_ms));
     stopped->push_back(r);
@@ -182,16 +184,16 @@ TEST_CASE("result: failures are ordered by when each rank wrote its error file, 
   // collective that broke, recorded at 150 and ended first, at 200.
   AttemptRecord a;
   a.workers = {worker(0, exited(1), 200), worker(1, exited(1), 300), worker(2, exited(1), 120)};
-  a.workers[0].error_file_unix_ns = kT0 + 150 * kMs;
-  a.workers[1].error_file_unix_ns = kT0 + 100 * kMs;
+  a.workers[0].error_file_unix_ns = kStartNs + 150 * kMs;
+  a.workers[1].error_file_unix_ns = kStartNs + 100 * kMs;
   assign_roles(a, {});
   CHECK(a.culprit == 1);
   CHECK(roles(a) == std::vector{Role::failed_after, Role::culprit, Role::failed_after});
-  CHECK(failure_time(a.workers[1]) == kT0 + 100 * kMs);
-  CHECK(failure_time(a.workers[2]) == kT0 + 120 * kMs);  // no error file: its end
+  CHECK(failure_time(a.workers[1]) == kStartNs + 100 * kMs);
+  CHECK(failure_time(a.workers[2]) == kStartNs + 120 * kMs);  // no error file: its end
 
   // A rank that ended before another's error file was written failed first.
-  a.workers[2].end_unix_ns = kT0 + 90 * kMs;
+  a.workers[2].end_unix_ns = kStartNs + 90 * kMs;
   assign_roles(a, {});
   CHECK(a.culprit == 2);
 
@@ -199,10 +201,10 @@ TEST_CASE("result: failures are ordered by when each rank wrote its error file, 
   // not when the rank failed.
   AttemptRecord late;
   late.workers = {worker(0, exited(1), 200), worker(1, exited(1), 250)};
-  late.workers[0].error_file_unix_ns = kT0 + 400 * kMs;
+  late.workers[0].error_file_unix_ns = kStartNs + 400 * kMs;
   assign_roles(late, {});
   CHECK(late.culprit == 0);
-  CHECK(failure_time(late.workers[0]) == kT0 + 200 * kMs);
+  CHECK(failure_time(late.workers[0]) == kStartNs + 200 * kMs);
 }
 
 TEST_CASE("result: a culprit that flowrun's stop killed after its error file has the error file's cause",
@@ -210,7 +212,7 @@ TEST_CASE("result: a culprit that flowrun's stop killed after its error file has
   AttemptRecord a;
   a.outcome = Outcome::failed;
   a.workers = {worker(0, exited(1), 200), worker(1, signaled(15), 300)};
-  a.workers[1].error_file_unix_ns = kT0 + 100 * kMs;
+  a.workers[1].error_file_unix_ns = kStartNs + 100 * kMs;
   assign_roles(a, {});
   REQUIRE(a.culprit == 1);
   const std::string error_file =
@@ -224,7 +226,7 @@ TEST_CASE("result: a culprit that flowrun's stop killed after its error file has
   a.workers[1].error_file_unix_ns = 0;
   CHECK(classify_failure(a, false, error_file).cause == FailureCause::signal);
 
-  a.workers[1].error_file_unix_ns = kT0 + 100 * kMs;
+  a.workers[1].error_file_unix_ns = kStartNs + 100 * kMs;
   const std::string report = format_failure_report(parallel_step(a, Outcome::failed), error_file);
   CHECK(report.find(
             "flowrun: step 'train' failed: rank 1 was killed by signal 15 (SIGTERM) after 0.30 s (pid 4241), "
@@ -647,8 +649,8 @@ TEST_CASE("result: results.json of a failed parallel step", "[result]") {
   AttemptRecord a;
   a.restart_count = 0;
   a.master_port = 29500;
-  a.start_unix_ns = kT0 - 5 * kMs;
-  a.end_unix_ns = kT0 + 1333 * kMs;
+  a.start_unix_ns = kStartNs - 5 * kMs;
+  a.end_unix_ns = kStartNs + 1333 * kMs;
   a.workers = {worker(0, signaled(15), 1300), worker(1, exited(3), 310)};
   a.workers[0].peak_rss_kib = 2048;
   a.workers[0].silent_s = 1.2504;
@@ -883,8 +885,8 @@ TEST_CASE("result: error files from torch's @record", "[result]") {
 TEST_CASE("result: a rank on another node is named with its node, and a lost node's ranks say how",
           "[result]") {
   AttemptRecord a;
-  a.start_unix_ns = kT0;
-  a.end_unix_ns = kT0 + 900 * kMs;
+  a.start_unix_ns = kStartNs;
+  a.end_unix_ns = kStartNs + 900 * kMs;
   a.workers = {worker(0, signaled(15), 800), worker(1, exited(0), 300)};
   a.workers[0].node = "node1";
   a.workers[1].node = "node2";

@@ -19,10 +19,7 @@ namespace {
 
 namespace fs = std::filesystem;
 
-void write(const std::string& path, const std::string& text) {
-  fs::create_directories(fs::path(path).parent_path());
-  std::ofstream(path) << text;
-}
+using testing::write_text;
 
 Spec spec(const std::string& text) {
   SpecParse parsed = parse_spec(text, "flow.yaml", "/work/proj");
@@ -326,9 +323,9 @@ TEST_CASE("reuse_step copies results.json with a mark and hard-links the outputs
   const std::string old_dir = tmp.path() + "/runs/old";
   const std::string results =
       "{\n  \"format\": 1,\n  \"step\": \"train\",\n  \"end\": \"2026-11-29T17:10:53.123Z\"\n}\n";
-  write(old_dir + "/train/results.json", results);
-  write(old_dir + "/train/outputs/model.pt", "weights");
-  write(old_dir + "/train/outputs/rank1/metrics.json", "{}");
+  write_text(old_dir + "/train/results.json", results);
+  write_text(old_dir + "/train/outputs/model.pt", "weights");
+  write_text(old_dir + "/train/outputs/rank1/metrics.json", "{}");
   Spec s = spec(kFlow);
   ResumeFrom from{"old", old_dir, {"train"}, {}, false, {}};
   RunLayout layout{tmp.path() + "/runs/new"};
@@ -358,7 +355,7 @@ TEST_CASE("reuse_step copies results.json with a mark and hard-links the outputs
         testing::read_file(layout.run_dir + "/train/results.json"));
 
   // A plain step: results.json only.
-  write(old_dir + "/prepare/results.json", "{\"end\": \"2026-11-29T17:10:50.000Z\"}");
+  write_text(old_dir + "/prepare/results.json", "{\"end\": \"2026-11-29T17:10:50.000Z\"}");
   CHECK(reuse_step(*s.find_step("prepare"), from, layout) ==
         "flowrun: step 'prepare' reused from run old (succeeded at 2026-11-29T17:10:50.000Z)");
   CHECK(testing::read_file(layout.run_dir + "/prepare/results.json") ==
@@ -367,7 +364,7 @@ TEST_CASE("reuse_step copies results.json with a mark and hard-links the outputs
             old_dir + "\"\n  }\n}\n");
   CHECK_FALSE(fs::exists(layout.run_dir + "/prepare/outputs"));
 
-  write(old_dir + "/report/results.json", "[]");
+  write_text(old_dir + "/report/results.json", "[]");
   CHECK_THROWS_WITH(reuse_step(*s.find_step("report"), from, layout),
                     old_dir + "/report/results.json: not a step's results (not a JSON object)");
 }
@@ -377,12 +374,12 @@ TEST_CASE("read_prior_steps reads how each step ended", "[resume]") {
   RunRecord r;
   r.run_id = "old";
   r.run_dir = tmp.path();
-  write(tmp.path() + "/a/results.json", R"({"outcome": "succeeded", "end": "E"})");
-  write(tmp.path() + "/b/results.json", R"({"outcome": "failed"})");
-  write(tmp.path() + "/c/results.json",
-        R"({"outcome": "succeeded", "end": "F", "reused_from": {"run_id": "older"}})");
+  write_text(tmp.path() + "/a/results.json", R"({"outcome": "succeeded", "end": "E"})");
+  write_text(tmp.path() + "/b/results.json", R"({"outcome": "failed"})");
+  write_text(tmp.path() + "/c/results.json",
+             R"({"outcome": "succeeded", "end": "F", "reused_from": {"run_id": "older"}})");
   fs::create_directories(tmp.path() + "/c/outputs");
-  write(tmp.path() + "/d/results.json", "{\"outcome\": ");
+  write_text(tmp.path() + "/d/results.json", "{\"outcome\": ");
   const auto prior = read_prior_steps(r, {"a", "b", "c", "d", "e"});
   auto show = [&](const std::string& name) {
     const PriorStep& p = prior.at(name);
@@ -456,7 +453,7 @@ TEST_CASE("a run directory is created for one run, and its lock names the holder
                         "or remove it");
   fs::create_directory(tmp.path() + "/empty");
   CHECK_NOTHROW(RunLock::create(tmp.path() + "/empty", "r3", host));
-  write(tmp.path() + "/file", "x");
+  write_text(tmp.path() + "/file", "x");
   CHECK_THROWS_WITH(RunLock::create(tmp.path() + "/file", "r4", host),
                     "the run directory " + tmp.path() +
                         "/file exists and is not a directory; choose another "
@@ -485,12 +482,12 @@ TEST_CASE("read_run_record says why a directory cannot be resumed", "[resume]") 
   };
   CHECK(refusal(tmp.path() + "/nope") == "no run directory " + tmp.path() + "/nope");
   CHECK(refusal(tmp.path()) == tmp.path() + " is not a flowrun run directory: it has no run.json");
-  write(tmp.path() + "/spec.yaml", "steps: []\n");
+  write_text(tmp.path() + "/spec.yaml", "steps: []\n");
   CHECK(refusal(tmp.path()) ==
         tmp.path() +
             " was written by an older flowrun, which did not record run.json; it cannot be "
             "resumed (run the spec again instead)");
-  write(tmp.path() + "/run.json", R"({"format": 1, "run_id": "x", "run_dir": "/elsewhere"})");
+  write_text(tmp.path() + "/run.json", R"({"format": 1, "run_id": "x", "run_dir": "/elsewhere"})");
   CHECK(refusal(tmp.path()) == "read");
   CHECK(read_run_record(tmp.path()).run_dir == tmp.path());
 }

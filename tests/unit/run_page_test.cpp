@@ -19,7 +19,7 @@ namespace {
 
 namespace fs = std::filesystem;
 
-constexpr std::int64_t kMs = 1'000'000;
+using testing::kMs;
 constexpr std::int64_t kT0 = 1'764'935'363'000 * kMs;  // 2025-12-05T11:49:23Z
 
 std::size_t count(const std::string& text, const std::string& what) {

@@ -471,7 +471,7 @@ namespace {
 
 // A command line build_spec refuses, and what it says (without the
 // "flowrun: error: " that main adds).
-struct RefusalRow {
+struct RunRefusal {
   const char* what;
   std::vector<std::string> argv;
   FakeHost host;
@@ -483,7 +483,7 @@ const std::string kRunHelp = "\nRun 'flowrun run --help' for usage.";
 }  // namespace
 
 TEST_CASE("build_spec: the command lines it refuses, and what each says", "[run_spec]") {
-  const RefusalRow row = GENERATE_COPY(values<RefusalRow>({
+  const RunRefusal row = GENERATE_COPY(values<RunRefusal>({
       {"gpu without GPUs",
        {"run", "--nproc-per-node", "gpu", "train.py"},
        {},

@@ -19,12 +19,9 @@ namespace {
 
 namespace fs = std::filesystem;
 
-void write(const std::string& path, const std::string& text) {
-  fs::create_directories(fs::path(path).parent_path());
-  std::ofstream(path) << text;
-}
+using testing::write_text;
 
-constexpr std::int64_t kSecond = 1'000'000'000;
+using testing::kSecond;
 
 std::string run_json(const std::string& id, const std::string& state, const std::string& exit,
                      const std::string& steps) {
@@ -132,10 +129,10 @@ TEST_CASE("runs are found by prefix and latest from below, and damaged ones are 
   testing::ScopedTempDir dir("runs");
   const std::string runs = dir.path() + "/.flowrun/runs";
   const std::string a = "demo-20261201-100000-aaaaaa", b = "demo-20261201-110000-bbbbbb";
-  write(runs + "/" + a + "/run.json", run_json(a, "finished", "0", R"("train": "succeeded")"));
-  write(runs + "/" + b + "/run.json",
-        run_json(b, "finished", "3", R"("prep": "succeeded", "train": "failed")"));
-  write(runs + "/broken/run.json", R"({"format": 1, "run_id": "bro)");
+  write_text(runs + "/" + a + "/run.json", run_json(a, "finished", "0", R"("train": "succeeded")"));
+  write_text(runs + "/" + b + "/run.json",
+             run_json(b, "finished", "3", R"("prep": "succeeded", "train": "failed")"));
+  write_text(runs + "/broken/run.json", R"({"format": 1, "run_id": "bro)");
   fs::create_directories(runs + "/empty");
   REQUIRE(replace_symlink(runs + "/latest", b) == 0);
   REQUIRE(replace_symlink(runs + "/latest", a) == 0);  // replaced, not refused
@@ -166,10 +163,10 @@ TEST_CASE("runs are found by prefix and latest from below, and damaged ones are 
   CHECK(read_run_row(runs + "/broken").problem == "run.json is not JSON (cut short or damaged)");
   CHECK(read_run_row(runs + "/broken").state == "damaged");
   CHECK(read_run_row(runs + "/empty").problem.starts_with("no run.json"));
-  write(runs + "/other/run.json", R"({"format": 1})");
+  write_text(runs + "/other/run.json", R"({"format": 1})");
   CHECK(read_run_row(runs + "/other").problem == "run.json: not a run record (no \"run_id\" or \"run_dir\")");
   // "running" in run.json, but no flowrun holds its lock: it was killed.
-  write(runs + "/killed/run.json", run_json("killed", "running", "null", R"("train": "running")"));
+  write_text(runs + "/killed/run.json", run_json("killed", "running", "null", R"("train": "running")"));
   CHECK(read_run_row(runs + "/killed").state == "killed");
 }
 

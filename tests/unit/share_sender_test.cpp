@@ -6,11 +6,13 @@
 #include <catch2/catch.hpp>
 #include <vector>
 
+#include "testing.h"
+
 namespace flowrun {
 
 namespace {
 
-constexpr std::int64_t kSecond = 1'000'000'000;
+using testing::kSecond;
 
 RankSample waiting(int rank) { return {rank, true, ""}; }
 

@@ -17,11 +17,7 @@ namespace fs = std::filesystem;
 
 namespace {
 
-std::string crc32c_of(std::string_view data) {
-  Crc32c crc;
-  crc.update(data);
-  return crc.hex();
-}
+using testing::crc32c_of;
 
 // One file sent as the head sends it: begin, chunks of at most `chunk` bytes, end.
 void ship(ShipReceiver& r, const std::string& path, const std::string& data, int mode = 0644,

@@ -9,6 +9,8 @@
 
 #include "flowrun/files.h"
 
+#include "testing.h"
+
 using namespace flowrun;
 
 namespace {
@@ -42,15 +44,8 @@ const EnvMap kJobEnv = {
     {"SLURM_GPUS_PER_NODE", "h100:4"},
 };
 
-EnvMap with(EnvMap env, const std::string& name, const std::string& value) {
-  env[name] = value;
-  return env;
-}
-
-EnvMap without(EnvMap env, const std::string& name) {
-  env.erase(name);
-  return env;
-}
+using testing::with;
+using testing::without;
 
 }  // namespace
 

@@ -10,11 +10,13 @@
 #include <unistd.h>
 #include <vector>
 
+#include "testing.h"
+
 using namespace flowrun;
 
 namespace {
 
-constexpr std::int64_t kSecond = 1'000'000'000;
+using testing::kSecond;
 
 struct Group {
   boost::asio::io_context io;

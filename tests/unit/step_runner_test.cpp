@@ -37,7 +37,7 @@ class CapturedConsole {
   int fd_ = -1;
 };
 
-ExitStatus exited(int code) { return {ExitStatus::Kind::exited, code, ""}; }
+using testing::exited;
 
 // An attempt of `codes.size()` ranks ending with these exit codes; the
 // first non-zero is the culprit (the others were stopped).
@@ -125,7 +125,7 @@ class FakeWorkerGroup : public WorkerGroup {
   std::size_t next_ = 0;
 };
 
-struct Fixture {
+struct RunnerFixture {
   testing::ScopedTempDir tmp{"step"};
   CapturedConsole out{tmp.path()};
   RunLayout layout{tmp.path() + "/run"};
@@ -133,7 +133,7 @@ struct Fixture {
   StepPlan plan;
   std::optional<double> time_left;
 
-  explicit Fixture(int world_size, int max_restarts) {
+  explicit RunnerFixture(int world_size, int max_restarts) {
     step.name = "train";
     step.workdir = tmp.path();
     plan.step = "train";
@@ -161,7 +161,7 @@ struct Fixture {
 }  // namespace
 
 TEST_CASE("rank 1 fails, then the group succeeds: one restart, the failed attempt kept", "[step_runner]") {
-  Fixture f(2, 2);
+  RunnerFixture f(2, 2);
   FakeWorkerGroup group(f.layout, "train", {attempt_of({0, 3}), attempt_of({0, 0})});
   const StepRun run = f.run(group);
 
@@ -198,7 +198,7 @@ TEST_CASE("a restart of a large step keeps every rank's files, each record point
   // Enough ranks that the keep runs on several threads, each keeping its
   // own ranks and writing only their records.
   const int ranks = 1100;
-  Fixture f(ranks, 1);
+  RunnerFixture f(ranks, 1);
   std::vector<int> codes(static_cast<std::size_t>(ranks), 0);
   codes[7] = 3;
   FakeWorkerGroup group(f.layout, "train",
@@ -218,7 +218,7 @@ TEST_CASE("a restart of a large step keeps every rank's files, each record point
 }
 
 TEST_CASE("forensics nccl: each attempt's records name its dumps, kept with the attempt", "[step_runner]") {
-  Fixture f(2, 1);
+  RunnerFixture f(2, 1);
   FakeWorkerGroup group(f.layout, "train", {attempt_of({0, 3}), attempt_of({1, 0})});
   group.dumps = {{0, 0}, {0, 1}, {1, 0}};
   SECTION("without forensics: nccl, nothing is looked for") {
@@ -242,7 +242,7 @@ TEST_CASE("forensics nccl: each attempt's records name its dumps, kept with the 
 }
 
 TEST_CASE("restarts run out: the last failure decides the exit code", "[step_runner]") {
-  Fixture f(2, 1);
+  RunnerFixture f(2, 1);
   FakeWorkerGroup group(f.layout, "train", {attempt_of({0, 3}), attempt_of({7, 0})});
   const StepRun run = f.run(group);
 
@@ -257,7 +257,7 @@ TEST_CASE("restarts run out: the last failure decides the exit code", "[step_run
 }
 
 TEST_CASE("no restart allowed: one attempt", "[step_runner]") {
-  Fixture f(2, 0);
+  RunnerFixture f(2, 0);
   FakeWorkerGroup group(f.layout, "train", {attempt_of({0, 3})});
   const StepRun run = f.run(group);
   CHECK(group.asked.size() == 1);
@@ -266,7 +266,7 @@ TEST_CASE("no restart allowed: one attempt", "[step_runner]") {
 }
 
 TEST_CASE("a restart whose ranks never start: the failed attempt decides", "[step_runner]") {
-  Fixture f(2, 2);
+  RunnerFixture f(2, 2);
   AttemptResult never;
   never.started = false;
   never.record.outcome = Outcome::interrupted;
@@ -283,7 +283,7 @@ TEST_CASE("a restart whose ranks never start: the failed attempt decides", "[ste
   CHECK(testing::read_file(f.layout.rank_dir("train", 1) + "/stdout.log") == "attempt 0 rank 1\n");
 
   // A first attempt that never starts is the step's one attempt.
-  Fixture g(2, 2);
+  RunnerFixture g(2, 2);
   FakeWorkerGroup group2(g.layout, "train", {never});
   const StepRun first = g.run(group2);
   REQUIRE(first.attempts.size() == 1);
@@ -292,7 +292,7 @@ TEST_CASE("a restart whose ranks never start: the failed attempt decides", "[ste
 }
 
 TEST_CASE("a lost node gives up without restarting", "[step_runner]") {
-  Fixture f(2, 3);
+  RunnerFixture f(2, 3);
   AttemptResult lost = attempt_of({0, 0});
   lost.record.workers[1].status = {ExitStatus::Kind::lost, 0, "its agent's connection closed"};
   lost.record.outcome = Outcome::failed;
@@ -312,7 +312,7 @@ TEST_CASE("a lost node gives up without restarting", "[step_runner]") {
 }
 
 TEST_CASE("flowrun's own errors give up and fail the step", "[step_runner]") {
-  Fixture f(2, 3);
+  RunnerFixture f(2, 3);
   AttemptResult failed = attempt_of({0, 3});
   failed.errors.push_back("node node1: cannot upload rank 1's error.json");
   FakeWorkerGroup group(f.layout, "train", {failed, attempt_of({0, 0})});
@@ -322,7 +322,7 @@ TEST_CASE("flowrun's own errors give up and fail the step", "[step_runner]") {
   CHECK(run.exit_code == 3);
 
   // Errors after ranks that all succeeded: the step fails with 1.
-  Fixture g(1, 3);
+  RunnerFixture g(1, 3);
   AttemptResult done = attempt_of({0});
   done.errors.push_back("node node0: the upload ended unfinished");
   FakeWorkerGroup group2(g.layout, "train", {done});
@@ -333,7 +333,7 @@ TEST_CASE("flowrun's own errors give up and fail the step", "[step_runner]") {
 }
 
 TEST_CASE("an interrupt ends the attempts with 128+N", "[step_runner]") {
-  Fixture f(2, 3);
+  RunnerFixture f(2, 3);
   SECTION("a failure as flowrun is interrupted is not restarted") {
     FakeWorkerGroup group(f.layout, "train", {attempt_of({0, 3}), attempt_of({0, 0})});
     group.interrupt_after = 1;
@@ -353,7 +353,7 @@ TEST_CASE("an interrupt ends the attempts with 128+N", "[step_runner]") {
 }
 
 TEST_CASE("a timeout, a stall or a write error is never restarted", "[step_runner]") {
-  Fixture f(2, 3);
+  RunnerFixture f(2, 3);
   f.time_left = 12.5;
   SECTION("timeout") {
     FakeWorkerGroup group(f.layout, "train", {attempt_of({143, 143}, Outcome::timed_out)});
@@ -381,7 +381,7 @@ TEST_CASE("a timeout, a stall or a write error is never restarted", "[step_runne
 }
 
 TEST_CASE("a refused preflight runs no attempt", "[step_runner]") {
-  Fixture f(2, 3);
+  RunnerFixture f(2, 3);
   FakeWorkerGroup group(f.layout, "train", {attempt_of({0, 0})});
   group.preflight_ok = false;
   const StepRun run = f.run(group, /*preflight=*/true);
@@ -414,7 +414,7 @@ constexpr const char* kBoom =
 
 TEST_CASE("a policy's decisions reach the console, the records and the report", "[step_runner]") {
   SECTION("the same exception twice: no progress, no third attempt") {
-    Fixture f(2, 3);
+    RunnerFixture f(2, 3);
     f.plan.restart.is_set = true;
     FakeWorkerGroup group(f.layout, "train", {failed_with_tail(1, kBoom), failed_with_tail(1, kBoom)});
     const StepRun run = f.run(group);
@@ -445,7 +445,7 @@ TEST_CASE("a policy's decisions reach the console, the records and the report", 
                         "\"/w/train.py\",\n        \"line\": 3\n      },\n      \"restarted\": false,"));
   }
   SECTION("the error file is read for the culprit") {
-    Fixture f(2, 1);
+    RunnerFixture f(2, 1);
     f.plan.restart = RestartPolicy{};
     f.plan.restart.is_set = true;
     f.plan.restart.on_exception = false;
@@ -461,7 +461,7 @@ TEST_CASE("a policy's decisions reach the console, the records and the report", 
           "rank 1 on node1 raised KeyError: 'lr', and restart.causes leaves out exception");
   }
   SECTION("progress_file: a restart while the script writes it, none once it stops") {
-    Fixture f(2, 3);
+    RunnerFixture f(2, 3);
     f.plan.restart.is_set = true;
     f.plan.restart.progress_file = f.tmp.path() + "/ckpt.pt";
     f.plan.restart.progress_file_text = "ckpt.pt";
@@ -481,7 +481,7 @@ TEST_CASE("a policy's decisions reach the console, the records and the report", 
 
 TEST_CASE("a carried count: the first attempt continues it, max_restarts counts from there",
           "[step_runner]") {
-  Fixture f(2, 1);
+  RunnerFixture f(2, 1);
   FakeWorkerGroup group(f.layout, "train", {attempt_of({0, 3}), attempt_of({5, 0})});
   const StepRun run = f.run(group, false, 2);
 
@@ -504,7 +504,7 @@ TEST_CASE("a carried count: the first attempt continues it, max_restarts counts 
 }
 
 TEST_CASE("an attempt that never starts is noted as not started", "[step_runner]") {
-  Fixture f(2, 2);
+  RunnerFixture f(2, 2);
   AttemptResult never;
   never.started = false;
   never.record.outcome = Outcome::failed;
@@ -524,7 +524,7 @@ TEST_CASE("the restart message across nodes", "[step_runner]") {
 }
 
 TEST_CASE("the join gathers every rank's output directory", "[step_runner]") {
-  Fixture f(3, 0);
+  RunnerFixture f(3, 0);
   f.step.outputs = {"*.pt"};
   f.step.collect = Collect::all;
   const JoinRequest request = join_request(f.step, f.plan, f.layout, 42);

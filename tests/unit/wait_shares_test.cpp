@@ -23,7 +23,7 @@ const std::string kBackward =
 const std::string kAllReduce =
     "    all_reduce (/venv/lib/python3.11/site-packages/torch/distributed/distributed_c10d.py:1322)\n"
     "    sync (/work/proj/train.py:60)\n";
-const std::string kLoading =
+const std::string kLoadingStack =
     "    load_batch (/work/proj/data.py:88)\n"
     "    <module> (/work/proj/train.py:30)\n";
 const std::string kQueue =
@@ -41,7 +41,7 @@ RankSample sample(int rank, const std::string& state, const std::string& frames)
 }
 
 // `waits` of `samples` samples of `rank` waiting, the rest in `elsewhere`.
-void add(ShareTally& tally, int rank, int samples, int waits, const std::string& elsewhere = kLoading) {
+void add(ShareTally& tally, int rank, int samples, int waits, const std::string& elsewhere = kLoadingStack) {
   for (int i = 0; i < samples; ++i)
     tally.add(i < waits ? sample(rank, "idle", kBackward) : sample(rank, "active", elsewhere));
 }
@@ -58,14 +58,14 @@ TEST_CASE("a sample waits when the main thread is blocked inside torch's collect
   CHECK_FALSE(sample(0, "active+gil", kAllReduce).waiting);
   // Blocked elsewhere (its own data loader, a read) is the rank's own time.
   CHECK_FALSE(sample(0, "idle", kQueue).waiting);
-  CHECK_FALSE(sample(0, "idle", kLoading).waiting);
+  CHECK_FALSE(sample(0, "idle", kLoadingStack).waiting);
   // A look-alike directory is not torch's.
   CHECK_FALSE(sample(0, "idle", "    f (/work/mytorch/distributed/x.py:3)\n").waiting);
   CHECK(sample(0, "idle", "    f (torch/distributed/x.py:3)\n").waiting);
 }
 
 TEST_CASE("a sample not waiting says where the rank was", "[wait_shares]") {
-  const RankSample s = sample(3, "active", kLoading);
+  const RankSample s = sample(3, "active", kLoadingStack);
   CHECK(s.rank == 3);
   CHECK(s.frame == "load_batch (data.py:88)");
   CHECK(sample(0, "idle", kBackward).frame.empty());
@@ -138,7 +138,7 @@ TEST_CASE("a rank's samples count from its first wait in a collective, not durin
 
 TEST_CASE("the rank that seldom waits is named once the evidence is solid", "[wait_shares]") {
   ShareTally tally;
-  for (int r = 0; r < 8; ++r) add(tally, r, 60, r == 5 ? 2 : 43, r == 5 ? kLoading : kForward);
+  for (int r = 0; r < 8; ++r) add(tally, r, 60, r == 5 ? 2 : 43, r == 5 ? kLoadingStack : kForward);
   const auto slow = tally.slow();
   REQUIRE(slow);
   CHECK(slow->ranks == std::vector<int>{5});
@@ -237,7 +237,7 @@ TEST_CASE("shares read as whole percents", "[wait_shares]") {
 TEST_CASE("a rank named stays named for the attempt, described by the samples so far", "[wait_shares]") {
   ShareTally tally;
   add(tally, 0, 60, 40, kForward);
-  add(tally, 1, 60, 5, kLoading);
+  add(tally, 1, 60, 5, kLoadingStack);
   const auto slow = tally.slow();
   REQUIRE(slow);
   tally.keep_named(*slow);
@@ -316,7 +316,7 @@ TEST_CASE("with the blocked time known, a rank blocked outside the collectives i
   // 24 samples each cannot tell them apart beyond chance by the samples alone.
   ShareTally counted, timed;
   add(counted, 0, 24, 10, kForward);
-  add(counted, 1, 24, 2, kLoading);
+  add(counted, 1, 24, 2, kLoadingStack);
   CHECK_FALSE(counted.slow());
   add_timed(timed, 0, 24, 10, 0, 0.42);
   add_timed(timed, 1, 24, 2, 6, 0.33);
@@ -361,6 +361,6 @@ TEST_CASE("ranks blocked alike are not named on a chance difference in where the
   // samples alone, which cannot tell these apart.
   ShareTally mixed;
   add_timed(mixed, 0, 24, 10, 0, 0.42);
-  add(mixed, 1, 24, 2, kLoading);
+  add(mixed, 1, 24, 2, kLoadingStack);
   CHECK_FALSE(mixed.slow());
 }
