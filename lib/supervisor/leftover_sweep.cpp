@@ -1,5 +1,6 @@
 #include "leftover_sweep.h"
 
+#include <chrono>
 #include <fmt/format.h>
 #include <signal.h>
 #include <unistd.h>
@@ -28,12 +29,22 @@ void LeftoverSweep::signal_tree(pid_t pid, int sig) {
 std::vector<std::string> LeftoverSweep::signal_new(const std::vector<pid_t>& left, bool kill_now) {
   std::vector<std::string> named;
   for (pid_t pid : left) {
-    if (!seen_.insert(pid).second) continue;
-    named.push_back(fmt::format("{} ({})", pid, process_name(pid)));
+    std::string name = process_name(pid);
+    const auto [seen, first] = seen_.try_emplace(pid, name);
+    if (!first && seen->second == name) continue;
+    if (first) named.push_back(fmt::format("{} ({})", pid, name));
+    seen->second = std::move(name);
     signal_tree(pid, kill_now ? SIGKILL : SIGTERM);
     if (!kill_now) signal_tree(pid, SIGCONT);
   }
   return named;
+}
+
+void LeftoverSweep::recheck_soon() {
+  timer_.expires_after(std::chrono::milliseconds(kRecheckMs));
+  timer_.async_wait([this](const boost::system::error_code& ec) {
+    if (!ec) recheck_();
+  });
 }
 
 }  // namespace flowrun

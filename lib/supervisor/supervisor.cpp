@@ -333,7 +333,7 @@ struct Supervisor::Impl {
                     },
                     [this] { schedule_flush(); }};
   StallWatch stall{io, workers, pipes};
-  LeftoverSweep sweep{guardian, workers};
+  LeftoverSweep sweep{io, guardian, workers, [this] { advance(); }};
   ExitWatch exits{io, guardian, workers, [this](Worker& w) { on_exit(w); }, [this] { advance(); }};
   bool force_stacks = false;  // stop_group's stacks_first
   StackRounds stacks{io,
@@ -504,6 +504,7 @@ struct Supervisor::Impl {
       notes.push_back(fmt::format("stopped {} process{} left behind by the step's workers: {}", named.size(),
                                   named.size() == 1 ? "" : "es", join(named, ", ")));
     }
+    if (!kill_now) sweep.recheck_soon();  // while they live: one may exec after its SIGTERM
   }
 
   // --- output ------------------------------------------------------------
