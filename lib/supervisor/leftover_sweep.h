@@ -31,7 +31,7 @@ class LeftoverSweep {
 
   // Signals each of `left` not signalled since reset(), with its tree:
   // SIGKILL when `kill_now`, else SIGTERM and SIGCONT. Returns them as
-  // "pid (name)". One signalled before whose name has changed since (it
+  // "pid (name)". One signalled before whose program has changed since (it
   // exec'd) is signalled again, not named again.
   std::vector<std::string> signal_new(const std::vector<pid_t>& left, bool kill_now);
   void reset() {
@@ -49,7 +49,7 @@ class LeftoverSweep {
  private:
   pid_t guardian_;
   const WorkerList& workers_;
-  std::map<pid_t, std::string> seen_;  // each one signalled, with its name then
+  std::map<pid_t, std::string> seen_;  // each one signalled, with its program then (/proc/PID/exe)
   boost::asio::steady_timer timer_;
   std::function<void()> recheck_;
 };
