@@ -412,12 +412,8 @@ int kill_processes_with_env(const std::string& entry, int rounds) {
 
 bool is_guardian(pid_t pid) {
   if (process_name(pid) != "flowrun-guard") return false;
-  char self[4096] = {}, other[4096] = {};
-  const ssize_t a = readlink("/proc/self/exe", self, sizeof self - 1);
-  const ssize_t b = readlink(("/proc/" + std::to_string(pid) + "/exe").c_str(), other, sizeof other - 1);
-  return a > 0 && a == b &&
-         std::string_view(self, static_cast<std::size_t>(a)) ==
-             std::string_view(other, static_cast<std::size_t>(b));
+  const std::string self = process_program(0);
+  return !self.empty() && self == process_program(pid);
 }
 
 std::string make_secret() { return random_hex(16); }
@@ -463,6 +459,13 @@ std::string process_name(pid_t pid) {
   std::string name = read_proc_file("/proc/" + std::to_string(pid) + "/comm", 256);
   while (!name.empty() && name.back() == '\n') name.pop_back();
   return name;
+}
+
+std::string process_program(pid_t pid) {
+  char target[4096];
+  const std::string link = pid == 0 ? "/proc/self/exe" : "/proc/" + std::to_string(pid) + "/exe";
+  const ssize_t n = readlink(link.c_str(), target, sizeof target);
+  return n > 0 ? std::string(target, static_cast<std::size_t>(n)) : std::string();
 }
 
 }  // namespace flowrun

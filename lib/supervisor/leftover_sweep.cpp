@@ -9,19 +9,6 @@
 
 namespace flowrun {
 
-namespace {
-
-// The program `pid` runs (/proc/PID/exe); an exec changes it, a rename
-// (prctl, a thread pool naming its threads) does not. "" when unreadable.
-std::string program_of(pid_t pid) {
-  char target[4096];
-  const std::string link = "/proc/" + std::to_string(pid) + "/exe";
-  const ssize_t n = readlink(link.c_str(), target, sizeof target);
-  return n > 0 ? std::string(target, static_cast<std::size_t>(n)) : std::string();
-}
-
-}  // namespace
-
 std::vector<pid_t> LeftoverSweep::find() const {
   std::vector<pid_t> found;
   for (pid_t pid : children_of(getpid())) {
@@ -42,7 +29,7 @@ void LeftoverSweep::signal_tree(pid_t pid, int sig) {
 std::vector<std::string> LeftoverSweep::signal_new(const std::vector<pid_t>& left, bool kill_now) {
   std::vector<std::string> named;
   for (pid_t pid : left) {
-    std::string program = program_of(pid);
+    std::string program = process_program(pid);
     const auto [seen, first] = seen_.try_emplace(pid, program);
     if (!first && seen->second == program) continue;
     if (first) named.push_back(fmt::format("{} ({})", pid, process_name(pid)));

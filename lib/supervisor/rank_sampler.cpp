@@ -39,11 +39,9 @@ constexpr std::int64_t kSharesWriteIntervalNs = 5'000'000'000;
 bool sampled(const Worker& w) { return w.alive && w.pid > 0 && w.record.rank >= 0; }
 
 bool is_python(pid_t pid) {
-  char exe[4096];
-  const ssize_t n = readlink(fmt::format("/proc/{}/exe", pid).c_str(), exe, sizeof exe - 1);
-  if (n <= 0) return false;
-  const std::string_view path(exe, static_cast<std::size_t>(n));
-  const std::string_view name = path.substr(path.rfind('/') + 1);
+  const std::string path = process_program(pid);
+  if (path.empty()) return false;
+  const std::string_view name = std::string_view(path).substr(path.rfind('/') + 1);
   return name.rfind("python", 0) == 0 || name.rfind("pypy", 0) == 0;
 }
 

@@ -124,6 +124,10 @@ char process_state(pid_t pid);
 // The command name of a pid ("sleep"), for messages; empty if gone.
 std::string process_name(pid_t pid);
 
+// The file a pid runs (/proc/PID/exe: "/usr/bin/sleep"); an exec changes it, a
+// rename (prctl) does not. Empty if gone or not readable. pid 0: this process.
+std::string process_program(pid_t pid);
+
 // A TCP port on `addr` that is free now, with the bound (not listening)
 // socket that holds it, so that nothing else on the host binds it until
 // release(). Release it just before the workers start. The port lies outside
