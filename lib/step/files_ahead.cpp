@@ -2,6 +2,7 @@
 
 #include <cerrno>
 #include <unistd.h>
+#include <utility>
 
 #include "flowrun/files.h"
 
@@ -15,7 +16,10 @@ FilesAhead::FilesAhead(std::vector<Rank> ranks) : ranks_(std::move(ranks)) {
   thread_ = std::thread([this] { run(); });
 }
 
-FilesAhead::~FilesAhead() { thread_.join(); }
+FilesAhead::~FilesAhead() {
+  thread_.join();
+  for (const auto& [path, fd] : opened_) ::close(fd);  // ranks that did not start
+}
 
 void FilesAhead::prepare(const Rank& r) {
   make_dirs(r.out_dir);
@@ -27,14 +31,15 @@ void FilesAhead::run() {
   for (std::size_t i = 0; i < ranks_.size(); ++i) {
     const Rank& r = ranks_[i];
     std::exception_ptr failed;
+    std::vector<std::pair<const std::string*, int>> opened;
     try {
       prepare(r);
-      // Created, and closed at once; what cannot be created (a FIFO in its
-      // place) the rank's start meets again, and says.
+      // What cannot be opened (a FIFO in its place) the rank's start meets
+      // again, and says.
       for (const std::string* log : {&r.stdout_log, &r.stderr_log}) {
         int err = 0;
         const int fd = open_output_file(*log, false, &err);
-        if (fd >= 0) ::close(fd);
+        if (fd >= 0) opened.emplace_back(log, fd);
       }
     } catch (...) {
       failed = std::current_exception();
@@ -44,6 +49,9 @@ void FilesAhead::run() {
       failed_ = failed;
       made_.notify_all();
       return;  // the ranks after it are not started
+    }
+    for (const auto& [log, fd] : opened) {
+      if (!opened_.emplace(*log, fd).second) ::close(fd);  // one rank's two logs, one path
     }
     ++ready_;
     made_.notify_all();
@@ -56,11 +64,21 @@ int FilesAhead::open_log(const std::string& path) {
     std::unique_lock<std::mutex> lock(mutex_);
     made_.wait(lock, [&] { return ready_ > rank || failed_; });
     if (ready_ <= rank) std::rethrow_exception(failed_);
+    if (const auto held = opened_.find(path); held != opened_.end()) {
+      const int fd = held->second;
+      opened_.erase(held);
+      return fd;
+    }
   }
   int err = 0;
   const int fd = open_output_file(path, false, &err);
   if (fd < 0) errno = err;
   return fd;
+}
+
+std::size_t FilesAhead::held() const {
+  const std::lock_guard<std::mutex> lock(mutex_);
+  return opened_.size();
 }
 
 }  // namespace flowrun

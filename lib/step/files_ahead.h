@@ -1,14 +1,16 @@
 // The files of a step's ranks on this host, made on a thread of their own
 // while the ranks before each spawn: its directory and out/, the removal of
 // an earlier attempt's traceback and end record, and its two log files,
-// created (empty). A rank's start waits only for its own files, then opens
-// its logs, which exist by then. On a disk where a new inode is dear (ext4
-// without a journal, minutes after many files were deleted: tens of
-// microseconds each) making them took a third of the start-up of 8 ranks of
-// /bin/true. The thread holds no descriptor longer than one file's
-// creation: flowrun's own count of the descriptors a step needs
-// (require_descriptors) stays the first thing to meet a low limit, not the
-// logs of ranks that have not started. Internal to lib/step.
+// opened (created empty). A rank's start waits only for its own files and
+// takes its logs' descriptors from the thread. On a disk where a new inode
+// is dear (ext4 without a journal, minutes after many files were deleted:
+// tens of microseconds each) making them took a third of the start-up of 8
+// ranks of /bin/true; opening the logs (each through its directories, never
+// through a link) was 8% of the work of the thread that starts the
+// ranks. The logs held for ranks not started yet are among those the group
+// needs once they run, and the count of descriptors a group needs
+// (require_descriptors, through GroupOptions::logs_held) counts them once:
+// it stays the first thing to meet a low limit. Internal to lib/step.
 #pragma once
 
 #include <condition_variable>
@@ -41,21 +43,26 @@ class FilesAhead {
   FilesAhead(const FilesAhead&) = delete;
   FilesAhead& operator=(const FilesAhead&) = delete;
 
-  // GroupOptions::open_log: a rank's log `path` opened (open_output_file:
-  // -1 with errno set) once its rank's files are made; rethrows the Error
-  // its rank's directory could not be made with. Another path is opened at
-  // once.
+  // GroupOptions::open_log: a rank's log `path` (open_output_file: -1 with
+  // errno set) once its rank's files are made, the thread's descriptor when
+  // it could open it, else opened here (what cannot be opened, a FIFO in its
+  // place, is said as before); rethrows the Error its rank's directory could
+  // not be made with. Another path is opened at once.
   int open_log(const std::string& path);
+
+  // GroupOptions::logs_held: the logs opened ahead and not yet taken.
+  std::size_t held() const;
 
  private:
   void run();
 
   std::vector<Rank> ranks_;
   std::map<std::string, std::size_t> rank_of_;  // a log's path: its rank's index
-  std::mutex mutex_;
+  mutable std::mutex mutex_;
   std::condition_variable made_;
-  std::size_t ready_ = 0;      // the ranks whose files are made
-  std::exception_ptr failed_;  // the rank ready_'s, when its directory could not be made
+  std::size_t ready_ = 0;              // the ranks whose files are made
+  std::exception_ptr failed_;          // the rank ready_'s, when its directory could not be made
+  std::map<std::string, int> opened_;  // a log's path: its descriptor, opened ahead and not yet taken
   std::thread thread_;
 };
 

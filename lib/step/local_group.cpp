@@ -72,6 +72,7 @@ AttemptResult LocalGroup::run_attempt(const Attempt& attempt) {
   if (work.ranks.size() > 1 && !group.open_log) {
     auto made = std::make_shared<FilesAhead>(std::move(files));
     group.open_log = [made](const std::string& path) { return made->open_log(path); };
+    group.logs_held = [made] { return made->held(); };
   } else {
     for (const auto& f : files) FilesAhead::prepare(f);
   }

@@ -245,15 +245,17 @@ int live_workers(const WorkerList& workers) {
 // worker holds 5 while it runs (the read ends of its stdout and stderr, its
 // two log files, its pidfd), and a spawn needs a few more for an instant.
 // Said before the first worker starts, while there are descriptors left to
-// say it with, instead of half-way through the spawns.
-static void require_descriptors(std::size_t workers) {
+// say it with, instead of half-way through the spawns. The `held` logs open
+// already are among the workers' (read first: any opened during the count
+// are counted twice, never missed).
+static void require_descriptors(std::size_t workers, std::size_t held) {
   rlimit limit{};
   if (workers == 0 || getrlimit(RLIMIT_NOFILE, &limit) != 0 || limit.rlim_cur == RLIM_INFINITY) return;
   std::size_t open = 0;
   std::error_code ec;
   for (std::filesystem::directory_iterator it("/proc/self/fd", ec), end; !ec && it != end; it.increment(ec))
     ++open;
-  const std::size_t need = open + 5 * workers + 8;
+  const std::size_t need = open - std::min(open, held) + 5 * workers + 8;
   if (need <= limit.rlim_cur) return;
   throw Error(
       fmt::format("cannot start {} workers: {}: they need about {} open files and RLIMIT_NOFILE is {}; "
@@ -599,7 +601,7 @@ struct Supervisor::Impl {
 
     outcome = Outcome::succeeded;
     write_error.clear();
-    require_descriptors(launches.size());
+    require_descriptors(launches.size(), opts.logs_held ? opts.logs_held() : 0);
     workers.clear();
     workers.resize(launches.size());
     sweep.reset();

@@ -106,16 +106,25 @@ TEST_CASE("files ahead: a FIFO a rank left where its log goes is refused, not op
 }
 
 TEST_CASE(
-    "files ahead: the thread holds no descriptor once a rank's files are made: a low limit is met by the "
-    "step's own count of what it needs, not by logs of ranks that have not started",
+    "files ahead: the logs opened ahead are held only until their ranks start and counted for the check of "
+    "descriptors; those of ranks that never start are closed with it",
     "[files_ahead]") {
   testing::ScopedTempDir dir("ahead");
   const std::string work = dir.path() + "/work";
   const std::size_t before = open_descriptors();
-  FilesAhead ahead(ranks_in(work, 32));
-  const int last = ahead.open_log(work + "/rank31/stderr.log");  // every rank's files are made by now
-  REQUIRE(last >= 0);
-  close(last);
+  {
+    FilesAhead ahead(ranks_in(work, 32));
+    const int last = ahead.open_log(work + "/rank31/stderr.log");  // every rank's files are made by now
+    REQUIRE(last >= 0);
+    CHECK(ahead.held() == 63);
+    CHECK(open_descriptors() == before + 64);
+    close(last);
+    const int first = ahead.open_log(work + "/rank0/stdout.log");  // handed over, not opened again
+    REQUIRE(first >= 0);
+    CHECK(ahead.held() == 62);
+    CHECK(open_descriptors() == before + 63);
+    close(first);
+  }
   CHECK(open_descriptors() == before);
   for (int r = 0; r < 32; ++r) CHECK(fs::is_regular_file(work + "/rank" + std::to_string(r) + "/stdout.log"));
 }

@@ -89,6 +89,10 @@ struct GroupOptions {
   // (open_output_file: a regular file, never through a link). Tests give a
   // device here (/dev/full) to make every write fail.
   std::function<int(const std::string& path)> open_log;
+  // How many of the group's log files open_log already holds open (opened
+  // ahead of their ranks' starts): the count of descriptors the group needs
+  // counts them once. Empty: none.
+  std::function<std::size_t()> logs_held;
   double grace_s = 10;              // SIGTERM .. SIGKILL
   std::optional<double> timeout_s;  // the group's time left; nullopt = none
   // The step's stall_timeout: a worker that writes nothing to stdout or
