@@ -85,8 +85,12 @@ void ExitWatch::on_exit(Worker& w, int status, const rusage& usage) {
     w.record.status.kind = ExitStatus::Kind::signaled;
     w.record.status.code = WTERMSIG(status);
   }
-  if (!w.record.status.ok() && w.launch != nullptr)
+  if (!w.record.status.ok() && w.launch != nullptr) {
     w.record.error_file_unix_ns = error_file_time(w.launch->error_file, w.record.start_unix_ns);
+    // For the hint of a module it lacks (failure_hints.cpp): looked up for a
+    // worker that failed, not at every start (a PATH walk per rank).
+    w.record.path_python = find_program("python3", w.launch->env);
+  }
   if (w.exit_watch) {
     w.exit_watch->cancel();
     w.exit_watch.reset();  // closes the pidfd

@@ -131,7 +131,12 @@ std::string find_py_spy(const WorkerList& workers, std::string* looked) {
     if (w.launch != nullptr) {
       if (std::string found = on_path(w.launch->env); !found.empty()) return found;
     }
-    for (const std::string* program : {&w.record.program, &w.record.path_python}) {
+    // A live worker's python3 is looked up only now (ExitWatch::on_exit does
+    // it for a worker that failed).
+    const std::string python = !w.record.path_python.empty() || w.launch == nullptr
+                                   ? w.record.path_python
+                                   : find_program("python3", w.launch->env);
+    for (const std::string* program : {&w.record.program, &python}) {
       if (std::string found = file(beside(*program, "py-spy")); !found.empty()) return found;
     }
   }

@@ -220,7 +220,6 @@ void mark_started(Worker& w, const SpawnResult& spawned, std::int64_t started_mo
   w.record.pid = spawned.pid;
   w.record.command = w.launch->argv[0];
   w.record.program = spawned.program;
-  w.record.path_python = find_program("python3", w.launch->env);
   // Silence counts from the group's start: workers that never write are
   // silent for the same time, and a stall names them together.
   w.last_output_ns = started_mono;

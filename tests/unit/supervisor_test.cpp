@@ -173,6 +173,29 @@ TEST_CASE("the first failure is the culprit and the others are stopped at once",
   CHECK(seconds(a) < 5);  // SIGTERM ended them; the 10 s grace was not needed
 }
 
+TEST_CASE(
+    "the python3 a worker's PATH finds is recorded for a worker that failed, not looked up for one that "
+    "succeeded",
+    "[supervisor]") {
+  Fixture f;
+  Supervisor s = f.make();
+  const std::string bin = f.dir() + "/bin";
+  std::filesystem::create_directories(bin);
+  testing::write_text(bin + "/python3", "#!/bin/sh\n");
+  std::filesystem::permissions(bin + "/python3", std::filesystem::perms::owner_all);
+  auto on_path = [&](WorkerLaunch w) {
+    w.env = {"PATH=" + bin + ":/usr/bin:/bin", "RANK=0"};
+    return w;
+  };
+  auto ok = s.run_group({on_path(f.shell(0, "exit 0"))}, f.options());
+  REQUIRE(ok.workers.size() == 1);
+  CHECK(ok.workers[0].path_python.empty());
+  auto failed = s.run_group({on_path(f.shell(0, "exit 3"))}, f.options());
+  REQUIRE(failed.workers.size() == 1);
+  CHECK(failed.workers[0].status.code == 3);
+  CHECK(failed.workers[0].path_python == bin + "/python3");
+}
+
 TEST_CASE("a worker that ignores SIGTERM is killed when the grace runs out", "[supervisor]") {
   Fixture f;
   Supervisor s = f.make();

@@ -69,7 +69,8 @@ struct WorkerRecord {
   // What it ran (report only; not in JSON), for missing_module_hint: argv[0]
   // as the step's run gives it ("python3", "/bin/sh"), the file it exec'ed
   // (argv[0] found on the PATH of its own environment when it has no '/'),
-  // and the python3 that PATH finds. Empty when unknown or not found.
+  // and the python3 that PATH finds (looked up when the worker failed, for
+  // the hint of a missing module). Empty when unknown or not found.
   std::string command;
   std::string program;
   std::string path_python;
