@@ -1,10 +1,14 @@
 #!/usr/bin/env python3
 """Checks that the flowrun binary was linked as cmake/Layout.cmake says (ctest 'order').
 
-  check_order.py ORDER_FILE FLOWRUN [--ordered]
+  check_order.py ORDER_FILE FLOWRUN [--ordered] [--release]
 
 Always: most of the functions cmake/startup.order lists exist in the binary under those names (a list
-gone stale after the code moved on orders nothing: rerun scripts/order-functions). With --ordered (the
+gone stale after the code moved on orders nothing: rerun scripts/order-functions). With --release (the
+Release build the list is made from, as the package phase builds it): nearly all of them (95%); a list
+made from another shape of build (each source compiled on its own where the build now compiles each
+module as one file) still finds most of its names but misses those the run now executes, and the code a
+run maps grows (5.8 MiB peak against 4.3 for the same code, 8 workers of /bin/true). With --ordered (the
 build linked with lld's --symbol-ordering-file): the listed functions the binary has lie in the list's
 order (9 in 10 at least: a section holding two listed functions goes where the first one is listed) and
 together (an object compiled without -ffunction-sections, libstdc++.a's, brings its other functions
@@ -14,11 +18,13 @@ import subprocess
 import sys
 
 MIN_FOUND = 0.8  # of the listed functions, the share the binary must define
+MIN_FOUND_RELEASE = 0.95  # the same, in the Release build the list is made from
 
 
 def main():
     args = [a for a in sys.argv[1:] if not a.startswith("--")]
     ordered = "--ordered" in sys.argv[1:]
+    least = MIN_FOUND_RELEASE if "--release" in sys.argv[1:] else MIN_FOUND
     if len(args) != 2:
         sys.exit(__doc__)
     order_file, binary = args
@@ -36,8 +42,8 @@ def main():
     share = len(found) / len(listed) if listed else 0
     failed = []
     print(f"  {len(found)} of the {len(listed)} listed functions are in the binary ({share:.0%})")
-    if share < MIN_FOUND:
-        failed.append(f"fewer than {MIN_FOUND:.0%} of cmake/startup.order's functions are in {binary}: the list is "
+    if share < least:
+        failed.append(f"fewer than {least:.0%} of cmake/startup.order's functions are in {binary}: the list is "
                       "stale; rerun scripts/order-functions on a Release build and commit it")
     if ordered and found:
         # Two names can share an address (an alias, identical code folded): count each address once.
