@@ -17,8 +17,16 @@ FilesAhead::FilesAhead(std::vector<Rank> ranks) : ranks_(std::move(ranks)) {
 }
 
 FilesAhead::~FilesAhead() {
+  release();
   thread_.join();
-  for (const auto& [path, fd] : opened_) ::close(fd);  // ranks that did not start
+}
+
+void FilesAhead::release() {
+  const std::lock_guard<std::mutex> lock(mutex_);
+  released_ = true;
+  for (const auto& [path, fd] : opened_) ::close(fd);
+  opened_.clear();
+  room_.notify_all();
 }
 
 void FilesAhead::prepare(const Rank& r) {
@@ -30,6 +38,13 @@ void FilesAhead::prepare(const Rank& r) {
 void FilesAhead::run() {
   for (std::size_t i = 0; i < ranks_.size(); ++i) {
     const Rank& r = ranks_[i];
+    {
+      // Few logs held at once: a limit of descriptors too low for the step
+      // is met by the step's own count, with descriptors left to say it.
+      std::unique_lock<std::mutex> lock(mutex_);
+      room_.wait(
+          lock, [&] { return opened_.size() < kMaxHeld || released_ || (wanted_ != kNone && wanted_ >= i); });
+    }
     std::exception_ptr failed;
     std::vector<std::pair<const std::string*, int>> opened;
     try {
@@ -51,7 +66,7 @@ void FilesAhead::run() {
       return;  // the ranks after it are not started
     }
     for (const auto& [log, fd] : opened) {
-      if (!opened_.emplace(*log, fd).second) ::close(fd);  // one rank's two logs, one path
+      if (released_ || !opened_.emplace(*log, fd).second) ::close(fd);  // taken by nobody now
     }
     ++ready_;
     made_.notify_all();
@@ -62,11 +77,16 @@ int FilesAhead::open_log(const std::string& path) {
   if (const auto it = rank_of_.find(path); it != rank_of_.end()) {
     const std::size_t rank = it->second;
     std::unique_lock<std::mutex> lock(mutex_);
+    if (wanted_ == kNone || rank > wanted_) {
+      wanted_ = rank;
+      room_.notify_all();  // this rank's start waits: the thread goes on however many it holds
+    }
     made_.wait(lock, [&] { return ready_ > rank || failed_; });
     if (ready_ <= rank) std::rethrow_exception(failed_);
     if (const auto held = opened_.find(path); held != opened_.end()) {
       const int fd = held->second;
       opened_.erase(held);
+      room_.notify_all();
       return fd;
     }
   }

@@ -7,10 +7,12 @@
 // tens of microseconds each) making them took a third of the start-up of 8
 // ranks of /bin/true; opening the logs (each through its directories, never
 // through a link) was 8% of the work of the thread that starts the
-// ranks. The logs held for ranks not started yet are among those the group
-// needs once they run, and the count of descriptors a group needs
-// (require_descriptors, through GroupOptions::logs_held) counts them once:
-// it stays the first thing to meet a low limit. Internal to lib/step.
+// ranks. It holds the logs of a few ranks ahead at most (kMaxHeld), which
+// are among those the group needs once they run; the count of descriptors
+// a group needs (require_descriptors, through GroupOptions::logs_held)
+// counts them once, and stays the first thing to meet a low limit, with
+// descriptors left to say it and to close the run's record. release() at
+// the attempt's end closes what no start took. Internal to lib/step.
 #pragma once
 
 #include <condition_variable>
@@ -53,6 +55,13 @@ class FilesAhead {
   // GroupOptions::logs_held: the logs opened ahead and not yet taken.
   std::size_t held() const;
 
+  // Closes the logs no start took, and those the thread opens from now on:
+  // the attempt is over (or failed before its ranks started). The destructor
+  // does it too.
+  void release();
+
+  static constexpr std::size_t kMaxHeld = 16;  // descriptors: 8 ranks' logs
+
  private:
   void run();
 
@@ -63,6 +72,10 @@ class FilesAhead {
   std::size_t ready_ = 0;              // the ranks whose files are made
   std::exception_ptr failed_;          // the rank ready_'s, when its directory could not be made
   std::map<std::string, int> opened_;  // a log's path: its descriptor, opened ahead and not yet taken
+  static constexpr std::size_t kNone = static_cast<std::size_t>(-1);
+  std::size_t wanted_ = kNone;  // the last rank a start waits for: the thread makes it whatever it holds
+  bool released_ = false;
+  std::condition_variable room_;  // a log taken, a rank wanted, or released
   std::thread thread_;
 };
 

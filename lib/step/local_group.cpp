@@ -69,8 +69,9 @@ AttemptResult LocalGroup::run_attempt(const Attempt& attempt) {
     launch.error_file = files[i].error_file;
     launch.end_file = files[i].end_file;
   }
+  std::shared_ptr<FilesAhead> made;
   if (work.ranks.size() > 1 && !group.open_log) {
-    auto made = std::make_shared<FilesAhead>(std::move(files));
+    made = std::make_shared<FilesAhead>(std::move(files));
     group.open_log = [made](const std::string& path) { return made->open_log(path); };
     group.logs_held = [made] { return made->held(); };
   } else {
@@ -104,6 +105,15 @@ AttemptResult LocalGroup::run_attempt(const Attempt& attempt) {
   // released as the ranks start, for rank 0's store (or any socket a
   // rank binds there without SO_REUSEADDR, which a held port refuses).
   port.release();
+  // The logs no start took are closed when the attempt ends, however it
+  // ends: the run's record is written next (the supervisor keeps the
+  // group's options, and with them the thread's object, until the next).
+  struct Release {
+    FilesAhead* files;
+    ~Release() {
+      if (files != nullptr) files->release();
+    }
+  } release{made.get()};
   AttemptResult result;
   result.record = sup_.run_group(launches, group);
   return result;

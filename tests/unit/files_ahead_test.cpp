@@ -106,25 +106,44 @@ TEST_CASE("files ahead: a FIFO a rank left where its log goes is refused, not op
 }
 
 TEST_CASE(
-    "files ahead: the logs opened ahead are held only until their ranks start and counted for the check of "
-    "descriptors; those of ranks that never start are closed with it",
+    "files ahead: the thread holds the logs of a few ranks ahead at most, goes on for a rank whose start "
+    "waits, hands each log over once, and closes what no start took when released",
     "[files_ahead]") {
   testing::ScopedTempDir dir("ahead");
   const std::string work = dir.path() + "/work";
   const std::size_t before = open_descriptors();
   {
     FilesAhead ahead(ranks_in(work, 32));
-    const int last = ahead.open_log(work + "/rank31/stderr.log");  // every rank's files are made by now
-    REQUIRE(last >= 0);
-    CHECK(ahead.held() == 63);
-    CHECK(open_descriptors() == before + 64);
-    close(last);
-    const int first = ahead.open_log(work + "/rank0/stdout.log");  // handed over, not opened again
-    REQUIRE(first >= 0);
-    CHECK(ahead.held() == 62);
-    CHECK(open_descriptors() == before + 63);
-    close(first);
+    // Rank 20's start waits: the thread makes ranks 0 to 20 whatever it holds, then stops at rank 21,
+    // holding more than kMaxHeld, until a log is taken or it is released.
+    const int fd = ahead.open_log(work + "/rank20/stdout.log");
+    REQUIRE(fd >= 0);
+    CHECK(ahead.held() == 41);
+    CHECK_FALSE(fs::exists(work + "/rank21"));
+    CHECK(open_descriptors() == before + 42);
+    ahead.release();  // the attempt ended: what no start took is closed
+    CHECK(ahead.held() == 0);
+    CHECK(open_descriptors() == before + 1);
+    close(fd);
   }
   CHECK(open_descriptors() == before);
+  // Released, the thread made the other ranks' files without holding them.
   for (int r = 0; r < 32; ++r) CHECK(fs::is_regular_file(work + "/rank" + std::to_string(r) + "/stdout.log"));
+}
+
+TEST_CASE("files ahead: a start takes its rank's logs from the thread, not opened again", "[files_ahead]") {
+  testing::ScopedTempDir dir("ahead");
+  const std::string work = dir.path() + "/work";
+  const std::size_t before = open_descriptors();
+  FilesAhead ahead(ranks_in(work, 4));
+  const int last = ahead.open_log(work + "/rank3/stderr.log");  // every rank's files are made by now
+  REQUIRE(last >= 0);
+  CHECK(ahead.held() == 7);
+  CHECK(open_descriptors() == before + 8);
+  const int first = ahead.open_log(work + "/rank0/stdout.log");
+  REQUIRE(first >= 0);
+  CHECK(ahead.held() == 6);
+  CHECK(open_descriptors() == before + 8);  // handed over: no descriptor more
+  close(first);
+  close(last);
 }
