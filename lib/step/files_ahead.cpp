@@ -42,8 +42,7 @@ void FilesAhead::run() {
       // Few logs held at once: a limit of descriptors too low for the step
       // is met by the step's own count, with descriptors left to say it.
       std::unique_lock<std::mutex> lock(mutex_);
-      room_.wait(
-          lock, [&] { return opened_.size() < kMaxHeld || released_ || (wanted_ != kNone && wanted_ >= i); });
+      room_.wait(lock, [&] { return opened_.size() < kMaxHeld || released_ || wanted_ >= i; });
     }
     std::exception_ptr failed;
     std::vector<std::pair<const std::string*, int>> opened;
@@ -77,7 +76,7 @@ int FilesAhead::open_log(const std::string& path) {
   if (const auto it = rank_of_.find(path); it != rank_of_.end()) {
     const std::size_t rank = it->second;
     std::unique_lock<std::mutex> lock(mutex_);
-    if (wanted_ == kNone || rank > wanted_) {
+    if (rank > wanted_) {
       wanted_ = rank;
       room_.notify_all();  // this rank's start waits: the thread goes on however many it holds
     }

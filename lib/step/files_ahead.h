@@ -72,8 +72,7 @@ class FilesAhead {
   std::size_t ready_ = 0;              // the ranks whose files are made
   std::exception_ptr failed_;          // the rank ready_'s, when its directory could not be made
   std::map<std::string, int> opened_;  // a log's path: its descriptor, opened ahead and not yet taken
-  static constexpr std::size_t kNone = static_cast<std::size_t>(-1);
-  std::size_t wanted_ = kNone;  // the last rank a start waits for: the thread makes it whatever it holds
+  std::size_t wanted_ = 0;  // the last rank a start waits for: the thread makes it whatever it holds
   bool released_ = false;
   std::condition_variable room_;  // a log taken, a rank wanted, or released
   std::thread thread_;
