@@ -31,15 +31,21 @@ namespace flowrun {
 
 // --- helpers the subcommands share (commands.h) --------------------------------
 
-HostFacts probe_host(int fake_gpus, const EnvMap& env) {
-  auto probe = make_probe(env, fake_gpus);
+HostFacts host_without_gpus(const EnvMap& env) {
   HostFacts facts;
   facts.hostname = host_name(env);
-  facts.inventory = select_gpus(probe->probe(), env);
+  facts.inventory.source = kGpusNotProbed;
   // Inside a Slurm allocation the plan names its nodes. A malformed one is
   // reported when a step runs through Slurm.
   std::string ignored;
   if (auto job = read_slurm_job(env, &ignored)) facts.allocation = job->nodes;
+  return facts;
+}
+
+HostFacts probe_host(int fake_gpus, const EnvMap& env) {
+  auto probe = make_probe(env, fake_gpus);
+  HostFacts facts = host_without_gpus(env);
+  facts.inventory = select_gpus(probe->probe(), env);
   return facts;
 }
 
@@ -211,10 +217,25 @@ struct Planned {
   std::vector<StepPlan> plans;
 };
 
-Planned plan_spec(const Options& options) {
+// Whether a step of the flow asks for GPUs: a parallel step without cpus:
+// (and no --cpus for them all).
+bool flow_uses_gpus(const Spec& spec, const Options& options) {
+  if (options.cpus > 0) return false;
+  return std::any_of(spec.steps.begin(), spec.steps.end(),
+                     [](const Step& step) { return step.parallel && !step.parallel->cpus; });
+}
+
+// `for_run`: a run of a flow whose steps all run on CPUs does not look for
+// GPUs. On a GPU host that look is NVML's start-up (tens of milliseconds and
+// more, the driver's own); on one without, loading a library that is not
+// there. `flowrun plan` always looks: it shows the host it plans for.
+Planned plan_spec(const Options& options, bool for_run) {
   Planned p{read_environ(), load_or_throw(options.spec_path), {}, {}};
   if (!options.python.empty()) use_python(p.spec, python_path(options.python, current_directory()));
-  p.host = probe_host(options.fake_gpus, p.env);
+  if (for_run && !flow_uses_gpus(p.spec, options))
+    p.host = host_without_gpus(p.env);
+  else
+    p.host = probe_host(options.fake_gpus, p.env);
   use_gang(p.spec, p.host, read_gang_or_throw(p.env));
   PlanOptions plan_options;
   if (options.cpus > 0) plan_options.cpus = options.cpus;
@@ -223,7 +244,7 @@ Planned plan_spec(const Options& options) {
 }
 
 int cmd_plan(const Options& options) {
-  Planned p = plan_spec(options);
+  Planned p = plan_spec(options, /*for_run=*/false);
   LaunchContext ctx;
   ctx.run_id = options.run_id.empty() ? make_run_id(p.spec.name) : options.run_id;
   ctx.layout.run_dir = run_dir_for(p.spec, ctx.run_id, options.run_dir);
@@ -251,7 +272,7 @@ int cmd_run(const Options& options, SummaryTarget& target) {
   run.console_wait_s = options.console_wait_s;
   run.fold = !options.no_fold;
   run.color = color_choice(options.color);
-  Planned p = plan_spec(options);
+  Planned p = plan_spec(options, /*for_run=*/true);
   // Every node simulates what this one does.
   run.fake_gpus = fake_gpus_from_env(options.fake_gpus, p.env);
   if (const auto& gang = p.host.gang) {

@@ -62,6 +62,11 @@ std::optional<int> resume_requeued_job(const Spec& spec, const HostFacts& host,
 // allocation, the allocation's nodes.
 HostFacts probe_host(int fake_gpus, const EnvMap& env);
 
+// This host as a run of a flow that uses no GPU knows it: its name and its
+// Slurm allocation, its GPUs not looked for (inventory.source is
+// kGpusNotProbed).
+HostFacts host_without_gpus(const EnvMap& env);
+
 // --fake-gpus when given (>= 0), else FLOWRUN_FAKE_GPUS when it is a count, else -1.
 int fake_gpus_from_env(int fake_gpus, const EnvMap& env);
 

@@ -342,3 +342,32 @@ def wait_for_empty(probe, seconds):
     while probe() and time.monotonic() < deadline:
         time.sleep(0.05)
     return not probe()
+
+
+def test_a_flow_on_cpus_does_not_look_for_gpus(flowrun, doctor, base, scratch, check):
+    """A run whose every step runs on CPUs does not load NVML (on a GPU host its start is the driver's, tens
+    of milliseconds and more); a run with a step on GPUs does, and `flowrun plan` shows the host's GPUs
+    either way. The dynamic loader's own trace (LD_DEBUG=files) says whether the library was loaded."""
+    specs = {
+        "cpu": "name: on-cpus\nsteps:\n  - name: work\n    run: [/bin/true]\n    parallel:\n      cpus: 2\n",
+        "gpu": "name: on-gpus\nsteps:\n  - name: work\n    run: [/bin/true]\n    parallel:\n      gpus: 2\n",
+    }
+    env = clean_env(**base, LD_DEBUG="files")
+    hosts = {}
+    for kind, text in specs.items():
+        spec = os.path.join(scratch, kind + ".yaml")
+        with open(spec, "w") as f:
+            f.write(text)
+        run_dir = os.path.join(scratch, kind + "-run")
+        r = run([flowrun, "--run-dir", run_dir, spec], cwd=scratch, env=env)
+        check(r.returncode == 0, f"the {kind} flow runs", r.stdout + r.stderr[-3000:])
+        loaded = "libnvidia-ml.so.1" in r.stderr
+        check(loaded == (kind == "gpu"), f"the {kind} flow loads NVML: {kind == 'gpu'}", r.stderr[-3000:])
+        with open(os.path.join(run_dir, "plan.json")) as f:
+            hosts[kind] = json.load(f)["host"]
+        shown = run([flowrun, "plan", spec], cwd=scratch, env=clean_env(**base))
+        check("This host: host-a, 8 GPUs" in shown.stdout, f"flowrun plan of the {kind} flow shows the GPUs",
+              shown.stdout + shown.stderr)
+    check(hosts["cpu"] == {"hostname": "host-a", "gpus": None, "summary": "not looked for: every step runs on CPUs"},
+          "plan.json of the CPU run: its GPUs not looked for", hosts)
+    check(hosts["gpu"]["gpus"] == 8, "plan.json of the GPU run: the host's 8 GPUs", hosts)

@@ -139,9 +139,13 @@ struct Gpu {
   GpuDetails details;
 };
 
+// Inventory::source of a run whose steps all run on CPUs: its GPUs were not
+// looked for (lib/cli's plan_spec), so none is known, not none found.
+inline constexpr const char* kGpusNotProbed = "not_probed";
+
 // The GPUs this process may use, and how that was decided.
 struct Inventory {
-  std::string source;            // "nvml", "fake", or "none"
+  std::string source;            // "nvml", "fake", "none", or kGpusNotProbed
   std::vector<Gpu> gpus;         // CUDA order, as this process sees them
   std::size_t system_count = 0;  // GPUs on the system before selection
   std::string driver_version;
