@@ -293,6 +293,14 @@ int BeneathRoot::open_parent(std::string_view rel, bool create, mode_t mode, std
   }
   *leaf = parts.back();
   parts.pop_back();
+  if (!create) {
+    // One openat2 with no link allowed, as the walk below opens each
+    // component with O_NOFOLLOW (a record written beside a rank's logs).
+    std::string dir_rel;
+    for (const auto& part : parts) dir_rel += (dir_rel.empty() ? "" : "/") + part;
+    const int fd = open(dir_rel, O_RDONLY | O_DIRECTORY, Links::none);
+    if (fd >= 0) return fd;  // else the walk says which component failed, and how
+  }
   UniqueFd dir(fcntl(fd_.get(), F_DUPFD_CLOEXEC, 0));
   if (!dir) return -1;
   for (const auto& part : parts) {
