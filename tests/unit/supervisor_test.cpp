@@ -559,3 +559,37 @@ TEST_CASE("a rank's error file counts only as a regular file with content, writt
   REQUIRE(symlink(file.c_str(), (d.path() + "/link.json").c_str()) == 0);
   CHECK(error_file_time(d.path() + "/link.json", before) == 0);
 }
+
+TEST_CASE("a process a rank leaves behind that ends while the ranks run is reaped then, not left a zombie",
+          "[supervisor]") {
+  Fixture f;
+  Supervisor s = f.make();
+  // The subshell ends at once: its child comes to this process (the
+  // subreaper), writes its pid, and ends while rank 0 still runs (until it
+  // is released, or gives up after some 30 s: then the check below fails).
+  const std::vector<WorkerLaunch> ranks = {
+      f.shell(0,
+              "(sh -c 'echo $$ > orphan.tmp && mv orphan.tmp orphan.pid' &); "
+              "i=0; while [ ! -e release ] && [ $i -lt 3000 ]; do sleep 0.01; i=$((i+1)); done")};
+  struct : GroupObserver {
+    bool rank_ended = false;
+    bool on_exit(std::size_t, const WorkerRecord&) override {
+      rank_ended = true;
+      return false;
+    }
+  } watch;
+  s.start_group(ranks, f.options(), &watch);
+  pid_t orphan = 0;
+  auto reaped = [&] {
+    if (orphan == 0 && fs::exists(f.dir() + "/orphan.pid"))
+      orphan = static_cast<pid_t>(std::stol(testing::read_file(f.dir() + "/orphan.pid")));
+    // A zombie keeps its /proc entry until it is reaped.
+    return orphan > 0 && !fs::exists("/proc/" + std::to_string(orphan));
+  };
+  s.run_until([&] { return reaped() || watch.rank_ended; });
+  REQUIRE(reaped());
+  CHECK_FALSE(watch.rank_ended);  // reaped while the group ran, not at its end
+  std::ofstream(f.dir() + "/release").close();
+  const AttemptRecord a = s.finish_group();
+  CHECK(a.outcome == Outcome::succeeded);
+}
