@@ -273,10 +273,9 @@ std::string format_plan_text(const PlanView& view) {
   const Spec& spec = view.spec;
   std::string out = fmt::format("Flow {} ({}), run id {}\n", spec.name, spec.file, view.ctx.run_id);
   const auto& inv = view.host.inventory;
-  out += fmt::format("This host: {}, {}\n", view.host.hostname,
-                     inv.source == kGpusNotProbed ? "GPUs not looked for (every step runs on CPUs)"
-                     : inv.gpus.empty()           ? "no GPUs"
-                                        : fmt::format("{} GPUs ({})", inv.gpus.size(), inv.summary()));
+  out +=
+      fmt::format("This host: {}, {}\n", view.host.hostname,
+                  inv.gpus.empty() ? "no GPUs" : fmt::format("{} GPUs ({})", inv.gpus.size(), inv.summary()));
   out += gang_text(view.host);
   int number = 0;
   for (std::size_t index : spec.order) {
@@ -315,14 +314,10 @@ std::string format_plan_json(const PlanView& view) {
   json["run_id"] = view.ctx.run_id;
   json["run_dir"] = view.ctx.layout.run_dir;
   const Inventory& inventory = view.host.inventory;
-  if (inventory.source == kGpusNotProbed)  // a run whose steps all run on CPUs
-    json["host"] = {{"hostname", view.host.hostname},
-                    {"gpus", nullptr},
-                    {"summary", "not looked for: every step runs on CPUs"}};
-  else
-    json["host"] = {{"hostname", view.host.hostname},
-                    {"gpus", static_cast<int>(inventory.gpus.size())},
-                    {"summary", inventory.summary()}};
+  const bool looked = inventory.source != kGpusNotProbed;  // not by a run whose steps all run on CPUs
+  json["host"] = {{"hostname", view.host.hostname},
+                  {"gpus", looked ? Json(static_cast<int>(inventory.gpus.size())) : Json()},
+                  {"summary", looked ? inventory.summary() : "not looked for: every step runs on CPUs"}};
   if (const auto& gang = view.host.gang) {
     Json variables = Json::object();
     for (const auto& [name, value] : gang->variables) variables[name] = printable(value);
