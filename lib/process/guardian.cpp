@@ -4,11 +4,13 @@
 // it), closes everything it inherited (so it never holds a pipe a reader
 // waits on), ignores the signals a terminal or a `kill` sends, and blocks on
 // the read end of a pipe whose write end only flowrun holds. Down the pipe
-// come records: 'P' PATH '\0' (a directory to remove at the end) and 'd'
-// (flowrun is exiting normally). End-of-file before a 'd' means flowrun died
-// without a word: the guardian kills every process carrying its mark (an
-// srun among them gets SIGTERM first, so it can end its job). Either way it
-// then removes the directories it was given, and exits.
+// come records: 'P' PATH '\0' (a directory to remove at the end), 'd'
+// (flowrun is exiting normally) and 'k' (flowrun is leaving on an error).
+// End-of-file before a 'd' means flowrun died without a word: then, and on
+// a 'k', the guardian kills every process carrying its mark (an srun among
+// them gets SIGTERM first, so it can end its job). Either way it then
+// removes the directories it was given, and exits; after a 'd' or a 'k'
+// flowrun waits for that, so that what it started is gone once it is.
 //
 // No child starts before the guardian is out of flowrun's session and named
 // (a second pipe carries one byte when it is): a kill of flowrun's process
@@ -77,6 +79,10 @@ int above_standard(int fd) {
   for (int sig : {SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGPIPE, SIGTSTP, SIGTTIN, SIGTTOU, SIGUSR1, SIGUSR2})
     signal(sig, SIG_IGN);
   setsid();
+  // Out of the directory flowrun ran in: a guardian still cleaning up never
+  // keeps a user's directory busy (an unmount, a removal); what it is given
+  // to remove is absolute (remove_on_exit).
+  [[maybe_unused]] const int moved = chdir("/");
   prctl(PR_SET_NAME, "flowrun-guard");
   [[maybe_unused]] const ssize_t told = write(ready, "r", 1);
   close(ready);
@@ -92,17 +98,17 @@ int above_standard(int fd) {
 
   std::vector<std::string> dirs;
   std::string pending;  // a record not yet whole
-  bool disarmed = false;
+  bool disarmed = false, told_to_stop = false;
   char buf[4096];
-  while (!disarmed) {
+  while (!disarmed && !told_to_stop) {
     const ssize_t n = read(keep, buf, sizeof buf);
     if (n < 0 && errno == EINTR) continue;
     if (n <= 0) break;
     pending.append(buf, static_cast<std::size_t>(n));
     std::size_t pos = 0;
     while (pos < pending.size()) {
-      if (pending[pos] == 'd') {
-        disarmed = true;
+      if (pending[pos] == 'd' || pending[pos] == 'k') {
+        (pending[pos] == 'd' ? disarmed : told_to_stop) = true;
         break;
       }
       const std::size_t end = pending.find('\0', pos);
@@ -177,7 +183,7 @@ void process_detail::wait_for_guardian() {
 }
 
 void Guardian::remove_on_exit(const std::string& dir) {
-  if (fd_ < 0 || dir.empty() || dir.find('\0') != std::string::npos) return;
+  if (fd_ < 0 || !dir.starts_with('/') || dir.find('\0') != std::string::npos) return;
   // A write that fails finds the guardian gone: nothing can be told any more.
   write_all(fd_, "P" + dir + std::string(1, '\0'));
 }
@@ -187,12 +193,29 @@ void Guardian::disarm() {
   write_all(fd_, "d");
   close(fd_);
   fd_ = -1;
+  // It removes what it was given and exits: flowrun waits for that, so that
+  // once flowrun has exited nothing it started runs (an engine that ends a
+  // node's processes with its task, as Slurm's cgroups do, would otherwise
+  // cut that removal short). No reaper of flowrun's takes the guardian.
+  if (pid_ > 0) {
+    while (waitpid(pid_, nullptr, 0) < 0 && errno == EINTR) {
+    }
+    pid_ = -1;
+  }
 }
 
 // Not disarmed: flowrun is leaving by an exception, perhaps with workers
-// still running; the guardian sees end-of-file and stops them.
+// still running. The guardian is told so ('k': not end-of-file, which a
+// forked child still holding the pipe's write end would hold back), stops
+// them and removes its directories, and this waits for it as disarm() does.
 Guardian::~Guardian() {
-  if (fd_ >= 0) close(fd_);
+  if (fd_ < 0) return;
+  const bool told = write_all(fd_, "k");
+  close(fd_);
+  if (told && pid_ > 0) {
+    while (waitpid(pid_, nullptr, 0) < 0 && errno == EINTR) {
+    }
+  }
 }
 
 }  // namespace flowrun

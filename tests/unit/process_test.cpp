@@ -349,6 +349,64 @@ TEST_CASE("the guardian kills the run's processes when its owner dies, and nothi
   }
 }
 
+TEST_CASE(
+    "the guardian is gone once disarm returns, and once an armed one's owner let it go it stopped the run's "
+    "processes first",
+    "[process]") {
+  // A stand-in for flowrun's two ways out that run code: disarm() (a normal
+  // exit) and the Guardian going out of scope armed (an exception). Right
+  // after either, with no wait of the test's own, the owner looks: its
+  // guardian is no process any more (not even a zombie), the directory it
+  // was given is removed, and after the second the worker's setsid child,
+  // which carries the mark, is gone too.
+  for (bool disarm : {true, false}) {
+    const std::string secret = make_secret();
+    const std::string entry = "FLOWRUN_INVOCATION=" + secret;
+    const testing::ScopedTempDir tmp("guardian-gone");
+    const std::string dir = tmp.path() + "/private";
+    REQUIRE(mkdir(dir.c_str(), 0700) == 0);
+    int said[2];
+    REQUIRE(pipe(said) == 0);
+    const pid_t owner = fork();
+    REQUIRE(owner >= 0);
+    if (owner == 0) {
+      close(said[0]);
+      pid_t g = -1;
+      {
+        Guardian guardian;
+        guardian.start("FLOWRUN_INVOCATION", secret);
+        guardian.remove_on_exit(dir);
+        g = guardian.pid();
+        int ready[2];
+        if (pipe(ready) != 0) _exit(2);
+        SpawnRequest request;
+        request.argv = {"sh", "-c", "setsid sleep 30 & echo started; wait"};
+        request.env = {"PATH=/usr/bin:/bin"};
+        request.stdout_fd = ready[1];
+        spawn_process(request);
+        close(ready[1]);
+        char line[16];
+        if (read(ready[0], line, sizeof line) <= 0) _exit(3);  // the setsid child exists
+        if (disarm) guardian.disarm();
+      }
+      const std::string verdict = std::string(kill(g, 0) == 0 ? "guardian-left" : "guardian-gone") + " " +
+                                  (testing::exists(dir) ? "dir-left" : "dir-gone") + " " +
+                                  std::to_string(processes_with_env(entry).size());
+      _exit(write(said[1], verdict.data(), verdict.size()) == static_cast<ssize_t>(verdict.size()) ? 0 : 4);
+    }
+    close(said[1]);
+    std::string verdict(64, '\0');
+    const ssize_t n = read(said[0], verdict.data(), verdict.size());
+    close(said[0]);
+    reap(owner);
+    verdict.resize(n > 0 ? static_cast<std::size_t>(n) : 0);
+    INFO("disarmed: " << disarm);
+    // Disarmed, the guardian left the worker and its setsid child alone.
+    CHECK(verdict == (disarm ? "guardian-gone dir-gone 2" : "guardian-gone dir-gone 0"));
+    for (pid_t pid : processes_with_env(entry)) kill(pid, SIGKILL);
+  }
+}
+
 namespace {
 
 // Waits (up to 10 s) until `pid`, not our child, is gone.

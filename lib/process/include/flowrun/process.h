@@ -163,16 +163,19 @@ std::optional<PortListener> port_listener(int port);
 // {inode, uid} of each. Pure.
 std::vector<std::pair<unsigned long, unsigned>> listening_sockets(std::string_view proc_net_tcp, int port);
 
-// The guardian: a forked process that outlives flowrun, however flowrun
-// ends, just long enough to kill every process carrying its mark and remove
-// the directories it was given. It runs in a session of its own (setsid), so
+// The guardian: a forked process that outlives flowrun when flowrun is
+// killed, just long enough to kill every process carrying its mark and
+// remove the directories it was given; when flowrun exits by its own code
+// (disarm, or an armed Guardian's destructor) flowrun waits for it, so that
+// nothing flowrun started outlives it. It runs in a session of its own (setsid), so
 // no signal to flowrun's process group or session (a terminal's hangup,
 // `kill -9 -- -PGID`, `timeout -s KILL`) reaches it, and it ignores the
 // signals a terminal or a `kill` sends; only SIGKILL by its pid ends it.
 // Start it before any thread exists, with fds 0-2 valid
 // (sanitize_standard_fds). disarm() on a normal exit tells it there is
 // nothing to kill; without it (flowrun killed, or leaving by an exception)
-// the guardian cleans up.
+// the guardian kills. It works from "/", never keeping a user's directory
+// busy.
 class Guardian {
  public:
   Guardian() = default;
@@ -188,10 +191,13 @@ class Guardian {
   // host shared by several nodes no agent touches another node's workers.
   // Throws Error when the pipe or the fork fails.
   void start(const std::string& key, const std::string& secret);
-  // Has the guardian remove `dir` (a whole tree, links not followed) when
-  // this process ends, after it killed the marked processes: a private
-  // directory outside the workdir never outlives its owner. Call after start.
+  // Has the guardian remove `dir` (an absolute path; a whole tree, links not
+  // followed) when this process ends, after it killed the marked processes:
+  // a private directory outside the workdir never outlives its owner. Call
+  // after start.
   void remove_on_exit(const std::string& dir);
+  // A normal exit: the guardian kills nothing, removes its directories and
+  // exits, and this waits for it to have.
   void disarm();
   pid_t pid() const { return pid_; }
   const std::string& mark() const { return mark_; }  // "KEY=SECRET"; empty before start
