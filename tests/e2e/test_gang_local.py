@@ -14,6 +14,7 @@ import os
 import signal
 import socket
 import subprocess
+import sys
 
 import pytest
 
@@ -23,6 +24,7 @@ from flowrun_testlib.launcher import wait_for
 pytestmark = pytest.mark.gang_local
 
 TOKEN = "0123456789abcdef0123456789abcdef"
+REAPER = os.path.join(os.path.dirname(os.path.abspath(__file__)), "helpers", "reaper.py")
 
 
 def free_port():
@@ -53,9 +55,9 @@ def skypilot(port, nodes):
 class Gang:
     """The nodes of one gang, each `flowrun ARGV` with its platform's variables."""
 
-    def __init__(self, flowrun, workdir, variables, token=TOKEN, extra=None):
+    def __init__(self, flowrun, workdir, variables, token=TOKEN, extra=None, reaped=False):
         self.flowrun, self.workdir, self.variables = flowrun, workdir, variables
-        self.token, self.extra = token, extra or {}
+        self.token, self.extra, self.reaped = token, extra or {}, reaped
         self.procs, self.logs = {}, {}
 
     def start(self, i, *argv):
@@ -64,8 +66,10 @@ class Gang:
         if self.token is not None:
             env["FLOWRUN_TOKEN"] = self.token
         self.logs[i] = os.path.join(self.workdir, f"pod-{i}.log")
+        # reaped: under tests/e2e/helpers/reaper.py, which lists what the node's flowrun left (left(i)).
+        reaper = [sys.executable, REAPER, self.report(i), "--"] if self.reaped else []
         with open(self.logs[i], "w") as log:
-            self.procs[i] = subprocess.Popen([self.flowrun, *argv], cwd=self.workdir, env=env, stdout=log,
+            self.procs[i] = subprocess.Popen([*reaper, self.flowrun, *argv], cwd=self.workdir, env=env, stdout=log,
                                              stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                                              start_new_session=True)
         return self.procs[i]
@@ -76,6 +80,14 @@ class Gang:
     def log(self, i):
         with open(self.logs[i]) as f:
             return f.read()
+
+    def report(self, i):
+        return os.path.join(self.workdir, f"pod-{i}.left.json")
+
+    def left(self, i):
+        """The processes node i's flowrun left when it exited (a reaped gang's): [pid, name, state] each."""
+        with open(self.report(i)) as f:
+            return json.load(f)
 
     def kill(self, i, sig=signal.SIGKILL):
         os.killpg(self.procs[i].pid, sig)
@@ -145,7 +157,7 @@ def no_processes_left(workdir):
 
 
 def test_a_flow_runs_across_the_gang_and_every_node_exits_with_its_code(gang, scratch):
-    g = gang(pytorchjob(free_port(), 2))
+    g = gang(pytorchjob(free_port(), 2), reaped=True)
     spec = flow(str(scratch))
     g.start(1, spec)  # an agent first: it dials until the head listens
     wait_for(lambda: "joining the head" in g.log(1), 30)
@@ -162,6 +174,7 @@ def test_a_flow_runs_across_the_gang_and_every_node_exits_with_its_code(gang, sc
     assert "flowrun: node 1 of 2 of the Kubeflow PyTorchJob: joining the head at 127.0.0.1:" in agent
     assert "the flow ended successfully" in agent
     assert "step first rank" not in agent  # the ranks' lines are the head's to show
+    assert g.left(0) == [] and g.left(1) == []  # nothing either node started outlives it, guardians included
     assert no_processes_left(str(scratch)) == []
 
 

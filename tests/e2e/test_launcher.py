@@ -26,6 +26,7 @@ from flowrun_testlib.launcher import PY, WORKER, Launcher, argv_yaml, proc_name,
     res_culprit, wait_for
 
 pytestmark = pytest.mark.launcher
+REAPER = os.path.join(os.path.dirname(os.path.abspath(__file__)), "helpers", "reaper.py")
 
 TORCHRUN_VARS = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "GROUP_RANK", "GROUP_WORLD_SIZE",
                  "ROLE_NAME", "ROLE_RANK", "ROLE_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT", "TORCHELASTIC_RUN_ID",
@@ -432,6 +433,42 @@ steps:
         p.stderr.close()
         for x in left:
             os.kill(x, signal.SIGKILL)
+
+    @pytest.mark.parametrize("ending", ["succeeds", "fails", "leaves-a-daemon", "sigint"])
+    def test_nothing_outlives_flowrun(self, ending):
+        """Once flowrun has exited, nothing it started runs, not even its own guardian: an engine that ends a
+        node's processes with its task (Slurm's cgroups) or a script that unmounts or removes the directory
+        next would otherwise race what is left. flowrun runs under tests/e2e/helpers/reaper.py, a child
+        subreaper: every process flowrun leaves, running or exited and not reaped, is handed to it before it
+        learns of flowrun's exit, so the list it reports is whole, with no waiting."""
+        rank = {"succeeds": "true", "fails": '[ "$RANK" = 1 ] && exit 3; exec sleep 300',
+                "leaves-a-daemon": "setsid sleep 300 </dev/null >/dev/null 2>&1 &",
+                "sigint": 'touch "ready.$RANK"; exec sleep 300'}[ending]
+        d, spec, run_dir = self.workspace(f"outlives-{ending}", f"""name: outlives
+steps:
+  - name: work
+    shell: true
+    run: {q(rank)}
+    parallel:
+      cpus: 2
+  - name: after
+    join: work
+    run: [true]
+""")
+        report = os.path.join(d, "left.json")
+        p = subprocess.Popen([PY, REAPER, report, "--", *self.argv(spec, run_dir, "--grace", "5")], cwd=d,
+                             env=clean_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)
+        start = time.monotonic()
+        if ending == "sigint":
+            wait_for(lambda: p.poll() is not None or all(os.path.exists(os.path.join(d, f"ready.{r}"))
+                                                         for r in (0, 1)), 20 * self.slack)
+            p.send_signal(signal.SIGINT)  # the reaper passes it on to flowrun
+        r = self.finish(f"outlives: {ending}", p, run_dir, start)
+        want = {"succeeds": 0, "fails": 3, "leaves-a-daemon": 0, "sigint": 130}[ending]
+        with open(report) as f:
+            left = json.load(f)
+        self.check(r.rc == want and left == [], f"outlives: {ending}: flowrun exits {want} and leaves no process, "
+                   "its guardian included", f"left: {left}\n{r.detail()}")
 
     def test_second_sigint(self):
         ready = os.path.join(self.scratch, "second-ready")
