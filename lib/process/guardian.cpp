@@ -188,9 +188,19 @@ void Guardian::remove_on_exit(const std::string& dir) {
   write_all(fd_, "P" + dir + std::string(1, '\0'));
 }
 
+// Whether the guardian still runs; one killed by someone (SIGKILL by its pid)
+// is reaped here, and nothing is written to its pipe: no SIGPIPE for flowrun
+// on its way out.
+bool Guardian::running() {
+  if (pid_ <= 0) return false;
+  if (waitpid(pid_, nullptr, WNOHANG) == 0) return true;
+  pid_ = -1;
+  return false;
+}
+
 void Guardian::disarm() {
   if (fd_ < 0) return;
-  write_all(fd_, "d");
+  if (running()) write_all(fd_, "d");
   close(fd_);
   fd_ = -1;
   // It removes what it was given and exits: flowrun waits for that, so that
@@ -210,7 +220,7 @@ void Guardian::disarm() {
 // them and removes its directories, and this waits for it as disarm() does.
 Guardian::~Guardian() {
   if (fd_ < 0) return;
-  const bool told = write_all(fd_, "k");
+  const bool told = running() && write_all(fd_, "k");
   close(fd_);
   if (told && pid_ > 0) {
     while (waitpid(pid_, nullptr, 0) < 0 && errno == EINTR) {

@@ -203,6 +203,8 @@ class Guardian {
   const std::string& mark() const { return mark_; }  // "KEY=SECRET"; empty before start
 
  private:
+  bool running();
+
   pid_t pid_ = -1;
   int fd_ = -1;  // write end; closing it without a byte means "flowrun died"
   std::string mark_;
