@@ -198,15 +198,16 @@ bool Guardian::running() {
   return false;
 }
 
-void Guardian::disarm() {
+// Tells the guardian `record` ('d' or 'k') and waits until it has done its
+// part and exited: once flowrun has exited nothing it started runs (an
+// engine that ends a node's processes with its task, as Slurm's cgroups do,
+// would otherwise cut the guardian's removal short). No reaper of flowrun's
+// takes the guardian.
+void Guardian::finish(std::string_view record) {
   if (fd_ < 0) return;
-  if (running()) write_all(fd_, "d");
+  if (running()) write_all(fd_, record);
   close(fd_);
   fd_ = -1;
-  // It removes what it was given and exits: flowrun waits for that, so that
-  // once flowrun has exited nothing it started runs (an engine that ends a
-  // node's processes with its task, as Slurm's cgroups do, would otherwise
-  // cut that removal short). No reaper of flowrun's takes the guardian.
   if (pid_ > 0) {
     while (waitpid(pid_, nullptr, 0) < 0 && errno == EINTR) {
     }
@@ -214,18 +215,13 @@ void Guardian::disarm() {
   }
 }
 
+// A normal exit: nothing to kill.
+void Guardian::disarm() { finish("d"); }
+
 // Not disarmed: flowrun is leaving by an exception, perhaps with workers
 // still running. The guardian is told so ('k': not end-of-file, which a
-// forked child still holding the pipe's write end would hold back), stops
-// them and removes its directories, and this waits for it as disarm() does.
-Guardian::~Guardian() {
-  if (fd_ < 0) return;
-  const bool told = running() && write_all(fd_, "k");
-  close(fd_);
-  if (told && pid_ > 0) {
-    while (waitpid(pid_, nullptr, 0) < 0 && errno == EINTR) {
-    }
-  }
-}
+// forked child still holding the pipe's write end would hold back) and
+// stops them.
+Guardian::~Guardian() { finish("k"); }
 
 }  // namespace flowrun

@@ -204,6 +204,7 @@ class Guardian {
 
  private:
   bool running();
+  void finish(std::string_view record);
 
   pid_t pid_ = -1;
   int fd_ = -1;  // write end; closing it without a byte means "flowrun died"
